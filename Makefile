@@ -1,0 +1,35 @@
+# tpurun — run `make help` for the targets.
+GO        ?= go
+BIN       := bin
+TPURUN    := $(BIN)/tpurun
+PKGS      := ./...
+FUZZTIME  ?= 20s
+
+.PHONY: help build demo test lint bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+build: ## build bin/tpurun and the example workers
+	$(GO) build -o $(TPURUN) ./cmd/tpurun
+	$(GO) build -o $(BIN)/hello ./examples/hello
+
+demo: build ## run the example on 4 CPU workers (no TPU needed)
+	$(TPURUN) --nprocs 4 -- $(BIN)/hello
+
+test: ## run every test (race detector on), as CI does
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+bench: build ## measure tpurun against the baselines; writes docs/BENCHMARKS.md
+	@echo "bench: not yet implemented"; exit 1
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	@echo "fuzz: not yet implemented"; exit 1
+
+clean: ## remove build output
+	rm -rf $(BIN)
