@@ -1,0 +1,293 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func alwaysFree(int) bool { return true }
+
+// TestDetectAndPlanSingleHost is the table of the issue: fake sysfs/dev trees for every generation.
+func TestDetectAndPlanSingleHost(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name        string
+		id          string
+		chips       int
+		env         map[string]string
+		md          map[string]string // metadata answers; nil = the server must not be asked at all
+		wantType    string
+		wantWorkers int
+		wantRepl    int // replicas per worker
+		wantBounds  string
+		wantCPHB    string
+		wantMDKeys  map[string]int
+	}{
+		{name: "v2-8", id: "0x0027", chips: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v2-8"},
+			wantType: "v2-8", wantWorkers: 4, wantRepl: 2, wantBounds: "2,2,1", wantCPHB: "2,2,1"},
+		{name: "v3-8 from metadata", id: "0x0027", chips: 4, md: map[string]string{KeyTPUEnv: "ACCELERATOR_TYPE: 'v3-8'\nZONE: 'us-central1-a'\n"},
+			wantType: "v3-8", wantWorkers: 4, wantRepl: 2, wantBounds: "2,2,1", wantCPHB: "2,2,1", wantMDKeys: map[string]int{KeyTPUEnv: 1}},
+		{name: "v4-8 from metadata", id: "0x005e", chips: 4, md: map[string]string{KeyTPUEnv: "ACCELERATOR_TYPE: 'v4-8'\nHOST_BOUNDS: '1,1,1'\nWORKER_ID: '0'\n"},
+			wantType: "v4-8", wantWorkers: 4, wantRepl: 1, wantBounds: "2,2,1", wantCPHB: "2,2,1", wantMDKeys: map[string]int{KeyTPUEnv: 1}},
+		{name: "v5litepod-4 skip mds", id: "0x0063", chips: 4, env: map[string]string{"TPU_SKIP_MDS_QUERY": "1"},
+			wantType: "v5litepod-4", wantWorkers: 4, wantRepl: 1, wantBounds: "2,2,1", wantCPHB: "2,2,1"},
+		{name: "v5litepod-8 proven by sysfs", id: "0x0063", chips: 8,
+			wantType: "v5litepod-8", wantWorkers: 8, wantRepl: 1, wantBounds: "2,4,1", wantCPHB: "2,4,1"},
+		{name: "v5p-8", id: "0x0062", chips: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v5p-8"},
+			wantType: "v5p-8", wantWorkers: 4, wantRepl: 1, wantBounds: "2,2,1", wantCPHB: "2,2,1"},
+		{name: "v6e-1", id: "0x006f", chips: 1,
+			wantType: "v6e-1", wantWorkers: 1, wantRepl: 1, wantBounds: "1,1,1", wantCPHB: "1,1,1"},
+		{name: "v6e-4 accelerator-type key", id: "0x006f", chips: 4, md: map[string]string{KeyTPUEnv: "ZONE: 'x'\n", KeyAcceleratorType: "v6e-4"},
+			wantType: "v6e-4", wantWorkers: 4, wantRepl: 1, wantBounds: "2,2,1", wantCPHB: "2,2,1", wantMDKeys: map[string]int{KeyTPUEnv: 1, KeyAcceleratorType: 1}},
+		{name: "v6e-8", id: "0x006f", chips: 8,
+			wantType: "v6e-8", wantWorkers: 8, wantRepl: 1, wantBounds: "2,4,1", wantCPHB: "2,4,1"},
+		{name: "tpu7x-8", id: "0x0076", chips: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "tpu7x-8"},
+			wantType: "tpu7x-8", wantWorkers: 4, wantRepl: 2, wantBounds: "2,2,1,2", wantCPHB: "2,2,1"},
+		{name: "unknown id with type from env", id: "0x0099", chips: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-4"},
+			wantType: "v6e-4", wantWorkers: 4, wantRepl: 1, wantBounds: "2,2,1", wantCPHB: "2,2,1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ft := newTree(t).tpu(t, tc.id, tc.chips)
+			md := newMD(t, tc.md, nil)
+			env := tc.env
+			if env == nil {
+				env = map[string]string{}
+			}
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+			if err != nil {
+				t.Fatalf("Detect: %v", err)
+			}
+			if h.Device.V != TPU || h.Accelerator.V.Type != tc.wantType {
+				t.Fatalf("device %s accelerator %q (%s), want tpu %q", h.Device.V, h.Accelerator.V.Type, h.Accelerator.Source, tc.wantType)
+			}
+			if tc.md == nil && md.total() != 0 {
+				t.Fatalf("metadata asked %d times, want 0: %v", md.total(), md.counts)
+			}
+			for k, n := range tc.wantMDKeys {
+				if got := md.count(k); got != n {
+					t.Errorf("metadata key %s asked %d times, want %d", k, got, n)
+				}
+			}
+			if got := md.total(); tc.md != nil && got != len(tc.wantMDKeys) {
+				t.Errorf("metadata asked %d times in all (%v), want %d", got, md.counts, len(tc.wantMDKeys))
+			}
+			p, err := NewPlan(h, Request{PortFree: alwaysFree})
+			if err != nil {
+				t.Fatalf("NewPlan: %v", err)
+			}
+			if len(p.Workers) != tc.wantWorkers || len(p.Nodes) != 1 || p.Nodes[0].LocalWorkers != tc.wantWorkers {
+				t.Fatalf("plan has %d workers, nodes %+v; want %d", len(p.Workers), p.Nodes, tc.wantWorkers)
+			}
+			var addrs []string
+			for i := 0; i < tc.wantWorkers; i++ {
+				addrs = append(addrs, "localhost:"+strconv.Itoa(8476+i))
+			}
+			seen := map[int]bool{}
+			for i, w := range p.Workers {
+				if w.Rank != i || w.LocalRank != i || w.NodeRank != 0 {
+					t.Errorf("worker %d: rank %d local %d node %d", i, w.Rank, w.LocalRank, w.NodeRank)
+				}
+				if len(w.Replicas) != tc.wantRepl {
+					t.Errorf("worker %d replicas %v, want %d", i, w.Replicas, tc.wantRepl)
+				}
+				for _, r := range w.Replicas {
+					if seen[r] {
+						t.Errorf("replica %d owned twice", r)
+					}
+					seen[r] = true
+				}
+				want := map[string]string{
+					"PJRT_DEVICE": "TPU", "PJRT_LOCAL_PROCESS_RANK": strconv.Itoa(i), "PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(tc.wantWorkers),
+					"TPU_VISIBLE_CHIPS": strconv.Itoa(i), "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_BOUNDS": tc.wantBounds,
+					"TPU_PROCESS_PORT": strconv.Itoa(8476 + i), "TPU_PROCESS_ADDRESSES": strings.Join(addrs, ","),
+					"CLOUD_TPU_TASK_ID": strconv.Itoa(i), "TPU_ACCELERATOR_TYPE": tc.wantType, "TPU_HOST_BOUNDS": "1,1,1",
+					"TPU_CHIPS_PER_HOST_BOUNDS": tc.wantCPHB, "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost",
+					"TPU_SKIP_MDS_QUERY": "1",
+				}
+				if tc.wantWorkers > 1 {
+					want["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+				}
+				diffEnv(t, "worker "+strconv.Itoa(i), w.Env, want)
+			}
+			if len(seen) != tc.wantWorkers*tc.wantRepl {
+				t.Errorf("%d replicas, want %d", len(seen), tc.wantWorkers*tc.wantRepl)
+			}
+		})
+	}
+}
+
+func diffEnv(t *testing.T, who string, got, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s=%q, want %q", who, k, got[k], v)
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: unexpected %s=%q", who, k, v)
+		}
+	}
+}
+
+func TestUnknownDeviceID(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t).tpu(t, "0x0099", 4)
+	md := newMD(t, nil, nil)
+	_, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+	var ue *UnknownDeviceError
+	if !errors.Is(err, ErrUnknownDevice) || !errors.Is(err, ErrConfig) || !errors.As(err, &ue) || ue.Count != 4 {
+		t.Fatalf("err = %v, want an UnknownDeviceError for 4 devices", err)
+	}
+	if !strings.Contains(err.Error(), "found 4 Google PCI devices with unknown device id 0x0099") ||
+		!strings.Contains(err.Error(), "set TPU_ACCELERATOR_TYPE or upgrade") {
+		t.Errorf("message %q", err)
+	}
+	if md.total() != 0 {
+		t.Errorf("metadata asked %d times", md.total())
+	}
+}
+
+func TestDetectAutoPicksDevice(t *testing.T) {
+	t.Parallel()
+	gpuTree := func(t *testing.T) fakeTree {
+		ft := newTree(t).pci(t, vendorNVIDIA, "0x2330", "0x030200", 2, "nvidia")
+		ft.pci(t, vendorNVIDIA, "0x22a3", "0x040300", 2, "") // audio functions of the same cards: not GPUs
+		return ft
+	}
+	cases := []struct {
+		name string
+		tree func(t *testing.T) fakeTree
+		opts Options
+		env  map[string]string
+		want Device
+		kind SourceKind
+	}{
+		{"tpu beats gpu", func(t *testing.T) fakeTree { return gpuTree(t).tpu(t, "0x006f", 8) }, Options{}, nil, TPU, FromSysfs},
+		{"gpu", gpuTree, Options{}, nil, GPU, FromSysfs},
+		{"cpu default", newTree, Options{}, nil, CPU, FromDefault},
+		{"flag beats hardware", gpuTree, Options{Device: "cpu"}, nil, CPU, FromFlag},
+		{"PJRT_DEVICE beats hardware", gpuTree, Options{}, map[string]string{"PJRT_DEVICE": "CPU"}, CPU, FromEnv},
+		{"accel nodes without sysfs", func(t *testing.T) fakeTree { ft := newTree(t); ft.nodes(t, "accel", 4); return ft },
+			Options{}, map[string]string{"TPU_ACCELERATOR_TYPE": "v4-8"}, TPU, FromDev},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ft := tc.tree(t)
+			o := tc.opts
+			o.LookupEnv, o.SysfsRoot, o.DevRoot, o.MetadataURL = envOf(tc.env), ft.sys, ft.dev, refusedURL(t)
+			h, err := Detect(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.Device.V != tc.want || h.Device.Source.Kind != tc.kind {
+				t.Fatalf("device %s from %s, want %s from %s", h.Device.V, h.Device.Source, tc.want, tc.kind)
+			}
+			p, err := NewPlan(h, Request{PortFree: alwaysFree})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch tc.want {
+			case GPU:
+				if len(p.Workers) != 2 || p.Workers[1].Env["CUDA_VISIBLE_DEVICES"] != "1" || p.Workers[1].Env["PJRT_DEVICE"] != "CUDA" {
+					t.Errorf("gpu plan %+v", p.Workers)
+				}
+			case CPU:
+				if len(p.Workers) != 1 || p.Workers[0].Env["PJRT_DEVICE"] != "CPU" || p.Workers[0].Env["CPU_NUM_DEVICES"] != "1" {
+					t.Errorf("cpu plan %+v", p.Workers)
+				}
+			case TPU:
+				if len(p.Workers) != len(h.Chips) || p.Workers[0].Env["PJRT_DEVICE"] != "TPU" {
+					t.Errorf("tpu plan %+v", p.Workers)
+				}
+			}
+		})
+	}
+}
+
+func TestGPUSubsetAndNProcs(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t).pci(t, vendorNVIDIA, "0x2330", "0x030200", 4, "nvidia")
+	h, err := Detect(context.Background(), Options{Device: "gpu", LookupEnv: envOf(map[string]string{"CUDA_VISIBLE_DEVICES": "2,3"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	must(t, err)
+	p, err := NewPlan(h, Request{})
+	must(t, err)
+	if len(p.Workers) != 2 || p.Workers[0].Env["CUDA_VISIBLE_DEVICES"] != "2" || p.Workers[1].Env["CUDA_VISIBLE_DEVICES"] != "3" {
+		t.Fatalf("workers %+v", p.Workers)
+	}
+	_, err = NewPlan(h, Request{NProcs: 3})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "env CUDA_VISIBLE_DEVICES") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestMalformedEnv: every malformed env value is a ConfigError naming the variable and the value.
+func TestMalformedEnv(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"TPU_NUM_DEVICES":      "abc",
+		"TPU_HOST_BOUNDS":      "2,x,1",
+		"TPU_PROCESS_BOUNDS":   "2,2",
+		"TPU_WORKER_HOSTNAMES": "ip0,,ip2",
+		"TPU_WORKER_ID":        "-1",
+		"TPU_VISIBLE_CHIPS":    "0,0",
+		"TPU_ACCELERATOR_TYPE": "v9-8",
+		"XLA_USE_SPMD":         "maybe",
+		"PJRT_DEVICE":          "QPU",
+		"JOB_COMPLETION_INDEX": "one",
+	}
+	ft := newTree(t).tpu(t, "0x006f", 8)
+	for name, value := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{name: value}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			var ce *ConfigError
+			if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a ConfigError", err)
+			}
+			if !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), strconv.Quote(value)) {
+				t.Errorf("message %q does not name %s=%q", err, name, value)
+			}
+		})
+	}
+}
+
+func TestMetadataBudgetHonoredByDetect(t *testing.T) {
+	t.Parallel()
+	// A v4 host with 4 chips could be part of a larger slice, so the metadata server is asked; it stalls. Detect
+	// must fall back to what sysfs proves within the budget, keeping the error for doctor.
+	ft := newTree(t).tpu(t, "0x005e", 4)
+	stop := make(chan struct{})
+	md := newMD(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	})
+	defer close(stop)
+	budget := 400 * time.Millisecond
+	start := time.Now()
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL, MetadataBudget: budget})
+	el := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el > budget+time.Second {
+		t.Errorf("Detect took %s with a budget of %s", el, budget)
+	}
+	var me *MetadataError
+	if !errors.As(h.MetadataErr, &me) || !strings.Contains(me.URL, KeyTPUEnv) || !errors.Is(h.MetadataErr, context.DeadlineExceeded) {
+		t.Errorf("MetadataErr = %v", h.MetadataErr)
+	}
+	if h.Accelerator.V.Type != "v4-8" || h.Accelerator.Source.Kind != FromDerived {
+		t.Errorf("accelerator %q from %s", h.Accelerator.V.Type, h.Accelerator.Source)
+	}
+}

@@ -1,0 +1,209 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Metadata keys under instance/attributes/ that describe a TPU VM.
+const (
+	KeyTPUEnv           = "tpu-env"
+	KeyEndpoints        = "worker-network-endpoints"
+	KeyWorkerNumber     = "agent-worker-number"
+	KeyAcceleratorType  = "accelerator-type"
+	defaultMetadataBase = "http://metadata.google.internal"
+	attributesPath      = "/computeMetadata/v1/instance/attributes/"
+	maxMetadataBody     = 1 << 20
+)
+
+// Defaults of the metadata client.
+const (
+	DefaultMetadataBudget  = 3 * time.Second
+	defaultRequestTimeout  = time.Second
+	defaultAttempts        = 3
+	defaultMetadataBackoff = 100 * time.Millisecond
+)
+
+// MetadataClient asks the GCE metadata server for instance attributes: a per-request timeout, retries with
+// backoff on refused/timeout/5xx, and a total budget shared by every key. Each key is fetched at most once per
+// client (answers and failures are cached), and one client lives for one Detect.
+type MetadataClient struct {
+	base     string
+	http     *http.Client
+	timeout  time.Duration
+	attempts int
+	backoff  time.Duration
+	deadline time.Time
+	log      *zap.Logger
+
+	mu    sync.Mutex
+	cache map[string]metadataAnswer
+}
+
+type metadataAnswer struct {
+	body string
+	err  error
+}
+
+// NewMetadataClient builds a client for base (e.g. "http://metadata.google.internal"; a bare "host:port" as in
+// GCE_METADATA_HOST gets http://) whose queries all end within budget from now.
+func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
+	if base == "" {
+		base = defaultMetadataBase
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	if budget <= 0 {
+		budget = DefaultMetadataBudget
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	timeout := defaultRequestTimeout
+	if timeout > budget {
+		timeout = budget
+	}
+	return &MetadataClient{
+		base: strings.TrimRight(base, "/"), http: hc, timeout: timeout, attempts: defaultAttempts,
+		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
+	}
+}
+
+// URL is the address of an attribute key.
+func (m *MetadataClient) URL(key string) string { return m.base + attributesPath + key }
+
+// Get returns the attribute key's body. A failure is a *MetadataError naming the URL, the cause and the env vars that
+// replace the query. The first answer (or failure) for a key is cached: the server is never asked twice.
+func (m *MetadataClient) Get(ctx context.Context, key string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock() // one query at a time: Detect asks sequentially, and this keeps "at most once" simple
+	if a, ok := m.cache[key]; ok {
+		return a.body, a.err
+	}
+	body, err := m.fetch(ctx, key)
+	m.cache[key] = metadataAnswer{body, err}
+	return body, err
+}
+
+func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) {
+	url := m.URL(key)
+	ctx, cancel := context.WithDeadline(ctx, m.deadline)
+	defer cancel()
+	var last error
+	status := 0
+	backoff := m.backoff
+	attempt := 0
+	for attempt < m.attempts {
+		attempt++
+		start := time.Now()
+		body, st, err := m.once(ctx, url)
+		m.log.Debug("metadata query", zap.String("url", url), zap.Int("attempt", attempt), zap.Int("status", st),
+			zap.Duration("elapsed", time.Since(start)), zap.Error(err))
+		if err == nil {
+			return body, nil
+		}
+		if st == 0 && last != nil && ctx.Err() != nil {
+			// The budget ran out during a retry: keep what the earlier attempts learnt (status, refusal).
+			err = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last)
+			st = status
+		}
+		status = st
+		last = err
+		if !retryable(st, err) || ctx.Err() != nil {
+			break
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if last == nil {
+				last = ctx.Err()
+			}
+			return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
+}
+
+// errStatus is an HTTP answer other than 200.
+var errStatus = errors.New("unexpected HTTP status")
+
+func retryable(status int, err error) bool {
+	if errors.Is(err, ErrParse) {
+		return false
+	}
+	if status == 0 {
+		return true // refused, reset, per-request timeout
+	}
+	return status >= 500 || status == http.StatusTooManyRequests
+}
+
+func (m *MetadataClient) once(ctx context.Context, url string) (string, int, error) {
+	rctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	req.Header.Set("Metadata-Flavor", "Google")
+	resp, err := m.http.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataBody+1))
+	if err != nil {
+		return "", resp.StatusCode, fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", resp.StatusCode, fmt.Errorf("%w %s", errStatus, resp.Status)
+	}
+	if len(b) > maxMetadataBody {
+		return "", resp.StatusCode, fmt.Errorf("%w: body larger than %d bytes", ErrParse, maxMetadataBody)
+	}
+	if f := resp.Header.Get("Metadata-Flavor"); f != "" && f != "Google" {
+		return "", resp.StatusCode, fmt.Errorf("%w: answer has Metadata-Flavor %q, not Google: not a metadata server", ErrParse, f)
+	}
+	return string(b), resp.StatusCode, nil
+}
+
+// parsed wraps a parse failure of a fetched body as a *MetadataError so that it names the URL and the remedy.
+func (m *MetadataClient) parsed(key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &MetadataError{URL: m.URL(key), Status: http.StatusOK, Attempts: 1, Err: err}
+}
+
+// Probe is the result of a reachability check of the metadata server, for tpurun doctor.
+type Probe struct {
+	URL     string        `json:"url"`
+	OK      bool          `json:"ok"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+	Err     string        `json:"error,omitempty"`
+}
+
+// ProbeMetadata asks for accelerator-type once (with the client's retries and budget) and reports how long it took.
+func ProbeMetadata(ctx context.Context, m *MetadataClient) Probe {
+	start := time.Now()
+	_, err := m.Get(ctx, KeyAcceleratorType)
+	p := Probe{URL: m.URL(KeyAcceleratorType), OK: err == nil, Elapsed: time.Since(start)}
+	if err != nil {
+		p.Err = err.Error()
+	}
+	return p
+}

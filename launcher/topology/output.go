@@ -1,0 +1,88 @@
+package topology
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Redacted is what secret values are printed as.
+const Redacted = "<redacted>"
+
+// IsSecret reports whether an env var name looks like it holds a secret: its name contains TOKEN, SECRET, KEY or
+// PASSWORD (in any case).
+func IsSecret(name string) bool {
+	u := strings.ToUpper(name)
+	for _, s := range []string{"TOKEN", "SECRET", "KEY", "PASSWORD"} {
+		if strings.Contains(u, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactEnv returns a copy of env with secret values replaced by Redacted.
+func RedactEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		if IsSecret(k) {
+			v = Redacted
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Redacted returns a deep copy of the plan whose env values are redacted, for printing.
+func (p *Plan) Redacted() *Plan {
+	q := &Plan{Device: p.Device, Nodes: append([]Node(nil), p.Nodes...)}
+	for _, w := range p.Workers {
+		w.Replicas = append([]int(nil), w.Replicas...)
+		w.Env = RedactEnv(w.Env)
+		q.Workers = append(q.Workers, w)
+	}
+	return q
+}
+
+// WriteJSON writes the plan as `{"device", "nodes": [...], "workers": [{"rank", "local_rank", "node_rank",
+// "replicas", "env": {...}}]}`, secrets redacted, indented.
+func (p *Plan) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(p.Redacted())
+}
+
+// WriteTable writes the plan for people: one line per node, then one line per worker with its replicas and env
+// (sorted, secrets redacted).
+func (p *Plan) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "device: %s  nodes: %d  workers: %d\n", p.Device, len(p.Nodes), len(p.Workers))
+	fmt.Fprintln(tw, "NODE\tHOST\tLOCAL WORKERS")
+	for _, n := range p.Nodes {
+		fmt.Fprintf(tw, "%d\t%s\t%d\n", n.Rank, n.Host, n.LocalWorkers)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "RANK\tNODE\tLOCAL\tREPLICAS\tENV")
+	for _, wk := range p.Workers {
+		env := RedactEnv(wk.Env)
+		keys := make([]string, 0, len(env))
+		for k := range env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + env[k]
+		}
+		reps := make([]string, len(wk.Replicas))
+		for i, r := range wk.Replicas {
+			reps[i] = strconv.Itoa(r)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", wk.Rank, wk.NodeRank, wk.LocalRank, strings.Join(reps, ","), strings.Join(parts, " "))
+	}
+	return tw.Flush()
+}

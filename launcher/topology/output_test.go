@@ -1,0 +1,70 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestPlanOutput(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t).tpu(t, "0x005e", 4)
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "ip0,ip1", "TPU_WORKER_ID": "1"}),
+		SysfsRoot: ft.sys, DevRoot: ft.dev})
+	must(t, err)
+	p, err := NewPlan(h, Request{PortFree: alwaysFree})
+	must(t, err)
+	p.Workers[0].Env["HF_TOKEN"] = "hf_abc"
+	p.Workers[0].Env["MEGASCALE_SECRET_KEY"] = "s3cr3t"
+
+	var js bytes.Buffer
+	must(t, p.WriteJSON(&js))
+	var doc struct {
+		Nodes []struct {
+			Rank int    `json:"rank"`
+			Host string `json:"host"`
+		} `json:"nodes"`
+		Workers []struct {
+			Rank      int               `json:"rank"`
+			LocalRank int               `json:"local_rank"`
+			NodeRank  int               `json:"node_rank"`
+			Replicas  []int             `json:"replicas"`
+			Env       map[string]string `json:"env"`
+		} `json:"workers"`
+	}
+	must(t, json.Unmarshal(js.Bytes(), &doc))
+	if len(doc.Nodes) != 2 || doc.Nodes[1].Host != "ip1" || len(doc.Workers) != 8 || doc.Workers[4].NodeRank != 1 ||
+		doc.Workers[4].Env["CLOUD_TPU_TASK_ID"] != "4" || doc.Workers[5].Replicas[0] != 5 {
+		t.Fatalf("json %s", js.String())
+	}
+	if doc.Workers[0].Env["HF_TOKEN"] != Redacted || strings.Contains(js.String(), "s3cr3t") {
+		t.Errorf("secrets not redacted in json")
+	}
+	if p.Workers[0].Env["HF_TOKEN"] != "hf_abc" {
+		t.Errorf("redaction changed the plan itself")
+	}
+
+	var tab bytes.Buffer
+	must(t, p.WriteTable(&tab))
+	s := tab.String()
+	if strings.Contains(s, "hf_abc") || strings.Contains(s, "s3cr3t") || !strings.Contains(s, "HF_TOKEN="+Redacted) {
+		t.Errorf("table leaks secrets:\n%s", s)
+	}
+	for _, want := range []string{"ip1", "TPU_PROCESS_BOUNDS=2,2,2", "CLOUD_TPU_TASK_ID=7"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("table lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestIsSecret(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{"HF_TOKEN": true, "aws_secret_access_key": true, "WANDB_API_KEY": true, "DB_PASSWORD": true,
+		"TPU_PROCESS_PORT": false, "PATH": false, "MASTER_ADDR": false} {
+		if IsSecret(name) != want {
+			t.Errorf("IsSecret(%s) = %v", name, !want)
+		}
+	}
+}

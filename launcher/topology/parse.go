@@ -1,0 +1,180 @@
+package topology
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// maxCount bounds counts (chips, processes, worker ids) taken from outside input.
+const maxCount = 1 << 16
+
+// ParseCount parses a positive whole number such as TPU_NUM_DEVICES=4: digits only, no sign, at most 65536.
+func ParseCount(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	if !isDigits(t) {
+		return 0, fmt.Errorf("%w: %q is not a positive whole number", ErrParse, s)
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n < 1 || n > maxCount {
+		return 0, fmt.Errorf("%w: %q is not a whole number between 1 and %d", ErrParse, s, maxCount)
+	}
+	return n, nil
+}
+
+// ParseIndex parses a non-negative whole number such as TPU_WORKER_ID=1.
+func ParseIndex(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	if !isDigits(t) {
+		return 0, fmt.Errorf("%w: %q is not a non-negative whole number", ErrParse, s)
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n >= maxCount {
+		return 0, fmt.Errorf("%w: %q is not a whole number between 0 and %d", ErrParse, s, maxCount-1)
+	}
+	return n, nil
+}
+
+// ParseChipList parses a chip list such as TPU_VISIBLE_CHIPS=0,1,2,3: distinct non-negative numbers, in the order
+// given.
+func ParseChipList(s string) ([]int, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return nil, fmt.Errorf("%w: empty chip list", ErrParse)
+	}
+	seen := map[int]bool{}
+	var out []int
+	for i, p := range strings.Split(t, ",") {
+		p = strings.TrimSpace(p)
+		if !isDigits(p) {
+			return nil, fmt.Errorf("%w: chip list %q: entry %d (%q) is not a chip index", ErrParse, s, i+1, p)
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n >= maxExtent {
+			return nil, fmt.Errorf("%w: chip list %q: entry %d (%q) is out of range", ErrParse, s, i+1, p)
+		}
+		if seen[n] {
+			return nil, fmt.Errorf("%w: chip list %q names chip %d twice", ErrParse, s, n)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseHostList parses TPU_WORKER_HOSTNAMES: comma-separated host names or addresses, none empty, none repeated.
+func ParseHostList(s string) ([]string, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return nil, fmt.Errorf("%w: empty host list", ErrParse)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for i, h := range strings.Split(t, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			return nil, fmt.Errorf("%w: host list %q: entry %d is empty", ErrParse, s, i+1)
+		}
+		if err := checkHost(h); err != nil {
+			return nil, fmt.Errorf("%w: host list %q: entry %d: %v", ErrParse, s, i+1, err)
+		}
+		if seen[h] {
+			return nil, fmt.Errorf("%w: host list %q names %q twice", ErrParse, s, h)
+		}
+		seen[h] = true
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// checkHost accepts host names, IPv4 and IPv6 addresses (without port).
+func checkHost(h string) error {
+	if len(h) > 253 {
+		return fmt.Errorf("%q is longer than 253 characters", h)
+	}
+	for _, r := range h {
+		ok := r == '.' || r == '-' || r == '_' || r == ':' || r == '[' || r == ']' || r == '%' ||
+			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
+		if !ok {
+			return fmt.Errorf("%q contains %q, not allowed in a host name", h, r)
+		}
+	}
+	return nil
+}
+
+// ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
+// skipped; anything else is an error naming the line.
+func ParseTPUEnv(body string) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		l := strings.TrimSpace(sc.Text())
+		if l == "" {
+			continue
+		}
+		i := strings.IndexByte(l, ':')
+		if i <= 0 {
+			return nil, fmt.Errorf("%w: tpu-env line %d %q is not KEY: 'value'", ErrParse, line, clip(l))
+		}
+		k, v := strings.TrimSpace(l[:i]), strings.TrimSpace(l[i+1:])
+		for _, r := range k {
+			if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
+				return nil, fmt.Errorf("%w: tpu-env line %d: key %q is not an UPPER_CASE name", ErrParse, line, clip(k))
+			}
+		}
+		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') {
+			if v[len(v)-1] != v[0] {
+				return nil, fmt.Errorf("%w: tpu-env line %d: value %q has an unmatched quote", ErrParse, line, clip(v))
+			}
+			v = v[1 : len(v)-1]
+		} else if v == "'" || v == "\"" {
+			return nil, fmt.Errorf("%w: tpu-env line %d: value %q has an unmatched quote", ErrParse, line, v)
+		}
+		out[k] = v
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: tpu-env: %v", ErrParse, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: tpu-env is empty", ErrParse)
+	}
+	return out, nil
+}
+
+// ParseEndpoints parses the body of the metadata key worker-network-endpoints: `name:uid:ip,name:uid:ip,...`; the
+// address is the third field. It returns the addresses in worker order.
+func ParseEndpoints(body string) ([]string, error) {
+	t := strings.TrimSpace(body)
+	if t == "" {
+		return nil, fmt.Errorf("%w: worker-network-endpoints is empty", ErrParse)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i, e := range strings.Split(t, ",") {
+		f := strings.Split(strings.TrimSpace(e), ":")
+		if len(f) < 3 || strings.TrimSpace(f[2]) == "" {
+			return nil, fmt.Errorf("%w: worker-network-endpoints entry %d %q is not name:uid:ip", ErrParse, i+1, clip(e))
+		}
+		ip := strings.TrimSpace(f[2])
+		if err := checkHost(ip); err != nil {
+			return nil, fmt.Errorf("%w: worker-network-endpoints entry %d: %v", ErrParse, i+1, err)
+		}
+		if seen[ip] {
+			return nil, fmt.Errorf("%w: worker-network-endpoints names %q twice", ErrParse, ip)
+		}
+		seen[ip] = true
+		out = append(out, ip)
+	}
+	return out, nil
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
