@@ -1,0 +1,183 @@
+// Command tpurun starts one worker process per device on this host with the per-rank environment that
+// torchrun, PyTorch/XLA and JAX programs expect, supervises them and exits with the first failure's code.
+//
+//	tpurun [flags] [--] PROGRAM [ARGS...]
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"tpurun/launcher"
+	"tpurun/launcher/topology"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// forwarded are the signals tpurun passes on to every worker group.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stdout)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
+		return launcher.ExitUsage
+	}
+	log, err := newLogger(o.logFormat, o.verbose, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return launcher.ExitUsage
+	}
+	defer func() { _ = log.Sync() }()
+	o.cfg.Logger = log
+	o.cfg.Stdout, o.cfg.Stderr = stdout, stderr
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	o.cfg.Signals = sigs
+
+	rep, err := launcher.Run(context.Background(), o.cfg)
+	if rep != nil {
+		rep.WriteSummary(stderr)
+	}
+	code := launcher.ExitCode(err)
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
+	}
+	return code
+}
+
+type options struct {
+	cfg       launcher.Config
+	logFormat string
+	verbose   bool
+}
+
+func parse(args []string, stdout io.Writer) (*options, error) {
+	o := &options{}
+	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+	})
+	var nprocs int
+	var redirects, tee, filter string
+	fs.IntVar(&nprocs, "nprocs", 1, "number of workers on this host (CPU device until topology detection)")
+	fs.IntVar(&nprocs, "nproc-per-node", 1, "torchrun's name for --nprocs")
+	fs.DurationVar(&o.cfg.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.cfg.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
+	fs.IntVar(&o.cfg.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
+	fs.StringVar(&o.cfg.LogDir, "log-dir", "", "write DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log")
+	fs.StringVar(&redirects, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
+	fs.StringVar(&tee, "tee", "", "streams sent to the console and the log files (same syntax as --redirects)")
+	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
+	fs.StringVar(&o.cfg.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
+	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
+	fs.StringVar(&o.cfg.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
+	fs.StringVar(&o.cfg.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
+	fs.IntVar(&o.cfg.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
+	fs.StringVar(&o.cfg.Role, "role", "default", "ROLE_NAME given to the workers")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
+	help := fs.BoolP("help", "h", false, "show this help")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if *help {
+		usage(stdout, fs)
+		return nil, pflag.ErrHelp
+	}
+	if nprocs < 1 {
+		return nil, &launcher.ConfigError{Field: "--nprocs", Value: strconv.Itoa(nprocs), Hint: "need at least 1 worker"}
+	}
+	if len(fs.Args()) == 0 {
+		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
+	}
+	o.cfg.Program = fs.Args()
+	plan, err := topology.CPUPlan(nprocs)
+	if err != nil {
+		return nil, &launcher.ConfigError{Field: "--nprocs", Value: strconv.Itoa(nprocs), Hint: err.Error()}
+	}
+	o.cfg.Plan = plan
+	if o.cfg.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
+		return nil, err
+	}
+	if o.cfg.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
+		return nil, err
+	}
+	if o.cfg.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
+		return nil, err
+	}
+	if o.logFormat != "console" && o.logFormat != "json" {
+		return nil, &launcher.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
+	}
+	return o, nil
+}
+
+const launcherDefaultGrace = 10 * time.Second
+
+func usage(w io.Writer, fs *pflag.FlagSet) {
+	fmt.Fprintf(w, `tpurun starts one worker per device on this host and supervises them.
+
+Usage:
+  tpurun [flags] [--] PROGRAM [ARGS...]
+
+Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TORCHELASTIC_* and PJRT_* like torchrun;
+${local_rank} in ARGS is replaced per worker. Flags accept '_' for '-' (--nproc_per_node).
+
+Flags:
+%s
+Exit codes:
+  0      every worker exited 0
+  1-125  the exit code of the first worker that failed
+  128+N  the first worker that failed was killed by signal N (143 = SIGTERM, 137 = SIGKILL)
+  2      usage or configuration error; nothing was started
+  65     result contract violated
+  69     rendezvous failed
+  70     internal error of tpurun
+  124    --timeout expired
+
+Example:
+  tpurun --nprocs 4 -- python3 train.py --lr 3e-4
+`, fs.FlagUsages())
+}
+
+func newLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		ec.EncodeCaller = nil
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, fmt.Errorf("--log-format=%q: use console or json", format)
+	}
+	level := zapcore.InfoLevel
+	if verbose {
+		level = zapcore.DebugLevel
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)).Named("tpurun"), nil
+}

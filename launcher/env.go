@@ -1,0 +1,103 @@
+package launcher
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+
+	"tpurun/launcher/topology"
+)
+
+// ResultFD is the file descriptor number of a worker's result channel (its first ExtraFiles entry).
+const ResultFD = 3
+
+// Runtime holds the values of a launch that are not in the plan: decided when the run starts.
+type Runtime struct {
+	RunID        string
+	Role         string
+	RestartCount int
+	MaxRestarts  int
+	MasterAddr   string
+	MasterPort   int
+	ErrorFile    string // TORCHELASTIC_ERROR_FILE for this worker; empty leaves it unset
+}
+
+// perRank are variables whose inherited value belongs to one process only: they are never passed through from
+// the launcher's environment, whether or not the plan sets them.
+var perRank = []string{
+	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
+	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
+	"TPURUN_RESULT_FD", "TPURUN_REPLICAS",
+}
+
+// WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
+// every per-rank variable, then the plan's device env for w, then the torchrun and tpurun variables derived from
+// w, the plan and rt. Later sources win; the result is sorted and has each key once.
+func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
+	env := make(map[string]string, len(base)+32)
+	for _, kv := range base {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		env[k] = v
+	}
+	for _, k := range perRank {
+		delete(env, k)
+	}
+	_, ompInherited := env["OMP_NUM_THREADS"]
+	for k, v := range w.Env {
+		env[k] = v
+	}
+	local := len(plan.Local(w.NodeRank))
+	world := len(plan.Workers)
+	role := rt.Role
+	if role == "" {
+		role = "default"
+	}
+	set := func(k string, v int) { env[k] = strconv.Itoa(v) }
+	set("RANK", w.Rank)
+	set("LOCAL_RANK", w.LocalRank)
+	set("WORLD_SIZE", world)
+	set("LOCAL_WORLD_SIZE", local)
+	set("GROUP_RANK", w.NodeRank)
+	set("GROUP_WORLD_SIZE", len(plan.Nodes))
+	set("ROLE_RANK", w.Rank)
+	set("ROLE_WORLD_SIZE", world)
+	env["ROLE_NAME"] = role
+	env["MASTER_ADDR"] = rt.MasterAddr
+	set("MASTER_PORT", rt.MasterPort)
+	env["TORCHELASTIC_RUN_ID"] = rt.RunID
+	set("TORCHELASTIC_RESTART_COUNT", rt.RestartCount)
+	set("TORCHELASTIC_MAX_RESTARTS", rt.MaxRestarts)
+	if rt.ErrorFile != "" {
+		env["TORCHELASTIC_ERROR_FILE"] = rt.ErrorFile
+	}
+	if _, inPlan := w.Env["OMP_NUM_THREADS"]; !ompInherited && !inPlan && local > 1 {
+		env["OMP_NUM_THREADS"] = "1"
+	}
+	env["TPURUN_RUN_ID"] = rt.RunID
+	set("TPURUN_RESULT_FD", ResultFD)
+	reps := make([]string, len(w.Replicas))
+	for i, r := range w.Replicas {
+		reps[i] = strconv.Itoa(r)
+	}
+	env["TPURUN_REPLICAS"] = strings.Join(reps, ",")
+
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ExpandArgs replaces ${local_rank} in every argument with the worker's local rank, as torchrun does.
+func ExpandArgs(args []string, localRank int) []string {
+	out := make([]string, len(args))
+	lr := strconv.Itoa(localRank)
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(a, "${local_rank}", lr)
+	}
+	return out
+}

@@ -1,0 +1,206 @@
+package launcher_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// The test binary doubles as the fake worker: TPURUN_FAKE (or TPURUN_FAKE_<RANK> for one rank) selects what it
+// does. Every fake process records its pid in $FAKE_DIR/pids/<pid> and, once its signal handling is set up,
+// marks $FAKE_DIR/ready/<rank>.
+func TestMain(m *testing.M) {
+	if os.Getenv("FAKE_DIR") != "" {
+		os.Exit(fakeWorker())
+	}
+	// Orphaned grandchildren are re-parented to the test binary, so the tests can reap them and prove
+	// kill(pid, 0) == ESRCH even where PID 1 does not reap.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0); errno != 0 {
+		fmt.Fprintln(os.Stderr, "prctl(PR_SET_CHILD_SUBREAPER):", errno)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func fakeWorker() int {
+	dir := os.Getenv("FAKE_DIR")
+	rank := os.Getenv("RANK")
+	_ = os.WriteFile(filepath.Join(dir, "pids", strconv.Itoa(os.Getpid())), nil, 0o644)
+	behaviour := os.Getenv("TPURUN_FAKE")
+	if b, ok := os.LookupEnv("TPURUN_FAKE_" + rank); ok {
+		behaviour = b
+	}
+	if os.Getenv("FAKE_GRANDCHILD") != "" {
+		behaviour = "hang"
+	}
+	verb, arg, _ := strings.Cut(behaviour, ":")
+	n, _ := strconv.Atoi(arg)
+	ready := func() { _ = os.WriteFile(filepath.Join(dir, "ready", rank), nil, 0o644) }
+	allReady := func() { // wait until every rank is ready, so a failure never races the others' setup
+		world, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+		for {
+			if es, _ := os.ReadDir(filepath.Join(dir, "ready")); len(es) >= world {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	switch verb {
+	case "exit":
+		ready()
+		return n
+	case "exitready": // exit n once every rank is ready
+		ready()
+		allReady()
+		return n
+	case "sigkill":
+		ready()
+		allReady()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	case "hang":
+		ready()
+		select {}
+	case "ignoreterm":
+		signal.Ignore(syscall.SIGTERM)
+		ready()
+		select {}
+	case "onsignal": // exit n on SIGTERM or SIGUSR1
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGUSR1)
+		ready()
+		s := <-c
+		fmt.Println("got", s)
+		return n
+	case "grandchild", "escape", "escapeclean":
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "FAKE_GRANDCHILD=1")
+		if verb == "escapeclean" { // leaves the run: new session and no TPURUN_RUN_ID
+			cmd.Env = nil
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "TPURUN_RUN_ID=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, "FAKE_GRANDCHILD=1")
+		}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.ExtraFiles = []*os.File{os.NewFile(3, "result")}
+		if verb != "grandchild" {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "start grandchild:", err)
+			return 99
+		}
+		// wait until the grandchild has recorded its pid, so the test knows it
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "pids", strconv.Itoa(cmd.Process.Pid))); err == nil {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		ready()
+		return n
+	case "lines":
+		w := bufio.NewWriterSize(os.Stdout, 4096)
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "rank %s line %d %s\n", rank, i, strings.Repeat("x", i%50))
+		}
+		fmt.Fprintf(w, "rank %s partial", rank)
+		_ = w.Flush()
+		return 0
+	case "env":
+		b, _ := json.Marshal(map[string]any{"env": os.Environ(), "args": os.Args[1:]})
+		_ = os.WriteFile(filepath.Join(dir, "env-"+rank+".json"), b, 0o644)
+		return 0
+	case "failuntil": // fail while TORCHELASTIC_RESTART_COUNT < n
+		c, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
+		if c < n {
+			return 3
+		}
+		return 0
+	case "record": // what PyTorch's @record does on an uncaught exception
+		ready()
+		allReady()
+		fmt.Fprintln(os.Stderr, "Traceback (most recent call last):")
+		fmt.Fprintln(os.Stderr, "ValueError: bad learning rate")
+		rec := fmt.Sprintf(`{"message": {"message": "ValueError: bad learning rate", "extraInfo": {"py_callstack": %q, "timestamp": "1"}}}`,
+			"Traceback (most recent call last):\n  File \"train.py\", line 3, in main\nValueError: bad learning rate\n")
+		_ = os.WriteFile(os.Getenv("TORCHELASTIC_ERROR_FILE"), []byte(rec), 0o644)
+		return n
+	case "result":
+		f := os.NewFile(3, "result")
+		fmt.Fprintf(f, "result of rank %s replicas %s", rank, os.Getenv("TPURUN_REPLICAS"))
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "fake worker: unknown behaviour %q\n", behaviour)
+	return 98
+}
+
+// fakeDir makes the directory fake workers report into.
+func fakeDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, s := range []string{"pids", "ready"} {
+		if err := os.Mkdir(filepath.Join(d, s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// pids lists every fake process that ran, grandchildren included.
+func pids(t *testing.T, dir string) []int {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// assertAllGone proves that every recorded pid is gone: kill(pid, 0) == ESRCH within the deadline. Zombies
+// re-parented to this (subreaper) test binary are reaped first; a zombie is dead but still has a pid.
+func assertAllGone(t *testing.T, dir string, want int, within time.Duration) {
+	t.Helper()
+	ps := pids(t, dir)
+	if len(ps) < want {
+		t.Fatalf("only %d fake processes recorded their pid, want at least %d", len(ps), want)
+	}
+	deadline := time.Now().Add(within)
+	for _, pid := range ps {
+		for {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			err := syscall.Kill(pid, 0)
+			if errors.Is(err, syscall.ESRCH) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d is still alive %s after the run (kill(pid,0) = %v)", pid, within, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,166 @@
+package launcher
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+const (
+	// readSize matches the default pipe capacity: one read takes everything a burst of lines left in the pipe.
+	readSize = 64 << 10
+	// maxLine bounds how much of one unterminated line is held back; a longer line is emitted in pieces of this
+	// size, each with its prefix and a newline, so a worker that never prints a newline cannot grow memory.
+	maxLine = 1 << 20
+	// tailSize is how much of a worker's stderr is kept for the root-cause report.
+	tailSize = 8 << 10
+)
+
+// lockedWriter is one destination shared by every worker (the launcher's stdout or stderr). Each Write holds
+// whole lines, so lines of different workers never interleave.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// forwarder copies one stream of one worker: prefixed, whole lines to the console, raw bytes to the log file,
+// and the last bytes into a tail for the report.
+type forwarder struct {
+	prefix  []byte
+	console io.Writer // nil: not shown on the console
+	file    io.Writer // nil: no log file
+	tail    *tail     // nil: not kept
+	pending []byte
+	out     []byte
+}
+
+// run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
+// flushes the last partial line.
+func (f *forwarder) run(r io.Reader) error {
+	buf := make([]byte, readSize)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			f.feed(buf[:n])
+		}
+		if err != nil {
+			f.flush()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func (f *forwarder) feed(chunk []byte) {
+	if f.file != nil {
+		_, _ = f.file.Write(chunk)
+	}
+	if f.tail != nil {
+		f.tail.add(chunk)
+	}
+	if f.console == nil {
+		return
+	}
+	last := bytes.LastIndexByte(chunk, '\n')
+	if last < 0 {
+		f.pending = append(f.pending, chunk...)
+		for len(f.pending) >= maxLine {
+			f.emit(f.pending[:maxLine], true)
+			f.pending = append(f.pending[:0], f.pending[maxLine:]...)
+		}
+		return
+	}
+	f.out = f.out[:0]
+	complete := chunk[:last+1]
+	first := true
+	for len(complete) > 0 {
+		i := bytes.IndexByte(complete, '\n')
+		f.out = append(f.out, f.prefix...)
+		if first {
+			f.out = append(f.out, f.pending...)
+			f.pending = f.pending[:0]
+			first = false
+		}
+		f.out = append(f.out, complete[:i+1]...)
+		complete = complete[i+1:]
+	}
+	_, _ = f.console.Write(f.out)
+	f.pending = append(f.pending, chunk[last+1:]...)
+	if cap(f.out) > 4*readSize {
+		f.out = nil // do not keep a huge buffer after one long line
+	}
+}
+
+// emit writes one prefixed line; newline adds the terminating newline the line lacks.
+func (f *forwarder) emit(line []byte, newline bool) {
+	f.out = append(append(f.out[:0], f.prefix...), line...)
+	if newline {
+		f.out = append(f.out, '\n')
+	}
+	_, _ = f.console.Write(f.out)
+}
+
+func (f *forwarder) flush() {
+	if f.console != nil && len(f.pending) > 0 {
+		f.emit(f.pending, true)
+	}
+	f.pending = nil
+	f.out = nil
+}
+
+// tail keeps the last tailSize bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) add(p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= tailSize {
+		t.buf = append(t.buf[:0], p[len(p)-tailSize:]...)
+		return
+	}
+	if over := len(t.buf) + len(p) - tailSize; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+}
+
+// lines returns up to n last complete-or-final lines.
+func (t *tail) lines(n int) []string {
+	t.mu.Lock()
+	s := string(t.buf)
+	t.mu.Unlock()
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return nil
+	}
+	all := strings.Split(s, "\n")
+	if len(all) > n {
+		all = all[len(all)-n:]
+	}
+	return all
+}
+
+// Prefix expands a --log-prefix template for one worker: {rank}, {local_rank}, {node} and {role} are replaced.
+func Prefix(template string, rank, localRank, node int, role string) string {
+	r := strings.NewReplacer(
+		"{rank}", strconv.Itoa(rank),
+		"{local_rank}", strconv.Itoa(localRank),
+		"{node}", strconv.Itoa(node),
+		"{role}", role,
+	)
+	return r.Replace(template)
+}

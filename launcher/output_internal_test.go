@@ -1,0 +1,142 @@
+package launcher
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+)
+
+// checkForwarded feeds chunks through a forwarder and checks that the console got every line exactly once,
+// each with the prefix, with the final partial line flushed and terminated.
+func checkForwarded(t *testing.T, chunks [][]byte) {
+	t.Helper()
+	var console, file bytes.Buffer
+	var tl tail
+	f := &forwarder{prefix: []byte("[7] "), console: &console, file: &file, tail: &tl}
+	var in []byte
+	for _, c := range chunks {
+		f.feed(c)
+		in = append(in, c...)
+	}
+	f.flush()
+	if !bytes.Equal(file.Bytes(), in) {
+		t.Fatalf("log file got %d bytes, want the %d raw bytes", file.Len(), len(in))
+	}
+	want := in
+	if len(want) > 0 && want[len(want)-1] != '\n' {
+		want = append(append([]byte(nil), want...), '\n')
+	}
+	var got []byte
+	out := console.Bytes()
+	for len(out) > 0 {
+		if !bytes.HasPrefix(out, []byte("[7] ")) {
+			t.Fatalf("console line without prefix: %q", out[:min(len(out), 40)])
+		}
+		out = out[4:]
+		i := bytes.IndexByte(out, '\n')
+		if i < 0 {
+			t.Fatalf("console output does not end in a newline")
+		}
+		line := out[:i+1]
+		if len(line) > maxLine+1 {
+			t.Fatalf("line of %d bytes exceeds the %d cap", len(line), maxLine)
+		}
+		got = append(got, line...)
+		out = out[i+1:]
+	}
+	if !bytes.Equal(got, want) && !longLinesSplit(in) {
+		t.Fatalf("console content differs from the input:\n got %q\nwant %q", got, want)
+	}
+}
+
+// longLinesSplit reports whether in has a line longer than maxLine (those are emitted in capped pieces).
+func longLinesSplit(in []byte) bool {
+	for _, l := range bytes.Split(in, []byte("\n")) {
+		if len(l) >= maxLine {
+			return true
+		}
+	}
+	return false
+}
+
+func TestForwarderLines(t *testing.T) {
+	long := strings.Repeat("y", 200<<10) // a 200 KiB line, longer than a pipe read
+	for name, chunks := range map[string][]string{
+		"empty":            {},
+		"one line":         {"a\n"},
+		"partial at end":   {"a\nb"},
+		"split mid-line":   {"ab", "c\nd", "e\n"},
+		"only newlines":    {"\n\n", "\n"},
+		"long line pieces": {long[:64<<10], long[64<<10:], "\nnext\n"},
+		"cr and nul":       {"a\r\x00b\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var bs [][]byte
+			for _, c := range chunks {
+				bs = append(bs, []byte(c))
+			}
+			checkForwarded(t, bs)
+		})
+	}
+}
+
+func TestForwarderCapsEndlessLine(t *testing.T) {
+	var console bytes.Buffer
+	f := &forwarder{prefix: []byte("[0] "), console: &console}
+	chunk := bytes.Repeat([]byte("z"), readSize)
+	for range 3 * maxLine / readSize {
+		f.feed(chunk)
+	}
+	if len(f.pending) >= maxLine {
+		t.Fatalf("pending grew to %d bytes, want < %d", len(f.pending), maxLine)
+	}
+	if n := bytes.Count(console.Bytes(), []byte("[0] ")); n != 3 {
+		t.Fatalf("%d capped pieces emitted, want 3", n)
+	}
+}
+
+func TestTailLines(t *testing.T) {
+	var tl tail
+	for i := range 3000 {
+		tl.add([]byte(strings.Repeat("e", i%7) + "\n"))
+	}
+	tl.add([]byte("last words"))
+	got := tl.lines(3)
+	if len(got) != 3 || got[2] != "last words" {
+		t.Fatalf("tail %q", got)
+	}
+	if len(tl.buf) > tailSize {
+		t.Fatalf("tail holds %d bytes, cap %d", len(tl.buf), tailSize)
+	}
+}
+
+func FuzzForwarder(f *testing.F) {
+	f.Add([]byte("a\nb"), 1)
+	f.Add([]byte("\n\n\n"), 2)
+	f.Add([]byte(""), 3)
+	f.Add([]byte("no newline at all"), 4)
+	f.Add(bytes.Repeat([]byte("x\n"), 1000), 7)
+	f.Fuzz(func(t *testing.T, in []byte, cut int) {
+		if cut <= 0 {
+			cut = 1
+		}
+		var chunks [][]byte
+		for len(in) > 0 {
+			n := min(cut, len(in))
+			chunks = append(chunks, in[:n])
+			in = in[n:]
+		}
+		checkForwarded(t, chunks)
+	})
+}
+
+// BenchmarkForwarder measures prefixing throughput for bursts of 80-byte lines (bytes/s of worker output).
+func BenchmarkForwarder(b *testing.B) {
+	chunk := bytes.Repeat([]byte(strings.Repeat("x", 79)+"\n"), readSize/80)
+	f := &forwarder{prefix: []byte("[12] "), console: &lockedWriter{w: io.Discard}}
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		f.feed(chunk)
+	}
+}

@@ -1,0 +1,144 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// ErrNotStarted is returned by Start when the command could not be started.
+var ErrNotStarted = errors.New("process not started")
+
+// Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
+// for it: today a goroutine calling cmd.Wait; a PID-1 reaper can deliver the same Exit through the same type.
+type Process struct {
+	cmd   *exec.Cmd
+	pid   int
+	start time.Time
+	done  chan struct{}
+	exit  Exit
+}
+
+// Exit is how a process ended, with its resource usage taken from wait4's rusage at exit.
+type Exit struct {
+	PID      int
+	Code     int            // exit code, or -1 when killed by a signal
+	Signal   syscall.Signal // the killing signal, 0 when it exited
+	Wall     time.Duration  // from Start to the exit being reaped
+	MaxRSS   int64          // peak resident set size in bytes (ru_maxrss)
+	UserCPU  time.Duration
+	SysCPU   time.Duration
+	WaitErr  error // a wait error other than a non-zero exit (e.g. exec.ErrWaitDelay), nil normally
+	Finished time.Time
+}
+
+// Success reports whether the process exited with code 0.
+func (e Exit) Success() bool { return e.Signal == 0 && e.Code == 0 }
+
+// Status is the shell-style status: the exit code, or 128+N when killed by signal N.
+func (e Exit) Status() int {
+	if e.Signal != 0 {
+		return 128 + int(e.Signal)
+	}
+	return e.Code
+}
+
+// Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL, so the child dies when the
+// starting thread (and so the launcher) dies. The OS thread is locked while starting, because the kernel ties
+// the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
+// goroutine after the process has been reaped.
+func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pgid = 0
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{})}
+	runtime.LockOSThread()
+	p.start = time.Now()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
+	}
+	p.pid = cmd.Process.Pid
+	go p.wait(onExit)
+	return p, nil
+}
+
+func (p *Process) wait(onExit func(*Process)) {
+	err := p.cmd.Wait()
+	e := Exit{PID: p.pid, Finished: time.Now()}
+	e.Wall = e.Finished.Sub(p.start)
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		e.WaitErr = err
+	}
+	if st := p.cmd.ProcessState; st != nil {
+		e.Code = st.ExitCode()
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Signal = ws.Signal()
+			e.Code = -1
+		}
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+			e.MaxRSS = ru.Maxrss * 1024
+			e.UserCPU = time.Duration(ru.Utime.Nano())
+			e.SysCPU = time.Duration(ru.Stime.Nano())
+		}
+	} else {
+		e.Code = -1
+	}
+	p.exit = e
+	close(p.done)
+	if onExit != nil {
+		onExit(p)
+	}
+}
+
+// PID is the process id, which is also its process group id.
+func (p *Process) PID() int { return p.pid }
+
+// Started is when the process was started.
+func (p *Process) Started() time.Time { return p.start }
+
+// Done is closed once the process has been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the process has been reaped and returns how it ended.
+func (p *Process) Wait() Exit {
+	<-p.done
+	return p.exit
+}
+
+// Signal sends sig to the whole process group of p. A group that no longer exists is not an error.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return SignalGroup(p.pid, sig)
+}
+
+// SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.
+func SignalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("signal group %d: refusing to signal a group id <= 1", pgid)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
+	}
+	return nil
+}
+
+// Alive reports whether a process with this pid exists (kill(pid, 0) succeeds or fails with EPERM).
+func Alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// Self is this process's pid; Sweep never signals it.
+func self() int { return os.Getpid() }

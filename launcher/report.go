@@ -1,0 +1,138 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what happened in a run: every attempt and every rank.
+type Report struct {
+	RunID    string
+	Attempts []*Attempt
+}
+
+// StopReason says why an attempt ended the way it did.
+type StopReason string
+
+// The reasons an attempt stopped.
+const (
+	StopDone     StopReason = "done"     // every worker exited on its own
+	StopFailure  StopReason = "failure"  // a worker failed; the rest were stopped
+	StopSignal   StopReason = "signal"   // the launcher received a terminating signal
+	StopTimeout  StopReason = "timeout"  // --timeout expired
+	StopCanceled StopReason = "canceled" // the caller's context was canceled
+)
+
+// Attempt is one start of the whole group (attempt 0, then one per restart).
+type Attempt struct {
+	Number  int
+	Reason  StopReason
+	Signal  syscall.Signal // the signal the launcher received, for StopSignal
+	Failure *WorkerError   // the first worker that failed, nil if none
+	Ranks   []RankSummary  // in local-rank order
+	Swept   []int          // pids the orphan sweep had to kill
+	LogDir  string         // DIR/<run-id>/attempt_<n>, "" without --log-dir
+}
+
+// RankSummary is one worker of one attempt.
+type RankSummary struct {
+	Rank, LocalRank, PID int
+	ExitCode             int            // -1 when killed by a signal
+	Signal               syscall.Signal // 0 when it exited
+	Wall                 time.Duration
+	UserCPU, SysCPU      time.Duration // from wait4's rusage
+	MaxRSS               int64         // bytes, from wait4's rusage
+	Sampled              Sample        // last live sample (gopsutil)
+	StderrTail           []string
+	ErrorFile            string
+	Error                *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
+	ResultErr            error        // from the ResultSink
+}
+
+// Status is the rank's status as text: "ok", "exit 85" or "SIGKILL".
+func (r RankSummary) Status() string {
+	switch {
+	case r.Signal != 0:
+		return SignalName(r.Signal)
+	case r.ExitCode == 0:
+		return "ok"
+	default:
+		return fmt.Sprintf("exit %d", r.ExitCode)
+	}
+}
+
+// Last is the final attempt, nil before any.
+func (r *Report) Last() *Attempt {
+	if len(r.Attempts) == 0 {
+		return nil
+	}
+	return r.Attempts[len(r.Attempts)-1]
+}
+
+// WriteSummary writes the per-rank exit summary of every attempt and, for a failed attempt, the root cause:
+// the failing rank's last stderr lines and the traceback from its error file.
+func (r *Report) WriteSummary(w io.Writer) {
+	for _, a := range r.Attempts {
+		head := fmt.Sprintf("tpurun: run %s attempt %d: %s", r.RunID, a.Number, a.Reason)
+		if a.Reason == StopSignal {
+			head += " " + SignalName(a.Signal)
+		}
+		if a.Failure != nil {
+			head += ": " + a.Failure.Error()
+		}
+		fmt.Fprintln(w, head)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RANK\tPID\tSTATUS\tWALL\tCPU\tPEAK RSS")
+		for _, s := range a.Ranks {
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Status(),
+				s.Wall.Round(time.Millisecond), (s.UserCPU + s.SysCPU).Round(time.Millisecond), bytesText(s.MaxRSS))
+		}
+		_ = tw.Flush()
+		if len(a.Swept) > 0 {
+			fmt.Fprintf(w, "  orphan sweep killed pids %v that still carried TPURUN_RUN_ID=%s\n", a.Swept, r.RunID)
+		}
+		for _, s := range a.Ranks {
+			if s.ResultErr != nil {
+				fmt.Fprintf(w, "  rank %d results: %v\n", s.Rank, s.ResultErr)
+			}
+		}
+		if a.Failure == nil {
+			continue
+		}
+		for _, s := range a.Ranks {
+			if s.Rank != a.Failure.Rank {
+				continue
+			}
+			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Status())
+			if len(s.StderrTail) > 0 {
+				fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
+				for _, l := range s.StderrTail {
+					fmt.Fprintf(w, "    %s\n", l)
+				}
+			}
+			if s.Error != nil {
+				fmt.Fprintf(w, "  error from %s: %s\n", s.ErrorFile, s.Error.Message)
+				for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
+					if l != "" {
+						fmt.Fprintf(w, "    %s\n", l)
+					}
+				}
+			}
+		}
+	}
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+}

@@ -1,0 +1,389 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/launcher/proc"
+	"tpurun/launcher/topology"
+)
+
+// stderrTailLines is how many last stderr lines of a failed rank the report shows.
+const stderrTailLines = 10
+
+// Run starts the local workers of cfg.Plan, supervises them until every one is gone, restarts the group after a
+// failure up to cfg.MaxRestarts times, and returns the report. The error is nil when every worker exited 0 (and
+// no result sink complained); otherwise a *WorkerError for the first worker that failed, ErrTimeout, a
+// *ResultError, a *ConfigError (nothing started), or the context's error. ExitCode maps it to tpurun's code.
+// When Run returns, no process of the run is left: every group got SIGKILL and the orphan sweep ran.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MasterPort == 0 {
+		if cfg.MasterPort, err = FreePort(cfg.MasterAddr); err != nil {
+			return nil, fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", ErrInternal, err)
+		}
+	}
+	r := &run{
+		cfg:     cfg,
+		log:     cfg.Logger.With(zap.String("run_id", cfg.RunID)),
+		stdout:  &lockedWriter{w: cfg.Stdout},
+		stderr:  &lockedWriter{w: cfg.Stderr},
+		sampler: newSampler(cfg.SampleInterval, cfg.OnSample),
+	}
+	if cfg.LogDir != "" {
+		r.log.Info("worker logs", zap.String("dir", filepath.Join(cfg.LogDir, cfg.RunID)))
+	} else {
+		d, err := os.MkdirTemp("", "tpurun-"+cfg.RunID+"-")
+		if err != nil {
+			return nil, fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or --log-dir", ErrInternal, err)
+		}
+		defer os.RemoveAll(d)
+		r.scratch = d
+	}
+	sctx, stopSampler := context.WithCancel(ctx)
+	var swg sync.WaitGroup
+	swg.Go(func() { r.sampler.run(sctx) })
+	defer func() {
+		stopSampler()
+		swg.Wait()
+	}()
+
+	var timeout <-chan time.Time
+	if cfg.Timeout > 0 {
+		t := time.NewTimer(cfg.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	rep := &Report{RunID: cfg.RunID}
+	for n := 0; ; n++ {
+		a, err := r.attempt(ctx, n, timeout)
+		rep.Attempts = append(rep.Attempts, a)
+		if err != nil {
+			return rep, err
+		}
+		switch a.Reason {
+		case StopTimeout:
+			return rep, fmt.Errorf("%w: --timeout %s expired in attempt %d; raise --timeout or find the hung rank", ErrTimeout, cfg.Timeout, n)
+		case StopCanceled:
+			return rep, ctx.Err()
+		case StopSignal:
+			if a.Failure != nil {
+				return rep, a.Failure
+			}
+			return rep, nil
+		case StopFailure:
+			if n < cfg.MaxRestarts && !r.stopRequested() {
+				r.log.Warn("restarting the whole group", zap.Int("failed_attempt", n), zap.Int("next_attempt", n+1),
+					zap.Int("max_restarts", cfg.MaxRestarts), zap.Error(a.Failure))
+				continue
+			}
+			return rep, a.Failure
+		}
+		for _, s := range a.Ranks {
+			if s.ResultErr != nil {
+				return rep, &ResultError{Rank: s.Rank, PID: s.PID, Err: s.ResultErr}
+			}
+		}
+		return rep, nil
+	}
+}
+
+// run is the state of one Run shared by its attempts.
+type run struct {
+	cfg            Config
+	log            *zap.Logger
+	stdout, stderr *lockedWriter
+	sampler        *sampler
+	scratch        string // holds the error files when there is no log dir
+}
+
+// stopRequested reports whether a terminating signal arrived while the last attempt was being cleaned up; a
+// forwarding-only signal (SIGUSR1/2) that arrived then is dropped, there being no worker to forward it to.
+func (r *run) stopRequested() bool {
+	for {
+		select {
+		case sig := <-r.cfg.Signals:
+			switch sig {
+			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+				r.log.Warn("not restarting: received " + sig.String())
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// worker is one started process of one attempt.
+type worker struct {
+	w       topology.Worker
+	p       *proc.Process
+	readers []*os.File // read ends: stdout, stderr, results
+	files   []*os.File // log files
+	io      sync.WaitGroup
+	errTail tail
+	errFile string
+	resErr  error
+	exit    proc.Exit
+	exited  bool
+}
+
+// attempt starts every local worker once and supervises them until all have been reaped, the groups killed and
+// the orphans swept. Exits, signals, the timeout and the grace timer are events on one select: nothing polls.
+func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*Attempt, error) {
+	local := r.cfg.Plan.Local(r.cfg.NodeRank)
+	a := &Attempt{Number: n, Reason: StopDone}
+	if r.cfg.LogDir != "" {
+		a.LogDir = filepath.Join(r.cfg.LogDir, r.cfg.RunID, "attempt_"+strconv.Itoa(n))
+	}
+	exits := make(chan *worker, len(local))
+	ws := make([]*worker, 0, len(local))
+	var startErr error
+	for _, w := range local {
+		wk, err := r.start(n, a.LogDir, w, exits)
+		if err != nil {
+			startErr = err
+			break
+		}
+		ws = append(ws, wk)
+	}
+	r.log.Info("workers started", zap.Int("attempt", n), zap.Int("workers", len(ws)),
+		zap.String("master", fmt.Sprintf("%s:%d", r.cfg.MasterAddr, r.cfg.MasterPort)))
+
+	stopping := false
+	var grace *time.Timer
+	var graceC <-chan time.Time
+	signalAll := func(sig syscall.Signal) {
+		for _, wk := range ws {
+			if err := wk.p.Signal(sig); err != nil {
+				r.log.Warn("signal failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", wk.p.PID()), zap.Error(err))
+			}
+		}
+	}
+	beginStop := func(reason StopReason, sig syscall.Signal) {
+		if stopping {
+			return
+		}
+		stopping = true
+		a.Reason = reason
+		r.log.Info("stopping all workers", zap.String("reason", string(reason)), zap.String("signal", SignalName(sig)),
+			zap.Duration("grace", r.cfg.Grace))
+		signalAll(sig)
+		grace = time.NewTimer(r.cfg.Grace)
+		graceC = grace.C
+	}
+	if startErr != nil {
+		beginStop(StopFailure, syscall.SIGTERM)
+	}
+	done := ctx.Done()
+	for running := len(ws); running > 0; {
+		select {
+		case wk := <-exits:
+			running--
+			wk.exited = true
+			wk.exit = wk.p.Wait()
+			ex := wk.exit
+			r.log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
+				zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
+			if !ex.Success() && a.Failure == nil && (!stopping || a.Reason == StopSignal) {
+				a.Failure = &WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
+				r.log.Error("worker failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID), zap.Int("attempt", n),
+					zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)))
+				beginStop(StopFailure, syscall.SIGTERM)
+			}
+		case sig := <-r.cfg.Signals:
+			s, ok := sig.(syscall.Signal)
+			if !ok {
+				continue
+			}
+			switch s {
+			case syscall.SIGINT, syscall.SIGTERM:
+				if stopping {
+					r.log.Warn("second " + SignalName(s) + ": killing every worker now")
+					signalAll(syscall.SIGKILL)
+					continue
+				}
+				a.Signal = s
+				beginStop(StopSignal, s)
+			case syscall.SIGHUP, syscall.SIGQUIT:
+				if !stopping {
+					a.Signal = s
+					beginStop(StopSignal, s)
+					continue
+				}
+				signalAll(s)
+			default:
+				r.log.Info("forwarding signal", zap.String("signal", SignalName(s)))
+				signalAll(s)
+			}
+		case <-timeout:
+			timeout = nil
+			beginStop(StopTimeout, syscall.SIGTERM)
+		case <-done:
+			done = nil
+			beginStop(StopCanceled, syscall.SIGTERM)
+		case <-graceC:
+			graceC = nil
+			r.log.Warn("grace period over: SIGKILL to every worker group", zap.Duration("grace", r.cfg.Grace))
+			signalAll(syscall.SIGKILL)
+		}
+	}
+	if grace != nil {
+		grace.Stop()
+	}
+	r.cleanup(a, ws)
+	return a, startErr
+}
+
+// cleanup kills what is left of every group, sweeps for orphans carrying the run id, drains the pipes within
+// the drain timeout and fills in the per-rank summaries.
+func (r *run) cleanup(a *Attempt, ws []*worker) {
+	for _, wk := range ws {
+		_ = wk.p.Signal(syscall.SIGKILL)
+	}
+	swept, err := proc.Sweep(r.cfg.ProcRoot, "TPURUN_RUN_ID", r.cfg.RunID, syscall.SIGKILL)
+	if err != nil {
+		r.log.Warn("orphan sweep incomplete", zap.Error(err))
+	}
+	if len(swept) > 0 {
+		r.log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
+	}
+	a.Swept = swept
+	deadline := time.Now().Add(r.cfg.DrainTimeout)
+	for _, wk := range ws {
+		for _, f := range wk.readers {
+			_ = f.SetReadDeadline(deadline)
+		}
+	}
+	for _, wk := range ws {
+		wk.io.Wait()
+		for _, f := range slices.Concat(wk.readers, wk.files) {
+			_ = f.Close()
+		}
+		ex := wk.exit
+		s := RankSummary{
+			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, PID: ex.PID, ExitCode: ex.Code, Signal: ex.Signal,
+			Wall: ex.Wall, UserCPU: ex.UserCPU, SysCPU: ex.SysCPU, MaxRSS: ex.MaxRSS,
+			Sampled: r.sampler.remove(ex.PID), StderrTail: wk.errTail.lines(stderrTailLines),
+			ErrorFile: wk.errFile, ResultErr: wk.resErr,
+		}
+		rec, err := readErrorFile(wk.errFile)
+		if err != nil {
+			r.log.Warn("unreadable TORCHELASTIC_ERROR_FILE", zap.Int("rank", wk.w.Rank), zap.Error(err))
+		}
+		s.Error = rec
+		a.Ranks = append(a.Ranks, s)
+	}
+}
+
+// start starts one worker with its env, pipes and log files.
+func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *worker) (*worker, error) {
+	wk := &worker{w: w}
+	base := attemptDir
+	if base == "" {
+		base = filepath.Join(r.scratch, "attempt_"+strconv.Itoa(n))
+	}
+	rankDir := filepath.Join(base, strconv.Itoa(w.Rank))
+	if err := os.MkdirAll(rankDir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: rank %d: log directory: %w", ErrInternal, w.Rank, err)
+	}
+	wk.errFile = filepath.Join(rankDir, "error.json")
+	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: n, MaxRestarts: r.cfg.MaxRestarts,
+		MasterAddr: r.cfg.MasterAddr, MasterPort: r.cfg.MasterPort, ErrorFile: wk.errFile}
+
+	cmd := exec.Command(r.cfg.Program[0], ExpandArgs(r.cfg.Program[1:], w.LocalRank)...)
+	cmd.Env = WorkerEnv(r.cfg.Env, r.cfg.Plan, w, rt)
+	cmd.Dir = r.cfg.Dir
+
+	var writeEnds []*os.File
+	closeAll := func() {
+		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {
+			_ = f.Close()
+		}
+	}
+	for range 3 {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%w: rank %d: pipe: %w (raise ulimit -n?)", ErrInternal, w.Rank, err)
+		}
+		wk.readers = append(wk.readers, pr)
+		writeEnds = append(writeEnds, pw)
+	}
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
+
+	fwd := make([]*forwarder, 2)
+	lr := w.LocalRank
+	shown := r.cfg.LocalRanksFilter == nil || slices.Contains(r.cfg.LocalRanksFilter, lr)
+	prefix := []byte(Prefix(r.cfg.LogPrefix, w.Rank, lr, w.NodeRank, r.cfg.Role))
+	for i, s := range []struct {
+		std     Std
+		console *lockedWriter
+		name    string
+	}{{StdOut, r.stdout, "stdout.log"}, {StdErr, r.stderr, "stderr.log"}} {
+		f := &forwarder{prefix: prefix}
+		if shown && (r.cfg.Redirects.For(lr)&s.std == 0 || r.cfg.Tee.For(lr)&s.std != 0) {
+			f.console = s.console
+		}
+		if attemptDir != "" {
+			lf, err := os.Create(filepath.Join(rankDir, s.name))
+			if err != nil {
+				closeAll()
+				return nil, fmt.Errorf("%w: rank %d: log file: %w", ErrInternal, w.Rank, err)
+			}
+			wk.files = append(wk.files, lf)
+			f.file = lf
+		}
+		fwd[i] = f
+	}
+	fwd[1].tail = &wk.errTail
+
+	p, err := proc.Start(cmd, func(*proc.Process) { exits <- wk })
+	for _, f := range writeEnds {
+		_ = f.Close()
+	}
+	writeEnds = nil
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("%w: rank %d: %w", ErrInternal, w.Rank, err)
+	}
+	wk.p = p
+	r.sampler.add(p.PID())
+	pid := p.PID()
+	for i, f := range fwd {
+		wk.io.Go(func() { _ = f.run(wk.readers[i]) })
+	}
+	wk.io.Go(func() {
+		res := wk.readers[2]
+		if r.cfg.Results == nil {
+			_, _ = io.Copy(io.Discard, res)
+			return
+		}
+		if err := r.cfg.Results.Consume(w.Rank, pid, w.Replicas, res); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			wk.resErr = err
+		}
+	})
+	return wk, nil
+}
+
+func sigText(s syscall.Signal) string {
+	if s == 0 {
+		return ""
+	}
+	return SignalName(s)
+}

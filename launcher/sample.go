@@ -1,0 +1,108 @@
+package launcher
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shirou/gopsutil/v3/process"
+)
+
+// Sample is the live resource use of one worker, as last sampled.
+type Sample struct {
+	PID     int
+	RSS     uint64 // bytes
+	PeakRSS uint64 // the largest RSS seen by the sampler
+	CPU     time.Duration
+	At      time.Time
+}
+
+// sampler polls the live workers' RSS and CPU time with gopsutil every interval. It only starts sampling one
+// interval after start, so it never competes with starting the workers.
+type sampler struct {
+	interval time.Duration
+	notify   func([]Sample)
+	mu       sync.Mutex
+	live     map[int]*Sample // by pid
+}
+
+func newSampler(interval time.Duration, notify func([]Sample)) *sampler {
+	return &sampler{interval: interval, notify: notify, live: map[int]*Sample{}}
+}
+
+func (s *sampler) add(pid int) {
+	s.mu.Lock()
+	s.live[pid] = &Sample{PID: pid}
+	s.mu.Unlock()
+}
+
+// remove stops sampling pid and returns its last sample.
+func (s *sampler) remove(pid int) Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	smp := s.live[pid]
+	delete(s.live, pid)
+	if smp == nil {
+		return Sample{PID: pid}
+	}
+	return *smp
+}
+
+// Snapshot returns the current samples of the live workers.
+func (s *sampler) Snapshot() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Sample, 0, len(s.live))
+	for _, smp := range s.live {
+		out = append(out, *smp)
+	}
+	return out
+}
+
+func (s *sampler) run(ctx context.Context) {
+	if s.interval <= 0 {
+		return
+	}
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.once(ctx)
+			if s.notify != nil {
+				s.notify(s.Snapshot())
+			}
+		}
+	}
+}
+
+func (s *sampler) once(ctx context.Context) {
+	s.mu.Lock()
+	pids := make([]int, 0, len(s.live))
+	for pid := range s.live {
+		pids = append(pids, pid)
+	}
+	s.mu.Unlock()
+	for _, pid := range pids {
+		p, err := process.NewProcessWithContext(ctx, int32(pid))
+		if err != nil {
+			continue
+		}
+		mem, err1 := p.MemoryInfoWithContext(ctx)
+		times, err2 := p.TimesWithContext(ctx)
+		s.mu.Lock()
+		if smp := s.live[pid]; smp != nil {
+			smp.At = time.Now()
+			if err1 == nil {
+				smp.RSS = mem.RSS
+				smp.PeakRSS = max(smp.PeakRSS, mem.RSS)
+			}
+			if err2 == nil {
+				smp.CPU = time.Duration((times.User + times.System) * float64(time.Second))
+			}
+		}
+		s.mu.Unlock()
+	}
+}
