@@ -1,3 +1,22 @@
 // Package worker owns the worker side of tpurun's contract: the wire format of the result channel, a Go client
 // (Report, Fail) and the stdlib-only Python module that implements the same contract and xmp.spawn's function mode.
+//
+// A worker finds its channel in TPURUN_RESULT_FD (an inherited pipe, fd 3) and the replicas it owns in
+// TPURUN_REPLICAS ("0" or "0,1"). It writes frames; each is a 16-byte header followed by a payload:
+//
+//	offset size field
+//	0      4    magic    "TPRF"
+//	4      1    version  1
+//	5      1    kind     1 result, 2 error, 3 hello
+//	6      1    encoding 1 json, 2 pickle
+//	7      1    reserved 0
+//	8      4    replica  uint32 big-endian, at most 2^31-1
+//	12     4    length   uint32 big-endian payload size (the launcher's limit is 64 MiB by default)
+//
+// An error payload is JSON {"type", "message", "traceback"}. Exactly one result or error per replica,
+// world-wide. PROTOCOL.md in this directory is the full specification.
+//
+// Go workers call Report and Fail (or Open a Client); Python workers import tpurun (InstallPython writes the
+// embedded module for PYTHONPATH). Opening the channel marks it close-on-exec, so programs a worker starts never
+// inherit it. Decoder and Encode are shared by the client and the launcher's collector (package results).
 package worker

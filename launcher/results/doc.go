@@ -1,3 +1,13 @@
 // Package results owns the launcher's side of the result contract: it reads each worker's framed messages,
 // enforces exactly one result per replica world-wide, names every violation, and builds the results document.
+//
+// The launcher calls Collector.Consume once per worker, in its own goroutine, with the read end of the worker's
+// result pipe; after every worker exited it calls Finish with how each rank ended and gets the Document (always)
+// and the violations (errors.Join of *ContractError; test them with errors.Is against ErrDuplicateResult,
+// ErrForeignReplica, ErrMissingResult, ErrOversizedFrame, ErrMalformedFrame, ErrTruncatedFrame,
+// ErrUnknownVersion). WriteFile writes the document atomically. Multi-host: each node publishes Entries, node 0
+// merges them with Add, and the same exactly-once check applies world-wide.
+//
+// Exit codes: the first failing worker's code wins; otherwise ExitContractViolated (3) for a violated contract,
+// 1 when a replica reported an error, 0 when everything arrived.
 package results

@@ -1,0 +1,345 @@
+package results
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"tpurun/worker"
+)
+
+// DefaultMaxFrameBytes is the payload limit of one frame unless Options.MaxFrameBytes says otherwise.
+const DefaultMaxFrameBytes = worker.DefaultMaxPayload
+
+// Options configure a Collector.
+type Options struct {
+	MaxFrameBytes int64 // payload limit of one frame (--max-result-bytes); 0 means DefaultMaxFrameBytes
+	Required      bool  // a worker that exits 0 must have reported every replica it owns (--fn, --expect-results)
+	RunID         string
+	WorldSize     int // workers world-wide, for the document
+	Nodes         int // nodes world-wide, for the document (0 means 1)
+	NodeRank      int // this node's rank, recorded in the results it collects
+	BufferBytes   int // read buffer per worker for headers and small frames; 0 means 64 KiB
+	Logger        *zap.Logger
+}
+
+// Collector reads the result channels of all workers and enforces exactly one result per replica. Its methods
+// are safe for concurrent use.
+type Collector struct {
+	opts Options
+	log  *zap.Logger
+
+	mu         sync.Mutex
+	owners     map[int]owner    // by rank
+	first      map[int]int      // replica -> index in outcomes of its first outcome
+	reporters  map[int][]int    // replica -> indexes in outcomes of every outcome, when more than one
+	outcomes   []Result         // every accepted outcome, in arrival order
+	violations []*ContractError // frame-level and foreign, in arrival order
+}
+
+type owner struct {
+	pid      int
+	replicas []int
+}
+
+// NewCollector returns a collector with opts.
+func NewCollector(opts Options) *Collector {
+	if opts.MaxFrameBytes <= 0 {
+		opts.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if opts.BufferBytes <= 0 {
+		opts.BufferBytes = 64 << 10
+	}
+	if opts.Nodes <= 0 {
+		opts.Nodes = 1
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
+		reporters: map[int][]int{}}
+}
+
+// Consume reads the result channel of the worker rank (process pid, owning replicas) until EOF. It is called once
+// per started worker, concurrently for all of them. It always reads to the end of r, so a worker never blocks on
+// a full pipe, and returns the frame-level violations of this worker (errors.Join of *ContractError), or nil. It
+// returns as soon as r fails (closed, deadline exceeded): a failure between frames is returned wrapped and is not a
+// violation; inside a frame it is a truncated_frame violation that also wraps the reader's error.
+// Duplicates and missing results are world-wide facts: Finish reports them.
+func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
+	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
+	c.mu.Lock()
+	c.owners[rank] = owner{pid: pid, replicas: slices.Clone(replicas)}
+	c.mu.Unlock()
+
+	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
+	var errs []error
+	for {
+		f, err := dec.Next()
+		if err == io.EOF {
+			return errors.Join(errs...)
+		}
+		if err != nil {
+			var fe *worker.FrameError
+			if !errors.As(err, &fe) {
+				// The channel itself failed between frames (closed, or the launcher stopped draining): not a
+				// contract violation, but Consume must return it.
+				errs = append(errs, fmt.Errorf("rank %d pid %d: %w", rank, pid, err))
+				return errors.Join(errs...)
+			}
+			ce := frameViolation(rank, pid, fe)
+			if !fe.InSync {
+				if n, _ := dec.Drain(); n > 0 {
+					ce.Message += fmt.Sprintf("; the rest of its channel (%d bytes) was discarded", n)
+				}
+			}
+			log.Warn("result contract violated", zap.Error(ce))
+			c.record(ce)
+			errs = append(errs, ce)
+			if !fe.InSync {
+				return errors.Join(errs...)
+			}
+			continue
+		}
+		if f.Kind == worker.KindHello {
+			log.Debug("worker said hello", zap.ByteString("hello", f.Payload))
+			continue
+		}
+		if !slices.Contains(replicas, f.Replica) {
+			ce := &ContractError{Kind: ErrForeignReplica, Replica: f.Replica, Rank: rank, PID: pid, OtherRank: -1,
+				OtherPID: -1, Hint: hintForeign,
+				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
+					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
+			log.Warn("result contract violated", zap.Error(ce))
+			c.record(ce)
+			errs = append(errs, ce)
+			continue
+		}
+		res, ce := decodeOutcome(rank, pid, f)
+		if ce != nil {
+			log.Warn("result contract violated", zap.Error(ce))
+			c.record(ce)
+			errs = append(errs, ce)
+			continue
+		}
+		res.Node = c.opts.NodeRank
+		c.add(res)
+	}
+}
+
+func ownsText(replicas []int) string {
+	if len(replicas) == 0 {
+		return "none"
+	}
+	return worker.FormatReplicas(replicas)
+}
+
+// decodeOutcome turns a result or error frame into a Result, checking its payload.
+func decodeOutcome(rank, pid int, f worker.Frame) (Result, *ContractError) {
+	res := Result{Replica: f.Replica, Rank: rank, PID: pid}
+	bad := func(detail string) *ContractError {
+		return &ContractError{Kind: ErrMalformedFrame, Replica: f.Replica, Rank: rank, PID: pid, OtherRank: -1,
+			OtherPID: -1, Hint: hintMalformed,
+			Message: fmt.Sprintf("rank %d pid %d sent a malformed %s frame for replica %d: %s", rank, pid, f.Kind, f.Replica, detail)}
+	}
+	switch f.Kind {
+	case worker.KindResult:
+		res.OK = true
+		if f.Encoding == worker.EncodingPickle {
+			res.Encoding, res.ValueB64 = "pickle", f.Payload
+			return res, nil
+		}
+		if !f.ValidJSON() {
+			return res, bad(fmt.Sprintf("its %d-byte payload is not valid JSON", len(f.Payload)))
+		}
+		res.Encoding, res.Value = "json", f.Payload
+	case worker.KindError:
+		var info ErrorInfo
+		if err := json.Unmarshal(f.Payload, &info); err != nil {
+			return res, bad(fmt.Sprintf("its payload is not a JSON error {type, message, traceback}: %v", err))
+		}
+		if info.Type == "" && info.Message == "" {
+			return res, bad("the error has neither a type nor a message")
+		}
+		res.Error = &info
+	}
+	return res, nil
+}
+
+// frameViolation names a decoding failure.
+func frameViolation(rank, pid int, fe *worker.FrameError) *ContractError {
+	ce := &ContractError{Replica: fe.Replica, Rank: rank, PID: pid, OtherRank: -1, OtherPID: -1, Cause: fe}
+	switch {
+	case errors.Is(fe, worker.ErrTooLarge):
+		ce.Kind, ce.Hint = ErrOversizedFrame, hintOversized
+		ce.Message = fmt.Sprintf("rank %d pid %d sent a %s frame of %d bytes for replica %d, over the limit of %d bytes (--max-result-bytes); the frame was dropped",
+			rank, pid, fe.Kind, fe.Length, fe.Replica, fe.Limit)
+	case errors.Is(fe, worker.ErrUnknownVersion):
+		ce.Kind, ce.Hint = ErrUnknownVersion, hintVersion
+		ce.Message = fmt.Sprintf("rank %d pid %d sent a frame of protocol version %d at byte %d; this tpurun reads version %d",
+			rank, pid, fe.Version, fe.Offset, worker.Version)
+	case errors.Is(fe, worker.ErrTruncated):
+		ce.Kind, ce.Hint = ErrTruncatedFrame, hintTruncated
+		ce.Message = fmt.Sprintf("rank %d pid %d: its result channel ended in the middle of the frame at byte %d (%s)",
+			rank, pid, fe.Offset, fe.Detail)
+	default:
+		ce.Kind, ce.Hint = ErrMalformedFrame, hintMalformed
+		ce.Message = fmt.Sprintf("rank %d pid %d sent a malformed frame at byte %d: %s", rank, pid, fe.Offset, fe.Detail)
+	}
+	return ce
+}
+
+func (c *Collector) record(ce *ContractError) {
+	c.mu.Lock()
+	c.violations = append(c.violations, ce)
+	c.mu.Unlock()
+}
+
+func (c *Collector) add(res Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := len(c.outcomes)
+	c.outcomes = append(c.outcomes, res)
+	if j, ok := c.first[res.Replica]; ok {
+		if len(c.reporters[res.Replica]) == 0 {
+			c.reporters[res.Replica] = []int{j}
+		}
+		c.reporters[res.Replica] = append(c.reporters[res.Replica], i)
+		return
+	}
+	c.first[res.Replica] = i
+}
+
+// Entries returns every outcome this collector accepted (duplicates included), in arrival order: what a node
+// publishes so that node 0 can merge it with Add.
+func (c *Collector) Entries() []Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.outcomes)
+}
+
+// Add merges the outcomes published by node nodeRank, applying the same exactly-once check world-wide: a replica
+// reported on two nodes is a duplicate in Finish. It returns the duplicates the merge created (errors.Join of
+// *ContractError), or nil.
+func (c *Collector) Add(nodeRank int, entries []Result) error {
+	var errs []error
+	for _, e := range entries {
+		e.Node = nodeRank
+		c.add(e)
+		c.mu.Lock()
+		if len(c.reporters[e.Replica]) > 0 {
+			errs = append(errs, c.duplicate(e.Replica))
+		}
+		c.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// duplicate builds the violation of a replica with several outcomes. c.mu must be held.
+func (c *Collector) duplicate(replica int) *ContractError {
+	idx := c.reporters[replica]
+	multiNode := false
+	ranks := map[int]bool{}
+	for _, i := range idx {
+		ranks[c.outcomes[i].Rank] = true
+		multiNode = multiNode || c.outcomes[i].Node != c.opts.NodeRank
+	}
+	names := make([]string, len(idx))
+	for k, i := range idx {
+		o := c.outcomes[i]
+		names[k] = fmt.Sprintf("rank %d pid %d", o.Rank, o.PID)
+		if multiNode {
+			names[k] += fmt.Sprintf(" (node %d)", o.Node)
+		}
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	a, b := c.outcomes[idx[0]], c.outcomes[idx[1]]
+	hint := hintDuplicateRanks
+	if len(ranks) == 1 {
+		hint = hintDuplicateSelf
+	}
+	return &ContractError{Kind: ErrDuplicateResult, Replica: replica, Rank: a.Rank, PID: a.PID,
+		OtherRank: b.Rank, OtherPID: b.PID, Hint: hint,
+		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", len(idx), replica, list)}
+}
+
+// Finish builds the document once every worker has exited and every Consume has returned. exits lists how each
+// rank ended, in the order the launcher saw them end (the first failure gives the exit code). It returns the
+// document (always, also when the run failed) and the violations (errors.Join of *ContractError), or nil.
+func (c *Collector) Finish(exits []RankExit) (*Document, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	doc := &Document{RunID: c.opts.RunID, World: World{Size: c.opts.WorldSize, Nodes: c.opts.Nodes},
+		Results: []Result{}, Ranks: []RankStatus{}, Violations: []Violation{}}
+	if doc.World.Size == 0 {
+		doc.World.Size = len(exits)
+	}
+	var vs []*ContractError
+	vs = append(vs, c.violations...)
+	reps := make([]int, 0, len(c.first))
+	for r := range c.first {
+		reps = append(reps, r)
+	}
+	sort.Ints(reps)
+	for _, r := range reps {
+		if len(c.reporters[r]) > 0 {
+			vs = append(vs, c.duplicate(r))
+		}
+		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
+	}
+	replicaErr := false
+	for _, res := range doc.Results {
+		replicaErr = replicaErr || !res.OK
+	}
+	exitCode := 0
+	for _, e := range exits {
+		if e.Failed() && exitCode == 0 {
+			exitCode = e.ExitCode
+			if exitCode <= 0 { // a launcher-side error, or a signal the launcher did not map to 128+N
+				exitCode = 1
+			}
+		}
+	}
+	sorted := slices.Clone(exits)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
+	for _, e := range sorted {
+		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
+		if !c.opts.Required || e.Failed() {
+			continue
+		}
+		o := c.owners[e.Rank]
+		for _, r := range o.replicas {
+			if _, ok := c.first[r]; ok {
+				continue
+			}
+			vs = append(vs, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
+				OtherRank: -1, OtherPID: -1, Hint: hintMissing,
+				Message: fmt.Sprintf("rank %d pid %d exited 0 without reporting a result for replica %d (results are required)",
+					e.Rank, e.PID, r)})
+		}
+	}
+	errs := make([]error, len(vs))
+	for i, v := range vs {
+		errs[i] = v
+		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
+			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
+	}
+	switch {
+	case exitCode != 0:
+	case len(vs) > 0:
+		exitCode = ExitContractViolated
+	case replicaErr:
+		exitCode = 1
+	}
+	doc.ExitCode = exitCode
+	doc.OK = exitCode == 0
+	return doc, errors.Join(errs...)
+}

@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The environment variables of the contract, set by the launcher for every worker.
+const (
+	EnvResultFD = "TPURUN_RESULT_FD" // the inherited file descriptor of the result channel (3)
+	EnvReplicas = "TPURUN_REPLICAS"  // the replicas this worker owns, comma-joined ("0" or "0,1")
+	EnvRank     = "RANK"             // the worker's global rank, the fallback replica when TPURUN_REPLICAS is unset
+	EnvRunID    = "TPURUN_RUN_ID"
+)
+
+// ErrNoChannel means the process was not started by tpurun with a result channel.
+var ErrNoChannel = errors.New("no tpurun result channel")
+
+// ErrBadEnv means a contract variable holds a value that cannot be parsed.
+var ErrBadEnv = errors.New("bad tpurun environment")
+
+// EnvError names the variable and the value that could not be used.
+type EnvError struct {
+	Var, Value string
+	Err        error // ErrNoChannel or ErrBadEnv
+	Detail     string
+}
+
+func (e *EnvError) Error() string {
+	if e.Value == "" && errors.Is(e.Err, ErrNoChannel) {
+		return fmt.Sprintf("%v: %s is not set; run this program under tpurun (or use worker.NewClient in tests)", e.Err, e.Var)
+	}
+	return fmt.Sprintf("%v: %s=%q: %s", e.Err, e.Var, e.Value, e.Detail)
+}
+
+func (e *EnvError) Unwrap() error { return e.Err }
+
+// ParseReplicas parses a TPURUN_REPLICAS value: non-negative decimal ordinals, comma-separated, no duplicates,
+// at least one.
+func ParseReplicas(s string) ([]int, error) {
+	bad := func(detail string) error {
+		return &EnvError{Var: EnvReplicas, Value: s, Err: ErrBadEnv, Detail: detail}
+	}
+	if strings.TrimSpace(s) == "" {
+		return nil, bad("empty; want replica ordinals such as \"0\" or \"0,1\"")
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int, 0, len(parts))
+	seen := make(map[int]bool, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		v, err := strconv.ParseUint(p, 10, 31)
+		if err != nil {
+			return nil, bad(fmt.Sprintf("entry %d (%q) is not a replica ordinal between 0 and 2^31-1", i, p))
+		}
+		if seen[int(v)] {
+			return nil, bad(fmt.Sprintf("replica %d is listed twice", v))
+		}
+		seen[int(v)] = true
+		out = append(out, int(v))
+	}
+	return out, nil
+}
+
+// FormatReplicas is the inverse of ParseReplicas.
+func FormatReplicas(replicas []int) string {
+	s := make([]string, len(replicas))
+	for i, r := range replicas {
+		s[i] = strconv.Itoa(r)
+	}
+	return strings.Join(s, ",")
+}
+
+// replicasFromEnv reads TPURUN_REPLICAS, falling back to RANK (one replica per process).
+func replicasFromEnv(getenv func(string) string) ([]int, error) {
+	if v := getenv(EnvReplicas); v != "" {
+		return ParseReplicas(v)
+	}
+	v := getenv(EnvRank)
+	if v == "" {
+		return nil, &EnvError{Var: EnvReplicas, Err: ErrNoChannel}
+	}
+	r, err := strconv.ParseUint(strings.TrimSpace(v), 10, 31)
+	if err != nil {
+		return nil, &EnvError{Var: EnvRank, Value: v, Err: ErrBadEnv, Detail: "not a non-negative integer"}
+	}
+	return []int{int(r)}, nil
+}
+
+// Replicas returns the replicas this process owns, from TPURUN_REPLICAS (or RANK when that is unset).
+func Replicas() ([]int, error) { return replicasFromEnv(os.Getenv) }

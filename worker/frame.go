@@ -1,0 +1,310 @@
+package worker
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this package writes and the only one it reads.
+const Version = 1
+
+// HeaderSize is the size in bytes of a frame header.
+const HeaderSize = 16
+
+// MaxPayload is the largest payload the wire format can express (the length field is 32 bits).
+const MaxPayload = 1<<32 - 1
+
+// DefaultMaxPayload is the payload limit a reader applies unless told otherwise (64 MiB).
+const DefaultMaxPayload = 64 << 20
+
+// Magic opens every frame header.
+var Magic = [4]byte{'T', 'P', 'R', 'F'}
+
+// Kind says what a frame carries.
+type Kind uint8
+
+// The frame kinds of version 1.
+const (
+	KindResult Kind = 1 // the value of one replica, in Encoding
+	KindError  Kind = 2 // the failure of one replica: a JSON ErrorInfo
+	KindHello  Kind = 3 // optional greeting: a JSON Hello; carries no outcome
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindResult:
+		return "result"
+	case KindError:
+		return "error"
+	case KindHello:
+		return "hello"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Encoding says how a payload is encoded.
+type Encoding uint8
+
+// The payload encodings of version 1.
+const (
+	EncodingJSON   Encoding = 1 // UTF-8 JSON text (one value)
+	EncodingPickle Encoding = 2 // a Python pickle; opaque to Go, passed on base64-encoded
+)
+
+func (e Encoding) String() string {
+	switch e {
+	case EncodingJSON:
+		return "json"
+	case EncodingPickle:
+		return "pickle"
+	}
+	return fmt.Sprintf("encoding(%d)", uint8(e))
+}
+
+// Frame is one message on the result channel.
+type Frame struct {
+	Kind     Kind
+	Encoding Encoding
+	Replica  int
+	Payload  []byte
+	clean    []uint64 // blocks of Payload free of quotes, backslashes and control bytes (set by Decoder)
+}
+
+const (
+	cleanShift = 12        // 4 KiB blocks
+	readChunk  = 256 << 10 // read large JSON payloads in chunks of this size
+)
+
+// ValidJSON reports whether the payload is one valid JSON value; on frames from a Decoder it reuses what the
+// decoder learned while reading, so it rereads little of a large payload.
+func (f Frame) ValidJSON() bool { return validJSON(f.Payload, f.clean, cleanShift) }
+
+// ErrorInfo is the payload of a KindError frame: a failure as the worker saw it.
+type ErrorInfo struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback,omitempty"`
+}
+
+// Hello is the payload of a KindHello frame.
+type Hello struct {
+	PID      int    `json:"pid"`
+	Rank     int    `json:"rank"`
+	Language string `json:"language,omitempty"`
+}
+
+// Sentinels of frame decoding; every error Decoder.Next returns (except io.EOF) is a *FrameError wrapping one.
+var (
+	ErrMalformed      = errors.New("malformed result frame")
+	ErrTruncated      = errors.New("truncated result frame")
+	ErrTooLarge       = errors.New("result frame over the size limit")
+	ErrUnknownVersion = errors.New("unknown result protocol version")
+)
+
+// FrameError is a decoding failure with the facts: where in the stream, which frame, why. InSync reports whether
+// the decoder skipped just this frame and can go on (true) or the stream is lost (false: every later Next fails).
+type FrameError struct {
+	Err     error // one of the sentinels above
+	Offset  int64 // byte offset of the frame's header in the stream
+	Kind    Kind
+	Replica int   // -1 when the header was not readable
+	Length  int64 // the payload length the header declared (-1 when not readable)
+	Limit   int64 // the payload limit in force
+	Version int   // the version byte read (for ErrUnknownVersion)
+	Got     int64 // bytes of the frame received before the stream ended (for ErrTruncated)
+	Detail  string
+	InSync  bool
+	Cause   error // the reader's error that ended the stream early, if any (e.g. os.ErrDeadlineExceeded)
+}
+
+func (e *FrameError) Error() string {
+	s := fmt.Sprintf("%v at byte %d", e.Err, e.Offset)
+	if e.Replica >= 0 {
+		s += fmt.Sprintf(" (%s for replica %d)", e.Kind, e.Replica)
+	}
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Unwrap exposes the sentinel and the reader's error to errors.Is/As.
+func (e *FrameError) Unwrap() []error {
+	if e.Cause != nil && e.Cause != io.ErrUnexpectedEOF {
+		return []error{e.Err, e.Cause}
+	}
+	return []error{e.Err}
+}
+
+// AppendHeader appends the header of a frame with a payload of n bytes to dst.
+func AppendHeader(dst []byte, k Kind, enc Encoding, replica int, n int) []byte {
+	dst = append(dst, Magic[:]...)
+	dst = append(dst, Version, byte(k), byte(enc), 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(replica))
+	return binary.BigEndian.AppendUint32(dst, uint32(n))
+}
+
+// Encode returns the complete wire form of f.
+func Encode(f Frame) ([]byte, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, HeaderSize+len(f.Payload))
+	b = AppendHeader(b, f.Kind, f.Encoding, f.Replica, len(f.Payload))
+	return append(b, f.Payload...), nil
+}
+
+func (f Frame) check() error {
+	if f.Replica < 0 || f.Replica > 1<<31-1 {
+		return fmt.Errorf("replica %d: must be between 0 and 2^31-1: %w", f.Replica, ErrMalformed)
+	}
+	if int64(len(f.Payload)) > MaxPayload {
+		return fmt.Errorf("payload of %d bytes for replica %d: the wire format carries at most %d: %w",
+			len(f.Payload), f.Replica, int64(MaxPayload), ErrTooLarge)
+	}
+	switch f.Kind {
+	case KindResult:
+		if f.Encoding != EncodingJSON && f.Encoding != EncodingPickle {
+			return fmt.Errorf("result for replica %d has %s: use json or pickle: %w", f.Replica, f.Encoding, ErrMalformed)
+		}
+	case KindError, KindHello:
+		if f.Encoding != EncodingJSON {
+			return fmt.Errorf("%s frame for replica %d has %s: must be json: %w", f.Kind, f.Replica, f.Encoding, ErrMalformed)
+		}
+	default:
+		return fmt.Errorf("%s for replica %d: %w", f.Kind, f.Replica, ErrMalformed)
+	}
+	return nil
+}
+
+// Decoder reads frames from a stream. It is not safe for concurrent use.
+type Decoder struct {
+	r     *bufio.Reader
+	limit int64
+	off   int64
+	err   error // sticky: the stream is lost
+	hdr   [HeaderSize]byte
+}
+
+// NewDecoder returns a decoder reading r with a buffer of bufSize bytes (a minimum of 4 KiB applies) that rejects
+// payloads over limit bytes (limit <= 0 means DefaultMaxPayload). Payloads larger than the buffer are read
+// straight into their own slice, so each payload byte is copied once: keep bufSize small (64 KiB).
+func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
+	if limit <= 0 {
+		limit = DefaultMaxPayload
+	}
+	if bufSize < 4096 {
+		bufSize = 4096
+	}
+	return &Decoder{r: bufio.NewReaderSize(r, bufSize), limit: limit}
+}
+
+// Offset returns the number of bytes consumed so far.
+func (d *Decoder) Offset() int64 { return d.off }
+
+// Next returns the next frame, io.EOF at a clean end of stream, a *FrameError, or (when the reader fails at a
+// frame boundary) the reader's error, wrapped. After an error that is not a *FrameError with InSync true, Next
+// keeps returning that error; call Drain to consume the rest of the stream.
+func (d *Decoder) Next() (Frame, error) {
+	if d.err != nil {
+		return Frame{}, d.err
+	}
+	start := d.off
+	n, err := io.ReadFull(d.r, d.hdr[:])
+	d.off += int64(n)
+	if err == io.EOF {
+		return Frame{}, io.EOF
+	}
+	if err != nil && n == 0 {
+		// Not a frame problem: the reader failed at a frame boundary (closed, deadline exceeded, ...).
+		d.err = fmt.Errorf("read the result channel at byte %d: %w", start, err)
+		return Frame{}, d.err
+	}
+	if err != nil {
+		return Frame{}, d.fail(&FrameError{Err: ErrTruncated, Offset: start, Replica: -1, Length: -1, Limit: d.limit,
+			Got: int64(n), Cause: err, Detail: fmt.Sprintf("the stream ended after %d of the %d header bytes (%v)", n, HeaderSize, err)})
+	}
+	h := d.hdr[:]
+	if [4]byte(h[0:4]) != Magic {
+		return Frame{}, d.fail(&FrameError{Err: ErrMalformed, Offset: start, Replica: -1, Length: -1, Limit: d.limit,
+			Detail: fmt.Sprintf("bad magic %q (want %q): this is not a tpurun frame", h[0:4], Magic[:])})
+	}
+	if h[4] != Version {
+		return Frame{}, d.fail(&FrameError{Err: ErrUnknownVersion, Offset: start, Replica: -1, Length: -1, Limit: d.limit,
+			Version: int(h[4]), Detail: fmt.Sprintf("version %d, this tpurun reads version %d", h[4], Version)})
+	}
+	f := Frame{Kind: Kind(h[5]), Encoding: Encoding(h[6])}
+	rep := binary.BigEndian.Uint32(h[8:12])
+	length := int64(binary.BigEndian.Uint32(h[12:16]))
+	fe := &FrameError{Offset: start, Kind: f.Kind, Replica: int(rep), Length: length, Limit: d.limit, InSync: true}
+	if rep > 1<<31-1 {
+		fe.Replica = -1
+	}
+	if length > d.limit {
+		fe.Err, fe.Detail = ErrTooLarge, fmt.Sprintf("payload of %d bytes, the limit is %d", length, d.limit)
+		return Frame{}, d.skip(fe)
+	}
+	f.Replica = int(rep)
+	f.Payload = make([]byte, length)
+	if f.Encoding == EncodingJSON && length >= 1<<cleanShift*4 {
+		// Read in cache-sized chunks and note which blocks are plain string bytes while they are still in cache,
+		// so validating the payload afterwards skips them (large results are mostly long strings).
+		n = 0
+		for n < int(length) && err == nil {
+			var m int
+			m, err = io.ReadFull(d.r, f.Payload[n:min(int(length), n+max(readChunk, d.r.Size()))])
+			f.clean = cleanBlocks(f.clean, f.Payload[:n+m], n, cleanShift)
+			n += m
+		}
+	} else {
+		n, err = io.ReadFull(d.r, f.Payload)
+	}
+	d.off += int64(n)
+	if err != nil {
+		fe.Err, fe.InSync, fe.Got, fe.Cause = ErrTruncated, false, int64(HeaderSize+n), err
+		fe.Detail = fmt.Sprintf("the stream ended after %d of the %d payload bytes (%v)", n, length, err)
+		return Frame{}, d.fail(fe)
+	}
+	switch {
+	case h[7] != 0:
+		fe.Err, fe.Detail = ErrMalformed, fmt.Sprintf("reserved byte is %d, must be 0", h[7])
+	case fe.Replica < 0:
+		fe.Err, fe.Detail = ErrMalformed, fmt.Sprintf("replica %d is over 2^31-1", rep)
+	default:
+		if err := f.check(); err != nil {
+			fe.Err, fe.Detail = ErrMalformed, err.Error()
+		}
+	}
+	if fe.Err != nil {
+		return Frame{}, fe
+	}
+	return f, nil
+}
+
+func (d *Decoder) fail(fe *FrameError) error {
+	fe.InSync = false
+	d.err = fe
+	return fe
+}
+
+// skip discards the payload of a frame that is rejected whole, keeping the stream in sync.
+func (d *Decoder) skip(fe *FrameError) error {
+	n, err := io.CopyN(io.Discard, d.r, fe.Length)
+	d.off += n
+	if err != nil {
+		fe.Got = HeaderSize + n
+		fe.Detail += fmt.Sprintf("; and the stream ended after %d of its %d payload bytes", n, fe.Length)
+		return d.fail(fe)
+	}
+	return fe
+}
+
+// Drain reads and discards the rest of the stream, so that a writer is never left blocked on a full pipe.
+func (d *Decoder) Drain() (int64, error) {
+	n, err := io.Copy(io.Discard, d.r)
+	d.off += n
+	return n, err
+}

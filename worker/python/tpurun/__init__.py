@@ -1,0 +1,35 @@
+"""tpurun's worker-side Python module (stdlib only).
+
+In a worker started by tpurun:
+    import tpurun
+    for r in tpurun.replicas():
+        tpurun.report(r, {"loss": 0.1})      # JSON when serialisable, else pickle
+    tpurun.fail(r, exc)                       # an error (type, message, traceback) for replica r
+
+Function mode (xmp.spawn without its traps): ``python3 -m tpurun.fn module:function`` is what ``tpurun --fn``
+runs in each worker. ``tpurun.spawn(fn, args, nprocs)`` runs the tpurun binary and returns {ordinal: result}.
+
+Importing this module marks the inherited result descriptor non-inheritable, so subprocesses never get it.
+"""
+
+from ._wire import ChannelError, channel, protect_fd, replicas_from_env
+from ._spawn import SpawnError, spawn, target_of, load_document
+
+__all__ = ["report", "fail", "replicas", "spawn", "SpawnError", "ChannelError", "target_of", "load_document"]
+
+protect_fd()
+
+
+def replicas():
+    """The replicas (device ordinals) this worker owns, from TPURUN_REPLICAS (or RANK)."""
+    return replicas_from_env()
+
+
+def report(replica, value):
+    """Report value as the result of replica: JSON when serialisable, otherwise pickled (and marked so)."""
+    channel().report(replica, value)
+
+
+def fail(replica, exc):
+    """Report exc (an exception) as the failure of replica, with its type, message and traceback."""
+    channel().fail(replica, exc)

@@ -1,0 +1,82 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var jsonSeeds = []string{
+	`0`, `-0`, `-`, `01`, `1.`, `1.5e`, `1e+9`, `-1.25E-3`, `.5`, `+1`, `1e`, `true`, `tru`, `nul`, `null `, ` false`,
+	`""`, `"`, `"\"`, `"\u00e9\n"`, `"\u00G0"`, `"\x"`, "\"tab\there\"", "\"\x7f\xff\xfe\"", `"abcdefgh\"ijklmnop"`,
+	`"0123456789abcdef0123456789"`, "\"0123456789\x01abcdef\"", `[]`, `[1,]`, `[,1]`, `[1 2]`, `{}`, `{"a":1,}`,
+	`{"a" 1}`, `{1:2}`, `{"a":[{"b":null}]}`, `[1]]`, `{}{}`, "\n[\t1 ,\r2 ]\n", ``, ` `, `"\ud800"`,
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
+}
+
+func TestValidJSONMatchesEncodingJSON(t *testing.T) {
+	long := strings.Repeat("abcdefgh", 3000)
+	seeds := append(slices.Clone(jsonSeeds), `"`+long+`"`, `"`+long, `["`+long+`\"`+long+`"]`,
+		`"`+long+""+long+`"`, `"`+long+`\q"`, `{"`+long+`":"`+long+`"}`)
+	for _, s := range seeds {
+		want := json.Valid([]byte(s))
+		if got := ValidJSON([]byte(s)); got != want {
+			t.Errorf("ValidJSON(%.40q) = %v, json.Valid says %v", s, got, want)
+		}
+		for shift := uint(3); shift <= 12; shift++ {
+			b := []byte(s)
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift); got != want {
+				t.Errorf("validJSON(%.40q) with %d-byte blocks = %v, json.Valid says %v", s, 1<<shift, got, want)
+			}
+		}
+		// Through the decoder (chunked reads with the hint), as the collector sees it.
+		b, _ := Encode(Frame{Kind: KindResult, Encoding: EncodingJSON, Payload: []byte(s)})
+		f, err := NewDecoder(bytes.NewReader(b), 0, 0).Next()
+		if err != nil || f.ValidJSON() != want {
+			t.Errorf("decoded frame %.40q: ValidJSON %v, want %v (%v)", s, f.ValidJSON(), want, err)
+		}
+	}
+}
+
+// FuzzValidJSON is a differential fuzzer: ValidJSON must agree with encoding/json on every input.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range jsonSeeds {
+		if len(s) < 1000 {
+			f.Add([]byte(s))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := json.Valid(b)
+		if got := ValidJSON(b); got != want {
+			t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
+		}
+		for shift := uint(3); shift <= 6; shift++ {
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift); got != want {
+				t.Fatalf("validJSON(%q) with %d-byte clean blocks = %v, json.Valid says %v", b, 1<<shift, got, want)
+			}
+		}
+	})
+}
+
+func BenchmarkValidJSONString(b *testing.B) {
+	p := []byte(`"` + strings.Repeat("abcdefghijklmnop", 1<<16) + `"`)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		if !ValidJSON(p) {
+			b.Fatal("invalid")
+		}
+	}
+}
+
+func BenchmarkEncodingJSONValidString(b *testing.B) {
+	p := []byte(`"` + strings.Repeat("abcdefghijklmnop", 1<<16) + `"`)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		if !json.Valid(p) {
+			b.Fatal("invalid")
+		}
+	}
+}
