@@ -25,8 +25,10 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-bench: build ## measure tpurun against the baselines; writes docs/BENCHMARKS.md
-	@echo "bench: not yet implemented"; exit 1
+bench: build ## measure tpurun against a shell, pipes and torchrun; writes docs/BENCHMARKS.md and docs/launch.svg
+	.ci/deps
+	$(GO) build -o $(BIN)/tpurun-bench ./cmd/tpurun-bench
+	$(BIN)/tpurun-bench -tpurun $(TPURUN) -out docs/BENCHMARKS.md -svg docs/launch.svg
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@echo "fuzz: not yet implemented"; exit 1

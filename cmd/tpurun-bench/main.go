@@ -1,0 +1,103 @@
+// Command tpurun-bench measures tpurun against baselines taken in the same run on the same machine: a shell that
+// starts N background processes, plain pipes, and Debian's torchrun. It writes a markdown table and an SVG chart
+// (`make bench`). Every figure is the median of several runs and is reported as a ratio against its baseline.
+//
+// The same binary is also the benchmark's worker program: `tpurun-bench worker MODE ...` (see worker.go).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "worker" {
+		os.Exit(runWorker(os.Args[2:]))
+	}
+	var cfg config
+	flag.StringVar(&cfg.tpurun, "tpurun", "bin/tpurun", "the tpurun binary to measure")
+	flag.StringVar(&cfg.torchrun, "torchrun", "torchrun", "the torchrun to compare with (empty: skip, reported as MISS)")
+	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python with torch, for the all_reduce job")
+	flag.StringVar(&cfg.out, "out", "docs/BENCHMARKS.md", "markdown report")
+	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
+	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
+	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
+	flag.Parse()
+	if cfg.quick {
+		cfg.runs = 3
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	cfg.self = self
+	if cfg.tpurun, err = filepath.Abs(cfg.tpurun); err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	rows, launch, err := measureAll(&cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	report := renderMarkdown(rows, cfg)
+	fmt.Print(report)
+	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(cfg.svg, []byte(renderSVG(launch)), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s and %s\n", cfg.out, cfg.svg)
+}
+
+type config struct {
+	self, tpurun, torchrun, python string
+	out, svg                       string
+	runs                           int
+	quick                          bool
+}
+
+// row is one line of the report: a figure, its baseline, their ratio and the target it is held to.
+type row struct {
+	name     string
+	figure   string
+	baseline string
+	ratio    float64
+	target   string
+	pass     bool
+	note     string
+}
+
+func renderMarkdown(rows []row, cfg config) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "# tpurun benchmarks\n\nMeasured by `make bench` on %s, %s, %d runs per figure (median).\n",
+		host, time.Now().UTC().Format("2006-01-02 15:04 MST"), cfg.runs)
+	b.WriteString("Ratios compare tpurun with a baseline measured in the same run on the same machine.\n\n")
+	b.WriteString("| measure | tpurun | baseline | ratio | target | verdict | note |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		verdict := "MISS"
+		if r.pass {
+			verdict = "PASS"
+		}
+		ratio := "-"
+		if r.ratio > 0 {
+			ratio = fmt.Sprintf("%.2f", r.ratio)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.figure, r.baseline, ratio, r.target, verdict, r.note)
+	}
+	b.WriteString("\n![launch time against N](launch.svg)\n\n")
+	b.WriteString("torchrun is Debian's (python3-torch 1.13) on Python 3.11. Its default `--redirects 0 --tee 0` crashes there " +
+		"(`Std.from_str(\"0\")` returns None because Python 3.11 no longer iterates the zero member of an IntFlag), so " +
+		"the harness passes `--redirects 9:1 --tee 9:1`, a mapping for a local rank that does not exist, which leaves " +
+		"every real rank at `Std.NONE`, the intended default; and `--monitor_interval 0.01`, its fastest useful setting.\n")
+	return b.String()
+}

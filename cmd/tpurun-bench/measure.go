@@ -1,0 +1,385 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// sample is one timed run of a command.
+type sample struct {
+	wall   time.Duration
+	maxRSS int64 // KiB, from wait4: the largest of the process and its waited-for descendants
+}
+
+// run starts argv, feeds its stdout to sink (nil: discarded), waits, and fails unless it exits 0.
+func run(argv []string, env []string, sink io.Writer) (sample, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout = sink
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	s := sample{wall: time.Since(start)}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		s.maxRSS = ru.Maxrss
+	}
+	if err != nil {
+		tail := stderr.String()
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return s, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail)
+	}
+	return s, nil
+}
+
+// repeat runs f n times and returns the median wall time and median max RSS.
+func repeat(n int, f func() (sample, error)) (sample, error) {
+	var walls []time.Duration
+	var rss []int64
+	for i := 0; i < n; i++ {
+		s, err := f()
+		if err != nil {
+			return sample{}, err
+		}
+		walls = append(walls, s.wall)
+		rss = append(rss, s.maxRSS)
+	}
+	slices.Sort(walls)
+	slices.Sort(rss)
+	return sample{wall: walls[n/2], maxRSS: rss[n/2]}, nil
+}
+
+// launchPoint is one N of the launch chart.
+type launchPoint struct {
+	n                       int
+	tpurun, shell, torchrun time.Duration
+	tpurunRSS               int64
+}
+
+func measureAll(cfg *config) ([]row, []launchPoint, error) {
+	var rows []row
+	var points []launchPoint
+	ns := []int{1, 8, 64, 256}
+	for _, n := range ns {
+		p := launchPoint{n: n}
+		tp, err := repeat(cfg.runs, func() (sample, error) {
+			return run([]string{cfg.tpurun, "--nprocs", strconv.Itoa(n), "--", "/bin/true"}, nil, nil)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		sh, err := repeat(cfg.runs, func() (sample, error) {
+			script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do /bin/true & i=$((i+1)); done; wait", n)
+			return run([]string{"/bin/sh", "-c", script}, nil, nil)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		p.tpurun, p.shell, p.tpurunRSS = tp.wall, sh.wall, tp.maxRSS
+		if cfg.torchrun != "" {
+			tr, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+				return run(torchrunArgs(cfg, n, "--no_python", "/bin/true"), nil, nil)
+			})
+			if err != nil {
+				return nil, nil, err
+			}
+			p.torchrun = tr.wall
+		}
+		points = append(points, p)
+		ratio := seconds(p.tpurun) / seconds(p.shell)
+		rows = append(rows, row{
+			name: fmt.Sprintf("launch+reap %d × /bin/true", n), figure: ms(p.tpurun), baseline: "sh: " + ms(p.shell),
+			ratio: ratio, target: "≤ 2.0", pass: ratio <= 2.0,
+		})
+	}
+	for _, p := range points {
+		if p.n == 8 || p.n == 256 {
+			mib := float64(p.tpurunRSS) / 1024
+			rows = append(rows, row{
+				name: fmt.Sprintf("launcher peak RSS, N=%d", p.n), figure: fmt.Sprintf("%.1f MiB", mib), baseline: "-",
+				target: "≤ 40 MiB", pass: mib <= 40, note: "max RSS from wait4 (launcher or a /bin/true child)",
+			})
+		}
+	}
+	trRows, err := measureTorchrun(cfg, points)
+	if err != nil {
+		trRows = append(trRows, row{name: "vs torchrun", target: "measured", note: "failed: " + oneLine(err)})
+	}
+	rows = append(rows, trRows...)
+	for _, ignore := range []bool{false, true} {
+		r, err := measureTeardown(cfg, ignore)
+		if err != nil {
+			r = row{name: "teardown", target: "measured", note: "failed: " + oneLine(err)}
+		}
+		rows = append(rows, r)
+	}
+	for _, m := range []struct {
+		name string
+		f    func(*config) (row, error)
+	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}} {
+		if m.f == nil {
+			rows = append(rows, measureRendezvous(cfg)...)
+			continue
+		}
+		r, err := m.f(cfg)
+		if err != nil {
+			r = row{name: m.name, target: "measured", note: "failed: " + oneLine(err)}
+		}
+		rows = append(rows, r)
+	}
+	return rows, points, nil
+}
+
+func torchrunArgs(cfg *config, n int, rest ...string) []string {
+	args := []string{cfg.torchrun, "--standalone", "--nproc_per_node", strconv.Itoa(n),
+		"--redirects", "9:1", "--tee", "9:1", "--monitor_interval", "0.01"}
+	return append(args, rest...)
+}
+
+func measureTorchrun(cfg *config, points []launchPoint) ([]row, error) {
+	if cfg.torchrun == "" {
+		return []row{{name: "vs torchrun", target: "measured", note: "torchrun not given"}}, nil
+	}
+	var rows []row
+	for _, p := range points {
+		if p.n == 8 {
+			ratio := seconds(p.torchrun) / seconds(p.tpurun)
+			rows = append(rows, row{
+				name: "8 × /bin/true, torchrun ÷ tpurun", figure: ms(p.tpurun), baseline: "torchrun: " + ms(p.torchrun),
+				ratio: ratio, target: "≥ 50 (tpurun faster)", pass: ratio >= 50,
+			})
+		}
+	}
+	script, err := filepath.Abs("examples/torch_allreduce.py")
+	if err != nil {
+		return nil, err
+	}
+	tp, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		return run([]string{cfg.tpurun, "--nprocs", "4", "--", cfg.python, "-u", script}, nil, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	tr, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		return run(torchrunArgs(cfg, 4, script), []string{"PYTHON_EXEC=" + cfg.python}, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ratio := seconds(tp.wall) / seconds(tr.wall)
+	rows = append(rows, row{
+		name: "4-worker gloo all_reduce, tpurun ÷ torchrun", figure: ms(tp.wall), baseline: "torchrun: " + ms(tr.wall),
+		ratio: ratio, target: "≤ 1.0 (not slower)", pass: ratio <= 1.0,
+	})
+	return rows, nil
+}
+
+// measureTeardown times, for 8 workers, the moment rank 0 SIGKILLs itself to the moment tpurun has exited: an
+// upper bound on "every other worker gone", since tpurun exits only after reaping them all.
+func measureTeardown(cfg *config, ignoreTerm bool) (row, error) {
+	grace := 2 * time.Second
+	name := "teardown after SIGKILL of 1 of 8, beyond grace"
+	extra := []string{}
+	if ignoreTerm {
+		grace = 200 * time.Millisecond
+		name = "teardown, workers ignore SIGTERM, beyond grace"
+		extra = []string{"ignore"}
+	}
+	var lat []time.Duration
+	for i := 0; i < cfg.runs; i++ {
+		dir, err := os.MkdirTemp("", "tpurun-bench-teardown")
+		if err != nil {
+			return row{}, err
+		}
+		argv := append([]string{cfg.tpurun, "--nprocs", "8", "--grace", grace.String(), "--",
+			cfg.self, "worker", "teardown", dir, "8"}, extra...)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		if err := cmd.Run(); err == nil {
+			os.RemoveAll(dir)
+			return row{}, errors.New("teardown run exited 0; want the killed worker's code")
+		}
+		end := time.Now()
+		stamp, err := os.ReadFile(filepath.Join(dir, "killed"))
+		os.RemoveAll(dir)
+		if err != nil {
+			return row{}, fmt.Errorf("teardown: rank 0 never killed itself: %w", err)
+		}
+		ns, _ := strconv.ParseInt(string(stamp), 10, 64)
+		d := end.Sub(time.Unix(0, ns))
+		if ignoreTerm {
+			d -= grace
+		}
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	med := lat[len(lat)/2]
+	return row{
+		name: name, figure: ms(med), baseline: "grace " + grace.String(), target: "≤ 50 ms", pass: med <= 50*time.Millisecond,
+		note: "kill → tpurun exited (all reaped)",
+	}, nil
+}
+
+// lineRE matches one forwarded line: an optional rank prefix, then "<rank> <seq> <body>".
+var lineRE = regexp.MustCompile(`^(?:\[[^\]]*\] ?)?(\d+) (\d+) (.*)$`)
+
+// lineCounter checks every forwarded line: per rank consecutive sequence numbers and an intact body.
+type lineCounter struct {
+	next       map[string]int
+	bad, lines int
+}
+
+func countLines(r io.Reader) *lineCounter {
+	c := &lineCounter{next: map[string]int{}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := lineRE.FindSubmatch(sc.Bytes())
+		if m == nil || string(m[3]) != lineBody {
+			c.bad++
+			continue
+		}
+		seq, _ := strconv.Atoi(string(m[2]))
+		if seq != c.next[string(m[1])] {
+			c.bad++
+		}
+		c.next[string(m[1])] = seq + 1
+		c.lines++
+	}
+	return c
+}
+
+func measureOutput(cfg *config) (row, error) {
+	per := int64(50_000_000)
+	if cfg.quick {
+		per = 5_000_000
+	}
+	total := 8 * per
+	var want int
+	for seq, n := 0, int64(0); n < per; seq++ {
+		n += int64(len(fmt.Sprintf("0 %d %s\n", seq, lineBody)))
+		want++
+	}
+	// One untimed run checks every line; the timed runs of tpurun and of the baseline feed the same sink.
+	pr, pw := io.Pipe()
+	done := make(chan *lineCounter)
+	go func() { done <- countLines(pr) }()
+	_, err := run([]string{cfg.tpurun, "--nprocs", "8", "--", cfg.self, "worker", "lines", strconv.FormatInt(per, 10)}, nil, pw)
+	pw.Close()
+	c := <-done
+	if err != nil {
+		return row{}, err
+	}
+	lost := c.bad + 8*want - c.lines
+	tp, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		return run([]string{cfg.tpurun, "--nprocs", "8", "--", cfg.self, "worker", "lines", strconv.FormatInt(per, 10)}, nil, io.Discard)
+	})
+	if err != nil {
+		return row{}, err
+	}
+	base, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		script := fmt.Sprintf(`for r in 0 1 2 3 4 5 6 7; do RANK=$r "%s" worker lines %d & done | cat; wait`, cfg.self, per)
+		return run([]string{"/bin/bash", "-c", script}, nil, io.Discard)
+	})
+	if err != nil {
+		return row{}, err
+	}
+	mbps := func(d time.Duration) float64 { return float64(total) / 1e6 / seconds(d) }
+	ratio := mbps(tp.wall) / mbps(base.wall)
+	return row{
+		name: fmt.Sprintf("output 8 × %d MB of lines", per/1_000_000), figure: fmt.Sprintf("%.0f MB/s", mbps(tp.wall)),
+		baseline: fmt.Sprintf("cat pipe: %.0f MB/s", mbps(base.wall)), ratio: ratio, target: "≥ 0.5, 0 lines lost/split",
+		pass: ratio >= 0.5 && lost == 0, note: fmt.Sprintf("%d lines lost or split", lost),
+	}, nil
+}
+
+// measureResults sends 8 × 32 MiB of results through tpurun's result channels, against 8 plain pipes carrying the
+// same bytes to cat.
+func measureResults(cfg *config) (row, error) {
+	per := int64(32 << 20)
+	if cfg.quick {
+		per = 4 << 20
+	}
+	n := strconv.FormatInt(per, 10)
+	tp, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		return run([]string{cfg.tpurun, "--expect-results", "--nprocs", "8", "--", cfg.self, "worker", "result", n}, nil, nil)
+	})
+	if err != nil {
+		return row{}, err
+	}
+	base, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
+		script := fmt.Sprintf(`for r in 0 1 2 3 4 5 6 7; do ("%s" worker raw %s | cat > /dev/null) & done; wait`, cfg.self, n)
+		return run([]string{"/bin/bash", "-c", script}, nil, nil)
+	})
+	if err != nil {
+		return row{}, err
+	}
+	mbps := func(d time.Duration) float64 { return float64(8*per) / 1e6 / seconds(d) }
+	ratio := mbps(tp.wall) / mbps(base.wall)
+	return row{
+		name: fmt.Sprintf("results 8 × %d MiB", per>>20), figure: fmt.Sprintf("%.0f MB/s", mbps(tp.wall)),
+		baseline: fmt.Sprintf("pipe | cat: %.0f MB/s", mbps(base.wall)), ratio: ratio, target: "≥ 0.5", pass: ratio >= 0.5,
+		note: "includes process start; payload checked as JSON by the collector",
+	}, nil
+}
+
+// benchLine matches a Go benchmark result line: name, iterations, ns/op.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+
+// measureRendezvous runs the rendezvous package's 256-node benchmarks (embedded server and a real etcd).
+func measureRendezvous(cfg *config) []row {
+	targets := map[string]time.Duration{"BenchmarkRendezvous256TCP": time.Second, "BenchmarkRendezvous256Etcd": 3 * time.Second}
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "Rendezvous256", "-benchtime", strconv.Itoa(max(3, cfg.runs/2))+"x", "./rendezvous")
+	out, err := cmd.CombinedOutput()
+	got := map[string]time.Duration{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if m := benchLine.FindStringSubmatch(l); m != nil {
+			ns, _ := strconv.ParseFloat(m[2], 64)
+			got[m[1]] = time.Duration(ns)
+		}
+	}
+	var rows []row
+	for _, name := range []string{"BenchmarkRendezvous256TCP", "BenchmarkRendezvous256Etcd"} {
+		d, ok := got[name]
+		r := row{name: "rendezvous of 256 nodes, " + strings.TrimPrefix(name, "BenchmarkRendezvous256"),
+			target: "≤ " + targets[name].String(), baseline: "-"}
+		if !ok {
+			r.note = "not measured: " + oneLine(fmt.Errorf("%v %s", err, lastLines(string(out), 3)))
+		} else {
+			r.figure, r.ratio, r.pass = ms(d), d.Seconds()/targets[name].Seconds(), d <= targets[name]
+			r.note = "mean per rendezvous (go test -bench); ratio against the target"
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func oneLine(err error) string {
+	s := strings.Join(strings.Fields(err.Error()), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return strings.ReplaceAll(s, "|", "/")
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], " ")
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"tpurun/worker"
+)
+
+// lineBody is the fixed body of every generated line, so a split or a merged line is visible in its length.
+const lineBody = "the quick brown fox jumps over the lazy dog; the quick brown fox jumps over the lazy dog."
+
+// runWorker is the benchmark's worker program, started by tpurun (or by a baseline) as `tpurun-bench worker MODE`.
+//
+//	lines BYTES              write about BYTES of numbered lines "<rank> <seq> <body>" to stdout
+//	raw BYTES                write BYTES of zeroes to stdout (the plain-pipe baseline for results)
+//	result BYTES             report a JSON string of BYTES for each owned replica through the result channel
+//	teardown DIR N [ignore]  mark DIR/ready.<rank>; rank 0 waits for N marks, writes DIR/killed and SIGKILLs itself;
+//	                         the others wait forever (with "ignore": ignoring SIGTERM)
+func runWorker(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: tpurun-bench worker lines|raw|teardown ...")
+		return 2
+	}
+	rank := os.Getenv("RANK")
+	switch args[0] {
+	case "lines":
+		n, _ := strconv.ParseInt(args[1], 10, 64)
+		w := bufio.NewWriterSize(os.Stdout, 256<<10)
+		var written int64
+		for seq := 0; written < n; seq++ {
+			k, _ := fmt.Fprintf(w, "%s %d %s\n", rank, seq, lineBody)
+			written += int64(k)
+		}
+		if err := w.Flush(); err != nil {
+			return 1
+		}
+		return 0
+	case "raw":
+		n, _ := strconv.ParseInt(args[1], 10, 64)
+		buf := make([]byte, 1<<20)
+		for n > 0 {
+			k := min(n, int64(len(buf)))
+			if _, err := os.Stdout.Write(buf[:k]); err != nil {
+				return 1
+			}
+			n -= k
+		}
+		return 0
+	case "result":
+		// One JSON string of about BYTES per owned replica, sent through the result channel.
+		n, _ := strconv.ParseInt(args[1], 10, 64)
+		c, err := worker.Open()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		payload := bytes.Repeat([]byte("a"), int(n))
+		payload[0], payload[len(payload)-1] = '"', '"'
+		for _, r := range c.Replicas() {
+			if err := c.Send(worker.Frame{Kind: worker.KindResult, Encoding: worker.EncodingJSON, Replica: r, Payload: payload}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		if err := c.Close(); err != nil {
+			return 1
+		}
+		return 0
+	case "teardown":
+		dir := args[1]
+		want, _ := strconv.Atoi(args[2])
+		if len(args) > 3 && args[3] == "ignore" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ready."+rank), nil, 0o644); err != nil {
+			return 1
+		}
+		if rank != "0" {
+			for {
+				time.Sleep(time.Hour) // wait to be stopped; a bare select{} trips Go's deadlock detector
+			}
+		}
+		for {
+			m, _ := filepath.Glob(filepath.Join(dir, "ready.*"))
+			if len(m) >= want {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		stamp := strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := os.WriteFile(filepath.Join(dir, "killed"), []byte(stamp), 0o644); err != nil {
+			return 1
+		}
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "unknown worker mode", args[0])
+	return 2
+}
