@@ -294,15 +294,16 @@ func (r *run) cleanup(a *Attempt, ws []*worker) {
 // start starts one worker with its env, pipes and log files.
 func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *worker) (*worker, error) {
 	wk := &worker{w: w}
-	base := attemptDir
-	if base == "" {
-		base = filepath.Join(r.scratch, "attempt_"+strconv.Itoa(n))
+	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
+	// mkdir the largest cost of starting hundreds of workers.
+	wk.errFile = filepath.Join(r.scratch, "error-"+strconv.Itoa(n)+"-"+strconv.Itoa(w.Rank)+".json")
+	rankDir := filepath.Join(attemptDir, strconv.Itoa(w.Rank))
+	if attemptDir != "" {
+		if err := os.MkdirAll(rankDir, 0o755); err != nil {
+			return nil, fmt.Errorf("%w: rank %d: log directory %s: %w", ErrInternal, w.Rank, rankDir, err)
+		}
+		wk.errFile = filepath.Join(rankDir, "error.json")
 	}
-	rankDir := filepath.Join(base, strconv.Itoa(w.Rank))
-	if err := os.MkdirAll(rankDir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: rank %d: log directory: %w", ErrInternal, w.Rank, err)
-	}
-	wk.errFile = filepath.Join(rankDir, "error.json")
 	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: n, MaxRestarts: r.cfg.MaxRestarts,
 		MasterAddr: r.cfg.MasterAddr, MasterPort: r.cfg.MasterPort, ErrorFile: wk.errFile}
 
