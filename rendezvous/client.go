@@ -1,0 +1,291 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// client is one node's connection to the embedded server: requests with ids, replies dispatched by id, failures
+// pushed by the server, pings every third of the heartbeat.
+type client struct {
+	addr  string
+	nc    net.Conn
+	token string
+	max   int
+	hb    time.Duration
+	log   *zap.Logger
+
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	next     uint64
+	pending  map[uint64]chan *message
+	err      error // why the connection ended
+	closing  bool
+	left     bool
+	self     NodeRef
+	failures chan Failure
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// dial connects to addr, retrying until ctx ends (the server may not be up yet).
+func dial(ctx context.Context, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
+	var d net.Dialer
+	backoff := 20 * time.Millisecond
+	for {
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c := &client{addr: addr, nc: nc, token: token, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
+				failures: make(chan Failure, 1024), done: make(chan struct{}), self: NodeRef{Rank: -1}}
+			c.wg.Add(2)
+			go c.read()
+			go c.ping()
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check --rdzv-endpoint", addr, err))
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func (c *client) write(m *message) error {
+	m.Token = c.token
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(c.hb))
+	return writeMessage(c.nc, m, c.max)
+}
+
+func (c *client) ping() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.hb / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if err := c.write(&message{Type: msgPing}); err != nil {
+				c.nc.Close()
+				return
+			}
+		}
+	}
+}
+
+func (c *client) read() {
+	defer c.wg.Done()
+	var end error
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(c.hb))
+		m, err := readMessage(c.nc, c.max)
+		if err != nil {
+			end = err
+			break
+		}
+		switch m.Type {
+		case msgPong:
+		case msgReply:
+			c.mu.Lock()
+			ch := c.pending[m.ID]
+			delete(c.pending, m.ID)
+			c.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		case msgFailure:
+			if m.Failure != nil {
+				c.push(*m.Failure)
+			}
+		case msgRejected:
+			if m.Error != nil {
+				end = m.Error.err()
+			} else {
+				end = newError(ErrProtocol, "server rejected the connection")
+			}
+		default:
+			end = newError(ErrProtocol, fmt.Sprintf("server sent a %q message", m.Type))
+		}
+		if end != nil {
+			break
+		}
+	}
+	c.nc.Close()
+	c.mu.Lock()
+	quiet := c.closing || c.left
+	if !quiet {
+		var e *Error
+		if !errors.As(end, &e) {
+			what := "dropped the connection"
+			var ne net.Error
+			if errors.As(end, &ne) && ne.Timeout() {
+				what = fmt.Sprintf("stayed silent for %s", c.hb)
+			} else if errors.Is(end, io.EOF) {
+				what = "closed the connection"
+			}
+			end = newError(ErrServerLost, fmt.Sprintf("the rendezvous server at %s %s (node 0 gone?): %v", c.addr, what, end), NodeRef{Rank: 0, Host: c.addr})
+		}
+	} else {
+		end = newError(ErrClosed, "session closed")
+	}
+	c.err = end
+	pend := c.pending
+	c.pending = map[uint64]chan *message{}
+	c.mu.Unlock()
+	close(c.done)
+	for _, ch := range pend {
+		close(ch)
+	}
+	if !quiet {
+		c.log.Warn("rendezvous connection lost", zap.Error(end))
+		var e *Error
+		errors.As(end, &e)
+		if e.Kind != ErrBadToken && e.Kind != ErrProtocol {
+			c.push(Failure{Node: NodeRef{Rank: 0, Host: c.addr}, WorkerRank: -1, Lost: true, Reason: end.Error(), At: time.Now()})
+		}
+	}
+	close(c.failures)
+}
+
+func (c *client) push(f Failure) {
+	select {
+	case c.failures <- f:
+	default:
+		c.log.Error("rendezvous failure dropped: the Failures channel is full (nobody reads it?)", zap.Stringer("failure", f))
+	}
+}
+
+// call sends m and waits for its reply; the wait is bounded by ctx, by the timeout the server was given plus
+// one heartbeat, and by the connection.
+func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*message, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		// leave the server room to answer (with the names of the late nodes) before ctx ends
+		left := time.Until(dl)
+		timeout = min(timeout, left-min(max(left/20, 20*time.Millisecond), time.Second))
+	}
+	if timeout <= 0 {
+		return nil, newError(ErrTimeout, fmt.Sprintf("no time left for %s", m.Type))
+	}
+	m.TimeoutMS = max(timeout.Milliseconds(), 1)
+	ch := make(chan *message, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.next++
+	m.ID = c.next
+	c.pending[m.ID] = ch
+	c.mu.Unlock()
+	forget := func() {
+		c.mu.Lock()
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+	}
+	if err := c.write(m); err != nil {
+		forget()
+		c.nc.Close()
+		<-c.done
+		return nil, c.connErr()
+	}
+	t := time.NewTimer(timeout + c.hb)
+	defer t.Stop()
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, c.connErr()
+		}
+		if r.Error != nil {
+			return r, r.Error.err()
+		}
+		return r, nil
+	case <-ctx.Done():
+		forget()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Error{Kind: ErrTimeout, Detail: fmt.Sprintf("%s: the context deadline passed before the server at %s answered", m.Type, c.addr)}
+		}
+		return nil, fmt.Errorf("rendezvous %s: %w", m.Type, ctx.Err())
+	case <-t.C:
+		forget()
+		return nil, newError(ErrServerLost, fmt.Sprintf("the server at %s did not answer a %s request within %s", c.addr, m.Type, timeout+c.hb))
+	}
+}
+
+func (c *client) connErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return newError(ErrServerLost, "connection to "+c.addr+" ended")
+}
+
+func (c *client) close() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.nc.Close()
+	c.wg.Wait()
+}
+
+// tcpSession is a Session backend on the embedded server.
+type tcpSession struct {
+	c       *client
+	timeout time.Duration
+}
+
+func (t *tcpSession) barrier(ctx context.Context, name string) error {
+	_, err := t.c.call(ctx, &message{Type: msgBarrier, Name: name}, t.timeout)
+	return err
+}
+
+func (t *tcpSession) publish(ctx context.Context, key string, data []byte) error {
+	_, err := t.c.call(ctx, &message{Type: msgPublish, Name: key, Data: data}, t.timeout)
+	return err
+}
+
+func (t *tcpSession) gather(ctx context.Context, key string) (map[int][]byte, error) {
+	r, err := t.c.call(ctx, &message{Type: msgGather, Name: key}, t.timeout)
+	if err != nil {
+		return nil, err
+	}
+	if r.Gathered == nil {
+		r.Gathered = map[int][]byte{}
+	}
+	return r.Gathered, nil
+}
+
+func (t *tcpSession) fail(ctx context.Context, f Failure) error {
+	_, err := t.c.call(ctx, &message{Type: msgFail, Failure: &f}, t.timeout)
+	return err
+}
+
+func (t *tcpSession) leave(ctx context.Context) error {
+	_, err := t.c.call(ctx, &message{Type: msgLeave}, t.timeout)
+	if err == nil {
+		t.c.mu.Lock()
+		t.c.left = true
+		t.c.mu.Unlock()
+	}
+	return err
+}
+
+func (t *tcpSession) failures() <-chan Failure { return t.c.failures }
+
+func (t *tcpSession) close() error {
+	t.c.close()
+	return nil
+}

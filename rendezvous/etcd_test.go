@@ -1,0 +1,163 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// etcdCluster is a real etcd cluster of n members started in-process (temp dirs, free loopback ports).
+type etcdCluster struct {
+	members   []*embed.Etcd
+	endpoints []string
+}
+
+func startEtcd(t testing.TB, n int) *etcdCluster {
+	t.Helper()
+	var peers []string
+	cfgs := make([]*embed.Config, n)
+	for i := range n {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Dir = t.TempDir()
+		cu := url.URL{Scheme: "http", Host: freeAddr(t)}
+		pu := url.URL{Scheme: "http", Host: freeAddr(t)}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		cfg.LogLevel = "panic"
+		cfg.TickMs, cfg.ElectionMs = 20, 200
+		cfg.UnsafeNoFsync = true
+		peers = append(peers, cfg.Name+"="+pu.String())
+		cfgs[i] = cfg
+	}
+	c := &etcdCluster{members: make([]*embed.Etcd, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(peers, ",")
+		c.endpoints = append(c.endpoints, cfg.ListenClientUrls[0].Host)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.members[i], errs[i] = embed.StartEtcd(cfg)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(c.stop)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("etcd member %d: %v", i, err)
+		}
+	}
+	for i, e := range c.members {
+		select {
+		case <-e.Server.ReadyNotify():
+		case <-time.After(20 * time.Second):
+			t.Fatalf("etcd member %d not ready", i)
+		}
+	}
+	return c
+}
+
+func (c *etcdCluster) stopMember(i int) {
+	if c.members[i] != nil {
+		c.members[i].Close()
+		<-c.members[i].Server.StopNotify()
+		c.members[i] = nil
+	}
+}
+
+func (c *etcdCluster) stop() {
+	for i := range c.members {
+		c.stopMember(i)
+	}
+}
+
+// newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
+func newEtcdCluster(t *testing.T, ec *etcdCluster, n int) *cluster {
+	c := newCluster(t, BackendEtcd, n)
+	c.endpoint = strings.Join(ec.endpoints, ",")
+	c.prefix = "/test/" + t.Name() + "/"
+	c.hb = time.Second
+	return c
+}
+
+// TestEtcd runs the multi-node scenarios against one real 3-member etcd cluster.
+func TestEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("etcd cluster: not in -short")
+	}
+	ec := startEtcd(t, 3)
+	for _, n := range []int{2, 4, 8} {
+		t.Run(fmt.Sprintf("AgreedWorld/%d", n), func(t *testing.T) { testAgreedWorld(t, newEtcdCluster(t, ec, n)) })
+	}
+	t.Run("MissingNode", func(t *testing.T) { testMissingNode(t, newEtcdCluster(t, ec, 4)) })
+	t.Run("Duplicate", func(t *testing.T) { testDuplicate(t, newEtcdCluster(t, ec, 2)) })
+	t.Run("FailSpreads", func(t *testing.T) { testFailSpreads(t, newEtcdCluster(t, ec, 4)) })
+	t.Run("Mismatch", func(t *testing.T) {
+		c := newEtcdCluster(t, ec, 4)
+		c.mutate = func(i int, cfg *Config, m *Member) {
+			if i == 2 {
+				m.LocalWorkers = 8
+			}
+		}
+		c.start(context.Background(), nil)
+		for i := range c.errs {
+			e := rdzvErr(t, c.errs[i], ErrMismatch)
+			if len(e.Nodes) != 1 || e.Nodes[0].Host != "node-2" {
+				t.Fatalf("node %d: %v does not name node-2 alone", i, e)
+			}
+		}
+	})
+	t.Run("NodeProcessKilled", func(t *testing.T) {
+		c := newEtcdCluster(t, ec, 3)
+		c.mutate = func(i int, cfg *Config, m *Member) { m.Rank = i; m.RunID = "run" }
+		ctx := context.Background()
+		cmd, lines := startNodeProcess(t, BackendEtcd, c.endpoint, 3, 1, c.hb, "RDZV_TEST_PREFIX="+c.prefix)
+		c.start(ctx, []int{0, 2})
+		for _, i := range []int{0, 2} {
+			if c.errs[i] != nil {
+				t.Fatalf("node %d: %v", i, c.errs[i])
+			}
+		}
+		waitLine(t, lines, "joined 1")
+		killedAt := time.Now()
+		killed(t, cmd)
+		for _, i := range []int{0, 2} {
+			f := waitFailure(t, c.sess[i], 4*c.hb)
+			if !f.Lost || f.Node.Rank != 1 || f.Node.Host != "node-1" {
+				t.Fatalf("node %d heard %+v, want node rank 1 lost", i, f)
+			}
+		}
+		t.Logf("lease expiry noticed after %s", time.Since(killedAt))
+		rdzvErr(t, c.sess[0].Barrier(ctx, "after"), ErrNodeLost)
+	})
+	t.Run("MemberStopped", func(t *testing.T) {
+		// a 3-member cluster loses one member: the nodes carry on through the others
+		c := newEtcdCluster(t, ec, 3)
+		c.hb = 3 * time.Second // leases must outlive a leader election and the client's fail-over
+		ctx := context.Background()
+		c.start(ctx, nil)
+		c.mustJoin()
+		ec.stopMember(2)
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i, s := range c.sess {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.Barrier(ctx, "after-member-stop"); err != nil {
+					t.Errorf("node %d: barrier with one etcd member down: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}

@@ -1,0 +1,185 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+// cluster is n nodes of one backend run as goroutines.
+type cluster struct {
+	t        *testing.T
+	backend  string
+	endpoint string
+	n        int
+	rdzv     []*Rendezvous
+	sess     []*Session
+	errs     []error
+	mutate   func(i int, c *Config, m *Member)
+	timeout  time.Duration
+	hb       time.Duration
+	prefix   string // etcd key prefix, one per test
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func hostName(i int) string { return fmt.Sprintf("node-%d", i) }
+
+func newCluster(t *testing.T, backend string, n int) *cluster {
+	return &cluster{t: t, backend: backend, n: n, endpoint: freeAddr(t), timeout: 10 * time.Second, hb: 2 * time.Second}
+}
+
+func (c *cluster) config(i int) (Config, Member) {
+	cfg := Config{Backend: c.backend, Endpoint: c.endpoint, NNodes: c.n, NodeRank: -1, Timeout: c.timeout, Heartbeat: c.hb, RunID: "run-1"}
+	m := Member{Instance: NewInstance(), Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: -1}
+	switch c.backend {
+	case BackendEtcd:
+		cfg.Conf = map[string]string{"prefix": c.prefix}
+	case BackendStatic:
+		hosts := make([]string, c.n)
+		for j := range hosts {
+			hosts[j] = hostName(j)
+		}
+		cfg.Hosts, cfg.NodeRank = hosts, i
+		cfg.Getenv = func(string) string { return "" }
+	case BackendTCP:
+		cfg.Conf = map[string]string{"is_host": "false"}
+		if i == 0 {
+			cfg.Conf["is_host"] = "true"
+		}
+	}
+	if c.mutate != nil {
+		c.mutate(i, &cfg, &m)
+	}
+	return cfg, m
+}
+
+// start creates every node's Rendezvous (node 0 first, it hosts) and joins them concurrently. Only nodes in
+// which are joined (all when nil).
+func (c *cluster) start(ctx context.Context, which []int) {
+	c.t.Helper()
+	c.rdzv = make([]*Rendezvous, c.n)
+	c.sess = make([]*Session, c.n)
+	c.errs = make([]error, c.n)
+	if which == nil {
+		for i := 0; i < c.n; i++ {
+			which = append(which, i)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, i := range which {
+		cfg, m := c.config(i)
+		r, err := New(ctx, cfg)
+		if err != nil {
+			c.t.Fatalf("node %d: New: %v", i, err)
+		}
+		c.rdzv[i] = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.sess[i], c.errs[i] = r.Join(ctx, m)
+		}()
+	}
+	wg.Wait()
+	c.t.Cleanup(c.close)
+}
+
+func (c *cluster) close() {
+	for _, s := range c.sess {
+		if s != nil {
+			s.Close()
+		}
+	}
+	for i := len(c.rdzv) - 1; i >= 0; i-- {
+		if c.rdzv[i] != nil {
+			c.rdzv[i].Close()
+			c.rdzv[i] = nil
+		}
+	}
+}
+
+func (c *cluster) mustJoin() {
+	c.t.Helper()
+	for i, err := range c.errs {
+		if err != nil {
+			c.t.Fatalf("node %d: join: %v", i, err)
+		}
+	}
+}
+
+// checkWorld asserts that every node holds the same world, with distinct ranks 0..n-1.
+func (c *cluster) checkWorld() {
+	c.t.Helper()
+	seen := map[int]bool{}
+	var ref *Assignment
+	for i, s := range c.sess {
+		a := s.Assignment()
+		if a.NodeRank < 0 || a.NodeRank >= c.n || seen[a.NodeRank] {
+			c.t.Fatalf("node %d got node rank %d (seen %v)", i, a.NodeRank, seen)
+		}
+		seen[a.NodeRank] = true
+		if a.Self().Host != hostName(i) || len(a.Addrs()) != c.n || a.Addrs()[a.NodeRank] != "127.0.0.1" {
+			c.t.Fatalf("node %d: nodes[%d] is %q, want itself", i, a.NodeRank, a.Nodes[a.NodeRank].Host)
+		}
+		a.NodeRank = 0
+		if ref == nil {
+			ref = a
+			continue
+		}
+		if !reflect.DeepEqual(a, ref) {
+			c.t.Fatalf("node %d disagrees:\n%+v\nwant\n%+v", i, a, ref)
+		}
+	}
+	if ref.WorldSize != 4*c.n || len(ref.Nodes) != c.n || ref.RunID != "run-1" || ref.Accelerator != "v4-32" {
+		c.t.Fatalf("world %+v", ref)
+	}
+	for r, nd := range ref.Nodes {
+		if nd.Rank != r || nd.FirstRank != 4*r || nd.LocalWorkers != 4 {
+			c.t.Fatalf("node %d in world: %+v", r, nd)
+		}
+	}
+	if ref.MasterAddr != "127.0.0.1" || ref.MasterPort() <= 0 || ref.Ports[PortCoordinator] <= 0 {
+		c.t.Fatalf("master %s ports %v", ref.MasterAddr, ref.Ports)
+	}
+}
+
+// rdzvErr asserts err is an *Error of kind and returns it.
+func rdzvErr(t *testing.T, err error, kind error) *Error {
+	t.Helper()
+	if !errors.Is(err, kind) {
+		t.Fatalf("error %v, want %v", err, kind)
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %T %v is not an *Error", err, err)
+	}
+	return e
+}
+
+// waitFailure waits up to d for a failure on s's channel.
+func waitFailure(t *testing.T, s *Session, d time.Duration) Failure {
+	t.Helper()
+	select {
+	case f, ok := <-s.Failures():
+		if !ok {
+			t.Fatal("Failures closed without a failure")
+		}
+		return f
+	case <-time.After(d):
+		t.Fatalf("no failure within %s", d)
+	}
+	return Failure{}
+}

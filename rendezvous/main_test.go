@@ -1,0 +1,61 @@
+package rendezvous
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain doubles as a node process: with RDZV_TEST_NODE set, the test binary joins a rendezvous as one node
+// (so tests can SIGKILL a real launcher process) instead of running the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("RDZV_TEST_NODE") != "" {
+		os.Exit(childNode())
+	}
+	// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
+	// package uses no net/http, so those are not ours.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))
+}
+
+// childNode: RDZV_TEST_NODE=backend, RDZV_TEST_ENDPOINT, RDZV_TEST_NNODES, RDZV_TEST_RANK, RDZV_TEST_HOST,
+// RDZV_TEST_HB (duration). Prints "joined <rank>" and then blocks until killed (or stdin closes).
+func childNode() int {
+	nn, _ := strconv.Atoi(os.Getenv("RDZV_TEST_NNODES"))
+	rank, _ := strconv.Atoi(os.Getenv("RDZV_TEST_RANK"))
+	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))
+	cfg := Config{Backend: os.Getenv("RDZV_TEST_NODE"), Endpoint: os.Getenv("RDZV_TEST_ENDPOINT"), NNodes: nn,
+		NodeRank: rank, Timeout: 20 * time.Second, Heartbeat: hb, RunID: "run", Conf: map[string]string{}}
+	if p := os.Getenv("RDZV_TEST_PREFIX"); p != "" {
+		cfg.Conf["prefix"] = p
+	}
+	if cfg.Backend == BackendTCP {
+		cfg.Conf["is_host"] = "false"
+		if rank == 0 {
+			cfg.Conf["is_host"] = "true"
+		}
+	}
+	ctx := context.Background()
+	r, err := New(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 3
+	}
+	s, err := r.Join(ctx, Member{Host: os.Getenv("RDZV_TEST_HOST"), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: rank})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 4
+	}
+	fmt.Printf("joined %d\n", s.Assignment().NodeRank)
+	buf := make([]byte, 1)
+	os.Stdin.Read(buf) // block until killed
+	return 0
+}

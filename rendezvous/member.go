@@ -1,0 +1,126 @@
+package rendezvous
+
+import (
+	"fmt"
+	"time"
+)
+
+// Member is what one node (one launcher process) brings to a rendezvous.
+type Member struct {
+	// Instance is random per launcher process (NewInstance); it tells a rejoin of the same process apart from a
+	// second process claiming the same node.
+	Instance string `json:"instance"`
+	// Host is the node's identity (its hostname); two live instances may not share it.
+	Host string `json:"host"`
+	// Addr is the address other nodes reach this node at (IP or DNS name, no port).
+	Addr string `json:"addr"`
+	// LocalWorkers is the number of worker processes on this node; all nodes must agree.
+	LocalWorkers int `json:"local_workers"`
+	// Accelerator is the accelerator type (e.g. "v4-32", "cpu"); all nodes must agree.
+	Accelerator string `json:"accelerator"`
+	// RunID names the job; all nodes must agree.
+	RunID string `json:"run_id"`
+	// Generation is 0 for the first rendezvous and +1 per restart.
+	Generation int `json:"generation"`
+	// SliceID and NumSlices place the node in a multi-slice job (0 and 1 for a single slice).
+	SliceID   int `json:"slice_id"`
+	NumSlices int `json:"num_slices"`
+	// Rank is the requested node rank, -1 for any.
+	Rank int `json:"rank"`
+	// Ports are the ports this node picked (PortMaster, PortCoordinator, PortMegascale); node 0's are used by all.
+	Ports map[string]int `json:"ports,omitempty"`
+}
+
+// The names of the ports node 0 picks and shares.
+const (
+	PortMaster      = "master"      // torchrun MASTER_PORT
+	PortCoordinator = "coordinator" // JAX / PJRT coordinator
+	PortMegascale   = "megascale"   // MEGASCALE_PORT
+)
+
+func (m *Member) ref(rank int) NodeRef {
+	return NodeRef{Rank: rank, Host: m.Host, Instance: m.Instance}
+}
+
+func (m *Member) validate() error {
+	switch {
+	case m.Instance == "":
+		return newError(ErrConfig, "member has no instance id; use NewInstance()")
+	case m.LocalWorkers < 1:
+		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", m.Host, m.LocalWorkers))
+	case m.Generation < 0:
+		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0", m.Host, m.Generation))
+	case m.Rank < -1:
+		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", m.Host, m.Rank))
+	case m.SliceID < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
+		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", m.Host, m.SliceID, m.NumSlices))
+	}
+	return nil
+}
+
+// Node is one node of the agreed world.
+type Node struct {
+	Rank         int    `json:"rank"`
+	Host         string `json:"host"`
+	Addr         string `json:"addr"`
+	Instance     string `json:"instance"`
+	LocalWorkers int    `json:"local_workers"`
+	SliceID      int    `json:"slice_id"`
+	// FirstRank is the global rank of this node's local rank 0.
+	FirstRank int `json:"first_rank"`
+}
+
+// Assignment is the agreed world as one node sees it: identical on every node except NodeRank.
+type Assignment struct {
+	NodeRank    int    `json:"node_rank"`
+	RunID       string `json:"run_id"`
+	Generation  int    `json:"generation"`
+	Accelerator string `json:"accelerator"`
+	Nodes       []Node `json:"nodes"`
+	// WorldSize is the number of workers world-wide.
+	WorldSize int `json:"world_size"`
+	NumSlices int `json:"num_slices"`
+	// MasterAddr is node 0's address; Ports are the ports node 0 picked.
+	MasterAddr string         `json:"master_addr"`
+	Ports      map[string]int `json:"ports,omitempty"`
+	// MegascaleCoordinator is the address of host 0 of slice 0.
+	MegascaleCoordinator string `json:"megascale_coordinator"`
+}
+
+// Addrs lists the nodes' addresses in node-rank order: what TPU_WORKER_HOSTNAMES and TPU_PROCESS_ADDRESSES are
+// built from.
+func (a *Assignment) Addrs() []string {
+	out := make([]string, len(a.Nodes))
+	for i, n := range a.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// Self is this node's entry in Nodes.
+func (a *Assignment) Self() Node { return a.Nodes[a.NodeRank] }
+
+// MasterPort is node 0's PortMaster (0 when node 0 did not pick one).
+func (a *Assignment) MasterPort() int { return a.Ports[PortMaster] }
+
+// Failure is one node's report that its part of the job failed, or the news that a node disappeared.
+type Failure struct {
+	Node NodeRef `json:"node"`
+	// WorkerRank is the global rank of the worker that failed, -1 when not a worker.
+	WorkerRank int `json:"worker_rank"`
+	// Lost is true when the node itself disappeared (connection dropped, heartbeat missed, lease expired).
+	Lost   bool   `json:"lost"`
+	Reason string `json:"reason"`
+	// At is when the reporter saw it (wall clock, for humans only).
+	At time.Time `json:"at"`
+}
+
+func (f Failure) String() string {
+	if f.Lost {
+		return fmt.Sprintf("%s lost: %s", f.Node, f.Reason)
+	}
+	if f.WorkerRank >= 0 {
+		return fmt.Sprintf("%s failed (worker rank %d): %s", f.Node, f.WorkerRank, f.Reason)
+	}
+	return fmt.Sprintf("%s failed: %s", f.Node, f.Reason)
+}

@@ -1,0 +1,180 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startNodeProcess re-executes the test binary as one node (see childNode) and waits until it has joined.
+// joined reports the line it printed; the process is killed and reaped at cleanup.
+func startNodeProcess(t *testing.T, backend, endpoint string, nnodes, rank int, hb time.Duration, env ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RDZV_TEST_NODE="+backend, "RDZV_TEST_ENDPOINT="+endpoint,
+		fmt.Sprintf("RDZV_TEST_NNODES=%d", nnodes), fmt.Sprintf("RDZV_TEST_RANK=%d", rank),
+		"RDZV_TEST_HOST="+hostName(rank), "RDZV_TEST_HB="+hb.String())
+	cmd.Env = append(cmd.Env, env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, lines
+}
+
+func waitLine(t *testing.T, lines <-chan string, prefix string) {
+	t.Helper()
+	select {
+	case l, ok := <-lines:
+		if !ok || !strings.HasPrefix(l, prefix) {
+			t.Fatalf("node process said %q (open %v), want %q", l, ok, prefix)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("node process did not print %q in time", prefix)
+	}
+}
+
+// killed asserts that the process is gone (reaped) after SIGKILL.
+func killed(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	if err := syscall.Kill(cmd.Process.Pid, 0); err != syscall.ESRCH {
+		t.Fatalf("pid %d still exists after SIGKILL: %v", cmd.Process.Pid, err)
+	}
+}
+
+// A node whose launcher is SIGKILLed is reported lost to every other node, named, within the heartbeat.
+func TestNodeProcessKilled(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) {
+			hb := time.Second
+			c := newCluster(t, b, 4)
+			c.hb = hb
+			c.mutate = func(i int, cfg *Config, m *Member) {
+				m.Rank = i
+				m.Accelerator = "v4-32"
+				m.LocalWorkers = 4
+				m.RunID = "run"
+			}
+			ctx := context.Background()
+			cmd, lines := startNodeProcess(t, b, c.endpoint, 4, 1, hb)
+			c.start(ctx, []int{0, 2, 3})
+			for _, i := range []int{0, 2, 3} {
+				if c.errs[i] != nil {
+					t.Fatalf("node %d: %v", i, c.errs[i])
+				}
+			}
+			waitLine(t, lines, "joined 1")
+			killedAt := time.Now()
+			killed(t, cmd)
+			for _, i := range []int{0, 2, 3} {
+				f := waitFailure(t, c.sess[i], 2*hb+time.Second)
+				if !f.Lost || f.Node.Rank != 1 || f.Node.Host != "node-1" {
+					t.Fatalf("node %d heard %+v, want node rank 1 (node-1) lost", i, f)
+				}
+			}
+			if el := time.Since(killedAt); el > 2*hb {
+				t.Fatalf("loss noticed after %s (heartbeat %s)", el, hb)
+			}
+			rdzvErr(t, c.sess[0].Barrier(ctx, "after"), ErrNodeLost)
+		})
+	}
+}
+
+// Node 0 (the server) SIGKILLed: the other nodes get an error, not a hang.
+func TestServerProcessKilled(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) {
+			hb := time.Second
+			c := newCluster(t, b, 3)
+			c.hb = hb
+			c.mutate = func(i int, cfg *Config, m *Member) {
+				m.Rank = i
+				m.RunID = "run"
+				cfg.Conf = map[string]string{}
+				if b == BackendTCP {
+					cfg.Conf["is_host"] = "false"
+				}
+			}
+			ctx := context.Background()
+			cmd, lines := startNodeProcess(t, b, c.endpoint, 3, 0, hb)
+			c.start(ctx, []int{1, 2})
+			for _, i := range []int{1, 2} {
+				if c.errs[i] != nil {
+					t.Fatalf("node %d: %v", i, c.errs[i])
+				}
+			}
+			waitLine(t, lines, "joined 0")
+			killed(t, cmd)
+			for _, i := range []int{1, 2} {
+				start := time.Now()
+				err := c.sess[i].Barrier(ctx, "after")
+				rdzvErr(t, err, ErrServerLost)
+				if el := time.Since(start); el > 3*hb {
+					t.Fatalf("node %d: error after %s", i, el)
+				}
+				f := waitFailure(t, c.sess[i], hb)
+				if !f.Lost || f.Node.Rank != 0 {
+					t.Fatalf("node %d heard %+v", i, f)
+				}
+			}
+		})
+	}
+}
+
+// A node whose launcher freezes (SIGSTOP: connection open, no heartbeats) is reported lost after the heartbeat.
+func TestNodeProcessFrozen(t *testing.T) {
+	hb := 600 * time.Millisecond
+	c := newCluster(t, BackendTCP, 2)
+	c.hb = hb
+	c.mutate = func(i int, cfg *Config, m *Member) { m.Rank = i; m.RunID = "run" }
+	ctx := context.Background()
+	cmd, lines := startNodeProcess(t, BackendTCP, c.endpoint, 2, 1, hb)
+	c.start(ctx, []int{0})
+	if c.errs[0] != nil {
+		t.Fatal(c.errs[0])
+	}
+	waitLine(t, lines, "joined 1")
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	f := waitFailure(t, c.sess[0], 5*hb)
+	if !f.Lost || f.Node.Rank != 1 || f.Node.Host != "node-1" {
+		t.Fatalf("heard %+v, want node 1 lost", f)
+	}
+	if el := time.Since(stopped); el < hb/2 || el > 3*hb {
+		t.Fatalf("frozen node reported after %s (heartbeat %s)", el, hb)
+	}
+	killed(t, cmd)
+}

@@ -1,0 +1,358 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// embedded are the backends on the embedded server; etcd_test.go runs the same scenarios against etcd.
+var embedded = []string{BackendTCP, BackendStatic}
+
+func TestAgreedWorld(t *testing.T) {
+	for _, b := range embedded {
+		for _, n := range []int{2, 4, 8} {
+			t.Run(fmt.Sprintf("%s/%d", b, n), func(t *testing.T) { testAgreedWorld(t, newCluster(t, b, n)) })
+		}
+	}
+}
+
+func testAgreedWorld(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	c.checkWorld()
+	if c.backend == BackendStatic {
+		for i, s := range c.sess {
+			if s.Assignment().NodeRank != i {
+				t.Fatalf("static node %d got rank %d", i, s.Assignment().NodeRank)
+			}
+		}
+	}
+	// barrier, publish and gather across the world
+	var wg sync.WaitGroup
+	got := make([]map[int][]byte, c.n)
+	errs := make([]error, c.n)
+	for i, s := range c.sess {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = s.Barrier(ctx, "start"); errs[i] != nil {
+				return
+			}
+			r := s.Assignment().NodeRank
+			if errs[i] = s.Publish(ctx, "results", []byte(fmt.Sprintf("from %d", r))); errs[i] != nil {
+				return
+			}
+			got[i], errs[i] = s.Gather(ctx, "results")
+		}()
+	}
+	wg.Wait()
+	for i := range c.sess {
+		if errs[i] != nil {
+			t.Fatalf("node %d: %v", i, errs[i])
+		}
+		if len(got[i]) != c.n {
+			t.Fatalf("node %d gathered %d results, want %d", i, len(got[i]), c.n)
+		}
+		for r, d := range got[i] {
+			if string(d) != fmt.Sprintf("from %d", r) {
+				t.Fatalf("node %d: result of rank %d is %q", i, r, d)
+			}
+		}
+	}
+	// everyone leaves: nobody is reported lost
+	for i, s := range c.sess {
+		if err := s.Leave(ctx); err != nil {
+			t.Fatalf("node %d leave: %v", i, err)
+		}
+	}
+}
+
+func TestMissingNodeTimesOut(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) { testMissingNode(t, newCluster(t, b, 4)) })
+	}
+}
+
+func testMissingNode(t *testing.T, c *cluster) {
+	c.timeout = 700 * time.Millisecond
+	c.mutate = func(i int, cfg *Config, m *Member) {
+		if c.backend != BackendStatic {
+			m.Rank = i // so the missing one can be named by rank
+		}
+	}
+	start := time.Now()
+	c.start(context.Background(), []int{0, 1, 3})
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("timeout took %s", el)
+	}
+	for _, i := range []int{0, 1, 3} {
+		e := rdzvErr(t, c.errs[i], ErrMissingNodes)
+		if len(e.Nodes) != 1 || e.Nodes[0].Rank != 2 {
+			t.Fatalf("node %d: missing %+v, want rank 2: %v", i, e.Nodes, e)
+		}
+		if c.backend == BackendStatic && e.Nodes[0].Host != "node-2" {
+			t.Fatalf("node %d: missing host %q, want node-2", i, e.Nodes[0].Host)
+		}
+		rdzvErr(t, c.errs[i], ErrTimeout)
+	}
+}
+
+func TestDuplicateJoinRejected(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) { testDuplicate(t, newCluster(t, b, 2)) })
+	}
+}
+
+func testDuplicate(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	// a second launcher on node-1 (another instance, same host and rank)
+	cfg, m := c.config(1)
+	r, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	m.Rank = c.sess[1].Assignment().NodeRank
+	_, err = r.Join(ctx, m)
+	e := rdzvErr(t, err, ErrDuplicateNode)
+	if len(e.Nodes) != 2 || e.Nodes[0].Instance != m.Instance || e.Nodes[1].Instance != c.sess[1].Assignment().Nodes[m.Rank].Instance ||
+		e.Nodes[0].Host != "node-1" || e.Nodes[1].Host != "node-1" {
+		t.Fatalf("duplicate error does not name both instances: %v", err)
+	}
+	// the world is intact
+	var wg sync.WaitGroup
+	for i, s := range c.sess {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Barrier(ctx, "after-dup"); err != nil {
+				t.Errorf("node %d: barrier after the duplicate: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestIdempotentRejoin(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) {
+			c := newCluster(t, b, 2)
+			var inst1 string
+			c.mutate = func(i int, cfg *Config, m *Member) {
+				if i == 1 {
+					if inst1 == "" {
+						inst1 = m.Instance
+					}
+					m.Instance = inst1
+				}
+			}
+			ctx := context.Background()
+			c.start(ctx, nil)
+			c.mustJoin()
+			cfg, m := c.config(1)
+			r, err := New(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			s2, err := r.Join(ctx, m)
+			if err != nil {
+				t.Fatalf("rejoin of the same instance: %v", err)
+			}
+			defer s2.Close()
+			a1, a2 := c.sess[1].Assignment(), s2.Assignment()
+			if a1.NodeRank != a2.NodeRank || a1.Nodes[0].Instance != a2.Nodes[0].Instance {
+				t.Fatalf("rejoin got another world: %+v vs %+v", a2, a1)
+			}
+			// the replaced connection is not reported lost: the first thing node 0 hears is node 1's Fail.
+			if err := s2.Fail(ctx, Failure{WorkerRank: 5, Reason: "exit 1"}); err != nil {
+				t.Fatal(err)
+			}
+			f := waitFailure(t, c.sess[0], 5*time.Second)
+			if f.Lost || f.WorkerRank != 5 || f.Node.Instance != inst1 {
+				t.Fatalf("node 0 heard %v first, want node 1's worker failure", f)
+			}
+		})
+	}
+}
+
+func TestMismatchNamesOddNode(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) {
+			c := newCluster(t, b, 4)
+			c.mutate = func(i int, cfg *Config, m *Member) {
+				if i == 2 {
+					m.Accelerator = "v4-16"
+				}
+			}
+			c.start(context.Background(), nil)
+			for i := range c.errs {
+				e := rdzvErr(t, c.errs[i], ErrMismatch)
+				if len(e.Nodes) != 1 || e.Nodes[0].Host != "node-2" {
+					t.Fatalf("node %d: %v does not name node-2 alone", i, e)
+				}
+			}
+		})
+	}
+}
+
+func TestFailSpreads(t *testing.T) {
+	for _, b := range embedded {
+		t.Run(b, func(t *testing.T) { testFailSpreads(t, newCluster(t, b, 4)) })
+	}
+}
+
+func testFailSpreads(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	sent := time.Now()
+	if err := c.sess[2].Fail(ctx, Failure{WorkerRank: 9, Reason: "worker rank 9 exited with code 1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, 3} {
+		f := waitFailure(t, c.sess[i], time.Second)
+		if f.Lost || f.Node.Host != "node-2" || f.Node.Rank != c.sess[2].Assignment().NodeRank || f.WorkerRank != 9 {
+			t.Fatalf("node %d heard %+v", i, f)
+		}
+	}
+	if el := time.Since(sent); el > time.Second {
+		t.Fatalf("failure took %s to spread", el)
+	}
+}
+
+func TestGenerations(t *testing.T) {
+	c := newCluster(t, BackendTCP, 2)
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	for i, s := range c.sess {
+		s.Leave(ctx)
+		s.Close()
+		c.sess[i] = nil
+	}
+	var wg sync.WaitGroup
+	sess := make([]*Session, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, m := c.config(i)
+			m.Generation = 1
+			sess[i], errs[i] = c.rdzv[i].Join(ctx, m)
+		}()
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer sess[i].Close()
+		if g := sess[i].Assignment().Generation; g != 1 {
+			t.Fatalf("generation %d", g)
+		}
+	}
+}
+
+// Static from the SLURM environment end to end: the bracketed node list names the hosts, SLURM_NODEID the rank,
+// and node 0 (127.0.0.1) hosts the server on --rdzv-conf port.
+func TestStaticFromSlurmEnv(t *testing.T) {
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	ctx := context.Background()
+	rs := make([]*Rendezvous, 2)
+	for i := range 2 {
+		env := map[string]string{"SLURM_JOB_NODELIST": "127.0.0.[1-2]", "SLURM_NODEID": fmt.Sprint(i)}
+		r, err := New(ctx, Config{Backend: BackendStatic, NodeRank: -1, Timeout: 10 * time.Second, RunID: "slurm",
+			Conf: map[string]string{"port": port}, Getenv: func(k string) string { return env[k] }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rs[i] = r
+	}
+	var wg sync.WaitGroup
+	sess := make([]*Session, 2)
+	errs := make([]error, 2)
+	for i, r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess[i], errs[i] = r.Join(ctx, Member{LocalWorkers: 1, Accelerator: "cpu", Rank: -1})
+		}()
+	}
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer sess[i].Close()
+		a := sess[i].Assignment()
+		if a.NodeRank != i || a.Nodes[1].Host != "127.0.0.2" || a.MasterAddr != "127.0.0.1" || a.WorldSize != 2 {
+			t.Fatalf("node %d: %+v", i, a)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	none := func(string) string { return "" }
+	cases := []Config{
+		{Backend: "zookeeper", NNodes: 2, NodeRank: -1},
+		{Backend: BackendTCP, NNodes: 0, NodeRank: -1},
+		{Backend: BackendTCP, NNodes: 2, NodeRank: 2},
+		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"bogus": "1"}},
+		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"join_timeout": "-3"}},
+		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "maybe"}},
+		{Backend: BackendStatic, NodeRank: -1, Getenv: none},
+		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}, Getenv: none},
+		{Backend: BackendStatic, NodeRank: 1, NNodes: 2, Getenv: none},
+		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1},
+		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1, Endpoint: "a:1,,b:2"},
+	}
+	for i, cfg := range cases {
+		r, err := New(context.Background(), cfg)
+		if err == nil {
+			r.Close()
+			t.Errorf("case %d (%+v): no error", i, cfg)
+			continue
+		}
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("case %d: %v is not ErrConfig", i, err)
+		}
+	}
+}
+
+// Nobody at the endpoint: Join fails within the timeout, never hangs.
+func TestNoServerIsBounded(t *testing.T) {
+	for _, b := range []string{BackendTCP, BackendEtcd} {
+		t.Run(b, func(t *testing.T) {
+			cfg := Config{Backend: b, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 800 * time.Millisecond,
+				Conf: map[string]string{}}
+			if b == BackendTCP {
+				cfg.Conf["is_host"] = "false"
+			}
+			r, err := New(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			start := time.Now()
+			_, err = r.Join(context.Background(), Member{Host: "h", LocalWorkers: 1, Rank: -1})
+			if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrServerLost) {
+				t.Fatalf("join with nobody at the endpoint: %v", err)
+			}
+			if el := time.Since(start); el > 5*time.Second {
+				t.Fatalf("took %s", el)
+			}
+			t.Log(err)
+		})
+	}
+}

@@ -1,0 +1,171 @@
+package rendezvous
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func listen(t *testing.T, cfg ServerConfig) *Server {
+	t.Helper()
+	s, err := Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// joinOne joins a 1-node world on addr with token.
+func joinOne(t *testing.T, addr, token string) (*Session, error) {
+	t.Helper()
+	r, err := New(context.Background(), Config{Backend: BackendTCP, Endpoint: addr, NNodes: 1, NodeRank: -1, Token: token,
+		Timeout: 5 * time.Second, Heartbeat: time.Second, Conf: map[string]string{"is_host": "false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	s, err := r.Join(context.Background(), Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Accelerator: "cpu", Rank: -1})
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, err
+}
+
+func TestToken(t *testing.T) {
+	s := listen(t, ServerConfig{Token: "s3cret-token"})
+	_, err := joinOne(t, s.Addr(), "wrong")
+	rdzvErr(t, err, ErrBadToken)
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the token: %v", err)
+	}
+	_, err = joinOne(t, s.Addr(), "")
+	rdzvErr(t, err, ErrBadToken)
+	if _, err := joinOne(t, s.Addr(), "s3cret-token"); err != nil {
+		t.Fatalf("right token: %v", err)
+	}
+}
+
+func TestOffLoopbackNeedsToken(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0"} {
+		_, err := Listen(ServerConfig{Addr: addr})
+		rdzvErr(t, err, ErrNoToken)
+	}
+	s, err := Listen(ServerConfig{Addr: "0.0.0.0:0", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// and through the tcp backend: a host told to listen everywhere without a token refuses
+	_, err = New(context.Background(), Config{Backend: BackendTCP, Endpoint: "0.0.0.0:0", NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "true"}})
+	rdzvErr(t, err, ErrNoToken)
+}
+
+// rawReply reads one frame from nc, failing after d.
+func rawReply(t *testing.T, nc net.Conn, d time.Duration) (*message, error) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(d))
+	return readMessage(nc, DefaultMaxMessage)
+}
+
+func dialRaw(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc
+}
+
+func TestBadClients(t *testing.T) {
+	s := listen(t, ServerConfig{HelloTimeout: 300 * time.Millisecond, MaxMessage: 1 << 16})
+	frame := func(body string) []byte {
+		b := make([]byte, 4+len(body))
+		binary.BigEndian.PutUint32(b, uint32(len(body)))
+		copy(b[4:], body)
+		return b
+	}
+	cases := []struct {
+		name string
+		send []byte
+	}{
+		{"oversized", []byte{0x7f, 0xff, 0xff, 0xff}},
+		{"max uint32", []byte{0xff, 0xff, 0xff, 0xff}},
+		{"garbage", frame("not json at all")},
+		{"truncated json", frame(`{"v":1,"type":"jo`)},
+		{"wrong version", frame(`{"v":99,"type":"join"}`)},
+		{"unknown type", frame(`{"v":1,"type":"shutdown"}`)},
+		{"unknown field", frame(`{"v":1,"type":"ping","evil":1}`)},
+		{"join without member", frame(`{"v":1,"type":"join","nnodes":2}`)},
+		{"join bad nnodes", frame(`{"v":1,"type":"join","nnodes":-5,"member":{"instance":"x","local_workers":1,"rank":-1}}`)},
+		{"server-only type", frame(`{"v":1,"type":"failure"}`)},
+		{"barrier before join", frame(`{"v":1,"type":"barrier","id":3,"name":"x"}`)},
+		{"two documents", frame(`{"v":1,"type":"ping"}{"v":1,"type":"ping"}`)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := dialRaw(t, s.Addr())
+			if _, err := nc.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			m, err := rawReply(t, nc, 5*time.Second)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			if m.Error == nil {
+				t.Fatalf("answer without an error: %+v", m)
+			}
+			if e := m.Error.err(); !errors.Is(e, ErrProtocol) && !errors.Is(e, ErrConfig) {
+				t.Fatalf("answer %v, want a protocol error", e)
+			}
+		})
+	}
+	t.Run("silent", func(t *testing.T) {
+		nc := dialRaw(t, s.Addr())
+		start := time.Now()
+		_, err := rawReply(t, nc, 5*time.Second)
+		if !errors.Is(err, io.EOF) {
+			t.Fatalf("silent client: %v, want the server to hang up", err)
+		}
+		if el := time.Since(start); el > 3*time.Second {
+			t.Fatalf("dropped after %s", el)
+		}
+	})
+	// the server still serves
+	if _, err := joinOne(t, s.Addr(), ""); err != nil {
+		t.Fatalf("after bad clients: %v", err)
+	}
+}
+
+func TestMaxConns(t *testing.T) {
+	s := listen(t, ServerConfig{MaxConns: 2})
+	dialRaw(t, s.Addr())
+	dialRaw(t, s.Addr())
+	nc := dialRaw(t, s.Addr())
+	m, err := rawReply(t, nc, 5*time.Second)
+	if err != nil || m.Type != msgRejected || !errors.Is(m.Error.err(), ErrProtocol) {
+		t.Fatalf("third connection: %+v %v, want rejected", m, err)
+	}
+}
+
+func TestServerClosedMidRun(t *testing.T) {
+	c := newCluster(t, BackendTCP, 3)
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	c.rdzv[0].Server().Close()
+	for i := 1; i < 3; i++ {
+		f := waitFailure(t, c.sess[i], 5*time.Second)
+		if !f.Lost || f.Node.Rank != 0 {
+			t.Fatalf("node %d heard %+v, want the server lost", i, f)
+		}
+		err := c.sess[i].Barrier(ctx, "x")
+		rdzvErr(t, err, ErrServerLost)
+	}
+}

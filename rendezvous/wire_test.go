@@ -1,0 +1,74 @@
+package rendezvous
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+)
+
+func TestWireRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	in := &message{Type: msgJoin, ID: 7, NNodes: 2, Member: &Member{Instance: "i", Host: "h", LocalWorkers: 4, Rank: -1}}
+	if err := writeMessage(&buf, in, DefaultMaxMessage); err != nil {
+		t.Fatal(err)
+	}
+	out, err := readMessage(&buf, DefaultMaxMessage)
+	if err != nil || out.ID != 7 || out.Member.Host != "h" || out.V != Version {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if _, err := readMessage(&buf, DefaultMaxMessage); err != io.EOF {
+		t.Fatalf("at the end: %v, want io.EOF", err)
+	}
+	big := &message{Type: msgPublish, Data: make([]byte, 100)}
+	if err := writeMessage(&buf, big, 50); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("oversized write: %v", err)
+	}
+}
+
+func TestReadMessageRefusesBeforeAllocating(t *testing.T) {
+	hdr := make([]byte, 4)
+	binary.BigEndian.PutUint32(hdr, 1<<31)
+	allocs := testing.AllocsPerRun(10, func() {
+		if _, err := readMessage(bytes.NewReader(hdr), 1024); !errors.Is(err, ErrProtocol) {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 10 {
+		t.Fatalf("%v allocations to refuse an oversized frame", allocs)
+	}
+}
+
+func FuzzDecodeMessage(f *testing.F) {
+	seeds := []string{
+		`{"v":1,"type":"ping"}`,
+		`{"v":1,"type":"join","nnodes":2,"member":{"instance":"a","host":"h","local_workers":4,"rank":-1}}`,
+		`{"v":1,"type":"join","nnodes":2,"member":{"instance":"a","local_workers":4,"rank":5}}`,
+		`{"v":1,"type":"join","nnodes":99999999,"member":{"instance":"a","local_workers":1,"rank":-1}}`,
+		`{"v":2,"type":"ping"}`, `{"v":1}`, `null`, `[]`, `{"v":1,"type":"reply","gathered":{"x":"AA=="}}`,
+		`{"v":1,"type":"reply","gathered":{"1":"not base64"}}`, `{"v":1,"type":"fail","failure":{"node":{"rank":1}}}`,
+		`{"v":1,"type":"barrier","timeout_ms":-1}`, "\x00\x00", `{"v":1,"type":"ping"}garbage`, `{"v":1e400}`,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m, err := decodeMessage(body)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("decode error %T %v is not an *Error", err, err)
+			}
+			return
+		}
+		// what decodes must re-encode and decode the same
+		var buf bytes.Buffer
+		if err := writeMessage(&buf, m, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readMessage(&buf, 1<<30); err != nil {
+			t.Fatalf("re-read: %v", err)
+		}
+	})
+}
