@@ -11,7 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/launcher"
-	"tpurun/launcher/topology"
 )
 
 func main() {
@@ -32,6 +30,9 @@ func main() {
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if code, ok := subcommand(args, stdout, stderr); ok {
+		return code
+	}
 	o, err := parse(args, stdout)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
@@ -48,6 +49,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer func() { _ = log.Sync() }()
 	o.cfg.Logger = log
 	o.cfg.Stdout, o.cfg.Stderr = stdout, stderr
+	if err := o.dev.prepare(context.Background(), &o.cfg, log); err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return topologyExit(err)
+	}
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
@@ -67,6 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type options struct {
 	cfg       launcher.Config
+	dev       *deviceFlags // --device, --nprocs and the other topology flags: detection runs in run()
 	logFormat string
 	verbose   bool
 }
@@ -79,10 +85,8 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})
-	var nprocs int
 	var redirects, tee, filter string
-	fs.IntVar(&nprocs, "nprocs", 1, "number of workers on this host (CPU device until topology detection)")
-	fs.IntVar(&nprocs, "nproc-per-node", 1, "torchrun's name for --nprocs")
+	o.dev = addDeviceFlags(fs)
 	fs.DurationVar(&o.cfg.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.cfg.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.cfg.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
@@ -105,18 +109,11 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		usage(stdout, fs)
 		return nil, pflag.ErrHelp
 	}
-	if nprocs < 1 {
-		return nil, &launcher.ConfigError{Field: "--nprocs", Value: strconv.Itoa(nprocs), Hint: "need at least 1 worker"}
-	}
 	if len(fs.Args()) == 0 {
 		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
 	}
 	o.cfg.Program = fs.Args()
-	plan, err := topology.CPUPlan(nprocs)
-	if err != nil {
-		return nil, &launcher.ConfigError{Field: "--nprocs", Value: strconv.Itoa(nprocs), Hint: err.Error()}
-	}
-	o.cfg.Plan = plan
+	var err error
 	if o.cfg.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
 		return nil, err
 	}
@@ -139,6 +136,8 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 
 Usage:
   tpurun [flags] [--] PROGRAM [ARGS...]
+  tpurun plan [flags]     print the plan (every worker's env) without starting anything; --format json
+  tpurun doctor [flags]   what was detected and from where, who holds the chips, lockfile, metadata server
 
 Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TORCHELASTIC_* and PJRT_* like torchrun;
 ${local_rank} in ARGS is replaced per worker. Flags accept '_' for '-' (--nproc_per_node).

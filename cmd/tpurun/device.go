@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"tpurun/launcher"
+	"tpurun/launcher/topology"
+)
+
+// deviceFlags are the flags that say which devices to use and how to split them: shared by the run path,
+// `tpurun plan` and `tpurun doctor`.
+type deviceFlags struct {
+	device          string
+	nprocs          nprocsState
+	spmd            bool
+	tpuPortBase     int
+	metadataTimeout time.Duration
+	acceleratorType string
+	force           bool
+	sysfsRoot       string
+	devRoot         string
+	procRoot        string
+}
+
+// addDeviceFlags registers the device flags on fs; the hidden root flags point detection at a fake OS tree.
+func addDeviceFlags(fs *pflag.FlagSet) *deviceFlags {
+	d := &deviceFlags{}
+	fs.StringVar(&d.device, "device", "auto", "device to run on: auto (TPU > GPU > CPU), cpu, gpu or tpu")
+	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nprocs"}, "nprocs",
+		"number of worker processes on this host (default: one per chip or GPU; 1 on CPU)")
+	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nproc-per-node"}, "nproc-per-node",
+		"torchrun's spelling: a number like --nprocs, or auto (one per device), cpu (one per CPU core), gpu or tpu (one per device of that kind)")
+	fs.BoolVar(&d.spmd, "spmd", false, "SPMD: one process per host that sees all local chips (XLA_USE_SPMD=1)")
+	fs.IntVar(&d.tpuPortBase, "tpu-port-base", topology.DefaultTPUPortBase, "first TPU_PROCESS_PORT; local rank r gets base+r")
+	fs.DurationVar(&d.metadataTimeout, "metadata-timeout", topology.DefaultMetadataBudget,
+		"total time allowed for GCE metadata queries (only made when env and sysfs do not describe the TPU slice)")
+	fs.StringVar(&d.acceleratorType, "accelerator-type", "", "TPU accelerator type, e.g. v4-8 or v5litepod-8 (overrides TPU_ACCELERATOR_TYPE)")
+	fs.BoolVar(&d.force, "force", false, "start even when another process holds a chip's device node open")
+	fs.StringVar(&d.sysfsRoot, "sysfs-root", "", "root of sysfs (default /sys or TPURUN_SYSFS_ROOT)")
+	fs.StringVar(&d.devRoot, "dev-root", "", "root of the device nodes (default /dev or TPURUN_DEV_ROOT)")
+	fs.StringVar(&d.procRoot, "proc-root", "", "root of procfs (default /proc or TPURUN_PROC_ROOT)")
+	for _, name := range []string{"sysfs-root", "dev-root", "proc-root"} {
+		_ = fs.MarkHidden(name)
+	}
+	return d
+}
+
+// nprocsState is what --nprocs / --nproc-per-node said: a count (0 = unset: one per device) or a device word.
+type nprocsState struct {
+	n      int
+	device string // "auto", "cpu", "gpu" or "tpu" from --nproc-per-node; "" for a count
+	flag   string // the flag that set it last; "" when unset
+}
+
+// nprocsFlag is one spelling of the nprocs flag; both spellings share one nprocsState (the last one given wins).
+type nprocsFlag struct {
+	st   *nprocsState
+	name string
+}
+
+// parseNprocs parses a --nprocs / --nproc-per-node value: a whole number from 1, or (only for --nproc-per-node,
+// as torchrun) auto, cpu, gpu or tpu.
+func parseNprocs(flag, s string) (n int, device string, err error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	switch v {
+	case "auto", "cpu", "gpu", "tpu":
+		if flag == "nprocs" {
+			return 0, "", fmt.Errorf("--nprocs takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", s, v)
+		}
+		return 0, v, nil
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 1 || v != strconv.Itoa(n) {
+		choices := "a whole number from 1"
+		if flag != "nprocs" {
+			choices += ", auto, cpu, gpu or tpu"
+		}
+		return 0, "", fmt.Errorf("need %s, or leave --%s unset for one process per device", choices, flag)
+	}
+	if n > 65536 {
+		return 0, "", fmt.Errorf("%d processes is more than tpurun starts on one host (65536)", n)
+	}
+	return n, "", nil
+}
+
+func (f *nprocsFlag) Set(s string) error {
+	n, dev, err := parseNprocs(f.name, s)
+	if err != nil {
+		return err
+	}
+	*f.st = nprocsState{n: n, device: dev, flag: f.name}
+	return nil
+}
+
+func (f *nprocsFlag) String() string {
+	switch {
+	case f.st == nil || f.st.flag == "":
+		return ""
+	case f.st.device != "":
+		return f.st.device
+	}
+	return strconv.Itoa(f.st.n)
+}
+
+func (f *nprocsFlag) Type() string {
+	if f.name == "nprocs" {
+		return "N"
+	}
+	return "spec"
+}
+
+// options turns the flags into what topology.Detect needs.
+func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
+	dev := d.device
+	if w := d.nprocs.device; w != "" && w != "auto" {
+		given := strings.ToLower(strings.TrimSpace(dev))
+		if given != "" && given != "auto" && given != w && !(given == "cuda" && w == "gpu") {
+			return topology.Options{}, &topology.ConfigError{Name: "--nproc-per-node", Value: w,
+				Problem: "contradicts --device " + dev, Sources: []topology.Source{topology.Flag("nproc-per-node"), topology.Flag("device")},
+				Choices: []string{"--nproc-per-node " + given, "--device " + w}, Hint: "or give only one of them"}
+		}
+		dev = w
+	}
+	if d.tpuPortBase < 1 || d.tpuPortBase > 65535 {
+		return topology.Options{}, &topology.ConfigError{Name: "--tpu-port-base", Value: strconv.Itoa(d.tpuPortBase),
+			Problem: "is not a TCP port", Sources: []topology.Source{topology.Flag("tpu-port-base")}, Hint: "use a port from 1 to 65535 (default 8476)"}
+	}
+	if d.metadataTimeout <= 0 {
+		return topology.Options{}, &topology.ConfigError{Name: "--metadata-timeout", Value: d.metadataTimeout.String(),
+			Problem: "must be positive", Sources: []topology.Source{topology.Flag("metadata-timeout")}, Hint: "e.g. 3s"}
+	}
+	opts := topology.Options{
+		Device:          dev,
+		AcceleratorType: d.acceleratorType,
+		SPMD:            d.spmd,
+		MetadataBudget:  d.metadataTimeout,
+		Logger:          log,
+	}
+	// Device nodes are matched against /proc/*/fd links, which are absolute: make every root absolute.
+	for _, r := range []struct {
+		flag, env string
+		dst       *string
+	}{{d.sysfsRoot, "TPURUN_SYSFS_ROOT", &opts.SysfsRoot}, {d.devRoot, "TPURUN_DEV_ROOT", &opts.DevRoot}, {d.procRoot, "TPURUN_PROC_ROOT", &opts.ProcRoot}} {
+		p := r.flag
+		if p == "" {
+			p = os.Getenv(r.env)
+		}
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return topology.Options{}, fmt.Errorf("root directory %q (from --%s or %s): %w", p, strings.ToLower(strings.TrimPrefix(r.env, "TPURUN_")), r.env, err)
+		}
+		*r.dst = abs
+	}
+	return opts, nil
+}
+
+// request turns the flags into the plan request for the detected host.
+func (d *deviceFlags) request(h *topology.Host) topology.Request {
+	req := topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase}
+	if d.nprocs.flag != "" {
+		req.NProcsSource = topology.Flag(d.nprocs.flag)
+	}
+	// torchrun's "cpu" means one process per CPU core, and so does "auto" on a host without accelerators.
+	if h.Device.V == topology.CPU && (d.nprocs.device == "cpu" || d.nprocs.device == "auto") {
+		req.NProcs = runtime.NumCPU()
+	}
+	return req
+}
+
+// nodeRank is this host's node in a plan built from the detected host: TPU_WORKER_ID on an env-described slice.
+func nodeRank(h *topology.Host) int {
+	if h.Device.V == topology.TPU && h.Hostnames.IsSet() {
+		return h.WorkerID.V
+	}
+	return 0
+}
+
+// topologyExit is the exit code for an error from detection, planning or the pre-launch check: 2 for everything
+// the user fixes by configuration (bad flags or env, impossible split, unknown device, unusable metadata server,
+// busy fixed port, held chip), 70 for anything else.
+func topologyExit(err error) int {
+	for _, target := range []error{topology.ErrConfig, topology.ErrParse, topology.ErrUnknownDevice,
+		topology.ErrMetadata, topology.ErrPortBusy, topology.ErrChipBusy} {
+		if errors.Is(err, target) {
+			return launcher.ExitUsage
+		}
+	}
+	return launcher.ExitInternal
+}
+
+// dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node).
+func dashes(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+}

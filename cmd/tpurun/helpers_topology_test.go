@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// init lets the test binary play two more helpers before TestMain runs:
+//   - TPURUN_TEST_ENVDUMP=DIR: a worker that writes its whole environment as JSON to DIR/<RANK>.json and exits 0;
+//   - TPURUN_TEST_HOLD=PATH: a process that holds PATH open (like a TPU runtime holding /dev/vfio/N) until its
+//     stdin closes.
+func init() {
+	if dir := os.Getenv("TPURUN_TEST_ENVDUMP"); dir != "" {
+		env := map[string]string{}
+		for _, kv := range os.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		b, err := json.Marshal(env)
+		if err == nil {
+			tmp := filepath.Join(dir, "."+os.Getenv("RANK")+".tmp")
+			if err = os.WriteFile(tmp, b, 0o644); err == nil {
+				err = os.Rename(tmp, filepath.Join(dir, os.Getenv("RANK")+".json"))
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "envdump:", err)
+			os.Exit(97)
+		}
+		os.Exit(0)
+	}
+	if path := os.Getenv("TPURUN_TEST_HOLD"); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Println("open:", err)
+			os.Exit(3)
+		}
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		_ = f.Close()
+		os.Exit(0)
+	}
+}
+
+// host is a fake /sys and /dev tree of one accelerator host, plus a clean environment for tpurun.
+type host struct {
+	sys, dev string
+	dumps    string   // where envdump workers write
+	env      []string // tpurun's whole environment (nothing inherited from the test process)
+	wd       string   // tpurun's working directory; "" is the test's
+}
+
+// Google PCI device ids of the fake trees.
+const (
+	idV4  = "0x005e" // /dev/accelN
+	idV5e = "0x0063" // /dev/vfio/N
+)
+
+// newHost builds n Google PCI devices with device id (and their device nodes) and an environment whose metadata
+// server refuses connections, so that no test ever reaches a real one.
+func newHost(t *testing.T, id string, n int) *host {
+	t.Helper()
+	root := t.TempDir()
+	h := &host{sys: filepath.Join(root, "sys"), dev: filepath.Join(root, "dev"), dumps: filepath.Join(root, "dumps")}
+	for _, d := range []string{filepath.Join(h.sys, "bus", "pci", "devices"), h.dev, h.dumps} {
+		mustDo(t, os.MkdirAll(d, 0o755))
+	}
+	for i := 0; i < n; i++ {
+		d := filepath.Join(h.sys, "bus", "pci", "devices", fmt.Sprintf("0000:00:%02x.0", i+4))
+		mustDo(t, os.MkdirAll(d, 0o755))
+		mustDo(t, os.WriteFile(filepath.Join(d, "vendor"), []byte("0x1ae0\n"), 0o644))
+		mustDo(t, os.WriteFile(filepath.Join(d, "device"), []byte(id+"\n"), 0o644))
+		mustDo(t, os.WriteFile(filepath.Join(d, "class"), []byte("0x120000\n"), 0o644))
+		node := filepath.Join(h.dev, fmt.Sprintf("accel%d", i))
+		if id != idV4 {
+			mustDo(t, os.MkdirAll(filepath.Join(h.dev, "vfio"), 0o755))
+			mustDo(t, os.WriteFile(filepath.Join(h.dev, "vfio", "vfio"), nil, 0o644))
+			node = filepath.Join(h.dev, "vfio", fmt.Sprint(i))
+		}
+		mustDo(t, os.WriteFile(node, nil, 0o644))
+	}
+	h.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GCE_METADATA_HOST=" + refusedAddr(t),
+		"TPURUN_TEST_ENVDUMP=" + h.dumps}
+	return h
+}
+
+// refusedAddr is host:port of a TCP socket that is bound but not listening: connections are refused, and the port
+// stays reserved (no other test's server can take it) until the test ends.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	mustDo(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	mustDo(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+}
+
+// portBase returns a port p such that p..p+15 were free a moment ago, so parallel tests don't share TPU ports.
+func portBase(t *testing.T) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		mustDo(t, err)
+		p := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if p > 65535-16 {
+			continue
+		}
+		ok := true
+		for i := 1; i < 16 && ok; i++ {
+			if l2, err := net.Listen("tcp", fmt.Sprintf(":%d", p+i)); err != nil {
+				ok = false
+			} else {
+				_ = l2.Close()
+			}
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no 16 consecutive free ports")
+	return 0
+}
+
+// cli runs the real tpurun binary with the host's fake roots and environment (plus extra env).
+func (h *host) cli(t *testing.T, extraEnv []string, args ...string) result {
+	t.Helper()
+	full := append([]string{"--sysfs-root", h.sys, "--dev-root", h.dev}, args...)
+	if len(args) > 0 && (args[0] == "plan" || args[0] == "doctor") {
+		full = append([]string{args[0], "--sysfs-root", h.sys, "--dev-root", h.dev}, args[1:]...)
+	}
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), full...)
+	cmd.Env = append(append([]string(nil), h.env...), extraEnv...)
+	cmd.Dir = h.wd
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+}
+
+// planJSON is the output of `tpurun plan --format json`.
+type planJSON struct {
+	Device  string                             `json:"device"`
+	Nodes   []struct{ Rank, LocalWorkers int } `json:"nodes"`
+	Workers []struct {
+		Rank      int               `json:"rank"`
+		LocalRank int               `json:"local_rank"`
+		NodeRank  int               `json:"node_rank"`
+		Replicas  []int             `json:"replicas"`
+		Env       map[string]string `json:"env"`
+	} `json:"workers"`
+}
+
+func (h *host) plan(t *testing.T, extraEnv []string, args ...string) planJSON {
+	t.Helper()
+	r := h.cli(t, extraEnv, append([]string{"plan", "--format", "json"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("tpurun plan %q: exit %d\n%s", args, r.code, r.stderr)
+	}
+	var p planJSON
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatalf("tpurun plan --format json: %v\n%s", err, r.stdout)
+	}
+	return p
+}
+
+// dumped reads the env each envdump worker wrote, by rank.
+func (h *host) dumped(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	es, err := os.ReadDir(h.dumps)
+	mustDo(t, err)
+	out := map[string]map[string]string{}
+	for _, e := range es {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(h.dumps, e.Name()))
+		mustDo(t, err)
+		env := map[string]string{}
+		mustDo(t, json.Unmarshal(b, &env))
+		out[strings.TrimSuffix(e.Name(), ".json")] = env
+	}
+	return out
+}
+
+// hold starts the test binary as a process that holds path open; it returns the pid, and the holder exits at
+// cleanup.
+func hold(t *testing.T, path string) int {
+	t.Helper()
+	exe, err := os.Executable()
+	mustDo(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TPURUN_TEST_HOLD="+path)
+	stdin, err := cmd.StdinPipe()
+	mustDo(t, err)
+	stdout, err := cmd.StdoutPipe()
+	mustDo(t, err)
+	mustDo(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		t.Fatalf("holder of %s did not get ready: %q %v", path, line, err)
+	}
+	return cmd.Process.Pid
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"tpurun/launcher"
+	"tpurun/launcher/topology"
+)
+
+// Placeholders in `tpurun plan` for run-time values that are only decided when a run starts.
+const (
+	placeholderRunID = "(random at launch)"
+	placeholderPort  = "(free port at launch)"
+	placeholderFile  = "(per-rank file at launch)"
+)
+
+// subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
+// still runs as `tpurun -- plan`).
+func subcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "plan":
+		return planCmd(args[1:], stdout, stderr), true
+	case "doctor":
+		return doctorCmd(args[1:], stdout, stderr), true
+	}
+	return 0, false
+}
+
+// planCmd is `tpurun plan [flags]`: detect the host, build the plan and print it with every worker's complete
+// environment (the plan's PLUS the launcher's torchrun/tpurun variables). Nothing is started.
+func planCmd(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("tpurun plan", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SetNormalizeFunc(dashes)
+	dev := addDeviceFlags(fs)
+	var format string
+	var verbose bool
+	var rt launcher.Runtime
+	fs.StringVar(&format, "format", "table", "output format: table or json")
+	fs.StringVar(&rt.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
+	fs.StringVar(&rt.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR to show")
+	fs.IntVar(&rt.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
+	fs.StringVar(&rt.Role, "role", "default", "ROLE_NAME to show")
+	fs.IntVar(&rt.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")
+	fs.BoolVarP(&verbose, "verbose", "v", false, "debug logs")
+	help := fs.BoolP("help", "h", false, "show this help")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "tpurun plan: %v\nRun 'tpurun plan --help' for usage.\n", err)
+		return launcher.ExitUsage
+	}
+	if *help {
+		fmt.Fprintf(stdout, "tpurun plan prints what a run with the same flags would start, without starting anything.\n\n"+
+			"Usage:\n  tpurun plan [flags]\n\nFlags:\n%s", fs.FlagUsages())
+		return launcher.ExitOK
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tpurun plan: unexpected argument %q: plan takes flags only (it starts no program)\n", fs.Arg(0))
+		return launcher.ExitUsage
+	}
+	if format != "table" && format != "json" {
+		fmt.Fprintf(stderr, "tpurun plan: --format %q: use table or json\n", format)
+		return launcher.ExitUsage
+	}
+	if rt.MasterPort < 0 || rt.MasterPort > 65535 {
+		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
+		return launcher.ExitUsage
+	}
+	log, err := newLogger("console", verbose, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
+		return launcher.ExitUsage
+	}
+	h, plan, err := dev.detectPlan(context.Background(), log)
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
+		return topologyExit(err)
+	}
+	full := withLauncherEnv(plan, rt)
+	if format == "json" {
+		err = full.WriteJSON(stdout)
+	} else {
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", nodeRank(h), h.Device.V, h.Device.Source)
+		err = full.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)
+		return launcher.ExitInternal
+	}
+	if h.MetadataErr != nil {
+		fmt.Fprintf(stderr, "tpurun plan: note: planned from what sysfs proves; %v\n", h.MetadataErr)
+	}
+	if err := h.CheckFree(); errors.Is(err, topology.ErrChipBusy) {
+		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", err)
+	}
+	return launcher.ExitOK
+}
+
+// withLauncherEnv returns a copy of plan whose workers' env is everything the launcher gives them: the plan's
+// env plus launcher.WorkerEnv's torchrun and tpurun variables (nothing inherited). Run-time values that a run
+// decides at launch (run id, master port) are placeholders unless given.
+func withLauncherEnv(plan *topology.Plan, rt launcher.Runtime) *topology.Plan {
+	if rt.RunID == "" {
+		rt.RunID = placeholderRunID
+	}
+	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
+	for _, w := range plan.Workers {
+		env := map[string]string{}
+		for _, kv := range launcher.WorkerEnv([]string{}, plan, w, rt) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		if rt.MasterPort == 0 {
+			env["MASTER_PORT"] = placeholderPort
+		}
+		env["TORCHELASTIC_ERROR_FILE"] = placeholderFile // the launcher makes one per rank and attempt
+		w.Replicas = append([]int(nil), w.Replicas...)
+		w.Env = env
+		out.Workers = append(out.Workers, w)
+	}
+	return out
+}
