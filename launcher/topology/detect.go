@@ -303,7 +303,7 @@ func (d *detector) tpu(ctx context.Context) error {
 			for i := 0; i < n; i++ {
 				h.Chips = append(h.Chips, Chip{Index: i})
 			}
-			h.ChipsSource = Derived(h.Accelerator.Source.String())
+			h.ChipsSource = DerivedFrom(h.Accelerator.Source)
 			d.attachDevNodes()
 		} else {
 			return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
@@ -316,7 +316,7 @@ func (d *detector) tpu(ctx context.Context) error {
 	}
 	if !h.Accelerator.IsSet() && h.Family != "" {
 		if a, ok := deriveAccelerator(h.Family, len(h.Chips)); ok && len(h.Hostnames.V) <= 1 {
-			h.Accelerator = val(a, Derived(h.ChipsSource.String()))
+			h.Accelerator = val(a, DerivedFrom(h.ChipsSource))
 		}
 	}
 	return d.finishSlice()
@@ -584,10 +584,10 @@ func (d *detector) finishSlice() error {
 	a := h.Accelerator
 	if a.IsSet() {
 		if !h.HostBounds.IsSet() {
-			h.HostBounds = val(a.V.HostBounds(), Derived(a.Source.String()))
+			h.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
 		}
 		if !h.ChipsPerHostBounds.IsSet() {
-			h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), Derived(a.Source.String()))
+			h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
 		}
 		if hosts := a.V.Hosts(); hosts > 1 && h.Hostnames.IsSet() && len(h.Hostnames.V) != hosts {
 			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
@@ -602,7 +602,7 @@ func (d *detector) finishSlice() error {
 	} else {
 		if !h.ChipsPerHostBounds.IsSet() {
 			if b, err := ChipBounds(len(h.Chips)); err == nil {
-				h.ChipsPerHostBounds = val(b, Derived(h.ChipsSource.String()))
+				h.ChipsPerHostBounds = val(b, DerivedFrom(h.ChipsSource))
 			}
 		}
 		if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {

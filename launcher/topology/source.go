@@ -31,6 +31,8 @@ func (s Source) String() string {
 		return "unset"
 	case s.Name == "":
 		return string(s.Kind)
+	case s.Kind == FromDerived:
+		return "derived from " + s.Name
 	default:
 		return fmt.Sprintf("%s %s", s.Kind, s.Name)
 	}
@@ -47,6 +49,15 @@ func Dev(path string) Source     { return Source{Kind: FromDev, Name: path} }
 func Metadata(url string) Source { return Source{Kind: FromMetadata, Name: url} }
 func Default() Source            { return Source{Kind: FromDefault} }
 func Derived(from string) Source { return Source{Kind: FromDerived, Name: from} }
+
+// DerivedFrom is the source of a value computed from another: it names the original source once, however long
+// the chain of derivations ("derived from sysfs /sys/bus/pci/devices", never "derived derived ...").
+func DerivedFrom(s Source) Source {
+	if s.Kind == FromDerived {
+		return s
+	}
+	return Derived(s.String())
+}
 
 // Value is one detected setting together with where it came from.
 type Value[T any] struct {
