@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // ErrNotStarted is returned by Start when the command could not be started.
@@ -61,6 +62,8 @@ func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
 	}
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	runtime.LockOSThread()
 	p.start = time.Now()
@@ -70,11 +73,12 @@ func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
 	p.pid = cmd.Process.Pid
-	go p.wait(onExit)
+	go p.wait(onExit, pidfd)
 	return p, nil
 }
 
-func (p *Process) wait(onExit func(*Process)) {
+func (p *Process) wait(onExit func(*Process), pidfd int) {
+	awaitExit(pidfd)
 	err := p.cmd.Wait()
 	e := Exit{PID: p.pid, Finished: time.Now()}
 	e.Wall = e.Finished.Sub(p.start)
@@ -101,6 +105,40 @@ func (p *Process) wait(onExit func(*Process)) {
 	if onExit != nil {
 		onExit(p)
 	}
+}
+
+// awaitExit parks the calling goroutine in Go's network poller until the process behind pidfd has exited (a
+// pidfd becomes readable then), and closes pidfd. Waiting there instead of in a blocking wait syscall keeps
+// hundreds of workers from holding hundreds of OS threads; the wait that follows returns at once. Without a
+// pidfd (old kernels) it returns at once and the caller's wait blocks as before.
+func awaitExit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	if err := syscall.SetNonblock(pidfd, true); err != nil {
+		_ = syscall.Close(pidfd)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool { return exited(int(fd)) })
+}
+
+// exited reports, without reaping it, whether the process behind pidfd has exited:
+// waitid(P_PIDFD, pidfd, WEXITED|WNOHANG|WNOWAIT) fills in a pid only for an exited child.
+func exited(pidfd int) bool {
+	const pPIDFD = 3
+	var info [128]byte // siginfo_t; si_pid is the int32 at offset 16 on Linux
+	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPIDFD, uintptr(pidfd), uintptr(unsafe.Pointer(&info[0])),
+		syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT, 0, 0)
+	if errno != 0 {
+		return true // nothing to wait for here: let the real wait report it
+	}
+	return *(*int32)(unsafe.Pointer(&info[16])) != 0
 }
 
 // PID is the process id, which is also its process group id.
