@@ -44,21 +44,45 @@ func FindByEnv(procRoot, key, value string) ([]int, error) {
 	}
 	want := []byte(key + "=" + value)
 	me := self()
+	buf := make([]byte, 64<<10)
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == me || pid <= 1 {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "environ"))
-		if err != nil {
-			continue // gone, or not ours to read
-		}
+		var b []byte
+		b, buf = readSmall(filepath.Join(procRoot, e.Name(), "environ"), buf)
 		if EnvironHas(b, want) {
 			out = append(out, pid)
 		}
 	}
 	return out, nil
+}
+
+// readSmall reads a whole /proc file into buf (grown as needed) with plain open/read/close: os.ReadFile's
+// stat and poller registration would triple the syscalls of a sweep over every process of the host. A file
+// that cannot be read (gone, not ours) reads as empty.
+func readSmall(path string, buf []byte) ([]byte, []byte) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, buf
+	}
+	defer syscall.Close(fd)
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		k, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || k <= 0 {
+			return buf[:n], buf
+		}
+		n += k
+	}
 }
 
 // EnvironHas reports whether a NUL-separated environ block holds the exact entry kv ("KEY=value").
