@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 )
 
@@ -48,6 +49,20 @@ type Config struct {
 	SampleInterval time.Duration    // live RSS/CPU sampling; default 1s, negative disables
 	OnSample       func([]Sample)   // called from the sampler after each round with the live workers' samples
 	ProcRoot       string           // default /proc, for the orphan sweep
+	// Reaper, when set (PID 1 or --subreaper), is the one wait4(-1) loop that delivers the workers' exits; the
+	// launcher then never calls exec.Cmd.Wait, which would race it.
+	Reaper *proc.Reaper
+	// OnFailure, when set, is called from the supervisor the moment a worker fails (before the others are
+	// stopped), once per failed attempt; it must not block. Multi-host runs use it to tell the other nodes at once.
+	OnFailure func(*WorkerError)
+	// SweepTag, when set, is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep matches it instead of
+	// TPURUN_RUN_ID: several nodes of one multi-host run on one machine share the run id but must not sweep each
+	// other's workers.
+	SweepTag string
+
+	// NewResults, when set, gives every attempt a fresh result sink (it overrides Results), so a restarted
+	// group starts with empty results; Attempt.ResultExits is what a results.Collector's Finish needs.
+	NewResults func(attempt int) ResultSink
 }
 
 // withDefaults validates c and fills in defaults. Every error is a *ConfigError.

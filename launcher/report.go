@@ -36,6 +36,8 @@ type Attempt struct {
 	Ranks   []RankSummary  // in local-rank order
 	Swept   []int          // pids the orphan sweep had to kill
 	LogDir  string         // DIR/<run-id>/attempt_<n>, "" without --log-dir
+
+	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
 }
 
 // RankSummary is one worker of one attempt.

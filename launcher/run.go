@@ -109,7 +109,8 @@ type run struct {
 	log            *zap.Logger
 	stdout, stderr *lockedWriter
 	sampler        *sampler
-	scratch        string // holds the error files when there is no log dir
+	scratch        string     // holds the error files when there is no log dir
+	sink           ResultSink // the current attempt's result sink
 }
 
 // stopRequested reports whether a terminating signal arrived while the last attempt was being cleaned up; a
@@ -148,6 +149,10 @@ type worker struct {
 func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*Attempt, error) {
 	local := r.cfg.Plan.Local(r.cfg.NodeRank)
 	a := &Attempt{Number: n, Reason: StopDone}
+	r.sink = r.cfg.Results
+	if r.cfg.NewResults != nil {
+		r.sink = r.cfg.NewResults(n)
+	}
 	if r.cfg.LogDir != "" {
 		a.LogDir = filepath.Join(r.cfg.LogDir, r.cfg.RunID, "attempt_"+strconv.Itoa(n))
 	}
@@ -198,12 +203,16 @@ func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*At
 			wk.exited = true
 			wk.exit = wk.p.Wait()
 			ex := wk.exit
+			a.EndOrder = append(a.EndOrder, wk.w.Rank)
 			r.log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
 				zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
 			if !ex.Success() && a.Failure == nil && (!stopping || a.Reason == StopSignal) {
 				a.Failure = &WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
 				r.log.Error("worker failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID), zap.Int("attempt", n),
 					zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)))
+				if r.cfg.OnFailure != nil {
+					r.cfg.OnFailure(a.Failure)
+				}
 				beginStop(StopFailure, syscall.SIGTERM)
 			}
 		case sig := <-r.cfg.Signals:
@@ -256,7 +265,11 @@ func (r *run) cleanup(a *Attempt, ws []*worker) {
 	for _, wk := range ws {
 		_ = wk.p.Signal(syscall.SIGKILL)
 	}
-	swept, err := proc.Sweep(r.cfg.ProcRoot, "TPURUN_RUN_ID", r.cfg.RunID, syscall.SIGKILL)
+	key, val := "TPURUN_RUN_ID", r.cfg.RunID
+	if r.cfg.SweepTag != "" {
+		key, val = sweepTagEnv, r.cfg.SweepTag
+	}
+	swept, err := proc.Sweep(r.cfg.ProcRoot, key, val, syscall.SIGKILL)
 	if err != nil {
 		r.log.Warn("orphan sweep incomplete", zap.Error(err))
 	}
@@ -309,6 +322,9 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 
 	cmd := exec.Command(r.cfg.Program[0], ExpandArgs(r.cfg.Program[1:], w.LocalRank)...)
 	cmd.Env = WorkerEnv(r.cfg.Env, r.cfg.Plan, w, rt)
+	if r.cfg.SweepTag != "" {
+		cmd.Env = withSweepTag(cmd.Env, r.cfg.SweepTag)
+	}
 	cmd.Dir = r.cfg.Dir
 
 	var writeEnds []*os.File
@@ -321,7 +337,7 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			closeAll()
-			return nil, fmt.Errorf("%w: rank %d: pipe: %w (raise ulimit -n?)", ErrInternal, w.Rank, err)
+			return nil, fmt.Errorf("%w: rank %d: pipe: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 		}
 		wk.readers = append(wk.readers, pr)
 		writeEnds = append(writeEnds, pw)
@@ -342,40 +358,43 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 			f.console = s.console
 		}
 		if attemptDir != "" {
-			lf, err := os.Create(filepath.Join(rankDir, s.name))
+			lf, err := createLogFile(filepath.Join(rankDir, s.name))
 			if err != nil {
 				closeAll()
-				return nil, fmt.Errorf("%w: rank %d: log file: %w", ErrInternal, w.Rank, err)
+				return nil, fmt.Errorf("%w: rank %d: log file: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 			}
 			wk.files = append(wk.files, lf)
-			f.file = lf
+			f.file = &logWriter{f: lf, warn: func(path string, err error) {
+				r.log.Warn("log file write failed; the rest of this stream goes to the console only, not to the file",
+					zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
+			}}
 		}
 		fwd[i] = f
 	}
 	fwd[1].tail = &wk.errTail
 
-	p, err := proc.Start(cmd, func(*proc.Process) { exits <- wk })
+	p, err := proc.StartWith(r.cfg.Reaper, cmd, func(*proc.Process) { exits <- wk })
 	for _, f := range writeEnds {
 		_ = f.Close()
 	}
 	writeEnds = nil
 	if err != nil {
 		closeAll()
-		return nil, fmt.Errorf("%w: rank %d: %w", ErrInternal, w.Rank, err)
+		return nil, fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 	}
 	wk.p = p
-	r.sampler.add(p.PID())
+	r.sampler.add(p.PID(), w.Rank)
 	pid := p.PID()
 	for i, f := range fwd {
 		wk.io.Go(func() { _ = f.run(wk.readers[i]) })
 	}
 	wk.io.Go(func() {
 		res := wk.readers[2]
-		if r.cfg.Results == nil {
+		if r.sink == nil {
 			_, _ = io.Copy(io.Discard, res)
 			return
 		}
-		if err := r.cfg.Results.Consume(w.Rank, pid, w.Replicas, res); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		if err := r.sink.Consume(w.Rank, pid, w.Replicas, res); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			wk.resErr = err
 		}
 	})

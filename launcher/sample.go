@@ -11,6 +11,7 @@ import (
 // Sample is the live resource use of one worker, as last sampled.
 type Sample struct {
 	PID     int
+	Rank    int    // the worker's global rank
 	RSS     uint64 // bytes
 	PeakRSS uint64 // the largest RSS seen by the sampler
 	CPU     time.Duration
@@ -30,9 +31,9 @@ func newSampler(interval time.Duration, notify func([]Sample)) *sampler {
 	return &sampler{interval: interval, notify: notify, live: map[int]*Sample{}}
 }
 
-func (s *sampler) add(pid int) {
+func (s *sampler) add(pid, rank int) {
 	s.mu.Lock()
-	s.live[pid] = &Sample{PID: pid}
+	s.live[pid] = &Sample{PID: pid, Rank: rank}
 	s.mu.Unlock()
 }
 

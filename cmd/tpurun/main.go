@@ -49,13 +49,44 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer func() { _ = log.Sync() }()
 	o.cfg.Logger = log
 	o.cfg.Stdout, o.cfg.Stderr = stdout, stderr
+	if o.res.json {
+		o.cfg.Stdout = stderr // stdout carries only the results document
+	}
+	stopReaper, err := o.tr.container(&o.cfg, log) // PID 1 or --subreaper: one wait4(-1) loop
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return launcher.ExitUsage
+	}
+	defer stopReaper()
+	st, stopStatus, err := o.status.start(&o.cfg, stderr) // --status-addr: /healthz and /metrics
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return launcher.ExitUsage
+	}
+	if st != nil {
+		o.res.onResult = st.ResultReceived
+	}
+	defer stopStatus()
+	if o.rdzv.enabled() {
+		return runMultihost(o, log, stdout, stderr) // multi-host: rdzv.go
+	}
 	if err := o.dev.prepare(context.Background(), &o.cfg, log); err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return topologyExit(err)
 	}
+	if err := checkMasterPort(o.cfg.MasterAddr, o.cfg.MasterPort); err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return launcher.ExitUsage
+	}
+
+	defer o.res.cleanup()
+	if err := o.res.setup(&o.cfg, o.fnArgs); err != nil {
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return launcher.ExitCode(err)
+	}
 
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, o.tr.handled...)
 	defer signal.Stop(sigs)
 	o.cfg.Signals = sigs
 
@@ -67,12 +98,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	}
-	return code
+	return o.res.finish(rep, err, code, stdout, stderr)
 }
 
 type options struct {
 	cfg       launcher.Config
 	dev       *deviceFlags // --device, --nprocs and the other topology flags: detection runs in run()
+	res       *resultFlags // --fn, --json, --results and the other result-contract flags
+	fnArgs    []string     // with --fn: the positional arguments, passed to the function as strings
+	rdzv      *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr        *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
+	status    *statusFlags // --status-addr (status.go)
 	logFormat string
 	verbose   bool
 }
@@ -87,6 +123,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	})
 	var redirects, tee, filter string
 	o.dev = addDeviceFlags(fs)
+	o.res = addResultFlags(fs)
 	fs.DurationVar(&o.cfg.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.cfg.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.cfg.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
@@ -102,17 +139,32 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.cfg.Role, "role", "default", "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	help := fs.BoolP("help", "h", false, "show this help")
+	o.tr = addTorchFlags(fs)
+	o.status = addStatusFlags(fs)
+	o.rdzv = addRdzvFlags(fs) // last: it skips the multi-host flags already registered
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := petEnv(fs, os.Getenv); err != nil { // torchrun's PET_<FLAG> defaults
 		return nil, err
 	}
 	if *help {
 		usage(stdout, fs)
 		return nil, pflag.ErrHelp
 	}
-	if len(fs.Args()) == 0 {
-		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
+	if err := o.res.check(); err != nil {
+		return nil, err
 	}
-	o.cfg.Program = fs.Args()
+	if o.res.fn != "" {
+		o.fnArgs = fs.Args()
+	} else if len(fs.Args()) == 0 {
+		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
+	} else {
+		o.cfg.Program = fs.Args()
+	}
+	if err := o.tr.apply(fs, &o.cfg, o.cfg.Program, os.Getenv); err != nil {
+		return nil, err
+	}
 	var err error
 	if o.cfg.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
 		return nil, err
@@ -136,6 +188,7 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 
 Usage:
   tpurun [flags] [--] PROGRAM [ARGS...]
+  tpurun [flags] --fn package.module:function [ARGS...]   function(index, *args) per worker, results collected
   tpurun plan [flags]     print the plan (every worker's env) without starting anything; --format json
   tpurun doctor [flags]   what was detected and from where, who holds the chips, lockfile, metadata server
 
@@ -149,7 +202,7 @@ Exit codes:
   1-125  the exit code of the first worker that failed
   128+N  the first worker that failed was killed by signal N (143 = SIGTERM, 137 = SIGKILL)
   2      usage or configuration error; nothing was started
-  65     result contract violated
+  65     result contract violated (--fn, --expect-results, --results, --json); 1 if a replica reported an error
   69     rendezvous failed
   70     internal error of tpurun
   124    --timeout expired

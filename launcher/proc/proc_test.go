@@ -17,6 +17,12 @@ import (
 
 // The test binary is also the child: PROC_FAKE selects what it does.
 func TestMain(m *testing.M) {
+	if code, ok := reaperFake(os.Getenv("PROC_FAKE")); ok {
+		os.Exit(code)
+	}
+	if os.Getenv("PROC_FAKE") == "subreaper-get" {
+		os.Exit(subreaperGet())
+	}
 	switch os.Getenv("PROC_FAKE") {
 	case "":
 		os.Exit(m.Run())

@@ -28,6 +28,7 @@ type Options struct {
 	NodeRank      int // this node's rank, recorded in the results it collects
 	BufferBytes   int // read buffer per worker for headers and small frames; 0 means 64 KiB
 	Logger        *zap.Logger
+	OnResult      func() // called after each result or error a worker reports is recorded (e.g. a metrics counter)
 }
 
 // Collector reads the result channels of all workers and enforces exactly one result per replica. Its methods
@@ -37,11 +38,18 @@ type Collector struct {
 	log  *zap.Logger
 
 	mu         sync.Mutex
-	owners     map[int]owner    // by rank
-	first      map[int]int      // replica -> index in outcomes of its first outcome
-	reporters  map[int][]int    // replica -> indexes in outcomes of every outcome, when more than one
-	outcomes   []Result         // every accepted outcome, in arrival order
-	violations []*ContractError // frame-level and foreign, in arrival order
+	owners     map[int]owner           // by rank
+	first      map[int]int             // replica -> index in outcomes of its first outcome
+	reporters  map[int][]int           // replica -> indexes in outcomes of every outcome, when more than one
+	outcomes   []Result                // every accepted outcome, in arrival order
+	violations []*ContractError        // frame-level and foreign, in arrival order
+	foreign    map[int][]foreignReport // replica -> reports by workers that do not own it
+}
+
+// foreignReport is an outcome a worker reported for a replica it does not own, with its violation.
+type foreignReport struct {
+	res Result
+	ce  *ContractError
 }
 
 type owner struct {
@@ -65,7 +73,7 @@ func NewCollector(opts Options) *Collector {
 		log = zap.NewNop()
 	}
 	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
-		reporters: map[int][]int{}}
+		reporters: map[int][]int{}, foreign: map[int][]foreignReport{}}
 }
 
 // Consume reads the result channel of the worker rank (process pid, owning replicas) until EOF. It is called once
@@ -119,7 +127,11 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
 					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
 			log.Warn("result contract violated", zap.Error(ce))
-			c.record(ce)
+			c.mu.Lock()
+			c.violations = append(c.violations, ce)
+			c.foreign[f.Replica] = append(c.foreign[f.Replica], foreignReport{
+				res: Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank}, ce: ce})
+			c.mu.Unlock()
 			errs = append(errs, ce)
 			continue
 		}
@@ -204,6 +216,13 @@ func (c *Collector) record(ce *ContractError) {
 }
 
 func (c *Collector) add(res Result) {
+	c.addLocked(res)
+	if c.opts.OnResult != nil {
+		c.opts.OnResult()
+	}
+}
+
+func (c *Collector) addLocked(res Result) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := len(c.outcomes)
@@ -245,30 +264,38 @@ func (c *Collector) Add(nodeRank int, entries []Result) error {
 
 // duplicate builds the violation of a replica with several outcomes. c.mu must be held.
 func (c *Collector) duplicate(replica int) *ContractError {
-	idx := c.reporters[replica]
+	all := make([]Result, len(c.reporters[replica]))
+	for k, i := range c.reporters[replica] {
+		all[k] = c.outcomes[i]
+	}
+	return c.duplicateOf(replica, all)
+}
+
+// duplicateOf builds the violation of a replica reported by every outcome in all (at least two; the first is
+// the one kept).
+func (c *Collector) duplicateOf(replica int, all []Result) *ContractError {
 	multiNode := false
 	ranks := map[int]bool{}
-	for _, i := range idx {
-		ranks[c.outcomes[i].Rank] = true
-		multiNode = multiNode || c.outcomes[i].Node != c.opts.NodeRank
+	for _, o := range all {
+		ranks[o.Rank] = true
+		multiNode = multiNode || o.Node != c.opts.NodeRank
 	}
-	names := make([]string, len(idx))
-	for k, i := range idx {
-		o := c.outcomes[i]
+	names := make([]string, len(all))
+	for k, o := range all {
 		names[k] = fmt.Sprintf("rank %d pid %d", o.Rank, o.PID)
 		if multiNode {
 			names[k] += fmt.Sprintf(" (node %d)", o.Node)
 		}
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
-	a, b := c.outcomes[idx[0]], c.outcomes[idx[1]]
+	a, b := all[0], all[1]
 	hint := hintDuplicateRanks
 	if len(ranks) == 1 {
 		hint = hintDuplicateSelf
 	}
 	return &ContractError{Kind: ErrDuplicateResult, Replica: replica, Rank: a.Rank, PID: a.PID,
 		OtherRank: b.Rank, OtherPID: b.PID, Hint: hint,
-		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", len(idx), replica, list)}
+		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", len(all), replica, list)}
 }
 
 // Finish builds the document once every worker has exited and every Consume has returned. exits lists how each
@@ -282,15 +309,43 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	if doc.World.Size == 0 {
 		doc.World.Size = len(exits)
 	}
+	// The seed scenario: every process believes it is replica 0, so its owner reports it and the others report
+	// it as foreign. Those reports are one duplicate ("4 results for replica 0: ...") rather than 3 foreign ones.
+	merged := map[*ContractError]bool{}
+	seed := map[int]*ContractError{}
+	for r, frs := range c.foreign {
+		first, ok := c.first[r]
+		if !ok {
+			continue
+		}
+		all := []Result{c.outcomes[first]}
+		for _, i := range c.reporters[r] {
+			if i != first {
+				all = append(all, c.outcomes[i])
+			}
+		}
+		for _, fr := range frs {
+			all = append(all, fr.res)
+			merged[fr.ce] = true
+		}
+		seed[r] = c.duplicateOf(r, all)
+	}
 	var vs []*ContractError
-	vs = append(vs, c.violations...)
+	for _, v := range c.violations {
+		if !merged[v] {
+			vs = append(vs, v)
+		}
+	}
 	reps := make([]int, 0, len(c.first))
 	for r := range c.first {
 		reps = append(reps, r)
 	}
 	sort.Ints(reps)
 	for _, r := range reps {
-		if len(c.reporters[r]) > 0 {
+		switch {
+		case seed[r] != nil:
+			vs = append(vs, seed[r])
+		case len(c.reporters[r]) > 0:
 			vs = append(vs, c.duplicate(r))
 		}
 		doc.Results = append(doc.Results, c.outcomes[c.first[r]])

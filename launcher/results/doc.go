@@ -8,6 +8,6 @@
 // ErrUnknownVersion). WriteFile writes the document atomically. Multi-host: each node publishes Entries, node 0
 // merges them with Add, and the same exactly-once check applies world-wide.
 //
-// Exit codes: the first failing worker's code wins; otherwise ExitContractViolated (3) for a violated contract,
-// 1 when a replica reported an error, 0 when everything arrived.
+// Exit codes: the first failing worker's code wins; otherwise ExitContractViolated (65, EX_DATAERR, the same as
+// launcher.ExitResults) for a violated contract, 1 when a replica reported an error, 0 when everything arrived.
 package results

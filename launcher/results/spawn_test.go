@@ -129,8 +129,8 @@ func TestSpawn(t *testing.T) {
 		}
 	})
 	t.Run("violation is the root cause", func(t *testing.T) {
-		o, _ := run("str", dupDoc, "3")
-		if o.OK || o.ExitCode != 3 || !strings.HasPrefix(o.SpawnError, "duplicate_result: 2 results for replica 0") ||
+		o, _ := run("str", dupDoc, "65")
+		if o.OK || o.ExitCode != 65 || !strings.HasPrefix(o.SpawnError, "duplicate_result: 2 results for replica 0") ||
 			!strings.Contains(o.SpawnError, "hint: ") {
 			t.Fatalf("%+v", o)
 		}

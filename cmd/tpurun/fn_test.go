@@ -1,0 +1,381 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"tpurun/launcher"
+	"tpurun/launcher/results"
+	"tpurun/worker"
+)
+
+// init lets the test binary play a Go worker of the result contract (TPURUN_TEST_RESULTS=MODE) before TestMain:
+//   - ok: report {"replica", "rank", "sq"} for every owned replica;
+//   - seed: report replica 0 whatever the worker owns (xmp.spawn's "4 results for replica 0");
+//   - foreign: ok, and rank 1 also reports replica 99;
+//   - missing: ok, except rank 1 reports nothing and exits 0;
+//   - big: ok, except rank 1 reports a 4 KiB string;
+//   - garbage: ok, except rank 1 writes bytes that are not a frame;
+//   - fail0: ok, except rank 1 reports an error for its replica and exits 0;
+//   - exit7: ok, except rank 1 reports nothing and exits 7;
+//   - truncated: ok, except rank 1 writes a frame header announcing 100 bytes and only 10 of them;
+//   - restart: ok, but rank 1 exits 5 after reporting in attempt 0 (TORCHELASTIC_RESTART_COUNT=0).
+func init() {
+	mode := os.Getenv("TPURUN_TEST_RESULTS")
+	if mode == "" {
+		return
+	}
+	os.Exit(resultWorker(mode))
+}
+
+func resultWorker(mode string) int {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	reps, err := worker.Replicas()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 97
+	}
+	ch := os.NewFile(3, "results")
+	anyc := worker.NewClient(ch, nil) // may report any replica: for the violations
+	c, err := worker.Open()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 97
+	}
+	special := rank == 1
+	for _, r := range reps {
+		switch {
+		case mode == "seed":
+			err = anyc.Report(0, map[string]int{"replica": 0, "rank": rank})
+		case special && mode == "missing":
+		case special && mode == "exit7":
+			return 7
+		case special && mode == "big":
+			err = c.Report(r, strings.Repeat("x", 4096))
+		case special && mode == "garbage":
+			_, err = ch.Write([]byte("this is not a tpurun frame, just bytes on fd 3\n"))
+		case special && mode == "truncated":
+			h := worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, r, 100)
+			_, err = ch.Write(append(h, "[1,2,3,4]"...))
+		case special && mode == "fail0":
+			err = c.Fail(r, errors.New("replica diverged"))
+		default:
+			err = c.Report(r, map[string]int{"replica": r, "rank": rank, "sq": r * r})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 96
+		}
+	}
+	if special && mode == "restart" && os.Getenv("TORCHELASTIC_RESTART_COUNT") == "0" {
+		return 5
+	}
+	if special && mode == "foreign" {
+		if err := anyc.Report(99, "not mine"); err != nil {
+			return 96
+		}
+	}
+	return 0
+}
+
+type goodValue struct{ Replica, Rank, Sq int }
+
+// runResults runs the real binary with Go result workers in mode and returns the result, the --results
+// document and the --json document.
+func runResults(t *testing.T, mode string, n int, extra ...string) (result, *results.Document, *results.Document) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "results.json")
+	args := append([]string{"--nprocs", strconv.Itoa(n), "--results", file, "--json"}, extra...)
+	args = append(args, "--", os.Args[0])
+	r := runCLI(t, t.TempDir(), []string{"TPURUN_TEST_RESULTS=" + mode}, args...)
+	var fromFile, fromJSON results.Document
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("--results file: %v\nstderr:\n%s", err, r.stderr)
+	}
+	if err := json.Unmarshal(b, &fromFile); err != nil {
+		t.Fatalf("--results file: %v: %s", err, b)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &fromJSON); err != nil {
+		t.Fatalf("--json stdout is not only the document: %v\n%q", err, r.stdout)
+	}
+	if string(b) == "" || fromFile.RunID != fromJSON.RunID || fromFile.ExitCode != r.code || fromJSON.ExitCode != r.code {
+		t.Fatalf("documents disagree with each other or with exit %d: file %+v json %+v", r.code, fromFile, fromJSON)
+	}
+	return r, &fromFile, &fromJSON
+}
+
+func checkGood(t *testing.T, doc *results.Document, replicas ...int) {
+	t.Helper()
+	got := map[int]bool{}
+	for _, res := range doc.Results {
+		if !res.OK {
+			continue
+		}
+		var v goodValue
+		if err := json.Unmarshal(res.Value, &v); err != nil || v.Replica != res.Replica || v.Sq != res.Replica*res.Replica ||
+			v.Rank != res.Rank {
+			t.Fatalf("result %+v (%s): %v", res, res.Value, err)
+		}
+		got[res.Replica] = true
+	}
+	for _, r := range replicas {
+		if !got[r] {
+			t.Fatalf("healthy replica %d missing from %+v", r, doc.Results)
+		}
+	}
+}
+
+func TestGoWorkersResultsFileAndJSON(t *testing.T) {
+	t.Parallel()
+	r, doc, _ := runResults(t, "ok", 4, "--expect-results")
+	if r.code != 0 || !doc.OK || len(doc.Results) != 4 || len(doc.Ranks) != 4 || doc.World.Size != 4 || len(doc.Violations) != 0 {
+		t.Fatalf("exit %d, document %+v\nstderr:\n%s", r.code, doc, r.stderr)
+	}
+	checkGood(t, doc, 0, 1, 2, 3)
+	if !strings.Contains(r.stderr, "PEAK RSS") {
+		t.Fatalf("with --json the summary goes to stderr:\n%s", r.stderr)
+	}
+}
+
+func TestSeedScenarioDuplicateExit65(t *testing.T) {
+	t.Parallel()
+	r, doc, _ := runResults(t, "seed", 4)
+	if r.code != launcher.ExitResults || results.ExitContractViolated != launcher.ExitResults {
+		t.Fatalf("exit %d, want %d\n%s", r.code, launcher.ExitResults, r.stderr)
+	}
+	if len(doc.Violations) != 1 || doc.Violations[0].Kind != "duplicate_result" ||
+		!strings.HasPrefix(doc.Violations[0].Message, "4 results for replica 0: rank 0 pid ") ||
+		!strings.Contains(doc.Violations[0].Hint, "SPMD") {
+		t.Fatalf("violations %+v", doc.Violations)
+	}
+	if len(doc.Results) != 1 || doc.Results[0].Rank != 0 || !doc.Results[0].OK {
+		t.Fatalf("the owner's result must be kept: %+v", doc.Results)
+	}
+	if !strings.Contains(r.stderr, "duplicate_result: 4 results for replica 0") || !strings.Contains(r.stderr, "hint: ") {
+		t.Fatalf("stderr does not name the duplicate with its hint:\n%s", r.stderr)
+	}
+}
+
+func TestViolationsNamedExit65(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode, kind string
+		extra      []string
+		want       int
+		good       []int
+	}{
+		{"foreign", "foreign_replica", nil, launcher.ExitResults, []int{0, 1, 2}},
+		{"missing", "missing_result", []string{"--expect-results"}, launcher.ExitResults, []int{0, 2}},
+		{"big", "oversized_frame", []string{"--max-result-bytes", "1024"}, launcher.ExitResults, []int{0, 2}},
+		{"garbage", "malformed_frame", nil, launcher.ExitResults, []int{0, 2}},
+		{"truncated", "truncated_frame", nil, launcher.ExitResults, []int{0, 2}},
+		{"exit7", "missing_result", []string{"--expect-results"}, 7, nil}, // the others may be stopped before reporting
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			r, doc, _ := runResults(t, tc.mode, 3, tc.extra...)
+			if r.code != tc.want {
+				t.Fatalf("exit %d, want %d\n%s", r.code, tc.want, r.stderr)
+			}
+			checkGood(t, doc, tc.good...)
+			if tc.want != launcher.ExitResults { // a worker's own failure wins, and a failed worker is not "missing"
+				if len(doc.Violations) != 0 {
+					t.Fatalf("violations %+v", doc.Violations)
+				}
+				return
+			}
+			if len(doc.Violations) != 1 || doc.Violations[0].Kind != tc.kind || doc.Violations[0].Rank != 1 ||
+				doc.Violations[0].Hint == "" {
+				t.Fatalf("violations %+v", doc.Violations)
+			}
+			if !strings.Contains(r.stderr, "results: "+tc.kind+": ") {
+				t.Fatalf("stderr does not name %s:\n%s", tc.kind, r.stderr)
+			}
+		})
+	}
+}
+
+func TestReplicaErrorWithExit0Exits1(t *testing.T) {
+	t.Parallel()
+	r, doc, _ := runResults(t, "fail0", 3)
+	if r.code != 1 || len(doc.Results) != 3 || doc.Results[1].OK || doc.Results[1].Error == nil ||
+		doc.Results[1].Error.Message != "replica diverged" {
+		t.Fatalf("exit %d, results %+v\n%s", r.code, doc.Results, r.stderr)
+	}
+	checkGood(t, doc, 0, 2)
+}
+
+// python is the interpreter for the Python tests: stdlib only, so any python3 on PATH will do.
+func python(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is not on PATH (%v): the function-mode tests need it", err)
+	}
+	return p
+}
+
+func examplesDir(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "examples")
+}
+
+func runFn(t *testing.T, target string, extra ...string) (result, *results.Document) {
+	t.Helper()
+	args := append([]string{"--nprocs", "3", "--json", "--python", python(t), "--fn",
+		filepath.Join(examplesDir(t), "fn_square.py") + ":" + target}, extra...)
+	tmp := t.TempDir()
+	r := runCLI(t, t.TempDir(), []string{"TMPDIR=" + tmp}, args...)
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("tpurun left %v in TMPDIR (the private Python module dir must be removed)", left)
+	}
+	var doc results.Document
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("--json stdout: %v\n%q\nstderr:\n%s", err, r.stdout, r.stderr)
+	}
+	return r, &doc
+}
+
+func TestFnSquare(t *testing.T) {
+	t.Parallel()
+	r, doc := runFn(t, "square", "--fn-args-json", "[10]", "extra")
+	if r.code != 0 || len(doc.Results) != 3 {
+		t.Fatalf("exit %d %+v\n%s", r.code, doc, r.stderr)
+	}
+	for i, res := range doc.Results {
+		var v struct {
+			Index, Square, Rank int
+			Rest                []string
+		}
+		if err := json.Unmarshal(res.Value, &v); err != nil || res.Replica != i || v.Index != i || v.Square != i*i+10 ||
+			v.Rank != i || len(v.Rest) != 1 || v.Rest[0] != "extra" {
+			t.Fatalf("replica %d: %s %v", i, res.Value, err)
+		}
+	}
+}
+
+func TestFnUnusableTargetExit2(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ target, want string }{
+		{"nested", "is a nested function"},
+		{"no_such_function", "no_such_function"},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			t.Parallel()
+			r, _ := runFn(t, tc.target)
+			if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tpurun: --fn ") || !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("exit %d, want 2 naming %q\n%s", r.code, tc.want, r.stderr)
+			}
+		})
+	}
+	t.Run("missing module", func(t *testing.T) {
+		t.Parallel()
+		r := runCLI(t, t.TempDir(), nil, "--nprocs", "2", "--python", python(t), "--fn", "tpurun_no_such_module:f")
+		if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "no module named 'tpurun_no_such_module'") {
+			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		}
+	})
+}
+
+func TestFnExceptionIsRootCause(t *testing.T) {
+	t.Parallel()
+	r, doc := runFn(t, "boom")
+	// Rank 1's failure stops the others, so only replica 1's report is certain to be in the document.
+	var failed *results.Result
+	for i := range doc.Results {
+		if doc.Results[i].Replica == 1 {
+			failed = &doc.Results[i]
+		}
+	}
+	if r.code != 1 || failed == nil || failed.OK || failed.Error == nil || failed.Error.Type != "ValueError" {
+		t.Fatalf("exit %d, want 1 with replica 1 raising ValueError: %+v\n%s", r.code, doc.Results, r.stderr)
+	}
+	want := "root cause: replica 1 (rank 1, pid " + strconv.Itoa(failed.PID) + ") raised ValueError: replica 1 diverged"
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, `line 32, in boom`) {
+		t.Fatalf("stderr lacks %q and the traceback:\n%s", want, r.stderr)
+	}
+}
+
+func TestFnPickledReturn(t *testing.T) {
+	t.Parallel()
+	r, doc := runFn(t, "point")
+	if r.code != 0 || len(doc.Results) != 3 {
+		t.Fatalf("exit %d %+v\n%s", r.code, doc, r.stderr)
+	}
+	for _, res := range doc.Results {
+		if res.Encoding != "pickle" || len(res.ValueB64) == 0 || !strings.Contains(string(res.ValueB64), "Point") {
+			t.Fatalf("replica %d: %+v (%s)", res.Replica, res, base64.StdEncoding.EncodeToString(res.ValueB64))
+		}
+	}
+}
+
+func TestFnBadFlagsExit2(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--fn", "nocolon"},
+		{"--fn", "m:f", "--fn-args-json", "{\"not\": \"a list\"}"},
+		{"--fn-args-json", "[1]", "--", "true"},
+		{"--max-result-bytes", "0", "--", "true"},
+	} {
+		r := runCLI(t, t.TempDir(), nil, args...)
+		if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, args[0]) {
+			t.Fatalf("%v: exit %d\n%s", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestSpawnFromPython runs tpurun.spawn() in a real Python against the real binary.
+func TestSpawnFromPython(t *testing.T) {
+	t.Parallel()
+	py := python(t)
+	dir := t.TempDir()
+	if _, err := worker.InstallPython(dir); err != nil {
+		t.Fatal(err)
+	}
+	script := `import sys, tpurun
+sys.path.insert(0, sys.argv[2])
+import fn_square
+res = tpurun.spawn(fn_square.square, args=(5,), nprocs=3, tpurun=sys.argv[1])
+print(sorted((k, v["square"]) for k, v in res.items()))
+try:
+    tpurun.spawn("fn_square:boom", nprocs=2, tpurun=sys.argv[1], env=dict(__import__("os").environ, PYTHONPATH=sys.argv[2]))
+except tpurun.SpawnError as e:
+    print("SpawnError", e.exit_code, str(e).splitlines()[0])
+`
+	cmd := exec.Command(py, "-c", script, filepath.Join(bin, "tpurun"), examplesDir(t))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir+string(os.PathListSeparator)+examplesDir(t))
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("%v\n%s\n%s", err, out, ee.Stderr)
+	}
+	want := "[(0, 5), (1, 6), (2, 9)]\nSpawnError 1 replica 1 (rank 1, pid "
+	if !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), "raised ValueError: replica 1 diverged") {
+		t.Fatalf("spawn printed %q, want prefix %q", out, want)
+	}
+}
+
+// TestRestartCollectsAfresh: with --max-restarts each attempt has its own collector, so the results of the failed
+// attempt 0 are neither duplicates nor in the document, which is the last attempt's.
+func TestRestartCollectsAfresh(t *testing.T) {
+	t.Parallel()
+	r, doc, _ := runResults(t, "restart", 3, "--max-restarts", "1", "--expect-results")
+	if r.code != 0 || !doc.OK || len(doc.Results) != 3 || len(doc.Violations) != 0 {
+		t.Fatalf("exit %d, document %+v\n%s", r.code, doc, r.stderr)
+	}
+	checkGood(t, doc, 0, 1, 2)
+	if !strings.Contains(r.stderr, "attempt 1: done") {
+		t.Fatalf("no second attempt:\n%s", r.stderr)
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The status endpoint answers real HTTP requests while a run is going: /healthz 200 and /metrics with the live
+// per-rank RSS and CPU of both workers.
+func TestStatusEndpointDuringRun(t *testing.T) {
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "2", "--device", "cpu", "--grace", "2s",
+		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
+	cmd.Env = append(os.Environ(), "TPURUN_PID1_ROLE=hang")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addrRe := regexp.MustCompile(`status on http://([^/\s]+)/metrics`)
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-found:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tpurun never printed the status address on stderr")
+	}
+	fetch := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := fetch("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz during a healthy run: %d %q", code, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := fetch("/metrics")
+		if strings.Contains(body, `tpurun_workers{state="running"} 2`) &&
+			regexp.MustCompile(`tpurun_worker_rss_bytes\{rank="0",pid="\d+"\} [1-9]\d*`).MatchString(body) &&
+			regexp.MustCompile(`tpurun_worker_cpu_seconds_total\{rank="1",pid="\d+"\} `).MatchString(body) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed both live workers:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("tpurun after SIGTERM: %v, want exit 143", err)
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("the status endpoint still answers after tpurun exited")
+	}
+}
+
+func TestStatusAddrNonLoopbackRefused(t *testing.T) {
+	r := runCLI(t, "", nil, "--nprocs", "1", "--device", "cpu", "--status-addr", "0.0.0.0:0", "--", os.Args[0])
+	if r.code != 2 || !strings.Contains(r.stderr, "--status-allow-remote") {
+		t.Fatalf("exit %d, stderr %q: want 2 and the --status-allow-remote remedy", r.code, r.stderr)
+	}
+}

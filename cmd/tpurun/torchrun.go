@@ -1,0 +1,182 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
+	"tpurun/launcher"
+	"tpurun/launcher/proc"
+)
+
+// torchFlags are torchrun's flags that tpurun accepts with the same meaning (the ones shared with tpurun's own,
+// like --max-restarts or --log-dir, are registered in main.go and rdzv.go), plus the container flags.
+type torchFlags struct {
+	standalone bool
+	module     bool
+	noPython   bool
+	runPath    bool
+	monitor    seconds
+	shutdown   seconds
+	signals    string
+	subreaper  bool
+	handled    []os.Signal
+}
+
+func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
+	t := &torchFlags{}
+	fs.BoolVar(&t.standalone, "standalone", false, "torchrun's single-node mode: --nnodes 1 and no rendezvous backend")
+	fs.BoolVarP(&t.module, "module", "m", false, "run PROGRAM as a Python module: $PYTHON_EXEC -u -m PROGRAM ARGS")
+	fs.BoolVar(&t.noPython, "no-python", false, "run PROGRAM as is, even when it ends in .py")
+	fs.BoolVar(&t.runPath, "run-path", false, "run PROGRAM as a Python script whatever its name: $PYTHON_EXEC -u PROGRAM ARGS")
+	t.monitor = seconds(100 * time.Millisecond)
+	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
+	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
+	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "signals forwarded to every worker group, comma-separated")
+	fs.BoolVar(&t.subreaper, "subreaper", false, "become the child subreaper and reap every orphaned descendant (automatic as PID 1)")
+	return t
+}
+
+// petEnv gives every flag not set on the command line its value from torchrun's PET_<FLAG> environment variable
+// (PET_NPROC_PER_NODE, PET_MAX_RESTARTS, ...): the flag beats the env.
+func petEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		name := "PET_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = &launcher.ConfigError{Field: name, Value: v, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", f.Name, e)}
+		}
+	})
+	return err
+}
+
+// apply turns the torchrun-style choices into the launcher config: the Python command line, the grace period
+// and the handled signals. args are the positional arguments (PROGRAM ARGS...).
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Config, args []string, getenv func(string) string) error {
+	if t.standalone {
+		_ = fs.Set("nnodes", "1")
+		_ = fs.Set("rdzv-backend", "")
+	}
+	if f := fs.Lookup("shutdown-timeout"); f != nil && f.Changed {
+		if fs.Lookup("grace").Changed && cfg.Grace != time.Duration(t.shutdown) {
+			return &launcher.ConfigError{Field: "--shutdown-timeout", Value: t.shutdown.String(),
+				Hint: fmt.Sprintf("conflicts with --grace %s; give one of them", cfg.Grace)}
+		}
+		cfg.Grace = time.Duration(t.shutdown)
+	}
+	sigs, err := parseSignals(t.signals)
+	if err != nil {
+		return err
+	}
+	t.handled = sigs
+	if len(args) > 0 {
+		cfg.Program = pythonProgram(args, t.module, t.noPython, t.runPath, getenv)
+	}
+	if t.noPython && (t.module || t.runPath) {
+		return &launcher.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module or --run-path"}
+	}
+	return nil
+}
+
+// pythonProgram is the command line torchrun would run for args: PROGRAM.py and --run-path run under
+// $PYTHON_EXEC -u (default python3), -m as a module, --no-python and everything else as is.
+func pythonProgram(args []string, module, noPython, runPath bool, getenv func(string) string) []string {
+	if noPython {
+		return args
+	}
+	py := getenv("PYTHON_EXEC")
+	if py == "" {
+		py = "python3"
+	}
+	switch {
+	case module:
+		return append([]string{py, "-u", "-m"}, args...)
+	case runPath || strings.HasSuffix(args[0], ".py"):
+		return append([]string{py, "-u"}, args...)
+	}
+	return args
+}
+
+// parseSignals parses torchrun's --signals-to-handle: comma-separated names (SIGTERM or TERM) or numbers.
+func parseSignals(s string) ([]os.Signal, error) {
+	var out []os.Signal
+	for part := range strings.SplitSeq(s, ",") {
+		name := strings.ToUpper(strings.TrimSpace(part))
+		if name == "" {
+			continue
+		}
+		sig, ok := signalByName[strings.TrimPrefix(name, "SIG")]
+		if !ok {
+			return nil, &launcher.ConfigError{Field: "--signals-to-handle", Value: part,
+				Hint: "use names like SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (SIGKILL and SIGSTOP cannot be handled)"}
+		}
+		out = append(out, sig)
+	}
+	if len(out) == 0 {
+		return nil, &launcher.ConfigError{Field: "--signals-to-handle", Value: s, Hint: "name at least one signal, e.g. SIGTERM,SIGINT"}
+	}
+	return out, nil
+}
+
+var signalByName = map[string]os.Signal{
+	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM,
+	"XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ, "PWR": syscall.SIGPWR, "CONT": syscall.SIGCONT,
+	"WINCH": syscall.SIGWINCH,
+}
+
+// container starts the one reaper when tpurun is PID 1 or --subreaper was given; the returned function stops it
+// after a last round (call it once the run is over: Run leaves no worker behind).
+func (t *torchFlags) container(cfg *launcher.Config, log *zap.Logger) (func(), error) {
+	pid1 := os.Getpid() == 1
+	if !pid1 && !t.subreaper {
+		return func() {}, nil
+	}
+	if !pid1 {
+		if err := proc.SetSubreaper(); err != nil {
+			return nil, fmt.Errorf("--subreaper: %w; run as root or without --subreaper", err)
+		}
+	}
+	rp := proc.NewReaper(log.Named("reaper"))
+	cfg.Reaper = rp
+	log.Debug("reaping orphans", zap.Bool("pid1", pid1))
+	return func() {
+		rp.Close()
+		if n := rp.Orphans(); n > 0 {
+			log.Info("reaped orphaned processes", zap.Int("count", n))
+		}
+	}, nil
+}
+
+// seconds is a duration flag that also takes torchrun's plain (fractional) seconds: "30", "0.1" or "1m".
+type seconds time.Duration
+
+func (s *seconds) Set(v string) error {
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f >= 0 && f < 1e9 {
+		*s = seconds(f * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is neither seconds (30, 0.5) nor a duration (30s, 1m)", v)
+	}
+	*s = seconds(d)
+	return nil
+}
+
+func (s *seconds) String() string { return time.Duration(*s).String() }
+
+func (s *seconds) Type() string { return "seconds" }

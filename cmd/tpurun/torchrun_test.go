@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher"
+)
+
+func TestPythonProgramLikeTorchrun(t *testing.T) {
+	env := func(k string) string {
+		if k == "PYTHON_EXEC" {
+			return "/opt/py"
+		}
+		return ""
+	}
+	noEnv := func(string) string { return "" }
+	for _, c := range []struct {
+		args                      []string
+		module, noPython, runPath bool
+		getenv                    func(string) string
+		want                      string
+	}{
+		{[]string{"train.py", "--lr", "3"}, false, false, false, noEnv, "python3 -u train.py --lr 3"},
+		{[]string{"train.py"}, false, false, false, env, "/opt/py -u train.py"},
+		{[]string{"pkg.train", "x"}, true, false, false, env, "/opt/py -u -m pkg.train x"},
+		{[]string{"train.py"}, false, true, false, env, "train.py"},
+		{[]string{"./bin/worker"}, false, false, false, env, "./bin/worker"},
+		{[]string{"script"}, false, false, true, noEnv, "python3 -u script"},
+	} {
+		got := strings.Join(pythonProgram(c.args, c.module, c.noPython, c.runPath, c.getenv), " ")
+		if got != c.want {
+			t.Errorf("pythonProgram(%q, m=%v, no-python=%v, run-path=%v) = %q, want %q", c.args, c.module, c.noPython, c.runPath, got, c.want)
+		}
+	}
+}
+
+func TestTorchrunFlagsThroughParse(t *testing.T) {
+	t.Setenv("PET_MAX_RESTARTS", "3")
+	t.Setenv("PET_ROLE", "trainer")
+	t.Setenv("PYTHON_EXEC", "/usr/bin/python3")
+	o, err := parse([]string{"--role", "flagwins", "--shutdown_timeout", "7s", "--monitor-interval", "5", "--signals-to-handle", "SIGTERM,INT",
+		"--standalone", "-m", "pkg.main", "--x"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.MaxRestarts != 3 || o.cfg.Role != "flagwins" || o.cfg.Grace != 7*time.Second {
+		t.Fatalf("max-restarts %d (want 3 from PET_MAX_RESTARTS), role %q (want the flag's), grace %s (want 7s)", o.cfg.MaxRestarts, o.cfg.Role, o.cfg.Grace)
+	}
+	if got := strings.Join(o.cfg.Program, " "); got != "/usr/bin/python3 -u -m pkg.main --x" {
+		t.Fatalf("program %q", got)
+	}
+	if !slices.Equal(o.tr.handled, []os.Signal{syscall.SIGTERM, syscall.SIGINT}) {
+		t.Fatalf("handled signals %v", o.tr.handled)
+	}
+	t.Setenv("PET_MAX_RESTARTS", "many")
+	var ce *launcher.ConfigError
+	if _, err := parse([]string{"prog"}, io.Discard); !errors.As(err, &ce) || ce.Field != "PET_MAX_RESTARTS" {
+		t.Fatalf("bad PET_MAX_RESTARTS: err %v, want a ConfigError naming it", err)
+	}
+	t.Setenv("PET_MAX_RESTARTS", "")
+	for _, args := range [][]string{
+		{"--signals-to-handle", "SIGKILL", "prog"},
+		{"--no-python", "-m", "mod"},
+		{"--grace", "1s", "--shutdown-timeout", "2s", "prog"},
+	} {
+		if _, err := parse(args, io.Discard); !errors.As(err, &ce) {
+			t.Errorf("parse(%q): err %v, want a *ConfigError", args, err)
+		}
+	}
+}
+
+func FuzzParseSignals(f *testing.F) {
+	for _, s := range []string{"", ",", "SIGTERM", "TERM,INT", "sigusr1, SIGUSR2 ", "SIGKILL", "SIGSTOP", "15", "SIG", "\x00", "SIGTERM,,SIGHUP", strings.Repeat("SIGINT,", 1000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sigs, err := parseSignals(s)
+		if (err == nil) == (len(sigs) == 0) {
+			t.Fatalf("parseSignals(%q) = %v, %v: want signals xor an error", s, sigs, err)
+		}
+		for _, sg := range sigs {
+			if sg == syscall.SIGKILL || sg == syscall.SIGSTOP {
+				t.Fatalf("parseSignals(%q) accepted %v", s, sg)
+			}
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"tpurun/launcher/proc"
+	"tpurun/launcher/results"
+)
+
+// ResultExits is how each rank of a ended, in the order the processes ended (ranks that never ended, e.g. never
+// started, follow in rank order), as results.Collector.Finish wants it: the exit status, or 128+N and the
+// signal's name for a rank killed by signal N.
+func (a *Attempt) ResultExits() []results.RankExit {
+	byRank := make(map[int]RankSummary, len(a.Ranks))
+	for _, s := range a.Ranks {
+		byRank[s.Rank] = s
+	}
+	out := make([]results.RankExit, 0, len(a.Ranks))
+	seen := make(map[int]bool, len(a.Ranks))
+	add := func(s RankSummary) {
+		seen[s.Rank] = true
+		e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.Status()}
+		if s.Signal != 0 {
+			e.Signal = SignalName(s.Signal)
+		}
+		out = append(out, e)
+	}
+	for _, rank := range a.EndOrder {
+		if s, ok := byRank[rank]; ok && !seen[rank] {
+			add(s)
+		}
+	}
+	for _, s := range a.Ranks {
+		if !seen[s.Rank] {
+			add(s)
+		}
+	}
+	return out
+}
+
+// WriteResultsSummary writes what the results document says went wrong: every contract violation by name with
+// its hint, and every replica's reported error with its traceback. It writes nothing for a clean document.
+func WriteResultsSummary(w io.Writer, doc *results.Document) {
+	if doc == nil {
+		return
+	}
+	for _, v := range doc.Violations {
+		fmt.Fprintf(w, "  results: %s: %s\n", v.Kind, v.Message)
+		if v.Hint != "" {
+			fmt.Fprintf(w, "    hint: %s\n", v.Hint)
+		}
+	}
+	for _, r := range doc.Results {
+		if r.OK || r.Error == nil {
+			continue
+		}
+		fmt.Fprintf(w, "  root cause: replica %d (rank %d, pid %d) raised %s: %s\n",
+			r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
+		for _, l := range strings.Split(strings.TrimRight(r.Error.Traceback, "\n"), "\n") {
+			if l != "" {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+	}
+}

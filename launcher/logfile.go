@@ -1,0 +1,55 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// logFileMode is the mode of every per-rank log file: readable by the run's user and group tools (0644, before
+// the umask), writable by the launcher only.
+const logFileMode = 0o644
+
+// createLogFile creates or truncates a per-rank log file without following a symlink planted at path: a
+// symlink there is an error (ELOOP) that names the file, never a write through to the symlink's target.
+func createLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, logFileMode)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symlink and log files never follow one; remove it or pick another --log-dir: %w", path, err)
+	}
+	return f, err
+}
+
+// fdLimitHint says which limit to raise when err is the process running out of file descriptors, and is empty
+// otherwise.
+func fdLimitHint(err error) string {
+	if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+		return ""
+	}
+	var lim syscall.Rlimit
+	if e := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); e != nil {
+		return " (out of file descriptors: raise ulimit -n; every worker needs about 6)"
+	}
+	return fmt.Sprintf(" (out of file descriptors: RLIMIT_NOFILE is %d (hard %d); raise ulimit -n, every worker needs about 6)",
+		lim.Cur, lim.Max)
+}
+
+// logWriter is a per-rank log file that tells once when a write fails (a full disk, a quota) and then drops the
+// rest: a log file that cannot be written never stops or slows the run, and the console keeps every line.
+type logWriter struct {
+	f      *os.File
+	failed bool
+	warn   func(path string, err error)
+}
+
+func (l *logWriter) Write(p []byte) (int, error) {
+	if l.failed {
+		return len(p), nil
+	}
+	if _, err := l.f.Write(p); err != nil {
+		l.failed = true
+		l.warn(l.f.Name(), err)
+	}
+	return len(p), nil
+}
