@@ -357,7 +357,15 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	case h.Device.V == topology.TPU:
 		wr := req
 		wr.Hosts, wr.NodeRank = a.Addrs(), a.NodeRank
-		world, err = topology.NewPlan(h, wr)
+		// The free-port check binds each TPU port for a moment; nodes sharing one machine (tests, several
+		// launchers per VM) can see each other's probe: a port busy for less than ~1s is not busy.
+		for try := 0; ; try++ {
+			world, err = topology.NewPlan(h, wr)
+			if !errors.Is(err, topology.ErrPortBusy) || try == 10 {
+				break
+			}
+			time.Sleep(time.Duration(20+try*10) * time.Millisecond)
+		}
 	default:
 		world, err = launcher.WorldPlan(local, a.Addrs())
 	}

@@ -13,9 +13,10 @@ Importing this module marks the inherited result descriptor non-inheritable, so 
 """
 
 from ._wire import ChannelError, channel, protect_fd, replicas_from_env
-from ._spawn import SpawnError, spawn, target_of, load_document
+from ._spawn import SpawnError, decode_results, load_document, run, spawn, target_of
 
-__all__ = ["report", "fail", "replicas", "spawn", "SpawnError", "ChannelError", "target_of", "load_document"]
+__all__ = ["report", "fail", "replicas", "spawn", "run", "SpawnError", "ChannelError", "target_of", "load_document",
+           "decode_results"]
 
 protect_fd()
 

@@ -138,20 +138,34 @@ def spawn(fn, args=(), nprocs=None, tpurun=None, extra_args=(), env=None, timeou
         args_json = json.dumps(list(args))
     except (TypeError, ValueError) as e:
         raise TypeError("spawn: args must be JSON-serialisable (they are passed with --fn-args-json): %s" % e) from None
-    cmd = [find_binary(tpurun), "--json"]
+    argv = ["--json"]
     if nprocs is not None:
-        cmd += ["--nprocs", str(int(nprocs))]
-    cmd += list(extra_args)
-    cmd += ["--fn", target, "--fn-args-json", args_json]
+        argv += ["--nprocs", str(int(nprocs))]
+    argv += list(extra_args)
+    argv += ["--fn", target, "--fn-args-json", args_json]
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("PYTHON_EXEC", sys.executable or "python3")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, env=run_env, timeout=timeout)
+    return decode_results(run(argv, tpurun=tpurun, env=run_env, timeout=timeout))
+
+
+def run(argv, tpurun=None, env=None, timeout=None, stderr=None):
+    """Run `tpurun --json ARGV...` as a subprocess and return its results document (a dict).
+
+    For orchestrators such as a Ray actor on each host: no TTY, no stdin, callable from any thread, nothing that
+    depends on being a session leader. The worker output and tpurun's report go to stderr (inherited unless
+    stderr= says otherwise); stdout carries only the document. On a non-zero exit, or a document that is not ok,
+    it raises SpawnError with the root cause, the exit code and the document."""
+    argv = list(argv)
+    if "--json" not in argv:
+        argv.insert(0, "--json")
+    cmd = [find_binary(tpurun)] + argv
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                          env=dict(os.environ) if env is None else env, timeout=timeout)
     doc = load_document(proc.stdout)
     if doc is None:
         raise SpawnError("%s exited with code %d and printed no results document on stdout; its stderr says why"
                          % (cmd[0], proc.returncode), exit_code=proc.returncode)
-    results = decode_results(doc)
     if proc.returncode != 0 or not doc.get("ok", False):
         msg, err = root_cause(doc, proc.returncode)
-        raise SpawnError(msg, document=doc, exit_code=proc.returncode, results=results, error=err)
-    return results
+        raise SpawnError(msg, document=doc, exit_code=proc.returncode, results=decode_results(doc), error=err)
+    return doc
