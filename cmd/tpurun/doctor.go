@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/spf13/pflag"
-
 	"tpurun/launcher"
 	"tpurun/launcher/topology"
 )
@@ -25,38 +23,14 @@ type doctorReport struct {
 // the processes holding them, the libtpu lockfile and metadata reachability with timing. It exits 0 when it could
 // report (whatever it found), 2 when detection itself failed on the configuration.
 func doctorCmd(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("tpurun doctor", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SetNormalizeFunc(dashes)
-	dev := addDeviceFlags(fs)
-	var format, lockfile string
-	var verbose bool
-	fs.StringVar(&format, "format", "table", "output format: table or json")
+	sc := newSubcmdFlags("doctor", "tpurun doctor shows what tpurun detects on this host and why, and what could stop a run.")
+	fs, dev := sc.fs, sc.dev
+	var lockfile string
 	fs.StringVar(&lockfile, "lockfile", topology.DefaultLockfile, "the libtpu lockfile to check")
 	_ = fs.MarkHidden("lockfile")
-	fs.BoolVarP(&verbose, "verbose", "v", false, "debug logs")
-	help := fs.BoolP("help", "h", false, "show this help")
-	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "tpurun doctor: %v\nRun 'tpurun doctor --help' for usage.\n", err)
-		return launcher.ExitUsage
-	}
-	if *help {
-		fmt.Fprintf(stdout, "tpurun doctor shows what tpurun detects on this host and why, and what could stop a run.\n\n"+
-			"Usage:\n  tpurun doctor [flags]\n\nFlags:\n%s", fs.FlagUsages())
-		return launcher.ExitOK
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tpurun doctor: unexpected argument %q: doctor takes flags only\n", fs.Arg(0))
-		return launcher.ExitUsage
-	}
-	if format != "table" && format != "json" {
-		fmt.Fprintf(stderr, "tpurun doctor: --format %q: use table or json\n", format)
-		return launcher.ExitUsage
-	}
-	log, err := newLogger("console", verbose, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "tpurun doctor: %v\n", err)
-		return launcher.ExitUsage
+	log, code, done := sc.parse(args, stdout, stderr)
+	if done {
+		return code
 	}
 	opts, err := dev.options(log)
 	if err != nil {
@@ -77,7 +51,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	if _, err := topology.NewPlan(h, dev.request(h)); err != nil {
 		rep.PlanError = err.Error()
 	}
-	if format == "json" {
+	if sc.format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(rep)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"tpurun/launcher"
 	"tpurun/launcher/topology"
@@ -35,48 +36,72 @@ func subcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	return 0, false
 }
 
+// subcmdFlags is what `tpurun plan` and `tpurun doctor` share: the device flags, --format table|json, -v and
+// --help, flags only (no PROGRAM), and a console logger.
+type subcmdFlags struct {
+	name, about string
+	fs          *pflag.FlagSet
+	dev         *deviceFlags
+	format      string
+	verbose     bool
+	help        bool
+}
+
+func newSubcmdFlags(name, about string) *subcmdFlags {
+	s := &subcmdFlags{name: "tpurun " + name, about: about, fs: pflag.NewFlagSet("tpurun "+name, pflag.ContinueOnError)}
+	s.fs.SetOutput(io.Discard)
+	s.fs.SetNormalizeFunc(dashes)
+	s.dev = addDeviceFlags(s.fs)
+	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
+	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
+	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")
+	return s
+}
+
+// parse parses args and builds the logger; done means the command is over (help shown, or a usage error) with
+// exit code code.
+func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.Logger, code int, done bool) {
+	if err := s.fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", s.name, err, s.name)
+		return nil, launcher.ExitUsage, true
+	}
+	if s.help {
+		fmt.Fprintf(stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", s.about, s.name, s.fs.FlagUsages())
+		return nil, launcher.ExitOK, true
+	}
+	if s.fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only (it starts no program)\n", s.name, s.fs.Arg(0))
+		return nil, launcher.ExitUsage, true
+	}
+	if s.format != "table" && s.format != "json" {
+		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
+		return nil, launcher.ExitUsage, true
+	}
+	log, err := newLogger("console", s.verbose, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
+		return nil, launcher.ExitUsage, true
+	}
+	return log, 0, false
+}
+
 // planCmd is `tpurun plan [flags]`: detect the host, build the plan and print it with every worker's complete
 // environment (the plan's PLUS the launcher's torchrun/tpurun variables). Nothing is started.
 func planCmd(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("tpurun plan", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SetNormalizeFunc(dashes)
-	dev := addDeviceFlags(fs)
-	var format string
-	var verbose bool
+	sc := newSubcmdFlags("plan", "tpurun plan prints what a run with the same flags would start, without starting anything.")
+	fs, dev := sc.fs, sc.dev
 	var rt launcher.Runtime
-	fs.StringVar(&format, "format", "table", "output format: table or json")
 	fs.StringVar(&rt.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
 	fs.StringVar(&rt.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR to show")
 	fs.IntVar(&rt.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
 	fs.StringVar(&rt.Role, "role", "default", "ROLE_NAME to show")
 	fs.IntVar(&rt.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")
-	fs.BoolVarP(&verbose, "verbose", "v", false, "debug logs")
-	help := fs.BoolP("help", "h", false, "show this help")
-	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "tpurun plan: %v\nRun 'tpurun plan --help' for usage.\n", err)
-		return launcher.ExitUsage
-	}
-	if *help {
-		fmt.Fprintf(stdout, "tpurun plan prints what a run with the same flags would start, without starting anything.\n\n"+
-			"Usage:\n  tpurun plan [flags]\n\nFlags:\n%s", fs.FlagUsages())
-		return launcher.ExitOK
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tpurun plan: unexpected argument %q: plan takes flags only (it starts no program)\n", fs.Arg(0))
-		return launcher.ExitUsage
-	}
-	if format != "table" && format != "json" {
-		fmt.Fprintf(stderr, "tpurun plan: --format %q: use table or json\n", format)
-		return launcher.ExitUsage
+	log, code, done := sc.parse(args, stdout, stderr)
+	if done {
+		return code
 	}
 	if rt.MasterPort < 0 || rt.MasterPort > 65535 {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
-		return launcher.ExitUsage
-	}
-	log, err := newLogger("console", verbose, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return launcher.ExitUsage
 	}
 	h, plan, err := dev.detectPlan(context.Background(), log)
@@ -85,7 +110,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return topologyExit(err)
 	}
 	full := withLauncherEnv(plan, rt)
-	if format == "json" {
+	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
 		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", nodeRank(h), h.Device.V, h.Device.Source)
