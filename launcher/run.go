@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher/proc"
+	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
 )
 
@@ -394,7 +395,11 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 			_, _ = io.Copy(io.Discard, res)
 			return
 		}
-		if err := r.sink.Consume(w.Rank, pid, w.Replicas, res); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// A violation of the result contract is the collector's to report (its document names each one, with a
+		// hint, and decides the exit code); only a sink's other failures are this rank's.
+		var violation *results.ContractError
+		err := r.sink.Consume(w.Rank, pid, w.Replicas, res)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.As(err, &violation) {
 			wk.resErr = err
 		}
 	})

@@ -50,11 +50,6 @@ func addResultFlags(fs *pflag.FlagSet) *resultFlags {
 	return f
 }
 
-// active reports whether the run collects results at all.
-func (f *resultFlags) active() bool {
-	return f.fn != "" || f.expect || f.file != "" || f.json
-}
-
 // check validates the flags; every error is a *launcher.ConfigError.
 func (f *resultFlags) check() error {
 	if f.maxBytes <= 0 || f.maxBytes > worker.MaxPayload {
@@ -86,9 +81,8 @@ func (f *resultFlags) check() error {
 // temporary directory put first on PYTHONPATH and makes the program the function runner. args are the
 // positional arguments (the function's extra string arguments with --fn). The caller runs cleanup at the end.
 func (f *resultFlags) setup(cfg *launcher.Config, args []string) error {
-	if !f.active() {
-		return nil
-	}
+	// Results are always collected and checked, so a duplicate or malformed report is never dropped silently;
+	// the flags only decide whether every replica must report and where the document goes.
 	if f.fn != "" {
 		env := cfg.Env
 		if env == nil {
@@ -168,7 +162,7 @@ func (f *resultFlags) cleanup() {
 // writes --results and prints --json, and returns tpurun's exit code: a worker's failure wins, then 2 for an
 // unusable --fn target, then the document's code (65 for a violated contract, 1 for a reported error).
 func (f *resultFlags) finish(rep *launcher.Report, runErr error, code int, stdout, stderr io.Writer) int {
-	if !f.active() || rep == nil || rep.Last() == nil {
+	if rep == nil || rep.Last() == nil {
 		return code
 	}
 	last := rep.Last()

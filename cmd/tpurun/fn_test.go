@@ -166,6 +166,19 @@ func TestSeedScenarioDuplicateExit65(t *testing.T) {
 	}
 }
 
+// TestResultsCheckedWithoutFlags: a plain run with no result flag still checks what workers report, so the seed
+// scenario is never dropped silently.
+func TestResultsCheckedWithoutFlags(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, t.TempDir(), []string{"TPURUN_TEST_RESULTS=seed"}, "--nprocs", "3", "--", os.Args[0])
+	if r.code != launcher.ExitResults || !strings.Contains(r.stderr, "duplicate_result: 3 results for replica 0") {
+		t.Fatalf("exit %d, want %d naming the duplicate\n%s", r.code, launcher.ExitResults, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "3 results for replica 0"); n != 1 { // once, in the report
+		t.Fatalf("the duplicate is reported %d times, want once:\n%s", n, r.stderr)
+	}
+}
+
 func TestViolationsNamedExit65(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

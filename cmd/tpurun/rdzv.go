@@ -477,7 +477,7 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	// Node 0 merges every node's results and exits into its report, checks exactly-once world-wide, writes
 	// --results / --json, and shares the final code, which every node then exits with.
 	final := outcome{Node: a.NodeRank, Code: v.Code, Error: v.Error, Rank: v.Rank}
-	if a.NodeRank == 0 && last != nil && o.res.active() {
+	if a.NodeRank == 0 && last != nil {
 		if c := o.res.collector(last.Number); c != nil {
 			for _, oc := range all[1:] {
 				if err := c.Add(oc.Node, oc.Results); err != nil {
