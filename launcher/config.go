@@ -31,6 +31,12 @@ type Config struct {
 	MaxRestarts  int           // restart the whole group up to this many times after a failure
 	DrainTimeout time.Duration // how long output and result pipes are drained after the workers are gone; default 2s
 
+	// Restarts managed outside this Run (a multi-host world restarts as a new generation and runs each with
+	// MaxRestarts 0): the workers see TORCHELASTIC_RESTART_COUNT = PriorRestarts + the attempt, and
+	// TORCHELASTIC_MAX_RESTARTS = the larger of MaxRestarts and WorldMaxRestarts.
+	PriorRestarts    int
+	WorldMaxRestarts int
+
 	RunID      string // default: random
 	MasterAddr string // default 127.0.0.1
 	MasterPort int    // default: a free port picked at launch

@@ -318,8 +318,9 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 		}
 		wk.errFile = filepath.Join(rankDir, "error.json")
 	}
-	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: n, MaxRestarts: r.cfg.MaxRestarts,
-		MasterAddr: r.cfg.MasterAddr, MasterPort: r.cfg.MasterPort, ErrorFile: wk.errFile}
+	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: r.cfg.PriorRestarts + n,
+		MaxRestarts: max(r.cfg.MaxRestarts, r.cfg.WorldMaxRestarts),
+		MasterAddr:  r.cfg.MasterAddr, MasterPort: r.cfg.MasterPort, ErrorFile: wk.errFile}
 
 	cmd := exec.Command(r.cfg.Program[0], ExpandArgs(r.cfg.Program[1:], w.LocalRank)...)
 	cmd.Env = WorkerEnv(r.cfg.Env, r.cfg.Plan, w, rt)

@@ -289,6 +289,27 @@ func TestWorkerEnvironment(t *testing.T) {
 	assertAllGone(t, dir, 2, 5*time.Second)
 }
 
+// TestRestartsCountedOutsideTheRun: a multi-host generation tells its workers the world's restart count and limit.
+func TestRestartsCountedOutsideTheRun(t *testing.T) {
+	t.Parallel()
+	dir := fakeDir(t)
+	cfg, _, _ := config(t, 1, dir, "env")
+	cfg.PriorRestarts, cfg.WorldMaxRestarts = 2, 3
+	if _, err := launcher.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "env-0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"TORCHELASTIC_RESTART_COUNT=2"`, `"TORCHELASTIC_MAX_RESTARTS=3"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("worker env lacks %s: %s", want, b)
+		}
+	}
+	assertAllGone(t, dir, 1, 5*time.Second)
+}
+
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
 	dir := fakeDir(t)

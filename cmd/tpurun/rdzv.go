@@ -391,6 +391,7 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	o.cfg.Plan, o.cfg.NodeRank, o.cfg.RunID = world, a.NodeRank, a.RunID // the result collectors read them
 	cfg := o.cfg
 	cfg.MaxRestarts = 0 // restarts are new generations of the whole world (runMultihost)
+	cfg.PriorRestarts, cfg.WorldMaxRestarts = m.Generation, o.cfg.MaxRestarts
 	cfg.Plan, cfg.NodeRank, cfg.RunID = world, a.NodeRank, a.RunID
 	cfg.MasterAddr, cfg.MasterPort = a.MasterAddr, a.MasterPort()
 	cfg.SweepTag = a.RunID + "-node" + strconv.Itoa(a.NodeRank) + "-" + m.Instance
