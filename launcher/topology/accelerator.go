@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,7 +133,7 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	i := strings.LastIndexByte(t, '-')
 	if i <= 0 || i == len(t)-1 {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q is not <generation>-<size> such as v4-8, v5litepod-8 or v6e-16", ErrParse, s)
+		return Accelerator{}, parseErrorf("accelerator type %q is not <generation>-<size> such as v4-8, v5litepod-8 or v6e-16", s)
 	}
 	name, num := t[:i], t[i+1:]
 	if a, ok := familyAliases[name]; ok {
@@ -142,21 +141,21 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 	}
 	fam, ok := families[name]
 	if !ok {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q has unknown generation %q; known: %s", ErrParse, s, t[:i], strings.Join(familyNames(), ", "))
+		return Accelerator{}, parseErrorf("accelerator type %q has unknown generation %q; known: %s", s, t[:i], strings.Join(familyNames(), ", "))
 	}
 	n, err := ParseCount(num)
 	if err != nil {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q: size %q is not a positive whole number", ErrParse, s, num)
+		return Accelerator{}, parseErrorf("accelerator type %q: size %q is not a positive whole number", s, num)
 	}
 	a := Accelerator{Type: fam.Name + "-" + strconv.Itoa(n), Family: fam, Count: n}
 	if fam.CountsCores && n%2 != 0 {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q: %s counts TensorCores, 2 per chip, so the size must be even", ErrParse, s, fam.Name)
+		return Accelerator{}, parseErrorf("accelerator type %q: %s counts TensorCores, 2 per chip, so the size must be even", s, fam.Name)
 	}
 	if c := a.Chips(); c > fam.MaxSingleHost && c%fam.ChipsPerHost != 0 {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q: %d chips do not fill whole hosts of %d chips", ErrParse, s, c, fam.ChipsPerHost)
+		return Accelerator{}, parseErrorf("accelerator type %q: %d chips do not fill whole hosts of %d chips", s, c, fam.ChipsPerHost)
 	}
 	if _, err := ChipBounds(a.ChipsPerHost()); err != nil {
-		return Accelerator{}, fmt.Errorf("%w: accelerator type %q: %d chips on one host is not a known host shape (1, 2, 4 or 8)", ErrParse, s, a.ChipsPerHost())
+		return Accelerator{}, parseErrorf("accelerator type %q: %d chips on one host is not a known host shape (1, 2, 4 or 8)", s, a.ChipsPerHost())
 	}
 	return a, nil
 }

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -49,13 +48,13 @@ const maxExtent = 4096
 func ParseBounds(s string) (Bounds, error) {
 	parts := strings.Split(strings.TrimSpace(s), ",")
 	if len(parts) != 3 && len(parts) != 4 {
-		return nil, fmt.Errorf("%w: bounds %q must be 3 (or 4) comma-separated positive numbers such as 2,2,1", ErrParse, s)
+		return nil, parseErrorf("bounds %q must be 3 (or 4) comma-separated positive numbers such as 2,2,1", s)
 	}
 	b := make(Bounds, len(parts))
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 || n > maxExtent || !isDigits(strings.TrimSpace(p)) {
-			return nil, fmt.Errorf("%w: bounds %q: element %d (%q) is not a positive number up to %d", ErrParse, s, i+1, p, maxExtent)
+			return nil, parseErrorf("bounds %q: element %d (%q) is not a positive number up to %d", s, i+1, p, maxExtent)
 		}
 		b[i] = n
 	}
@@ -74,7 +73,7 @@ func ChipBounds(n int) (Bounds, error) {
 	case 8:
 		return Bounds{2, 4, 1}, nil
 	}
-	return nil, fmt.Errorf("%w: %d chips on one host has no chip grid; use 1, 2, 4 or 8", ErrParse, n)
+	return nil, parseErrorf("%d chips on one host has no chip grid; use 1, 2, 4 or 8", n)
 }
 
 func isDigits(s string) bool {

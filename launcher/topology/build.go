@@ -249,8 +249,7 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources}
 	}
 	if _, err := ChipBounds(n); err != nil {
-		return nil, &ConfigError{Name: h.Usable.Source.Name, Value: strconv.Itoa(n) + " chips", Problem: "is not a valid subset of a host",
-			Sources: sources, Choices: []string{"1", "2", "4", "all chips"}}
+		return nil, subsetError(h)
 	}
 	k := req.NProcs
 	s := &Slice{Hosts: hosts, NodeRank: node, SPMD: spmd, Accelerator: h.Accelerator.V.Type, Megascale: map[string]string{}}
@@ -265,6 +264,8 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 	if s.ChipsPerHostBounds == nil {
 		s.ChipsPerHostBounds, _ = ChipBounds(n)
 	}
+	// envLimit: TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count.
+	envLimit := h.NumDevices.IsSet() || h.VisibleChips.IsSet()
 	if spmd {
 		if k > 1 {
 			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
@@ -273,6 +274,7 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 		}
 		k = 1
 		s.ChipsPerProcess, _ = ChipBounds(n)
+		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(h.Chips))
 		if n < len(h.Chips) {
 			s.VisibleChips = usable
 		}
@@ -281,6 +283,17 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 	} else {
 		if k == 0 {
 			k = n
+		}
+		if envLimit && k != n {
+			// Compared once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a
+			// valid subset by the check above: nprocs must use exactly the chips the env gives.
+			src := []Source{req.NProcsSource, h.Usable.Source}
+			if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
+				src = append(src, h.VisibleChips.Source)
+			}
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
+				Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
 		}
 		if multi && k != n {
 			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
@@ -295,15 +308,9 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
 				Problem: fmt.Sprintf("is not a valid split of the %s on this host", desc), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
 		}
-		for _, v := range []Value[int]{h.NumDevices, {V: len(h.VisibleChips.V), Source: h.VisibleChips.Source}} {
-			if v.IsSet() && req.NProcs != 0 && v.V != k {
-				return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-					Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", v.Source.Name, v.V), Sources: []Source{req.NProcsSource, v.Source},
-					Choices: []string{strconv.Itoa(v.V)}, Hint: "or leave nprocs unset, or change " + v.Source.Name}
-			}
-		}
 		s.ChipsPerProcess = Bounds{1, 1, 1}
 		s.VisibleChips = usable[:k]
+		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.Chips))
 		s.ReplicasPerProcess = h.ReplicasPerChip
 		if s.ReplicasPerProcess < 1 {
 			s.ReplicasPerProcess = 1
@@ -320,14 +327,65 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 	}
 	s.ProcsPerHost = k
 	if h.ProcessBounds.IsSet() {
-		if want := k * len(hosts); h.ProcessBounds.V.Product() != want {
-			return nil, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: h.ProcessBounds.V.String(),
-				Problem: fmt.Sprintf("has %d processes but the plan runs %d (%d per host on %d hosts)", h.ProcessBounds.V.Product(), want, k, len(hosts)),
+		// Compared with the bounds tpurun computes, by process count: a given grid of the same size is kept as
+		// given. Generation 7's trailing core dimension (which tpurun itself writes) counts no processes.
+		given := h.ProcessBounds.V
+		procs, core := given.Product(), ""
+		if h.Family == "tpu7x" && len(given) == 4 {
+			procs, core = given[:3].Product(), " (the trailing core dimension of tpu7x not counted)"
+		}
+		if want := k * len(hosts); procs != want {
+			return nil, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: given.String(),
+				Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", procs, core, want, k, len(hosts)),
 				Sources: []Source{h.ProcessBounds.Source, req.NProcsSource, h.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
 		}
-		s.ProcessBounds = h.ProcessBounds.V
+		s.ProcessBounds = given
 	}
 	return s, nil
+}
+
+// subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
+// bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x
+// chips-per-host bounds holds for subsets too (TPU_FACTS.md). Unverified against libtpu: whether libtpu wants the
+// subset's grid or the full host's here is not documented; this is the one place to change if it wants the host's.
+func subsetChipBounds(host Bounds, used, total int) Bounds {
+	if used >= total || host.Product() == used {
+		return host
+	}
+	if b, err := ChipBounds(used); err == nil {
+		return b
+	}
+	return host
+}
+
+// subsetError is the refusal of a usable chip count that has no chip grid, naming where the count came from and
+// the env settings that fix it.
+func subsetError(h *Host) error {
+	n, total := len(h.Usable.V), len(h.Chips)
+	var choices []string
+	fix := 0 // the largest valid subset below n, for the example
+	for _, c := range []int{1, 2, 4, 8} {
+		if c <= total {
+			choices = append(choices, strconv.Itoa(c))
+			if c < n {
+				fix = c
+			}
+		}
+	}
+	if fix == 0 {
+		fix = 1
+	}
+	keep := h.Usable.V
+	if len(keep) > fix {
+		keep = keep[:fix]
+	}
+	sources := []Source{h.Usable.Source}
+	if h.NumDevices.IsSet() && h.VisibleChips.IsSet() {
+		sources = append(sources, h.VisibleChips.Source)
+	}
+	return &ConfigError{Name: fmt.Sprintf("%d usable chips", n),
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
+		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
 }
 
 func familyLabel(f string) string {

@@ -62,6 +62,13 @@ func TestNProcsValidation(t *testing.T) {
 				if w.Env["TPU_PROCESS_BOUNDS"] != tc.bounds {
 					t.Errorf("worker %d TPU_PROCESS_BOUNDS=%s, want %s", i, w.Env["TPU_PROCESS_BOUNDS"], tc.bounds)
 				}
+				if w.Env["TPU_HOST_BOUNDS"] != "1,1,1" {
+					t.Errorf("worker %d TPU_HOST_BOUNDS=%s, want 1,1,1", i, w.Env["TPU_HOST_BOUNDS"])
+				}
+				if want := map[bool]string{true: "2,4,1", false: tc.bounds}[tc.spmd]; w.Env["TPU_CHIPS_PER_HOST_BOUNDS"] != want {
+					t.Errorf("worker %d TPU_CHIPS_PER_HOST_BOUNDS=%s, want %s (host bounds x chips-per-host bounds = process bounds)",
+						i, w.Env["TPU_CHIPS_PER_HOST_BOUNDS"], want)
+				}
 				if tc.spmd {
 					if w.Env["XLA_USE_SPMD"] != "1" || w.Env["TPU_CHIPS_PER_PROCESS_BOUNDS"] != "2,4,1" || w.Env["TPU_VISIBLE_CHIPS"] != "" {
 						t.Errorf("spmd env %v", w.Env)
@@ -93,11 +100,22 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 		{name: "TPU_NUM_DEVICES contradicts", env: map[string]string{"TPU_NUM_DEVICES": "4"}, nprocs: 2,
 			wantErr: []string{"nprocs 2 contradicts TPU_NUM_DEVICES, which gives this launcher 4 chips", "flag --nprocs", "env TPU_NUM_DEVICES", "use 4"}},
 		{name: "TPU_NUM_DEVICES below nprocs", env: map[string]string{"TPU_NUM_DEVICES": "4"}, nprocs: 8,
-			wantErr: []string{"nprocs 8 is more than the 4 v5e chips", "env TPU_NUM_DEVICES", "use 1, 2 or 4"}},
+			wantErr: []string{"nprocs 8 contradicts TPU_NUM_DEVICES, which gives this launcher 4 chips (from flag --nprocs, env TPU_NUM_DEVICES); use 4, or leave nprocs unset, or change TPU_NUM_DEVICES"}},
+		// The usable count is what TPU_NUM_DEVICES leaves of TPU_VISIBLE_CHIPS: nprocs is compared with it once.
+		{name: "TPU_NUM_DEVICES limits TPU_VISIBLE_CHIPS, nprocs agrees", env: map[string]string{"TPU_NUM_DEVICES": "2", "TPU_VISIBLE_CHIPS": "1,2,3"},
+			nprocs: 2, visible: []string{"1", "2"}},
+		{name: "TPU_NUM_DEVICES limits TPU_VISIBLE_CHIPS, nprocs unset", env: map[string]string{"TPU_NUM_DEVICES": "2", "TPU_VISIBLE_CHIPS": "1,2,3"},
+			visible: []string{"1", "2"}},
+		{name: "TPU_NUM_DEVICES limits TPU_VISIBLE_CHIPS, nprocs contradicts", env: map[string]string{"TPU_NUM_DEVICES": "2", "TPU_VISIBLE_CHIPS": "1,2,3"}, nprocs: 1,
+			wantErr: []string{"nprocs 1 contradicts TPU_NUM_DEVICES, which gives this launcher 2 chips (from flag --nprocs, env TPU_NUM_DEVICES, env TPU_VISIBLE_CHIPS); use 2, or leave nprocs unset, or change TPU_NUM_DEVICES"}},
 		{name: "TPU_NUM_DEVICES above chips", env: map[string]string{"TPU_NUM_DEVICES": "16"},
 			wantErr: []string{"TPU_NUM_DEVICES 16 asks for more chips than the 8 available", "use 1, 2, 4 or 8"}},
 		{name: "TPU_NUM_DEVICES not a split", env: map[string]string{"TPU_NUM_DEVICES": "3"},
-			wantErr: []string{"3 chips is not a valid subset of a host", "env TPU_NUM_DEVICES"}},
+			wantErr: []string{"3 usable chips is not a valid subset of this 8-chip host (from env TPU_NUM_DEVICES); use 1, 2, 4 or 8, e.g. TPU_VISIBLE_CHIPS=0,1 or TPU_NUM_DEVICES=2"}},
+		{name: "TPU_VISIBLE_CHIPS not a split", env: map[string]string{"TPU_VISIBLE_CHIPS": "5,6,7"},
+			wantErr: []string{"3 usable chips is not a valid subset of this 8-chip host (from env TPU_VISIBLE_CHIPS); use 1, 2, 4 or 8, e.g. TPU_VISIBLE_CHIPS=5,6 or TPU_NUM_DEVICES=2"}},
+		{name: "TPU_VISIBLE_CHIPS not a split, nprocs set", env: map[string]string{"TPU_VISIBLE_CHIPS": "5,6,7"}, nprocs: 2,
+			wantErr: []string{"3 usable chips is not a valid subset of this 8-chip host (from env TPU_VISIBLE_CHIPS); use 1, 2, 4 or 8, e.g. TPU_VISIBLE_CHIPS=5,6 or TPU_NUM_DEVICES=2"}},
 		{name: "parent subset (Ray)", env: map[string]string{"TPU_VISIBLE_CHIPS": "4,5,6,7"}, visible: []string{"4", "5", "6", "7"}},
 		{name: "parent subset contradicts", env: map[string]string{"TPU_VISIBLE_CHIPS": "4,5"}, nprocs: 1,
 			wantErr: []string{"nprocs 1 contradicts TPU_VISIBLE_CHIPS, which gives this launcher 2 chips", "use 2"}},
@@ -325,5 +343,111 @@ func TestPorts(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
 		t.Errorf("message %q", err)
+	}
+}
+
+// TestSubsetBoundsAgree: a run on a subset of the host's chips (nprocs, TPU_NUM_DEVICES, TPU_VISIBLE_CHIPS, SPMD on
+// a parent's subset) describes the subset in TPU_CHIPS_PER_HOST_BOUNDS, so that TPU_PROCESS_BOUNDS = TPU_HOST_BOUNDS
+// x TPU_CHIPS_PER_HOST_BOUNDS holds, and TPU_CHIPS_PER_PROCESS_BOUNDS of SPMD matches it.
+func TestSubsetBoundsAgree(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name          string
+		env           map[string]string
+		nprocs        int
+		spmd          bool
+		host, cphb    string
+		process, cpp  string
+		visibleWorker string // worker 0's TPU_VISIBLE_CHIPS
+	}{
+		{"whole host", nil, 0, false, "1,1,1", "2,4,1", "2,4,1", "1,1,1", "0"},
+		{"nprocs 4 of 8", nil, 4, false, "1,1,1", "2,2,1", "2,2,1", "1,1,1", "0"},
+		{"TPU_NUM_DEVICES=2", map[string]string{"TPU_NUM_DEVICES": "2"}, 0, false, "1,1,1", "1,2,1", "1,2,1", "1,1,1", "0"},
+		{"TPU_VISIBLE_CHIPS=3", map[string]string{"TPU_VISIBLE_CHIPS": "3"}, 0, false, "1,1,1", "1,1,1", "1,1,1", "1,1,1", "3"},
+		{"SPMD on TPU_VISIBLE_CHIPS=4,5,6,7", map[string]string{"TPU_VISIBLE_CHIPS": "4,5,6,7"}, 0, true, "1,1,1", "2,2,1", "1,1,1", "2,2,1", "4,5,6,7"},
+		{"SPMD on the whole host", nil, 0, true, "1,1,1", "2,4,1", "1,1,1", "2,4,1", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, _ := v5e8(t, tc.env)
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd, PortFree: alwaysFree})
+			must(t, err)
+			env := p.Workers[0].Env
+			for k, want := range map[string]string{"TPU_HOST_BOUNDS": tc.host, "TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb,
+				"TPU_PROCESS_BOUNDS": tc.process, "TPU_CHIPS_PER_PROCESS_BOUNDS": tc.cpp, "TPU_VISIBLE_CHIPS": tc.visibleWorker} {
+				if env[k] != want {
+					t.Errorf("%s=%q, want %q", k, env[k], want)
+				}
+			}
+			if tc.spmd {
+				return
+			}
+			hb, err := ParseBounds(env["TPU_HOST_BOUNDS"])
+			must(t, err)
+			cb, err := ParseBounds(env["TPU_CHIPS_PER_HOST_BOUNDS"])
+			must(t, err)
+			if got := hb.Mul(cb).String(); got != env["TPU_PROCESS_BOUNDS"] {
+				t.Errorf("host bounds x chips-per-host bounds = %s, but TPU_PROCESS_BOUNDS=%s", got, env["TPU_PROCESS_BOUNDS"])
+			}
+		})
+	}
+}
+
+// TestProcessBoundsGeneration7: TPU_PROCESS_BOUNDS as torch_xla writes it for tpu7x (with the trailing core
+// dimension ,2), which is also what tpurun gives its own workers, is accepted; its trailing dimension counts no
+// processes on tpu7x only.
+func TestProcessBoundsGeneration7(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, id, accel, bounds string
+		nprocs                  int
+		wantBounds              string // every worker's TPU_PROCESS_BOUNDS
+		wantErr                 string
+	}{
+		{name: "tpu7x-8 as torch_xla writes it", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 without the core dimension", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1", wantBounds: "2,2,1"},
+		{name: "tpu7x-8 nprocs 4", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", nprocs: 4, wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 nprocs 2", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", nprocs: 2,
+			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,2 has 4 processes (the trailing core dimension of tpu7x not counted) but the plan runs 2 (2 per host on 1 hosts)"},
+		{name: "v4-8 counts every dimension", id: "0x005e", accel: "v4-8", bounds: "2,2,1,2",
+			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,2 has 8 processes but the plan runs 4 (4 per host on 1 hosts)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ft := newTree(t).tpu(t, tc.id, 4)
+			env := map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel, "TPU_PROCESS_BOUNDS": tc.bounds}
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			must(t, err)
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, PortFree: alwaysFree})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrConfig) || !strings.HasPrefix(fmt.Sprint(err), tc.wantErr) {
+					t.Fatalf("err =\n  %v\nwant prefix\n  %s", err, tc.wantErr)
+				}
+				return
+			}
+			must(t, err)
+			if len(p.Workers) != 4 {
+				t.Fatalf("%d workers, want 4", len(p.Workers))
+			}
+			for _, w := range p.Workers {
+				if w.Env["TPU_PROCESS_BOUNDS"] != tc.wantBounds {
+					t.Errorf("rank %d TPU_PROCESS_BOUNDS=%q, want %q", w.Rank, w.Env["TPU_PROCESS_BOUNDS"], tc.wantBounds)
+				}
+			}
+			if tc.bounds != "2,2,1,2" {
+				return
+			}
+			// The value tpurun computes for its own workers without the env is the same, so a nested launch accepts it.
+			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel}),
+				SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			must(t, err)
+			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs, PortFree: alwaysFree})
+			must(t, err)
+			if got := p2.Workers[0].Env["TPU_PROCESS_BOUNDS"]; got != tc.bounds {
+				t.Errorf("tpurun's own TPU_PROCESS_BOUNDS=%q, want %q", got, tc.bounds)
+			}
+		})
 	}
 }

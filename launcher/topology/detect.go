@@ -35,7 +35,7 @@ type Options struct {
 	MetadataURL string
 	// MetadataBudget bounds all metadata queries of one Detect together (--metadata-timeout); 0 means 3s.
 	MetadataBudget time.Duration
-	// HTTPClient is used for metadata queries; nil means a fresh http.Client.
+	// HTTPClient is used for metadata queries; nil means a fresh client that never uses a proxy.
 	HTTPClient *http.Client
 	// Logger receives debug logs; nil means zap.NewNop().
 	Logger *zap.Logger

@@ -256,6 +256,9 @@ func TestMalformedEnv(t *testing.T) {
 			if !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), strconv.Quote(value)) {
 				t.Errorf("message %q does not name %s=%q", err, name, value)
 			}
+			if n := strings.Count(err.Error(), "malformed"); n > 1 {
+				t.Errorf("message %q says malformed %d times", err, n)
+			}
 		})
 	}
 }

@@ -10,7 +10,8 @@ import (
 var (
 	// ErrConfig marks a configuration error: bad flags or env, an impossible split. The CLI exits 2 on it.
 	ErrConfig = errors.New("topology configuration error")
-	// ErrParse marks a value that does not parse (wrapped by ConfigError for env and flags).
+	// ErrParse marks a value that does not parse (wrapped by ConfigError for env and flags). The errors it marks
+	// read as the detail alone; the message around them says the value is malformed.
 	ErrParse = errors.New("malformed value")
 	// ErrUnknownDevice marks Google PCI devices whose device id tpurun does not know.
 	ErrUnknownDevice = errors.New("unknown Google PCI device id")
@@ -44,12 +45,8 @@ func (e *ConfigError) Error() string {
 	b.WriteString(" ")
 	b.WriteString(e.Problem)
 	if len(e.Sources) > 0 {
-		parts := make([]string, len(e.Sources))
-		for i, s := range e.Sources {
-			parts[i] = s.String()
-		}
-		b.WriteString(" (from ")
-		b.WriteString(strings.Join(parts, ", "))
+		b.WriteString(" (")
+		b.WriteString(sourceList(e.Sources))
 		b.WriteString(")")
 	}
 	if e.Err != nil {
@@ -76,6 +73,46 @@ func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
 
 // Unwrap returns the underlying cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// sourceList renders sources for a message: "from flag --nprocs, env TPU_NUM_DEVICES". A derived source names
+// itself ("derived from env TPU_ACCELERATOR_TYPE"), so the derived ones follow the others after a semicolon
+// rather than read "from derived from ...". A source listed twice is named once.
+func sourceList(sources []Source) string {
+	var given, derived []string
+	seen := map[Source]bool{}
+	for _, s := range sources {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		if s.Kind == FromDerived {
+			derived = append(derived, s.String())
+		} else {
+			given = append(given, s.String())
+		}
+	}
+	var parts []string
+	if len(given) > 0 {
+		parts = append(parts, "from "+strings.Join(given, ", "))
+	}
+	if len(derived) > 0 {
+		parts = append(parts, strings.Join(derived, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// parseError is a value that does not parse. Its text is the detail alone (`"abc" is not a positive whole number`):
+// the message around it already says the value is malformed. errors.Is(err, ErrParse) is true.
+type parseError struct{ msg string }
+
+func parseErrorf(format string, args ...any) error {
+	return &parseError{msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *parseError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrParse) true.
+func (e *parseError) Is(target error) bool { return target == ErrParse }
 
 // orList renders "1", "1 or 2", "1, 2, 4 or 8".
 func orList(items []string) string {

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,11 +10,22 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestMain lets the test binary act as a helper process that holds a file open (and optionally locked) until its
 // stdin closes: a real process for the holder and lockfile tests.
 func TestMain(m *testing.M) {
+	if os.Getenv("TOPOLOGY_TEST_DETECT") != "" {
+		// Detect with the real environment (proxy variables, GCE_METADATA_HOST, TPURUN_*_ROOT) as tpurun would.
+		h, err := Detect(context.Background(), Options{Device: "tpu", MetadataBudget: 2 * time.Second})
+		if err != nil {
+			fmt.Println("detect:", err)
+			os.Exit(5)
+		}
+		fmt.Println("accelerator", h.Accelerator.V.Type)
+		os.Exit(0)
+	}
 	if path := os.Getenv("TOPOLOGY_TEST_HOLD"); path != "" {
 		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {

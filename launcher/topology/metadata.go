@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -54,7 +55,8 @@ type metadataAnswer struct {
 }
 
 // NewMetadataClient builds a client for base (e.g. "http://metadata.google.internal"; a bare "host:port" as in
-// GCE_METADATA_HOST gets http://) whose queries all end within budget from now.
+// GCE_METADATA_HOST gets http://) whose queries all end within budget from now. A nil hc means a client that
+// ignores proxy settings (HTTP_PROXY and the like), which cannot reach the metadata server.
 func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
 	if base == "" {
 		base = defaultMetadataBase
@@ -63,7 +65,7 @@ func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *
 		base = "http://" + base
 	}
 	if hc == nil {
-		hc = &http.Client{}
+		hc = &http.Client{Transport: metadataTransport()}
 	}
 	if budget <= 0 {
 		budget = DefaultMetadataBudget
@@ -78,6 +80,18 @@ func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *
 	return &MetadataClient{
 		base: strings.TrimRight(base, "/"), http: hc, timeout: timeout, attempts: defaultAttempts,
 		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
+	}
+}
+
+// metadataTransport is the transport of the default client. It never uses a proxy: the metadata server answers on
+// the VM's own link, and a container's HTTP_PROXY / HTTPS_PROXY would send the queries to a proxy that cannot reach
+// it, where they stall until the budget ends. No keep-alive: one Detect asks a few keys once, and nothing outlives it.
+func metadataTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: defaultRequestTimeout}).DialContext,
+		DisableKeepAlives:   true,
+		TLSHandshakeTimeout: defaultRequestTimeout,
 	}
 }
 
@@ -173,10 +187,10 @@ func (m *MetadataClient) once(ctx context.Context, url string) (string, int, err
 		return "", resp.StatusCode, fmt.Errorf("%w %s", errStatus, resp.Status)
 	}
 	if len(b) > maxMetadataBody {
-		return "", resp.StatusCode, fmt.Errorf("%w: body larger than %d bytes", ErrParse, maxMetadataBody)
+		return "", resp.StatusCode, parseErrorf("body larger than %d bytes", maxMetadataBody)
 	}
 	if f := resp.Header.Get("Metadata-Flavor"); f != "" && f != "Google" {
-		return "", resp.StatusCode, fmt.Errorf("%w: answer has Metadata-Flavor %q, not Google: not a metadata server", ErrParse, f)
+		return "", resp.StatusCode, parseErrorf("answer has Metadata-Flavor %q, not Google: not a metadata server", f)
 	}
 	return string(b), resp.StatusCode, nil
 }

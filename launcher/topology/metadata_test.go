@@ -3,8 +3,12 @@ package topology
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -140,5 +144,67 @@ func TestDetectChipsHiddenButEnvDescribes(t *testing.T) {
 	must(t, err)
 	if len(h.Chips) != 8 || h.ChipsSource.Kind != FromDerived || md.total() != 0 {
 		t.Fatalf("chips %d from %s, %d metadata requests", len(h.Chips), h.ChipsSource, md.total())
+	}
+}
+
+// TestMetadataIgnoresProxy: HTTP_PROXY and HTTPS_PROXY (common in containers) must not route metadata queries
+// through a proxy, which cannot reach the metadata server. net/http reads the proxy variables once per process, so
+// the query runs in a fresh copy of the test binary whose environment names a proxy that records connections. The
+// metadata server is addressed as 0.0.0.0 (the local host, but not a loopback address, which net/http would exempt
+// from the proxy by itself).
+func TestMetadataIgnoresProxy(t *testing.T) {
+	t.Parallel()
+	md := newMD(t, map[string]string{KeyTPUEnv: "ACCELERATOR_TYPE: 'v4-8'\n"}, nil)
+	_, mdPort, err := net.SplitHostPort(md.Listener.Addr().String())
+	must(t, err)
+
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	var proxied atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			proxied.Add(1) // counted before the close that the client would wait for
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = proxy.Close()
+		<-done
+	})
+
+	ft := newTree(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch u := strings.ToUpper(k); {
+		case strings.HasSuffix(u, "_PROXY"), strings.HasPrefix(u, "TPU"), strings.HasPrefix(u, "PJRT_"), strings.HasPrefix(u, "XLA_"),
+			strings.HasPrefix(u, "MEGASCALE_"), u == "JOB_COMPLETION_INDEX", u == "GCE_METADATA_HOST", u == "REQUEST_METHOD":
+			continue
+		}
+		env = append(env, kv)
+	}
+	proxyURL := "http://" + proxy.Addr().String()
+	env = append(env, "TOPOLOGY_TEST_DETECT=1", "HTTP_PROXY="+proxyURL, "http_proxy="+proxyURL, "HTTPS_PROXY="+proxyURL,
+		"https_proxy="+proxyURL, "ALL_PROXY="+proxyURL, "NO_PROXY=", "no_proxy=",
+		"GCE_METADATA_HOST=0.0.0.0:"+mdPort, "TPURUN_SYSFS_ROOT="+ft.sys, "TPURUN_DEV_ROOT="+ft.dev)
+	exe, err := os.Executable()
+	must(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if n := proxied.Load(); n != 0 {
+		t.Fatalf("%d metadata connection(s) went to the proxy named by HTTP_PROXY; detect said: %s", n, out)
+	}
+	if err != nil || !strings.Contains(string(out), "accelerator v4-8") {
+		t.Fatalf("detect with a proxy set: %v\n%s", err, out)
+	}
+	if md.count(KeyTPUEnv) != 1 {
+		t.Errorf("the metadata server was asked %d times for %s, want once", md.count(KeyTPUEnv), KeyTPUEnv)
 	}
 }

@@ -14,11 +14,11 @@ const maxCount = 1 << 16
 func ParseCount(s string) (int, error) {
 	t := strings.TrimSpace(s)
 	if !isDigits(t) {
-		return 0, fmt.Errorf("%w: %q is not a positive whole number", ErrParse, s)
+		return 0, parseErrorf("%q is not a positive whole number", s)
 	}
 	n, err := strconv.Atoi(t)
 	if err != nil || n < 1 || n > maxCount {
-		return 0, fmt.Errorf("%w: %q is not a whole number between 1 and %d", ErrParse, s, maxCount)
+		return 0, parseErrorf("%q is not a whole number between 1 and %d", s, maxCount)
 	}
 	return n, nil
 }
@@ -27,11 +27,11 @@ func ParseCount(s string) (int, error) {
 func ParseIndex(s string) (int, error) {
 	t := strings.TrimSpace(s)
 	if !isDigits(t) {
-		return 0, fmt.Errorf("%w: %q is not a non-negative whole number", ErrParse, s)
+		return 0, parseErrorf("%q is not a non-negative whole number", s)
 	}
 	n, err := strconv.Atoi(t)
 	if err != nil || n >= maxCount {
-		return 0, fmt.Errorf("%w: %q is not a whole number between 0 and %d", ErrParse, s, maxCount-1)
+		return 0, parseErrorf("%q is not a whole number between 0 and %d", s, maxCount-1)
 	}
 	return n, nil
 }
@@ -41,21 +41,21 @@ func ParseIndex(s string) (int, error) {
 func ParseChipList(s string) ([]int, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return nil, fmt.Errorf("%w: empty chip list", ErrParse)
+		return nil, parseErrorf("empty chip list")
 	}
 	seen := map[int]bool{}
 	var out []int
 	for i, p := range strings.Split(t, ",") {
 		p = strings.TrimSpace(p)
 		if !isDigits(p) {
-			return nil, fmt.Errorf("%w: chip list %q: entry %d (%q) is not a chip index", ErrParse, s, i+1, p)
+			return nil, parseErrorf("chip list %q: entry %d (%q) is not a chip index", s, i+1, p)
 		}
 		n, err := strconv.Atoi(p)
 		if err != nil || n >= maxExtent {
-			return nil, fmt.Errorf("%w: chip list %q: entry %d (%q) is out of range", ErrParse, s, i+1, p)
+			return nil, parseErrorf("chip list %q: entry %d (%q) is out of range", s, i+1, p)
 		}
 		if seen[n] {
-			return nil, fmt.Errorf("%w: chip list %q names chip %d twice", ErrParse, s, n)
+			return nil, parseErrorf("chip list %q names chip %d twice", s, n)
 		}
 		seen[n] = true
 		out = append(out, n)
@@ -67,20 +67,20 @@ func ParseChipList(s string) ([]int, error) {
 func ParseHostList(s string) ([]string, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return nil, fmt.Errorf("%w: empty host list", ErrParse)
+		return nil, parseErrorf("empty host list")
 	}
 	seen := map[string]bool{}
 	var out []string
 	for i, h := range strings.Split(t, ",") {
 		h = strings.TrimSpace(h)
 		if h == "" {
-			return nil, fmt.Errorf("%w: host list %q: entry %d is empty", ErrParse, s, i+1)
+			return nil, parseErrorf("host list %q: entry %d is empty", s, i+1)
 		}
 		if err := checkHost(h); err != nil {
-			return nil, fmt.Errorf("%w: host list %q: entry %d: %v", ErrParse, s, i+1, err)
+			return nil, parseErrorf("host list %q: entry %d: %v", s, i+1, err)
 		}
 		if seen[h] {
-			return nil, fmt.Errorf("%w: host list %q names %q twice", ErrParse, s, h)
+			return nil, parseErrorf("host list %q names %q twice", s, h)
 		}
 		seen[h] = true
 		out = append(out, h)
@@ -118,29 +118,29 @@ func ParseTPUEnv(body string) (map[string]string, error) {
 		}
 		i := strings.IndexByte(l, ':')
 		if i <= 0 {
-			return nil, fmt.Errorf("%w: tpu-env line %d %q is not KEY: 'value'", ErrParse, line, clip(l))
+			return nil, parseErrorf("tpu-env line %d %q is not KEY: 'value'", line, clip(l))
 		}
 		k, v := strings.TrimSpace(l[:i]), strings.TrimSpace(l[i+1:])
 		for _, r := range k {
 			if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
-				return nil, fmt.Errorf("%w: tpu-env line %d: key %q is not an UPPER_CASE name", ErrParse, line, clip(k))
+				return nil, parseErrorf("tpu-env line %d: key %q is not an UPPER_CASE name", line, clip(k))
 			}
 		}
 		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') {
 			if v[len(v)-1] != v[0] {
-				return nil, fmt.Errorf("%w: tpu-env line %d: value %q has an unmatched quote", ErrParse, line, clip(v))
+				return nil, parseErrorf("tpu-env line %d: value %q has an unmatched quote", line, clip(v))
 			}
 			v = v[1 : len(v)-1]
 		} else if v == "'" || v == "\"" {
-			return nil, fmt.Errorf("%w: tpu-env line %d: value %q has an unmatched quote", ErrParse, line, v)
+			return nil, parseErrorf("tpu-env line %d: value %q has an unmatched quote", line, v)
 		}
 		out[k] = v
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: tpu-env: %v", ErrParse, err)
+		return nil, parseErrorf("tpu-env: %v", err)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: tpu-env is empty", ErrParse)
+		return nil, parseErrorf("tpu-env is empty")
 	}
 	return out, nil
 }
@@ -150,21 +150,21 @@ func ParseTPUEnv(body string) (map[string]string, error) {
 func ParseEndpoints(body string) ([]string, error) {
 	t := strings.TrimSpace(body)
 	if t == "" {
-		return nil, fmt.Errorf("%w: worker-network-endpoints is empty", ErrParse)
+		return nil, parseErrorf("worker-network-endpoints is empty")
 	}
 	var out []string
 	seen := map[string]bool{}
 	for i, e := range strings.Split(t, ",") {
 		f := strings.Split(strings.TrimSpace(e), ":")
 		if len(f) < 3 || strings.TrimSpace(f[2]) == "" {
-			return nil, fmt.Errorf("%w: worker-network-endpoints entry %d %q is not name:uid:ip", ErrParse, i+1, clip(e))
+			return nil, parseErrorf("worker-network-endpoints entry %d %q is not name:uid:ip", i+1, clip(e))
 		}
 		ip := strings.TrimSpace(f[2])
 		if err := checkHost(ip); err != nil {
-			return nil, fmt.Errorf("%w: worker-network-endpoints entry %d: %v", ErrParse, i+1, err)
+			return nil, parseErrorf("worker-network-endpoints entry %d: %v", i+1, err)
 		}
 		if seen[ip] {
-			return nil, fmt.Errorf("%w: worker-network-endpoints names %q twice", ErrParse, ip)
+			return nil, parseErrorf("worker-network-endpoints names %q twice", ip)
 		}
 		seen[ip] = true
 		out = append(out, ip)
