@@ -61,14 +61,17 @@ type Config struct {
 	// OnFailure, when set, is called from the supervisor the moment a worker fails (before the others are
 	// stopped), once per failed attempt; it must not block. Multi-host runs use it to tell the other nodes at once.
 	OnFailure func(*WorkerError)
-	// SweepTag, when set, is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep matches it instead of
-	// TPURUN_RUN_ID: several nodes of one multi-host run on one machine share the run id but must not sweep each
-	// other's workers.
+	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it, not
+	// TPURUN_RUN_ID: launchers sharing a run id on one machine (nodes of one multi-host run, a fixed --run-id
+	// reused) must not sweep each other's workers. Default: random, so unique to this launcher.
 	SweepTag string
 
 	// NewResults, when set, gives every attempt a fresh result sink (it overrides Results), so a restarted
 	// group starts with empty results; Attempt.ResultExits is what a results.Collector's Finish needs.
 	NewResults func(attempt int) ResultSink
+	// OnAttempt, when set, is called from the supervisor as attempt n (0 first, n > 0 after a restart) begins,
+	// before its workers start; it must not block. The status endpoint uses it to turn healthy again.
+	OnAttempt func(n int)
 }
 
 // withDefaults validates c and fills in defaults. Every error is a *ConfigError.
@@ -120,6 +123,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.RunID = hex.EncodeToString(b[:])
 	}
+	if c.SweepTag == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return c, fmt.Errorf("%w: random sweep tag: %w", ErrInternal, err)
+		}
+		c.SweepTag = c.RunID + "-" + hex.EncodeToString(b[:])
+	}
 	if c.MasterAddr == "" {
 		c.MasterAddr = "127.0.0.1"
 	}
@@ -145,7 +155,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.ProcRoot = "/proc"
 	}
 	if (c.Redirects.Any() || c.Tee.Any()) && c.LogDir == "" {
-		c.LogDir = os.TempDir() + "/tpurun-logs"
+		// A private directory (0700) of this run: a fixed shared one would be another user's, or world-listable.
+		d, err := os.MkdirTemp("", "tpurun-logs-")
+		if err != nil {
+			return c, fmt.Errorf("%w: log directory for --redirects/--tee: %w; pass --log-dir or set TMPDIR", ErrInternal, err)
+		}
+		c.LogDir = d
 	}
 	return c, nil
 }

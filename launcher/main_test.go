@@ -87,10 +87,10 @@ func fakeWorker() int {
 	case "grandchild", "escape", "escapeclean":
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "FAKE_GRANDCHILD=1")
-		if verb == "escapeclean" { // leaves the run: new session and no TPURUN_RUN_ID
+		if verb == "escapeclean" { // leaves the run: new session and no TPURUN_RUN_ID or TPURUN_SWEEP_TAG
 			cmd.Env = nil
 			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, "TPURUN_RUN_ID=") {
+				if !strings.HasPrefix(kv, "TPURUN_RUN_ID=") && !strings.HasPrefix(kv, "TPURUN_SWEEP_TAG=") {
 					cmd.Env = append(cmd.Env, kv)
 				}
 			}

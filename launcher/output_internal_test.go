@@ -140,3 +140,23 @@ func BenchmarkForwarder(b *testing.B) {
 		f.feed(chunk)
 	}
 }
+
+// unhashable is a writer whose dynamic type cannot be compared with ==.
+type unhashable struct{ lines []string }
+
+func (u unhashable) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestSameWriter(t *testing.T) {
+	var a, b bytes.Buffer
+	for _, c := range []struct {
+		x, y io.Writer
+		want bool
+	}{
+		{&a, &a, true}, {&a, &b, false}, {nil, &a, false}, {&a, io.Discard, false},
+		{unhashable{}, unhashable{}, false}, // must not panic
+	} {
+		if got := sameWriter(c.x, c.y); got != c.want {
+			t.Errorf("sameWriter(%T, %T) = %v, want %v", c.x, c.y, got, c.want)
+		}
+	}
+}

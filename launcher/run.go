@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -30,6 +32,7 @@ const stderrTailLines = 10
 // *ResultError, a *ConfigError (nothing started), or the context's error. ExitCode maps it to tpurun's code.
 // When Run returns, no process of the run is left: every group got SIGKILL and the orphan sweep ran.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	givenLogDir := cfg.LogDir
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -43,10 +46,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With(zap.String("run_id", cfg.RunID)),
 		stdout:  &lockedWriter{w: cfg.Stdout},
-		stderr:  &lockedWriter{w: cfg.Stderr},
 		sampler: newSampler(cfg.SampleInterval, cfg.OnSample),
 	}
-	if cfg.LogDir != "" {
+	r.stderr = r.stdout // one lock when both are one writer (--json): lines of the two streams never interleave
+	if !sameWriter(cfg.Stdout, cfg.Stderr) {
+		r.stderr = &lockedWriter{w: cfg.Stderr}
+	}
+	if cfg.LogDir != "" && givenLogDir == "" {
+		r.log.Info("worker logs (--redirects/--tee without --log-dir: a new private directory)",
+			zap.String("dir", filepath.Join(cfg.LogDir, cfg.RunID)))
+	} else if cfg.LogDir != "" {
 		r.log.Info("worker logs", zap.String("dir", filepath.Join(cfg.LogDir, cfg.RunID)))
 	} else {
 		d, err := os.MkdirTemp("", "tpurun-"+cfg.RunID+"-")
@@ -64,15 +73,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		swg.Wait()
 	}()
 
-	var timeout <-chan time.Time
 	if cfg.Timeout > 0 {
 		t := time.NewTimer(cfg.Timeout)
 		defer t.Stop()
-		timeout = t.C
+		r.timeout = t.C
 	}
 	rep := &Report{RunID: cfg.RunID}
 	for n := 0; ; n++ {
-		a, err := r.attempt(ctx, n, timeout)
+		a, err := r.attempt(ctx, n)
 		rep.Attempts = append(rep.Attempts, a)
 		if err != nil {
 			return rep, err
@@ -88,12 +96,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			return rep, nil
 		case StopFailure:
-			if n < cfg.MaxRestarts && !r.stopRequested() {
-				r.log.Warn("restarting the whole group", zap.Int("failed_attempt", n), zap.Int("next_attempt", n+1),
-					zap.Int("max_restarts", cfg.MaxRestarts), zap.Error(a.Failure))
-				continue
+			if n >= cfg.MaxRestarts || r.stopRequested() {
+				return rep, a.Failure
 			}
-			return rep, a.Failure
+			// The timeout or the context may have ended the run while this attempt was being torn down.
+			if r.timedOut() {
+				r.log.Warn("not restarting: --timeout expired", zap.Duration("timeout", cfg.Timeout))
+				return rep, fmt.Errorf("%w: --timeout %s expired in attempt %d, while stopping after %v; raise --timeout",
+					ErrTimeout, cfg.Timeout, n, a.Failure)
+			}
+			if err := ctx.Err(); err != nil {
+				r.log.Warn("not restarting: the run was canceled", zap.Error(err))
+				return rep, err
+			}
+			r.log.Warn("restarting the whole group", zap.Int("failed_attempt", n), zap.Int("next_attempt", n+1),
+				zap.Int("max_restarts", cfg.MaxRestarts), zap.Error(a.Failure))
+			continue
 		}
 		for _, s := range a.Ranks {
 			if s.ResultErr != nil {
@@ -108,15 +126,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 type run struct {
 	cfg            Config
 	log            *zap.Logger
-	stdout, stderr *lockedWriter
+	stdout, stderr *lockedWriter // the same one when Stdout and Stderr are one writer
 	sampler        *sampler
-	scratch        string     // holds the error files when there is no log dir
-	sink           ResultSink // the current attempt's result sink
+	scratch        string           // holds the error files when there is no log dir
+	sink           ResultSink       // the current attempt's result sink
+	timeout        <-chan time.Time // the run's --timeout; nil when none, or once it fired
+	expired        bool             // the --timeout fired, whatever the attempt was doing
+	stopSignal     syscall.Signal   // a terminating signal that arrived while an attempt was stopping for another reason
 }
 
-// stopRequested reports whether a terminating signal arrived while the last attempt was being cleaned up; a
-// forwarding-only signal (SIGUSR1/2) that arrived then is dropped, there being no worker to forward it to.
+// timedOut reports whether the run's --timeout has expired, also between attempts.
+func (r *run) timedOut() bool {
+	if !r.expired && r.timeout != nil {
+		select {
+		case <-r.timeout:
+			r.timeout, r.expired = nil, true
+		default:
+		}
+	}
+	return r.expired
+}
+
+// stopRequested reports whether a terminating signal arrived while the last attempt was stopping for another
+// reason, or while it was being cleaned up; a forwarding-only signal (SIGUSR1/2) that arrived then is dropped,
+// there being no worker to forward it to.
 func (r *run) stopRequested() bool {
+	if r.stopSignal != 0 {
+		r.log.Warn("not restarting: received " + SignalName(r.stopSignal) + " while stopping the failed attempt")
+		return true
+	}
 	for {
 		select {
 		case sig := <-r.cfg.Signals:
@@ -147,9 +185,12 @@ type worker struct {
 
 // attempt starts every local worker once and supervises them until all have been reaped, the groups killed and
 // the orphans swept. Exits, signals, the timeout and the grace timer are events on one select: nothing polls.
-func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*Attempt, error) {
+func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 	local := r.cfg.Plan.Local(r.cfg.NodeRank)
 	a := &Attempt{Number: n, Reason: StopDone}
+	if r.cfg.OnAttempt != nil {
+		r.cfg.OnAttempt(n)
+	}
 	r.sink = r.cfg.Results
 	if r.cfg.NewResults != nil {
 		r.sink = r.cfg.NewResults(n)
@@ -203,6 +244,7 @@ func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*At
 			running--
 			wk.exited = true
 			wk.exit = wk.p.Wait()
+			r.sampler.exited(wk.exit.PID)
 			ex := wk.exit
 			a.EndOrder = append(a.EndOrder, wk.w.Rank)
 			r.log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
@@ -222,27 +264,34 @@ func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*At
 				continue
 			}
 			switch s {
-			case syscall.SIGINT, syscall.SIGTERM:
-				if stopping {
-					r.log.Warn("second " + SignalName(s) + ": killing every worker now")
-					signalAll(syscall.SIGKILL)
-					continue
-				}
-				a.Signal = s
-				beginStop(StopSignal, s)
-			case syscall.SIGHUP, syscall.SIGQUIT:
+			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
 				if !stopping {
 					a.Signal = s
 					beginStop(StopSignal, s)
 					continue
 				}
+				// Stopping already: whatever the reason, this signal ends the run (no restart).
+				again := a.Reason == StopSignal || r.stopSignal != 0
+				if a.Signal == 0 {
+					a.Signal = s
+				}
+				if r.stopSignal == 0 {
+					r.stopSignal = s
+				}
+				if again && (s == syscall.SIGINT || s == syscall.SIGTERM) {
+					r.log.Warn("second " + SignalName(s) + ": killing every worker now")
+					signalAll(syscall.SIGKILL)
+					continue
+				}
+				r.log.Warn("received "+SignalName(s)+" while stopping: forwarding it; the run ends after this attempt",
+					zap.String("stopping_for", string(a.Reason)))
 				signalAll(s)
 			default:
 				r.log.Info("forwarding signal", zap.String("signal", SignalName(s)))
 				signalAll(s)
 			}
-		case <-timeout:
-			timeout = nil
+		case <-r.timeout:
+			r.timeout, r.expired = nil, true // recorded even when already stopping: Run does not restart then
 			beginStop(StopTimeout, syscall.SIGTERM)
 		case <-done:
 			done = nil
@@ -260,17 +309,31 @@ func (r *run) attempt(ctx context.Context, n int, timeout <-chan time.Time) (*At
 	return a, startErr
 }
 
-// cleanup kills what is left of every group, sweeps for orphans carrying the run id, drains the pipes within
-// the drain timeout and fills in the per-rank summaries.
-func (r *run) cleanup(a *Attempt, ws []*worker) {
-	for _, wk := range ws {
-		_ = wk.p.Signal(syscall.SIGKILL)
+// sweep kills the orphans of the run. With a reaper (PID 1 or subreaper) every orphan is in this process's
+// subtree, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it scans every
+// process of the host for the run id (or the sweep tag) in its environment.
+func (r *run) sweep() ([]int, error) {
+	if r.cfg.Reaper != nil {
+		swept, err := r.cfg.Reaper.Sweep(r.cfg.ProcRoot)
+		if !errors.Is(err, proc.ErrNoChildrenFile) {
+			return swept, err
+		}
+		r.log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
 	}
 	key, val := "TPURUN_RUN_ID", r.cfg.RunID
 	if r.cfg.SweepTag != "" {
 		key, val = sweepTagEnv, r.cfg.SweepTag
 	}
-	swept, err := proc.Sweep(r.cfg.ProcRoot, key, val, syscall.SIGKILL)
+	return proc.Sweep(r.cfg.ProcRoot, key, val, syscall.SIGKILL)
+}
+
+// cleanup kills what is left of every group, sweeps for orphans (see sweep), drains the pipes within
+// the drain timeout and fills in the per-rank summaries.
+func (r *run) cleanup(a *Attempt, ws []*worker) {
+	for _, wk := range ws {
+		_ = wk.p.Signal(syscall.SIGKILL)
+	}
+	swept, err := r.sweep()
 	if err != nil {
 		r.log.Warn("orphan sweep incomplete", zap.Error(err))
 	}
@@ -317,6 +380,11 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 			return nil, fmt.Errorf("%w: rank %d: log directory %s: %w", ErrInternal, w.Rank, rankDir, err)
 		}
 		wk.errFile = filepath.Join(rankDir, "error.json")
+		// A fixed --run-id repeats this path: a previous run's traceback must not become this one's. (The scratch
+		// directory is new for every run.)
+		if err := os.Remove(wk.errFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", ErrInternal, w.Rank, wk.errFile, err)
+		}
 	}
 	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: r.cfg.PriorRestarts + n,
 		MaxRestarts: max(r.cfg.MaxRestarts, r.cfg.WorldMaxRestarts),
@@ -366,9 +434,12 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 				return nil, fmt.Errorf("%w: rank %d: log file: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 			}
 			wk.files = append(wk.files, lf)
+			msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
+			if f.console == nil {
+				msg = "log file write failed; the rest of this stream is lost: it is not shown on the console (--redirects, --local-ranks-filter)"
+			}
 			f.file = &logWriter{f: lf, warn: func(path string, err error) {
-				r.log.Warn("log file write failed; the rest of this stream goes to the console only, not to the file",
-					zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
+				r.log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
 			}}
 		}
 		fwd[i] = f
@@ -405,6 +476,15 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 		}
 	})
 	return wk, nil
+}
+
+// sameWriter reports whether a and b are one writer (comparing them without panicking on uncomparable types).
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }
 
 func sigText(s syscall.Signal) string {

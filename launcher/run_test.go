@@ -551,3 +551,87 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 	}
 	assertAllGone(t, dir, 2, 5*time.Second)
 }
+
+// TestStaleErrorFileIsNotTheRootCause: with --log-dir and a fixed run id the error file's path repeats; a rank that
+// writes none this time must not be reported with the previous run's traceback.
+func TestStaleErrorFileIsNotTheRootCause(t *testing.T) {
+	t.Parallel()
+	logs := t.TempDir()
+	dir := fakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "hang", "TPURUN_FAKE_1=record:7")
+	cfg.LogDir, cfg.RunID = logs, "fixed-run-id"
+	rep, err := launcher.Run(context.Background(), cfg)
+	if launcher.ExitCode(err) != 7 || rep.Last().Ranks[1].Error == nil {
+		t.Fatalf("first run: err %v, error record %v; want 7 with rank 1's traceback", err, rep.Last().Ranks[1].Error)
+	}
+	assertAllGone(t, dir, 2, 5*time.Second)
+
+	dir2 := fakeDir(t)
+	cfg2, _, _ := config(t, 2, dir2, "hang", "TPURUN_FAKE_1=exitready:5")
+	cfg2.LogDir, cfg2.RunID = logs, "fixed-run-id"
+	rep, err = launcher.Run(context.Background(), cfg2)
+	if launcher.ExitCode(err) != 5 {
+		t.Fatalf("second run: err %v, want rank 1's exit 5", err)
+	}
+	if rec := rep.Last().Ranks[1].Error; rec != nil {
+		t.Fatalf("second run reports the first run's error file as rank 1's: %+v", rec)
+	}
+	var sum strings.Builder
+	rep.WriteSummary(&sum)
+	if strings.Contains(sum.String(), "bad learning rate") {
+		t.Fatalf("summary shows the previous run's traceback:\n%s", sum.String())
+	}
+	assertAllGone(t, dir2, 2, 5*time.Second)
+}
+
+// TestSameRunIDDoesNotSweepAnotherLaunchersWorkers: two launchers with one run id and the sweep by environment
+// (no reaper: library use or --no-subreaper): the one that ends first must not kill the other's workers.
+func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
+	t.Parallel()
+	dirA := fakeDir(t)
+	cfgA, _, _ := config(t, 2, dirA, "hang")
+	cfgA.RunID = "shared-run-id"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type outcome struct {
+		rep *launcher.Report
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		rep, err := launcher.Run(ctx, cfgA)
+		done <- outcome{rep, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if es, _ := os.ReadDir(filepath.Join(dirA, "ready")); len(es) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatal("launcher A's workers not ready within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	dirB := fakeDir(t)
+	cfgB, _, _ := config(t, 1, dirB, "exit:0")
+	cfgB.RunID = "shared-run-id"
+	repB, err := launcher.Run(context.Background(), cfgB)
+	if err != nil {
+		t.Fatalf("launcher B: %v", err)
+	}
+	cancel() // B's sweep is over: A's workers must still be alive and stop on A's SIGTERM
+	a := <-done
+	if !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("launcher A: err %v, want context.Canceled (its workers killed by B's sweep: %v)", a.err, repB.Last().Swept)
+	}
+	for _, r := range a.rep.Last().Ranks {
+		if r.Signal != syscall.SIGTERM {
+			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Status())
+		}
+	}
+	assertAllGone(t, dirA, 2, 5*time.Second)
+	assertAllGone(t, dirB, 1, 5*time.Second)
+}

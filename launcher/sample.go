@@ -25,6 +25,7 @@ type sampler struct {
 	notify   func([]Sample)
 	mu       sync.Mutex
 	live     map[int]*Sample // by pid
+	gone     map[int]bool    // pids in live whose worker has exited: kept for remove, no longer sampled
 }
 
 func newSampler(interval time.Duration, notify func([]Sample)) *sampler {
@@ -43,19 +44,32 @@ func (s *sampler) remove(pid int) Sample {
 	defer s.mu.Unlock()
 	smp := s.live[pid]
 	delete(s.live, pid)
+	delete(s.gone, pid)
 	if smp == nil {
 		return Sample{PID: pid}
 	}
 	return *smp
 }
 
-// Snapshot returns the current samples of the live workers.
+// exited stops sampling pid, whose worker has exited, but keeps its last sample for remove.
+func (s *sampler) exited(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone == nil {
+		s.gone = map[int]bool{}
+	}
+	s.gone[pid] = true
+}
+
+// Snapshot returns the current samples of the live workers (not of those that have exited).
 func (s *sampler) Snapshot() []Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Sample, 0, len(s.live))
-	for _, smp := range s.live {
-		out = append(out, *smp)
+	for pid, smp := range s.live {
+		if !s.gone[pid] {
+			out = append(out, *smp)
+		}
 	}
 	return out
 }
@@ -83,7 +97,9 @@ func (s *sampler) once(ctx context.Context) {
 	s.mu.Lock()
 	pids := make([]int, 0, len(s.live))
 	for pid := range s.live {
-		pids = append(pids, pid)
+		if !s.gone[pid] {
+			pids = append(pids, pid)
+		}
 	}
 	s.mu.Unlock()
 	for _, pid := range pids {

@@ -12,14 +12,16 @@ import (
 	"time"
 )
 
-// Status is the live state of a run as the status endpoint serves it: /healthz (200 while healthy, 503 after a
-// worker failed) and /metrics (Prometheus text format). Feed it through Watch (the config's sample and failure
-// hooks) and ResultReceived; serve it with Serve. The zero value is not usable: use NewStatus.
+// Status is the live state of a run as the status endpoint serves it: /healthz (200 while healthy, 503 from a
+// worker failure until a restarted attempt begins, and for good when none does) and /metrics (Prometheus text
+// format). Feed it through Watch (the config's sample, failure and attempt hooks), ResultReceived and
+// SetRendezvous; serve it with Serve. The zero value is not usable: use NewStatus.
 type Status struct {
 	mu          sync.Mutex
 	maxRestarts int
 	samples     []Sample // the last round of live samples
-	failures    int
+	failures    int      // failed attempts (OnFailure runs once per attempt)
+	attempts    int      // attempts begun; in a multi-host run, generations begun
 	lastFailure *WorkerError
 	results     int
 	rendezvous  time.Duration
@@ -28,9 +30,19 @@ type Status struct {
 // NewStatus returns the status of a run that restarts at most maxRestarts times.
 func NewStatus(maxRestarts int) *Status { return &Status{maxRestarts: maxRestarts} }
 
-// Watch chains s into cfg's OnSample and OnFailure hooks, keeping the hooks already set.
+// Watch chains s into cfg's OnSample, OnFailure and OnAttempt hooks, keeping the hooks already set.
 func (s *Status) Watch(cfg *Config) {
-	prevSample, prevFailure := cfg.OnSample, cfg.OnFailure
+	prevSample, prevFailure, prevAttempt := cfg.OnSample, cfg.OnFailure, cfg.OnAttempt
+	cfg.OnAttempt = func(n int) {
+		s.mu.Lock()
+		s.attempts++
+		s.lastFailure = nil // a new attempt: healthy again until one of its workers fails
+		s.samples = nil     // the last attempt's workers are gone
+		s.mu.Unlock()
+		if prevAttempt != nil {
+			prevAttempt(n)
+		}
+	}
 	cfg.OnSample = func(smp []Sample) {
 		s.mu.Lock()
 		s.samples = slices.Clone(smp)
@@ -57,7 +69,7 @@ func (s *Status) ResultReceived() {
 	s.mu.Unlock()
 }
 
-// SetRendezvous records how long the multi-host rendezvous took (0 until it is wired or on a single host).
+// SetRendezvous records how long the last multi-host rendezvous (join) took; it stays 0 on a single host.
 func (s *Status) SetRendezvous(d time.Duration) {
 	s.mu.Lock()
 	s.rendezvous = d
@@ -86,12 +98,15 @@ func (s *Status) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Status) writeMetrics(w io.Writer) {
-	restarts := min(s.failures, s.maxRestarts)
-	fmt.Fprintf(w, "# HELP tpurun_workers Workers of this node by state (running: in the last live sample).\n# TYPE tpurun_workers gauge\n")
+	restarts := max(s.attempts-1, 0)
+	fmt.Fprintf(w, "# HELP tpurun_workers Workers of this node by state (running: alive at the last live sample, taken every second; exited workers are not counted).\n# TYPE tpurun_workers gauge\n")
 	fmt.Fprintf(w, "tpurun_workers{state=\"running\"} %d\n", len(s.samples))
-	fmt.Fprintf(w, "tpurun_workers{state=\"failed\"} %d\n", s.failures)
-	fmt.Fprintf(w, "# HELP tpurun_restarts_total Whole-group restarts begun after a failure.\n# TYPE tpurun_restarts_total counter\n")
+	fmt.Fprintf(w, "# HELP tpurun_failed_attempts_total Attempts of the local group ended by a worker failure (one per attempt, however many workers failed in it).\n# TYPE tpurun_failed_attempts_total counter\n")
+	fmt.Fprintf(w, "tpurun_failed_attempts_total %d\n", s.failures)
+	fmt.Fprintf(w, "# HELP tpurun_restarts_total Whole-group restarts begun (multi-host: new generations of the world).\n# TYPE tpurun_restarts_total counter\n")
 	fmt.Fprintf(w, "tpurun_restarts_total %d\n", restarts)
+	fmt.Fprintf(w, "# HELP tpurun_max_restarts The --max-restarts limit of the run.\n# TYPE tpurun_max_restarts gauge\n")
+	fmt.Fprintf(w, "tpurun_max_restarts %d\n", s.maxRestarts)
 	fmt.Fprintf(w, "# HELP tpurun_worker_rss_bytes Resident set size of each live worker.\n# TYPE tpurun_worker_rss_bytes gauge\n")
 	smp := slices.Clone(s.samples)
 	slices.SortFunc(smp, func(a, b Sample) int { return a.Rank - b.Rank })
@@ -104,7 +119,7 @@ func (s *Status) writeMetrics(w io.Writer) {
 	}
 	fmt.Fprintf(w, "# HELP tpurun_results_received_total Results accepted from the workers.\n# TYPE tpurun_results_received_total counter\n")
 	fmt.Fprintf(w, "tpurun_results_received_total %d\n", s.results)
-	fmt.Fprintf(w, "# HELP tpurun_rendezvous_seconds How long the multi-host rendezvous took (0 on one host).\n# TYPE tpurun_rendezvous_seconds gauge\n")
+	fmt.Fprintf(w, "# HELP tpurun_rendezvous_seconds How long the last multi-host rendezvous (join of the current generation) took; 0 on one host.\n# TYPE tpurun_rendezvous_seconds gauge\n")
 	fmt.Fprintf(w, "tpurun_rendezvous_seconds %g\n", s.rendezvous.Seconds())
 }
 

@@ -31,6 +31,8 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	var cfg launcher.Config
 	var prevFailures int
 	cfg.OnFailure = func(*launcher.WorkerError) { prevFailures++ }
+	var prevAttempts []int
+	cfg.OnAttempt = func(n int) { prevAttempts = append(prevAttempts, n) }
 	st.Watch(&cfg)
 	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false)
 	if err != nil {
@@ -38,6 +40,7 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	}
 	defer stop()
 	base := "http://" + addr.String()
+	cfg.OnAttempt(0)
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz before a failure: %d %q, want 200 ok", code, body)
 	}
@@ -54,7 +57,7 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	}
 	code, body = get(t, base+"/metrics")
 	for _, want := range []string{
-		`tpurun_workers{state="running"} 2`, `tpurun_workers{state="failed"} 1`, "tpurun_restarts_total 1",
+		`tpurun_workers{state="running"} 2`, "tpurun_failed_attempts_total 1", "tpurun_restarts_total 0", "tpurun_max_restarts 2",
 		`tpurun_worker_rss_bytes{rank="0",pid="40"} 1024`, `tpurun_worker_rss_bytes{rank="1",pid="41"} 2048`,
 		`tpurun_worker_cpu_seconds_total{rank="1",pid="41"} 1.5`, "tpurun_results_received_total 2",
 		"tpurun_rendezvous_seconds 0", "# TYPE tpurun_workers gauge",
@@ -68,6 +71,20 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	}
 	if code, _ := get(t, base+"/nope"); code != http.StatusNotFound {
 		t.Errorf("/nope: %d, want 404", code)
+	}
+	// The restart begins: healthy again, one restart counted, the failure still counted.
+	cfg.OnAttempt(1)
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz once the restarted attempt began: %d %q, want 200 ok", code, body)
+	}
+	if len(prevAttempts) != 2 || prevAttempts[1] != 1 {
+		t.Fatalf("the attempt hook set before Watch saw %v, want [0 1]", prevAttempts)
+	}
+	_, body = get(t, base+"/metrics")
+	for _, want := range []string{"tpurun_failed_attempts_total 1", "tpurun_restarts_total 1", `tpurun_workers{state="running"} 0`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics after the restart lacks %q:\n%s", want, body)
+		}
 	}
 }
 

@@ -22,7 +22,8 @@
 //     SLURM_NODEID + SLURM_JOB_NODELIST with bracket ranges, JOB_COMPLETION_INDEX). Node 0 hosts the embedded
 //     server on host 0 (port --rdzv-conf port=, default 29400) for barriers, results and failures.
 //   - tcp: the embedded server on --rdzv-endpoint. With is_host=auto (default) the node that can bind the endpoint
-//     hosts it and the others connect; is_host=true/false forces it.
+//     hosts it and the others connect; is_host=true/false forces it. Without an endpoint, several nodes need a host
+//     list naming every node (its first host is the endpoint, on port=, default 29400); one node uses loopback.
 //   - etcd: a real etcd v3 cluster (--rdzv-endpoint host:2379[,host:2379...]). Keys live under
 //     <prefix><run id>/<generation>/ (prefix default /tpurun/rdzv/): "open" marks the generation's start;
 //     hosts/<host> and ranks/<r> are claimed by transactions; members/<instance> registers a node; all three,

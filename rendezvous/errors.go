@@ -74,8 +74,11 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("rendezvous: ")
-	b.WriteString(e.Kind.Error())
+	kind := e.Kind.Error()
+	if !strings.Contains(kind, "rendezvous") { // "rendezvous: rendezvous timed out" says it twice
+		b.WriteString("rendezvous: ")
+	}
+	b.WriteString(kind)
 	if len(e.Nodes) > 0 {
 		b.WriteString(" (")
 		for i, n := range e.Nodes {

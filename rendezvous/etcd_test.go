@@ -84,7 +84,7 @@ func newEtcdCluster(t *testing.T, ec *etcdCluster, n int) *cluster {
 	c := newCluster(t, BackendEtcd, n)
 	c.endpoint = strings.Join(ec.endpoints, ",")
 	c.prefix = "/test/" + t.Name() + "/"
-	c.hb = time.Second
+	c.hb = 2 * time.Second // a 1 s lease can expire on a loaded 2-core machine before its keep-alive lands
 	return c
 }
 

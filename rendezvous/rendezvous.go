@@ -244,23 +244,87 @@ func (r *Rendezvous) newStatic() error {
 }
 
 func (r *Rendezvous) newTCP() error {
-	r.endpoint = r.cfg.Endpoint
-	if r.endpoint == "" {
-		r.endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultPort))
-	}
 	if r.cfg.NNodes < 1 {
 		return newError(ErrConfig, "tcp rendezvous needs --nnodes")
 	}
-	switch r.cfg.Conf["is_host"] {
+	isHost := r.cfg.Conf["is_host"]
+	switch isHost {
+	case "true", "1", "false", "0", "", "auto":
+	default:
+		return newError(ErrConfig, fmt.Sprintf("--rdzv-conf is_host=%q: use true, false or auto", isHost))
+	}
+	r.endpoint = r.cfg.Endpoint
+	if r.endpoint == "" {
+		ep, err := r.defaultTCPEndpoint()
+		if err != nil {
+			return err
+		}
+		r.endpoint = ep
+	}
+	switch isHost {
 	case "true", "1":
 		return r.host(true)
 	case "false", "0":
 		return nil
-	case "", "auto":
-		return r.host(false)
-	default:
-		return newError(ErrConfig, fmt.Sprintf("--rdzv-conf is_host=%q: use true, false or auto", r.cfg.Conf["is_host"]))
 	}
+	return r.host(false)
+}
+
+// defaultTCPEndpoint is the endpoint of a tcp rendezvous without --rdzv-endpoint, on --rdzv-conf port (default
+// DefaultPort): loopback for one node; for several, host 0 of a host list that names every node (Config.Hosts,
+// --rdzv-conf hosts, TPU_WORKER_HOSTNAMES or SLURM_JOB_NODELIST). Anything else is a configuration error: a
+// loopback default would have every node host a private server and wait out the timeout alone.
+func (r *Rendezvous) defaultTCPEndpoint() (string, error) {
+	port := r.cfg.Conf["port"]
+	if port == "" {
+		port = strconv.Itoa(DefaultPort)
+	}
+	if r.cfg.NNodes == 1 {
+		return net.JoinHostPort("127.0.0.1", port), nil
+	}
+	need := fmt.Sprintf("tcp rendezvous with --nnodes %d needs --rdzv-endpoint (node 0's host:port)", r.cfg.NNodes)
+	hosts, source, err := r.hostList()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%s; the host list that could name node 0 is unusable: %w", need, err)
+	case len(hosts) == 0:
+		return "", newError(ErrConfig, need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or --rdzv-conf hosts=...)")
+	case len(hosts) != r.cfg.NNodes:
+		return "", newError(ErrConfig, fmt.Sprintf("%s: the host list from %s has %d hosts, not %d, so its first host need not be node 0",
+			need, source, len(hosts), r.cfg.NNodes))
+	}
+	r.log.Debug("tcp rendezvous endpoint from the host list", zap.String("source", source), zap.String("host", hosts[0]))
+	return net.JoinHostPort(hosts[0], port), nil
+}
+
+// hostList is the job's host list for a backend that needs only node 0's host, and where it came from:
+// Config.Hosts, --rdzv-conf hosts, TPU_WORKER_HOSTNAMES or SLURM_JOB_NODELIST (the first that is set).
+func (r *Rendezvous) hostList() ([]string, string, error) {
+	if len(r.cfg.Hosts) > 0 {
+		return r.cfg.Hosts, "the configured host list", nil
+	}
+	if h, ok := r.cfg.Conf["hosts"]; ok {
+		hosts, err := ParseHosts(h)
+		if err != nil {
+			return nil, "", fmt.Errorf("--rdzv-conf hosts: %w", err)
+		}
+		return hosts, "--rdzv-conf hosts", nil
+	}
+	if v := r.cfg.Getenv("TPU_WORKER_HOSTNAMES"); v != "" {
+		hosts, err := ParseHosts(v)
+		if err != nil {
+			return nil, "", fmt.Errorf("TPU_WORKER_HOSTNAMES=%q: %w", v, err)
+		}
+		return hosts, "TPU_WORKER_HOSTNAMES", nil
+	}
+	if v := r.cfg.Getenv("SLURM_JOB_NODELIST"); v != "" {
+		hosts, err := ParseSlurmNodelist(v)
+		if err != nil {
+			return nil, "", fmt.Errorf("SLURM_JOB_NODELIST=%q: %w", v, err)
+		}
+		return hosts, "SLURM_JOB_NODELIST", nil
+	}
+	return nil, "", nil
 }
 
 // host starts the embedded server on the endpoint (or cfg.Listen). When must is false, a failure to bind

@@ -499,8 +499,18 @@ func (s *Server) join(c *sconn, m *message) {
 				if !sameHost {
 					what = "node rank"
 				}
-				err := newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID / --node-rank and that tpurun runs once per host)", mem.Generation, what),
-					mem.ref(mem.Rank), x.m.ref(x.rank))
+				claimed := x.rank
+				if !w.complete {
+					claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
+				}
+				err := newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID / --node-rank, --node-name and that tpurun runs once per host)", mem.Generation, what),
+					mem.ref(mem.Rank), x.m.ref(claimed))
+				if !w.complete && w.joinErr == nil {
+					// Two launchers claim one node: the world cannot be right, so every joiner fails now naming
+					// both claimants, rather than waiting out the timeout for a node that "never arrived".
+					w.joinErr = err
+					w.notify()
+				}
 				s.mu.Unlock()
 				s.log.Warn("rendezvous join refused", zap.Error(err))
 				s.reply(c, m.ID, nil, err)

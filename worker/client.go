@@ -2,26 +2,35 @@ package worker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // ErrForeignReplica means a worker tried to report a replica it does not own.
 var ErrForeignReplica = fmt.Errorf("replica not owned by this worker")
 
-// Client writes frames to a result channel. It is safe for concurrent use; each frame is written whole under a
-// lock, so frames from several goroutines never interleave.
+// ErrBrokenChannel means a write to the result channel failed, perhaps part-way through a frame. The client sends
+// nothing after that: the launcher would read a later frame as the rest of the cut one.
+var ErrBrokenChannel = errors.New("result channel broken by a failed write")
+
+// Client writes frames to a result channel. It is safe for concurrent use; each frame is written whole, header and
+// payload in one write, under a lock, so frames from several goroutines never interleave. After a failed write
+// every later Send fails with ErrBrokenChannel and writes nothing.
 type Client struct {
 	mu       sync.Mutex
 	w        io.Writer
 	replicas []int
+	broken   error // the failed write that broke the channel (wraps ErrBrokenChannel)
 }
 
 // NewClient returns a client writing to w for a worker that owns replicas (nil: any replica may be reported).
@@ -95,13 +104,75 @@ func (c *Client) Send(f Frame) error {
 	hdr := AppendHeader(make([]byte, 0, HeaderSize), f.Kind, f.Encoding, f.Replica, len(f.Payload))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.w.Write(hdr); err != nil {
-		return fmt.Errorf("write %s header for replica %d: %w", f.Kind, f.Replica, err)
+	if c.broken != nil {
+		return fmt.Errorf("%s for replica %d not sent: %w", f.Kind, f.Replica, c.broken)
 	}
-	if _, err := c.w.Write(f.Payload); err != nil {
-		return fmt.Errorf("write %s payload (%d bytes) for replica %d: %w", f.Kind, len(f.Payload), f.Replica, err)
+	if n, err := writeFrame(c.w, hdr, f.Payload); err != nil {
+		c.broken = fmt.Errorf("write %s for replica %d: %w after %d of its %d bytes: %w", f.Kind, f.Replica, err, n,
+			HeaderSize+len(f.Payload), ErrBrokenChannel)
+		return c.broken
 	}
 	return nil
+}
+
+// writeFrame writes header and payload with one write: writev(2) on a file (no copy of a large payload), else
+// one Write of both joined. It returns the bytes written.
+func writeFrame(w io.Writer, hdr, payload []byte) (int, error) {
+	if f, ok := w.(*os.File); ok {
+		if rc, err := f.SyscallConn(); err == nil {
+			n, err := writev(rc, hdr, payload)
+			if err != nil {
+				err = &os.PathError{Op: "write", Path: f.Name(), Err: err}
+			}
+			return n, err
+		}
+	}
+	return w.Write(append(append(make([]byte, 0, len(hdr)+len(payload)), hdr...), payload...))
+}
+
+// writev writes a and b to the descriptor behind rc as os.File.Write writes one buffer: it goes on after short
+// writes and EINTR, and waits for room when a non-blocking descriptor is full.
+func writev(rc syscall.RawConn, a, b []byte) (int, error) {
+	bufs := [2][]byte{a, b}
+	var n int
+	var werr error
+	err := rc.Write(func(fd uintptr) bool {
+		for len(bufs[0])+len(bufs[1]) > 0 {
+			var iov [2]syscall.Iovec
+			k := 0
+			for _, p := range bufs {
+				if len(p) > 0 {
+					iov[k].Base = &p[0]
+					iov[k].SetLen(len(p))
+					k++
+				}
+			}
+			m, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+			runtime.KeepAlive(&bufs)
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e == syscall.EAGAIN:
+				return false
+			case e != 0:
+				werr = e
+				return true
+			case m == 0:
+				werr = io.ErrShortWrite
+				return true
+			}
+			n += int(m)
+			for i := range bufs {
+				d := min(int(m), len(bufs[i]))
+				bufs[i], m = bufs[i][d:], m-uintptr(d)
+			}
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	return n, werr
 }
 
 // Close closes the channel when the writer is an io.Closer. The launcher sees the end of the stream when every

@@ -12,7 +12,6 @@ import (
 const (
 	EnvResultFD = "TPURUN_RESULT_FD" // the inherited file descriptor of the result channel (3)
 	EnvReplicas = "TPURUN_REPLICAS"  // the replicas this worker owns, comma-joined ("0" or "0,1")
-	EnvRank     = "RANK"             // the worker's global rank, the fallback replica when TPURUN_REPLICAS is unset
 	EnvRunID    = "TPURUN_RUN_ID"
 )
 
@@ -74,21 +73,20 @@ func FormatReplicas(replicas []int) string {
 	return strings.Join(s, ",")
 }
 
-// replicasFromEnv reads TPURUN_REPLICAS, falling back to RANK (one replica per process).
+// replicasFromEnv reads TPURUN_REPLICAS. There is no fallback: a worker's rank is not its replica (on hosts with
+// two devices per process rank r owns 2r and 2r+1), so a channel without TPURUN_REPLICAS is a broken environment.
 func replicasFromEnv(getenv func(string) string) ([]int, error) {
-	if v := getenv(EnvReplicas); v != "" {
+	v := getenv(EnvReplicas)
+	if v != "" {
 		return ParseReplicas(v)
 	}
-	v := getenv(EnvRank)
-	if v == "" {
-		return nil, &EnvError{Var: EnvReplicas, Err: ErrNoChannel}
+	if fd := getenv(EnvResultFD); fd != "" {
+		return nil, &EnvError{Var: EnvReplicas, Err: ErrBadEnv, Detail: fmt.Sprintf("not set, but %s=%q is: "+
+			"whatever started this process passed a result channel without the replicas this worker owns; tpurun "+
+			"sets both, a wrapper that passes %s on must pass %s too", EnvResultFD, fd, EnvResultFD, EnvReplicas)}
 	}
-	r, err := strconv.ParseUint(strings.TrimSpace(v), 10, 31)
-	if err != nil {
-		return nil, &EnvError{Var: EnvRank, Value: v, Err: ErrBadEnv, Detail: "not a non-negative integer"}
-	}
-	return []int{int(r)}, nil
+	return nil, &EnvError{Var: EnvReplicas, Err: ErrNoChannel}
 }
 
-// Replicas returns the replicas this process owns, from TPURUN_REPLICAS (or RANK when that is unset).
+// Replicas returns the replicas this process owns, from TPURUN_REPLICAS.
 func Replicas() ([]int, error) { return replicasFromEnv(os.Getenv) }

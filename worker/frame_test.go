@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func mustEncode(t testing.TB, f Frame) []byte {
@@ -239,5 +241,104 @@ func TestDecodeLargeChunked(t *testing.T) {
 	var fe *FrameError
 	if !errors.As(err, &fe) || !errors.Is(err, ErrTruncated) || fe.Got != int64(len(cut)) || d.Offset() != int64(len(cut)) {
 		t.Fatalf("cut: %v (got %d, offset %d, want %d)", err, fe.Got, d.Offset(), len(cut))
+	}
+}
+
+// allocDuring returns the bytes allocated on the heap while fn ran.
+func allocDuring(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// blockingReader returns in once, then tells waiting that the decoder asked for more and blocks until release.
+type blockingReader struct {
+	in      []byte
+	waiting chan struct{}
+	release chan struct{}
+}
+
+func (r *blockingReader) Read(p []byte) (int, error) {
+	if len(r.in) > 0 {
+		n := copy(p, r.in)
+		r.in = r.in[n:]
+		return n, nil
+	}
+	close(r.waiting)
+	<-r.release
+	return 0, io.ErrClosedPipe
+}
+
+// TestDecodeAllocatesWhatArrives: a header that declares a large payload costs no memory until the payload is
+// really coming (a worker that dies after its header, times 256 workers).
+func TestDecodeAllocatesWhatArrives(t *testing.T) {
+	const declared, bufSize = DefaultMaxPayload, 64 << 10 // 64 MiB, the collector's read buffer
+	const bound = 1 << 20                                 // the decoder and its buffer, with room to spare
+	hdr := header("TPRF", 1, byte(KindResult), byte(EncodingJSON), 0, 0, declared)
+	for _, arrived := range []int{0, 1, bufSize - 100} {
+		in := append(slices.Clone(hdr), bytes.Repeat([]byte("a"), arrived)...)
+		var err error
+		var fe *FrameError
+		got := allocDuring(func() { _, err = NewDecoder(bytes.NewReader(in), 0, bufSize).Next() })
+		if !errors.As(err, &fe) || !errors.Is(err, ErrTruncated) || fe.Got != int64(len(in)) {
+			t.Fatalf("%d of %d bytes then EOF: %v, want ErrTruncated after %d bytes", arrived, declared, err, len(in))
+		}
+		if got > bound {
+			t.Errorf("%d of %d declared bytes then EOF allocated %d bytes, want at most %d", arrived, declared, got, bound)
+		}
+	}
+
+	// The header and then nothing: while the decoder waits for the payload it holds no more than its buffer.
+	r := &blockingReader{in: hdr, waiting: make(chan struct{}), release: make(chan struct{})}
+	var before, during runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d := NewDecoder(r, 0, bufSize)
+	done := make(chan error)
+	go func() { _, err := d.Next(); done <- err }()
+	<-r.waiting
+	runtime.ReadMemStats(&during)
+	close(r.release)
+	if err := <-done; !errors.Is(err, ErrTruncated) || !errors.Is(err, io.ErrClosedPipe) {
+		t.Fatalf("after the reader failed: %v", err)
+	}
+	if got := during.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Errorf("waiting for the payload of a header declaring %d bytes: %d bytes allocated, want at most %d",
+			declared, got, bound)
+	}
+}
+
+// TestDecodeSizes: payloads of every size around the read buffer's arrive whole, read in pieces, and a cut one
+// reports how much of it arrived.
+func TestDecodeSizes(t *testing.T) {
+	const bufSize = 4096
+	for _, n := range []int{0, 1, bufSize - HeaderSize, bufSize - 1, bufSize, bufSize + 1, 1<<cleanShift*4 + 3,
+		3<<20 + 7} {
+		for _, enc := range []Encoding{EncodingJSON, EncodingPickle} {
+			p := bytes.Repeat([]byte("q"), n)
+			if n >= 2 {
+				p[0], p[n-1] = '"', '"'
+			}
+			b := mustEncode(t, Frame{Kind: KindResult, Encoding: enc, Replica: 1, Payload: p})
+			f, err := NewDecoder(iotest.HalfReader(bytes.NewReader(b)), 16<<20, bufSize).Next()
+			if err != nil || !bytes.Equal(f.Payload, p) {
+				t.Fatalf("%s payload of %d bytes: %v (got %d bytes)", enc, n, err, len(f.Payload))
+			}
+			if enc == EncodingJSON && n >= 2 && !f.ValidJSON() {
+				t.Fatalf("json payload of %d bytes: not valid after decoding", n)
+			}
+			for _, cut := range []int{HeaderSize + n/2, HeaderSize + bufSize/2, len(b) - 1} {
+				if cut >= len(b) || cut <= HeaderSize {
+					continue
+				}
+				d := NewDecoder(iotest.HalfReader(bytes.NewReader(b[:cut])), 16<<20, bufSize)
+				_, err := d.Next()
+				var fe *FrameError
+				if !errors.As(err, &fe) || !errors.Is(err, ErrTruncated) || fe.Got != int64(cut) || d.Offset() != int64(cut) {
+					t.Fatalf("%s payload of %d bytes cut at %d: %v (got %d, offset %d)", enc, n, cut, err, fe.Got, d.Offset())
+				}
+			}
+		}
 	}
 }

@@ -144,7 +144,7 @@ func (f *resultFlags) setup(cfg *launcher.Config, args []string) error {
 }
 
 // collector is attempt's collector (nil before that attempt started or without result flags): what a multi-host
-// run publishes (Entries) or merges into (Add).
+// run publishes (Share) or merges into (Add).
 func (f *resultFlags) collector(attempt int) *results.Collector {
 	f.mu.Lock()
 	defer f.mu.Unlock()

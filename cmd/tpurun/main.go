@@ -11,8 +11,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -26,9 +24,6 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// forwarded are the signals tpurun passes on to every worker group.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
-
 func run(args []string, stdout, stderr io.Writer) int {
 	if code, ok := subcommand(args, stdout, stderr); ok {
 		return code
@@ -41,6 +36,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
 		return launcher.ExitUsage
 	}
+	// One lock for everything written to stderr: tpurun's own logs and the workers' lines (the launcher's
+	// per-stream lock writes through this one), so a log entry never lands inside a worker's line.
+	stderr = zapcore.Lock(zapcore.AddSync(stderr))
 	log, err := newLogger(o.logFormat, o.verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
@@ -65,6 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if st != nil {
 		o.res.onResult = st.ResultReceived
+		o.live = st
 	}
 	defer stopStatus()
 	if o.rdzv.enabled() {
@@ -103,12 +102,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 type options struct {
 	cfg       launcher.Config
-	dev       *deviceFlags // --device, --nprocs and the other topology flags: detection runs in run()
-	res       *resultFlags // --fn, --json, --results and the other result-contract flags
-	fnArgs    []string     // with --fn: the positional arguments, passed to the function as strings
-	rdzv      *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr        *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
-	status    *statusFlags // --status-addr (status.go)
+	dev       *deviceFlags     // --device, --nprocs and the other topology flags: detection runs in run()
+	res       *resultFlags     // --fn, --json, --results and the other result-contract flags
+	fnArgs    []string         // with --fn: the positional arguments, passed to the function as strings
+	rdzv      *rdzvFlags       // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr        *torchFlags      // torchrun's remaining flags and the container flags (torchrun.go)
+	status    *statusFlags     // --status-addr (status.go)
+	live      *launcher.Status // the status endpoint's state; nil without --status-addr
 	logFormat string
 	verbose   bool
 }
@@ -118,9 +118,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
-	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
-	})
+	fs.SetNormalizeFunc(dashes)
 	var redirects, tee, filter string
 	o.dev = addDeviceFlags(fs)
 	o.res = addResultFlags(fs)

@@ -597,7 +597,9 @@ func TestMultihostTorchAllReduce(t *testing.T) {
 func TestMultihostMultislice(t *testing.T) {
 	t.Parallel()
 	ep := freeEndpoint(t)
-	base := portBase(t)
+	// Each slice is one host here, so each replaces busy TPU ports with free ones; both share this machine, so
+	// each gets a port range of its own, as separate hosts would have.
+	bases := []int{portBase(t), portBase(t)}
 	var hosts []*host
 	var nodes []*node
 	for i := 0; i < 2; i++ {
@@ -605,7 +607,7 @@ func TestMultihostMultislice(t *testing.T) {
 		hosts = append(hosts, h)
 		// slice 1 starts first so that the agreed order (by slice) is not the arrival order
 		nodes = append(nodes, startNode(t, append(h.env, "TPU_ACCELERATOR_TYPE=v4-8"), "--sysfs-root", h.sys, "--dev-root", h.dev,
-			"--tpu-port-base", strconv.Itoa(base), "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "ms",
+			"--tpu-port-base", strconv.Itoa(bases[1-i]), "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "ms",
 			"--rdzv-timeout", "20s", "--num-slices", "2", "--slice-id", strconv.Itoa(1-i), "--node-name", "s"+strconv.Itoa(1-i),
 			"--node-addr", fmt.Sprintf("127.0.0.%d", 10+1-i), "--", self(t)))
 	}
@@ -614,9 +616,9 @@ func TestMultihostMultislice(t *testing.T) {
 			t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
 		}
 	}
-	single := hosts[0].plan(t, []string{"TPU_ACCELERATOR_TYPE=v4-8"}, "--tpu-port-base", strconv.Itoa(base))
 	for i, h := range hosts {
 		slice := 1 - i
+		single := h.plan(t, []string{"TPU_ACCELERATOR_TYPE=v4-8"}, "--tpu-port-base", strconv.Itoa(bases[slice]))
 		got := h.dumped(t)
 		if len(got) != 4 {
 			t.Fatalf("slice %d: %d ranks ran, want 4", slice, len(got))

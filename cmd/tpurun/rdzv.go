@@ -174,13 +174,13 @@ func (r *rdzvFlags) config(runID string, log *zap.Logger) (rendezvous.Config, er
 
 // outcome is what each node publishes when its workers are gone: the world-wide verdict is computed from them.
 type outcome struct {
-	Node    int              `json:"node"`
-	Code    int              `json:"code"`
-	Origin  bool             `json:"origin"` // this node's own worker failed (it was not stopped by another node)
-	Rank    int              `json:"rank"`   // global rank of the failed worker, -1 when none
-	Error   string           `json:"error,omitempty"`
-	Results []results.Result `json:"results,omitempty"`
-	Exits   []rankEnd        `json:"exits,omitempty"` // how this node's workers ended (node 0 builds the document)
+	Node    int            `json:"node"`
+	Code    int            `json:"code"`
+	Origin  bool           `json:"origin"` // this node's own worker failed (it was not stopped by another node)
+	Rank    int            `json:"rank"`   // global rank of the failed worker, -1 when none
+	Error   string         `json:"error,omitempty"`
+	Results *results.Share `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
+	Exits   []rankEnd      `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
 }
 
 // rankEnd is how one worker of another node ended, for node 0's results document.
@@ -340,10 +340,14 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	}
 	var err error
 	jctx, stopJoin := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	joinStart := time.Now()
 	s, err := r.Join(jctx, m)
 	stopJoin()
 	if err != nil {
-		return fail(rdzvExit(err), fmt.Errorf("rendezvous (%s, run id %s): %w", rc.Backend, rc.RunID, err)), false
+		return fail(rdzvExit(err), fmt.Errorf("run %s, %s backend: %w", rc.RunID, rc.Backend, err)), false
+	}
+	if o.live != nil {
+		o.live.SetRendezvous(time.Since(joinStart))
 	}
 	defer func() { _ = s.Close() }()
 	a := s.Assignment()
@@ -385,7 +389,7 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 		ms.Apply(world)
 	}
 	if err := s.Barrier(ctx, "start"); err != nil {
-		return fail(rdzvExit(err), fmt.Errorf("rendezvous barrier before start: %w", err)), false
+		return fail(rdzvExit(err), fmt.Errorf("barrier before start: %w", err)), false
 	}
 
 	o.cfg.Plan, o.cfg.NodeRank, o.cfg.RunID = world, a.NodeRank, a.RunID // the result collectors read them
@@ -398,7 +402,11 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var bg sync.WaitGroup
+	prevFailure := cfg.OnFailure // the status endpoint's hook (Status.Watch), if any
 	cfg.OnFailure = func(we *launcher.WorkerError) {
+		if prevFailure != nil {
+			prevFailure(we)
+		}
 		bg.Go(func() {
 			if err := s.Fail(ctx, rendezvous.Failure{WorkerRank: we.Rank, Reason: we.Error()}); err != nil {
 				log.Warn("could not tell the other nodes", zap.Error(err))
@@ -418,11 +426,7 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	// Signals go to the workers through a relay that remembers them: a job stopped by a signal is not restarted.
 	sigs, relay := make(chan os.Signal, 8), make(chan os.Signal, 8)
 	var signaled atomic.Bool
-	handled := forwarded
-	if o.tr != nil && len(o.tr.handled) > 0 {
-		handled = o.tr.handled // --signals-to-handle
-	}
-	signal.Notify(sigs, handled...)
+	signal.Notify(sigs, o.tr.handled...) // --signals-to-handle
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
@@ -459,7 +463,7 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	}
 	if last != nil && a.NodeRank != 0 {
 		if c := o.res.collector(last.Number); c != nil {
-			mine.Results = c.Entries()
+			mine.Results = c.Share()
 		}
 		for _, rs := range last.Ranks {
 			mine.Exits = append(mine.Exits, rankEnd{Rank: rs.Rank, PID: rs.PID, ExitCode: rs.ExitCode, Signal: int(rs.Signal)})

@@ -25,7 +25,8 @@ type torchFlags struct {
 	monitor    seconds
 	shutdown   seconds
 	signals    string
-	subreaper  bool
+	subreaper  bool // --subreaper: accepted for compatibility, the default
+	noReaper   bool // --no-subreaper
 	handled    []os.Signal
 }
 
@@ -39,16 +40,33 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
 	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "signals forwarded to every worker group, comma-separated")
-	fs.BoolVar(&t.subreaper, "subreaper", false, "become the child subreaper and reap every orphaned descendant (automatic as PID 1)")
+	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
+	fs.BoolVar(&t.noReaper, "no-subreaper", false, "do not become the child subreaper (ignored as PID 1): orphans go to PID 1 and the orphan sweep scans every process's environment for the run id")
 	return t
 }
 
-// petEnv gives every flag not set on the command line its value from torchrun's PET_<FLAG> environment variable
-// (PET_NPROC_PER_NODE, PET_MAX_RESTARTS, ...): the flag beats the env.
+// aliases are the groups of flags that spell one setting: a flag given on the command line also keeps the PET_*
+// variables of its aliases from overriding it (PET_NPROC_PER_NODE does not beat --nprocs).
+var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeout"}}
+
+// petEnv gives every flag not set on the command line, nor through an alias, its value from torchrun's
+// PET_<FLAG> environment variable (PET_NPROC_PER_NODE, PET_MAX_RESTARTS, ...): the command line beats the env.
 func petEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true }) // before any PET_* is applied
+	for _, group := range aliases {
+		for _, name := range group {
+			if given[name] {
+				for _, alias := range group {
+					given[alias] = true
+				}
+				break
+			}
+		}
+	}
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "help" {
+		if err != nil || given[f.Name] || f.Name == "help" {
 			return
 		}
 		name := "PET_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -138,16 +156,20 @@ var signalByName = map[string]os.Signal{
 	"WINCH": syscall.SIGWINCH,
 }
 
-// container starts the one reaper when tpurun is PID 1 or --subreaper was given; the returned function stops it
-// after a last round (call it once the run is over: Run leaves no worker behind).
+// container starts the one reaper: by default tpurun becomes the child subreaper (PID 1 always reaps), so every
+// orphan below it stays in its subtree, is swept from there and reaped. --no-subreaper opts out (orphans go to PID
+// 1 and the sweep scans the environ of every process); so does a kernel that refuses the prctl, with a warning.
+// The returned function stops the reaper after a last round (call it once the run is over: Run leaves no worker
+// behind).
 func (t *torchFlags) container(cfg *launcher.Config, log *zap.Logger) (func(), error) {
 	pid1 := os.Getpid() == 1
-	if !pid1 && !t.subreaper {
+	if !pid1 && t.noReaper {
 		return func() {}, nil
 	}
 	if !pid1 {
 		if err := proc.SetSubreaper(); err != nil {
-			return nil, fmt.Errorf("--subreaper: %w; run as root or without --subreaper", err)
+			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
+			return func() {}, nil
 		}
 	}
 	rp := proc.NewReaper(log.Named("reaper"))

@@ -79,9 +79,6 @@ func (r *Reaper) reap() {
 		if err != nil || pid <= 0 {
 			return // ECHILD: no children; 0: none exited yet
 		}
-		if ws.Stopped() || ws.Continued() {
-			continue
-		}
 		r.mu.Lock() // Start holds mu from fork to registration, so an owned pid is always registered here
 		o, ok := r.owned[pid]
 		delete(r.owned, pid)
@@ -140,6 +137,20 @@ func (r *Reaper) Orphans() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.orphans
+}
+
+// Sweep kills every descendant of this process (SweepTree from this pid) and lets the loop reap them: with the
+// reaper on, this process is PID 1 or a child subreaper, so every orphan below it is still in its subtree. It
+// kills every child of the process, so one process runs one launch at a time under a reaper. The pids it
+// returns exclude the children started through Start (the workers, already killed with their group). A kernel
+// without /proc/<pid>/task/<tid>/children gives ErrNoChildrenFile: fall back to Sweep.
+func (r *Reaper) Sweep(procRoot string) ([]int, error) {
+	return SweepTree(procRoot, self(), func(pid int) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, ok := r.owned[pid]
+		return ok
+	}, 5*time.Second)
 }
 
 // Close stops the loop after a last reaping round. Children started through Start that are still running will

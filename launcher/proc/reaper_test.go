@@ -32,6 +32,8 @@ func reaperFake(mode string) (int, bool) {
 	case "linger":
 		time.Sleep(300 * time.Millisecond)
 		return 0, true
+	case "tree-main", "tree-worker", "tree-escapee", "tree-leaf":
+		return treeFake(mode), true
 	case "reaper-main":
 		if err := reaperMain(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

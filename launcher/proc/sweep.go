@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // Sweep finds every process under procRoot (normally "/proc") whose environment holds key=value, except this
@@ -100,4 +102,92 @@ func EnvironHas(environ, kv []byte) bool {
 		}
 	}
 	return false
+}
+
+// ErrNoChildrenFile is returned by SweepTree when the kernel does not list children in
+// /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN off): fall back to Sweep.
+var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not available")
+
+// SweepTree sends SIGKILL to every descendant of root (normally this process, a child subreaper or PID 1, so that
+// every orphan below it is re-parented to it) found by walking /proc/<pid>/task/*/children under procRoot, and
+// repeats until every descendant left is a zombie, within timeout. No environment is read and no other process of
+// the host is looked at: a descendant that left its group and session and dropped every TPURUN_* variable is still
+// found. skip tells which pids not to report (they are still killed), e.g. the workers already killed by group.
+// It returns the reported pids it signalled, and ErrNoChildrenFile when the kernel cannot list children.
+func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.Duration) ([]int, error) {
+	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
+		return nil, fmt.Errorf("sweep tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
+	}
+	deadline := time.Now().Add(timeout)
+	seen := map[int]bool{}
+	var hit []int
+	buf := make([]byte, 4096)
+	backoff := 100 * time.Microsecond
+	for {
+		live := 0
+		for _, pid := range descendants(procRoot, root, &buf) {
+			if zombie(procRoot, pid, &buf) {
+				continue
+			}
+			live++
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				continue // ESRCH: gone since the walk
+			}
+			if !seen[pid] {
+				seen[pid] = true
+				if skip == nil || !skip(pid) {
+					hit = append(hit, pid)
+				}
+			}
+		}
+		if live == 0 {
+			return hit, nil
+		}
+		if time.Now().After(deadline) {
+			return hit, fmt.Errorf("sweep tree of pid %d: %d descendants still alive after SIGKILL and %v", root, live, timeout)
+		}
+		time.Sleep(backoff) // killed but not dead yet (exiting, or in D state): let them become zombies
+		backoff = min(2*backoff, 20*time.Millisecond)
+	}
+}
+
+// descendants lists every descendant of root, breadth first, from the children files of all of its threads (a
+// child belongs to the thread that forked it) and theirs.
+func descendants(procRoot string, root int, buf *[]byte) []int {
+	var out []int
+	queue := []int{root}
+	visited := map[int]bool{root: true} // a pid reused mid-walk must not loop
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+		tids, err := os.ReadDir(taskDir)
+		if err != nil {
+			continue // gone
+		}
+		for _, t := range tids {
+			var b []byte
+			b, *buf = readSmall(filepath.Join(taskDir, t.Name(), "children"), *buf)
+			for f := range strings.FieldsSeq(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil && c > 1 && !visited[c] {
+					visited[c] = true
+					out = append(out, c)
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// zombie reports whether pid has exited but is not reaped yet (state Z or X in /proc/<pid>/stat); a pid that is
+// gone counts as a zombie too: nothing left to kill.
+func zombie(procRoot string, pid int, buf *[]byte) bool {
+	var b []byte
+	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -62,7 +62,7 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		cw.Wait()
 		wg.Wait()
-		if n := len(c.Entries()); n != benchWorkers {
+		if n := len(c.Share().Results); n != benchWorkers {
 			b.Fatalf("%d results", n)
 		}
 	}

@@ -54,6 +54,7 @@ type foreignReport struct {
 
 type owner struct {
 	pid      int
+	node     int
 	replicas []int
 }
 
@@ -85,7 +86,7 @@ func NewCollector(opts Options) *Collector {
 func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
 	c.mu.Lock()
-	c.owners[rank] = owner{pid: pid, replicas: slices.Clone(replicas)}
+	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
 	c.mu.Unlock()
 
 	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
@@ -237,20 +238,78 @@ func (c *Collector) addLocked(res Result) {
 	c.first[res.Replica] = i
 }
 
-// Entries returns every outcome this collector accepted (duplicates included), in arrival order: what a node
-// publishes so that node 0 can merge it with Add.
-func (c *Collector) Entries() []Result {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.outcomes)
+// Share is what one node of a multi-host run publishes when its workers are gone, for node 0 to merge with Add:
+// its workers with the replicas each owns (so node 0 can tell a missing result world-wide), every outcome it
+// accepted (duplicates included), and every violation it saw (frame-level and foreign).
+type Share struct {
+	Workers    []SharedWorker    `json:"workers"`
+	Results    []Result          `json:"results,omitempty"`
+	Violations []SharedViolation `json:"violations,omitempty"`
 }
 
-// Add merges the outcomes published by node nodeRank, applying the same exactly-once check world-wide: a replica
-// reported on two nodes is a duplicate in Finish. It returns the duplicates the merge created (errors.Join of
-// *ContractError), or nil.
-func (c *Collector) Add(nodeRank int, entries []Result) error {
+// SharedWorker is one worker of a node and the replicas it owns.
+type SharedWorker struct {
+	Rank     int   `json:"rank"`
+	PID      int   `json:"pid"`
+	Replicas []int `json:"replicas"`
+}
+
+// SharedViolation is a *ContractError as a node shares it (its Cause stays on that node: the message names it).
+type SharedViolation struct {
+	Kind      string `json:"kind"`
+	Replica   int    `json:"replica"`
+	Rank      int    `json:"rank"`
+	PID       int    `json:"pid"`
+	OtherRank int    `json:"other_rank"`
+	OtherPID  int    `json:"other_pid"`
+	Message   string `json:"message"`
+	Hint      string `json:"hint,omitempty"`
+}
+
+// Share returns what this node publishes: its workers, every outcome it accepted (in arrival order) and every
+// violation it recorded (in arrival order). Call it once every Consume has returned.
+func (c *Collector) Share() *Share {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &Share{Workers: make([]SharedWorker, 0, len(c.owners)), Results: slices.Clone(c.outcomes)}
+	for rank, o := range c.owners {
+		s.Workers = append(s.Workers, SharedWorker{Rank: rank, PID: o.pid, Replicas: slices.Clone(o.replicas)})
+	}
+	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Rank < s.Workers[j].Rank })
+	for _, v := range c.violations {
+		s.Violations = append(s.Violations, SharedViolation{Kind: v.KindName(), Replica: v.Replica, Rank: v.Rank,
+			PID: v.PID, OtherRank: v.OtherRank, OtherPID: v.OtherPID, Message: v.Message, Hint: v.Hint})
+	}
+	return s
+}
+
+// Add merges what node nodeRank shared into this collector (node 0's), so that Finish checks the world: its
+// workers' replicas are checked for missing results like local ones, its outcomes take part in the exactly-once
+// check (a replica reported on two nodes is a duplicate), and its violations are kept, their messages prefixed
+// with the node. It returns the violations the merge brought or created (errors.Join of *ContractError), or nil.
+func (c *Collector) Add(nodeRank int, s *Share) error {
+	if s == nil {
+		return nil
+	}
 	var errs []error
-	for _, e := range entries {
+	c.mu.Lock()
+	for _, w := range s.Workers {
+		if _, ok := c.owners[w.Rank]; !ok { // global ranks are unique: a clash is not this node's to resolve
+			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
+		}
+	}
+	for _, v := range s.Violations {
+		ce := &ContractError{Kind: kindOf(v.Kind), Replica: v.Replica, Rank: v.Rank, PID: v.PID, OtherRank: v.OtherRank,
+			OtherPID: v.OtherPID, Message: fmt.Sprintf("node %d: %s", nodeRank, v.Message), Hint: v.Hint}
+		c.violations = append(c.violations, ce)
+		if ce.Kind == ErrForeignReplica {
+			c.foreign[ce.Replica] = append(c.foreign[ce.Replica], foreignReport{
+				res: Result{Replica: ce.Replica, Rank: ce.Rank, PID: ce.PID, Node: nodeRank}, ce: ce})
+		}
+		errs = append(errs, ce)
+	}
+	c.mu.Unlock()
+	for _, e := range s.Results {
 		e.Node = nodeRank
 		c.add(e)
 		c.mu.Lock()
@@ -260,6 +319,17 @@ func (c *Collector) Add(nodeRank int, entries []Result) error {
 		c.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// kindOf is the sentinel of a violation kind's document name; a name this tpurun does not know (another
+// release's) stays a violation under its own name.
+func kindOf(name string) error {
+	for _, k := range kinds {
+		if k.name == name {
+			return k.err
+		}
+	}
+	return errors.New(name)
 }
 
 // duplicate builds the violation of a replica with several outcomes. c.mu must be held.
@@ -371,14 +441,18 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 			continue
 		}
 		o := c.owners[e.Rank]
+		where := ""
+		if o.node != c.opts.NodeRank {
+			where = fmt.Sprintf(" (node %d)", o.node)
+		}
 		for _, r := range o.replicas {
 			if _, ok := c.first[r]; ok {
 				continue
 			}
 			vs = append(vs, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
 				OtherRank: -1, OtherPID: -1, Hint: hintMissing,
-				Message: fmt.Sprintf("rank %d pid %d exited 0 without reporting a result for replica %d (results are required)",
-					e.Rank, e.PID, r)})
+				Message: fmt.Sprintf("rank %d pid %d%s exited 0 without reporting a result for replica %d (results are required)",
+					e.Rank, e.PID, where, r)})
 		}
 	}
 	errs := make([]error, len(vs))

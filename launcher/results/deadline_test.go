@@ -32,7 +32,7 @@ func TestConsumeReturnsOnDeadline(t *testing.T) {
 		if got := errors.Is(err, ErrTruncatedFrame); got != midFrame {
 			t.Fatalf("midFrame=%v: truncated_frame=%v: %v", midFrame, got, err)
 		}
-		if e := c.Entries(); len(e) != 1 || string(e[0].Value) != `"kept"` {
+		if e := c.Share().Results; len(e) != 1 || string(e[0].Value) != `"kept"` {
 			t.Fatalf("entries %+v", e)
 		}
 		w.Close()

@@ -5,8 +5,9 @@
 // result pipe; after every worker exited it calls Finish with how each rank ended and gets the Document (always)
 // and the violations (errors.Join of *ContractError; test them with errors.Is against ErrDuplicateResult,
 // ErrForeignReplica, ErrMissingResult, ErrOversizedFrame, ErrMalformedFrame, ErrTruncatedFrame,
-// ErrUnknownVersion). WriteFile writes the document atomically. Multi-host: each node publishes Entries, node 0
-// merges them with Add, and the same exactly-once check applies world-wide.
+// ErrUnknownVersion). WriteFile writes the document atomically. Multi-host: each node publishes its Share (its
+// workers and their replicas, its results and its violations), node 0 merges them with Add, and the same checks
+// apply world-wide: exactly once, missing results on every node, every node's violations in one document.
 //
 // Exit codes: the first failing worker's code wins; otherwise ExitContractViolated (65, EX_DATAERR, the same as
 // launcher.ExitResults) for a violated contract, 1 when a replica reported an error, 0 when everything arrived.

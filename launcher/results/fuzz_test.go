@@ -48,3 +48,40 @@ func FuzzConsume(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAdd merges arbitrary shares (as another node's rendezvous message carries them) into node 0's collector:
+// it must never panic, every violation a share brings stays in the document, and the document always encodes.
+func FuzzAdd(f *testing.F) {
+	f.Add([]byte(`{"workers":[{"rank":1,"pid":5,"replicas":[1]}],"violations":[{"kind":"malformed_frame","replica":-1,"rank":1,"pid":5,"message":"m","hint":"h"}]}`))
+	f.Add([]byte(`{"workers":[{"rank":1,"pid":5,"replicas":[0,1]}],"results":[{"replica":0,"rank":1,"pid":5,"ok":true,"encoding":"json","value":1}],"violations":[{"kind":"foreign_replica","replica":0,"rank":1,"pid":5,"message":"m"}]}`))
+	f.Add([]byte(`{"workers":[{"rank":0,"pid":9,"replicas":[7]}],"violations":[{"kind":"from_the_future","message":"?"}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var s Share
+		if json.Unmarshal(in, &s) != nil {
+			return
+		}
+		c := NewCollector(Options{Required: true, Nodes: 2})
+		if err := c.Consume(0, 100, []int{0}, bytes.NewReader(frameOf(0))); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Add(1, &s)
+		exits := []RankExit{{Rank: 0, PID: 100}}
+		for _, w := range s.Workers {
+			exits = append(exits, RankExit{Rank: w.Rank, PID: w.PID})
+		}
+		doc, ferr := c.Finish(exits)
+		if len(s.Violations) > 0 && (ferr == nil || doc.OK || len(doc.Violations) == 0) {
+			t.Fatalf("%d shared violations lost: ok=%v %v", len(s.Violations), doc.OK, ferr)
+		}
+		b, merr := json.Marshal(doc)
+		if merr != nil || !json.Valid(b) {
+			t.Fatalf("document does not encode: %v", merr)
+		}
+	})
+}
+
+// frameOf is one JSON result frame for replica.
+func frameOf(replica int) []byte {
+	return append(worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, replica, 1), '1')
+}

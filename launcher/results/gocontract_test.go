@@ -234,7 +234,7 @@ func TestMergeAcrossNodes(t *testing.T) {
 	runs1 := runWorld(t, node1, []spec{{[]int{2}, goCmd(t, "report")}, {[]int{0}, goCmd(t, "report")}})
 	node0 := NewCollector(Options{NodeRank: 0, Nodes: 2, WorldSize: 4})
 	runs0 := runWorld(t, node0, []spec{{[]int{0}, goCmd(t, "report")}, {[]int{1}, goCmd(t, "report")}})
-	err := node0.Add(1, node1.Entries())
+	err := node0.Add(1, node1.Share())
 	ce := only(t, err, ErrDuplicateResult)
 	if !strings.Contains(ce.Message, "(node 1)") || !strings.Contains(ce.Message, "(node 0)") {
 		t.Fatalf("cross-node duplicate does not name the nodes: %q", ce.Message)
@@ -245,4 +245,66 @@ func TestMergeAcrossNodes(t *testing.T) {
 		t.Fatalf("merged results: %+v", doc.Results)
 	}
 	_ = worker.Version
+}
+
+// TestMergeRemoteViolations: what goes wrong on node 1 reaches node 0's document through Share/Add (as JSON, as the
+// rendezvous carries it): a worker of node 1 that reports nothing is missing, its malformed frame and its foreign
+// report are kept, named with node 1, and the run exits 65.
+func TestMergeRemoteViolations(t *testing.T) {
+	node1 := NewCollector(Options{NodeRank: 1, Required: true})
+	runs1 := make([]ran, 3)
+	for i, s := range []struct {
+		rank int
+		mode string
+	}{{1, "silent"}, {2, "badjson"}, {3, "foreign"}} {
+		runs1[i] = launch(t, node1, s.rank, 4, []int{s.rank}, goCmd(t, s.mode), nil)
+	}
+	node0 := NewCollector(Options{NodeRank: 0, Nodes: 2, WorldSize: 4, Required: true})
+	runs0 := []ran{launch(t, node0, 0, 4, []int{0}, goCmd(t, "report"), nil)}
+	b, err := json.Marshal(node1.Share())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shared Share
+	if err := json.Unmarshal(b, &shared); err != nil {
+		t.Fatal(err)
+	}
+	if err := node0.Add(1, &shared); !errors.Is(err, ErrMalformedFrame) || !errors.Is(err, ErrForeignReplica) {
+		t.Fatalf("Add: %v, want the malformed frame and the foreign report of node 1", err)
+	}
+	doc, err := node0.Finish(append(exitsOf(runs0), exitsOf(runs1)...))
+	// Rank 2's malformed frame also leaves its replica missing, as on one host.
+	want := map[string]bool{"missing_result 1": true, "malformed_frame 2": true, "missing_result 2": true, "foreign_replica 3": true}
+	if len(doc.Violations) != len(want) || len(contractErrors(err)) != len(want) {
+		t.Fatalf("violations %+v (%v), want %v", doc.Violations, err, want)
+	}
+	for _, v := range doc.Violations {
+		if !want[fmt.Sprintf("%s %d", v.Kind, v.Rank)] || v.Hint == "" || !strings.Contains(v.Message, "node 1") {
+			t.Errorf("violation %+v, want one of %v naming node 1", v, want)
+		}
+	}
+	if doc.ExitCode != ExitContractViolated || doc.OK {
+		t.Fatalf("exit %d ok=%v, want %d", doc.ExitCode, doc.OK, ExitContractViolated)
+	}
+	if len(doc.Results) != 2 || doc.Results[1].Replica != 3 || doc.Results[1].Node != 1 {
+		t.Fatalf("results %+v, want replica 0 (node 0) and 3 (node 1)", doc.Results)
+	}
+}
+
+// TestMergeRemoteSeed: the seed scenario across nodes: node 1's worker reports replica 0 (foreign there) and node
+// 0's owner reports it too: node 0's document has one duplicate naming both nodes, not a foreign report.
+func TestMergeRemoteSeed(t *testing.T) {
+	node1 := NewCollector(Options{NodeRank: 1})
+	runs1 := []ran{launch(t, node1, 1, 2, []int{1}, goCmd(t, "seed0"), nil)}
+	node0 := NewCollector(Options{NodeRank: 0, Nodes: 2, WorldSize: 2})
+	runs0 := []ran{launch(t, node0, 0, 2, []int{0}, goCmd(t, "report"), nil)}
+	_ = node0.Add(1, node1.Share())
+	doc, err := node0.Finish(append(exitsOf(runs0), exitsOf(runs1)...))
+	ce := only(t, err, ErrDuplicateResult)
+	if !strings.Contains(ce.Message, "2 results for replica 0") || !strings.Contains(ce.Message, "(node 1)") {
+		t.Fatalf("cross-node seed duplicate: %q", ce.Message)
+	}
+	if len(doc.Violations) != 1 || doc.ExitCode != ExitContractViolated {
+		t.Fatalf("document %+v", doc)
+	}
 }

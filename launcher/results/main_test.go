@@ -72,6 +72,10 @@ func goWorker(mode string) int {
 		if err := c.Report(99, "not mine"); err != nil {
 			return die(err)
 		}
+	case "seed0": // believes it is replica 0, whatever it owns
+		if err := worker.NewClient(raw, nil).Report(0, map[string]any{"replica": 0, "rank": rank}); err != nil {
+			return die(err)
+		}
 	case "oversized":
 		c := worker.NewClient(raw, nil)
 		if err := c.Report(rank, strings.Repeat("x", 8192)); err != nil {

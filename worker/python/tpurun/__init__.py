@@ -3,7 +3,7 @@
 In a worker started by tpurun:
     import tpurun
     for r in tpurun.replicas():
-        tpurun.report(r, {"loss": 0.1})      # JSON when serialisable, else pickle
+        tpurun.report(r, {"loss": 0.1})      # JSON when JSON gives it back unchanged, else pickle
     tpurun.fail(r, exc)                       # an error (type, message, traceback) for replica r
 
 Function mode (xmp.spawn without its traps): ``python3 -m tpurun.fn module:function`` is what ``tpurun --fn``
@@ -22,12 +22,13 @@ protect_fd()
 
 
 def replicas():
-    """The replicas (device ordinals) this worker owns, from TPURUN_REPLICAS (or RANK)."""
+    """The replicas (device ordinals) this worker owns, from TPURUN_REPLICAS."""
     return replicas_from_env()
 
 
 def report(replica, value):
-    """Report value as the result of replica: JSON when serialisable, otherwise pickled (and marked so)."""
+    """Report value as the result of replica: JSON when JSON gives it back unchanged (same values, same types),
+    otherwise pickled (and marked so): a tuple stays a tuple, an int key stays an int."""
     channel().report(replica, value)
 
 

@@ -108,14 +108,16 @@ def root_cause(doc, exit_code):
                 s += " (hint: %s)" % v["hint"]
             parts.append(s)
         return "; ".join(parts), None
-    for rk in doc.get("ranks") or []:
+    failed = [rk for rk in doc.get("ranks") or [] if rk.get("signal") or rk.get("exit_code")]
+    # tpurun exits with the first failure's status: name that rank, not one stopped because of it.
+    rk = next((rk for rk in failed if rk.get("exit_code") == exit_code), failed[0] if failed else None)
+    if rk is not None:
         if rk.get("signal"):
             return "rank %s (pid %s) was killed by %s" % (rk.get("rank"), rk.get("pid"), rk["signal"]), None
-        if rk.get("exit_code"):
-            msg = "rank %s (pid %s) exited with code %s" % (rk.get("rank"), rk.get("pid"), rk["exit_code"])
-            if rk.get("error"):
-                msg += ": " + rk["error"]
-            return msg, None
+        msg = "rank %s (pid %s) exited with code %s" % (rk.get("rank"), rk.get("pid"), rk["exit_code"])
+        if rk.get("error"):
+            msg += ": " + rk["error"]
+        return msg, None
     return "tpurun exited with code %s" % (exit_code,), None
 
 

@@ -1,6 +1,7 @@
 """The tpurun result channel: frame encoding and the process's channel (see worker/PROTOCOL.md)."""
 
 import json
+import math
 import os
 import pickle
 import struct
@@ -32,12 +33,31 @@ def encode(kind, encoding, replica, payload):
     return HEADER.pack(MAGIC, VERSION, kind, encoding, 0, replica, len(payload)) + payload
 
 
+def json_exact(value):
+    """Whether JSON carries value unchanged: json.loads(json.dumps(value)) == value with the same types all the way
+    down. Tuples (which come back as lists), dicts with keys other than str (an int key comes back as a str),
+    subclasses (an IntEnum comes back as an int), NaN and infinities are not: they are pickled."""
+    t = type(value)
+    if value is None or t is bool or t is int or t is str:
+        return True
+    if t is float:
+        return math.isfinite(value)
+    if t is list:
+        return all(json_exact(v) for v in value)
+    if t is dict:
+        return all(type(k) is str and json_exact(v) for k, v in value.items())
+    return False
+
+
 def encode_value(value):
-    """(encoding, payload) of a return value: JSON when it is JSON-serialisable, else pickle."""
+    """(encoding, payload) of a return value: JSON when JSON gives it back unchanged (json_exact), else pickle, so
+    the caller gets back what the function returned, as from xmp.spawn."""
     try:
-        return ENC_JSON, json.dumps(value, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        if json_exact(value):
+            return ENC_JSON, json.dumps(value, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError, OverflowError, RecursionError):
-        return ENC_PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        pass
+    return ENC_PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def error_info(exc):
@@ -62,23 +82,30 @@ def parse_replicas(value, var=ENV_REPLICAS):
 
 
 def replicas_from_env(environ=None):
+    """The replicas this worker owns, from TPURUN_REPLICAS. RANK is no fallback: rank r owns 2r and 2r+1 on a host
+    with two devices per process."""
     env = os.environ if environ is None else environ
     v = env.get(ENV_REPLICAS, "")
     if v.strip():
         return parse_replicas(v)
-    rank = env.get("RANK", "")
-    if rank.strip().isdigit():
-        return [int(rank)]
-    raise ChannelError("%s is not set (nor RANK): run this program under tpurun" % ENV_REPLICAS)
+    fd = env.get(ENV_FD, "")
+    if fd.strip():
+        raise ChannelError("%s is not set, but %s=%r is: whatever started this process passed a result channel "
+                           "without the replicas this worker owns; tpurun sets both, a wrapper that passes %s on "
+                           "must pass %s too" % (ENV_REPLICAS, ENV_FD, fd, ENV_FD, ENV_REPLICAS))
+    raise ChannelError("%s is not set: run this program under tpurun" % ENV_REPLICAS)
 
 
 class Channel:
-    """A result channel on a writable file descriptor. Frames are written whole under a lock."""
+    """A result channel on a writable file descriptor. Frames are written whole under a lock. After a failed write
+    (perhaps part-way through a frame) nothing more is sent: the launcher would read it as the rest of the cut
+    frame."""
 
     def __init__(self, fd, replicas):
         self.fd = fd
         self.replicas = list(replicas) if replicas is not None else None
         self._lock = threading.Lock()
+        self._broken = None
 
     def send(self, kind, encoding, replica, payload):
         if kind != KIND_HELLO and self.replicas is not None and replica not in self.replicas:
@@ -86,9 +113,18 @@ class Channel:
                                % (replica, ",".join(map(str, self.replicas)), ENV_REPLICAS))
         data = memoryview(encode(kind, encoding, replica, payload))
         with self._lock:
-            while data:
-                n = os.write(self.fd, data)
-                data = data[n:]
+            if self._broken is not None:
+                raise ChannelError("frame for replica %d not sent: %s" % (replica, self._broken))
+            total = len(data)
+            try:
+                while data:
+                    n = os.write(self.fd, data)
+                    data = data[n:]
+            except OSError as e:
+                self._broken = ("the result channel broke when a write failed after %d of %d bytes (%s)"
+                                % (total - len(data), total, e))
+                raise ChannelError("frame for replica %d: %s; nothing more is sent on it"
+                                   % (replica, self._broken)) from e
 
     def report(self, replica, value):
         enc, payload = encode_value(value)

@@ -2,8 +2,8 @@
 
 This is what ``tpurun --fn module:function`` runs in every worker. For each replica the worker owns
 (TPURUN_REPLICAS, in order) it calls ``function(index, *args)`` with index the replica's global ordinal (as
-xmp.spawn passes it), and reports the return value on the result channel: JSON when it is JSON-serialisable,
-otherwise pickled (and marked so).
+xmp.spawn passes it), and reports the return value on the result channel: JSON when JSON gives it back
+unchanged (same values and types all the way down), otherwise pickled (and marked so).
 
 ``args`` is the JSON list given by ``--args-json`` (or, when absent, the TPURUN_FN_ARGS_JSON environment
 variable), followed by the remaining command-line ARGs as strings.
@@ -154,6 +154,9 @@ def main(argv=None, environ=None):
             return 1
         try:
             ch.report(r, value)
+        except _wire.ChannelError as e:
+            print("tpurun.fn: the result of %s for replica %d was not sent: %s" % (target, r, e), file=sys.stderr)
+            return 1
         except Exception as e:
             print("tpurun.fn: the return value of %s for replica %d cannot be sent: %s: %s"
                   % (target, r, type(e).__name__, e), file=sys.stderr)

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"tpurun/launcher"
+)
+
+// TestTCPRendezvousNeedsEndpoint: --rdzv-backend tcp with --nnodes 2 and no --rdzv-endpoint (nor a host list naming
+// node 0) is a configuration error: exit 2 at once, saying what to pass, and no worker starts.
+func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
+	t.Parallel()
+	dir := fakeDir(t)
+	start := time.Now()
+	r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
+		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", "60s", "--", os.Args[0])
+	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tcp rendezvous with --nnodes 2 needs --rdzv-endpoint (node 0's host:port)") {
+		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, launcher.ExitUsage, r.stderr)
+	}
+	if strings.Contains(r.stderr, "rendezvous: bad rendezvous") {
+		t.Fatalf("the error repeats itself:\n%s", r.stderr)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the configuration error took %s", took)
+	}
+	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 0 {
+		t.Fatalf("%d workers started", len(es))
+	}
+}
+
+// TestTCPRendezvousEndpointFromHostList: without --rdzv-endpoint, a TPU_WORKER_HOSTNAMES naming every node makes its
+// first host (on --rdzv-conf port) the endpoint: two nodes agree on one world.
+func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
+	t.Parallel()
+	dir := fakeDir(t)
+	_, port, _ := net.SplitHostPort(freeEndpoint(t))
+	var nodes []*node
+	for i := 0; i < 2; i++ {
+		env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
+		nodes = append(nodes, startNode(t, env, "--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp",
+			"--rdzv-conf", "port="+port, "--rdzv-id", "hostlist", "--rdzv-timeout", "20s", "--node-name", "n"+strconv.Itoa(i),
+			"--", self(t)))
+	}
+	for i, n := range nodes {
+		if code := n.wait(t, 30*time.Second); code != 0 {
+			t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
+		}
+	}
+	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 2 {
+		t.Fatalf("%d workers ran, want 2 (one world of 2 nodes)", len(es))
+	}
+}
+
+// TestMultihostSameHostNameFailsAtOnce: two launchers with the same host name (no --node-name on two machines
+// named alike) in a 2-node world: the second is refused, and the first fails at once too, well within
+// --rdzv-timeout, naming both claimants instead of a node that "never arrived". Both exit 69.
+func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := fakeDir(t)
+	ep := freeEndpoint(t)
+	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "samehost",
+		"--rdzv-timeout", "60s", "--node-name", "same-host", "--", self(t)}
+	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0")
+	first := startNode(t, env, common...)
+	waitListening(t, ep)
+	second := startNode(t, env, common...)
+	start := time.Now()
+	for i, n := range []*node{first, second} {
+		if code := n.wait(t, 20*time.Second); code != launcher.ExitRendezvous {
+			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, launcher.ExitRendezvous, n.stderr.String())
+		}
+		s := n.stderr.String()
+		if strings.Contains(s, "never arrived") || !strings.Contains(s, "duplicate node") ||
+			strings.Count(s[strings.LastIndex(s, "tpurun: "):], `host "same-host" instance `) != 2 {
+			t.Fatalf("launcher %d does not name both claimants of host same-host:\n%s", i, s)
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the world failed %s after the duplicate, want at once (--rdzv-timeout is 60s)", took)
+	}
+	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 0 {
+		t.Fatalf("%d workers started", len(es))
+	}
+}

@@ -1,0 +1,169 @@
+package proc_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher/proc"
+)
+
+// treeFake plays the subtree sweep's processes in re-executed test binaries, so that the subreaper bit, the
+// wait4(-1) loop and the SIGKILL of every descendant never touch the children of the other tests:
+//   - tree-main: subreaper + reaper; starts a tree-worker carrying TPURUN_RUN_ID, checks that the sweep by
+//     environment misses the escapee and its leaf, then that Reaper.Sweep kills exactly those two.
+//   - tree-worker: starts a tree-escapee in a new session without any TPURUN_* variable, prints
+//     "escapee PID" and hangs.
+//   - tree-escapee: starts a tree-leaf, prints "leaf PID" and hangs ignoring SIGTERM.
+//   - tree-leaf: hangs.
+func treeFake(mode string) int {
+	self := func(m string, env []string) *exec.Cmd {
+		c := exec.Command(os.Args[0])
+		c.Env = append(env, "PROC_FAKE="+m)
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		return c
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PROC_FAKE=") {
+			env = append(env, kv)
+		}
+	}
+	switch mode {
+	case "tree-main":
+		if err := treeMain(self("tree-worker", append(env, "TPURUN_RUN_ID=sweep-tree-test"))); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+		fmt.Println("OK")
+		return 0
+	case "tree-worker":
+		var clean []string
+		for _, kv := range env {
+			if !strings.HasPrefix(kv, "TPURUN_") {
+				clean = append(clean, kv)
+			}
+		}
+		c := self("tree-escapee", clean)
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Start(); err != nil {
+			fmt.Println(err)
+			return 3
+		}
+		fmt.Println("escapee", c.Process.Pid)
+		select {}
+	case "tree-escapee":
+		signal.Ignore(syscall.SIGTERM, syscall.SIGHUP)
+		c := self("tree-leaf", env)
+		if err := c.Start(); err != nil {
+			fmt.Println(err)
+			return 3
+		}
+		fmt.Println("leaf", c.Process.Pid)
+		select {}
+	case "tree-leaf":
+		select {}
+	}
+	return 2
+}
+
+func treeMain(worker *exec.Cmd) error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	worker.Stdout = w
+	got := make(chan proc.Exit, 1)
+	p, err := rp.Start(worker, func(p *proc.Process) { got <- p.Wait() })
+	w.Close()
+	if err != nil {
+		return err
+	}
+	want := map[string]int{}
+	sc := bufio.NewScanner(r)
+	for len(want) < 2 && sc.Scan() {
+		var name string
+		var pid int
+		if _, err := fmt.Sscan(sc.Text(), &name, &pid); err != nil {
+			return fmt.Errorf("line %q: %w", sc.Text(), err)
+		}
+		want[name] = pid
+	}
+	if want["escapee"] == 0 || want["leaf"] == 0 {
+		return fmt.Errorf("worker printed %v, want an escapee and a leaf", want)
+	}
+	// The sweep by environment sees the worker but neither the escapee nor its leaf.
+	byEnv, err := proc.FindByEnv("/proc", "TPURUN_RUN_ID", "sweep-tree-test")
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(byEnv, p.PID()) || slices.Contains(byEnv, want["escapee"]) || slices.Contains(byEnv, want["leaf"]) {
+		return fmt.Errorf("sweep by env found %v; want worker %d and not the escapee %v", byEnv, p.PID(), want)
+	}
+	// cleanup: the worker's group first, then the subtree.
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	swept, err := rp.Sweep("/proc")
+	if err != nil {
+		return fmt.Errorf("Reaper.Sweep: %w", err)
+	}
+	slices.Sort(swept)
+	exp := []int{want["escapee"], want["leaf"]}
+	slices.Sort(exp)
+	if !slices.Equal(swept, exp) {
+		return fmt.Errorf("swept %v, want exactly the escapee and its leaf %v (the worker is not reported)", swept, exp)
+	}
+	select {
+	case ex := <-got:
+		if ex.Signal != syscall.SIGKILL {
+			return fmt.Errorf("worker exit %+v, want SIGKILL", ex)
+		}
+	case <-time.After(10 * time.Second):
+		return errors.New("the reaper never delivered the worker's exit")
+	}
+	for deadline := time.Now().Add(10 * time.Second); proc.Alive(exp[0]) || proc.Alive(exp[1]) || rp.Orphans() < 2; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("swept %v not reaped (orphans %d)", exp, rp.Orphans())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Nothing left below us: a second sweep finds nothing.
+	if again, err := rp.Sweep("/proc"); err != nil || len(again) != 0 {
+		return fmt.Errorf("second sweep: %v %v, want nothing", again, err)
+	}
+	return nil
+}
+
+func TestReaperSweepKillsEscapeeWithoutEnv(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PROC_FAKE=tree-main")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("sweep tree child: %v\n%s", err, out)
+	}
+}
+
+func TestSweepTreeWithoutChildrenFile(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "42", "task", "42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proc.SweepTree(root, 42, nil, time.Second); !errors.Is(err, proc.ErrNoChildrenFile) {
+		t.Fatalf("err %v, want ErrNoChildrenFile", err)
+	}
+}

@@ -1,0 +1,196 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestTCPWithoutEndpoint: a tcp rendezvous of several nodes without --rdzv-endpoint is a configuration error that
+// says what to pass, unless a host list naming every node says which host is node 0 (then its host on
+// --rdzv-conf port, default 29400); one node keeps the loopback default.
+func TestTCPWithoutEndpoint(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		nnodes int
+		getenv func(string) string
+		conf   map[string]string
+		hosts  []string
+		want   string // the endpoint, or "" for a config error
+		says   string // what the error must say
+	}{
+		{name: "no host list", nnodes: 2, getenv: env(), says: "tcp rendezvous with --nnodes 2 needs --rdzv-endpoint (node 0's host:port)"},
+		{name: "TPU_WORKER_HOSTNAMES", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"), want: "10.0.0.7:29400"},
+		{name: "TPU_WORKER_HOSTNAMES with port", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"),
+			conf: map[string]string{"port": "1234"}, want: "10.0.0.7:1234"},
+		{name: "SLURM_JOB_NODELIST", nnodes: 3, getenv: env("SLURM_JOB_NODELIST", "tpu[3-5]"), want: "tpu3:29400"},
+		{name: "--rdzv-conf hosts", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "x,y"), conf: map[string]string{"hosts": "a,b"}, want: "a:29400"},
+		{name: "Config.Hosts", nnodes: 2, getenv: env(), hosts: []string{"h0", "h1"}, want: "h0:29400"},
+		{name: "one slice of several", nnodes: 4, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"),
+			says: "has 2 hosts, not 4"},
+		{name: "bad host list", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "a,,b"), says: "TPU_WORKER_HOSTNAMES"},
+		{name: "one node", nnodes: 1, getenv: env(), want: "127.0.0.1:29400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conf := map[string]string{"is_host": "false"} // only the endpoint is under test: bind nothing
+			for k, v := range tc.conf {
+				conf[k] = v
+			}
+			r, err := New(context.Background(), Config{Backend: BackendTCP, NNodes: tc.nnodes, NodeRank: -1, Conf: conf,
+				Hosts: tc.hosts, Getenv: tc.getenv})
+			if tc.want != "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				defer r.Close()
+				if r.Endpoint() != tc.want {
+					t.Fatalf("endpoint %s, want %s", r.Endpoint(), tc.want)
+				}
+				return
+			}
+			if err == nil {
+				r.Close()
+				t.Fatalf("endpoint %s, want a configuration error", r.Endpoint())
+			}
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error %q, want ErrConfig saying %q", err, tc.says)
+			}
+			if strings.Contains(err.Error(), "rendezvous: bad rendezvous") {
+				t.Fatalf("error repeats itself: %q", err)
+			}
+		})
+	}
+}
+
+// TestDuplicateWhileJoiningFailsTheWorld: a second launcher claiming the host of a node that is still waiting for
+// the world is refused, and the waiting node fails at once too (not after the 30s timeout), naming both claimants.
+func TestDuplicateWhileJoiningFailsTheWorld(t *testing.T) {
+	for _, claim := range []string{"host", "node rank"} {
+		t.Run(claim, func(t *testing.T) {
+			ctx := context.Background()
+			ep := freeAddr(t)
+			mk := func(isHost string) *Rendezvous {
+				r, err := New(ctx, Config{Backend: BackendTCP, Endpoint: ep, NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+					Heartbeat: 2 * time.Second, RunID: "run-1", Conf: map[string]string{"is_host": isHost}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { r.Close() })
+				return r
+			}
+			r0, r1 := mk("true"), mk("false")
+			m0 := Member{Instance: NewInstance(), Host: "same", Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: -1}
+			m1 := m0
+			m1.Instance = NewInstance()
+			if claim == "node rank" {
+				m0.Rank, m1.Rank, m1.Host = 0, 0, "other"
+			}
+			first := make(chan error, 1)
+			go func() {
+				s, err := r0.Join(ctx, m0)
+				if s != nil {
+					s.Close()
+				}
+				first <- err
+			}()
+			waitEntries(t, r0.Server(), 1)
+			start := time.Now()
+			_, err := r1.Join(ctx, m1)
+			rdzvErr(t, err, ErrDuplicateNode)
+			var err0 error
+			select {
+			case err0 = <-first:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first claimant still waits 10s after the duplicate was refused")
+			}
+			e := rdzvErr(t, err0, ErrDuplicateNode)
+			if len(e.Nodes) != 2 || e.Nodes[0].Instance != m1.Instance || e.Nodes[1].Instance != m0.Instance {
+				t.Fatalf("the first claimant's error does not name both claimants: %v", err0)
+			}
+			if claim == "node rank" && (e.Nodes[0].Rank != 0 || e.Nodes[1].Rank != 0) {
+				t.Fatalf("the error does not name the claimed rank: %v", err0)
+			}
+			if strings.Contains(err0.Error(), "never arrived") || time.Since(start) > 5*time.Second {
+				t.Fatalf("after %s: %v", time.Since(start), err0)
+			}
+			// A fresh attempt of the same world (the duplicate gone) completes.
+			ports := func() map[string]int {
+				p, err := PickPorts()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			m0.Instance, m1.Instance, m1.Host, m1.Rank = NewInstance(), NewInstance(), "other", -1
+			m0.Ports, m1.Ports = ports(), ports()
+			if m0.Rank == 0 {
+				m1.Rank = 1
+			}
+			waitEntries(t, r0.Server(), 0)
+			done := make(chan error, 2)
+			for _, p := range []struct {
+				r *Rendezvous
+				m Member
+			}{{r0, m0}, {r1, m1}} {
+				go func() {
+					s, err := p.r.Join(ctx, p.m)
+					if s != nil {
+						defer s.Close()
+					}
+					done <- err
+				}()
+			}
+			for range 2 {
+				if err := <-done; err != nil {
+					t.Fatalf("a clean join after the duplicate: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// waitEntries polls (with a deadline) until generation 0 on s has n joiners.
+func waitEntries(t *testing.T, s *Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		got := 0
+		if w := s.worlds[0]; w != nil {
+			got = len(w.entries)
+		}
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("generation 0 has %d joiners after 10s, want %d", got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestErrorSaysRendezvousOnce: an *Error says "rendezvous" once at its start, whatever its kind.
+func TestErrorSaysRendezvousOnce(t *testing.T) {
+	for _, kind := range kinds {
+		msg := newError(kind, "detail").Error()
+		if !strings.HasPrefix(msg, "rendezvous") && !strings.HasPrefix(msg, "bad rendezvous") {
+			t.Errorf("%q does not say it is about the rendezvous", msg)
+		}
+		if strings.HasPrefix(msg, "rendezvous: rendezvous") || strings.HasPrefix(msg, "rendezvous: bad rendezvous") {
+			t.Errorf("%q says rendezvous twice", msg)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// pythonModule installs the embedded module and returns python3 and the PYTHONPATH to run it with.
+func pythonModule(t *testing.T) (py, path string) {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is required for the Python module tests: %v", err)
+	}
+	dir, err := InstallPython(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return py, dir
+}
+
+// runPython runs script with the module on PYTHONPATH, stdin as its input, and returns its stdout.
+func runPython(t *testing.T, script string, stdin []byte) []byte {
+	t.Helper()
+	py, dir := pythonModule(t)
+	cmd := exec.Command(py, "-c", script)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "TPURUN_RESULT_FD=", "TPURUN_REPLICAS=")
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, stderr.Bytes())
+	}
+	return out
+}
+
+// pyValues are return values as function mode sees them; the Python side defines VALUES and ENCODINGS.
+const pyValues = `
+import enum, math
+class Color(enum.IntEnum):
+    RED = 1
+VALUES = [
+    (1, 2),                                   # a tuple would come back from JSON as a list
+    {0: "a"},                                 # an int key would come back as "0"
+    {"a": (1,), "b": [1, {2: 3}]},            # the same, nested
+    {1.5: "f", None: 1},
+    Color.RED,                                # an IntEnum would come back as an int
+    float("nan"),
+    {"x": [1, 2.5, None, True, "s", -0.0, 10**30], "y": {"z": []}},
+    [],
+    "plain",
+]
+ENCODINGS = ["pickle", "pickle", "pickle", "pickle", "pickle", "pickle", "json", "json", "json"]
+
+def same(a, b):
+    """Equal with the same types all the way down (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(k, j) and same(a[k], b[j]) for k, j in zip(a, b))
+    return a == b
+`
+
+// TestPythonValuesRoundTrip: what a Python function returns comes back equal, with the same types, through
+// report (the Python client), the Go decoder, the results document and tpurun.decode_results: values that JSON
+// would change (a tuple, an int-keyed dict) are pickled.
+func TestPythonValuesRoundTrip(t *testing.T) {
+	stream := runPython(t, pyValues+`
+import sys, tpurun._wire as w
+ch = w.Channel(sys.stdout.fileno(), None)
+for i, v in enumerate(VALUES):
+    ch.report(i, v)
+`, nil)
+	type result struct {
+		Replica  int             `json:"replica"`
+		OK       bool            `json:"ok"`
+		Encoding string          `json:"encoding"`
+		Value    json.RawMessage `json:"value,omitempty"`
+		ValueB64 []byte          `json:"value_b64,omitempty"`
+	}
+	doc := struct {
+		OK      bool     `json:"ok"`
+		Results []result `json:"results"`
+	}{OK: true}
+	var encodings []string
+	d := NewDecoder(bytes.NewReader(stream), 0, 0)
+	for {
+		f, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := result{Replica: f.Replica, OK: true, Encoding: f.Encoding.String()}
+		if f.Encoding == EncodingJSON {
+			if !f.ValidJSON() {
+				t.Fatalf("replica %d: invalid JSON %q", f.Replica, f.Payload)
+			}
+			r.Value = f.Payload
+		} else {
+			r.ValueB64 = f.Payload
+		}
+		doc.Results = append(doc.Results, r)
+		encodings = append(encodings, r.Encoding)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runPython(t, pyValues+`
+import json, sys, tpurun
+got = tpurun.decode_results(json.load(sys.stdin))
+bad = ["replica %d: sent %r, got back %r" % (i, v, got.get(i)) for i, v in enumerate(VALUES) if not same(v, got.get(i))]
+print(json.dumps({"bad": bad, "want_encodings": ENCODINGS}))
+`, b)
+	var res struct {
+		Bad           []string `json:"bad"`
+		WantEncodings []string `json:"want_encodings"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	for _, s := range res.Bad {
+		t.Error(s)
+	}
+	if strings.Join(encodings, ",") != strings.Join(res.WantEncodings, ",") {
+		t.Errorf("encodings %v, want %v", encodings, res.WantEncodings)
+	}
+}
+
+// TestPythonReplicasFromEnv: the Python client refuses a channel without TPURUN_REPLICAS naming both variables,
+// and never takes RANK for a replica.
+func TestPythonReplicasFromEnv(t *testing.T) {
+	out := runPython(t, `
+import json, os, tpurun, tpurun._wire as w
+def err(env):
+    try:
+        return "returned %r" % (w.replicas_from_env(env),)
+    except tpurun.ChannelError as e:
+        return str(e)
+r, wfd = os.pipe()
+os.environ.update({"TPURUN_RESULT_FD": str(wfd), "RANK": "1"})
+try:
+    opened = "returned %r" % (tpurun.report(1, 1),)
+except tpurun.ChannelError as e:
+    opened = str(e)
+print(json.dumps({
+    "channel": err({"TPURUN_RESULT_FD": "3", "RANK": "1"}),
+    "rank only": err({"RANK": "1"}),
+    "report": opened,
+    "both": repr(w.replicas_from_env({"TPURUN_RESULT_FD": "3", "TPURUN_REPLICAS": "2,3", "RANK": "1"})),
+}))
+`, nil)
+	var got map[string]string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	for _, k := range []string{"channel", "report"} {
+		if !strings.Contains(got[k], EnvResultFD) || !strings.Contains(got[k], EnvReplicas) {
+			t.Errorf("%s: %q does not name both %s and %s", k, got[k], EnvResultFD, EnvReplicas)
+		}
+	}
+	if !strings.Contains(got["rank only"], "run this program under tpurun") {
+		t.Errorf("RANK without a channel: %q, want the no-channel error", got["rank only"])
+	}
+	if got["both"] != "[2, 3]" {
+		t.Errorf("TPURUN_REPLICAS=2,3: %s", got["both"])
+	}
+}
+
+// TestPythonChannelBroken: after a failed write the Python client sends nothing more.
+func TestPythonChannelBroken(t *testing.T) {
+	out := runPython(t, `
+import json, os, tpurun, tpurun._wire as w
+writes = []
+def flaky(fd, data):
+    writes.append(bytes(data))
+    if len(writes) == 2:
+        raise BlockingIOError(11, "write would block")
+    return len(data)
+w.os.write = flaky
+ch = w.Channel(9, None)
+ch.report(0, "first")
+errs = []
+for r in (1, 2):
+    try:
+        ch.report(r, "later")
+    except tpurun.ChannelError as e:
+        errs.append(str(e))
+print(json.dumps({"writes": len(writes), "errors": errs}))
+`, nil)
+	var got struct {
+		Writes int      `json:"writes"`
+		Errors []string `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	if got.Writes != 2 || len(got.Errors) != 2 || !strings.Contains(got.Errors[1], "not sent") {
+		t.Fatalf("after a failed write: %d writes, errors %q; want 2 writes and the later send refused", got.Writes, got.Errors)
+	}
+}
