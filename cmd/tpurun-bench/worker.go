@@ -20,7 +20,7 @@ const lineBody = "the quick brown fox jumps over the lazy dog; the quick brown f
 // runWorker is the benchmark's worker program, started by tpurun (or by a baseline) as `tpurun-bench worker MODE`.
 //
 //	lines BYTES              write about BYTES of numbered lines "<rank> <seq> <body>" to stdout
-//	raw BYTES                write BYTES of zeroes to stdout (the plain-pipe baseline for results)
+//	raw BYTES                write the payload of "result" to stdout instead (the plain-pipe baseline for results)
 //	result BYTES             report a JSON string of BYTES for each owned replica through the result channel
 //	teardown DIR N [ignore]  mark DIR/ready.<rank>; rank 0 waits for N marks, writes DIR/killed and SIGKILLs itself;
 //	                         the others wait forever (with "ignore": ignoring SIGTERM)
@@ -44,14 +44,12 @@ func runWorker(args []string) int {
 		}
 		return 0
 	case "raw":
+		// The same payload as "result", built the same way, written to stdout in one call: the baseline differs
+		// from tpurun's result channel only in where the bytes go.
 		n, _ := strconv.ParseInt(args[1], 10, 64)
-		buf := make([]byte, 1<<20)
-		for n > 0 {
-			k := min(n, int64(len(buf)))
-			if _, err := os.Stdout.Write(buf[:k]); err != nil {
-				return 1
-			}
-			n -= k
+		payload := bytes.Repeat([]byte("a"), int(n))
+		if _, err := os.Stdout.Write(payload); err != nil {
+			return 1
 		}
 		return 0
 	case "result":
