@@ -15,7 +15,7 @@ func renderSVG(points []launchPoint) string {
 		get         func(launchPoint) time.Duration
 	}{
 		{"tpurun", "#1a73e8", func(p launchPoint) time.Duration { return p.tpurun }},
-		{"shell (sh &, wait)", "#5f6368", func(p launchPoint) time.Duration { return p.shell }},
+		{"shell (sh &amp;, wait)", "#5f6368", func(p launchPoint) time.Duration { return p.shell }},
 		{"torchrun", "#d93025", func(p launchPoint) time.Duration { return p.torchrun }},
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
