@@ -53,17 +53,33 @@ func (e Exit) Status() int {
 // the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
 // goroutine after the process has been reaped.
 func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	prepare(cmd)
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second
+	}
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
+	p, err := start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	go p.wait(onExit, pidfd)
+	return p, nil
+}
+
+// prepare makes cmd the leader of a new process group that is SIGKILLed when the thread starting it dies.
+func prepare(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
 	cmd.SysProcAttr.Pgid = 0
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if cmd.WaitDelay == 0 {
-		cmd.WaitDelay = 2 * time.Second
-	}
-	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd
+}
+
+// start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
+// thread that forked.
+func start(cmd *exec.Cmd) (*Process, error) {
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	runtime.LockOSThread()
 	p.start = time.Now()
@@ -73,7 +89,6 @@ func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
 	p.pid = cmd.Process.Pid
-	go p.wait(onExit, pidfd)
 	return p, nil
 }
 

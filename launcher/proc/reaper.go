@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -111,23 +110,13 @@ func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 			return nil, fmt.Errorf("%w: %s: with a reaper the child's stdio must be *os.File, not %T", ErrNotStarted, cmd.Path, s)
 		}
 	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pgid = 0
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	p := &Process{cmd: cmd, done: make(chan struct{})}
-	r.mu.Lock()
+	prepare(cmd)
+	r.mu.Lock() // held from fork until the pid is registered, so its exit is never taken for an orphan's
 	defer r.mu.Unlock()
-	runtime.LockOSThread()
-	p.start = time.Now()
-	err := cmd.Start()
-	runtime.UnlockOSThread()
+	p, err := start(cmd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
+		return nil, err
 	}
-	p.pid = cmd.Process.Pid
 	r.owned[p.pid] = owned{p: p, onExit: onExit}
 	return p, nil
 }

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+from ._wire import qualname_problem
+
 
 class SpawnError(RuntimeError):
     """A tpurun run failed. root_cause is the explanation, document the results document (None when tpurun printed
@@ -33,12 +35,9 @@ def target_of(fn):
     mod = getattr(fn, "__module__", None)
     if not qual or not mod:
         raise ValueError("spawn(fn): %r has no __module__/__qualname__; pass a top-level function" % (fn,))
-    if "<lambda>" in qual:
-        raise ValueError("spawn(fn): fn is a lambda (%s.%s); tpurun finds the function by import path, so define "
-                         "it with def at the top level of a module" % (mod, qual))
-    if "<locals>" in qual:
-        raise ValueError("spawn(fn): fn is a nested function (%s.%s); tpurun finds the function by import path, so "
-                         "define it at the top level of its module" % (mod, qual))
+    problem = qualname_problem(qual)
+    if problem:
+        raise ValueError("spawn(fn): %s.%s %s" % (mod, qual, problem))
     if mod == "__main__":
         main = sys.modules.get("__main__")
         spec = getattr(main, "__spec__", None)

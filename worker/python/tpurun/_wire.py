@@ -173,3 +173,14 @@ def channel():
             os.set_inheritable(fd, False)
             _channel = Channel(fd, replicas_from_env())
         return _channel
+
+
+def qualname_problem(qual):
+    """Why a function with this __qualname__ cannot be found by import path, or None when it can."""
+    if "<lambda>" in qual:
+        return "is a lambda (__qualname__ %r): tpurun finds the function by import path, so define it with def " \
+               "at the top level of a module" % (qual,)
+    if "<locals>" in qual:
+        return "is a nested function (__qualname__ %r): tpurun finds the function by import path, so define " \
+               "it at the top level of its module" % (qual,)
+    return None

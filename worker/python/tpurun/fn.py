@@ -67,12 +67,9 @@ def _load_module(mod):
 
 
 def _check_qualname(target, qual):
-    if "<lambda>" in qual:
-        raise TargetError("%s is a lambda (__qualname__ %r): tpurun finds the function by import path, so it "
-                          "must be defined with def at the top level of a module" % (target, qual))
-    if "<locals>" in qual:
-        raise TargetError("%s is a nested function (__qualname__ %r): tpurun finds the function by import "
-                          "path, so define it at the top level of its module" % (target, qual))
+    problem = _wire.qualname_problem(qual)
+    if problem:
+        raise TargetError("%s %s" % (target, problem))
 
 
 def resolve(target):
