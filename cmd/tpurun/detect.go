@@ -44,7 +44,10 @@ func (d *deviceFlags) prepare(ctx context.Context, cfg *launcher.Config, log *za
 	default:
 		return err
 	}
-	cfg.Plan, cfg.NodeRank = plan, nodeRank(h)
+	if err := plan.CheckPorts(topology.SoloNodeRank(h), h.ProcRoot, nil); err != nil {
+		return err
+	}
+	cfg.Plan, cfg.NodeRank = plan, topology.SoloNodeRank(h)
 	log.Debug("plan", zap.String("device", string(plan.Device)), zap.Stringer("device_source", h.Device.Source),
 		zap.Int("workers", len(plan.Workers)), zap.Int("node_rank", cfg.NodeRank))
 	return nil

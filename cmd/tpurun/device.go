@@ -180,14 +180,6 @@ func (d *deviceFlags) request(h *topology.Host) topology.Request {
 	return req
 }
 
-// nodeRank is this host's node in a plan built from the detected host: TPU_WORKER_ID on an env-described slice.
-func nodeRank(h *topology.Host) int {
-	if h.Device.V == topology.TPU && h.Hostnames.IsSet() {
-		return h.WorkerID.V
-	}
-	return 0
-}
-
 // topologyExit is the exit code for an error from detection, planning or the pre-launch check: 2 for everything
 // the user fixes by configuration (bad flags or env, impossible split, unknown device, unusable metadata server,
 // busy fixed port, held chip), 70 for anything else.

@@ -113,7 +113,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", nodeRank(h), h.Device.V, h.Device.Source)
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", topology.SoloNodeRank(h), h.Device.V, h.Device.Source)
 		err = full.WriteTable(stdout)
 	}
 	if err != nil {

@@ -262,35 +262,13 @@ func runMultihost(o *options, log *zap.Logger, stdout, stderr io.Writer) int {
 	}
 	req := o.dev.request(h)
 	accel := string(h.Device.V)
-	var local *topology.Plan
-	if h.Device.V == topology.TPU {
-		if h.Accelerator.IsSet() {
-			accel = h.Accelerator.V.Type
-		}
-		n := rc.NNodes
-		if numSlices > 1 {
-			n /= numSlices // hosts per slice: each slice is planned on its own
-		}
-		if n < 1 && h.Hostnames.IsSet() {
-			n = len(h.Hostnames.V)
-		}
-		if n < 1 {
-			n = 1
-		}
-		pr := req
-		pr.Hosts, pr.NodeRank = make([]string, n), 0
-		for i := range pr.Hosts {
-			pr.Hosts[i] = "node" + strconv.Itoa(i)
-		}
-		pr.PortFree = func(int) bool { return true } // checked for real on the agreed world below
-		local, err = topology.NewPlan(h, pr)
-	} else {
-		local, err = topology.NewPlan(h, req)
+	if h.Device.V == topology.TPU && h.Accelerator.IsSet() {
+		accel = h.Accelerator.V.Type
 	}
+	k, err := topology.LocalWorkers(h, req, rc.NNodes, numSlices)
 	if err != nil {
 		return fail(topologyExit(err), err)
 	}
-	k := len(local.Local(0))
 	defer o.res.cleanup()
 	if err := o.res.setup(&o.cfg, o.fnArgs); err != nil {
 		return fail(launcher.ExitCode(err), err)
@@ -323,7 +301,7 @@ func runMultihost(o *options, log *zap.Logger, stdout, stderr io.Writer) int {
 	}
 	for g := 0; ; g++ {
 		m.Generation = g
-		code, again := generation(ctx, o, r, rc, h, req, local, m, log, stdout, stderr, g < o.cfg.MaxRestarts)
+		code, again := generation(ctx, o, r, rc, h, req, m, log, stdout, stderr, g < o.cfg.MaxRestarts)
 		if !again {
 			return code
 		}
@@ -333,7 +311,7 @@ func runMultihost(o *options, log *zap.Logger, stdout, stderr io.Writer) int {
 // generation runs one generation of the world: join, plan, barrier, run, verdict. again is true when the world
 // failed and may restart (canRestart, no terminating signal): every node then joins generation m.Generation+1.
 func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc rendezvous.Config, h *topology.Host,
-	req topology.Request, local *topology.Plan, m rendezvous.Member, log *zap.Logger, stdout, stderr io.Writer, canRestart bool) (code int, again bool) {
+	req topology.Request, m rendezvous.Member, log *zap.Logger, stdout, stderr io.Writer, canRestart bool) (code int, again bool) {
 	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 		return code
@@ -354,39 +332,18 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 	log.Info("rendezvous agreed", zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", len(a.Nodes)),
 		zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
 
-	var world *topology.Plan
-	switch {
-	case h.Device.V == topology.TPU && a.NumSlices > 1:
-		world, err = multisliceWorld(h, req, a)
-	case h.Device.V == topology.TPU:
-		wr := req
-		wr.Hosts, wr.NodeRank = a.Addrs(), a.NodeRank
-		// The free-port check binds each TPU port for a moment; nodes sharing one machine (tests, several
-		// launchers per VM) can see each other's probe: a port busy for less than ~1s is not busy.
-		for try := 0; ; try++ {
-			world, err = topology.NewPlan(h, wr)
-			if !errors.Is(err, topology.ErrPortBusy) || try == 10 {
-				break
-			}
-			time.Sleep(time.Duration(20+try*10) * time.Millisecond)
-		}
-	default:
-		world, err = launcher.WorldPlan(local, a.Addrs())
+	tw := topology.World{NodeRank: a.NodeRank, NumSlices: a.NumSlices, MegascaleCoordinator: a.MegascaleCoordinator,
+		MegascalePort: a.Ports[rendezvous.PortMegascale]}
+	for _, n := range a.Nodes {
+		tw.Nodes = append(tw.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID})
+	}
+	world, err := topology.WorldPlan(h, req, tw)
+	if err == nil {
+		err = world.CheckPorts(a.NodeRank, h.ProcRoot, nil)
 	}
 	if err != nil {
 		_ = s.Fail(ctx, rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
 		return fail(topologyExit(err), err), false
-	}
-	if a.NumSlices > 1 {
-		coord := a.MegascaleCoordinator
-		if host, _, err := net.SplitHostPort(coord); err == nil {
-			coord = host // the address alone, as GKE sets it; the port is MEGASCALE_PORT
-		}
-		ms := launcher.Megascale{Coordinator: coord, NumSlices: a.NumSlices, Port: a.Ports[rendezvous.PortMegascale]}
-		for _, n := range a.Nodes {
-			ms.Slices = append(ms.Slices, n.SliceID)
-		}
-		ms.Apply(world)
 	}
 	if err := s.Barrier(ctx, "start"); err != nil {
 		return fail(rdzvExit(err), fmt.Errorf("barrier before start: %w", err)), false
@@ -531,53 +488,6 @@ func generation(ctx context.Context, o *options, r *rendezvous.Rendezvous, rc re
 		return fail(final.Code, fmt.Errorf("node %d failed: %s", v.Node, final.Error)), false
 	}
 	return fail(final.Code, errors.New(final.Error)), false
-}
-
-// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
-// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
-// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
-// their ranks: a node starts its own workers only.
-func multisliceWorld(h *topology.Host, req topology.Request, a *rendezvous.Assignment) (*topology.Plan, error) {
-	self := a.Self()
-	var hosts []string
-	sliceRank := -1
-	for _, n := range a.Nodes {
-		if n.SliceID == self.SliceID {
-			if n.Rank == a.NodeRank {
-				sliceRank = len(hosts)
-			}
-			hosts = append(hosts, n.Addr)
-		}
-	}
-	req.Hosts, req.NodeRank = hosts, sliceRank
-	sp, err := topology.NewPlan(h, req)
-	if err != nil {
-		return nil, err
-	}
-	world := &topology.Plan{Device: sp.Device}
-	sliceFirst, inSlice := -1, 0
-	for _, n := range a.Nodes {
-		world.Nodes = append(world.Nodes, topology.Node{Rank: n.Rank, Host: n.Host, LocalWorkers: n.LocalWorkers})
-		if n.SliceID != self.SliceID {
-			for lr := 0; lr < n.LocalWorkers; lr++ {
-				world.Workers = append(world.Workers, topology.Worker{Rank: n.FirstRank + lr, LocalRank: lr, NodeRank: n.Rank})
-			}
-			continue
-		}
-		if sliceFirst < 0 {
-			sliceFirst = n.FirstRank
-		}
-		for _, w := range sp.Local(inSlice) {
-			reps := make([]int, len(w.Replicas))
-			for i, r := range w.Replicas {
-				reps[i] = r + sliceFirst*len(w.Replicas)
-			}
-			world.Workers = append(world.Workers, topology.Worker{Rank: n.FirstRank + w.LocalRank, LocalRank: w.LocalRank,
-				NodeRank: n.Rank, Replicas: reps, Env: w.Env})
-		}
-		inSlice++
-	}
-	return world, nil
 }
 
 // publishGather publishes this node's outcome and returns every node's, in node-rank order.

@@ -23,19 +23,6 @@ type Request struct {
 	// this host alone.
 	Hosts    []string
 	NodeRank int
-
-	// PortFree reports whether a TCP port can be bound on this host; nil means try to listen on it.
-	PortFree func(port int) bool
-}
-
-// portFree is the default PortFree: the port can be bound on every address.
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
-	if err != nil {
-		return false
-	}
-	_ = l.Close()
-	return true
 }
 
 // splitChoices lists the valid process counts for n chips with one chip per process: 1, 2, 4 and n.
@@ -61,7 +48,8 @@ func validSplit(k, n int) bool {
 
 // NewPlan builds the plan for the detected host: one worker per chip by default (per GPU; one on CPU), every
 // worker's device and topology env, validated against the request. Multi-host slices (hosts from env, metadata or
-// req.Hosts) give a plan covering the whole slice. Errors are *ConfigError (exit 2) or *PortBusyError.
+// req.Hosts) give a plan covering the whole slice. It is pure: TPU_PROCESS_PORTs are base + local rank, and
+// (*Plan).CheckPorts checks them before the start. Errors are *ConfigError.
 func NewPlan(h *Host, req Request) (*Plan, error) {
 	if !req.NProcsSource.IsSet() {
 		req.NProcsSource = Flag("nprocs")
@@ -142,8 +130,7 @@ type Slice struct {
 	VisibleChips       []int // local chip indices: one per process, or all for SPMD
 	ReplicasPerProcess int
 	SPMD               bool
-	Ports              []int // this host's TPU_PROCESS_PORT per local rank
-	PortBase           int   // other hosts' ports are PortBase + local rank
+	PortBase           int // every host's TPU_PROCESS_PORT is PortBase + local rank
 	Megascale          map[string]string
 }
 
@@ -155,7 +142,7 @@ func (s Slice) Plan() *Plan {
 	for n, host := range s.Hosts {
 		p.Nodes = append(p.Nodes, Node{Rank: n, Host: host, LocalWorkers: k})
 		for lr := 0; lr < k; lr++ {
-			addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(s.port(n, lr))))
+			addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(s.port(lr))))
 		}
 	}
 	for n := range s.Hosts {
@@ -186,7 +173,7 @@ func (s Slice) Plan() *Plan {
 				}
 			} else {
 				env["TPU_VISIBLE_CHIPS"] = strconv.Itoa(s.VisibleChips[lr])
-				env["TPU_PROCESS_PORT"] = strconv.Itoa(s.port(n, lr))
+				env["TPU_PROCESS_PORT"] = strconv.Itoa(s.port(lr))
 				env["TPU_PROCESS_ADDRESSES"] = strings.Join(addrs, ",")
 				for r := 0; r < s.ReplicasPerProcess; r++ {
 					replicas = append(replicas, rank*s.ReplicasPerProcess+r)
@@ -204,10 +191,7 @@ func (s Slice) Plan() *Plan {
 	return p
 }
 
-func (s Slice) port(node, lr int) int {
-	if node == s.NodeRank && lr < len(s.Ports) {
-		return s.Ports[lr]
-	}
+func (s Slice) port(lr int) int {
 	if s.PortBase == 0 {
 		return DefaultTPUPortBase + lr
 	}
@@ -398,56 +382,15 @@ func familyLabel(f string) string {
 	return f
 }
 
-// tpuPlan validates, picks the ports and builds the slice plan.
+// tpuPlan validates and builds the slice plan; every TPU_PROCESS_PORT is the base + the local rank.
 func tpuPlan(h *Host, req Request) (*Plan, error) {
 	s, err := h.Slice(req)
 	if err != nil {
 		return nil, err
 	}
-	if !s.SPMD {
-		if err := s.PickPorts(h.ProcRoot, req); err != nil {
-			return nil, err
-		}
+	s.PortBase = req.TPUPortBase
+	if s.PortBase == 0 {
+		s.PortBase = DefaultTPUPortBase
 	}
 	return s.Plan(), nil
-}
-
-// PickPorts sets this host's TPU_PROCESS_PORTs: base + local rank. On a single host a busy port is replaced by a
-// free one; on several hosts every port must stay fixed, so a busy one is a *PortBusyError naming the holder.
-func (s *Slice) PickPorts(procRoot string, req Request) error {
-	base := req.TPUPortBase
-	if base == 0 {
-		base = DefaultTPUPortBase
-	}
-	free := req.PortFree
-	if free == nil {
-		free = portFree
-	}
-	s.PortBase = base
-	used := map[int]bool{}
-	next := base + s.ProcsPerHost
-	s.Ports = make([]int, s.ProcsPerHost)
-	for lr := range s.Ports {
-		p := base + lr
-		if !free(p) {
-			if len(s.Hosts) > 1 {
-				pe := &PortBusyError{Port: p, LocalRank: lr}
-				if pid, cmd, err := PortHolder(procRoot, p); err == nil {
-					pe.PID, pe.Command = pid, cmd
-				}
-				return pe
-			}
-			for next < 65536 && (used[next] || !free(next)) {
-				next++
-			}
-			if next >= 65536 {
-				return &PortBusyError{Port: p, LocalRank: lr}
-			}
-			p = next
-			next++
-		}
-		used[p] = true
-		s.Ports[lr] = p
-	}
-	return nil
 }

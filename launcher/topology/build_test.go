@@ -47,7 +47,7 @@ func TestNProcsValidation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("nprocs=%d,spmd=%v", tc.nprocs, tc.spmd), func(t *testing.T) {
 			t.Parallel()
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd, PortFree: alwaysFree})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd})
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrConfig) || err.Error() != tc.wantErr {
 					t.Fatalf("err =\n  %v\nwant\n  %s", err, tc.wantErr)
@@ -134,7 +134,7 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
 			var p *Plan
 			if err == nil {
-				p, err = NewPlan(h, Request{NProcs: tc.nprocs, PortFree: alwaysFree})
+				p, err = NewPlan(h, Request{NProcs: tc.nprocs})
 			}
 			if tc.wantErr != nil {
 				if !errors.Is(err, ErrConfig) {
@@ -188,7 +188,7 @@ func TestMultiHost(t *testing.T) {
 			if md.total() != 0 {
 				t.Fatalf("metadata asked %d times though env describes the slice", md.total())
 			}
-			p, err := NewPlan(h, Request{PortFree: alwaysFree})
+			p, err := NewPlan(h, Request{})
 			must(t, err)
 			if len(p.Nodes) != len(tc.hosts) || len(p.Workers) != 4*len(tc.hosts) {
 				t.Fatalf("nodes %d workers %d", len(p.Nodes), len(p.Workers))
@@ -245,7 +245,7 @@ func TestMultiHostFromMetadata(t *testing.T) {
 	if md.count(KeyTPUEnv) != 1 || md.count(KeyEndpoints) != 1 || md.total() != 2 {
 		t.Errorf("metadata requests %v, want tpu-env and endpoints once each", md.counts)
 	}
-	p, err := NewPlan(h, Request{PortFree: alwaysFree})
+	p, err := NewPlan(h, Request{})
 	must(t, err)
 	if got := p.Local(1)[0].Env["CLOUD_TPU_TASK_ID"]; got != "4" || len(p.Workers) != 8 {
 		t.Errorf("CLOUD_TPU_TASK_ID %s, %d workers", got, len(p.Workers))
@@ -274,7 +274,7 @@ func TestMultiHostMismatch(t *testing.T) {
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	if _, err := NewPlan(h, Request{NProcs: 2, PortFree: alwaysFree}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "use 4") {
+	if _, err := NewPlan(h, Request{NProcs: 2}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "use 4") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -285,7 +285,7 @@ func TestSlicePlanFromRendezvous(t *testing.T) {
 	ft := newTree(t).tpu(t, "0x005e", 4)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	p, err := NewPlan(h, Request{Hosts: []string{"10.0.0.7", "10.0.0.9"}, NodeRank: 1, PortFree: alwaysFree})
+	p, err := NewPlan(h, Request{Hosts: []string{"10.0.0.7", "10.0.0.9"}, NodeRank: 1})
 	must(t, err)
 	w := p.Local(1)[3]
 	if w.Rank != 7 || w.Env["TPU_WORKER_ID"] != "1" || w.Env["CLOUD_TPU_TASK_ID"] != "7" ||
@@ -303,7 +303,7 @@ func TestMegascale(t *testing.T) {
 	env := map[string]string{"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.1", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	p, err := NewPlan(h, Request{PortFree: alwaysFree})
+	p, err := NewPlan(h, Request{})
 	must(t, err)
 	for k, v := range env {
 		if p.Workers[5].Env[k] != v {
@@ -312,8 +312,8 @@ func TestMegascale(t *testing.T) {
 	}
 }
 
-// TestPorts uses real sockets: a busy port on a single host is replaced; on several hosts it is an error naming the
-// pid that holds it.
+// TestPorts uses real sockets: planning never binds (the plan keeps base + local rank even with the base busy);
+// the pre-start check moves a busy port on a single host, and on several hosts refuses it naming the holder's pid.
 func TestPorts(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", ":0")
@@ -324,6 +324,10 @@ func TestPorts(t *testing.T) {
 	h, _ := v5e8(t, map[string]string{"TPU_NUM_DEVICES": "2"})
 	p, err := NewPlan(h, Request{TPUPortBase: busy})
 	must(t, err)
+	if got := p.Workers[0].Env["TPU_PROCESS_PORT"]; got != strconv.Itoa(busy) {
+		t.Fatalf("planned port %s, want the base %d: planning must not probe sockets", got, busy)
+	}
+	must(t, p.CheckPorts(0, "/proc", nil))
 	p0, p1 := p.Workers[0].Env["TPU_PROCESS_PORT"], p.Workers[1].Env["TPU_PROCESS_PORT"]
 	if p0 == strconv.Itoa(busy) || p1 == strconv.Itoa(busy) || p0 == p1 {
 		t.Fatalf("ports %s %s with %d busy", p0, p1, busy)
@@ -336,7 +340,9 @@ func TestPorts(t *testing.T) {
 	hm, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	_, err = NewPlan(hm, Request{TPUPortBase: busy})
+	pm, err := NewPlan(hm, Request{TPUPortBase: busy})
+	must(t, err)
+	err = pm.CheckPorts(0, "/proc", nil)
 	var pe *PortBusyError
 	if !errors.As(err, &pe) || !errors.Is(err, ErrPortBusy) || pe.Port != busy || pe.LocalRank != 0 || pe.PID != os.Getpid() {
 		t.Fatalf("err = %v (%+v), want port %d local rank 0 held by pid %d", err, pe, busy, os.Getpid())
@@ -371,7 +377,7 @@ func TestSubsetBoundsAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h, _ := v5e8(t, tc.env)
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd, PortFree: alwaysFree})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd})
 			must(t, err)
 			env := p.Workers[0].Env
 			for k, want := range map[string]string{"TPU_HOST_BOUNDS": tc.host, "TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb,
@@ -420,7 +426,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			env := map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel, "TPU_PROCESS_BOUNDS": tc.bounds}
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
 			must(t, err)
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs, PortFree: alwaysFree})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs})
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrConfig) || !strings.HasPrefix(fmt.Sprint(err), tc.wantErr) {
 					t.Fatalf("err =\n  %v\nwant prefix\n  %s", err, tc.wantErr)
@@ -443,7 +449,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel}),
 				SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
 			must(t, err)
-			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs, PortFree: alwaysFree})
+			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs})
 			must(t, err)
 			if got := p2.Workers[0].Env["TPU_PROCESS_BOUNDS"]; got != tc.bounds {
 				t.Errorf("tpurun's own TPU_PROCESS_BOUNDS=%q, want %q", got, tc.bounds)

@@ -1,0 +1,326 @@
+package topology
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WorldNode is one node of an agreed world, as a rendezvous hands it to the planner (in node-rank order).
+type WorldNode struct {
+	Host         string // the node's name
+	Addr         string // the address other nodes reach it at: what TPU_PROCESS_ADDRESSES and the world env name
+	LocalWorkers int
+	SliceID      int
+}
+
+// World is the agreed world of a run: every node in node-rank order, which one this host is, and the multi-slice
+// setting. The zero World is "this host alone, as detected": the hosts of an env- or metadata-described slice, or
+// this one host.
+type World struct {
+	Nodes                []WorldNode
+	NodeRank             int
+	NumSlices            int    // > 1: a multi-slice job (MEGASCALE_*)
+	MegascaleCoordinator string // host 0 of slice 0, the address alone
+	MegascalePort        int
+}
+
+// Solo reports whether w is the zero World: no rendezvous, the host as detected.
+func (w World) Solo() bool { return len(w.Nodes) == 0 }
+
+// SoloNodeRank is this host's node in a plan built from the detected host alone: TPU_WORKER_ID on an
+// env- or metadata-described multi-host slice, else 0.
+func SoloNodeRank(h *Host) int {
+	if h.Device.V == TPU && h.Hostnames.IsSet() {
+		return h.WorkerID.V
+	}
+	return 0
+}
+
+// LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
+// slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
+func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
+	if h.Device.V != TPU {
+		p, err := NewPlan(h, req)
+		if err != nil {
+			return 0, err
+		}
+		return len(p.Workers), nil
+	}
+	n := nnodes
+	if numSlices > 1 {
+		n /= numSlices // hosts per slice: each slice is planned on its own
+	}
+	if n < 1 && h.Hostnames.IsSet() {
+		n = len(h.Hostnames.V)
+	}
+	n = max(n, 1)
+	pr := req
+	pr.Hosts, pr.NodeRank = make([]string, n), 0
+	for i := range pr.Hosts {
+		pr.Hosts[i] = "node" + strconv.Itoa(i)
+	}
+	p, err := NewPlan(h, pr)
+	if err != nil {
+		return 0, err
+	}
+	return len(p.Local(0)), nil
+}
+
+// WorldPlan builds the plan of the agreed world w from this host's detection and request, purely: it opens no
+// socket (ports are checked before the start by (*Plan).CheckPorts). TPU slices are planned per slice (the
+// slice's hosts in node order); CPU and GPU worlds give node n's local rank lr the global rank FirstRank(n)+lr.
+// A multi-slice world gets MEGASCALE_* on every worker.
+func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
+	if w.Solo() {
+		return NewPlan(h, req)
+	}
+	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
+		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(w.NodeRank),
+			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
+	}
+	var p *Plan
+	var err error
+	switch {
+	case h.Device.V == TPU && w.NumSlices > 1:
+		p, err = multisliceWorld(h, req, w)
+	case h.Device.V == TPU:
+		req.Hosts, req.NodeRank = w.addrs(), w.NodeRank
+		p, err = NewPlan(h, req)
+	default:
+		var local *Plan
+		if local, err = NewPlan(h, req); err == nil {
+			p = spreadWorld(local, w)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.megascale(p)
+	return p, nil
+}
+
+// addrs are the agreed addresses of the nodes in node-rank order (the name where a node gave no address).
+func (w World) addrs() []string {
+	out := make([]string, len(w.Nodes))
+	for i, n := range w.Nodes {
+		out[i] = n.Addr
+		if out[i] == "" {
+			out[i] = n.Host
+		}
+	}
+	return out
+}
+
+// firstRanks is each node's first global rank: the local workers of the nodes before it.
+func (w World) firstRanks() []int {
+	out := make([]int, len(w.Nodes))
+	sum := 0
+	for i, n := range w.Nodes {
+		out[i] = sum
+		sum += n.LocalWorkers
+	}
+	return out
+}
+
+// spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
+// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica.
+func spreadWorld(local *Plan, w World) *Plan {
+	p := &Plan{Device: local.Device}
+	first := w.firstRanks()
+	addrs := w.addrs()
+	for n, node := range w.Nodes {
+		k := node.LocalWorkers
+		if n == w.NodeRank || k == 0 {
+			k = len(local.Workers)
+		}
+		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: k})
+		for lr := 0; lr < k; lr++ {
+			rank := first[n] + lr
+			var env map[string]string
+			if lr < len(local.Workers) {
+				env = maps.Clone(local.Workers[lr].Env)
+			}
+			if env == nil {
+				env = map[string]string{}
+			}
+			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: env})
+		}
+	}
+	return p
+}
+
+// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
+// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
+// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
+// their ranks: a node starts its own workers only.
+func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
+	self := w.Nodes[w.NodeRank]
+	addrs := w.addrs()
+	var hosts []string
+	sliceRank := -1
+	for i, n := range w.Nodes {
+		if n.SliceID == self.SliceID {
+			if i == w.NodeRank {
+				sliceRank = len(hosts)
+			}
+			hosts = append(hosts, addrs[i])
+		}
+	}
+	req.Hosts, req.NodeRank = hosts, sliceRank
+	sp, err := NewPlan(h, req)
+	if err != nil {
+		return nil, err
+	}
+	first := w.firstRanks()
+	world := &Plan{Device: sp.Device}
+	sliceFirst, inSlice := -1, 0
+	for i, n := range w.Nodes {
+		world.Nodes = append(world.Nodes, Node{Rank: i, Host: n.Host, LocalWorkers: n.LocalWorkers})
+		if n.SliceID != self.SliceID {
+			for lr := 0; lr < n.LocalWorkers; lr++ {
+				world.Workers = append(world.Workers, Worker{Rank: first[i] + lr, LocalRank: lr, NodeRank: i})
+			}
+			continue
+		}
+		if sliceFirst < 0 {
+			sliceFirst = first[i]
+		}
+		for _, wk := range sp.Local(inSlice) {
+			reps := make([]int, len(wk.Replicas))
+			for j, r := range wk.Replicas {
+				reps[j] = r + sliceFirst*len(wk.Replicas)
+			}
+			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank,
+				NodeRank: i, Replicas: reps, Env: wk.Env})
+		}
+		inSlice++
+	}
+	return world, nil
+}
+
+// megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
+// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing.
+func (w World) megascale(p *Plan) {
+	if w.NumSlices <= 1 {
+		return
+	}
+	coord := w.MegascaleCoordinator
+	if host, _, err := net.SplitHostPort(coord); err == nil {
+		coord = host // the address alone, as GKE sets it; the port is MEGASCALE_PORT
+	}
+	for i := range p.Workers {
+		wk := &p.Workers[i]
+		if wk.Env == nil {
+			continue // another slice's worker: only its rank is known here
+		}
+		wk.Env["MEGASCALE_COORDINATOR_ADDRESS"] = coord
+		wk.Env["MEGASCALE_NUM_SLICES"] = strconv.Itoa(w.NumSlices)
+		if n := wk.NodeRank; n < len(w.Nodes) {
+			wk.Env["MEGASCALE_SLICE_ID"] = strconv.Itoa(w.Nodes[n].SliceID)
+		}
+		wk.Env["MEGASCALE_PORT"] = strconv.Itoa(w.MegascalePort)
+	}
+}
+
+// PortFree reports whether a TCP port can be bound on every address of this host right now.
+func PortFree(port int) bool {
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// CheckPorts is the pre-start check of the TPU_PROCESS_PORTs of node nodeRank's workers (nil free means
+// PortFree). On a plan of one node a busy port is moved to a free one (TPU_PROCESS_PORT and every worker's
+// TPU_PROCESS_ADDRESSES change together); on several nodes every port must stay fixed, so a busy one is a
+// *PortBusyError naming the holder found in procRoot. Another launcher on this machine probing its own ports holds
+// one for microseconds: a port is busy only when it stays so over a few tries.
+func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) error {
+	if free == nil {
+		free = PortFree
+	}
+	stillBusy := func(port int) bool {
+		for try := range 4 {
+			if free(port) {
+				return false
+			}
+			time.Sleep(time.Duration(5<<try) * time.Millisecond)
+		}
+		return true
+	}
+	type move struct{ from, to string }
+	var moves []move
+	used := map[int]bool{}
+	local := 0
+	for _, w := range p.Workers {
+		if w.NodeRank != nodeRank {
+			continue
+		}
+		local++
+		if port, err := strconv.Atoi(w.Env["TPU_PROCESS_PORT"]); err == nil {
+			used[port] = true
+		}
+	}
+	next := 0
+	for i := range p.Workers {
+		w := &p.Workers[i]
+		v, ok := w.Env["TPU_PROCESS_PORT"]
+		if w.NodeRank != nodeRank || !ok {
+			continue
+		}
+		port, err := strconv.Atoi(v)
+		if err != nil || !stillBusy(port) {
+			continue
+		}
+		if len(p.Nodes) > 1 {
+			pe := &PortBusyError{Port: port, LocalRank: w.LocalRank}
+			if pid, cmd, err := PortHolder(procRoot, port); err == nil {
+				pe.PID, pe.Command = pid, cmd
+			}
+			return pe
+		}
+		if next == 0 {
+			next = port + local
+		}
+		for next < 65536 && (used[next] || !free(next)) {
+			next++
+		}
+		if next >= 65536 {
+			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
+		}
+		used[next] = true
+		host := "localhost"
+		if len(p.Nodes) == 1 {
+			host = p.Nodes[0].Host
+		}
+		moves = append(moves, move{net.JoinHostPort(host, v), net.JoinHostPort(host, strconv.Itoa(next))})
+		w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(next)
+		next++
+	}
+	if len(moves) == 0 {
+		return nil
+	}
+	for i := range p.Workers {
+		env := p.Workers[i].Env
+		addrs, ok := env["TPU_PROCESS_ADDRESSES"]
+		if !ok {
+			continue
+		}
+		parts := strings.Split(addrs, ",")
+		for j, a := range parts {
+			for _, m := range moves {
+				if a == m.from {
+					parts[j] = m.to
+				}
+			}
+		}
+		env["TPU_PROCESS_ADDRESSES"] = strings.Join(parts, ",")
+	}
+	return nil
+}
