@@ -21,11 +21,7 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	seen := make(map[int]bool, len(a.Ranks))
 	add := func(s RankSummary) {
 		seen[s.Rank] = true
-		e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.Status()}
-		if s.Signal != 0 {
-			e.Signal = SignalName(s.Signal)
-		}
-		out = append(out, e)
+		out = append(out, s.resultExit())
 	}
 	for _, rank := range a.EndOrder {
 		if s, ok := byRank[rank]; ok && !seen[rank] {
@@ -38,6 +34,15 @@ func (a *Attempt) ResultExits() []results.RankExit {
 		}
 	}
 	return out
+}
+
+// resultExit is how the rank ended, for the results document: the exit status, or 128+N and the signal's name.
+func (s RankSummary) resultExit() results.RankExit {
+	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.Status()}
+	if s.Signal != 0 {
+		e.Signal = SignalName(s.Signal)
+	}
+	return e
 }
 
 // WriteResultsSummary writes what the results document says went wrong: every contract violation by name with

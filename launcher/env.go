@@ -6,10 +6,11 @@ import (
 	"strings"
 
 	"tpurun/launcher/topology"
+	"tpurun/worker"
 )
 
 // ResultFD is the file descriptor number of a worker's result channel (its first ExtraFiles entry).
-const ResultFD = 3
+const ResultFD = worker.ResultFD
 
 // Runtime holds the values of a launch that are not in the plan: decided when the run starts.
 type Runtime struct {
@@ -20,6 +21,7 @@ type Runtime struct {
 	MasterAddr   string
 	MasterPort   int
 	ErrorFile    string // TORCHELASTIC_ERROR_FILE for this worker; empty leaves it unset
+	SweepTag     string // TPURUN_SWEEP_TAG: marks this launcher's processes for its orphan sweep
 }
 
 // perRank are variables whose inherited value belongs to one process only: they are never passed through from
@@ -27,7 +29,7 @@ type Runtime struct {
 var perRank = []string{
 	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
 	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
-	"TPURUN_RESULT_FD", "TPURUN_REPLICAS",
+	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag,
 }
 
 // WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
@@ -76,13 +78,16 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	if _, inPlan := w.Env["OMP_NUM_THREADS"]; !ompInherited && !inPlan && local > 1 {
 		env["OMP_NUM_THREADS"] = "1"
 	}
-	env["TPURUN_RUN_ID"] = rt.RunID
-	set("TPURUN_RESULT_FD", ResultFD)
+	env[worker.EnvRunID] = rt.RunID
+	if rt.SweepTag != "" {
+		env[worker.EnvSweepTag] = rt.SweepTag
+	}
+	set(worker.EnvResultFD, ResultFD)
 	reps := make([]string, len(w.Replicas))
 	for i, r := range w.Replicas {
 		reps[i] = strconv.Itoa(r)
 	}
-	env["TPURUN_REPLICAS"] = strings.Join(reps, ",")
+	env[worker.EnvReplicas] = strings.Join(reps, ",")
 
 	out := make([]string, 0, len(env))
 	for k, v := range env {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"tpurun/worker"
 )
 
 // The test binary doubles as the fake worker: TPURUN_FAKE (or TPURUN_FAKE_<RANK> for one rank) selects what it
@@ -141,9 +143,22 @@ func fakeWorker() int {
 			"Traceback (most recent call last):\n  File \"train.py\", line 3, in main\nValueError: bad learning rate\n")
 		_ = os.WriteFile(os.Getenv("TORCHELASTIC_ERROR_FILE"), []byte(rec), 0o644)
 		return n
-	case "result":
+	case "result": // raw bytes on the result channel: not a frame
 		f := os.NewFile(3, "result")
 		fmt.Fprintf(f, "result of rank %s replicas %s", rank, os.Getenv("TPURUN_REPLICAS"))
+		return 0
+	case "report": // one good result per owned replica, through the Go client
+		reps, err := worker.Replicas()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 97
+		}
+		for _, r := range reps {
+			if err := worker.Report(r, "rank "+rank); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 96
+			}
+		}
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "fake worker: unknown behaviour %q\n", behaviour)

@@ -7,12 +7,15 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"tpurun/launcher/results"
 )
 
-// Report is what happened in a run: every attempt and every rank.
+// Report is what happened in a job: every attempt (generation) of this node's workers and every rank, and on node
+// 0 (or a single host) the results document of the world's last attempt.
 type Report struct {
 	RunID    string
 	Attempts []*Attempt
+	Results  *results.Document
 }
 
 // StopReason says why an attempt ended the way it did.

@@ -22,12 +22,14 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = time.Minute
 	sigs := make(chan os.Signal, 4)
 	cfg.Signals = sigs
-	cfg.OnFailure = func(*launcher.WorkerError) { // the supervisor is stopping the group when this returns
-		select {
-		case sigs <- syscall.SIGINT:
-		default:
+	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
+		if e.Kind == launcher.WorkerFailed { // the supervisor is stopping the group when this returns
+			select {
+			case sigs <- syscall.SIGINT:
+			default:
+			}
 		}
-	}
+	})}
 	rep, err := launcher.Run(context.Background(), cfg)
 	if len(rep.Attempts) != 1 {
 		t.Fatalf("%d attempts after a SIGINT during the first one's teardown, want 1 (err %v)", len(rep.Attempts), err)
@@ -75,7 +77,11 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.OnFailure = func(*launcher.WorkerError) { cancel() } // the supervisor is stopping the group when this returns
+	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
+		if e.Kind == launcher.WorkerFailed {
+			cancel() // the supervisor is stopping the group when this returns
+		}
+	})}
 	rep, err := launcher.Run(ctx, cfg)
 	if !errors.Is(err, context.Canceled) || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want context.Canceled and no restart", err, len(rep.Attempts))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +37,7 @@ func (s *syncBuffer) String() string {
 }
 
 // config is a run of n fake workers doing behaviour; extra env entries are appended to the inherited env.
-func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Config, *syncBuffer, *syncBuffer) {
+func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *syncBuffer, *syncBuffer) {
 	t.Helper()
 	plan, err := topology.CPUPlan(n)
 	if err != nil {
@@ -46,7 +45,7 @@ func config(t *testing.T, n int, dir string, behaviour string, extra ...string) 
 	}
 	var out, errb syncBuffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE="+behaviour)
-	return launcher.Config{
+	return launcher.Spec{
 		Plan: plan, Program: []string{os.Args[0]}, Env: append(env, extra...),
 		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb,
 	}, &out, &errb
@@ -289,26 +288,6 @@ func TestWorkerEnvironment(t *testing.T) {
 	assertAllGone(t, dir, 2, 5*time.Second)
 }
 
-// TestRestartsCountedOutsideTheRun: a multi-host generation tells its workers the world's restart count and limit.
-func TestRestartsCountedOutsideTheRun(t *testing.T) {
-	t.Parallel()
-	dir := fakeDir(t)
-	cfg, _, _ := config(t, 1, dir, "env")
-	cfg.PriorRestarts, cfg.WorldMaxRestarts = 2, 3
-	if _, err := launcher.Run(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "env-0.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{`"TORCHELASTIC_RESTART_COUNT=2"`, `"TORCHELASTIC_MAX_RESTARTS=3"`} {
-		if !strings.Contains(string(b), want) {
-			t.Errorf("worker env lacks %s: %s", want, b)
-		}
-	}
-	assertAllGone(t, dir, 1, 5*time.Second)
-}
 
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
@@ -436,44 +415,37 @@ func TestSixtyFourWorkers(t *testing.T) {
 	assertAllGone(t, dir, 64, 10*time.Second)
 }
 
-type recordingSink struct {
-	mu   sync.Mutex
-	got  map[int]string
-	fail error
-}
-
-func (s *recordingSink) Consume(rank, pid int, replicas []int, r io.Reader) error {
-	b, err := io.ReadAll(r)
-	s.mu.Lock()
-	s.got[rank] = string(b)
-	s.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return s.fail
-}
-
+// TestResultChannel: every worker's fd 3 is its private result channel: good frames become the results document,
+// raw bytes a malformed_frame violation of that rank (exit 65), and a required result that never came is missing.
 func TestResultChannel(t *testing.T) {
 	t.Parallel()
 	dir := fakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "result")
-	sink := &recordingSink{got: map[int]string{}}
-	cfg.Results = sink
-	if _, err := launcher.Run(context.Background(), cfg); err != nil {
-		t.Fatal(err)
+	cfg, _, _ := config(t, 2, dir, "report")
+	cfg.Results.Required = true
+	rep, err := launcher.Run(context.Background(), cfg)
+	if err != nil || rep.Results == nil || len(rep.Results.Results) != 2 || !rep.Results.OK {
+		t.Fatalf("err %v, document %+v", err, rep.Results)
 	}
-	for r := range 2 {
-		if want := fmt.Sprintf("result of rank %d replicas %d", r, r); sink.got[r] != want {
-			t.Fatalf("rank %d sent %q on fd 3, want %q", r, sink.got[r], want)
+	for r, res := range rep.Results.Results {
+		if res.Replica != r || res.Rank != r || string(res.Value) != fmt.Sprintf("%q", fmt.Sprintf("rank %d", r)) {
+			t.Fatalf("replica %d: %+v", r, res)
 		}
 	}
-	sink.fail = errors.New("duplicate result for replica 0")
-	_, err := launcher.Run(context.Background(), cfg)
-	var re *launcher.ResultError
+	cfg, _, _ = config(t, 2, dir, "result", "TPURUN_FAKE_1=exit:0")
+	cfg.Results.Required = true
+	rep, err = launcher.Run(context.Background(), cfg)
+	var re *launcher.ResultsError
 	if !errors.As(err, &re) || !errors.Is(err, launcher.ErrResults) || launcher.ExitCode(err) != launcher.ExitResults {
-		t.Fatalf("err %v, want a ResultError mapped to %d", err, launcher.ExitResults)
+		t.Fatalf("err %v, want a ResultsError mapped to %d", err, launcher.ExitResults)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	kinds := map[string]int{}
+	for _, v := range rep.Results.Violations {
+		kinds[v.Kind]++
+	}
+	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != launcher.ExitResults {
+		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
+	}
+	assertAllGone(t, dir, 4, 5*time.Second)
 }
 
 func TestLogDirRedirectsAndFilter(t *testing.T) {
@@ -503,13 +475,30 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 	assertAllGone(t, dir, 3, 5*time.Second)
 }
 
+// TestProgramNotRunnable: a PROGRAM that is not there exits 127 and one that cannot be executed 126, as a shell's,
+// before anything starts.
+func TestProgramNotRunnable(t *testing.T) {
+	t.Parallel()
+	plan, _ := topology.CPUPlan(1)
+	noexec := filepath.Join(t.TempDir(), "train.sh")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for prog, want := range map[string]int{"/nonexistent/program": launcher.ExitNotFound, "no-such-program-on-path": launcher.ExitNotFound,
+		noexec: launcher.ExitNotExecutable} {
+		_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{prog}})
+		var pe *launcher.ProgramError
+		if !errors.As(err, &pe) || launcher.ExitCode(err) != want {
+			t.Errorf("%s: err %v (exit %d), want a ProgramError exiting %d", prog, err, launcher.ExitCode(err), want)
+		}
+	}
+}
+
 func TestConfigErrorsStartNothing(t *testing.T) {
 	t.Parallel()
 	plan, _ := topology.CPUPlan(1)
-	for name, cfg := range map[string]launcher.Config{
-		"no plan":       {Program: []string{"true"}},
+	for name, cfg := range map[string]launcher.Spec{
 		"no program":    {Plan: plan},
-		"missing":       {Plan: plan, Program: []string{"/nonexistent/program"}},
 		"negative":      {Plan: plan, Program: []string{os.Args[0]}, Grace: -time.Second},
 		"bad node rank": {Plan: plan, Program: []string{os.Args[0]}, NodeRank: 3},
 	} {
@@ -529,7 +518,11 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
-	cfg.OnSample = func(s []launcher.Sample) {
+	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
+		if e.Kind != launcher.Sampled {
+			return
+		}
+		s := e.Samples
 		live := 0
 		for _, x := range s {
 			if x.RSS > 0 && x.PeakRSS >= x.RSS {
@@ -539,7 +532,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 		if es, _ := os.ReadDir(filepath.Join(dir, "ready")); live == 2 && len(es) == 2 {
 			once.Do(cancel)
 		}
-	}
+	})}
 	rep, err := launcher.Run(ctx, cfg)
 	if !errors.Is(err, context.Canceled) || rep.Last().Reason != launcher.StopCanceled {
 		t.Fatalf("err %v, want context.Canceled after both workers were sampled", err)

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,94 +11,78 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
-// Status is the live state of a run as the status endpoint serves it: /healthz (200 while healthy, 503 from a
+// Monitor is the live state of a job as the status endpoint serves it: /healthz (200 while healthy, 503 from a
 // worker failure until a restarted attempt begins, and for good when none does) and /metrics (Prometheus text
-// format). Feed it through Watch (the config's sample, failure and attempt hooks), ResultReceived and
-// SetRendezvous; serve it with Serve. The zero value is not usable: use NewStatus.
-type Status struct {
+// format). It is an Observer: put it in Spec.Observers, and serve it with Serve. The zero value is not usable:
+// use NewMonitor.
+type Monitor struct {
 	mu          sync.Mutex
 	maxRestarts int
 	samples     []Sample // the last round of live samples
-	failures    int      // failed attempts (OnFailure runs once per attempt)
-	attempts    int      // attempts begun; in a multi-host run, generations begun
+	failures    int      // failed attempts (one WorkerFailed per attempt)
+	attempts    int      // attempts begun; in a multi-host job, generations begun
 	lastFailure *WorkerError
 	results     int
 	rendezvous  time.Duration
 }
 
-// NewStatus returns the status of a run that restarts at most maxRestarts times.
-func NewStatus(maxRestarts int) *Status { return &Status{maxRestarts: maxRestarts} }
+// NewMonitor returns the monitor of a job that restarts at most maxRestarts times.
+func NewMonitor(maxRestarts int) *Monitor { return &Monitor{maxRestarts: maxRestarts} }
 
-// Watch chains s into cfg's OnSample, OnFailure and OnAttempt hooks, keeping the hooks already set.
-func (s *Status) Watch(cfg *Config) {
-	prevSample, prevFailure, prevAttempt := cfg.OnSample, cfg.OnFailure, cfg.OnAttempt
-	cfg.OnAttempt = func(n int) {
-		s.mu.Lock()
+// Observe records one event of the job.
+func (s *Monitor) Observe(e Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch e.Kind {
+	case AttemptStarted:
 		s.attempts++
 		s.lastFailure = nil // a new attempt: healthy again until one of its workers fails
 		s.samples = nil     // the last attempt's workers are gone
-		s.mu.Unlock()
-		if prevAttempt != nil {
-			prevAttempt(n)
-		}
-	}
-	cfg.OnSample = func(smp []Sample) {
-		s.mu.Lock()
-		s.samples = slices.Clone(smp)
-		s.mu.Unlock()
-		if prevSample != nil {
-			prevSample(smp)
-		}
-	}
-	cfg.OnFailure = func(we *WorkerError) {
-		s.mu.Lock()
+	case Sampled:
+		s.samples = slices.Clone(e.Samples)
+	case WorkerFailed:
 		s.failures++
-		s.lastFailure = we
-		s.mu.Unlock()
-		if prevFailure != nil {
-			prevFailure(we)
-		}
+		s.lastFailure = e.Failure
+	case ResultReceived:
+		s.results++
+	case RendezvousDone:
+		s.rendezvous = e.Rendezvous
 	}
-}
-
-// ResultReceived counts one result accepted from a worker (the results engineer's hook).
-func (s *Status) ResultReceived() {
-	s.mu.Lock()
-	s.results++
-	s.mu.Unlock()
-}
-
-// SetRendezvous records how long the last multi-host rendezvous (join) took; it stays 0 on a single host.
-func (s *Status) SetRendezvous(d time.Duration) {
-	s.mu.Lock()
-	s.rendezvous = d
-	s.mu.Unlock()
 }
 
 // ServeHTTP serves /healthz and /metrics.
-func (s *Status) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// The state is rendered under the lock and written after it is released: a client that never reads cannot
+// hold the lock the supervisor's events need.
+func (s *Monitor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var b bytes.Buffer
+	code := http.StatusOK
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch r.URL.Path {
 	case "/healthz":
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if s.lastFailure != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "unhealthy: %v\n", s.lastFailure)
-			return
+			code = http.StatusServiceUnavailable
+			fmt.Fprintf(&b, "unhealthy: %v\n", s.lastFailure)
+		} else {
+			fmt.Fprintln(&b, "ok")
 		}
-		fmt.Fprintln(w, "ok")
 	case "/metrics":
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		s.writeMetrics(w)
+		s.writeMetrics(&b)
 	default:
-		http.NotFound(w, r)
+		code = http.StatusNotFound
+		b.WriteString("404 page not found\n")
 	}
+	s.mu.Unlock()
+	w.WriteHeader(code)
+	_, _ = w.Write(b.Bytes())
 }
 
-func (s *Status) writeMetrics(w io.Writer) {
+func (s *Monitor) writeMetrics(w io.Writer) {
 	restarts := max(s.attempts-1, 0)
 	fmt.Fprintf(w, "# HELP tpurun_workers Workers of this node by state (running: alive at the last live sample, taken every second; exited workers are not counted).\n# TYPE tpurun_workers gauge\n")
 	fmt.Fprintf(w, "tpurun_workers{state=\"running\"} %d\n", len(s.samples))
@@ -126,35 +111,92 @@ func (s *Status) writeMetrics(w io.Writer) {
 // ErrStatusAddr is returned by Serve for an address it refuses (not loopback without allowRemote).
 var ErrStatusAddr = errors.New("status address refused")
 
+// The status server's limits: a client gets this long to send its request and read the answer, an idle
+// keep-alive connection is closed after statusIdle, and at most statusMaxConns connections are open at once (the
+// rest wait in the kernel's backlog), so idle clients can neither exhaust file descriptors nor hold the server.
+const (
+	statusTimeout  = 5 * time.Second
+	statusIdle     = 30 * time.Second
+	statusMaxConns = 32
+)
+
 // Serve listens on addr (host:port; port 0 picks one) and serves s until ctx is done. A host that is not a
-// loopback address is refused unless allowRemote. It returns the bound address and a stop function that shuts
-// the server down and waits for it.
-func (s *Status) Serve(ctx context.Context, addr string, allowRemote bool) (net.Addr, func(), error) {
+// loopback address is refused unless allowRemote. The server's own errors go to log. It returns the bound address
+// and a stop function that shuts the server down and waits for it.
+func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log *zap.Logger) (net.Addr, func(), error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil, &ConfigError{Field: "--status-addr", Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
+		return nil, nil, &ConfigError{Field: "status address", Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
 	}
 	if !allowRemote {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, nil, fmt.Errorf("%w: --status-addr %s is not a loopback address; the endpoint has no authentication: "+
-				"use 127.0.0.1:PORT, or pass --status-allow-remote to expose it: %w", ErrStatusAddr, addr,
-				&ConfigError{Field: "--status-addr", Value: addr, Hint: "use a loopback address or --status-allow-remote"})
+			return nil, nil, fmt.Errorf("%w: %s is not a loopback address; the endpoint has no authentication: "+
+				"use 127.0.0.1:PORT, or allow remote clients explicitly: %w", ErrStatusAddr, addr,
+				&ConfigError{Field: "status address", Value: addr, Hint: "use a loopback address or allow remote clients"})
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &ConfigError{Field: "--status-addr", Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
+		return nil, nil, &ConfigError{Field: "status address", Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
 	}
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	errLog, _ := zap.NewStdLogAt(log.Named("status"), zap.WarnLevel)
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: statusTimeout, ReadTimeout: statusTimeout,
+		WriteTimeout: statusTimeout, IdleTimeout: statusIdle, ErrorLog: errLog}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(l) })
+	wg.Go(func() { _ = srv.Serve(newLimitListener(l, statusMaxConns)) })
 	sctx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
 		<-sctx.Done()
 		shut, done := context.WithTimeout(context.Background(), time.Second)
 		defer done()
 		_ = srv.Shutdown(shut)
+		_ = srv.Close()
 	})
 	return l.Addr(), func() { cancel(); wg.Wait() }, nil
+}
+
+// limitListener accepts a connection only while fewer than cap(sem) are open.
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
 }

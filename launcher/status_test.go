@@ -27,30 +27,21 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
-	st := launcher.NewStatus(2)
-	var cfg launcher.Config
-	var prevFailures int
-	cfg.OnFailure = func(*launcher.WorkerError) { prevFailures++ }
-	var prevAttempts []int
-	cfg.OnAttempt = func(n int) { prevAttempts = append(prevAttempts, n) }
-	st.Watch(&cfg)
-	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false)
+	st := launcher.NewMonitor(2)
+	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
 	base := "http://" + addr.String()
-	cfg.OnAttempt(0)
+	st.Observe(launcher.Event{Kind: launcher.AttemptStarted, Attempt: 0})
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz before a failure: %d %q, want 200 ok", code, body)
 	}
-	cfg.OnSample([]launcher.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}})
-	st.ResultReceived()
-	st.ResultReceived()
-	cfg.OnFailure(&launcher.WorkerError{Rank: 1, PID: 41, ExitCode: 3})
-	if prevFailures != 1 {
-		t.Fatalf("the hook set before Watch ran %d times, want 1", prevFailures)
-	}
+	st.Observe(launcher.Event{Kind: launcher.Sampled, Samples: []launcher.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}}})
+	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
+	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
+	st.Observe(launcher.Event{Kind: launcher.WorkerFailed, Failure: &launcher.WorkerError{Rank: 1, PID: 41, ExitCode: 3}})
 	code, body := get(t, base+"/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "rank 1") {
 		t.Fatalf("/healthz after a failure: %d %q, want 503 naming rank 1", code, body)
@@ -73,12 +64,9 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 		t.Errorf("/nope: %d, want 404", code)
 	}
 	// The restart begins: healthy again, one restart counted, the failure still counted.
-	cfg.OnAttempt(1)
+	st.Observe(launcher.Event{Kind: launcher.AttemptStarted, Attempt: 1})
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz once the restarted attempt began: %d %q, want 200 ok", code, body)
-	}
-	if len(prevAttempts) != 2 || prevAttempts[1] != 1 {
-		t.Fatalf("the attempt hook set before Watch saw %v, want [0 1]", prevAttempts)
 	}
 	_, body = get(t, base+"/metrics")
 	for _, want := range []string{"tpurun_failed_attempts_total 1", "tpurun_restarts_total 1", `tpurun_workers{state="running"} 0`} {
@@ -89,17 +77,17 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 }
 
 func TestStatusRefusesNonLoopback(t *testing.T) {
-	st := launcher.NewStatus(0)
+	st := launcher.NewMonitor(0)
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
-		if _, _, err := st.Serve(context.Background(), addr, false); !errors.Is(err, launcher.ErrStatusAddr) {
+		if _, _, err := st.Serve(context.Background(), addr, false, nil); !errors.Is(err, launcher.ErrStatusAddr) {
 			t.Errorf("Serve(%q): err %v, want ErrStatusAddr", addr, err)
 		}
 	}
 	var ce *launcher.ConfigError
-	if _, _, err := st.Serve(context.Background(), "no-port", false); !errors.As(err, &ce) {
+	if _, _, err := st.Serve(context.Background(), "no-port", false, nil); !errors.As(err, &ce) {
 		t.Errorf("Serve(no-port): err %v, want a *ConfigError", err)
 	}
-	_, stop, err := st.Serve(context.Background(), "[::]:0", true) // explicitly allowed
+	_, stop, err := st.Serve(context.Background(), "[::]:0", true, nil) // explicitly allowed
 	if err != nil {
 		t.Fatalf("allowRemote: %v", err)
 	}

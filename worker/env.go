@@ -12,8 +12,16 @@ import (
 const (
 	EnvResultFD = "TPURUN_RESULT_FD" // the inherited file descriptor of the result channel (3)
 	EnvReplicas = "TPURUN_REPLICAS"  // the replicas this worker owns, comma-joined ("0" or "0,1")
-	EnvRunID    = "TPURUN_RUN_ID"
+	EnvRunID    = "TPURUN_RUN_ID"    // the job's run id
+	EnvSweepTag = "TPURUN_SWEEP_TAG" // marks the processes of one launcher for its orphan sweep
 )
+
+// TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target
+// cannot be used (no such module or function, an import that raised): a configuration error, not a replica's.
+const TargetErrorType = "tpurun.TargetError"
+
+// ResultFD is the file descriptor number of a worker's result channel.
+const ResultFD = 3
 
 // ErrNoChannel means the process was not started by tpurun with a result channel.
 var ErrNoChannel = errors.New("no tpurun result channel")

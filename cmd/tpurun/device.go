@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"tpurun/launcher"
 	"tpurun/launcher/topology"
 )
 
@@ -167,30 +164,14 @@ func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
 	return opts, nil
 }
 
-// request turns the flags into the plan request for the detected host.
-func (d *deviceFlags) request(h *topology.Host) topology.Request {
-	req := topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase}
+// request turns the flags into the plan request; perCPU is torchrun's "cpu" (and "auto" on a host without
+// accelerators): one process per CPU core.
+func (d *deviceFlags) request() (req topology.Request, perCPU bool) {
+	req = topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase}
 	if d.nprocs.flag != "" {
 		req.NProcsSource = topology.Flag(d.nprocs.flag)
 	}
-	// torchrun's "cpu" means one process per CPU core, and so does "auto" on a host without accelerators.
-	if h.Device.V == topology.CPU && (d.nprocs.device == "cpu" || d.nprocs.device == "auto") {
-		req.NProcs = runtime.NumCPU()
-	}
-	return req
-}
-
-// topologyExit is the exit code for an error from detection, planning or the pre-launch check: 2 for everything
-// the user fixes by configuration (bad flags or env, impossible split, unknown device, unusable metadata server,
-// busy fixed port, held chip), 70 for anything else.
-func topologyExit(err error) int {
-	for _, target := range []error{topology.ErrConfig, topology.ErrParse, topology.ErrUnknownDevice,
-		topology.ErrMetadata, topology.ErrPortBusy, topology.ErrChipBusy} {
-		if errors.Is(err, target) {
-			return launcher.ExitUsage
-		}
-	}
-	return launcher.ExitInternal
+	return req, d.nprocs.device == "cpu" || d.nprocs.device == "auto"
 }
 
 // dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node).

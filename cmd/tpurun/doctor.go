@@ -35,20 +35,21 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	opts, err := dev.options(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: %v\n", err)
-		return topologyExit(err)
+		return launcher.ExitCode(err)
 	}
 	opts.LookupEnv = os.LookupEnv
 	ctx := context.Background()
 	h, err := topology.Detect(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: detection failed: %v\n", err)
-		return topologyExit(err)
+		return launcher.ExitCode(err)
 	}
 	rep := doctorReport{Doctor: topology.Diagnose(ctx, h, opts, lockfile)}
 	if h.MetadataErr != nil {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
-	if _, err := topology.NewPlan(h, dev.request(h)); err != nil {
+	req, _ := dev.request()
+	if _, err := topology.NewPlan(h, req); err != nil {
 		rep.PlanError = err.Error()
 	}
 	if sc.format == "json" {

@@ -261,7 +261,7 @@ func TestFaultWorker(t *testing.T) {
 		{"exit-255", 3, "exit:255", nil, 255, []string{"rank 1", "exit 255"}, 3},
 		{"sigkill", 3, "raise:9", nil, 137, []string{"rank 1", "SIGKILL"}, 3},
 		{"sigsegv", 3, "raise:11", nil, 139, []string{"rank 1", "SIGSEGV"}, 3},
-		{"timeout", 2, "hang", []string{"--timeout", "1s"}, 124, []string{"--timeout 1s expired"}, 2},
+		{"timeout", 2, "hang", []string{"--timeout", "1s"}, 124, []string{"timeout 1s expired"}, 2},
 		{"ignores-sigterm", 3, "exit:3", []string{"--grace", "500ms"}, 3, []string{"rank 1", "grace period over"}, 3},
 		{"exits-during-start-up", 16, "early:4", nil, 4, []string{"rank 1", "exit 4"}, 15},
 		{"grandchildren-ignore-sigterm", 3, "grandkids:7", []string{"--grace", "500ms"}, 7, []string{"rank 1", "exit 7"}, 3 + 2},
@@ -586,7 +586,7 @@ func TestFaultResultsOutOfDisk(t *testing.T) {
 	dir := faultDir(t)
 	doc := filepath.Join(mnt, "results.json")
 	r := runCLI(t, dir, []string{"TPURUN_FAULT=report"}, "--nprocs", "2", "--results", doc, "--", os.Args[0])
-	wantStderr(t, r, 70, "--results "+doc, "no space left on device")
+	wantStderr(t, r, 70, "results file "+doc, "no space left on device")
 	if es, _ := os.ReadDir(mnt); len(es) != 1 {
 		t.Fatalf("%d files in the full file system, want only the filler: a partial document or temp file was left", len(es))
 	}

@@ -6,11 +6,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -45,72 +47,107 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return launcher.ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
-	o.cfg.Logger = log
-	o.cfg.Stdout, o.cfg.Stderr = stdout, stderr
-	if o.res.json {
-		o.cfg.Stdout = stderr // stdout carries only the results document
+	spec := &o.spec
+	spec.Logger = log
+	spec.Stdout, spec.Stderr = stdout, stderr
+	if o.json {
+		spec.Stdout = stderr // stdout carries only the results document
 	}
-	stopReaper, err := o.tr.container(&o.cfg, log) // PID 1 or --subreaper: one wait4(-1) loop
-	if err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return launcher.ExitUsage
+	if spec.Detect, err = o.dev.options(log); err != nil {
+		return fail(stderr, err)
 	}
-	defer stopReaper()
-	st, stopStatus, err := o.status.start(&o.cfg, stderr) // --status-addr: /healthz and /metrics
-	if err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return launcher.ExitUsage
+	spec.Request, spec.PerCPU = o.dev.request()
+	spec.Force = o.dev.force
+	if spec.Rendezvous, err = o.rdzv.spec(); err != nil {
+		return fail(stderr, err)
 	}
-	if st != nil {
-		o.res.onResult = st.ResultReceived
-		o.live = st
+	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
+		rp, err := launcher.StartReaper(log.Named("reaper"))
+		if err != nil {
+			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
+		} else {
+			spec.Reaper = rp
+			defer func() {
+				rp.Close()
+				if n := rp.Orphans(); n > 0 {
+					log.Info("reaped orphaned processes", zap.Int("count", n))
+				}
+			}()
+		}
 	}
-	defer stopStatus()
-	if o.rdzv.enabled() {
-		return runMultihost(o, log, stdout, stderr) // multi-host: rdzv.go
+	if o.statusAddr != "" { // --status-addr: /healthz and /metrics
+		mon := launcher.NewMonitor(spec.MaxRestarts)
+		addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
+		if errors.Is(err, launcher.ErrStatusAddr) {
+			err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
+		}
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer stop()
+		fmt.Fprintf(stderr, "tpurun: status on http://%s/metrics and /healthz\n", addr)
+		spec.Observers = append(spec.Observers, mon)
 	}
-	if err := o.dev.prepare(context.Background(), &o.cfg, log); err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return topologyExit(err)
-	}
-	if err := checkMasterPort(o.cfg.MasterAddr, o.cfg.MasterPort); err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return launcher.ExitUsage
-	}
-
-	defer o.res.cleanup()
-	if err := o.res.setup(&o.cfg, o.fnArgs); err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return launcher.ExitCode(err)
-	}
-
-	sigs := make(chan os.Signal, 8)
+	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, o.tr.handled...)
 	defer signal.Stop(sigs)
-	o.cfg.Signals = sigs
+	spec.Signals = sigs
 
-	rep, err := launcher.Run(context.Background(), o.cfg)
+	rep, err := launcher.Run(context.Background(), *spec)
 	if rep != nil {
 		rep.WriteSummary(stderr)
+		if doc := rep.Results; doc != nil {
+			var ce *launcher.ConfigError
+			if !errors.As(err, &ce) {
+				launcher.WriteResultsSummary(stderr, doc)
+			}
+			if o.json {
+				b, jerr := json.Marshal(doc)
+				if jerr != nil {
+					return fail(stderr, fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
+				}
+				_, _ = stdout.Write(append(b, '\n'))
+			}
+		}
 	}
+	return fail(stderr, err)
+}
+
+// fail prints err (if any) with its exit code and returns the code. A configuration error names the flag that
+// sets the setting it is about.
+func fail(stderr io.Writer, err error) int {
 	code := launcher.ExitCode(err)
-	if err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
+	if err == nil {
+		return code
 	}
-	return o.res.finish(rep, err, code, stdout, stderr)
+	var ce *launcher.ConfigError
+	if errors.As(err, &ce) && flagOf[ce.Field] != "" && errors.Is(err, ce) && err.Error() == ce.Error() {
+		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flagOf[ce.Field], err, code)
+		return code
+	}
+	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
+	return code
+}
+
+// flagOf names the flag behind each setting the launcher's configuration errors name.
+var flagOf = map[string]string{
+	"function": "--fn", "function arguments": "--fn-args-json", "grace period": "--grace", "timeout": "--timeout",
+	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "run id": "--run-id", "role": "--role",
+	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
+	"status address": "--status-addr", "node rank": "--node-rank", "slice id": "--slice-id",
+	"rendezvous run id": "--rdzv-id",
 }
 
 type options struct {
-	cfg       launcher.Config
-	dev       *deviceFlags     // --device, --nprocs and the other topology flags: detection runs in run()
-	res       *resultFlags     // --fn, --json, --results and the other result-contract flags
-	fnArgs    []string         // with --fn: the positional arguments, passed to the function as strings
-	rdzv      *rdzvFlags       // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr        *torchFlags      // torchrun's remaining flags and the container flags (torchrun.go)
-	status    *statusFlags     // --status-addr (status.go)
-	live      *launcher.Status // the status endpoint's state; nil without --status-addr
-	logFormat string
-	verbose   bool
+	spec         launcher.Spec
+	dev          *deviceFlags // --device, --nprocs and the other topology flags: detection runs in the launcher
+	rdzv         *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr           *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
+	json         bool         // --json: the results document on stdout
+	statusAddr   string
+	statusRemote bool
+	logFormat    string
+	verbose      bool
 }
 
 func parse(args []string, stdout io.Writer) (*options, error) {
@@ -121,24 +158,25 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.SetNormalizeFunc(dashes)
 	var redirects, tee, filter string
 	o.dev = addDeviceFlags(fs)
-	o.res = addResultFlags(fs)
-	fs.DurationVar(&o.cfg.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
-	fs.DurationVar(&o.cfg.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
-	fs.IntVar(&o.cfg.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
-	fs.StringVar(&o.cfg.LogDir, "log-dir", "", "write DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log")
+	fn := addResultFlags(fs, &o.spec, &o.json)
+	fs.DurationVar(&o.spec.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
+	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
+	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log")
 	fs.StringVar(&redirects, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVar(&tee, "tee", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
-	fs.StringVar(&o.cfg.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
-	fs.StringVar(&o.cfg.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
-	fs.StringVar(&o.cfg.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
-	fs.IntVar(&o.cfg.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
-	fs.StringVar(&o.cfg.Role, "role", "default", "ROLE_NAME given to the workers")
+	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
+	fs.StringVar(&o.spec.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
+	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
+	fs.StringVar(&o.spec.Role, "role", "default", "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	help := fs.BoolP("help", "h", false, "show this help")
 	o.tr = addTorchFlags(fs)
-	o.status = addStatusFlags(fs)
+	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
+	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs) // last: it skips the multi-host flags already registered
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -150,27 +188,31 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		usage(stdout, fs)
 		return nil, pflag.ErrHelp
 	}
-	if err := o.res.check(); err != nil {
-		return nil, err
+	if fn.Target == "" && fn.ArgsJSON != "" {
+		return nil, &launcher.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
 	}
-	if o.res.fn != "" {
-		o.fnArgs = fs.Args()
+	if n := o.spec.Results.MaxFrameBytes; n <= 0 {
+		return nil, &launcher.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
+	}
+	if fn.Target != "" {
+		fn.Args = fs.Args()
+		o.spec.Fn = fn
 	} else if len(fs.Args()) == 0 {
 		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
 	} else {
-		o.cfg.Program = fs.Args()
+		o.spec.Program = fs.Args()
 	}
-	if err := o.tr.apply(fs, &o.cfg, o.cfg.Program, os.Getenv); err != nil {
+	if err := o.tr.apply(fs, &o.spec, o.spec.Program, os.Getenv); err != nil {
 		return nil, err
 	}
 	var err error
-	if o.cfg.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
+	if o.spec.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
 		return nil, err
 	}
-	if o.cfg.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
+	if o.spec.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
 		return nil, err
 	}
-	if o.cfg.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
+	if o.spec.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
 		return nil, err
 	}
 	if o.logFormat != "console" && o.logFormat != "json" {

@@ -174,11 +174,26 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"--redirects", "7", "--", "true"}, "--redirects"},
 		{[]string{"--log-format", "xml", "true"}, "--log-format"},
 		{[]string{"--grace", "soon", "true"}, "--grace"},
-		{[]string{"--", "/nonexistent/train"}, "/nonexistent/train"},
 	} {
 		r := runCLI(t, t.TempDir(), nil, tc.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.hint) {
 			t.Errorf("tpurun %q: exit %d, stderr %q; want 2 and a message naming %q", tc.args, r.code, r.stderr, tc.hint)
+		}
+	}
+}
+
+// TestProgramNotFoundExit127: a PROGRAM that does not exist exits 127 and one that is not executable 126, as in a
+// shell, before anything starts; both name the program.
+func TestProgramNotFoundExit127(t *testing.T) {
+	t.Parallel()
+	noexec := filepath.Join(t.TempDir(), "train.sh")
+	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for prog, want := range map[string]int{"/nonexistent/train": 127, "tpurun-no-such-program": 127, noexec: 126} {
+		r := runCLI(t, t.TempDir(), nil, "--", prog)
+		if r.code != want || !strings.Contains(r.stderr, prog) {
+			t.Errorf("tpurun %s: exit %d, stderr %q; want %d naming it", prog, r.code, r.stderr, want)
 		}
 	}
 }
@@ -227,7 +242,7 @@ func TestTimeoutExit124(t *testing.T) {
 	t.Parallel()
 	dir := fakeDir(t)
 	r := runCLI(t, dir, []string{"TPURUN_FAKE=hang"}, "--nprocs", "2", "--timeout", "2s", "--", os.Args[0])
-	if r.code != 124 || !strings.Contains(r.stderr, "--timeout") {
+	if r.code != 124 || !strings.Contains(r.stderr, "timeout 2s expired") {
 		t.Fatalf("exit %d, want 124\n%s", r.code, r.stderr)
 	}
 	assertAllGone(t, dir, 2, 5*time.Second)

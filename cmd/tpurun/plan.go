@@ -107,7 +107,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	h, plan, err := dev.detectPlan(context.Background(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
-		return topologyExit(err)
+		return launcher.ExitCode(err)
 	}
 	full := withLauncherEnv(plan, rt)
 	if sc.format == "json" {

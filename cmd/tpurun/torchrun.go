@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
 	"tpurun/launcher"
-	"tpurun/launcher/proc"
 )
 
 // torchFlags are torchrun's flags that tpurun accepts with the same meaning (the ones shared with tpurun's own,
@@ -83,7 +81,7 @@ func petEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 
 // apply turns the torchrun-style choices into the launcher config: the Python command line, the grace period
 // and the handled signals. args are the positional arguments (PROGRAM ARGS...).
-func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Config, args []string, getenv func(string) string) error {
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, getenv func(string) string) error {
 	if t.standalone {
 		_ = fs.Set("nnodes", "1")
 		_ = fs.Set("rdzv-backend", "")
@@ -156,32 +154,9 @@ var signalByName = map[string]os.Signal{
 	"WINCH": syscall.SIGWINCH,
 }
 
-// container starts the one reaper: by default tpurun becomes the child subreaper (PID 1 always reaps), so every
-// orphan below it stays in its subtree, is swept from there and reaped. --no-subreaper opts out (orphans go to PID
-// 1 and the sweep scans the environ of every process); so does a kernel that refuses the prctl, with a warning.
-// The returned function stops the reaper after a last round (call it once the run is over: Run leaves no worker
-// behind).
-func (t *torchFlags) container(cfg *launcher.Config, log *zap.Logger) (func(), error) {
-	pid1 := os.Getpid() == 1
-	if !pid1 && t.noReaper {
-		return func() {}, nil
-	}
-	if !pid1 {
-		if err := proc.SetSubreaper(); err != nil {
-			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-			return func() {}, nil
-		}
-	}
-	rp := proc.NewReaper(log.Named("reaper"))
-	cfg.Reaper = rp
-	log.Debug("reaping orphans", zap.Bool("pid1", pid1))
-	return func() {
-		rp.Close()
-		if n := rp.Orphans(); n > 0 {
-			log.Info("reaped orphaned processes", zap.Int("count", n))
-		}
-	}, nil
-}
+// reaper reports whether tpurun runs the one reaper: always as PID 1; otherwise as the child subreaper unless
+// --no-subreaper (orphans then go to PID 1 and the sweep scans every process's environment for the run's tag).
+func (t *torchFlags) reaper() bool { return os.Getpid() == 1 || !t.noReaper }
 
 // seconds is a duration flag that also takes torchrun's plain (fractional) seconds: "30", "0.1" or "1m".
 type seconds time.Duration

@@ -51,10 +51,10 @@ func TestTorchrunFlagsThroughParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.cfg.MaxRestarts != 3 || o.cfg.Role != "flagwins" || o.cfg.Grace != 7*time.Second {
-		t.Fatalf("max-restarts %d (want 3 from PET_MAX_RESTARTS), role %q (want the flag's), grace %s (want 7s)", o.cfg.MaxRestarts, o.cfg.Role, o.cfg.Grace)
+	if o.spec.MaxRestarts != 3 || o.spec.Role != "flagwins" || o.spec.Grace != 7*time.Second {
+		t.Fatalf("max-restarts %d (want 3 from PET_MAX_RESTARTS), role %q (want the flag's), grace %s (want 7s)", o.spec.MaxRestarts, o.spec.Role, o.spec.Grace)
 	}
-	if got := strings.Join(o.cfg.Program, " "); got != "/usr/bin/python3 -u -m pkg.main --x" {
+	if got := strings.Join(o.spec.Program, " "); got != "/usr/bin/python3 -u -m pkg.main --x" {
 		t.Fatalf("program %q", got)
 	}
 	if !slices.Equal(o.tr.handled, []os.Signal{syscall.SIGTERM, syscall.SIGINT}) {

@@ -21,156 +21,26 @@ import (
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
+	"tpurun/worker"
 )
 
 // stderrTailLines is how many last stderr lines of a failed rank the report shows.
 const stderrTailLines = 10
 
-// Run starts the local workers of cfg.Plan, supervises them until every one is gone, restarts the group after a
-// failure up to cfg.MaxRestarts times, and returns the report. The error is nil when every worker exited 0 (and
-// no result sink complained); otherwise a *WorkerError for the first worker that failed, ErrTimeout, a
-// *ResultError, a *ConfigError (nothing started), or the context's error. ExitCode maps it to tpurun's code.
-// When Run returns, no process of the run is left: every group got SIGKILL and the orphan sweep ran.
-func Run(ctx context.Context, cfg Config) (*Report, error) {
-	givenLogDir := cfg.LogDir
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	if cfg.MasterPort == 0 {
-		if cfg.MasterPort, err = FreePort(cfg.MasterAddr); err != nil {
-			return nil, fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", ErrInternal, err)
-		}
-	}
-	r := &run{
-		cfg:     cfg,
-		log:     cfg.Logger.With(zap.String("run_id", cfg.RunID)),
-		stdout:  &lockedWriter{w: cfg.Stdout},
-		sampler: newSampler(cfg.SampleInterval, cfg.OnSample),
-	}
-	r.stderr = r.stdout // one lock when both are one writer (--json): lines of the two streams never interleave
-	if !sameWriter(cfg.Stdout, cfg.Stderr) {
-		r.stderr = &lockedWriter{w: cfg.Stderr}
-	}
-	if cfg.LogDir != "" && givenLogDir == "" {
-		r.log.Info("worker logs (--redirects/--tee without --log-dir: a new private directory)",
-			zap.String("dir", filepath.Join(cfg.LogDir, cfg.RunID)))
-	} else if cfg.LogDir != "" {
-		r.log.Info("worker logs", zap.String("dir", filepath.Join(cfg.LogDir, cfg.RunID)))
-	} else {
-		d, err := os.MkdirTemp("", "tpurun-"+cfg.RunID+"-")
-		if err != nil {
-			return nil, fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or --log-dir", ErrInternal, err)
-		}
-		defer os.RemoveAll(d)
-		r.scratch = d
-	}
-	sctx, stopSampler := context.WithCancel(ctx)
-	var swg sync.WaitGroup
-	swg.Go(func() { r.sampler.run(sctx) })
-	defer func() {
-		stopSampler()
-		swg.Wait()
-	}()
-
-	if cfg.Timeout > 0 {
-		t := time.NewTimer(cfg.Timeout)
-		defer t.Stop()
-		r.timeout = t.C
-	}
-	rep := &Report{RunID: cfg.RunID}
-	for n := 0; ; n++ {
-		a, err := r.attempt(ctx, n)
-		rep.Attempts = append(rep.Attempts, a)
-		if err != nil {
-			return rep, err
-		}
-		switch a.Reason {
-		case StopTimeout:
-			return rep, fmt.Errorf("%w: --timeout %s expired in attempt %d; raise --timeout or find the hung rank", ErrTimeout, cfg.Timeout, n)
-		case StopCanceled:
-			return rep, ctx.Err()
-		case StopSignal:
-			if a.Failure != nil {
-				return rep, a.Failure
-			}
-			return rep, nil
-		case StopFailure:
-			if n >= cfg.MaxRestarts || r.stopRequested() {
-				return rep, a.Failure
-			}
-			// The timeout or the context may have ended the run while this attempt was being torn down.
-			if r.timedOut() {
-				r.log.Warn("not restarting: --timeout expired", zap.Duration("timeout", cfg.Timeout))
-				return rep, fmt.Errorf("%w: --timeout %s expired in attempt %d, while stopping after %v; raise --timeout",
-					ErrTimeout, cfg.Timeout, n, a.Failure)
-			}
-			if err := ctx.Err(); err != nil {
-				r.log.Warn("not restarting: the run was canceled", zap.Error(err))
-				return rep, err
-			}
-			r.log.Warn("restarting the whole group", zap.Int("failed_attempt", n), zap.Int("next_attempt", n+1),
-				zap.Int("max_restarts", cfg.MaxRestarts), zap.Error(a.Failure))
-			continue
-		}
-		for _, s := range a.Ranks {
-			if s.ResultErr != nil {
-				return rep, &ResultError{Rank: s.Rank, PID: s.PID, Err: s.ResultErr}
-			}
-		}
-		return rep, nil
-	}
+// attemptSpec is one attempt of the local group, fixed before it starts: which workers of which plan, the
+// run-time values their environment gets, where results go, and who hears of the first failure.
+type attemptSpec struct {
+	n          int // attempt (generation) number: TORCHELASTIC_RESTART_COUNT
+	plan       *topology.Plan
+	nodeRank   int
+	masterAddr string
+	masterPort int
+	sink       ResultSink
+	onFailure  func(*WorkerError) // called once, from the supervisor, the moment a worker fails; must not block
 }
 
-// run is the state of one Run shared by its attempts.
-type run struct {
-	cfg            Config
-	log            *zap.Logger
-	stdout, stderr *lockedWriter // the same one when Stdout and Stderr are one writer
-	sampler        *sampler
-	scratch        string           // holds the error files when there is no log dir
-	sink           ResultSink       // the current attempt's result sink
-	timeout        <-chan time.Time // the run's --timeout; nil when none, or once it fired
-	expired        bool             // the --timeout fired, whatever the attempt was doing
-	stopSignal     syscall.Signal   // a terminating signal that arrived while an attempt was stopping for another reason
-}
-
-// timedOut reports whether the run's --timeout has expired, also between attempts.
-func (r *run) timedOut() bool {
-	if !r.expired && r.timeout != nil {
-		select {
-		case <-r.timeout:
-			r.timeout, r.expired = nil, true
-		default:
-		}
-	}
-	return r.expired
-}
-
-// stopRequested reports whether a terminating signal arrived while the last attempt was stopping for another
-// reason, or while it was being cleaned up; a forwarding-only signal (SIGUSR1/2) that arrived then is dropped,
-// there being no worker to forward it to.
-func (r *run) stopRequested() bool {
-	if r.stopSignal != 0 {
-		r.log.Warn("not restarting: received " + SignalName(r.stopSignal) + " while stopping the failed attempt")
-		return true
-	}
-	for {
-		select {
-		case sig := <-r.cfg.Signals:
-			switch sig {
-			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
-				r.log.Warn("not restarting: received " + sig.String())
-				return true
-			}
-		default:
-			return false
-		}
-	}
-}
-
-// worker is one started process of one attempt.
-type worker struct {
+// child is one started worker process of one attempt.
+type child struct {
 	w       topology.Worker
 	p       *proc.Process
 	readers []*os.File // read ends: stdout, stderr, results
@@ -183,26 +53,23 @@ type worker struct {
 	exited  bool
 }
 
-// attempt starts every local worker once and supervises them until all have been reaped, the groups killed and
-// the orphans swept. Exits, signals, the timeout and the grace timer are events on one select: nothing polls.
-func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
-	local := r.cfg.Plan.Local(r.cfg.NodeRank)
+// attempt starts every local worker of as once and supervises them until all have been reaped, the groups killed
+// and the orphans swept. Exits, signals, the timeout and the grace timer are events on one select: nothing polls.
+// The error is the attempt's outcome: nil, the first *WorkerError, ErrTimeout, a *SignalError-free stop by
+// signal (nil or the workers' failure), the context's error, or a start failure.
+func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
+	n := as.n
+	local := as.plan.Local(as.nodeRank)
 	a := &Attempt{Number: n, Reason: StopDone}
-	if r.cfg.OnAttempt != nil {
-		r.cfg.OnAttempt(n)
+	r.obs.emit(Event{Kind: AttemptStarted, Attempt: n})
+	if r.spec.LogDir != "" {
+		a.LogDir = filepath.Join(r.spec.LogDir, r.spec.RunID, "attempt_"+strconv.Itoa(n))
 	}
-	r.sink = r.cfg.Results
-	if r.cfg.NewResults != nil {
-		r.sink = r.cfg.NewResults(n)
-	}
-	if r.cfg.LogDir != "" {
-		a.LogDir = filepath.Join(r.cfg.LogDir, r.cfg.RunID, "attempt_"+strconv.Itoa(n))
-	}
-	exits := make(chan *worker, len(local))
-	ws := make([]*worker, 0, len(local))
+	exits := make(chan *child, len(local))
+	ws := make([]*child, 0, len(local))
 	var startErr error
 	for _, w := range local {
-		wk, err := r.start(n, a.LogDir, w, exits)
+		wk, err := r.start(as, a.LogDir, w, exits)
 		if err != nil {
 			startErr = err
 			break
@@ -210,7 +77,7 @@ func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 		ws = append(ws, wk)
 	}
 	r.log.Info("workers started", zap.Int("attempt", n), zap.Int("workers", len(ws)),
-		zap.String("master", fmt.Sprintf("%s:%d", r.cfg.MasterAddr, r.cfg.MasterPort)))
+		zap.String("master", fmt.Sprintf("%s:%d", as.masterAddr, as.masterPort)))
 
 	stopping := false
 	var grace *time.Timer
@@ -229,9 +96,9 @@ func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 		stopping = true
 		a.Reason = reason
 		r.log.Info("stopping all workers", zap.String("reason", string(reason)), zap.String("signal", SignalName(sig)),
-			zap.Duration("grace", r.cfg.Grace))
+			zap.Duration("grace", r.spec.Grace))
 		signalAll(sig)
-		grace = time.NewTimer(r.cfg.Grace)
+		grace = time.NewTimer(r.spec.Grace)
 		graceC = grace.C
 	}
 	if startErr != nil {
@@ -253,12 +120,13 @@ func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 				a.Failure = &WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
 				r.log.Error("worker failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID), zap.Int("attempt", n),
 					zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)))
-				if r.cfg.OnFailure != nil {
-					r.cfg.OnFailure(a.Failure)
+				r.obs.emit(Event{Kind: WorkerFailed, Attempt: n, Failure: a.Failure})
+				if as.onFailure != nil {
+					as.onFailure(a.Failure)
 				}
 				beginStop(StopFailure, syscall.SIGTERM)
 			}
-		case sig := <-r.cfg.Signals:
+		case sig := <-r.spec.Signals:
 			s, ok := sig.(syscall.Signal)
 			if !ok {
 				continue
@@ -298,7 +166,7 @@ func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 			beginStop(StopCanceled, syscall.SIGTERM)
 		case <-graceC:
 			graceC = nil
-			r.log.Warn("grace period over: SIGKILL to every worker group", zap.Duration("grace", r.cfg.Grace))
+			r.log.Warn("grace period over: SIGKILL to every worker group", zap.Duration("grace", r.spec.Grace))
 			signalAll(syscall.SIGKILL)
 		}
 	}
@@ -306,30 +174,50 @@ func (r *run) attempt(ctx context.Context, n int) (*Attempt, error) {
 		grace.Stop()
 	}
 	r.cleanup(a, ws)
-	return a, startErr
+	if startErr != nil {
+		return a, startErr
+	}
+	switch a.Reason {
+	case StopTimeout:
+		return a, fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", ErrTimeout, r.spec.Timeout, n)
+	case StopCanceled:
+		return a, ctx.Err()
+	case StopSignal:
+		if a.Failure != nil {
+			return a, a.Failure
+		}
+		return a, nil
+	case StopFailure:
+		if r.timedOut() {
+			return a, fmt.Errorf("%w: the timeout %s expired in attempt %d, while stopping after %v; raise it", ErrTimeout, r.spec.Timeout, n, a.Failure)
+		}
+		return a, a.Failure
+	}
+	for _, s := range a.Ranks {
+		if s.ResultErr != nil {
+			return a, &ResultError{Rank: s.Rank, PID: s.PID, Err: s.ResultErr}
+		}
+	}
+	return a, nil
 }
 
 // sweep kills the orphans of the run. With a reaper (PID 1 or subreaper) every orphan is in this process's
 // subtree, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it scans every
 // process of the host for the run id (or the sweep tag) in its environment.
-func (r *run) sweep() ([]int, error) {
-	if r.cfg.Reaper != nil {
-		swept, err := r.cfg.Reaper.Sweep(r.cfg.ProcRoot)
+func (r *job) sweep() ([]int, error) {
+	if r.spec.Reaper != nil {
+		swept, err := r.spec.Reaper.Sweep(r.spec.ProcRoot)
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return swept, err
 		}
 		r.log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
 	}
-	key, val := "TPURUN_RUN_ID", r.cfg.RunID
-	if r.cfg.SweepTag != "" {
-		key, val = sweepTagEnv, r.cfg.SweepTag
-	}
-	return proc.Sweep(r.cfg.ProcRoot, key, val, syscall.SIGKILL)
+	return proc.Sweep(r.spec.ProcRoot, worker.EnvSweepTag, r.spec.SweepTag, syscall.SIGKILL)
 }
 
 // cleanup kills what is left of every group, sweeps for orphans (see sweep), drains the pipes within
 // the drain timeout and fills in the per-rank summaries.
-func (r *run) cleanup(a *Attempt, ws []*worker) {
+func (r *job) cleanup(a *Attempt, ws []*child) {
 	for _, wk := range ws {
 		_ = wk.p.Signal(syscall.SIGKILL)
 	}
@@ -341,7 +229,7 @@ func (r *run) cleanup(a *Attempt, ws []*worker) {
 		r.log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
 	}
 	a.Swept = swept
-	deadline := time.Now().Add(r.cfg.DrainTimeout)
+	deadline := time.Now().Add(r.spec.DrainTimeout)
 	for _, wk := range ws {
 		for _, f := range wk.readers {
 			_ = f.SetReadDeadline(deadline)
@@ -369,8 +257,9 @@ func (r *run) cleanup(a *Attempt, ws []*worker) {
 }
 
 // start starts one worker with its env, pipes and log files.
-func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *worker) (*worker, error) {
-	wk := &worker{w: w}
+func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits chan<- *child) (*child, error) {
+	n := as.n
+	wk := &child{w: w}
 	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
 	// mkdir the largest cost of starting hundreds of workers.
 	wk.errFile = filepath.Join(r.scratch, "error-"+strconv.Itoa(n)+"-"+strconv.Itoa(w.Rank)+".json")
@@ -386,16 +275,12 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 			return nil, fmt.Errorf("%w: rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", ErrInternal, w.Rank, wk.errFile, err)
 		}
 	}
-	rt := Runtime{RunID: r.cfg.RunID, Role: r.cfg.Role, RestartCount: r.cfg.PriorRestarts + n,
-		MaxRestarts: max(r.cfg.MaxRestarts, r.cfg.WorldMaxRestarts),
-		MasterAddr:  r.cfg.MasterAddr, MasterPort: r.cfg.MasterPort, ErrorFile: wk.errFile}
+	rt := Runtime{RunID: r.spec.RunID, Role: r.spec.Role, RestartCount: n, MaxRestarts: r.spec.MaxRestarts,
+		MasterAddr: as.masterAddr, MasterPort: as.masterPort, ErrorFile: wk.errFile, SweepTag: r.spec.SweepTag}
 
-	cmd := exec.Command(r.cfg.Program[0], ExpandArgs(r.cfg.Program[1:], w.LocalRank)...)
-	cmd.Env = WorkerEnv(r.cfg.Env, r.cfg.Plan, w, rt)
-	if r.cfg.SweepTag != "" {
-		cmd.Env = withSweepTag(cmd.Env, r.cfg.SweepTag)
-	}
-	cmd.Dir = r.cfg.Dir
+	cmd := exec.Command(r.spec.Program[0], ExpandArgs(r.spec.Program[1:], w.LocalRank)...)
+	cmd.Env = WorkerEnv(r.spec.Env, as.plan, w, rt)
+	cmd.Dir = r.spec.Dir
 
 	var writeEnds []*os.File
 	closeAll := func() {
@@ -416,15 +301,15 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 
 	fwd := make([]*forwarder, 2)
 	lr := w.LocalRank
-	shown := r.cfg.LocalRanksFilter == nil || slices.Contains(r.cfg.LocalRanksFilter, lr)
-	prefix := []byte(Prefix(r.cfg.LogPrefix, w.Rank, lr, w.NodeRank, r.cfg.Role))
+	shown := r.spec.LocalRanksFilter == nil || slices.Contains(r.spec.LocalRanksFilter, lr)
+	prefix := []byte(Prefix(r.spec.LogPrefix, w.Rank, lr, w.NodeRank, r.spec.Role))
 	for i, s := range []struct {
 		std     Std
 		console *lockedWriter
 		name    string
 	}{{StdOut, r.stdout, "stdout.log"}, {StdErr, r.stderr, "stderr.log"}} {
 		f := &forwarder{prefix: prefix}
-		if shown && (r.cfg.Redirects.For(lr)&s.std == 0 || r.cfg.Tee.For(lr)&s.std != 0) {
+		if shown && (r.spec.Redirects.For(lr)&s.std == 0 || r.spec.Tee.For(lr)&s.std != 0) {
 			f.console = s.console
 		}
 		if attemptDir != "" {
@@ -446,7 +331,7 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 	}
 	fwd[1].tail = &wk.errTail
 
-	p, err := proc.StartWith(r.cfg.Reaper, cmd, func(*proc.Process) { exits <- wk })
+	p, err := proc.StartWith(r.spec.Reaper, cmd, func(*proc.Process) { exits <- wk })
 	for _, f := range writeEnds {
 		_ = f.Close()
 	}
@@ -463,14 +348,14 @@ func (r *run) start(n int, attemptDir string, w topology.Worker, exits chan<- *w
 	}
 	wk.io.Go(func() {
 		res := wk.readers[2]
-		if r.sink == nil {
+		if as.sink == nil {
 			_, _ = io.Copy(io.Discard, res)
 			return
 		}
 		// A violation of the result contract is the collector's to report (its document names each one, with a
 		// hint, and decides the exit code); only a sink's other failures are this rank's.
 		var violation *results.ContractError
-		err := r.sink.Consume(w.Rank, pid, w.Replicas, res)
+		err := as.sink.Consume(w.Rank, pid, w.Replicas, res)
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.As(err, &violation) {
 			wk.resErr = err
 		}

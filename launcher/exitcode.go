@@ -1,0 +1,203 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/proc"
+	"tpurun/launcher/topology"
+	"tpurun/rendezvous"
+)
+
+// The exit-code table of tpurun: the one place that maps an outcome to a code. Every layer returns typed errors
+// (or wraps the sentinels below) and ExitCode maps them here; nothing matches strings.
+//
+//	0      every worker exited 0 (and every expected result arrived)
+//	1-125  the exit code of the first worker that failed; 1 also when a replica reported an error (--fn)
+//	128+N  the first worker that failed was killed by signal N, or tpurun was stopped by signal N
+//	2      usage or configuration error, detected before anything started
+//	65     the result contract was violated (EX_DATAERR)
+//	69     the multi-host rendezvous failed at run time (EX_UNAVAILABLE)
+//	70     tpurun itself failed (EX_SOFTWARE)
+//	124    --timeout expired (as timeout(1))
+//	126    PROGRAM was found but cannot be executed (as a shell)
+//	127    PROGRAM was not found (as a shell)
+const (
+	ExitOK            = 0
+	ExitReplicaError  = 1
+	ExitUsage         = 2
+	ExitResults       = 65
+	ExitRendezvous    = 69
+	ExitInternal      = 70
+	ExitTimeout       = 124
+	ExitNotExecutable = 126
+	ExitNotFound      = 127
+)
+
+// Sentinels callers branch on with errors.Is.
+var (
+	ErrTimeout       = errors.New("run timed out")
+	ErrConfig        = errors.New("invalid configuration")
+	ErrResults       = errors.New("result contract violated")
+	ErrReplicaError  = errors.New("a replica reported an error")
+	ErrRendezvous    = errors.New("rendezvous failed")
+	ErrInternal      = errors.New("internal launcher error")
+	ErrNotFound      = errors.New("program not found")
+	ErrNotExecutable = errors.New("program cannot be executed")
+)
+
+// ExitCode maps an error returned by Run (or by the parsing of a Spec) to tpurun's exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var (
+		we *WorkerError
+		ne *NodeError
+		se *SignalError
+	)
+	switch {
+	case errors.As(err, &we):
+		return we.Status()
+	case errors.As(err, &ne):
+		return ne.Code
+	case errors.As(err, &se):
+		return 128 + int(se.Signal)
+	case errors.Is(err, ErrNotFound):
+		return ExitNotFound
+	case errors.Is(err, ErrNotExecutable):
+		return ExitNotExecutable
+	case isConfig(err):
+		return ExitUsage
+	case errors.Is(err, ErrTimeout):
+		return ExitTimeout
+	case errors.Is(err, ErrResults):
+		return ExitResults
+	case errors.Is(err, ErrReplicaError):
+		return ExitReplicaError
+	case errors.Is(err, ErrRendezvous):
+		return ExitRendezvous
+	case errors.Is(err, context.Canceled):
+		return 128 + int(syscall.SIGTERM)
+	}
+	return ExitInternal
+}
+
+// isConfig reports whether err is a mistake in the invocation or the configuration, in any layer's terms.
+func isConfig(err error) bool {
+	for _, target := range []error{ErrConfig, rendezvous.ErrConfig, rendezvous.ErrNoToken, topology.ErrConfig,
+		topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy, topology.ErrChipBusy} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// WorkerError is the first worker that failed: the root cause of a failed run.
+type WorkerError struct {
+	Rank     int
+	PID      int
+	Attempt  int
+	ExitCode int            // -1 when killed by a signal
+	Signal   syscall.Signal // 0 when it exited
+	Wall     time.Duration
+}
+
+func (e *WorkerError) Error() string {
+	if e.Signal != 0 {
+		return fmt.Sprintf("rank %d (pid %d, attempt %d) was killed by %s after %s",
+			e.Rank, e.PID, e.Attempt, SignalName(e.Signal), e.Wall.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("rank %d (pid %d, attempt %d) exited with code %d after %s",
+		e.Rank, e.PID, e.Attempt, e.ExitCode, e.Wall.Round(time.Millisecond))
+}
+
+// Status is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
+func (e *WorkerError) Status() int {
+	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.Status()
+}
+
+// NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's
+// results wrong) and every node exits with Code.
+type NodeError struct {
+	Node    int
+	Code    int
+	Message string
+}
+
+func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.Node, e.Message) }
+
+// SignalError is a run stopped by a terminating signal before any worker failed (during the join, say).
+type SignalError struct {
+	Signal syscall.Signal
+	During string // what tpurun was doing, e.g. "the rendezvous join"
+}
+
+func (e *SignalError) Error() string {
+	return fmt.Sprintf("received %s during %s; stopped", SignalName(e.Signal), e.During)
+}
+
+// ConfigError names the setting that is wrong and what to do about it.
+type ConfigError struct {
+	Field string // the setting, e.g. "nprocs" or "MASTER_PORT"
+	Value string
+	Hint  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("%s=%q: %s", e.Field, e.Value, e.Hint)
+}
+
+// Unwrap makes errors.Is(err, ErrConfig) true.
+func (e *ConfigError) Unwrap() error { return ErrConfig }
+
+// ProgramError is a PROGRAM that cannot be started: not found (127) or not executable (126).
+type ProgramError struct {
+	Program string
+	Err     error // from exec.LookPath or the kernel
+}
+
+func (e *ProgramError) Error() string {
+	return fmt.Sprintf("PROGRAM %q cannot be run (%v); check the path, PATH, the executable bit and its #! interpreter", e.Program, e.Err)
+}
+
+// Unwrap exposes the cause and ErrNotFound or ErrNotExecutable.
+func (e *ProgramError) Unwrap() []error {
+	kind := ErrNotExecutable
+	if errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, syscall.ENOENT) {
+		kind = ErrNotFound
+	}
+	return []error{kind, e.Err}
+}
+
+// ResultError is a result sink's complaint about one worker's result channel.
+type ResultError struct {
+	Rank int
+	PID  int
+	Err  error
+}
+
+func (e *ResultError) Error() string {
+	return fmt.Sprintf("results of rank %d (pid %d): %v", e.Rank, e.PID, e.Err)
+}
+
+// Unwrap returns the sink's error.
+func (e *ResultError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrResults) true.
+func (e *ResultError) Is(target error) bool { return target == ErrResults }
+
+// SignalName is the conventional name of sig, e.g. "SIGKILL" (or "signal 42" for one without a name).
+func SignalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}

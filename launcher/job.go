@@ -1,0 +1,279 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/launcher/topology"
+	"tpurun/rendezvous"
+)
+
+// Run runs a job on one host or many: it detects this host once, checks everything that can be checked before a
+// process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the
+// local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
+// up to spec.MaxRestarts times. A single host is a world of one.
+//
+// The error is nil when every worker exited 0 (and the result contract held); otherwise a typed error that
+// ExitCode maps to tpurun's exit code: *ConfigError or a detection error (nothing started), *ProgramError,
+// *WorkerError (the first worker that failed, on this node), *NodeError (another node's verdict), ErrTimeout,
+// ErrResults, ErrReplicaError, ErrRendezvous, *SignalError, or the context's error. When Run returns, no process of
+// the job is left: every group got SIGKILL and the orphan sweep ran.
+func Run(ctx context.Context, spec Spec) (*Report, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.checkOutputs(); err != nil {
+		return nil, err
+	}
+	j := newJob(spec)
+	defer j.close()
+	if err := j.prepare(ctx); err != nil {
+		return nil, err
+	}
+	rz, err := openRendezvous(ctx, spec.Rendezvous, spec.RunID, j.host, spec.Env, j)
+	if err != nil {
+		return nil, rendezvousErr("prepare", err)
+	}
+	defer func() { _ = rz.Close() }()
+	rep := &Report{RunID: spec.RunID}
+	for g := 0; ; g++ {
+		again, err := j.generation(ctx, rz, g, rep)
+		if !again {
+			return rep, err
+		}
+	}
+}
+
+// job is the state of one Run shared by its generations.
+type job struct {
+	spec           Spec
+	log            *zap.Logger
+	obs            observers
+	stdout, stderr *lockedWriter // the same one when Stdout and Stderr are one writer
+	sampler        *sampler
+	stopSampler    func()
+	scratch        string // holds the error files when there is no log dir
+	pyDir          string // the function runner's Python module, removed at the end
+
+	host         *topology.Host // detected once; nil with Spec.Plan
+	request      topology.Request
+	plan         *topology.Plan // this host as detected: the plan of a world of one
+	nodeRank     int            // this host's node in plan
+	localWorkers int
+	accelerator  string
+	instance     string
+	ports        map[string]int // node 0's choice of ports is everyone's (master, coordinator, megascale)
+
+	timeout    <-chan time.Time // the job's timeout; nil when none, or once it fired
+	expired    bool             // the timeout fired, whatever the job was doing
+	stopSignal syscall.Signal   // a terminating signal that arrived; the job is not restarted after one
+}
+
+func newJob(spec Spec) *job {
+	j := &job{spec: spec, log: spec.Logger.With(zap.String("run_id", spec.RunID)), obs: observers(spec.Observers),
+		stdout: &lockedWriter{w: spec.Stdout}, instance: rendezvous.NewInstance()}
+	j.stderr = j.stdout // one lock when both are one writer (--json): lines of the two streams never interleave
+	if !sameWriter(spec.Stdout, spec.Stderr) {
+		j.stderr = &lockedWriter{w: spec.Stderr}
+	}
+	j.sampler = newSampler(spec.SampleInterval, func(s []Sample) { j.obs.emit(Event{Kind: Sampled, Samples: s}) })
+	sctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { j.sampler.run(sctx) })
+	j.stopSampler = func() { stop(); wg.Wait() }
+	if spec.Timeout > 0 {
+		j.timeout = time.After(spec.Timeout)
+	}
+	return j
+}
+
+func (j *job) close() {
+	j.stopSampler()
+	if j.scratch != "" {
+		_ = os.RemoveAll(j.scratch)
+	}
+	if j.pyDir != "" {
+		_ = os.RemoveAll(j.pyDir)
+	}
+}
+
+// prepare is everything before the first join: detect once, plan this host, check the chips are free and the
+// ports can be bound, set up function mode, pick the ports this node offers, and the error files' directory.
+func (j *job) prepare(ctx context.Context) error {
+	s := &j.spec
+	if s.Plan != nil {
+		j.plan, j.nodeRank = s.Plan, s.NodeRank
+		j.localWorkers, j.accelerator = len(s.Plan.Local(s.NodeRank)), string(s.Plan.Device)
+	} else if err := j.detect(ctx); err != nil {
+		return err
+	}
+	if s.Fn != nil {
+		if err := j.setupFn(); err != nil {
+			return err
+		}
+	}
+	if s.Rendezvous.Solo() {
+		if s.MasterPort == 0 {
+			p, err := FreePort(s.MasterAddr)
+			if err != nil {
+				return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", ErrInternal, err)
+			}
+			s.MasterPort = p
+		} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.ProcRoot); err != nil {
+			return err
+		}
+	} else {
+		ports, err := rendezvous.PickPorts()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInternal, err)
+		}
+		if s.MasterPort != 0 { // node 0's choice, shared with every node
+			ports[rendezvous.PortMaster] = s.MasterPort
+		}
+		j.ports = ports
+	}
+	if s.LogDir != "" {
+		j.log.Info("worker logs", zap.String("dir", filepath.Join(s.LogDir, s.RunID)))
+	} else {
+		d, err := os.MkdirTemp("", "tpurun-"+s.RunID+"-")
+		if err != nil {
+			return fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or a log directory", ErrInternal, err)
+		}
+		j.scratch = d
+	}
+	return nil
+}
+
+// detect finds this host's devices exactly once, plans it as a world of one, and checks the chips and ports.
+func (j *job) detect(ctx context.Context) error {
+	s := &j.spec
+	opts := s.Detect
+	if opts.Logger == nil {
+		opts.Logger = j.log
+	}
+	if opts.LookupEnv == nil {
+		env := s.Env
+		opts.LookupEnv = func(k string) (string, bool) {
+			for i := len(env) - 1; i >= 0; i-- {
+				if kk, v, ok := cutEnv(env[i]); ok && kk == k {
+					return v, true
+				}
+			}
+			return "", false
+		}
+	}
+	h, err := topology.Detect(ctx, opts)
+	if err != nil {
+		return err
+	}
+	j.host = h
+	j.request = s.Request
+	if h.Device.V == topology.CPU && s.PerCPU {
+		j.request.NProcs = runtime.NumCPU()
+	}
+	j.accelerator = string(h.Device.V)
+	if h.Device.V == topology.TPU && h.Accelerator.IsSet() {
+		j.accelerator = h.Accelerator.V.Type
+	}
+	r := s.Rendezvous
+	if r.Solo() {
+		if j.plan, err = topology.NewPlan(h, j.request); err != nil {
+			return err
+		}
+		j.nodeRank = topology.SoloNodeRank(h)
+		if err := j.plan.CheckPorts(j.nodeRank, h.ProcRoot, nil); err != nil {
+			return err
+		}
+		j.localWorkers = len(j.plan.Local(j.nodeRank))
+	} else if j.localWorkers, err = topology.LocalWorkers(h, j.request, r.NNodes, r.NumSlices); err != nil {
+		return err
+	}
+	switch err := h.CheckFree(); {
+	case err == nil:
+	case !errors.Is(err, topology.ErrChipBusy):
+		j.log.Warn("could not check whether another process holds a chip", zap.Error(err))
+	case s.Force:
+		j.log.Warn("starting although another process holds a chip (forced)", zap.Error(err))
+	default:
+		return err
+	}
+	j.log.Debug("plan", zap.String("device", string(h.Device.V)), zap.Stringer("device_source", h.Device.Source),
+		zap.Int("local_workers", j.localWorkers))
+	return nil
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], i > 0
+		}
+	}
+	return "", "", false
+}
+
+// timedOut reports whether the job's timeout has expired, also between attempts.
+func (j *job) timedOut() bool {
+	if !j.expired && j.timeout != nil {
+		select {
+		case <-j.timeout:
+			j.timeout, j.expired = nil, true
+		default:
+		}
+	}
+	return j.expired
+}
+
+// stopRequested reports whether a terminating signal arrived (while the last attempt was stopping for another
+// reason, or since); a forwarding-only signal (SIGUSR1/2) that arrives between attempts is dropped, there being
+// no worker to forward it to.
+func (j *job) stopRequested() bool {
+	if j.stopSignal != 0 {
+		return true
+	}
+	for {
+		select {
+		case sig := <-j.spec.Signals:
+			if s, ok := sig.(syscall.Signal); ok && terminating(s) {
+				j.stopSignal = s
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// terminating reports whether s asks tpurun to stop (rather than only to be forwarded).
+func terminating(s syscall.Signal) bool {
+	switch s {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+		return true
+	}
+	return false
+}
+
+// rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are
+// (exit 2).
+func rendezvousErr(step string, err error) error {
+	if isConfig(err) {
+		return err
+	}
+	var se *SignalError
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)
+}

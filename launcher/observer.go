@@ -1,0 +1,50 @@
+package launcher
+
+import "time"
+
+// Observer learns of a job's progress: the status endpoint, function-mode bookkeeping, metrics. Observe is called
+// from the supervisor and the result readers and must not block.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// EventKind says what happened.
+type EventKind int
+
+// The events a job reports.
+const (
+	// AttemptStarted: attempt (generation) Attempt begins, before its workers start; 0 first, n > 0 after a restart.
+	AttemptStarted EventKind = iota + 1
+	// WorkerFailed: Failure is the first failed worker of the attempt, reported before the others are stopped.
+	WorkerFailed
+	// Sampled: Samples are the live workers' last RSS/CPU samples.
+	Sampled
+	// ResultReceived: one result was accepted from a worker.
+	ResultReceived
+	// RendezvousDone: the join of a generation took Rendezvous.
+	RendezvousDone
+)
+
+// Event is one thing that happened in a job; the fields that its Kind names are set.
+type Event struct {
+	Kind       EventKind
+	Attempt    int
+	Failure    *WorkerError
+	Samples    []Sample
+	Rendezvous time.Duration
+}
+
+// observers fans an event out to every observer of a Spec.
+type observers []Observer
+
+func (os observers) emit(e Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}

@@ -1,0 +1,161 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"tpurun/launcher/topology"
+	"tpurun/rendezvous"
+)
+
+// RendezvousSpec says how this launcher meets the other nodes of a multi-host job. The zero value (no backend) is
+// a world of one: this host alone, as detected.
+type RendezvousSpec struct {
+	Backend   string        // static, tcp (alias c10d) or etcd; "" is a world of one
+	Endpoint  string        // tcp/static: node 0's host:port; etcd: host:2379[,host:2379...]
+	RunID     string        // shared by every node; default Spec.RunID
+	NNodes    int           // number of nodes; 0: from the host list (static)
+	NodeRank  int           // this node's rank, -1 for any
+	Conf      string        // key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger
+	Timeout   time.Duration // bound on the join; 0: the backend's default
+	Token     string        // shared secret every message carries; required off loopback
+	NodeName  string        // this node's identity; default the hostname
+	NodeAddr  string        // the address other nodes reach this node at; default the local address toward the endpoint
+	NumSlices int           // multi-slice: number of slices (0 or 1: one slice)
+	SliceID   int           // multi-slice: this node's slice
+}
+
+// MaxNodes is the largest world a rendezvous agrees on.
+const MaxNodes = rendezvous.MaxNodes
+
+// Solo reports whether r describes a world of one (no rendezvous).
+func (r RendezvousSpec) Solo() bool { return r.Backend == "" }
+
+func (r RendezvousSpec) validate() error {
+	if r.Solo() {
+		return nil
+	}
+	if r.NumSlices < 0 || r.SliceID < 0 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
+		return &ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
+	}
+	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
+		return &ConfigError{Field: "node rank", Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
+	}
+	if r.RunID != "" {
+		return ValidateName("rendezvous run id", r.RunID)
+	}
+	return nil
+}
+
+// rendezvousBackend is what a job needs of a multi-host rendezvous; *rendezvous.Rendezvous and the world of one
+// (solo) satisfy it.
+type rendezvousBackend interface {
+	Join(ctx context.Context, m rendezvous.Member) (session, error)
+	Endpoint() string
+	Close() error
+}
+
+// session is one generation's membership: the agreed world, a barrier, an exchange, failures both ways.
+type session interface {
+	Assignment() *rendezvous.Assignment
+	Barrier(ctx context.Context, name string) error
+	Publish(ctx context.Context, key string, data []byte) error
+	Gather(ctx context.Context, key string) (map[int][]byte, error)
+	Fail(ctx context.Context, f rendezvous.Failure) error
+	Failures() <-chan rendezvous.Failure
+	Leave(ctx context.Context) error
+	Close() error
+}
+
+// multiHost adapts *rendezvous.Rendezvous to rendezvousBackend.
+type multiHost struct{ *rendezvous.Rendezvous }
+
+func (m multiHost) Join(ctx context.Context, mem rendezvous.Member) (session, error) {
+	s, err := m.Rendezvous.Join(ctx, mem)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// openRendezvous prepares the backend of r: the world of one, or the real one configured from r, the hosts
+// detection found (static) and the job's environment (read once, passed down).
+func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topology.Host, env []string, j *job) (rendezvousBackend, error) {
+	if r.Solo() {
+		return &solo{}, nil
+	}
+	conf, err := rendezvous.ParseConf(r.Conf)
+	if err != nil {
+		return nil, err
+	}
+	c := rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes,
+		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, Logger: j.log,
+		Getenv: func(k string) string { return lookupEnv(env, k) }}
+	if c.RunID == "" {
+		c.RunID = runID
+	}
+	if h != nil && h.Hostnames.IsSet() && r.Backend == rendezvous.BackendStatic {
+		c.Hosts = h.Hostnames.V // detection read the host list once; the static world is that list
+		if c.NodeRank < 0 {
+			c.NodeRank = h.WorkerID.V
+		}
+	}
+	rz, err := rendezvous.New(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return multiHost{rz}, nil
+}
+
+// member is what this node brings to the join of generation g.
+func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
+	r := j.spec.Rendezvous
+	m := rendezvous.Member{Instance: j.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: j.localWorkers,
+		Accelerator: j.accelerator, RunID: j.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
+		Rank: r.NodeRank, Generation: g, Ports: j.ports}
+	if r.Backend != rendezvous.BackendStatic {
+		if m.Host == "" {
+			var err error
+			if m.Host, err = os.Hostname(); err != nil {
+				return m, fmt.Errorf("%w: hostname: %w; give the node a name", ErrInternal, err)
+			}
+		}
+		if m.Addr == "" {
+			m.Addr = localAddr(rz.Endpoint())
+		}
+	}
+	return m, nil
+}
+
+// localAddr is the address of this host that reaches endpoint: loopback for a loopback (or empty) endpoint.
+func localAddr(endpoint string) string {
+	first := strings.Split(endpoint, ",")[0]
+	h, _, err := net.SplitHostPort(first)
+	if err != nil || h == "" {
+		return "127.0.0.1"
+	}
+	if ip := net.ParseIP(h); (ip != nil && ip.IsLoopback()) || h == "localhost" {
+		return "127.0.0.1"
+	}
+	c, err := net.Dial("udp", first) // no packet is sent: this only asks the kernel for the route
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// lookupEnv is the value of key in env (last one wins, as for exec).
+func lookupEnv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}

@@ -1,0 +1,286 @@
+package launcher
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/launcher/proc"
+	"tpurun/launcher/topology"
+	"tpurun/worker"
+)
+
+// Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
+// subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
+type Spec struct {
+	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
+	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
+	Env     []string // inherited environment; nil means os.Environ()
+	Dir     string   // working directory of the workers; "" is the launcher's
+
+	// Detect says how to find this host's devices; Request how to split them. Detection runs once per Run.
+	Detect  topology.Options
+	Request topology.Request
+	// PerCPU: one worker per CPU core when detection finds no accelerator (torchrun's --nproc-per-node cpu/auto).
+	PerCPU bool
+	// Force starts even when another process holds a chip.
+	Force bool
+	// Plan, when set, replaces detection and planning: a ready single-host plan (tests, programs that build their
+	// own); NodeRank says which of its nodes this launcher runs.
+	Plan     *topology.Plan
+	NodeRank int
+
+	// Rendezvous joins this launcher with the other nodes of a multi-host job; the zero value is a world of one.
+	Rendezvous RendezvousSpec
+
+	Grace        time.Duration // SIGTERM to SIGKILL; default 10s
+	Timeout      time.Duration // stop the whole job after this long (ErrTimeout); 0 means none
+	MaxRestarts  int           // restart the whole world up to this many times after a failure
+	DrainTimeout time.Duration // how long output and result pipes are drained after the workers are gone; default 2s
+
+	RunID      string // default: random (multi-host: the rendezvous run id)
+	MasterAddr string // default 127.0.0.1 (multi-host: node 0's address)
+	MasterPort int    // default: a free port picked at launch
+	Role       string // ROLE_NAME; default "default"
+
+	LogDir           string  // per-rank files DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log
+	Redirects        StdSpec // streams that go only to the log files
+	Tee              StdSpec // streams that go to the console and the log files
+	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
+	LogPrefix        string  // per-line prefix template; default "[{rank}] "
+	Stdout, Stderr   io.Writer
+
+	Results ResultsSpec
+
+	Logger         *zap.Logger
+	Signals        <-chan os.Signal // signals to forward (the caller does signal.Notify); nil: none
+	SampleInterval time.Duration    // live RSS/CPU sampling; default 1s, negative disables
+	ProcRoot       string           // default /proc, for the orphan sweep
+	// Reaper, when set (PID 1 or a subreaper), is the one wait4(-1) loop that delivers the workers' exits; the
+	// launcher then never calls exec.Cmd.Wait, which would race it.
+	Reaper *proc.Reaper
+	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it:
+	// launchers sharing a run id on one machine must not sweep each other's workers. Default: random.
+	SweepTag string
+	// Observers learn of attempts, failures, samples, results and rendezvous times (the status endpoint, say).
+	Observers []Observer
+}
+
+// ResultsSpec is the result contract of a job: whether every replica must report, the largest frame, and where
+// the results document goes.
+type ResultsSpec struct {
+	Required      bool   // every replica must report a result (implied by function mode)
+	MaxFrameBytes int64  // largest accepted payload; default results.DefaultMaxFrameBytes
+	File          string // write the document here atomically (node 0), also when the job fails; checked first
+}
+
+// FnSpec is function mode: fn(index, *args) in every worker, its return value collected (xmp.spawn's contract).
+type FnSpec struct {
+	Target   string   // package.module:function or path/to/file.py:function
+	ArgsJSON string   // JSON list of the first arguments after index; "" is []
+	Args     []string // further arguments, passed as strings
+	Python   string   // interpreter; default $PYTHON_EXEC, else python3
+}
+
+// Reaper is the one wait4(-1) loop of a process that is PID 1 or a child subreaper (see StartReaper).
+type Reaper = proc.Reaper
+
+// StartReaper makes this process the reaper of its orphaned descendants: PID 1 always reaps; otherwise it becomes
+// the child subreaper. Run with the returned Reaper in Spec.Reaper; Close it once the job is over.
+func StartReaper(log *zap.Logger) (*Reaper, error) {
+	if os.Getpid() != 1 {
+		if err := proc.SetSubreaper(); err != nil {
+			return nil, err
+		}
+	}
+	return proc.NewReaper(log), nil
+}
+
+// Validate checks the settings that need no detection; every error is a *ConfigError or a *ProgramError.
+func (s *Spec) Validate() error {
+	if s.Fn == nil && (len(s.Program) == 0 || s.Program[0] == "") {
+		return &ConfigError{Field: "PROGRAM", Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
+	}
+	if s.Fn == nil {
+		if _, err := exec.LookPath(s.Program[0]); err != nil {
+			return &ProgramError{Program: s.Program[0], Err: err}
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"grace period", s.Grace}, {"timeout", s.Timeout}} {
+		if d.v < 0 {
+			return &ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
+		}
+	}
+	if s.MaxRestarts < 0 {
+		return &ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
+	}
+	if s.MasterPort < 0 || s.MasterPort > 65535 {
+		return &ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
+	}
+	if s.RunID != "" {
+		if err := ValidateName("run id", s.RunID); err != nil {
+			return err
+		}
+	}
+	if s.Role != "" {
+		if err := ValidateName("role", s.Role); err != nil {
+			return err
+		}
+	}
+	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
+		return &ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
+			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
+	}
+	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
+		return &ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
+			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
+	}
+	return s.Rendezvous.validate()
+}
+
+// ValidateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
+// separator, no "..", no control character, and at most 128 bytes.
+func ValidateName(what, v string) error {
+	bad := ""
+	switch {
+	case len(v) > 128:
+		bad = fmt.Sprintf("is %d bytes long; the limit is 128", len(v))
+	case v == "." || v == ".." || strings.Contains(v, ".."):
+		bad = "contains '..'"
+	case strings.ContainsAny(v, "/\\="):
+		bad = "contains '/', '\\' or '='"
+	}
+	for _, r := range v {
+		if bad == "" && (r < 0x20 || r == 0x7f) {
+			bad = "contains a control character"
+		}
+	}
+	if bad == "" {
+		return nil
+	}
+	return &ConfigError{Field: what, Value: v, Hint: bad + "; use letters, digits, '.', '-' and '_'"}
+}
+
+// withDefaults returns s with the defaults filled in.
+func (s Spec) withDefaults() (Spec, error) {
+	if s.Env == nil {
+		s.Env = os.Environ()
+	}
+	if s.Grace == 0 {
+		s.Grace = 10 * time.Second
+	}
+	if s.DrainTimeout <= 0 {
+		s.DrainTimeout = 2 * time.Second
+	}
+	if s.MasterAddr == "" {
+		s.MasterAddr = "127.0.0.1"
+	}
+	if s.Role == "" {
+		s.Role = "default"
+	}
+	if s.LogPrefix == "" {
+		s.LogPrefix = "[{rank}] "
+	}
+	if s.Stdout == nil {
+		s.Stdout = os.Stdout
+	}
+	if s.Stderr == nil {
+		s.Stderr = os.Stderr
+	}
+	if s.Logger == nil {
+		s.Logger = zap.NewNop()
+	}
+	if s.SampleInterval == 0 {
+		s.SampleInterval = time.Second
+	}
+	if s.ProcRoot == "" {
+		s.ProcRoot = "/proc"
+	}
+	if s.Results.MaxFrameBytes == 0 {
+		s.Results.MaxFrameBytes = worker.DefaultMaxPayload
+	}
+	if s.Fn != nil {
+		s.Results.Required = true
+	}
+	if s.RunID == "" {
+		s.RunID = s.Rendezvous.RunID
+	}
+	if s.RunID == "" {
+		id, err := randomHex(6)
+		if err != nil {
+			return s, err
+		}
+		s.RunID = id
+	}
+	if s.SweepTag == "" {
+		tag, err := randomHex(8)
+		if err != nil {
+			return s, err
+		}
+		s.SweepTag = s.RunID + "-" + tag
+	}
+	if (s.Redirects.Any() || s.Tee.Any()) && s.LogDir == "" {
+		// A private directory (0700) of this run: a fixed shared one would be another user's, or world-listable.
+		d, err := os.MkdirTemp("", "tpurun-logs-")
+		if err != nil {
+			return s, fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", ErrInternal, err)
+		}
+		s.LogDir = d
+	}
+	return s, nil
+}
+
+func randomHex(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("%w: random id: %w", ErrInternal, err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// checkOutputs refuses, before anything starts, a results file or log directory that cannot be written.
+func (s *Spec) checkOutputs() error {
+	if f := s.Results.File; f != "" {
+		dir := f[:strings.LastIndexByte("/"+f, '/')]
+		if dir == "" {
+			dir = "."
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return &ConfigError{Field: "results file", Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
+		}
+		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
+			return &ConfigError{Field: "results file", Value: f, Hint: "exists and is not a regular file"}
+		}
+	}
+	if d := s.LogDir; d != "" {
+		if st, err := os.Stat(d); err == nil && !st.IsDir() {
+			return &ConfigError{Field: "log directory", Value: d, Hint: "exists and is not a directory"}
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return &ConfigError{Field: "log directory", Value: d, Hint: err.Error()}
+		}
+	}
+	return nil
+}
+
+// FreePort asks the kernel for a TCP port that is free on addr right now.
+func FreePort(addr string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port on %s: %w", addr, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
