@@ -23,4 +23,3 @@ func FuzzVerdict(f *testing.F) {
 		}
 	})
 }
-

@@ -288,7 +288,6 @@ func TestWorkerEnvironment(t *testing.T) {
 	assertAllGone(t, dir, 2, 5*time.Second)
 }
 
-
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
 	dir := fakeDir(t)

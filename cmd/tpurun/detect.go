@@ -29,4 +29,3 @@ func (d *deviceFlags) detectPlan(ctx context.Context, log *zap.Logger) (*topolog
 	}
 	return h, plan, nil
 }
-
