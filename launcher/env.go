@@ -106,3 +106,35 @@ func ExpandArgs(args []string, localRank int) []string {
 	}
 	return out
 }
+
+// What PlanEnv shows for the values a run decides at launch.
+const (
+	PlaceholderRunID = "(random at launch)"
+	PlaceholderPort  = "(free port at launch)"
+	PlaceholderFile  = "(per-rank file at launch)"
+)
+
+// PlanEnv returns a copy of plan whose workers' env is everything the launcher gives them: the plan's env plus
+// WorkerEnv's torchrun and tpurun variables (nothing inherited). Run-time values that a run decides at launch
+// (run id, master port, error file) are placeholders unless given in rt.
+func PlanEnv(plan *topology.Plan, rt Runtime) *topology.Plan {
+	if rt.RunID == "" {
+		rt.RunID = PlaceholderRunID
+	}
+	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
+	for _, w := range plan.Workers {
+		env := map[string]string{}
+		for _, kv := range WorkerEnv([]string{}, plan, w, rt) {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		if rt.MasterPort == 0 {
+			env["MASTER_PORT"] = PlaceholderPort
+		}
+		env["TORCHELASTIC_ERROR_FILE"] = PlaceholderFile // the launcher makes one per rank and attempt
+		w.Replicas = append([]int(nil), w.Replicas...)
+		w.Env = env
+		out.Workers = append(out.Workers, w)
+	}
+	return out
+}

@@ -40,6 +40,18 @@ const (
 	ExitNotFound      = 127
 )
 
+// ExitCodesHelp is the exit-code table as `tpurun --help` and the README show it.
+const ExitCodesHelp = `  0      every worker exited 0 (and every expected result arrived)
+  1-125  the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)
+  128+N  the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N
+  2      usage or configuration error, detected before anything started
+  65     result contract violated (--fn, --expect-results, --results, --json)
+  69     the multi-host rendezvous failed at run time
+  70     internal error of tpurun
+  124    --timeout expired
+  126    PROGRAM cannot be executed
+  127    PROGRAM not found`
+
 // Sentinels callers branch on with errors.Is.
 var (
 	ErrTimeout       = errors.New("run timed out")

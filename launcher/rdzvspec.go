@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,26 @@ type RendezvousSpec struct {
 
 // MaxNodes is the largest world a rendezvous agrees on.
 const MaxNodes = rendezvous.MaxNodes
+
+// ParseNNodes parses a node count: N, or torchrun's MIN:MAX with MIN == MAX (an elastic range is refused).
+func ParseNNodes(v string) (int, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 1, nil
+	}
+	lo, hi, ranged := strings.Cut(v, ":")
+	n, err := strconv.Atoi(lo)
+	if err == nil && ranged {
+		var m int
+		if m, err = strconv.Atoi(hi); err == nil && m != n {
+			return 0, &ConfigError{Field: "nnodes", Value: v, Hint: "elastic ranges are not supported; give MIN == MAX or one number"}
+		}
+	}
+	if err != nil || n < 1 || n > MaxNodes {
+		return 0, &ConfigError{Field: "nnodes", Value: v, Hint: fmt.Sprintf("need a whole number 1..%d", MaxNodes)}
+	}
+	return n, nil
+}
 
 // Solo reports whether r describes a world of one (no rendezvous).
 func (r RendezvousSpec) Solo() bool { return r.Backend == "" }

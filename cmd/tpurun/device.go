@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"cmp"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"tpurun/launcher"
 	"tpurun/launcher/topology"
 )
 
@@ -65,33 +66,8 @@ type nprocsFlag struct {
 	name string
 }
 
-// parseNprocs parses a --nprocs / --nproc-per-node value: a whole number from 1, or (only for --nproc-per-node,
-// as torchrun) auto, cpu, gpu or tpu.
-func parseNprocs(flag, s string) (n int, device string, err error) {
-	v := strings.ToLower(strings.TrimSpace(s))
-	switch v {
-	case "auto", "cpu", "gpu", "tpu":
-		if flag == "nprocs" {
-			return 0, "", fmt.Errorf("--nprocs takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", s, v)
-		}
-		return 0, v, nil
-	}
-	n, err = strconv.Atoi(v)
-	if err != nil || n < 1 || v != strconv.Itoa(n) {
-		choices := "a whole number from 1"
-		if flag != "nprocs" {
-			choices += ", auto, cpu, gpu or tpu"
-		}
-		return 0, "", fmt.Errorf("need %s, or leave --%s unset for one process per device", choices, flag)
-	}
-	if n > 65536 {
-		return 0, "", fmt.Errorf("%d processes is more than tpurun starts on one host (65536)", n)
-	}
-	return n, "", nil
-}
-
 func (f *nprocsFlag) Set(s string) error {
-	n, dev, err := parseNprocs(f.name, s)
+	n, dev, err := launcher.ParseNProcs(f.name, s)
 	if err != nil {
 		return err
 	}
@@ -143,23 +119,13 @@ func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
 		MetadataBudget:  d.metadataTimeout,
 		Logger:          log,
 	}
-	// Device nodes are matched against /proc/*/fd links, which are absolute: make every root absolute.
-	for _, r := range []struct {
-		flag, env string
-		dst       *string
-	}{{d.sysfsRoot, "TPURUN_SYSFS_ROOT", &opts.SysfsRoot}, {d.devRoot, "TPURUN_DEV_ROOT", &opts.DevRoot}, {d.procRoot, "TPURUN_PROC_ROOT", &opts.ProcRoot}} {
-		p := r.flag
-		if p == "" {
-			p = os.Getenv(r.env)
+	// Device nodes are matched against /proc/*/fd links, which are absolute: every root is made absolute (an
+	// unset one is read by detection from TPURUN_<NAME>_ROOT).
+	roots := []*string{&opts.SysfsRoot, &opts.DevRoot, &opts.ProcRoot}
+	for i, r := range []struct{ flag, env string }{{d.sysfsRoot, "TPURUN_SYSFS_ROOT"}, {d.devRoot, "TPURUN_DEV_ROOT"}, {d.procRoot, "TPURUN_PROC_ROOT"}} {
+		if p := cmp.Or(r.flag, os.Getenv(r.env)); p != "" {
+			*roots[i], _ = filepath.Abs(p)
 		}
-		if p == "" {
-			continue
-		}
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return topology.Options{}, fmt.Errorf("root directory %q (from --%s or %s): %w", p, strings.ToLower(strings.TrimPrefix(r.env, "TPURUN_")), r.env, err)
-		}
-		*r.dst = abs
 	}
 	return opts, nil
 }

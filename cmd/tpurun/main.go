@@ -41,7 +41,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// One lock for everything written to stderr: tpurun's own logs and the workers' lines (the launcher's
 	// per-stream lock writes through this one), so a log entry never lands inside a worker's line.
 	stderr = zapcore.Lock(zapcore.AddSync(stderr))
-	log, err := newLogger(o.logFormat, o.verbose, stderr)
+	log, err := launcher.NewLogger(o.logFormat, o.verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return launcher.ExitUsage
@@ -67,12 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
 		} else {
 			spec.Reaper = rp
-			defer func() {
-				rp.Close()
-				if n := rp.Orphans(); n > 0 {
-					log.Info("reaped orphaned processes", zap.Int("count", n))
-				}
-			}()
+			defer rp.Close() // after a last round; it logs how many orphans it reaped
 		}
 	}
 	if o.statusAddr != "" { // --status-addr: /healthz and /metrics
@@ -135,7 +130,7 @@ var flagOf = map[string]string{
 	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "run id": "--run-id", "role": "--role",
 	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
 	"status address": "--status-addr", "node rank": "--node-rank", "slice id": "--slice-id",
-	"rendezvous run id": "--rdzv-id",
+	"rendezvous run id": "--rdzv-id", "nnodes": "--nnodes",
 }
 
 type options struct {
@@ -238,38 +233,8 @@ ${local_rank} in ARGS is replaced per worker. Flags accept '_' for '-' (--nproc_
 Flags:
 %s
 Exit codes:
-  0      every worker exited 0
-  1-125  the exit code of the first worker that failed
-  128+N  the first worker that failed was killed by signal N (143 = SIGTERM, 137 = SIGKILL)
-  2      usage or configuration error; nothing was started
-  65     result contract violated (--fn, --expect-results, --results, --json); 1 if a replica reported an error
-  69     rendezvous failed
-  70     internal error of tpurun
-  124    --timeout expired
-
+%s
 Example:
   tpurun --nprocs 4 -- python3 train.py --lr 3e-4
-`, fs.FlagUsages())
-}
-
-func newLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	switch format {
-	case "json":
-		enc = zapcore.NewJSONEncoder(ec)
-	case "console":
-		ec.EncodeLevel = zapcore.CapitalLevelEncoder
-		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
-		ec.EncodeCaller = nil
-		enc = zapcore.NewConsoleEncoder(ec)
-	default:
-		return nil, fmt.Errorf("--log-format=%q: use console or json", format)
-	}
-	level := zapcore.InfoLevel
-	if verbose {
-		level = zapcore.DebugLevel
-	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)).Named("tpurun"), nil
+`, fs.FlagUsages(), launcher.ExitCodesHelp)
 }

@@ -5,20 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
+	"runtime"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
 	"tpurun/launcher/topology"
-)
-
-// Placeholders in `tpurun plan` for run-time values that are only decided when a run starts.
-const (
-	placeholderRunID = "(random at launch)"
-	placeholderPort  = "(free port at launch)"
-	placeholderFile  = "(per-rank file at launch)"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -77,7 +70,7 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
 		return nil, launcher.ExitUsage, true
 	}
-	log, err := newLogger("console", s.verbose, stderr)
+	log, err := launcher.NewLogger("console", s.verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
 		return nil, launcher.ExitUsage, true
@@ -109,7 +102,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return launcher.ExitCode(err)
 	}
-	full := withLauncherEnv(plan, rt)
+	full := launcher.PlanEnv(plan, rt)
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
@@ -129,27 +122,23 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	return launcher.ExitOK
 }
 
-// withLauncherEnv returns a copy of plan whose workers' env is everything the launcher gives them: the plan's
-// env plus launcher.WorkerEnv's torchrun and tpurun variables (nothing inherited). Run-time values that a run
-// decides at launch (run id, master port) are placeholders unless given.
-func withLauncherEnv(plan *topology.Plan, rt launcher.Runtime) *topology.Plan {
-	if rt.RunID == "" {
-		rt.RunID = placeholderRunID
+// detectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds its plan.
+func (d *deviceFlags) detectPlan(ctx context.Context, log *zap.Logger) (*topology.Host, *topology.Plan, error) {
+	opts, err := d.options(log)
+	if err != nil {
+		return nil, nil, err
 	}
-	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
-	for _, w := range plan.Workers {
-		env := map[string]string{}
-		for _, kv := range launcher.WorkerEnv([]string{}, plan, w, rt) {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-		if rt.MasterPort == 0 {
-			env["MASTER_PORT"] = placeholderPort
-		}
-		env["TORCHELASTIC_ERROR_FILE"] = placeholderFile // the launcher makes one per rank and attempt
-		w.Replicas = append([]int(nil), w.Replicas...)
-		w.Env = env
-		out.Workers = append(out.Workers, w)
+	h, err := topology.Detect(ctx, opts)
+	if err != nil {
+		return nil, nil, err
 	}
-	return out
+	req, perCPU := d.request()
+	if perCPU && h.Device.V == topology.CPU {
+		req.NProcs = runtime.NumCPU()
+	}
+	plan, err := topology.NewPlan(h, req)
+	if err != nil {
+		return h, nil, err
+	}
+	return h, plan, nil
 }

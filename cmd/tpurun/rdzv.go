@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -57,33 +56,8 @@ func (r *rdzvFlags) changed(name string) bool {
 	return f != nil && f.Changed
 }
 
-// maxNodes is the largest world a rendezvous agrees on.
-const maxNodes = launcher.MaxNodes
-
-// nnodes parses --nnodes: N, or torchrun's MIN:MAX with MIN == MAX (elastic ranges are not supported).
-func (r *rdzvFlags) nnodes() (int, error) {
-	return parseNNodes(r.get("nnodes"))
-}
-
-// parseNNodes parses a --nnodes value: N, or N:N.
-func parseNNodes(v string) (int, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 1, nil
-	}
-	lo, hi, ranged := strings.Cut(v, ":")
-	n, err := strconv.Atoi(lo)
-	if err == nil && ranged {
-		var m int
-		if m, err = strconv.Atoi(hi); err == nil && m != n {
-			return 0, &launcher.ConfigError{Field: "--nnodes", Value: v, Hint: "elastic ranges are not supported; give MIN == MAX or one number"}
-		}
-	}
-	if err != nil || n < 1 || n > maxNodes {
-		return 0, &launcher.ConfigError{Field: "--nnodes", Value: v, Hint: fmt.Sprintf("need a whole number 1..%d", maxNodes)}
-	}
-	return n, nil
-}
+// nnodes parses --nnodes: N, or torchrun's MIN:MAX with MIN == MAX.
+func (r *rdzvFlags) nnodes() (int, error) { return launcher.ParseNNodes(r.get("nnodes")) }
 
 // enabled reports whether this run is multi-host: a rendezvous backend or more than one node was asked for.
 func (r *rdzvFlags) enabled() bool {

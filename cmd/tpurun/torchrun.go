@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -93,65 +92,18 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 		}
 		cfg.Grace = time.Duration(t.shutdown)
 	}
-	sigs, err := parseSignals(t.signals)
+	sigs, err := launcher.ParseSignals(t.signals)
 	if err != nil {
-		return err
+		return &launcher.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
 	t.handled = sigs
 	if len(args) > 0 {
-		cfg.Program = pythonProgram(args, t.module, t.noPython, t.runPath, getenv)
+		cfg.Program = launcher.PythonCommand(args, t.module, t.noPython, t.runPath, getenv("PYTHON_EXEC"))
 	}
 	if t.noPython && (t.module || t.runPath) {
 		return &launcher.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module or --run-path"}
 	}
 	return nil
-}
-
-// pythonProgram is the command line torchrun would run for args: PROGRAM.py and --run-path run under
-// $PYTHON_EXEC -u (default python3), -m as a module, --no-python and everything else as is.
-func pythonProgram(args []string, module, noPython, runPath bool, getenv func(string) string) []string {
-	if noPython {
-		return args
-	}
-	py := getenv("PYTHON_EXEC")
-	if py == "" {
-		py = "python3"
-	}
-	switch {
-	case module:
-		return append([]string{py, "-u", "-m"}, args...)
-	case runPath || strings.HasSuffix(args[0], ".py"):
-		return append([]string{py, "-u"}, args...)
-	}
-	return args
-}
-
-// parseSignals parses torchrun's --signals-to-handle: comma-separated names (SIGTERM or TERM) or numbers.
-func parseSignals(s string) ([]os.Signal, error) {
-	var out []os.Signal
-	for part := range strings.SplitSeq(s, ",") {
-		name := strings.ToUpper(strings.TrimSpace(part))
-		if name == "" {
-			continue
-		}
-		sig, ok := signalByName[strings.TrimPrefix(name, "SIG")]
-		if !ok {
-			return nil, &launcher.ConfigError{Field: "--signals-to-handle", Value: part,
-				Hint: "use names like SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (SIGKILL and SIGSTOP cannot be handled)"}
-		}
-		out = append(out, sig)
-	}
-	if len(out) == 0 {
-		return nil, &launcher.ConfigError{Field: "--signals-to-handle", Value: s, Hint: "name at least one signal, e.g. SIGTERM,SIGINT"}
-	}
-	return out, nil
-}
-
-var signalByName = map[string]os.Signal{
-	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT,
-	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "ABRT": syscall.SIGABRT, "ALRM": syscall.SIGALRM,
-	"XCPU": syscall.SIGXCPU, "XFSZ": syscall.SIGXFSZ, "PWR": syscall.SIGPWR, "CONT": syscall.SIGCONT,
-	"WINCH": syscall.SIGWINCH,
 }
 
 // reaper reports whether tpurun runs the one reaper: always as PID 1; otherwise as the child subreaper unless

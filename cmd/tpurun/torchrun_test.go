@@ -14,34 +14,6 @@ import (
 	"tpurun/launcher"
 )
 
-func TestPythonProgramLikeTorchrun(t *testing.T) {
-	env := func(k string) string {
-		if k == "PYTHON_EXEC" {
-			return "/opt/py"
-		}
-		return ""
-	}
-	noEnv := func(string) string { return "" }
-	for _, c := range []struct {
-		args                      []string
-		module, noPython, runPath bool
-		getenv                    func(string) string
-		want                      string
-	}{
-		{[]string{"train.py", "--lr", "3"}, false, false, false, noEnv, "python3 -u train.py --lr 3"},
-		{[]string{"train.py"}, false, false, false, env, "/opt/py -u train.py"},
-		{[]string{"pkg.train", "x"}, true, false, false, env, "/opt/py -u -m pkg.train x"},
-		{[]string{"train.py"}, false, true, false, env, "train.py"},
-		{[]string{"./bin/worker"}, false, false, false, env, "./bin/worker"},
-		{[]string{"script"}, false, false, true, noEnv, "python3 -u script"},
-	} {
-		got := strings.Join(pythonProgram(c.args, c.module, c.noPython, c.runPath, c.getenv), " ")
-		if got != c.want {
-			t.Errorf("pythonProgram(%q, m=%v, no-python=%v, run-path=%v) = %q, want %q", c.args, c.module, c.noPython, c.runPath, got, c.want)
-		}
-	}
-}
-
 func TestTorchrunFlagsThroughParse(t *testing.T) {
 	t.Setenv("PET_MAX_RESTARTS", "3")
 	t.Setenv("PET_ROLE", "trainer")
@@ -75,23 +47,6 @@ func TestTorchrunFlagsThroughParse(t *testing.T) {
 			t.Errorf("parse(%q): err %v, want a *ConfigError", args, err)
 		}
 	}
-}
-
-func FuzzParseSignals(f *testing.F) {
-	for _, s := range []string{"", ",", "SIGTERM", "TERM,INT", "sigusr1, SIGUSR2 ", "SIGKILL", "SIGSTOP", "15", "SIG", "\x00", "SIGTERM,,SIGHUP", strings.Repeat("SIGINT,", 1000)} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		sigs, err := parseSignals(s)
-		if (err == nil) == (len(sigs) == 0) {
-			t.Fatalf("parseSignals(%q) = %v, %v: want signals xor an error", s, sigs, err)
-		}
-		for _, sg := range sigs {
-			if sg == syscall.SIGKILL || sg == syscall.SIGSTOP {
-				t.Fatalf("parseSignals(%q) accepted %v", s, sg)
-			}
-		}
-	})
 }
 
 // TestPETEnvDoesNotBeatAnAliasFlag: a PET_* variable of one spelling of a setting never overrides the other

@@ -148,6 +148,9 @@ func (r *Reaper) Close() {
 	signal.Stop(r.sigchld)
 	close(r.stop)
 	<-r.done
+	if n := r.Orphans(); n > 0 {
+		r.log.Info("reaped orphaned processes", zap.Int("count", n))
+	}
 }
 
 // StartWith starts cmd through rp when rp is not nil, else through the package-level Start (cmd.Wait).

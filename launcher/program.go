@@ -1,0 +1,78 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// PythonCommand is the command line torchrun would run for args: PROGRAM.py and runPath run under python -u
+// (python is $PYTHON_EXEC or python3), module as -m, noPython and everything else as is.
+func PythonCommand(args []string, module, noPython, runPath bool, python string) []string {
+	if noPython || len(args) == 0 {
+		return args
+	}
+	if python == "" {
+		python = "python3"
+	}
+	switch {
+	case module:
+		return append([]string{python, "-u", "-m"}, args...)
+	case runPath || strings.HasSuffix(args[0], ".py"):
+		return append([]string{python, "-u"}, args...)
+	}
+	return args
+}
+
+// ParseSignals parses torchrun's signals-to-handle list: comma-separated names (SIGTERM or TERM) or numbers.
+// SIGKILL and SIGSTOP cannot be handled and are refused.
+func ParseSignals(s string) ([]os.Signal, error) {
+	var out []os.Signal
+	for part := range strings.SplitSeq(s, ",") {
+		name := strings.ToUpper(strings.TrimSpace(part))
+		if name == "" {
+			continue
+		}
+		sig := unix.SignalNum("SIG" + strings.TrimPrefix(name, "SIG"))
+		if n, err := strconv.Atoi(name); err == nil && unix.SignalName(syscall.Signal(n)) != "" {
+			sig = syscall.Signal(n)
+		}
+		if sig == 0 || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+			return nil, fmt.Errorf("%q is not a signal tpurun can handle; use names like SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (SIGKILL and SIGSTOP cannot be handled)", strings.TrimSpace(part))
+		}
+		out = append(out, sig)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("name at least one signal, e.g. SIGTERM,SIGINT")
+	}
+	return out, nil
+}
+
+// ParseNProcs parses a --nprocs / --nproc-per-node value: a whole number from 1, or (only for --nproc-per-node,
+// as torchrun) auto, cpu, gpu or tpu.
+func ParseNProcs(flag, s string) (n int, device string, err error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	switch v {
+	case "auto", "cpu", "gpu", "tpu":
+		if flag == "nprocs" {
+			return 0, "", fmt.Errorf("--nprocs takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", s, v)
+		}
+		return 0, v, nil
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 1 || v != strconv.Itoa(n) {
+		choices := "a whole number from 1"
+		if flag != "nprocs" {
+			choices += ", auto, cpu, gpu or tpu"
+		}
+		return 0, "", fmt.Errorf("need %s, or leave --%s unset for one process per device", choices, flag)
+	}
+	if n > 65536 {
+		return 0, "", fmt.Errorf("%d processes is more than tpurun starts on one host (65536)", n)
+	}
+	return n, "", nil
+}
