@@ -22,7 +22,7 @@ func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, fmt.Errorf("--log-format=%q: use console or json", format)
+		return nil, &ConfigError{Field: "log format", Value: format, Hint: "use console or json"}
 	}
 	level := zapcore.InfoLevel
 	if verbose {

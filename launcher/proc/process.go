@@ -1,6 +1,8 @@
 package proc
 
 import (
+	"golang.org/x/sys/unix"
+
 	"errors"
 	"fmt"
 	"os"
@@ -8,7 +10,6 @@ import (
 	"runtime"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // ErrNotStarted is returned by Start when the command could not be started.
@@ -144,16 +145,14 @@ func awaitExit(pidfd int) {
 }
 
 // exited reports, without reaping it, whether the process behind pidfd has exited:
-// waitid(P_PIDFD, pidfd, WEXITED|WNOHANG|WNOWAIT) fills in a pid only for an exited child.
+// waitid(P_PIDFD, pidfd, WEXITED|WNOHANG|WNOWAIT) sets si_signo (SIGCHLD) only for an exited child, and leaves
+// it 0 when the child is still running.
 func exited(pidfd int) bool {
-	const pPIDFD = 3
-	var info [128]byte // siginfo_t; si_pid is the int32 at offset 16 on Linux
-	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPIDFD, uintptr(pidfd), uintptr(unsafe.Pointer(&info[0])),
-		syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT, 0, 0)
-	if errno != 0 {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
 		return true // nothing to wait for here: let the real wait report it
 	}
-	return *(*int32)(unsafe.Pointer(&info[16])) != 0
+	return info.Signo != 0
 }
 
 // PID is the process id, which is also its process group id.
