@@ -13,6 +13,18 @@ const (
 	EnvResultFD = "TPURUN_RESULT_FD" // the inherited file descriptor of the result channel (3)
 	EnvReplicas = "TPURUN_REPLICAS"  // the replicas this worker owns, comma-joined ("0" or "0,1")
 	EnvRunID    = "TPURUN_RUN_ID"
+	// EnvResultID is the identity of the worker's result pipe, "<st_dev>:<st_ino>" in decimal (ChannelID of the
+	// write end). It is per worker, like EnvResultFD. A client that finds it set refuses a descriptor that is
+	// not that pipe: a program started by a worker inherits the worker's variables, not its channel.
+	EnvResultID = "TPURUN_RESULT_ID"
+)
+
+// The variables of function mode, read by the Python runner (python3 -m tpurun.fn) and set by tpurun.spawn();
+// the launcher passes them on to every worker unchanged.
+const (
+	EnvFnArgsJSON = "TPURUN_FN_ARGS_JSON" // the JSON list of arguments, when --args-json is not given
+	EnvFnArgsFile = "TPURUN_FN_ARGS_FILE" // a file of the caller's holding the pickled tuple of arguments
+	EnvFnMain     = "TPURUN_FN_MAIN"      // the caller's main module (a script's path or a module name), imported as __mp_main__
 )
 
 // ErrNoChannel means the process was not started by tpurun with a result channel.
