@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"fmt"
 	"io"
 
 	"go.uber.org/zap"

@@ -39,7 +39,8 @@ func NewClient(w io.Writer, replicas []int) *Client {
 }
 
 // Open returns the client of the channel the launcher handed this process (TPURUN_RESULT_FD, TPURUN_REPLICAS).
-// It marks the descriptor close-on-exec first, so programs this worker starts never inherit the channel.
+// It refuses a descriptor that is not open, not writable, or (when TPURUN_RESULT_ID is set) not the pipe that
+// variable names, and marks the descriptor close-on-exec, so programs this worker starts never inherit it.
 func Open() (*Client, error) {
 	v := os.Getenv(EnvResultFD)
 	if v == "" {
@@ -49,10 +50,8 @@ func Open() (*Client, error) {
 	if err != nil || fd < 0 {
 		return nil, &EnvError{Var: EnvResultFD, Value: v, Err: ErrBadEnv, Detail: "not a file descriptor number"}
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return nil, &EnvError{Var: EnvResultFD, Value: v, Err: ErrBadEnv,
-			Detail: fmt.Sprintf("descriptor %d is not open in this process (%v); it must be inherited from tpurun", fd, err)}
+	if err := channelProblem(fd, v, os.Getenv); err != nil {
+		return nil, err
 	}
 	syscall.CloseOnExec(fd)
 	replicas, err := Replicas()

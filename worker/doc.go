@@ -16,7 +16,14 @@
 // An error payload is JSON {"type", "message", "traceback"}. Exactly one result or error per replica,
 // world-wide. PROTOCOL.md in this directory is the full specification.
 //
-// Go workers call Report and Fail (or Open a Client); Python workers import tpurun (InstallPython writes the
-// embedded module for PYTHONPATH). Opening the channel marks it close-on-exec, so programs a worker starts never
-// inherit it. Decoder and Encode are shared by the client and the launcher's collector (package results).
+// A worker also finds TPURUN_RESULT_ID, the identity (st_dev:st_ino, ChannelID) of its pipe: both clients refuse
+// a descriptor that is not that pipe, so a program started by a worker, which inherits the variables but not the
+// channel, never writes frames into whatever file it holds at that number.
+//
+// Go workers call Report and Fail (or Open a Client); Python workers import tpurun. PythonPath installs the
+// embedded module once per version into the user's cache (or a given directory) and returns the directory for
+// PYTHONPATH; InstallPython writes it into a directory of the caller's. The same files are an installable Python
+// project (python/pyproject.toml, with a stdlib-only build backend: `pip install worker/python` works offline).
+// Opening the channel marks it close-on-exec, so programs a worker starts never inherit it. Decoder and Encode
+// are shared by the client and the launcher's collector (package results).
 package worker

@@ -14,6 +14,18 @@ const (
 	EnvReplicas = "TPURUN_REPLICAS"  // the replicas this worker owns, comma-joined ("0" or "0,1")
 	EnvRunID    = "TPURUN_RUN_ID"    // the job's run id
 	EnvSweepTag = "TPURUN_SWEEP_TAG" // marks the processes of one launcher for its orphan sweep
+	// EnvResultID is the identity of the worker's result pipe, "<st_dev>:<st_ino>" in decimal (ChannelID of the
+	// write end). It is per worker, like EnvResultFD. A client that finds it set refuses a descriptor that is
+	// not that pipe: a program started by a worker inherits the worker's variables, not its channel.
+	EnvResultID = "TPURUN_RESULT_ID"
+)
+
+// The variables of function mode, read by the Python runner (python3 -m tpurun.fn) and set by tpurun.spawn();
+// the launcher passes them on to every worker unchanged.
+const (
+	EnvFnArgsJSON = "TPURUN_FN_ARGS_JSON" // the JSON list of arguments, when --args-json is not given
+	EnvFnArgsFile = "TPURUN_FN_ARGS_FILE" // a file of the caller's holding the pickled tuple of arguments
+	EnvFnMain     = "TPURUN_FN_MAIN"      // the caller's main module (a script's path or a module name), imported as __mp_main__
 )
 
 // TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target

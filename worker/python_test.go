@@ -211,3 +211,84 @@ print(json.dumps({"writes": len(writes), "errors": errs}))
 		t.Fatalf("after a failed write: %d writes, errors %q; want 2 writes and the later send refused", got.Writes, got.Errors)
 	}
 }
+
+// TestPythonRefusesForeignDescriptor: with TPURUN_RESULT_ID set, the Python client takes only the very pipe it
+// names, open for writing: a regular file at that number, the pipe's read end or a malformed identity are refused
+// naming the variables, nothing is written into the file, and import tpurun leaves the file's descriptor
+// inheritable (it is not the channel, so not tpurun's to change).
+func TestPythonRefusesForeignDescriptor(t *testing.T) {
+	out := runPython(t, `
+import json, os, tempfile, tpurun, tpurun._wire as w
+r, wfd = os.pipe()
+st = os.fstat(wfd)
+ident = "%d:%d" % (st.st_dev, st.st_ino)
+f = tempfile.TemporaryFile()
+os.set_inheritable(f.fileno(), True)
+def attempt(fd, idv):
+    w._channel = None
+    os.environ.update({"TPURUN_RESULT_FD": str(fd), "TPURUN_RESULT_ID": idv, "TPURUN_REPLICAS": "0"})
+    try:
+        tpurun.report(0, "x")
+        return None
+    except tpurun.ChannelError as e:
+        return str(e)
+out = {"protect": w.protect_fd({"TPURUN_RESULT_FD": str(f.fileno()), "TPURUN_RESULT_ID": ident}),
+       "inheritable": os.get_inheritable(f.fileno()),
+       "file": attempt(f.fileno(), ident), "read_end": attempt(r, ident), "malformed": attempt(wfd, "pipe:3"),
+       "file_bytes": os.fstat(f.fileno()).st_size}
+out["pipe"] = attempt(wfd, ident)
+out["read"] = len(os.read(r, 100))
+out["no_id"] = attempt(f.fileno(), "")
+print(json.dumps(out))
+`, nil)
+	var got struct {
+		Protect     *int
+		Inheritable bool
+		File        *string
+		ReadEnd     *string `json:"read_end"`
+		Malformed   *string
+		FileBytes   int `json:"file_bytes"`
+		Pipe        *string
+		Read        int
+		NoID        *string `json:"no_id"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	has := func(s *string, parts ...string) bool {
+		if s == nil {
+			return false
+		}
+		for _, p := range parts {
+			if !strings.Contains(*s, p) {
+				return false
+			}
+		}
+		return true
+	}
+	if got.Protect != nil || !got.Inheritable {
+		t.Errorf("import tpurun touched a foreign descriptor: protect_fd returned %v, inheritable %v", got.Protect != nil, got.Inheritable)
+	}
+	if !has(got.File, EnvResultFD, EnvResultID, "is a regular file", "not the pipe") || got.FileBytes != 0 {
+		t.Errorf("a regular file: %v, %d bytes written", deref(got.File), got.FileBytes)
+	}
+	if !has(got.ReadEnd, "open read-only") {
+		t.Errorf("the read end: %v", deref(got.ReadEnd))
+	}
+	if !has(got.Malformed, EnvResultID, "want <st_dev>:<st_ino>") {
+		t.Errorf("a malformed identity: %v", deref(got.Malformed))
+	}
+	if got.Pipe != nil || got.Read != HeaderSize+3 {
+		t.Errorf("the pipe itself: %v, %d bytes read", deref(got.Pipe), got.Read)
+	}
+	if got.NoID != nil {
+		t.Errorf("without %s any writable descriptor is taken, as before: %v", EnvResultID, deref(got.NoID))
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

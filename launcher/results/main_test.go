@@ -23,7 +23,9 @@ import (
 const envMode = "TPURUN_TEST_WORKER"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envMode); mode != "" {
+	if mode := os.Getenv(envMode); mode == "tpurun-cli" {
+		os.Exit(fakeCLI(os.Args[1:]))
+	} else if mode != "" {
 		os.Exit(goWorker(mode))
 	}
 	goleak.VerifyTestMain(m)
@@ -152,8 +154,12 @@ func launch(t *testing.T, c *Collector, rank, world int, replicas []int, cmd *ex
 	}
 	defer r.Close()
 	cmd.ExtraFiles = []*os.File{w}
+	id, err := worker.ChannelID(w)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.Env = append(cmd.Env,
-		"TPURUN_RESULT_FD=3",
+		"TPURUN_RESULT_FD=3", worker.EnvResultID+"="+id,
 		"TPURUN_REPLICAS="+worker.FormatReplicas(replicas),
 		"RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(world),
 		"TPURUN_RUN_ID=test-run")

@@ -44,6 +44,11 @@ def outer():
 nested = outer()
 lam = lambda index: open(os.environ["MARKER"], "w").close()
 not_callable = 42
+
+def sleepy(index):
+    import time
+    open(os.path.join(os.environ["MARKER_DIR"], str(index)), "w").close()
+    time.sleep(120)
 `
 
 const pyReport = `
@@ -171,6 +176,48 @@ func TestPythonGrandchildDoesNotInheritChannel(t *testing.T) {
 	doc, err := c.Finish([]RankExit{run.exit})
 	if err != nil || !doc.OK || string(doc.Results[0].Value) != `"after the grandchild"` {
 		t.Fatalf("%v %+v", err, doc)
+	}
+}
+
+// pyGrandchildReports is a worker whose child program calls tpurun.report too: the child inherits the worker's
+// variables but not its channel (close-on-exec), and the first file it opens takes the channel's number.
+const pyGrandchildReports = `
+import os, subprocess, sys, tpurun
+child = """
+import os, sys
+log = open(sys.argv[1], "ab")            # takes the lowest free number: the channel's, 3
+assert log.fileno() == int(os.environ["TPURUN_RESULT_FD"]), log.fileno()
+import tpurun
+try:
+    tpurun.report(0, "from the child")
+    print("child: sent", flush=True)
+except tpurun.ChannelError as e:
+    print("child: refused: " + str(e), flush=True)
+"""
+subprocess.run([sys.executable, "-c", child, os.environ["CHILD_LOG"]], check=True)
+tpurun.report(tpurun.replicas()[0], "from the worker")
+`
+
+// TestPythonChildOfWorkerCannotReport: a program a worker starts, holding some other file at the channel's
+// number, is refused by the client (TPURUN_RESULT_ID names another file) and writes nothing into its file; the
+// worker's own report arrives.
+func TestPythonChildOfWorkerCannotReport(t *testing.T) {
+	p := newPy(t)
+	log := filepath.Join(t.TempDir(), "child.log")
+	cmd := p.script(pyGrandchildReports)
+	cmd.Env = append(cmd.Env, "CHILD_LOG="+log)
+	c := NewCollector(Options{Required: true})
+	run := launch(t, c, 0, 1, []int{0}, cmd, nil)
+	doc, err := c.Finish([]RankExit{run.exit})
+	if err != nil || !doc.OK || len(doc.Results) != 1 || string(doc.Results[0].Value) != `"from the worker"` {
+		t.Fatalf("%v %+v", err, doc)
+	}
+	if !strings.HasPrefix(run.stdout, "child: refused: TPURUN_RESULT_FD=3: descriptor 3 is a regular file") ||
+		!strings.Contains(run.stdout, "not the pipe TPURUN_RESULT_ID=") {
+		t.Fatalf("the child said %q", run.stdout)
+	}
+	if b, err := os.ReadFile(log); err != nil || len(b) != 0 {
+		t.Fatalf("the child wrote %d bytes into its own file (%v)", len(b), err)
 	}
 }
 

@@ -27,29 +27,47 @@ sys.exit(int(os.environ.get("FAKE_RC", "0")))
 
 // spawnDriver calls tpurun.spawn in the ways a user would and prints one JSON line per case.
 const spawnDriver = `
-import json, os, sys, tpurun, fnmod
-def case(name, fn, **kw):
-    try:
-        res = tpurun.spawn(fn, tpurun=os.environ["FAKE"], **kw)
-        out = {"ok": True, "results": {str(k): (v if not isinstance(v, fnmod.Point) else "Point(%d)" % v.x)
-                                       for k, v in res.items()}}
-    except tpurun.SpawnError as e:
-        out = {"ok": False, "spawn_error": str(e), "exit_code": e.exit_code, "kept": sorted(e.results),
-               "error": e.error}
-    except (ValueError, TypeError) as e:
-        out = {"ok": False, "early": type(e).__name__ + ": " + str(e)}
+import json, os, sys, warnings, tpurun, fnmod
+def case(name, call):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            res = call()
+            out = {"ok": True, "results": {str(k): (v if not isinstance(v, fnmod.Point) else "Point(%d)" % v.x)
+                                           for k, v in res.items()}}
+        except tpurun.SpawnError as e:
+            out = {"ok": False, "spawn_error": str(e), "exit_code": e.exit_code, "kept": sorted(e.results),
+                   "error": e.error, "messages": e.messages}
+        except (ValueError, TypeError) as e:
+            out = {"ok": False, "early": type(e).__name__ + ": " + str(e)}
+    out["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     print(json.dumps({"case": name, **out}), flush=True)
 mode = sys.argv[1]
+fake = os.environ["FAKE"]
 if mode == "fn":
-    case(mode, fnmod.square, args=(3,), nprocs=2, start_method="fork")
+    case(mode, lambda: tpurun.spawn(fnmod.square, args=(3,), nprocs=2, start_method="forkserver", tpurun=fake))
+elif mode == "positional":  # xmp.spawn's order: fn, args, nprocs, join, daemon, start_method
+    case(mode, lambda: tpurun.spawn(fnmod.square, (5,), 2, "spawn", tpurun=fake))
+elif mode == "positional6":
+    case(mode, lambda: tpurun.spawn(fnmod.square, (5,), 2, True, False, "spawn", tpurun=fake))
+elif mode == "noop-options":
+    case(mode, lambda: tpurun.spawn(fnmod.square, (5,), 2, False, True, "fork", tpurun=fake))
+elif mode == "unknown":
+    case(mode, lambda: tpurun.spawn(fnmod.square, nproc=8, tpurun=fake))
+elif mode == "unknown2":
+    case(mode, lambda: tpurun.spawn(fnmod.square, timout=3, bogus=1, tpurun=fake))
+elif mode == "start":
+    case(mode, lambda: tpurun.spawn(fnmod.square, start_method="threads", tpurun=fake))
 elif mode == "lambda":
-    case(mode, lambda i: i, nprocs=2)
+    case(mode, lambda: tpurun.spawn(lambda i: i, nprocs=2, tpurun=fake))
 elif mode == "nested":
-    case(mode, fnmod.nested)
-elif mode == "badargs":
-    case(mode, fnmod.square, args=(object(),))
+    case(mode, lambda: tpurun.spawn(fnmod.nested, tpurun=fake))
+elif mode == "badargs":  # neither JSON nor picklable
+    case(mode, lambda: tpurun.spawn(fnmod.square, args=(1, lambda: 0), tpurun=fake))
+elif mode == "badnprocs":
+    case(mode, lambda: tpurun.spawn(fnmod.square, nprocs="2", tpurun=fake))
 else:
-    case(mode, "fnmod:square")
+    case(mode, lambda: tpurun.spawn("fnmod:square", tpurun=fake))
 `
 
 func TestSpawn(t *testing.T) {
@@ -83,6 +101,8 @@ func TestSpawn(t *testing.T) {
 		Kept       []int
 		Early      string
 		Error      map[string]string
+		Messages   []string
+		Warnings   []string
 	}
 	run := func(mode, doc, rc string) (outcome, map[string]any) {
 		t.Helper()
@@ -113,11 +133,32 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("replica 0: %+v", o.Results["0"])
 		}
 		got := strings.Join(anyStrings(argv["argv"]), " ")
-		if got != "--json --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
+		if got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
 		if py, _ := argv["python"].(string); py == "" {
 			t.Fatal("spawn did not pass PYTHON_EXEC (the interpreter the workers should use)")
+		}
+		if len(o.Warnings) != 0 {
+			t.Fatalf("start_method='forkserver' warned: %q", o.Warnings)
+		}
+	})
+	// xmp.spawn(fn, args, nprocs, join, daemon, start_method), positionally: the 4th is join, not a tpurun path.
+	for _, mode := range []string{"positional", "positional6"} {
+		t.Run(mode, func(t *testing.T) {
+			o, argv := run(mode, okDoc, "0")
+			got := strings.Join(anyStrings(argv["argv"]), " ")
+			if !o.OK || got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
+				t.Fatalf("%+v; tpurun ran with %s", o, got)
+			}
+		})
+	}
+	t.Run("join, daemon and fork have no effect and say so", func(t *testing.T) {
+		o, argv := run("noop-options", okDoc, "0")
+		w := strings.Join(o.Warnings, "\n")
+		if !o.OK || argv == nil || len(o.Warnings) != 3 || !strings.Contains(w, "join=False has no effect") ||
+			!strings.Contains(w, "daemon=True has no effect") || !strings.Contains(w, "start_method='fork' has no effect") {
+			t.Fatalf("%+v", o)
 		}
 	})
 	t.Run("exception is the root cause", func(t *testing.T) {
@@ -136,8 +177,15 @@ func TestSpawn(t *testing.T) {
 		}
 	})
 	t.Run("no document", func(t *testing.T) {
+		o, _ := run("str", "", "3")
+		if o.OK || o.ExitCode != 3 || !strings.Contains(o.SpawnError, "printed no results document") ||
+			!strings.Contains(o.SpawnError, "its stderr says why") {
+			t.Fatalf("%+v", o)
+		}
+	})
+	t.Run("exit 2 without a document", func(t *testing.T) {
 		o, _ := run("str", "", "2")
-		if o.OK || o.ExitCode != 2 || !strings.Contains(o.SpawnError, "printed no results document") {
+		if o.OK || o.ExitCode != 2 || !strings.Contains(o.SpawnError, "usage or configuration error") {
 			t.Fatalf("%+v", o)
 		}
 	})
@@ -147,11 +195,19 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("a non-zero exit must raise even with an ok document: %+v", o)
 		}
 	})
-	for _, mode := range []string{"lambda", "nested", "badargs"} {
-		t.Run(mode+" refused before running", func(t *testing.T) {
-			o, argv := run(mode, okDoc, "0")
-			if o.OK || o.Early == "" || argv != nil {
-				t.Fatalf("%+v (tpurun ran: %v)", o, argv != nil)
+	for _, tc := range []struct{ mode, want string }{
+		{"lambda", "ValueError: spawn(fn): "},
+		{"nested", "ValueError: spawn(fn): fnmod.outer.<locals>.inner is a nested function"},
+		{"badargs", "TypeError: spawn: args[1] (a function) can be neither passed as JSON nor pickled"},
+		{"unknown", "TypeError: spawn() got unexpected keyword argument 'nproc' (did you mean 'nprocs'?)"},
+		{"unknown2", "TypeError: spawn() got unexpected keyword arguments 'bogus', 'timout' (did you mean 'timeout'?)"},
+		{"start", "ValueError: spawn: start_method='threads'"},
+		{"badnprocs", "TypeError: spawn: nprocs must be an int or None, got str"},
+	} {
+		t.Run(tc.mode+" refused before running", func(t *testing.T) {
+			o, argv := run(tc.mode, okDoc, "0")
+			if o.OK || !strings.HasPrefix(o.Early, tc.want) || argv != nil {
+				t.Fatalf("%+v (tpurun ran: %v); want an early %q", o, argv != nil, tc.want)
 			}
 		})
 	}

@@ -7,16 +7,27 @@ In a worker started by tpurun:
     tpurun.fail(r, exc)                       # an error (type, message, traceback) for replica r
 
 Function mode (xmp.spawn without its traps): ``python3 -m tpurun.fn module:function`` is what ``tpurun --fn``
-runs in each worker. ``tpurun.spawn(fn, args, nprocs)`` runs the tpurun binary and returns {ordinal: result}.
+runs in each worker. ``tpurun.spawn(fn, args, nprocs)`` takes xmp.spawn's parameters, runs the tpurun binary and
+returns {ordinal: result}; ``tpurun.run(argv)`` runs any tpurun command line and returns its results document.
+
+JAX: ``tpurun.jax_initialize()`` calls jax.distributed.initialize with the process id, process count and
+coordinator that tpurun's environment gives.
+
+Install: ``pip install <tpurun checkout>/worker/python`` (stdlib only, works offline), or put the directory
+``tpurun --python-path`` prints on PYTHONPATH.
 
 Importing this module marks the inherited result descriptor non-inheritable, so subprocesses never get it.
 """
 
 from ._wire import ChannelError, channel, protect_fd, replicas_from_env
-from ._spawn import SpawnError, decode_results, load_document, run, spawn, target_of
+from ._spawn import (SpawnError, SpawnTimeout, decode_results, load_document, main_reference, run, spawn,
+                     target_of)
+from ._jax import jax_initialize
 
-__all__ = ["report", "fail", "replicas", "spawn", "run", "SpawnError", "ChannelError", "target_of", "load_document",
-           "decode_results"]
+__version__ = "0.1.0"
+
+__all__ = ["report", "fail", "replicas", "spawn", "run", "SpawnError", "SpawnTimeout", "ChannelError", "target_of",
+           "load_document", "decode_results", "main_reference", "jax_initialize", "__version__"]
 
 protect_fd()
 

@@ -1,28 +1,92 @@
-"""spawn(): run the tpurun binary in function mode and return {ordinal: result}, like xmp.spawn but with results."""
+"""spawn() and run(): the tpurun binary as a subprocess, like xmp.spawn but with the results returned.
+
+spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method='spawn', *, tpurun=None, extra_args=(),
+env=None, timeout=None, grace=None, stderr=None) takes torch_xla's xmp.spawn parameters in xmp.spawn's order,
+then tpurun's own, keyword-only. See spawn's docstring for what each one does here.
+"""
 
 import base64
+import collections
+import difflib
+import io
 import json
+import operator
 import os
 import pickle
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+import warnings
 
-from ._wire import qualname_problem
+from . import _wire
+from ._wire import ENV_FN_ARGS_FILE, ENV_FN_MAIN, json_exact, qualname_problem
+
+# The start methods multiprocessing (and so xmp.spawn) accepts.
+START_METHODS = ("spawn", "fork", "forkserver")
+
+# How long run() waits for tpurun to stop after SIGTERM before it sends SIGKILL: longer than tpurun's own
+# --grace (10 s), so tpurun has the time to stop its workers in order and print its document.
+DEFAULT_GRACE = 15.0
+
+# Arguments whose JSON is longer than this go in a file, not on tpurun's command line (Linux refuses an argument
+# of 128 KiB or more).
+MAX_ARGS_JSON = 64 << 10
+
+# How long run() goes on reading tpurun's output after tpurun exited: a descendant that outlived it may hold the
+# pipes open.
+DRAIN_SECONDS = 5.0
+
+# tpurun's own lines on stderr ("tpurun: ...", "tpurun plan: ...") and how many of the last ones are kept.
+_OWN_LINE = re.compile(rb"^tpurun(?: [a-z-]+)?: ")
+_OWN_LINES_KEPT = 50
 
 
 class SpawnError(RuntimeError):
     """A tpurun run failed. root_cause is the explanation, document the results document (None when tpurun printed
     none), exit_code tpurun's exit code, results the results that did arrive, error the first worker error
-    ({type, message, traceback}) or None."""
+    ({type, message, traceback}) or None, messages the last lines tpurun itself printed on stderr ("tpurun: ...",
+    worker output left out)."""
 
-    def __init__(self, root_cause, document=None, exit_code=None, results=None, error=None):
+    def __init__(self, root_cause, document=None, exit_code=None, results=None, error=None, messages=None):
         super().__init__(root_cause)
         self.root_cause = root_cause
         self.document = document
         self.exit_code = exit_code
         self.results = results or {}
         self.error = error
+        self.messages = list(messages or [])
+
+
+class SpawnTimeout(SpawnError):
+    """tpurun ran past run()'s or spawn()'s timeout and was stopped: SIGTERM, then SIGKILL after the grace period.
+    timeout and grace are the seconds that applied; killed says whether SIGKILL was needed."""
+
+    def __init__(self, root_cause, timeout=None, grace=None, killed=False, **kw):
+        super().__init__(root_cause, **kw)
+        self.timeout = timeout
+        self.grace = grace
+        self.killed = killed
+
+
+def main_reference(main=None):
+    """What the workers import as __mp_main__, as multiprocessing's spawn start method does: the module name of a
+    `python -m module` caller, else the absolute path of the script run as __main__; None for an interactive
+    session, `python -c`, or a package's __main__ (which would run the whole program again)."""
+    main = sys.modules.get("__main__") if main is None else main
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name:
+        if name == "__main__" or name.endswith(".__main__") or name.startswith("tpurun."):
+            return None  # a package's __main__ runs the program; tpurun.fn is a worker's runner, not a caller
+        return name
+    path = getattr(main, "__file__", None)
+    if not path or os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return None
+    return os.path.abspath(path)
 
 
 def target_of(fn):
@@ -73,16 +137,54 @@ def load_document(out):
     return None
 
 
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a worker's result: what the worker's __mp_main__ (the caller's script, imported there) defined is
+    this process's __main__, as multiprocessing maps it."""
+
+    def find_class(self, module, name):
+        if module == "__mp_main__":
+            module = "__main__"
+        return super().find_class(module, name)
+
+
+def _unpickle(data):
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+def _decode_one(r):
+    if r.get("encoding") == "pickle":
+        return _unpickle(base64.b64decode(r["value_b64"]))
+    return r.get("value")
+
+
 def decode_results(doc):
-    """{replica: value} of the successful results of a document, unpickling values marked as pickle."""
+    """{replica: value} of the successful results of a document, unpickling values marked as pickle (a class of
+    the worker's __mp_main__ is looked up in this process's __main__). Raises SpawnError naming the replica when a
+    pickled value cannot be unpickled here."""
     out = {}
     for r in doc.get("results") or []:
         if not r.get("ok"):
             continue
-        if r.get("encoding") == "pickle":
-            out[r["replica"]] = pickle.loads(base64.b64decode(r["value_b64"]))
-        else:
-            out[r["replica"]] = r.get("value")
+        try:
+            out[r["replica"]] = _decode_one(r)
+        except Exception as e:
+            raise SpawnError("the result of replica %s (rank %s, pid %s) was pickled by the worker but cannot be "
+                             "unpickled in this process: %s: %s; make its class importable here (define it in a "
+                             "module both import, or in the script that calls spawn)"
+                             % (r.get("replica"), r.get("rank"), r.get("pid"), type(e).__name__, e),
+                             document=doc, exit_code=doc.get("exit_code"), results=out) from e
+    return out
+
+
+def _decode_some(doc):
+    """decode_results, keeping what decodes: for the results attached to a SpawnError."""
+    out = {}
+    for r in doc.get("results") or []:
+        if r.get("ok"):
+            try:
+                out[r["replica"]] = _decode_one(r)
+            except Exception:
+                pass
     return out
 
 
@@ -128,45 +230,320 @@ def find_binary(tpurun=None):
     return path
 
 
-def spawn(fn, args=(), nprocs=None, tpurun=None, extra_args=(), env=None, timeout=None, **kwargs):
+_SPAWN_KEYWORDS = ("fn", "args", "nprocs", "join", "daemon", "start_method", "tpurun", "extra_args", "env", "timeout",
+                   "grace", "stderr")
+
+
+def _refuse_unknown(func, unknown, known):
+    parts = []
+    for k in sorted(unknown):
+        near = difflib.get_close_matches(k, known, n=1)
+        parts.append("%r (did you mean %r?)" % (k, near[0]) if near else repr(k))
+    raise TypeError("%s() got unexpected keyword argument%s %s; it takes %s"
+                    % (func, "s" if len(parts) > 1 else "", ", ".join(parts), ", ".join(known)))
+
+
+def _pickle_args(args):
+    try:
+        return pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        pass
+    for i, a in enumerate(args):  # name the argument that cannot be pickled
+        try:
+            pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            raise TypeError("spawn: args[%d] (a %s) can be neither passed as JSON nor pickled: %s: %s"
+                            % (i, type(a).__name__, type(e).__name__, e)) from None
+    raise TypeError("spawn: args cannot be pickled")
+
+
+def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn", *, tpurun=None, extra_args=(),
+          env=None, timeout=None, grace=None, stderr=None, **unknown):
     """Run fn(index, *args) in one process per device under tpurun; return {ordinal: result}.
 
-    A drop-in for torch_xla's xmp.spawn (start_method and join are accepted and ignored) that returns the results.
-    fn must be a top-level function (found by import path) or a 'module:function' string; args must be
-    JSON-serialisable. On failure it raises SpawnError carrying the root cause from the results document."""
+    The parameters up to start_method are torch_xla's xmp.spawn's, in its order, so a call written for xmp.spawn
+    works unchanged (positionally too); the rest are keyword-only:
+
+    fn           a top-level function (found by import path in the workers) or a 'module:function' string. A
+                 function defined in the script run as __main__ is found: the workers import that script (or the
+                 `python -m` module) as __mp_main__, as multiprocessing's spawn does.
+    args         passed after index: as JSON when JSON carries them unchanged, else pickled (an argparse
+                 Namespace, tuples, objects arrive as they were sent).
+    nprocs       --nprocs; None lets tpurun use every device, as xmp.spawn does.
+    join, daemon accepted as xmp.spawn accepts them under PJRT, where they have no effect: spawn always waits for
+                 the workers and returns their results; join=False or daemon=True warns that it has no effect.
+    start_method 'spawn', 'fork' or 'forkserver' (anything else is a ValueError, as in multiprocessing). Every
+                 worker is a fresh process started by tpurun, as with 'spawn'; 'fork' warns that state the
+                 caller built before the call is not inherited.
+    tpurun       path of the binary (default $TPURUN, then PATH).
+    extra_args   more tpurun flags, e.g. ['--grace', '30s'].
+    env          the environment for tpurun and the workers (default os.environ).
+    timeout      seconds; past it tpurun is stopped (see run) and SpawnTimeout raised.
+    grace        seconds between SIGTERM and SIGKILL when stopping tpurun (default 15).
+    stderr       where tpurun's and the workers' output goes (see run).
+
+    Any other keyword is a TypeError naming it. A result whose class the worker's __mp_main__ defined is
+    unpickled with this process's __main__. On failure it raises SpawnError carrying the root cause (a worker's
+    exception, a contract violation, or the reason tpurun printed for a configuration error)."""
+    if _wire.importing_main:
+        raise RuntimeError("tpurun.spawn() was called while a worker imported the caller's main module (as "
+                           "__mp_main__, as multiprocessing does): the script calls spawn() at import time. Guard "
+                           "its entry point with `if __name__ == \"__main__\":`, or every worker would start the "
+                           "whole run again")
+    if unknown:
+        _refuse_unknown("spawn", unknown, _SPAWN_KEYWORDS)
+    if start_method not in START_METHODS:
+        raise ValueError("spawn: start_method=%r: cannot find context for %r; use one of %s"
+                         % (start_method, start_method, ", ".join(START_METHODS)))
+    if start_method == "fork":
+        warnings.warn("tpurun.spawn: start_method='fork' has no effect: tpurun starts every worker as a fresh "
+                      "process (as 'spawn'), so state built in this process before the call is not inherited",
+                      RuntimeWarning, stacklevel=2)
+    if not join:
+        warnings.warn("tpurun.spawn: join=False has no effect (as in xmp.spawn under PJRT): spawn waits for the "
+                      "workers and returns their results; call it from a thread to go on meanwhile",
+                      RuntimeWarning, stacklevel=2)
+    if daemon:
+        warnings.warn("tpurun.spawn: daemon=True has no effect: tpurun stops every worker when the run ends, and "
+                      "when this process dies", RuntimeWarning, stacklevel=2)
     target = target_of(fn)
-    try:
-        args_json = json.dumps(list(args))
-    except (TypeError, ValueError) as e:
-        raise TypeError("spawn: args must be JSON-serialisable (they are passed with --fn-args-json): %s" % e) from None
-    argv = ["--json"]
     if nprocs is not None:
-        argv += ["--nprocs", str(int(nprocs))]
-    argv += list(extra_args)
-    argv += ["--fn", target, "--fn-args-json", args_json]
+        try:
+            nprocs = operator.index(nprocs)
+        except TypeError:
+            raise TypeError("spawn: nprocs must be an int or None, got %s" % type(nprocs).__name__) from None
+    try:
+        args = tuple(args)
+    except TypeError:
+        raise TypeError("spawn: args must be a tuple (or another sequence) of arguments, got %s"
+                        % type(args).__name__) from None
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("PYTHON_EXEC", sys.executable or "python3")
-    return decode_results(run(argv, tpurun=tpurun, env=run_env, timeout=timeout))
+    run_env.pop(ENV_FN_ARGS_FILE, None)
+    run_env.pop(ENV_FN_MAIN, None)
+    main = main_reference()
+    if main:
+        run_env[ENV_FN_MAIN] = main
+    argv = []
+    if nprocs is not None:
+        argv += ["--nprocs", str(nprocs)]
+    argv += list(extra_args)
+    argv += ["--fn", target]
+    args_json = None
+    if json_exact(list(args)):
+        args_json = json.dumps(list(args), allow_nan=False)
+        if len(args_json) > MAX_ARGS_JSON:
+            args_json = None
+    tmpdir = None
+    try:
+        if args_json is not None:
+            argv += ["--fn-args-json", args_json]
+        else:
+            data = _pickle_args(args)
+            tmpdir = tempfile.mkdtemp(prefix="tpurun-args-")  # mode 0700: only this user can reach the file
+            path = os.path.join(tmpdir, "args.pickle")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                         0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            run_env[ENV_FN_ARGS_FILE] = path
+        doc = run(argv, tpurun=tpurun, env=run_env, timeout=timeout, grace=grace, stderr=stderr)
+    finally:
+        if tmpdir:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    return decode_results(doc)
 
 
-def run(argv, tpurun=None, env=None, timeout=None, stderr=None):
-    """Run `tpurun --json ARGV...` as a subprocess and return its results document (a dict).
+def _sink(stderr):
+    """A function that writes bytes where stderr (run's parameter) says, or None to discard them."""
+    if stderr == subprocess.DEVNULL:
+        return None
+    if stderr is None:
+        def write(b):
+            s = sys.stderr
+            if s is None:
+                return
+            buf = getattr(s, "buffer", None)
+            if buf is not None:
+                s.flush()
+                buf.write(b)
+                buf.flush()
+            else:
+                s.write(b.decode("utf-8", "replace"))
+                s.flush()
+        return write
+    if isinstance(stderr, int):
+        def write(b):
+            view = memoryview(b)
+            while view:
+                view = view[os.write(stderr, view):]
+        return write
+
+    def write(b):
+        try:
+            stderr.write(b)
+        except TypeError:
+            stderr.write(b.decode("utf-8", "replace"))
+        flush = getattr(stderr, "flush", None)
+        if flush:
+            flush()
+    return write
+
+
+class _Stderr:
+    """Forwards tpurun's stderr as it comes (tpurun's report and, with --json, the workers' output) and keeps the
+    last lines tpurun itself printed ("tpurun: ..."), for the SpawnError of a run that failed before its
+    document. A stalled destination stalls this reader only: the caller's timeout still fires."""
+
+    def __init__(self, pipe, sink):
+        self.pipe = pipe
+        self.sink = sink
+        self.own = collections.deque(maxlen=_OWN_LINES_KEPT)
+        self.partial = b""
+        self.sink_error = None
+
+    def run(self):
+        fd = self.pipe.fileno()
+        try:
+            while True:
+                b = os.read(fd, 1 << 16)
+                if not b:
+                    break
+                self._scan(b)
+                if self.sink is not None and self.sink_error is None:
+                    try:
+                        self.sink(b)
+                    except (OSError, ValueError) as e:  # a closed destination: keep reading, stop writing
+                        self.sink_error = e
+        except OSError:
+            pass
+        finally:
+            self._line(self.partial)
+            self.pipe.close()
+
+    def _scan(self, b):
+        lines = (self.partial + b).split(b"\n")
+        self.partial = lines.pop()[:4096]  # the start of a line is all the match needs
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line):
+        if _OWN_LINE.match(line):
+            self.own.append(line.rstrip(b"\r").decode("utf-8", "replace"))
+
+
+def _read_all(pipe, out):
+    try:
+        fd = pipe.fileno()
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            out.append(b)
+    except OSError:
+        pass
+    finally:
+        pipe.close()
+
+
+def _positive(name, v, default=None):
+    if v is None:
+        return default
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        raise TypeError("run: %s must be a number of seconds, got %r" % (name, v)) from None
+    if not v >= 0:
+        raise ValueError("run: %s=%r must be at least 0 seconds" % (name, v))
+    return v
+
+
+def _stop(proc, grace):
+    """SIGTERM, up to grace seconds for tpurun to stop its workers and exit, then SIGKILL (its workers die with
+    it: tpurun starts them with a parent-death signal). Returns whether SIGKILL was needed."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(grace)
+        return False
+    except subprocess.TimeoutExpired:
+        pass
+    finally:  # also when a second Ctrl-C lands in the grace period: it propagates once tpurun is gone
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return True
+
+
+def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
+    """Run `tpurun --json --exit-with-parent ARGV...` as a subprocess and return its results document (a dict).
 
     For orchestrators such as a Ray actor on each host: no TTY, no stdin, callable from any thread, nothing that
-    depends on being a session leader. The worker output and tpurun's report go to stderr (inherited unless
-    stderr= says otherwise); stdout carries only the document. On a non-zero exit, or a document that is not ok,
-    it raises SpawnError with the root cause, the exit code and the document."""
-    argv = list(argv)
-    if "--json" not in argv:
-        argv.insert(0, "--json")
-    cmd = [find_binary(tpurun)] + argv
-    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-                          env=dict(os.environ) if env is None else env, timeout=timeout)
-    doc = load_document(proc.stdout)
+    depends on being a session leader. stdout carries only the document; tpurun's report and the workers' output
+    go to stderr, forwarded as they come to this process's sys.stderr, or to stderr= (a file object, a file
+    descriptor, or subprocess.DEVNULL). --exit-with-parent makes tpurun stop its workers if this process dies.
+
+    timeout (seconds) bounds the whole run: past it tpurun gets SIGTERM (it stops its workers within its --grace),
+    then SIGKILL after grace seconds (default 15, more than tpurun's own 10 s), and SpawnTimeout is raised with
+    whatever document tpurun printed. An exception in this thread while it waits (KeyboardInterrupt) stops tpurun
+    the same way before it propagates, so nothing is left running.
+
+    On a non-zero exit, or a document that is not ok, it raises SpawnError with the root cause, the exit code, the
+    document and tpurun's own messages: a configuration error (exit 2, nothing started) carries the reason
+    tpurun printed."""
+    timeout = _positive("timeout", timeout)
+    grace = _positive("grace", grace, DEFAULT_GRACE)
+    cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + list(argv)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ) if env is None else env)
+    out = []
+    err = _Stderr(proc.stderr, _sink(stderr))
+    readers = [threading.Thread(target=_read_all, args=(proc.stdout, out), name="tpurun-stdout", daemon=True),
+               threading.Thread(target=err.run, name="tpurun-stderr", daemon=True)]
+    for t in readers:
+        t.start()
+    timed_out = killed = False
+    started = time.monotonic()
+    try:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            killed = _stop(proc, grace)
+    except BaseException:
+        _stop(proc, grace)
+        raise
+    elapsed = time.monotonic() - started
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for t in readers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    doc = load_document(b"".join(out))
+    code = proc.returncode
+    messages = list(err.own)
+    results = _decode_some(doc) if doc is not None else {}
+    if timed_out:
+        how = ("it did not exit within grace=%gs of SIGTERM, so it was killed with SIGKILL" % grace if killed
+               else "it stopped on SIGTERM and exited with code %d" % code)
+        msg = "%s (pid %d) ran past timeout=%gs and was stopped: %s" % (cmd[0], proc.pid, timeout, how)
+        if doc is not None:
+            msg += "; %d result(s) had arrived" % len(results)
+        raise SpawnTimeout(msg, timeout=timeout, grace=grace, killed=killed, document=doc, exit_code=code,
+                           results=results, messages=messages)
     if doc is None:
-        raise SpawnError("%s exited with code %d and printed no results document on stdout; its stderr says why"
-                         % (cmd[0], proc.returncode), exit_code=proc.returncode)
-    if proc.returncode != 0 or not doc.get("ok", False):
-        msg, err = root_cause(doc, proc.returncode)
-        raise SpawnError(msg, document=doc, exit_code=proc.returncode, results=decode_results(doc), error=err)
+        if code == 2:
+            msg = "%s refused the run with exit code 2 (a usage or configuration error; nothing was started)" % cmd[0]
+        else:
+            msg = "%s exited with code %d after %.1fs and printed no results document on stdout" % (cmd[0], code,
+                                                                                                     elapsed)
+        if messages:
+            msg += ": " + " | ".join(messages)
+        else:
+            msg += "; its stderr says why"
+        raise SpawnError(msg, exit_code=code, messages=messages)
+    if code != 0 or not doc.get("ok", False):
+        msg, first = root_cause(doc, code)
+        raise SpawnError(msg, document=doc, exit_code=code, results=results, error=first, messages=messages)
     return doc

@@ -1,9 +1,11 @@
 """The tpurun result channel: frame encoding and the process's channel (see worker/PROTOCOL.md)."""
 
+import fcntl
 import json
 import math
 import os
 import pickle
+import stat
 import struct
 import threading
 import traceback as _tb
@@ -17,6 +19,17 @@ MAX_PAYLOAD = (1 << 32) - 1
 
 ENV_FD = "TPURUN_RESULT_FD"
 ENV_REPLICAS = "TPURUN_REPLICAS"
+ENV_ID = "TPURUN_RESULT_ID"  # "<st_dev>:<st_ino>" of the pipe tpurun gave this worker as its channel
+
+# Function mode (fn.py, spawn()): spawn() sets these for tpurun, which passes them on to every worker.
+ENV_FN_ARGS_JSON = "TPURUN_FN_ARGS_JSON"  # the JSON list of arguments, when --args-json is not given
+ENV_FN_ARGS_FILE = "TPURUN_FN_ARGS_FILE"  # a private file holding the pickled tuple of arguments
+ENV_FN_MAIN = "TPURUN_FN_MAIN"  # the caller's main module, imported as __mp_main__: a file's path or a module name
+
+
+# True while python3 -m tpurun.fn imports the caller's main module: a spawn() then is the main module's own call,
+# run again in a worker because the script does not guard it with `if __name__ == "__main__":`.
+importing_main = False
 
 
 class ChannelError(RuntimeError):
@@ -148,10 +161,51 @@ def protect_fd(environ=None):
         return None
     fd = int(v)
     try:
+        if channel_problem(fd, env) is not None:
+            return None  # not this process's channel: leave whatever holds that number alone
         os.set_inheritable(fd, False)
-    except OSError:
+    except (OSError, ChannelError):
         return None
     return fd
+
+
+def parse_channel_id(value, var=ENV_ID):
+    """(st_dev, st_ino) from a TPURUN_RESULT_ID value: "<dev>:<ino>" in decimal."""
+    dev, sep, ino = value.strip().partition(":")
+    if not (sep and dev.isdigit() and ino.isdigit() and dev.isascii() and ino.isascii()):
+        raise ChannelError("%s=%r: want <st_dev>:<st_ino> of the result pipe in decimal, as tpurun sets it"
+                           % (var, value))
+    return int(dev), int(ino)
+
+
+def _describe(st):
+    for test, name in ((stat.S_ISFIFO, "a pipe"), (stat.S_ISREG, "a regular file"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISDIR, "a directory")):
+        if test(st.st_mode):
+            return "%s (%d:%d)" % (name, st.st_dev, st.st_ino)
+    return "a file of mode %o (%d:%d)" % (st.st_mode, st.st_dev, st.st_ino)
+
+
+def channel_problem(fd, environ=None):
+    """Why descriptor fd is not the result channel tpurun gave this process, or None when it is. The channel is
+    open, writable and, when TPURUN_RESULT_ID is set, the very pipe it names: a program started by a worker
+    inherits the worker's variables but not its channel, and holds some other file at that number, or none."""
+    env = os.environ if environ is None else environ
+    try:
+        st = os.fstat(fd)
+    except OSError as e:
+        return "descriptor %d is not open in this process (%s); it must be inherited from tpurun" % (fd, e)
+    ident = env.get(ENV_ID, "")
+    if ident.strip():
+        want = parse_channel_id(ident)
+        if not stat.S_ISFIFO(st.st_mode) or (st.st_dev, st.st_ino) != want:
+            return ("descriptor %d is %s, not the pipe %s=%s names, so it is not the result channel tpurun gave "
+                    "this process. The variables were probably inherited from a tpurun worker that started this "
+                    "program: only that worker may report (hand the values back to it), or unset %s"
+                    % (fd, _describe(st), ENV_ID, ident.strip(), ENV_FD))
+    if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+        return "descriptor %d is %s open read-only; the channel is the write end of a pipe" % (fd, _describe(st))
+    return None
 
 
 def channel():
@@ -165,11 +219,9 @@ def channel():
             if not v.strip().isdigit():
                 raise ChannelError("%s=%r is not a file descriptor number" % (ENV_FD, v))
             fd = int(v)
-            try:
-                os.fstat(fd)
-            except OSError as e:
-                raise ChannelError("%s=%s: descriptor %d is not open in this process (%s); it must be "
-                                   "inherited from tpurun" % (ENV_FD, v, fd, e)) from None
+            problem = channel_problem(fd)
+            if problem:
+                raise ChannelError("%s=%s: %s" % (ENV_FD, v.strip(), problem))
             os.set_inheritable(fd, False)
             _channel = Channel(fd, replicas_from_env())
         return _channel

@@ -6,7 +6,14 @@ xmp.spawn passes it), and reports the return value on the result channel: JSON w
 unchanged (same values and types all the way down), otherwise pickled (and marked so).
 
 ``args`` is the JSON list given by ``--args-json`` (or, when absent, the TPURUN_FN_ARGS_JSON environment
-variable), followed by the remaining command-line ARGs as strings.
+variable), or the pickled tuple in the file TPURUN_FN_ARGS_FILE names (what spawn() passes when JSON would not
+carry its arguments unchanged), followed by the remaining command-line ARGs as strings.
+
+TPURUN_FN_MAIN names the caller's main module (spawn() sets it, as multiprocessing's spawn start method passes
+it): the absolute path of the script the caller ran, or the name of the module it ran with ``python -m``. It is
+imported first, as ``__mp_main__`` (its ``if __name__ == "__main__"`` block does not run), and becomes
+``__main__`` too, so functions, classes and pickled arguments defined in the caller's script are found. Both
+variables are removed from the environment before the function runs, so programs it starts never see them.
 
 Exit codes:
   0  every owned replica reported its value
@@ -17,17 +24,25 @@ Exit codes:
 """
 
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import os
+import pickle
+import runpy
+import stat
 import sys
 import traceback
+import types
 
 from . import _wire
 
-ENV_ARGS = "TPURUN_FN_ARGS_JSON"
+ENV_ARGS = _wire.ENV_FN_ARGS_JSON
+ENV_ARGS_FILE = _wire.ENV_FN_ARGS_FILE
+ENV_MAIN = _wire.ENV_FN_MAIN
 TARGET_ERROR = "tpurun.TargetError"
 USAGE = "usage: python3 -m tpurun.fn [--args-json JSON] module:function [ARG...]"
+MAIN_NAME = "__mp_main__"
 
 
 class TargetError(Exception):
@@ -38,21 +53,71 @@ class TargetError(Exception):
         self.tb = tb
 
 
+# What load_main imported as __mp_main__: ("path", absolute path) or ("name", module name), or None.
+_main_ref = None
+
+
+def load_main(ref):
+    """Import the caller's main module as __mp_main__ and make it __main__ too, as multiprocessing's spawn does:
+    ref is an absolute file path or a module name (TPURUN_FN_MAIN); empty does nothing."""
+    global _main_ref
+    ref = ref.strip()
+    if not ref:
+        return None
+    _wire.importing_main = True
+    try:
+        if os.path.isabs(ref):
+            if not os.path.isfile(ref):
+                raise TargetError("%s=%s: the caller's main script does not exist on this host; run the workers "
+                                  "where the script is, at the same path" % (ENV_MAIN, ref))
+            module = _exec_file(ref, "the caller's main script %s" % ref)
+            _main_ref = ("path", ref)
+        else:
+            try:
+                content = runpy.run_module(ref, run_name=MAIN_NAME, alter_sys=True)
+            except ImportError as e:
+                raise TargetError("%s=%s: the caller's main module cannot be imported here (%s: %s); make it "
+                                  "importable in the workers (run tpurun from the directory that holds it, or set "
+                                  "PYTHONPATH)" % (ENV_MAIN, ref, type(e).__name__, e),
+                                  traceback.format_exc()) from None
+            except Exception as e:
+                raise TargetError("importing the caller's main module %s (as %s) raised %s: %s"
+                                  % (ref, MAIN_NAME, type(e).__name__, e), traceback.format_exc()) from None
+            module = types.ModuleType(MAIN_NAME)
+            module.__dict__.update(content)
+            _main_ref = ("name", ref)
+    finally:
+        _wire.importing_main = False
+    sys.modules[MAIN_NAME] = sys.modules["__main__"] = module
+    return module
+
+
+def _exec_file(path, what, name=MAIN_NAME):
+    """Execute the Python file at path as module name (whatever its suffix) and return it."""
+    sys.path.insert(0, os.path.dirname(path))
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        loader.exec_module(module)
+    except Exception as e:
+        raise TargetError("importing %s raised %s: %s" % (what, type(e).__name__, e),
+                          traceback.format_exc()) from None
+    return module
+
+
 def _load_module(mod):
     if mod.endswith(".py") or os.sep in mod:
         path = os.path.abspath(mod)
+        if _main_ref == ("path", path):
+            return sys.modules[MAIN_NAME]
         if not os.path.isfile(path):
             raise TargetError("module file %s does not exist" % path)
-        sys.path.insert(0, os.path.dirname(path))
-        spec = importlib.util.spec_from_file_location("__mp_main__", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["__mp_main__"] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            raise TargetError("importing %s raised %s: %s" % (path, type(e).__name__, e),
-                              traceback.format_exc()) from None
-        return module
+        # A file target is __mp_main__, unless the caller's main module already is.
+        return _exec_file(path, path, MAIN_NAME if _main_ref is None else "__tpurun_fn_target__")
+    if _main_ref == ("name", mod):
+        return sys.modules[MAIN_NAME]
     try:
         return importlib.import_module(mod)
     except ModuleNotFoundError as e:
@@ -94,6 +159,7 @@ def resolve(target):
 
 
 def parse_args(argv, environ):
+    """(target, JSON arguments, extra string arguments) from the command line, or TPURUN_FN_ARGS_JSON."""
     raw = None
     rest = list(argv)
     if rest and rest[0] == "--args-json":
@@ -116,7 +182,45 @@ def parse_args(argv, environ):
             raise TargetError("%s=%r is not JSON: %s" % (source, raw[:200], e)) from None
         if not isinstance(args, list):
             raise TargetError("%s must be a JSON list of arguments, got %s" % (source, type(args).__name__))
-    return target, args + extra
+    return target, args, extra
+
+
+def load_args_file(path):
+    """The argument tuple spawn() pickled into path. The file must be a regular file of this user that nobody
+    else can write: unpickling runs code, so a file another user could have written is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise TargetError("%s=%s: cannot open the pickled arguments (%s); they are written by spawn() and removed "
+                          "when it returns" % (ENV_ARGS_FILE, path, e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            raise TargetError("%s=%s: refusing to unpickle it: want a regular file owned by uid %d that only its "
+                              "owner can write, found mode %o owned by uid %d"
+                              % (ENV_ARGS_FILE, path, os.getuid(), st.st_mode, st.st_uid))
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    try:
+        args = pickle.loads(b"".join(chunks))
+    except Exception as e:
+        hint = ""
+        if isinstance(e, (AttributeError, ImportError)):
+            hint = ("; every class in the arguments must be importable in the workers: define it in a module "
+                    "file, or in the script that calls spawn() (the workers import it as %s), not in an "
+                    "interactive session or python -c" % MAIN_NAME)
+        raise TargetError("unpickling the arguments from %s=%s raised %s: %s%s"
+                          % (ENV_ARGS_FILE, path, type(e).__name__, e, hint), traceback.format_exc()) from None
+    if not isinstance(args, (tuple, list)):
+        raise TargetError("%s=%s holds a %s, want the tuple of arguments" % (ENV_ARGS_FILE, path,
+                                                                             type(args).__name__))
+    return list(args)
 
 
 def _send_target_error(ch, replicas, err):
@@ -124,6 +228,22 @@ def _send_target_error(ch, replicas, err):
     payload = json.dumps(info).encode("utf-8")
     for r in replicas:
         ch.send(_wire.KIND_ERROR, _wire.ENC_JSON, r, payload)
+
+
+def prepare(argv, environ):
+    """(function, arguments) for argv: the caller's main module imported, the arguments decoded, the target
+    resolved; raises TargetError without calling anything. TPURUN_FN_MAIN and TPURUN_FN_ARGS_FILE are taken out
+    of environ, so programs the function starts never read them."""
+    main_ref = environ.pop(ENV_MAIN, "")
+    args_file = environ.pop(ENV_ARGS_FILE, "")
+    target, args, extra = parse_args(argv, environ)
+    load_main(main_ref)
+    if args_file.strip():
+        if args:
+            raise TargetError("both --args-json %s and %s=%s give the arguments; pass one"
+                              % (json.dumps(args)[:200], ENV_ARGS_FILE, args_file))
+        args = load_args_file(args_file)
+    return resolve(target), target, args + extra
 
 
 def main(argv=None, environ=None):
@@ -136,8 +256,7 @@ def main(argv=None, environ=None):
         return 2
     replicas = ch.replicas
     try:
-        target, args = parse_args(argv, environ)
-        fn = resolve(target)
+        fn, target, args = prepare(argv, environ)
     except TargetError as e:
         print("tpurun.fn: %s" % e, file=sys.stderr)
         _send_target_error(ch, replicas, e)

@@ -1,0 +1,277 @@
+package worker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"syscall"
+)
+
+// ErrUnsafeInstallDir means a directory PythonPath would install into or hand to Python is not safe to use: a
+// symbolic link, not a directory, owned by another user, or writable by others (without the sticky bit).
+var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
+
+// pythonFile is one file of the embedded module.
+type pythonFile struct {
+	name string // base name, e.g. "__init__.py"
+	data []byte
+}
+
+// embeddedModule is the embedded module, read once: its files in name order, its version and its content hash.
+var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
+	var m pythonModuleInfo
+	entries, err := fs.Glob(Python, "python/tpurun/*.py")
+	if err != nil {
+		return m, err
+	}
+	sort.Strings(entries)
+	h := sha256.New()
+	for _, p := range entries {
+		b, err := Python.ReadFile(p)
+		if err != nil {
+			return m, err
+		}
+		name := path.Base(p)
+		m.files = append(m.files, pythonFile{name: name, data: b})
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
+		h.Write(b)
+	}
+	match := versionLine.FindSubmatch(fileData(m.files, "__init__.py"))
+	if match == nil {
+		return m, fmt.Errorf("the embedded python/tpurun/__init__.py has no line __version__ = \"...\"")
+	}
+	m.version = string(match[1])
+	m.hash = hex.EncodeToString(h.Sum(nil))
+	return m, nil
+})
+
+type pythonModuleInfo struct {
+	files   []pythonFile
+	version string
+	hash    string // hex SHA-256 of every file's name, size and bytes
+}
+
+var versionLine = regexp.MustCompile(`(?m)^__version__ = "([0-9A-Za-z.+!-]+)"$`)
+
+func fileData(files []pythonFile, name string) []byte {
+	for _, f := range files {
+		if f.name == name {
+			return f.data
+		}
+	}
+	return nil
+}
+
+// PythonVersion is the version of the embedded Python module (tpurun.__version__, the version pip installs).
+func PythonVersion() string {
+	m, err := embeddedModule()
+	if err != nil {
+		return "unknown"
+	}
+	return m.version
+}
+
+// PythonDirName is the name of the directory PythonPath installs the embedded module into, under its dir:
+// "python-<version>-<first 16 hex digits of the content hash>". Another build of the module gets another name,
+// so launchers of different versions never share (or rewrite) one copy.
+func PythonDirName() string {
+	m, err := embeddedModule()
+	if err != nil {
+		return "python-unknown"
+	}
+	return "python-" + m.version + "-" + m.hash[:16]
+}
+
+// PythonPath returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once
+// into dir/PythonDirName()/tpurun/. dir "" means the user's cache directory, $XDG_CACHE_HOME/tpurun or
+// ~/.cache/tpurun (created 0700).
+//
+// When the copy is there already, PythonPath only checks it with lstat calls (the directory, each file's size)
+// and writes nothing. Otherwise it writes the module into a fresh private temporary directory beside it and
+// renames that into place, so a reader never sees a partial copy and concurrent launchers (threads or processes)
+// all end with the one copy that won the rename. A copy that lost a file (a cleaner of old files) is replaced
+// the same way.
+//
+// It never follows a symbolic link it did not expect: the install directory and everything in it must be real
+// directories and files of this user, and dir must not be writable by others unless it has the sticky bit (as
+// /tmp has); otherwise the error wraps ErrUnsafeInstallDir and names the path, and nothing is written there.
+func PythonPath(dir string) (string, error) {
+	m, err := embeddedModule()
+	if err != nil {
+		return "", fmt.Errorf("the embedded Python module: %w", err)
+	}
+	if dir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("the Python module's install directory: %w; set XDG_CACHE_HOME or HOME, or pass a directory", err)
+		}
+		dir = filepath.Join(cache, "tpurun")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("the Python module's install directory: %w", err)
+		}
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("the Python module's install directory %q: %w", dir, err)
+	}
+	if err := checkParentDir(dir); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, PythonDirName())
+	uid := os.Geteuid()
+	if ok, err := installed(final, m.files, uid); err != nil {
+		return "", err
+	} else if ok {
+		return final, nil
+	}
+	// Not there, or incomplete: build a copy beside it and rename it into place. A rename onto a directory that
+	// exists fails; then another launcher won, or the old copy is incomplete and is moved aside first.
+	tmp, err := writeCopy(dir, m.files)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // gone after a successful rename; else our copy is not needed
+	for attempt := 0; ; attempt++ {
+		err := os.Rename(tmp, final)
+		if err == nil {
+			return final, nil
+		}
+		if !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.ENOTEMPTY) {
+			return "", fmt.Errorf("install the Python module into %s: %w", final, err)
+		}
+		if ok, err := installed(final, m.files, uid); err != nil {
+			return "", err
+		} else if ok {
+			return final, nil
+		}
+		if attempt == 3 {
+			return "", fmt.Errorf("install the Python module into %s: the directory keeps changing under concurrent installs; remove it and try again", final)
+		}
+		// Incomplete: move it aside (another launcher may do the same; the loser's rename fails harmlessly).
+		old, err := os.MkdirTemp(dir, ".python-old-")
+		if err != nil {
+			return "", fmt.Errorf("install the Python module into %s: %w", dir, err)
+		}
+		if err := os.Rename(final, filepath.Join(old, "copy")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			os.RemoveAll(old)
+			return "", fmt.Errorf("move the incomplete Python module %s aside: %w", final, err)
+		}
+		defer os.RemoveAll(old)
+	}
+}
+
+// checkParentDir checks the directory the install directory lives in. It may be a symbolic link the user made (a
+// cache moved to another disk); what matters is who can change its entries: it must be a directory, and if
+// others may write it, it must have the sticky bit, so that they cannot rename or replace the install directory.
+func checkParentDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("the Python module's install directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("the Python module's install directory %s is not a directory (%s): %w", dir, fi.Mode().Type(), ErrUnsafeInstallDir)
+	}
+	if fi.Mode().Perm()&0o022 != 0 && fi.Mode()&os.ModeSticky == 0 {
+		return fmt.Errorf("the Python module's install directory %s is writable by others (mode %s) without the sticky bit, so another user could replace the module: %w; use a directory of yours", dir, fi.Mode().Perm(), ErrUnsafeInstallDir)
+	}
+	return nil
+}
+
+// checkOwnDir checks that fi (from lstat, never following a link) is a real directory owned by uid that nobody
+// else can write.
+func checkOwnDir(p string, fi fs.FileInfo, uid int) error {
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _ := os.Readlink(p)
+		return fmt.Errorf("%s is a symbolic link (to %q), not the directory tpurun installs the Python module into; it is not followed: %w; remove it", p, target, ErrUnsafeInstallDir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s): %w; remove it", p, fi.Mode().Type(), ErrUnsafeInstallDir)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("%s: no owner information: %w", p, ErrUnsafeInstallDir)
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("%s is owned by uid %d, not by this user (uid %d): %w; remove it or use another directory", p, st.Uid, uid, ErrUnsafeInstallDir)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is writable by others (mode %s): %w; remove it", p, fi.Mode().Perm(), ErrUnsafeInstallDir)
+	}
+	return nil
+}
+
+// installed reports whether final holds a complete copy of files (by lstat only: every file there, a regular
+// file of the right size), and returns an error wrapping ErrUnsafeInstallDir when final or its package
+// directory is not a safe directory of uid. A missing final, or a missing or wrong-sized file, is (false, nil).
+func installed(final string, files []pythonFile, uid int) (bool, error) {
+	fi, err := os.Lstat(final)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the Python module's install directory: %w", err)
+	}
+	if err := checkOwnDir(final, fi, uid); err != nil {
+		return false, err
+	}
+	pkg := filepath.Join(final, "tpurun")
+	fi, err = os.Lstat(pkg)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("the Python module's install directory: %w", err)
+	}
+	if err := checkOwnDir(pkg, fi, uid); err != nil {
+		return false, err
+	}
+	for _, f := range files {
+		fi, err := os.Lstat(filepath.Join(pkg, f.name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(f.data)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// writeCopy writes files into a new private temporary directory in dir, as tmp/tpurun/<name>, and returns tmp
+// (mode 0755 once complete).
+func writeCopy(dir string, files []pythonFile) (string, error) {
+	tmp, err := os.MkdirTemp(dir, ".python-tmp-")
+	if err != nil {
+		return "", fmt.Errorf("install the Python module into %s: %w", dir, err)
+	}
+	fail := func(err error) (string, error) {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("install the Python module into %s: %w", dir, err)
+	}
+	pkg := filepath.Join(tmp, "tpurun")
+	if err := os.Mkdir(pkg, 0o755); err != nil {
+		return fail(err)
+	}
+	for _, f := range files {
+		fd, err := os.OpenFile(filepath.Join(pkg, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := fd.Write(f.data); err != nil {
+			fd.Close()
+			return fail(err)
+		}
+		if err := fd.Close(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fail(err)
+	}
+	return tmp, nil
+}
