@@ -298,6 +298,9 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 		writeEnds = append(writeEnds, pw)
 	}
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
+	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
+		cmd.Env = append(cmd.Env, worker.EnvResultID+"="+id)
+	}
 
 	fwd := make([]*forwarder, 2)
 	lr := w.LocalRank

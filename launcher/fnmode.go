@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/json"
 	"fmt"
+	"go.uber.org/zap"
 	"os"
 	"strings"
 
@@ -26,8 +27,34 @@ func (f *FnSpec) check() error {
 	return nil
 }
 
-// setupFn installs the embedded Python module once into a private directory put first on PYTHONPATH and makes
-// the program the function runner: python -u -m tpurun.fn --args-json ARGS TARGET [ARGS...].
+// pythonPath puts the embedded Python module on every worker's PYTHONPATH, so `import tpurun` works in every
+// mode: the shared copy in the user's cache (installed once, a stat afterwards), or a private temporary copy when
+// the cache cannot be used. Function mode puts it first (its runner must be this version); otherwise it comes last,
+// after whatever the user put there.
+func (j *job) pythonPath() error {
+	s := &j.spec
+	dir, err := worker.PythonPath("")
+	if err != nil {
+		j.log.Debug("no shared copy of the Python module; using a private one", zap.Error(err))
+		d, terr := os.MkdirTemp("", "tpurun-py-")
+		if terr != nil {
+			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", ErrInternal, terr, err)
+		}
+		j.pyDir = d
+		if dir, err = worker.InstallPython(d); err != nil {
+			return fmt.Errorf("%w: install the Python module into %s: %w", ErrInternal, d, err)
+		}
+	}
+	parts := []string{dir, lookupEnv(s.Env, "PYTHONPATH")}
+	if s.Fn == nil {
+		parts[0], parts[1] = parts[1], parts[0]
+	}
+	pp := strings.Trim(strings.Join(parts, string(os.PathListSeparator)), string(os.PathListSeparator))
+	s.Env = append(withoutEnv(s.Env, "PYTHONPATH"), "PYTHONPATH="+pp)
+	return nil
+}
+
+// setupFn makes the program the function runner: python -u -m tpurun.fn --args-json ARGS TARGET [ARGS...].
 func (j *job) setupFn() error {
 	f, s := j.spec.Fn, &j.spec
 	if err := f.check(); err != nil {
@@ -40,19 +67,6 @@ func (j *job) setupFn() error {
 	if python == "" {
 		python = "python3"
 	}
-	d, err := os.MkdirTemp("", "tpurun-py-")
-	if err != nil {
-		return fmt.Errorf("%w: directory for the embedded Python module: %w; set TMPDIR", ErrInternal, err)
-	}
-	j.pyDir = d
-	if _, err := worker.InstallPython(d); err != nil {
-		return fmt.Errorf("%w: install the Python module into %s: %w", ErrInternal, d, err)
-	}
-	pp := d
-	if old := lookupEnv(s.Env, "PYTHONPATH"); old != "" {
-		pp += string(os.PathListSeparator) + old
-	}
-	s.Env = append(withoutEnv(s.Env, "PYTHONPATH"), "PYTHONPATH="+pp)
 	args := f.ArgsJSON
 	if args == "" {
 		args = "[]"

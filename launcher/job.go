@@ -66,7 +66,7 @@ type job struct {
 	sampler        *sampler
 	stopSampler    func()
 	scratch        string // holds the error files when there is no log dir
-	pyDir          string // the function runner's Python module, removed at the end
+	pyDir          string // a private copy of the Python module (when the shared one cannot be used), removed at the end
 
 	host         *topology.Host // detected once; nil with Spec.Plan
 	request      topology.Request
@@ -124,6 +124,9 @@ func (j *job) prepare(ctx context.Context) error {
 		if err := j.setupFn(); err != nil {
 			return err
 		}
+	}
+	if err := j.pythonPath(); err != nil {
+		return err
 	}
 	if s.Rendezvous.Solo() {
 		if s.MasterPort == 0 {

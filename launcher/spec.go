@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -90,6 +91,22 @@ type FnSpec struct {
 	ArgsJSON string   // JSON list of the first arguments after index; "" is []
 	Args     []string // further arguments, passed as strings
 	Python   string   // interpreter; default $PYTHON_EXEC, else python3
+}
+
+// Version is tpurun's version.
+const Version = "0.2.0"
+
+// ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
+// launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
+// gone is a *SignalError (exit 143).
+func ExitWithParent() error {
+	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
+		if errors.Is(err, proc.ErrParentGone) {
+			return &SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
+		}
+		return fmt.Errorf("%w: %w", ErrInternal, err)
+	}
+	return nil
 }
 
 // Reaper is the one wait4(-1) loop of a process that is PID 1 or a child subreaper (see StartReaper).

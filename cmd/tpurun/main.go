@@ -6,12 +6,14 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/launcher"
+	"tpurun/worker"
 )
 
 func main() {
@@ -36,6 +39,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
+		if errors.Is(err, launcher.ErrInternal) {
+			return launcher.ExitInternal
+		}
 		return launcher.ExitUsage
 	}
 	// One lock for everything written to stderr: tpurun's own logs and the workers' lines (the launcher's
@@ -47,6 +53,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return launcher.ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	if o.exitWithParent {
+		if err := launcher.ExitWithParent(); err != nil {
+			return fail(stderr, err)
+		}
+	}
 	spec := &o.spec
 	spec.Logger = log
 	spec.Stdout, spec.Stderr = stdout, stderr
@@ -134,15 +145,16 @@ var flagOf = map[string]string{
 }
 
 type options struct {
-	spec         launcher.Spec
-	dev          *deviceFlags // --device, --nprocs and the other topology flags: detection runs in the launcher
-	rdzv         *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr           *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
-	json         bool         // --json: the results document on stdout
-	statusAddr   string
-	statusRemote bool
-	logFormat    string
-	verbose      bool
+	spec           launcher.Spec
+	dev            *deviceFlags // --device, --nprocs and the other topology flags: detection runs in the launcher
+	rdzv           *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr             *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
+	json           bool         // --json: the results document on stdout
+	exitWithParent bool
+	statusAddr     string
+	statusRemote   bool
+	logFormat      string
+	verbose        bool
 }
 
 func parse(args []string, stdout io.Writer) (*options, error) {
@@ -169,6 +181,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.spec.Role, "role", "default", "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	help := fs.BoolP("help", "h", false, "show this help")
+	version := fs.Bool("version", false, "print the version of tpurun and of its Python module")
+	pyPath := fs.Bool("python-path", false, "install the tpurun Python module (once, in the user's cache) and print the directory to put on PYTHONPATH")
+	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
@@ -179,8 +194,19 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := petEnv(fs, os.Getenv); err != nil { // torchrun's PET_<FLAG> defaults
 		return nil, err
 	}
-	if *help {
+	switch {
+	case *help:
 		usage(stdout, fs)
+		return nil, pflag.ErrHelp
+	case *version:
+		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
+		return nil, pflag.ErrHelp
+	case *pyPath:
+		dir, err := worker.PythonPath("")
+		if err != nil {
+			return nil, fmt.Errorf("%w: the Python module: %w", launcher.ErrInternal, err)
+		}
+		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
 	}
 	if fn.Target == "" && fn.ArgsJSON != "" {
@@ -218,23 +244,11 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 
 const launcherDefaultGrace = 10 * time.Second
 
+// usageText is --help's text: the flags and the exit-code table fill in its two %s.
+//
+//go:embed usage.txt
+var usageText string
+
 func usage(w io.Writer, fs *pflag.FlagSet) {
-	fmt.Fprintf(w, `tpurun starts one worker per device on this host and supervises them.
-
-Usage:
-  tpurun [flags] [--] PROGRAM [ARGS...]
-  tpurun [flags] --fn package.module:function [ARGS...]   function(index, *args) per worker, results collected
-  tpurun plan [flags]     print the plan (every worker's env) without starting anything; --format json
-  tpurun doctor [flags]   what was detected and from where, who holds the chips, lockfile, metadata server
-
-Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TORCHELASTIC_* and PJRT_* like torchrun;
-${local_rank} in ARGS is replaced per worker. Flags accept '_' for '-' (--nproc_per_node).
-
-Flags:
-%s
-Exit codes:
-%s
-Example:
-  tpurun --nprocs 4 -- python3 train.py --lr 3e-4
-`, fs.FlagUsages(), launcher.ExitCodesHelp)
+	fmt.Fprintf(w, usageText, fs.FlagUsages(), launcher.ExitCodesHelp)
 }

@@ -120,7 +120,8 @@ func TestRunChildSeesExactlyThePlanEnv(t *testing.T) {
 					}
 				}
 				for k, v := range env {
-					if k == "TPURUN_SWEEP_TAG" { // picked at launch, unique to the launcher: not in a plan
+					switch k { // decided at launch, not in a plan: the launcher's tag, the pipe's identity, the module's copy
+					case "TPURUN_SWEEP_TAG", "TPURUN_RESULT_ID", "PYTHONPATH":
 						continue
 					}
 					if _, inPlan := w.Env[k]; !inPlan && parentEnv[k] != v {
