@@ -10,47 +10,28 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tpurun/launcher/exitcode"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
 
-// The exit-code table of tpurun: the one place that maps an outcome to a code. Every layer returns typed errors
-// (or wraps the sentinels below) and ExitCode maps them here; nothing matches strings.
-//
-//	0      every worker exited 0 (and every expected result arrived)
-//	1-125  the exit code of the first worker that failed; 1 also when a replica reported an error (--fn)
-//	128+N  the first worker that failed was killed by signal N, or tpurun was stopped by signal N
-//	2      usage or configuration error, detected before anything started
-//	65     the result contract was violated (EX_DATAERR)
-//	69     the multi-host rendezvous failed at run time (EX_UNAVAILABLE)
-//	70     tpurun itself failed (EX_SOFTWARE)
-//	124    --timeout expired (as timeout(1))
-//	126    PROGRAM was found but cannot be executed (as a shell)
-//	127    PROGRAM was not found (as a shell)
+// The exit codes of tpurun (the table itself is package exitcode's): every layer returns typed errors (or wraps
+// the sentinels below) and ExitCode maps them to these; nothing matches strings.
 const (
-	ExitOK            = 0
-	ExitReplicaError  = 1
-	ExitUsage         = 2
-	ExitResults       = 65
-	ExitRendezvous    = 69
-	ExitInternal      = 70
-	ExitTimeout       = 124
-	ExitNotExecutable = 126
-	ExitNotFound      = 127
+	ExitOK            = exitcode.OK
+	ExitReplicaError  = exitcode.ReplicaError
+	ExitUsage         = exitcode.Usage
+	ExitResults       = exitcode.Results
+	ExitRendezvous    = exitcode.Rendezvous
+	ExitInternal      = exitcode.Internal
+	ExitTimeout       = exitcode.Timeout
+	ExitNotExecutable = exitcode.NotExecutable
+	ExitNotFound      = exitcode.NotFound
 )
 
 // ExitCodesHelp is the exit-code table as `tpurun --help` and the README show it.
-const ExitCodesHelp = `  0      every worker exited 0 (and every expected result arrived)
-  1-125  the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)
-  128+N  the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N
-  2      usage or configuration error, detected before anything started
-  65     result contract violated (--fn, --expect-results, --results, --json)
-  69     the multi-host rendezvous failed at run time
-  70     internal error of tpurun
-  124    --timeout expired
-  126    PROGRAM cannot be executed
-  127    PROGRAM not found`
+const ExitCodesHelp = exitcode.Help
 
 // Sentinels callers branch on with errors.Is.
 var (

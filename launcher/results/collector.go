@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"tpurun/launcher/exitcode"
 
 	"go.uber.org/zap"
 
@@ -464,9 +465,9 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	switch {
 	case exitCode != 0:
 	case len(vs) > 0:
-		exitCode = ExitContractViolated
+		exitCode = exitcode.Results
 	case replicaErr:
-		exitCode = 1
+		exitCode = exitcode.ReplicaError
 	}
 	doc.ExitCode = exitCode
 	doc.OK = exitCode == 0

@@ -5,11 +5,6 @@ import (
 	"fmt"
 )
 
-// ExitContractViolated is the exit code of a run whose workers all succeeded but whose result contract was
-// violated (duplicate, foreign, missing, oversized, malformed, truncated or unknown-version frames). A worker's
-// own failure takes precedence: then the exit code is that worker's.
-const ExitContractViolated = 65
-
 // The violations of the result contract. Every violation is a *ContractError wrapping one of these.
 var (
 	ErrDuplicateResult = errors.New("duplicate result")

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/exitcode"
 
 	"tpurun/worker"
 )
@@ -68,7 +69,7 @@ func TestSeedScenario(t *testing.T) {
 			t.Fatalf("%q does not name rank %d pid %d", ce.Message, r.exit.Rank, r.exit.PID)
 		}
 	}
-	if doc.OK || doc.ExitCode != ExitContractViolated || len(doc.Results) != 1 || len(doc.Violations) != 1 ||
+	if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Results) != 1 || len(doc.Violations) != 1 ||
 		doc.Violations[0].Kind != "duplicate_result" {
 		t.Fatalf("document: %+v", doc)
 	}
@@ -135,7 +136,7 @@ func TestViolations(t *testing.T) {
 				!strings.Contains(ce.Message, "rank 1 pid "+strconv.Itoa(runs[1].exit.PID)) {
 				t.Fatalf("violation: %+v", ce)
 			}
-			if doc.OK || doc.ExitCode != ExitContractViolated || len(doc.Violations) != 1 || doc.Violations[0].Kind != tc.name {
+			if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Violations) != 1 || doc.Violations[0].Kind != tc.name {
 				t.Fatalf("document: ok=%v exit=%d violations=%+v", doc.OK, doc.ExitCode, doc.Violations)
 			}
 			want := map[int]bool{0: true, 2: true}
@@ -283,8 +284,8 @@ func TestMergeRemoteViolations(t *testing.T) {
 			t.Errorf("violation %+v, want one of %v naming node 1", v, want)
 		}
 	}
-	if doc.ExitCode != ExitContractViolated || doc.OK {
-		t.Fatalf("exit %d ok=%v, want %d", doc.ExitCode, doc.OK, ExitContractViolated)
+	if doc.ExitCode != exitcode.Results || doc.OK {
+		t.Fatalf("exit %d ok=%v, want %d", doc.ExitCode, doc.OK, exitcode.Results)
 	}
 	if len(doc.Results) != 2 || doc.Results[1].Replica != 3 || doc.Results[1].Node != 1 {
 		t.Fatalf("results %+v, want replica 0 (node 0) and 3 (node 1)", doc.Results)
@@ -304,7 +305,7 @@ func TestMergeRemoteSeed(t *testing.T) {
 	if !strings.Contains(ce.Message, "2 results for replica 0") || !strings.Contains(ce.Message, "(node 1)") {
 		t.Fatalf("cross-node seed duplicate: %q", ce.Message)
 	}
-	if len(doc.Violations) != 1 || doc.ExitCode != ExitContractViolated {
+	if len(doc.Violations) != 1 || doc.ExitCode != exitcode.Results {
 		t.Fatalf("document %+v", doc)
 	}
 }

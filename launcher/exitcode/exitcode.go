@@ -1,0 +1,39 @@
+// Package exitcode is tpurun's exit-code table: the one place each code is defined. The launcher maps every
+// outcome into it (launcher.ExitCode, by typed errors); the results document records the same codes.
+package exitcode
+
+// The exit codes of tpurun.
+//
+//	0      every worker exited 0 (and every expected result arrived)
+//	1-125  the exit code of the first worker that failed; 1 also when only a replica reported an error (--fn)
+//	128+N  the first worker that failed was killed by signal N, or tpurun was stopped by signal N
+//	2      usage or configuration error, detected before anything started
+//	65     the result contract was violated (EX_DATAERR)
+//	69     the multi-host rendezvous failed at run time (EX_UNAVAILABLE)
+//	70     tpurun itself failed (EX_SOFTWARE)
+//	124    the timeout expired (as timeout(1))
+//	126    PROGRAM was found but cannot be executed (as a shell)
+//	127    PROGRAM was not found (as a shell)
+const (
+	OK            = 0
+	ReplicaError  = 1
+	Usage         = 2
+	Results       = 65
+	Rendezvous    = 69
+	Internal      = 70
+	Timeout       = 124
+	NotExecutable = 126
+	NotFound      = 127
+)
+
+// Help is the table as `tpurun --help` and the README show it.
+const Help = `  0      every worker exited 0 (and every expected result arrived)
+  1-125  the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)
+  128+N  the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N
+  2      usage or configuration error, detected before anything started
+  65     result contract violated (--fn, --expect-results, --results, --json)
+  69     the multi-host rendezvous failed at run time
+  70     internal error of tpurun
+  124    --timeout expired
+  126    PROGRAM cannot be executed
+  127    PROGRAM not found`
