@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
 )
 
 // TestSIGINTDuringFailureTeardownEndsTheRun: one SIGINT while a failed attempt is being torn down (rank 1 ignores
@@ -16,7 +17,7 @@ import (
 // SIGINT" kill.
 func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
 	cfg.MaxRestarts = 2
 	cfg.Grace = time.Minute
@@ -45,14 +46,14 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if r := a.Ranks[1]; r.Signal != syscall.SIGINT {
 		t.Errorf("rank 1 ended %s, want SIGINT forwarded (not a second-signal SIGKILL)", r.Status())
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 // TestTimeoutDuringFailureTeardownEndsTheRun: --timeout expiring while a failed attempt is in its grace period
 // ends the run with ErrTimeout instead of restarting without a timeout.
 func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
 	cfg.MaxRestarts = 1
 	cfg.Timeout = 1500 * time.Millisecond
@@ -64,14 +65,14 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != launcher.ExitTimeout || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v (code %d) after %d attempts, want ErrTimeout (124) and no restart", err, launcher.ExitCode(err), len(rep.Attempts))
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 // TestCancelDuringFailureTeardownEndsTheRun: the context canceled while a failed attempt is in its grace period
 // ends the run with the context's error instead of restarting.
 func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
 	cfg.MaxRestarts = 1
 	cfg.Grace = 300 * time.Millisecond
@@ -86,5 +87,5 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want context.Canceled and no restart", err, len(rep.Attempts))
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }

@@ -1,7 +1,6 @@
 package launcher_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,35 +14,18 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/topology"
 )
 
-// syncBuffer is a bytes.Buffer safe for the forwarders' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // config is a run of n fake workers doing behaviour; extra env entries are appended to the inherited env.
-func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *syncBuffer, *syncBuffer) {
+func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *launchertest.SyncBuffer, *launchertest.SyncBuffer) {
 	t.Helper()
 	plan, err := topology.CPUPlan(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb syncBuffer
+	var out, errb launchertest.SyncBuffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE="+behaviour)
 	return launcher.Spec{
 		Plan: plan, Program: []string{os.Args[0]}, Env: append(env, extra...),
@@ -56,7 +38,7 @@ func TestExitCodes(t *testing.T) {
 	for _, code := range []int{0, 1, 85} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			t.Parallel()
-			dir := fakeDir(t)
+			dir := launchertest.FakeDir(t)
 			behaviour := "exit:0"
 			if code != 0 {
 				behaviour = "hang" // the others must be stopped by the failure of rank 1
@@ -81,14 +63,14 @@ func TestExitCodes(t *testing.T) {
 					}
 				}
 			}
-			assertAllGone(t, dir, 3, 5*time.Second)
+			launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
 		})
 	}
 }
 
 func TestKilledBySignal(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang", "TPURUN_FAKE_0=sigkill")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if got := launcher.ExitCode(err); got != 128+9 {
@@ -99,12 +81,12 @@ func TestKilledBySignal(t *testing.T) {
 	if !strings.Contains(sum.String(), "SIGKILL") {
 		t.Fatalf("summary does not name SIGKILL:\n%s", sum.String())
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
 	cfg.Grace = 300 * time.Millisecond
 	start := time.Now()
@@ -118,12 +100,12 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	if el := time.Since(start); el < cfg.Grace {
 		t.Fatalf("run took %s, less than the grace period %s", el, cfg.Grace)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestTimeout(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
 	cfg.Timeout = 2 * time.Second
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -133,12 +115,12 @@ func TestTimeout(t *testing.T) {
 	if rep.Last().Reason != launcher.StopTimeout {
 		t.Fatalf("reason %s, want timeout", rep.Last().Reason)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "grandchild:0")
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
@@ -150,12 +132,12 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run hung on a grandchild holding stdout and fd 3")
 	}
-	assertAllGone(t, dir, 4, 5*time.Second) // 2 workers + 2 grandchildren
+	launchertest.AssertAllGone(t, dir, 4, 5*time.Second) // 2 workers + 2 grandchildren
 }
 
 func TestSweepKillsGrandchildInNewSession(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "escape:0")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
@@ -164,12 +146,12 @@ func TestSweepKillsGrandchildInNewSession(t *testing.T) {
 	if len(rep.Last().Swept) != 1 {
 		t.Fatalf("swept %v, want exactly the escaped grandchild", rep.Last().Swept)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestDrainIsBoundedWhenAnOrphanKeepsThePipes(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "escapeclean:0")
 	cfg.DrainTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
@@ -180,22 +162,22 @@ func TestDrainIsBoundedWhenAnOrphanKeepsThePipes(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		for _, pid := range pids(t, dir) {
+		for _, pid := range launchertest.PIDs(t, dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		<-done
 		t.Fatal("Run did not return within 10s while an escaped grandchild held stdout and fd 3")
 	}
 	// The grandchild shed TPURUN_RUN_ID and left the session: the documented limit of the sweep. Clean up.
-	for _, pid := range pids(t, dir) {
+	for _, pid := range launchertest.PIDs(t, dir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	const n, lines = 4, 10000
 	cfg, out, _ := config(t, n, dir, fmt.Sprintf("lines:%d", lines))
 	if _, err := launcher.Run(context.Background(), cfg); err != nil {
@@ -223,12 +205,12 @@ func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 			t.Fatalf("rank %d: %d lines, final partial line flushed: %v", r, next[r], partial[r])
 		}
 	}
-	assertAllGone(t, dir, n, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, n, 5*time.Second)
 }
 
 func TestWorkerEnvironment(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "env", "RANK=99", "TPU_VISIBLE_CHIPS=7", "LOCAL_RANK=5")
 	cfg.Program = append(cfg.Program, "--port=${local_rank}0")
 	cfg.RunID = "envtest"
@@ -285,12 +267,12 @@ func TestWorkerEnvironment(t *testing.T) {
 		t.Errorf("TORCHELASTIC_ERROR_FILE not per rank: %v", files)
 	}
 	_ = rep
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "exit:0", "TPURUN_FAKE_1=failuntil:2")
 	cfg.MaxRestarts = 2
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -311,12 +293,12 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, stdout, stderr := config(t, 2, dir, "hang", "TPURUN_FAKE_1=record:7")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if launcher.ExitCode(err) != 7 {
@@ -335,14 +317,14 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, sum.String())
 		}
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestForwardedSignals(t *testing.T) {
 	t.Parallel()
 	t.Run("SIGUSR1 reaches every worker", func(t *testing.T) {
 		t.Parallel()
-		dir := fakeDir(t)
+		dir := launchertest.FakeDir(t)
 		cfg, out, _ := config(t, 2, dir, "onsignal:0")
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
@@ -350,14 +332,14 @@ func TestForwardedSignals(t *testing.T) {
 		if _, err := launcher.Run(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}
-		if c := strings.Count(out.String(), "got user defined signal 1"); c != 2 {
+		if c := strings.Count(out.String(), "got SIGUSR1"); c != 2 {
 			t.Fatalf("%d workers got SIGUSR1, want 2:\n%s", c, out.String())
 		}
-		assertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 	})
 	t.Run("SIGTERM stops the run with 143", func(t *testing.T) {
 		t.Parallel()
-		dir := fakeDir(t)
+		dir := launchertest.FakeDir(t)
 		cfg, _, _ := config(t, 2, dir, "hang")
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
@@ -366,11 +348,11 @@ func TestForwardedSignals(t *testing.T) {
 		if launcher.ExitCode(err) != 143 || rep.Last().Reason != launcher.StopSignal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Reason)
 		}
-		assertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 	})
 	t.Run("second SIGTERM kills at once", func(t *testing.T) {
 		t.Parallel()
-		dir := fakeDir(t)
+		dir := launchertest.FakeDir(t)
 		cfg, _, _ := config(t, 2, dir, "ignoreterm")
 		cfg.Grace = time.Hour
 		sigs := make(chan os.Signal, 2)
@@ -380,7 +362,7 @@ func TestForwardedSignals(t *testing.T) {
 		if launcher.ExitCode(err) != 137 || rep.Last().Ranks[0].Signal != syscall.SIGKILL {
 			t.Fatalf("err %v, want SIGKILL (137) after the second SIGTERM", err)
 		}
-		assertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 	})
 }
 
@@ -397,7 +379,7 @@ func waitReady(dir string, n int, f func()) {
 
 func TestSixtyFourWorkers(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 64, dir, "exit:0")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
@@ -411,14 +393,14 @@ func TestSixtyFourWorkers(t *testing.T) {
 			t.Fatalf("rank %+v: want exit 0 with a pid and a peak RSS from rusage", r)
 		}
 	}
-	assertAllGone(t, dir, 64, 10*time.Second)
+	launchertest.AssertAllGone(t, dir, 64, 10*time.Second)
 }
 
 // TestResultChannel: every worker's fd 3 is its private result channel: good frames become the results document,
 // raw bytes a malformed_frame violation of that rank (exit 65), and a required result that never came is missing.
 func TestResultChannel(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "report")
 	cfg.Results.Required = true
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -444,12 +426,12 @@ func TestResultChannel(t *testing.T) {
 	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != launcher.ExitResults {
 		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
 	}
-	assertAllGone(t, dir, 4, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 4, 5*time.Second)
 }
 
 func TestLogDirRedirectsAndFilter(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, out, _ := config(t, 3, dir, "lines:3")
 	cfg.LogDir = t.TempDir()
 	cfg.RunID = "logs"
@@ -471,7 +453,7 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 			t.Fatalf("rank %d log file: %q %v", r, b, err)
 		}
 	}
-	assertAllGone(t, dir, 3, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
 }
 
 // TestProgramNotRunnable: a PROGRAM that is not there exits 127 and one that cannot be executed 126, as a shell's,
@@ -511,7 +493,7 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 
 func TestLiveSamplesAndCancel(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
 	cfg.SampleInterval = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -541,7 +523,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 			t.Errorf("rank %d: no live sample in the report", r.Rank)
 		}
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 // TestStaleErrorFileIsNotTheRootCause: with --log-dir and a fixed run id the error file's path repeats; a rank that
@@ -549,16 +531,16 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 func TestStaleErrorFileIsNotTheRootCause(t *testing.T) {
 	t.Parallel()
 	logs := t.TempDir()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang", "TPURUN_FAKE_1=record:7")
 	cfg.LogDir, cfg.RunID = logs, "fixed-run-id"
 	rep, err := launcher.Run(context.Background(), cfg)
 	if launcher.ExitCode(err) != 7 || rep.Last().Ranks[1].Error == nil {
 		t.Fatalf("first run: err %v, error record %v; want 7 with rank 1's traceback", err, rep.Last().Ranks[1].Error)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 
-	dir2 := fakeDir(t)
+	dir2 := launchertest.FakeDir(t)
 	cfg2, _, _ := config(t, 2, dir2, "hang", "TPURUN_FAKE_1=exitready:5")
 	cfg2.LogDir, cfg2.RunID = logs, "fixed-run-id"
 	rep, err = launcher.Run(context.Background(), cfg2)
@@ -573,14 +555,14 @@ func TestStaleErrorFileIsNotTheRootCause(t *testing.T) {
 	if strings.Contains(sum.String(), "bad learning rate") {
 		t.Fatalf("summary shows the previous run's traceback:\n%s", sum.String())
 	}
-	assertAllGone(t, dir2, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir2, 2, 5*time.Second)
 }
 
 // TestSameRunIDDoesNotSweepAnotherLaunchersWorkers: two launchers with one run id and the sweep by environment
 // (no reaper: library use or --no-subreaper): the one that ends first must not kill the other's workers.
 func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	t.Parallel()
-	dirA := fakeDir(t)
+	dirA := launchertest.FakeDir(t)
 	cfgA, _, _ := config(t, 2, dirA, "hang")
 	cfgA.RunID = "shared-run-id"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -607,7 +589,7 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 
-	dirB := fakeDir(t)
+	dirB := launchertest.FakeDir(t)
 	cfgB, _, _ := config(t, 1, dirB, "exit:0")
 	cfgB.RunID = "shared-run-id"
 	repB, err := launcher.Run(context.Background(), cfgB)
@@ -624,6 +606,6 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Status())
 		}
 	}
-	assertAllGone(t, dirA, 2, 5*time.Second)
-	assertAllGone(t, dirB, 1, 5*time.Second)
+	launchertest.AssertAllGone(t, dirA, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dirB, 1, 5*time.Second)
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 	"unsafe"
 
 	"tpurun/worker"
@@ -190,7 +191,7 @@ func replica() int {
 // faultDir is fakeDir plus the grandchildren's directory.
 func faultDir(t *testing.T) string {
 	t.Helper()
-	d := fakeDir(t)
+	d := launchertest.FakeDir(t)
 	if err := os.Mkdir(filepath.Join(d, "gc"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func faultDir(t *testing.T) string {
 // before they could record their pid, and grandchildren).
 func assertNothingLeft(t *testing.T, dir string, recorded int, within time.Duration) {
 	t.Helper()
-	assertAllGone(t, dir, recorded, within)
+	launchertest.AssertAllGone(t, dir, recorded, within)
 	needle := []byte("FAKE_DIR=" + dir + "\x00")
 	deadline := time.Now().Add(within)
 	for {
@@ -354,7 +355,7 @@ func TestFaultLauncherSignals(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitReady(t, dir, 2)
+			launchertest.WaitReady(t, dir, 2)
 			for i, s := range tc.sigs {
 				if i > 0 { // the second signal must find tpurun already stopping
 					waitFor(t, errb, "stopping all workers")
@@ -626,7 +627,7 @@ func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, dir, 2)
+	launchertest.WaitReady(t, dir, 2)
 	gcs := map[int]bool{}
 	es, _ := os.ReadDir(filepath.Join(dir, "gc"))
 	for _, e := range es {

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 )
 
 // bin holds the tpurun and hello binaries built once by TestMain.
@@ -22,11 +21,9 @@ var bin string
 // TestMain either plays a fake worker (FAKE_DIR set) or builds the real binaries and runs the tests. The test
 // binary is a child subreaper so that workers orphaned by a SIGKILLed launcher can be reaped and proven gone.
 func TestMain(m *testing.M) {
-	if os.Getenv("FAKE_DIR") != "" {
-		os.Exit(fakeWorker())
-	}
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0); errno != 0 {
-		fmt.Fprintln(os.Stderr, "prctl(PR_SET_CHILD_SUBREAPER):", errno)
+	launchertest.RunFakeWorker()
+	if err := launchertest.SetSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "tpurun-cli-test-")
@@ -50,59 +47,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func fakeWorker() int {
-	dir, rank := os.Getenv("FAKE_DIR"), os.Getenv("RANK")
-	_ = os.WriteFile(filepath.Join(dir, "pids", strconv.Itoa(os.Getpid())), nil, 0o644)
-	behaviour := os.Getenv("TPURUN_FAKE")
-	if b, ok := os.LookupEnv("TPURUN_FAKE_" + rank); ok {
-		behaviour = b
-	}
-	verb, arg, _ := strings.Cut(behaviour, ":")
-	n, _ := strconv.Atoi(arg)
-	ready := func() { _ = os.WriteFile(filepath.Join(dir, "ready", rank), nil, 0o644) }
-	switch verb {
-	case "exit":
-		ready()
-		fmt.Printf("rank %s exits %d\n", rank, n)
-		return n
-	case "exitready": // exit n once every rank is ready, so the failure never races the others' setup
-		ready()
-		world, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
-		for {
-			if es, _ := os.ReadDir(filepath.Join(dir, "ready")); len(es) >= world {
-				fmt.Printf("rank %s exits %d\n", rank, n)
-				return n
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	case "hang":
-		ready()
-		select {}
-	case "onterm":
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGTERM)
-		ready()
-		<-c
-		fmt.Println("got SIGTERM")
-		return n
-	}
-	return 98
-}
-
 type result struct {
 	code           int
 	stdout, stderr string
-}
-
-func fakeDir(t *testing.T) string {
-	t.Helper()
-	d := t.TempDir()
-	for _, s := range []string{"pids", "ready"} {
-		if err := os.Mkdir(filepath.Join(d, s), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
 }
 
 // tpurun prepares the real binary with fake workers doing behaviour (extra env appended).
@@ -123,43 +70,6 @@ func runCLI(t *testing.T, dir string, env []string, args ...string) result {
 		t.Fatal(err)
 	}
 	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
-}
-
-func waitReady(t *testing.T, dir string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if es, _ := os.ReadDir(filepath.Join(dir, "ready")); len(es) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d workers not ready within 10s", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func assertAllGone(t *testing.T, dir string, want int, within time.Duration) {
-	t.Helper()
-	es, err := os.ReadDir(filepath.Join(dir, "pids"))
-	if err != nil || len(es) < want {
-		t.Fatalf("%d pids recorded (%v), want %d", len(es), err, want)
-	}
-	deadline := time.Now().Add(within)
-	for _, e := range es {
-		pid, _ := strconv.Atoi(e.Name())
-		for {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap orphans re-parented to this subreaper
-			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("worker pid %d still alive %s later", pid, within)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
@@ -226,7 +136,7 @@ func TestDemoHello(t *testing.T) {
 
 func TestTorchrunSpellingAndExitCode(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	r := runCLI(t, dir, []string{"TPURUN_FAKE=hang", "TPURUN_FAKE_2=exitready:85"},
 		"--nproc_per_node", "3", "--log_format", "json", "--", os.Args[0])
 	if r.code != 85 {
@@ -235,17 +145,17 @@ func TestTorchrunSpellingAndExitCode(t *testing.T) {
 	if !strings.Contains(r.stdout, "[2] rank 2 exits 85") || !strings.Contains(r.stderr, `"level":"error"`) {
 		t.Fatalf("stdout %q / stderr %q: want rank 2's prefixed line and json logs", r.stdout, r.stderr)
 	}
-	assertAllGone(t, dir, 3, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
 }
 
 func TestTimeoutExit124(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	r := runCLI(t, dir, []string{"TPURUN_FAKE=hang"}, "--nprocs", "2", "--timeout", "2s", "--", os.Args[0])
 	if r.code != 124 || !strings.Contains(r.stderr, "timeout 2s expired") {
 		t.Fatalf("exit %d, want 124\n%s", r.code, r.stderr)
 	}
-	assertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
 func TestSIGTERMToLauncher(t *testing.T) {
@@ -256,12 +166,12 @@ func TestSIGTERMToLauncher(t *testing.T) {
 	}{{"hang", 143}, {"onterm:0", 0}} {
 		t.Run(tc.behaviour, func(t *testing.T) {
 			t.Parallel()
-			dir := fakeDir(t)
+			dir := launchertest.FakeDir(t)
 			cmd, out, errb := tpurun(dir, []string{"TPURUN_FAKE=" + tc.behaviour}, "--nprocs", "2", "--", os.Args[0])
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitReady(t, dir, 2)
+			launchertest.WaitReady(t, dir, 2)
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
@@ -275,22 +185,22 @@ func TestSIGTERMToLauncher(t *testing.T) {
 			if tc.code == 143 && strings.Count(errb.String(), "SIGTERM") < 2 {
 				t.Fatalf("summary does not show the workers killed by SIGTERM:\n%s", errb.String())
 			}
-			assertAllGone(t, dir, 2, 5*time.Second)
+			launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 		})
 	}
 }
 
 func TestSIGKILLedLauncherLeavesNoWorker(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAKE=hang"}, "--nprocs", "4", "--", os.Args[0])
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, dir, 4)
+	launchertest.WaitReady(t, dir, 4)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	assertAllGone(t, dir, 4, time.Second)
+	launchertest.AssertAllGone(t, dir, 4, time.Second)
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -218,13 +219,13 @@ func cpuNodes(t *testing.T, dir string, n int, env []string, extra func(i int) [
 // node stops its workers at once and all three launchers exit 7, the failing rank's code.
 func TestMultihostWorkerFailureStopsEveryNode(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	start := time.Now()
 	nodes := cpuNodes(t, dir, 3, []string{"TPURUN_FAKE=hang", "TPURUN_FAKE_4=exitready:7"}, func(int) []string {
 		return []string{"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-timeout", "20s"}
 	})
-	waitReady(t, dir, 6)
+	launchertest.WaitReady(t, dir, 6)
 	ready := time.Now()
 	for i, n := range nodes {
 		if code := n.wait(t, 20*time.Second); code != 7 {
@@ -237,7 +238,7 @@ func TestMultihostWorkerFailureStopsEveryNode(t *testing.T) {
 	if !strings.Contains(nodes[0].stderr.String(), "rank 4") {
 		t.Fatalf("node 0 does not name rank 4:\n%s", nodes[0].stderr.String())
 	}
-	assertAllGone(t, dir, 6, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 6, 5*time.Second)
 	t.Logf("3 nodes up and stopped in %s", time.Since(start))
 }
 
@@ -253,7 +254,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 	}{{"tcp-SIGKILL", syscall.SIGKILL, "tcp"}, {"tcp-SIGSTOP", syscall.SIGSTOP, "tcp"}, {"etcd-SIGKILL", syscall.SIGKILL, "etcd"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := fakeDir(t)
+			dir := launchertest.FakeDir(t)
 			ep := ""
 			if tc.backend == "etcd" {
 				ep = startEmbeddedEtcd(t)
@@ -268,7 +269,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 				return []string{"--rdzv-backend", tc.backend, "--rdzv-endpoint", ep, "--rdzv-timeout", "20s", "--node-rank", strconv.Itoa(i),
 					"--rdzv-conf", conf}
 			})
-			waitReady(t, dir, 4)
+			launchertest.WaitReady(t, dir, 4)
 			victim, survivor := nodes[1], nodes[0]
 			mustDo(t, victim.cmd.Process.Signal(tc.sig))
 			killed := time.Now()
@@ -284,7 +285,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 			if tc.sig == syscall.SIGSTOP {
 				mustDo(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 			}
-			assertAllGone(t, dir, 4, 5*time.Second)
+			launchertest.AssertAllGone(t, dir, 4, 5*time.Second)
 		})
 	}
 }
@@ -293,7 +294,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 // arrived; no worker was started.
 func TestMultihostMissingNodeTimesOut(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
@@ -318,7 +319,7 @@ func TestMultihostMissingNodeTimesOut(t *testing.T) {
 // instances named; it exits 69.
 func TestMultihostDuplicateNodeRankRejected(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "dup", "--rdzv-timeout", "4s", "--"}
@@ -356,7 +357,7 @@ func waitListening(t *testing.T, addr string) {
 // and exits 69 saying so.
 func TestMultihostWrongTokenRefused(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "tok", "--rdzv-timeout", "3s"}
@@ -384,7 +385,7 @@ func TestMultihostEtcd(t *testing.T) {
 		return []string{"--rdzv-backend", "etcd", "--rdzv-endpoint", ep, "--rdzv-timeout", "20s", "--rdzv-conf", "heartbeat=2s"}
 	}
 
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	for i, n := range cpuNodes(t, dir, 2, []string{"TPURUN_FAKE=exit:0"}, rdzv) {
 		if code := n.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("etcd node %d: exit %d\n%s", i, code, n.stderr.String())
@@ -394,9 +395,9 @@ func TestMultihostEtcd(t *testing.T) {
 		t.Fatalf("%d ranks ran over etcd, want 4", len(es))
 	}
 
-	dir = fakeDir(t)
+	dir = launchertest.FakeDir(t)
 	nodes := cpuNodes(t, dir, 2, []string{"TPURUN_FAKE=hang", "TPURUN_FAKE_3=exitready:5"}, rdzv)
-	waitReady(t, dir, 4)
+	launchertest.WaitReady(t, dir, 4)
 	ready := time.Now()
 	for i, n := range nodes {
 		if code := n.wait(t, 20*time.Second); code != 5 {
@@ -406,7 +407,7 @@ func TestMultihostEtcd(t *testing.T) {
 	if took := time.Since(ready); took > 4*time.Second {
 		t.Fatalf("etcd: every node stopped %s after the failure", took)
 	}
-	assertAllGone(t, dir, 4, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 4, 5*time.Second)
 }
 
 // TestMultihostMaxRestartsNewGeneration: rank 3 fails once; with --max-restarts 1 both nodes agree on the failure,
@@ -642,7 +643,7 @@ func startEmbeddedEtcd(t *testing.T) string {
 // once, naming the odd node; nothing is started.
 func TestMultihostMismatchNamesOddNode(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 3; i++ {

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
 )
 
 // TestTCPRendezvousNeedsEndpoint: --rdzv-backend tcp with --nnodes 2 and no --rdzv-endpoint (nor a host list naming
 // node 0) is a configuration error: exit 2 at once, saying what to pass, and no worker starts.
 func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	start := time.Now()
 	r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
 		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", "60s", "--", os.Args[0])
@@ -37,7 +38,7 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 // first host (on --rdzv-conf port) the endpoint: two nodes agree on one world.
 func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	_, port, _ := net.SplitHostPort(freeEndpoint(t))
 	var nodes []*node
 	for i := 0; i < 2; i++ {
@@ -61,7 +62,7 @@ func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 // --rdzv-timeout, naming both claimants instead of a node that "never arrived". Both exit 69.
 func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	dir := fakeDir(t)
+	dir := launchertest.FakeDir(t)
 	ep := freeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "samehost",
 		"--rdzv-timeout", "60s", "--node-name", "same-host", "--", self(t)}

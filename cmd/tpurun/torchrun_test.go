@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
 )
 
 func TestTorchrunFlagsThroughParse(t *testing.T) {
@@ -55,7 +56,7 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 	t.Parallel()
 	t.Run("PET_NPROC_PER_NODE vs --nprocs", func(t *testing.T) {
 		t.Parallel()
-		dir := fakeDir(t)
+		dir := launchertest.FakeDir(t)
 		r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
@@ -63,15 +64,15 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 		if es, err := os.ReadDir(filepath.Join(dir, "pids")); err != nil || len(es) != 2 {
 			t.Fatalf("%d workers started (%v), want --nprocs 2, not PET_NPROC_PER_NODE=3\n%s", len(es), err, r.stderr)
 		}
-		assertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 	})
 	t.Run("PET_SHUTDOWN_TIMEOUT vs --grace", func(t *testing.T) {
 		t.Parallel()
-		dir := fakeDir(t)
+		dir := launchertest.FakeDir(t)
 		r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d, want 0: --grace given, PET_SHUTDOWN_TIMEOUT ignored\n%s", r.code, r.stderr)
 		}
-		assertAllGone(t, dir, 1, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 1, 5*time.Second)
 	})
 }

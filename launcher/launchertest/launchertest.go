@@ -1,0 +1,275 @@
+// Package launchertest is the test plumbing shared by tpurun's tests (launcher, cmd/tpurun, rendezvous): the test
+// binary re-exec'd as a fake worker, the directory those workers report into, "all gone" assertions that prove a
+// process is dead with kill(pid, 0) == ESRCH, a buffer safe for concurrent writers, and deadline polling. Like
+// net/http/httptest it is for tests only.
+package launchertest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/worker"
+)
+
+// RunFakeWorker turns the process into a fake worker when a launcher started it as one (FAKE_DIR set): call it
+// first thing in TestMain. It returns only in the test binary itself.
+func RunFakeWorker() {
+	if os.Getenv("FAKE_DIR") != "" {
+		os.Exit(FakeWorker())
+	}
+}
+
+// SetSubreaper makes the test binary the child subreaper, so orphaned grandchildren are re-parented to it and
+// AssertAllGone can reap them and prove kill(pid, 0) == ESRCH even where PID 1 does not reap.
+func SetSubreaper() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", errno)
+	}
+	return nil
+}
+
+// FakeWorker is the body of a fake worker process: the test binary re-exec'd by a launcher with FAKE_DIR set
+// (see RunFakeWorker). TPURUN_FAKE (or TPURUN_FAKE_<RANK> for one rank) selects what it does, as verb[:n]:
+// exit, exitready (exit once every rank is ready), sigkill, hang, ignoreterm, onsignal/onterm (exit n on SIGTERM or
+// SIGUSR1), grandchild, escape, escapeclean, lines, env, failuntil, record, result (raw bytes on fd 3), report (a
+// good result per replica). Every fake process records its pid in $FAKE_DIR/pids/<pid> and, once its signal
+// handling is set up, marks $FAKE_DIR/ready/<rank>.
+func FakeWorker() int {
+	dir := os.Getenv("FAKE_DIR")
+	rank := os.Getenv("RANK")
+	_ = os.WriteFile(filepath.Join(dir, "pids", strconv.Itoa(os.Getpid())), nil, 0o644)
+	behaviour := os.Getenv("TPURUN_FAKE")
+	if b, ok := os.LookupEnv("TPURUN_FAKE_" + rank); ok {
+		behaviour = b
+	}
+	if os.Getenv("FAKE_GRANDCHILD") != "" {
+		behaviour = "hang"
+	}
+	verb, arg, _ := strings.Cut(behaviour, ":")
+	n, _ := strconv.Atoi(arg)
+	ready := func() { _ = os.WriteFile(filepath.Join(dir, "ready", rank), nil, 0o644) }
+	allReady := func() { // wait until every rank is ready, so a failure never races the others' setup
+		world, _ := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+		for {
+			if es, _ := os.ReadDir(filepath.Join(dir, "ready")); len(es) >= world {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	switch verb {
+	case "exit":
+		ready()
+		fmt.Printf("rank %s exits %d\n", rank, n)
+		return n
+	case "exitready": // exit n once every rank is ready
+		ready()
+		allReady()
+		fmt.Printf("rank %s exits %d\n", rank, n)
+		return n
+	case "sigkill":
+		ready()
+		allReady()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	case "hang":
+		ready()
+		select {}
+	case "ignoreterm":
+		signal.Ignore(syscall.SIGTERM)
+		ready()
+		select {}
+	case "onsignal", "onterm": // exit n on SIGTERM or SIGUSR1
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGUSR1)
+		ready()
+		s := <-c
+		fmt.Println("got", unix.SignalName(s.(syscall.Signal)))
+		return n
+	case "grandchild", "escape", "escapeclean":
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "FAKE_GRANDCHILD=1")
+		if verb == "escapeclean" { // leaves the run: new session and no TPURUN_RUN_ID or TPURUN_SWEEP_TAG
+			cmd.Env = nil
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "TPURUN_RUN_ID=") && !strings.HasPrefix(kv, "TPURUN_SWEEP_TAG=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			cmd.Env = append(cmd.Env, "FAKE_GRANDCHILD=1")
+		}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.ExtraFiles = []*os.File{os.NewFile(3, "result")}
+		if verb != "grandchild" {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "start grandchild:", err)
+			return 99
+		}
+		// wait until the grandchild has recorded its pid, so the test knows it
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "pids", strconv.Itoa(cmd.Process.Pid))); err == nil {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		ready()
+		return n
+	case "lines":
+		w := bufio.NewWriterSize(os.Stdout, 4096)
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "rank %s line %d %s\n", rank, i, strings.Repeat("x", i%50))
+		}
+		fmt.Fprintf(w, "rank %s partial", rank)
+		_ = w.Flush()
+		return 0
+	case "env":
+		b, _ := json.Marshal(map[string]any{"env": os.Environ(), "args": os.Args[1:]})
+		_ = os.WriteFile(filepath.Join(dir, "env-"+rank+".json"), b, 0o644)
+		return 0
+	case "failuntil": // fail while TORCHELASTIC_RESTART_COUNT < n
+		c, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
+		if c < n {
+			return 3
+		}
+		return 0
+	case "record": // what PyTorch's @record does on an uncaught exception
+		ready()
+		allReady()
+		fmt.Fprintln(os.Stderr, "Traceback (most recent call last):")
+		fmt.Fprintln(os.Stderr, "ValueError: bad learning rate")
+		rec := fmt.Sprintf(`{"message": {"message": "ValueError: bad learning rate", "extraInfo": {"py_callstack": %q, "timestamp": "1"}}}`,
+			"Traceback (most recent call last):\n  File \"train.py\", line 3, in main\nValueError: bad learning rate\n")
+		_ = os.WriteFile(os.Getenv("TORCHELASTIC_ERROR_FILE"), []byte(rec), 0o644)
+		return n
+	case "result": // raw bytes on the result channel: not a frame
+		f := os.NewFile(3, "result")
+		fmt.Fprintf(f, "result of rank %s replicas %s", rank, os.Getenv("TPURUN_REPLICAS"))
+		return 0
+	case "report": // one good result per owned replica, through the Go client
+		reps, err := worker.Replicas()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 97
+		}
+		for _, r := range reps {
+			if err := worker.Report(r, "rank "+rank); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 96
+			}
+		}
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "fake worker: unknown behaviour %q\n", behaviour)
+	return 98
+}
+
+// FakeDir makes the directory fake workers report into.
+func FakeDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	for _, s := range []string{"pids", "ready"} {
+		if err := os.Mkdir(filepath.Join(d, s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// PIDs lists every fake process that ran, grandchildren included.
+func PIDs(t testing.TB, dir string) []int {
+	t.Helper()
+	es, err := os.ReadDir(filepath.Join(dir, "pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// AssertAllGone proves that every recorded pid is gone: kill(pid, 0) == ESRCH within the deadline. Zombies
+// re-parented to this (subreaper) test binary are reaped first; a zombie is dead but still has a pid.
+func AssertAllGone(t testing.TB, dir string, want int, within time.Duration) {
+	t.Helper()
+	ps := PIDs(t, dir)
+	if len(ps) < want {
+		t.Fatalf("only %d fake processes recorded their pid, want at least %d", len(ps), want)
+	}
+	deadline := time.Now().Add(within)
+	for _, pid := range ps {
+		for {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			err := syscall.Kill(pid, 0)
+			if errors.Is(err, syscall.ESRCH) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d is still alive %s after the run (kill(pid,0) = %v)", pid, within, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// WaitReady waits until n fake workers have marked themselves ready, or fails the test after 10 s.
+func WaitReady(t testing.TB, dir string, n int) {
+	t.Helper()
+	Eventually(t, 10*time.Second, func() bool {
+		es, _ := os.ReadDir(filepath.Join(dir, "ready"))
+		return len(es) >= n
+	}, fmt.Sprintf("%d workers ready", n))
+}
+
+// Eventually polls cond every few milliseconds until it holds, or fails the test after within naming what.
+func Eventually(t testing.TB, within time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writers (the launcher's forwarders).
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
