@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 
 	"tpurun/launcher"
 	"tpurun/launcher/results"
@@ -27,7 +28,7 @@ func TestMultihostRemoteViolations(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			ep := freeEndpoint(t)
+			ep := launchertest.FreeEndpoint(t)
 			var nodes []*node
 			for i := 0; i < 2; i++ {
 				args := []string{"--device", "cpu", "--nprocs", "1", "--nnodes", "2", "--node-rank", strconv.Itoa(i),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,17 +15,9 @@ import (
 	"time"
 	"tpurun/launcher/launchertest"
 
-	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // freeEndpoint is 127.0.0.1:port with a port that was free a moment ago.
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	mustDo(t, err)
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // node is one tpurun process of a multi-host test.
 type node struct {
@@ -153,7 +144,7 @@ func checkWorldEnv(t *testing.T, hosts []*host, perHost int, planEnv func(i int)
 // v4-32 world: every rank's env equals the plan of the whole slice built from the agreed host list.
 func TestMultihostTCPv4_32(t *testing.T) {
 	t.Parallel()
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	base := portBase(t)
 	var hosts []*host
 	var nodes []*node
@@ -178,7 +169,7 @@ func TestMultihostTCPv4_32(t *testing.T) {
 // node 0 hosts the server on host 0) run one v4-16 world equal to its single plan.
 func TestMultihostStaticFromTPUEnv(t *testing.T) {
 	t.Parallel()
-	_, port, _ := net.SplitHostPort(freeEndpoint(t))
+	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
 	base := portBase(t)
 	hostList := "127.0.0.1,127.0.0.2"
 	var hosts []*host
@@ -220,7 +211,7 @@ func cpuNodes(t *testing.T, dir string, n int, env []string, extra func(i int) [
 func TestMultihostWorkerFailureStopsEveryNode(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	start := time.Now()
 	nodes := cpuNodes(t, dir, 3, []string{"TPURUN_FAKE=hang", "TPURUN_FAKE_4=exitready:7"}, func(int) []string {
 		return []string{"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-timeout", "20s"}
@@ -257,9 +248,9 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 			dir := launchertest.FakeDir(t)
 			ep := ""
 			if tc.backend == "etcd" {
-				ep = startEmbeddedEtcd(t)
+				ep = launchertest.StartEtcd(t)
 			} else {
-				ep = freeEndpoint(t)
+				ep = launchertest.FreeEndpoint(t)
 			}
 			nodes := cpuNodes(t, dir, 2, []string{"TPURUN_FAKE=hang"}, func(i int) []string {
 				conf := "heartbeat=2s"
@@ -295,7 +286,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 func TestMultihostMissingNodeTimesOut(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
 		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0"), "--device", "cpu",
@@ -320,7 +311,7 @@ func TestMultihostMissingNodeTimesOut(t *testing.T) {
 func TestMultihostDuplicateNodeRankRejected(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "dup", "--rdzv-timeout", "4s", "--"}
 	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0")
@@ -358,7 +349,7 @@ func waitListening(t *testing.T, addr string) {
 func TestMultihostWrongTokenRefused(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "tok", "--rdzv-timeout", "3s"}
 	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0")
@@ -380,7 +371,7 @@ func TestMultihostWrongTokenRefused(t *testing.T) {
 // worker failure on node 1 stops node 0 with the failing rank's code.
 func TestMultihostEtcd(t *testing.T) {
 	t.Parallel()
-	ep := startEmbeddedEtcd(t)
+	ep := launchertest.StartEtcd(t)
 	rdzv := func(int) []string {
 		return []string{"--rdzv-backend", "etcd", "--rdzv-endpoint", ep, "--rdzv-timeout", "20s", "--rdzv-conf", "heartbeat=2s"}
 	}
@@ -419,7 +410,7 @@ func TestMultihostMaxRestartsNewGeneration(t *testing.T) {
 		want     int
 	}{{"1", 0}, {"0", 4}} {
 		dir := t.TempDir()
-		ep := freeEndpoint(t)
+		ep := launchertest.FreeEndpoint(t)
 		script := `if [ "$RANK" = 3 ] && [ ! -e "$D/failed" ]; then : > "$D/failed"; exit 4; fi; echo "gen-ok $RANK $GROUP_RANK"`
 		var nodes []*node
 		for i := 0; i < 2; i++ {
@@ -457,7 +448,7 @@ func TestMultihostResultsWorldWide(t *testing.T) {
 	wd, err := os.Getwd()
 	mustDo(t, err)
 	target := filepath.Join(wd, "..", "..", "examples", "fn_square.py") + ":square"
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
 		nodes = append(nodes, startNode(t, os.Environ(), "--device", "cpu", "--nprocs", "2", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
@@ -501,7 +492,7 @@ func TestMultihostResultsWorldWide(t *testing.T) {
 func TestMultihost8NodesAgree(t *testing.T) {
 	t.Parallel()
 	dumps := t.TempDir()
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 8; i++ {
 		nodes = append(nodes, startNode(t, append(os.Environ(), "TPURUN_TEST_ENVDUMP="+dumps), "--device", "cpu", "--nnodes", "8",
@@ -533,7 +524,7 @@ func TestMultihost8NodesAgree(t *testing.T) {
 // the 4-rank world through node 0's MASTER_ADDR/MASTER_PORT (skipped only without torch outside CI).
 func TestMultihostTorchAllReduce(t *testing.T) {
 	script := needTorch(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
 		nodes = append(nodes, startNode(t, append(os.Environ(), "PYTHON_EXEC="+torchPython), "--device", "cpu", "--nproc-per-node", "2",
@@ -558,7 +549,7 @@ func TestMultihostTorchAllReduce(t *testing.T) {
 // slices, the slice-local TPU env of a v4-8, and MEGASCALE_* pointing at host 0 of slice 0.
 func TestMultihostMultislice(t *testing.T) {
 	t.Parallel()
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	// Each slice is one host here, so each replaces busy TPU ports with free ones; both share this machine, so
 	// each gets a port range of its own, as separate hosts would have.
 	bases := []int{portBase(t), portBase(t)}
@@ -615,36 +606,12 @@ func keys(m map[string]map[string]string) []string {
 	return out
 }
 
-// startEmbeddedEtcd starts a real one-member etcd server (temp dir, loopback ports) and returns its client endpoint.
-func startEmbeddedEtcd(t *testing.T) string {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "m0"
-	cfg.Dir = t.TempDir()
-	cu := url.URL{Scheme: "http", Host: freeEndpoint(t)}
-	pu := url.URL{Scheme: "http", Host: freeEndpoint(t)}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.LogLevel = "panic"
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	mustDo(t, err)
-	t.Cleanup(func() { e.Close(); <-e.Server.StopNotify() })
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
-		t.Fatal("etcd not ready")
-	}
-	return cu.Host
-}
-
 // TestMultihostMismatchNamesOddNode: 3 nodes, one with 1 worker where the others have 2: every node exits 69 at
 // once, naming the odd node; nothing is started.
 func TestMultihostMismatchNamesOddNode(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 3; i++ {
 		nprocs := "2"

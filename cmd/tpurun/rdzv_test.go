@@ -39,7 +39,7 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	_, port, _ := net.SplitHostPort(freeEndpoint(t))
+	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
 	var nodes []*node
 	for i := 0; i < 2; i++ {
 		env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
@@ -63,7 +63,7 @@ func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	ep := freeEndpoint(t)
+	ep := launchertest.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "samehost",
 		"--rdzv-timeout", "60s", "--node-name", "same-host", "--", self(t)}
 	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0")

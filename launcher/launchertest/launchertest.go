@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/server/v3/embed"
 	"golang.org/x/sys/unix"
 
 	"tpurun/worker"
@@ -272,4 +275,41 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// FreeEndpoint is a loopback host:port that was free a moment ago.
+func FreeEndpoint(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartEtcd starts a real one-member etcd server (temp dir, loopback ports) and returns its client endpoint.
+func StartEtcd(t testing.TB) string {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "m0"
+	cfg.Dir = t.TempDir()
+	cu := url.URL{Scheme: "http", Host: FreeEndpoint(t)}
+	pu := url.URL{Scheme: "http", Host: FreeEndpoint(t)}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	cfg.LogLevel = "panic"
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(); <-e.Server.StopNotify() })
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(20 * time.Second):
+		t.Fatal("etcd not ready")
+	}
+	return cu.Host
 }

@@ -1,0 +1,226 @@
+package launcher_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
+	"tpurun/launcher/topology"
+)
+
+// world runs n launchers of one multi-host job in this process (one goroutine each, like n hosts on loopback),
+// each with 2 CPU workers doing behaviour, and returns every node's report and error in node order.
+type world struct {
+	t       *testing.T
+	dir     string
+	backend string
+	ep      string
+	specs   []launcher.Spec
+	sigs    []chan os.Signal
+}
+
+func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *world {
+	t.Helper()
+	w := &world{t: t, dir: launchertest.FakeDir(t), backend: backend}
+	if backend == "etcd" {
+		w.ep = launchertest.StartEtcd(t)
+	} else {
+		w.ep = launchertest.FreeEndpoint(t)
+	}
+	for i := range n {
+		conf := "heartbeat=2s"
+		if backend == "tcp" {
+			conf += ",is_host=" + strconv.FormatBool(i == 0)
+		}
+		sig := make(chan os.Signal, 4)
+		w.sigs = append(w.sigs, sig)
+		w.specs = append(w.specs, launcher.Spec{
+			Program: []string{os.Args[0]},
+			Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, "TPURUN_FAKE="+behaviour), extra...),
+			Detect:  topology.Options{Device: "cpu"}, Request: topology.Request{NProcs: 2},
+			Rendezvous: launcher.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,
+				NodeRank: i, Conf: conf, Timeout: 20 * time.Second, NodeName: "n" + strconv.Itoa(i)},
+			Grace: 2 * time.Second, Stdout: &launchertest.SyncBuffer{}, Stderr: &launchertest.SyncBuffer{}, Signals: sig,
+		})
+	}
+	return w
+}
+
+// run starts every node (node 0 first, so it hosts the tcp server) and waits for all of them.
+func (w *world) run() ([]*launcher.Report, []error) {
+	reps, errs := make([]*launcher.Report, len(w.specs)), make([]error, len(w.specs))
+	var wg sync.WaitGroup
+	for i := range w.specs {
+		wg.Go(func() { reps[i], errs[i] = launcher.Run(context.Background(), w.specs[i]) })
+		if i == 0 && w.backend == "tcp" {
+			launchertest.Eventually(w.t, 5*time.Second, func() bool { return dialable(w.ep) }, "node 0 hosts the rendezvous server")
+		}
+	}
+	wg.Wait()
+	return reps, errs
+}
+
+// envs reads the env files the "env" fake workers wrote, by global rank.
+func (w *world) envs() map[int]map[string]string {
+	out := map[int]map[string]string{}
+	files, _ := filepath.Glob(filepath.Join(w.dir, "env-*.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		var d struct{ Env []string }
+		if err := json.Unmarshal(b, &d); err != nil {
+			w.t.Fatal(err)
+		}
+		env := map[string]string{}
+		for _, kv := range d.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		r, _ := strconv.Atoi(env["RANK"])
+		out[r] = env
+	}
+	return out
+}
+
+// TestRunMultihostWorld: two nodes agree on one world of 4 ranks, in-process on loopback, on tcp and on a real
+// embedded etcd: consecutive global ranks, node 0's MASTER_ADDR/PORT everywhere, the world's sizes.
+func TestRunMultihostWorld(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"tcp", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, 2, backend, "env")
+			_, errs := w.run()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("node %d: %v\n%s", i, err, w.specs[i].Stderr)
+				}
+			}
+			envs := w.envs()
+			if len(envs) != 4 {
+				t.Fatalf("%d ranks wrote their env, want 4", len(envs))
+			}
+			for r := range 4 {
+				e := envs[r]
+				if e["WORLD_SIZE"] != "4" || e["GROUP_RANK"] != strconv.Itoa(r/2) || e["LOCAL_RANK"] != strconv.Itoa(r%2) ||
+					e["GROUP_WORLD_SIZE"] != "2" || e["MASTER_PORT"] != envs[0]["MASTER_PORT"] || e["MASTER_ADDR"] != "127.0.0.1" ||
+					e["TORCHELASTIC_RUN_ID"] != w.specs[0].Rendezvous.RunID {
+					t.Fatalf("rank %d env: WORLD_SIZE=%s GROUP_RANK=%s LOCAL_RANK=%s MASTER=%s:%s RUN_ID=%s", r, e["WORLD_SIZE"],
+						e["GROUP_RANK"], e["LOCAL_RANK"], e["MASTER_ADDR"], e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"])
+				}
+			}
+			launchertest.AssertAllGone(t, w.dir, 4, 5*time.Second)
+		})
+	}
+}
+
+// TestRunMultihostFailureSpreads: rank 3 (node 1) exits 4 while the others hang: every node stops its workers and
+// returns the world's verdict — node 1 its own *WorkerError, node 0 a *NodeError naming node 1 — both exit 4.
+func TestRunMultihostFailureSpreads(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2, "tcp", "hang", "TPURUN_FAKE_3=exitready:4")
+	start := time.Now()
+	_, errs := w.run()
+	var ne *launcher.NodeError
+	if !errors.As(errs[0], &ne) || ne.Node != 1 || launcher.ExitCode(errs[0]) != 4 {
+		t.Fatalf("node 0: %v, want a NodeError naming node 1 with code 4", errs[0])
+	}
+	var we *launcher.WorkerError
+	if !errors.As(errs[1], &we) || we.Rank != 3 || launcher.ExitCode(errs[1]) != 4 {
+		t.Fatalf("node 1: %v, want rank 3's WorkerError (exit 4)", errs[1])
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Fatalf("the world took %s to stop", took)
+	}
+	launchertest.AssertAllGone(t, w.dir, 4, 5*time.Second)
+}
+
+// TestRunMultihostRestartIsAGeneration: with MaxRestarts 1 a failure restarts the whole world as generation 1:
+// every worker of the second attempt sees TORCHELASTIC_RESTART_COUNT=1 and the run succeeds on both nodes.
+func TestRunMultihostRestartIsAGeneration(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2, "tcp", "failuntil:1")
+	for i := range w.specs {
+		w.specs[i].MaxRestarts = 1
+	}
+	reps, errs := w.run()
+	for i := range 2 {
+		if errs[i] != nil || len(reps[i].Attempts) != 2 {
+			t.Fatalf("node %d: err %v after %d attempts, want success in the second\n%s", i, errs[i], len(reps[i].Attempts), w.specs[i].Stderr)
+		}
+	}
+	launchertest.AssertAllGone(t, w.dir, 4, 5*time.Second) // a worker stopped before it ran records no pid
+}
+
+// TestRunMultihostResultsMerged: on a real etcd, every rank reports one result through the Go client; node 0's
+// report holds the world's document with all 4 results and no violation, node 1's none.
+func TestRunMultihostResultsMerged(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2, "etcd", "report")
+	for i := range w.specs {
+		w.specs[i].Results.Required = true
+	}
+	reps, errs := w.run()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	doc := reps[0].Results
+	if doc == nil || !doc.OK || len(doc.Results) != 4 || len(doc.Violations) != 0 || doc.World.Size != 4 || doc.World.Nodes != 2 {
+		t.Fatalf("node 0's document %+v", doc)
+	}
+	var reps0 []int
+	for _, r := range doc.Results {
+		reps0 = append(reps0, r.Replica)
+	}
+	if !slices.Equal(reps0, []int{0, 1, 2, 3}) || reps[1].Results != nil {
+		t.Fatalf("replicas %v; node 1's document %+v", reps0, reps[1].Results)
+	}
+}
+
+// TestRunSignalDuringJoin: SIGTERM while waiting for a node that never comes ends the join at once with a
+// *SignalError (exit 143), not a rendezvous failure after the timeout; nothing was started.
+func TestRunSignalDuringJoin(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 2, "tcp", "exit:0")
+	w.specs = w.specs[:1] // node 1 never comes
+	done := make(chan error, 1)
+	go func() { _, err := launcher.Run(context.Background(), w.specs[0]); done <- err }()
+	launchertest.Eventually(t, 5*time.Second, func() bool { return dialable(w.ep) }, "node 0 hosts the rendezvous server")
+	w.sigs[0] <- syscall.SIGTERM
+	select {
+	case err := <-done:
+		var se *launcher.SignalError
+		if !errors.As(err, &se) || launcher.ExitCode(err) != 143 {
+			t.Fatalf("err %v (exit %d), want a SignalError (143)", err, launcher.ExitCode(err))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not end the join")
+	}
+	if es, _ := os.ReadDir(filepath.Join(w.dir, "pids")); len(es) != 0 {
+		t.Fatalf("%d workers started", len(es))
+	}
+}
+
+// dialable reports whether something accepts TCP connections on ep.
+func dialable(ep string) bool {
+	c, err := net.DialTimeout("tcp", ep, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
