@@ -62,11 +62,25 @@ type Host struct {
 	SPMD               Value[bool]     `json:"spmd"`
 	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
 	Megascale map[string]Value[string] `json:"megascale,omitempty"`
+	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
+	// reads the slice from env, never from the metadata server, and so do the workers, which keep the value.
+	SkipMDS Value[string] `json:"skip_mds"`
+	// TorchXLAMetadata reports that the metadata server answered with everything torch_xla's own topology code
+	// reads from it (tpu-env's ACCELERATOR_TYPE and WORKER_ID, and TPU_PROCESS_BOUNDS and
+	// TPU_CHIPS_PER_PROCESS_BOUNDS from v4 on; worker-network-endpoints as name:uid:ip on several hosts), so that
+	// workers may read the slice from it as xmp.spawn's children do (docs/TOPOLOGY.md).
+	TorchXLAMetadata bool `json:"torch_xla_metadata"`
+	// HostnameEndpoints reports that worker-network-endpoints listed host names only (the newer format, which JAX
+	// reads and torch_xla's get_worker_ips does not).
+	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
 
-	// GPU: the GPUs present and the ones this launcher may use (CUDA_VISIBLE_DEVICES of the parent).
-	GPUs       []Chip       `json:"gpus,omitempty"`
-	GPUSource  Source       `json:"gpu_source"`
-	UsableGPUs Value[[]int] `json:"usable_gpus"`
+	// GPU: the GPUs present and the ones this launcher may use (CUDA_VISIBLE_DEVICES of the parent). UsableGPUs
+	// are physical GPU indices; when the parent's CUDA_VISIBLE_DEVICES names GPUs by UUID they are the positions in
+	// it (what CUDA numbers cuda:0, cuda:1, ...), and CUDAVisible holds the entries as given.
+	GPUs        []Chip          `json:"gpus,omitempty"`
+	GPUSource   Source          `json:"gpu_source"`
+	UsableGPUs  Value[[]int]    `json:"usable_gpus"`
+	CUDAVisible Value[[]string] `json:"cuda_visible_devices"`
 
 	// MetadataErr is the metadata failure that detection fell back from (single host), for doctor.
 	MetadataErr error `json:"-"`
@@ -89,8 +103,9 @@ type detector struct {
 }
 
 // Detect finds the devices and topology of this host: flags > env > sysfs/dev > GCE metadata > defaults. The
-// metadata server is asked only for a TPU host whose slice env does not describe and that sysfs does not prove to
-// be a single host; each key at most once, within opts.MetadataBudget. Malformed env values are *ConfigError.
+// metadata server is asked only for a TPU host whose slice env does not describe (TPU_SKIP_MDS_QUERY, or the
+// accelerator type with the host list of a multi-host slice); each key at most once, within opts.MetadataBudget.
+// A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *ConfigError.
 func Detect(ctx context.Context, opts Options) (*Host, error) {
 	d := &detector{opts: opts, env: opts.LookupEnv, log: opts.Logger}
 	if d.env == nil {

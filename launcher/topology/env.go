@@ -28,11 +28,18 @@ func (d *detector) sliceFromFlagsAndEnv() error {
 	}{{"TPU_HOST_BOUNDS", &h.HostBounds}, {"TPU_CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}, {"TPU_PROCESS_BOUNDS", &h.ProcessBounds}} {
 		if v, ok := d.lookup(b.name); ok {
 			bb, err := ParseBounds(v)
+			if err == nil && len(bb) != 3 && b.name != "TPU_PROCESS_BOUNDS" {
+				err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
+			}
 			if err != nil {
 				return envErr(b.name, v, err, "use three positive numbers such as 2,2,1, or unset it")
 			}
 			*b.dst = val(bb, Env(b.name))
 		}
+	}
+	// torch_xla skips the metadata server for any non-empty value (even "0"); an empty one does not count.
+	if v, ok := d.env("TPU_SKIP_MDS_QUERY"); ok && v != "" {
+		h.SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
 	}
 	if len(d.opts.WorkerHostnames) > 0 {
 		hosts, err := ParseHostList(strings.Join(d.opts.WorkerHostnames, ","))

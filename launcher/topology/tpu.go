@@ -26,19 +26,14 @@ func (d *detector) tpu(ctx context.Context) error {
 			h.ReplicasPerChip = pciDevices[scan.tpus[0].DeviceID].ReplicasPerChip
 		}
 	}
-	if h.Accelerator.IsSet() {
-		if h.Family != "" && h.Family != "v2/v3" && h.Family != "test" && h.Family != h.Accelerator.V.Family.Name {
-			return &ConfigError{Name: "accelerator type", Value: h.Accelerator.V.Type,
-				Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(h.Chips), h.Family),
-				Sources: []Source{h.Accelerator.Source, h.ChipsSource}, Hint: "fix or unset " + h.Accelerator.Source.Name}
-		}
-		h.Family = h.Accelerator.V.Family.Name
-		h.ReplicasPerChip = h.Accelerator.V.Family.ReplicasPerChip
+	if err := h.adoptAccelerator(); err != nil {
+		return err
 	}
 	d.attachDevNodes()
-
-	// The metadata server: only when env does not describe the slice and sysfs does not prove a single host.
 	if err := d.metadata(ctx); err != nil {
+		return err
+	}
+	if err := h.adoptAccelerator(); err != nil { // the metadata server may have named it
 		return err
 	}
 	if len(h.Chips) == 0 {
@@ -64,6 +59,21 @@ func (d *detector) tpu(ctx context.Context) error {
 		}
 	}
 	return d.finishSlice()
+}
+
+// adoptAccelerator takes the family from a known accelerator type, refusing one that contradicts the chips found.
+func (h *Host) adoptAccelerator() error {
+	if !h.Accelerator.IsSet() {
+		return nil
+	}
+	if h.Family != "" && h.Family != "v2/v3" && h.Family != "test" && h.Family != h.Accelerator.V.Family.Name {
+		return &ConfigError{Name: "accelerator type", Value: h.Accelerator.V.Type,
+			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(h.Chips), h.Family),
+			Sources: []Source{h.Accelerator.Source, h.ChipsSource}, Hint: "fix or unset " + h.Accelerator.Source.Name}
+	}
+	h.Family = h.Accelerator.V.Family.Name
+	h.ReplicasPerChip = h.Accelerator.V.Family.ReplicasPerChip
+	return nil
 }
 
 // attachDevNodes gives each chip its device node: /dev/accelN (v2-v4) or /dev/vfio/N (v5e and later).
@@ -103,19 +113,6 @@ func (d *detector) attachDevNodes() {
 	}
 }
 
-// provenSingleHost reports whether sysfs proves this host is a whole slice by itself: a v5e/v6e host with a chip
-// count that multi-host slices never have (multi-host v5e/v6e hosts have 4 chips).
-func (h *Host) provenSingleHost() bool {
-	if h.ChipsSource.Kind != FromSysfs {
-		return false
-	}
-	f, ok := families[h.Family]
-	if !ok {
-		return false
-	}
-	return len(h.Chips) <= f.MaxSingleHost && len(h.Chips) != f.ChipsPerHost
-}
-
 // finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
 func (d *detector) finishSlice() error {
 	h := d.h
@@ -146,6 +143,9 @@ func (d *detector) finishSlice() error {
 		if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {
 			h.HostBounds = val(Bounds{1, 1, 1}, Default())
 		}
+	}
+	if err := h.checkGivenBounds(); err != nil {
+		return err
 	}
 	if len(h.Hostnames.V) > 1 {
 		if !h.WorkerID.IsSet() {
@@ -185,6 +185,37 @@ func (d *detector) finishSlice() error {
 				Sources: []Source{h.NumDevices.Source, h.Usable.Source}, Choices: splitChoices(len(h.Usable.V)), Hint: "or unset it"}
 		}
 		h.Usable = val(h.Usable.V[:n], h.NumDevices.Source)
+	}
+	return nil
+}
+
+// checkGivenBounds refuses host and chips-per-host bounds given by env or metadata that contradict the hosts and
+// chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
+func (h *Host) checkGivenBounds() error {
+	if hb := h.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
+		hosts, what, src := 1, "this host alone (no host list given)", h.ChipsSource
+		switch {
+		case h.Hostnames.IsSet():
+			hosts, what, src = len(h.Hostnames.V), h.Hostnames.Source.Name, h.Hostnames.Source
+		case h.Accelerator.IsSet():
+			hosts, what, src = h.Accelerator.V.Hosts(), h.Accelerator.V.Type, h.Accelerator.Source
+		}
+		if p := hb.V.Product(); p != hosts {
+			return &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
+				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
+				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
+		}
+	}
+	if cb := h.ChipsPerHostBounds; cb.IsSet() && cb.Source.Kind != FromDerived && cb.Source.Kind != FromDefault {
+		chips, src := len(h.Chips), h.ChipsSource
+		if h.ChipsSource.Kind == FromDerived && h.Accelerator.IsSet() {
+			chips, src = h.Accelerator.V.ChipsPerHost(), h.Accelerator.Source
+		}
+		if p := cb.V.Product(); p != chips {
+			return &ConfigError{Name: cb.Source.Name, Value: cb.V.String(),
+				Problem: fmt.Sprintf("describes %d chips per host but this host has %d", p, chips),
+				Sources: []Source{cb.Source, src}, Hint: "fix or unset " + cb.Source.Name}
+		}
 	}
 	return nil
 }
