@@ -82,7 +82,7 @@ func explainTPU(h *Host, req Request) []string {
 	}
 	if len(s.Hosts) == 1 && !s.SPMD && !s.SingleProcess {
 		out = append(out, "TPU_PROCESS_ADDRESSES name localhost, as torch_xla's get_worker_ips does for any single host; "+
-			"TPU_WORKER_HOSTNAMES is not set (a parent's value is kept), so JAX sees no cluster where upstream sees none")
+			"TPU_WORKER_HOSTNAMES is not set (a parent's value is kept), so JAX's cluster detection finds what it finds upstream")
 	}
 	switch {
 	case s.SPMD && len(s.Hosts) > 1:
