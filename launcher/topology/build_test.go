@@ -15,7 +15,7 @@ import (
 func v5e8(t *testing.T, env map[string]string) (*Host, fakeTree) {
 	t.Helper()
 	ft := newTree(t).tpu(t, "0x0063", 8)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
 	return h, ft
 }
@@ -70,7 +70,7 @@ func TestNProcsValidation(t *testing.T) {
 						i, w.Env["TPU_CHIPS_PER_HOST_BOUNDS"], want)
 				}
 				if tc.spmd {
-					if w.Env["XLA_USE_SPMD"] != "1" || w.Env["TPU_CHIPS_PER_PROCESS_BOUNDS"] != "2,4,1" || w.Env["TPU_VISIBLE_CHIPS"] != "" {
+					if w.Env["XLA_USE_SPMD"] != "1" || w.Env["TPU_CHIPS_PER_PROCESS_BOUNDS"] != "2,4,1" || w.Env["TPU_VISIBLE_CHIPS"] != "0,1,2,3,4,5,6,7" {
 						t.Errorf("spmd env %v", w.Env)
 					}
 					continue
@@ -122,8 +122,18 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 		{name: "parent subset off host", env: map[string]string{"TPU_VISIBLE_CHIPS": "8"},
 			wantErr: []string{"TPU_VISIBLE_CHIPS \"8\" names chip 8 but this host has 8 chips"}},
 		{name: "TPU_PROCESS_BOUNDS agrees", env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1"}, nprocs: 4, visible: []string{"0", "1", "2", "3"}},
-		{name: "TPU_PROCESS_BOUNDS contradicts", env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1"},
-			wantErr: []string{"TPU_PROCESS_BOUNDS 2,2,1 has 4 processes but the plan runs 8", "env TPU_PROCESS_BOUNDS"}},
+		// torch_xla's num_local_processes is min(local chips, size of TPU_PROCESS_BOUNDS): a smaller grid without
+		// nprocs runs that many processes.
+		{name: "TPU_PROCESS_BOUNDS smaller gives the process count", env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1"}, visible: []string{"0", "1", "2", "3"}},
+		{name: "TPU_PROCESS_BOUNDS of one process", env: map[string]string{"TPU_PROCESS_BOUNDS": "1,1,1"}, visible: []string{"0"}},
+		{name: "TPU_PROCESS_BOUNDS not a split", env: map[string]string{"TPU_PROCESS_BOUNDS": "3,1,1"},
+			wantErr: []string{"TPU_PROCESS_BOUNDS 3,1,1 asks for 3 processes, which is not a valid split of the 8 v5e chips on this host (from env TPU_PROCESS_BOUNDS, sysfs ", "use 1,1,1, 1,2,1, 2,2,1 or 2,4,1, or unset it"}},
+		{name: "TPU_PROCESS_BOUNDS larger than the chips", env: map[string]string{"TPU_PROCESS_BOUNDS": "4,4,1"},
+			wantErr: []string{"TPU_PROCESS_BOUNDS 4,4,1 has 16 processes but the plan runs 8", "env TPU_PROCESS_BOUNDS"}},
+		{name: "TPU_PROCESS_BOUNDS against TPU_NUM_DEVICES", env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1", "TPU_NUM_DEVICES": "8"},
+			wantErr: []string{"TPU_PROCESS_BOUNDS 2,2,1 asks for 4 processes but TPU_NUM_DEVICES gives this launcher 8 chips (from env TPU_PROCESS_BOUNDS, env TPU_NUM_DEVICES)"}},
+		{name: "TPU_PROCESS_BOUNDS against nprocs", env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1"}, nprocs: 2,
+			wantErr: []string{"TPU_PROCESS_BOUNDS 2,2,1 has 4 processes but the plan runs 2"}},
 		{name: "XLA_USE_SPMD with nprocs", env: map[string]string{"XLA_USE_SPMD": "1"}, nprocs: 8,
 			wantErr: []string{"nprocs 8 contradicts SPMD", "env XLA_USE_SPMD"}},
 	}
@@ -131,7 +141,7 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, "0x0063", 8)
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 			var p *Plan
 			if err == nil {
 				p, err = NewPlan(h, Request{NProcs: tc.nprocs})
@@ -210,7 +220,7 @@ func TestMultiHost(t *testing.T) {
 					"TPU_PROCESS_ADDRESSES": strings.Join(addrs, ","), "CLOUD_TPU_TASK_ID": strconv.Itoa(w.Rank),
 					"ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_ACCELERATOR_TYPE": tc.accel, "TPU_HOST_BOUNDS": tc.hostBounds,
 					"TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb, "TPU_WORKER_ID": strconv.Itoa(w.NodeRank),
-					"TPU_WORKER_HOSTNAMES": strings.Join(tc.hosts, ","), "TPU_SKIP_MDS_QUERY": "1",
+					"TPU_WORKER_HOSTNAMES": strings.Join(tc.hosts, ","), "TPU_SKIP_MDS_QUERY": "true",
 				}
 				diffEnv(t, fmt.Sprintf("rank %d", w.Rank), w.Env, want)
 			}
@@ -301,7 +311,7 @@ func TestMegascale(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 8)
 	env := map[string]string{"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.1", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
 	p, err := NewPlan(h, Request{})
 	must(t, err)
@@ -371,7 +381,7 @@ func TestSubsetBoundsAgree(t *testing.T) {
 		{"TPU_NUM_DEVICES=2", map[string]string{"TPU_NUM_DEVICES": "2"}, 0, false, "1,1,1", "1,2,1", "1,2,1", "1,1,1", "0"},
 		{"TPU_VISIBLE_CHIPS=3", map[string]string{"TPU_VISIBLE_CHIPS": "3"}, 0, false, "1,1,1", "1,1,1", "1,1,1", "1,1,1", "3"},
 		{"SPMD on TPU_VISIBLE_CHIPS=4,5,6,7", map[string]string{"TPU_VISIBLE_CHIPS": "4,5,6,7"}, 0, true, "1,1,1", "2,2,1", "1,1,1", "2,2,1", "4,5,6,7"},
-		{"SPMD on the whole host", nil, 0, true, "1,1,1", "2,4,1", "1,1,1", "2,4,1", ""},
+		{"SPMD on the whole host", nil, 0, true, "1,1,1", "2,4,1", "1,1,1", "2,4,1", "0,1,2,3,4,5,6,7"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -400,31 +410,48 @@ func TestSubsetBoundsAgree(t *testing.T) {
 	}
 }
 
-// TestProcessBoundsGeneration7: TPU_PROCESS_BOUNDS as torch_xla writes it for tpu7x (with the trailing core
-// dimension ,2), which is also what tpurun gives its own workers, is accepted; its trailing dimension counts no
-// processes on tpu7x only.
+// TestProcessBoundsGeneration7: TPU_PROCESS_BOUNDS on tpu7x. torch_xla's configure_topology appends a core
+// dimension ",2" for generation 7, and its xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers when
+// TPU_SKIP_MDS_QUERY is set (tpu.py MeshShape.from_string). So tpurun writes three numbers under
+// TPU_SKIP_MDS_QUERY and the core dimension where workers read the metadata server (docs/TOPOLOGY.md; which one
+// libtpu prefers is unverified). A given grid counts processes by its first three numbers on tpu7x only.
 func TestProcessBoundsGeneration7(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name, id, accel, bounds string
+		metadata                bool // the slice comes from a complete metadata server, not env
 		nprocs                  int
 		wantBounds              string // every worker's TPU_PROCESS_BOUNDS
 		wantErr                 string
 	}{
-		{name: "tpu7x-8 as torch_xla writes it", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 as torch_xla writes it, env-described", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", wantBounds: "2,2,1"},
 		{name: "tpu7x-8 without the core dimension", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1", wantBounds: "2,2,1"},
-		{name: "tpu7x-8 nprocs 4", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", nprocs: 4, wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 nprocs 4", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", nprocs: 4, wantBounds: "2,2,1"},
+		{name: "tpu7x-8 from metadata", id: "0x0076", accel: "tpu7x-8", metadata: true, wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 from metadata, given as torch_xla writes it", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", metadata: true, wantBounds: "2,2,1,2"},
+		{name: "tpu7x-8 from metadata, given without the core dimension", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1", metadata: true, wantBounds: "2,2,1"},
+		{name: "tpu7x-8 from metadata, nprocs 2", id: "0x0076", accel: "tpu7x-8", metadata: true, nprocs: 2, wantBounds: "1,2,1"},
 		{name: "tpu7x-8 nprocs 2", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,2", nprocs: 2,
 			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,2 has 4 processes (the trailing core dimension of tpu7x not counted) but the plan runs 2 (2 per host on 1 hosts)"},
-		{name: "v4-8 counts every dimension", id: "0x005e", accel: "v4-8", bounds: "2,2,1,2",
-			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,2 has 8 processes but the plan runs 4 (4 per host on 1 hosts)"},
+		{name: "tpu7x-8 a fourth number other than 2", id: "0x0076", accel: "tpu7x-8", bounds: "2,2,1,4",
+			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,4 has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)"},
+		{name: "v4-8 takes no fourth number", id: "0x005e", accel: "v4-8", bounds: "2,2,1,2",
+			wantErr: "TPU_PROCESS_BOUNDS 2,2,1,2 has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, tc.id, 4)
-			env := map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel, "TPU_PROCESS_BOUNDS": tc.bounds}
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			env := map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel}
+			md := newMD(t, nil, nil)
+			if tc.metadata {
+				env = map[string]string{}
+				md = newMD(t, map[string]string{KeyTPUEnv: tpuEnvBody(tc.accel, 0)}, nil)
+			}
+			if tc.bounds != "" {
+				env["TPU_PROCESS_BOUNDS"] = tc.bounds
+			}
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 			must(t, err)
 			p, err := NewPlan(h, Request{NProcs: tc.nprocs})
 			if tc.wantErr != "" {
@@ -434,25 +461,26 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 				return
 			}
 			must(t, err)
-			if len(p.Workers) != 4 {
-				t.Fatalf("%d workers, want 4", len(p.Workers))
+			want := 4
+			if tc.nprocs > 0 {
+				want = tc.nprocs
+			}
+			if len(p.Workers) != want {
+				t.Fatalf("%d workers, want %d", len(p.Workers), want)
 			}
 			for _, w := range p.Workers {
 				if w.Env["TPU_PROCESS_BOUNDS"] != tc.wantBounds {
 					t.Errorf("rank %d TPU_PROCESS_BOUNDS=%q, want %q", w.Rank, w.Env["TPU_PROCESS_BOUNDS"], tc.wantBounds)
 				}
 			}
-			if tc.bounds != "2,2,1,2" {
-				return
-			}
-			// The value tpurun computes for its own workers without the env is the same, so a nested launch accepts it.
-			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel}),
-				SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+			// A nested launch handed this value back accepts it.
+			env["TPU_PROCESS_BOUNDS"] = tc.wantBounds
+			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 			must(t, err)
 			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs})
 			must(t, err)
-			if got := p2.Workers[0].Env["TPU_PROCESS_BOUNDS"]; got != tc.bounds {
-				t.Errorf("tpurun's own TPU_PROCESS_BOUNDS=%q, want %q", got, tc.bounds)
+			if got := p2.Workers[0].Env["TPU_PROCESS_BOUNDS"]; got != tc.wantBounds {
+				t.Errorf("nested TPU_PROCESS_BOUNDS=%q, want %q", got, tc.wantBounds)
 			}
 		})
 	}

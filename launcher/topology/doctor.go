@@ -17,12 +17,15 @@ type Doctor struct {
 	Lock     LockState `json:"lockfile"`
 	Metadata *Probe    `json:"metadata,omitempty"` // nil when not probed (not a TPU host)
 	Problems []string  `json:"problems,omitempty"` // checks that could not run, with why
+	// Notes explain the workers' environment where tpurun chose between upstream behaviours (Explain).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
-// only on a TPU host; lockfile "" means /tmp/libtpu_lockfile.
+// only on a TPU host; lockfile "" means /tmp/libtpu_lockfile. Its notes explain the default request; a caller
+// with the run's request sets d.Notes = Explain(h, req).
 func Diagnose(ctx context.Context, h *Host, opts Options, lockfile string) *Doctor {
-	d := &Doctor{Host: h}
+	d := &Doctor{Host: h, Notes: Explain(h, Request{})}
 	if nodes := h.DevNodes(); len(nodes) > 0 {
 		hs, err := Holders(h.ProcRoot, nodes)
 		if err != nil {
@@ -66,7 +69,7 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 		row("family", h.Family, h.ChipsSource)
 	}
 	row("chips on host", fmt.Sprint(len(h.Chips)), h.ChipsSource)
-	row("usable chips", joinInts(h.Usable.V, ","), h.Usable.Source)
+	row("usable chips", counted(len(h.Usable.V), "chip", h.Usable.V), h.Usable.Source)
 	row("TPU_NUM_DEVICES", fmt.Sprint(h.NumDevices.V), h.NumDevices.Source)
 	row("TPU_VISIBLE_CHIPS (parent)", joinInts(h.VisibleChips.V, ","), h.VisibleChips.Source)
 	row("host bounds", h.HostBounds.V.String(), h.HostBounds.Source)
@@ -75,9 +78,11 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	row("worker id", fmt.Sprint(h.WorkerID.V), h.WorkerID.Source)
 	row("worker hostnames", strings.Join(h.Hostnames.V, ","), h.Hostnames.Source)
 	row("SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source)
+	row("TPU_SKIP_MDS_QUERY (parent)", h.SkipMDS.V, h.SkipMDS.Source)
 	if len(h.GPUs) > 0 {
 		row("GPUs", fmt.Sprint(len(h.GPUs)), h.GPUSource)
-		row("usable GPUs", joinInts(h.UsableGPUs.V, ","), h.UsableGPUs.Source)
+		row("usable GPUs", counted(len(h.UsableGPUs.V), "GPU", h.UsableGPUs.V), h.UsableGPUs.Source)
+		row("CUDA_VISIBLE_DEVICES (parent)", strings.Join(h.CUDAVisible.V, ","), h.CUDAVisible.Source)
 	}
 	keys := make([]string, 0, len(h.Megascale))
 	for k := range h.Megascale {
@@ -138,7 +143,21 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	for _, pr := range d.Problems {
 		fmt.Fprintf(w, "problem: %s\n", pr)
 	}
+	for _, n := range d.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 	return nil
+}
+
+// counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".
+func counted(n int, noun string, idx []int) string {
+	switch n {
+	case 0:
+		return "0"
+	case 1:
+		return fmt.Sprintf("1 (%s %s)", noun, joinInts(idx, ","))
+	}
+	return fmt.Sprintf("%d (%ss %s)", n, noun, joinInts(idx, ","))
 }
 
 func dash(s string) string {

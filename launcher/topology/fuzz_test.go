@@ -103,7 +103,8 @@ func FuzzParseTPUEnv(f *testing.F) {
 }
 
 func FuzzParseEndpoints(f *testing.F) {
-	for _, s := range []string{"w-0:8470:10.0.0.2,w-1:8470:10.0.0.3", "", ",", "a:b", "a:b:", "a:b:c:d", "a:b:10.0.0.2,a:b:10.0.0.2", " w:1:ip ", "w:1:ip,", "w:1:bad host"} {
+	for _, s := range []string{"w-0:8470:10.0.0.2,w-1:8470:10.0.0.3", "", ",", "a:b", "a:b:", "a:b:c:d", "a:b:10.0.0.2,a:b:10.0.0.2", " w:1:ip ", "w:1:ip,", "w:1:bad host",
+		"t1v-w-0,t1v-w-1", "t1v-w-0,w:1:10.0.0.3", "host", "host,host"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -157,6 +158,31 @@ func FuzzParseChipList(f *testing.F) {
 				t.Fatalf("%q -> %v", s, chips)
 			}
 			seen[c] = true
+		}
+	})
+}
+
+func FuzzParseGPUList(f *testing.F) {
+	for _, s := range []string{"0", "0,1", "", "-1", " ", "1,1", "GPU-8f6c2a1e-0000", "MIG-GPU-aa/1/0", "0,GPU-x", "GPU-", "GPU-a b", "4096", "00,0", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := ParseGPUList(s)
+		if err != nil {
+			if !errors.Is(err, ErrParse) {
+				t.Fatalf("error without ErrParse: %v", err)
+			}
+			return
+		}
+		if len(ids) == 0 {
+			t.Fatal("success with no GPUs")
+		}
+		seen := map[string]bool{}
+		for _, id := range ids {
+			if id == "" || seen[id] || strings.ContainsAny(id, ", ") {
+				t.Fatalf("ids %q: empty, repeated or unsplit entry %q", ids, id)
+			}
+			seen[id] = true
 		}
 	})
 }

@@ -55,7 +55,7 @@ func TestHolders(t *testing.T) {
 func TestHoldersNone(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 1)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
 	if err := h.CheckFree(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -63,6 +64,12 @@ func (m *mdServer) total() int {
 	return n
 }
 
+// noMD is the address of a metadata server that answers 404 to every key: not a TPU VM's, and no retries.
+func noMD(t *testing.T) string {
+	t.Helper()
+	return newMD(t, nil, nil).URL
+}
+
 // refusedURL is the address of a TCP socket that is bound but not listening: connections are refused, and the port
 // stays reserved (no other test's server can take it) until the test ends.
 func refusedURL(t *testing.T) string {
@@ -74,4 +81,23 @@ func refusedURL(t *testing.T) string {
 	sa, err := syscall.Getsockname(fd)
 	must(t, err)
 	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+}
+
+// tpuEnvBody is the tpu-env a GCE TPU VM of accelerator type accel serves on host worker, shaped like the fixture
+// of torch_xla's test/pjrt/test_internal_tpu.py (test_tpu_env_from_gce_metadata): TPU_PROCESS_BOUNDS is the host
+// grid and TPU_CHIPS_PER_PROCESS_BOUNDS the chip grid of a host (one process per host). v2 and v3 carry no bounds
+// (torch_xla's configure_topology: "TODO: merge with TPU v4 case when bounds are added to metadata").
+func tpuEnvBody(accel string, worker int) string {
+	a, err := ParseAcceleratorType(accel)
+	if err != nil {
+		panic(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "ACCELERATOR_TYPE: '%s'\n", a.Type)
+	if a.Family.Version >= 4 {
+		fmt.Fprintf(&b, "CHIPS_PER_HOST_BOUNDS: '%s'\nHOST_BOUNDS: '%s'\n", a.ChipsPerHostBounds(), a.HostBounds())
+		fmt.Fprintf(&b, "TPU_CHIPS_PER_PROCESS_BOUNDS: '%s'\nTPU_PROCESS_BOUNDS: '%s'\n", a.ChipsPerHostBounds(), a.HostBounds())
+	}
+	fmt.Fprintf(&b, "ZONE: 'us-central2-b'\nWORKER_ID: '%d'\n", worker)
+	return b.String()
 }

@@ -135,8 +135,8 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 		}
 		status = st
 		last = err
-		if !retryable(st, err) || ctx.Err() != nil {
-			break
+		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts {
+			break // no wait after the last attempt
 		}
 		t := time.NewTimer(backoff)
 		select {

@@ -208,3 +208,20 @@ func TestMetadataIgnoresProxy(t *testing.T) {
 		t.Errorf("the metadata server was asked %d times for %s, want once", md.count(KeyTPUEnv), KeyTPUEnv)
 	}
 }
+
+// TestMetadataNoWaitAfterLastAttempt: the client waits between attempts, never after the last one (a refused
+// server cost a needless 400 ms on every single-host start that asks it).
+func TestMetadataNoWaitAfterLastAttempt(t *testing.T) {
+	t.Parallel()
+	m := NewMetadataClient(refusedURL(t), nil, 10*time.Second, nil)
+	m.attempts, m.backoff = 2, time.Second // waits 1 s between the two attempts; the old loop then waited 2 s more
+	start := time.Now()
+	_, err := m.Get(context.Background(), KeyTPUEnv)
+	var me *MetadataError
+	if !errors.As(err, &me) || me.Attempts != 2 {
+		t.Fatalf("err = %v, want a *MetadataError after 2 attempts", err)
+	}
+	if el := time.Since(start); el >= 2*time.Second {
+		t.Errorf("Get took %s: it waited after the last attempt", el)
+	}
+}

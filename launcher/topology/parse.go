@@ -145,31 +145,87 @@ func ParseTPUEnv(body string) (map[string]string, error) {
 	return out, nil
 }
 
-// ParseEndpoints parses the body of the metadata key worker-network-endpoints: `name:uid:ip,name:uid:ip,...`; the
-// address is the third field. It returns the addresses in worker order.
+// ParseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker
+// order. Each entry is `name:uid:ip` (the address is the third field) or, in the newer format, a host name alone;
+// anything else is an error, as in JAX's GceTpuCluster._get_worker_list_in_slice.
 func ParseEndpoints(body string) ([]string, error) {
+	hosts, _, err := parseEndpoints(body)
+	return hosts, err
+}
+
+// parseEndpoints is ParseEndpoints that also reports whether any entry was a host name alone: torch_xla's
+// get_worker_ips takes the third ':'-field of every entry and fails on that format.
+func parseEndpoints(body string) (hosts []string, names bool, err error) {
 	t := strings.TrimSpace(body)
 	if t == "" {
-		return nil, parseErrorf("worker-network-endpoints is empty")
+		return nil, false, parseErrorf("worker-network-endpoints is empty")
 	}
-	var out []string
 	seen := map[string]bool{}
 	for i, e := range strings.Split(t, ",") {
 		f := strings.Split(strings.TrimSpace(e), ":")
-		if len(f) < 3 || strings.TrimSpace(f[2]) == "" {
-			return nil, parseErrorf("worker-network-endpoints entry %d %q is not name:uid:ip", i+1, clip(e))
+		var host string
+		switch len(f) {
+		case 1:
+			host, names = f[0], true
+		case 3:
+			host = strings.TrimSpace(f[2])
+		default:
+			return nil, false, parseErrorf("worker-network-endpoints entry %d %q is neither name:uid:ip nor a host name", i+1, clip(e))
 		}
-		ip := strings.TrimSpace(f[2])
-		if err := checkHost(ip); err != nil {
-			return nil, parseErrorf("worker-network-endpoints entry %d: %v", i+1, err)
+		if host == "" {
+			return nil, false, parseErrorf("worker-network-endpoints entry %d %q has no address", i+1, clip(e))
 		}
-		if seen[ip] {
-			return nil, parseErrorf("worker-network-endpoints names %q twice", ip)
+		if err := checkHost(host); err != nil {
+			return nil, false, parseErrorf("worker-network-endpoints entry %d: %v", i+1, err)
 		}
-		seen[ip] = true
-		out = append(out, ip)
+		if seen[host] {
+			return nil, false, parseErrorf("worker-network-endpoints names %q twice", host)
+		}
+		seen[host] = true
+		hosts = append(hosts, host)
+	}
+	return hosts, names, nil
+}
+
+// ParseGPUList parses CUDA_VISIBLE_DEVICES: comma-separated GPU indices (0,1) or UUIDs (GPU-..., MIG-...), none
+// empty, none repeated. An empty value or -1 hides every GPU from CUDA: that is an error here, so that nothing is
+// planned on GPUs the workers cannot see.
+func ParseGPUList(s string) ([]string, error) {
+	t := strings.TrimSpace(s)
+	if t == "" || t == "-1" {
+		return nil, parseErrorf("%q hides every GPU from CUDA", s)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for i, p := range strings.Split(t, ",") {
+		p = strings.TrimSpace(p)
+		switch {
+		case isDigits(p):
+			n, err := strconv.Atoi(p)
+			if err != nil || n >= maxExtent {
+				return nil, parseErrorf("GPU list %q: entry %d (%q) is out of range", s, i+1, p)
+			}
+			p = strconv.Itoa(n)
+		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && uuidChars(p):
+		default:
+			return nil, parseErrorf("GPU list %q: entry %d (%q) is neither a GPU index nor a GPU-/MIG- UUID", s, i+1, p)
+		}
+		if seen[p] {
+			return nil, parseErrorf("GPU list %q names GPU %s twice", s, p)
+		}
+		seen[p] = true
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+func uuidChars(s string) bool {
+	for _, r := range s {
+		if !(r == '-' || r == '/' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
+			return false
+		}
+	}
+	return true
 }
 
 func clip(s string) string {

@@ -31,14 +31,10 @@ type World struct {
 // Solo reports whether w is the zero World: no rendezvous, the host as detected.
 func (w World) Solo() bool { return len(w.Nodes) == 0 }
 
-// SoloNodeRank is this host's node in a plan built from the detected host alone: TPU_WORKER_ID on an
-// env- or metadata-described multi-host slice, else 0.
-func SoloNodeRank(h *Host) int {
-	if h.Device.V == TPU && h.Hostnames.IsSet() {
-		return h.WorkerID.V
-	}
-	return 0
-}
+// SoloNodeRank is this host's node in a plan built from the detected host alone with the default request:
+// TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0. SoloNode answers for any request (a
+// one-chip run, --nprocs 1, is this host alone: node 0).
+func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
 
 // LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
 // slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
@@ -254,8 +250,7 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 		}
 		return true
 	}
-	type move struct{ from, to string }
-	var moves []move
+	moved := map[int]int{} // old port -> new port, this node's
 	used := map[int]bool{}
 	local := 0
 	for _, w := range p.Workers {
@@ -295,17 +290,14 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
 		}
 		used[next] = true
-		host := "localhost"
-		if len(p.Nodes) == 1 {
-			host = p.Nodes[0].Host
-		}
-		moves = append(moves, move{net.JoinHostPort(host, v), net.JoinHostPort(host, strconv.Itoa(next))})
+		moved[port] = next
 		w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(next)
 		next++
 	}
-	if len(moves) == 0 {
+	if len(moved) == 0 {
 		return nil
 	}
+	// One node: every entry of TPU_PROCESS_ADDRESSES is this host's (named localhost), so a moved port moves there.
 	for i := range p.Workers {
 		env := p.Workers[i].Env
 		addrs, ok := env["TPU_PROCESS_ADDRESSES"]
@@ -314,9 +306,13 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 		}
 		parts := strings.Split(addrs, ",")
 		for j, a := range parts {
-			for _, m := range moves {
-				if a == m.from {
-					parts[j] = m.to
+			host, ps, err := net.SplitHostPort(a)
+			if err != nil {
+				continue
+			}
+			if old, err := strconv.Atoi(ps); err == nil {
+				if to, ok := moved[old]; ok {
+					parts[j] = net.JoinHostPort(host, strconv.Itoa(to))
 				}
 			}
 		}

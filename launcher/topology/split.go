@@ -1,0 +1,317 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
+// How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
+func (h *Host) Slice(req Request) (*Slice, error) {
+	if h.Device.V != TPU {
+		return nil, &ConfigError{Name: "device", Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
+	}
+	spmd, spmdSrc := req.SPMD, Flag("spmd")
+	if !spmd && h.SPMD.V {
+		spmd, spmdSrc = true, h.SPMD.Source
+	}
+	hosts, hostsSrc, node := []string{"localhost"}, Default(), 0
+	switch {
+	case req.Hosts != nil:
+		hosts, hostsSrc, node = req.Hosts, Derived("rendezvous"), req.NodeRank
+	case h.Hostnames.IsSet():
+		hosts, hostsSrc, node = h.Hostnames.V, h.Hostnames.Source, h.WorkerID.V
+	}
+	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
+		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
+			Sources: []Source{hostsSrc}, Choices: indexChoices(len(hosts))}
+	}
+	if a := h.Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
+		return nil, &ConfigError{Name: "accelerator type", Value: a.V.Type,
+			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, hostsSrc},
+			Hint: "list every host of the slice, or fix the accelerator type"}
+	}
+	if hb := h.HostBounds; req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
+		return nil, &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
+			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
+			Sources: []Source{hb.Source, hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
+	}
+	// xmp.spawn(nprocs=1) runs one process on one chip of this host, whatever the slice (pjrt.py
+	// _run_singleprocess): --nprocs 1 without a rendezvous is that run.
+	single := !spmd && req.NProcs == 1 && req.Hosts == nil
+	sliceHosts, sliceNode := hosts, node
+	if single {
+		hosts, node = []string{hosts[node]}, 0
+	}
+	multi := len(hosts) > 1
+	usable := h.Usable.V
+	n := len(usable)
+	desc := fmt.Sprintf("%d %s chips", n, familyLabel(h.Family))
+	sources := []Source{h.Usable.Source}
+
+	if n == 0 {
+		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources}
+	}
+	if _, err := ChipBounds(n); err != nil {
+		return nil, subsetError(h)
+	}
+	s := &Slice{Hosts: hosts, NodeRank: node, SPMD: spmd, SingleProcess: single, SliceHosts: sliceHosts, WorkerID: sliceNode,
+		Accelerator: h.Accelerator.V.Type, Megascale: map[string]string{}}
+	s.SkipMDS, _ = h.workerSkipMDS(req)
+	for key, v := range h.Megascale {
+		s.Megascale[key] = v.V
+	}
+	s.ChipsPerHostBounds = h.ChipsPerHostBounds.V
+	s.HostBounds = h.HostBounds.V
+	if s.HostBounds == nil {
+		s.HostBounds = Bounds{1, 1, len(sliceHosts)}
+	}
+	if s.ChipsPerHostBounds == nil {
+		s.ChipsPerHostBounds, _ = ChipBounds(n)
+	}
+	givenPB, givenProcs, err := h.givenProcessBounds()
+	if err != nil {
+		return nil, err
+	}
+	// envLimit: TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count.
+	envLimit := h.NumDevices.IsSet() || h.VisibleChips.IsSet()
+	k := req.NProcs
+	if spmd {
+		if k > 1 {
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{req.NProcsSource, spmdSrc},
+				Choices: []string{"1"}, Hint: "leave nprocs unset, or drop --spmd / XLA_USE_SPMD"}
+		}
+		k = 1
+		s.ChipsPerProcess, _ = ChipBounds(n)
+		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(h.Chips))
+		// Every usable chip, always: under TORCHELASTIC_RUN_ID torch_xla's xla:// handler runs its one-process
+		// setup, which sets TPU_VISIBLE_CHIPS=0 when it is unset (tpu.py configure_one_chip_topology).
+		s.VisibleChips = usable
+		s.ProcessBounds = s.HostBounds
+		s.ReplicasPerProcess = 1
+	} else {
+		if k == 0 && givenPB != nil && !multi && givenProcs < n {
+			// torch_xla's num_local_processes: min(local chips, size of TPU_PROCESS_BOUNDS).
+			if err := h.checkDerivedProcs(givenProcs, n, desc); err != nil {
+				return nil, err
+			}
+			k = givenProcs
+		}
+		if k == 0 {
+			k = n
+		}
+		if envLimit && k != n {
+			// Compared once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a
+			// valid subset by the check above: nprocs must use exactly the chips the env gives.
+			src := []Source{req.NProcsSource, h.Usable.Source}
+			if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
+				src = append(src, h.VisibleChips.Source)
+			}
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
+				Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
+		}
+		if multi && k != n {
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", desc, len(hosts)), Sources: append(sources, hostsSrc),
+				Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
+		}
+		if k > n {
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: fmt.Sprintf("is more than the %s on this host", desc), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+		}
+		if !validSplit(k, n) {
+			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+				Problem: fmt.Sprintf("is not a valid split of the %s on this host", desc), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+		}
+		s.ChipsPerProcess = Bounds{1, 1, 1}
+		s.VisibleChips = usable[:k]
+		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.Chips))
+		s.ReplicasPerProcess = max(h.ReplicasPerChip, 1)
+		switch {
+		case single:
+			s.ReplicasPerProcess = 1 // xmp.spawn(nprocs=1) calls fn once
+			s.ProcessBounds = Bounds{1, 1, 1}
+		case multi:
+			s.ProcessBounds = s.HostBounds.Mul(s.ChipsPerHostBounds)
+		default:
+			s.ProcessBounds, _ = ChipBounds(k)
+		}
+	}
+	s.ProcsPerHost = k
+	if givenPB != nil {
+		// Compared with the plan by process count: a given grid of the same size is kept as given.
+		if want := k * len(hosts); givenProcs != want {
+			core := ""
+			if len(h.ProcessBounds.V) == 4 {
+				core = " (the trailing core dimension of tpu7x not counted)"
+			}
+			return nil, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: h.ProcessBounds.V.String(),
+				Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, len(hosts)),
+				Sources: []Source{h.ProcessBounds.Source, req.NProcsSource, h.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
+		}
+		s.ProcessBounds = givenPB
+		if s.SkipMDS == "" {
+			s.ProcessBounds = h.ProcessBounds.V // as given: xmp.spawn's children keep it (setdefault)
+		}
+	} else if h.Family == "tpu7x" && !spmd && !single && s.SkipMDS == "" && k == len(h.Chips) {
+		// torch_xla's configure_topology appends a core dimension for generation 7 to the grid it computes for the
+		// whole slice (unverified in practice). Only where a worker reads the slice from the metadata server: under
+		// TPU_SKIP_MDS_QUERY the xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers (tpu.py
+		// MeshShape.from_string) and would fail. A subset is asked of xmp.spawn with a three-number
+		// TPU_PROCESS_BOUNDS, which it keeps.
+		s.ProcessBounds = append(append(Bounds(nil), s.ProcessBounds...), 2)
+	}
+	return s, nil
+}
+
+// given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
+func given(s Source) bool { return s.IsSet() && s.Kind != FromDerived && s.Kind != FromDefault }
+
+// givenProcessBounds is the parent's TPU_PROCESS_BOUNDS as a three-number process grid and the processes it
+// counts (nil when unset). tpu7x's trailing core dimension (torch_xla writes ",2") counts none and is dropped: the
+// plan decides it. A fourth number on any other generation is refused.
+func (h *Host) givenProcessBounds() (Bounds, int, error) {
+	if !h.ProcessBounds.IsSet() {
+		return nil, 0, nil
+	}
+	b := h.ProcessBounds.V
+	if len(b) == 4 {
+		if h.Family != "tpu7x" || b[3] != 2 {
+			return nil, 0, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: b.String(),
+				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: []Source{h.ProcessBounds.Source, h.ChipsSource},
+				Hint: "use three numbers such as 2,2,1, or unset it (tpurun sets it per worker)"}
+		}
+		b = b[:3]
+	}
+	b = append(Bounds(nil), b...)
+	return b, b.Product(), nil
+}
+
+// checkDerivedProcs checks the process count that a TPU_PROCESS_BOUNDS smaller than the chips gives when nprocs is
+// unset: a valid split, and the same count as a TPU_NUM_DEVICES / TPU_VISIBLE_CHIPS limit.
+func (h *Host) checkDerivedProcs(k, n int, desc string) error {
+	pb := h.ProcessBounds
+	if h.NumDevices.IsSet() || h.VisibleChips.IsSet() {
+		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
+			Problem: fmt.Sprintf("asks for %d processes but %s gives this launcher %d chips", k, h.Usable.Source.Name, n),
+			Sources: []Source{pb.Source, h.Usable.Source}, Hint: "unset one of them"}
+	}
+	if !validSplit(k, n) {
+		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
+			Problem: fmt.Sprintf("asks for %d processes, which is not a valid split of the %s on this host", k, desc),
+			Sources: []Source{pb.Source, h.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
+	}
+	return nil
+}
+
+// boundsChoices lists the process grids of the valid splits of n chips.
+func boundsChoices(n int) []string {
+	var out []string
+	for _, c := range []int{1, 2, 4, 8} {
+		if c <= n && validSplit(c, n) {
+			b, _ := ChipBounds(c)
+			out = append(out, b.String())
+		}
+	}
+	return out
+}
+
+// skipWhy says why the workers get the TPU_SKIP_MDS_QUERY they get (doctor explains it).
+type skipWhy int
+
+const (
+	skipFromParent   skipWhy = iota // the parent's value (GKE), kept
+	skipReadMetadata                // unset: workers read the metadata server, as xmp.spawn's children do
+	skipSupplied                    // "true": tpurun planned without the metadata server and hands the answer in env
+	skipUnknownType                 // unset: env cannot carry the accelerator type torch_xla's version() needs
+)
+
+// workerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset). torch_xla reads the slice
+// from env exactly when it is set (tpu.py _using_env_vars); with it, host_index() is CLOUD_TPU_TASK_ID before
+// TPU_WORKER_ID (build_tpu_env_from_vars). So the workers read the same source tpurun planned from: the parent's
+// value when it had one; the metadata server when tpurun read the slice from it and it holds all torch_xla reads
+// (host_index() is then the host's WORKER_ID, as in xmp.spawn's children on GCE); else env, with "true" as GKE
+// writes it, when it can carry the accelerator type.
+func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
+	sliceHosts := max(len(h.Hostnames.V), 1)
+	metadataWorld := req.Hosts == nil || (len(req.Hosts) == sliceHosts && req.NodeRank == h.WorkerID.V)
+	switch {
+	case h.SkipMDS.IsSet():
+		return h.SkipMDS.V, skipFromParent
+	case h.TorchXLAMetadata && metadataWorld:
+		return "", skipReadMetadata
+	case h.Accelerator.IsSet():
+		return "true", skipSupplied
+	}
+	return "", skipUnknownType
+}
+
+// SoloNode is this host's node in NewPlan(h, req) (a plan built from the detected host alone): TPU_WORKER_ID on
+// an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run (--nprocs 1), which is this
+// host alone.
+func SoloNode(h *Host, req Request) int {
+	if h.Device.V != TPU || !h.Hostnames.IsSet() {
+		return 0
+	}
+	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
+		return 0
+	}
+	return h.WorkerID.V
+}
+
+// subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
+// bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x
+// chips-per-host bounds holds for subsets too (TPU_FACTS.md), as Ray describes a subset of a host. Unverified
+// against libtpu: xmp.spawn under a smaller TPU_PROCESS_BOUNDS leaves the host's bounds (docs/TOPOLOGY.md); this is
+// the one place to change if libtpu wants the host's here.
+func subsetChipBounds(host Bounds, used, total int) Bounds {
+	if used >= total || host.Product() == used {
+		return host
+	}
+	if b, err := ChipBounds(used); err == nil {
+		return b
+	}
+	return host
+}
+
+// subsetError is the refusal of a usable chip count that has no chip grid, naming where the count came from and
+// the env settings that fix it.
+func subsetError(h *Host) error {
+	n, total := len(h.Usable.V), len(h.Chips)
+	var choices []string
+	fix := 0 // the largest valid subset below n, for the example
+	for _, c := range []int{1, 2, 4, 8} {
+		if c <= total {
+			choices = append(choices, strconv.Itoa(c))
+			if c < n {
+				fix = c
+			}
+		}
+	}
+	if fix == 0 {
+		fix = 1
+	}
+	keep := h.Usable.V
+	if len(keep) > fix {
+		keep = keep[:fix]
+	}
+	sources := []Source{h.Usable.Source}
+	if h.NumDevices.IsSet() && h.VisibleChips.IsSet() {
+		sources = append(sources, h.VisibleChips.Source)
+	}
+	return &ConfigError{Name: fmt.Sprintf("%d usable chips", n),
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
+		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
+}
+
+func familyLabel(f string) string {
+	switch f {
+	case "v5litepod":
+		return "v5e"
+	case "":
+		return "TPU"
+	}
+	return f
+}
