@@ -230,15 +230,18 @@ func (j *job) worldPlan(a *rendezvous.Assignment) (*topology.Plan, error) {
 	for _, n := range a.Nodes {
 		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID})
 	}
+	var p *topology.Plan
+	var err error
 	if j.host == nil { // a ready plan (Spec.Plan): its host split, spread over the agreed world
-		return spreadPlan(j.plan, j.nodeRank, w)
+		p, err = spreadPlan(j.plan, j.nodeRank, w)
+	} else if p, err = topology.WorldPlan(j.host, j.request, w); err == nil {
+		err = p.CheckPorts(a.NodeRank, j.host.ProcRoot, nil)
 	}
-	p, err := topology.WorldPlan(j.host, j.request, w)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.CheckPorts(a.NodeRank, j.host.ProcRoot, nil); err != nil {
-		return nil, err
+	if port := a.Ports[rendezvous.PortCoordinator]; port != 0 { // node 0's pick, shared by every node
+		p.SetJAXCoordinator(net.JoinHostPort(a.MasterAddr, strconv.Itoa(port)))
 	}
 	return p, nil
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -138,6 +140,13 @@ func (j *job) prepare(ctx context.Context) error {
 		} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.ProcRoot); err != nil {
 			return err
 		}
+		if j.plan.Device != topology.TPU { // JAX's coordinator: a port of its own (torch's store binds MASTER_PORT)
+			p, err := FreePort(s.MasterAddr)
+			if err != nil {
+				return fmt.Errorf("%w: JAX coordinator port: %w", ErrInternal, err)
+			}
+			j.plan.SetJAXCoordinator(net.JoinHostPort(s.MasterAddr, strconv.Itoa(p)))
+		}
 	} else {
 		ports, err := rendezvous.PickPorts()
 		if err != nil {
@@ -196,7 +205,7 @@ func (j *job) detect(ctx context.Context) error {
 		if j.plan, err = topology.NewPlan(h, j.request); err != nil {
 			return err
 		}
-		j.nodeRank = topology.SoloNodeRank(h)
+		j.nodeRank = topology.SoloNode(h, j.request)
 		if err := j.plan.CheckPorts(j.nodeRank, h.ProcRoot, nil); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ type deviceFlags struct {
 	device          string
 	nprocs          nprocsState
 	spmd            bool
+	isolateGPUs     bool
 	tpuPortBase     int
 	metadataTimeout time.Duration
 	acceleratorType string
@@ -38,6 +39,7 @@ func addDeviceFlags(fs *pflag.FlagSet) *deviceFlags {
 		"number of worker processes on this host (default: one per chip or GPU; 1 on CPU)")
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nproc-per-node"}, "nproc-per-node",
 		"torchrun's spelling: a number like --nprocs, or auto (one per device), cpu (one per CPU core), gpu or tpu (one per device of that kind)")
+	fs.BoolVar(&d.isolateGPUs, "isolate-gpus", false, "give each GPU worker CUDA_VISIBLE_DEVICES=<its GPU> (torchrun leaves it alone: every worker sees every GPU)")
 	fs.BoolVar(&d.spmd, "spmd", false, "SPMD: one process per host that sees all local chips (XLA_USE_SPMD=1)")
 	fs.IntVar(&d.tpuPortBase, "tpu-port-base", topology.DefaultTPUPortBase, "first TPU_PROCESS_PORT; local rank r gets base+r")
 	fs.DurationVar(&d.metadataTimeout, "metadata-timeout", topology.DefaultMetadataBudget,
@@ -133,7 +135,7 @@ func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
 // request turns the flags into the plan request; perCPU is torchrun's "cpu" (and "auto" on a host without
 // accelerators): one process per CPU core.
 func (d *deviceFlags) request() (req topology.Request, perCPU bool) {
-	req = topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase}
+	req = topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase, IsolateGPUs: d.isolateGPUs}
 	if d.nprocs.flag != "" {
 		req.NProcsSource = topology.Flag(d.nprocs.flag)
 	}

@@ -49,6 +49,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
 	req, _ := dev.request()
+	rep.Notes = topology.Explain(h, req)
 	if _, err := topology.NewPlan(h, req); err != nil {
 		rep.PlanError = err.Error()
 	}

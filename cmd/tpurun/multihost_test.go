@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 	"tpurun/launcher/launchertest"
-
 )
 
 // freeEndpoint is 127.0.0.1:port with a port that was free a moment ago.

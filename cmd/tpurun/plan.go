@@ -106,7 +106,8 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", topology.SoloNodeRank(h), h.Device.V, h.Device.Source)
+		req, _ := dev.request()
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", topology.SoloNode(h, req), h.Device.V, h.Device.Source)
 		err = full.WriteTable(stdout)
 	}
 	if err != nil {

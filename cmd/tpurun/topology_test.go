@@ -49,8 +49,8 @@ func TestPlanJSONExactEnv(t *testing.T) {
 					"TPU_VISIBLE_CHIPS": strconv.Itoa(i), "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_BOUNDS": tc.bounds,
 					"TPU_PROCESS_PORT": strconv.Itoa(base + i), "TPU_PROCESS_ADDRESSES": strings.Join(addrs, ","),
 					"CLOUD_TPU_TASK_ID": strconv.Itoa(i), "TPU_ACCELERATOR_TYPE": tc.accel, "TPU_HOST_BOUNDS": tc.hostBounds,
-					"TPU_CHIPS_PER_HOST_BOUNDS": tc.chipsPerHostBd, "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost",
-					"TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+					"TPU_CHIPS_PER_HOST_BOUNDS": tc.chipsPerHostBd, "TPU_WORKER_ID": "0",
+					"TPU_SKIP_MDS_QUERY": "true", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
 					"RANK": strconv.Itoa(i), "LOCAL_RANK": strconv.Itoa(i), "WORLD_SIZE": strconv.Itoa(tc.chips),
 					"LOCAL_WORLD_SIZE": strconv.Itoa(tc.chips), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
 					"ROLE_RANK": strconv.Itoa(i), "ROLE_WORLD_SIZE": strconv.Itoa(tc.chips), "ROLE_NAME": "default",
@@ -128,8 +128,8 @@ func TestRunChildSeesExactlyThePlanEnv(t *testing.T) {
 						t.Errorf("rank %d: %s=%q is neither in the plan nor the parent's", w.Rank, k, v)
 					}
 				}
-				if env["TPU_VISIBLE_CHIPS"] != tc.chips[w.LocalRank] || env["KEEP_ME"] != "yes" || env["TPU_SKIP_MDS_QUERY"] != "1" {
-					t.Errorf("rank %d: TPU_VISIBLE_CHIPS=%q KEEP_ME=%q TPU_SKIP_MDS_QUERY=%q; want %q, yes, 1", w.Rank,
+				if env["TPU_VISIBLE_CHIPS"] != tc.chips[w.LocalRank] || env["KEEP_ME"] != "yes" || env["TPU_SKIP_MDS_QUERY"] != "true" {
+					t.Errorf("rank %d: TPU_VISIBLE_CHIPS=%q KEEP_ME=%q TPU_SKIP_MDS_QUERY=%q; want %q, yes, true", w.Rank,
 						env["TPU_VISIBLE_CHIPS"], env["KEEP_ME"], env["TPU_SKIP_MDS_QUERY"], tc.chips[w.LocalRank])
 				}
 				if tc.name == "spmd" {
@@ -410,8 +410,8 @@ func TestMetadataAskedOncePerRun(t *testing.T) {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	got := h.dumped(t)
-	if len(got) != 4 || got["3"]["TPU_ACCELERATOR_TYPE"] != "v4-8" || got["3"]["TPU_SKIP_MDS_QUERY"] != "1" {
-		t.Fatalf("%d workers; rank 3 TPU_ACCELERATOR_TYPE=%q TPU_SKIP_MDS_QUERY=%q; want 4, v4-8, 1", len(got),
+	if len(got) != 4 || got["3"]["TPU_ACCELERATOR_TYPE"] != "v4-8" || got["3"]["TPU_SKIP_MDS_QUERY"] != "true" {
+		t.Fatalf("%d workers; rank 3 TPU_ACCELERATOR_TYPE=%q TPU_SKIP_MDS_QUERY=%q; want 4, v4-8, true", len(got),
 			got["3"]["TPU_ACCELERATOR_TYPE"], got["3"]["TPU_SKIP_MDS_QUERY"])
 	}
 	mu.Lock()
