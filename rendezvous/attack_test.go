@@ -168,8 +168,12 @@ func TestPreAuthFloodMemory(t *testing.T) {
 			if refused != conns {
 				t.Fatalf("%d refused, want %d", refused, conns)
 			}
-			if grew > 8<<20 {
-				t.Fatalf("the server's peak RSS grew by %d MiB under a pre-auth flood, want a few MiB at most", grew>>20)
+			limit := int64(8 << 20) // version 1 grew by hundreds of MiB here
+			if raceEnabled {
+				limit *= 2
+			}
+			if grew > limit {
+				t.Fatalf("the server's peak RSS grew by %d MiB under a pre-auth flood, want %d MiB at most", grew>>20, limit>>20)
 			}
 		})
 	}

@@ -51,7 +51,13 @@ func dial(ctx context.Context, addr, token string, hb time.Duration, max int, lo
 			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 				deadline = dl
 			}
-			if err = clientHandshake(nc, addr, token, deadline); err == nil {
+			stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
+			err = clientHandshake(nc, addr, token, deadline)
+			stop()
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if err == nil {
 				c := &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
 					failures: make(chan Failure, 1024), done: make(chan struct{})}
 				c.wg.Add(2)
@@ -68,6 +74,9 @@ func dial(ctx context.Context, addr, token string, hb time.Duration, max int, lo
 		}
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, fmt.Errorf("rendezvous: connecting to the server at %s: %w", addr, ctx.Err())
+			}
 			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check the endpoint", addr, err))
 		case <-time.After(backoff):
 		}

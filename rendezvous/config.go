@@ -126,8 +126,9 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 // MaxRunID is the longest run id accepted, in bytes.
 const MaxRunID = 128
 
-// ValidateRunID checks a run id: it names etcd keys and directories, so it must be 1..MaxRunID bytes of UTF-8
-// without '/', '\', control or format characters, and not "." or "..". The error is an *Error matching ErrConfig
+// ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
+// must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
+// white space, and not "." or "..". The error is an *Error matching ErrConfig
 // with Field FieldRunID.
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
@@ -147,6 +148,8 @@ func ValidateRunID(id string) error {
 		switch {
 		case r == '/' || r == '\\':
 			return bad(fmt.Sprintf("holds the path separator %q", r))
+		case r == '=':
+			return bad("holds '=' (it is carried in KEY=value environment entries)")
 		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
 			return bad(fmt.Sprintf("holds the control character %U", r))
 		}

@@ -111,7 +111,7 @@ func TestValidateRunID(t *testing.T) {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", ".", "..", "a/b", "../x", `a\b`, "a\x00b", "a\nb", "tab\there", "\x7f", "bidi\u202egnp.exe",
+	for _, bad := range []string{"", ".", "..", "a/b", "../x", `a\b`, "a\x00b", "a\nb", "tab\there", "\x7f", "bidi\u202egnp.exe", "k=v",
 		strings.Repeat("x", MaxRunID+1), "\xff\xfe", " lead", "trail "} {
 		err := ValidateRunID(bad)
 		var e *Error

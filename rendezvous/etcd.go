@@ -67,6 +67,9 @@ func (e *etcdBackend) latestKey(runID string) string { return e.prefix + runID +
 func padGen(g int) string { return fmt.Sprintf("%010d", g) }
 
 func (e *etcdBackend) unreachable(what string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("rendezvous: etcd at %s: %s: %w", e.cfg.Endpoint, what, context.Canceled)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return newError(ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
 	}

@@ -140,6 +140,11 @@ func TestEtcd(t *testing.T) {
 			t.Fatalf("barrier after the loss: %v, want node rank 1 (node-1) lost in generation 0", e)
 		}
 	})
+	t.Run("JoinCancelled", func(t *testing.T) {
+		c := newEtcdCluster(t, ec, 2)
+		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+			Heartbeat: c.hb, RunID: "cancel", Conf: map[string]string{"prefix": c.prefix}})
+	})
 	t.Run("Elastic/LastCall", func(t *testing.T) { testElasticLastCall(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("Elastic/FullAtOnce", func(t *testing.T) { testElasticFull(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("Elastic/TooFew", func(t *testing.T) { testElasticTooFew(t, newEtcdCluster(t, ec, 3)) })

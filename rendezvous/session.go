@@ -63,9 +63,9 @@ func (s *Session) Fail(ctx context.Context, f Failure) error {
 // session ends.
 func (s *Session) Failures() <-chan Failure { return s.b.failures() }
 
-// Waiting is the number of nodes that joined the next generation (with LatestGeneration) and wait for this one
-// to restart: a node that came back, or a new one. An elastic launcher whose world is below its maximum may
-// restart to take them in.
+// Waiting is the number of nodes already in the next generation, waiting for this one to restart: a node that
+// came back or a new one (joined with LatestGeneration), or one of this world that restarted first. An elastic
+// launcher whose world is below its maximum may restart to take them in.
 func (s *Session) Waiting(ctx context.Context) (int, error) { return s.b.waiting(ctx) }
 
 // Leave tells the others this node is done; its disappearance afterwards is not a failure.
