@@ -128,8 +128,7 @@ const MaxRunID = 128
 
 // ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
 // must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
-// white space, and not "." or "..". The error is an *Error matching ErrConfig
-// with Field FieldRunID.
+// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field FieldRunID.
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
 		return configError(FieldRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
