@@ -127,8 +127,10 @@ func (e *Error) Error() string {
 	if e.Field != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Field)
-		b.WriteString(" ")
-		b.WriteString(quote(e.Value))
+		if e.Value != "" {
+			b.WriteString(" ")
+			b.WriteString(quote(e.Value))
+		}
 	}
 	if e.Detail != "" {
 		b.WriteString(": ")
