@@ -12,15 +12,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// client is one node's connection to the embedded server: requests with ids, replies dispatched by id, failures
-// pushed by the server, pings every third of the heartbeat.
+// client is one node's connection to the embedded server: the handshake, then requests with ids, replies
+// dispatched by id, failures pushed by the server, pings every third of the heartbeat.
 type client struct {
-	addr  string
-	nc    net.Conn
-	token string
-	max   int
-	hb    time.Duration
-	log   *zap.Logger
+	addr string
+	nc   net.Conn
+	max  int
+	hb   time.Duration
+	log  *zap.Logger
 
 	wmu sync.Mutex
 
@@ -30,30 +29,55 @@ type client struct {
 	err      error // why the connection ended
 	closing  bool
 	left     bool
-	self     NodeRef
 	failures chan Failure
 
 	done chan struct{}
 	wg   sync.WaitGroup
 }
 
-// dial connects to addr, retrying until ctx ends (the server may not be up yet).
+// handshakeTimeout bounds one handshake attempt (the server allows DefaultAuthTimeout).
+const handshakeTimeout = 10 * time.Second
+
+// dial connects to addr and completes the handshake, retrying until ctx ends: the server may not be up yet, may
+// be full, or may have dropped the connection to make room during a flood. A wrong token, another protocol
+// version or something that is not a rendezvous server fails at once.
 func dial(ctx context.Context, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
 	var d net.Dialer
 	backoff := 20 * time.Millisecond
 	for {
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			c := &client{addr: addr, nc: nc, token: token, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
-				failures: make(chan Failure, 1024), done: make(chan struct{}), self: NodeRef{Rank: -1}}
-			c.wg.Add(2)
-			go c.read()
-			go c.ping()
-			return c, nil
+			deadline := time.Now().Add(handshakeTimeout)
+			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+				deadline = dl
+			}
+			stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
+			err = clientHandshake(nc, addr, token, deadline)
+			stop()
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if err == nil {
+				c := &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
+					failures: make(chan Failure, 1024), done: make(chan struct{})}
+				c.wg.Add(2)
+				go c.read()
+				go c.ping()
+				return c, nil
+			}
+			nc.Close()
+			var e *Error
+			if errors.As(err, &e) && e.Kind != ErrServerLost {
+				return nil, err
+			}
+			log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check --rdzv-endpoint", addr, err))
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, fmt.Errorf("rendezvous: connecting to the server at %s: %w", addr, ctx.Err())
+			}
+			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check the endpoint", addr, err))
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
@@ -61,7 +85,6 @@ func dial(ctx context.Context, addr, token string, hb time.Duration, max int, lo
 }
 
 func (c *client) write(m *message) error {
-	m.Token = c.token
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(c.hb))
@@ -239,53 +262,4 @@ func (c *client) close() {
 	c.mu.Unlock()
 	c.nc.Close()
 	c.wg.Wait()
-}
-
-// tcpSession is a Session backend on the embedded server.
-type tcpSession struct {
-	c       *client
-	timeout time.Duration
-}
-
-func (t *tcpSession) barrier(ctx context.Context, name string) error {
-	_, err := t.c.call(ctx, &message{Type: msgBarrier, Name: name}, t.timeout)
-	return err
-}
-
-func (t *tcpSession) publish(ctx context.Context, key string, data []byte) error {
-	_, err := t.c.call(ctx, &message{Type: msgPublish, Name: key, Data: data}, t.timeout)
-	return err
-}
-
-func (t *tcpSession) gather(ctx context.Context, key string) (map[int][]byte, error) {
-	r, err := t.c.call(ctx, &message{Type: msgGather, Name: key}, t.timeout)
-	if err != nil {
-		return nil, err
-	}
-	if r.Gathered == nil {
-		r.Gathered = map[int][]byte{}
-	}
-	return r.Gathered, nil
-}
-
-func (t *tcpSession) fail(ctx context.Context, f Failure) error {
-	_, err := t.c.call(ctx, &message{Type: msgFail, Failure: &f}, t.timeout)
-	return err
-}
-
-func (t *tcpSession) leave(ctx context.Context) error {
-	_, err := t.c.call(ctx, &message{Type: msgLeave}, t.timeout)
-	if err == nil {
-		t.c.mu.Lock()
-		t.c.left = true
-		t.c.mu.Unlock()
-	}
-	return err
-}
-
-func (t *tcpSession) failures() <-chan Failure { return t.c.failures }
-
-func (t *tcpSession) close() error {
-	t.c.close()
-	return nil
 }

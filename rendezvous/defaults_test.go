@@ -31,7 +31,7 @@ func TestTCPWithoutEndpoint(t *testing.T) {
 		want   string // the endpoint, or "" for a config error
 		says   string // what the error must say
 	}{
-		{name: "no host list", nnodes: 2, getenv: env(), says: "tcp rendezvous with --nnodes 2 needs --rdzv-endpoint (node 0's host:port)"},
+		{name: "no host list", nnodes: 2, getenv: env(), says: "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)"},
 		{name: "TPU_WORKER_HOSTNAMES", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"), want: "10.0.0.7:29400"},
 		{name: "TPU_WORKER_HOSTNAMES with port", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"),
 			conf: map[string]string{"port": "1234"}, want: "10.0.0.7:1234"},
@@ -49,7 +49,7 @@ func TestTCPWithoutEndpoint(t *testing.T) {
 				conf[k] = v
 			}
 			r, err := New(context.Background(), Config{Backend: BackendTCP, NNodes: tc.nnodes, NodeRank: -1, Conf: conf,
-				Hosts: tc.hosts, Getenv: tc.getenv})
+				Hosts: tc.hosts, Getenv: tc.getenv, Token: "t"}) // off-loopback endpoints need a token
 			if tc.want != "" {
 				if err != nil {
 					t.Fatalf("New: %v", err)

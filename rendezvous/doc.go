@@ -1,5 +1,6 @@
 // Package rendezvous owns multi-host agreement: which node is 0..N-1, their addresses, ports and run id, decided
-// exactly once per generation; barriers; world-wide results; and failure spreading from any node to all.
+// exactly once per generation; barriers; world-wide results; failure spreading from any node to all; and the
+// primitives of an elastic world (a size range, a last call, the latest generation, lost nodes as errors).
 //
 // # Use
 //
@@ -14,65 +15,103 @@
 //	s.Publish(ctx, "results", doc); all, err := s.Gather(ctx, "results")
 //	s.Leave(ctx); s.Close()
 //
-// A restart (--max-restarts) joins again with Generation+1 on the same Rendezvous.
+// A restart joins again with Generation+1 on the same Rendezvous.
+//
+// # Elastic worlds and lost nodes
+//
+// With Config.MinNodes < NNodes (tcp, etcd), a join completes at once when NNodes nodes are in, or LastCall
+// (default 30 s, torchrun's last_call_timeout) after MinNodes are in, with those present; the join timeout also
+// ends it when MinNodes are in. Requested node ranks must be below MinNodes. A node that disappears is reported
+// on every Failures channel (Lost set), and a barrier or gather that needs it fails with a *NodeLostError
+// (errors.Is ErrNodeLost) naming it and the generation: the survivors may join Generation+1 and continue with
+// at least MinNodes. A node that starts late, or comes back, joins with Generation LatestGeneration: it enters
+// the generation being formed, or, when the latest one is complete, waits in the next one; Session.Waiting tells
+// the running world how many wait, so it can restart to take them in.
 //
 // # Backends
 //
 //   - static: node rank and host list from Config or the environment (TPU_WORKER_ID + TPU_WORKER_HOSTNAMES,
 //     SLURM_NODEID + SLURM_JOB_NODELIST with bracket ranges, JOB_COMPLETION_INDEX). Node 0 hosts the embedded
-//     server on host 0 (port --rdzv-conf port=, default 29400) for barriers, results and failures.
-//   - tcp: the embedded server on --rdzv-endpoint. With is_host=auto (default) the node that can bind the endpoint
+//     server on host 0 (option port, default 29400) for barriers, results and failures. Fixed size only.
+//   - tcp: the embedded server on the endpoint. With is_host=auto (default) the node that can bind the endpoint
 //     hosts it and the others connect; is_host=true/false forces it. Without an endpoint, several nodes need a host
-//     list naming every node (its first host is the endpoint, on port=, default 29400); one node uses loopback.
-//   - etcd: a real etcd v3 cluster (--rdzv-endpoint host:2379[,host:2379...]). Keys live under
-//     <prefix><run id>/<generation>/ (prefix default /tpurun/rdzv/): "open" marks the generation's start;
-//     hosts/<host> and ranks/<r> are claimed by transactions; members/<instance> registers a node; all three,
-//     and barriers/<name>/<rank>, are tied to a lease of Heartbeat seconds kept alive by the node, so a dead node's
-//     keys vanish and every node reports it lost. data/<key>/<rank> (results), failures/<rank> and
-//     left/<instance> have no lease: results outlive their node. Every node replays the generation's history from
-//     "open", and the world is the first NNodes registrations in revision order, so all nodes compute the same
-//     ranks and the same verdict without a leader.
+//     list naming every node (its first host is the endpoint, on option port, default 29400); one node uses
+//     loopback.
+//   - etcd: a real etcd v3 cluster (endpoint host:2379[,host:2379...]). Keys live under <prefix><run id>/ (prefix
+//     default /tpurun/rdzv/): "latest" holds the highest generation opened (zero-padded); a generation's keys are
+//     under <generation>/: "open" marks its start; hosts/<host> and ranks/<r> are claimed by transactions;
+//     members/<instance> registers a node; all three, and barriers/<name>/<rank>, are tied to a lease of
+//     Heartbeat seconds kept alive by the node, so a dead node's keys vanish and every node reports it lost.
+//     "world" lists the instances of the agreed world: written once, by a transaction, by the first node that
+//     sees NNodes live registrations (or MinNodes when its last call ends); every node computes the same ranks
+//     and verdict from it, in the watch's revision order, without a leader. data/<key>/<rank> (results),
+//     failures/<rank> and left/<instance> have no lease: results outlive their node.
+//
+// The static and tcp backends share the embedded-server client; New picks the backend once and Join, Close and
+// the Session go through one small interface (backend, membership), whatever it is.
 //
 // # Exactly once and agreement
 //
 // A node joins once per generation. A second join by the same instance is idempotent (same assignment; on the
 // embedded server the old connection is replaced without being reported lost). A different instance claiming the
-// host name or node rank of a live node gets ErrDuplicateNode naming both. When all NNodes nodes are in, their run
+// host name or node rank of a live node gets ErrDuplicateNode naming both. When the world is complete, its run
 // id, accelerator type, workers per node and slice count must agree: otherwise every node gets ErrMismatch naming
-// the odd nodes (those differing from the most common value). Ranks: requested ranks are kept; the others fill the
-// free ranks by slice, then arrival. Node 0's Ports (MASTER_PORT, coordinator, MegaScale) are shared with all.
-// Join is bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names
-// the ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
+// the odd nodes (those differing from the most common value); on the embedded server a node asking for another
+// size range is refused with ErrMismatch at once. Ranks: requested ranks are kept; the others fill the free ranks
+// by slice, then arrival. Node 0's Ports (MASTER_PORT, coordinator, MegaScale) are shared with all. Join is
+// bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names the
+// ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
 //
 // # Failures
 //
 // Fail is pushed by the server (or the etcd watch) to every other node at once. A node whose connection drops, or
 // that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires, is reported on
-// every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with ErrNodeLost.
-// If the server itself goes (node 0 killed), every pending call fails with ErrServerLost and Failures reports it.
-// Leave first, and a node's departure is not a failure.
+// every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with a
+// *NodeLostError. If the server itself goes (node 0 killed), every pending call fails with ErrServerLost and
+// Failures reports it. Leave first, and a node's departure is not a failure.
 //
-// # Wire protocol (embedded server), version 1
+// # Configuration errors
 //
-// TCP, one connection per node per generation. Each message is a frame: a 4-byte big-endian length, then that
-// many bytes of one JSON object, at most MaxMessage bytes (default 4 MiB; a larger length is refused before any
-// allocation). Every object carries "v":1 and "type"; unknown fields, unknown types, other versions, trailing data
-// and invalid values are protocol errors: the server answers {"type":"rejected","error":{...}} and hangs up.
+// New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,
+// has a port out of range, or port 0 on a node that does not host the server; an endpoint or listen address off
+// loopback without a token (ErrNoToken, which also matches ErrConfig); a run id ValidateRunID refuses; node
+// counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (FieldEndpoint,
+// FieldRunID, ...) and Value name the item in the package's words: a command line maps the field to its flag.
 //
-//	client -> server: join {id, token, member, nnodes, hosts?, timeout_ms}; barrier {id, token, name, timeout_ms};
-//	                  publish {id, token, name, data(base64)}; gather {id, token, name, timeout_ms};
-//	                  fail {id, token, failure}; leave {id, token}; ping {token}
-//	server -> client: reply {id, assignment? | gathered? | error?}; pong; failure {failure} (pushed);
+// # Wire protocol (embedded server), version 2
+//
+// TCP, one connection per node per generation. It opens with the handshake (handshake.go): a 40-byte hello from
+// the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
+// token), the client's 32-byte proof, and a 4-byte verdict; proofs are HMAC-SHA256 of the nonces keyed by the
+// token, so the token never crosses the wire and a node also knows the server holds it. Another version on
+// either side is ErrVersion naming both versions (a version 1 peer, which has no handshake, is recognised and
+// told so in its own framing). Then each message is a frame: a 4-byte big-endian length, then that many bytes of
+// one JSON object, at most MaxMessage bytes (default 4 MiB; a larger length is refused before any allocation,
+// and a body is allocated as it arrives, not as announced). Every object carries "v":2 and "type"; unknown
+// fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
+// {"type":"rejected","error":{...}} and hangs up.
+//
+//	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts?, timeout_ms}; barrier {id, name,
+//	                  timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
+//	                  failure}; leave {id}; waiting {id}; ping
+//	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|
-//	        protocol|config|closed, "nodes": [{rank, host, instance}], "detail": "..."}
+//	        protocol|version|config|closed, "nodes": [{rank, host, instance}], "field", "value", "generation",
+//	        "detail": "..."}
 //
 // # Security
 //
 // The server listens on loopback unless given another address; off loopback (including all interfaces) it
-// refuses to start without a token (ErrNoToken). When it has a token, every message must carry it: it is compared
-// with crypto/subtle in constant time, a wrong one is answered with ErrBadToken and the connection closed, and it
-// is never logged. Connections are bounded (MaxConns; more are refused), a connection that sends nothing within
-// HelloTimeout (5 s) is dropped, and a joined node silent for Heartbeat is dropped and reported lost. The etcd
-// backend relies on etcd's own transport security and auth.
+// refuses to start without a token (ErrNoToken), and a node refuses to connect to an off-loopback endpoint
+// without one. A connection is served only after the handshake, which the server reads with fixed buffers under
+// AuthTimeout (default 5 s): a peer without the token costs it a few bytes and a goroutine, never a message
+// buffer. Connections still in the handshake are capped separately (MaxUnauth, default 64): a new one evicts the
+// oldest that has not begun a handshake once it has had a grace of AuthTimeout/4 (at most 100 ms) to do so, so
+// idle connections, however many and however fast re-opened, delay a real node (which sends its hello at once)
+// by at most the listen backlog drained at MaxUnauth per grace, and never lock it out. Authenticated connections
+// have their own cap (MaxConns, default 4096; a node beyond it is told the server is full and retries). Refused
+// connections are logged at most once per WarnInterval (default 10 s), as one line with counts per reason;
+// Server.Stats has the totals. A joined node silent for Heartbeat is dropped and reported lost. The etcd backend
+// relies on etcd's own transport security and auth.
 package rendezvous

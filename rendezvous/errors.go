@@ -7,7 +7,8 @@ import (
 )
 
 // Sentinels callers branch on with errors.Is. Every error the package returns for one of these conditions is an
-// *Error whose Kind is the sentinel and whose Nodes name the nodes concerned.
+// *Error whose Kind is the sentinel and whose Nodes name the nodes concerned, except a lost node during a call,
+// which is a *NodeLostError (matching ErrNodeLost).
 var (
 	// ErrTimeout: the rendezvous (join, barrier, gather) did not complete in time.
 	ErrTimeout = errors.New("rendezvous timed out")
@@ -17,9 +18,10 @@ var (
 	ErrDuplicateNode = errors.New("duplicate node")
 	// ErrMismatch: nodes disagree on accelerator type, workers per node, node count or run id; Nodes names the odd ones.
 	ErrMismatch = errors.New("nodes disagree")
-	// ErrBadToken: the server refused the token of a message.
+	// ErrBadToken: the server refused this node's token, or the server could not prove it holds the same token.
 	ErrBadToken = errors.New("rendezvous token refused")
-	// ErrNoToken: a server asked to listen off loopback without a token.
+	// ErrNoToken: a server would listen, or a node would connect, off loopback without a token. It also matches
+	// ErrConfig.
 	ErrNoToken = errors.New("rendezvous token required off loopback")
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
@@ -29,7 +31,10 @@ var (
 	ErrWorldFull = errors.New("rendezvous world already complete")
 	// ErrProtocol: a message was malformed, oversized, of an unknown version or type.
 	ErrProtocol = errors.New("rendezvous protocol error")
-	// ErrConfig: the configuration or the environment holds a bad value.
+	// ErrVersion: the other side speaks another version of the wire protocol (another tpurun build). It also
+	// matches ErrProtocol.
+	ErrVersion = errors.New("rendezvous protocol version mismatch")
+	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the item.
 	ErrConfig = errors.New("bad rendezvous configuration")
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
@@ -38,8 +43,24 @@ var (
 var kinds = map[string]error{
 	"timeout": ErrTimeout, "missing": ErrMissingNodes, "duplicate": ErrDuplicateNode, "mismatch": ErrMismatch,
 	"bad_token": ErrBadToken, "no_token": ErrNoToken, "node_lost": ErrNodeLost, "server_lost": ErrServerLost,
-	"world_full": ErrWorldFull, "protocol": ErrProtocol, "config": ErrConfig, "closed": ErrClosed,
+	"world_full": ErrWorldFull, "protocol": ErrProtocol, "version": ErrVersion, "config": ErrConfig, "closed": ErrClosed,
 }
+
+// The configuration items an ErrConfig error names in Error.Field, in the package's words: a command line maps
+// them to its own flags.
+const (
+	FieldBackend  = "backend"
+	FieldEndpoint = "endpoint"
+	FieldRunID    = "run id"
+	FieldNodes    = "node count"
+	FieldMinNodes = "minimum node count"
+	FieldNodeRank = "node rank"
+	FieldOption   = "option" // a key=value of Config.Conf; Value is "key=value"
+	FieldToken    = "token"
+	FieldListen   = "listen address"
+	FieldHost     = "host name"
+	FieldHosts    = "host list"
+)
 
 // NodeRef names one node in an error or a failure. Rank is -1 when the node has no rank yet.
 type NodeRef struct {
@@ -64,12 +85,26 @@ func (n NodeRef) String() string {
 	return b.String()
 }
 
-// Error is the typed error of the package: the condition (Kind, one of the sentinels), the nodes concerned and
-// the details in words.
+// Error is the typed error of the package: the condition (Kind, one of the sentinels), the nodes concerned, for a
+// configuration error the item at fault (Field, one of the Field constants, and its Value), and the details in
+// words.
 type Error struct {
 	Kind   error
 	Nodes  []NodeRef
+	Field  string
+	Value  string
 	Detail string
+}
+
+// maxShown bounds how much of a bad value an error message repeats.
+const maxShown = 64
+
+// quote quotes v for an error message, shortened when it is long.
+func quote(v string) string {
+	if len(v) <= maxShown {
+		return fmt.Sprintf("%q", v)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", v[:maxShown], len(v))
 }
 
 func (e *Error) Error() string {
@@ -89,6 +124,14 @@ func (e *Error) Error() string {
 		}
 		b.WriteString(")")
 	}
+	if e.Field != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Field)
+		if e.Value != "" {
+			b.WriteString(" ")
+			b.WriteString(quote(e.Value))
+		}
+	}
 	if e.Detail != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Detail)
@@ -96,10 +139,16 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel; a missing-nodes error also matches ErrTimeout.
+// Unwrap returns the sentinel; a missing-nodes error also matches ErrTimeout, a no-token error ErrConfig and a
+// version error ErrProtocol.
 func (e *Error) Unwrap() []error {
-	if e.Kind == ErrMissingNodes {
+	switch e.Kind {
+	case ErrMissingNodes:
 		return []error{ErrMissingNodes, ErrTimeout}
+	case ErrNoToken:
+		return []error{ErrNoToken, ErrConfig}
+	case ErrVersion:
+		return []error{ErrVersion, ErrProtocol}
 	}
 	return []error{e.Kind}
 }
@@ -108,19 +157,51 @@ func newError(kind error, detail string, nodes ...NodeRef) *Error {
 	return &Error{Kind: kind, Nodes: nodes, Detail: detail}
 }
 
-// wireError is the form of an *Error on the wire.
+// configError is an ErrConfig error naming the item at fault and its value.
+func configError(field, value, detail string) *Error {
+	return &Error{Kind: ErrConfig, Field: field, Value: value, Detail: detail}
+}
+
+// NodeLostError is a call (a barrier, a gather) that cannot complete because a node of the world is gone: its
+// launcher died, its host went down, its connection or its etcd lease lapsed, or it left. errors.Is(err,
+// ErrNodeLost) holds. An elastic launcher restarts the world without it as generation Generation+1.
+type NodeLostError struct {
+	Node       NodeRef
+	Generation int
+	Detail     string
+}
+
+func (e *NodeLostError) Error() string {
+	s := fmt.Sprintf("rendezvous: %s lost in generation %d", e.Node, e.Generation)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrNodeLost) true.
+func (e *NodeLostError) Is(target error) bool { return target == ErrNodeLost }
+
+// wireError is the form of an error on the wire.
 type wireError struct {
-	Code   string    `json:"code"`
-	Nodes  []NodeRef `json:"nodes,omitempty"`
-	Detail string    `json:"detail,omitempty"`
+	Code       string    `json:"code"`
+	Nodes      []NodeRef `json:"nodes,omitempty"`
+	Field      string    `json:"field,omitempty"`
+	Value      string    `json:"value,omitempty"`
+	Generation int       `json:"generation,omitempty"`
+	Detail     string    `json:"detail,omitempty"`
 }
 
 func toWire(err error) *wireError {
+	var lost *NodeLostError
+	if errors.As(err, &lost) {
+		return &wireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		for code, k := range kinds {
 			if k == e.Kind {
-				return &wireError{Code: code, Nodes: e.Nodes, Detail: e.Detail}
+				return &wireError{Code: code, Nodes: e.Nodes, Field: e.Field, Value: e.Value, Detail: e.Detail}
 			}
 		}
 		return &wireError{Code: "protocol", Nodes: e.Nodes, Detail: e.Error()}
@@ -133,5 +214,8 @@ func (w *wireError) err() error {
 	if !ok {
 		return newError(ErrProtocol, fmt.Sprintf("server sent unknown error code %q: %s", w.Code, w.Detail), w.Nodes...)
 	}
-	return &Error{Kind: k, Nodes: w.Nodes, Detail: w.Detail}
+	if k == ErrNodeLost && len(w.Nodes) == 1 {
+		return &NodeLostError{Node: w.Nodes[0], Generation: w.Generation, Detail: w.Detail}
+	}
+	return &Error{Kind: k, Nodes: w.Nodes, Field: w.Field, Value: w.Value, Detail: w.Detail}
 }

@@ -136,7 +136,21 @@ func TestEtcd(t *testing.T) {
 			}
 		}
 		t.Logf("lease expiry noticed after %s", time.Since(killedAt))
-		rdzvErr(t, c.sess[0].Barrier(ctx, "after"), ErrNodeLost)
+		if e := lostErr(t, c.sess[0].Barrier(ctx, "after")); e.Node.Rank != 1 || e.Node.Host != "node-1" || e.Generation != 0 {
+			t.Fatalf("barrier after the loss: %v, want node rank 1 (node-1) lost in generation 0", e)
+		}
+	})
+	t.Run("JoinCancelled", func(t *testing.T) {
+		c := newEtcdCluster(t, ec, 2)
+		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+			Heartbeat: c.hb, RunID: "cancel", Conf: map[string]string{"prefix": c.prefix}})
+	})
+	t.Run("Elastic/LastCall", func(t *testing.T) { testElasticLastCall(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("Elastic/FullAtOnce", func(t *testing.T) { testElasticFull(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("Elastic/TooFew", func(t *testing.T) { testElasticTooFew(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("Elastic/NodeLostAndBack", func(t *testing.T) {
+		c := newEtcdCluster(t, ec, 3)
+		testNodeLostAndBack(t, c, "RDZV_TEST_PREFIX="+c.prefix)
 	})
 	t.Run("MemberStopped", func(t *testing.T) {
 		// a 3-member cluster loses one member: the nodes carry on through the others

@@ -169,6 +169,16 @@ func rdzvErr(t *testing.T, err error, kind error) *Error {
 	return e
 }
 
+// lostErr asserts err is a *NodeLostError (matching ErrNodeLost) and returns it.
+func lostErr(t *testing.T, err error) *NodeLostError {
+	t.Helper()
+	var e *NodeLostError
+	if !errors.As(err, &e) || !errors.Is(err, ErrNodeLost) {
+		t.Fatalf("error %T %v, want a *NodeLostError", err, err)
+	}
+	return e
+}
+
 // waitFailure waits up to d for a failure on s's channel.
 func waitFailure(t *testing.T, s *Session, d time.Duration) Failure {
 	t.Helper()

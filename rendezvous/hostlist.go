@@ -9,7 +9,7 @@ import (
 // MaxHosts bounds the hosts one host list may expand to.
 const MaxHosts = MaxNodes
 
-// ParseHosts parses a comma-separated host list (TPU_WORKER_HOSTNAMES, --rdzv-conf hosts=...). Entries are trimmed;
+// ParseHosts parses a comma-separated host list (TPU_WORKER_HOSTNAMES, the hosts option). Entries are trimmed;
 // an empty entry is an error naming its position.
 func ParseHosts(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
@@ -31,18 +31,26 @@ func ParseHosts(s string) ([]string, error) {
 }
 
 func checkHost(h string) error {
+	if why := hostProblem(h); why != "" {
+		return fmt.Errorf("%s: %w", why, ErrConfig)
+	}
+	return nil
+}
+
+// hostProblem says what is wrong with a host name from a host list or a member, "" when nothing.
+func hostProblem(h string) string {
 	if h == "" {
-		return fmt.Errorf("empty host name: %w", ErrConfig)
+		return "empty host name"
 	}
 	if len(h) > 253 {
-		return fmt.Errorf("host name of %d characters: %w", len(h), ErrConfig)
+		return fmt.Sprintf("host name of %d characters", len(h))
 	}
 	for _, r := range h {
 		if r <= ' ' || r == 0x7f || strings.ContainsRune(",[]/\\\"'", r) {
-			return fmt.Errorf("host name %q holds the character %q: %w", h, r, ErrConfig)
+			return fmt.Sprintf("host name %q holds the character %q", h, r)
 		}
 	}
-	return nil
+	return ""
 }
 
 // ParseSlurmNodelist expands a SLURM node list (SLURM_JOB_NODELIST) such as "tpu-[01-03,07],login1,rack[1-2]-n[1-2]"

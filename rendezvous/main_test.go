@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RDZV_TEST_NODE") != "" {
 		os.Exit(childNode())
 	}
+	if os.Getenv("RDZV_TEST_SERVER") != "" {
+		os.Exit(childServer())
+	}
 	// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
 	// package uses no net/http, so those are not ours.
 	goleak.VerifyTestMain(m,
@@ -27,13 +30,20 @@ func TestMain(m *testing.M) {
 }
 
 // childNode: RDZV_TEST_NODE=backend, RDZV_TEST_ENDPOINT, RDZV_TEST_NNODES, RDZV_TEST_RANK, RDZV_TEST_HOST,
-// RDZV_TEST_HB (duration). Prints "joined <rank>" and then blocks until killed (or stdin closes).
+// RDZV_TEST_HB (duration), and for an elastic world RDZV_TEST_MIN, RDZV_TEST_LASTCALL (duration) and
+// RDZV_TEST_GEN=latest. Prints "joined <rank>" and then blocks until killed (or stdin closes).
 func childNode() int {
 	nn, _ := strconv.Atoi(os.Getenv("RDZV_TEST_NNODES"))
 	rank, _ := strconv.Atoi(os.Getenv("RDZV_TEST_RANK"))
 	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))
-	cfg := Config{Backend: os.Getenv("RDZV_TEST_NODE"), Endpoint: os.Getenv("RDZV_TEST_ENDPOINT"), NNodes: nn,
-		NodeRank: rank, Timeout: 20 * time.Second, Heartbeat: hb, RunID: "run", Conf: map[string]string{}}
+	minNodes, _ := strconv.Atoi(os.Getenv("RDZV_TEST_MIN"))
+	lastCall, _ := time.ParseDuration(os.Getenv("RDZV_TEST_LASTCALL"))
+	gen := 0
+	if os.Getenv("RDZV_TEST_GEN") == "latest" {
+		gen = LatestGeneration
+	}
+	cfg := Config{Backend: os.Getenv("RDZV_TEST_NODE"), Endpoint: os.Getenv("RDZV_TEST_ENDPOINT"), NNodes: nn, MinNodes: minNodes,
+		LastCall: lastCall, NodeRank: rank, Timeout: 20 * time.Second, Heartbeat: hb, RunID: "run", Conf: map[string]string{}}
 	if p := os.Getenv("RDZV_TEST_PREFIX"); p != "" {
 		cfg.Conf["prefix"] = p
 	}
@@ -49,7 +59,8 @@ func childNode() int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 3
 	}
-	s, err := r.Join(ctx, Member{Host: os.Getenv("RDZV_TEST_HOST"), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: rank})
+	s, err := r.Join(ctx, Member{Host: os.Getenv("RDZV_TEST_HOST"), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: rank,
+		Generation: gen})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 4

@@ -20,7 +20,9 @@ type Member struct {
 	Accelerator string `json:"accelerator"`
 	// RunID names the job; all nodes must agree.
 	RunID string `json:"run_id"`
-	// Generation is 0 for the first rendezvous and +1 per restart.
+	// Generation is 0 for the first rendezvous and +1 per restart; LatestGeneration joins the generation being
+	// formed, or the next one when the latest is complete (a node that comes back, or a new one, waits there for
+	// the others to restart the world). The Assignment says which generation was joined.
 	Generation int `json:"generation"`
 	// SliceID and NumSlices place the node in a multi-slice job (0 and 1 for a single slice).
 	SliceID   int `json:"slice_id"`
@@ -31,6 +33,10 @@ type Member struct {
 	Ports map[string]int `json:"ports,omitempty"`
 }
 
+// LatestGeneration as Member.Generation joins the generation being formed, or the one after the latest complete
+// generation.
+const LatestGeneration = -1
+
 // The names of the ports node 0 picks and shares.
 const (
 	PortMaster      = "master"      // torchrun MASTER_PORT
@@ -40,22 +46,6 @@ const (
 
 func (m *Member) ref(rank int) NodeRef {
 	return NodeRef{Rank: rank, Host: m.Host, Instance: m.Instance}
-}
-
-func (m *Member) validate() error {
-	switch {
-	case m.Instance == "":
-		return newError(ErrConfig, "member has no instance id; use NewInstance()")
-	case m.LocalWorkers < 1:
-		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", m.Host, m.LocalWorkers))
-	case m.Generation < 0:
-		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0", m.Host, m.Generation))
-	case m.Rank < -1:
-		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", m.Host, m.Rank))
-	case m.SliceID < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
-		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", m.Host, m.SliceID, m.NumSlices))
-	}
-	return nil
 }
 
 // Node is one node of the agreed world.

@@ -106,7 +106,9 @@ func TestNodeProcessKilled(t *testing.T) {
 			if el := time.Since(killedAt); el > 2*hb {
 				t.Fatalf("loss noticed after %s (heartbeat %s)", el, hb)
 			}
-			rdzvErr(t, c.sess[0].Barrier(ctx, "after"), ErrNodeLost)
+			if e := lostErr(t, c.sess[0].Barrier(ctx, "after")); e.Node.Rank != 1 || e.Node.Host != "node-1" || e.Generation != 0 {
+				t.Fatalf("barrier after the loss: %v, want node rank 1 (node-1) lost in generation 0", e)
+			}
 		})
 	}
 }

@@ -356,3 +356,32 @@ func TestNoServerIsBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinCancelled: a join whose context is cancelled (the launcher got SIGTERM) returns at once with an error
+// matching context.Canceled, not a timeout, whether it is still connecting or already waiting for the world.
+func TestJoinCancelled(t *testing.T) {
+	for _, tc := range []struct{ name, isHost string }{{"connecting", "false"}, {"waiting", "true"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testJoinCancelled(t, Config{Backend: BackendTCP, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+				Conf: map[string]string{"is_host": tc.isHost}})
+		})
+	}
+}
+
+func testJoinCancelled(t *testing.T, cfg Config) {
+	r, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = r.Join(ctx, Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
+		t.Fatalf("cancelled join: %v, want context.Canceled", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("cancelled join returned after %s", el)
+	}
+}

@@ -83,8 +83,20 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 	return nc
 }
 
+// dialAuthed opens a raw connection that has completed the handshake with token.
+func dialAuthed(t *testing.T, addr, token string) net.Conn {
+	t.Helper()
+	nc := dialRaw(t, addr)
+	if err := clientHandshake(nc, addr, token, time.Now().Add(5*time.Second)); err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	return nc
+}
+
+// TestBadClients: authenticated clients sending bad frames are answered with a protocol error and hung up on; a
+// connection that never completes the handshake is dropped after the auth timeout.
 func TestBadClients(t *testing.T) {
-	s := listen(t, ServerConfig{HelloTimeout: 300 * time.Millisecond, MaxMessage: 1 << 16})
+	s := listen(t, ServerConfig{AuthTimeout: 300 * time.Millisecond, MaxMessage: 1 << 16})
 	frame := func(body string) []byte {
 		b := make([]byte, 4+len(body))
 		binary.BigEndian.PutUint32(b, uint32(len(body)))
@@ -110,7 +122,7 @@ func TestBadClients(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			nc := dialRaw(t, s.Addr())
+			nc := dialAuthed(t, s.Addr(), "")
 			if _, err := nc.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
@@ -143,14 +155,19 @@ func TestBadClients(t *testing.T) {
 	}
 }
 
+// TestMaxConns: authenticated connections beyond MaxConns are told the server is full (a transient error the
+// client retries), and counted.
 func TestMaxConns(t *testing.T) {
 	s := listen(t, ServerConfig{MaxConns: 2})
-	dialRaw(t, s.Addr())
-	dialRaw(t, s.Addr())
+	dialAuthed(t, s.Addr(), "")
+	dialAuthed(t, s.Addr(), "")
 	nc := dialRaw(t, s.Addr())
-	m, err := rawReply(t, nc, 5*time.Second)
-	if err != nil || m.Type != msgRejected || !errors.Is(m.Error.err(), ErrProtocol) {
-		t.Fatalf("third connection: %+v %v, want rejected", m, err)
+	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(5*time.Second))
+	if e := rdzvErr(t, err, ErrServerLost); !strings.Contains(e.Detail, "maximum of connections") {
+		t.Fatalf("third connection: %v", err)
+	}
+	if st := s.Stats(); st.Conns != 2 || st.Refused["full"] != 1 || st.Authenticated != 2 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 

@@ -2,17 +2,23 @@ package rendezvous
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 )
 
-// Version is the wire protocol version carried in every message.
-const Version = 1
+// Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
+// handshake and carried the token in every message.
+const Version = 2
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
 const DefaultMaxMessage = 4 << 20
+
+// MaxNodes bounds the node count of one world.
+const MaxNodes = 65536
 
 // Message types.
 const (
@@ -22,6 +28,7 @@ const (
 	msgGather   = "gather"
 	msgFail     = "fail"
 	msgLeave    = "leave"
+	msgWaiting  = "waiting"
 	msgPing     = "ping"
 	msgReply    = "reply"
 	msgPong     = "pong"
@@ -34,14 +41,16 @@ type message struct {
 	V          int               `json:"v"`
 	Type       string            `json:"type"`
 	ID         uint64            `json:"id,omitempty"`
-	Token      string            `json:"token,omitempty"`
 	Member     *Member           `json:"member,omitempty"`
 	NNodes     int               `json:"nnodes,omitempty"`
+	MinNodes   int               `json:"min_nodes,omitempty"`
+	LastCallMS int64             `json:"last_call_ms,omitempty"`
 	Hosts      []string          `json:"hosts,omitempty"`
 	TimeoutMS  int64             `json:"timeout_ms,omitempty"`
 	Name       string            `json:"name,omitempty"`
 	Data       []byte            `json:"data,omitempty"`
 	Gathered   map[int][]byte    `json:"gathered,omitempty"`
+	Waiting    int               `json:"waiting,omitempty"`
 	Assignment *Assignment       `json:"assignment,omitempty"`
 	Failure    *Failure          `json:"failure,omitempty"`
 	Error      *wireError        `json:"error,omitempty"`
@@ -49,13 +58,18 @@ type message struct {
 }
 
 var knownTypes = map[string]bool{
-	msgJoin: true, msgBarrier: true, msgPublish: true, msgGather: true, msgFail: true, msgLeave: true,
+	msgJoin: true, msgBarrier: true, msgPublish: true, msgGather: true, msgFail: true, msgLeave: true, msgWaiting: true,
 	msgPing: true, msgReply: true, msgPong: true, msgFailure: true, msgRejected: true,
 }
 
 // writeMessage frames m: a 4-byte big-endian body length, then the JSON body.
 func writeMessage(w io.Writer, m *message, max int) error {
 	m.V = Version
+	return writeFrame(w, m, max)
+}
+
+// writeFrame frames m as it is (writeMessage sets the version).
+func writeFrame(w io.Writer, m *message, max int) error {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("rendezvous: encode %s message: %w", m.Type, err)
@@ -70,8 +84,9 @@ func writeMessage(w io.Writer, m *message, max int) error {
 	return err
 }
 
-// readMessage reads one frame; it refuses a body longer than max before allocating it. io.EOF is returned as is
-// when the stream ends cleanly between frames.
+// readMessage reads one frame; it refuses a body longer than max before reading it, and allocates the body as it
+// arrives, not as announced, so a peer announcing a large frame and sending little costs little. io.EOF is
+// returned as is when the stream ends cleanly between frames.
 func readMessage(r io.Reader, max int) (*message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -81,14 +96,32 @@ func readMessage(r io.Reader, max int) (*message, error) {
 	if uint64(n) > uint64(max) {
 		return nil, newError(ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, max))
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
+	body, err := readBody(r, int(n))
+	if err != nil {
 		return nil, err
 	}
 	return decodeMessage(body)
+}
+
+// firstChunk is the most readBody allocates before any byte of a body has arrived.
+const firstChunk = 64 << 10
+
+// readBody reads exactly n bytes, growing its buffer (doubling) only as the bytes arrive.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, min(n, firstChunk))
+	_, err := io.ReadFull(r, buf)
+	for err == nil && len(buf) < n {
+		have := len(buf)
+		buf = slices.Grow(buf, min(n-have, have))[:have+min(n-have, have)]
+		_, err = io.ReadFull(r, buf[have:])
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return nil, err
+	}
+	return buf, nil
 }
 
 // decodeMessage parses and checks one frame body.
@@ -103,7 +136,7 @@ func decodeMessage(body []byte) (*message, error) {
 		return nil, newError(ErrProtocol, "trailing data after the message")
 	}
 	if m.V != Version {
-		return nil, newError(ErrProtocol, fmt.Sprintf("message version %d; this build speaks version %d (run the same tpurun on every node)", m.V, Version))
+		return nil, newError(ErrVersion, fmt.Sprintf("message version %d; this build speaks version %d (run the same tpurun on every node)", m.V, Version))
 	}
 	if !knownTypes[m.Type] {
 		return nil, newError(ErrProtocol, fmt.Sprintf("unknown message type %q", m.Type))
@@ -118,8 +151,14 @@ func decodeMessage(body []byte) (*message, error) {
 		if m.NNodes < 1 || m.NNodes > MaxNodes {
 			return nil, newError(ErrProtocol, fmt.Sprintf("join message with nnodes %d; need 1..%d", m.NNodes, MaxNodes))
 		}
-		if m.Member.Rank >= m.NNodes {
-			return nil, newError(ErrConfig, fmt.Sprintf("host %q requests node rank %d but nnodes is %d", m.Member.Host, m.Member.Rank, m.NNodes))
+		if m.MinNodes < 0 || m.MinNodes > m.NNodes {
+			return nil, newError(ErrProtocol, fmt.Sprintf("join message with min_nodes %d of %d", m.MinNodes, m.NNodes))
+		}
+		if limit := cmp.Or(m.MinNodes, m.NNodes); m.Member.Rank >= limit {
+			return nil, newError(ErrConfig, fmt.Sprintf("host %q requests node rank %d of a world of %s nodes", m.Member.Host, m.Member.Rank, sizeRange(m.MinNodes, m.NNodes)))
+		}
+		if m.LastCallMS < 0 {
+			return nil, newError(ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
 		}
 	}
 	if m.TimeoutMS < 0 {
@@ -128,5 +167,10 @@ func decodeMessage(body []byte) (*message, error) {
 	return &m, nil
 }
 
-// MaxNodes bounds the node count of one world.
-const MaxNodes = 65536
+// sizeRange says a world size: "4", or "2..4" when elastic (min 0 means max).
+func sizeRange(min, max int) string {
+	if min == 0 || min == max {
+		return fmt.Sprint(max)
+	}
+	return fmt.Sprintf("%d..%d", min, max)
+}

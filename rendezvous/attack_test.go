@@ -1,0 +1,321 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// childServer: RDZV_TEST_SERVER=token. Listens on loopback, prints "addr <addr>", answers each line "stats" on
+// stdin with its Stats as JSON, and serves until stdin closes.
+func childServer() int {
+	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: os.Getenv("RDZV_TEST_SERVER")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child server:", err)
+		return 3
+	}
+	fmt.Printf("addr %s\n", s.Addr())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		b, _ := json.Marshal(s.Stats())
+		fmt.Printf("%s\n", b)
+	}
+	s.Close()
+	return 0
+}
+
+// serverProcess is a rendezvous server in a child process (the test binary).
+type serverProcess struct {
+	pid   int
+	addr  string
+	stdin io.Writer
+	out   *bufio.Scanner
+}
+
+func startServerProcess(t *testing.T, token string) *serverProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RDZV_TEST_SERVER="+token)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "addr ") {
+		t.Fatalf("server process said %q", sc.Text())
+	}
+	return &serverProcess{pid: cmd.Process.Pid, addr: strings.TrimPrefix(sc.Text(), "addr "), stdin: stdin, out: sc}
+}
+
+func (p *serverProcess) stats(t *testing.T) Stats {
+	t.Helper()
+	fmt.Fprintln(p.stdin, "stats")
+	var st Stats
+	if !p.out.Scan() {
+		t.Fatal("server process ended")
+	}
+	if err := json.Unmarshal(p.out.Bytes(), &st); err != nil {
+		t.Fatalf("%q: %v", p.out.Text(), err)
+	}
+	return st
+}
+
+// peakRSS is the peak resident set size of process pid (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kib int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kib); err != nil {
+				t.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kib << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// TestPreAuthFloodMemory: 250 connections without the token, each announcing a 4 MiB frame and sending its body
+// (straight away, or after a valid hello and a wrong proof), must not grow the server process (its peak RSS) by
+// more than a few MiB: nothing is allocated before a connection has proved it holds the token. Every connection
+// reaches the server and is refused.
+func TestPreAuthFloodMemory(t *testing.T) {
+	for _, mode := range []string{"frame first", "frame after a wrong proof"} {
+		t.Run(mode, func(t *testing.T) {
+			srv := startServerProcess(t, "s3cret-token")
+			before := peakRSS(t, srv.pid)
+			const conns, size = 250, 4 << 20
+			frame := make([]byte, 4+size)
+			binary.BigEndian.PutUint32(frame, size)
+			for i := 4; i < len(frame); i++ {
+				frame[i] = 'x'
+			}
+			var wg sync.WaitGroup
+			var dialed atomic.Int64
+			for range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					nc, err := net.DialTimeout("tcp", srv.addr, 10*time.Second)
+					if err != nil {
+						t.Errorf("dial: %v", err)
+						return
+					}
+					defer nc.Close()
+					dialed.Add(1)
+					nc.SetDeadline(time.Now().Add(20 * time.Second))
+					if mode != "frame first" {
+						var hello [clientHelloLen]byte
+						copy(hello[:], helloMagic)
+						binary.BigEndian.PutUint16(hello[4:], Version)
+						nc.Write(hello[:])
+						var ch [challengeLen]byte
+						if _, err := io.ReadFull(nc, ch[:]); err != nil {
+							t.Errorf("challenge: %v", err)
+							return
+						}
+						nc.Write(make([]byte, proofLen)) // not the token's
+					}
+					go nc.Write(frame)
+					io.Copy(io.Discard, nc) // until the server hangs up
+				}()
+			}
+			wg.Wait()
+			after := peakRSS(t, srv.pid)
+			grew := after - before
+			st := srv.stats(t)
+			t.Logf("%d connections: server peak RSS %d KiB -> %d KiB (+%d KiB); %+v", dialed.Load(), before>>10, after>>10, grew>>10, st)
+			if dialed.Load() != conns || st.Accepted != conns || st.Authenticated != 0 {
+				t.Fatalf("%d dialed, server %+v: want all %d accepted and none authenticated", dialed.Load(), st, conns)
+			}
+			refused := int64(0)
+			for _, n := range st.Refused {
+				refused += n
+			}
+			if refused != conns {
+				t.Fatalf("%d refused, want %d", refused, conns)
+			}
+			limit := int64(8 << 20) // version 1 grew by hundreds of MiB here
+			if raceEnabled {
+				limit *= 2
+			}
+			if grew > limit {
+				t.Fatalf("the server's peak RSS grew by %d MiB under a pre-auth flood, want %d MiB at most", grew>>20, limit>>20)
+			}
+		})
+	}
+}
+
+// TestSlowlorisDoesNotLockOut: ~4200 idle connections without the token (or 1000 that send a valid hello and
+// then nothing), each re-opened as soon as the server drops it, neither keep a real node from joining nor flood
+// the log: the refusals are one summary line per interval, whose counts add up to the server's.
+func TestSlowlorisDoesNotLockOut(t *testing.T) {
+	t.Run("idle", func(t *testing.T) { testSlowloris(t, 4200, false) })
+	t.Run("hello then silent", func(t *testing.T) { testSlowloris(t, 1000, true) })
+}
+
+func testSlowloris(t *testing.T, attackers int, hello bool) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	const every = time.Hour
+	s, err := Listen(ServerConfig{Token: "s3cret-token", AuthTimeout: 500 * time.Millisecond, WarnInterval: every, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var hi [clientHelloLen]byte
+	copy(hi[:], helloMagic)
+	binary.BigEndian.PutUint16(hi[4:], Version)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var opened, live atomic.Int64
+	for range attackers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 64)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nc, err := net.DialTimeout("tcp", s.Addr(), 2*time.Second)
+				if err != nil {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+					}
+					continue
+				}
+				opened.Add(1)
+				live.Add(1)
+				if hello {
+					nc.Write(hi[:])
+				}
+				closed := make(chan struct{})
+				go func() {
+					select {
+					case <-stop:
+					case <-closed:
+					}
+					nc.Close()
+				}()
+				for {
+					if _, err := nc.Read(buf); err != nil {
+						break
+					}
+				}
+				close(closed)
+				live.Add(-1)
+			}
+		}()
+	}
+	attack := func() { close(stop); wg.Wait() }
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			attack()
+		}
+	}()
+	// the attack is in full swing: (nearly) every attacker holds a connection
+	deadline := time.Now().Add(30 * time.Second)
+	for live.Load() < int64(attackers*9/10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d attackers connected", live.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	ctx := context.Background()
+	errs := make([]error, 2)
+	var jwg sync.WaitGroup
+	for i := range 2 {
+		jwg.Add(1)
+		go func() {
+			defer jwg.Done()
+			r, err := New(ctx, Config{Backend: BackendTCP, Endpoint: s.Addr(), NNodes: 2, NodeRank: i, Token: "s3cret-token",
+				Timeout: 20 * time.Second, Heartbeat: 2 * time.Second, Conf: map[string]string{"is_host": "false"}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer r.Close()
+			sess, err := r.Join(ctx, Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 1, Accelerator: "cpu", Rank: i})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			sess.Leave(ctx)
+			sess.Close()
+		}()
+	}
+	jwg.Wait()
+	joined := time.Since(start)
+	attack()
+	s.Close()
+	st := s.Stats()
+	t.Logf("attack: %d connections opened, %d accepted; nodes joined after %s; refused %v; %d warning lines",
+		opened.Load(), st.Accepted, joined.Round(time.Millisecond), st.Refused, logs.Len())
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d could not join during the attack: %v", i, err)
+		}
+	}
+	// the attack was real: the handshake pool was full, and at least half as many connections as attackers were
+	// dropped to make room while the nodes joined
+	if st.Authenticated != 2 || st.Refused["evicted"] < int64(attackers/2) {
+		t.Fatalf("server stats %+v: want 2 authenticated and the attackers evicted", st)
+	}
+	// one line at the first refusal, one summary when the server closed (the interval is an hour)
+	if n := logs.Len(); n > 2 {
+		t.Fatalf("%d warning lines during the attack, want a rate-limited summary", n)
+	}
+	sum := map[string]int64{}
+	for _, l := range logs.All() {
+		for k, v := range l.ContextMap() {
+			if n, ok := v.(int64); ok {
+				sum[k] += n
+			}
+		}
+	}
+	for k, v := range st.Refused {
+		if sum[k] != v {
+			t.Fatalf("the warning lines count %d %s, the server %d", sum[k], k, v)
+		}
+	}
+}

@@ -1,0 +1,261 @@
+package rendezvous
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+)
+
+// Backend names (torchrun's rendezvous backends).
+const (
+	BackendStatic = "static"
+	BackendTCP    = "tcp"
+	BackendEtcd   = "etcd"
+)
+
+// Defaults.
+const (
+	DefaultHeartbeat = 5 * time.Second
+	DefaultTimeout   = 5 * time.Minute
+	// DefaultLastCall is how long an elastic join waits for more nodes once it has MinNodes (torchrun's
+	// last_call_timeout).
+	DefaultLastCall = 30 * time.Second
+	DefaultPort     = 29400
+)
+
+// Config selects and configures a backend; the field names follow torchrun's flags.
+type Config struct {
+	// Backend is BackendStatic, BackendTCP (alias "c10d") or BackendEtcd (alias "etcd-v2").
+	Backend string
+	// Endpoint is host:port of the server (tcp, static) or a comma-separated list of etcd endpoints. Port 0 is
+	// accepted only on the node that hosts the server (is_host=true, or a world of one node).
+	Endpoint string
+	// RunID names the job (ValidateRunID); a Member without one gets it.
+	RunID string
+	// Conf holds key=value options (ParseConf): join_timeout, last_call_timeout, heartbeat, is_host, port, hosts,
+	// prefix, linger.
+	Conf map[string]string
+	// NNodes is the number of nodes, the most nodes of an elastic world. Static: taken from the host list when 0.
+	NNodes int
+	// MinNodes is the fewest nodes of an elastic world (tcp, etcd): a join completes with MinNodes..NNodes nodes
+	// (see LastCall). 0 means NNodes: a fixed size.
+	MinNodes int
+	// NodeRank is the requested node rank, -1 for any. Static: taken from the environment when -1. In an elastic
+	// world it must be below MinNodes.
+	NodeRank int
+	// Timeout bounds the join (join_timeout) and each barrier or gather without a context deadline.
+	Timeout time.Duration
+	// LastCall: once an elastic join has MinNodes nodes, it waits this much longer for more (up to NNodes), then
+	// completes with those present (last_call_timeout). Default DefaultLastCall.
+	LastCall time.Duration
+	// Heartbeat is how long a silent node (or an expired etcd lease) takes to be reported lost.
+	Heartbeat time.Duration
+	// Token is the shared secret; required when the endpoint or the listen address is not loopback.
+	Token string
+	// Listen is where a node hosting the server binds; default the endpoint.
+	Listen string
+	// Hosts is the static host list; read from the environment when empty.
+	Hosts []string
+	// Getenv reads the environment for the static backend; os.Getenv when nil.
+	Getenv func(string) string
+	// MaxMessage, MaxConns, MaxUnauth and AuthTimeout configure a hosted server (ServerConfig); 0 for defaults.
+	MaxMessage  int
+	MaxConns    int
+	MaxUnauth   int
+	AuthTimeout time.Duration
+	Logger      *zap.Logger
+}
+
+// confKeys are the Conf keys understood, sorted.
+var confKeys = []string{"heartbeat", "hosts", "is_host", "join_timeout", "last_call_timeout", "linger", "port", "prefix"}
+
+// ParseConf parses options given as comma-separated key=value pairs ("join_timeout=60,is_host=true").
+func ParseConf(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, configError(FieldOption, kv, "not key=value")
+		}
+		if _, dup := out[k]; dup {
+			return nil, configError(FieldOption, kv, fmt.Sprintf("key %q given twice", k))
+		}
+		out[k] = strings.TrimSpace(v)
+	}
+	return out, nil
+}
+
+// checkConfKeys refuses an unknown key.
+func checkConfKeys(conf map[string]string) error {
+	for k, v := range conf {
+		i := sort.SearchStrings(confKeys, k)
+		if i == len(confKeys) || confKeys[i] != k {
+			return configError(FieldOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+		}
+	}
+	return nil
+}
+
+// confDuration reads a duration given as seconds ("30", "0.5") or a Go duration ("30s").
+func confDuration(conf map[string]string, key string, def time.Duration) (time.Duration, error) {
+	v, ok := conf[key]
+	if !ok {
+		return def, nil
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f < 1e6 {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, configError(FieldOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+}
+
+// MaxRunID is the longest run id accepted, in bytes.
+const MaxRunID = 128
+
+// ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
+// must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
+// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field FieldRunID.
+func ValidateRunID(id string) error {
+	bad := func(why string) error {
+		return configError(FieldRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+	}
+	switch {
+	case id == "":
+		return bad("empty")
+	case len(id) > MaxRunID:
+		return bad(fmt.Sprintf("%d bytes long", len(id)))
+	case !utf8.ValidString(id):
+		return bad("not valid UTF-8")
+	case id == "." || id == "..":
+		return bad("a relative directory name")
+	}
+	for _, r := range id {
+		switch {
+		case r == '/' || r == '\\':
+			return bad(fmt.Sprintf("holds the path separator %q", r))
+		case r == '=':
+			return bad("holds '=' (it is carried in KEY=value environment entries)")
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
+			return bad(fmt.Sprintf("holds the control character %U", r))
+		}
+	}
+	if strings.TrimSpace(id) != id {
+		return bad("starts or ends with white space")
+	}
+	return nil
+}
+
+// splitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
+// the port a number 0..65535 (0 only where zeroOK).
+func splitEndpoint(field, ep string, zeroOK bool) (string, int, error) {
+	host, p, err := net.SplitHostPort(ep)
+	if err != nil {
+		return "", 0, configError(field, ep, "not host:port (for IPv6, [addr]:port)")
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, configError(field, ep, fmt.Sprintf("port %q is not a number; use 1..65535", p))
+	}
+	if port < 0 || port > 65535 {
+		return "", 0, configError(field, ep, fmt.Sprintf("port %d is out of range; use 1..65535", port))
+	}
+	if port == 0 && !zeroOK {
+		return "", 0, configError(field, ep, "port 0 means any free port, which only the node hosting the server may ask for; give the port the server listens on (default "+strconv.Itoa(DefaultPort)+")")
+	}
+	if host == "" {
+		return host, port, nil // every interface (listen) or this host (dial)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return host, port, nil
+	}
+	if err := checkHostName(host); err != nil {
+		return "", 0, configError(field, ep, err.Error())
+	}
+	return host, port, nil
+}
+
+// checkHostName checks a DNS host name: dot-separated labels of letters, digits, '-' and '_', and not all
+// numeric (1.2.3.4.5 is a mistyped address, not a name).
+func checkHostName(h string) error {
+	if len(h) > 253 {
+		return fmt.Errorf("host name of %d bytes; at most 253", len(h))
+	}
+	numeric := true
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 {
+			return fmt.Errorf("host %q is neither an IP address nor a host name (empty or over-long label)", h)
+		}
+		for _, r := range label {
+			switch {
+			case r >= '0' && r <= '9':
+			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '_':
+				numeric = false
+			default:
+				return fmt.Errorf("host %q is neither an IP address nor a host name (it holds %q)", h, r)
+			}
+		}
+	}
+	if numeric {
+		return fmt.Errorf("host %q is neither an IP address nor a host name", h)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only loopback addresses (an empty host means every interface).
+func isLoopback(host string) bool {
+	if host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// validate checks what a node brings to a join; also applied by the server to every join it receives.
+func (m *Member) validate() error {
+	ref := m.Host
+	if ref == "" {
+		ref = m.Instance
+	}
+	switch {
+	case m.Instance == "":
+		return configError("instance", "", "a member needs an instance id; use NewInstance()")
+	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
+		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
+	case m.LocalWorkers < 1:
+		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+	case m.Generation < LatestGeneration:
+		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+	case m.Rank < -1:
+		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
+		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
+	}
+	if m.Host != "" {
+		if why := hostProblem(m.Host); why != "" {
+			return configError(FieldHost, m.Host, why)
+		}
+	}
+	if m.RunID != "" {
+		if err := ValidateRunID(m.RunID); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package rendezvous
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// sconn is one authenticated client connection on the server.
+type sconn struct {
+	nc   net.Conn
+	wmu  sync.Mutex
+	done chan struct{}
+	// guarded by Server.mu
+	w    *world
+	ent  *entry
+	rank int
+}
+
+func (s *Server) send(c *sconn, m *message) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(s.cfg.Heartbeat))
+	if err := writeMessage(c.nc, m, s.cfg.MaxMessage); err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+		c.nc.Close()
+	}
+}
+
+func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
+	if m == nil {
+		m = &message{}
+	}
+	m.Type, m.ID = msgReply, id
+	if err != nil {
+		m.Error = toWire(err)
+	}
+	s.send(c, m)
+}
+
+// serve reads c's messages until it ends; each request is handled on its own goroutine.
+func (s *Server) serve(c *sconn) {
+	var reqs sync.WaitGroup
+	defer func() {
+		c.nc.Close()
+		close(c.done)
+		reqs.Wait()
+		s.dropped(c)
+	}()
+	remote := c.nc.RemoteAddr().String()
+	for {
+		c.nc.SetReadDeadline(time.Now().Add(s.cfg.Heartbeat))
+		m, err := readMessage(c.nc, s.cfg.MaxMessage)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				s.log.Warn("rendezvous message refused", zap.String("remote", remote), zap.Error(err))
+				s.send(c, &message{Type: msgRejected, Error: toWire(err)})
+			} else {
+				s.log.Debug("rendezvous connection ended", zap.String("remote", remote), zap.Error(err))
+			}
+			return
+		}
+		switch m.Type {
+		case msgPing:
+			s.send(c, &message{Type: msgPong, ID: m.ID})
+			continue
+		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting:
+		default:
+			s.send(c, &message{Type: msgRejected, Error: toWire(newError(ErrProtocol, fmt.Sprintf("a client may not send a %q message", m.Type)))})
+			return
+		}
+		reqs.Add(1)
+		go func() {
+			defer reqs.Done()
+			s.handle(c, m)
+		}()
+	}
+}
+
+// timeout is the time a request may wait: its own, else the server's.
+func (s *Server) timeout(m *message) time.Duration {
+	if m.TimeoutMS > 0 {
+		return min(time.Duration(m.TimeoutMS)*time.Millisecond, 24*time.Hour)
+	}
+	return s.cfg.Timeout
+}
+
+// await re-runs check (under s.mu) whenever the world changes, until it returns true, the timeout passes (false,
+// nil) or the connection or server ends (ErrClosed).
+func (s *Server) await(c *sconn, w *world, timeout time.Duration, check func() bool) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		ok, ch := check(), w.changed
+		s.mu.Unlock()
+		if ok {
+			return true, nil
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false, nil
+		case <-c.done:
+			return false, newError(ErrClosed, "connection closed")
+		case <-s.done:
+			return false, newError(ErrClosed, "server closed")
+		}
+	}
+}
+
+func (s *Server) handle(c *sconn, m *message) {
+	if m.Type == msgJoin {
+		s.join(c, m)
+		return
+	}
+	s.mu.Lock()
+	w, e, rank := c.w, c.ent, c.rank
+	s.mu.Unlock()
+	if w == nil || e == nil || rank < 0 {
+		s.reply(c, m.ID, nil, newError(ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
+		return
+	}
+	switch m.Type {
+	case msgBarrier:
+		s.reply(c, m.ID, nil, s.barrier(c, w, rank, m))
+	case msgPublish:
+		s.mu.Lock()
+		if w.data[m.Name] == nil {
+			w.data[m.Name] = map[int][]byte{}
+		}
+		w.data[m.Name][rank] = m.Data
+		w.notify()
+		s.mu.Unlock()
+		s.reply(c, m.ID, nil, nil)
+	case msgGather:
+		got, err := s.gather(c, w, m)
+		s.reply(c, m.ID, &message{Gathered: got}, err)
+	case msgFail:
+		if m.Failure == nil {
+			s.reply(c, m.ID, nil, newError(ErrProtocol, "fail message without a failure"))
+			return
+		}
+		f := *m.Failure
+		f.Node = e.m.ref(rank)
+		f.Lost = false
+		s.spread(w, c, f)
+		s.reply(c, m.ID, nil, nil)
+	case msgLeave:
+		s.mu.Lock()
+		e.left = true
+		w.notify()
+		s.mu.Unlock()
+		s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
+		s.reply(c, m.ID, nil, nil)
+	case msgWaiting:
+		s.reply(c, m.ID, &message{Waiting: s.waiting(w.gen)}, nil)
+	}
+}
+
+// spread records f and pushes it to every other connection of the world.
+func (s *Server) spread(w *world, from *sconn, f Failure) {
+	s.mu.Lock()
+	w.failures = append(w.failures, f)
+	var to []*sconn
+	for _, e := range w.entries {
+		if e.conn != nil && e.conn != from && !e.left {
+			to = append(to, e.conn)
+		}
+	}
+	w.notify()
+	s.mu.Unlock()
+	s.log.Info("rendezvous failure spread", zap.Stringer("failure", f), zap.Int("to", len(to)))
+	for _, c := range to {
+		s.send(c, &message{Type: msgFailure, Failure: &f})
+	}
+}
+
+// dropped handles a connection that ended: a node of a complete world that did not leave is lost.
+func (s *Server) dropped(c *sconn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	w, e := c.w, c.ent
+	if w == nil || e == nil || e.conn != c {
+		s.mu.Unlock()
+		return
+	}
+	e.conn = nil
+	if !w.complete {
+		w.remove(e)
+		s.progress(w)
+		w.notify()
+		s.mu.Unlock()
+		return
+	}
+	if e.left {
+		w.notify()
+		s.mu.Unlock()
+		return
+	}
+	e.lost = true
+	s.mu.Unlock()
+	f := Failure{Node: e.m.ref(e.rank), WorkerRank: -1, Lost: true, At: time.Now(),
+		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", s.cfg.Heartbeat)}
+	s.spread(w, nil, f)
+}

@@ -1,0 +1,247 @@
+package rendezvous
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Elastic worlds (MinNodes < NNodes) and node loss, on the embedded server and on etcd (etcd_test.go runs the
+// same scenarios against a real etcd cluster).
+
+func elastic(min int, lastCall time.Duration) func(int, *Config, *Member) {
+	return func(i int, cfg *Config, m *Member) {
+		cfg.MinNodes, cfg.LastCall = min, lastCall
+		m.RunID = "run"
+	}
+}
+
+// hostsOf is the sorted host names of a world.
+func hostsOf(a *Assignment) []string {
+	var hs []string
+	for _, n := range a.Nodes {
+		hs = append(hs, n.Host)
+	}
+	slices.Sort(hs)
+	return hs
+}
+
+// agreeOn asserts that the sessions hold one world of the given hosts and generation, ranks 0..n-1.
+func agreeOn(t *testing.T, sess []*Session, gen int, hosts ...string) {
+	t.Helper()
+	seen := map[int]bool{}
+	for i, s := range sess {
+		a := s.Assignment()
+		if a.Generation != gen || !slices.Equal(hostsOf(a), hosts) || a.WorldSize != 4*len(hosts) || seen[a.NodeRank] {
+			t.Fatalf("session %d: generation %d, hosts %v, world size %d, node rank %d; want generation %d of %v",
+				i, a.Generation, hostsOf(a), a.WorldSize, a.NodeRank, gen, hosts)
+		}
+		seen[a.NodeRank] = true
+		if a.Nodes[0].Instance != sess[0].Assignment().Nodes[0].Instance {
+			t.Fatalf("session %d disagrees on node 0", i)
+		}
+	}
+}
+
+func TestElastic(t *testing.T) {
+	t.Run("LastCall", func(t *testing.T) { testElasticLastCall(t, newCluster(t, BackendTCP, 3)) })
+	t.Run("FullAtOnce", func(t *testing.T) { testElasticFull(t, newCluster(t, BackendTCP, 3)) })
+	t.Run("TooFew", func(t *testing.T) { testElasticTooFew(t, newCluster(t, BackendTCP, 3)) })
+	t.Run("NodeLostAndBack", func(t *testing.T) { testNodeLostAndBack(t, newCluster(t, BackendTCP, 3)) })
+	t.Run("SizeMismatch", func(t *testing.T) {
+		// node 0 makes generation 0 a world of 2..3; node 1 asks for 4 nodes and is refused at once
+		c := newCluster(t, BackendTCP, 3)
+		c.timeout = 2 * time.Second
+		c.mutate = func(i int, cfg *Config, m *Member) { cfg.MinNodes = 2 }
+		ctx := context.Background()
+		cfg0, m0 := c.config(0)
+		r0, err := New(ctx, cfg0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r0.Close()
+		go r0.Join(ctx, m0)
+		waitEntries(t, r0.Server(), 1)
+		cfg1, m1 := c.config(1)
+		cfg1.NNodes, cfg1.MinNodes = 4, 0
+		r1, err := New(ctx, cfg1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r1.Close()
+		start := time.Now()
+		_, err = r1.Join(ctx, m1)
+		if e := rdzvErr(t, err, ErrMismatch); len(e.Nodes) != 1 || e.Nodes[0].Host != "node-1" || !strings.Contains(e.Detail, "2..3") {
+			t.Fatalf("%v: want node-1 named and the world's size", e)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Fatalf("refused after %s", el)
+		}
+	})
+}
+
+// Two of at most three nodes: the world completes with two when the last call is over, not before.
+func testElasticLastCall(t *testing.T, c *cluster) {
+	const lastCall = 600 * time.Millisecond
+	c.mutate = elastic(2, lastCall)
+	start := time.Now()
+	c.start(context.Background(), []int{0, 1})
+	el := time.Since(start)
+	c.mustJoin()
+	agreeOn(t, c.sess[:2], 0, "node-0", "node-1")
+	if el < lastCall*8/10 || el > 10*time.Second {
+		t.Fatalf("an elastic world of 2 completed after %s, want after the last call of %s", el, lastCall)
+	}
+	var wg sync.WaitGroup
+	for i, s := range c.sess[:2] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Barrier(context.Background(), "b"); err != nil {
+				t.Errorf("node %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// All three: the world completes at once, without waiting out a long last call.
+func testElasticFull(t *testing.T, c *cluster) {
+	c.mutate = elastic(2, time.Minute)
+	start := time.Now()
+	c.start(context.Background(), nil)
+	c.mustJoin()
+	agreeOn(t, c.sess, 0, "node-0", "node-1", "node-2")
+	if el := time.Since(start); el > 10*time.Second {
+		t.Fatalf("a full elastic world took %s", el)
+	}
+}
+
+// One of at least two: the join times out naming the missing node.
+func testElasticTooFew(t *testing.T, c *cluster) {
+	c.mutate = elastic(2, 200*time.Millisecond)
+	c.timeout = 800 * time.Millisecond
+	c.start(context.Background(), []int{0})
+	e := rdzvErr(t, c.errs[0], ErrMissingNodes)
+	if len(e.Nodes) != 1 || e.Nodes[0].Rank != 1 {
+		t.Fatalf("%v: want node rank 1 missing", e)
+	}
+}
+
+// A world of three loses a real launcher process (SIGKILL): the others hear it lost and a barrier fails with a
+// *NodeLostError naming it; they restart as generation 1 with two nodes (the last call); a node that comes back
+// joins the latest generation, waits in generation 2 (the others see it waiting), and all three restart together.
+func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
+	ctx := context.Background()
+	c.mutate = elastic(2, 500*time.Millisecond)
+	env = append(env, "RDZV_TEST_MIN=2", "RDZV_TEST_LASTCALL=500ms", "RDZV_TEST_GEN=latest", "RDZV_TEST_HOST=node-2")
+	cmd, lines := startNodeProcess(t, c.backend, c.endpoint, 3, -1, c.hb, env...)
+	c.start(ctx, []int{0, 1})
+	for _, i := range []int{0, 1} {
+		if c.errs[i] != nil {
+			t.Fatalf("node %d: %v", i, c.errs[i])
+		}
+	}
+	waitLine(t, lines, "joined ")
+	agreeOn(t, c.sess[:2], 0, "node-0", "node-1", "node-2")
+
+	killed(t, cmd)
+	for _, i := range []int{0, 1} {
+		f := waitFailure(t, c.sess[i], 4*c.hb)
+		if !f.Lost || f.Node.Host != "node-2" {
+			t.Fatalf("node %d heard %+v, want node-2 lost", i, f)
+		}
+	}
+	if e := lostErr(t, c.sess[0].Barrier(ctx, "after")); e.Node.Host != "node-2" || e.Generation != 0 {
+		t.Fatalf("%v: want node-2 lost in generation 0", e)
+	}
+
+	// the survivors restart without it
+	rejoin := func(gen int) []*Session {
+		t.Helper()
+		sess := make([]*Session, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			c.sess[i].Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, m := c.config(i)
+				m.Generation = gen
+				sess[i], errs[i] = c.rdzv[i].Join(ctx, m)
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("node %d: join generation %d: %v", i, gen, err)
+			}
+			c.sess[i] = sess[i]
+		}
+		return sess
+	}
+	agreeOn(t, rejoin(1), 1, "node-0", "node-1")
+
+	// a node comes back: the latest generation is complete, so it waits in the next
+	cfg, m := c.config(3)
+	r3, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r3.Close() })
+	m.Generation = LatestGeneration
+	back := make(chan *Session, 1)
+	go func() {
+		s, err := r3.Join(ctx, m)
+		if err != nil {
+			t.Errorf("the returning node: %v", err)
+		}
+		back <- s
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		n, err := c.sess[0].Waiting(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("%d nodes waiting, want 1", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	agreeOn(t, rejoin(2), 2, "node-0", "node-1", "node-3")
+	s3 := <-back
+	if s3 == nil {
+		t.FailNow()
+	}
+	defer s3.Close()
+	agreeOn(t, []*Session{c.sess[0], c.sess[1], s3}, 2, "node-0", "node-1", "node-3")
+	if n, err := c.sess[0].Waiting(ctx); err != nil || n != 0 {
+		t.Fatalf("%d waiting after the restart (%v), want 0", n, err)
+	}
+}
+
+func TestElasticMembersValidate(t *testing.T) {
+	for _, n := range []int{-1, 5} {
+		_, err := New(context.Background(), Config{Backend: BackendTCP, Endpoint: "127.0.0.1:29400", NNodes: 4, MinNodes: n, NodeRank: -1,
+			Conf: map[string]string{"is_host": "false"}})
+		rdzvErr(t, err, ErrConfig)
+	}
+	r, err := New(context.Background(), Config{Backend: BackendTCP, Endpoint: "127.0.0.1:29400", NNodes: 4, MinNodes: 2, NodeRank: -1,
+		Conf: map[string]string{"is_host": "false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Join(context.Background(), Member{Host: "h", LocalWorkers: 1, Rank: 3})
+	if e := rdzvErr(t, err, ErrConfig); e.Field != FieldNodeRank {
+		t.Fatalf("%v", err)
+	}
+}
