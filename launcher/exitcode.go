@@ -194,3 +194,20 @@ func SignalName(sig syscall.Signal) string {
 	}
 	return fmt.Sprintf("signal %d", int(sig))
 }
+
+// Setting names the setting a configuration error is about ("" when err is not one): a *ConfigError's Field, a
+// detection error's variable, or "rendezvous " and the rendezvous error's field. The CLI maps it to its flag.
+func Setting(err error) string {
+	var ce *ConfigError
+	var te *topology.ConfigError
+	var re *rendezvous.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce.Field
+	case errors.As(err, &re) && re.Field != "":
+		return "rendezvous " + re.Field
+	case errors.As(err, &te):
+		return te.Name
+	}
+	return ""
+}

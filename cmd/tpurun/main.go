@@ -126,9 +126,8 @@ func fail(stderr io.Writer, err error) int {
 	if err == nil {
 		return code
 	}
-	var ce *launcher.ConfigError
-	if errors.As(err, &ce) && flagOf[ce.Field] != "" && errors.Is(err, ce) && err.Error() == ce.Error() {
-		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flagOf[ce.Field], err, code)
+	if flag := flagOf[launcher.Setting(err)]; flag != "" {
+		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
 	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
@@ -141,7 +140,10 @@ var flagOf = map[string]string{
 	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "run id": "--run-id", "role": "--role",
 	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
 	"status address": "--status-addr", "node rank": "--node-rank", "slice id": "--slice-id",
-	"rendezvous run id": "--rdzv-id", "nnodes": "--nnodes",
+	"nnodes": "--nnodes", "rendezvous run id": "--rdzv-id", "rendezvous endpoint": "--rdzv-endpoint",
+	"rendezvous node count": "--nnodes", "rendezvous minimum node count": "--nnodes", "rendezvous node rank": "--node-rank",
+	"rendezvous option": "--rdzv-conf", "rendezvous backend": "--rdzv-backend", "rendezvous token": "--rdzv-token",
+	"rendezvous host name": "--node-name",
 }
 
 type options struct {

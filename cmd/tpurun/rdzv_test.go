@@ -20,7 +20,8 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	start := time.Now()
 	r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
 		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", "60s", "--", os.Args[0])
-	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tcp rendezvous with --nnodes 2 needs --rdzv-endpoint (node 0's host:port)") {
+	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
+		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
 		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, launcher.ExitUsage, r.stderr)
 	}
 	if strings.Contains(r.stderr, "rendezvous: bad rendezvous") {
