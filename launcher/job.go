@@ -117,6 +117,9 @@ func (j *job) close() {
 func (j *job) prepare(ctx context.Context) error {
 	s := &j.spec
 	if s.Plan != nil {
+		if err := j.resolveRendezvous(); err != nil {
+			return err
+		}
 		j.plan, j.nodeRank = s.Plan, s.NodeRank
 		j.localWorkers, j.accelerator = len(s.Plan.Local(s.NodeRank)), string(s.Plan.Device)
 	} else if err := j.detect(ctx); err != nil {
@@ -193,6 +196,9 @@ func (j *job) detect(ctx context.Context) error {
 	}
 	j.host = h
 	j.request = s.Request
+	if err := j.resolveRendezvous(); err != nil {
+		return err
+	}
 	if h.Device.V == topology.CPU && s.PerCPU {
 		j.request.NProcs = runtime.NumCPU()
 	}

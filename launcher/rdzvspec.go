@@ -26,8 +26,8 @@ type RendezvousSpec struct {
 	Token     string        // shared secret every message carries; required off loopback
 	NodeName  string        // this node's identity; default the hostname
 	NodeAddr  string        // the address other nodes reach this node at; default the local address toward the endpoint
-	NumSlices int           // multi-slice: number of slices (0 or 1: one slice)
-	SliceID   int           // multi-slice: this node's slice
+	NumSlices int           // multi-slice: number of slices; 0: MEGASCALE_NUM_SLICES as detection read it, else 1
+	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
 }
 
 // MaxNodes is the largest world a rendezvous agrees on.
@@ -60,7 +60,7 @@ func (r RendezvousSpec) validate() error {
 	if r.Solo() {
 		return nil
 	}
-	if r.NumSlices < 0 || r.SliceID < 0 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
+	if r.NumSlices < 0 || r.SliceID < -1 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
 		return &ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
 	}
 	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
@@ -70,6 +70,39 @@ func (r RendezvousSpec) validate() error {
 		return ValidateName("rendezvous run id", r.RunID)
 	}
 	return nil
+}
+
+// resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the
+// slice setting (MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID) and the token (TPURUN_RDZV_TOKEN).
+func (j *job) resolveRendezvous() error {
+	r := &j.spec.Rendezvous
+	if r.Solo() {
+		return nil
+	}
+	if r.Token == "" {
+		r.Token = lookupEnv(j.spec.Env, "TPURUN_RDZV_TOKEN")
+	}
+	for _, v := range []struct {
+		name       string
+		dst        *int
+		unset, def int
+	}{{"MEGASCALE_NUM_SLICES", &r.NumSlices, 0, 1}, {"MEGASCALE_SLICE_ID", &r.SliceID, -1, 0}} {
+		if *v.dst != v.unset {
+			continue
+		}
+		*v.dst = v.def
+		if j.host == nil {
+			continue
+		}
+		if val, ok := j.host.Megascale[v.name]; ok {
+			n, err := strconv.Atoi(val.V)
+			if err != nil || n < 0 {
+				return &ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+			}
+			*v.dst = n
+		}
+	}
+	return r.validate()
 }
 
 // rendezvousBackend is what a job needs of a multi-host rendezvous; *rendezvous.Rendezvous and the world of one

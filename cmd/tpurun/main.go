@@ -69,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	spec.Request, spec.PerCPU = o.dev.request()
 	spec.Force = o.dev.force
-	if spec.Rendezvous, err = o.rdzv.spec(); err != nil {
+	if spec.Rendezvous, err = o.rdzv.spec(o.spec.RunID); err != nil {
 		return fail(stderr, err)
 	}
 	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
@@ -189,7 +189,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
-	o.rdzv = addRdzvFlags(fs) // last: it skips the multi-host flags already registered
+	o.rdzv = addRdzvFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
