@@ -68,6 +68,9 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 	exits := make(chan *child, len(local))
 	ws := make([]*child, 0, len(local))
 	var startErr error
+	if err := r.makeLogDirs(n, local); err != nil {
+		return a, err // nothing started
+	}
 	for _, w := range local {
 		wk, err := r.start(as, a.LogDir, w, exits)
 		if err != nil {
@@ -256,6 +259,26 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 	}
 }
 
+// rankLogDir is rank's directory of attempt n, relative to the log directory: <run-id>/attempt_<n>/<rank>.
+func (r *job) rankLogDir(n, rank int) string {
+	return filepath.Join(r.spec.RunID, "attempt_"+strconv.Itoa(n), strconv.Itoa(rank))
+}
+
+// makeLogDirs creates every local rank's log directory of attempt n before any worker starts, without following a
+// symlink in any component below the log directory: a planted link (DIR/<run>/attempt_0/0 -> /victim) is an
+// *UnsafePathError and nothing starts.
+func (r *job) makeLogDirs(n int, local []topology.Worker) error {
+	if r.spec.LogDir == "" {
+		return nil
+	}
+	for _, w := range local {
+		if err := MkdirAllBeneath(r.spec.LogDir, r.rankLogDir(n, w.Rank), 0o755); err != nil {
+			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, fdLimitHint(err))
+		}
+	}
+	return nil
+}
+
 // start starts one worker with its env, pipes and log files.
 func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits chan<- *child) (*child, error) {
 	n := as.n
@@ -263,16 +286,13 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
 	// mkdir the largest cost of starting hundreds of workers.
 	wk.errFile = filepath.Join(r.scratch, "error-"+strconv.Itoa(n)+"-"+strconv.Itoa(w.Rank)+".json")
-	rankDir := filepath.Join(attemptDir, strconv.Itoa(w.Rank))
+	rankRel := r.rankLogDir(n, w.Rank) // below the log directory; made by makeLogDirs
 	if attemptDir != "" {
-		if err := os.MkdirAll(rankDir, 0o755); err != nil {
-			return nil, fmt.Errorf("%w: rank %d: log directory %s: %w", ErrInternal, w.Rank, rankDir, err)
-		}
-		wk.errFile = filepath.Join(rankDir, "error.json")
-		// A fixed --run-id repeats this path: a previous run's traceback must not become this one's. (The scratch
+		wk.errFile = filepath.Join(r.spec.LogDir, rankRel, "error.json")
+		// A fixed run id repeats this path: a previous run's traceback must not become this one's. (The scratch
 		// directory is new for every run.)
-		if err := os.Remove(wk.errFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", ErrInternal, w.Rank, wk.errFile, err)
+		if err := RemoveBeneath(r.spec.LogDir, filepath.Join(rankRel, "error.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", w.Rank, wk.errFile, err)
 		}
 	}
 	rt := Runtime{RunID: r.spec.RunID, Role: r.spec.Role, RestartCount: n, MaxRestarts: r.spec.MaxRestarts,
@@ -316,7 +336,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 			f.console = s.console
 		}
 		if attemptDir != "" {
-			lf, err := createLogFile(filepath.Join(rankDir, s.name))
+			lf, err := OpenBeneath(r.spec.LogDir, filepath.Join(rankRel, s.name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
 			if err != nil {
 				closeAll()
 				return nil, fmt.Errorf("%w: rank %d: log file: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))

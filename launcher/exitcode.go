@@ -84,7 +84,7 @@ func ExitCode(err error) int {
 
 // isConfig reports whether err is a mistake in the invocation or the configuration, in any layer's terms.
 func isConfig(err error) bool {
-	for _, target := range []error{ErrConfig, rendezvous.ErrConfig, rendezvous.ErrNoToken, topology.ErrConfig,
+	for _, target := range []error{ErrConfig, ErrUnsafePath, rendezvous.ErrConfig, rendezvous.ErrNoToken, topology.ErrConfig,
 		topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy, topology.ErrChipBusy} {
 		if errors.Is(err, target) {
 			return true

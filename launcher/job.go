@@ -161,6 +161,9 @@ func (j *job) prepare(ctx context.Context) error {
 		j.ports = ports
 	}
 	if s.LogDir != "" {
+		if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
+			return &ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+		}
 		j.log.Info("worker logs", zap.String("dir", filepath.Join(s.LogDir, s.RunID)))
 	} else {
 		d, err := os.MkdirTemp("", "tpurun-"+s.RunID+"-")

@@ -11,16 +11,6 @@ import (
 // the umask), writable by the launcher only.
 const logFileMode = 0o644
 
-// createLogFile creates or truncates a per-rank log file without following a symlink planted at path: a
-// symlink there is an error (ELOOP) that names the file, never a write through to the symlink's target.
-func createLogFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, logFileMode)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("%s is a symlink and log files never follow one; remove it or pick another --log-dir: %w", path, err)
-	}
-	return f, err
-}
-
 // fdLimitHint says which limit to raise when err is the process running out of file descriptors, and is empty
 // otherwise.
 func fdLimitHint(err error) string {

@@ -2,17 +2,22 @@ package launcher
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/topology"
 )
 
 // bothResolvers runs f with openat2 and with the walk that replaces it where the kernel lacks openat2.
@@ -127,29 +132,36 @@ func TestBeneathRefusesPlantedSymlinks(t *testing.T) {
 	})
 }
 
-// TestPlantedSymlinkFollowedByPlainCalls is the control of TestBeneathRefusesPlantedSymlinks: the calls the
-// launcher makes today for a rank's files (os.MkdirAll, os.Remove of error.json, createLogFile) go through the
-// planted directory symlink, deleting and creating files in the victim.
-func TestPlantedSymlinkFollowedByPlainCalls(t *testing.T) {
-	root, victim := t.TempDir(), t.TempDir()
-	os.WriteFile(filepath.Join(victim, "error.json"), []byte("precious"), 0o600)
-	os.MkdirAll(filepath.Join(root, "run", "attempt_0"), 0o755)
-	mustSymlink(t, victim, filepath.Join(root, "run", "attempt_0", "0"))
-	rankDir := filepath.Join(root, "run", "attempt_0", "0")
-	if err := os.MkdirAll(rankDir, 0o755); err != nil {
+// TestRunRefusesPlantedLogDirSymlink: a run whose log directory holds a planted directory symlink in a rank's path
+// (DIR/<run>/attempt_0/0 -> victim) starts nothing and exits 2 naming the link, and the victim is untouched: its
+// error.json is not deleted and no log file is created there. A run id of ".." is refused before anything.
+func TestRunRefusesPlantedLogDirSymlink(t *testing.T) {
+	logs, victim := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(victim, "error.json"), []byte("precious"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(rankDir, "error.json")); err != nil {
+	if err := os.MkdirAll(filepath.Join(logs, "planted", "attempt_0"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := createLogFile(filepath.Join(rankDir, "stdout.log"))
-	if err != nil {
-		t.Fatal(err)
+	mustSymlink(t, victim, filepath.Join(logs, "planted", "attempt_0", "0"))
+	before := snapshot(t, victim)
+	plan, _ := topology.CPUPlan(2)
+	dir := t.TempDir()
+	_, err := Run(context.Background(), Spec{Plan: plan, Program: []string{"/bin/sh", "-c", "touch " + dir + "/ran"},
+		LogDir: logs, RunID: "planted", Stdout: io.Discard, Stderr: io.Discard})
+	var ue *UnsafePathError
+	if !errors.As(err, &ue) || ExitCode(err) != ExitUsage || !strings.Contains(err.Error(), victim) {
+		t.Fatalf("err %v (exit %d), want an UnsafePathError naming %s (exit 2)", err, ExitCode(err), victim)
 	}
-	f.Close()
-	got := snapshot(t, victim)
-	if _, created := got[filepath.Join(victim, "stdout.log")]; !created || got[filepath.Join(victim, "error.json")] != "" || len(got) != 2 {
-		t.Fatalf("victim %v: want error.json deleted and stdout.log created", got)
+	if after := snapshot(t, victim); !mapsEqual(before, after) {
+		t.Fatalf("the victim changed: %v -> %v", before, after)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a worker ran: %v", err)
+	}
+	_, err = Run(context.Background(), Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
+	if ExitCode(err) != ExitUsage {
+		t.Fatalf("run id '..': err %v, want exit 2", err)
 	}
 }
 
