@@ -21,27 +21,29 @@ import (
 // without a word cannot hold the others for longer (the backends also report it lost after a heartbeat).
 const exitBarrierTimeout = 5 * time.Minute
 
-// generation runs generation g of the world: join, plan, barrier, one attempt of the local workers, collect, agree
-// on the outcome. again is true when the world failed and may restart (restarts left, no terminating signal, no
-// timeout): every node then joins generation g+1.
-func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *Report) (again bool, err error) {
+// generation runs generation g of the world (rendezvous.LatestGeneration: the one being formed): join, plan,
+// barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
+// joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
+// terminating signal, no timeout), and -1 when the job is over with err.
+func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *Report) (next int, err error) {
 	s, err := j.join(ctx, rz, g)
 	if err != nil {
-		return false, err
+		return -1, err
 	}
 	defer func() { _ = s.Close() }()
 	a := s.Assignment()
+	g = a.Generation // the world's count of restarts, whatever this node joined as
 	plan, nodeRank, masterAddr, masterPort := j.plan, j.nodeRank, j.spec.MasterAddr, j.spec.MasterPort
 	if !j.spec.Rendezvous.Solo() {
 		j.log.Info("rendezvous agreed", zap.Int("generation", g), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", len(a.Nodes)),
 			zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
 		if plan, err = j.worldPlan(a); err != nil {
 			_ = s.Fail(ctx, rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
-			return false, err
+			return -1, err
 		}
 		nodeRank, masterAddr, masterPort = a.NodeRank, a.MasterAddr, a.MasterPort()
 		if err := s.Barrier(ctx, "start"); err != nil {
-			return false, rendezvousErr("barrier before the start", err)
+			return j.lost(ctx, g, rendezvousErr("barrier before the start", err))
 		}
 	}
 
@@ -96,7 +98,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 	defer gcancel()
 	all, gerr := publishGather(gctx, s, "outcome", mine)
 	if gerr != nil {
-		return false, noVerdict(mine, runErr, gerr)
+		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
 	}
 	v, failed := verdict(all)
 	// Node 0 merges every node's results and exits into its report, checks exactly-once world-wide, writes the
@@ -128,14 +130,14 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 	}
 	finals, gerr := publishGather(gctx, s, "final", final)
 	if gerr != nil {
-		return false, noVerdict(mine, runErr, gerr)
+		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
 	}
 	final = finals[0]
 	_ = s.Leave(ctx)
 
 	switch {
 	case final.Code == 0:
-		return false, nil
+		return -1, nil
 	case a.NodeRank == 0 && finalErr != nil:
 		err = finalErr
 	case failed && v.Node == a.NodeRank && runErr != nil:
@@ -147,12 +149,24 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
 			zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", v.Node),
 			zap.Int("code", final.Code), zap.Error(err))
-		return true, nil
+		return g + 1, nil
 	}
 	if failed && g < j.spec.MaxRestarts && ctx.Err() != nil {
-		return false, ctx.Err() // canceled while a restart was still possible: the caller's cancellation ends it
+		return -1, ctx.Err() // canceled while a restart was still possible: the caller's cancellation ends it
 	}
-	return false, err
+	return -1, err
+}
+
+// lost decides what a node does when generation g could not agree because a node of the world is gone: with
+// restarts left (and no signal, timeout or cancellation) the survivors join generation g+1 — the join completes
+// with at least the minimum of nodes, or fails naming who is missing; otherwise the job ends with err.
+func (j *job) lost(ctx context.Context, g int, err error) (int, error) {
+	if !errors.Is(err, rendezvous.ErrNodeLost) || g >= j.spec.MaxRestarts || !j.restartable(ctx, nil, err) {
+		return -1, err
+	}
+	j.log.Warn("a node of the world was lost: the survivors restart as the next generation", zap.Int("lost_generation", g),
+		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Error(err))
+	return g + 1, nil
 }
 
 // restartable reports whether the job may start another generation after att failed with err: not after a

@@ -51,11 +51,18 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	}
 	defer func() { _ = rz.Close() }()
 	rep := &Report{RunID: spec.RunID}
-	for g := 0; ; g++ {
-		again, err := j.generation(ctx, rz, g, rep)
-		if !again {
+	// An elastic node enters whichever generation the world is forming (a late or returning node waits for the
+	// next one); afterwards each restart is the agreed generation + 1.
+	gen := 0
+	if spec.Rendezvous.elastic() {
+		gen = rendezvous.LatestGeneration
+	}
+	for {
+		next, err := j.generation(ctx, rz, gen, rep)
+		if next < 0 {
 			return rep, err
 		}
+		gen = next
 	}
 }
 

@@ -84,16 +84,31 @@ func FuzzNNodes(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := launcher.ParseNNodes(s)
+		lo, n, err := launcher.ParseNNodes(s)
 		if err != nil {
 			var ce *launcher.ConfigError
-			if !errors.As(err, &ce) || ce.Field != "nnodes" || ce.Value != s {
+			if !errors.As(err, &ce) || ce.Field != "nnodes" || ce.Value != strings.TrimSpace(s) {
 				t.Fatalf("error does not name the setting and the value: %v", err)
 			}
 			return
 		}
-		if n < 1 || n > 65536 {
-			t.Fatalf("%q accepted as %d", s, n)
+		if n < 1 || n > 65536 || lo < 0 || (lo > 0 && (lo >= n || !strings.Contains(s, ":"))) {
+			t.Fatalf("%q accepted as %d:%d", s, lo, n)
 		}
 	})
+}
+
+// TestParseNNodesElastic: torchrun's MIN:MAX is an elastic world; MIN == MAX and N are fixed ones.
+func TestParseNNodesElastic(t *testing.T) {
+	for in, want := range map[string][2]int{"4": {0, 4}, "4:4": {0, 4}, "2:4": {2, 4}, " 1:3 ": {1, 3}, "": {0, 1}} {
+		lo, n, err := launcher.ParseNNodes(in)
+		if err != nil || lo != want[0] || n != want[1] {
+			t.Errorf("ParseNNodes(%q) = %d:%d, %v; want %d:%d", in, lo, n, err, want[0], want[1])
+		}
+	}
+	for _, in := range []string{"4:2", "0:2", "2:", ":2", "1:65537"} {
+		if _, _, err := launcher.ParseNNodes(in); launcher.ExitCode(err) != launcher.ExitUsage {
+			t.Errorf("ParseNNodes(%q): %v, want a configuration error", in, err)
+		}
+	}
 }

@@ -19,7 +19,8 @@ type RendezvousSpec struct {
 	Backend   string        // static, tcp (alias c10d) or etcd; "" is a world of one
 	Endpoint  string        // tcp/static: node 0's host:port; etcd: host:2379[,host:2379...]
 	RunID     string        // shared by every node; default Spec.RunID
-	NNodes    int           // number of nodes; 0: from the host list (static)
+	NNodes    int           // number of nodes (the most, for an elastic world); 0: from the host list (static)
+	MinNodes  int           // elastic: the fewest nodes a generation may have (torchrun's --nnodes MIN:MAX); 0: NNodes
 	NodeRank  int           // this node's rank, -1 for any
 	Conf      string        // key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger
 	Timeout   time.Duration // bound on the join; 0: the backend's default
@@ -33,25 +34,35 @@ type RendezvousSpec struct {
 // MaxNodes is the largest world a rendezvous agrees on.
 const MaxNodes = rendezvous.MaxNodes
 
-// ParseNNodes parses a node count: N, or torchrun's MIN:MAX with MIN == MAX (an elastic range is refused).
-func ParseNNodes(v string) (int, error) {
+// ParseNNodes parses a node count: N, or torchrun's elastic MIN:MAX (min is 0 for N, or when MIN == MAX).
+func ParseNNodes(v string) (min, max int, err error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
-		return 1, nil
+		return 0, 1, nil
+	}
+	bad := func() (int, int, error) {
+		return 0, 0, &ConfigError{Field: "nnodes", Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", MaxNodes)}
 	}
 	lo, hi, ranged := strings.Cut(v, ":")
 	n, err := strconv.Atoi(lo)
-	if err == nil && ranged {
-		var m int
-		if m, err = strconv.Atoi(hi); err == nil && m != n {
-			return 0, &ConfigError{Field: "nnodes", Value: v, Hint: "elastic ranges are not supported; give MIN == MAX or one number"}
-		}
-	}
 	if err != nil || n < 1 || n > MaxNodes {
-		return 0, &ConfigError{Field: "nnodes", Value: v, Hint: fmt.Sprintf("need a whole number 1..%d", MaxNodes)}
+		return bad()
 	}
-	return n, nil
+	if !ranged {
+		return 0, n, nil
+	}
+	m, err := strconv.Atoi(hi)
+	if err != nil || m < n || m > MaxNodes {
+		return bad()
+	}
+	if m == n {
+		return 0, m, nil
+	}
+	return n, m, nil
 }
+
+// elastic reports whether a generation may have fewer nodes than NNodes.
+func (r RendezvousSpec) elastic() bool { return r.MinNodes > 0 && r.MinNodes < r.NNodes }
 
 // Solo reports whether r describes a world of one (no rendezvous).
 func (r RendezvousSpec) Solo() bool { return r.Backend == "" }
@@ -146,7 +157,7 @@ func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topo
 	if err != nil {
 		return nil, err
 	}
-	c := rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes,
+	c := rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
 		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, Logger: j.log,
 		Getenv: func(k string) string { return lookupEnv(env, k) }}
 	if c.RunID == "" {

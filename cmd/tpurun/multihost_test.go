@@ -633,3 +633,43 @@ func TestMultihostMismatchNamesOddNode(t *testing.T) {
 		t.Fatalf("%d workers started in a world that disagrees", len(es))
 	}
 }
+
+// TestMultihostElasticNodeLost: an elastic world (--nnodes 2:3, --max-restarts 1) of three launchers loses node 2
+// (its launcher SIGKILLed while every worker hangs): the survivors, on tcp (node 0 hosts the server) and on a real
+// etcd, stop their workers and restart as generation 1 with the two nodes they have (after the last call), where
+// the workers see TORCHELASTIC_RESTART_COUNT=1 and WORLD_SIZE=4 and exit 0: both survivors exit 0.
+func TestMultihostElasticNodeLost(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"tcp", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dir := launchertest.FakeDir(t)
+			var ep string
+			if backend == "etcd" {
+				ep = launchertest.StartEtcd(t)
+			} else {
+				ep = launchertest.FreeEndpoint(t)
+			}
+			nodes := cpuNodes(t, dir, 3, []string{"TPURUN_FAKE=hanguntil:1"}, func(i int) []string {
+				conf := "heartbeat=2s,last_call_timeout=1"
+				if backend == "tcp" {
+					conf += ",is_host=" + strconv.FormatBool(i == 0)
+				}
+				return []string{"--nnodes", "2:3", "--max-restarts", "1", "--rdzv-backend", backend, "--rdzv-endpoint", ep,
+					"--rdzv-timeout", "30s", "--rdzv-conf", conf}
+			})
+			launchertest.WaitReady(t, dir, 6)
+			mustDo(t, nodes[2].cmd.Process.Signal(syscall.SIGKILL))
+			for i, n := range nodes[:2] {
+				if code := n.wait(t, 40*time.Second); code != 0 {
+					t.Fatalf("survivor %d: exit %d, want 0 after an elastic restart\n%s", i, code, n.stderr.String())
+				}
+				out, errs := n.stdout.String(), n.stderr.String()
+				if strings.Count(out, "of 4 exits 0 in generation 1") != 2 || !strings.Contains(errs, "lost") {
+					t.Fatalf("survivor %d: workers of generation 1 did not run in a world of 4:\n%s\n%s", i, out, errs)
+				}
+			}
+			launchertest.AssertAllGone(t, dir, 6, 5*time.Second)
+		})
+	}
+}

@@ -18,7 +18,7 @@ type rdzvFlags struct {
 
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	r := &rdzvFlags{fs: fs}
-	fs.StringVar(&r.nnodes, "nnodes", "1", "number of nodes (hosts) of the job; N or N:N")
+	fs.StringVar(&r.nnodes, "nnodes", "1", "number of nodes (hosts) of the job: N, or MIN:MAX for an elastic world that restarts with the nodes it has")
 	fs.IntVar(&r.nodeRank, "node-rank", -1, "this node's rank (default: assigned by the rendezvous, or from TPU_WORKER_ID / SLURM_NODEID)")
 	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: static, tcp (c10d) or etcd (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
@@ -36,11 +36,11 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // spec is the rendezvous of the job: the zero value (a world of one) unless a backend, an endpoint or more than
 // one node was asked for. runID is --run-id, the default of --rdzv-id.
 func (r *rdzvFlags) spec(runID string) (launcher.RendezvousSpec, error) {
-	n, err := launcher.ParseNNodes(r.nnodes)
+	lo, n, err := launcher.ParseNNodes(r.nnodes)
 	if err != nil || (r.backend == "" && r.endpoint == "" && n <= 1) {
 		return launcher.RendezvousSpec{}, err
 	}
-	c := launcher.RendezvousSpec{Backend: r.backend, Endpoint: r.endpoint, RunID: r.id, NNodes: n, NodeRank: r.nodeRank,
+	c := launcher.RendezvousSpec{Backend: r.backend, Endpoint: r.endpoint, RunID: r.id, NNodes: n, MinNodes: lo, NodeRank: r.nodeRank,
 		Conf: r.conf, Timeout: time.Duration(r.timeout), Token: r.token, NodeName: r.nodeName, NodeAddr: r.nodeAddr,
 		NumSlices: r.numSlices, SliceID: r.sliceID}
 	if !r.fs.Changed("nnodes") {

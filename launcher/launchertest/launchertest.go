@@ -48,7 +48,7 @@ func SetSubreaper() error {
 
 // FakeWorker is the body of a fake worker process: the test binary re-exec'd by a launcher with FAKE_DIR set
 // (see RunFakeWorker). TPURUN_FAKE (or TPURUN_FAKE_<RANK> for one rank) selects what it does, as verb[:n]:
-// exit, exitready (exit once every rank is ready), sigkill, hang, ignoreterm, onsignal/onterm (exit n on SIGTERM or
+// exit, exitready (exit once every rank is ready), sigkill, hang, hanguntil (hang before restart n), ignoreterm, onsignal/onterm (exit n on SIGTERM or
 // SIGUSR1), grandchild, escape, escapeclean, lines, env, failuntil, record, result (raw bytes on fd 3), report (a
 // good result per replica). Every fake process records its pid in $FAKE_DIR/pids/<pid> and, once its signal
 // handling is set up, marks $FAKE_DIR/ready/<rank>.
@@ -146,6 +146,14 @@ func FakeWorker() int {
 		b, _ := json.Marshal(map[string]any{"env": os.Environ(), "args": os.Args[1:]})
 		_ = os.WriteFile(filepath.Join(dir, "env-"+rank+".json"), b, 0o644)
 		return 0
+	case "hanguntil": // hang while TORCHELASTIC_RESTART_COUNT < n, then exit 0
+		if c, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT")); c >= n {
+			ready()
+			fmt.Printf("rank %s of %s exits 0 in generation %d\n", rank, os.Getenv("WORLD_SIZE"), c)
+			return 0
+		}
+		ready()
+		select {}
 	case "failuntil": // fail while TORCHELASTIC_RESTART_COUNT < n
 		c, _ := strconv.Atoi(os.Getenv("TORCHELASTIC_RESTART_COUNT"))
 		if c < n {
