@@ -339,7 +339,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 			lf, err := OpenBeneath(r.spec.LogDir, filepath.Join(rankRel, s.name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
 			if err != nil {
 				closeAll()
-				return nil, fmt.Errorf("%w: rank %d: log file: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
+				return nil, fmt.Errorf("rank %d: log file: %w%s", w.Rank, err, fdLimitHint(err)) // unsafe path: 2, else 70
 			}
 			wk.files = append(wk.files, lf)
 			msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
@@ -361,6 +361,11 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	writeEnds = nil
 	if err != nil {
 		closeAll()
+		for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
+			if errors.Is(err, e) {
+				return nil, &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
+			}
+		}
 		return nil, fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 	}
 	wk.p = p

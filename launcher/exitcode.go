@@ -155,6 +155,7 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 type ProgramError struct {
 	Program string
 	Err     error // from exec.LookPath or the kernel
+	AtExec  bool  // found, but execve failed (a #! interpreter that does not exist, say): 126, as a shell
 }
 
 func (e *ProgramError) Error() string {
@@ -164,7 +165,7 @@ func (e *ProgramError) Error() string {
 // Unwrap exposes the cause and ErrNotFound or ErrNotExecutable.
 func (e *ProgramError) Unwrap() []error {
 	kind := ErrNotExecutable
-	if errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, syscall.ENOENT) {
+	if !e.AtExec && (errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, syscall.ENOENT)) {
 		kind = ErrNotFound
 	}
 	return []error{kind, e.Err}

@@ -144,6 +144,9 @@ func (s *Spec) Validate() error {
 	if s.MaxRestarts < 0 {
 		return &ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
 	}
+	if s.MasterAddr != "" && !validHost(s.MasterAddr) {
+		return &ConfigError{Field: "MASTER_ADDR", Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
+	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
 		return &ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
 	}
@@ -166,6 +169,30 @@ func (s *Spec) Validate() error {
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
 	return s.Rendezvous.validate()
+}
+
+// validHost reports whether h is an IP address or a syntactically valid host name (RFC 1123 labels; a name whose
+// labels are all digits must be an IPv4 address, so 1.2.3.4.5 is neither).
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if len(h) == 0 || len(h) > 253 {
+		return false
+	}
+	numeric := true
+	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+			numeric = numeric && c >= '0' && c <= '9'
+		}
+	}
+	return !numeric
 }
 
 // ValidateName checks a run id or role: it becomes a directory name and an env value, so it holds no path

@@ -428,7 +428,8 @@ func TestFaultFDLimit(t *testing.T) {
 }
 
 // TestFaultLogDirSymlink: a symlink planted at DIR/<run-id>/attempt_0/0/stdout.log is never followed: tpurun
-// refuses with exit 70 naming the file, the symlink's target is untouched, nothing is left running.
+// refuses with exit 2 (the log directory is unusable as configured) naming the file, the symlink's target is
+// untouched, nothing is left running.
 func TestFaultLogDirSymlink(t *testing.T) {
 	t.Parallel()
 	dir := faultDir(t)
@@ -446,7 +447,7 @@ func TestFaultLogDirSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, dir, []string{"TPURUN_FAULT=exit:0"}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
-	wantStderr(t, r, 70, link, "is a symlink")
+	wantStderr(t, r, 2, link, "is a symlink")
 	if b, err := os.ReadFile(target); err != nil || string(b) != "precious\n" {
 		t.Fatalf("symlink target changed: %q, %v", b, err)
 	}

@@ -137,7 +137,7 @@ func fail(stderr io.Writer, err error) int {
 // flagOf names the flag behind each setting the launcher's configuration errors name.
 var flagOf = map[string]string{
 	"function": "--fn", "function arguments": "--fn-args-json", "grace period": "--grace", "timeout": "--timeout",
-	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "run id": "--run-id", "role": "--role",
+	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "MASTER_ADDR": "--master-addr", "run id": "--run-id", "role": "--role",
 	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
 	"status address": "--status-addr", "node rank": "--node-rank", "slice id": "--slice-id",
 	"nnodes": "--nnodes", "rendezvous run id": "--rdzv-id", "rendezvous endpoint": "--rdzv-endpoint",
@@ -210,6 +210,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		}
 		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
+	}
+	if o.spec.Grace <= 0 && (fs.Changed("grace") || fs.Changed("shutdown-timeout")) {
+		return nil, &launcher.ConfigError{Field: "--grace", Value: o.spec.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
 	}
 	if fn.Target == "" && fn.ArgsJSON != "" {
 		return nil, &launcher.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}

@@ -92,15 +92,19 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
-// TestProgramNotFoundExit127: a PROGRAM that does not exist exits 127 and one that is not executable 126, as in a
-// shell, before anything starts; both name the program.
+// TestProgramNotFoundExit127: a PROGRAM that does not exist exits 127 and one that is not executable (or whose #!
+// interpreter does not exist) 126, as in a shell, before any worker runs; each names the program.
 func TestProgramNotFoundExit127(t *testing.T) {
 	t.Parallel()
 	noexec := filepath.Join(t.TempDir(), "train.sh")
 	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for prog, want := range map[string]int{"/nonexistent/train": 127, "tpurun-no-such-program": 127, noexec: 126} {
+	badInterp := filepath.Join(t.TempDir(), "train")
+	if err := os.WriteFile(badInterp, []byte("#!/nonexistent/python9\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for prog, want := range map[string]int{"/nonexistent/train": 127, "tpurun-no-such-program": 127, noexec: 126, badInterp: 126} {
 		r := runCLI(t, t.TempDir(), nil, "--", prog)
 		if r.code != want || !strings.Contains(r.stderr, prog) {
 			t.Errorf("tpurun %s: exit %d, stderr %q; want %d naming it", prog, r.code, r.stderr, want)
@@ -203,4 +207,44 @@ func TestSIGKILLedLauncherLeavesNoWorker(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	launchertest.AssertAllGone(t, dir, 4, time.Second)
+}
+
+// TestConfigMistakesExit2: every mistake in the invocation or the configuration exits 2 before anything starts,
+// at once (not after a rendezvous timeout), naming the flag or variable that holds it.
+func TestConfigMistakesExit2(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		name string
+	}{
+		{nil, []string{"--master-addr", "1.2.3.4.5"}, "--master-addr"},
+		{nil, []string{"--run-id", strings.Repeat("r", 300)}, "--run-id"},
+		{nil, []string{"--run-id", ".."}, "--run-id"},
+		{nil, []string{"--log-dir", file}, "--log-dir"},
+		{nil, []string{"--node-rank", "abc"}, "--node-rank"},
+		{nil, []string{"--grace", "0"}, "--grace"},
+		{[]string{"PET_ROLE=a\nb"}, nil, "--role"},
+		{nil, []string{"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "x", "--rdzv-endpoint", "127.0.0.1:99999"}, "--rdzv-endpoint"},
+		{nil, []string{"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "x", "--rdzv-endpoint", "127.0.0.1:0",
+			"--rdzv-conf", "is_host=false"}, "--rdzv-endpoint"},
+		{nil, []string{"--nnodes", "4:2"}, "--nnodes"},
+	} {
+		dir := launchertest.FakeDir(t)
+		start := time.Now()
+		r := runCLI(t, dir, append([]string{"TPURUN_FAKE=exit:0"}, tc.env...), append(append([]string{"--nprocs", "1"}, tc.args...), "--", os.Args[0])...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.name) {
+			t.Errorf("%q %q: exit %d, want 2 naming %s:\n%s", tc.env, tc.args, r.code, tc.name, r.stderr)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%q: the mistake took %s to report", tc.args, took)
+		}
+		if es, _ := os.ReadDir(filepath.Join(dir, "pids")); len(es) != 0 {
+			t.Errorf("%q: %d workers started", tc.args, len(es))
+		}
+	}
 }

@@ -1,0 +1,48 @@
+package launcher
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// TestStatusServerCapsConnections: 100 idle token-less clients (never sending a request) hold at most
+// statusMaxConns of the server's file descriptors (the rest wait in the kernel's backlog).
+func TestStatusServerCapsConnections(t *testing.T) {
+	mon := NewMonitor(0)
+	addr, stop, err := mon.Serve(context.Background(), "127.0.0.1:0", false, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	fds := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	before := fds()
+	var conns []net.Conn
+	for range 100 {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // let the server accept what it will; the assertion is a bound, not a timing
+	if grew := fds() - before; grew > 100+statusMaxConns+4 {
+		t.Fatalf("100 idle clients made the process hold %d more descriptors, want at most %d (the clients' 100 and the server's cap %d)",
+			grew, 100+statusMaxConns+4, statusMaxConns)
+	}
+}
