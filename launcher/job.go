@@ -51,10 +51,10 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	}
 	defer func() { _ = rz.Close() }()
 	rep := &Report{RunID: spec.RunID}
-	// An elastic node enters whichever generation the world is forming (a late or returning node waits for the
-	// next one); afterwards each restart is the agreed generation + 1.
+	// A node enters whichever generation the world is forming (a late, returning or replacement node waits for
+	// the next one); afterwards each restart is the agreed generation + 1. A static world is fixed: generation 0.
 	gen := 0
-	if spec.Rendezvous.elastic() {
+	if b := spec.Rendezvous.Backend; !spec.Rendezvous.Solo() && b != rendezvous.BackendStatic {
 		gen = rendezvous.LatestGeneration
 	}
 	for {

@@ -673,3 +673,31 @@ func TestMultihostElasticNodeLost(t *testing.T) {
 		})
 	}
 }
+
+// TestMultihostLostNodeReplaced: a fixed world of three (--nnodes 3, --max-restarts 1, real etcd) loses node 2's
+// launcher; a replacement launcher started with the same command joins the generation being formed, and the
+// world of three restarts as generation 1: every node, the replacement included, exits 0.
+func TestMultihostLostNodeReplaced(t *testing.T) {
+	t.Parallel()
+	dir := launchertest.FakeDir(t)
+	ep := launchertest.StartEtcd(t)
+	args := func(i int) []string {
+		return []string{"--max-restarts", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", ep, "--rdzv-timeout", "30s",
+			"--rdzv-conf", "heartbeat=2s"}
+	}
+	nodes := cpuNodes(t, dir, 3, []string{"TPURUN_FAKE=hanguntil:1"}, args)
+	launchertest.WaitReady(t, dir, 6)
+	mustDo(t, nodes[2].cmd.Process.Signal(syscall.SIGKILL))
+	replacement := cpuNodes(t, dir, 1, []string{"TPURUN_FAKE=hanguntil:1"}, func(int) []string {
+		return append(args(2), "--nnodes", "3", "--node-name", "n2-new")
+	})[0]
+	for i, n := range []*node{nodes[0], nodes[1], replacement} {
+		if code := n.wait(t, 40*time.Second); code != 0 {
+			t.Fatalf("node %d: exit %d, want 0 after the restart with the replacement\n%s", i, code, n.stderr.String())
+		}
+		if out := n.stdout.String(); strings.Count(out, "of 6 exits 0 in generation 1") != 2 {
+			t.Fatalf("node %d: generation 1 did not run in a world of 6:\n%s\n%s", i, out, n.stderr.String())
+		}
+	}
+	launchertest.AssertAllGone(t, dir, 8, 5*time.Second)
+}
