@@ -38,7 +38,7 @@ func (a *Attempt) ResultExits() []results.RankExit {
 
 // resultExit is how the rank ended, for the results document: the exit status, or 128+N and the signal's name.
 func (s RankSummary) resultExit() results.RankExit {
-	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.Status()}
+	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.ExitStatus()}
 	if s.Signal != 0 {
 		e.Signal = SignalName(s.Signal)
 	}

@@ -57,7 +57,7 @@ func ExitCode(err error) int {
 	)
 	switch {
 	case errors.As(err, &we):
-		return we.Status()
+		return we.ExitStatus()
 	case errors.As(err, &ne):
 		return ne.Code
 	case errors.As(err, &se):
@@ -112,9 +112,9 @@ func (e *WorkerError) Error() string {
 		e.Rank, e.PID, e.Attempt, e.ExitCode, e.Wall.Round(time.Millisecond))
 }
 
-// Status is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
-func (e *WorkerError) Status() int {
-	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.Status()
+// ExitStatus is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
+func (e *WorkerError) ExitStatus() int {
+	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.ExitStatus()
 }
 
 // NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's

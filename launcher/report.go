@@ -58,8 +58,8 @@ type RankSummary struct {
 	ResultErr            error        // from the ResultSink
 }
 
-// Status is the rank's status as text: "ok", "exit 85" or "SIGKILL".
-func (r RankSummary) Status() string {
+// Ended is how the rank ended, as text: "ok", "exit 85" or "SIGKILL".
+func (r RankSummary) Ended() string {
 	switch {
 	case r.Signal != 0:
 		return SignalName(r.Signal)
@@ -93,7 +93,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  RANK\tPID\tSTATUS\tWALL\tCPU\tPEAK RSS")
 		for _, s := range a.Ranks {
-			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Status(),
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Ended(),
 				s.Wall.Round(time.Millisecond), (s.UserCPU + s.SysCPU).Round(time.Millisecond), bytesText(s.MaxRSS))
 		}
 		_ = tw.Flush()
@@ -112,7 +112,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 			if s.Rank != a.Failure.Rank {
 				continue
 			}
-			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Status())
+			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
 			if len(s.StderrTail) > 0 {
 				fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
 				for _, l := range s.StderrTail {

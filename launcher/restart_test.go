@@ -44,7 +44,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 		t.Errorf("attempt signal %v, want SIGINT recorded", a.Signal)
 	}
 	if r := a.Ranks[1]; r.Signal != syscall.SIGINT {
-		t.Errorf("rank 1 ended %s, want SIGINT forwarded (not a second-signal SIGKILL)", r.Status())
+		t.Errorf("rank 1 ended %s, want SIGINT forwarded (not a second-signal SIGKILL)", r.Ended())
 	}
 	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }

@@ -59,7 +59,7 @@ func TestExitCodes(t *testing.T) {
 				}
 				for _, r := range a.Ranks {
 					if r.Rank != 1 && r.Signal != syscall.SIGTERM {
-						t.Errorf("rank %d ended %s, want SIGTERM from the teardown", r.Rank, r.Status())
+						t.Errorf("rank %d ended %s, want SIGTERM from the teardown", r.Rank, r.Ended())
 					}
 				}
 			}
@@ -95,7 +95,7 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 		t.Fatalf("err %v, want rank 0's exit 1", err)
 	}
 	if r := rep.Last().Ranks[1]; r.Signal != syscall.SIGKILL {
-		t.Fatalf("rank 1 ended %s, want SIGKILL after the grace period", r.Status())
+		t.Fatalf("rank 1 ended %s, want SIGKILL after the grace period", r.Ended())
 	}
 	if el := time.Since(start); el < cfg.Grace {
 		t.Fatalf("run took %s, less than the grace period %s", el, cfg.Grace)
@@ -603,7 +603,7 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	}
 	for _, r := range a.rep.Last().Ranks {
 		if r.Signal != syscall.SIGTERM {
-			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Status())
+			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Ended())
 		}
 	}
 	launchertest.AssertAllGone(t, dirA, 2, 5*time.Second)

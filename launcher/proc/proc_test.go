@@ -58,7 +58,7 @@ func TestStartExitCodeAndRusage(t *testing.T) {
 		t.Fatalf("onExit got pid %d, want %d", pid, p.PID())
 	}
 	ex := p.Wait()
-	if ex.Code != 42 || ex.Signal != 0 || ex.Status() != 42 || ex.Success() {
+	if ex.Code != 42 || ex.Signal != 0 || ex.ExitStatus() != 42 || ex.Success() {
 		t.Fatalf("exit %+v, want code 42", ex)
 	}
 	p, err = proc.Start(child(t, "burn"), nil)
@@ -92,7 +92,7 @@ func TestProcessLeadsItsGroupAndSignalKillsIt(t *testing.T) {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if ex := p.Wait(); ex.Signal != syscall.SIGTERM || ex.Status() != 143 {
+	if ex := p.Wait(); ex.Signal != syscall.SIGTERM || ex.ExitStatus() != 143 {
 		t.Fatalf("exit %+v, want SIGTERM (143)", ex)
 	}
 	if proc.Alive(p.PID()) {

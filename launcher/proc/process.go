@@ -41,8 +41,8 @@ type Exit struct {
 // Success reports whether the process exited with code 0.
 func (e Exit) Success() bool { return e.Signal == 0 && e.Code == 0 }
 
-// Status is the shell-style status: the exit code, or 128+N when killed by signal N.
-func (e Exit) Status() int {
+// ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
+func (e Exit) ExitStatus() int {
 	if e.Signal != 0 {
 		return 128 + int(e.Signal)
 	}
