@@ -143,7 +143,7 @@ var flagOf = map[string]string{
 	"nnodes": "--nnodes", "rendezvous run id": "--rdzv-id", "rendezvous endpoint": "--rdzv-endpoint",
 	"rendezvous node count": "--nnodes", "rendezvous minimum node count": "--nnodes", "rendezvous node rank": "--node-rank",
 	"rendezvous option": "--rdzv-conf", "rendezvous backend": "--rdzv-backend", "rendezvous token": "--rdzv-token",
-	"rendezvous host name": "--node-name",
+	"rendezvous host name": "--node-name", "device": "--device", "accelerator type": "--accelerator-type",
 }
 
 type options struct {

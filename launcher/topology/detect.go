@@ -13,14 +13,12 @@ import (
 
 // Options says what to detect and where to look. The zero value detects the real host with os env.
 type Options struct {
-	// Device is "", "auto", "cpu", "gpu" or "tpu" (--device). "" and "auto" pick TPU > GPU > CPU.
+	// Device is "", "auto", "cpu", "gpu" or "tpu". "" and "auto" pick TPU > GPU > CPU.
 	Device string
 
-	// Overrides from flags; the zero value means "not given".
-	AcceleratorType string   // --accelerator-type
-	WorkerID        *int     // --worker-id
-	WorkerHostnames []string // --worker-hostnames
-	SPMD            bool     // --spmd
+	// Overrides of the environment (the CLI's --accelerator-type and --spmd); the zero value means "not given".
+	AcceleratorType string
+	SPMD            bool
 
 	// LookupEnv reads the environment; nil means os.LookupEnv. Tests pass a map lookup.
 	LookupEnv func(string) (string, bool)
@@ -181,7 +179,7 @@ func (d *detector) device() error {
 		return nil
 	case "", "auto":
 	default:
-		return &ConfigError{Name: "--device", Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+		return &ConfigError{Name: "device", Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
 			Sources: []Source{Flag("device")}, Choices: []string{"auto", "cpu", "gpu", "tpu"}}
 	}
 	if v, ok := d.lookup("PJRT_DEVICE"); ok {

@@ -11,7 +11,7 @@ func (d *detector) sliceFromFlagsAndEnv() error {
 	if d.opts.AcceleratorType != "" {
 		a, err := ParseAcceleratorType(d.opts.AcceleratorType)
 		if err != nil {
-			return &ConfigError{Name: "--accelerator-type", Value: strconv.Quote(d.opts.AcceleratorType), Problem: "is malformed",
+			return &ConfigError{Name: "accelerator type", Value: strconv.Quote(d.opts.AcceleratorType), Problem: "is malformed",
 				Sources: []Source{Flag("accelerator-type")}, Err: err}
 		}
 		h.Accelerator = val(a, Flag("accelerator-type"))
@@ -41,35 +41,21 @@ func (d *detector) sliceFromFlagsAndEnv() error {
 	if v, ok := d.env("TPU_SKIP_MDS_QUERY"); ok && v != "" {
 		h.SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
 	}
-	if len(d.opts.WorkerHostnames) > 0 {
-		hosts, err := ParseHostList(strings.Join(d.opts.WorkerHostnames, ","))
-		if err != nil {
-			return &ConfigError{Name: "--worker-hostnames", Value: strconv.Quote(strings.Join(d.opts.WorkerHostnames, ",")),
-				Problem: "is malformed", Sources: []Source{Flag("worker-hostnames")}, Err: err}
-		}
-		h.Hostnames = val(hosts, Flag("worker-hostnames"))
-	} else if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
+	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
 		hosts, err := ParseHostList(v)
 		if err != nil {
 			return envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host of the slice, comma-separated, in worker order")
 		}
 		h.Hostnames = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
 	}
-	if d.opts.WorkerID != nil {
-		if *d.opts.WorkerID < 0 {
-			return &ConfigError{Name: "--worker-id", Value: strconv.Itoa(*d.opts.WorkerID), Problem: "is negative", Sources: []Source{Flag("worker-id")}}
-		}
-		h.WorkerID = val(*d.opts.WorkerID, Flag("worker-id"))
-	} else {
-		for _, name := range []string{"TPU_WORKER_ID", "JOB_COMPLETION_INDEX"} { // GKE/JobSet index as a fallback
-			if v, ok := d.lookup(name); ok {
-				n, err := ParseIndex(v)
-				if err != nil {
-					return envErr(name, v, err, "use this host's index in the slice, from 0")
-				}
-				h.WorkerID = val(n, Env(name))
-				break
+	for _, name := range []string{"TPU_WORKER_ID", "JOB_COMPLETION_INDEX"} { // GKE/JobSet index as a fallback
+		if v, ok := d.lookup(name); ok {
+			n, err := ParseIndex(v)
+			if err != nil {
+				return envErr(name, v, err, "use this host's index in the slice, from 0")
 			}
+			h.WorkerID = val(n, Env(name))
+			break
 		}
 	}
 	if v, ok := d.lookup("TPU_NUM_DEVICES"); ok {
