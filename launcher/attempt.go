@@ -250,6 +250,9 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 			Sampled: r.sampler.remove(ex.PID), StderrTail: wk.errTail.lines(stderrTailLines),
 			ErrorFile: wk.errFile, ResultErr: wk.resErr,
 		}
+		if r.spec.LogDir == "" {
+			s.ErrorFile = "" // it lived in the run's scratch directory, removed at the end: name no path that is gone
+		}
 		rec, err := readErrorFile(wk.errFile)
 		if err != nil {
 			r.log.Warn("unreadable TORCHELASTIC_ERROR_FILE", zap.Int("rank", wk.w.Rank), zap.Error(err))

@@ -25,7 +25,7 @@ type RendezvousSpec struct {
 	Conf      string        // key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger
 	Timeout   time.Duration // bound on the join; 0: the backend's default
 	Token     string        // shared secret every message carries; required off loopback
-	NodeName  string        // this node's identity; default the hostname
+	NodeName  string        // this node's identity; default the hostname (with "#<rank>" when NodeRank is given)
 	NodeAddr  string        // the address other nodes reach this node at; default the local address toward the endpoint
 	NumSlices int           // multi-slice: number of slices; 0: MEGASCALE_NUM_SLICES as detection read it, else 1
 	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
@@ -187,6 +187,9 @@ func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
 			var err error
 			if m.Host, err = os.Hostname(); err != nil {
 				return m, fmt.Errorf("%w: hostname: %w; give the node a name", ErrInternal, err)
+			}
+			if r.NodeRank >= 0 { // several agents on one host, told apart by their ranks (torchrun's usage)
+				m.Host += "#" + strconv.Itoa(r.NodeRank)
 			}
 		}
 		if m.Addr == "" {

@@ -120,7 +120,11 @@ func (r *Report) WriteSummary(w io.Writer) {
 				}
 			}
 			if s.Error != nil {
-				fmt.Fprintf(w, "  error from %s: %s\n", s.ErrorFile, s.Error.Message)
+				from := s.ErrorFile
+				if from == "" {
+					from = "its TORCHELASTIC_ERROR_FILE"
+				}
+				fmt.Fprintf(w, "  error from %s: %s\n", from, s.Error.Message)
 				for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
 					if l != "" {
 						fmt.Fprintf(w, "    %s\n", l)

@@ -58,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, err)
 		}
 	}
+	for _, f := range o.tr.noEffect {
+		log.Info("torchrun flag accepted with no effect under tpurun (see --help)", zap.String("flag", f))
+	}
 	spec := &o.spec
 	spec.Logger = log
 	spec.Stdout, spec.Stderr = stdout, stderr
@@ -69,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	spec.Request, spec.PerCPU = o.dev.request()
 	spec.Force = o.dev.force
-	if spec.Rendezvous, err = o.rdzv.spec(o.spec.RunID); err != nil {
+	if spec.Rendezvous, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
 		return fail(stderr, err)
 	}
 	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
@@ -172,8 +175,8 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log")
-	fs.StringVar(&redirects, "redirects", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
-	fs.StringVar(&tee, "tee", "", "streams sent to the console and the log files (same syntax as --redirects)")
+	fs.StringVarP(&redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
+	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")

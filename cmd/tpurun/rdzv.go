@@ -1,6 +1,9 @@
 package main
 
 import (
+	"cmp"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -10,10 +13,10 @@ import (
 
 // rdzvFlags are the multi-host flags (torchrun's names plus tpurun's).
 type rdzvFlags struct {
-	fs                                                             *pflag.FlagSet
-	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr string
-	nodeRank, numSlices, sliceID                                   int
-	timeout                                                        seconds
+	fs                                                                        *pflag.FlagSet
+	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr, localAddr string
+	nodeRank, numSlices, sliceID                                              int
+	timeout                                                                   seconds
 }
 
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
@@ -27,6 +30,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default 5m)")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
+	fs.StringVar(&r.localAddr, "local-addr", "", "torchrun's name for --node-addr")
 	fs.StringVar(&r.nodeAddr, "node-addr", "", "the address other nodes reach this node at (default: the local address toward the endpoint)")
 	fs.IntVar(&r.numSlices, "num-slices", 0, "multi-slice: number of slices (default MEGASCALE_NUM_SLICES, else 1)")
 	fs.IntVar(&r.sliceID, "slice-id", -1, "multi-slice: this node's slice (default MEGASCALE_SLICE_ID, else 0)")
@@ -34,8 +38,9 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 }
 
 // spec is the rendezvous of the job: the zero value (a world of one) unless a backend, an endpoint or more than
-// one node was asked for. runID is --run-id, the default of --rdzv-id.
-func (r *rdzvFlags) spec(runID string) (launcher.RendezvousSpec, error) {
+// one node was asked for. runID is --run-id, the default of --rdzv-id; master is --master-addr and --master-port,
+// the default endpoint of the static backend, as torchrun's.
+func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (launcher.RendezvousSpec, error) {
 	lo, n, err := launcher.ParseNNodes(r.nnodes)
 	if err != nil || (r.backend == "" && r.endpoint == "" && n <= 1) {
 		return launcher.RendezvousSpec{}, err
@@ -43,20 +48,22 @@ func (r *rdzvFlags) spec(runID string) (launcher.RendezvousSpec, error) {
 	c := launcher.RendezvousSpec{Backend: r.backend, Endpoint: r.endpoint, RunID: r.id, NNodes: n, MinNodes: lo, NodeRank: r.nodeRank,
 		Conf: r.conf, Timeout: time.Duration(r.timeout), Token: r.token, NodeName: r.nodeName, NodeAddr: r.nodeAddr,
 		NumSlices: r.numSlices, SliceID: r.sliceID}
-	if !r.fs.Changed("nnodes") {
-		c.NNodes = 0 // static: from the host list
-	}
-	if c.RunID == "" {
-		c.RunID = runID
-	}
-	if c.RunID == "" {
-		return c, &launcher.ConfigError{Field: "rendezvous run id", Value: "", Hint: "a multi-host run needs the same run id on every node: pass --rdzv-id or --run-id"}
-	}
+	c.NodeAddr = cmp.Or(c.NodeAddr, r.localAddr)
+	c.RunID = cmp.Or(c.RunID, runID, "none") // torchrun's default run id
 	if c.Backend == "" {
 		c.Backend = "static"
 		if c.Endpoint != "" {
 			c.Backend = "tcp"
 		}
+	}
+	if c.Backend == "static" && !r.fs.Changed("nnodes") {
+		c.NNodes = 0 // from the host list
+	}
+	if c.Backend == "static" && c.Endpoint == "" && (r.fs.Changed("master-addr") || r.fs.Changed("master-port")) {
+		// torchrun's classic multi-node line: every node names node 0 by --master-addr/--master-port. The workers'
+		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
+		*masterPort = cmp.Or(*masterPort, 29500)
+		c.Endpoint = net.JoinHostPort(masterAddr, strconv.Itoa(*masterPort+1))
 	}
 	return c, nil
 }

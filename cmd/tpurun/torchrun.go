@@ -25,6 +25,7 @@ type torchFlags struct {
 	subreaper  bool // --subreaper: accepted for compatibility, the default
 	noReaper   bool // --no-subreaper
 	handled    []os.Signal
+	noEffect   []string // torchrun flags given that have no meaning under tpurun: each gets a one-line note
 }
 
 func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
@@ -38,9 +39,31 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
 	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "signals forwarded to every worker group, comma-separated")
 	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
+	for _, f := range [][2]string{
+		{"start-method", "accepted for torchrun compatibility: every worker is a fresh exec of PROGRAM (torchrun's spawn)"},
+		{"event-log-handler", "accepted for torchrun compatibility; tpurun logs events through its own logger"},
+		{"logs-specs", "accepted for torchrun compatibility; tpurun writes torchrun's default log layout"},
+		{"numa-binding", "accepted for torchrun compatibility; not applied (workers are not pinned)"},
+	} {
+		fs.Var(&noteFlag{name: f[0], t: t}, f[0], f[1])
+	}
 	fs.BoolVar(&t.noReaper, "no-subreaper", false, "do not become the child subreaper (ignored as PID 1): orphans go to PID 1 and the orphan sweep scans every process's environment for the run id")
 	return t
 }
+
+// noteFlag is a torchrun flag that tpurun accepts without a meaning; giving it records a note.
+type noteFlag struct {
+	name, v string
+	t       *torchFlags
+}
+
+func (f *noteFlag) Set(v string) error {
+	f.v = v
+	f.t.noEffect = append(f.t.noEffect, "--"+f.name+"="+v)
+	return nil
+}
+func (f *noteFlag) String() string { return f.v }
+func (f *noteFlag) Type() string   { return "string" }
 
 // aliases are the groups of flags that spell one setting: a flag given on the command line also keeps the PET_*
 // variables of its aliases from overriding it (PET_NPROC_PER_NODE does not beat --nprocs).
