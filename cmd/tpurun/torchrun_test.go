@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,4 +76,57 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 		}
 		launchertest.AssertAllGone(t, dir, 1, 5*time.Second)
 	})
+}
+
+// TestTorchrunCommandLinesAsTheyAre: the first lines a torchrun user types run unchanged: the classic static
+// multi-node line (no --rdzv-id, node 0 named by --master_addr/--master_port), torchtitan's single-node c10d line
+// (endpoint localhost:0, -m, --tee, --local-ranks-filter, --role), and two agents on one host told apart only by
+// --node-rank, with torchrun's other flags (-r, --start_method, --local_addr) accepted.
+func TestTorchrunCommandLinesAsTheyAre(t *testing.T) {
+	t.Parallel()
+	port := portBase(t)
+	for _, tc := range []struct {
+		name  string
+		nodes func(i int) []string
+		n     int
+	}{
+		{"static", func(i int) []string {
+			return []string{"--nnodes=2", "--node_rank=" + strconv.Itoa(i), "--master_addr=127.0.0.1", "--master_port=" + strconv.Itoa(port)}
+		}, 2},
+		{"two-agents-one-host", func(i int) []string {
+			return []string{"--nnodes", "2", "--node-rank", strconv.Itoa(i), "--rdzv_backend", "c10d", "--rdzv_endpoint",
+				"127.0.0.1:" + strconv.Itoa(port+8), "--start_method", "spawn", "-r", "0", "--local_addr", "127.0.0.1"}
+		}, 2},
+		{"torchtitan-single-node", func(int) []string {
+			return []string{"--rdzv_backend", "c10d", "--rdzv_endpoint=localhost:0", "--local-ranks-filter", "0", "--role", "rank",
+				"--tee", "3", "--log-dir", t.TempDir()}
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := launchertest.FakeDir(t)
+			var nodes []*node
+			for i := range tc.n {
+				args := append(append([]string{"--nproc_per_node=2"}, tc.nodes(i)...), "--no-python", self(t))
+				nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=env"), args...))
+			}
+			for i, n := range nodes {
+				if code := n.wait(t, 30*time.Second); code != 0 {
+					t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
+				}
+			}
+			files, _ := filepath.Glob(filepath.Join(dir, "env-*.json"))
+			if len(files) != 2*tc.n {
+				t.Fatalf("%d workers ran, want %d", len(files), 2*tc.n)
+			}
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				mustDo(t, err)
+				ws := `"WORLD_SIZE=` + strconv.Itoa(2*tc.n) + `"`
+				if !strings.Contains(string(b), ws) || (tc.name == "static" && !strings.Contains(string(b), `"MASTER_PORT=`+strconv.Itoa(port)+`"`)) {
+					t.Fatalf("%s: want %s (and MASTER_PORT=%d for the static line): %s", f, ws, port, b)
+				}
+			}
+		})
+	}
 }
