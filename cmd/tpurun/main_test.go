@@ -248,3 +248,30 @@ func TestConfigMistakesExit2(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpVersionPythonPath: `tpurun help TOPIC` prints each topic (exit 2 for an unknown one), --version names
+// both versions, and --python-path prints a directory from which `import tpurun` works in a real Python.
+func TestHelpVersionPythonPath(t *testing.T) {
+	t.Parallel()
+	for topic, want := range map[string]string{"env": "TPURUN_RESULT_ID", "exit-codes": "127", "multihost": "--master_addr", "python": "tpurun.spawn"} {
+		if r := runCLI(t, t.TempDir(), nil, "help", topic); r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("help %s: exit %d, stdout lacks %q:\n%s", topic, r.code, want, r.stdout)
+		}
+	}
+	if r := runCLI(t, t.TempDir(), nil, "help", "nope"); r.code != 2 || !strings.Contains(r.stderr, "topics: env") {
+		t.Errorf("help nope: exit %d, %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, t.TempDir(), nil, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "tpurun ") || !strings.Contains(r.stdout, "Python module") {
+		t.Errorf("--version: exit %d, %q", r.code, r.stdout)
+	}
+	home := t.TempDir()
+	r := runCLI(t, t.TempDir(), []string{"HOME=" + home, "XDG_CACHE_HOME="}, "--python-path")
+	dir := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.HasPrefix(dir, home) {
+		t.Fatalf("--python-path: exit %d, %q (want a directory under HOME=%s)\n%s", r.code, dir, home, r.stderr)
+	}
+	out, err := exec.Command("python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import tpurun; print(tpurun.__file__)", dir).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), dir) {
+		t.Fatalf("import tpurun from %s: %v\n%s", dir, err, out)
+	}
+}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -25,8 +27,33 @@ func subcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
 		return planCmd(args[1:], stdout, stderr), true
 	case "doctor":
 		return doctorCmd(args[1:], stdout, stderr), true
+	case "help":
+		return helpCmd(args[1:], stdout, stderr), true
 	}
 	return 0, false
+}
+
+// helpTopics are the texts of `tpurun help TOPIC`; exit-codes is the launcher's table.
+//
+//go:embed help/*.txt
+var helpTopics embed.FS
+
+// helpCmd is `tpurun help [TOPIC]`: the usage, or one topic (env, exit-codes, multihost, python).
+func helpCmd(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		return run([]string{"--help"}, stdout, stderr)
+	case args[0] == "exit-codes":
+		fmt.Fprintln(stdout, launcher.ExitCodesHelp)
+		return launcher.ExitOK
+	}
+	b, err := helpTopics.ReadFile("help/" + args[0] + ".txt")
+	if err != nil || len(args) > 1 {
+		fmt.Fprintf(stderr, "tpurun help: no topic %q; topics: env, exit-codes, multihost, python\n", strings.Join(args, " "))
+		return launcher.ExitUsage
+	}
+	_, _ = stdout.Write(b)
+	return launcher.ExitOK
 }
 
 // subcmdFlags is what `tpurun plan` and `tpurun doctor` share: the device flags, --format table|json, -v and
