@@ -524,11 +524,30 @@ func TestMultihost8NodesAgree(t *testing.T) {
 func TestMultihostTorchAllReduce(t *testing.T) {
 	script := needTorch(t)
 	ep := launchertest.FreeEndpoint(t)
+	torchAllReduce(t, script, func(i int) []string {
+		return []string{"--device", "cpu", "--nproc-per-node", "2", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
+			"--rdzv-id", "torch", "--rdzv-timeout", "60s", "--node-name", "n" + strconv.Itoa(i), script}
+	})
+}
+
+// TestTorchrunStaticLineTwoAgentsOneHost: real PyTorch with torchrun's own static multi-node command line, two
+// agents on this one host told apart only by --node_rank: the gloo all_reduce of the 4-rank world goes through
+// MASTER_ADDR:MASTER_PORT as given.
+func TestTorchrunStaticLineTwoAgentsOneHost(t *testing.T) {
+	script := needTorch(t)
+	port := strconv.Itoa(portBase(t))
+	torchAllReduce(t, script, func(i int) []string {
+		return []string{"--nnodes=2", "--node_rank=" + strconv.Itoa(i), "--master_addr=127.0.0.1", "--master_port=" + port,
+			"--nproc_per_node=2", script}
+	})
+}
+
+// torchAllReduce runs two launchers with args(i) and checks the 4 ranks' all_reduce lines.
+func torchAllReduce(t *testing.T, script string, args func(i int) []string) {
+	t.Helper()
 	var nodes []*node
 	for i := 0; i < 2; i++ {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "PYTHON_EXEC="+torchPython), "--device", "cpu", "--nproc-per-node", "2",
-			"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "torch", "--rdzv-timeout", "60s",
-			"--node-name", "n"+strconv.Itoa(i), script))
+		nodes = append(nodes, startNode(t, append(os.Environ(), "PYTHON_EXEC="+torchPython), args(i)...))
 	}
 	out := ""
 	for i, n := range nodes {

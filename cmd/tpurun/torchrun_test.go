@@ -123,8 +123,9 @@ func TestTorchrunCommandLinesAsTheyAre(t *testing.T) {
 				b, err := os.ReadFile(f)
 				mustDo(t, err)
 				ws := `"WORLD_SIZE=` + strconv.Itoa(2*tc.n) + `"`
-				if !strings.Contains(string(b), ws) || (tc.name == "static" && !strings.Contains(string(b), `"MASTER_PORT=`+strconv.Itoa(port)+`"`)) {
-					t.Fatalf("%s: want %s (and MASTER_PORT=%d for the static line): %s", f, ws, port, b)
+				if !strings.Contains(string(b), ws) || !strings.Contains(string(b), `"MASTER_ADDR=127.0.0.1"`) ||
+					(tc.name == "static" && !strings.Contains(string(b), `"MASTER_PORT=`+strconv.Itoa(port)+`"`)) {
+					t.Fatalf("%s: want %s, MASTER_ADDR=127.0.0.1 (and MASTER_PORT=%d for the static line): %s", f, ws, port, b)
 				}
 			}
 		})
