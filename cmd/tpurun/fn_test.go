@@ -392,3 +392,29 @@ func TestRestartCollectsAfresh(t *testing.T) {
 		t.Fatalf("no second attempt:\n%s", r.stderr)
 	}
 }
+
+// TestFnTargetFileWithoutExtension: `--fn DIR/train:f` where train has no .py suffix (a script people run as
+// `./train`) is loaded as Python source, not refused or crashed with an AttributeError; a file that does not
+// exist is a named usage error.
+func TestFnTargetFileWithoutExtension(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "train")
+	if err := os.WriteFile(script, []byte("#!/usr/bin/env python3\ndef f(i, k):\n    return i * k\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, t.TempDir(), nil, "--nprocs", "2", "--json", "--python", python(t), "--fn", script+":f", "--fn-args-json", "[7]")
+	var doc results.Document
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || r.code != 0 || len(doc.Results) != 2 {
+		t.Fatalf("exit %d, %v %+v\n%s", r.code, err, doc, r.stderr)
+	}
+	for i, res := range doc.Results {
+		if string(res.Value) != strconv.Itoa(i*7) {
+			t.Errorf("replica %d: %s, want %d", i, res.Value, i*7)
+		}
+	}
+	r = runCLI(t, t.TempDir(), nil, "--nprocs", "2", "--python", python(t), "--fn", filepath.Join(dir, "absent")+":f")
+	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "absent") || strings.Contains(r.stderr, "Traceback") {
+		t.Fatalf("missing file: exit %d, want 2 naming it without a traceback\n%s", r.code, r.stderr)
+	}
+}
