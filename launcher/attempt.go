@@ -347,7 +347,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 			wk.files = append(wk.files, lf)
 			msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
 			if f.console == nil {
-				msg = "log file write failed; the rest of this stream is lost: it is not shown on the console (--redirects, --local-ranks-filter)"
+				msg = "log file write failed; the rest of this stream is lost: it is not shown on the console (redirected or filtered out)"
 			}
 			f.file = &logWriter{f: lf, warn: func(path string, err error) {
 				r.log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))

@@ -158,22 +158,46 @@ func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topo
 		return nil, err
 	}
 	c := rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
-		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, Logger: j.log,
-		Getenv: func(k string) string { return lookupEnv(env, k) }}
+		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, Logger: j.log}
 	if c.RunID == "" {
 		c.RunID = runID
 	}
-	if h != nil && h.Hostnames.IsSet() && r.Backend == rendezvous.BackendStatic {
-		c.Hosts = h.Hostnames.V // detection read the host list once; the static world is that list
-		if c.NodeRank < 0 {
-			c.NodeRank = h.WorkerID.V
-		}
+	if c.Hosts, c.NodeRank, err = placement(r, conf, h); err != nil {
+		return nil, err
 	}
 	rz, err := rendezvous.New(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	return multiHost{rz}, nil
+}
+
+// placement is the host list the rendezvous gets and the node rank of a static world: the hosts option, else
+// what detection read (Host.NodeHosts, Host.NodeRank: TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST, ...). A node rank
+// that was set wins. tcp and etcd take only the host list (its first host names the default tcp endpoint) and
+// assign ranks themselves. A malformed host list stops only a run that would read it.
+func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]string, int, error) {
+	static := r.Backend == rendezvous.BackendStatic
+	var hosts []string
+	var rank topology.Value[int]
+	if h != nil {
+		hosts, rank = h.NodeHosts.V, h.NodeRank
+		needed := static && (r.NodeRank < 0 || r.Endpoint == "") || !static && r.Backend != rendezvous.BackendEtcd && r.Endpoint == "" && r.NNodes != 1
+		if h.NodeErr != nil && needed && conf["hosts"] == "" {
+			return nil, 0, h.NodeErr
+		}
+	}
+	if v := conf["hosts"]; v != "" {
+		var err error
+		if hosts, err = topology.ParseHostList(v); err != nil {
+			return nil, 0, &ConfigError{Field: "rendezvous option hosts", Value: v, Hint: err.Error()}
+		}
+	}
+	nodeRank := r.NodeRank
+	if nodeRank < 0 && rank.IsSet() && static {
+		nodeRank = rank.V
+	}
+	return hosts, nodeRank, nil
 }
 
 // member is what this node brings to the join of generation g.

@@ -90,7 +90,7 @@ func (s *Monitor) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "tpurun_failed_attempts_total %d\n", s.failures)
 	fmt.Fprintf(w, "# HELP tpurun_restarts_total Whole-group restarts begun (multi-host: new generations of the world).\n# TYPE tpurun_restarts_total counter\n")
 	fmt.Fprintf(w, "tpurun_restarts_total %d\n", restarts)
-	fmt.Fprintf(w, "# HELP tpurun_max_restarts The --max-restarts limit of the run.\n# TYPE tpurun_max_restarts gauge\n")
+	fmt.Fprintf(w, "# HELP tpurun_max_restarts The restart limit of the run (max restarts).\n# TYPE tpurun_max_restarts gauge\n")
 	fmt.Fprintf(w, "tpurun_max_restarts %d\n", s.maxRestarts)
 	fmt.Fprintf(w, "# HELP tpurun_worker_rss_bytes Resident set size of each live worker.\n# TYPE tpurun_worker_rss_bytes gauge\n")
 	smp := slices.Clone(s.samples)

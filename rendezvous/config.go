@@ -62,10 +62,10 @@ type Config struct {
 	Token string
 	// Listen is where a node hosting the server binds; default the endpoint.
 	Listen string
-	// Hosts is the static host list; read from the environment when empty.
+	// Hosts is the job's host list in node order, when the caller knows one (the launcher takes it from detection
+	// or the hosts option; this package reads no environment): the static world, and node 0's host for a tcp
+	// rendezvous without an endpoint.
 	Hosts []string
-	// Getenv reads the environment for the static backend; os.Getenv when nil.
-	Getenv func(string) string
 	// MaxMessage, MaxConns, MaxUnauth and AuthTimeout configure a hosted server (ServerConfig); 0 for defaults.
 	MaxMessage  int
 	MaxConns    int

@@ -11,9 +11,8 @@ import (
 // TestConfigValidation: mistakes in the endpoint, token, run id, node counts and ranks are ErrConfig errors from
 // New or Join, at once (no join, no timeout), naming the item in the package's words, never a command-line flag.
 func TestConfigValidation(t *testing.T) {
-	none := func(string) string { return "" }
 	tcp := func(ep, isHost string, n int) Config {
-		return Config{Backend: BackendTCP, Endpoint: ep, NNodes: n, NodeRank: -1, Timeout: time.Minute, Getenv: none,
+		return Config{Backend: BackendTCP, Endpoint: ep, NNodes: n, NodeRank: -1, Timeout: time.Minute,
 			Conf: map[string]string{"is_host": isHost}}
 	}
 	with := func(c Config, f func(*Config)) Config { f(&c); return c }
@@ -34,14 +33,14 @@ func TestConfigValidation(t *testing.T) {
 		{"a host name without a token", tcp("node0.example:29400", "false", 2), FieldEndpoint, ErrNoToken},
 		{"every interface without a token", tcp(":29400", "false", 2), FieldEndpoint, ErrNoToken},
 		{"listen off loopback without a token", with(tcp("127.0.0.1:29400", "true", 2), func(c *Config) { c.Listen = "0.0.0.0:0" }), FieldListen, ErrNoToken},
-		{"static hosts without a token", Config{Backend: BackendStatic, NodeRank: 1, Hosts: []string{"tpu-a", "tpu-b"}, Getenv: none}, FieldEndpoint, ErrNoToken},
+		{"static hosts without a token", Config{Backend: BackendStatic, NodeRank: 1, Hosts: []string{"tpu-a", "tpu-b"}}, FieldEndpoint, ErrNoToken},
 		{"etcd port out of range", Config{Backend: BackendEtcd, Endpoint: "127.0.0.1:2379,127.0.0.1:99999", NNodes: 2, NodeRank: -1}, FieldEndpoint, ErrConfig},
 		{"run id with a slash", with(tcp("127.0.0.1:29400", "false", 2), func(c *Config) { c.RunID = "a/b" }), FieldRunID, ErrConfig},
 		{"run id ..", with(tcp("127.0.0.1:29400", "false", 2), func(c *Config) { c.RunID = ".." }), FieldRunID, ErrConfig},
 		{"run id too long", with(tcp("127.0.0.1:29400", "false", 2), func(c *Config) { c.RunID = strings.Repeat("r", 300) }), FieldRunID, ErrConfig},
 		{"min above max", with(tcp("127.0.0.1:29400", "false", 2), func(c *Config) { c.MinNodes = 3 }), FieldMinNodes, ErrConfig},
 		{"rank at or above min", with(tcp("127.0.0.1:29400", "false", 4), func(c *Config) { c.MinNodes, c.NodeRank = 2, 2 }), FieldNodeRank, ErrConfig},
-		{"elastic static", Config{Backend: BackendStatic, NNodes: 3, MinNodes: 2, NodeRank: 1, Endpoint: "127.0.0.1:29400", Getenv: none}, FieldMinNodes, ErrConfig},
+		{"elastic static", Config{Backend: BackendStatic, NNodes: 3, MinNodes: 2, NodeRank: 1, Endpoint: "127.0.0.1:29400"}, FieldMinNodes, ErrConfig},
 		{"bad last call", with(tcp("127.0.0.1:29400", "false", 2), func(c *Config) { c.Conf["last_call_timeout"] = "soon" }), FieldOption, ErrConfig},
 		{"unknown backend", Config{Backend: "zookeeper", NNodes: 2, NodeRank: -1}, FieldBackend, ErrConfig},
 	} {
@@ -81,17 +80,16 @@ func TestConfigValidation(t *testing.T) {
 // TestEveryConfigErrorAvoidsFlags: the configuration errors of TestConfigErrors say what is wrong in the
 // package's words.
 func TestEveryConfigErrorAvoidsFlags(t *testing.T) {
-	none := func(string) string { return "" }
 	for _, cfg := range []Config{
 		{Backend: BackendTCP, NNodes: 0, NodeRank: -1},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: 2},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"bogus": "1"}},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"join_timeout": "-3"}},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "maybe"}},
-		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Getenv: none},
-		{Backend: BackendStatic, NodeRank: -1, Getenv: none},
-		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}, Getenv: none},
-		{Backend: BackendStatic, NodeRank: 1, NNodes: 2, Getenv: none},
+		{Backend: BackendTCP, NNodes: 2, NodeRank: -1},
+		{Backend: BackendStatic, NodeRank: -1},
+		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}},
+		{Backend: BackendStatic, NodeRank: 1, NNodes: 2},
 		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1},
 		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1, Endpoint: "a:1,,b:2"},
 	} {

@@ -12,44 +12,30 @@ import (
 // says what to pass, unless a host list naming every node says which host is node 0 (then its host on
 // --rdzv-conf port, default 29400); one node keeps the loopback default.
 func TestTCPWithoutEndpoint(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
 	for _, tc := range []struct {
 		name   string
 		nnodes int
-		getenv func(string) string
 		conf   map[string]string
 		hosts  []string
 		want   string // the endpoint, or "" for a config error
 		says   string // what the error must say
 	}{
-		{name: "no host list", nnodes: 2, getenv: env(), says: "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)"},
-		{name: "TPU_WORKER_HOSTNAMES", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"), want: "10.0.0.7:29400"},
-		{name: "TPU_WORKER_HOSTNAMES with port", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"),
-			conf: map[string]string{"port": "1234"}, want: "10.0.0.7:1234"},
-		{name: "SLURM_JOB_NODELIST", nnodes: 3, getenv: env("SLURM_JOB_NODELIST", "tpu[3-5]"), want: "tpu3:29400"},
-		{name: "--rdzv-conf hosts", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "x,y"), conf: map[string]string{"hosts": "a,b"}, want: "a:29400"},
-		{name: "Config.Hosts", nnodes: 2, getenv: env(), hosts: []string{"h0", "h1"}, want: "h0:29400"},
-		{name: "one slice of several", nnodes: 4, getenv: env("TPU_WORKER_HOSTNAMES", "10.0.0.7,10.0.0.8"),
-			says: "has 2 hosts, not 4"},
-		{name: "bad host list", nnodes: 2, getenv: env("TPU_WORKER_HOSTNAMES", "a,,b"), says: "TPU_WORKER_HOSTNAMES"},
-		{name: "one node", nnodes: 1, getenv: env(), want: "127.0.0.1:29400"},
+		{name: "no host list", nnodes: 2, says: "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)"},
+		{name: "host list", nnodes: 2, hosts: []string{"10.0.0.7", "10.0.0.8"}, want: "10.0.0.7:29400"},
+		{name: "host list with port", nnodes: 2, hosts: []string{"10.0.0.7", "10.0.0.8"}, conf: map[string]string{"port": "1234"}, want: "10.0.0.7:1234"},
+		{name: "one slice of several", nnodes: 4, hosts: []string{"10.0.0.7", "10.0.0.8"}, says: "has 2 hosts, not 4"},
+		{name: "the environment is not read", nnodes: 2, says: "needs an endpoint"}, // TPU_WORKER_HOSTNAMES set below
+		{name: "one node", nnodes: 1, want: "127.0.0.1:29400"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TPU_WORKER_HOSTNAMES", "10.9.9.9,10.9.9.8")
+			t.Setenv("SLURM_JOB_NODELIST", "n[1-2]")
 			conf := map[string]string{"is_host": "false"} // only the endpoint is under test: bind nothing
 			for k, v := range tc.conf {
 				conf[k] = v
 			}
 			r, err := New(context.Background(), Config{Backend: BackendTCP, NNodes: tc.nnodes, NodeRank: -1, Conf: conf,
-				Hosts: tc.hosts, Getenv: tc.getenv, Token: "t"}) // off-loopback endpoints need a token
+				Hosts: tc.hosts, Token: "t"}) // off-loopback endpoints need a token
 			if tc.want != "" {
 				if err != nil {
 					t.Fatalf("New: %v", err)

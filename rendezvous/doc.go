@@ -30,12 +30,12 @@
 //
 // # Backends
 //
-//   - static: node rank and host list from Config or the environment (TPU_WORKER_ID + TPU_WORKER_HOSTNAMES,
-//     SLURM_NODEID + SLURM_JOB_NODELIST with bracket ranges, JOB_COMPLETION_INDEX). Node 0 hosts the embedded
+//   - static: node rank and host list from Config (the package reads no environment: the launcher's detection
+//     reads TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST and the like once and passes them). Node 0 hosts the embedded
 //     server on host 0 (option port, default 29400) for barriers, results and failures. Fixed size only.
 //   - tcp: the embedded server on the endpoint. With is_host=auto (default) the node that can bind the endpoint
 //     hosts it and the others connect; is_host=true/false forces it. Without an endpoint, several nodes need a host
-//     list naming every node (its first host is the endpoint, on option port, default 29400); one node uses
+//     list (Config.Hosts) naming every node (its first host is the endpoint, on option port, default 29400); one node uses
 //     loopback.
 //   - etcd: a real etcd v3 cluster (endpoint host:2379[,host:2379...]). Keys live under <prefix><run id>/ (prefix
 //     default /tpurun/rdzv/): "latest" holds the highest generation opened (zero-padded); a generation's keys are

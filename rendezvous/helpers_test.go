@@ -54,7 +54,6 @@ func (c *cluster) config(i int) (Config, Member) {
 			hosts[j] = hostName(j)
 		}
 		cfg.Hosts, cfg.NodeRank = hosts, i
-		cfg.Getenv = func(string) string { return "" }
 	case BackendTCP:
 		cfg.Conf = map[string]string{"is_host": "false"}
 		if i == 0 {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strconv"
 
 	"go.uber.org/zap"
@@ -38,15 +37,12 @@ type Rendezvous struct {
 	server   *Server
 }
 
-// New validates cfg and prepares the backend: the static world from cfg or the environment, the embedded server
+// New validates cfg and prepares the backend: the static world from cfg, the embedded server
 // on the hosting node, or the etcd client. Every configuration mistake it can see is an ErrConfig error here,
 // before anything joins.
 func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
-	}
-	if cfg.Getenv == nil {
-		cfg.Getenv = os.Getenv
 	}
 	if cfg.Conf == nil {
 		cfg.Conf = map[string]string{}

@@ -263,16 +263,15 @@ func TestGenerations(t *testing.T) {
 	}
 }
 
-// Static from the SLURM environment end to end: the bracketed node list names the hosts, SLURM_NODEID the rank,
-// and node 0 (127.0.0.1) hosts the server on --rdzv-conf port.
-func TestStaticFromSlurmEnv(t *testing.T) {
+// A static world from a host list end to end (the launcher takes it from SLURM_JOB_NODELIST and the like): node 0
+// (127.0.0.1) hosts the server on the port option and every node learns its rank from Config.NodeRank.
+func TestStaticHostList(t *testing.T) {
 	_, port, _ := strings.Cut(freeAddr(t), ":")
 	ctx := context.Background()
 	rs := make([]*Rendezvous, 2)
 	for i := range 2 {
-		env := map[string]string{"SLURM_JOB_NODELIST": "127.0.0.[1-2]", "SLURM_NODEID": fmt.Sprint(i)}
-		r, err := New(ctx, Config{Backend: BackendStatic, NodeRank: -1, Timeout: 10 * time.Second, RunID: "slurm",
-			Conf: map[string]string{"port": port}, Getenv: func(k string) string { return env[k] }})
+		r, err := New(ctx, Config{Backend: BackendStatic, NodeRank: i, Hosts: []string{"127.0.0.1", "127.0.0.2"},
+			Timeout: 10 * time.Second, RunID: "slurm", Conf: map[string]string{"port": port}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +302,6 @@ func TestStaticFromSlurmEnv(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	none := func(string) string { return "" }
 	cases := []Config{
 		{Backend: "zookeeper", NNodes: 2, NodeRank: -1},
 		{Backend: BackendTCP, NNodes: 0, NodeRank: -1},
@@ -311,9 +309,9 @@ func TestConfigErrors(t *testing.T) {
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"bogus": "1"}},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"join_timeout": "-3"}},
 		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "maybe"}},
-		{Backend: BackendStatic, NodeRank: -1, Getenv: none},
-		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}, Getenv: none},
-		{Backend: BackendStatic, NodeRank: 1, NNodes: 2, Getenv: none},
+		{Backend: BackendStatic, NodeRank: -1},
+		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}},
+		{Backend: BackendStatic, NodeRank: 1, NNodes: 2},
 		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1},
 		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1, Endpoint: "a:1,,b:2"},
 	}

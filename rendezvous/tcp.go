@@ -31,29 +31,8 @@ func newStatic(c *Config, log *zap.Logger) (*tcpBackend, error) {
 		return nil, configError(FieldMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
 	}
 	hosts := c.Hosts
-	if h, ok := c.Conf["hosts"]; ok && len(hosts) == 0 {
-		var err error
-		if hosts, err = ParseHosts(h); err != nil {
-			return nil, &Error{Kind: ErrConfig, Field: FieldOption, Value: "hosts=" + h, Detail: err.Error()}
-		}
-	}
-	if c.NodeRank < 0 || len(hosts) == 0 {
-		st, ok, err := StaticFromEnv(c.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		if !ok && c.NodeRank < 0 {
-			return nil, newError(ErrConfig, "static rendezvous needs a node rank: configured, or from TPU_WORKER_ID (+TPU_WORKER_HOSTNAMES), SLURM_NODEID (+SLURM_JOB_NODELIST) or JOB_COMPLETION_INDEX")
-		}
-		if ok {
-			if c.NodeRank < 0 {
-				c.NodeRank = st.NodeRank
-			}
-			if len(hosts) == 0 {
-				hosts = st.Hosts
-			}
-			log.Debug("static rendezvous from env", zap.String("source", st.Source), zap.Int("node_rank", st.NodeRank))
-		}
+	if c.NodeRank < 0 {
+		return nil, configError(FieldNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
 	}
 	if len(hosts) > 0 {
 		if c.NNodes == 0 {
@@ -64,7 +43,7 @@ func newStatic(c *Config, log *zap.Logger) (*tcpBackend, error) {
 		}
 	}
 	if c.NNodes == 0 {
-		return nil, newError(ErrConfig, "static rendezvous needs a node count or a host list (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+		return nil, newError(ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	}
 	if c.NodeRank >= c.NNodes {
 		return nil, configError(FieldNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
@@ -144,8 +123,7 @@ func (t *tcpBackend) checkEndpoint(zeroOK bool) error {
 }
 
 // defaultEndpoint is the endpoint of a tcp rendezvous without one, on the port option (default DefaultPort):
-// loopback for one node; for several, host 0 of a host list that names every node (Config.Hosts, the hosts
-// option, TPU_WORKER_HOSTNAMES or SLURM_JOB_NODELIST). Anything else is a configuration error: a loopback default
+// loopback for one node; for several, host 0 of a host list that names every node (Config.Hosts). Anything else is a configuration error: a loopback default
 // would have every node host a private server and wait out the timeout alone.
 func (t *tcpBackend) defaultEndpoint() (string, error) {
 	port := t.cfg.Conf["port"]
@@ -156,48 +134,16 @@ func (t *tcpBackend) defaultEndpoint() (string, error) {
 		return net.JoinHostPort("127.0.0.1", port), nil
 	}
 	need := fmt.Sprintf("tcp rendezvous of %d nodes needs an endpoint (node 0's host:port)", t.cfg.NNodes)
-	hosts, source, err := t.hostList()
+	hosts := t.cfg.Hosts
 	switch {
-	case err != nil:
-		return "", fmt.Errorf("%s; the host list that could name node 0 is unusable: %w", need, err)
 	case len(hosts) == 0:
 		return "", configError(FieldEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	case len(hosts) != t.cfg.NNodes:
-		return "", configError(FieldEndpoint, "", fmt.Sprintf("%s: the host list from %s has %d hosts, not %d, so its first host need not be node 0",
-			need, source, len(hosts), t.cfg.NNodes))
+		return "", configError(FieldEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
+			need, len(hosts), t.cfg.NNodes))
 	}
-	t.log.Debug("tcp rendezvous endpoint from the host list", zap.String("source", source), zap.String("host", hosts[0]))
+	t.log.Debug("tcp rendezvous endpoint from the host list", zap.String("host", hosts[0]))
 	return net.JoinHostPort(hosts[0], port), nil
-}
-
-// hostList is the job's host list for a backend that needs only node 0's host, and where it came from:
-// Config.Hosts, the hosts option, TPU_WORKER_HOSTNAMES or SLURM_JOB_NODELIST (the first that is set).
-func (t *tcpBackend) hostList() ([]string, string, error) {
-	if len(t.cfg.Hosts) > 0 {
-		return t.cfg.Hosts, "the configured host list", nil
-	}
-	if h, ok := t.cfg.Conf["hosts"]; ok {
-		hosts, err := ParseHosts(h)
-		if err != nil {
-			return nil, "", fmt.Errorf("option hosts: %w", err)
-		}
-		return hosts, "the hosts option", nil
-	}
-	if v := t.cfg.Getenv("TPU_WORKER_HOSTNAMES"); v != "" {
-		hosts, err := ParseHosts(v)
-		if err != nil {
-			return nil, "", fmt.Errorf("TPU_WORKER_HOSTNAMES=%q: %w", v, err)
-		}
-		return hosts, "TPU_WORKER_HOSTNAMES", nil
-	}
-	if v := t.cfg.Getenv("SLURM_JOB_NODELIST"); v != "" {
-		hosts, err := ParseSlurmNodelist(v)
-		if err != nil {
-			return nil, "", fmt.Errorf("SLURM_JOB_NODELIST=%q: %w", v, err)
-		}
-		return hosts, "SLURM_JOB_NODELIST", nil
-	}
-	return nil, "", nil
 }
 
 // host starts the embedded server on the endpoint (or cfg.Listen). When must is false, a failure to bind

@@ -206,7 +206,7 @@ func TestHeldChipRefusesUnlessForce(t *testing.T) {
 	args := []string{"--tpu-port-base", strconv.Itoa(portBase(t)), "--", os.Args[0]}
 	r := h.cli(t, nil, args...)
 	if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", pid)) || !strings.Contains(r.stderr, "vfio/3") ||
-		!strings.Contains(r.stderr, "--force") {
+		!strings.Contains(r.stderr, "force the start") {
 		t.Fatalf("held chip: exit %d, want 2 naming pid %d, vfio/3 and --force:\n%s", r.code, pid, r.stderr)
 	}
 	if n := len(h.dumped(t)); n != 0 {
@@ -219,7 +219,7 @@ func TestHeldChipRefusesUnlessForce(t *testing.T) {
 		t.Fatalf("held chip with relative --dev-root: exit %d, want 2 naming pid %d:\n%s", r.code, pid, r.stderr)
 	}
 	r = h.cli(t, nil, append([]string{"--force"}, args...)...)
-	if r.code != 0 || !strings.Contains(r.stderr, "--force") || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", pid)) {
+	if r.code != 0 || !strings.Contains(r.stderr, "(forced)") || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", pid)) {
 		t.Fatalf("--force: exit %d, want 0 with a warning naming pid %d:\n%s", r.code, pid, r.stderr)
 	}
 	if n := len(h.dumped(t)); n != 8 {

@@ -194,7 +194,7 @@ func frameViolation(rank, pid int, fe *worker.FrameError) *ContractError {
 	switch {
 	case errors.Is(fe, worker.ErrTooLarge):
 		ce.Kind, ce.Hint = ErrOversizedFrame, hintOversized
-		ce.Message = fmt.Sprintf("rank %d pid %d sent a %s frame of %d bytes for replica %d, over the limit of %d bytes (--max-result-bytes); the frame was dropped",
+		ce.Message = fmt.Sprintf("rank %d pid %d sent a %s frame of %d bytes for replica %d, over the limit of %d bytes (max result bytes); the frame was dropped",
 			rank, pid, fe.Kind, fe.Length, fe.Replica, fe.Limit)
 	case errors.Is(fe, worker.ErrUnknownVersion):
 		ce.Kind, ce.Hint = ErrUnknownVersion, hintVersion

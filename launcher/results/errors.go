@@ -72,17 +72,17 @@ func (e *ContractError) KindName() string {
 // The hints: the usual cause of each violation and what to do about it.
 const (
 	hintDuplicateRanks = "several processes reported the same replica: usually every process sees device 0, " +
-		"because SPMD (XLA_USE_SPMD=1) runs with several processes per host (use --nprocs 1 in SPMD mode) or " +
+		"because SPMD (XLA_USE_SPMD=1) runs with several processes per host (use one process per host, nprocs 1, in SPMD mode) or " +
 		"because a device was initialized in the parent before spawning, so every child inherited it (do not " +
 		"touch the device before tpurun starts the workers); a worker must report only the replicas in TPURUN_REPLICAS"
 	hintDuplicateSelf = "one process reported the same replica twice: report each replica in TPURUN_REPLICAS " +
 		"exactly once (look for a retry or a second call of report)"
 	hintForeign = "a worker may only report the replicas listed in its TPURUN_REPLICAS: take the replica from " +
 		"worker.Replicas() / tpurun.replicas(), not from a hard-coded or locally computed ordinal"
-	hintMissing = "the worker exited 0 without reporting: in --fn mode the function's return value is reported " +
-		"for you; a program run with --expect-results must call worker.Report / tpurun.report for every replica " +
+	hintMissing = "the worker exited 0 without reporting: in function mode the function's return value is reported " +
+		"for you; a program whose results are expected must call worker.Report / tpurun.report for every replica " +
 		"in TPURUN_REPLICAS before it exits"
-	hintOversized = "raise --max-result-bytes, or return something smaller (write large outputs to a file and " +
+	hintOversized = "raise the result size limit (max result bytes), or return something smaller (write large outputs to a file and " +
 		"return its path)"
 	hintMalformed = "something other than the tpurun client wrote to the result descriptor (TPURUN_RESULT_FD): " +
 		"a library printing to fd 3, or a program that inherited the descriptor; write results only through " +

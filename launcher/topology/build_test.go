@@ -40,7 +40,7 @@ func TestNProcsValidation(t *testing.T) {
 		{nprocs: 3, wantErr: "nprocs 3 is not a valid split of the 8 v5e chips on this host (from " + sysfs + "); use 1, 2, 4 or 8, or leave it unset"},
 		{nprocs: 6, wantErr: "nprocs 6 is not a valid split of the 8 v5e chips on this host (from " + sysfs + "); use 1, 2, 4 or 8, or leave it unset"},
 		{nprocs: 16, wantErr: "nprocs 16 is more than the 8 v5e chips on this host (from " + sysfs + "); use 1, 2, 4 or 8, or leave it unset"},
-		{nprocs: 2, spmd: true, wantErr: "nprocs 2 contradicts SPMD, which runs ONE process per host that sees all local chips (from flag --nprocs, flag --spmd); use 1, leave nprocs unset, or drop --spmd / XLA_USE_SPMD"},
+		{nprocs: 2, spmd: true, wantErr: "nprocs 2 contradicts SPMD, which runs ONE process per host that sees all local chips (from flag --nprocs, flag --spmd); use 1, leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"},
 		{nprocs: 1, spmd: true, workers: 1, bounds: "1,1,1"},
 		{nprocs: -1, wantErr: "nprocs -1 is negative (from flag --nprocs); leave it unset for one process per device"},
 	}

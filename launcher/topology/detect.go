@@ -57,7 +57,15 @@ type Host struct {
 	ProcessBounds      Value[Bounds]   `json:"process_bounds"` // only when given (env or metadata)
 	WorkerID           Value[int]      `json:"worker_id"`
 	Hostnames          Value[[]string] `json:"hostnames"`
-	SPMD               Value[bool]     `json:"spmd"`
+	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous, from the first source that
+	// is set: the slice's host list (TPU_WORKER_HOSTNAMES or the metadata server, with TPU_WORKER_ID), a batch
+	// scheduler's (SLURM_JOB_NODELIST with SLURM_NODEID), or JOB_COMPLETION_INDEX for the rank alone. NodeErr is
+	// why they could not be read on a host that is not a TPU (a TPU host fails detection instead); it is reported
+	// only by a run that needs them, so a single-host run inside a SLURM job is not stopped by its variables.
+	NodeHosts Value[[]string] `json:"node_hosts"`
+	NodeRank  Value[int]      `json:"node_rank"`
+	NodeErr   error           `json:"-"`
+	SPMD      Value[bool]     `json:"spmd"`
 	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
 	Megascale map[string]Value[string] `json:"megascale,omitempty"`
 	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
@@ -136,6 +144,7 @@ func Detect(ctx context.Context, opts Options) (*Host, error) {
 	if err := d.spmd(); err != nil {
 		return nil, err
 	}
+	d.nodes()
 	d.log.Debug("detected host", zap.String("device", string(h.Device.V)), zap.String("source", h.Device.Source.String()),
 		zap.Int("chips", len(h.Chips)), zap.String("accelerator", h.Accelerator.V.Type))
 	return h, nil

@@ -53,7 +53,7 @@ func explainTPU(h *Host, req Request) []string {
 	}
 	switch {
 	case s.SingleProcess:
-		note := fmt.Sprintf("--nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip %d with "+
+		note := fmt.Sprintf("nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip %d with "+
 			"TPU_PROCESS_BOUNDS=1,1,1, no CLOUD_TPU_TASK_ID (torch_xla's task_id() is None) and no process addresses", s.VisibleChips[0])
 		if len(s.SliceHosts) > 1 {
 			note += fmt.Sprintf("; this host alone, keeping host %d of the %d-host slice in TPU_WORKER_ID and "+
@@ -90,7 +90,7 @@ func explainTPU(h *Host, req Request) []string {
 	case !s.SPMD && !s.SingleProcess && (s.ProcsPerHost > 1 || len(s.Hosts) > 1):
 		out = append(out, fmt.Sprintf("JAX: jax.distributed.initialize() detects a cloud-TPU cluster from "+
 			"TPU_PROCESS_ADDRESSES and takes TPU_WORKER_ID (the host index) as the process id, which repeats with %d "+
-			"processes per host: %s, or run one process per host (--spmd)", s.ProcsPerHost, jaxArgs))
+			"processes per host: %s, or run one process per host (SPMD)", s.ProcsPerHost, jaxArgs))
 	}
 	return out
 }

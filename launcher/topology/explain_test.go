@@ -27,7 +27,7 @@ func TestExplainTPU(t *testing.T) {
 		{name: "spmd on several hosts", id: "0x005e", n: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"},
 			req: Request{SPMD: true}, want: []string{"JAX: jax.distributed.initialize() needs no arguments here"}},
 		{name: "one chip of a multi-host slice", id: "0x005e", n: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"},
-			req: Request{NProcs: 1}, want: []string{"--nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip 0", "keeping host 1 of the 2-host slice"}},
+			req: Request{NProcs: 1}, want: []string{"nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip 0", "keeping host 1 of the 2-host slice"}},
 		{name: "TPU_PROCESS_BOUNDS gives the count", id: "0x0063", n: 8, env: map[string]string{"TPU_PROCESS_BOUNDS": "2,2,1"},
 			want: []string{"TPU_PROCESS_BOUNDS=2,2,1 (env TPU_PROCESS_BOUNDS) runs 4 processes on this host"}},
 		{name: "tpu7x from env", id: "0x0076", n: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "tpu7x-8"},

@@ -42,7 +42,7 @@ func (d *detector) gpu() error {
 		src := h.Device.Source
 		return &ConfigError{Name: "device", Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
 			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
-			Hint: "use --device cpu or --device auto"}
+			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
 }

@@ -63,11 +63,16 @@ func ParseChipList(s string) ([]int, error) {
 	return out, nil
 }
 
-// ParseHostList parses TPU_WORKER_HOSTNAMES: comma-separated host names or addresses, none empty, none repeated.
+// ParseHostList is tpurun's one parser of a comma-separated host list (TPU_WORKER_HOSTNAMES, the metadata's
+// worker endpoints, the rendezvous hosts option): host names or addresses, trimmed, none empty, none repeated, at
+// most 65536. ParseSlurmNodelist follows the same rules for a SLURM node list.
 func ParseHostList(s string) ([]string, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return nil, parseErrorf("empty host list")
+	}
+	if n := strings.Count(t, ",") + 1; n > maxCount {
+		return nil, parseErrorf("host list has %d entries, more than %d", n, maxCount)
 	}
 	seen := map[string]bool{}
 	var out []string

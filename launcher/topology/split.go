@@ -80,7 +80,7 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 		if k > 1 {
 			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
 				Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{req.NProcsSource, spmdSrc},
-				Choices: []string{"1"}, Hint: "leave nprocs unset, or drop --spmd / XLA_USE_SPMD"}
+				Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 		}
 		k = 1
 		s.ChipsPerProcess, _ = ChipBounds(n)

@@ -47,7 +47,7 @@ func (d *detector) tpu(ctx context.Context) error {
 		} else {
 			return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 				h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-				Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use --device cpu"}
+				Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 		}
 	}
 	if h.ReplicasPerChip == 0 {
@@ -151,7 +151,7 @@ func (d *detector) finishSlice() error {
 		if !h.WorkerID.IsSet() {
 			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
 				Problem: "describes several hosts but nothing says which one this is", Sources: []Source{h.Hostnames.Source},
-				Hint: "set TPU_WORKER_ID (or --worker-id) to this host's index"}
+				Hint: "set TPU_WORKER_ID to this host's index"}
 		}
 		if h.WorkerID.V >= len(h.Hostnames.V) {
 			return &ConfigError{Name: h.WorkerID.Source.Name, Value: strconv.Itoa(h.WorkerID.V),

@@ -1,0 +1,121 @@
+package launcher_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// importRules are the layering of the module, as "package may not import prefix" (a prefix ending in "/" covers
+// the packages under it; without one it is that package only). Test files are held to the rules below cmd too.
+var importRules = []struct{ pkg, forbidden, why string }{
+	{"launcher", "tpurun/cmd/", "nothing below cmd imports cmd"},
+	{"rendezvous", "tpurun/cmd/", "nothing below cmd imports cmd"},
+	{"worker", "tpurun/cmd/", "nothing below cmd imports cmd"},
+	{"launcher", "tpurun", "nothing imports the module root (launcher's parent)"},
+	{"rendezvous", "tpurun", "nothing imports the module root (launcher's parent)"},
+	{"worker", "tpurun/launcher", "worker, the workers' side of the contract, imports nothing of the launcher"},
+	{"worker", "tpurun/launcher/", "worker, the workers' side of the contract, imports nothing of the launcher"},
+	{"worker", "tpurun/rendezvous", "worker imports nothing of the launcher"},
+	{"rendezvous", "tpurun/launcher", "rendezvous is injected into the launcher, not the other way round"},
+	{"rendezvous", "tpurun/launcher/", "rendezvous is injected into the launcher, not the other way round"},
+	{"launcher/topology", "tpurun/rendezvous", "planning is pure: topology knows no rendezvous"},
+	{"launcher/proc", "tpurun/launcher", "proc is below the launcher"},
+	{"launcher/results", "tpurun/launcher", "results is below the launcher"},
+	{"cmd/tpurun", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},
+	{"cmd/tpurun", "tpurun/launcher/proc", "cmd describes a Spec; the launcher owns process supervision"},
+	{"cmd/tpurun", "tpurun/launcher/results", "cmd describes a Spec; the launcher owns result collection"},
+}
+
+// violations lists "pkg (file) imports X: why" for every rule an import breaks. imports maps a package directory
+// (relative to the module root, slash-separated) and file name to the file's imports.
+func violations(imports map[[2]string][]string, tests bool) []string {
+	var out []string
+	for key, list := range imports {
+		dir, file := key[0], key[1]
+		isTest := strings.HasSuffix(file, "_test.go")
+		for _, r := range importRules {
+			if dir != r.pkg && !strings.HasPrefix(dir, r.pkg+"/") || isTest && (!tests || strings.HasPrefix(r.pkg, "cmd/")) {
+				continue
+			}
+			for _, imp := range list {
+				hit := imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden)
+				// launcher/launchertest is shared test plumbing: a test of any package may use it.
+				if hit && !(isTest && imp == "tpurun/launcher/launchertest") {
+					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// moduleImports parses the import block of every Go file of the module.
+func moduleImports(t *testing.T, root string) map[[2]string][]string {
+	t.Helper()
+	out := map[[2]string][]string{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		key := [2]string{filepath.ToSlash(rel), filepath.Base(path)}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			out[key] = append(out[key], p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestImportRules: the module's layering holds (see importRules), and the check itself catches a forbidden import
+// of each kind when one is planted.
+func TestImportRules(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root %s: %v", root, err)
+	}
+	imports := moduleImports(t, root)
+	if len(imports) < 50 {
+		t.Fatalf("parsed only %d files under %s", len(imports), root)
+	}
+	if v := violations(imports, true); len(v) > 0 {
+		t.Errorf("%d import rules broken:\n%s", len(v), strings.Join(v, "\n"))
+	}
+	planted := map[[2]string][]string{
+		{"worker", "x.go"}:            {"tpurun/launcher/results"},
+		{"launcher/proc", "x.go"}:     {"tpurun/cmd/tpurun"},
+		{"rendezvous", "x_test.go"}:   {"tpurun/launcher"},
+		{"cmd/tpurun", "x.go"}:        {"tpurun/rendezvous", "tpurun/launcher/proc"},
+		{"launcher/topology", "x.go"}: {"tpurun/rendezvous"},
+		{"launcher", "x_test.go"}:     {"tpurun/launcher/launchertest"}, // allowed
+	}
+	if v := violations(planted, true); len(v) != 6 {
+		t.Errorf("planted violations found: %d, want 6:\n%s", len(v), strings.Join(v, "\n"))
+	}
+}

@@ -1,0 +1,127 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ParseSlurmNodelist expands a SLURM node list (SLURM_JOB_NODELIST) such as "tpu-[01-03,07],login1,rack[1-2]-n[1-2]"
+// into host names in order. Zero padding of a range ("01-03") is kept. Host names follow ParseHostList's rules.
+func ParseSlurmNodelist(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, parseErrorf("SLURM node list is empty")
+	}
+	var out []string
+	depth, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) {
+			switch s[i] {
+			case '[':
+				depth++
+				if depth > 1 {
+					return nil, parseErrorf("SLURM node list %q: nested '[' at byte %d", s, i)
+				}
+				continue
+			case ']':
+				depth--
+				if depth < 0 {
+					return nil, parseErrorf("SLURM node list %q: unmatched ']' at byte %d", s, i)
+				}
+				continue
+			case ',':
+				if depth > 0 {
+					continue
+				}
+			default:
+				continue
+			}
+		}
+		if depth != 0 {
+			return nil, parseErrorf("SLURM node list %q: unclosed '['", s)
+		}
+		hosts, err := expandHost(s[start:i], maxCount-len(out))
+		if err != nil {
+			return nil, parseErrorf("SLURM node list %q: %v", s, err)
+		}
+		out = append(out, hosts...)
+		start = i + 1
+	}
+	seen := make(map[string]bool, len(out))
+	for _, h := range out {
+		if seen[h] {
+			return nil, parseErrorf("SLURM node list %q names %q twice", s, h)
+		}
+		seen[h] = true
+	}
+	return out, nil
+}
+
+// expandHost expands one entry that may hold several bracket groups, at most limit hosts.
+func expandHost(e string, limit int) ([]string, error) {
+	e = strings.TrimSpace(e)
+	if e == "" {
+		return nil, parseErrorf("empty entry")
+	}
+	open := strings.IndexByte(e, '[')
+	if open < 0 {
+		if err := checkHost(e); err != nil {
+			return nil, parseErrorf("%v", err)
+		}
+		return []string{e}, nil
+	}
+	end := strings.IndexByte(e[open:], ']')
+	if end < 0 {
+		return nil, parseErrorf("entry %q: unclosed '['", e)
+	}
+	end += open
+	prefix, body, suffix := e[:open], e[open+1:end], e[end+1:]
+	if body == "" {
+		return nil, parseErrorf("entry %q: empty range []", e)
+	}
+	var heads []string
+	for _, part := range strings.Split(body, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.ParseUint(lo, 10, 32)
+		b, err2 := strconv.ParseUint(hi, 10, 32)
+		if err1 != nil || err2 != nil || lo == "" || hi == "" {
+			return nil, parseErrorf("entry %q: range %q is not N or N-M with decimal numbers", e, part)
+		}
+		if b < a {
+			return nil, parseErrorf("entry %q: range %q runs backwards", e, part)
+		}
+		if b-a >= uint64(limit) || len(heads)+int(b-a+1) > limit {
+			return nil, parseErrorf("entry %q: expands to more than %d hosts", e, maxCount)
+		}
+		width := 0
+		if len(lo) > 1 && lo[0] == '0' {
+			width = len(lo)
+		}
+		for n := a; n <= b; n++ {
+			heads = append(heads, fmt.Sprintf("%s%0*d", prefix, width, n))
+		}
+	}
+	tails := []string{suffix}
+	if strings.IndexByte(suffix, '[') >= 0 {
+		var err error
+		if tails, err = expandHost(suffix, max(limit/len(heads), 1)); err != nil {
+			return nil, err
+		}
+	}
+	if len(heads)*len(tails) > limit {
+		return nil, parseErrorf("entry %q: expands to more than %d hosts", e, maxCount)
+	}
+	out := make([]string, 0, len(heads)*len(tails))
+	for _, h := range heads {
+		for _, t := range tails {
+			if err := checkHost(h + t); err != nil {
+				return nil, parseErrorf("%v", err)
+			}
+			out = append(out, h+t)
+		}
+	}
+	return out, nil
+}
