@@ -134,11 +134,16 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 			if !ok {
 				continue
 			}
-			switch s {
-			case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
+			switch {
+			case terminating(s):
 				if !stopping {
 					a.Signal = s
-					beginStop(StopSignal, s)
+					if passedOn(s) {
+						beginStop(StopSignal, s)
+					} else {
+						r.log.Warn("received "+SignalName(s)+": stopping every worker with SIGTERM", zap.Int("exit", 128+int(s)))
+						beginStop(StopSignal, syscall.SIGTERM)
+					}
 					continue
 				}
 				// Stopping already: whatever the reason, this signal ends the run (no restart).
@@ -152,6 +157,10 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 				if again && (s == syscall.SIGINT || s == syscall.SIGTERM) {
 					r.log.Warn("second " + SignalName(s) + ": killing every worker now")
 					signalAll(syscall.SIGKILL)
+					continue
+				}
+				if !passedOn(s) {
+					r.log.Warn("received "+SignalName(s)+" while stopping; the run ends after this attempt", zap.String("stopping_for", string(a.Reason)))
 					continue
 				}
 				r.log.Warn("received "+SignalName(s)+" while stopping: forwarding it; the run ends after this attempt",
@@ -186,6 +195,9 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 	case StopCanceled:
 		return a, ctx.Err()
 	case StopSignal:
+		if !passedOn(a.Signal) { // the workers got SIGTERM; the run reports the signal tpurun got
+			return a, &SignalError{Signal: a.Signal, During: "attempt " + strconv.Itoa(n)}
+		}
 		if a.Failure != nil {
 			return a, a.Failure
 		}

@@ -40,6 +40,9 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := spec.checkOutputs(); err != nil {
 		return nil, err
 	}
+	relayDone := make(chan struct{})
+	defer close(relayDone)
+	spec.Signals = coalesce(spec.Signals, relayDone)
 	j := newJob(spec)
 	defer j.close()
 	if err := j.prepare(ctx); err != nil {
@@ -284,14 +287,6 @@ func (j *job) stopRequested() bool {
 	}
 }
 
-// terminating reports whether s asks tpurun to stop (rather than only to be forwarded).
-func terminating(s syscall.Signal) bool {
-	switch s {
-	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
-		return true
-	}
-	return false
-}
 
 // rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are
 // (exit 2).

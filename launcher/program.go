@@ -59,7 +59,7 @@ func ParseNProcs(flag, s string) (n int, device string, err error) {
 	switch v {
 	case "auto", "cpu", "gpu", "tpu":
 		if flag == "nprocs" {
-			return 0, "", fmt.Errorf("nprocs takes a number of processes; %q is a device word that only nproc_per_node takes (or use device %s)", s, v)
+			return 0, "", fmt.Errorf("--%s takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", flag, s, v)
 		}
 		return 0, v, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
 	"unsafe"
 
@@ -672,4 +673,76 @@ func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	for pid := range gcs {
 		t.Logf("grandchild pid %d after tpurun's SIGKILL: kill(0) = %v (known limit: nothing sweeps it)", pid, syscall.Kill(pid, 0))
 	}
+}
+
+// TestFaultEveryStopSignal: each signal whose default action would kill a process (with or without a core dump)
+// stops the run: the workers get SIGTERM, the grandchildren that ignore it (one in its own session) are killed by
+// the grace SIGKILL and the sweep, tpurun exits 128+N and prints no goroutine dump (before, SIGABRT, SIGTRAP,
+// SIGSYS and SIGSTKFLT dumped 285 lines, exited 2 and left the grandchildren).
+func TestFaultEveryStopSignal(t *testing.T) {
+	t.Parallel()
+	for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT, syscall.SIGXCPU,
+		syscall.SIGALRM, syscall.SIGPWR, syscall.SIGSEGV, syscall.SIGVTALRM, syscall.Signal(40)} {
+		t.Run(launcher.SignalName(s), func(t *testing.T) {
+			t.Parallel()
+			dir := faultDir(t)
+			cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=hang", "TPURUN_FAULT_1=grandkids:0"}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+			errb := &syncBuffer{}
+			cmd.Stderr = errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			launchertest.WaitReady(t, dir, 2)
+			for es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) < 2; es, _ = os.ReadDir(filepath.Join(dir, "gc")) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := cmd.Process.Signal(s); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if got := cmd.ProcessState.ExitCode(); got != 128+int(s) {
+				t.Errorf("exit %d, want %d\n%s", got, 128+int(s), errb.String())
+			}
+			if strings.Contains(errb.String(), "goroutine ") {
+				t.Errorf("goroutine dump on stderr:\n%s", errb.String())
+			}
+			assertNothingLeft(t, dir, 2+2, 5*time.Second)
+		})
+	}
+}
+
+// TestFaultSignalStorm: 1000 SIGUSR1 and then one SIGTERM: the stop is never lost (coalesced delivery: the storm
+// is one pending SIGUSR1, forwarded, and the SIGTERM behind it stops the run with 143).
+func TestFaultSignalStorm(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=ignore:10"}, "--nprocs", "2", "--", os.Args[0])
+	errb := &syncBuffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	launchertest.WaitReady(t, dir, 2)
+	for range 1000 {
+		_ = cmd.Process.Signal(syscall.SIGUSR1)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("the SIGTERM after 1000 SIGUSR1 was lost: tpurun still running\n%s", errb.String())
+	}
+	if got := cmd.ProcessState.ExitCode(); got != 143 { // the workers ignore SIGUSR1 and die of the SIGTERM
+		t.Errorf("exit %d, want 143\n%s", got, errb.String())
+	}
+	if !strings.Contains(errb.String(), "forwarding signal") {
+		t.Errorf("SIGUSR1 was never forwarded:\n%s", errb.String())
+	}
+	assertNothingLeft(t, dir, 2, 5*time.Second)
 }

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"time"
@@ -97,9 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun: status on http://%s/metrics and /healthz\n", addr)
 		spec.Observers = append(spec.Observers, mon)
 	}
-	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs, o.tr.handled...)
-	defer signal.Stop(sigs)
+	sigs, stopSignals := launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
+	defer stopSignals()
 	spec.Signals = sigs
 
 	rep, err := launcher.Run(context.Background(), *spec)
