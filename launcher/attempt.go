@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,6 +52,25 @@ type child struct {
 	resErr  error
 	exit    proc.Exit
 	exited  bool
+	// draining is set once the worker's subtree is gone: from then on a pipe that stays idle for the drain
+	// timeout is given up (see drainReader).
+	draining atomic.Bool
+	idle     time.Duration
+}
+
+// drainReader reads one of a worker's pipes. Until the drain it blocks as long as it takes; while draining, each
+// read may wait at most the idle bound for data: a pipe that yields nothing that long is held by a process outside
+// the subtree. A reader that is slow because the console is slow is not idle: the bound starts at each read.
+type drainReader struct {
+	f  *os.File
+	wk *child
+}
+
+func (d drainReader) Read(p []byte) (int, error) {
+	if d.wk.draining.Load() {
+		_ = d.f.SetReadDeadline(time.Now().Add(d.wk.idle))
+	}
+	return d.f.Read(p)
 }
 
 // attempt starts every local worker of as once and supervises them until all have been reaped, the groups killed
@@ -244,14 +264,17 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 		r.log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
 	}
 	a.Swept = swept
-	deadline := time.Now().Add(r.spec.DrainTimeout)
+	// Drain every pipe to EOF: with the subtree gone every write end is closed, unless a process outside it holds
+	// one (see drainReader). Output is never dropped for a slow console; only a stop signal gives up on it.
 	for _, wk := range ws {
+		wk.idle = r.spec.DrainTimeout
+		wk.draining.Store(true)
 		for _, f := range wk.readers {
-			_ = f.SetReadDeadline(deadline)
+			_ = f.SetReadDeadline(time.Now().Add(wk.idle))
 		}
 	}
+	r.awaitOutput(ws)
 	for _, wk := range ws {
-		wk.io.Wait()
 		for _, f := range slices.Concat(wk.readers, wk.files) {
 			_ = f.Close()
 		}
@@ -271,6 +294,33 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 		}
 		s.Error = rec
 		a.Ranks = append(a.Ranks, s)
+	}
+}
+
+// awaitOutput waits until every worker's output and results have been read and written; a stop signal meanwhile
+// (a console nobody reads, a second Ctrl-C) discards what the consoles still hold, so nothing waits for them.
+func (r *job) awaitOutput(ws []*child) {
+	done := make(chan struct{})
+	go func() {
+		for _, wk := range ws {
+			wk.io.Wait()
+		}
+		close(done)
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		case sig := <-r.spec.Signals:
+			if s, ok := sig.(syscall.Signal); ok && terminating(s) {
+				r.log.Warn("received " + SignalName(s) + " while writing the workers' last output: discarding the rest")
+				if r.stopSignal == 0 {
+					r.stopSignal = s
+				}
+				r.stdout.Abandon()
+				r.stderr.Abandon()
+			}
+		}
 	}
 }
 
@@ -343,7 +393,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	prefix := []byte(Prefix(r.spec.LogPrefix, w.Rank, lr, w.NodeRank, r.spec.Role))
 	for i, s := range []struct {
 		std     Std
-		console *lockedWriter
+		console *Console
 		name    string
 	}{{StdOut, r.stdout, "stdout.log"}, {StdErr, r.stderr, "stderr.log"}} {
 		f := &forwarder{prefix: prefix}
@@ -387,10 +437,10 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	r.sampler.add(p.PID(), w.Rank)
 	pid := p.PID()
 	for i, f := range fwd {
-		wk.io.Go(func() { _ = f.run(wk.readers[i]) })
+		wk.io.Go(func() { _ = f.run(drainReader{wk.readers[i], wk}) })
 	}
 	wk.io.Go(func() {
-		res := wk.readers[2]
+		res := drainReader{wk.readers[2], wk}
 		if as.sink == nil {
 			_, _ = io.Copy(io.Discard, res)
 			return

@@ -22,6 +22,7 @@ const (
 	ExitOK            = exitcode.OK
 	ExitReplicaError  = exitcode.ReplicaError
 	ExitUsage         = exitcode.Usage
+	ExitIOError       = exitcode.IOError
 	ExitResults       = exitcode.Results
 	ExitRendezvous    = exitcode.Rendezvous
 	ExitInternal      = exitcode.Internal
@@ -54,6 +55,7 @@ func ExitCode(err error) int {
 		we *WorkerError
 		ne *NodeError
 		se *SignalError
+		oe *OutputError
 	)
 	switch {
 	case errors.As(err, &we):
@@ -62,6 +64,11 @@ func ExitCode(err error) int {
 		return ne.Code
 	case errors.As(err, &se):
 		return 128 + int(se.Signal)
+	case errors.As(err, &oe):
+		if errors.Is(oe.Err, syscall.EPIPE) {
+			return 128 + int(syscall.SIGPIPE) // the reader went away, as `| head -1`: what SIGPIPE would give
+		}
+		return ExitIOError
 	case errors.Is(err, ErrNotFound):
 		return ExitNotFound
 	case errors.Is(err, ErrNotExecutable):

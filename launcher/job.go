@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,8 +43,9 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	}
 	relayDone := make(chan struct{})
 	defer close(relayDone)
-	spec.Signals = coalesce(spec.Signals, relayDone)
-	j := newJob(spec)
+	outErr := make(chan error, 1)
+	spec.Signals = coalesce(spec.Signals, outErr, relayDone)
+	j := newJob(spec, outErr)
 	defer j.close()
 	if err := j.prepare(ctx); err != nil {
 		return nil, err
@@ -63,10 +65,24 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	for {
 		next, err := j.generation(ctx, rz, gen, rep)
 		if next < 0 {
-			return rep, err
+			return rep, j.outputErr(err)
 		}
 		gen = next
 	}
+}
+
+// outputErr is the run's error once its output is flushed: a write error on the launcher's stdout or stderr
+// (which stopped the run) wins over the stop it caused.
+func (j *job) outputErr(err error) error {
+	for _, c := range j.own {
+		_ = c.Flush(nil)
+	}
+	for _, c := range []*Console{j.stdout, j.stderr} {
+		if oe := c.Err(); oe != nil {
+			return oe
+		}
+	}
+	return err
 }
 
 // job is the state of one Run shared by its generations.
@@ -74,7 +90,8 @@ type job struct {
 	spec           Spec
 	log            *zap.Logger
 	obs            observers
-	stdout, stderr *lockedWriter // the same one when Stdout and Stderr are one writer
+	stdout, stderr *Console   // the same one when Stdout and Stderr are one file
+	own            []*Console // the consoles Run made for plain writers: flushed and closed at the end
 	sampler        *sampler
 	stopSampler    func()
 	scratch        string // holds the error files when there is no log dir
@@ -94,13 +111,24 @@ type job struct {
 	stopSignal syscall.Signal   // a terminating signal that arrived; the job is not restarted after one
 }
 
-func newJob(spec Spec) *job {
+func newJob(spec Spec, outErr chan<- error) *job {
 	j := &job{spec: spec, log: spec.Logger.With(zap.String("run_id", spec.RunID)), obs: observers(spec.Observers),
-		stdout: &lockedWriter{w: spec.Stdout}, instance: rendezvous.NewInstance()}
-	j.stderr = j.stdout // one lock when both are one writer (--json): lines of the two streams never interleave
-	if !sameWriter(spec.Stdout, spec.Stderr) {
-		j.stderr = &lockedWriter{w: spec.Stderr}
+		instance: rendezvous.NewInstance()}
+	console := func(name string, w io.Writer) *Console {
+		if c, ok := w.(*Console); ok {
+			return c
+		}
+		c := NewConsole(name, w)
+		j.own = append(j.own, c)
+		return c
 	}
+	j.stdout = console("stdout", spec.Stdout)
+	j.stderr = j.stdout // one writer when both are one file (--json, 2>&1): lines of the two streams stay whole
+	if !sameFile(spec.Stdout, spec.Stderr) {
+		j.stderr = console("stderr", spec.Stderr)
+	}
+	j.stdout.notify(outErr)
+	j.stderr.notify(outErr)
 	j.sampler = newSampler(spec.SampleInterval, func(s []Sample) { j.obs.emit(Event{Kind: Sampled, Samples: s}) })
 	sctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -113,6 +141,10 @@ func newJob(spec Spec) *job {
 }
 
 func (j *job) close() {
+	for _, c := range j.own {
+		_ = c.Flush(nil)
+		c.Close()
+	}
 	j.stopSampler()
 	if j.scratch != "" {
 		_ = os.RemoveAll(j.scratch)
@@ -286,7 +318,6 @@ func (j *job) stopRequested() bool {
 		}
 	}
 }
-
 
 // rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are
 // (exit 2).

@@ -19,19 +19,6 @@ const (
 	tailSize = 8 << 10
 )
 
-// lockedWriter is one destination shared by every worker (the launcher's stdout or stderr). Each Write holds
-// whole lines, so lines of different workers never interleave.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // forwarder copies one stream of one worker: prefixed, whole lines to the console, raw bytes to the log file,
 // and the last bytes into a tail for the report.
 type forwarder struct {

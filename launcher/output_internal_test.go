@@ -134,7 +134,7 @@ func FuzzForwarder(f *testing.F) {
 // BenchmarkForwarder measures prefixing throughput for bursts of 80-byte lines (bytes/s of worker output).
 func BenchmarkForwarder(b *testing.B) {
 	chunk := bytes.Repeat([]byte(strings.Repeat("x", 79)+"\n"), readSize/80)
-	f := &forwarder{prefix: []byte("[12] "), console: &lockedWriter{w: io.Discard}}
+	f := &forwarder{prefix: []byte("[12] "), console: io.Discard}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		f.feed(chunk)

@@ -33,8 +33,10 @@ func StopSignals() []os.Signal {
 }
 
 // terminating reports whether s asks tpurun to stop (rather than only to be forwarded).
+// SIGPIPE counts only when the run itself raises it (a console write error, see coalesce): NotifySignals never
+// delivers the real one.
 func terminating(s syscall.Signal) bool {
-	return slices.Contains(StopSignals(), os.Signal(s))
+	return s == syscall.SIGPIPE || slices.Contains(StopSignals(), os.Signal(s))
 }
 
 // passedOn reports whether a stop signal is passed to the workers as it is (SIGINT, SIGTERM, SIGHUP and SIGQUIT,
@@ -49,12 +51,10 @@ func passedOn(s syscall.Signal) bool {
 
 // coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
 // from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
-// pending once, in arrival order, until the job takes it. A storm of SIGUSR1 is one pending SIGUSR1; the SIGTERM
-// behind it is still delivered. It returns when done is closed.
-func coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
-	if in == nil {
-		return nil
-	}
+// pending once (a stop signal twice: the second one means "kill now"), in arrival order, until the job takes it. A storm of SIGUSR1 is one pending SIGUSR1; the SIGTERM
+// behind it is still delivered. A write error on a console (outErr) is delivered as SIGPIPE: the run stops as for
+// a stop signal and reports the error. It returns when done is closed.
+func coalesce(in <-chan os.Signal, outErr <-chan error, done <-chan struct{}) <-chan os.Signal {
 	out := make(chan os.Signal)
 	go func() {
 		var pending []os.Signal
@@ -66,8 +66,13 @@ func coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 			}
 			select {
 			case s := <-in:
-				if !slices.Contains(pending, s) {
+				if pendingCount(pending, s) < repeats(s) {
 					pending = append(pending, s)
+				}
+			case <-outErr:
+				outErr = nil
+				if !slices.Contains(pending, os.Signal(syscall.SIGPIPE)) {
+					pending = append(pending, syscall.SIGPIPE)
 				}
 			case send <- next:
 				pending = pending[1:]
@@ -77,4 +82,23 @@ func coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 		}
 	}()
 	return out
+}
+
+func pendingCount(pending []os.Signal, s os.Signal) int {
+	n := 0
+	for _, p := range pending {
+		if p == s {
+			n++
+		}
+	}
+	return n
+}
+
+// repeats is how many of s may be pending at once: a stop signal twice (a second SIGINT kills at once), any other
+// once.
+func repeats(s os.Signal) int {
+	if sig, ok := s.(syscall.Signal); ok && terminating(sig) {
+		return 2
+	}
+	return 1
 }

@@ -47,7 +47,7 @@ type Spec struct {
 	Grace        time.Duration // SIGTERM to SIGKILL; default 10s
 	Timeout      time.Duration // stop the whole job after this long (ErrTimeout); 0 means none
 	MaxRestarts  int           // restart the whole world up to this many times after a failure
-	DrainTimeout time.Duration // how long output and result pipes are drained after the workers are gone; default 2s
+	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
 
 	RunID      string // default: random (multi-host: the rendezvous run id)
 	MasterAddr string // default 127.0.0.1 (multi-host: node 0's address)

@@ -156,6 +156,21 @@ func faultWorker(behaviour string) int {
 		_, _ = os.Stdout.Write(b.Bytes())
 		fmt.Printf("rank %s flood done\n", rank)
 		return 0
+	case "errflood": // n lines to stderr, then hang (a stalled stderr reader holds it in its write)
+		ready()
+		for i := range n {
+			fmt.Fprintf(os.Stderr, "rank %s err %d %s\n", rank, i, strings.Repeat("e", 100))
+		}
+		select {}
+	case "long": // n lines of 10 000 bytes to stdout and to stderr, alternating, then exit 0
+		ready()
+		allReady()
+		body := strings.Repeat("a", 10_000)
+		for i := range n {
+			fmt.Printf("rank %s out %d %s\n", rank, i, body)
+			fmt.Fprintf(os.Stderr, "rank %s err %d %s\n", rank, i, body)
+		}
+		return 0
 	case "reportcrash": // report this rank's result, then die by SIGKILL once every rank is ready
 		if err := worker.Report(replica(), map[string]string{"rank": rank}); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)

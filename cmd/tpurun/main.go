@@ -18,7 +18,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"tpurun/launcher"
 	"tpurun/worker"
@@ -28,7 +27,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) (code int) {
 	if code, ok := subcommand(args, stdout, stderr); ok {
 		return code
 	}
@@ -43,15 +42,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return launcher.ExitUsage
 	}
-	// One lock for everything written to stderr: tpurun's own logs and the workers' lines (the launcher's
-	// per-stream lock writes through this one), so a log entry never lands inside a worker's line.
-	stderr = zapcore.Lock(zapcore.AddSync(stderr))
-	log, err := launcher.NewLogger(o.logFormat, o.verbose, stderr)
+	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
+	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
+	outc, errc := launcher.NewConsoles(stdout, stderr)
+	stdout, stderr = outc, errc
+	var sigs <-chan os.Signal // the last flush gives up on a reader that never reads at a stop signal
+	var stopSignals func()
+	defer func() {
+		if err := launcher.Flush(sigs, outc, errc); err != nil && code == 0 { // --json into a full disk, say
+			code = fail(errc, err)
+			_ = errc.Flush(sigs)
+		}
+	}()
+	log, err := launcher.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return launcher.ExitUsage
 	}
-	defer func() { _ = log.Sync() }()
 	if o.exitWithParent {
 		if err := launcher.ExitWithParent(); err != nil {
 			return fail(stderr, err)
@@ -96,10 +103,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun: status on http://%s/metrics and /healthz\n", addr)
 		spec.Observers = append(spec.Observers, mon)
 	}
-	sigs, stopSignals := launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
+	sigs, stopSignals = launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
+	return report(o, spec, stdout, stderr)
+}
 
+// report runs the job and prints its summary (and --json's document); it returns the exit code.
+func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
 	if rep != nil {
 		rep.WriteSummary(stderr)
@@ -113,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				if jerr != nil {
 					return fail(stderr, fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
 				}
-				_, _ = stdout.Write(append(b, '\n'))
+				_, _ = stdout.Write(append(b, '\n')) // a write error is the console's, reported by the caller's Flush
 			}
 		}
 	}
@@ -257,4 +268,18 @@ var usageText string
 
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	fmt.Fprintf(w, usageText, fs.FlagUsages(), launcher.ExitCodesHelp)
+}
+
+// addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
+// used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results) and --json.
+func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launcher.FnSpec {
+	f := &launcher.FnSpec{}
+	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
+	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
+	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn (default $PYTHON_EXEC, else python3)")
+	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
+	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", worker.DefaultMaxPayload, "largest accepted result frame payload in bytes")
+	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
+	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
+	return f
 }

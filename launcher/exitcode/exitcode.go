@@ -11,6 +11,7 @@ package exitcode
 //	65     the result contract was violated (EX_DATAERR)
 //	69     the multi-host rendezvous failed at run time (EX_UNAVAILABLE)
 //	70     tpurun itself failed (EX_SOFTWARE)
+//	74     writing tpurun's output failed: its stdout or stderr (a full disk), --json, --results (EX_IOERR)
 //	124    the timeout expired (as timeout(1))
 //	126    PROGRAM was found but cannot be executed (as a shell)
 //	127    PROGRAM was not found (as a shell)
@@ -21,6 +22,7 @@ const (
 	Results       = 65
 	Rendezvous    = 69
 	Internal      = 70
+	IOError       = 74
 	Timeout       = 124
 	NotExecutable = 126
 	NotFound      = 127
@@ -34,6 +36,7 @@ const Help = `  0      every worker exited 0 (and every expected result arrived)
   65     result contract violated (--fn, --expect-results, --results, --json)
   69     the multi-host rendezvous failed at run time
   70     internal error of tpurun
+  74     writing the output failed (stdout or stderr on a full disk, --json, --results); a closed stdout is 141
   124    --timeout expired
   126    PROGRAM cannot be executed
   127    PROGRAM not found`

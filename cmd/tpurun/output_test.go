@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher/launchertest"
+)
+
+// countLines reads r to EOF, after waiting first (a reader that is not there yet), at most rate bytes per second
+// when rate > 0 (a steady slow reader), and returns the lines.
+func countLines(r io.Reader, wait time.Duration, rate int) []string {
+	time.Sleep(wait)
+	if rate > 0 {
+		r = &slowReader{r: r, rate: rate}
+	}
+	var lines []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines
+}
+
+type slowReader struct {
+	r    io.Reader
+	rate int
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if len(p) > s.rate/25 {
+		p = p[:s.rate/25]
+	}
+	time.Sleep(40 * time.Millisecond)
+	return s.r.Read(p)
+}
+
+// TestOutputSlowReaderLosesNothing: `tpurun --nprocs 8 -- sh -c 'seq 1 4000; sleep .3; seq 4001 8000' | (sleep 4;
+// cat)` delivers all 64 000 lines (it delivered about half: a 2 s drain deadline dropped what was still in the
+// pipes), and so does a steady reader of 100 KB/s: a slow reader slows the workers, nothing is dropped.
+func TestOutputSlowReaderLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		wait  time.Duration
+		rate  int
+		procs int
+		n     int
+	}{{"reader-late-4s", 4 * time.Second, 0, 8, 8000}, {"reader-100KBps", 0, 100_000, 4, 4000}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			half := strconv.Itoa(tc.n / 2)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", strconv.Itoa(tc.procs), "--", "sh", "-c",
+				"seq 1 "+half+"; sleep .3; seq "+strconv.Itoa(tc.n/2+1)+" "+strconv.Itoa(tc.n))
+			cmd.Stdout, cmd.Stderr = pw, io.Discard
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pw.Close()
+			got := make(chan []string)
+			go func() { got <- countLines(pr, tc.wait, tc.rate) }()
+			err = cmd.Wait()
+			lines := <-got
+			if err != nil {
+				t.Fatalf("tpurun: %v", err)
+			}
+			per := map[string]int{}
+			for _, l := range lines {
+				prefix, _, _ := strings.Cut(l, " ")
+				per[prefix]++
+			}
+			if len(lines) != tc.procs*tc.n {
+				t.Fatalf("%d lines arrived, want %d (per rank %v)", len(lines), tc.procs*tc.n, per)
+			}
+		})
+	}
+}
+
+// TestOutputOneFileKeepsLinesWhole: with stdout and stderr one pipe (2>&1 | cat), 4 ranks printing 10 000-byte
+// lines to both streams (over PIPE_BUF) and tpurun's own log lines never splice: every worker line arrives whole
+// with its prefix, exactly once.
+func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ranks, n = 4, 100
+	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=long:" + strconv.Itoa(n)}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	got := make(chan []string)
+	go func() { got <- countLines(pr, 0, 0) }()
+	err = cmd.Wait()
+	lines := <-got
+	if err != nil {
+		t.Fatalf("tpurun: %v", err)
+	}
+	whole := regexp.MustCompile(`^\[(\d)\] rank (\d) (out|err) (\d+) (a+)$`)
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if m := whole.FindStringSubmatch(l); m != nil && m[1] == m[2] && len(m[5]) == 10_000 {
+			seen[m[1]+m[3]+m[4]] = true
+			continue
+		}
+		if strings.Contains(l, "aaaaaaaaaa") || strings.Contains(l, " out ") && strings.Contains(l, "rank ") {
+			t.Fatalf("a spliced line (%d bytes): %.200q", len(l), l)
+		}
+	}
+	if len(seen) != ranks*n*2 {
+		t.Fatalf("%d whole worker lines, want %d", len(seen), ranks*n*2)
+	}
+	assertNothingLeft(t, dir, ranks, 5*time.Second)
+}
+
+// TestOutputClosedStdout: `tpurun ... | head -1`: the reader reads one line and goes away. tpurun stops the run
+// (it died of SIGPIPE with no summary and left the grandchildren), kills everything it started, says why on
+// stderr and exits 141 as a program killed by SIGPIPE would.
+func TestOutputClosedStdout(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=flood:10000000", "TPURUN_FAULT_1=grandkids:0"}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+	errb := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = pw, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	launchertest.WaitReady(t, dir, 2)
+	for es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) < 2; es, _ = os.ReadDir(filepath.Join(dir, "gc")) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	first, err := bufio.NewReader(pr).ReadString('\n') // head -1
+	if err != nil || !strings.Contains(first, "flood") {
+		t.Fatalf("first line %q %v", first, err)
+	}
+	pr.Close()
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 141 {
+		t.Fatalf("exit %d, want 141\n%s", code, errb.String())
+	}
+	for _, want := range []string{"writing stdout failed", "broken pipe", "attempt 0"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+	assertNothingLeft(t, dir, 2+2, 5*time.Second)
+}
+
+// TestOutputFullDisk: stdout on a full disk (a 64 KiB tmpfs) is a write error that stops the run with 74 and a
+// message on stderr (lines were dropped with exit 0); `--json` into a full disk exits 74 (it wrote an empty
+// document with exit 0).
+func TestOutputFullDisk(t *testing.T) {
+	t.Parallel()
+	disk := t.TempDir()
+	if err := syscall.Mount("tpurun-test", disk, "tmpfs", 0, "size=64k"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount a 64k tmpfs on %s: %v (CI must run this as root)", disk, err)
+		}
+		t.Skipf("SKIPPED, NOT PASSED: cannot mount a tmpfs (%v); run as root to test a full disk", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(disk, syscall.MNT_DETACH) })
+	for i, tc := range []struct {
+		fault string
+		args  []string
+	}{
+		{"flood:100000", nil},                 // 6.4 MB of lines for 64 KiB
+		{"report", []string{"--json"}},        // the document after the disk is full
+		{"exit:0", []string{"--nprocs", "1"}}, // even the summary-free run: the file was filled beforehand
+	} {
+		dir := faultDir(t)
+		out, err := os.Create(filepath.Join(disk, fmt.Sprintf("out%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.fault != "flood:100000" { // fill the disk first
+			_, _ = out.Write(make([]byte, 128<<10))
+		}
+		cmd, _, errb := tpurun(dir, []string{"TPURUN_FAULT=" + tc.fault}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
+		cmd.Stdout = out
+		_ = cmd.Run()
+		out.Close()
+		if code := cmd.ProcessState.ExitCode(); code != 74 || !strings.Contains(errb.String(), "no space left on device") {
+			t.Errorf("%s %v: exit %d, want 74 naming the full disk\n%s", tc.fault, tc.args, code, errb.String())
+		}
+		assertNothingLeft(t, dir, 0, 5*time.Second)
+		_ = os.Remove(out.Name())
+	}
+}

@@ -1,0 +1,241 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// consoleQueue is how many bytes a console holds for a slow reader before the workers' output waits (backpressure,
+// as a pipe gives); tpurun's own log records may queue logSlack more and are then counted and dropped, so that a
+// log call never waits for a reader.
+const (
+	consoleQueue = 1 << 20
+	logSlack     = 1 << 20
+)
+
+// Console is one output file of the launcher (its stdout or stderr) with a single writer goroutine: everything
+// written to the file goes through it, in whole chunks (whole lines), so lines of different workers, of stdout
+// and stderr when they are one file (2>&1), and of tpurun's own log never splice. Write queues and waits while
+// the queue is full (a stalled reader slows the workers, never drops their output); LogWriter never waits. The
+// first write error is kept (an *OutputError), reported to the run (which stops) and returned by Flush; output
+// after it is discarded so that no worker blocks on a file nobody can write.
+type Console struct {
+	name string
+	w    io.Writer
+
+	mu        sync.Mutex
+	more      *sync.Cond // the writer: something queued; writers: room in the queue, or the queue is empty
+	q         [][]byte
+	queued    int
+	writing   bool
+	err       error
+	abandoned bool
+	closed    bool
+	dropped   int
+	onErr     []chan<- error
+}
+
+// OutputError is a failed write to the launcher's stdout or stderr. EPIPE (a reader that went away, as with
+// `| head -1`) exits 141 like a program killed by SIGPIPE; any other error (a full disk) exits 74.
+type OutputError struct {
+	Stream string
+	Err    error
+}
+
+func (e *OutputError) Error() string {
+	return fmt.Sprintf("writing %s failed: %v; the run was stopped", e.Stream, e.Err)
+}
+
+func (e *OutputError) Unwrap() error { return e.Err }
+
+// NewConsole starts the writer of w, named name ("stdout", "stderr") in messages.
+func NewConsole(name string, w io.Writer) *Console {
+	c := &Console{name: name, w: w}
+	c.more = sync.NewCond(&c.mu)
+	go c.run()
+	return c
+}
+
+// NewConsoles returns the consoles of a launcher's stdout and stderr: one console when both are the same open
+// file (the same device and inode, as after 2>&1), so their lines stay whole in it.
+func NewConsoles(stdout, stderr io.Writer) (out, errc *Console) {
+	out = NewConsole("stdout", stdout)
+	if sameFile(stdout, stderr) {
+		out.name = "stdout and stderr"
+		return out, out
+	}
+	return out, NewConsole("stderr", stderr)
+}
+
+func sameFile(a, b io.Writer) bool {
+	if sameWriter(a, b) {
+		return true
+	}
+	fa, ok1 := a.(*os.File)
+	fb, ok2 := b.(*os.File)
+	if !ok1 || !ok2 {
+		return false
+	}
+	var sa, sb syscall.Stat_t
+	if syscall.Fstat(int(fa.Fd()), &sa) != nil || syscall.Fstat(int(fb.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// Write queues a copy of p, waiting while the queue is full. After a write error, or once abandoned, it discards p.
+func (c *Console) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.queued >= consoleQueue && c.err == nil && !c.abandoned {
+		c.more.Wait()
+	}
+	if c.err != nil || c.abandoned {
+		return len(p), nil
+	}
+	c.push(p)
+	return len(p), nil
+}
+
+// LogWriter is a writer for tpurun's own logger on c: it never waits; past the queue's slack a record is counted
+// and dropped (Flush reports how many).
+func (c *Console) LogWriter() io.Writer { return logWriterOf{c} }
+
+type logWriterOf struct{ c *Console }
+
+func (l logWriterOf) Write(p []byte) (int, error) {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil || c.abandoned:
+	case c.queued >= consoleQueue+logSlack:
+		c.dropped++
+	default:
+		c.push(p)
+	}
+	return len(p), nil
+}
+
+func (c *Console) push(p []byte) {
+	c.q = append(c.q, append([]byte(nil), p...))
+	c.queued += len(p)
+	c.more.Broadcast()
+}
+
+// notify has err sent (without waiting) to ch on the first write error.
+func (c *Console) notify(ch chan<- error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		select {
+		case ch <- c.err:
+		default:
+		}
+		return
+	}
+	c.onErr = append(c.onErr, ch)
+}
+
+func (c *Console) run() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		for len(c.q) == 0 {
+			if c.closed {
+				return
+			}
+			c.more.Wait()
+		}
+		batch := c.q
+		c.q, c.writing = nil, true
+		c.mu.Unlock()
+		var err error
+		n := 0
+		for _, b := range batch {
+			if err == nil {
+				_, err = c.w.Write(b)
+			}
+			n += len(b)
+		}
+		c.mu.Lock()
+		c.writing = false
+		c.queued = max(c.queued-n, 0) // Abandon may have emptied the queue meanwhile
+		if err != nil && c.err == nil {
+			c.err = &OutputError{Stream: c.name, Err: err}
+			for _, ch := range c.onErr {
+				select {
+				case ch <- c.err:
+				default:
+				}
+			}
+		}
+		c.more.Broadcast()
+	}
+}
+
+// Flush waits until everything queued has been written, or until abort delivers (a stop signal: a reader that
+// never reads cannot hold tpurun forever), and returns the first write error. Records the logger dropped while
+// the file was not read are reported last.
+func (c *Console) Flush(abort <-chan os.Signal) error {
+	done := make(chan struct{})
+	go func() {
+		c.mu.Lock()
+		if c.dropped > 0 && c.err == nil && !c.abandoned {
+			c.push(fmt.Appendf(nil, "tpurun: %d log records were dropped while %s was not read\n", c.dropped, c.name))
+			c.dropped = 0
+		}
+		for (len(c.q) > 0 || c.writing) && c.err == nil && !c.abandoned {
+			c.more.Wait()
+		}
+		c.mu.Unlock()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-abort:
+		c.Abandon()
+		<-done
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Flush flushes each console in turn (see Console.Flush) and returns the first write error.
+func Flush(abort <-chan os.Signal, consoles ...*Console) error {
+	var first error
+	for _, c := range consoles {
+		if err := c.Flush(abort); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Abandon stops waiting for the reader: what is queued and everything written from now on is discarded.
+func (c *Console) Abandon() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.abandoned = true
+	c.q, c.queued = nil, 0
+	c.more.Broadcast()
+}
+
+// Close ends the writer goroutine once the queue is empty; it does not wait.
+func (c *Console) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.more.Broadcast()
+}
+
+// Err is the first write error, nil if none.
+func (c *Console) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
