@@ -133,7 +133,7 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 		case wk := <-exits:
 			running--
 			wk.exited = true
-			wk.exit = wk.p.Wait()
+			wk.exit = wk.p.Status() // held: a zombie until cleanup, its group id reserved
 			r.sampler.exited(wk.exit.PID)
 			ex := wk.exit
 			a.EndOrder = append(a.EndOrder, wk.w.Rank)
@@ -161,7 +161,7 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 					if passedOn(s) {
 						beginStop(StopSignal, s)
 					} else {
-						r.log.Warn("received "+SignalName(s)+": stopping every worker with SIGTERM", zap.Int("exit", 128+int(s)))
+						r.log.Warn(r.stopCause(s)+": stopping every worker with SIGTERM", zap.Int("exit", 128+int(s)))
 						beginStop(StopSignal, syscall.SIGTERM)
 					}
 					continue
@@ -175,8 +175,10 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 					r.stopSignal = s
 				}
 				if again && (s == syscall.SIGINT || s == syscall.SIGTERM) {
-					r.log.Warn("second " + SignalName(s) + ": killing every worker now")
+					r.log.Warn("second " + SignalName(s) + ": killing every worker now, and not waiting for a reader of the output")
 					signalAll(syscall.SIGKILL)
+					r.stdout.Hurry(hurryWrite)
+					r.stderr.Hurry(hurryWrite)
 					continue
 				}
 				if !passedOn(s) {
@@ -275,6 +277,9 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 	}
 	r.awaitOutput(ws)
 	for _, wk := range ws {
+		wk.exit = wk.p.Release() // the group is torn down: let the pid go, with the resource usage
+	}
+	for _, wk := range ws {
 		for _, f := range slices.Concat(wk.readers, wk.files) {
 			_ = f.Close()
 		}
@@ -296,6 +301,24 @@ func (r *job) cleanup(a *Attempt, ws []*child) {
 		a.Ranks = append(a.Ranks, s)
 	}
 }
+
+// stopCause says why a terminating signal stops the run: the signal, or for SIGPIPE (raised by the run itself) the
+// console write that failed.
+func (r *job) stopCause(s syscall.Signal) string {
+	if s == syscall.SIGPIPE {
+		for _, c := range []*Console{r.stdout, r.stderr} {
+			var oe *OutputError
+			if errors.As(c.Err(), &oe) {
+				return fmt.Sprintf("writing %s failed (%v)", oe.Stream, oe.Err)
+			}
+		}
+	}
+	return "received " + SignalName(s)
+}
+
+// hurryWrite is how long one write to the launcher's stdout or stderr may wait for its reader after a second stop
+// signal; then the rest of the output is discarded.
+const hurryWrite = time.Second
 
 // awaitOutput waits until every worker's output and results have been read and written; a stop signal meanwhile
 // (a console nobody reads, a second Ctrl-C) discards what the consoles still hold, so nothing waits for them.
@@ -419,7 +442,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	}
 	fwd[1].tail = &wk.errTail
 
-	p, err := proc.StartWith(r.spec.Reaper, cmd, func(*proc.Process) { exits <- wk })
+	p, err := proc.StartHeld(r.spec.Reaper, cmd, func(*proc.Process) { exits <- wk })
 	for _, f := range writeEnds {
 		_ = f.Close()
 	}

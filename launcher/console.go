@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // consoleQueue is how many bytes a console holds for a slow reader before the workers' output waits (backpressure,
@@ -31,6 +32,8 @@ type Console struct {
 	q         [][]byte
 	queued    int
 	writing   bool
+	since     time.Time // when the write in progress began
+	hurried   bool
 	err       error
 	abandoned bool
 	closed    bool
@@ -41,12 +44,16 @@ type Console struct {
 // OutputError is a failed write to the launcher's stdout or stderr. EPIPE (a reader that went away, as with
 // `| head -1`) exits 141 like a program killed by SIGPIPE; any other error (a full disk) exits 74.
 type OutputError struct {
-	Stream string
-	Err    error
+	Stream  string // "stdout", "stderr", "results file PATH"
+	Err     error
+	Stopped bool // the error stopped the run (a console); false when it came after the run (the results file)
 }
 
 func (e *OutputError) Error() string {
-	return fmt.Sprintf("writing %s failed: %v; the run was stopped", e.Stream, e.Err)
+	if e.Stopped {
+		return fmt.Sprintf("writing %s failed: %v; the run was stopped", e.Stream, e.Err)
+	}
+	return fmt.Sprintf("writing %s failed: %v", e.Stream, e.Err)
 }
 
 func (e *OutputError) Unwrap() error { return e.Err }
@@ -151,7 +158,7 @@ func (c *Console) run() {
 			c.more.Wait()
 		}
 		batch := c.q
-		c.q, c.writing = nil, true
+		c.q, c.writing, c.since = nil, true, time.Now()
 		c.mu.Unlock()
 		var err error
 		n := 0
@@ -165,7 +172,7 @@ func (c *Console) run() {
 		c.writing = false
 		c.queued = max(c.queued-n, 0) // Abandon may have emptied the queue meanwhile
 		if err != nil && c.err == nil {
-			c.err = &OutputError{Stream: c.name, Err: err}
+			c.err = &OutputError{Stream: c.name, Err: err, Stopped: true}
 			for _, ch := range c.onErr {
 				select {
 				case ch <- c.err:
@@ -223,6 +230,34 @@ func (c *Console) Abandon() {
 	c.abandoned = true
 	c.q, c.queued = nil, 0
 	c.more.Broadcast()
+}
+
+// Hurry gives the reader at most d more per write: once one write has waited that long, the console is abandoned
+// (see Abandon). A second stop signal hurries the consoles: the run ends soon even if nobody reads.
+func (c *Console) Hurry(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hurried {
+		return
+	}
+	c.hurried = true
+	go func() {
+		t := time.NewTicker(d / 10)
+		defer t.Stop()
+		for range t.C {
+			c.mu.Lock()
+			done := c.abandoned || c.err != nil || (c.closed && len(c.q) == 0 && !c.writing)
+			stalled := c.writing && time.Since(c.since) >= d
+			c.mu.Unlock()
+			if stalled {
+				c.Abandon()
+				return
+			}
+			if done {
+				return
+			}
+		}
+	}()
 }
 
 // Close ends the writer goroutine once the queue is empty; it does not wait.

@@ -2,8 +2,13 @@ package launcher
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxErrorFile bounds how much of a TORCHELASTIC_ERROR_FILE is read.
@@ -46,19 +51,38 @@ func ParseErrorFile(b []byte) (*ErrorRecord, error) {
 	return &ErrorRecord{Message: m.Message, Traceback: m.ExtraInfo.PyCallstack, Timestamp: m.ExtraInfo.Timestamp}, nil
 }
 
-// readErrorFile reads and parses path; a missing file is (nil, nil).
+// readErrorFile reads and parses path; a missing file is (nil, nil). The file is the worker's to write, so it is
+// opened as a worker could have left it, without trusting it: without blocking (a FIFO put in its place would
+// otherwise hold tpurun forever, deaf to signals), without following a symlink, and read only if it is a regular
+// file, at most maxErrorFile bytes of it.
 func readErrorFile(path string) (*ErrorRecord, error) {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
+	if path == "" {
 		return nil, nil
 	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return nil, &NotRegularError{Path: path, Mode: fs.ModeSymlink}
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	b := make([]byte, maxErrorFile)
-	n, _ := f.Read(b)
-	rec, err := ParseErrorFile(b[:n])
+	if !st.Mode().IsRegular() {
+		return nil, &NotRegularError{Path: path, Mode: st.Mode().Type()}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxErrorFile))
+	if err != nil {
+		return nil, err
+	}
+	rec, err := ParseErrorFile(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

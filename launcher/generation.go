@@ -96,7 +96,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 	}
 	gctx, gcancel := context.WithTimeout(ctx, exitBarrierTimeout)
 	defer gcancel()
-	all, gerr := publishGather(gctx, s, "outcome", mine)
+	all, gerr := publishGather(gctx, s, "outcome", mine, len(a.Nodes))
 	if gerr != nil {
 		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
 	}
@@ -128,7 +128,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 			final.Error = "the results of the world break the contract (see node 0): " + finalErr.Error()
 		}
 	}
-	finals, gerr := publishGather(gctx, s, "final", final)
+	finals, gerr := publishGather(gctx, s, "final", final, len(a.Nodes))
 	if gerr != nil {
 		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
 	}

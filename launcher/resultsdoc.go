@@ -84,7 +84,7 @@ func (j *job) finishResults(exits []results.RankExit, c *results.Collector, runE
 		if werr := results.WriteFile(f, doc); werr != nil {
 			j.log.Error("could not write the results file", zap.String("file", f), zap.Error(werr))
 			if err == nil {
-				err = fmt.Errorf("%w: results file %s: %w", ErrInternal, f, werr)
+				err = &OutputError{Stream: "results file " + f, Err: werr}
 			}
 		}
 	}

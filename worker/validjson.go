@@ -1,13 +1,17 @@
 package worker
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
 
 // maxJSONDepth matches encoding/json's nesting limit, so ValidJSON and json.Valid agree.
 const maxJSONDepth = 10000
 
-// ValidJSON reports whether b is one valid JSON value (surrounding white space allowed): exactly what
-// encoding/json's Valid accepts, but several times faster on the long strings that big results are made of
-// (it checks 8 bytes at a time inside strings). The collector validates every JSON payload with it.
+// ValidJSON reports whether b is one valid JSON value (surrounding white space allowed) in valid UTF-8: what
+// encoding/json's Valid accepts and utf8.Valid too (json.Valid lets invalid UTF-8 through, which Python's
+// json.load then refuses), but several times faster on the long strings that big results are made of (it checks
+// 8 bytes at a time inside strings). The collector validates every JSON payload with it.
 func ValidJSON(b []byte) bool { return validJSON(b, nil, 0) }
 
 // validJSON validates b; clean, when not nil, has bit k set when block k (bytes k<<shift up to (k+1)<<shift) holds
@@ -15,7 +19,7 @@ func ValidJSON(b []byte) bool { return validJSON(b, nil, 0) }
 func validJSON(b []byte, clean []uint64, shift uint) bool {
 	s := &jsonScan{b: b, clean: clean, shift: shift}
 	i, ok := s.value(skipWS(b, 0), 0)
-	return ok && skipWS(b, i) == len(b)
+	return ok && skipWS(b, i) == len(b) && utf8.Valid(b)
 }
 
 type jsonScan struct {

@@ -6,11 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var jsonSeeds = []string{
 	`0`, `-0`, `-`, `01`, `1.`, `1.5e`, `1e+9`, `-1.25E-3`, `.5`, `+1`, `1e`, `true`, `tru`, `nul`, `null `, ` false`,
-	`""`, `"`, `"\"`, `"\u00e9\n"`, `"\u00G0"`, `"\x"`, "\"tab\there\"", "\"\x7f\xff\xfe\"", `"abcdefgh\"ijklmnop"`,
+	`""`, `"`, `"\"`, `"\u00e9\n"`, `"\u00G0"`, `"\x"`, "\"tab\there\"", "\"\x7f\xff\xfe\"", "\"caf\xe9\"", "{\"k\xc3\":1}", "\"\xed\xa0\x80\"", `"abcdefgh\"ijklmnop"`,
 	`"0123456789abcdef0123456789"`, "\"0123456789\x01abcdef\"", `[]`, `[1,]`, `[,1]`, `[1 2]`, `{}`, `{"a":1,}`,
 	`{"a" 1}`, `{1:2}`, `{"a":[{"b":null}]}`, `[1]]`, `{}{}`, "\n[\t1 ,\r2 ]\n", ``, ` `, `"\ud800"`,
 	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
@@ -22,7 +23,7 @@ func TestValidJSONMatchesEncodingJSON(t *testing.T) {
 	seeds := append(slices.Clone(jsonSeeds), `"`+long+`"`, `"`+long, `["`+long+`\"`+long+`"]`,
 		`"`+long+""+long+`"`, `"`+long+`\q"`, `{"`+long+`":"`+long+`"}`)
 	for _, s := range seeds {
-		want := json.Valid([]byte(s))
+		want := json.Valid([]byte(s)) && utf8.Valid([]byte(s))
 		if got := ValidJSON([]byte(s)); got != want {
 			t.Errorf("ValidJSON(%.40q) = %v, json.Valid says %v", s, got, want)
 		}
@@ -49,7 +50,7 @@ func FuzzValidJSON(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want := json.Valid(b)
+		want := json.Valid(b) && utf8.Valid(b)
 		if got := ValidJSON(b); got != want {
 			t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
 		}

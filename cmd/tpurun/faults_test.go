@@ -44,6 +44,9 @@ func init() {
 		fmt.Fprintln(os.Stderr, "exec:", err)
 		os.Exit(96)
 	}
+	if path := os.Getenv("TPURUN_FAULT_RUSAGE"); path != "" {
+		os.Exit(rusageWrapper(path))
+	}
 	verb, ok := os.LookupEnv("TPURUN_FAULT_" + os.Getenv("RANK"))
 	if !ok {
 		verb = os.Getenv("TPURUN_FAULT")
@@ -52,6 +55,22 @@ func init() {
 		return
 	}
 	os.Exit(faultWorker(verb))
+}
+
+// rusageWrapper runs its arguments as a child and writes the child's peak RSS in bytes (its own and its
+// descendants', from wait4) to path. A process keeps the peak RSS of the image it was forked from, so measuring
+// tpurun through this small wrapper keeps the size of the test binary that started it out of the figure.
+func rusageWrapper(path string) int {
+	c := exec.Command(os.Args[1], os.Args[2:]...)
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	c.Env = slicesWithout(os.Environ(), "TPURUN_FAULT_RUSAGE=")
+	_ = c.Run()
+	if c.ProcessState == nil {
+		return 96
+	}
+	rss := c.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	_ = os.WriteFile(path, []byte(strconv.FormatInt(rss, 10)), 0o644)
+	return c.ProcessState.ExitCode()
 }
 
 func slicesWithout(env []string, prefix string) []string {
@@ -156,7 +175,8 @@ func faultWorker(behaviour string) int {
 		_, _ = os.Stdout.Write(b.Bytes())
 		fmt.Printf("rank %s flood done\n", rank)
 		return 0
-	case "errflood": // n lines to stderr, then hang (a stalled stderr reader holds it in its write)
+	case "errflood": // n lines to stderr, then hang (a stalled stderr reader holds it in its write); ignores SIGUSR1
+		signal.Ignore(syscall.SIGUSR1)
 		ready()
 		for i := range n {
 			fmt.Fprintf(os.Stderr, "rank %s err %d %s\n", rank, i, strings.Repeat("e", 100))
@@ -171,6 +191,58 @@ func faultWorker(behaviour string) int {
 			fmt.Fprintf(os.Stderr, "rank %s err %d %s\n", rank, i, body)
 		}
 		return 0
+	case "fifoerr": // put a FIFO where TORCHELASTIC_ERROR_FILE goes (nobody will ever write it), then exit n
+		path := os.Getenv("TORCHELASTIC_ERROR_FILE")
+		_ = os.Remove(path)
+		if err := syscall.Mkfifo(path, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "mkfifo:", err)
+			return 92
+		}
+		return n
+	case "linkerr": // make TORCHELASTIC_ERROR_FILE a symlink to a JSON file outside the log dir, then exit n
+		path := os.Getenv("TORCHELASTIC_ERROR_FILE")
+		target := filepath.Join(dir, "elsewhere.json")
+		_ = os.WriteFile(target, []byte(`{"message": "read through a symlink"}`), 0o644)
+		_ = os.Remove(path)
+		if err := os.Symlink(target, path); err != nil {
+			fmt.Fprintln(os.Stderr, "symlink:", err)
+			return 92
+		}
+		return n
+	case "escape": // leave the process group (join a helper's new group), ignore SIGTERM, hang; the helper too
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+		c := exec.Command(os.Args[0])
+		c.Env = append(os.Environ(), "TPURUN_FAULT_"+rank+"=ignore:15")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "start helper:", err)
+			return 92
+		}
+		if err := syscall.Setpgid(0, c.Process.Pid); err != nil {
+			fmt.Fprintln(os.Stderr, "setpgid:", err)
+			return 92
+		}
+		_ = os.WriteFile(filepath.Join(dir, "gc", rank), nil, 0o644)
+		ready()
+		select {}
+	case "late": // exit n 1.5 s after start
+		ready()
+		time.Sleep(1500 * time.Millisecond)
+		return n
+	case "dupflood", "foreignflood": // n result frames for its own replica (or for one it does not own), then exit 0
+		r := replica()
+		if verb == "foreignflood" {
+			r = 999_999
+		}
+		return writeFrames(n, func(b []byte, i int) []byte {
+			return appendFrame(b, worker.KindResult, r, []byte(strconv.Itoa(i)))
+		})
+	case "badthengood": // a result whose JSON is cut, one whose JSON holds invalid UTF-8, then the good result
+		return writeFrames(1, func(b []byte, _ int) []byte {
+			b = appendFrame(b, worker.KindResult, replica(), []byte(`{"cut": `))
+			b = appendFrame(b, worker.KindResult, replica(), []byte("\"caf\xe9\""))
+			return appendFrame(b, worker.KindResult, replica(), []byte(`{"rank": "`+rank+`"}`))
+		})
 	case "reportcrash": // report this rank's result, then die by SIGKILL once every rank is ready
 		if err := worker.Report(replica(), map[string]string{"rank": rank}); err != nil {
 			fmt.Fprintln(os.Stderr, "report:", err)
@@ -195,6 +267,34 @@ func faultWorker(behaviour string) int {
 		return 0
 	}
 	return 98
+}
+
+// appendFrame appends one JSON frame, written as is (no client-side checks: these are what a broken worker sends).
+func appendFrame(b []byte, k worker.Kind, replica int, payload []byte) []byte {
+	b = worker.AppendHeader(b, k, worker.EncodingJSON, replica, len(payload))
+	return append(b, payload...)
+}
+
+// writeFrames writes n frames made by add straight to the result channel, in large writes.
+func writeFrames(n int, add func(b []byte, i int) []byte) int {
+	fd, err := strconv.Atoi(os.Getenv(worker.EnvResultFD))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "no result channel:", err)
+		return 91
+	}
+	ch := os.NewFile(uintptr(fd), "results")
+	var b []byte
+	for i := range n {
+		b = add(b, i)
+		if len(b) >= 1<<20 || i == n-1 {
+			if _, err := ch.Write(b); err != nil {
+				fmt.Fprintln(os.Stderr, "write frames:", err)
+				return 91
+			}
+			b = b[:0]
+		}
+	}
+	return 0
 }
 
 // replica is the first replica this worker owns (TPURUN_REPLICAS "1" or "2,3").
@@ -604,7 +704,7 @@ func TestFaultResultsOutOfDisk(t *testing.T) {
 	dir := faultDir(t)
 	doc := filepath.Join(mnt, "results.json")
 	r := runCLI(t, dir, []string{"TPURUN_FAULT=report"}, "--nprocs", "2", "--results", doc, "--", os.Args[0])
-	wantStderr(t, r, 70, "results file "+doc, "no space left on device")
+	wantStderr(t, r, 74, "results file "+doc, "no space left on device")
 	if es, _ := os.ReadDir(mnt); len(es) != 1 {
 		t.Fatalf("%d files in the full file system, want only the filler: a partial document or temp file was left", len(es))
 	}

@@ -24,6 +24,7 @@ import (
 //   - foreign: ok, and rank 1 also reports replica 99;
 //   - missing: ok, except rank 1 reports nothing and exits 0;
 //   - big: ok, except rank 1 reports a 4 KiB string;
+//   - huge: every rank reports a 5 MB string of its rank's last digit;
 //   - garbage: ok, except rank 1 writes bytes that are not a frame;
 //   - fail0: ok, except rank 1 reports an error for its replica and exits 0;
 //   - exit7: ok, except rank 1 reports nothing and exits 7;
@@ -59,6 +60,8 @@ func resultWorker(mode string) int {
 		case special && mode == "missing":
 		case special && mode == "exit7":
 			return 7
+		case mode == "huge": // every rank: a 5 MB string (over the TCP rendezvous's 4 MiB message)
+			err = c.Report(r, strings.Repeat(strconv.Itoa(rank%10), 5_000_000))
 		case special && mode == "big":
 			err = c.Report(r, strings.Repeat("x", 4096))
 		case special && mode == "garbage":

@@ -233,6 +233,8 @@ func TestConfigMistakesExit2(t *testing.T) {
 		{nil, []string{"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "x", "--rdzv-endpoint", "127.0.0.1:0",
 			"--rdzv-conf", "is_host=false"}, "--rdzv-endpoint"},
 		{nil, []string{"--nnodes", "4:2"}, "--nnodes"},
+		{nil, []string{"--results", "/no/such/dir/x.json"}, "--results"},
+		{nil, []string{"--results", filepath.Dir(file)}, "--results"},
 	} {
 		dir := launchertest.FakeDir(t)
 		start := time.Now()

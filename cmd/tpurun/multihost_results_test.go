@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,6 +60,52 @@ func TestMultihostRemoteViolations(t *testing.T) {
 			}
 			if !strings.Contains(nodes[0].stderr.String(), tc.kind) {
 				t.Fatalf("node 0's stderr does not name %s:\n%s", tc.kind, nodes[0].stderr.String())
+			}
+		})
+	}
+}
+
+// TestMultihostHugeResults: 2 nodes x 1 worker, each reporting a 5 MB result, over the TCP and the etcd
+// rendezvous: node 0's document holds both whole and every node exits 0. Node 1's share exceeded the TCP
+// rendezvous's 4 MiB message (etcd's 1.5 MiB request), both nodes exited 69 and no document was written.
+func TestMultihostHugeResults(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"tcp", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			ep := launchertest.FreeEndpoint(t)
+			if backend == "etcd" {
+				ep = launchertest.StartEtcd(t)
+			}
+			doc := filepath.Join(t.TempDir(), "results.json")
+			var nodes []*node
+			for i := 0; i < 2; i++ {
+				args := []string{"--device", "cpu", "--nprocs", "1", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
+					"--rdzv-backend", backend, "--rdzv-endpoint", ep, "--rdzv-id", "huge-" + backend, "--rdzv-timeout", "30s",
+					"--node-name", "n" + strconv.Itoa(i), "--results", doc + strconv.Itoa(i), "--expect-results", "--", self(t)}
+				nodes = append(nodes, startNode(t, append(os.Environ(), "TPURUN_TEST_RESULTS=huge"), args...))
+			}
+			for i, n := range nodes {
+				if code := n.wait(t, 60*time.Second); code != 0 {
+					t.Fatalf("node %d: exit %d, want 0\nstderr:\n%s", i, code, n.stderr.String())
+				}
+			}
+			b, err := os.ReadFile(doc + "0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d results.Document
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatal(err)
+			}
+			if !d.OK || len(d.Results) != 2 {
+				t.Fatalf("document ok=%v with %d results, want both", d.OK, len(d.Results))
+			}
+			for _, r := range d.Results {
+				var v string
+				if err := json.Unmarshal(r.Value, &v); err != nil || len(v) != 5_000_000 || v[0] != byte('0'+r.Rank) {
+					t.Fatalf("replica %d (rank %d, node %d): a %d-byte value, want the 5 MB string whole (%v)", r.Replica, r.Rank, r.Node, len(v), err)
+				}
 			}
 		})
 	}

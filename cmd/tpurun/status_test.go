@@ -17,6 +17,36 @@ import (
 
 // The status endpoint answers real HTTP requests while a run is going: /healthz 200 and /metrics with the live
 // per-rank RSS and CPU of both workers.
+// watchStatusAddr reads tpurun's stderr from r to EOF in the background and returns the status address tpurun
+// announced on it, and a function that waits for EOF and returns everything read.
+func watchStatusAddr(t *testing.T, r io.Reader) (string, func() string) {
+	t.Helper()
+	addrRe := regexp.MustCompile(`status on http://([^/\s]+)/metrics`)
+	found := make(chan string, 1)
+	var all strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case addr := <-found:
+		return addr, func() string { <-done; return all.String() }
+	case <-time.After(10 * time.Second):
+		t.Fatal("tpurun never printed the status address on stderr")
+	}
+	return "", nil
+}
+
 func TestStatusEndpointDuringRun(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "2", "--device", "cpu", "--grace", "2s",
 		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
@@ -29,22 +59,7 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addrRe := regexp.MustCompile(`status on http://([^/\s]+)/metrics`)
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-			}
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-found:
-	case <-time.After(10 * time.Second):
-		t.Fatal("tpurun never printed the status address on stderr")
-	}
+	addr, _ := watchStatusAddr(t, stderr)
 	fetch := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {

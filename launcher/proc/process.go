@@ -1,28 +1,48 @@
 package proc
 
 import (
-	"golang.org/x/sys/unix"
-
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotStarted is returned by Start when the command could not be started.
 var ErrNotStarted = errors.New("process not started")
 
 // Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
-// for it: today a goroutine calling cmd.Wait; a PID-1 reaper can deliver the same Exit through the same type.
+// for it: a goroutine of its own (Start) or a PID-1 / subreaper loop (Reaper), through the same type.
+//
+// Signals reach exactly this process and its group, never a process that reused a pid: the leader is signalled
+// through its pidfd (so also after it left its group), and the group by kill(-pgid) only while the leader is not
+// reaped: an unreaped leader, running or a zombie, keeps its pid, and so the group id, from being reused. A held
+// process (StartHeld) stays a zombie after it exits, its exit already delivered, until Release: its group can be
+// signalled until its teardown is done.
 type Process struct {
 	cmd   *exec.Cmd
 	pid   int
 	start time.Time
-	done  chan struct{}
-	exit  Exit
+	hold  bool
+	rp    *Reaper // the reaper that reaps it, nil when its own goroutine does
+
+	mu     sync.Mutex // held while signalling and while reaping
+	pidfd  int        // -1 when the kernel gave none; closed once reaped
+	reaped bool
+
+	exited   chan struct{} // closed once the exit is known (delivered to onExit)
+	status   Exit          // how it ended, known at exit (no resource usage while held)
+	onExit   func(*Process)
+	release  chan struct{}
+	released sync.Once
+	done     chan struct{} // closed once reaped
+	exit     Exit
 }
 
 // Exit is how a process ended, with its resource usage taken from wait4's rusage at exit.
@@ -30,7 +50,7 @@ type Exit struct {
 	PID      int
 	Code     int            // exit code, or -1 when killed by a signal
 	Signal   syscall.Signal // the killing signal, 0 when it exited
-	Wall     time.Duration  // from Start to the exit being reaped
+	Wall     time.Duration  // from Start to the exit being seen
 	MaxRSS   int64          // peak resident set size in bytes (ru_maxrss)
 	UserCPU  time.Duration
 	SysCPU   time.Duration
@@ -54,17 +74,29 @@ func (e Exit) ExitStatus() int {
 // the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
 // goroutine after the process has been reaped.
 func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	return startOwn(cmd, onExit, false)
+}
+
+// StartHeld is Start (through rp when rp is not nil) for a process that is held after it exits: onExit is called
+// once it has exited, with Status known, but it stays a zombie, keeping its pid and group id reserved, until
+// Release reaps it. Every held process must be released.
+func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	if rp != nil {
+		return rp.start(cmd, onExit, true)
+	}
+	return startOwn(cmd, onExit, true)
+}
+
+func startOwn(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
 	prepare(cmd)
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
 	}
-	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd
-	p, err := start(cmd)
+	p, err := start(cmd, onExit, hold)
 	if err != nil {
 		return nil, err
 	}
-	go p.wait(onExit, pidfd)
+	go p.wait()
 	return p, nil
 }
 
@@ -79,9 +111,12 @@ func prepare(cmd *exec.Cmd) {
 }
 
 // start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
-// thread that forked.
-func start(cmd *exec.Cmd) (*Process, error) {
-	p := &Process{cmd: cmd, done: make(chan struct{})}
+// thread that forked, and keeps a pidfd of it.
+func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
+	p := &Process{cmd: cmd, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
+		release: make(chan struct{}), done: make(chan struct{})}
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
 	runtime.LockOSThread()
 	p.start = time.Now()
 	err := cmd.Start()
@@ -90,14 +125,24 @@ func start(cmd *exec.Cmd) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
 	p.pid = cmd.Process.Pid
+	p.pidfd = pidfd
 	return p, nil
 }
 
-func (p *Process) wait(onExit func(*Process), pidfd int) {
-	awaitExit(pidfd)
+// wait is the waiting goroutine of a process started without a reaper: it sees the exit without reaping
+// (awaitExit, peekExit), delivers it, and reaps at once, or on Release when held.
+func (p *Process) wait() {
+	awaitExit(p.pidfd)
+	code, sig, ok := peekExit(p.pid)
+	if p.hold && ok {
+		p.setExited(Exit{PID: p.pid, Code: code, Signal: sig})
+		<-p.release
+	}
+	p.mu.Lock()
 	err := p.cmd.Wait()
-	e := Exit{PID: p.pid, Finished: time.Now()}
-	e.Wall = e.Finished.Sub(p.start)
+	p.reapedLocked()
+	p.mu.Unlock()
+	e := Exit{PID: p.pid}
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
 		e.WaitErr = err
@@ -116,26 +161,71 @@ func (p *Process) wait(onExit func(*Process), pidfd int) {
 	} else {
 		e.Code = -1
 	}
-	p.exit = e
-	close(p.done)
-	if onExit != nil {
-		onExit(p)
+	p.finish(e)
+}
+
+// setExited records the exit as seen before reaping and delivers it to onExit.
+func (p *Process) setExited(e Exit) {
+	e.Finished = time.Now()
+	e.Wall = e.Finished.Sub(p.start)
+	p.status = e
+	close(p.exited)
+	if p.onExit != nil {
+		p.onExit(p)
+	}
+}
+
+// finish records the exit as reaped: the status with its resource usage. A process not held (or not seen before
+// reaping) delivers its exit now.
+func (p *Process) finish(e Exit) {
+	select {
+	case <-p.exited:
+		e.Finished, e.Wall = p.status.Finished, p.status.Wall
+		p.exit = e
+		close(p.done)
+	default:
+		e.Finished = time.Now()
+		e.Wall = e.Finished.Sub(p.start)
+		p.exit, p.status = e, e
+		close(p.done)
+		p.setExitedOnly()
+	}
+}
+
+func (p *Process) setExitedOnly() {
+	close(p.exited)
+	if p.onExit != nil {
+		p.onExit(p)
+	}
+}
+
+// reapedLocked marks p reaped (p.mu held): its pid may be reused from now on, so its group is never signalled
+// again and its pidfd is closed.
+func (p *Process) reapedLocked() {
+	p.reaped = true
+	if p.pidfd >= 0 {
+		_ = syscall.Close(p.pidfd)
+		p.pidfd = -1
 	}
 }
 
 // awaitExit parks the calling goroutine in Go's network poller until the process behind pidfd has exited (a
-// pidfd becomes readable then), and closes pidfd. Waiting there instead of in a blocking wait syscall keeps
-// hundreds of workers from holding hundreds of OS threads; the wait that follows returns at once. Without a
-// pidfd (old kernels) it returns at once and the caller's wait blocks as before.
+// pidfd becomes readable then). Waiting there instead of in a blocking wait syscall keeps hundreds of workers
+// from holding hundreds of OS threads; the wait that follows returns at once. Without a pidfd (old kernels) it
+// returns at once and the caller's wait blocks as before. pidfd stays open (it is dup'ed for the poller).
 func awaitExit(pidfd int) {
 	if pidfd < 0 {
 		return
 	}
-	if err := syscall.SetNonblock(pidfd, true); err != nil {
-		_ = syscall.Close(pidfd)
+	dup, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
 		return
 	}
-	f := os.NewFile(uintptr(pidfd), "pidfd")
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		_ = syscall.Close(dup)
+		return
+	}
+	f := os.NewFile(uintptr(dup), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -155,6 +245,43 @@ func exited(pidfd int) bool {
 	return info.Signo != 0
 }
 
+// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT). ok is false
+// when there is nothing to wait for (already reaped by someone else).
+func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || info.Signo == 0 {
+			return 0, 0, false
+		}
+		code, sig = childStatus(&info)
+		return code, sig, true
+	}
+}
+
+// childStatus decodes a SIGCHLD siginfo: si_code CLD_EXITED carries the exit code in si_status, CLD_KILLED and
+// CLD_DUMPED the signal. si_status is the int after si_pid and si_uid in the union that follows the three ints
+// and the padding of the header (offset 24 on 64-bit Linux).
+func childStatus(info *unix.Siginfo) (code int, sig syscall.Signal) {
+	status := int(*(*int32)(unsafe.Add(unsafe.Pointer(info), 24)))
+	switch info.Code {
+	case cldExited:
+		return status, 0
+	default: // CLD_KILLED, CLD_DUMPED
+		return -1, syscall.Signal(status)
+	}
+}
+
+// siginfoPID is si_pid of a SIGCHLD siginfo (offset 16).
+func siginfoPID(info *unix.Siginfo) int {
+	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), 16)))
+}
+
+const cldExited = 1 // CLD_EXITED
+
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
 
@@ -164,15 +291,51 @@ func (p *Process) Started() time.Time { return p.start }
 // Done is closed once the process has been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
-// Wait blocks until the process has been reaped and returns how it ended.
+// Wait blocks until the process has been reaped and returns how it ended. A held process is reaped only once
+// released: call Release, or Status to learn how it ended before that.
 func (p *Process) Wait() Exit {
 	<-p.done
 	return p.exit
 }
 
-// Signal sends sig to the whole process group of p. A group that no longer exists is not an error.
+// Status blocks until the process has exited and returns how it ended; while it is held, without its resource
+// usage (see Release).
+func (p *Process) Status() Exit {
+	<-p.exited
+	return p.status
+}
+
+// Release lets a held process be reaped, waits until it has been and returns how it ended, with its resource
+// usage. For a process that is not held it is Wait.
+func (p *Process) Release() Exit {
+	p.released.Do(func() {
+		close(p.release)
+		if p.rp != nil {
+			p.rp.reapReleased(p)
+		}
+	})
+	return p.Wait()
+}
+
+// Signal sends sig to the leader through its pidfd (wherever it is now) and to its process group while the
+// leader is not reaped (while the group id cannot have been reused). Once the leader is reaped nothing is
+// signalled: what is left of its group is the subtree sweep's. A process that no longer exists is not an error.
 func (p *Process) Signal(sig syscall.Signal) error {
-	return SignalGroup(p.pid, sig)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return nil
+	}
+	var errs []error
+	if p.pidfd >= 0 {
+		if err := unix.PidfdSendSignal(p.pidfd, sig, nil, 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %v to pid %d: %w", sig, p.pid, err))
+		}
+	}
+	if err := SignalGroup(p.pid, sig); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.

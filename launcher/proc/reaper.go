@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
@@ -33,6 +34,8 @@ type Reaper struct {
 	mu      sync.Mutex
 	owned   map[int]owned // started through Start, not yet reaped
 	orphans int
+	listed  bool   // the kernel lists children: held workers can stay zombies while others are reaped
+	buf     []byte // for reading children files (the loop's)
 	sigchld chan os.Signal
 	stop    chan struct{}
 	done    chan struct{}
@@ -44,7 +47,8 @@ func NewReaper(log *zap.Logger) *Reaper {
 		log = zap.NewNop()
 	}
 	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), buf: make([]byte, 4096)}
+	_, r.listed = children("/proc", self(), &r.buf)
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.loop()
 	return r
@@ -66,38 +70,115 @@ func (r *Reaper) loop() {
 	}
 }
 
-// reap collects every child that has exited by now.
+// reap collects every child that has exited by now, except held workers (see StartHeld), whose exit it delivers
+// but which it reaps only once released. Holding needs the kernel's list of children (a held zombie would hide
+// every other exited child from waitid(P_ALL)); without it every child is reaped at once.
 func (r *Reaper) reap() {
+	if r.listed && r.reapListed() {
+		return
+	}
 	for {
-		var ws syscall.WaitStatus
-		var ru syscall.Rusage
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
-		if err != nil || pid <= 0 {
-			return // ECHILD: no children; 0: none exited yet
+		if err != nil || info.Signo == 0 {
+			return // ECHILD: no children; none exited yet
 		}
-		r.mu.Lock() // Start holds mu from fork to registration, so an owned pid is always registered here
-		o, ok := r.owned[pid]
-		delete(r.owned, pid)
-		if !ok {
-			r.orphans++
+		if !r.reapPID(siginfoPID(&info)) {
+			return
+		}
+	}
+}
+
+// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
+// zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
+func (r *Reaper) reapListed() bool {
+	kids, ok := children("/proc", self(), &r.buf)
+	if !ok {
+		return false
+	}
+	for _, pid := range kids {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil || info.Signo == 0 {
+			continue // running, or not ours to wait for
+		}
+		r.mu.Lock()
+		o, owned := r.owned[pid]
+		held := owned && o.p.hold && !closed(o.p.release)
+		first := held && !o.seen
+		if first {
+			o.seen = true
+			r.owned[pid] = o
 		}
 		r.mu.Unlock()
-		if !ok {
-			r.log.Debug("reaped orphan", zap.Int("pid", pid), zap.Int("status", int(ws)))
-			continue
+		if first {
+			code, sig := childStatus(&info)
+			go o.p.setExited(Exit{PID: pid, Code: code, Signal: sig})
 		}
-		e := Exit{PID: pid, Finished: time.Now(), Code: ws.ExitStatus()}
-		e.Wall = e.Finished.Sub(o.p.start)
-		if ws.Signaled() {
-			e.Signal, e.Code = ws.Signal(), -1
+		if !held {
+			r.reapPID(pid)
 		}
-		e.MaxRSS = ru.Maxrss * 1024
-		e.UserCPU = time.Duration(ru.Utime.Nano())
-		e.SysCPU = time.Duration(ru.Stime.Nano())
-		go o.p.deliver(e, o.onExit)
+	}
+	return true
+}
+
+// reapPID reaps pid if it has exited, under the reaper's lock and the process's (so no signal to its group races
+// the pid being freed), and delivers its exit or counts an orphan. It reports whether pid was reaped.
+func (r *Reaper) reapPID(pid int) bool {
+	r.mu.Lock()
+	o, ok := r.owned[pid]
+	if ok {
+		o.p.mu.Lock()
+	}
+	var ws syscall.WaitStatus
+	var ru syscall.Rusage
+	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
+	for errors.Is(err, syscall.EINTR) {
+		got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
+	}
+	reaped := err == nil && got == pid
+	if ok {
+		if reaped {
+			o.p.reapedLocked()
+			delete(r.owned, pid)
+		}
+		o.p.mu.Unlock()
+	} else if reaped {
+		r.orphans++
+	}
+	r.mu.Unlock()
+	if !reaped {
+		return false
+	}
+	if !ok {
+		r.log.Debug("reaped orphan", zap.Int("pid", pid), zap.Int("status", int(ws)))
+		return true
+	}
+	e := Exit{PID: pid, Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		e.Signal, e.Code = ws.Signal(), -1
+	}
+	e.MaxRSS = ru.Maxrss * 1024
+	e.UserCPU = time.Duration(ru.Utime.Nano())
+	e.SysCPU = time.Duration(ru.Stime.Nano())
+	_ = o.p.cmd.Process.Release() // nobody will Wait: free Go's handle
+	go o.p.finish(e)
+	return true
+}
+
+// reapReleased reaps a released held worker that has exited (one still running is reaped when it exits).
+func (r *Reaper) reapReleased(p *Process) {
+	r.reapPID(p.pid)
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -105,6 +186,10 @@ func (r *Reaper) reap() {
 // onExit contract, but no cmd.Wait. cmd's Stdout, Stderr and Stdin must be nil or *os.File (no copying
 // goroutines, since nobody calls Wait to finish them).
 func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	return r.start(cmd, onExit, false)
+}
+
+func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
 	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
 		if _, ok := s.(*os.File); s != nil && !ok {
 			return nil, fmt.Errorf("%w: %s: with a reaper the child's stdio must be *os.File, not %T", ErrNotStarted, cmd.Path, s)
@@ -113,11 +198,12 @@ func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	prepare(cmd)
 	r.mu.Lock() // held from fork until the pid is registered, so its exit is never taken for an orphan's
 	defer r.mu.Unlock()
-	p, err := start(cmd)
+	p, err := start(cmd, onExit, hold)
 	if err != nil {
 		return nil, err
 	}
-	r.owned[p.pid] = owned{p: p, onExit: onExit}
+	p.rp = r
+	r.owned[p.pid] = owned{p: p}
 	return p, nil
 }
 
@@ -162,16 +248,6 @@ func StartWith(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, erro
 }
 
 type owned struct {
-	p      *Process
-	onExit func(*Process)
-}
-
-// deliver records the exit the reaper collected, like wait does for cmd.Wait.
-func (p *Process) deliver(e Exit, onExit func(*Process)) {
-	p.exit = e
-	_ = p.cmd.Process.Release() // nobody will Wait: free the pidfd
-	close(p.done)
-	if onExit != nil {
-		onExit(p)
-	}
+	p    *Process
+	seen bool // a held process whose exit was delivered
 }

@@ -34,6 +34,13 @@ func reaperFake(mode string) (int, bool) {
 		return 0, true
 	case "tree-main", "tree-worker", "tree-escapee", "tree-leaf":
 		return treeFake(mode), true
+	case "held-reaper-main":
+		if err := heldReaperMain(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1, true
+		}
+		fmt.Println("OK")
+		return 0, true
 	case "reaper-main":
 		if err := reaperMain(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -51,24 +58,12 @@ func reaperMain() error {
 	}
 	rp := proc.NewReaper(nil)
 	defer rp.Close()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "PROC_FAKE=orphaner")
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stdout = w
 	got := make(chan proc.Exit, 1)
-	p, err := rp.Start(cmd, func(p *proc.Process) { got <- p.Wait() })
-	w.Close()
+	p, gpid, err := startOrphaner(func(cmd *exec.Cmd) (*proc.Process, error) {
+		return rp.Start(cmd, func(p *proc.Process) { got <- p.Wait() })
+	})
 	if err != nil {
 		return err
-	}
-	var out bytes.Buffer
-	_, _ = out.ReadFrom(r)
-	gpid, err := strconv.Atoi(strings.TrimSpace(out.String()))
-	if err != nil {
-		return fmt.Errorf("orphaner printed %q: %w", out.String(), err)
 	}
 	select {
 	case ex := <-got:
@@ -94,6 +89,30 @@ func reaperMain() error {
 		return fmt.Errorf("Start with a bytes.Buffer stdout: err %v, want ErrNotStarted", err)
 	}
 	return nil
+}
+
+// startOrphaner starts, with start, a child that starts a lingering grandchild, prints its pid and exits 7; it
+// returns the child and the grandchild's pid.
+func startOrphaner(start func(*exec.Cmd) (*proc.Process, error)) (*proc.Process, int, error) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "PROC_FAKE=orphaner")
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd.Stdout = w
+	p, err := start(cmd)
+	w.Close()
+	if err != nil {
+		return nil, 0, err
+	}
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(r)
+	gpid, err := strconv.Atoi(strings.TrimSpace(out.String()))
+	if err != nil {
+		return p, 0, fmt.Errorf("orphaner printed %q: %w", out.String(), err)
+	}
+	return p, gpid, nil
 }
 
 func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {

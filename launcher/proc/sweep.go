@@ -66,9 +66,15 @@ func FindByEnv(procRoot, key, value string) ([]int, error) {
 // stat and poller registration would triple the syscalls of a sweep over every process of the host. A file
 // that cannot be read (gone, not ours) reads as empty.
 func readSmall(path string, buf []byte) ([]byte, []byte) {
+	b, buf, _ := readFile(path, buf)
+	return b, buf
+}
+
+// readFile is readSmall that reports whether the file could be opened.
+func readFile(path string, buf []byte) ([]byte, []byte, bool) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, buf
+		return nil, buf, false
 	}
 	defer syscall.Close(fd)
 	n := 0
@@ -81,7 +87,7 @@ func readSmall(path string, buf []byte) ([]byte, []byte) {
 			continue
 		}
 		if err != nil || k <= 0 {
-			return buf[:n], buf
+			return buf[:n], buf, true
 		}
 		n += k
 	}
@@ -130,12 +136,14 @@ func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.
 				continue
 			}
 			live++
+			// skip is asked before the kill: once killed, a worker may be reaped (and forgotten) at once.
+			report := !seen[pid] && (skip == nil || !skip(pid))
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				continue // ESRCH: gone since the walk
 			}
 			if !seen[pid] {
 				seen[pid] = true
-				if skip == nil || !skip(pid) {
+				if report {
 					hit = append(hit, pid)
 				}
 			}
@@ -151,8 +159,7 @@ func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.
 	}
 }
 
-// descendants lists every descendant of root, breadth first, from the children files of all of its threads (a
-// child belongs to the thread that forked it) and theirs.
+// descendants lists every descendant of root, breadth first (see children).
 func descendants(procRoot string, root int, buf *[]byte) []int {
 	var out []int
 	queue := []int{root}
@@ -160,24 +167,39 @@ func descendants(procRoot string, root int, buf *[]byte) []int {
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
-		tids, err := os.ReadDir(taskDir)
-		if err != nil {
-			continue // gone
-		}
-		for _, t := range tids {
-			var b []byte
-			b, *buf = readSmall(filepath.Join(taskDir, t.Name(), "children"), *buf)
-			for f := range strings.FieldsSeq(string(b)) {
-				if c, err := strconv.Atoi(f); err == nil && c > 1 && !visited[c] {
-					visited[c] = true
-					out = append(out, c)
-					queue = append(queue, c)
-				}
+		kids, _ := children(procRoot, pid, buf)
+		for _, c := range kids {
+			if c > 1 && !visited[c] {
+				visited[c] = true
+				out = append(out, c)
+				queue = append(queue, c)
 			}
 		}
 	}
 	return out
+}
+
+// children lists the children of pid from the children files of all of its threads (a child belongs to the
+// thread that forked it, or that it was re-parented to). ok is false when pid is gone or the kernel does not
+// list children.
+func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
+	taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+	tids, err := os.ReadDir(taskDir)
+	if err != nil {
+		return nil, false
+	}
+	for _, t := range tids {
+		var b []byte
+		var found bool
+		b, *buf, found = readFile(filepath.Join(taskDir, t.Name(), "children"), *buf)
+		ok = ok || found
+		for f := range strings.FieldsSeq(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, c)
+			}
+		}
+	}
+	return kids, ok
 }
 
 // zombie reports whether pid has exited but is not reaped yet (state Z or X in /proc/<pid>/stat); a pid that is

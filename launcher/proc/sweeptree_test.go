@@ -152,7 +152,16 @@ func treeMain(worker *exec.Cmd) error {
 func TestReaperSweepKillsEscapeeWithoutEnv(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "PROC_FAKE=tree-main")
-	out, err := cmd.CombinedOutput()
+	// Output to a file, not a pipe: if tree-main fails before its sweep, the escapee it leaves holds no pipe that
+	// the test would wait on forever.
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	err = cmd.Run()
+	out, _ := os.ReadFile(f.Name())
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("sweep tree child: %v\n%s", err, out)
 	}

@@ -38,14 +38,23 @@ type Collector struct {
 	opts Options
 	log  *zap.Logger
 
+	// Memory stays bounded whatever workers send: per replica the first outcome (kept) and the first
+	// MaxExamples others (without their values), per violation kind the first MaxExamples; the rest is counted.
 	mu         sync.Mutex
 	owners     map[int]owner           // by rank
 	first      map[int]int             // replica -> index in outcomes of its first outcome
-	reporters  map[int][]int           // replica -> indexes in outcomes of every outcome, when more than one
-	outcomes   []Result                // every accepted outcome, in arrival order
-	violations []*ContractError        // frame-level and foreign, in arrival order
-	foreign    map[int][]foreignReport // replica -> reports by workers that do not own it
+	reporters  map[int][]int           // replica -> indexes in outcomes of its first outcomes, when more than one
+	reports    map[int]int             // replica -> how many outcomes were reported for it (listed or not)
+	outcomes   []Result                // the outcomes kept, in arrival order
+	violations []*ContractError        // frame-level and foreign, the first MaxExamples of each kind
+	kindCount  map[string]int          // violation kind -> how many (listed or not)
+	foreign    map[int][]foreignReport // replica -> the first reports by workers that do not own it
+	foreignN   map[int]int             // replica -> how many foreign reports
 }
+
+// MaxExamples is how many examples of one kind of violation (and how many extra reporters of one replica) a
+// collector keeps; the others are counted.
+const MaxExamples = 3
 
 // foreignReport is an outcome a worker reported for a replica it does not own, with its violation.
 type foreignReport struct {
@@ -75,7 +84,8 @@ func NewCollector(opts Options) *Collector {
 		log = zap.NewNop()
 	}
 	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
-		reporters: map[int][]int{}, foreign: map[int][]foreignReport{}}
+		reporters: map[int][]int{}, reports: map[int]int{}, kindCount: map[string]int{},
+		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}
 }
 
 // Consume reads the result channel of the worker rank (process pid, owning replicas) until EOF. It is called once
@@ -91,19 +101,19 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	c.mu.Unlock()
 
 	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
-	var errs []error
+	var errs workerErrs
 	for {
 		f, err := dec.Next()
 		if err == io.EOF {
-			return errors.Join(errs...)
+			return errs.join()
 		}
 		if err != nil {
 			var fe *worker.FrameError
 			if !errors.As(err, &fe) {
 				// The channel itself failed between frames (closed, or the launcher stopped draining): not a
 				// contract violation, but Consume must return it.
-				errs = append(errs, fmt.Errorf("rank %d pid %d: %w", rank, pid, err))
-				return errors.Join(errs...)
+				errs.add(fmt.Errorf("rank %d pid %d: %w", rank, pid, err))
+				return errs.join()
 			}
 			ce := frameViolation(rank, pid, fe)
 			if !fe.InSync {
@@ -111,11 +121,10 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 					ce.Message += fmt.Sprintf("; the rest of its channel (%d bytes) was discarded", n)
 				}
 			}
-			log.Warn("result contract violated", zap.Error(ce))
-			c.record(ce)
-			errs = append(errs, ce)
+			c.record(log, ce)
+			errs.add(ce)
 			if !fe.InSync {
-				return errors.Join(errs...)
+				return errs.join()
 			}
 			continue
 		}
@@ -128,20 +137,17 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 				OtherPID: -1, Hint: hintForeign,
 				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
 					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
-			log.Warn("result contract violated", zap.Error(ce))
+			c.record(log, ce)
 			c.mu.Lock()
-			c.violations = append(c.violations, ce)
-			c.foreign[f.Replica] = append(c.foreign[f.Replica], foreignReport{
-				res: Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank}, ce: ce})
+			c.addForeign(ce, Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank})
 			c.mu.Unlock()
-			errs = append(errs, ce)
+			errs.add(ce)
 			continue
 		}
 		res, ce := decodeOutcome(rank, pid, f)
 		if ce != nil {
-			log.Warn("result contract violated", zap.Error(ce))
-			c.record(ce)
-			errs = append(errs, ce)
+			c.record(log, ce)
+			errs.add(ce)
 			continue
 		}
 		res.Node = c.opts.NodeRank
@@ -172,7 +178,7 @@ func decodeOutcome(rank, pid int, f worker.Frame) (Result, *ContractError) {
 			return res, nil
 		}
 		if !f.ValidJSON() {
-			return res, bad(fmt.Sprintf("its %d-byte payload is not valid JSON", len(f.Payload)))
+			return res, bad(fmt.Sprintf("its %d-byte payload is not valid JSON in UTF-8", len(f.Payload)))
 		}
 		res.Encoding, res.Value = "json", f.Payload
 	case worker.KindError:
@@ -211,10 +217,53 @@ func frameViolation(rank, pid int, fe *worker.FrameError) *ContractError {
 	return ce
 }
 
-func (c *Collector) record(ce *ContractError) {
+// record keeps ce if it is among the first MaxExamples of its kind and counts it; the first of each kind is
+// logged (one log line per kind: a flood of bad frames is not a flood of log lines).
+func (c *Collector) record(log *zap.Logger, ce *ContractError) {
 	c.mu.Lock()
-	c.violations = append(c.violations, ce)
+	n := c.recordLocked(ce)
 	c.mu.Unlock()
+	if n == 1 {
+		log.Warn("result contract violated (further violations of this kind are counted, not logged)", zap.Error(ce))
+	}
+}
+
+func (c *Collector) recordLocked(ce *ContractError) int {
+	k := ce.KindName()
+	c.kindCount[k]++
+	if c.kindCount[k] <= MaxExamples {
+		c.violations = append(c.violations, ce)
+	}
+	return c.kindCount[k]
+}
+
+// addForeign keeps the first foreign reports of a replica and counts them all. c.mu must be held.
+func (c *Collector) addForeign(ce *ContractError, res Result) {
+	c.foreignN[res.Replica]++
+	if len(c.foreign[res.Replica]) < MaxExamples {
+		c.foreign[res.Replica] = append(c.foreign[res.Replica], foreignReport{res: res, ce: ce})
+	}
+}
+
+// workerErrs are the violations Consume returns for one worker: the first MaxExamples and a count of the rest.
+type workerErrs struct {
+	list []error
+	more int
+}
+
+func (w *workerErrs) add(err error) {
+	if len(w.list) < MaxExamples {
+		w.list = append(w.list, err)
+		return
+	}
+	w.more++
+}
+
+func (w *workerErrs) join() error {
+	if w.more > 0 {
+		return errors.Join(append(w.list, fmt.Errorf("and %d more violations of the result contract", w.more))...)
+	}
+	return errors.Join(w.list...)
 }
 
 func (c *Collector) add(res Result) {
@@ -224,19 +273,33 @@ func (c *Collector) add(res Result) {
 	}
 }
 
+// addLocked records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without
+// their value (to name who reported them), the rest only counted.
 func (c *Collector) addLocked(res Result) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	i := len(c.outcomes)
-	c.outcomes = append(c.outcomes, res)
-	if j, ok := c.first[res.Replica]; ok {
-		if len(c.reporters[res.Replica]) == 0 {
-			c.reporters[res.Replica] = []int{j}
-		}
-		c.reporters[res.Replica] = append(c.reporters[res.Replica], i)
+	c.addOutcome(res, 1)
+}
+
+// addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).
+// c.mu must be held.
+func (c *Collector) addOutcome(res Result, n int) {
+	c.reports[res.Replica] += n
+	j, ok := c.first[res.Replica]
+	if !ok {
+		c.first[res.Replica] = len(c.outcomes)
+		c.outcomes = append(c.outcomes, res)
 		return
 	}
-	c.first[res.Replica] = i
+	if len(c.reporters[res.Replica]) > MaxExamples {
+		return
+	}
+	if len(c.reporters[res.Replica]) == 0 {
+		c.reporters[res.Replica] = []int{j}
+	}
+	res.Value, res.ValueB64, res.Error = nil, nil, nil
+	c.reporters[res.Replica] = append(c.reporters[res.Replica], len(c.outcomes))
+	c.outcomes = append(c.outcomes, res)
 }
 
 // Share is what one node of a multi-host run publishes when its workers are gone, for node 0 to merge with Add:
@@ -246,6 +309,16 @@ type Share struct {
 	Workers    []SharedWorker    `json:"workers"`
 	Results    []Result          `json:"results,omitempty"`
 	Violations []SharedViolation `json:"violations,omitempty"`
+	// Counted is what the node only counted: per replica the outcomes beyond those in Results, per violation
+	// kind the violations beyond those in Violations.
+	Counted *Counted `json:"counted,omitempty"`
+}
+
+// Counted is what a collector counted without keeping it.
+type Counted struct {
+	Reports    map[int]int    `json:"reports,omitempty"`    // replica -> outcomes not in Results
+	Foreign    map[int]int    `json:"foreign,omitempty"`    // replica -> foreign reports not in Violations
+	Violations map[string]int `json:"violations,omitempty"` // kind -> violations not in Violations
 }
 
 // SharedWorker is one worker of a node and the replicas it owns.
@@ -281,6 +354,25 @@ func (c *Collector) Share() *Share {
 		s.Violations = append(s.Violations, SharedViolation{Kind: v.KindName(), Replica: v.Replica, Rank: v.Rank,
 			PID: v.PID, OtherRank: v.OtherRank, OtherPID: v.OtherPID, Message: v.Message, Hint: v.Hint})
 	}
+	cnt := &Counted{Reports: map[int]int{}, Foreign: map[int]int{}, Violations: map[string]int{}}
+	for r, n := range c.reports {
+		if listed := max(1, len(c.reporters[r])); n > listed {
+			cnt.Reports[r] = n - listed
+		}
+	}
+	for r, n := range c.foreignN {
+		if n > len(c.foreign[r]) {
+			cnt.Foreign[r] = n - len(c.foreign[r])
+		}
+	}
+	for k, n := range c.kindCount {
+		if n > MaxExamples {
+			cnt.Violations[k] = n - MaxExamples
+		}
+	}
+	if len(cnt.Reports)+len(cnt.Foreign)+len(cnt.Violations) > 0 {
+		s.Counted = cnt
+	}
 	return s
 }
 
@@ -299,27 +391,63 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
 		}
 	}
+	var more workerErrs
 	for _, v := range s.Violations {
 		ce := &ContractError{Kind: kindOf(v.Kind), Replica: v.Replica, Rank: v.Rank, PID: v.PID, OtherRank: v.OtherRank,
 			OtherPID: v.OtherPID, Message: fmt.Sprintf("node %d: %s", nodeRank, v.Message), Hint: v.Hint}
-		c.violations = append(c.violations, ce)
+		c.recordLocked(ce)
 		if ce.Kind == ErrForeignReplica {
-			c.foreign[ce.Replica] = append(c.foreign[ce.Replica], foreignReport{
-				res: Result{Replica: ce.Replica, Rank: ce.Rank, PID: ce.PID, Node: nodeRank}, ce: ce})
+			c.addForeign(ce, Result{Replica: ce.Replica, Rank: ce.Rank, PID: ce.PID, Node: nodeRank})
 		}
-		errs = append(errs, ce)
+		more.add(ce)
+	}
+	if cnt := s.Counted; cnt != nil {
+		for k, n := range cnt.Violations {
+			c.kindCount[k] += max(0, n)
+		}
+		for r, n := range cnt.Foreign {
+			c.foreignN[r] += max(0, n)
+		}
 	}
 	c.mu.Unlock()
-	for _, e := range s.Results {
+	dups := map[int]bool{}
+	for i, e := range s.Results {
 		e.Node = nodeRank
-		c.add(e)
-		c.mu.Lock()
-		if len(c.reporters[e.Replica]) > 0 {
-			errs = append(errs, c.duplicate(e.Replica))
+		n := 1
+		if cnt := s.Counted; cnt != nil && cnt.Reports[e.Replica] > 0 && lastOf(s.Results, i) {
+			n += cnt.Reports[e.Replica] // the outcomes the node only counted count with its last listed one
 		}
+		c.mu.Lock()
+		c.addOutcome(e, n)
+		dup := c.reports[e.Replica] > 1
 		c.mu.Unlock()
+		if c.opts.OnResult != nil {
+			c.opts.OnResult()
+		}
+		if dup && !dups[e.Replica] {
+			dups[e.Replica] = true
+		}
+	}
+	c.mu.Lock()
+	for r := range dups {
+		more.add(c.duplicate(r))
+	}
+	c.mu.Unlock()
+	errs = append(errs, more.list...)
+	if more.more > 0 {
+		errs = append(errs, fmt.Errorf("and %d more violations of the result contract", more.more))
 	}
 	return errors.Join(errs...)
+}
+
+// lastOf reports whether rs[i] is the last of its replica in rs.
+func lastOf(rs []Result, i int) bool {
+	for _, r := range rs[i+1:] {
+		if r.Replica == rs[i].Replica {
+			return false
+		}
+	}
+	return true
 }
 
 // kindOf is the sentinel of a violation kind's document name; a name this tpurun does not know (another
@@ -339,12 +467,12 @@ func (c *Collector) duplicate(replica int) *ContractError {
 	for k, i := range c.reporters[replica] {
 		all[k] = c.outcomes[i]
 	}
-	return c.duplicateOf(replica, all)
+	return c.duplicateOf(replica, all, c.reports[replica])
 }
 
-// duplicateOf builds the violation of a replica reported by every outcome in all (at least two; the first is
-// the one kept).
-func (c *Collector) duplicateOf(replica int, all []Result) *ContractError {
+// duplicateOf builds the violation of a replica reported total times, the first of them by the outcomes in all (at
+// least two; the first is the one kept). Reporters beyond all are counted, not named.
+func (c *Collector) duplicateOf(replica int, all []Result, total int) *ContractError {
 	multiNode := false
 	ranks := map[int]bool{}
 	for _, o := range all {
@@ -359,6 +487,10 @@ func (c *Collector) duplicateOf(replica int, all []Result) *ContractError {
 		}
 	}
 	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	total = max(total, len(all))
+	if total > len(all) {
+		list = strings.Join(names, ", ") + fmt.Sprintf(" and %d more", total-len(all))
+	}
 	a, b := all[0], all[1]
 	hint := hintDuplicateRanks
 	if len(ranks) == 1 {
@@ -366,7 +498,7 @@ func (c *Collector) duplicateOf(replica int, all []Result) *ContractError {
 	}
 	return &ContractError{Kind: ErrDuplicateResult, Replica: replica, Rank: a.Rank, PID: a.PID,
 		OtherRank: b.Rank, OtherPID: b.PID, Hint: hint,
-		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", len(all), replica, list)}
+		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", total, replica, list)}
 }
 
 // Finish builds the document once every worker has exited and every Consume has returned. exits lists how each
@@ -399,12 +531,38 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 			all = append(all, fr.res)
 			merged[fr.ce] = true
 		}
-		seed[r] = c.duplicateOf(r, all)
+		seed[r] = c.duplicateOf(r, all, c.reports[r]+c.foreignN[r])
 	}
 	var vs []*ContractError
 	for _, v := range c.violations {
 		if !merged[v] {
 			vs = append(vs, v)
+		}
+	}
+	// Violations only counted: one line per kind says how many more there were (foreign reports merged into a
+	// seed duplicate are counted there).
+	kinds := make([]string, 0, len(c.kindCount))
+	for k := range c.kindCount {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	listed := map[string]int{}
+	for _, v := range vs {
+		listed[v.KindName()]++
+	}
+	for _, k := range kinds {
+		n := c.kindCount[k]
+		if k == "foreign_replica" { // those merged into a seed duplicate are counted there
+			n = 0
+			for r, m := range c.foreignN {
+				if seed[r] == nil {
+					n += m
+				}
+			}
+		}
+		if extra := n - listed[k]; extra > 0 {
+			vs = append(vs, &ContractError{Kind: kindOf(k), Replica: -1, Rank: -1, PID: -1, OtherRank: -1, OtherPID: -1,
+				Message: fmt.Sprintf("%d more %s violations like those above were counted, not listed", extra, k)})
 		}
 	}
 	reps := make([]int, 0, len(c.first))

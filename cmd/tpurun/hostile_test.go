@@ -1,0 +1,507 @@
+package main
+
+// Hostile conditions for the control path (docs/FAULTS.md, "Output and control"): a stderr nobody reads, files a
+// worker replaces with a FIFO or a symlink, a worker that leaves its process group. Control (timeouts, failures,
+// signals, teardown) never waits for a reader or a file.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"tpurun/launcher/launchertest"
+)
+
+// stalled is a tpurun whose stderr is a pipe nobody reads until unstall.
+type stalled struct {
+	cmd    *exec.Cmd
+	stdout *bytes.Buffer
+	errR   *os.File
+}
+
+func startStalled(t *testing.T, dir string, env []string, args ...string) *stalled {
+	t.Helper()
+	cmd, out, _ := tpurun(dir, env, args...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	s := &stalled{cmd: cmd, stdout: out, errR: pr}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		pr.Close()
+	})
+	return s
+}
+
+// unstall reads stderr to EOF and returns it with tpurun's exit code.
+func (s *stalled) unstall(t *testing.T, within time.Duration) (int, string) {
+	t.Helper()
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(s.errR)
+		done <- b
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+	case <-time.After(within):
+		t.Fatalf("tpurun still running %s after its stderr was read", within)
+	}
+	return s.cmd.ProcessState.ExitCode(), string(<-done)
+}
+
+// TestHostileStalledStderr: with stderr stalled (a pager that does not read, 2 MB of worker output queued behind
+// it, every worker blocked in write), a timeout, a failing rank, a SIGTERM and a SIGTERM behind 40 SIGUSR1 each
+// take effect at once: every worker is gone while stderr is still unread, and once it is read tpurun exits with the
+// right code and every line it shows is whole. They waited for the reader, and the SIGTERM behind the storm was
+// lost.
+func TestHostileStalledStderr(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		args   []string
+		signal func(p *os.Process)
+		code   int
+		says   string
+	}{
+		{"timeout", nil, []string{"--timeout", "2s"}, nil, 124, "timeout 2s expired"},
+		{"failing-rank", []string{"TPURUN_FAULT_2=late:3"}, nil, nil, 3, "exit 3"},
+		{"sigterm", nil, nil, func(p *os.Process) { _ = p.Signal(syscall.SIGTERM) }, 143, "SIGTERM"},
+		{"sigterm-behind-40-sigusr1", nil, nil, func(p *os.Process) {
+			for range 40 {
+				_ = p.Signal(syscall.SIGUSR1)
+			}
+			_ = p.Signal(syscall.SIGTERM)
+		}, 143, "SIGTERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := faultDir(t)
+			env := append([]string{"TPURUN_FAULT=errflood:9000"}, tc.env...)
+			nprocs := 2 + len(tc.env) // a failing rank is a third one
+			s := startStalled(t, dir, env, append(append([]string{"--nprocs", strconv.Itoa(nprocs)}, tc.args...), "--", os.Args[0])...)
+			launchertest.WaitReady(t, dir, nprocs)
+			if tc.signal != nil {
+				time.Sleep(500 * time.Millisecond) // the workers are blocked writing by now
+				tc.signal(s.cmd.Process)
+			}
+			// Every worker is dead while nobody reads stderr: the control path did not wait for the console. (tpurun
+			// reaps them once their output is written: until then they are zombies, their pids reserved.)
+			assertAllDead(t, dir, nprocs, 15*time.Second)
+			code, stderr := s.unstall(t, 15*time.Second)
+			if code != tc.code || !strings.Contains(stderr, tc.says) {
+				t.Fatalf("exit %d, want %d with %q; stderr tail:\n%s", code, tc.code, tc.says, tail(stderr, 2000))
+			}
+			errLine := strings.Repeat("e", 100)
+			n := 0
+			for _, l := range strings.Split(stderr, "\n") {
+				if strings.Contains(l, " err ") && strings.Contains(l, "rank ") {
+					n++
+					if !strings.HasSuffix(l, errLine) {
+						t.Fatalf("a worker line arrived cut: %q", l)
+					}
+				}
+			}
+			if n < 5000 { // more than the pipes and the console's queue hold: the workers wrote while stalled
+				t.Fatalf("only %d worker lines on stderr", n)
+			}
+			assertNothingLeft(t, dir, nprocs, 5*time.Second)
+		})
+	}
+}
+
+// TestHostileSecondSignalDuringStalledDrain: after a SIGTERM the workers are gone but tpurun still holds output
+// for a stderr nobody reads; a second SIGTERM ends tpurun at once (143) instead of waiting for the reader.
+func TestHostileSecondSignalDuringStalledDrain(t *testing.T) {
+	t.Parallel()
+	for _, when := range []string{"right-behind-the-first", "after-the-workers-died"} {
+		t.Run(when, func(t *testing.T) {
+			t.Parallel()
+			dir := faultDir(t)
+			s := startStalled(t, dir, []string{"TPURUN_FAULT=errflood:9000"}, "--nprocs", "2", "--", os.Args[0])
+			launchertest.WaitReady(t, dir, 2)
+			time.Sleep(500 * time.Millisecond)
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			if when == "after-the-workers-died" {
+				assertAllDead(t, dir, 2, 15*time.Second)
+				time.Sleep(200 * time.Millisecond)
+			} else {
+				time.Sleep(20 * time.Millisecond)
+			}
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			exited := make(chan *os.ProcessState, 1)
+			go func() {
+				ps, _ := s.cmd.Process.Wait()
+				exited <- ps
+			}()
+			select {
+			case ps := <-exited:
+				if ps == nil || ps.ExitCode() != 143 {
+					t.Fatalf("exit %v, want 143", ps)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("tpurun still waits for its stderr reader 10s after a second SIGTERM")
+			}
+			assertNothingLeft(t, dir, 2, 5*time.Second)
+		})
+	}
+}
+
+// TestHostileErrorFile: a worker that replaces its TORCHELASTIC_ERROR_FILE with a FIFO no one writes (tpurun hung
+// forever on opening it, deaf to SIGTERM) or with a symlink to a file elsewhere: tpurun reads neither, says what it
+// found, and exits with the worker's code.
+func TestHostileErrorFile(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, fault, says string
+		logDir            bool
+	}{
+		{"fifo", "fifoerr:5", "is a named pipe (FIFO), not a regular file", false},
+		{"fifo-in-log-dir", "fifoerr:5", "is a named pipe (FIFO), not a regular file", true},
+		{"symlink", "linkerr:5", "is a symlink, not a regular file", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := faultDir(t)
+			args := []string{"--nprocs", "1"}
+			if tc.logDir {
+				args = append(args, "--log-dir", filepath.Join(dir, "logs"))
+			}
+			cmd, _, errb := tpurun(dir, []string{"TPURUN_FAULT=" + tc.fault}, append(args, "--", os.Args[0])...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			timer := time.AfterFunc(20*time.Second, func() { _ = cmd.Process.Kill() })
+			_ = cmd.Wait()
+			if !timer.Stop() {
+				t.Fatalf("tpurun hung on the worker's error file:\n%s", errb)
+			}
+			code := cmd.ProcessState.ExitCode()
+			if code != 5 || !strings.Contains(errb.String(), tc.says) || strings.Contains(errb.String(), "read through a symlink") {
+				t.Fatalf("exit %d, want 5, saying %q and not showing the symlink's target:\n%s", code, tc.says, errb)
+			}
+		})
+	}
+}
+
+// TestHostileEscapedWorker: workers that leave their process group (setsid) and ignore SIGTERM are still found by
+// the subtree sweep and killed when --timeout expires; tpurun exits 124 and nothing survives. They were never
+// killed, and --timeout waited for them forever.
+func TestHostileEscapedWorker(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	start := time.Now()
+	r := runCLI(t, dir, []string{"TPURUN_FAULT=escape"}, "--nprocs", "2", "--timeout", "1s", "--grace", "500ms", "--", os.Args[0])
+	if es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) != 2 {
+		t.Fatalf("%d workers left their process group, want 2:\n%s", len(es), r.stderr)
+	}
+	wantStderr(t, r, 124, "timeout 1s expired")
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("took %s", d)
+	}
+	assertNothingLeft(t, dir, 4, 5*time.Second)
+}
+
+// assertAllDead waits until every pid the fakes recorded (at least want) has exited: gone, or a zombie.
+func assertAllDead(t *testing.T, dir string, want int, within time.Duration) {
+	t.Helper()
+	ps := launchertest.PIDs(t, dir)
+	if len(ps) < want {
+		t.Fatalf("only %d fake processes recorded their pid, want at least %d", len(ps), want)
+	}
+	deadline := time.Now().Add(within)
+	for _, pid := range ps {
+		for !dead(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d still runs %s after the stop", pid, within)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// dead reports whether pid is gone or a zombie (state Z or X in /proc/<pid>/stat).
+func dead(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// TestHostilePidReuse: rank 1 exits early while rank 0 runs on; an unrelated process then takes rank 1's pid as
+// its own process group (forced through /proc/sys/kernel/ns_last_pid) and a SIGTERM tears the run down. tpurun
+// signalled the -pgid of every worker at teardown, exited ones too, and so killed the stranger. Now the exited
+// worker stays an unreaped zombie until its teardown is done, so its pid cannot be taken at all, and the
+// stranger survives.
+func TestHostilePidReuse(t *testing.T) {
+	t.Parallel()
+	const lastPID = "/proc/sys/kernel/ns_last_pid"
+	if f, err := os.OpenFile(lastPID, os.O_WRONLY, 0); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI must run this test as root: %v", err)
+		}
+		t.Skipf("cannot choose the next pid: %v", err)
+	} else {
+		f.Close()
+	}
+	dir := faultDir(t)
+	cmd, _, errb := tpurun(dir, []string{"TPURUN_FAULT=hang", "TPURUN_FAULT_1=exit:0"}, "--nprocs", "2", "--", os.Args[0])
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	launchertest.WaitReady(t, dir, 2)
+	target := 0
+	for deadline := time.Now().Add(10 * time.Second); target == 0; time.Sleep(5 * time.Millisecond) {
+		for _, pid := range launchertest.PIDs(t, dir) {
+			if dead(pid) {
+				target = pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 1 did not exit")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let tpurun reap it, if it does
+	var strangers []*exec.Cmd
+	t.Cleanup(func() {
+		for _, s := range strangers {
+			_ = s.Process.Kill()
+			_ = s.Wait()
+		}
+	})
+	claimed := false
+	for range 50 {
+		if err := os.WriteFile(lastPID, []byte(strconv.Itoa(target-1)), 0); err != nil {
+			t.Fatal(err)
+		}
+		s := exec.Command("sleep", "60")
+		s.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		strangers = append(strangers, s)
+		if s.Process.Pid == target {
+			claimed = true
+			break
+		}
+	}
+	if !claimed { // the pid is still held: the exited worker must be tpurun's unreaped zombie
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(target) + "/stat")
+		if !bytes.Contains(b, []byte(") Z ")) {
+			t.Fatalf("pid %d was neither reusable nor a zombie: %q", target, b)
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	for _, s := range strangers {
+		if dead(s.Process.Pid) {
+			t.Fatalf("tpurun killed pid %d, a stranger that took an exited worker's pid (claimed %v):\n%s", s.Process.Pid, claimed, errb)
+		}
+	}
+	assertNothingLeft(t, dir, 2, 5*time.Second)
+}
+
+// resultsDoc is the part of the results document these tests read.
+type resultsDoc struct {
+	Results []struct {
+		Replica int             `json:"replica"`
+		Rank    int             `json:"rank"`
+		Value   json.RawMessage `json:"value"`
+	} `json:"results"`
+	Violations []struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+	} `json:"violations"`
+	ExitCode int `json:"exit_code"`
+}
+
+// TestHostileResultFloods: one million duplicate result frames, or 200 000 frames for a replica the worker does
+// not own, keep tpurun's memory, its stderr and the results document small (they gave ~550 MiB, an 18 MB stderr
+// line, 136 MiB of stderr and an 82 MiB document): the first result is kept, the rest counted, one log line per
+// kind of violation.
+func TestHostileResultFloods(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		fault, kind, says string
+	}{
+		{"dupflood:1000000", "duplicate_result", "1000000 results for replica 0: rank 0 pid "},
+		{"foreignflood:200000", "foreign_replica", "199997 more foreign_replica violations"},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			t.Parallel()
+			dir := faultDir(t)
+			doc := filepath.Join(dir, "results.json")
+			cmd, _, errb := tpurun(dir, []string{"TPURUN_FAULT=" + tc.fault}, "--nprocs", "1", "--results", doc, "--", os.Args[0])
+			// Through rusageWrapper: the peak RSS of tpurun and its worker, without this test binary's.
+			rssFile := filepath.Join(dir, "rss")
+			cmd.Path, cmd.Args = os.Args[0], append([]string{os.Args[0]}, cmd.Args...)
+			cmd.Env = append(cmd.Env, "TPURUN_FAULT_RUSAGE="+rssFile)
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			rb, _ := os.ReadFile(rssFile)
+			rss, perr := strconv.ParseInt(string(rb), 10, 64)
+			if perr != nil {
+				t.Fatalf("no peak RSS measured (%v):\n%s", perr, errb)
+			}
+			b, rerr := os.ReadFile(doc)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			var d resultsDoc
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatalf("results document unreadable: %v", err)
+			}
+			t.Logf("%s: exit %d, peak RSS %d MiB, stderr %d bytes, document %d bytes, %d violations listed",
+				tc.fault, cmd.ProcessState.ExitCode(), rss>>20, errb.Len(), len(b), len(d.Violations))
+			if cmd.ProcessState.ExitCode() != 65 || d.ExitCode != 65 {
+				t.Fatalf("exit %d (document %d), want 65:\n%s", cmd.ProcessState.ExitCode(), d.ExitCode, tail(errb.String(), 4000))
+			}
+			if rss > 200<<20 || errb.Len() > 64<<10 || len(b) > 64<<10 {
+				t.Fatalf("not bounded: peak RSS %d MiB, stderr %d bytes, document %d bytes", rss>>20, errb.Len(), len(b))
+			}
+			if strings.Count(errb.String(), "result contract violated") > 1 {
+				t.Fatalf("want at most one log line for the kind:\n%s", tail(errb.String(), 4000))
+			}
+			found := false
+			for _, v := range d.Violations {
+				found = found || (v.Kind == tc.kind && strings.Contains(v.Message, tc.says))
+			}
+			if !found {
+				t.Fatalf("no %s violation saying %q: %+v", tc.kind, tc.says, d.Violations)
+			}
+			if tc.kind == "duplicate_result" && (len(d.Results) != 1 || string(d.Results[0].Value) != "0") {
+				t.Fatalf("want the first result (0) kept: %+v", d.Results)
+			}
+		})
+	}
+}
+
+// TestHostileMalformedThenGood: with stderr stalled for 3 s, a worker sends a result whose JSON is cut, one whose
+// JSON string holds invalid UTF-8, then its good result: both bad ones are malformed_frame violations, the good one
+// is kept (it was lost, reported missing), and the document is valid JSON for Python's json.load.
+func TestHostileMalformedThenGood(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	doc := filepath.Join(dir, "results.json")
+	s := startStalled(t, dir, []string{"TPURUN_FAULT=badthengood"}, "--nprocs", "2", "--expect-results", "--results", doc, "--", os.Args[0])
+	time.Sleep(3 * time.Second)
+	code, stderr := s.unstall(t, 15*time.Second)
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d resultsDoc
+	if err := json.Unmarshal(b, &d); err != nil || !utf8.Valid(b) {
+		t.Fatalf("results document unreadable (%v):\n%s", err, b)
+	}
+	if code != 65 || len(d.Results) != 2 {
+		t.Fatalf("exit %d, %d results; want 65 and both good results kept:\n%s\n%s", code, len(d.Results), b, tail(stderr, 3000))
+	}
+	malformed := 0
+	for _, v := range d.Violations {
+		if v.Kind != "malformed_frame" {
+			t.Fatalf("unexpected violation %+v", v)
+		}
+		malformed++
+	}
+	if malformed != 4 {
+		t.Fatalf("%d malformed_frame violations, want 4 (2 per rank): %+v", malformed, d.Violations)
+	}
+	if py, err := exec.LookPath("python3"); err == nil {
+		if out, err := exec.Command(py, "-c", "import json,sys; json.load(open(sys.argv[1]))", doc).CombinedOutput(); err != nil {
+			t.Fatalf("python's json.load: %v\n%s", err, out)
+		}
+	} else if os.Getenv("CI") != "" {
+		t.Fatal("python3 is missing")
+	}
+}
+
+// TestHostileStatusClientNeverReads: a status client pipelines thousands of GET /metrics on one connection and
+// never reads an answer; rank 1 then fails. The failure is handled at once (the handler wrote while holding the
+// lock the supervisor's events need, and froze failure handling) and tpurun exits with rank 1's code.
+func TestHostileStatusClientNeverReads(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	s := startStalled(t, dir, []string{"TPURUN_FAULT=hang", "TPURUN_FAULT_1=late:3"}, "--nprocs", "2",
+		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
+	addr, stderr := watchStatusAddr(t, s.errR)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	go func() {
+		req := []byte("GET /metrics HTTP/1.1\r\nHost: tpurun\r\n\r\n")
+		for range 20_000 {
+			if _, err := conn.Write(req); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	err = s.cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("tpurun: %v, want exit 3\n%s", err, stderr())
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("rank 1's failure took %s to end the run", d)
+	}
+	assertNothingLeft(t, dir, 2, 5*time.Second)
+}
+
+// TestHostileCallerKilled: the program that started tpurun (a Ray actor, a notebook: here a shell) is killed with
+// SIGKILL. With --exit-with-parent (tpurun.run and spawn pass it) tpurun stops its workers and exits; tpurun and
+// its workers ran on to the end.
+func TestHostileCallerKilled(t *testing.T) {
+	t.Parallel()
+	dir := faultDir(t)
+	caller := exec.Command("sh", "-c", `"$0" --exit-with-parent --nprocs 2 -- "$1" & wait`, filepath.Join(bin, "tpurun"), os.Args[0])
+	caller.Env = append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAULT=hang")
+	if err := caller.Start(); err != nil {
+		t.Fatal(err)
+	}
+	launchertest.WaitReady(t, dir, 2)
+	if err := caller.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = caller.Wait()
+	assertNothingLeft(t, dir, 2, 15*time.Second)
+}

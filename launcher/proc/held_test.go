@@ -1,0 +1,103 @@
+package proc_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher/proc"
+)
+
+// heldCheck starts a child that exits 7 (leaving a lingering grandchild) with StartHeld through rp (nil: its own
+// waiting goroutine) and proves the hold: the exit is delivered at once, the child stays a zombie (its pid, and so
+// its group id, cannot be reused) while other children are still reaped, signalling it is harmless, and Release
+// reaps it with its resource usage; after that Signal touches nothing.
+func heldCheck(rp *proc.Reaper) error {
+	got := make(chan proc.Exit, 1)
+	p, _, err := startOrphaner(func(cmd *exec.Cmd) (*proc.Process, error) {
+		return proc.StartHeld(rp, cmd, func(p *proc.Process) { got <- p.Status() })
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case ex := <-got:
+		if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
+			return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
+		}
+	case <-time.After(10 * time.Second):
+		return errors.New("the exit of a held child was never delivered")
+	}
+	if rp != nil { // the orphan is reaped while the held zombie stays
+		deadline := time.Now().Add(10 * time.Second)
+		for rp.Orphans() < 1 {
+			if time.Now().After(deadline) {
+				return errors.New("a held zombie kept the reaper from reaping an orphan")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	} else {
+		time.Sleep(300 * time.Millisecond)
+	}
+	if st := state(p.PID()); st != "Z" {
+		return fmt.Errorf("held child %d is in state %q, want a zombie (Z) until released", p.PID(), st)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		return fmt.Errorf("signal a held zombie: %w", err)
+	}
+	ex := p.Release()
+	if ex.Code != 7 || ex.MaxRSS <= 0 || ex.UserCPU+ex.SysCPU <= 0 {
+		return fmt.Errorf("released exit %+v, want code 7 with resource usage", ex)
+	}
+	if proc.Alive(p.PID()) {
+		return fmt.Errorf("pid %d still exists after Release", p.PID())
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("signal after release: %w", err)
+	}
+	return nil
+}
+
+// state is the state letter of pid in /proc/<pid>/stat, "" when it is gone.
+func state(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
+}
+
+func heldReaperMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	return heldCheck(rp)
+}
+
+// TestStartHeld: a held worker stays an unreaped zombie after its exit is delivered, until Release: with its own
+// waiting goroutine, and under a subreaper's wait loop (in a re-executed test binary).
+func TestStartHeld(t *testing.T) {
+	t.Run("own-wait", func(t *testing.T) {
+		if err := heldCheck(nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("reaper", func(t *testing.T) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "PROC_FAKE=held-reaper-main")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "OK") {
+			t.Fatalf("reaper child: %v\n%s", err, out)
+		}
+	})
+}
