@@ -1,0 +1,156 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+)
+
+// Share is what one node of a multi-host run publishes when its workers are gone, for node 0 to merge with Add:
+// its workers with the replicas each owns (so node 0 can tell a missing result world-wide), every outcome it
+// accepted (duplicates included), and every violation it saw (frame-level and foreign).
+type Share struct {
+	Workers    []SharedWorker    `json:"workers"`
+	Results    []Result          `json:"results,omitempty"`
+	Violations []SharedViolation `json:"violations,omitempty"`
+	// Counted is what the node only counted: per replica the outcomes beyond those in Results, per violation
+	// kind the violations beyond those in Violations.
+	Counted *Counted `json:"counted,omitempty"`
+}
+
+// Counted is what a collector counted without keeping it.
+type Counted struct {
+	Reports    map[int]int    `json:"reports,omitempty"`    // replica -> outcomes not in Results
+	Foreign    map[int]int    `json:"foreign,omitempty"`    // replica -> foreign reports not in Violations
+	Violations map[string]int `json:"violations,omitempty"` // kind -> violations not in Violations
+}
+
+// SharedWorker is one worker of a node and the replicas it owns.
+type SharedWorker struct {
+	Rank     int   `json:"rank"`
+	PID      int   `json:"pid"`
+	Replicas []int `json:"replicas"`
+}
+
+// SharedViolation is a *ContractError as a node shares it (its Cause stays on that node: the message names it).
+type SharedViolation struct {
+	Kind      string `json:"kind"`
+	Replica   int    `json:"replica"`
+	Rank      int    `json:"rank"`
+	PID       int    `json:"pid"`
+	OtherRank int    `json:"other_rank"`
+	OtherPID  int    `json:"other_pid"`
+	Message   string `json:"message"`
+	Hint      string `json:"hint,omitempty"`
+}
+
+// Share returns what this node publishes: its workers, every outcome it accepted (in arrival order) and every
+// violation it recorded (in arrival order). Call it once every Consume has returned.
+func (c *Collector) Share() *Share {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &Share{Workers: make([]SharedWorker, 0, len(c.owners)), Results: slices.Clone(c.outcomes)}
+	for rank, o := range c.owners {
+		s.Workers = append(s.Workers, SharedWorker{Rank: rank, PID: o.pid, Replicas: slices.Clone(o.replicas)})
+	}
+	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Rank < s.Workers[j].Rank })
+	for _, v := range c.violations {
+		s.Violations = append(s.Violations, SharedViolation{Kind: v.KindName(), Replica: v.Replica, Rank: v.Rank,
+			PID: v.PID, OtherRank: v.OtherRank, OtherPID: v.OtherPID, Message: v.Message, Hint: v.Hint})
+	}
+	cnt := &Counted{Reports: map[int]int{}, Foreign: map[int]int{}, Violations: map[string]int{}}
+	for r, n := range c.reports {
+		if listed := max(1, len(c.reporters[r])); n > listed {
+			cnt.Reports[r] = n - listed
+		}
+	}
+	for r, n := range c.foreignN {
+		if n > len(c.foreign[r]) {
+			cnt.Foreign[r] = n - len(c.foreign[r])
+		}
+	}
+	for k, n := range c.kindCount {
+		if n > MaxExamples {
+			cnt.Violations[k] = n - MaxExamples
+		}
+	}
+	if len(cnt.Reports)+len(cnt.Foreign)+len(cnt.Violations) > 0 {
+		s.Counted = cnt
+	}
+	return s
+}
+
+// Add merges what node nodeRank shared into this collector (node 0's), so that Finish checks the world: its
+// workers' replicas are checked for missing results like local ones, its outcomes take part in the exactly-once
+// check (a replica reported on two nodes is a duplicate), and its violations are kept, their messages prefixed
+// with the node. It returns the violations the merge brought or created (errors.Join of *ContractError), or nil.
+func (c *Collector) Add(nodeRank int, s *Share) error {
+	if s == nil {
+		return nil
+	}
+	var errs []error
+	c.mu.Lock()
+	for _, w := range s.Workers {
+		if _, ok := c.owners[w.Rank]; !ok { // global ranks are unique: a clash is not this node's to resolve
+			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
+		}
+	}
+	var more workerErrs
+	for _, v := range s.Violations {
+		ce := &ContractError{Kind: kindOf(v.Kind), Replica: v.Replica, Rank: v.Rank, PID: v.PID, OtherRank: v.OtherRank,
+			OtherPID: v.OtherPID, Message: fmt.Sprintf("node %d: %s", nodeRank, v.Message), Hint: v.Hint}
+		c.recordLocked(ce)
+		if ce.Kind == ErrForeignReplica {
+			c.addForeign(ce, Result{Replica: ce.Replica, Rank: ce.Rank, PID: ce.PID, Node: nodeRank})
+		}
+		more.add(ce)
+	}
+	if cnt := s.Counted; cnt != nil {
+		for k, n := range cnt.Violations {
+			c.kindCount[k] += max(0, n)
+		}
+		for r, n := range cnt.Foreign {
+			c.foreignN[r] += max(0, n)
+		}
+	}
+	c.mu.Unlock()
+	dups := map[int]bool{}
+	for i, e := range s.Results {
+		e.Node = nodeRank
+		n := 1
+		if cnt := s.Counted; cnt != nil && cnt.Reports[e.Replica] > 0 && lastOf(s.Results, i) {
+			n += cnt.Reports[e.Replica] // the outcomes the node only counted count with its last listed one
+		}
+		c.mu.Lock()
+		c.addOutcome(e, n)
+		dup := c.reports[e.Replica] > 1
+		c.mu.Unlock()
+		if c.opts.OnResult != nil {
+			c.opts.OnResult()
+		}
+		if dup && !dups[e.Replica] {
+			dups[e.Replica] = true
+		}
+	}
+	c.mu.Lock()
+	for r := range dups {
+		more.add(c.duplicate(r))
+	}
+	c.mu.Unlock()
+	errs = append(errs, more.list...)
+	if more.more > 0 {
+		errs = append(errs, fmt.Errorf("and %d more violations of the result contract", more.more))
+	}
+	return errors.Join(errs...)
+}
+
+// lastOf reports whether rs[i] is the last of its replica in rs.
+func lastOf(rs []Result, i int) bool {
+	for _, r := range rs[i+1:] {
+		if r.Replica == rs[i].Replica {
+			return false
+		}
+	}
+	return true
+}
