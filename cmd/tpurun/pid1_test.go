@@ -3,16 +3,20 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 // init lets the test binary play the PID-1 tests' processes (TPURUN_PID1_ROLE) before TestMain runs:
@@ -22,6 +26,7 @@ import (
 //   - middle: start a "short" grandchild, print its pid, exit without waiting.
 //   - short: exit 0 after 100ms.
 //   - hang: print "ready" and wait for a signal (SIGTERM's default action ends it).
+//   - hangignore: ignore SIGTERM, print "ready" and wait for SIGKILL.
 func init() {
 	role := os.Getenv("TPURUN_PID1_ROLE")
 	if role == "" {
@@ -71,6 +76,10 @@ func pid1Role(role string) int {
 	case "hang":
 		fmt.Println("ready")
 		select {}
+	case "hangignore": // a worker whose shutdown outlasts any grace: only SIGKILL ends it
+		signal.Ignore(syscall.SIGTERM)
+		fmt.Println("ready")
+		select {}
 	}
 	return 5
 }
@@ -113,12 +122,53 @@ func TestPID1ReapsOrphanedGrandchildren(t *testing.T) {
 // SIGTERM to PID 1 is forwarded to the worker groups (a PID 1 without a handler would ignore it), the run ends
 // with the workers' 128+15, and unshare reports that code.
 func TestPID1SIGTERMEndsRunWithWorkerCode(t *testing.T) {
-	cmd := inNewPIDNamespace(t, "hang", "--nprocs", "2", "--device", "cpu", "--grace", "5s")
+	stderr, _ := stopPID1(t, 143, "hang", "--nprocs", "2", "--device", "cpu", "--grace", "5s")
+	if !strings.Contains(stderr, "SIGTERM") {
+		t.Fatalf("no summary naming SIGTERM in stderr:\n%s", stderr)
+	}
+}
+
+// TestDockerfileFitsDockerStop: `docker stop` sends SIGTERM to PID 1 and SIGKILLs the container 10 s later (its
+// default --stop-timeout). examples/Dockerfile's ENTRYPOINT, run as PID 1 with workers that ignore SIGTERM, must
+// have SIGKILLed them, swept and exited (137, the workers' SIGKILL) before that, or the container dies uncleanly with 137 and no summary.
+func TestDockerfileFitsDockerStop(t *testing.T) {
+	const dockerStopTimeout = 10 * time.Second
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "ENTRYPOINT "); ok {
+			if err := json.Unmarshal([]byte(rest), &entry); err != nil {
+				t.Fatalf("ENTRYPOINT %s is not exec form (a shell would be PID 1): %v", rest, err)
+			}
+		}
+	}
+	if len(entry) == 0 || entry[0] != "tpurun" {
+		t.Fatalf("examples/Dockerfile's ENTRYPOINT is %q, want tpurun in exec form", entry)
+	}
+	args := append(entry[1:], "--nprocs", "2", "--device", "cpu")
+	stderr, took := stopPID1(t, 137, "hangignore", args...) // the workers' SIGKILL is the first failure
+	if took >= dockerStopTimeout {
+		t.Fatalf("tpurun %q took %v after SIGTERM, past docker stop's %v: the container would be SIGKILLed\n%s",
+			entry[1:], took.Round(time.Millisecond), dockerStopTimeout, stderr)
+	}
+	if !strings.Contains(stderr, "SIGKILL") {
+		t.Fatalf("workers ignoring SIGTERM were not SIGKILLed after the grace period; stderr:\n%s", stderr)
+	}
+}
+
+// stopPID1 runs tpurun as PID 1 of a new PID namespace with two workers playing role, sends it SIGTERM once both
+// are ready, and requires exit code want within 40 s. It returns tpurun's stderr and how long it took after SIGTERM.
+func stopPID1(t *testing.T, want int, role string, args ...string) (string, time.Duration) {
+	t.Helper()
+	cmd := inNewPIDNamespace(t, role, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb bytes.Buffer
+	var errb launchertest.SyncBuffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -138,6 +188,7 @@ func TestPID1SIGTERMEndsRunWithWorkerCode(t *testing.T) {
 		}
 	}()
 	pid1 := childOf(t, cmd.Process.Pid)
+	sent := time.Now()
 	if err := syscall.Kill(pid1, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -145,16 +196,15 @@ func TestPID1SIGTERMEndsRunWithWorkerCode(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("tpurun as PID 1 did not end within 20s of SIGTERM; stderr:\n%s", errb.String())
+	case <-time.After(40 * time.Second):
+		t.Fatalf("tpurun as PID 1 did not end within 40s of SIGTERM; stderr:\n%s", errb.String())
 	}
+	took := time.Since(sent)
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-		t.Fatalf("unshare ended with %v, want exit 143 (the workers' SIGTERM)\nstderr:\n%s", err, errb.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != want {
+		t.Fatalf("unshare ended with %v, want exit %d\nstderr:\n%s", err, want, errb.String())
 	}
-	if !strings.Contains(errb.String(), "SIGTERM") {
-		t.Fatalf("no summary naming SIGTERM in stderr:\n%s", errb.String())
-	}
+	return errb.String(), took
 }
 
 // childOf is the pid of the only child of pid (unshare --fork's child: tpurun, PID 1 inside).
