@@ -83,7 +83,7 @@ func (r *job) attempt(ctx context.Context, as attemptSpec) (*Attempt, error) {
 	a := &Attempt{Number: n, Reason: StopDone}
 	r.obs.emit(Event{Kind: AttemptStarted, Attempt: n})
 	if r.spec.LogDir != "" {
-		a.LogDir = filepath.Join(r.spec.LogDir, r.spec.RunID, "attempt_"+strconv.Itoa(n))
+		a.LogDir = filepath.Join(r.spec.LogDir, r.runLogs, "attempt_"+strconv.Itoa(n))
 	}
 	exits := make(chan *child, len(local))
 	ws := make([]*child, 0, len(local))
@@ -347,20 +347,21 @@ func (r *job) awaitOutput(ws []*child) {
 	}
 }
 
-// rankLogDir is rank's directory of attempt n, relative to the log directory: <run-id>/attempt_<n>/<rank>.
-func (r *job) rankLogDir(n, rank int) string {
-	return filepath.Join(r.spec.RunID, "attempt_"+strconv.Itoa(n), strconv.Itoa(rank))
+// rankLogDir is the directory of w in attempt n, relative to the log directory, as torchrun names it:
+// <run-id>_<random>/attempt_<n>/<local rank>.
+func (r *job) rankLogDir(n int, w topology.Worker) string {
+	return filepath.Join(r.runLogs, "attempt_"+strconv.Itoa(n), strconv.Itoa(w.LocalRank))
 }
 
 // makeLogDirs creates every local rank's log directory of attempt n before any worker starts, without following a
-// symlink in any component below the log directory: a planted link (DIR/<run>/attempt_0/0 -> /victim) is an
-// *UnsafePathError and nothing starts.
+// symlink in any component below the log directory: a link planted by a worker of an earlier attempt
+// (DIR/<run>_<random>/attempt_1/0 -> /victim) is an *UnsafePathError and nothing of attempt n starts.
 func (r *job) makeLogDirs(n int, local []topology.Worker) error {
 	if r.spec.LogDir == "" {
 		return nil
 	}
 	for _, w := range local {
-		if err := MkdirAllBeneath(r.spec.LogDir, r.rankLogDir(n, w.Rank), 0o755); err != nil {
+		if err := MkdirAllBeneath(r.spec.LogDir, r.rankLogDir(n, w), 0o755); err != nil {
 			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, fdLimitHint(err))
 		}
 	}
@@ -374,11 +375,11 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
 	// mkdir the largest cost of starting hundreds of workers.
 	wk.errFile = filepath.Join(r.scratch, "error-"+strconv.Itoa(n)+"-"+strconv.Itoa(w.Rank)+".json")
-	rankRel := r.rankLogDir(n, w.Rank) // below the log directory; made by makeLogDirs
+	rankRel := r.rankLogDir(n, w) // below the log directory; made by makeLogDirs
 	if attemptDir != "" {
 		wk.errFile = filepath.Join(r.spec.LogDir, rankRel, "error.json")
-		// A fixed run id repeats this path: a previous run's traceback must not become this one's. (The scratch
-		// directory is new for every run.)
+		// The run's directory is new, but a worker of an earlier attempt can write below it: a file it left at
+		// this path must not become this attempt's traceback.
 		if err := RemoveBeneath(r.spec.LogDir, filepath.Join(rankRel, "error.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", w.Rank, wk.errFile, err)
 		}

@@ -89,6 +89,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		mine.Rank = we.Rank
 	}
 	if a.NodeRank != 0 && att != nil {
+		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
 		mine.Results = coll.Share()
 		for _, r := range att.Ranks {
 			mine.Exits = append(mine.Exits, rankEnd{Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, Signal: int(r.Signal)})
@@ -127,6 +128,12 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		if final.Code != 0 && !failed {
 			final.Error = "the results of the world break the contract (see node 0): " + finalErr.Error()
 		}
+		for _, oc := range all[1:] {
+			if oc.WantDocument {
+				final.Document = rep.Results
+				break
+			}
+		}
 	}
 	finals, gerr := publishGather(gctx, s, "final", final, len(a.Nodes))
 	if gerr != nil {
@@ -134,8 +141,14 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 	}
 	final = finals[0]
 	_ = s.Leave(ctx)
+	var docErr error
+	if a.NodeRank != 0 && mine.WantDocument && final.Document != nil {
+		rep.Results, docErr = final.Document, j.writeResultsFile(final.Document)
+	}
 
 	switch {
+	case final.Code == 0 && docErr != nil:
+		return -1, docErr
 	case final.Code == 0:
 		return -1, nil
 	case a.NodeRank == 0 && finalErr != nil:

@@ -95,6 +95,7 @@ type job struct {
 	sampler        *sampler
 	stopSampler    func()
 	scratch        string // holds the error files when there is no log dir
+	runLogs        string // this run's directory below Spec.LogDir, as torchrun names it: <run-id>_<random>
 	pyDir          string // a private copy of the Python module (when the shared one cannot be used), removed at the end
 
 	host         *topology.Host // detected once; nil with Spec.Plan
@@ -206,7 +207,14 @@ func (j *job) prepare(ctx context.Context) error {
 		if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
 			return &ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
 		}
-		j.log.Info("worker logs", zap.String("dir", filepath.Join(s.LogDir, s.RunID)))
+		// torchrun's layout, <run-id>_<random>/attempt_<n>/<local rank>/: a directory that no earlier run (or
+		// anyone else) can have prepared, created here exclusively (mkdir never follows a planted final symlink).
+		d, err := os.MkdirTemp(s.LogDir, s.RunID+"_")
+		if err != nil {
+			return &ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+		}
+		j.runLogs = filepath.Base(d)
+		j.log.Info("worker logs", zap.String("dir", d))
 	} else {
 		d, err := os.MkdirTemp("", "tpurun-"+s.RunID+"-")
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +105,9 @@ func TestRunMultihostWorld(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, 2, backend, "env")
+			for i := range w.specs {
+				w.specs[i].LogDir = t.TempDir()
+			}
 			_, errs := w.run()
 			for i, err := range errs {
 				if err != nil {
@@ -121,6 +125,11 @@ func TestRunMultihostWorld(t *testing.T) {
 					e["TORCHELASTIC_RUN_ID"] != w.specs[0].Rendezvous.RunID {
 					t.Fatalf("rank %d env: WORLD_SIZE=%s GROUP_RANK=%s LOCAL_RANK=%s MASTER=%s:%s RUN_ID=%s", r, e["WORLD_SIZE"],
 						e["GROUP_RANK"], e["LOCAL_RANK"], e["MASTER_ADDR"], e["MASTER_PORT"], e["TORCHELASTIC_RUN_ID"])
+				}
+				// torchrun's layout on every node: DIR/<run id>_<random>/attempt_0/<local rank>/error.json.
+				want := filepath.Join(runLogDir(t, w.specs[r/2].LogDir, w.specs[0].Rendezvous.RunID), "attempt_0", strconv.Itoa(r%2), "error.json")
+				if e["TORCHELASTIC_ERROR_FILE"] != want {
+					t.Fatalf("rank %d: TORCHELASTIC_ERROR_FILE=%s, want %s", r, e["TORCHELASTIC_ERROR_FILE"], want)
 				}
 			}
 			launchertest.AssertAllGone(t, w.dir, 4, 5*time.Second)
@@ -188,6 +197,59 @@ func TestRunMultihostResultsMerged(t *testing.T) {
 	}
 	if !slices.Equal(reps0, []int{0, 1, 2, 3}) || reps[1].Results != nil {
 		t.Fatalf("replicas %v; node 1's document %+v", reps0, reps[1].Results)
+	}
+}
+
+// TestRunMultihostDocumentOnEveryNode: node 0 builds the world's results document; a node whose caller wants it
+// (--json: Results.Document; --results: Results.File) gets that same document, e.g. every Ray actor's tpurun.run().
+// A node that asks for nothing gets none. Also when a rank fails: the document says so on every node that asked.
+func TestRunMultihostDocumentOnEveryNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, behaviour string
+		code            int
+	}{{"ok", "report", 0}, {"rank-fails", "report", 6}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var extra []string
+			if tc.code != 0 {
+				extra = append(extra, "TPURUN_FAKE_5=exit:6") // rank 5, on node 2, fails without reporting
+			}
+			w := newWorld(t, 3, "tcp", tc.behaviour, extra...)
+			for i := range w.specs {
+				w.specs[i].Results.Required = true
+			}
+			w.specs[1].Results.Document = true
+			file := filepath.Join(t.TempDir(), "results.json")
+			w.specs[2].Results.File = file
+			reps, errs := w.run()
+			for i, err := range errs {
+				if launcher.ExitCode(err) != tc.code {
+					t.Fatalf("node %d: %v (exit %d), want exit %d", i, err, launcher.ExitCode(err), tc.code)
+				}
+			}
+			doc := reps[0].Results
+			if doc == nil || doc.ExitCode != tc.code || doc.World.Nodes != 3 || (tc.code == 0 && len(doc.Results) != 6) {
+				t.Fatalf("node 0's document %+v", doc)
+			}
+			want, _ := json.Marshal(doc)
+			got1, _ := json.Marshal(reps[1].Results)
+			if string(got1) != string(want) {
+				t.Fatalf("node 1's document\n%s\nnode 0's\n%s", got1, want)
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("node 2 wrote no results file: %v", err)
+			}
+			var fromFile, doc0 any
+			_ = json.Unmarshal(want, &doc0)
+			if err := json.Unmarshal(b, &fromFile); err != nil || !reflect.DeepEqual(fromFile, doc0) {
+				t.Fatalf("node 2's results file (%v)\n%s\nnode 0's document\n%s", err, b, want)
+			}
+			if reps[2].Results == nil {
+				t.Fatal("node 2 wrote the file but its report has no document")
+			}
+		})
 	}
 }
 

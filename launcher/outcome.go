@@ -20,6 +20,10 @@ type outcome struct {
 	Error   string         `json:"error,omitempty"`
 	Results *results.Share `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
 	Exits   []rankEnd      `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
+	// WantDocument: this node's caller wants the results document (--json, --results); node 0 then puts the
+	// world's document in its final outcome, and only then.
+	WantDocument bool              `json:"want_document,omitempty"`
+	Document     *results.Document `json:"document,omitempty"`
 }
 
 // rankEnd is how one worker of another node ended, for node 0's results document.

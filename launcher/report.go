@@ -38,7 +38,7 @@ type Attempt struct {
 	Failure *WorkerError   // the first worker that failed, nil if none
 	Ranks   []RankSummary  // in local-rank order
 	Swept   []int          // pids the orphan sweep had to kill
-	LogDir  string         // DIR/<run-id>/attempt_<n>, "" without --log-dir
+	LogDir  string         // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
 
 	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
 }

@@ -80,13 +80,22 @@ func (j *job) finishResults(exits []results.RankExit, c *results.Collector, runE
 	}
 	doc.ExitCode = ExitCode(err)
 	doc.OK = doc.ExitCode == 0
-	if f := j.spec.Results.File; f != "" {
-		if werr := results.WriteFile(f, doc); werr != nil {
-			j.log.Error("could not write the results file", zap.String("file", f), zap.Error(werr))
-			if err == nil {
-				err = &OutputError{Stream: "results file " + f, Err: werr}
-			}
-		}
+	if werr := j.writeResultsFile(doc); werr != nil && err == nil {
+		err = werr
 	}
 	return doc, err
+}
+
+// writeResultsFile writes doc to the results file, if one is asked for; a failure is logged and returned as an
+// *OutputError.
+func (j *job) writeResultsFile(doc *results.Document) error {
+	f := j.spec.Results.File
+	if f == "" {
+		return nil
+	}
+	if err := results.WriteFile(f, doc); err != nil {
+		j.log.Error("could not write the results file", zap.String("file", f), zap.Error(err))
+		return &OutputError{Stream: "results file " + f, Err: err}
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -448,12 +449,70 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 		t.Fatalf("redirected rank 1 or filtered rank 2 on the console:\n%s", out.String())
 	}
 	for r := range 3 {
-		b, err := os.ReadFile(filepath.Join(cfg.LogDir, "logs", "attempt_0", fmt.Sprint(r), "stdout.log"))
+		b, err := os.ReadFile(filepath.Join(runLogDir(t, cfg.LogDir, "logs"), "attempt_0", fmt.Sprint(r), "stdout.log"))
 		if err != nil || !strings.HasPrefix(string(b), fmt.Sprintf("rank %d line 0 \n", r)) {
 			t.Fatalf("rank %d log file: %q %v", r, b, err)
 		}
 	}
 	launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
+}
+
+// runLogDir is the one directory of run id below logDir: torchrun's <run-id>_<random>.
+func runLogDir(t *testing.T, logDir, runID string) string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(logDir, runID+"_*"))
+	if err != nil || len(m) != 1 {
+		t.Fatalf("run directories of %q in %s: %v (%v), want exactly one", runID, logDir, m, err)
+	}
+	return m[0]
+}
+
+// TestLogDirLayoutIsTorchruns: --log-dir holds <run-id>_<random>/attempt_<n>/<local rank>/ as torchrun's does;
+// two runs with one run id keep both runs' files, and each attempt has its own directory.
+func TestLogDirLayoutIsTorchruns(t *testing.T) {
+	t.Parallel()
+	plan, err := topology.CPUPlan(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := t.TempDir()
+	for run := range 2 {
+		// Attempt 0 fails (rank 0, once rank 1's line is in its log file), attempt 1 succeeds.
+		script := `echo "run ` + fmt.Sprint(run) + ` attempt $TORCHELASTIC_RESTART_COUNT rank $RANK"
+[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 1 ] && exit 0
+until [ -s "$(dirname "$TORCHELASTIC_ERROR_FILE")/../1/stdout.log" ]; do sleep 0.01; done
+exit 1`
+		_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
+			MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "same", Stdout: io.Discard, Stderr: io.Discard})
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+	runs, _ := filepath.Glob(filepath.Join(logs, "same_*"))
+	if es, _ := os.ReadDir(logs); len(runs) != 2 || len(es) != 2 {
+		t.Fatalf("log dir holds %v; want two run directories same_<random>", es)
+	}
+	seen := map[string]bool{}
+	for _, d := range runs {
+		for a := range 2 {
+			for lr := range 2 {
+				b, err := os.ReadFile(filepath.Join(d, fmt.Sprintf("attempt_%d", a), fmt.Sprint(lr), "stdout.log"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[strings.TrimSpace(string(b))] = true
+			}
+		}
+	}
+	for run := range 2 {
+		for a := range 2 {
+			for r := range 2 {
+				if l := fmt.Sprintf("run %d attempt %d rank %d", run, a, r); !seen[l] {
+					t.Fatalf("no log file holds %q; have %v", l, seen)
+				}
+			}
+		}
+	}
 }
 
 // TestProgramNotRunnable: a PROGRAM that is not there exits 127 and one that cannot be executed 126, as a shell's,
@@ -526,36 +585,38 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
 }
 
-// TestStaleErrorFileIsNotTheRootCause: with --log-dir and a fixed run id the error file's path repeats; a rank that
-// writes none this time must not be reported with the previous run's traceback.
+// TestStaleErrorFileIsNotTheRootCause: every run has a new log directory, but a worker can write below it: a
+// rank of attempt 0 that leaves a traceback at attempt 1's error file path must not have it reported as attempt
+// 1's root cause when that rank fails without writing one.
 func TestStaleErrorFileIsNotTheRootCause(t *testing.T) {
 	t.Parallel()
-	logs := t.TempDir()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "hang", "TPURUN_FAKE_1=record:7")
-	cfg.LogDir, cfg.RunID = logs, "fixed-run-id"
-	rep, err := launcher.Run(context.Background(), cfg)
-	if launcher.ExitCode(err) != 7 || rep.Last().Ranks[1].Error == nil {
-		t.Fatalf("first run: err %v, error record %v; want 7 with rank 1's traceback", err, rep.Last().Ranks[1].Error)
+	plan, err := topology.CPUPlan(2)
+	if err != nil {
+		t.Fatal(err)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
-
-	dir2 := launchertest.FakeDir(t)
-	cfg2, _, _ := config(t, 2, dir2, "hang", "TPURUN_FAKE_1=exitready:5")
-	cfg2.LogDir, cfg2.RunID = logs, "fixed-run-id"
-	rep, err = launcher.Run(context.Background(), cfg2)
-	if launcher.ExitCode(err) != 5 {
-		t.Fatalf("second run: err %v, want rank 1's exit 5", err)
+	// $TORCHELASTIC_ERROR_FILE is DIR/<run>_<random>/attempt_<n>/<local rank>/error.json.
+	script := `run=$(dirname "$(dirname "$(dirname "$TORCHELASTIC_ERROR_FILE")")")
+[ "$LOCAL_RANK" = 0 ] && exec sleep 30
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  mkdir -p "$run/attempt_1/1" &&
+  echo '{"message": {"message": "ValueError: bad learning rate", "extraInfo": {"py_callstack": "ValueError: bad learning rate", "timestamp": "1"}}}' > "$run/attempt_1/1/error.json"
+  exit 3
+fi
+exit 5`
+	var out strings.Builder
+	rep, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
+		MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id", Stdout: io.Discard, Stderr: &out})
+	if launcher.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
+		t.Fatalf("err %v after %d attempts, want rank 1's exit 5 in attempt 1\n%s", err, len(rep.Attempts), out.String())
 	}
 	if rec := rep.Last().Ranks[1].Error; rec != nil {
-		t.Fatalf("second run reports the first run's error file as rank 1's: %+v", rec)
+		t.Fatalf("attempt 1 reports the file attempt 0 left as rank 1's error: %+v", rec)
 	}
 	var sum strings.Builder
 	rep.WriteSummary(&sum)
 	if strings.Contains(sum.String(), "bad learning rate") {
-		t.Fatalf("summary shows the previous run's traceback:\n%s", sum.String())
+		t.Fatalf("summary shows the planted traceback:\n%s", sum.String())
 	}
-	launchertest.AssertAllGone(t, dir2, 2, 5*time.Second)
 }
 
 // TestSameRunIDDoesNotSweepAnotherLaunchersWorkers: two launchers with one run id and the sweep by environment

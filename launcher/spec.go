@@ -54,7 +54,7 @@ type Spec struct {
 	MasterPort int    // default: a free port picked at launch
 	Role       string // ROLE_NAME; default "default"
 
-	LogDir           string  // per-rank files DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log
+	LogDir           string  // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
 	Redirects        StdSpec // streams that go only to the log files
 	Tee              StdSpec // streams that go to the console and the log files
 	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
@@ -82,7 +82,10 @@ type Spec struct {
 type ResultsSpec struct {
 	Required      bool   // every replica must report a result (implied by function mode)
 	MaxFrameBytes int64  // largest accepted payload; default results.DefaultMaxFrameBytes
-	File          string // write the document here atomically (node 0), also when the job fails; checked first
+	File          string // write the document here atomically (on every node), also when the job fails; checked first
+	// Document: Report.Results is wanted on every node of a multi-host job, not only on node 0 (which builds it
+	// for the world); the other nodes receive it when the job ends. Implied by File.
+	Document bool
 }
 
 // FnSpec is function mode: fn(index, *args) in every worker, its return value collected (xmp.spawn's contract).

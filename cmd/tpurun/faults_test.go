@@ -543,9 +543,9 @@ func TestFaultFDLimit(t *testing.T) {
 	assertNothingLeft(t, dir, len(es), 5*time.Second)
 }
 
-// TestFaultLogDirSymlink: a symlink planted at DIR/<run-id>/attempt_0/0/stdout.log is never followed: tpurun
-// refuses with exit 2 (the log directory is unusable as configured) naming the file, the symlink's target is
-// untouched, nothing is left running.
+// TestFaultLogDirSymlink: a symlink planted where a log file goes is never followed. The run's directory is new
+// (<run-id>_<random>), so the planter is a worker of attempt 0: it puts DIR/<run>_<random>/attempt_1/0/stdout.log
+// -> victim there and fails; the restart refuses with exit 2 naming the link, the victim is untouched.
 func TestFaultLogDirSymlink(t *testing.T) {
 	t.Parallel()
 	dir := faultDir(t)
@@ -554,30 +554,43 @@ func TestFaultLogDirSymlink(t *testing.T) {
 	if err := os.WriteFile(target, []byte("precious\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rankDir := filepath.Join(logs, "planted", "attempt_0", "0")
-	if err := os.MkdirAll(rankDir, 0o755); err != nil {
-		t.Fatal(err)
+	// $TORCHELASTIC_ERROR_FILE is DIR/<run>_<random>/attempt_0/<local rank>/error.json.
+	script := `run=$(dirname "$(dirname "$(dirname "$TORCHELASTIC_ERROR_FILE")")")
+[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$LOCAL_RANK" = 0 ] && mkdir -p "$run/attempt_1/0" &&
+  ln -s "$VICTIM" "$run/attempt_1/0/stdout.log" && echo "$run/attempt_1/0/stdout.log" > "$FAKE_DIR/link" && exit 3
+echo "attempt $TORCHELASTIC_RESTART_COUNT ran" >> "$FAKE_DIR/ran"`
+	r := runCLI(t, dir, []string{"VICTIM=" + target}, "--nprocs", "2", "--max-restarts", "1", "--log-dir", logs,
+		"--run-id", "planted", "--", "/bin/sh", "-c", script)
+	link, err := os.ReadFile(filepath.Join(dir, "link"))
+	if err != nil {
+		t.Fatalf("attempt 0 planted no link: %v\nstderr:\n%s", err, r.stderr)
 	}
-	link := filepath.Join(rankDir, "stdout.log")
-	if err := os.Symlink(target, link); err != nil {
-		t.Fatal(err)
-	}
-	r := runCLI(t, dir, []string{"TPURUN_FAULT=exit:0"}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
-	wantStderr(t, r, 2, link, "is a symlink")
+	wantStderr(t, r, 2, strings.TrimSpace(string(link)), "is a symlink")
 	if b, err := os.ReadFile(target); err != nil || string(b) != "precious\n" {
 		t.Fatalf("symlink target changed: %q, %v", b, err)
 	}
-	assertNothingLeft(t, dir, 0, 5*time.Second)
-
-	// Without the planted link the same run works and the log files are regular files of mode 0644 (umask aside).
-	if err := os.Remove(link); err != nil {
-		t.Fatal(err)
+	if b, _ := os.ReadFile(filepath.Join(dir, "ran")); strings.Contains(string(b), "attempt 1") {
+		t.Fatalf("a worker of attempt 1 ran: %q", b)
 	}
+
+	// Without a planted link the log files are regular files of mode 0644 (umask aside), in a new run directory.
 	r = runCLI(t, dir, []string{"TPURUN_FAULT=exit:0"}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
 	wantStderr(t, r, 0)
-	fi, err := os.Lstat(link)
-	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&^0o644 != 0 {
-		t.Fatalf("log file %s: %v, %v; want a regular file, mode at most 0644", link, fi, err)
+	runs, _ := filepath.Glob(filepath.Join(logs, "planted_*"))
+	if len(runs) != 2 {
+		t.Fatalf("run directories %v, want two (one per run)", runs)
+	}
+	for _, d := range runs {
+		if d == filepath.Dir(filepath.Dir(filepath.Dir(strings.TrimSpace(string(link))))) {
+			continue
+		}
+		for lr := range 2 {
+			f := filepath.Join(d, "attempt_0", strconv.Itoa(lr), "stdout.log")
+			fi, err := os.Lstat(f)
+			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&^0o644 != 0 {
+				t.Fatalf("log file %s: %v, %v; want a regular file, mode at most 0644", f, fi, err)
+			}
+		}
 	}
 	assertNothingLeft(t, dir, 2, 5*time.Second)
 }

@@ -70,8 +70,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	spec := &o.spec
 	spec.Logger = log
 	spec.Stdout, spec.Stderr = stdout, stderr
-	if o.json {
-		spec.Stdout = stderr // stdout carries only the results document
+	if spec.Results.Document = o.json; o.json {
+		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
 	if spec.Detect, err = o.dev.options(log); err != nil {
 		return fail(stderr, err)
@@ -183,7 +183,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.DurationVar(&o.spec.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
-	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>/attempt_<n>/<rank>/{stdout,stderr}.log")
+	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
 	fs.StringVarP(&redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")

@@ -48,6 +48,9 @@ func TestMultihostRemoteViolations(t *testing.T) {
 			if err := json.Unmarshal([]byte(nodes[0].stdout.String()), &doc); err != nil {
 				t.Fatalf("node 0 --json: %v\n%s", err, nodes[0].stdout.String())
 			}
+			if a, b := nodes[0].stdout.String(), nodes[1].stdout.String(); a != b {
+				t.Fatalf("--json on node 1 printed\n%s\nnode 0 printed\n%s\nwant the world's document on both", b, a)
+			}
 			if doc.OK || doc.ExitCode != launcher.ExitResults || len(doc.Violations) != 1 {
 				t.Fatalf("document ok=%v exit %d violations %+v, want one %s", doc.OK, doc.ExitCode, doc.Violations, tc.kind)
 			}
@@ -90,21 +93,23 @@ func TestMultihostHugeResults(t *testing.T) {
 					t.Fatalf("node %d: exit %d, want 0\nstderr:\n%s", i, code, n.stderr.String())
 				}
 			}
-			b, err := os.ReadFile(doc + "0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var d results.Document
-			if err := json.Unmarshal(b, &d); err != nil {
-				t.Fatal(err)
-			}
-			if !d.OK || len(d.Results) != 2 {
-				t.Fatalf("document ok=%v with %d results, want both", d.OK, len(d.Results))
-			}
-			for _, r := range d.Results {
-				var v string
-				if err := json.Unmarshal(r.Value, &v); err != nil || len(v) != 5_000_000 || v[0] != byte('0'+r.Rank) {
-					t.Fatalf("replica %d (rank %d, node %d): a %d-byte value, want the 5 MB string whole (%v)", r.Replica, r.Rank, r.Node, len(v), err)
+			for i := range 2 { // node 0 builds the world's document; node 1 receives it (both asked with --results)
+				b, err := os.ReadFile(doc + strconv.Itoa(i))
+				if err != nil {
+					t.Fatalf("node %d: %v", i, err)
+				}
+				var d results.Document
+				if err := json.Unmarshal(b, &d); err != nil {
+					t.Fatal(err)
+				}
+				if !d.OK || len(d.Results) != 2 {
+					t.Fatalf("node %d's document ok=%v with %d results, want both", i, d.OK, len(d.Results))
+				}
+				for _, r := range d.Results {
+					var v string
+					if err := json.Unmarshal(r.Value, &v); err != nil || len(v) != 5_000_000 || v[0] != byte('0'+r.Rank) {
+						t.Fatalf("node %d's replica %d (rank %d, node %d): a %d-byte value, want the 5 MB string whole (%v)", i, r.Replica, r.Rank, r.Node, len(v), err)
+					}
 				}
 			}
 		})

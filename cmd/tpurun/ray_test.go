@@ -1,13 +1,17 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/worker"
 )
 
@@ -55,4 +59,58 @@ print(out)
 	if !strings.HasPrefix(string(out), want) {
 		t.Fatalf("run() printed %q, want prefix %q", out, want)
 	}
+}
+
+// TestRayExampleRunsTheSlice runs examples/ray_actor.py unchanged against a stand-in for the Ray calls it makes
+// (testdata/fakeray: no Ray here) on a two-host v4-16 slice on loopback, the hosts listed to Ray in the opposite
+// order (host 1 first, so the first actor lands on TPU worker 1). The example must claim the slice's head, put one
+// actor on each of its hosts, and have their tpurun processes form one world of 8 ranks in the slice's own order:
+// every rank's env equals `tpurun plan` of the slice on its host, whatever order Ray placed the actors in.
+func TestRayExampleRunsTheSlice(t *testing.T) {
+	t.Parallel()
+	py := python(t)
+	pydir := t.TempDir()
+	if _, err := worker.InstallPython(pydir); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
+	base := portBase(t)
+	type rayHost struct {
+		Resources map[string]int    `json:"resources"`
+		Env       map[string]string `json:"env"`
+	}
+	hosts := []*host{newHost(t, idV4, 4), newHost(t, idV4, 4)}
+	var cluster []rayHost
+	for _, i := range []int{1, 0} {
+		h := hosts[i]
+		env := map[string]string{"TPURUN_SYSFS_ROOT": h.sys, "TPURUN_DEV_ROOT": h.dev, "TPU_ACCELERATOR_TYPE": "v4-16",
+			"TPU_WORKER_ID": strconv.Itoa(i), "TPU_WORKER_HOSTNAMES": "127.0.0.1,127.0.0.2", "TPU_NAME": "slice-a",
+			"FAKE_RAY_TPU_CHIPS": "4"}
+		for _, kv := range h.env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		res := map[string]int{"TPU": 4, "slice-a": 1}
+		if i == 0 {
+			res["TPU-v4-16-head"] = 1
+		}
+		cluster = append(cluster, rayHost{res, env})
+	}
+	spec, err := json.Marshal(cluster)
+	mustDo(t, err)
+	cmd := exec.Command(py, filepath.Join(examplesDir(t), "ray_actor.py"), "--tpu", "v4-16", "--rdzv-conf", "port="+port,
+		"--tpu-port-base", strconv.Itoa(base), "--rdzv-timeout", "20s", "--", self(t))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("testdata", "fakeray")+":"+pydir,
+		"TPURUN="+filepath.Join(bin, "tpurun"), "FAKE_RAY_HOSTS="+string(spec))
+	var errb launchertest.SyncBuffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ray_actor.py: %v\nstdout:\n%s\nstderr:\n%s", err, out, errb.String())
+	}
+	if n := strings.Count(string(out), "slice-a host: "); n != 2 || strings.Count(string(out), "world of 8 rank(s): ok") != 2 {
+		t.Fatalf("ray_actor.py printed %q; want two hosts, each ok in a world of 8", out)
+	}
+	checkWorldEnv(t, hosts, 4, func(int) []string { return []string{"TPU_ACCELERATOR_TYPE=v4-16"} },
+		"--tpu-port-base", strconv.Itoa(base))
 }

@@ -1,0 +1,1 @@
+from . import accelerators, tpu  # noqa: F401

@@ -1,0 +1,1 @@
+from .. import tpu  # noqa: F401  (older Ray's ray.util.accelerators.tpu)
