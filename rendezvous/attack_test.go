@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,5 +318,51 @@ func testSlowloris(t *testing.T, attackers int, hello bool) {
 		if sum[k] != v {
 			t.Fatalf("the warning lines count %d %s, the server %d", sum[k], k, v)
 		}
+	}
+}
+
+// TestBurstJoinIsNotAFlood: 256 real nodes connecting at once fill the handshake pool (MaxUnauth) as a flood
+// would, but each completes its handshake in one round trip: none may be evicted or refused and retried. (How
+// long the burst takes is BenchmarkRendezvous256TCP's: a full pool now waits for a handshake to end rather than
+// for the eviction grace, which made the join 4x slower.)
+func TestBurstJoinIsNotAFlood(t *testing.T) {
+	const n = 256
+	ep := freeAddr(t)
+	ctx := context.Background()
+	rs := make([]*Rendezvous, n)
+	for i := range n {
+		host := strconv.FormatBool(i == 0)
+		r, err := New(ctx, Config{Backend: BackendTCP, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "burst", Timeout: 60 * time.Second,
+			Conf: map[string]string{"is_host": host, "linger": "0.001"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rs[i] = r
+	}
+	srv := rs[0].Server()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			m := Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Rank: -1}
+			s, err := rs[i].Join(ctx, m)
+			if err == nil {
+				err = s.Barrier(ctx, "ready")
+				defer s.Close()
+				defer s.Leave(ctx)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	st := srv.Stats()
+	if len(st.Refused) != 0 || st.Accepted != n || st.Authenticated != n {
+		t.Fatalf("a burst of %d real nodes: accepted %d, authenticated %d, refused %v; want every node accepted and authenticated once", n, st.Accepted, st.Authenticated, st.Refused)
 	}
 }

@@ -88,7 +88,8 @@ type Server struct {
 	tally *tally
 
 	mu      sync.Mutex
-	pending []*pending // in the handshake, in accept order
+	pending []*pending    // in the handshake, in accept order
+	freed   chan struct{} // a pending connection left the handshake: wakes an accept loop waiting for room
 	conns   map[*sconn]struct{}
 	worlds  map[int]*world
 	latest  int           // the highest generation any node joined
@@ -118,6 +119,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval),
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
+		freed: make(chan struct{}, 1),
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -227,12 +229,16 @@ func (s *Server) accept() {
 				break
 			}
 			// every pending connection is younger than the grace: the next connections wait in the listen
-			// backlog, so a flood cannot churn the pool faster than MaxUnauth per grace
+			// backlog, so a flood cannot churn the pool faster than MaxUnauth per grace; a handshake that ends
+			// (256 real nodes joining at once, say) makes room at once
 			s.mu.Unlock()
+			t := time.NewTimer(wait)
 			select {
 			case <-s.done:
-			case <-time.After(wait):
+			case <-t.C:
+			case <-s.freed:
 			}
+			t.Stop()
 			s.mu.Lock()
 		}
 		if s.closed {
@@ -303,7 +309,7 @@ func helloWaiting(nc net.Conn) bool {
 func (s *Server) unpend(pc *pending) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.unpendLocked(pc)
+	return s.handshakeEnded(pc)
 }
 
 func (s *Server) unpendLocked(pc *pending) bool {
@@ -316,12 +322,26 @@ func (s *Server) unpendLocked(pc *pending) bool {
 	return false
 }
 
+// handshakeEnded removes pc from the handshake list as its handshake ends (admitted, refused, hung up) and wakes
+// an accept loop waiting for room. Evictions do not wake it: under a flood of silent connections the pool must
+// not churn faster than the grace allows. With s.mu held.
+func (s *Server) handshakeEnded(pc *pending) bool {
+	if !s.unpendLocked(pc) {
+		return false
+	}
+	select {
+	case s.freed <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	return true
+}
+
 // admit turns an authenticated pending connection into a served one, unless it was evicted meanwhile (nil,
 // statusOK) or the server is full (nil, statusFull).
 func (s *Server) admit(pc *pending) (*sconn, uint16) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.unpendLocked(pc) || s.closed {
+	if !s.handshakeEnded(pc) || s.closed {
 		return nil, statusOK
 	}
 	if len(s.conns) >= s.cfg.MaxConns {
