@@ -158,7 +158,8 @@ func (r *Rendezvous) Join(ctx context.Context, m Member) (*Session, error) {
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
 		return nil, configError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
-	log := r.log.With(zap.String("host", m.Host), zap.String("instance", m.Instance), zap.Int("generation", m.Generation))
+	// The generation asked for (LatestGeneration: -1); the lines of the join add the one agreed as "generation".
+	log := r.log.With(zap.String("host", m.Host), zap.String("instance", m.Instance), zap.Int("join_generation", m.Generation))
 	b, asg, err := r.b.join(ctx, m, log)
 	if err != nil {
 		return nil, err
