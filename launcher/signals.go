@@ -51,8 +51,8 @@ func passedOn(s syscall.Signal) bool {
 
 // coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
 // from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
-// pending once (a stop signal twice: the second one means "kill now"), in arrival order, until the job takes it. A storm of SIGUSR1 is one pending SIGUSR1; the SIGTERM
-// behind it is still delivered. A write error on a console (outErr) is delivered as SIGPIPE: the run stops as for
+// pending once (a stop signal twice: the second one means "kill now"), in arrival order, until the job takes it.
+// A storm of SIGUSR1 is one pending SIGUSR1; the SIGTERM behind it is still delivered. A write error on a console (outErr) is delivered as SIGPIPE: the run stops as for
 // a stop signal and reports the error. It returns when done is closed.
 func coalesce(in <-chan os.Signal, outErr <-chan error, done <-chan struct{}) <-chan os.Signal {
 	out := make(chan os.Signal)

@@ -101,3 +101,28 @@ func TestStartHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestHeldStatus: the exit a held child delivers before it is reaped is the zombie's own wait status (exit code,
+// or the killing signal), and it stays a zombie until Release, which reports the same.
+func TestHeldStatus(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		code   int
+		sig    syscall.Signal
+	}{{"exit 3", 3, 0}, {"kill -KILL $$", -1, syscall.SIGKILL}, {"kill -TERM $$", -1, syscall.SIGTERM}, {"exit 0", 0, 0}} {
+		p, err := proc.StartHeld(nil, exec.Command("/bin/sh", "-c", tc.script), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := p.Status()
+		if st.Code != tc.code || st.Signal != tc.sig {
+			t.Errorf("%q: held status code %d signal %v, want %d %v", tc.script, st.Code, st.Signal, tc.code, tc.sig)
+		}
+		if s := state(p.PID()); s != "Z" {
+			t.Errorf("%q: state %q before Release, want a zombie (Z)", tc.script, s)
+		}
+		if ex := p.Release(); ex.Code != tc.code || ex.Signal != tc.sig {
+			t.Errorf("%q: released exit code %d signal %v, want %d %v", tc.script, ex.Code, ex.Signal, tc.code, tc.sig)
+		}
+	}
+}

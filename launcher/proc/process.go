@@ -9,7 +9,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -245,8 +244,9 @@ func exited(pidfd int) bool {
 	return info.Signo != 0
 }
 
-// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT). ok is false
-// when there is nothing to wait for (already reaped by someone else).
+// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT, then the
+// zombie's status). ok is false when there is nothing to wait for (already reaped by someone else) or the status
+// cannot be read: the caller reaps at once then.
 func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 	for {
 		var info unix.Siginfo
@@ -257,30 +257,10 @@ func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 		if err != nil || info.Signo == 0 {
 			return 0, 0, false
 		}
-		code, sig = childStatus(&info)
-		return code, sig, true
+		buf := make([]byte, 512) // readSmall reads into it, growing it as needed
+		return zombieStatus("/proc", pid, &buf)
 	}
 }
-
-// childStatus decodes a SIGCHLD siginfo: si_code CLD_EXITED carries the exit code in si_status, CLD_KILLED and
-// CLD_DUMPED the signal. si_status is the int after si_pid and si_uid in the union that follows the three ints
-// and the padding of the header (offset 24 on 64-bit Linux).
-func childStatus(info *unix.Siginfo) (code int, sig syscall.Signal) {
-	status := int(*(*int32)(unsafe.Add(unsafe.Pointer(info), 24)))
-	switch info.Code {
-	case cldExited:
-		return status, 0
-	default: // CLD_KILLED, CLD_DUMPED
-		return -1, syscall.Signal(status)
-	}
-}
-
-// siginfoPID is si_pid of a SIGCHLD siginfo (offset 16).
-func siginfoPID(info *unix.Siginfo) int {
-	return int(*(*int32)(unsafe.Add(unsafe.Pointer(info), 16)))
-}
-
-const cldExited = 1 // CLD_EXITED
 
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
@@ -321,6 +301,10 @@ func (p *Process) Release() Exit {
 // leader is not reaped (while the group id cannot have been reused). Once the leader is reaped nothing is
 // signalled: what is left of its group is the subtree sweep's. A process that no longer exists is not an error.
 func (p *Process) Signal(sig syscall.Signal) error {
+	if p.rp != nil { // the reaper reaps under its lock (with wait4(-1) it cannot take p.mu first)
+		p.rp.mu.Lock()
+		defer p.rp.mu.Unlock()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.reaped {

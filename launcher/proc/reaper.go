@@ -72,23 +72,12 @@ func (r *Reaper) loop() {
 
 // reap collects every child that has exited by now, except held workers (see StartHeld), whose exit it delivers
 // but which it reaps only once released. Holding needs the kernel's list of children (a held zombie would hide
-// every other exited child from waitid(P_ALL)); without it every child is reaped at once.
+// every other exited child from wait4(-1)); without it every child is reaped at once.
 func (r *Reaper) reap() {
 	if r.listed && r.reapListed() {
 		return
 	}
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || info.Signo == 0 {
-			return // ECHILD: no children; none exited yet
-		}
-		if !r.reapPID(siginfoPID(&info)) {
-			return
-		}
+	for r.reapPID(-1) {
 	}
 }
 
@@ -107,16 +96,17 @@ func (r *Reaper) reapListed() bool {
 		r.mu.Lock()
 		o, owned := r.owned[pid]
 		held := owned && o.p.hold && !closed(o.p.release)
-		first := held && !o.seen
-		if first {
-			o.seen = true
-			r.owned[pid] = o
+		var code int
+		var sig syscall.Signal
+		if held && !o.seen {
+			// its status is the zombie's own (unreadable: reap it now, unheld)
+			if code, sig, held = zombieStatus("/proc", pid, &r.buf); held {
+				o.seen = true
+				r.owned[pid] = o
+				go o.p.setExited(Exit{PID: pid, Code: code, Signal: sig})
+			}
 		}
 		r.mu.Unlock()
-		if first {
-			code, sig := childStatus(&info)
-			go o.p.setExited(Exit{PID: pid, Code: code, Signal: sig})
-		}
 		if !held {
 			r.reapPID(pid)
 		}
@@ -124,39 +114,36 @@ func (r *Reaper) reapListed() bool {
 	return true
 }
 
-// reapPID reaps pid if it has exited, under the reaper's lock and the process's (so no signal to its group races
-// the pid being freed), and delivers its exit or counts an orphan. It reports whether pid was reaped.
+// reapPID reaps pid (-1: any child) if it has exited, and delivers its exit or counts an orphan; it reports
+// whether a child was reaped. It holds the reaper's lock across the wait, and Signal takes it too, so no signal
+// to a worker's group races its pid being freed.
 func (r *Reaper) reapPID(pid int) bool {
 	r.mu.Lock()
-	o, ok := r.owned[pid]
-	if ok {
-		o.p.mu.Lock()
-	}
 	var ws syscall.WaitStatus
 	var ru syscall.Rusage
 	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
 	for errors.Is(err, syscall.EINTR) {
 		got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
 	}
-	reaped := err == nil && got == pid
+	if err != nil || got <= 0 {
+		r.mu.Unlock()
+		return false // ECHILD: no such child; 0: not exited yet
+	}
+	o, ok := r.owned[got]
 	if ok {
-		if reaped {
-			o.p.reapedLocked()
-			delete(r.owned, pid)
-		}
+		o.p.mu.Lock()
+		o.p.reapedLocked()
 		o.p.mu.Unlock()
-	} else if reaped {
+		delete(r.owned, got)
+	} else {
 		r.orphans++
 	}
 	r.mu.Unlock()
-	if !reaped {
-		return false
-	}
 	if !ok {
-		r.log.Debug("reaped orphan", zap.Int("pid", pid), zap.Int("status", int(ws)))
+		r.log.Debug("reaped orphan", zap.Int("pid", got), zap.Int("status", int(ws)))
 		return true
 	}
-	e := Exit{PID: pid, Code: ws.ExitStatus()}
+	e := Exit{PID: got, Code: ws.ExitStatus()}
 	if ws.Signaled() {
 		e.Signal, e.Code = ws.Signal(), -1
 	}

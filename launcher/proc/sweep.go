@@ -202,6 +202,31 @@ func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
 	return kids, ok
 }
 
+// zombieStatus is how pid, a child that has exited but is not reaped yet, ended: the wait status the kernel keeps
+// for it in /proc/<pid>/stat (field 52, exit_code, as waitpid reports it). ok is false when it cannot be read
+// (no /proc, or the pid is gone).
+func zombieStatus(procRoot string, pid int, buf *[]byte) (code int, sig syscall.Signal, ok bool) {
+	var b []byte
+	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, false
+	}
+	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 50 || (f[0][0] != 'Z' && f[0][0] != 'X') {
+		return 0, 0, false
+	}
+	st, err := strconv.Atoi(string(f[49]))
+	if err != nil {
+		return 0, 0, false
+	}
+	ws := syscall.WaitStatus(st)
+	if ws.Signaled() {
+		return -1, ws.Signal(), true
+	}
+	return ws.ExitStatus(), 0, true
+}
+
 // zombie reports whether pid has exited but is not reaped yet (state Z or X in /proc/<pid>/stat); a pid that is
 // gone counts as a zombie too: nothing left to kill.
 func zombie(procRoot string, pid int, buf *[]byte) bool {
