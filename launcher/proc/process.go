@@ -257,7 +257,7 @@ func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 		if err != nil || info.Signo == 0 {
 			return 0, 0, false
 		}
-		buf := make([]byte, 512) // readSmall reads into it, growing it as needed
+		var buf []byte
 		return zombieStatus("/proc", pid, &buf)
 	}
 }

@@ -77,6 +77,9 @@ func readFile(path string, buf []byte) ([]byte, []byte, bool) {
 		return nil, buf, false
 	}
 	defer syscall.Close(fd)
+	if len(buf) == 0 {
+		buf = make([]byte, 512) // an empty buffer would read as an empty file
+	}
 	n := 0
 	for {
 		if n == len(buf) {
