@@ -269,10 +269,10 @@ func TestHostilePidReuse(t *testing.T) {
 	t.Parallel()
 	const lastPID = "/proc/sys/kernel/ns_last_pid"
 	if f, err := os.OpenFile(lastPID, os.O_WRONLY, 0); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI must run this test as root: %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI must run this test as root (it writes %s): %v", lastPID, err)
 		}
-		t.Skipf("cannot choose the next pid: %v", err)
+		t.Skipf("SKIPPED, NOT PASSED: cannot choose the next pid (%v); run as root to test pid reuse", err)
 	} else {
 		f.Close()
 	}
