@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 			b[i] = 1
 		}
 		os.Exit(int(b[len(b)-1]) - 1)
+	case "sigcount":
+		os.Exit(sigCounter())
 	case "hang":
 		signal.Ignore(syscall.SIGHUP)
 		fmt.Println("ready")

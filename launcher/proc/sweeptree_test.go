@@ -114,6 +114,18 @@ func treeMain(worker *exec.Cmd) error {
 	if !slices.Contains(byEnv, p.PID()) || slices.Contains(byEnv, want["escapee"]) || slices.Contains(byEnv, want["leaf"]) {
 		return fmt.Errorf("sweep by env found %v; want worker %d and not the escapee %v", byEnv, p.PID(), want)
 	}
+	// The gentle first step reaches each live descendant once, except the ones skipped (the worker here); no
+	// process of the subtree ends from SIGWINCH (ignored by default, also before a child has set up anything).
+	hit, err := proc.SignalTree("/proc", os.Getpid(), func(pid int) bool { return pid == p.PID() }, syscall.SIGWINCH)
+	slices.Sort(hit)
+	exp := []int{want["escapee"], want["leaf"]}
+	slices.Sort(exp)
+	if err != nil || !slices.Equal(hit, exp) {
+		return fmt.Errorf("SignalTree hit %v (%v), want exactly the escapee and its leaf %v", hit, err, exp)
+	}
+	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 3 {
+		return fmt.Errorf("%d live descendants, want 3 (worker %d, escapee, leaf) %v", n, p.PID(), want)
+	}
 	// cleanup: the worker's group first, then the subtree.
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return err
@@ -123,8 +135,6 @@ func treeMain(worker *exec.Cmd) error {
 		return fmt.Errorf("Reaper.Sweep: %w", err)
 	}
 	slices.Sort(swept)
-	exp := []int{want["escapee"], want["leaf"]}
-	slices.Sort(exp)
 	if !slices.Equal(swept, exp) {
 		return fmt.Errorf("swept %v, want exactly the escapee and its leaf %v (the worker is not reported)", swept, exp)
 	}
@@ -141,6 +151,14 @@ func treeMain(worker *exec.Cmd) error {
 			return fmt.Errorf("swept %v not reaped (orphans %d)", exp, rp.Orphans())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-rp.Reaped(): // the reaper said so when it reaped the orphans
+	default:
+		return errors.New("the reaper reaped orphans and Reaped holds no token")
+	}
+	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 0 {
+		return fmt.Errorf("%d live descendants after the sweep", n)
 	}
 	// Nothing left below us: a second sweep finds nothing.
 	if again, err := rp.Sweep("/proc"); err != nil || len(again) != 0 {
