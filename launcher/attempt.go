@@ -231,7 +231,11 @@ func (r *job) command(as attemptSpec, attemptDir string, wk *child) (*exec.Cmd, 
 	cmd := exec.Command(r.spec.Program[0], ExpandArgs(r.spec.Program[1:], w.LocalRank)...)
 	cmd.Env = WorkerEnv(r.spec.Env, as.plan, w, rt)
 	cmd.Dir = r.spec.Dir
-	cmd.Stdin, wk.holder = r.stdinFor(w)
+	stdin, holder := r.stdinFor(w)
+	if stdin != nil { // a nil *os.File in the io.Reader would be a bad descriptor, not /dev/null
+		cmd.Stdin = stdin
+	}
+	wk.holder = holder
 	if wk.holder { // its group becomes the terminal's foreground group, in the child before exec (no SIGTTOU)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Foreground: true, Ctty: r.term.fd}
 	}

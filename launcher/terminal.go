@@ -93,12 +93,18 @@ func (j *job) stdinFor(w topology.Worker) (*os.File, bool) {
 		return nil, false
 	case j.term != nil && j.term.foreground() == j.term.own:
 		return j.term.f, w.LocalRank == 0
-	case j.term != nil:
-		return nil, false // tpurun was sent to the background: nobody may read the terminal
+	case j.term != nil || isTerminal(j.spec.Stdin):
+		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
 	case j.spec.StdinTo == StdinFirst && w.LocalRank != 0:
 		return nil, false
 	}
 	return j.spec.Stdin, false
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // holdTerminal records that wk's group holds the terminal (it took it before exec) and watches it for job control.

@@ -459,7 +459,7 @@ func children(pid int) []int {
 // local rank 0 only, --stdin none to nobody.
 func TestControlStdin(t *testing.T) {
 	t.Parallel()
-	count := []string{"/bin/sh", "-c", `n=$(wc -l); echo "rank $RANK read $n lines"`}
+	count := []string{"/bin/sh", "-c", `n=$(wc -l) || exit 9; echo "rank $RANK read $n lines"`} // a bad stdin fails wc
 	for _, tc := range []struct {
 		name string
 		args []string

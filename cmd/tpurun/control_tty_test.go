@@ -248,3 +248,26 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 		}
 	}
 }
+
+// TestControlTerminalInTheBackground: tpurun started as a background job of a shell with job control, its stdin
+// still the terminal: no worker gets the terminal (a background reader of it is stopped by the kernel, SIGTTIN,
+// and tpurun would wait forever); tac reads nothing and the run ends.
+func TestControlTerminalInTheBackground(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		need(t, "bash")
+	}
+	p, slave := openPty(t)
+	cmd := exec.Command(bash, "--norc", "--noprofile", "-m", "-c",
+		`"$0" --nprocs 1 -- tac & wait $!; echo "tpurun exited $?"`, filepath.Join(bin, "tpurun"))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), "tpurun exited 0") {
+		t.Fatalf("exit %d, want the background tpurun to end with 0\nterminal:\n%q", code, p.output())
+	}
+}
