@@ -3,51 +3,15 @@ package launcher_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
 )
-
-// startStoppableEtcd is a one-member embedded etcd the test can stop mid-run (a store that dies).
-func startStoppableEtcd(t *testing.T) (endpoint string, stop func()) {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "m0"
-	cfg.Dir = t.TempDir()
-	cu := url.URL{Scheme: "http", Host: launchertest.FreeEndpoint(t)}
-	pu := url.URL{Scheme: "http", Host: launchertest.FreeEndpoint(t)}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	cfg.LogLevel = "panic"
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			e.Close()
-			<-e.Server.StopNotify()
-		}
-	}
-	t.Cleanup(stop)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(20 * time.Second):
-		t.Fatal("etcd not ready")
-	}
-	return cu.Host, stop
-}
 
 // TestRunStopsWhileWaitingForTheOtherNodes: node 0's workers are done and node 0 waits for node 1's outcome (node
 // 1's workers hang); SIGTERM to node 0 ends that wait at once: node 0 exits 143 and tells node 1, which stops too.
@@ -65,14 +29,14 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, 2, "tcp", "exit:0", "TPURUN_FAKE_2=hang", "TPURUN_FAKE_3=hang")
+			w := newWorld(t, 2, "tcp", "exit:0", launchertest.FakeRank(2, "hang"), launchertest.FakeRank(3, "hang"))
 			stopStore := func() {}
 			if tc.backend == "etcd" {
-				var ep string
-				ep, stopStore = startStoppableEtcd(t)
+				c := etcdtest.Start(t, 1) // one this test can stop: a store that dies mid-run
+				stopStore = func() { c.StopMember(0) }
 				for i := range w.specs {
-					w.specs[i].Rendezvous.Backend, w.specs[i].Rendezvous.Endpoint = "etcd", ep
-					w.specs[i].Rendezvous.Conf = "heartbeat=2s"
+					w.specs[i].Rendezvous.Backend, w.specs[i].Rendezvous.Endpoint = "etcd", c.Endpoint()
+					w.specs[i].Rendezvous.Conf = ""
 				}
 			}
 			errs := make([]chan error, 2)
@@ -80,11 +44,11 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				errs[i] = make(chan error, 1)
 				go func() { _, err := launcher.Run(context.Background(), w.specs[i]); errs[i] <- err }()
 				if i == 0 && tc.backend == "tcp" {
-					launchertest.Eventually(t, 5*time.Second, func() bool { return dialable(w.ep) }, "node 0 hosts the rendezvous server")
+					launchertest.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 				}
 			}
 			// node 0's two workers have exited and been reaped (its attempt is over); node 1's two still run
-			launchertest.Eventually(t, 20*time.Second, func() bool {
+			launchertest.Eventually(t, "node 0's workers done, node 1's running", func() bool {
 				ps := launchertest.PIDs(t, w.dir)
 				gone := 0
 				for _, pid := range ps {
@@ -93,7 +57,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 					}
 				}
 				return len(ps) == 4 && gone == 2
-			}, "node 0's workers done, node 1's running")
+			})
 			if tc.killStore {
 				stopStore()
 			}
@@ -108,7 +72,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				if code == 143 && !strings.Contains(err.Error(), "stopped by SIGTERM during the wait for the other nodes' outcome") {
 					t.Fatalf("node 0: %v, want the stop named", err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(launchertest.Scaled(10 * time.Second)):
 				t.Fatalf("node 0 is deaf to SIGTERM while it waits for node 1's outcome\n%s", w.specs[0].Stderr)
 			}
 			if tc.killStore { // nobody can tell node 1: stop it, twice (no more waiting)
@@ -120,10 +84,10 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				if launcher.ExitCode(err) == 0 {
 					t.Fatalf("node 1 exited 0 in a stopped world: %v", err)
 				}
-			case <-time.After(20 * time.Second):
+			case <-time.After(launchertest.Deadline()):
 				t.Fatalf("node 1 did not stop\n%s", w.specs[1].Stderr)
 			}
-			launchertest.AssertAllGone(t, w.dir, 4, 5*time.Second)
+			launchertest.AssertAllGone(t, w.dir, 4)
 		})
 	}
 }

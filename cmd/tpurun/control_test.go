@@ -23,12 +23,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 
 	"golang.org/x/sys/unix"
 )
-
-// controlWait bounds every wait of these tests for an event; none of them sleeps.
-const controlWait = 30 * time.Second
 
 // init lets the test binary play tini's sigconf-test (TPURUN_SIGCONF=1): ignore SIGINT, SIGHUP and SIGTTOU, block
 // SIGTTIN, SIGUSR1 and signal 40 on its thread, and exec its arguments with those dispositions.
@@ -49,7 +47,7 @@ func sigconfExec() int {
 		fmt.Fprintln(os.Stderr, "sigmask:", err)
 		return 96
 	}
-	err := syscall.Exec(os.Args[1], os.Args[1:], slicesWithout(os.Environ(), "TPURUN_SIGCONF="))
+	err := syscall.Exec(os.Args[1], os.Args[1:], launchertest.Without(os.Environ(), "TPURUN_SIGCONF="))
 	fmt.Fprintln(os.Stderr, "exec:", err)
 	return 96
 }
@@ -59,22 +57,10 @@ var blockedBySigconf = []syscall.Signal{syscall.SIGTTIN, syscall.SIGUSR1, 40}
 // pythonExe is the interpreter of print_signals.py: Debian's (quick to start), else the first python3 on PATH.
 func pythonExe(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
 	}
-	need(t, "python3")
-	return ""
-}
-
-// need fails the test under CI=true and skips it otherwise when a tool the machine lacks is needed.
-func need(t *testing.T, tool string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is needed by this test; CI must provide it", tool)
-	}
-	t.Skipf("SKIPPED, NOT PASSED: %s is needed by this test", tool)
+	return launchertest.Need(t, "python3")
 }
 
 // printSignals is the command line of the print_signals worker.
@@ -144,16 +130,8 @@ func launch(t *testing.T, pid1 bool, env []string, args ...string) *launched {
 // pid1Cmd is tpurun args as PID 1 of a new PID namespace with its own /proc.
 func pid1Cmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		need(t, "unshare (util-linux)")
-	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("PID-namespace tests need root (unshare --pid); CI must run them as root")
-		}
-		t.Skip("SKIPPED, NOT PASSED: PID-namespace tests need root (unshare --pid)")
-	}
+	unshare := launchertest.Need(t, "unshare") // util-linux
+	launchertest.Need(t, "root")               // unshare --pid
 	return exec.Command(unshare, append([]string{"--pid", "--fork", "--mount-proc", filepath.Join(bin, "tpurun")}, args...)...)
 }
 
@@ -183,7 +161,7 @@ func (l *launched) output() string {
 // conditions on processes), or fails the test naming what.
 func (l *launched) waitFor(what string, cond func(lines []string) bool) {
 	l.t.Helper()
-	deadline := time.NewTimer(controlWait)
+	deadline := time.NewTimer(launchertest.Deadline())
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -198,7 +176,7 @@ func (l *launched) waitFor(what string, cond func(lines []string) bool) {
 		case <-l.changed:
 		case <-tick.C:
 		case <-deadline.C:
-			l.t.Fatalf("not within %s: %s\noutput:\n%s", controlWait, what, l.output())
+			l.t.Fatalf("not within %s: %s\noutput:\n%s", launchertest.Deadline(), what, l.output())
 		}
 	}
 }
@@ -208,8 +186,8 @@ func (l *launched) wait() int {
 	l.t.Helper()
 	select {
 	case <-l.done:
-	case <-time.After(controlWait):
-		l.t.Fatalf("tpurun did not end within %s\noutput:\n%s", controlWait, l.output())
+	case <-time.After(launchertest.Deadline()):
+		l.t.Fatalf("tpurun did not end within %s\noutput:\n%s", launchertest.Deadline(), l.output())
 	}
 	<-l.read
 	return l.code

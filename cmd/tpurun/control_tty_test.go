@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/launcher/launchertest"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +36,7 @@ func openPty(t *testing.T) (*pty, *os.File) {
 	t.Helper()
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		need(t, "/dev/ptmx")
+		t.Fatalf("a pseudo-terminal: %v", err)
 	}
 	n, err := unix.IoctlGetUint32(int(m.Fd()), unix.TIOCGPTN)
 	if err == nil {
@@ -96,10 +97,10 @@ func (p *pty) foreground() int {
 
 func (p *pty) waitFor(what string, cond func(out string) bool) {
 	p.t.Helper()
-	deadline := time.Now().Add(controlWait)
+	deadline := time.Now().Add(launchertest.Deadline())
 	for !cond(p.output()) {
 		if time.Now().After(deadline) {
-			p.t.Fatalf("not within %s: %s\nterminal:\n%s", controlWait, what, p.output())
+			p.t.Fatalf("not within %s: %s\nterminal:\n%s", launchertest.Deadline(), what, p.output())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -140,12 +141,12 @@ func exitOf(t *testing.T, p *pty, cmd *exec.Cmd) int {
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(controlWait):
-		t.Fatalf("tpurun did not end within %s\nterminal:\n%s", controlWait, p.output())
+	case <-time.After(launchertest.Deadline()):
+		t.Fatalf("tpurun did not end within %s\nterminal:\n%s", launchertest.Deadline(), p.output())
 	}
 	select {
 	case <-p.closed:
-	case <-time.After(controlWait):
+	case <-time.After(launchertest.Deadline()):
 	}
 	return cmd.ProcessState.ExitCode()
 }
@@ -168,10 +169,7 @@ func TestControlTerminalTac(t *testing.T) {
 // stopped itself with SIGTTIN in a background group and tpurun waited forever, the `docker run -it` hang).
 func TestControlTerminalShell(t *testing.T) {
 	t.Parallel()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		need(t, "bash")
-	}
+	bash := launchertest.Need(t, "bash")
 	modes(t, func(t *testing.T, pid1 bool) {
 		p, cmd, _ := onPty(t, pid1, "--nprocs", "1", "--", bash, "--norc", "--noprofile", "-i")
 		p.write("echo \"flags are: [[$-]]\"\n")
@@ -254,10 +252,7 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 // and tpurun would wait forever); tac reads nothing and the run ends.
 func TestControlTerminalInTheBackground(t *testing.T) {
 	t.Parallel()
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		need(t, "bash")
-	}
+	bash := launchertest.Need(t, "bash")
 	p, slave := openPty(t)
 	cmd := exec.Command(bash, "--norc", "--noprofile", "-m", "-c",
 		`"$0" --nprocs 1 -- tac & wait $!; echo "tpurun exited $?"`, filepath.Join(bin, "tpurun"))
