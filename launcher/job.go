@@ -66,10 +66,10 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 		next, v := j.generation(rz, gen, rep)
 		if next < 0 {
 			rep.Verdict = j.outputVerdict(v)
-			if rep.Verdict.OK() {
+			if rep.Verdict.OK() && rep.Verdict.Err == nil {
 				return rep, nil
 			}
-			return rep, rep.Verdict
+			return rep, rep.Verdict // also a code-0 end with something to say (a node that found its job closed)
 		}
 		gen = next
 	}
