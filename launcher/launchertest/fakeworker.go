@@ -94,21 +94,24 @@ func Define(v Verb) {
 	}
 }
 
-// use marks the verb of spec (NAME[:ARG]) used, with what it spawns, and returns spec; an unregistered name
-// panics, so a typo fails at once instead of running a worker that does nothing.
+// use marks the verb of spec (NAME[:ARG]) used, with what it spawns (and they spawn), and returns spec; an
+// unregistered name panics, so a typo fails at once instead of running a worker that does nothing.
 func use(spec string) string {
 	name, _, _ := strings.Cut(spec, ":")
 	verbsMu.Lock()
-	v, ok := verbs[name]
-	verbsMu.Unlock()
-	if !ok {
+	defer verbsMu.Unlock()
+	if _, ok := verbs[name]; !ok {
 		panic(fmt.Sprintf("launchertest: verb %q is not registered in this test binary (launchertest.Register or Define)", name))
 	}
 	usedMu.Lock()
 	defer usedMu.Unlock()
-	used[name] = true
-	for _, s := range v.Spawns {
-		used[s] = true
+	for todo := []string{name}; len(todo) > 0; {
+		n := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if !used[n] {
+			used[n] = true
+			todo = append(todo, verbs[n].Spawns...)
+		}
 	}
 	return spec
 }

@@ -1,0 +1,78 @@
+package launchertest
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestVerbRegistry: a verb counts as used when a test names it, with what it spawns and what they spawn; the
+// others are reported unused; a name nobody registered panics where a test names it.
+func TestVerbRegistry(t *testing.T) {
+	saved, savedUsed := verbs, used
+	t.Cleanup(func() { verbs, used = saved, savedUsed })
+	verbs, used = map[string]Verb{}, map[string]bool{}
+	nop := func(*Worker) int { return 0 }
+	Define(Verb{Name: "a", Run: nop, Spawns: []string{"b"}})
+	Define(Verb{Name: "b", Run: nop, Spawns: []string{"c"}})
+	Define(Verb{Name: "c", Run: nop})
+	Define(Verb{Name: "lonely", Run: nop})
+	Register("hang")
+	if got := Fake("a:3"); got != "TPURUN_FAKE=a:3" {
+		t.Fatalf("Fake: %q", got)
+	}
+	if got := FakeRank(2, "hang"); got != "TPURUN_FAKE_2=hang" {
+		t.Fatalf("FakeRank: %q", got)
+	}
+	if got := unused(); !slices.Equal(got, []string{"lonely"}) {
+		t.Fatalf("unused %v, want [lonely] (c is spawned by b, which a spawns)", got)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "typo") {
+			t.Fatalf("an unregistered verb: recovered %v, want a panic naming it", r)
+		}
+	}()
+	Fake("typo")
+}
+
+// TestFakeWorkerRuns: the test binary started with FAKE_VERB runs the verb and exits with its code; the verb's
+// own children do not inherit FAKE_VERB.
+func TestFakeWorkerRuns(t *testing.T) {
+	cmd := Command("exit:7")
+	cmd.Env = append(cmd.Env, "RANK=3")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !strings.Contains(string(out), "rank 3 exits 7") || !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit:7 printed %q and ended %v, want exit 7", out, err)
+	}
+}
+
+// TestHeavyIsExclusive: two heavy tests never hold the slot at once.
+func TestHeavyIsExclusive(t *testing.T) {
+	var holders, most atomic.Int32
+	for i := range 4 {
+		t.Run(string(rune('a'+i)), func(t *testing.T) {
+			t.Parallel()
+			Heavy(t)
+			n := holders.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			t.Cleanup(func() { holders.Add(-1) })
+		})
+	}
+	t.Cleanup(func() {
+		if most.Load() != 1 {
+			t.Errorf("%d heavy tests held the slot at once, want 1", most.Load())
+		}
+	})
+}
+
+func TestMain(m *testing.M) {
+	Register("exit")
+	Dispatch()
+	os.Exit(m.Run())
+}
