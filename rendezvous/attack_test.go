@@ -137,7 +137,7 @@ func TestPreAuthFloodMemory(t *testing.T) {
 					}
 					defer nc.Close()
 					dialed.Add(1)
-					nc.SetDeadline(time.Now().Add(20 * time.Second))
+					nc.SetDeadline(time.Now().Add(launchertest.Deadline()))
 					if mode != "frame first" {
 						var hello [clientHelloLen]byte
 						copy(hello[:], helloMagic)

@@ -68,10 +68,10 @@ func TestOffLoopbackNeedsToken(t *testing.T) {
 	rdzvErr(t, err, ErrNoToken)
 }
 
-// rawReply reads one frame from nc, failing after d.
-func rawReply(t *testing.T, nc net.Conn, d time.Duration) (*message, error) {
+// rawReply reads one frame from nc, failing after the deadline.
+func rawReply(t *testing.T, nc net.Conn) (*message, error) {
 	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(d))
+	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
 	return readMessage(nc, DefaultMaxMessage)
 }
 
@@ -89,7 +89,7 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 func dialAuthed(t *testing.T, addr, token string) net.Conn {
 	t.Helper()
 	nc := dialRaw(t, addr)
-	if err := clientHandshake(nc, addr, token, time.Now().Add(5*time.Second)); err != nil {
+	if err := clientHandshake(nc, addr, token, time.Now().Add(launchertest.Deadline())); err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
 	return nc
@@ -128,7 +128,7 @@ func TestBadClients(t *testing.T) {
 			if _, err := nc.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
-			m, err := rawReply(t, nc, 5*time.Second)
+			m, err := rawReply(t, nc)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
@@ -143,7 +143,7 @@ func TestBadClients(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		nc := dialRaw(t, s.Addr())
 		start := time.Now()
-		_, err := rawReply(t, nc, 5*time.Second)
+		_, err := rawReply(t, nc)
 		if !errors.Is(err, io.EOF) {
 			t.Fatalf("silent client: %v, want the server to hang up", err)
 		}
@@ -164,7 +164,7 @@ func TestMaxConns(t *testing.T) {
 	dialAuthed(t, s.Addr(), "")
 	dialAuthed(t, s.Addr(), "")
 	nc := dialRaw(t, s.Addr())
-	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(5*time.Second))
+	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(launchertest.Deadline()))
 	if e := rdzvErr(t, err, ErrServerLost); !strings.Contains(e.Detail, "maximum of connections") {
 		t.Fatalf("third connection: %v", err)
 	}
