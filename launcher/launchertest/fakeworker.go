@@ -116,6 +116,14 @@ func use(spec string) string {
 	return spec
 }
 
+// Uses marks verbs used by a test that may skip (Need) before it names them, as os/exec's tests do with
+// maySkipHelperCommand: a skipped test does not make its verbs look stale.
+func Uses(verbs ...string) {
+	for _, v := range verbs {
+		use(v)
+	}
+}
+
 // Fake is the environment entry that makes every worker a launcher starts do spec (NAME[:ARG]).
 func Fake(spec string) string { return EnvFake + "=" + use(spec) }
 

@@ -83,6 +83,7 @@ type pyenv struct {
 
 func newPy(t *testing.T) pyenv {
 	t.Helper()
+	launchertest.Uses("tpurun-cli")
 	py := launchertest.Need(t, "python3")
 	dir, err := worker.InstallPython(t.TempDir())
 	if err != nil {
