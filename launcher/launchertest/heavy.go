@@ -3,6 +3,7 @@ package launchertest
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,8 +14,15 @@ import (
 // suite, shared by the package test binaries `go test ./...` runs side by side.
 var heavySlot = make(chan struct{}, 1)
 
+// heavyHolder is the test holding this binary's slot, so that a second Heavy of the same test (an etcd and a
+// world of many nodes) does not wait for itself.
+var (
+	heavyMu     sync.Mutex
+	heavyHolder testing.TB
+)
+
 // heavyLock names the lock file, in the temporary directory every test binary of the machine shares.
-func heavyLock() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.lock") }
+var heavyLock = func() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.lock") }
 
 // Heavy makes t wait until no other heavy test of the suite runs (in this test binary or in any other that runs
 // beside it), and keeps the slot until t and its subtests end. Call it at the start of every test that takes a
@@ -23,11 +31,26 @@ func heavyLock() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.
 // code. The time spent waiting is logged.
 func Heavy(t testing.TB) {
 	t.Helper()
+	heavyMu.Lock()
+	mine := heavyHolder == t
+	heavyMu.Unlock()
+	if mine {
+		return
+	}
 	start := time.Now()
 	heavySlot <- struct{}{}
+	heavyMu.Lock()
+	heavyHolder = t
+	heavyMu.Unlock()
 	f, err := os.OpenFile(heavyLock(), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
+	release := func() {
+		heavyMu.Lock()
+		heavyHolder = nil
+		heavyMu.Unlock()
 		<-heavySlot
+	}
+	if err != nil {
+		release()
 		t.Fatalf("heavy-test lock: %v", err)
 	}
 	for {
@@ -38,7 +61,7 @@ func Heavy(t testing.TB) {
 	}
 	if err != nil {
 		f.Close()
-		<-heavySlot
+		release()
 		t.Fatalf("heavy-test lock %s: flock: %v", f.Name(), err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
@@ -47,6 +70,6 @@ func Heavy(t testing.TB) {
 	t.Cleanup(func() {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
-		<-heavySlot
+		release()
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -74,5 +75,27 @@ func TestHeavyIsExclusive(t *testing.T) {
 func TestMain(m *testing.M) {
 	Register("exit")
 	Dispatch()
-	os.Exit(m.Run())
+	// This binary's heavy tests take a lock of their own, not the one the suite's heavy tests share.
+	dir, err := os.MkdirTemp("", "launchertest-")
+	if err != nil {
+		panic(err)
+	}
+	heavyLock = func() string { return filepath.Join(dir, "heavy.lock") }
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestHeavyTwiceInOneTest: a test that takes the slot twice (an etcd, then a world of many nodes) does not wait
+// for itself.
+func TestHeavyTwiceInOneTest(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run("twice", func(t *testing.T) {
+			Heavy(t)
+			Heavy(t)
+		})
+	}()
+	Done(t, "a second Heavy of the same test to return", done)
 }
