@@ -80,7 +80,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	heavyLock = func() string { return filepath.Join(dir, "heavy.lock") }
+	if os.Getenv("LAUNCHERTEST_HEAVY_CHILD") == "" {
+		heavyLock = func() string { return filepath.Join(dir, "heavy.lock") }
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -98,4 +100,31 @@ func TestHeavyTwiceInOneTest(t *testing.T) {
 		})
 	}()
 	Done(t, "a second Heavy of the same test to return", done)
+}
+
+// TestHeavyInsideHeavy: a test binary started by a heavy test (a test that runs go test, as a user would) takes
+// its slot without waiting for the lock its ancestor holds.
+func TestHeavyInsideHeavy(t *testing.T) {
+	Heavy(t)
+	cmd := exec.Command(Executable(), "-test.run=^TestHeavyChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "LAUNCHERTEST_HEAVY_CHILD="+heavyLock())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestHeavyChild") {
+		t.Fatalf("the child test: %v\n%s", err, out)
+	}
+}
+
+// TestHeavyChild is TestHeavyInsideHeavy's child (it does nothing on its own).
+func TestHeavyChild(t *testing.T) {
+	lock := os.Getenv("LAUNCHERTEST_HEAVY_CHILD")
+	if lock == "" {
+		return
+	}
+	heavyLock = func() string { return lock }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run("heavy", func(t *testing.T) { Heavy(t) })
+	}()
+	Done(t, "Heavy under a heavy parent", done)
 }
