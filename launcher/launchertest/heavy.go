@@ -3,6 +3,9 @@ package launchertest
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,8 +16,15 @@ import (
 // suite, shared by the package test binaries `go test ./...` runs side by side.
 var heavySlot = make(chan struct{}, 1)
 
+// heavyHolder is the test holding this binary's slot, so that a second Heavy of the same test (an etcd and a
+// world of many nodes) does not wait for itself.
+var (
+	heavyMu     sync.Mutex
+	heavyHolder testing.TB
+)
+
 // heavyLock names the lock file, in the temporary directory every test binary of the machine shares.
-func heavyLock() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.lock") }
+var heavyLock = func() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.lock") }
 
 // Heavy makes t wait until no other heavy test of the suite runs (in this test binary or in any other that runs
 // beside it), and keeps the slot until t and its subtests end. Call it at the start of every test that takes a
@@ -23,22 +33,39 @@ func heavyLock() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.
 // code. The time spent waiting is logged.
 func Heavy(t testing.TB) {
 	t.Helper()
+	heavyMu.Lock()
+	mine := heavyHolder == t
+	heavyMu.Unlock()
+	if mine {
+		return
+	}
 	start := time.Now()
 	heavySlot <- struct{}{}
+	heavyMu.Lock()
+	heavyHolder = t
+	heavyMu.Unlock()
 	f, err := os.OpenFile(heavyLock(), os.O_CREATE|os.O_RDWR, 0o666)
-	if err != nil {
+	release := func() {
+		heavyMu.Lock()
+		heavyHolder = nil
+		heavyMu.Unlock()
 		<-heavySlot
+	}
+	if err != nil {
+		release()
 		t.Fatalf("heavy-test lock: %v", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
+	switch err = flock(f, unix.LOCK_EX|unix.LOCK_NB); {
+	case err == unix.EWOULDBLOCK && heldByAncestor(f):
+		// A test binary started by a heavy test (a test that runs go test, or .ci/run, as a user would): its
+		// ancestor holds the slot for it, and waiting would wait forever.
+		err = nil
+	case err == unix.EWOULDBLOCK:
+		err = flock(f, unix.LOCK_EX)
 	}
 	if err != nil {
 		f.Close()
-		<-heavySlot
+		release()
 		t.Fatalf("heavy-test lock %s: flock: %v", f.Name(), err)
 	}
 	if d := time.Since(start); d > 100*time.Millisecond {
@@ -47,6 +74,63 @@ func Heavy(t testing.TB) {
 	t.Cleanup(func() {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		f.Close()
-		<-heavySlot
+		release()
 	})
+}
+
+// flock is flock(2) on f, again when a signal interrupts it.
+func flock(f *os.File, how int) error {
+	for {
+		if err := unix.Flock(int(f.Fd()), how); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// heldByAncestor reports whether a process that holds the flock on f (from /proc/locks) is this process's parent,
+// or its parent's, and so on.
+func heldByAncestor(f *os.File) bool {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	// "1: FLOCK  ADVISORY  WRITE 1047 fe:00:9977868 0 EOF"; waiters' lines have "->" after the number.
+	ino := ":" + strconv.FormatUint(st.Ino, 10)
+	holders := map[int]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) >= 6 && fs[1] == "FLOCK" && strings.HasSuffix(fs[5], ino) {
+			if pid, err := strconv.Atoi(fs[4]); err == nil {
+				holders[pid] = true
+			}
+		}
+	}
+	for pid := os.Getppid(); pid > 1; pid = parentOf(pid) {
+		if holders[pid] {
+			return true
+		}
+	}
+	return false
+}
+
+// parentOf is the parent pid of pid (from /proc/<pid>/stat), 0 when unreadable.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fs[1])
+	return ppid
 }

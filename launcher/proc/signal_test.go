@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
@@ -22,6 +23,10 @@ const (
 	sigCounted = syscall.Signal(37) // SIGRTMIN+3
 	sigMarker  = syscall.Signal(38) // dequeued after every pending 37 (the lowest pending number comes first)
 )
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "sigcount", Run: func(*launchertest.Worker) int { return sigCounter() }})
+}
 
 // sigCounter is the body of the "sigcount" child. Stage 1 blocks both signals on its thread and execs itself as
 // stage 2, so that every thread of stage 2 starts with them blocked (Go keeps the initial mask for real-time
@@ -37,7 +42,7 @@ func sigCounter() int {
 			fmt.Println("sigmask:", err)
 			return 3
 		}
-		err := syscall.Exec(os.Args[0], os.Args, append(os.Environ(), "PROC_SIGCOUNT_STAGE=2"))
+		err := syscall.Exec(launchertest.Executable(), os.Args, append(os.Environ(), "PROC_SIGCOUNT_STAGE=2", launchertest.Self("sigcount")))
 		fmt.Println("exec:", err)
 		return 3
 	}

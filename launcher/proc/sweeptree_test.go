@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
@@ -25,19 +26,25 @@ import (
 //     "escapee PID" and hangs.
 //   - tree-escapee: starts a tree-leaf, prints "leaf PID" and hangs ignoring SIGTERM.
 //   - tree-leaf: hangs.
+func init() {
+	spawns := map[string]string{"tree-main": "tree-worker", "tree-worker": "tree-escapee", "tree-escapee": "tree-leaf"}
+	for _, n := range []string{"tree-main", "tree-worker", "tree-escapee", "tree-leaf"} {
+		v := launchertest.Verb{Name: n, Run: func(*launchertest.Worker) int { return treeFake(n) }}
+		if s, ok := spawns[n]; ok {
+			v.Spawns = []string{s}
+		}
+		launchertest.Define(v)
+	}
+}
+
 func treeFake(mode string) int {
 	self := func(m string, env []string) *exec.Cmd {
-		c := exec.Command(os.Args[0])
-		c.Env = append(env, "PROC_FAKE="+m)
+		c := exec.Command(launchertest.Executable())
+		c.Env = append(env, launchertest.Self(m))
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		return c
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PROC_FAKE=") {
-			env = append(env, kv)
-		}
-	}
+	env := os.Environ() // FAKE_VERB was removed from it: it named this process's verb
 	switch mode {
 	case "tree-main":
 		if err := treeMain(self("tree-worker", append(env, "TPURUN_RUN_ID=sweep-tree-test"))); err != nil {
@@ -138,19 +145,21 @@ func treeMain(worker *exec.Cmd) error {
 	if !slices.Equal(swept, exp) {
 		return fmt.Errorf("swept %v, want exactly the escapee and its leaf %v (the worker is not reported)", swept, exp)
 	}
-	select {
-	case ex := <-got:
-		if ex.Signal != syscall.SIGKILL {
-			return fmt.Errorf("worker exit %+v, want SIGKILL", ex)
-		}
-	case <-time.After(10 * time.Second):
-		return errors.New("the reaper never delivered the worker's exit")
+	ex, err := within(got, "the reaper to deliver the worker's exit")
+	if err != nil {
+		return err
 	}
-	for deadline := time.Now().Add(10 * time.Second); proc.Alive(exp[0]) || proc.Alive(exp[1]) || rp.Orphans() < 2; {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("swept %v not reaped (orphans %d)", exp, rp.Orphans())
+	if ex.Signal != syscall.SIGKILL {
+		return fmt.Errorf("worker exit %+v, want SIGKILL", ex)
+	}
+	err = launchertest.Poll(fmt.Sprintf("the swept %v reaped", exp), func() error {
+		if proc.Alive(exp[0]) || proc.Alive(exp[1]) || rp.Orphans() < 2 {
+			return fmt.Errorf("orphans %d", rp.Orphans())
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	select {
 	case <-rp.Reaped(): // the reaper said so when it reaped the orphans
@@ -168,8 +177,7 @@ func treeMain(worker *exec.Cmd) error {
 }
 
 func TestReaperSweepKillsEscapeeWithoutEnv(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=tree-main")
+	cmd := launchertest.Command("tree-main")
 	// Output to a file, not a pipe: if tree-main fails before its sweep, the escapee it leaves holds no pipe that
 	// the test would wait on forever.
 	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
