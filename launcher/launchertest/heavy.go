@@ -1,6 +1,7 @@
 package launchertest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,7 +14,9 @@ import (
 )
 
 // heavySlot is the heavy-test slot of this test binary; heavyLock (a file lock) is the one slot of the whole
-// suite, shared by the package test binaries `go test ./...` runs side by side.
+// suite, shared by the package test binaries `go test ./...` runs side by side: their parent is that go command,
+// which names the lock. Another suite on the same machine (another checkout, another user) has a slot of its own:
+// its tests are load for this one, and a long heavy test there never stalls a test here.
 var heavySlot = make(chan struct{}, 1)
 
 // heavyHolder is the test holding this binary's slot, so that a second Heavy of the same test (an etcd and a
@@ -23,11 +26,44 @@ var (
 	heavyHolder testing.TB
 )
 
-// heavyLock names the lock file, in the temporary directory every test binary of the machine shares.
-var heavyLock = func() string { return filepath.Join(os.TempDir(), "tpurun-test-heavy.lock") }
+// heavyLock names the lock file of this suite: tpurun-test-heavy-<pid>-<start>.lock in the temporary directory,
+// for the parent process (the go command) and its start time (pids are reused). Files of suites that have ended
+// are removed.
+var heavyLock = sync.OnceValue(func() string {
+	removeStaleLocks()
+	ppid := os.Getppid()
+	return filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-%s.lock", heavyPrefix, ppid, startTime(ppid)))
+})
 
-// Heavy makes t wait until no other heavy test of the suite runs (in this test binary or in any other that runs
-// beside it), and keeps the slot until t and its subtests end. Call it at the start of every test that takes a
+const heavyPrefix = "tpurun-test-heavy-"
+
+// removeStaleLocks removes the lock files whose go command is gone.
+func removeStaleLocks() {
+	files, _ := filepath.Glob(filepath.Join(os.TempDir(), heavyPrefix+"*.lock"))
+	for _, f := range files {
+		pid, start, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), heavyPrefix), ".lock"), "-")
+		if n, err := strconv.Atoi(pid); ok && err == nil && startTime(n) != start {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+// startTime is field 22 of /proc/<pid>/stat (when pid started, in clock ticks since boot), "" when pid is gone.
+func startTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i := strings.LastIndexByte(string(b), ')')
+	if err != nil || i < 0 {
+		return ""
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 20 {
+		return ""
+	}
+	return fs[19]
+}
+
+// Heavy makes t wait until no other heavy test of the suite runs (in this test binary, or in another package's
+// that the same go test runs beside it), and keeps the slot until t and its subtests end. Call it at the start of every test that takes a
 // large share of the machine: an embedded etcd, a world of many nodes or hundreds of connections, a flood, a
 // memory figure. On two cores, two of them at once starve each other into timeouts that say nothing about the
 // code. The time spent waiting is logged.
