@@ -124,7 +124,7 @@ func testElasticFull(t *testing.T, c *cluster) {
 // One of at least two: the join times out naming the missing node.
 func testElasticTooFew(t *testing.T, c *cluster) {
 	c.mutate = elastic(2, 200*time.Millisecond)
-	c.timeout = 800 * time.Millisecond
+	c.timeout = waitedOut() // node 0 registers first, however loaded the machine
 	c.start(context.Background(), []int{0})
 	e := rdzvErr(t, c.errs[0], ErrMissingNodes)
 	if len(e.Nodes) != 1 || e.Nodes[0].Rank != 1 {
@@ -137,8 +137,11 @@ func testElasticTooFew(t *testing.T, c *cluster) {
 // joins the latest generation, waits in generation 2 (the others see it waiting), and all three restart together.
 func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
 	ctx := context.Background()
-	c.mutate = elastic(2, 500*time.Millisecond)
-	env = append(env, "RDZV_TEST_MIN=2", "RDZV_TEST_LASTCALL=500ms", "RDZV_TEST_GEN=latest", "RDZV_TEST_HOST=node-2")
+	// The last call must outlast the third node's join in generation 0 (two of min 2 open it), however loaded the
+	// machine; generation 1 then waits it out with the two survivors.
+	lastCall := waitedOut()
+	c.mutate = elastic(2, lastCall)
+	env = append(env, "RDZV_TEST_MIN=2", "RDZV_TEST_LASTCALL="+lastCall.String(), "RDZV_TEST_GEN=latest", "RDZV_TEST_HOST=node-2")
 	cmd, lines := startNodeProcess(t, c.backend, c.endpoint, 3, -1, c.hb, env...)
 	// The process joins generation 0 before the others, so that the last call cannot close generation 0 without
 	// it however long it takes to start: the three then complete the world at once.

@@ -45,6 +45,10 @@ func hostName(i int) string { return fmt.Sprintf("node-%d", i) }
 // instead of passing late.
 func never() time.Duration { return 2 * launchertest.Deadline() }
 
+// waitedOut is a join timeout or a last call that a test waits out on purpose: long enough for every join that
+// must come before it, on a loaded machine and on a 3-member etcd whose writes each need a raft round.
+func waitedOut() time.Duration { return launchertest.Scaled(5 * time.Second) }
+
 // newCluster is n nodes of backend with the defaults a real job has (heartbeat) and a join timeout no test
 // reaches; a test of a timeout or a heartbeat sets its own.
 func newCluster(t *testing.T, backend string, n int) *cluster {
