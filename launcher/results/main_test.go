@@ -3,6 +3,7 @@ package results
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -104,6 +105,14 @@ func goWorker(mode string) int {
 		raw.Write(append(hdr, "{}"...))
 	case "badjson":
 		if _, err := raw.Write(append(worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, 5), "{nope"...)); err != nil {
+			return die(err)
+		}
+	case "hugeint": // a 5000-digit integer: the client refuses it; written raw, the collector must
+		huge := json.RawMessage(strings.Repeat("7", 5000))
+		if err := worker.NewClient(raw, nil).Report(rank, huge); !errors.Is(err, worker.ErrHugeInteger) {
+			return die(fmt.Errorf("the client sent a 5000-digit integer: %v", err))
+		}
+		if _, err := raw.Write(append(worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, len(huge)+2), "["+string(huge)+"]"...)); err != nil {
 			return die(err)
 		}
 	case "twice":
