@@ -117,7 +117,7 @@ func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
 		if doc := rep.Results; doc != nil {
 			var ce *launcher.ConfigError
 			if !errors.As(err, &ce) {
-				launcher.WriteResultsSummary(stderr, doc)
+				launcher.WriteResultsSummary(stderr, doc, !o.json) // --json: the document has them
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
