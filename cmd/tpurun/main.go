@@ -216,7 +216,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
 		return nil, pflag.ErrHelp
 	case *pyPath:
-		dir, err := worker.PythonPath("")
+		dir, err := worker.PythonPath("", worker.WithExecutable()) // tpurun.spawn in the caller finds this binary
 		if err != nil {
 			return nil, fmt.Errorf("%w: the Python module: %w", launcher.ErrInternal, err)
 		}
