@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,12 +340,23 @@ func (sb *docSandbox) runScript(t *testing.T, b docBlock) {
 	if len(script) == 0 {
 		return
 	}
-	cmd := exec.Command("sh", "-e", "-x", "-c", strings.Join(script, "\n"))
-	cmd.Dir, cmd.Env = sb.root, sb.env
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := docShell(ctx, sb.root, sb.env, "-e", "-x", "-c", strings.Join(script, "\n"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Errorf("%s: the lines\n  %s\nfailed as written: %v\n%s", b.where, strings.Join(script, "\n  "), err, lastLines(out, 60))
+		t.Errorf("%s: the lines\n  %s\nfailed as written (%v): %v\n%s", b.where, strings.Join(script, "\n  "), ctx.Err(), err, lastLines(out, 60))
 	}
+}
+
+// docShell is `sh ARGS...` in its own process group, killed whole (the launchers it started too) when ctx ends.
+func docShell(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "sh", args...)
+	cmd.Dir, cmd.Env = dir, env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }
 
 func lastLines(b []byte, lines int) string {
@@ -408,29 +422,24 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 		out []byte
 		err error
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	ch := make(chan done, len(lines))
 	for k := range lines {
-		cmd := exec.Command("sh", "-e", "-c", lines[k])
-		cmd.Dir, cmd.Env = sb.root, append(append([]string(nil), sb.env...), envs[k]...)
+		var out bytes.Buffer
+		cmd := docShell(ctx, sb.root, append(append([]string(nil), sb.env...), envs[k]...), "-e", "-c", lines[k])
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
 		go func() {
-			out, err := cmd.CombinedOutput()
-			ch <- done{k, out, err}
+			err := cmd.Wait()
+			ch <- done{k, out.Bytes(), err}
 		}()
-		t.Cleanup(func() {
-			if cmd.Process != nil {
-				_ = cmd.Process.Kill()
-			}
-		})
 	}
-	deadline := time.After(90 * time.Second)
 	for range lines {
-		select {
-		case d := <-ch:
-			if d.err != nil {
-				t.Errorf("%s: node %d of %d ran\n  %s\nand failed: %v\n%s", l.where, d.k, len(lines), lines[d.k], d.err, lastLines(d.out, 40))
-			}
-		case <-deadline:
-			t.Fatalf("%s: the nodes of\n  %s\nstill run after 90s", l.where, l.text)
+		if d := <-ch; d.err != nil {
+			t.Errorf("%s: node %d of %d ran\n  %s\nand failed (%v): %v\n%s", l.where, d.k, len(lines), lines[d.k], ctx.Err(), d.err, lastLines(d.out, 40))
 		}
 	}
 }
