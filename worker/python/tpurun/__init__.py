@@ -41,7 +41,14 @@ def replicas():
     return replicas_from_env()
 
 
-_OWN = object()  # report's and fail's "not given"
+class _Own:
+    """report's and fail's "not given": the replica is this worker's one replica."""
+
+    def __repr__(self):
+        return "<not given>"
+
+
+_OWN = _Own()
 
 
 def _replica_of(func, replica, what):
