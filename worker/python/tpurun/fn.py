@@ -239,6 +239,11 @@ def load_args_file(path):
             hint = ("; every class in the arguments must be importable in the workers: define it in a module "
                     "file, or in the script that calls spawn() (the workers import it as %s), not in an "
                     "interactive session or python -c" % MAIN_NAME)
+        elif type(e).__name__ == "AuthenticationError":
+            hint = ("; a multiprocessing.Manager() proxy in the arguments connects with the caller's authkey, "
+                    "which tpurun.spawn() hands the workers (%s): call spawn() of this tpurun, in the process "
+                    "that made the manager, or pass a tpurun.Lock() instead of a Manager().Lock()"
+                    % ENV_AUTHKEY_FILE)
         raise TargetError("unpickling the arguments from %s=%s raised %s: %s%s"
                           % (ENV_ARGS_FILE, path, type(e).__name__, e, hint), traceback.format_exc()) from None
     if not isinstance(args, (tuple, list)):
