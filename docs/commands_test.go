@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
 )
 
 // bin holds the built tpurun and hello.
@@ -57,14 +58,6 @@ func mustDo(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// python fails the test when python3 is missing: the docs' Python lines need it.
-func python(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatalf("python3 is not on PATH (%v): the docs' Python lines need it", err)
 	}
 }
 
@@ -420,7 +413,7 @@ func (sb *docSandbox) runScript(t *testing.T, b docBlock) {
 	if len(script) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(5*time.Minute))
 	defer cancel()
 	cmd := docShell(ctx, sb.root, sb.env, "-e", "-x", "-c", strings.Join(script, "\n"))
 	out, err := cmd.CombinedOutput()
@@ -502,7 +495,7 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 		out []byte
 		err error
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(2*time.Minute))
 	defer cancel()
 	ch := make(chan done, len(lines))
 	for k := range lines {
@@ -528,14 +521,16 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 // `tpurun help TOPIC` as written (see the comment above for the sandbox and the loopback nodes).
 func TestDocCommandsAsWritten(t *testing.T) {
 	t.Parallel()
-	python(t)
+	launchertest.Need(t, "python3")
+	launchertest.Need(t, "torch") // the README's torch example
+	launchertest.Heavy(t)         // minutes of launchers, nodes, torch workers and a build
 	sb := newDocSandbox(t)
 	blocks := allDocBlocks(t, sb.root)
 	var notRun, synopses []string
 	var etcdEP string
 	etcd := func() string {
 		if etcdEP == "" {
-			etcdEP = launchertest.StartEtcd(t)
+			etcdEP = etcdtest.StartOne(t)
 		}
 		return etcdEP
 	}
