@@ -450,14 +450,14 @@ func (sb *docSandbox) nodeLines(t *testing.T, line string, etcd func() string) (
 		tpu = true // the static backend told who is who by the TPU slice's own variables
 	}
 	addr := regexp.MustCompile(`10\.0\.0\.2(:\d+)?`)
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(portBase(t)) // a free run of ports: the static backend's server takes master_port+1
 	line = addr.ReplaceAllStringFunc(line, func(m string) string {
 		if strings.Contains(m, ":") {
 			return "127.0.0.1:" + port
 		}
 		return "127.0.0.1"
 	})
-	line = regexp.MustCompile(`--master_port=\d+`).ReplaceAllString(line, "--master_port="+strconv.Itoa(freePort(t)))
+	line = regexp.MustCompile(`--master_port=\d+`).ReplaceAllString(line, "--master_port="+strconv.Itoa(portBase(t)))
 	if strings.Contains(line, "etcd-0:2379") {
 		line = strings.ReplaceAll(line, "etcd-0:2379", strings.TrimPrefix(etcd(), "http://"))
 	}
@@ -476,14 +476,6 @@ func (sb *docSandbox) nodeLines(t *testing.T, line string, etcd func() string) (
 		envs = append(envs, env)
 	}
 	return lines, envs
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(launchertest.FreeEndpoint(t))
-	mustDo(t, err)
-	n, _ := strconv.Atoi(p)
-	return n
 }
 
 // runNodes runs a multi-host line as one launcher per node on loopback; every node must exit 0.
@@ -523,17 +515,13 @@ func TestDocCommandsAsWritten(t *testing.T) {
 	t.Parallel()
 	launchertest.Need(t, "python3")
 	launchertest.Need(t, "torch") // the README's torch example
-	launchertest.Heavy(t)         // minutes of launchers, nodes, torch workers and a build
 	sb := newDocSandbox(t)
 	blocks := allDocBlocks(t, sb.root)
 	var notRun, synopses []string
-	var etcdEP string
-	etcd := func() string {
-		if etcdEP == "" {
-			etcdEP = etcdtest.StartOne(t)
-		}
-		return etcdEP
-	}
+	// The etcd the etcd line runs against; starting it takes the heavy-test slot (launchertest.Heavy) for the whole
+	// test, which is one: minutes of launchers, nodes, torch workers and a build.
+	etcdEP := etcdtest.StartOne(t)
+	etcd := func() string { return etcdEP }
 	var ran []string
 	seen := map[string]string{} // a command line run already (the same line in two docs runs once) -> where
 	for _, b := range blocks {
