@@ -175,6 +175,11 @@ func classify(text string) docLineKind {
 	return lineRun
 }
 
+// continues reports whether the block's last line ends with a backslash: the next line is part of it.
+func (b *docBlock) continues() bool {
+	return len(b.lines) > 0 && strings.HasSuffix(b.lines[len(b.lines)-1].text, "\\")
+}
+
 // addLine appends the command line text (a trailing backslash continues it on the next line) to b.
 func (b *docBlock) addLine(where, text string) {
 	if n := len(b.lines); n > 0 && strings.HasSuffix(b.lines[n-1].text, "\\") {
@@ -248,7 +253,11 @@ func (m *mdScan) outside(where, l string) {
 		if m.cur < 0 {
 			m.start(where)
 		}
-		m.out[m.cur].addLine(where, l)
+		// An indented block may show output ("    tpurun: run ... attempt 0: ..."): only what reads as a
+		// command (or continues one) is taken from it.
+		if b := &m.out[m.cur]; helpCommand.MatchString(l) || b.continues() {
+			b.addLine(where, l)
+		}
 	default:
 		m.cur = -1
 	}
@@ -260,9 +269,8 @@ func helpBlocks(name, text string) []docBlock {
 	cur := -1
 	for i, l := range strings.Split(text, "\n") {
 		where := fmt.Sprintf("%s:%d", name, i+1)
-		cont := cur >= 0 && len(out[cur].lines) > 0 && strings.HasSuffix(out[cur].lines[len(out[cur].lines)-1].text, "\\")
 		switch {
-		case cont || helpCommand.MatchString(l):
+		case (cur >= 0 && out[cur].continues()) || helpCommand.MatchString(l):
 			if cur < 0 {
 				out = append(out, docBlock{where: where})
 				cur = len(out) - 1
@@ -559,7 +567,8 @@ func TestDocCommandsAsWritten(t *testing.T) {
 func TestDocExtraction(t *testing.T) {
 	t.Parallel()
 	md := "intro\n```sh\ntpurun a \\\n  --b c   # comment\n# only a comment\nmake test  # " + notRunTag + " why]\n```\n" +
-		"```go\nspec := x\n```\n\n    tpurun --nnodes 2:4 d\n    tpurun [flags] PROGRAM\n\n- a list\n\n    not code: in the list\n\nend\n"
+		"```go\nspec := x\n```\n\n    tpurun --nnodes 2:4 d\n    tpurun [flags] PROGRAM\n\n- a list\n\n    not code: in the list\n\nend\n" +
+		"\n    tpurun: run 7f3a attempt 0: output, not a command\n"
 	var got []string
 	for _, b := range markdownBlocks("m.md", md) {
 		for _, l := range b.lines {
