@@ -46,8 +46,10 @@ func (s RankSummary) resultExit() results.RankExit {
 }
 
 // WriteResultsSummary writes what the results document says went wrong: every contract violation by name with
-// its hint, and every replica's reported error with its traceback. It writes nothing for a clean document.
-func WriteResultsSummary(w io.Writer, doc *results.Document) {
+// its hint, and every replica's reported error, with its traceback when tracebacks is set. It writes nothing for a
+// clean document. A run that prints the document (--json, and so tpurun.spawn, whose SpawnError carries the
+// traceback) leaves the tracebacks to it, so that each is shown once.
+func WriteResultsSummary(w io.Writer, doc *results.Document, tracebacks bool) {
 	if doc == nil {
 		return
 	}
@@ -63,6 +65,9 @@ func WriteResultsSummary(w io.Writer, doc *results.Document) {
 		}
 		fmt.Fprintf(w, "  root cause: replica %d (rank %d, pid %d) raised %s: %s\n",
 			r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
+		if !tracebacks {
+			continue
+		}
 		for _, l := range strings.Split(strings.TrimRight(r.Error.Traceback, "\n"), "\n") {
 			if l != "" {
 				fmt.Fprintf(w, "    %s\n", l)

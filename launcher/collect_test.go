@@ -40,15 +40,20 @@ func TestWriteResultsSummary(t *testing.T) {
 			Error: &results.ErrorInfo{Type: "ValueError", Message: "boom", Traceback: "Traceback:\n  line 3\nValueError: boom\n"}}},
 	}
 	var b bytes.Buffer
-	launcher.WriteResultsSummary(&b, doc)
+	launcher.WriteResultsSummary(&b, doc, true)
 	for _, want := range []string{"results: duplicate_result: 2 results for replica 0", "hint: SPMD",
 		"root cause: replica 1 (rank 1, pid 2) raised ValueError: boom", "    line 3"} {
 		if !strings.Contains(b.String(), want) {
 			t.Fatalf("summary lacks %q:\n%s", want, b.String())
 		}
 	}
+	b.Reset() // with the document printed (--json): the error named once, its traceback left to the document
+	launcher.WriteResultsSummary(&b, doc, false)
+	if s := b.String(); !strings.Contains(s, "raised ValueError: boom") || strings.Contains(s, "line 3") {
+		t.Fatalf("summary without tracebacks:\n%s", s)
+	}
 	b.Reset()
-	launcher.WriteResultsSummary(&b, &results.Document{Results: []results.Result{{OK: true}}})
+	launcher.WriteResultsSummary(&b, &results.Document{Results: []results.Result{{OK: true}}}, true)
 	if b.Len() != 0 {
 		t.Fatalf("clean document wrote %q", b.String())
 	}

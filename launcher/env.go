@@ -30,6 +30,7 @@ var perRank = []string{
 	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
 	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
 	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag, worker.EnvResultID, topology.EnvJAXLocalDeviceIDs,
+	topology.EnvJAXProcessID, topology.EnvJAXNumProcesses,
 }
 
 // WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
@@ -66,6 +67,8 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	set("GROUP_WORLD_SIZE", len(plan.Nodes))
 	set("ROLE_RANK", w.Rank)
 	set("ROLE_WORLD_SIZE", world)
+	set(topology.EnvJAXProcessID, w.Rank) // for jax.distributed.initialize(process_id=..., num_processes=...)
+	set(topology.EnvJAXNumProcesses, world)
 	env["ROLE_NAME"] = role
 	env["MASTER_ADDR"] = rt.MasterAddr
 	set("MASTER_PORT", rt.MasterPort)

@@ -23,6 +23,13 @@ func (f *FnSpec) check() error {
 			return &ConfigError{Field: "function arguments", Value: f.ArgsJSON,
 				Hint: fmt.Sprintf("must be a JSON list (%v), e.g. '[3, \"x\"]'", err)}
 		}
+		if err := worker.CheckJSON([]byte(f.ArgsJSON)); err != nil { // the workers' json.loads would refuse it
+			v := f.ArgsJSON
+			if len(v) > 80 {
+				v = v[:80] + "..."
+			}
+			return &ConfigError{Field: "function arguments", Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
+		}
 	}
 	return nil
 }

@@ -64,7 +64,9 @@ func Open() (*Client, error) {
 // Replicas returns the replicas the client's worker owns.
 func (c *Client) Replicas() []int { return slices.Clone(c.replicas) }
 
-// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is.
+// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is. A value holding
+// an integer of more than MaxJSONIntDigits digits (a *big.Int) is refused with a *HugeIntegerError (ErrHugeInteger),
+// as the launcher would refuse it: send it as a string.
 func (c *Client) Report(replica int, value any) error {
 	var payload []byte
 	if raw, ok := value.(json.RawMessage); ok {
@@ -78,6 +80,10 @@ func (c *Client) Report(replica int, value any) error {
 			return fmt.Errorf("result of replica %d: encode %T as JSON: %w", replica, value, err)
 		}
 		payload = b
+	}
+	var huge *HugeIntegerError
+	if err := CheckJSON(payload); errors.As(err, &huge) { // the launcher would refuse it: say so here
+		return fmt.Errorf("result of replica %d: %w; send it as a string", replica, err)
 	}
 	return c.Send(Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: replica, Payload: payload})
 }

@@ -26,6 +26,9 @@ const (
 	EnvFnArgsJSON = "TPURUN_FN_ARGS_JSON" // the JSON list of arguments, when --args-json is not given
 	EnvFnArgsFile = "TPURUN_FN_ARGS_FILE" // a file of the caller's holding the pickled tuple of arguments
 	EnvFnMain     = "TPURUN_FN_MAIN"      // the caller's main module (a script's path or a module name), imported as __mp_main__
+	// EnvFnAuthkeyFile is a file of the caller's holding its multiprocessing authkey, set with EnvFnArgsFile, so
+	// that a multiprocessing.Manager() proxy among the pickled arguments connects.
+	EnvFnAuthkeyFile = "TPURUN_FN_AUTHKEY_FILE"
 )
 
 // TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target

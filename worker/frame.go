@@ -80,7 +80,10 @@ const (
 
 // ValidJSON reports whether the payload is one valid JSON value; on frames from a Decoder it reuses what the
 // decoder learned while reading, so it rereads little of a large payload.
-func (f Frame) ValidJSON() bool { return validJSON(f.Payload, f.clean, cleanShift) }
+func (f Frame) ValidJSON() bool { return validJSON(f.Payload, f.clean, cleanShift).ok }
+
+// CheckJSON is CheckJSON of the payload, reusing what the decoder learned as ValidJSON does.
+func (f Frame) CheckJSON() error { return validJSON(f.Payload, f.clean, cleanShift).err() }
 
 // ErrorInfo is the payload of a KindError frame: a failure as the worker saw it.
 type ErrorInfo struct {

@@ -1,11 +1,13 @@
 package worker
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -291,4 +293,75 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// TestPythonLock: tpurun.Lock between processes: while one holds it, another's non-blocking and timed acquires
+// fail; once it is released they succeed. It pickles as its path, a lock made without a name removes its private
+// directory when it goes away, and a named lock outside a run says how to get one.
+func TestPythonLock(t *testing.T) {
+	py, dir := pythonModule(t)
+	lockPath := filepath.Join(t.TempDir(), "the.lock")
+	env := append(os.Environ(), "PYTHONPATH="+dir, "TPURUN_RUN_ID=", "PYTHONDONTWRITEBYTECODE=1")
+	holder := exec.Command(py, "-c", `import sys, tpurun
+lock = tpurun.Lock(path=sys.argv[1])
+lock.acquire()
+print("held", flush=True)
+sys.stdin.read()
+lock.release()`, lockPath)
+	holder.Env = env
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Wait()
+	defer stdin.Close()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
+		t.Fatalf("holder: %q %v", line, err)
+	}
+	other := func(src string) string {
+		t.Helper()
+		cmd := exec.Command(py, "-c", "import os, pickle, sys, tpurun\nlock = tpurun.Lock(path=sys.argv[1])\n"+src, lockPath)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := other(`print(lock.acquire(False), lock.acquire(timeout=0.05), lock.locked())`); got != "False False False" {
+		t.Fatalf("while held elsewhere: %s", got)
+	}
+	stdin.Close()
+	if err := holder.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got := other(`print(lock.acquire(timeout=30), lock.locked())
+lock.release()
+try:
+    lock.release()
+except RuntimeError as e:
+    print(e)
+print(pickle.loads(pickle.dumps(lock)).path == lock.path)
+own = tpurun.Lock()
+d = os.path.dirname(own.path)
+with pickle.loads(pickle.dumps(own)):
+    pass
+print(os.path.isdir(d), end=" ")
+del own
+print(os.path.isdir(d))
+try:
+    tpurun.Lock("named")
+except RuntimeError as e:
+    print(e)`)
+	want := "True True\nrelease unlocked lock\nTrue\nTrue False\ntpurun.Lock('named'): a named lock is shared by the workers of a run, and TPURUN_RUN_ID is not set"
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
 }

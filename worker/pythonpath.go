@@ -79,11 +79,56 @@ func PythonVersion() string {
 	return m.version
 }
 
-// PythonDirName is the name of the directory PythonPath installs the embedded module into, under its dir:
-// "python-<version>-<first 16 hex digits of the content hash>". Another build of the module gets another name,
-// so launchers of different versions never share (or rewrite) one copy.
-func PythonDirName() string {
+// BinaryFile is the file of an installed copy (tpurun/_binary) that holds the absolute path of the tpurun binary
+// that installed it (WithBinary), exactly, without a newline. tpurun.spawn and tpurun.run run that binary when
+// neither their tpurun= argument nor $TPURUN names one; a copy without the file (pip's) looks on PATH.
+const BinaryFile = "_binary"
+
+// A PythonOption changes the copy PythonPath installs.
+type PythonOption func(*pythonOptions)
+
+type pythonOptions struct{ binary string }
+
+// WithBinary records path, the absolute path of a tpurun binary, in the copy (BinaryFile), so that a program whose
+// PYTHONPATH holds it (`export PYTHONPATH=$(tpurun --python-path)`) runs that binary from tpurun.spawn even when
+// tpurun is not on its PATH. Each binary path gets a copy of its own: the directory name hashes the path too.
+func WithBinary(path string) PythonOption { return func(o *pythonOptions) { o.binary = path } }
+
+// WithExecutable is WithBinary of this process's executable (os.Executable), for the tpurun binary itself; it
+// records nothing when the executable cannot be found.
+func WithExecutable() PythonOption {
+	exe, err := os.Executable()
+	if err != nil {
+		return func(*pythonOptions) {}
+	}
+	return WithBinary(exe)
+}
+
+// module is the embedded module with what the options add: its files and the content hash of all of them.
+func module(opts []PythonOption) (pythonModuleInfo, error) {
 	m, err := embeddedModule()
+	if err != nil {
+		return m, err
+	}
+	var o pythonOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.binary == "" {
+		return m, nil
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", m.hash, BinaryFile, len(o.binary), o.binary)
+	m.files = append(append([]pythonFile(nil), m.files...), pythonFile{name: BinaryFile, data: []byte(o.binary)})
+	m.hash = hex.EncodeToString(h.Sum(nil))
+	return m, nil
+}
+
+// PythonDirName is the name of the directory PythonPath installs the embedded module into, under its dir:
+// "python-<version>-<first 16 hex digits of the content hash>". Another build of the module (or another binary
+// recorded in it) gets another name, so launchers of different versions never share (or rewrite) one copy.
+func PythonDirName(opts ...PythonOption) string {
+	m, err := module(opts)
 	if err != nil {
 		return "python-unknown"
 	}
@@ -91,7 +136,7 @@ func PythonDirName() string {
 }
 
 // PythonPath returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once
-// into dir/PythonDirName()/tpurun/. dir "" means the user's cache directory, $XDG_CACHE_HOME/tpurun or
+// into dir/PythonDirName(opts...)/tpurun/. dir "" means the user's cache directory, $XDG_CACHE_HOME/tpurun or
 // ~/.cache/tpurun (created 0700).
 //
 // When the copy is there already, PythonPath only checks it with lstat calls (the directory, each file's size)
@@ -103,8 +148,8 @@ func PythonDirName() string {
 // It never follows a symbolic link it did not expect: the install directory and everything in it must be real
 // directories and files of this user, and dir must not be writable by others unless it has the sticky bit (as
 // /tmp has); otherwise the error wraps ErrUnsafeInstallDir and names the path, and nothing is written there.
-func PythonPath(dir string) (string, error) {
-	m, err := embeddedModule()
+func PythonPath(dir string, opts ...PythonOption) (string, error) {
+	m, err := module(opts)
 	if err != nil {
 		return "", fmt.Errorf("the embedded Python module: %w", err)
 	}
@@ -125,7 +170,7 @@ func PythonPath(dir string) (string, error) {
 	if err := checkParentDir(dir); err != nil {
 		return "", err
 	}
-	final := filepath.Join(dir, PythonDirName())
+	final := filepath.Join(dir, "python-"+m.version+"-"+m.hash[:16])
 	uid := os.Geteuid()
 	if ok, err := installed(final, m.files, uid); err != nil {
 		return "", err

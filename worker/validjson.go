@@ -2,30 +2,81 @@ package worker
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"unicode/utf8"
 )
 
 // maxJSONDepth matches encoding/json's nesting limit, so ValidJSON and json.Valid agree.
 const maxJSONDepth = 10000
 
+// MaxJSONIntDigits is the longest integer, in decimal digits, that a JSON result may hold: Python's json refuses
+// longer ones by default (int_max_str_digits, since 3.11), so a results document holding one could not be read by
+// tpurun.spawn or any Python caller. Longer integers travel pickled (the Python client does so) or as strings.
+const MaxJSONIntDigits = 4300
+
+// Sentinels of CheckJSON.
+var (
+	ErrInvalidJSON = errors.New("not valid JSON in UTF-8")
+	ErrHugeInteger = errors.New("integer too long for Python's json")
+)
+
+// HugeIntegerError is a JSON integer of more than MaxJSONIntDigits digits: where it starts and how long it is.
+type HugeIntegerError struct {
+	Offset int // byte offset of the number in the JSON text
+	Digits int
+}
+
+func (e *HugeIntegerError) Error() string {
+	return fmt.Sprintf("an integer of %d digits at byte %d, where Python's json reads at most %d", e.Digits, e.Offset,
+		MaxJSONIntDigits)
+}
+
+// Unwrap makes errors.Is(err, ErrHugeInteger) true.
+func (e *HugeIntegerError) Unwrap() error { return ErrHugeInteger }
+
 // ValidJSON reports whether b is one valid JSON value (surrounding white space allowed) in valid UTF-8: what
 // encoding/json's Valid accepts and utf8.Valid too (json.Valid lets invalid UTF-8 through, which Python's
 // json.load then refuses), but several times faster on the long strings that big results are made of (it checks
-// 8 bytes at a time inside strings). The collector validates every JSON payload with it.
-func ValidJSON(b []byte) bool { return validJSON(b, nil, 0) }
+// 8 bytes at a time inside strings).
+func ValidJSON(b []byte) bool { return validJSON(b, nil, 0).ok }
+
+// CheckJSON is nil when b is valid JSON (ValidJSON) that Python's json reads back with its default limits: no
+// integer longer than MaxJSONIntDigits. Otherwise it is ErrInvalidJSON or a *HugeIntegerError. The collector
+// checks every JSON payload with it.
+func CheckJSON(b []byte) error { return validJSON(b, nil, 0).err() }
+
+// jsonResult is what one scan found.
+type jsonResult struct {
+	ok         bool
+	hugeAt     int // offset of the first integer over MaxJSONIntDigits, or -1
+	hugeDigits int
+}
+
+func (r jsonResult) err() error {
+	switch {
+	case !r.ok:
+		return ErrInvalidJSON
+	case r.hugeAt >= 0:
+		return &HugeIntegerError{Offset: r.hugeAt, Digits: r.hugeDigits}
+	}
+	return nil
+}
 
 // validJSON validates b; clean, when not nil, has bit k set when block k (bytes k<<shift up to (k+1)<<shift) holds
 // no quote, backslash or control byte, so string scanning can jump over it without reading it again.
-func validJSON(b []byte, clean []uint64, shift uint) bool {
-	s := &jsonScan{b: b, clean: clean, shift: shift}
+func validJSON(b []byte, clean []uint64, shift uint) jsonResult {
+	s := &jsonScan{b: b, clean: clean, shift: shift, hugeAt: -1}
 	i, ok := s.value(skipWS(b, 0), 0)
-	return ok && skipWS(b, i) == len(b) && utf8.Valid(b)
+	return jsonResult{ok: ok && skipWS(b, i) == len(b) && utf8.Valid(b), hugeAt: s.hugeAt, hugeDigits: s.hugeDigits}
 }
 
 type jsonScan struct {
-	b     []byte
-	clean []uint64
-	shift uint
+	b          []byte
+	clean      []uint64
+	shift      uint
+	hugeAt     int // the first integer longer than MaxJSONIntDigits, or -1
+	hugeDigits int
 }
 
 // cleanBlocks returns the bitmap validJSON takes for b: bit k set when block k of 1<<shift bytes is free of
@@ -76,7 +127,7 @@ func (s *jsonScan) value(i, depth int) (int, bool) {
 	case c == '[':
 		return s.array(i, depth+1)
 	case c == '-' || (c >= '0' && c <= '9'):
-		return number(b, i)
+		return s.number(i)
 	case c == 't':
 		return literal(b, i, "true")
 	case c == 'f':
@@ -174,10 +225,12 @@ func digits(b []byte, i int) int {
 	return i
 }
 
-func number(b []byte, i int) (int, bool) {
+func (s *jsonScan) number(i int) (int, bool) {
+	b, start := s.b, i
 	if b[i] == '-' {
 		i++
 	}
+	intStart := i
 	switch {
 	case i < len(b) && b[i] == '0':
 		i++
@@ -186,6 +239,16 @@ func number(b []byte, i int) (int, bool) {
 	default:
 		return i, false
 	}
+	intEnd := i
+	i, ok := fracExp(b, i)
+	if ok && i == intEnd && intEnd-intStart > MaxJSONIntDigits && s.hugeAt < 0 {
+		s.hugeAt, s.hugeDigits = start, intEnd-intStart // an integer: Python's json reads it with int(), which has the limit
+	}
+	return i, ok
+}
+
+// fracExp scans a number's optional fraction and exponent from i.
+func fracExp(b []byte, i int) (int, bool) {
 	if i < len(b) && b[i] == '.' {
 		j := digits(b, i+1)
 		if j == i+1 {

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ func TestValidJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		for shift := uint(3); shift <= 12; shift++ {
 			b := []byte(s)
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift); got != want {
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift).ok; got != want {
 				t.Errorf("validJSON(%.40q) with %d-byte blocks = %v, json.Valid says %v", s, 1<<shift, got, want)
 			}
 		}
@@ -55,7 +56,7 @@ func FuzzValidJSON(f *testing.F) {
 			t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
 		}
 		for shift := uint(3); shift <= 6; shift++ {
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift); got != want {
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift).ok; got != want {
 				t.Fatalf("validJSON(%q) with %d-byte clean blocks = %v, json.Valid says %v", b, 1<<shift, got, want)
 			}
 		}
@@ -78,6 +79,45 @@ func BenchmarkEncodingJSONValidString(b *testing.B) {
 	for b.Loop() {
 		if !json.Valid(p) {
 			b.Fatal("invalid")
+		}
+	}
+}
+
+// TestCheckJSONHugeIntegers: CheckJSON refuses, with a *HugeIntegerError naming its place and length, exactly the
+// JSON integers Python's json would refuse to read (more than 4300 digits); floats of any length and invalid JSON
+// are what they were.
+func TestCheckJSONHugeIntegers(t *testing.T) {
+	d := func(n int) string { return "1" + strings.Repeat("0", n-1) }
+	for _, tc := range []struct {
+		in     string
+		at, n  int // the huge integer's offset and digits; n == 0: none
+		except error
+	}{
+		{in: d(4300)},
+		{in: "-" + d(4300)},
+		{in: d(4301), at: 0, n: 4301},
+		{in: "-" + d(4301), at: 0, n: 4301},
+		{in: `{"a": [1, ` + d(5000) + `]}`, at: 10, n: 5000},
+		{in: `[` + d(4301) + `, ` + d(6000) + `]`, at: 1, n: 4301}, // the first one is named
+		{in: d(5000) + ".5"},
+		{in: d(5000) + "e3"},
+		{in: "0." + d(5000)},
+		{in: `"` + d(5000) + `"`},
+		{in: "[" + d(5000), except: ErrInvalidJSON},
+	} {
+		err := CheckJSON([]byte(tc.in))
+		var huge *HugeIntegerError
+		switch {
+		case tc.except != nil:
+			if !errors.Is(err, tc.except) {
+				t.Errorf("%.30q: %v, want %v", tc.in, err, tc.except)
+			}
+		case tc.n == 0:
+			if err != nil {
+				t.Errorf("%.30q (%d bytes): %v, want nil", tc.in, len(tc.in), err)
+			}
+		case !errors.As(err, &huge) || !errors.Is(err, ErrHugeInteger) || huge.Offset != tc.at || huge.Digits != tc.n:
+			t.Errorf("%.30q: %v, want an integer of %d digits at byte %d", tc.in, err, tc.n, tc.at)
 		}
 	}
 }

@@ -118,7 +118,7 @@ func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
 		if doc := rep.Results; doc != nil {
 			var ce *launcher.ConfigError
 			if !errors.As(err, &ce) {
-				launcher.WriteResultsSummary(stderr, doc)
+				launcher.WriteResultsSummary(stderr, doc, !o.json) // --json: the document has them
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
@@ -218,7 +218,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
 		return nil, pflag.ErrHelp
 	case *pyPath:
-		dir, err := worker.PythonPath("")
+		dir, err := worker.PythonPath("", worker.WithExecutable()) // tpurun.spawn in the caller finds this binary
 		if err != nil {
 			return nil, fmt.Errorf("%w: the Python module: %w", launcher.ErrInternal, err)
 		}

@@ -10,7 +10,8 @@ import (
 
 // TestREADMESpawnExampleAsWritten runs the README's Python example exactly as its lines say, from the repository
 // root in a shell with tpurun on PATH and nothing else prepared (issue: "the README's own example fails as
-// written"): the PYTHONPATH line, then spawn from examples/. Every replica's square must come back.
+// written"): the PYTHONPATH line, then spawn from examples/. Every replica's square must come back. Every other
+// command line of the docs runs in docs.TestDocCommandsAsWritten (docs/commands_test.go).
 func TestREADMESpawnExampleAsWritten(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))

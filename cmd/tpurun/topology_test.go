@@ -57,6 +57,7 @@ func TestPlanJSONExactEnv(t *testing.T) {
 					"TPURUN_RUN_ID": launcher.PlaceholderRunID, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
 					"OMP_NUM_THREADS": "1", "TPURUN_RESULT_FD": "3", "TPURUN_REPLICAS": strconv.Itoa(i),
 					"TORCHELASTIC_ERROR_FILE": launcher.PlaceholderFile,
+					"JAX_PROCESS_ID":          strconv.Itoa(i), "JAX_NUM_PROCESSES": strconv.Itoa(tc.chips),
 				}
 				if w.Rank != i || w.LocalRank != i || w.NodeRank != 0 || len(w.Replicas) != 1 || w.Replicas[0] != i {
 					t.Errorf("worker %d: rank %d local %d node %d replicas %v", i, w.Rank, w.LocalRank, w.NodeRank, w.Replicas)
@@ -140,6 +141,53 @@ func TestRunChildSeesExactlyThePlanEnv(t *testing.T) {
 					if env["XLA_USE_SPMD"] != "1" {
 						t.Errorf("SPMD child: XLA_USE_SPMD=%q", env["XLA_USE_SPMD"])
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestRaySubsetAndNestedRun: tpurun runs where Ray's actor holding 1 or 2 chips of a host runs it (TPU_VISIBLE_CHIPS
+// with TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1 and TPU_HOST_BOUNDS 1,1,1), by default and with --spmd, and inside
+// a worker of its own --nprocs 1 run, whose env is the same: each time the worker sees the chips it was given.
+func TestRaySubsetAndNestedRun(t *testing.T) {
+	t.Parallel()
+	ray1 := []string{"TPU_VISIBLE_CHIPS=3", "TPU_CHIPS_PER_HOST_BOUNDS=1,1,1", "TPU_HOST_BOUNDS=1,1,1"}
+	ray2 := []string{"TPU_VISIBLE_CHIPS=2,3", "TPU_CHIPS_PER_HOST_BOUNDS=1,2,1", "TPU_HOST_BOUNDS=1,1,1"}
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		nested bool // run tpurun --nprocs 1 -- tpurun ARGS -- worker
+		args   []string
+		chips  []string // TPU_VISIBLE_CHIPS per rank
+	}{
+		{"ray-1-chip", ray1, false, nil, []string{"3"}},
+		{"ray-1-chip-spmd", ray1, false, []string{"--spmd"}, []string{"3"}},
+		{"ray-2-chips", ray2, false, nil, []string{"2", "3"}},
+		{"ray-2-chips-spmd", ray2, false, []string{"--spmd"}, []string{"2,3"}},
+		{"nested-nprocs-1", nil, true, nil, []string{"0"}},
+		{"nested-nprocs-1-spmd", nil, true, []string{"--spmd"}, []string{"0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHost(t, idV5e, 8)
+			args := append([]string{"--tpu-port-base", strconv.Itoa(portBase(t))}, tc.args...)
+			args = append(args, "--", os.Args[0])
+			if tc.nested {
+				inner := append([]string{filepath.Join(bin, "tpurun"), "--sysfs-root", h.sys, "--dev-root", h.dev}, args...)
+				args = append([]string{"--nprocs", "1", "--tpu-port-base", strconv.Itoa(portBase(t)), "--"}, inner...)
+			}
+			r := h.cli(t, tc.env, args...)
+			if r.code != 0 {
+				t.Fatalf("tpurun %q: exit %d\n%s", args, r.code, r.stderr)
+			}
+			got := h.dumped(t)
+			if len(got) != len(tc.chips) {
+				t.Fatalf("%d workers dumped their env, want %d\n%s", len(got), len(tc.chips), r.stderr)
+			}
+			for rank, want := range tc.chips {
+				if env := got[strconv.Itoa(rank)]; env["TPU_VISIBLE_CHIPS"] != want {
+					t.Errorf("rank %d: TPU_VISIBLE_CHIPS=%q, want %q", rank, env["TPU_VISIBLE_CHIPS"], want)
 				}
 			}
 		})

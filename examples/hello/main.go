@@ -1,9 +1,12 @@
-// Command hello is the smallest tpurun worker: it prints the per-rank environment it was given and exits 0.
+// Command hello is the smallest tpurun worker: it prints the per-rank environment and the arguments it was given,
+// reports a greeting as the result of each replica it owns (worker.Report), and exits 0.
 package main
 
 import (
 	"fmt"
 	"os"
+
+	"tpurun/worker"
 )
 
 func main() {
@@ -12,5 +15,22 @@ func main() {
 		os.Getenv("PJRT_DEVICE"))
 	for _, k := range []string{"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TPURUN_REPLICAS", "OMP_NUM_THREADS"} {
 		fmt.Printf("  %s=%s\n", k, os.Getenv(k))
+	}
+	if len(os.Args) > 1 {
+		fmt.Printf("  args: %q\n", os.Args[1:])
+	}
+	if os.Getenv(worker.EnvResultFD) == "" {
+		return // not under tpurun: nothing to report to
+	}
+	replicas, err := worker.Replicas()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hello:", err)
+		os.Exit(1)
+	}
+	for _, r := range replicas {
+		if err := worker.Report(r, map[string]string{"hello": "from rank " + os.Getenv("RANK")}); err != nil {
+			fmt.Fprintln(os.Stderr, "hello:", err)
+			os.Exit(1)
+		}
 	}
 }

@@ -177,8 +177,14 @@ func decodeOutcome(rank, pid int, f worker.Frame) (Result, *ContractError) {
 			res.Encoding, res.ValueB64 = "pickle", f.Payload
 			return res, nil
 		}
-		if !f.ValidJSON() {
-			return res, bad(fmt.Sprintf("its %d-byte payload is not valid JSON in UTF-8", len(f.Payload)))
+		if err := f.CheckJSON(); err != nil {
+			ce := bad(fmt.Sprintf("its %d-byte payload is not valid JSON in UTF-8", len(f.Payload)))
+			var huge *worker.HugeIntegerError
+			if errors.As(err, &huge) { // valid JSON, but the results document would be unreadable in Python
+				ce = bad(fmt.Sprintf("its JSON holds %v", huge))
+				ce.Hint, ce.Cause = hintHugeInteger, huge
+			}
+			return res, ce
 		}
 		res.Encoding, res.Value = "json", f.Payload
 	case worker.KindError:

@@ -87,6 +87,9 @@ const (
 	hintMalformed = "something other than the tpurun client wrote to the result descriptor (TPURUN_RESULT_FD): " +
 		"a library printing to fd 3, or a program that inherited the descriptor; write results only through " +
 		"worker.Report / tpurun.report"
+	hintHugeInteger = "Python's json refuses integers of more than 4300 digits, so the results document would not " +
+		"load in tpurun.spawn or any Python reader: report the value as a string, or pickled (tpurun.report does " +
+		"so itself)"
 	hintTruncated = "the worker died in the middle of writing a result, or several threads wrote to the " +
 		"descriptor without a lock; use one tpurun client per process (it writes each frame whole)"
 	hintVersion = "the worker's tpurun client (Go module or Python package) is from another tpurun release: " +

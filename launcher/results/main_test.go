@@ -3,12 +3,14 @@ package results
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -24,6 +26,25 @@ func init() {
 	launchertest.Register("report", "silent", "fail", "crash", "foreign", "seed0", "oversized", "truncated", "garbage",
 		"version", "badjson", "twice", "reportgrandchild")
 	launchertest.Define(launchertest.Verb{Name: "tpurun-cli", Run: func(w *launchertest.Worker) int { return fakeCLI(w.Args) }})
+	launchertest.Define(launchertest.Verb{Name: "hugeint", Run: hugeIntVerb})
+}
+
+// hugeIntVerb reports a 5000-digit integer: the Go client must refuse it (ErrHugeInteger); written raw on fd 3, the
+// collector must.
+func hugeIntVerb(w *launchertest.Worker) int {
+	rank, _ := strconv.Atoi(w.Rank)
+	raw := os.NewFile(3, "raw")
+	huge := json.RawMessage(strings.Repeat("7", 5000))
+	if err := worker.NewClient(raw, nil).Report(rank, huge); !errors.Is(err, worker.ErrHugeInteger) {
+		fmt.Fprintf(os.Stderr, "hugeint: the client sent a 5000-digit integer: %v\n", err)
+		return 70
+	}
+	frame := append(worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, len(huge)+2), "["+string(huge)+"]"...)
+	if _, err := raw.Write(frame); err != nil {
+		fmt.Fprintln(os.Stderr, "hugeint:", err)
+		return 70
+	}
+	return 0
 }
 
 func TestMain(m *testing.M) {

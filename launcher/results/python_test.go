@@ -97,8 +97,8 @@ func newPy(t *testing.T) pyenv {
 	return pyenv{py: py, dir: dir, mod: mod, env: env}
 }
 
-func (p pyenv) script(src string) *exec.Cmd {
-	cmd := exec.Command(p.py, "-c", src)
+func (p pyenv) script(src string, args ...string) *exec.Cmd {
+	cmd := exec.Command(p.py, append([]string{"-c", src}, args...)...)
 	cmd.Env = slices.Clone(p.env)
 	return cmd
 }
@@ -375,5 +375,62 @@ if __name__ == "__main__":
 	doc, err := c.Finish([]RankExit{run.exit})
 	if err != nil || string(doc.Results[0].Value) != `{"index":0,"lr":0.5,"module":"__mp_main__"}` || run.stdout != "" {
 		t.Fatalf("%v %s stdout %q", err, doc.Results[0].Value, run.stdout)
+	}
+}
+
+// TestHugeIntegerResult: a 5000-digit integer result cannot make the results document unloadable by Python's json
+// (which refuses integers over 4300 digits): tpurun.report pickles it (it comes back an int), the Go client
+// refuses it, and a raw JSON frame holding one is a malformed_frame naming ErrHugeInteger with its own hint. The
+// document loads with Python's json.
+func TestHugeIntegerResult(t *testing.T) {
+	p := newPy(t)
+	c := NewCollector(Options{})
+	runs := runWorld(t, c, []spec{{[]int{0}, p.script("import tpurun; tpurun.report(0, 7 ** 6000)")}, {[]int{1}, goCmd(t, "hugeint")}})
+	doc, err := c.Finish(exitsOf(runs))
+	ce := only(t, err, worker.ErrHugeInteger)
+	if !errors.Is(err, ErrMalformedFrame) || ce.Rank != 1 || !strings.Contains(ce.Message, "an integer of 5000 digits at byte 1") ||
+		!strings.Contains(ce.Hint, "4300 digits") {
+		t.Fatalf("violation %+v", ce)
+	}
+	if len(doc.Results) != 1 || doc.Results[0].Encoding != "pickle" {
+		t.Fatalf("results %+v: want replica 0's integer pickled", doc.Results)
+	}
+	path := filepath.Join(t.TempDir(), "doc.json")
+	if err := WriteFile(path, doc); err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.script(`import json, sys, tpurun
+v = tpurun.decode_results(json.load(open(sys.argv[1])))[0]
+print(type(v).__name__, v == 7 ** 6000)`, path).Output()
+	if err != nil || strings.TrimSpace(string(out)) != "int True" {
+		t.Fatalf("loading the document in Python: %v %q", err, out)
+	}
+}
+
+// TestPythonReportOwnReplica: `tpurun.report(value)` (as `help python` shows it) reports for the worker's one
+// replica, and `tpurun.fail(exc)` fails it; a worker that owns several replicas is told to say which, naming them.
+func TestPythonReportOwnReplica(t *testing.T) {
+	p := newPy(t)
+	c := NewCollector(Options{Required: true})
+	runs := runWorld(t, c, []spec{
+		{[]int{0}, p.script(`import tpurun; tpurun.report({"v": 0})`)},
+		{[]int{1}, p.script(`import tpurun; tpurun.report(value=(1, "tuple"))`)},
+		{[]int{2}, p.script(`import tpurun; tpurun.fail(KeyError("missing shard"))`)},
+		{[]int{3, 4}, p.script(`import tpurun
+try:
+    tpurun.report("whose?")
+except TypeError as e:
+    print(e)
+for r in tpurun.replicas():
+    tpurun.report(r, r)`)},
+	})
+	doc, _ := c.Finish(exitsOf(runs))
+	if len(doc.Results) != 5 || string(doc.Results[0].Value) != `{"v":0}` || doc.Results[1].Encoding != "pickle" ||
+		doc.Results[2].Error == nil || doc.Results[2].Error.Type != "KeyError" || string(doc.Results[4].Value) != "4" {
+		t.Fatalf("%+v", doc.Results)
+	}
+	want := "tpurun.report(value): this worker owns replicas 3,4 (TPURUN_REPLICAS), so say which: tpurun.report(replica, value)"
+	if !strings.Contains(runs[3].stdout, want) {
+		t.Fatalf("two replicas: %q lacks %q", runs[3].stdout, want)
 	}
 }

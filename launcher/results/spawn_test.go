@@ -64,6 +64,8 @@ elif mode == "nested":
     case(mode, lambda: tpurun.spawn(fnmod.nested, tpurun=fake))
 elif mode == "badargs":  # neither JSON nor picklable
     case(mode, lambda: tpurun.spawn(fnmod.square, args=(1, lambda: 0), tpurun=fake))
+elif mode == "bigint":  # more digits than Python's json reads: pickled, not a raw ValueError
+    case(mode, lambda: tpurun.spawn(fnmod.square, args=(10 ** 5000,), nprocs=2, tpurun=fake))
 elif mode == "badnprocs":
     case(mode, lambda: tpurun.spawn(fnmod.square, nprocs="2", tpurun=fake))
 else:
@@ -153,6 +155,13 @@ func TestSpawn(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an integer too long for JSON is pickled", func(t *testing.T) {
+		o, argv := run("bigint", okDoc, "0")
+		got := strings.Join(anyStrings(argv["argv"]), " ")
+		if !o.OK || got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square" {
+			t.Fatalf("%+v; tpurun ran with %s", o, got)
+		}
+	})
 	t.Run("join, daemon and fork have no effect and say so", func(t *testing.T) {
 		o, argv := run("noop-options", okDoc, "0")
 		w := strings.Join(o.Warnings, "\n")

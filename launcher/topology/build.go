@@ -123,11 +123,15 @@ func (h *Host) gpuName(i int) string {
 	return strconv.Itoa(h.UsableGPUs.V[i])
 }
 
-// JAX reads these in jax.distributed.initialize() (jax/_src/distributed.py State.initialize); it reads no process
-// id or count from the environment (docs/TOPOLOGY.md).
+// JAX reads the first two in jax.distributed.initialize() (jax/_src/distributed.py State.initialize). It reads no
+// process id or count from the environment (JAX 0.11 included); the launcher sets the conventional names of both,
+// which programs pass on themselves: initialize(process_id=int(os.environ["JAX_PROCESS_ID"]),
+// num_processes=int(os.environ["JAX_NUM_PROCESSES"])) (docs/TOPOLOGY.md).
 const (
 	EnvJAXCoordinator    = "JAX_COORDINATOR_ADDRESS"
 	EnvJAXLocalDeviceIDs = "JAX_LOCAL_DEVICE_IDS"
+	EnvJAXProcessID      = "JAX_PROCESS_ID"    // = RANK
+	EnvJAXNumProcesses   = "JAX_NUM_PROCESSES" // = WORLD_SIZE
 )
 
 // SetJAXCoordinator sets JAX_COORDINATOR_ADDRESS=hostport on every CPU and GPU worker of p that has an env, so that

@@ -485,3 +485,64 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 		})
 	}
 }
+
+// TestRaySubsetBounds: a process given a subset of a host describes the subset as its host, as Ray does for an
+// actor holding 1 or 2 chips (TPU_VISIBLE_CHIPS with TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1 and TPU_HOST_BOUNDS
+// 1,1,1) and as tpurun's own --nprocs 1 worker env does: planned on the visible chips, by default and with SPMD;
+// bounds that describe neither the host nor the subset are still refused, naming both.
+func TestRaySubsetBounds(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		visible  string
+		cphb     string
+		spmd     bool
+		workers  []string // each worker's TPU_VISIBLE_CHIPS
+		process  string   // TPU_PROCESS_BOUNDS
+		cpp      string   // TPU_CHIPS_PER_PROCESS_BOUNDS
+		wantErrs []string
+	}{
+		{name: "1 chip", visible: "3", cphb: "1,1,1", workers: []string{"3"}, process: "1,1,1", cpp: "1,1,1"},
+		{name: "1 chip spmd", visible: "3", cphb: "1,1,1", spmd: true, workers: []string{"3"}, process: "1,1,1", cpp: "1,1,1"},
+		{name: "2 chips", visible: "2,3", cphb: "1,2,1", workers: []string{"2", "3"}, process: "1,2,1", cpp: "1,1,1"},
+		{name: "2 chips spmd", visible: "2,3", cphb: "1,2,1", spmd: true, workers: []string{"2,3"}, process: "1,1,1", cpp: "1,2,1"},
+		{name: "the host's bounds on a subset", visible: "2,3", cphb: "2,4,1", workers: []string{"2", "3"}, process: "1,2,1", cpp: "1,1,1"},
+		{name: "bounds of neither", visible: "2,3", cphb: "1,1,1", wantErrs: []string{
+			"TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 describes 1 chips per host but this host has 8 and TPU_VISIBLE_CHIPS gives this launcher 2",
+			"env TPU_VISIBLE_CHIPS", "fix or unset TPU_CHIPS_PER_HOST_BOUNDS"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ft := newTree(t).tpu(t, "0x0063", 8)
+			env := map[string]string{"TPU_VISIBLE_CHIPS": tc.visible, "TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb, "TPU_HOST_BOUNDS": "1,1,1"}
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+			if len(tc.wantErrs) > 0 {
+				if err == nil {
+					t.Fatal("Detect accepted the bounds")
+				}
+				for _, want := range tc.wantErrs {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q\nlacks %q", err, want)
+					}
+				}
+				return
+			}
+			must(t, err)
+			p, err := NewPlan(h, Request{SPMD: tc.spmd})
+			must(t, err)
+			if len(p.Workers) != len(tc.workers) {
+				t.Fatalf("%d workers, want %d", len(p.Workers), len(tc.workers))
+			}
+			subset := map[string]string{"3": "1,1,1", "2,3": "1,2,1"}[tc.visible] // the subset's chip grid
+			for i, w := range p.Workers {
+				for k, want := range map[string]string{"TPU_VISIBLE_CHIPS": tc.workers[i], "TPU_HOST_BOUNDS": "1,1,1",
+					"TPU_CHIPS_PER_HOST_BOUNDS": subset, "TPU_PROCESS_BOUNDS": tc.process, "TPU_CHIPS_PER_PROCESS_BOUNDS": tc.cpp} {
+					if w.Env[k] != want {
+						t.Errorf("worker %d: %s=%q, want %q", i, k, w.Env[k], want)
+					}
+				}
+			}
+		})
+	}
+}

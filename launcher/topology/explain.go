@@ -121,7 +121,8 @@ func suppliedBecause(h *Host, req Request) string {
 	return "tpurun planned it from " + strings.Join(from, ", ")
 }
 
-const jaxArgs = "pass process_id=int(os.environ['RANK']), num_processes=int(os.environ['WORLD_SIZE'])"
+const jaxArgs = "pass process_id=int(os.environ['JAX_PROCESS_ID']), num_processes=int(os.environ['JAX_NUM_PROCESSES']), " +
+	"or call tpurun.jax_initialize()"
 
 func jaxNeedsIDs(localIDs string) string {
 	return "JAX: jax.distributed.initialize() reads JAX_COORDINATOR_ADDRESS" + localIDs + " from env but no process id " +

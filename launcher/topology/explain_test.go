@@ -21,7 +21,7 @@ func TestExplainTPU(t *testing.T) {
 		not  []string
 	}{
 		{name: "process per chip", id: "0x0063", n: 8, req: Request{},
-			want: []string{"TPU_PROCESS_ADDRESSES name localhost", "JAX: jax.distributed.initialize() detects a cloud-TPU cluster from TPU_PROCESS_ADDRESSES and takes TPU_WORKER_ID (the host index) as the process id, which repeats with 8 processes per host: pass process_id=int(os.environ['RANK'])"}},
+			want: []string{"TPU_PROCESS_ADDRESSES name localhost", "JAX: jax.distributed.initialize() detects a cloud-TPU cluster from TPU_PROCESS_ADDRESSES and takes TPU_WORKER_ID (the host index) as the process id, which repeats with 8 processes per host: pass process_id=int(os.environ['JAX_PROCESS_ID']), num_processes=int(os.environ['JAX_NUM_PROCESSES'])"}},
 		{name: "spmd", id: "0x0063", n: 8, req: Request{SPMD: true},
 			want: []string{"SPMD: one process per host sees chips 0,1,2,3,4,5,6,7"}, not: []string{"JAX:"}},
 		{name: "spmd on several hosts", id: "0x005e", n: 4, env: map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "1"},

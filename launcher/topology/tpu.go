@@ -206,18 +206,38 @@ func (h *Host) checkGivenBounds() error {
 				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
 		}
 	}
-	if cb := h.ChipsPerHostBounds; cb.IsSet() && cb.Source.Kind != FromDerived && cb.Source.Kind != FromDefault {
-		chips, src := len(h.Chips), h.ChipsSource
-		if h.ChipsSource.Kind == FromDerived && h.Accelerator.IsSet() {
-			chips, src = h.Accelerator.V.ChipsPerHost(), h.Accelerator.Source
-		}
-		if p := cb.V.Product(); p != chips {
-			return &ConfigError{Name: cb.Source.Name, Value: cb.V.String(),
-				Problem: fmt.Sprintf("describes %d chips per host but this host has %d", p, chips),
-				Sources: []Source{cb.Source, src}, Hint: "fix or unset " + cb.Source.Name}
-		}
+	return h.checkGivenChipBounds()
+}
+
+// checkGivenChipBounds refuses chips-per-host bounds given by env or metadata that describe neither the host's
+// chips nor the parent's TPU_VISIBLE_CHIPS. A process given a subset of a host describes the subset as its host:
+// Ray's actor holding 1 or 2 chips gets TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1, and so does a worker of tpurun's
+// own --nprocs 1 run, which may start a tpurun of its own.
+func (h *Host) checkGivenChipBounds() error {
+	cb := h.ChipsPerHostBounds
+	if !cb.IsSet() || cb.Source.Kind == FromDerived || cb.Source.Kind == FromDefault {
+		return nil
 	}
-	return nil
+	chips, src := len(h.Chips), h.ChipsSource
+	if h.ChipsSource.Kind == FromDerived && h.Accelerator.IsSet() {
+		chips, src = h.Accelerator.V.ChipsPerHost(), h.Accelerator.Source
+	}
+	p := cb.V.Product()
+	if p == chips {
+		return nil
+	}
+	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
+	sources := []Source{cb.Source, src}
+	if vc := h.VisibleChips; vc.IsSet() {
+		if p == len(vc.V) {
+			return nil
+		}
+		problem = fmt.Sprintf("describes %d chips per host but this host has %d and %s gives this launcher %d",
+			p, chips, vc.Source.Name, len(vc.V))
+		sources = append(sources, vc.Source)
+	}
+	return &ConfigError{Name: cb.Source.Name, Value: cb.V.String(), Problem: problem, Sources: sources,
+		Hint: "fix or unset " + cb.Source.Name}
 }
 
 func indexChoices(n int) []string {

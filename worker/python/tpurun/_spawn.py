@@ -24,7 +24,7 @@ import time
 import warnings
 
 from . import _wire
-from ._wire import ENV_FN_ARGS_FILE, ENV_FN_MAIN, json_exact, qualname_problem
+from ._wire import ENV_FN_ARGS_FILE, ENV_FN_AUTHKEY_FILE, ENV_FN_MAIN, TARGET_ERROR, json_exact, qualname_problem
 
 # The start methods multiprocessing (and so xmp.spawn) accepts.
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -60,6 +60,13 @@ class SpawnError(RuntimeError):
         self.results = results or {}
         self.error = error
         self.messages = list(messages or [])
+
+
+class SpawnConfigError(SpawnError, ValueError):
+    """tpurun refused the run before starting anything (exit 2: a bad flag, an impossible --nprocs, a malformed
+    environment value), or the workers found the function or its arguments unusable before calling it. A
+    ValueError too, as xmp.spawn raises for a bad configuration, so `except ValueError` written for xmp.spawn
+    catches it; the message carries the reason tpurun printed."""
 
 
 class SpawnTimeout(SpawnError):
@@ -222,12 +229,44 @@ def root_cause(doc, exit_code):
     return "tpurun exited with code %s" % (exit_code,), None
 
 
+# The file of this copy of the module that names the tpurun binary that installed it (`tpurun --python-path` writes
+# it: worker.BinaryFile); a copy pip installed has none.
+BINARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_binary")
+
+
+def installed_binary():
+    """The absolute path of the tpurun binary that installed this copy of the module (`tpurun --python-path`), or
+    None for a copy without one (pip install)."""
+    try:
+        with open(BINARY_FILE, "rb") as f:
+            path = os.fsdecode(f.read())
+    except OSError:
+        return None
+    return path if os.path.isabs(path) else None
+
+
 def find_binary(tpurun=None):
-    path = tpurun or os.environ.get("TPURUN") or shutil.which("tpurun")
-    if not path:
-        raise FileNotFoundError("spawn: the tpurun binary was not found: pass tpurun=PATH, set TPURUN, or put it "
-                                "on PATH")
-    return path
+    """The tpurun binary run() and spawn() start: tpurun= when given, else $TPURUN, else the binary that installed
+    this copy of the module (PYTHONPATH from `tpurun --python-path`) while it is there, else tpurun on PATH."""
+    path = tpurun or os.environ.get("TPURUN")
+    if path:
+        return path
+    installed = installed_binary()
+    if installed and os.access(installed, os.X_OK) and os.path.isfile(installed):
+        return installed
+    path = shutil.which("tpurun")
+    if path:
+        return path
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if installed:
+        copy = "this copy of the module (%s) was installed by %s, which is no longer there" % (here, installed)
+    else:
+        copy = "this copy of the module (%s) names no binary (pip installs, and checkouts, cannot)" % here
+    raise FileNotFoundError(
+        "tpurun: the tpurun binary was not found: no tpurun= argument, TPURUN is not set, %s, and no tpurun is on "
+        "PATH (%s). Pass tpurun='/path/to/tpurun', or `export TPURUN=/path/to/tpurun`, or "
+        "`export PATH=/dir/of/tpurun:$PATH`, or use the binary's own copy of this module: "
+        "`export PYTHONPATH=$(/path/to/tpurun --python-path)`" % (copy, os.environ.get("PATH", "")))
 
 
 _SPAWN_KEYWORDS = ("fn", "args", "nprocs", "join", "daemon", "start_method", "tpurun", "extra_args", "env", "timeout",
@@ -257,6 +296,17 @@ def _pickle_args(args):
     raise TypeError("spawn: args cannot be pickled")
 
 
+def _write_private(path, data):
+    """Write data to a new file at path that only this user can read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn", *, tpurun=None, extra_args=(),
           env=None, timeout=None, grace=None, stderr=None, **unknown):
     """Run fn(index, *args) in one process per device under tpurun; return {ordinal: result}.
@@ -275,7 +325,8 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     start_method 'spawn', 'fork' or 'forkserver' (anything else is a ValueError, as in multiprocessing). Every
                  worker is a fresh process started by tpurun, as with 'spawn'; 'fork' warns that state the
                  caller built before the call is not inherited.
-    tpurun       path of the binary (default $TPURUN, then PATH).
+    tpurun       path of the binary (default $TPURUN, then the binary whose `tpurun --python-path` gave this
+                 copy of the module, then PATH).
     extra_args   more tpurun flags, e.g. ['--grace', '30s'].
     env          the environment for tpurun and the workers (default os.environ).
     timeout      seconds; past it tpurun is stopped (see run) and SpawnTimeout raised.
@@ -283,8 +334,14 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     stderr       where tpurun's and the workers' output goes (see run).
 
     Any other keyword is a TypeError naming it. A result whose class the worker's __mp_main__ defined is
-    unpickled with this process's __main__. On failure it raises SpawnError carrying the root cause (a worker's
-    exception, a contract violation, or the reason tpurun printed for a configuration error)."""
+    unpickled with this process's __main__. On failure it raises SpawnError carrying the root cause: a worker's
+    exception with its traceback (shown once: in this error, not in tpurun's report), a contract violation, or,
+    as SpawnConfigError (a ValueError too, as xmp.spawn raises), the reason tpurun printed for a configuration
+    error.
+
+    A lock shared by the workers: pass multiprocessing.Manager().Lock() in args as with xmp.spawn (the workers
+    get this process's multiprocessing authkey with the pickled arguments, so its proxy connects), or
+    tpurun.Lock(), a file lock that needs no manager process. Both work for the workers of one host."""
     if _wire.importing_main:
         raise RuntimeError("tpurun.spawn() was called while a worker imported the caller's main module (as "
                            "__mp_main__, as multiprocessing does): the script calls spawn() at import time. Guard "
@@ -320,6 +377,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     run_env = dict(os.environ if env is None else env)
     run_env.setdefault("PYTHON_EXEC", sys.executable or "python3")
     run_env.pop(ENV_FN_ARGS_FILE, None)
+    run_env.pop(ENV_FN_AUTHKEY_FILE, None)
     run_env.pop(ENV_FN_MAIN, None)
     main = main_reference()
     if main:
@@ -342,15 +400,14 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
             data = _pickle_args(args)
             tmpdir = tempfile.mkdtemp(prefix="tpurun-args-")  # mode 0700: only this user can reach the file
             path = os.path.join(tmpdir, "args.pickle")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                         0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            _write_private(path, data)
             run_env[ENV_FN_ARGS_FILE] = path
+            # The workers take this process's multiprocessing authkey, as multiprocessing's children do, so that
+            # a Manager() proxy among the arguments (xmp.spawn's `args=(Manager().Lock(),)`) can connect.
+            import multiprocessing  # here: importing it costs every worker that imports tpurun
+            key_path = os.path.join(tmpdir, "authkey")
+            _write_private(key_path, bytes(multiprocessing.current_process().authkey))
+            run_env[ENV_FN_AUTHKEY_FILE] = key_path
         doc = run(argv, tpurun=tpurun, env=run_env, timeout=timeout, grace=grace, stderr=stderr)
     finally:
         if tmpdir:
@@ -492,8 +549,8 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
     the same way before it propagates, so nothing is left running.
 
     On a non-zero exit, or a document that is not ok, it raises SpawnError with the root cause, the exit code, the
-    document and tpurun's own messages: a configuration error (exit 2, nothing started) carries the reason
-    tpurun printed."""
+    document and tpurun's own messages: a configuration error (exit 2) is a SpawnConfigError, a ValueError too,
+    carrying the reason tpurun printed."""
     timeout = _positive("timeout", timeout)
     grace = _positive("grace", grace, DEFAULT_GRACE)
     cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + list(argv)
@@ -534,7 +591,8 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
                            results=results, messages=messages)
     if doc is None:
         if code == 2:
-            msg = "%s refused the run with exit code 2 (a usage or configuration error; nothing was started)" % cmd[0]
+            msg = ("%s refused the run with exit code 2 (a usage or configuration error) and printed no results "
+                   "document" % cmd[0])
         else:
             msg = "%s exited with code %d after %.1fs and printed no results document on stdout" % (cmd[0], code,
                                                                                                      elapsed)
@@ -542,8 +600,10 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
             msg += ": " + " | ".join(messages)
         else:
             msg += "; its stderr says why"
-        raise SpawnError(msg, exit_code=code, messages=messages)
+        raise (SpawnConfigError if code == 2 else SpawnError)(msg, exit_code=code, messages=messages)
     if code != 0 or not doc.get("ok", False):
         msg, first = root_cause(doc, code)
-        raise SpawnError(msg, document=doc, exit_code=code, results=results, error=first, messages=messages)
+        unusable = code == 2 and first is not None and first.get("type") == TARGET_ERROR
+        raise (SpawnConfigError if unusable else SpawnError)(msg, document=doc, exit_code=code, results=results,
+                                                             error=first, messages=messages)
     return doc

@@ -19,13 +19,18 @@ MAX_PAYLOAD = (1 << 32) - 1
 
 ENV_FD = "TPURUN_RESULT_FD"
 ENV_REPLICAS = "TPURUN_REPLICAS"
+ENV_RUN_ID = "TPURUN_RUN_ID"  # the run's id, the same in every worker of a run
 ENV_ID = "TPURUN_RESULT_ID"  # "<st_dev>:<st_ino>" of the pipe tpurun gave this worker as its channel
 
 # Function mode (fn.py, spawn()): spawn() sets these for tpurun, which passes them on to every worker.
 ENV_FN_ARGS_JSON = "TPURUN_FN_ARGS_JSON"  # the JSON list of arguments, when --args-json is not given
 ENV_FN_ARGS_FILE = "TPURUN_FN_ARGS_FILE"  # a private file holding the pickled tuple of arguments
 ENV_FN_MAIN = "TPURUN_FN_MAIN"  # the caller's main module, imported as __mp_main__: a file's path or a module name
+ENV_FN_AUTHKEY_FILE = "TPURUN_FN_AUTHKEY_FILE"  # a private file holding the caller's multiprocessing authkey
 
+
+# The error type function mode reports for a target it cannot use, found before anything was called.
+TARGET_ERROR = "tpurun.TargetError"
 
 # True while python3 -m tpurun.fn imports the caller's main module: a spawn() then is the main module's own call,
 # run again in a worker because the script does not guard it with `if __name__ == "__main__":`.
@@ -46,12 +51,22 @@ def encode(kind, encoding, replica, payload):
     return HEADER.pack(MAGIC, VERSION, kind, encoding, 0, replica, len(payload)) + payload
 
 
+# Integers of more than MAX_JSON_INT_DIGITS decimal digits are not carried as JSON: Python's json refuses to read
+# (or write) them by default since 3.11 (sys.get_int_max_str_digits), and the launcher refuses them in JSON results
+# (worker/PROTOCOL.md). They are pickled.
+MAX_JSON_INT_DIGITS = 4300
+MAX_JSON_INT = 10 ** MAX_JSON_INT_DIGITS
+
+
 def json_exact(value):
     """Whether JSON carries value unchanged: json.loads(json.dumps(value)) == value with the same types all the way
     down. Tuples (which come back as lists), dicts with keys other than str (an int key comes back as a str),
-    subclasses (an IntEnum comes back as an int), NaN and infinities are not: they are pickled."""
+    subclasses (an IntEnum comes back as an int), NaN and infinities, and integers of more than 4300 digits (which
+    Python's json refuses to read) are not: they are pickled."""
     t = type(value)
-    if value is None or t is bool or t is int or t is str:
+    if t is int:
+        return -MAX_JSON_INT < value < MAX_JSON_INT
+    if value is None or t is bool or t is str:
         return True
     if t is float:
         return math.isfinite(value)

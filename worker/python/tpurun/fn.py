@@ -12,8 +12,13 @@ carry its arguments unchanged), followed by the remaining command-line ARGs as s
 TPURUN_FN_MAIN names the caller's main module (spawn() sets it, as multiprocessing's spawn start method passes
 it): the absolute path of the script the caller ran, or the name of the module it ran with ``python -m``. It is
 imported first, as ``__mp_main__`` (its ``if __name__ == "__main__"`` block does not run), and becomes
-``__main__`` too, so functions, classes and pickled arguments defined in the caller's script are found. Both
-variables are removed from the environment before the function runs, so programs it starts never see them.
+``__main__`` too, so functions, classes and pickled arguments defined in the caller's script are found.
+
+TPURUN_FN_AUTHKEY_FILE names a private file holding the caller's multiprocessing authkey (spawn() writes it
+with pickled arguments, as multiprocessing hands its authkey to the children it starts): it becomes this
+process's authkey before the arguments are unpickled, so a ``multiprocessing.Manager()`` proxy among them (the
+``Manager().Lock()`` of xmp.spawn's examples) connects to the caller's manager. These variables are removed from
+the environment before the function runs, so programs it starts never see them.
 
 Exit codes:
   0  every owned replica reported its value
@@ -40,7 +45,8 @@ from . import _wire
 ENV_ARGS = _wire.ENV_FN_ARGS_JSON
 ENV_ARGS_FILE = _wire.ENV_FN_ARGS_FILE
 ENV_MAIN = _wire.ENV_FN_MAIN
-TARGET_ERROR = "tpurun.TargetError"
+ENV_AUTHKEY_FILE = _wire.ENV_FN_AUTHKEY_FILE
+TARGET_ERROR = _wire.TARGET_ERROR
 USAGE = "usage: python3 -m tpurun.fn [--args-json JSON] module:function [ARG...]"
 MAIN_NAME = "__mp_main__"
 
@@ -185,20 +191,20 @@ def parse_args(argv, environ):
     return target, args, extra
 
 
-def load_args_file(path):
-    """The argument tuple spawn() pickled into path. The file must be a regular file of this user that nobody
-    else can write: unpickling runs code, so a file another user could have written is refused."""
+def _read_private(path, var, what):
+    """The bytes of the file at path (named by variable var), which must be a regular file of this user that
+    nobody else can write: what it holds is trusted (unpickled, or a key)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise TargetError("%s=%s: cannot open the pickled arguments (%s); they are written by spawn() and removed "
-                          "when it returns" % (ENV_ARGS_FILE, path, e)) from None
+        raise TargetError("%s=%s: cannot open %s (%s); they are written by spawn() and removed when it returns"
+                          % (var, path, what, e)) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            raise TargetError("%s=%s: refusing to unpickle it: want a regular file owned by uid %d that only its "
-                              "owner can write, found mode %o owned by uid %d"
-                              % (ENV_ARGS_FILE, path, os.getuid(), st.st_mode, st.st_uid))
+            raise TargetError("%s=%s: refusing to read %s from it: want a regular file owned by uid %d that only "
+                              "its owner can write, found mode %o owned by uid %d"
+                              % (var, path, what, os.getuid(), st.st_mode, st.st_uid))
         chunks = []
         while True:
             b = os.read(fd, 1 << 20)
@@ -207,14 +213,37 @@ def load_args_file(path):
             chunks.append(b)
     finally:
         os.close(fd)
+    return b"".join(chunks)
+
+
+def load_authkey_file(path):
+    """Make the caller's multiprocessing authkey, which spawn() wrote to path, this process's, as multiprocessing
+    hands it to the children it starts: a multiprocessing.Manager() proxy in the arguments (a Manager().Lock(), as
+    in xmp.spawn's examples) then connects to the caller's manager instead of failing with AuthenticationError."""
+    key = _read_private(path, ENV_AUTHKEY_FILE, "the caller's multiprocessing authkey")
+    if not key:
+        raise TargetError("%s=%s is empty; want the caller's multiprocessing authkey" % (ENV_AUTHKEY_FILE, path))
+    import multiprocessing
+    multiprocessing.current_process().authkey = key
+
+
+def load_args_file(path):
+    """The argument tuple spawn() pickled into path. The file must be a regular file of this user that nobody
+    else can write: unpickling runs code, so a file another user could have written is refused."""
+    data = _read_private(path, ENV_ARGS_FILE, "the pickled arguments")
     try:
-        args = pickle.loads(b"".join(chunks))
+        args = pickle.loads(data)
     except Exception as e:
         hint = ""
         if isinstance(e, (AttributeError, ImportError)):
             hint = ("; every class in the arguments must be importable in the workers: define it in a module "
                     "file, or in the script that calls spawn() (the workers import it as %s), not in an "
                     "interactive session or python -c" % MAIN_NAME)
+        elif type(e).__name__ == "AuthenticationError":
+            hint = ("; a multiprocessing.Manager() proxy in the arguments connects with the caller's authkey, "
+                    "which tpurun.spawn() hands the workers (%s): call spawn() of this tpurun, in the process "
+                    "that made the manager, or pass a tpurun.Lock() instead of a Manager().Lock()"
+                    % ENV_AUTHKEY_FILE)
         raise TargetError("unpickling the arguments from %s=%s raised %s: %s%s"
                           % (ENV_ARGS_FILE, path, type(e).__name__, e, hint), traceback.format_exc()) from None
     if not isinstance(args, (tuple, list)):
@@ -232,11 +261,14 @@ def _send_target_error(ch, replicas, err):
 
 def prepare(argv, environ):
     """(function, arguments) for argv: the caller's main module imported, the arguments decoded, the target
-    resolved; raises TargetError without calling anything. TPURUN_FN_MAIN and TPURUN_FN_ARGS_FILE are taken out
-    of environ, so programs the function starts never read them."""
+    resolved; raises TargetError without calling anything. TPURUN_FN_MAIN, TPURUN_FN_ARGS_FILE and
+    TPURUN_FN_AUTHKEY_FILE are taken out of environ, so programs the function starts never read them."""
     main_ref = environ.pop(ENV_MAIN, "")
     args_file = environ.pop(ENV_ARGS_FILE, "")
+    authkey_file = environ.pop(ENV_AUTHKEY_FILE, "")
     target, args, extra = parse_args(argv, environ)
+    if authkey_file.strip():
+        load_authkey_file(authkey_file)
     load_main(main_ref)
     if args_file.strip():
         if args:
@@ -244,6 +276,25 @@ def prepare(argv, environ):
                               % (json.dumps(args)[:200], ENV_ARGS_FILE, args_file))
         args = load_args_file(args_file)
     return resolve(target), target, args + extra
+
+
+def _report_failure(ch, replica, target, exc):
+    """Send exc as replica's error frame and say so in one line: its traceback is shown once, by whoever reads
+    the frame (tpurun's report, or the SpawnError of tpurun.spawn). Printed whole only when the frame cannot be
+    sent."""
+    if exc.__traceback__ is not None and exc.__traceback__.tb_next is not None:
+        exc = exc.with_traceback(exc.__traceback__.tb_next)  # from the function on: this runner's frame is noise
+    try:
+        ch.fail(replica, exc)
+    except Exception as e:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        print("tpurun.fn: the error of replica %d was not sent: %s: %s" % (replica, type(e).__name__, e),
+              file=sys.stderr)
+        return
+    info = _wire.error_info(exc)
+    first = (info["message"].splitlines() or [""])[0][:200]
+    print("tpurun.fn: replica %d: %s raised %s: %s (traceback reported to tpurun)"
+          % (replica, target, info["type"], first), file=sys.stderr, flush=True)
 
 
 def main(argv=None, environ=None):
@@ -265,8 +316,7 @@ def main(argv=None, environ=None):
         try:
             value = fn(r, *args)
         except Exception as e:
-            traceback.print_exc()
-            ch.fail(r, e)
+            _report_failure(ch, r, target, e)
             return 1
         try:
             ch.report(r, value)

@@ -1,0 +1,596 @@
+// Package docs holds the test that runs every command line of the docs as written (TestDocCommandsAsWritten).
+// It is a package of its own so that its minutes of real launchers, torch workers and builds have a time budget of
+// their own, apart from cmd/tpurun's.
+package docs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
+)
+
+// bin holds the built tpurun and hello.
+var bin string
+
+// repoRoot is the repository: docs/ is at its root.
+var repoRoot = filepath.Join("..")
+
+// TestMain builds tpurun and the hello example, as `make build` does, and runs the tests.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tpurun-doc-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = dir
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the doc test builds tpurun with the go tool:", err)
+		os.Exit(1)
+	}
+	for _, pkg := range []string{"tpurun/cmd/tpurun", "tpurun/examples/hello"} {
+		if out, err := exec.Command(goTool, "build", "-o", dir, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refusedAddr is host:port of a TCP socket that is bound but not listening: connections are refused.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	mustDo(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	mustDo(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	mustDo(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+}
+
+// portBase returns a port p such that p..p+15 were free a moment ago (TPU process ports of a node).
+func portBase(t *testing.T) int {
+	t.Helper()
+	for try := 0; try < 200; try++ {
+		p := 20000 + rand.IntN(12000)
+		ok := true
+		for i := 0; i < 16 && ok; i++ {
+			if l, err := net.Listen("tcp", fmt.Sprintf(":%d", p+i)); err != nil {
+				ok = false
+			} else {
+				_ = l.Close()
+			}
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no 16 consecutive free ports")
+	return 0
+}
+
+// fakeV4Host is a fake /sys and /dev tree of a TPU v4 host with 4 chips: (sysfs root, dev root).
+func fakeV4Host(t *testing.T) (string, string) {
+	t.Helper()
+	root := t.TempDir()
+	sys, dev := filepath.Join(root, "sys"), filepath.Join(root, "dev")
+	for i := 0; i < 4; i++ {
+		d := filepath.Join(sys, "bus", "pci", "devices", fmt.Sprintf("0000:00:%02x.0", i+4))
+		mustDo(t, os.MkdirAll(d, 0o755))
+		for f, v := range map[string]string{"vendor": "0x1ae0", "device": "0x005e", "class": "0x120000"} {
+			mustDo(t, os.WriteFile(filepath.Join(d, f), []byte(v+"\n"), 0o644))
+		}
+		mustDo(t, os.MkdirAll(dev, 0o755))
+		mustDo(t, os.WriteFile(filepath.Join(dev, fmt.Sprintf("accel%d", i)), nil, 0o644))
+	}
+	return sys, dev
+}
+
+// The doc test below runs every command line of the docs as written: README.md and docs/*.md (fenced sh/bash/shell
+// blocks and indented code blocks), `tpurun --help` and every `tpurun help TOPIC` (their indented command lines).
+//
+// It runs them in a copy of the repository (no .git), from its root, in a shell whose PATH holds the built tpurun
+// and hello in bin/ (as `make build` leaves them), the go tool and /usr/bin:/bin; HOME and pip's target are the
+// test's own, the metadata server refuses connections. `train.py`, the docs' stand-in for the user's program, is a
+// stub in the root that prints its rank and arguments. The lines of one block run in order in one shell (`set -e`),
+// so an `export` or `cd` carries to the next line as at a prompt.
+//
+// A multi-host line (--nnodes N, or --rdzv-backend) runs as N launchers on loopback, one per node, each as a host
+// of its own would run it: node addresses (10.0.0.2) become 127.0.0.1 and their ports free ones, `--node_rank=0`
+// becomes each node's rank, etcd-0:2379 a real embedded etcd, $TOKEN a token, and every node has its own name
+// (PET_NODE_NAME, as its hostname would be). A line that needs a TPU slice (static backend without --nnodes) gets a
+// fake two-host v4-16 slice: a fake sysfs/dev tree per node and TPU_WORKER_ID / TPU_WORKER_HOSTNAMES.
+//
+// A line that cannot run here says so in the doc, `[not run by the doc test: REASON]`; the test lists them and
+// allows at most maxNotRun. A synopsis (a line with [flags]) is not a command; the test lists those too.
+
+// notRunTag marks a doc command line the test does not run.
+const notRunTag = "[not run by the doc test:"
+
+const maxNotRun = 3
+
+type docLineKind int
+
+const (
+	lineRun       docLineKind = iota
+	lineSynopsis              // "tpurun [flags] ...": the shape of a command, not one
+	lineNotRun                // annotated with notRunTag
+	lineMultiHost             // one launcher per node
+)
+
+// docLine is one command line of a doc, continuation lines joined.
+type docLine struct {
+	where string // file:line, or `tpurun help TOPIC`:line
+	text  string
+	kind  docLineKind
+}
+
+// docBlock is the command lines of one code block, in order.
+type docBlock struct {
+	where string
+	lines []docLine
+}
+
+var (
+	shellFence  = regexp.MustCompile("^```(sh|bash|shell|console)\\s*$")
+	helpCommand = regexp.MustCompile(`^\s{2,}((?:[A-Z_]+=\S+\s+)*(?:tpurun|export|pip|python3|cd|make)(?:\s.*)?)$`)
+	helpComment = regexp.MustCompile(`^\s{2,}#`)
+	nnodesFlag  = regexp.MustCompile(`--nnodes[= ](?:\d+:)?(\d+)`)
+)
+
+func classify(text string) docLineKind {
+	switch {
+	case strings.Contains(text, notRunTag):
+		return lineNotRun
+	case strings.Contains(text, "[flags]"):
+		return lineSynopsis
+	case nnodesFlag.MatchString(text) && !strings.Contains(text, "--nnodes 1 ") || strings.Contains(text, "--rdzv-backend"):
+		return lineMultiHost
+	}
+	return lineRun
+}
+
+// continues reports whether the block's last line ends with a backslash: the next line is part of it.
+func (b *docBlock) continues() bool {
+	return len(b.lines) > 0 && strings.HasSuffix(b.lines[len(b.lines)-1].text, "\\")
+}
+
+// addLine appends the command line text (a trailing backslash continues it on the next line) to b.
+func (b *docBlock) addLine(where, text string) {
+	if n := len(b.lines); n > 0 && strings.HasSuffix(b.lines[n-1].text, "\\") {
+		last := &b.lines[n-1]
+		last.text = strings.TrimRight(strings.TrimSuffix(last.text, "\\"), " \t") + " " + strings.TrimSpace(text)
+		last.kind = classify(last.text)
+		return
+	}
+	text = strings.TrimSpace(text)
+	if text == "" || strings.HasPrefix(text, "#") {
+		return
+	}
+	b.lines = append(b.lines, docLine{where: where, text: text, kind: classify(text)})
+}
+
+// markdownBlocks are the shell code blocks of a Markdown file: fenced sh/bash/shell/console blocks, and indented
+// code blocks (four spaces after a blank line, outside a list).
+func markdownBlocks(name string, text string) []docBlock {
+	m := &mdScan{cur: -1, prevBlank: true}
+	for i, l := range strings.Split(text, "\n") {
+		m.line(fmt.Sprintf("%s:%d", name, i+1), l)
+	}
+	return m.out
+}
+
+// mdScan is markdownBlocks' state between lines.
+type mdScan struct {
+	out       []docBlock
+	cur       int    // the block being filled, or -1
+	fence     string // "" outside a fence, "shell" in a shell one, "other" in any other
+	prevBlank bool
+	inList    bool
+}
+
+func (m *mdScan) start(where string) {
+	m.out = append(m.out, docBlock{where: where})
+	m.cur = len(m.out) - 1
+}
+
+func (m *mdScan) line(where, l string) {
+	if m.fence != "" {
+		m.inFence(where, l)
+	} else {
+		m.outside(where, l)
+	}
+	blank := strings.TrimSpace(l) == ""
+	if !blank && m.fence == "" {
+		m.inList = strings.HasPrefix(l, "- ") || strings.HasPrefix(l, "* ") || (m.inList && strings.HasPrefix(l, "  "))
+	}
+	m.prevBlank = blank
+}
+
+func (m *mdScan) inFence(where, l string) {
+	switch {
+	case strings.HasPrefix(l, "```"):
+		m.fence, m.cur = "", -1
+	case m.fence == "shell":
+		m.out[m.cur].addLine(where, l)
+	}
+}
+
+func (m *mdScan) outside(where, l string) {
+	switch {
+	case strings.HasPrefix(l, "```"):
+		m.fence, m.cur = "other", -1
+		if shellFence.MatchString(l) {
+			m.fence = "shell"
+			m.start(where)
+		}
+	case strings.HasPrefix(l, "    ") && !m.inList && (m.prevBlank || m.cur >= 0):
+		if m.cur < 0 {
+			m.start(where)
+		}
+		// An indented block may show output ("    tpurun: run ... attempt 0: ..."): only what reads as a
+		// command (or continues one) is taken from it.
+		if b := &m.out[m.cur]; helpCommand.MatchString(l) || b.continues() {
+			b.addLine(where, l)
+		}
+	default:
+		m.cur = -1
+	}
+}
+
+// helpBlocks are the indented command lines of a help text, consecutive ones forming a block.
+func helpBlocks(name, text string) []docBlock {
+	var out []docBlock
+	cur := -1
+	for i, l := range strings.Split(text, "\n") {
+		where := fmt.Sprintf("%s:%d", name, i+1)
+		switch {
+		case (cur >= 0 && out[cur].continues()) || helpCommand.MatchString(l):
+			if cur < 0 {
+				out = append(out, docBlock{where: where})
+				cur = len(out) - 1
+			}
+			out[cur].addLine(where, l)
+		case helpComment.MatchString(l):
+		default:
+			cur = -1
+		}
+	}
+	return out
+}
+
+// allDocBlocks collects the blocks of every source the test covers.
+func allDocBlocks(t *testing.T, root string) []docBlock {
+	t.Helper()
+	files := []string{"README.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	mustDo(t, err)
+	for _, d := range docs {
+		files = append(files, filepath.Join("docs", filepath.Base(d)))
+	}
+	var out []docBlock
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		mustDo(t, err)
+		out = append(out, markdownBlocks(f, string(b))...)
+	}
+	topics, err := filepath.Glob(filepath.Join(root, "cmd", "tpurun", "help", "*.txt"))
+	mustDo(t, err)
+	helps := [][]string{{"--help"}, {"help", "exit-codes"}}
+	for _, p := range topics {
+		helps = append(helps, []string{"help", strings.TrimSuffix(filepath.Base(p), ".txt")})
+	}
+	for _, args := range helps {
+		out = append(out, helpBlocks("`tpurun "+strings.Join(args, " ")+"`", helpText(t, args...))...)
+	}
+	return out
+}
+
+func helpText(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tpurun %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// docSandbox is the copy of the repository and the shell environment the doc commands run in.
+type docSandbox struct {
+	root string
+	env  []string
+}
+
+const trainStub = `"""train.py stands for the user's program in the docs' command lines: it prints what it was given."""
+import os, sys
+print("train.py: rank %s of %s, args %s" % (os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), sys.argv[1:]))
+`
+
+func newDocSandbox(t *testing.T) *docSandbox {
+	t.Helper()
+	top := t.TempDir()
+	sb := &docSandbox{root: filepath.Join(top, "tpurun")}
+	src, err := filepath.Abs(repoRoot)
+	mustDo(t, err)
+	mustDo(t, copyTree(src, sb.root))
+	mustDo(t, os.MkdirAll(filepath.Join(sb.root, "bin"), 0o755))
+	for _, b := range []string{"tpurun", "hello"} {
+		mustDo(t, copyFile(filepath.Join(bin, b), filepath.Join(sb.root, "bin", b), 0o755))
+	}
+	mustDo(t, os.WriteFile(filepath.Join(sb.root, "train.py"), []byte(trainStub), 0o644))
+	goTool, err := exec.LookPath("go")
+	mustDo(t, err)
+	sb.env = []string{
+		"PATH=" + strings.Join([]string{filepath.Join(sb.root, "bin"), filepath.Dir(goTool), "/usr/bin", "/bin"}, ":"),
+		"HOME=" + filepath.Join(top, "home"), "TMPDIR=" + t.TempDir(), "GCE_METADATA_HOST=" + refusedAddr(t),
+		"PIP_TARGET=" + filepath.Join(top, "site-packages"), "PIP_NO_INDEX=1", "PIP_DISABLE_PIP_VERSION_CHECK=1",
+		"TOKEN=doc-test-token", "GOPROXY=off",
+	}
+	for _, k := range []string{"GOCACHE", "GOMODCACHE"} { // the test's own build cache: make demo builds warm
+		out, err := exec.Command(goTool, "env", k).Output()
+		mustDo(t, err)
+		sb.env = append(sb.env, k+"="+strings.TrimSpace(string(out)))
+	}
+	return sb
+}
+
+// copyTree copies the regular files and directories of src into dst, leaving out .git and bin.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if d.IsDir() && (rel == ".git" || rel == "bin") {
+			return filepath.SkipDir
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return copyFile(p, target, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
+}
+
+// newLines records where each command line of b runs first and reports whether any of b's plain lines is new (a
+// block whose lines all ran before, in the same order as a part of another block, is not run again).
+func (sb *docSandbox) newLines(b docBlock, seen map[string]string) bool {
+	fresh := false
+	for _, l := range b.lines {
+		if l.kind != lineRun && l.kind != lineMultiHost {
+			continue
+		}
+		if _, ok := seen[l.text]; !ok {
+			seen[l.text] = l.where
+			fresh = fresh || l.kind == lineRun
+		}
+	}
+	return fresh
+}
+
+// runScript runs the block's plain command lines in order in one shell, from the sandbox root.
+func (sb *docSandbox) runScript(t *testing.T, b docBlock) {
+	t.Helper()
+	var script []string
+	for _, l := range b.lines {
+		if l.kind == lineRun {
+			script = append(script, l.text)
+		}
+	}
+	if len(script) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(5*time.Minute))
+	defer cancel()
+	cmd := docShell(ctx, sb.root, sb.env, "-e", "-x", "-c", strings.Join(script, "\n"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: the lines\n  %s\nfailed as written (%v): %v\n%s", b.where, strings.Join(script, "\n  "), ctx.Err(), err, lastLines(out, 60))
+	}
+}
+
+// docShell is `sh ARGS...` in its own process group, killed whole (the launchers it started too) when ctx ends.
+func docShell(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "sh", args...)
+	cmd.Dir, cmd.Env = dir, env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+func lastLines(b []byte, lines int) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > lines {
+		l = append([]string{"..."}, l[len(l)-lines:]...)
+	}
+	return strings.Join(l, "\n")
+}
+
+// nodeLines turns a multi-host line into each node's line and extra environment (see the comment above).
+func (sb *docSandbox) nodeLines(t *testing.T, line string, etcd func() string) ([]string, [][]string) {
+	t.Helper()
+	n, tpu := 2, false
+	if m := nnodesFlag.FindStringSubmatch(line); m != nil {
+		n, _ = strconv.Atoi(m[1])
+	} else {
+		tpu = true // the static backend told who is who by the TPU slice's own variables
+	}
+	addr := regexp.MustCompile(`10\.0\.0\.2(:\d+)?`)
+	port := strconv.Itoa(portBase(t)) // a free run of ports: the static backend's server takes master_port+1
+	line = addr.ReplaceAllStringFunc(line, func(m string) string {
+		if strings.Contains(m, ":") {
+			return "127.0.0.1:" + port
+		}
+		return "127.0.0.1"
+	})
+	line = regexp.MustCompile(`--master_port=\d+`).ReplaceAllString(line, "--master_port="+strconv.Itoa(portBase(t)))
+	if strings.Contains(line, "etcd-0:2379") {
+		line = strings.ReplaceAll(line, "etcd-0:2379", strings.TrimPrefix(etcd(), "http://"))
+	}
+	var lines []string
+	var envs [][]string
+	base := portBase(t)
+	for k := 0; k < n; k++ {
+		lines = append(lines, regexp.MustCompile(`--node_rank=0\b`).ReplaceAllString(line, "--node_rank="+strconv.Itoa(k)))
+		env := []string{"PET_NODE_NAME=node" + strconv.Itoa(k)}
+		if tpu {
+			sys, dev := fakeV4Host(t)
+			env = []string{"TPURUN_SYSFS_ROOT=" + sys, "TPURUN_DEV_ROOT=" + dev, "TPU_ACCELERATOR_TYPE=v4-16",
+				"TPU_WORKER_ID=" + strconv.Itoa(k), "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2",
+				"PET_RDZV_CONF=port=" + port, "PET_TPU_PORT_BASE=" + strconv.Itoa(base)}
+		}
+		envs = append(envs, env)
+	}
+	return lines, envs
+}
+
+// runNodes runs a multi-host line as one launcher per node on loopback; every node must exit 0.
+func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
+	t.Helper()
+	lines, envs := sb.nodeLines(t, l.text, etcd)
+	type done struct {
+		k   int
+		out []byte
+		err error
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(2*time.Minute))
+	defer cancel()
+	ch := make(chan done, len(lines))
+	for k := range lines {
+		var out bytes.Buffer
+		cmd := docShell(ctx, sb.root, append(append([]string(nil), sb.env...), envs[k]...), "-e", "-c", lines[k])
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			err := cmd.Wait()
+			ch <- done{k, out.Bytes(), err}
+		}()
+	}
+	for range lines {
+		if d := <-ch; d.err != nil {
+			t.Errorf("%s: node %d of %d ran\n  %s\nand failed (%v): %v\n%s", l.where, d.k, len(lines), lines[d.k], ctx.Err(), d.err, lastLines(d.out, 40))
+		}
+	}
+}
+
+// TestDocCommandsAsWritten runs every command line of README.md, docs/*.md, `tpurun --help` and every
+// `tpurun help TOPIC` as written (see the comment above for the sandbox and the loopback nodes).
+func TestDocCommandsAsWritten(t *testing.T) {
+	t.Parallel()
+	launchertest.Need(t, "python3")
+	launchertest.Need(t, "torch") // the README's torch example
+	sb := newDocSandbox(t)
+	blocks := allDocBlocks(t, sb.root)
+	var notRun, synopses []string
+	// The etcd the etcd line runs against; starting it takes the heavy-test slot (launchertest.Heavy) for the whole
+	// test, which is one: minutes of launchers, nodes, torch workers and a build.
+	etcdEP := etcdtest.StartOne(t)
+	etcd := func() string { return etcdEP }
+	var ran []string
+	seen := map[string]string{} // a command line run already (the same line in two docs runs once) -> where
+	for _, b := range blocks {
+		if sb.newLines(b, seen) {
+			sb.runScript(t, b)
+		}
+		for _, l := range b.lines {
+			switch {
+			case l.kind == lineNotRun:
+				notRun = append(notRun, l.where+": "+l.text)
+			case l.kind == lineSynopsis:
+				synopses = append(synopses, l.where+": "+l.text)
+			case seen[l.text] != l.where:
+				ran = append(ran, l.where+": "+l.text+"   (as at "+seen[l.text]+")")
+			case l.kind == lineMultiHost:
+				sb.runNodes(t, l, etcd)
+				ran = append(ran, l.where+": "+l.text+"   (one launcher per node)")
+			default:
+				ran = append(ran, l.where+": "+l.text)
+			}
+		}
+	}
+	t.Logf("ran %d command lines of %d blocks:\n  %s", len(ran), len(blocks), strings.Join(ran, "\n  "))
+	t.Logf("synopses (not commands):\n  %s", strings.Join(synopses, "\n  "))
+	t.Logf("not run by this test (%s ...]):\n  %s", notRunTag, strings.Join(notRun, "\n  "))
+	if len(notRun) > maxNotRun {
+		t.Errorf("%d doc commands are marked %q; at most %d may be: make them run here", len(notRun), notRunTag, maxNotRun)
+	}
+	if len(ran) < 15 {
+		t.Errorf("only %d command lines found: the extraction lost some", len(ran))
+	}
+}
+
+// TestDocExtraction: what the doc test takes from Markdown and help texts as command lines, and how it sorts them.
+func TestDocExtraction(t *testing.T) {
+	t.Parallel()
+	md := "intro\n```sh\ntpurun a \\\n  --b c   # comment\n# only a comment\nmake test  # " + notRunTag + " why]\n```\n" +
+		"```go\nspec := x\n```\n\n    tpurun --nnodes 2:4 d\n    tpurun [flags] PROGRAM\n\n- a list\n\n    not code: in the list\n\nend\n" +
+		"\n    tpurun: run 7f3a attempt 0: output, not a command\n"
+	var got []string
+	for _, b := range markdownBlocks("m.md", md) {
+		for _, l := range b.lines {
+			got = append(got, fmt.Sprintf("%s %d %s", l.where, l.kind, l.text))
+		}
+	}
+	want := []string{"m.md:3 0 tpurun a --b c   # comment", "m.md:6 2 make test  # " + notRunTag + " why]",
+		"m.md:12 3 tpurun --nnodes 2:4 d", "m.md:13 1 tpurun [flags] PROGRAM"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("markdown:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	help := "Usage:\n  tpurun [flags] X\n\n  # a comment\n  tpurun --rdzv-backend static \\\n         -- python3 t.py\n  tpurun.report(value)   # Python\n" +
+		"  export A=$(b)\n  --nprocs int   a flag\n"
+	got = nil
+	for _, b := range helpBlocks("h", help) {
+		got = append(got, b.where)
+		for _, l := range b.lines {
+			got = append(got, fmt.Sprintf("%d %s", l.kind, l.text))
+		}
+	}
+	want = []string{"h:2", "1 tpurun [flags] X", "h:5", "3 tpurun --rdzv-backend static -- python3 t.py", "h:8", "0 export A=$(b)"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("help:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
