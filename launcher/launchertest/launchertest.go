@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -320,4 +321,96 @@ func StartEtcd(t testing.TB) string {
 		t.Fatal("etcd not ready")
 	}
 	return cu.Host
+}
+
+// etcdChildEnv marks the test binary re-exec'd as an etcd server by StartEtcdProcess; its value is the data dir.
+const etcdChildEnv = "LAUNCHERTEST_ETCD_DIR"
+
+// RunEtcdChild turns the process into a real etcd server when StartEtcdProcess started it: call it first thing
+// in TestMain. It serves until it is killed or its stdin closes, and returns only in the test binary itself.
+func RunEtcdChild() {
+	dir := os.Getenv(etcdChildEnv)
+	if dir == "" {
+		return
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "m0"
+	cfg.Dir = dir
+	cu := url.URL{Scheme: "http", Host: freeEndpoint()}
+	pu := url.URL{Scheme: "http", Host: freeEndpoint()}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	cfg.LogLevel = "panic"
+	cfg.UnsafeNoFsync = true
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd child:", err)
+		os.Exit(3)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(20 * time.Second):
+		fmt.Fprintln(os.Stderr, "etcd child: not ready after 20s")
+		os.Exit(4)
+	}
+	fmt.Printf("etcd %s\n", cu.Host)
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the test ends (its end of the pipe closes) or kills this process
+	e.Close()
+	os.Exit(0)
+}
+
+func freeEndpoint() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// StartEtcdProcess starts a real one-member etcd server as a process of its own (the test binary re-exec'd; its
+// TestMain must call RunEtcdChild), so that a test can crash it with SIGKILL. It returns the client endpoint once
+// etcd serves, and the process; cleanup kills and reaps it.
+func StartEtcdProcess(t testing.TB) (string, *os.Process) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), etcdChildEnv+"="+t.TempDir())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case l, ok := <-line:
+		ep, found := strings.CutPrefix(l, "etcd ")
+		if !ok || !found {
+			t.Fatalf("etcd process said %q", l)
+		}
+		return ep, cmd.Process
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd process not serving after 30s")
+	}
+	return "", nil
 }
