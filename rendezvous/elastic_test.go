@@ -3,7 +3,6 @@ package rendezvous
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,36 +50,6 @@ func TestElastic(t *testing.T) {
 	t.Run("FullAtOnce", func(t *testing.T) { testElasticFull(t, newCluster(t, BackendTCP, 3)) })
 	t.Run("TooFew", func(t *testing.T) { testElasticTooFew(t, newCluster(t, BackendTCP, 3)) })
 	t.Run("NodeLostAndBack", func(t *testing.T) { testNodeLostAndBack(t, newCluster(t, BackendTCP, 3)) })
-	t.Run("SizeMismatch", func(t *testing.T) {
-		// node 0 makes generation 0 a world of 2..3; node 1 asks for 4 nodes and is refused at once
-		c := newCluster(t, BackendTCP, 3)
-		c.timeout = 2 * time.Second
-		c.mutate = func(i int, cfg *Config, m *Member) { cfg.MinNodes = 2 }
-		ctx := context.Background()
-		cfg0, m0 := c.config(0)
-		r0, err := New(ctx, cfg0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r0.Close()
-		go r0.Join(ctx, m0)
-		waitEntries(t, r0.Server(), 1)
-		cfg1, m1 := c.config(1)
-		cfg1.NNodes, cfg1.MinNodes = 4, 0
-		r1, err := New(ctx, cfg1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r1.Close()
-		start := time.Now()
-		_, err = r1.Join(ctx, m1)
-		if e := rdzvErr(t, err, ErrMismatch); len(e.Nodes) != 1 || e.Nodes[0].Host != "node-1" || !strings.Contains(e.Detail, "2..3") {
-			t.Fatalf("%v: want node-1 named and the world's size", e)
-		}
-		if el := time.Since(start); el > time.Second {
-			t.Fatalf("refused after %s", el)
-		}
-	})
 }
 
 // Two of at most three nodes: the world completes with two when the last call is over, not before.

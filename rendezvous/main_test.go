@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"tpurun/launcher/launchertest"
 )
 
 // TestMain doubles as a node process: with RDZV_TEST_NODE set, the test binary joins a rendezvous as one node
@@ -20,6 +22,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RDZV_TEST_SERVER") != "" {
 		os.Exit(childServer())
 	}
+	launchertest.RunEtcdChild() // an etcd of its own, to kill (launchertest.StartEtcdProcess)
 	// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
 	// package uses no net/http, so those are not ours.
 	goleak.VerifyTestMain(m,
