@@ -52,14 +52,14 @@ func ExitCode(err error) int {
 		return ExitOK
 	}
 	var (
-		we *WorkerError
+		es exitStatuser // *WorkerError, *JobClosedError
 		ne *NodeError
 		se *SignalError
 		oe *OutputError
 	)
 	switch {
-	case errors.As(err, &we):
-		return we.ExitStatus()
+	case errors.As(err, &es):
+		return es.ExitStatus()
 	case errors.As(err, &ne):
 		return ne.Code
 	case errors.As(err, &se):
@@ -87,6 +87,12 @@ func ExitCode(err error) int {
 		return 128 + int(syscall.SIGTERM)
 	}
 	return ExitInternal
+}
+
+// exitStatuser is an error that knows the exit code it ends tpurun with.
+type exitStatuser interface {
+	error
+	ExitStatus() int
 }
 
 // isConfig reports whether err is a mistake in the invocation or the configuration, in any layer's terms.
@@ -133,6 +139,24 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.Node, e.Message) }
+
+// JobClosedError is a node that found its job already finished when it joined (rendezvous.ErrJobClosed): a late
+// elastic node or a replacement that arrived, or waited, after the job closed, or a node whose restart the other
+// nodes did not make. Its message is "job <id> already finished (generation g, exit c)".
+type JobClosedError struct {
+	*rendezvous.JobClosedError
+	Ran bool // this node ran an attempt of the job
+}
+
+func (e *JobClosedError) Unwrap() error { return e.JobClosedError }
+
+// ExitStatus is 0 for a node that took no part in the job (nothing to do, nothing failed), else the job's code.
+func (e *JobClosedError) ExitStatus() int {
+	if !e.Ran {
+		return ExitOK
+	}
+	return e.ExitCode
+}
 
 // SignalError is a run stopped by a terminating signal before any worker failed (during the join, say).
 type SignalError struct {

@@ -140,7 +140,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
 	}
 	final = finals[0]
-	_ = s.Leave(ctx)
+	defer func() { j.leave(ctx, s, g, next < 0, final.Code) }() // once it is known whether the job goes on
 	var docErr error
 	if a.NodeRank != 0 && mine.WantDocument && final.Document != nil {
 		rep.Results, docErr = final.Document, j.writeResultsFile(final.Document)
@@ -168,6 +168,18 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		return -1, ctx.Err() // canceled while a restart was still possible: the caller's cancellation ends it
 	}
 	return -1, err
+}
+
+// leave ends this node's part in generation g once its verdict is agreed: when the job ends there (last: no
+// restart follows), it first closes the job with the world's code, so that a node waiting for a next generation,
+// or arriving late, learns that the job is over (Session.Finish); then it leaves.
+func (j *job) leave(ctx context.Context, s session, g int, last bool, code int) {
+	if last {
+		if err := s.Finish(ctx, code); err != nil {
+			j.log.Warn("could not record that the job closed", zap.Int("generation", g), zap.Error(err))
+		}
+	}
+	_ = s.Leave(ctx)
 }
 
 // lost decides what a node does when generation g could not agree because a node of the world is gone: with

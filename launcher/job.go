@@ -27,7 +27,8 @@ import (
 //
 // The error is nil when every worker exited 0 (and the result contract held); otherwise a typed error that
 // ExitCode maps to tpurun's exit code: *ConfigError or a detection error (nothing started), *ProgramError,
-// *WorkerError (the first worker that failed, on this node), *NodeError (another node's verdict), ErrTimeout,
+// *WorkerError (the first worker that failed, on this node), *NodeError (another node's verdict),
+// *JobClosedError (the job had already finished when this node joined: exit 0 for a late node), ErrTimeout,
 // ErrResults, ErrReplicaError, ErrRendezvous, *SignalError, or the context's error. When Run returns, no process of
 // the job is left: every group got SIGKILL and the orphan sweep ran.
 func Run(ctx context.Context, spec Spec) (*Report, error) {
@@ -65,10 +66,20 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	for {
 		next, err := j.generation(ctx, rz, gen, rep)
 		if next < 0 {
-			return rep, j.outputErr(err)
+			return rep, j.outputErr(closedEnd(err, rep))
 		}
 		gen = next
 	}
+}
+
+// closedEnd is err, unless the job had already finished when this node joined (rendezvous.ErrJobClosed: a late
+// node, or a restart the other nodes did not make): then this node's end, a *JobClosedError.
+func closedEnd(err error, rep *Report) error {
+	var jc *rendezvous.JobClosedError
+	if errors.As(err, &jc) {
+		return &JobClosedError{JobClosedError: jc, Ran: len(rep.Attempts) > 0}
+	}
+	return err
 }
 
 // outputErr is the run's error once its output is flushed: a write error on the launcher's stdout or stderr
@@ -334,7 +345,7 @@ func rendezvousErr(step string, err error) error {
 		return err
 	}
 	var se *SignalError
-	if errors.As(err, &se) || errors.Is(err, context.Canceled) {
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrJobClosed) {
 		return err
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)

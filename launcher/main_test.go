@@ -10,9 +10,11 @@ import (
 	"tpurun/launcher/launchertest"
 )
 
-// The test binary doubles as the fake worker (launchertest.FakeWorker).
+// The test binary doubles as the fake worker (launchertest.FakeWorker) and as an etcd server of its own
+// (launchertest.StartEtcdProcess).
 func TestMain(m *testing.M) {
 	launchertest.RunFakeWorker()
+	launchertest.RunEtcdChild()
 	if err := launchertest.SetSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
