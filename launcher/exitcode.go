@@ -148,6 +148,13 @@ type JobClosedError struct {
 	Ran bool // this node ran an attempt of the job
 }
 
+func (e *JobClosedError) Error() string {
+	if e.Ran {
+		return e.JobClosedError.Error() + ": the other nodes ended it instead of restarting"
+	}
+	return e.JobClosedError.Error() + ": this node came after its end and has nothing to do (to run the job again, give it another --rdzv-id, or start it once every node of the old one is done)"
+}
+
 func (e *JobClosedError) Unwrap() error { return e.JobClosedError }
 
 // ExitStatus is 0 for a node that took no part in the job (nothing to do, nothing failed), else the job's code.
