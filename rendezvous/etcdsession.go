@@ -518,6 +518,9 @@ func (s *etcdSession) wait(ctx context.Context, check func() bool) error {
 		case <-ch:
 		case <-s.h.ctx.Done():
 		case <-ctx.Done():
+			if err := s.h.failed(); err != nil {
+				return err // ctx is bound to the link (s.ctx): its end is the reason
+			}
 			return ctx.Err()
 		}
 	}
