@@ -73,7 +73,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 			logs := &launchertest.Buffer{}
 			for i := range w.specs {
 				r := &w.specs[i].Rendezvous
-				r.MinNodes, r.Conf = 2, r.Conf+",last_call_timeout=0.3"
+				r.MinNodes, r.Conf = 2, strings.TrimPrefix(r.Conf+",last_call_timeout=0.3", ",")
 				w.specs[i].Logger = logTo(logs)
 			}
 			w.specs[2].Rendezvous.NodeRank = -1 // an elastic world's ranks from 2 up are given, not asked for
