@@ -142,7 +142,7 @@ func (c *client) read() {
 		var e *Error
 		errors.As(end, &e)
 		if e.Kind != ErrBadToken && e.Kind != ErrProtocol {
-			c.push(Failure{Node: NodeRef{Rank: 0, Host: c.addr}, WorkerRank: -1, Lost: true, Reason: end.Error(), At: time.Now()})
+			c.push(Failure{Node: NodeRef{Rank: 0, Host: c.addr}, WorkerRank: -1, Lost: true, Store: true, Reason: end.Error(), At: time.Now()})
 		}
 	}
 	close(c.failures)

@@ -155,7 +155,7 @@ func (e *etcdBackend) joinJob(ctx, jctx context.Context, j *etcdJob, m Member, l
 // range than the running world's is refused at once.
 func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, log *zap.Logger) (int, error) {
 	key := j.latestKey()
-	resp, err := e.cli.Get(ctx, key)
+	resp, err := e.get(ctx, key)
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
@@ -166,7 +166,7 @@ func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, 
 		}
 	}
 	wkey := j.genDir(g) + "world"
-	w, err := e.cli.Get(ctx, wkey)
+	w, err := e.get(ctx, wkey)
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
@@ -187,7 +187,7 @@ func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, 
 // joinGeneration registers this node in one generation and waits for its world.
 func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (membership, *Assignment, error) {
 	dir := j.genDir(m.Generation)
-	lg, err := e.cli.Grant(jctx, e.ttl)
+	lg, err := e.grant(jctx, e.ttl)
 	if err != nil {
 		return nil, nil, e.unreachable("grant a lease", err)
 	}
@@ -202,7 +202,7 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Me
 	}
 	s := newEtcdSession(e, j, log, dir, lg.ID, m)
 	body, _ := json.Marshal(etcdRegistration{Member: m, NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes})
-	if _, err := e.cli.Put(jctx, dir+"members/"+m.Instance, string(body), clientv3.WithLease(lg.ID)); err != nil {
+	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), clientv3.WithLease(lg.ID)); err != nil {
 		revoke()
 		return nil, nil, e.unreachable("register", err)
 	}
@@ -231,8 +231,10 @@ func (e *etcdBackend) openGen(ctx context.Context, j *etcdJob, g int) (int64, er
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(lk), "<", gv)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)}, nil)})
 	opening := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(open), "=", 0)},
 		[]clientv3.Op{clientv3.OpPut(open, "1", jl), bump}, []clientv3.Op{clientv3.OpGet(open), bump})
-	r, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(j.key), "=", j.rev), clientv3.Compare(clientv3.CreateRevision(closed), "=", 0)).
-		Then(opening).Else(clientv3.OpGet(closed)).Commit()
+	r, err := e.txn(ctx, "open generation", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(j.key), "=", j.rev), clientv3.Compare(clientv3.CreateRevision(closed), "=", 0)).
+			Then(opening).Else(clientv3.OpGet(closed))
+	})
 	if err != nil {
 		return 0, e.unreachable("open generation", err)
 	}
@@ -260,8 +262,9 @@ func (e *etcdBackend) claim(ctx context.Context, dir string, m Member, lease cli
 	}
 	opt := clientv3.WithLease(lease)
 	for _, k := range claims {
-		resp, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k)).Commit()
+		resp, err := e.txn(ctx, "claim "+k, func(t clientv3.Txn) clientv3.Txn {
+			return t.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k))
+		})
 		if err != nil {
 			return e.unreachable("claim "+k, err)
 		}
@@ -270,13 +273,13 @@ func (e *etcdBackend) claim(ctx context.Context, dir string, m Member, lease cli
 		}
 		other := string(resp.Responses[0].GetResponseRange().Kvs[0].Value)
 		if other == m.Instance {
-			if _, err := e.cli.Put(ctx, k, m.Instance, opt); err != nil {
+			if err := e.put(ctx, k, m.Instance, opt); err != nil {
 				return e.unreachable("claim "+k, err)
 			}
 			continue
 		}
 		ref := NodeRef{Rank: -1, Instance: other}
-		if g, err := e.cli.Get(ctx, dir+"members/"+other); err == nil && len(g.Kvs) == 1 {
+		if g, err := e.get(ctx, dir+"members/"+other); err == nil && len(g.Kvs) == 1 {
 			var om Member
 			if json.Unmarshal(g.Kvs[0].Value, &om) == nil {
 				ref = om.ref(om.Rank)

@@ -94,14 +94,16 @@ func (e *etcdBackend) leaveJob(j *etcdJob) {
 // serve): the lease is granted before it is known to be needed; unneeded, it holds nothing and expires.
 func (e *etcdBackend) findJob(ctx context.Context, runID string) (*etcdJob, error) {
 	key := e.jobKey(runID)
-	lg, err := e.cli.Grant(ctx, e.jobTTL)
+	lg, err := e.grant(ctx, e.jobTTL)
 	if err != nil {
 		return nil, e.unreachable("grant the job's lease", err)
 	}
 	rec := etcdJobRecord{ID: NewInstance(), Lease: int64(lg.ID)}
 	b, _ := json.Marshal(rec)
-	t, err := e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lg.ID))).Else(clientv3.OpGet(key)).Commit()
+	t, err := e.txn(ctx, "open the job", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(lg.ID))).Else(clientv3.OpGet(key))
+	})
 	if err != nil {
 		return nil, e.unreachable("open the job", err)
 	}
@@ -126,9 +128,7 @@ func (e *etcdBackend) findJob(ctx context.Context, runID string) (*etcdJob, erro
 	var wg sync.WaitGroup
 	j.stop = func() { cancel(); wg.Wait() }
 	wg.Go(func() {
-		for range ka {
-		}
-		if kctx.Err() == nil {
+		if !e.keepAlive(kctx, j.lease, ka, e.log) && kctx.Err() == nil {
 			err := e.lost(fmt.Sprintf("the job's lease %x expired or could not be kept alive", rec.Lease))
 			e.log.Warn("rendezvous store lost", zap.Error(err))
 			j.h.end(err)

@@ -110,11 +110,9 @@ func (s *etcdSession) start(ctx context.Context, rev int64) error {
 	// a watch opens only once etcd answers: it must also end when etcd is found lost meanwhile
 	vctx, vcancel := s.h.bind(wctx)
 	s.cancel = func() { stop(); vcancel(); wcancel() }
-	wch := s.e.cli.Watch(clientv3.WithRequireLeader(vctx), s.dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
-	cch := s.e.cli.Watch(clientv3.WithRequireLeader(vctx), s.job.closedKey(), clientv3.WithRev(rev))
 	s.wg.Add(2)
-	go s.watch(wch, "the generation's keys")
-	go s.watch(cch, "the job's state")
+	go s.watch(vctx, rev, "the generation's keys", s.dir, clientv3.WithPrefix())
+	go s.watch(vctx, rev, "the job's state", s.job.closedKey())
 	return nil
 }
 
@@ -128,7 +126,7 @@ func (s *etcdSession) lose(err error) {
 	}
 	s.h.end(err)
 	s.log.Warn("rendezvous store lost", zap.Error(err))
-	s.push(Failure{Node: NodeRef{Rank: -1, Host: s.e.cfg.Endpoint}, WorkerRank: -1, Lost: true, At: time.Now(), Reason: err.Error()})
+	s.push(Failure{Node: NodeRef{Rank: -1, Host: s.e.cfg.Endpoint}, WorkerRank: -1, Lost: true, Store: true, At: time.Now(), Reason: err.Error()})
 	s.notify()
 }
 
@@ -321,8 +319,9 @@ func (s *etcdSession) propose(ctx context.Context, members []etcdMember) error {
 	key := s.dir + "world"
 	ctx, cancel := s.h.bind(ctx)
 	defer cancel()
-	if _, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease))).Commit(); err != nil {
+	if _, err := s.e.txn(ctx, "agree on the world", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
+	}); err != nil {
 		return s.opErr("agree on the world", err)
 	}
 	return nil
@@ -453,52 +452,77 @@ func (l *lastCall) stop() {
 	l.t, l.c = nil, nil
 }
 
-// watch folds a watch's events into the local copy; a watch that fails or ends while the session is open means
-// etcd is lost.
-func (s *etcdSession) watch(wch clientv3.WatchChan, what string) {
+// watch folds the events of key (with opts) into the local copy, from revision rev on. A watch that etcd cancels
+// because its member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied;
+// any other end while the session is open (a compaction, a broken stream) means etcd is lost.
+func (s *etcdSession) watch(ctx context.Context, rev int64, what, key string, opts ...clientv3.OpOption) {
 	defer s.wg.Done()
-	var end error
+	for {
+		next, err := s.follow(ctx, rev, key, opts...)
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			if err == nil {
+				err = errors.New("the watch ended")
+			}
+			s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", what, err)))
+			return
+		}
+		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", what), zap.Int64("revision", next), zap.Error(err))
+		rev = next
+	}
+}
+
+// follow applies the watch's events from revision rev until the watch ends; it returns the revision to resume
+// from and why it ended (nil: the watch channel closed).
+func (s *etcdSession) follow(ctx context.Context, rev int64, key string, opts ...clientv3.OpOption) (int64, error) {
+	wch := s.e.cli.Watch(clientv3.WithRequireLeader(ctx), key, append(opts, clientv3.WithRev(rev))...)
 	for resp := range wch {
-		if end = resp.Err(); end != nil {
-			break
+		if err := resp.Err(); err != nil {
+			return rev, err
 		}
 		s.mu.Lock()
 		for _, ev := range resp.Events {
 			s.apply(ev.Type == clientv3.EventTypePut, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+			rev = max(rev, ev.Kv.ModRevision+1)
 		}
 		s.notify()
 		s.mu.Unlock()
 	}
-	if end == nil {
-		end = errors.New("the watch ended")
-	}
-	s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", what, end)))
+	return rev, nil
 }
 
 // keepalive keeps this node's lease alive; when it cannot (etcd unreachable for a heartbeat), etcd is lost.
 func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
 	defer s.wg.Done()
+	if !s.e.keepAlive(ctx, s.lease, ka, s.log) && ctx.Err() == nil {
+		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x expired or could not be kept alive (TTL %ds)", int64(s.lease), s.e.ttl)))
+	}
+}
+
+// keepAlive keeps lease alive (ka: its keep-alive responses) until ctx ends (true) or it cannot: the lease expired,
+// or etcd did not answer for its TTL and then a heartbeat more (false). When the client gives up on the stream (an
+// etcd member went away mid-stream) while the lease still lives on the cluster, it keeps it alive again through
+// another member.
+func (e *etcdBackend) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
 	for {
 		for range ka {
 		}
 		if ctx.Err() != nil {
-			return
+			return true
 		}
-		// the client gave up on the stream (an etcd member went away mid-stream): if the lease still lives on
-		// the cluster, keep it alive again through another member. The check is bounded by one heartbeat.
-		tctx, cancel := context.WithTimeout(ctx, s.e.cfg.Heartbeat)
-		ttl, err := s.e.cli.TimeToLive(tctx, s.lease)
+		tctx, cancel := context.WithTimeout(ctx, e.cfg.Heartbeat) // the check is bounded by one heartbeat
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
+			ttl, err = e.cli.TimeToLive(ctx, lease)
+			return err
+		})
 		cancel()
-		if err == nil && ttl.TTL > 0 {
-			if ka, err = s.e.cli.KeepAlive(ctx, s.lease); err == nil {
-				s.log.Info("etcd lease keep-alive resumed", zap.Int64("ttl_left", ttl.TTL))
-				continue
-			}
+		if err != nil || ttl.TTL <= 0 {
+			return false
 		}
-		break
-	}
-	if ctx.Err() == nil {
-		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x expired or could not be kept alive (TTL %ds)", int64(s.lease), s.e.ttl)))
+		if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
+			return false
+		}
+		log.Info("etcd lease keep-alive resumed", zap.Int64("lease", int64(lease)), zap.Int64("ttl_left", ttl.TTL))
 	}
 }
 
@@ -601,7 +625,7 @@ func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease boo
 	if lease {
 		l = s.lease
 	}
-	if _, err := s.e.cli.Put(ctx, s.dir+key, string(val), clientv3.WithLease(l)); err != nil {
+	if err := s.e.put(ctx, s.dir+key, string(val), clientv3.WithLease(l)); err != nil {
 		return s.opErr("put "+key, err)
 	}
 	return nil
@@ -656,8 +680,10 @@ func (s *etcdSession) waiting(ctx context.Context) (int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	next := s.job.genDir(s.self.Generation + 1)
-	resp, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
-		Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	resp, err := s.e.txn(ctx, "count the nodes waiting", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
+			Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	})
 	if err != nil {
 		return 0, s.opErr("count the nodes waiting", err)
 	}
@@ -673,8 +699,9 @@ func (s *etcdSession) finish(ctx context.Context, code int) error {
 	defer cancel()
 	b, _ := json.Marshal(etcdClosed{Generation: s.self.Generation, ExitCode: code})
 	key := s.job.closedKey()
-	if _, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease))).Commit(); err != nil {
+	if _, err := s.e.txn(ctx, "close the job", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
+	}); err != nil {
 		return s.opErr("close the job", err)
 	}
 	s.log.Info("rendezvous: job closed", zap.String("run_id", s.self.RunID), zap.Int("generation", s.self.Generation), zap.Int("exit_code", code))
