@@ -88,10 +88,10 @@ func (e *etcdBackend) unreachable(what string, err error) error {
 	return e.lost(fmt.Sprintf("%s: %v", what, err))
 }
 
-// revoke revokes a lease, waiting at most a heartbeat: it is tidiness (the lease expires by itself), and etcd may
-// be gone.
+// revoke revokes a lease, waiting a second at most: it is tidiness (the lease expires by itself), and etcd may be
+// gone while a stopping node must not wait for it.
 func (e *etcdBackend) revoke(id clientv3.LeaseID) error {
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Heartbeat)
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.Heartbeat, time.Second))
 	defer cancel()
 	_, err := e.cli.Revoke(ctx, id)
 	return err
