@@ -137,8 +137,12 @@ func (c *controller) do(f func()) {
 // gone, the job closed.
 func (c *controller) stop(x *cause) { c.do(func() { c.onCause(x) }) }
 
-// causeOf is the cause of a rendezvous session's news: another node lost, or failed or stopped.
+// causeOf is the cause of a rendezvous session's news: the store lost (job-wide: 69 naming its endpoint), another
+// node lost, or failed or stopped.
 func causeOf(f rendezvous.Failure) *cause {
+	if f.Store {
+		return errCause(StopStore, fmt.Errorf("%w: %w: %s", ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
+	}
 	if f.Lost {
 		return &cause{reason: StopLost, sig: syscall.SIGTERM, node: f.Node.Rank,
 			err: fmt.Errorf("%w: %w: %s", ErrRendezvous, rendezvous.ErrNodeLost, f)}

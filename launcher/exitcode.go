@@ -67,6 +67,7 @@ func ExitCode(err error) int {
 func typedCode(err error) (int, bool) {
 	var (
 		v  *Verdict
+		jc *JobClosedError
 		we *WorkerError
 		ne *NodeError
 		se *SignalError
@@ -75,6 +76,8 @@ func typedCode(err error) (int, bool) {
 	switch {
 	case errors.As(err, &v): // decided once, when the verdict was made
 		return v.Code, true
+	case errors.As(err, &jc):
+		return jc.ExitStatus(), true
 	case errors.As(err, &we):
 		return we.ExitStatus(), true
 	case errors.As(err, &ne):
@@ -148,6 +151,31 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.Node, e.Message) }
+
+// JobClosedError is a node that found its job already finished when it joined (rendezvous.ErrJobClosed): a late
+// elastic node or a replacement that arrived, or waited, after the job closed, or a node whose restart the other
+// nodes did not make. Its message is "job <id> already finished (generation g, exit c)".
+type JobClosedError struct {
+	*rendezvous.JobClosedError
+	Ran bool // this node ran an attempt of the job
+}
+
+func (e *JobClosedError) Error() string {
+	if e.Ran {
+		return e.JobClosedError.Error() + ": the other nodes ended it instead of restarting"
+	}
+	return e.JobClosedError.Error() + ": this node came after its end and has nothing to do (to run the job again, give it another --rdzv-id, or start it once every node of the old one is done)"
+}
+
+func (e *JobClosedError) Unwrap() error { return e.JobClosedError }
+
+// ExitStatus is 0 for a node that took no part in the job (nothing to do, nothing failed), else the job's code.
+func (e *JobClosedError) ExitStatus() int {
+	if !e.Ran {
+		return ExitOK
+	}
+	return e.ExitCode
+}
 
 // SignalError is a run stopped by a stop signal tpurun received (in an attempt, or during the join, say).
 type SignalError struct {

@@ -41,7 +41,7 @@ func (j *job) generation(rz rendezvousBackend, g int, rep *Report) (next int, v 
 	j.ctl.beginGeneration()
 	s, v := j.join(rz, g)
 	if v != nil {
-		return -1, v
+		return -1, closedVerdict(v, len(rep.Attempts) > 0)
 	}
 	defer func() { _ = s.Close() }()
 	a := s.Assignment()
@@ -154,8 +154,33 @@ func (j *job) conclude(s session, a *rendezvous.Assignment, att *Attempt, coll *
 	if err != nil {
 		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
+	next, v := j.next(a, att, mine, finals[0], jobV, failed, rep)
+	j.leave(ctx, s, a.Generation, next < 0, finals[0].Verdict.Code)
+	return next, v
+}
+
+// leave ends this node's part in generation g once the world's verdict is known: when the job ends there (last:
+// no restart follows), it first closes the job with the world's code, so that a node waiting for a next
+// generation, or arriving late, learns that the job is over (Session.Finish); then it leaves.
+func (j *job) leave(ctx context.Context, s session, g int, last bool, code int) {
+	if last {
+		if err := s.Finish(ctx, code); err != nil {
+			j.log.Warn("could not record that the job closed", zap.Int("generation", g), zap.Error(err))
+		}
+	}
 	_ = s.Leave(ctx)
-	return j.next(a, att, mine, finals[0], jobV, failed, rep)
+}
+
+// closedVerdict is v, unless the join found the job already finished (rendezvous.ErrJobClosed: a late node, or a
+// restart the other nodes did not make): then this node's end, StopClosed, with code 0 for a node that ran no
+// attempt of the job and the job's code for one that did.
+func closedVerdict(v *Verdict, ran bool) *Verdict {
+	var jc *rendezvous.JobClosedError
+	if !errors.As(v, &jc) {
+		return v
+	}
+	e := &JobClosedError{JobClosedError: jc, Ran: ran}
+	return &Verdict{Reason: StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
 }
 
 // worldResults is node 0's verdict of the world: every node's results and exits merged into the document (exactly

@@ -316,7 +316,7 @@ func rendezvousErr(step string, err error) error {
 		return err
 	}
 	var se *SignalError
-	if errors.As(err, &se) || errors.Is(err, context.Canceled) {
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrJobClosed) {
 		return err
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)

@@ -132,6 +132,7 @@ type session interface {
 	Gather(ctx context.Context, key string) (map[int][]byte, error)
 	Fail(ctx context.Context, f rendezvous.Failure) error
 	Failures() <-chan rendezvous.Failure
+	Finish(ctx context.Context, code int) error
 	Leave(ctx context.Context) error
 	Close() error
 }

@@ -34,6 +34,7 @@ func (s *soloSession) Barrier(context.Context, string) error          { return n
 func (s *soloSession) Fail(context.Context, rendezvous.Failure) error { return nil }
 func (s *soloSession) Failures() <-chan rendezvous.Failure            { return s.failures }
 func (s *soloSession) Leave(context.Context) error                    { return nil }
+func (s *soloSession) Finish(context.Context, int) error              { return nil }
 
 func (s *soloSession) Publish(_ context.Context, key string, data []byte) error {
 	s.mu.Lock()

@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strings"
@@ -43,9 +44,10 @@ func assignRanks(members []Member, nnodes int) ([]int, error) {
 	return ranks, nil
 }
 
-// agree checks that every member agrees on run id, accelerator type, workers per node and slice count; the odd
-// nodes (those that differ from the most common value) are named.
-func agree(members []Member, ranks []int, nnodes int) error {
+// agree checks that every member agrees on run id, accelerator type, workers per node and slice count: otherwise
+// a *MismatchError names the setting, each value and the nodes that gave it (the odd ones: those that differ from
+// the most common value).
+func agree(members []Member, ranks []int, gen int) error {
 	fields := []struct {
 		name string
 		val  func(Member) string
@@ -56,36 +58,103 @@ func agree(members []Member, ranks []int, nnodes int) error {
 		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
 	}
 	for _, f := range fields {
-		count := map[string]int{}
-		first := map[string]int{}
+		vals := make([]string, len(members))
+		refs := make([]NodeRef, len(members))
 		for i, m := range members {
-			v := f.val(m)
-			if _, ok := count[v]; !ok {
-				first[v] = ranks[i]
-			}
-			count[v]++
+			vals[i], refs[i] = f.val(m), m.ref(ranks[i])
 		}
-		if len(count) < 2 {
-			continue
+		if err := disagreement(f.name, gen, vals, refs); err != nil {
+			return err
 		}
-		want, set := "", false
-		for v, n := range count {
-			if !set || n > count[want] || (n == count[want] && first[v] < first[want]) {
-				want, set = v, true
-			}
-		}
-		var odd []NodeRef
-		var vals []string
-		for i, m := range members {
-			if v := f.val(m); v != want {
-				odd = append(odd, m.ref(ranks[i]))
-				vals = append(vals, fmt.Sprintf("%q on node rank %d", v, ranks[i]))
-			}
-		}
-		return newError(ErrMismatch, fmt.Sprintf("%s differs: %d of %d nodes have %q but %s; give every node the same value",
-			f.name, count[want], len(members), want, strings.Join(vals, ", ")), odd...)
 	}
 	return nil
+}
+
+// MismatchError is a world whose nodes disagree on a setting that every node must share: the run id, the node
+// count (or range), the accelerator type, the workers per node, the number of slices. Every node of the world gets
+// it, at once. errors.Is(err, ErrMismatch) holds.
+type MismatchError struct {
+	Setting    string // "node count", "run id", "accelerator type", "workers per node", "number of slices"
+	Generation int
+	// Values holds each value given and the nodes that gave it: the most common first (on a tie, the one given by
+	// the lowest node rank, else the first to arrive).
+	Values []SettingValue
+	Hint   string // what to do, in words
+}
+
+// SettingValue is one value of a disputed setting and the nodes that gave it.
+type SettingValue struct {
+	Value string    `json:"value"`
+	Nodes []NodeRef `json:"nodes"`
+}
+
+func (e *MismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rendezvous: nodes disagree on the %s in generation %d: ", e.Setting, e.Generation)
+	for i, v := range e.Values {
+		if i > 0 {
+			b.WriteString(" but ")
+		}
+		fmt.Fprintf(&b, "%s from ", quote(v.Value))
+		for j, n := range v.Nodes {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(n.String())
+		}
+	}
+	if e.Hint != "" {
+		b.WriteString("; ")
+		b.WriteString(e.Hint)
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// Odd is the nodes that gave another value than the most common one.
+func (e *MismatchError) Odd() []NodeRef {
+	var out []NodeRef
+	for _, v := range e.Values[min(1, len(e.Values)):] {
+		out = append(out, v.Nodes...)
+	}
+	return out
+}
+
+// disagreement is nil when every node gave the same value of setting, else the *MismatchError naming each value
+// and who gave it. vals[i] is the value refs[i] gave.
+func disagreement(setting string, gen int, vals []string, refs []NodeRef) *MismatchError {
+	var out []SettingValue
+	at := map[string]int{}
+	for i, v := range vals {
+		j, ok := at[v]
+		if !ok {
+			j = len(out)
+			at[v] = j
+			out = append(out, SettingValue{Value: v})
+		}
+		out[j].Nodes = append(out[j].Nodes, refs[i])
+	}
+	if len(out) < 2 {
+		return nil
+	}
+	low := func(v SettingValue) int { // the lowest node rank that gave v; unranked nodes after every ranked one
+		r := math.MaxInt
+		for _, n := range v.Nodes {
+			if n.Rank >= 0 {
+				r = min(r, n.Rank)
+			}
+		}
+		return r
+	}
+	sort.SliceStable(out, func(a, b int) bool {
+		if na, nb := len(out[a].Nodes), len(out[b].Nodes); na != nb {
+			return na > nb
+		}
+		return low(out[a]) < low(out[b])
+	})
+	return &MismatchError{Setting: setting, Generation: gen, Values: out, Hint: "give every node the same " + setting}
 }
 
 // buildAssignment lays out the agreed world (NodeRank left for the caller).

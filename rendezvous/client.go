@@ -67,7 +67,7 @@ func dial(ctx context.Context, addr, token string, hb time.Duration, max int, lo
 			}
 			nc.Close()
 			var e *Error
-			if errors.As(err, &e) && e.Kind != ErrServerLost {
+			if errors.As(err, &e) && e.Kind != ErrStoreLost {
 				return nil, err
 			}
 			log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
@@ -108,60 +108,26 @@ func (c *client) ping() {
 	}
 }
 
+// read dispatches the server's messages until the connection ends, then fails every pending call with why.
 func (c *client) read() {
 	defer c.wg.Done()
 	var end error
-	for {
+	for end == nil {
 		c.nc.SetReadDeadline(time.Now().Add(c.hb))
 		m, err := readMessage(c.nc, c.max)
 		if err != nil {
 			end = err
 			break
 		}
-		switch m.Type {
-		case msgPong:
-		case msgReply:
-			c.mu.Lock()
-			ch := c.pending[m.ID]
-			delete(c.pending, m.ID)
-			c.mu.Unlock()
-			if ch != nil {
-				ch <- m
-			}
-		case msgFailure:
-			if m.Failure != nil {
-				c.push(*m.Failure)
-			}
-		case msgRejected:
-			if m.Error != nil {
-				end = m.Error.err()
-			} else {
-				end = newError(ErrProtocol, "server rejected the connection")
-			}
-		default:
-			end = newError(ErrProtocol, fmt.Sprintf("server sent a %q message", m.Type))
-		}
-		if end != nil {
-			break
-		}
+		end = c.dispatch(m)
 	}
 	c.nc.Close()
 	c.mu.Lock()
 	quiet := c.closing || c.left
-	if !quiet {
-		var e *Error
-		if !errors.As(end, &e) {
-			what := "dropped the connection"
-			var ne net.Error
-			if errors.As(end, &ne) && ne.Timeout() {
-				what = fmt.Sprintf("stayed silent for %s", c.hb)
-			} else if errors.Is(end, io.EOF) {
-				what = "closed the connection"
-			}
-			end = newError(ErrServerLost, fmt.Sprintf("the rendezvous server at %s %s (node 0 gone?): %v", c.addr, what, end), NodeRef{Rank: 0, Host: c.addr})
-		}
-	} else {
+	if quiet {
 		end = newError(ErrClosed, "session closed")
+	} else {
+		end = c.lostErr(end)
 	}
 	c.err = end
 	pend := c.pending
@@ -176,10 +142,54 @@ func (c *client) read() {
 		var e *Error
 		errors.As(end, &e)
 		if e.Kind != ErrBadToken && e.Kind != ErrProtocol {
-			c.push(Failure{Node: NodeRef{Rank: 0, Host: c.addr}, WorkerRank: -1, Lost: true, Reason: end.Error(), At: time.Now()})
+			c.push(Failure{Node: NodeRef{Rank: 0, Host: c.addr}, WorkerRank: -1, Lost: true, Store: true, Reason: end.Error(), At: time.Now()})
 		}
 	}
 	close(c.failures)
+}
+
+// dispatch handles one message from the server; non-nil when the server ends the connection with it.
+func (c *client) dispatch(m *message) error {
+	switch m.Type {
+	case msgPong:
+	case msgReply:
+		c.mu.Lock()
+		ch := c.pending[m.ID]
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	case msgFailure:
+		if m.Failure != nil {
+			c.push(*m.Failure)
+		}
+	case msgRejected:
+		if m.Error != nil {
+			return m.Error.err()
+		}
+		return newError(ErrProtocol, "server rejected the connection")
+	default:
+		return newError(ErrProtocol, fmt.Sprintf("server sent a %q message", m.Type))
+	}
+	return nil
+}
+
+// lostErr is why the connection ended, when this node did not end it: the server's own error, else the store
+// lost, saying how.
+func (c *client) lostErr(end error) error {
+	var e *Error
+	if errors.As(end, &e) {
+		return end
+	}
+	what := "dropped the connection"
+	var ne net.Error
+	if errors.As(end, &ne) && ne.Timeout() {
+		what = fmt.Sprintf("stayed silent for %s", c.hb)
+	} else if errors.Is(end, io.EOF) {
+		what = "closed the connection"
+	}
+	return storeLost(c.addr, fmt.Sprintf("the rendezvous server %s (node 0 gone?): %v", what, end), NodeRef{Rank: 0, Host: c.addr})
 }
 
 func (c *client) push(f Failure) {
@@ -243,7 +253,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		return nil, fmt.Errorf("rendezvous %s: %w", m.Type, ctx.Err())
 	case <-t.C:
 		forget()
-		return nil, newError(ErrServerLost, fmt.Sprintf("the server at %s did not answer a %s request within %s", c.addr, m.Type, timeout+c.hb))
+		return nil, storeLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+c.hb))
 	}
 }
 
@@ -253,7 +263,7 @@ func (c *client) connErr() error {
 	if c.err != nil {
 		return c.err
 	}
-	return newError(ErrServerLost, "connection to "+c.addr+" ended")
+	return storeLost(c.addr, "the connection ended")
 }
 
 func (c *client) close() {

@@ -69,7 +69,7 @@ func (s *Server) serve(c *sconn) {
 		case msgPing:
 			s.send(c, &message{Type: msgPong, ID: m.ID})
 			continue
-		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting:
+		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
 		default:
 			s.send(c, &message{Type: msgRejected, Error: toWire(newError(ErrProtocol, fmt.Sprintf("a client may not send a %q message", m.Type)))})
 			return
@@ -160,6 +160,9 @@ func (s *Server) handle(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, nil)
 	case msgWaiting:
 		s.reply(c, m.ID, &message{Waiting: s.waiting(w.gen)}, nil)
+	case msgFinish:
+		s.closeJob(w, m.ExitCode)
+		s.reply(c, m.ID, nil, nil)
 	}
 }
 

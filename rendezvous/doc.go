@@ -13,9 +13,56 @@
 //	go func() { for f := range s.Failures() { stop(f) } }()
 //	s.Fail(ctx, rendezvous.Failure{WorkerRank: 5, Reason: "exit 1"})   // reaches every other node at once
 //	s.Publish(ctx, "results", doc); all, err := s.Gather(ctx, "results")
+//	s.Finish(ctx, code)          // the job ends here: nodes waiting or arriving learn it
 //	s.Leave(ctx); s.Close()
 //
 // A restart joins again with Generation+1 on the same Rendezvous.
+//
+// # Lifecycle of a job
+//
+// A job (its run id) goes through the same states on every backend:
+//
+//	forming (g)  --the world is agreed-->            running (g)
+//	running (g)  --its verdict restarts-->           forming (g+1)
+//	running (g)  --its verdict ends the job-->       closing
+//	closing      --the first Finish-->               closed (g, exit code)
+//	closed       --linger after the last node-->     gone: the run id is free
+//
+// The states, who moves the job on, and what each node sees:
+//
+//   - forming (generation g): nodes join; the world is agreed when NNodes are in, or when MinNodes are in and the
+//     last call is over. Moved on by the store: the embedded server, or on etcd the first node that sees enough
+//     live registrations and writes the world key. A node sees Join block; nodes that disagree on a setting every
+//     node must share (the node count or range, run id, accelerator type, workers per node, slice count) all get
+//     a *MismatchError at once, naming the setting, each value and the nodes that gave it.
+//   - running (g): the world's nodes meet at barriers, exchange data and failures, and agree on a verdict. A
+//     node that arrives now (LatestGeneration: a late elastic node, a replacement) waits in forming (g+1); the
+//     world sees it in Session.Waiting. A verdict that restarts moves the job to forming (g+1), by the nodes
+//     joining it.
+//   - closing: the verdict is agreed and no restart follows. The final world's nodes still finish their calls
+//     (read the verdict, publish, leave); nodes waiting in g+1 still wait.
+//   - closed (g, exit code): recorded by the first Session.Finish of a node of the final world (every node of it
+//     calls Finish before Leave; the later calls find it recorded). Every node waiting for a later generation gets
+//     a *JobClosedError ("job <id> already finished (generation g, exit c)") at once, and so does every node that
+//     joins while the record lasts: a launcher exits 0 on it when it took no part in the job.
+//   - gone: the record lasts until linger (option linger, default one heartbeat) after the job's last node let
+//     go. tcp: node 0's server answers with it while nodes are still connected, for at most linger, then stops
+//     (a node that comes later cannot reach it: ErrTimeout after the join timeout). etcd: every key of the job is
+//     tied to the job's lease, which every node keeps alive from its first join until Rendezvous.Close; linger
+//     after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
+//     again at generation 0.
+//
+// "Later", for a reused run id, is a matter of the store's state, not of intent: a node belongs to the job open
+// under its run id when it joins. A node of a finished job that arrives once a new job has begun under the same
+// run id is a node of the new one (it joins its forming generation, or waits for its next); one that arrives
+// while the old job's record lasts is told that job finished, even if it meant to start a new one (it says so:
+// wait linger, or use another run id). A job that dies without closing (every launcher killed) leaves no record:
+// on etcd its keys vanish linger after its last lease lapsed.
+//
+// Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
+// lease that cannot be kept alive within a heartbeat or a broken watch) ends every call and join of the session
+// with an error matching ErrStoreLost that names the endpoint (an *Error with Field FieldEndpoint), closes
+// Session.Done and is reported on Failures, within about two heartbeats.
 //
 // # Elastic worlds and lost nodes
 //
@@ -38,14 +85,17 @@
 //     list (Config.Hosts) naming every node (its first host is the endpoint, on option port, default 29400); one node uses
 //     loopback.
 //   - etcd: a real etcd v3 cluster (endpoint host:2379[,host:2379...]). Keys live under <prefix><run id>/ (prefix
-//     default /tpurun/rdzv/): "latest" holds the highest generation opened (zero-padded); a generation's keys are
-//     under <generation>/: "open" marks its start; hosts/<host> and ranks/<r> are claimed by transactions;
-//     members/<instance> registers a node; all three, and barriers/<name>/<rank>, are tied to a lease of
-//     Heartbeat seconds kept alive by the node, so a dead node's keys vanish and every node reports it lost.
-//     "world" lists the instances of the agreed world: written once, by a transaction, by the first node that
-//     sees NNodes live registrations (or MinNodes when its last call ends); every node computes the same ranks
-//     and verdict from it, in the watch's revision order, without a leader. data/<key>/<rank> (results),
-//     failures/<rank> and left/<instance> have no lease: results outlive their node.
+//     default /tpurun/rdzv/): "job" names the open job instance and its lease (created by a transaction by the
+//     first node; see the lifecycle); the instance's keys are under <job>/: "latest" holds the highest
+//     generation opened (zero-padded), "closed" how the job ended; a generation's keys are under <generation>/:
+//     "open" marks its start; hosts/<host> and ranks/<r> are claimed by transactions; members/<instance>
+//     registers a node (and the size range it asks for); all three, and barriers/<name>/<rank>, are tied to a
+//     lease of Heartbeat seconds kept alive by the node, so a dead node's keys vanish and every node reports it
+//     lost. "world" lists the instances of the agreed world and its size range: written once, by a transaction,
+//     by the first node that sees NNodes live registrations (or MinNodes when its last call ends); every node
+//     computes the same ranks and verdict from it, in the watch's revision order, without a leader.
+//     data/<key>/<rank> (results), failures/<rank> and left/<instance>, like "job", "latest", "open", "world"
+//     and "closed", are tied to the job's lease: results outlive their node, not the job.
 //
 // The static and tcp backends share the embedded-server client; New picks the backend once and Join, Close and
 // the Session go through one small interface (backend, membership), whatever it is.
@@ -54,10 +104,12 @@
 //
 // A node joins once per generation. A second join by the same instance is idempotent (same assignment; on the
 // embedded server the old connection is replaced without being reported lost). A different instance claiming the
-// host name or node rank of a live node gets ErrDuplicateNode naming both. When the world is complete, its run
-// id, accelerator type, workers per node and slice count must agree: otherwise every node gets ErrMismatch naming
-// the odd nodes (those differing from the most common value); on the embedded server a node asking for another
-// size range is refused with ErrMismatch at once. Ranks: requested ranks are kept; the others fill the free ranks
+// host name or node rank of a live node gets ErrDuplicateNode naming both. Every node must ask for the same size
+// range (NNodes, MinNodes): a node asking for another one fails the join of every node of the generation at once,
+// and one that would wait for the next generation of a running world of another size is refused at once. When
+// the world is complete, its run id, accelerator type, workers per node and slice count must agree. A
+// disagreement is a *MismatchError (errors.Is ErrMismatch) on every node, naming the setting, each value and
+// the nodes that gave it (Odd: those differing from the most common value). Ranks: requested ranks are kept; the others fill the free ranks
 // by slice, then arrival. Node 0's Ports (MASTER_PORT, coordinator, MegaScale) are shared with all. Join is
 // bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names the
 // ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
@@ -67,8 +119,9 @@
 // Fail is pushed by the server (or the etcd watch) to every other node at once. A node whose connection drops, or
 // that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires, is reported on
 // every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with a
-// *NodeLostError. If the server itself goes (node 0 killed), every pending call fails with ErrServerLost and
-// Failures reports it. Leave first, and a node's departure is not a failure.
+// *NodeLostError. If the store itself goes (node 0 killed, etcd down), every pending call fails with ErrStoreLost
+// naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not
+// a failure.
 //
 // # Configuration errors
 //
@@ -78,7 +131,7 @@
 // counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (FieldEndpoint,
 // FieldRunID, ...) and Value name the item in the package's words: a command line maps the field to its flag.
 //
-// # Wire protocol (embedded server), version 2
+// # Wire protocol (embedded server), version 3
 //
 // TCP, one connection per node per generation. It opens with the handshake (handshake.go): a 40-byte hello from
 // the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
@@ -87,18 +140,18 @@
 // either side is ErrVersion naming both versions (a version 1 peer, which has no handshake, is recognised and
 // told so in its own framing). Then each message is a frame: a 4-byte big-endian length, then that many bytes of
 // one JSON object, at most MaxMessage bytes (default 4 MiB; a larger length is refused before any allocation,
-// and a body is allocated as it arrives, not as announced). Every object carries "v":2 and "type"; unknown
+// and a body is allocated as it arrives, not as announced). Every object carries "v":3 and "type"; unknown
 // fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
 // {"type":"rejected","error":{...}} and hangs up.
 //
 //	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts?, timeout_ms}; barrier {id, name,
 //	                  timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
-//	                  failure}; leave {id}; waiting {id}; ping
+//	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping
 //	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|
-//	        protocol|version|config|closed, "nodes": [{rank, host, instance}], "field", "value", "generation",
-//	        "detail": "..."}
+//	        protocol|version|config|closed|job_closed, "nodes": [{rank, host, instance}], "field", "value",
+//	        "generation", "run_id", "exit_code", "values": [{value, nodes}] (mismatch), "detail": "..."}
 //
 // # Security
 //

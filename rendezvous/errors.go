@@ -16,7 +16,8 @@ var (
 	ErrMissingNodes = errors.New("nodes never arrived")
 	// ErrDuplicateNode: a different instance claims the identity (host) or rank of a live node; Nodes holds both.
 	ErrDuplicateNode = errors.New("duplicate node")
-	// ErrMismatch: nodes disagree on accelerator type, workers per node, node count or run id; Nodes names the odd ones.
+	// ErrMismatch: nodes disagree on a setting every node must share (node count, run id, accelerator type,
+	// workers per node, number of slices): a *MismatchError names the setting, each value and who gave it.
 	ErrMismatch = errors.New("nodes disagree")
 	// ErrBadToken: the server refused this node's token, or the server could not prove it holds the same token.
 	ErrBadToken = errors.New("rendezvous token refused")
@@ -25,8 +26,15 @@ var (
 	ErrNoToken = errors.New("rendezvous token required off loopback")
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
-	// ErrServerLost: the rendezvous server (or etcd) stopped answering.
-	ErrServerLost = errors.New("rendezvous server lost")
+	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
+	// that could not be kept alive, a watch that broke). Such an error is an *Error whose Field is FieldEndpoint
+	// and Value the endpoint; Session.Done is closed and Session.Err returns it.
+	ErrStoreLost = errors.New("rendezvous store lost")
+	// ErrServerLost is the older name of ErrStoreLost (the same error).
+	ErrServerLost = ErrStoreLost
+	// ErrJobClosed: the job under this run id has finished (see the package doc's lifecycle). The error is a
+	// *JobClosedError naming the run id, the last generation and the job's exit code.
+	ErrJobClosed = errors.New("job already finished")
 	// ErrWorldFull: the generation already has all its nodes and the joiner is not one of them.
 	ErrWorldFull = errors.New("rendezvous world already complete")
 	// ErrProtocol: a message was malformed, oversized, of an unknown version or type.
@@ -44,6 +52,7 @@ var kinds = map[string]error{
 	"timeout": ErrTimeout, "missing": ErrMissingNodes, "duplicate": ErrDuplicateNode, "mismatch": ErrMismatch,
 	"bad_token": ErrBadToken, "no_token": ErrNoToken, "node_lost": ErrNodeLost, "server_lost": ErrServerLost,
 	"world_full": ErrWorldFull, "protocol": ErrProtocol, "version": ErrVersion, "config": ErrConfig, "closed": ErrClosed,
+	"job_closed": ErrJobClosed,
 }
 
 // The configuration items an ErrConfig error names in Error.Field, in the package's words: a command line maps
@@ -86,8 +95,8 @@ func (n NodeRef) String() string {
 }
 
 // Error is the typed error of the package: the condition (Kind, one of the sentinels), the nodes concerned, for a
-// configuration error the item at fault (Field, one of the Field constants, and its Value), and the details in
-// words.
+// configuration error the item at fault (Field, one of the Field constants, and its Value), for a lost store its
+// endpoint (Field FieldEndpoint), and the details in words.
 type Error struct {
 	Kind   error
 	Nodes  []NodeRef
@@ -157,6 +166,11 @@ func newError(kind error, detail string, nodes ...NodeRef) *Error {
 	return &Error{Kind: kind, Nodes: nodes, Detail: detail}
 }
 
+// storeLost is an ErrStoreLost error naming the store's endpoint.
+func storeLost(endpoint, detail string, nodes ...NodeRef) *Error {
+	return &Error{Kind: ErrStoreLost, Nodes: nodes, Field: FieldEndpoint, Value: endpoint, Detail: detail}
+}
+
 // configError is an ErrConfig error naming the item at fault and its value.
 func configError(field, value, detail string) *Error {
 	return &Error{Kind: ErrConfig, Field: field, Value: value, Detail: detail}
@@ -184,21 +198,30 @@ func (e *NodeLostError) Is(target error) bool { return target == ErrNodeLost }
 
 // wireError is the form of an error on the wire.
 type wireError struct {
-	Code       string    `json:"code"`
-	Nodes      []NodeRef `json:"nodes,omitempty"`
-	Field      string    `json:"field,omitempty"`
-	Value      string    `json:"value,omitempty"`
-	Generation int       `json:"generation,omitempty"`
-	Detail     string    `json:"detail,omitempty"`
+	Code       string         `json:"code"`
+	Nodes      []NodeRef      `json:"nodes,omitempty"`
+	Field      string         `json:"field,omitempty"`
+	Value      string         `json:"value,omitempty"`
+	Generation int            `json:"generation,omitempty"`
+	RunID      string         `json:"run_id,omitempty"`    // job_closed
+	ExitCode   int            `json:"exit_code,omitempty"` // job_closed
+	Values     []SettingValue `json:"values,omitempty"`    // mismatch: each value and who gave it
+	Detail     string         `json:"detail,omitempty"`
 }
 
 func toWire(err error) *wireError {
 	var lost *NodeLostError
-	if errors.As(err, &lost) {
-		return &wireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
-	}
+	var closed *JobClosedError
+	var mm *MismatchError
 	var e *Error
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &lost):
+		return &wireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
+	case errors.As(err, &closed):
+		return &wireError{Code: "job_closed", RunID: closed.RunID, Generation: closed.Generation, ExitCode: closed.ExitCode}
+	case errors.As(err, &mm):
+		return &wireError{Code: "mismatch", Field: mm.Setting, Generation: mm.Generation, Values: mm.Values, Detail: mm.Hint}
+	case errors.As(err, &e):
 		for code, k := range kinds {
 			if k == e.Kind {
 				return &wireError{Code: code, Nodes: e.Nodes, Field: e.Field, Value: e.Value, Detail: e.Detail}
@@ -211,11 +234,15 @@ func toWire(err error) *wireError {
 
 func (w *wireError) err() error {
 	k, ok := kinds[w.Code]
-	if !ok {
+	switch {
+	case !ok:
 		return newError(ErrProtocol, fmt.Sprintf("server sent unknown error code %q: %s", w.Code, w.Detail), w.Nodes...)
-	}
-	if k == ErrNodeLost && len(w.Nodes) == 1 {
+	case k == ErrNodeLost && len(w.Nodes) == 1:
 		return &NodeLostError{Node: w.Nodes[0], Generation: w.Generation, Detail: w.Detail}
+	case k == ErrJobClosed:
+		return &JobClosedError{RunID: w.RunID, Generation: w.Generation, ExitCode: w.ExitCode}
+	case k == ErrMismatch && len(w.Values) > 1:
+		return &MismatchError{Setting: w.Field, Generation: w.Generation, Values: w.Values, Hint: w.Detail}
 	}
 	return &Error{Kind: k, Nodes: w.Nodes, Field: w.Field, Value: w.Value, Detail: w.Detail}
 }

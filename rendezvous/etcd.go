@@ -8,19 +8,25 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-// etcdBackend is the etcd v3 client of one Rendezvous. Keys live under <prefix><run id>/ (see doc.go).
+// etcdBackend is the etcd v3 client of one Rendezvous. The keys of one job live under <prefix><run id>/<job>/,
+// where <job> names the job instance (see doc.go).
 type etcdBackend struct {
 	cli    *clientv3.Client
 	cfg    *Config
 	log    *zap.Logger
 	prefix string
-	ttl    int64
+	ttl    int64 // the TTL of a node's lease, in seconds: the heartbeat
+	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger)
+
+	mu   sync.Mutex
+	jobs map[string]*etcdJob // the job this node takes part in, by run id
 }
 
 func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdBackend, error) {
@@ -50,27 +56,25 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdBackend, e
 	if prefix == "" {
 		prefix = "/tpurun/rdzv/"
 	}
-	return &etcdBackend{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: max(int64(math.Ceil(cfg.Heartbeat.Seconds())), 1)}, nil
+	ttl := ttlOf(cfg.Heartbeat)
+	return &etcdBackend{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttl, jobTTL: ttl, jobs: map[string]*etcdJob{}}, nil
 }
 
-func (e *etcdBackend) close() error { return e.cli.Close() }
+// ttlOf is a lease TTL in whole seconds, at least 1.
+func ttlOf(d time.Duration) int64 { return max(int64(math.Ceil(d.Seconds())), 1) }
 
-// put writes key, riding out a leader election (retry).
-func (e *etcdBackend) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
-	return e.retry(ctx, "put "+key, func(ctx context.Context) error {
-		_, err := e.cli.Put(ctx, key, val, opts...)
-		return err
-	})
+// close lets go of the job (its lease expires jobTTL later, unless another node still keeps it alive) and of
+// the client.
+func (e *etcdBackend) close() error {
+	e.mu.Lock()
+	jobs := e.jobs
+	e.jobs = map[string]*etcdJob{}
+	e.mu.Unlock()
+	for _, j := range jobs {
+		j.stop()
+	}
+	return e.cli.Close()
 }
-
-// genDir is the key prefix of one generation.
-func (e *etcdBackend) genDir(runID string, g int) string {
-	return fmt.Sprintf("%s%s/%d/", e.prefix, runID, g)
-}
-
-// latestKey holds the highest generation opened of a run, zero-padded (padGen) so that etcd's byte-wise
-// comparison orders generations.
-func (e *etcdBackend) latestKey(runID string) string { return e.prefix + runID + "/latest" }
 
 func padGen(g int) string { return fmt.Sprintf("%010d", g) }
 
@@ -81,24 +85,63 @@ func (e *etcdBackend) unreachable(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return newError(ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
 	}
-	return newError(ErrServerLost, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
+	return e.lost(fmt.Sprintf("%s: %v", what, err))
 }
 
-// join enters m.Generation, or with LatestGeneration the generation being formed: when the world closes without
-// this node (it came too late), it goes on to the next one.
+// revoke revokes a lease, waiting a second at most: it is tidiness (the lease expires by itself), and etcd may be
+// gone while a stopping node must not wait for it.
+func (e *etcdBackend) revoke(id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.Heartbeat, time.Second))
+	defer cancel()
+	_, err := e.cli.Revoke(ctx, id)
+	return err
+}
+
+// lost is the ErrStoreLost error of this etcd.
+func (e *etcdBackend) lost(detail string) error {
+	return storeLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
+}
+
+// join enters m.Generation of the job open under m.RunID (a new one when none is), or with LatestGeneration the
+// generation being formed: when the world closes without this node (it came too late), it goes on to the next
+// one. A closed job is a *JobClosedError.
 func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error) {
 	jctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
+	for {
+		j, err := e.enterJob(jctx, m.RunID)
+		if err != nil {
+			return nil, nil, err
+		}
+		s, asg, err := e.joinJob(ctx, jctx, j, m, log.With(zap.String("job", j.id)))
+		switch {
+		case errors.Is(err, errJobGone) && jctx.Err() == nil:
+			log.Info("rendezvous: the job found had just ended (its last node let go); entering the one open now")
+			e.leaveJob(j)
+			continue
+		case errors.Is(err, ErrJobClosed):
+			e.leaveJob(j) // this node does not keep a closed job alive
+		}
+		return s, asg, err
+	}
+}
+
+// errJobGone: the job instance this node entered vanished before it opened a generation (its last node had let
+// go just before): the node enters the instance open now.
+var errJobGone = errors.New("rendezvous: the job instance vanished")
+
+// joinJob enters m.Generation of job j (see join).
+func (e *etcdBackend) joinJob(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (membership, *Assignment, error) {
 	latest := m.Generation == LatestGeneration
 	for {
 		if latest {
-			g, err := e.openGeneration(jctx, m.RunID)
+			g, err := e.openGeneration(jctx, j, m, log)
 			if err != nil {
 				return nil, nil, err
 			}
 			m.Generation = g
 		}
-		s, asg, err := e.joinGeneration(ctx, jctx, m, log)
+		s, asg, err := e.joinGeneration(ctx, jctx, j, m, log)
 		if latest && errors.Is(err, ErrWorldFull) && jctx.Err() == nil {
 			log.Info("rendezvous generation closed before this node got in; joining the next", zap.Int("generation", m.Generation))
 			continue
@@ -108,14 +151,11 @@ func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (memb
 }
 
 // openGeneration is the generation a LatestGeneration joiner enters: the latest one opened, or the next one when
-// its world is already agreed.
-func (e *etcdBackend) openGeneration(ctx context.Context, runID string) (int, error) {
-	key := e.latestKey(runID)
-	var resp *clientv3.GetResponse
-	err := e.retry(ctx, "read the latest generation", func(ctx context.Context) (err error) {
-		resp, err = e.cli.Get(ctx, key)
-		return err
-	})
+// its world is already agreed (the node waits there for the world to restart). A node that asks for another size
+// range than the running world's is refused at once.
+func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, log *zap.Logger) (int, error) {
+	key := j.latestKey()
+	resp, err := e.get(ctx, key)
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
@@ -125,86 +165,121 @@ func (e *etcdBackend) openGeneration(ctx context.Context, runID string) (int, er
 			return 0, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
 		}
 	}
-	var w *clientv3.GetResponse
-	err = e.retry(ctx, "read the latest generation", func(ctx context.Context) (err error) {
-		w, err = e.cli.Get(ctx, e.genDir(runID, g)+"world", clientv3.WithCountOnly())
-		return err
-	})
+	wkey := j.genDir(g) + "world"
+	w, err := e.get(ctx, wkey)
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
-	if w.Count > 0 {
-		g++
+	if len(w.Kvs) == 0 {
+		return g, nil
 	}
-	return g, nil
+	var world etcdWorld
+	if err := json.Unmarshal(w.Kvs[0].Value, &world); err != nil {
+		return 0, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a world", wkey, w.Kvs[0].Value))
+	}
+	if err := world.sameSize(g, e.cfg, m.ref(m.Rank)); err != nil {
+		return 0, err
+	}
+	log.Info("rendezvous: a node waits for the world to restart", zap.Int("running_generation", g), zap.Int("waits_in_generation", g+1))
+	return g + 1, nil
 }
 
 // joinGeneration registers this node in one generation and waits for its world.
-func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error) {
-	dir := e.genDir(m.RunID, m.Generation)
-	var lg *clientv3.LeaseGrantResponse
-	err := e.retry(jctx, "grant a lease", func(ctx context.Context) (err error) {
-		lg, err = e.cli.Grant(ctx, e.ttl)
-		return err
-	})
+func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (membership, *Assignment, error) {
+	dir := j.genDir(m.Generation)
+	lg, err := e.grant(jctx, e.ttl)
 	if err != nil {
 		return nil, nil, e.unreachable("grant a lease", err)
 	}
-	revoke := func() { e.cli.Revoke(context.WithoutCancel(ctx), lg.ID) }
-	body, _ := json.Marshal(m)
-	opt := clientv3.WithLease(lg.ID)
-	// the generation's first key marks its start: every node replays the generation's history from there, so all
-	// see the same registrations in the same order even if some are gone again. Opening a generation also raises
-	// the run's latest generation, which LatestGeneration joiners read.
-	open, lk, gv := dir+"open", e.latestKey(m.RunID), padGen(m.Generation)
-	bump := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}, []clientv3.Op{clientv3.OpPut(lk, gv)},
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(lk), "<", gv)}, []clientv3.Op{clientv3.OpPut(lk, gv)}, nil)})
-	var oresp *clientv3.TxnResponse
-	err = e.retry(jctx, "open generation", func(ctx context.Context) (err error) {
-		oresp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(open), "=", 0)).
-			Then(clientv3.OpPut(open, "1"), bump).Else(clientv3.OpGet(open), bump).Commit()
-		return err
-	})
+	revoke := func() { _ = e.revoke(lg.ID) }
+	startRev, err := e.openGen(jctx, j, m.Generation)
+	if err == nil {
+		err = e.claim(jctx, dir, m, lg.ID)
+	}
 	if err != nil {
 		revoke()
-		return nil, nil, e.unreachable("open generation", err)
+		return nil, nil, err
 	}
-	startRev := oresp.Header.Revision
-	if !oresp.Succeeded {
-		startRev = oresp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	s := newEtcdSession(e, j, log, dir, lg.ID, m)
+	body, _ := json.Marshal(etcdRegistration{Member: m, NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes})
+	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), clientv3.WithLease(lg.ID)); err != nil {
+		revoke()
+		return nil, nil, e.unreachable("register", err)
 	}
-	// claim the host name and the requested rank by transactions: create, or find our own instance there
-	claims := []string{}
+	if err := s.start(ctx, startRev); err != nil {
+		revoke()
+		return nil, nil, err
+	}
+	asg, err := s.await(jctx)
+	if err != nil {
+		s.close()
+		return nil, nil, err
+	}
+	log.Info("rendezvous joined (etcd)", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", len(asg.Nodes)), zap.Int("generation", asg.Generation))
+	return s, asg, nil
+}
+
+// openGen opens generation g of job j, or finds it open, and returns the revision it opened at. The generation's
+// first key marks its start: every node replays the generation's history from there, so all see the same
+// registrations in the same order even if some are gone again. Opening a generation also raises the job's latest
+// generation, which LatestGeneration joiners read. Both keys live on the job's lease. All in one transaction
+// that holds only while the instance is open: a closed one is its *JobClosedError, a vanished one errJobGone.
+func (e *etcdBackend) openGen(ctx context.Context, j *etcdJob, g int) (int64, error) {
+	open, lk, gv, closed := j.genDir(g)+"open", j.latestKey(), padGen(g), j.closedKey()
+	jl := clientv3.WithLease(j.lease)
+	bump := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)},
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(lk), "<", gv)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)}, nil)})
+	opening := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(open), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(open, "1", jl), bump}, []clientv3.Op{clientv3.OpGet(open), bump})
+	r, err := e.txn(ctx, "open generation", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(j.key), "=", j.rev), clientv3.Compare(clientv3.CreateRevision(closed), "=", 0)).
+			Then(opening).Else(clientv3.OpGet(closed))
+	})
+	if err != nil {
+		return 0, e.unreachable("open generation", err)
+	}
+	if !r.Succeeded {
+		if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			return 0, j.closedErr(kvs[0].Value)
+		}
+		return 0, errJobGone
+	}
+	if o := r.Responses[0].GetResponseTxn(); !o.Succeeded {
+		return o.Responses[0].GetResponseRange().Kvs[0].CreateRevision, nil
+	}
+	return r.Header.Revision, nil
+}
+
+// claim takes this node's host name and requested rank in the generation at dir by transactions (create, or find
+// its own instance there), on its lease: another live instance holding one is ErrDuplicateNode naming both.
+func (e *etcdBackend) claim(ctx context.Context, dir string, m Member, lease clientv3.LeaseID) error {
+	var claims []string
 	if m.Host != "" {
 		claims = append(claims, dir+"hosts/"+m.Host)
 	}
 	if m.Rank >= 0 {
 		claims = append(claims, dir+"ranks/"+strconv.Itoa(m.Rank))
 	}
+	opt := clientv3.WithLease(lease)
 	for _, k := range claims {
-		var resp *clientv3.TxnResponse
-		err := e.retry(jctx, "claim "+k, func(ctx context.Context) (err error) {
-			resp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-				Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k)).Commit()
-			return err
+		resp, err := e.txn(ctx, "claim "+k, func(t clientv3.Txn) clientv3.Txn {
+			return t.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k))
 		})
 		if err != nil {
-			revoke()
-			return nil, nil, e.unreachable("claim "+k, err)
+			return e.unreachable("claim "+k, err)
 		}
 		if resp.Succeeded {
 			continue
 		}
 		other := string(resp.Responses[0].GetResponseRange().Kvs[0].Value)
 		if other == m.Instance {
-			if err := e.put(jctx, k, m.Instance, opt); err != nil {
-				return nil, nil, e.unreachable("claim "+k, err)
+			if err := e.put(ctx, k, m.Instance, opt); err != nil {
+				return e.unreachable("claim "+k, err)
 			}
 			continue
 		}
-		revoke()
 		ref := NodeRef{Rank: -1, Instance: other}
-		if g, err := e.cli.Get(jctx, dir+"members/"+other); err == nil && len(g.Kvs) == 1 {
+		if g, err := e.get(ctx, dir+"members/"+other); err == nil && len(g.Kvs) == 1 {
 			var om Member
 			if json.Unmarshal(g.Kvs[0].Value, &om) == nil {
 				ref = om.ref(om.Rank)
@@ -214,30 +289,8 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 		if strings.Contains(k, "/ranks/") {
 			what = "node rank"
 		}
-		return nil, nil, newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
+		return newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
 			m.ref(m.Rank), ref)
 	}
-	s := newEtcdSession(e, log, dir, lg.ID, m)
-	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), opt); err != nil {
-		revoke()
-		return nil, nil, e.unreachable("register", err)
-	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = wcancel
-	ka, err := e.cli.KeepAlive(wctx, lg.ID)
-	if err != nil {
-		wcancel()
-		revoke()
-		return nil, nil, e.unreachable("keep the lease alive", err)
-	}
-	s.wg.Add(2)
-	go s.watch(wctx, startRev)
-	go s.keepalive(wctx, ka)
-	asg, err := s.await(jctx)
-	if err != nil {
-		s.close()
-		return nil, nil, err
-	}
-	log.Info("rendezvous joined (etcd)", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", len(asg.Nodes)), zap.Int("generation", asg.Generation))
-	return s, asg, nil
+	return nil
 }

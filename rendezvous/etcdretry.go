@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -50,4 +51,40 @@ func (e *etcdBackend) retry(ctx context.Context, what string, op func(context.Co
 		}
 		pause = min(pause*2, time.Second)
 	}
+}
+
+// put writes key, riding out a leader election (retry).
+func (e *etcdBackend) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
+	return e.retry(ctx, "put "+key, func(ctx context.Context) error {
+		_, err := e.cli.Put(ctx, key, val, opts...)
+		return err
+	})
+}
+
+// get reads key, riding out a leader election (retry).
+func (e *etcdBackend) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+	err = e.retry(ctx, "read "+key, func(ctx context.Context) (err error) {
+		resp, err = e.cli.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
+}
+
+// txn commits the transaction txn builds on a fresh one, riding out a leader election (retry): every transaction
+// of the package is a create-if-absent, a read, or both, so repeating it is harmless.
+func (e *etcdBackend) txn(ctx context.Context, what string, txn func(clientv3.Txn) clientv3.Txn) (resp *clientv3.TxnResponse, err error) {
+	err = e.retry(ctx, what, func(ctx context.Context) (err error) {
+		resp, err = txn(e.cli.Txn(ctx)).Commit()
+		return err
+	})
+	return resp, err
+}
+
+// grant grants a lease of ttl seconds, riding out a leader election (retry; an unused lease expires).
+func (e *etcdBackend) grant(ctx context.Context, ttl int64) (resp *clientv3.LeaseGrantResponse, err error) {
+	err = e.retry(ctx, "grant a lease", func(ctx context.Context) (err error) {
+		resp, err = e.cli.Grant(ctx, ttl)
+		return err
+	})
+	return resp, err
 }

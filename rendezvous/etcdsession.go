@@ -19,6 +19,7 @@ import (
 // generation's keys that keeps a local copy of the world.
 type etcdSession struct {
 	e        *etcdBackend
+	job      *etcdJob
 	log      *zap.Logger
 	dir      string
 	lease    clientv3.LeaseID
@@ -26,6 +27,7 @@ type etcdSession struct {
 	min, max int           // the world's size range
 	lastCall time.Duration // how long an elastic join waits past min
 	cancel   context.CancelFunc
+	h        *health // the link to etcd: this session's lease and watches, and the job's lease
 
 	mu       sync.Mutex
 	changed  chan struct{}
@@ -39,26 +41,93 @@ type etcdSession struct {
 	worldErr error                     // or why it cannot be this node's
 	byInst   map[string]int            // rank of each instance of the world
 	lost     []Failure
+	closed   error // the job closed (*JobClosedError)
 	closing  bool
-	watchErr error
 	fails    chan Failure
 	wg       sync.WaitGroup
 }
 
+// etcdRegistration is the value of members/<instance>: the member and the world size it asks for.
+type etcdRegistration struct {
+	Member
+	NNodes   int `json:"nnodes"`
+	MinNodes int `json:"min_nodes"`
+}
+
 type etcdMember struct {
-	m   Member
-	rev int64
+	m      Member
+	nnodes int
+	min    int
+	rev    int64
 }
 
-// etcdWorld is the value of the world key: the instances of the agreed world, in registration order.
+// etcdWorld is the value of the world key: the instances of the agreed world in registration order, their hosts,
+// and the size range it was agreed under.
 type etcdWorld struct {
-	Members []string `json:"members"`
+	Members  []string `json:"members"`
+	Hosts    []string `json:"hosts"`
+	NNodes   int      `json:"nnodes"`
+	MinNodes int      `json:"min_nodes"`
 }
 
-func newEtcdSession(e *etcdBackend, log *zap.Logger, dir string, lease clientv3.LeaseID, m Member) *etcdSession {
-	return &etcdSession{e: e, log: log, dir: dir, lease: lease, self: m, rank: -1, min: e.cfg.MinNodes, max: e.cfg.NNodes, n: e.cfg.NNodes,
+// sameSize is nil when cfg asks for the size range w was agreed under, else the *MismatchError naming both and
+// who gave them.
+func (w *etcdWorld) sameSize(g int, cfg *Config, self NodeRef) error {
+	if w.NNodes == cfg.NNodes && w.MinNodes == cfg.MinNodes {
+		return nil
+	}
+	vals := []string{}
+	refs := []NodeRef{}
+	for i, inst := range w.Members {
+		ref := NodeRef{Rank: -1, Instance: inst}
+		if i < len(w.Hosts) {
+			ref.Host = w.Hosts[i]
+		}
+		vals, refs = append(vals, sizeRange(w.MinNodes, w.NNodes)), append(refs, ref)
+	}
+	vals, refs = append(vals, sizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
+	return disagreement(FieldNodes, g, vals, refs)
+}
+
+func newEtcdSession(e *etcdBackend, j *etcdJob, log *zap.Logger, dir string, lease clientv3.LeaseID, m Member) *etcdSession {
+	return &etcdSession{e: e, job: j, log: log, dir: dir, lease: lease, self: m, rank: -1, min: e.cfg.MinNodes, max: e.cfg.NNodes, n: e.cfg.NNodes,
 		lastCall: e.cfg.LastCall, changed: make(chan struct{}), members: map[string]etcdMember{}, seen: map[string]etcdMember{},
-		left: map[string]bool{}, keys: map[string]map[int][]byte{}, fails: make(chan Failure, 1024)}
+		left: map[string]bool{}, keys: map[string]map[int][]byte{}, fails: make(chan Failure, 1024), h: newHealth()}
+}
+
+// start keeps the session's lease alive and watches the generation's keys, and the job's closed record, from
+// revision rev; the session's link to etcd ends when any of these, or the job's lease, fails.
+func (s *etcdSession) start(ctx context.Context, rev int64) error {
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	ka, err := s.e.cli.KeepAlive(wctx, s.lease)
+	if err != nil {
+		wcancel()
+		return s.e.unreachable("keep the lease alive", err)
+	}
+	s.wg.Add(1)
+	go s.keepalive(wctx, ka)
+	stop := context.AfterFunc(s.job.h.ctx, func() { s.lose(s.job.h.failed()) })
+	// a watch opens only once etcd answers: it must also end when etcd is found lost meanwhile
+	vctx, vcancel := s.h.bind(wctx)
+	s.cancel = func() { stop(); vcancel(); wcancel() }
+	s.wg.Add(2)
+	go s.watch(vctx, rev, "the generation's keys", s.dir, clientv3.WithPrefix())
+	go s.watch(vctx, rev, "the job's state", s.job.closedKey())
+	return nil
+}
+
+// lose ends the session's link to etcd with err (an ErrStoreLost error): every wait returns it, and the other
+// nodes' loss of this one is reported on Failures, since this node can no longer see them.
+func (s *etcdSession) lose(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing || s.h.failed() != nil {
+		return
+	}
+	s.h.end(err)
+	s.log.Warn("rendezvous store lost", zap.Error(err))
+	s.push(Failure{Node: NodeRef{Rank: -1, Host: s.e.cfg.Endpoint}, WorkerRank: -1, Lost: true, Store: true, At: time.Now(), Reason: err.Error()})
+	s.notify()
 }
 
 func (s *etcdSession) notify() {
@@ -76,30 +145,17 @@ func (s *etcdSession) push(f Failure) {
 
 // apply folds one key change into the local copy; called with s.mu held, in revision order.
 func (s *etcdSession) apply(put bool, key string, val []byte, rev int64) {
+	if key == s.job.closedKey() {
+		if put && s.closed == nil {
+			s.closed = s.job.closedErr(val)
+		}
+		return
+	}
 	rel := strings.TrimPrefix(key, s.dir)
 	kind, name, _ := strings.Cut(rel, "/")
 	switch kind {
 	case "members":
-		if put {
-			var m Member
-			if err := json.Unmarshal(val, &m); err != nil {
-				s.log.Warn("ignoring a malformed etcd member", zap.String("key", key), zap.Error(err))
-				return
-			}
-			if old, ok := s.members[name]; ok {
-				rev = old.rev
-			}
-			s.members[name] = etcdMember{m: m, rev: rev}
-			if _, ok := s.seen[name]; !ok {
-				s.seen[name] = etcdMember{m: m, rev: rev}
-			}
-			return
-		}
-		old, ok := s.members[name]
-		delete(s.members, name)
-		if ok {
-			s.lostMember(name, old.m)
-		}
+		s.member(put, key, name, val, rev)
 	case "world":
 		if put && s.asg == nil && s.worldErr == nil {
 			s.settle(val)
@@ -110,32 +166,69 @@ func (s *etcdSession) apply(put bool, key string, val []byte, rev int64) {
 		}
 	case "failures":
 		if put {
-			var f Failure
-			if err := json.Unmarshal(val, &f); err != nil {
-				s.log.Warn("ignoring a malformed etcd failure", zap.String("key", key), zap.Error(err))
-				return
-			}
-			if f.Node.Instance != s.self.Instance {
-				s.push(f)
-			}
+			s.failed(key, val)
 		}
 	case "barriers", "data":
-		i := strings.LastIndexByte(rel, '/')
-		r, err := strconv.Atoi(rel[i+1:])
-		if err != nil || r < 0 || r >= s.n {
-			s.log.Warn("ignoring a foreign etcd key", zap.String("key", key))
-			return
+		s.keyed(put, key, rel, val)
+	}
+}
+
+// member records a member's registration (the revision of its first one counts), or its disappearance. With
+// s.mu held.
+func (s *etcdSession) member(put bool, key, inst string, val []byte, rev int64) {
+	if !put {
+		old, ok := s.members[inst]
+		delete(s.members, inst)
+		if ok {
+			s.lostMember(inst, old.m)
 		}
-		group := s.keys[rel[:i]]
-		if group == nil {
-			group = map[int][]byte{}
-			s.keys[rel[:i]] = group
-		}
-		if put {
-			group[r] = val
-		} else {
-			delete(group, r)
-		}
+		return
+	}
+	var r etcdRegistration
+	if err := json.Unmarshal(val, &r); err != nil {
+		s.log.Warn("ignoring a malformed etcd member", zap.String("key", key), zap.Error(err))
+		return
+	}
+	if old, ok := s.members[inst]; ok {
+		rev = old.rev
+	}
+	em := etcdMember{m: r.Member, nnodes: r.NNodes, min: r.MinNodes, rev: rev}
+	s.members[inst] = em
+	if _, ok := s.seen[inst]; !ok {
+		s.seen[inst] = em
+	}
+}
+
+// failed passes another node's failure on. With s.mu held.
+func (s *etcdSession) failed(key string, val []byte) {
+	var f Failure
+	if err := json.Unmarshal(val, &f); err != nil {
+		s.log.Warn("ignoring a malformed etcd failure", zap.String("key", key), zap.Error(err))
+		return
+	}
+	if f.Node.Instance != s.self.Instance {
+		s.push(f)
+	}
+}
+
+// keyed records a barrier or data key of a rank (rel: "barriers/<name>/<rank>", "data/<key>/<rank>"). With
+// s.mu held.
+func (s *etcdSession) keyed(put bool, key, rel string, val []byte) {
+	i := strings.LastIndexByte(rel, '/')
+	r, err := strconv.Atoi(rel[i+1:])
+	if err != nil || r < 0 || r >= s.n {
+		s.log.Warn("ignoring a foreign etcd key", zap.String("key", key))
+		return
+	}
+	group := s.keys[rel[:i]]
+	if group == nil {
+		group = map[int][]byte{}
+		s.keys[rel[:i]] = group
+	}
+	if put {
+		group[r] = val
+	} else {
+		delete(group, r)
 	}
 }
 
@@ -157,8 +250,12 @@ func (s *etcdSession) lostMember(inst string, m Member) {
 // already gone (its lease expired before the key was written) is lost at once.
 func (s *etcdSession) settle(val []byte) {
 	var w etcdWorld
-	if err := json.Unmarshal(val, &w); err != nil || len(w.Members) == 0 || len(w.Members) > s.max {
-		s.worldErr = newError(ErrProtocol, fmt.Sprintf("etcd key %sworld holds %q, not a world of up to %d nodes", s.dir, val, s.max))
+	if err := json.Unmarshal(val, &w); err != nil || len(w.Members) == 0 {
+		s.worldErr = newError(ErrProtocol, fmt.Sprintf("etcd key %sworld holds %q, not a world", s.dir, val))
+		return
+	}
+	if err := w.sameSize(s.self.Generation, s.e.cfg, s.self.ref(s.self.Rank)); err != nil {
+		s.worldErr = err
 		return
 	}
 	members := make([]Member, len(w.Members))
@@ -178,7 +275,7 @@ func (s *etcdSession) settle(val []byte) {
 	}
 	ranks, err := assignRanks(members, len(members))
 	if err == nil {
-		err = agree(members, ranks, len(members))
+		err = agree(members, ranks, s.self.Generation)
 	}
 	if err != nil {
 		s.worldErr = err
@@ -214,68 +311,46 @@ func (s *etcdSession) live() []etcdMember {
 
 // propose writes the world key (the first proposal wins; the others find it written).
 func (s *etcdSession) propose(ctx context.Context, members []etcdMember) error {
-	w := etcdWorld{}
+	w := etcdWorld{NNodes: s.max, MinNodes: s.e.cfg.MinNodes}
 	for _, m := range members {
-		w.Members = append(w.Members, m.m.Instance)
+		w.Members, w.Hosts = append(w.Members, m.m.Instance), append(w.Hosts, m.m.Host)
 	}
 	b, _ := json.Marshal(w)
 	key := s.dir + "world"
-	err := s.e.retry(ctx, "close the generation", func(ctx context.Context) error {
-		_, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit()
-		return err
-	})
-	if err != nil {
-		return s.e.unreachable("close the generation", err)
+	ctx, cancel := s.h.bind(ctx)
+	defer cancel()
+	if _, err := s.e.txn(ctx, "agree on the world", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
+	}); err != nil {
+		return s.opErr("agree on the world", err)
 	}
 	return nil
 }
 
 // await waits for the world key, proposing it when max nodes are registered, or when min are and the last call
-// is over; every node computes the same world from it.
+// is over; every node computes the same world from it. It ends at once when the nodes disagree on the world's
+// size, the job closes or etcd is lost.
 func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
 	start := time.Now()
-	var lastCall <-chan time.Time
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+	var lc lastCall
+	defer lc.stop()
 	proposed := false
 	for {
-		s.mu.Lock()
-		asg, werr, ch, watchErr := s.asg, s.worldErr, s.changed, s.watchErr
-		live := s.live()
-		s.mu.Unlock()
-		switch {
-		case asg != nil:
-			return asg, nil
-		case werr != nil:
-			return nil, werr
-		case watchErr != nil:
-			return nil, newError(ErrServerLost, fmt.Sprintf("etcd at %s: %v", s.e.cfg.Endpoint, watchErr))
+		asg, live, ch, err := s.joinState()
+		if asg != nil || err != nil {
+			return asg, err
 		}
-		switch n := len(live); {
-		case n >= s.max && !proposed:
+		if len(live) >= s.max && !proposed {
 			proposed = true
 			if err := s.propose(ctx, live[:s.max]); err != nil {
 				return nil, err
 			}
-		case n >= s.min && n < s.max && timer == nil:
-			wait := s.lastCall
-			if dl, ok := ctx.Deadline(); ok {
-				wait = min(wait, time.Until(dl)*9/10) // the join timeout ends the last call too
-			}
-			timer = time.NewTimer(wait)
-			lastCall = timer.C
-		case n < s.min && timer != nil:
-			timer.Stop()
-			timer, lastCall = nil, nil
 		}
+		lc.track(ctx, len(live) >= s.min && len(live) < s.max, s.lastCall)
 		select {
 		case <-ch:
-		case <-lastCall:
-			timer, lastCall = nil, nil
+		case <-lc.c:
+			lc.stop()
 			if len(live) >= s.min {
 				s.log.Info("rendezvous last call over", zap.Int("nodes", len(live)))
 				if err := s.propose(ctx, live[:min(len(live), s.max)]); err != nil {
@@ -283,42 +358,123 @@ func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
 				}
 			}
 		case <-ctx.Done():
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, ctx.Err()
-			}
-			// who arrived: every registration seen (the others may have given up and gone just before this node)
-			w := &world{gen: s.self.Generation, nnodes: s.max, min: s.min}
-			s.mu.Lock()
-			for _, m := range s.seen {
-				w.entries = append(w.entries, &entry{m: m.m})
-			}
-			s.mu.Unlock()
-			sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].m.Host < w.entries[j].m.Host })
-			return nil, w.missing(time.Since(start))
+			return nil, s.joinTimedOut(ctx, start)
 		}
 	}
 }
 
-// watch keeps the local copy of the generation's keys, from revision rev on. A watch that etcd cancels because
-// its member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied; any
-// other end of the watch ends the session's view of the world (watchErr).
-func (s *etcdSession) watch(ctx context.Context, rev int64) {
+// joinState is where the join stands: the agreed world, or why there is none for this node (the nodes disagree,
+// the job closed, etcd is lost), else the live registrations and the channel that says when that changes.
+func (s *etcdSession) joinState() (*Assignment, []etcdMember, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.asg != nil:
+		return s.asg, nil, nil, nil
+	case s.worldErr != nil:
+		return nil, nil, nil, s.worldErr
+	case s.closed != nil:
+		return nil, nil, nil, s.closed
+	}
+	if err := s.h.failed(); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := s.sizeMismatch(); err != nil {
+		return nil, nil, nil, err
+	}
+	return nil, s.live(), s.changed, nil
+}
+
+// sizeMismatch is the *MismatchError of a generation in which registrations ask for different size ranges, nil
+// when all ask for this node's. Every node sees the same registrations, in the same order: all fail alike. With
+// s.mu held.
+func (s *etcdSession) sizeMismatch() error {
+	var seen []etcdMember
+	odd := false
+	for _, m := range s.seen {
+		seen = append(seen, m)
+		odd = odd || m.nnodes != s.max || m.min != s.e.cfg.MinNodes
+	}
+	if !odd {
+		return nil
+	}
+	sort.Slice(seen, func(i, j int) bool { return seen[i].rev < seen[j].rev })
+	vals := make([]string, len(seen))
+	refs := make([]NodeRef, len(seen))
+	for i, m := range seen {
+		vals[i], refs[i] = sizeRange(m.min, m.nnodes), m.m.ref(m.m.Rank)
+	}
+	return disagreement(FieldNodes, s.self.Generation, vals, refs)
+}
+
+// joinTimedOut is the error of a join whose context ended: ErrMissingNodes naming who never arrived when its
+// deadline passed (every registration seen counts as arrived: the others may have given up and gone just before
+// this node).
+func (s *etcdSession) joinTimedOut(ctx context.Context, start time.Time) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ctx.Err()
+	}
+	w := &world{gen: s.self.Generation, nnodes: s.max, min: s.min}
+	s.mu.Lock()
+	for _, m := range s.seen {
+		w.entries = append(w.entries, &entry{m: m.m})
+	}
+	s.mu.Unlock()
+	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].m.Host < w.entries[j].m.Host })
+	return w.missing(time.Since(start))
+}
+
+// lastCall is the timer of an elastic join's last call: it runs while min..max-1 nodes are registered.
+type lastCall struct {
+	t *time.Timer
+	c <-chan time.Time
+}
+
+// track starts the timer (d, or 9/10 of the time left to ctx's deadline: the join timeout ends the last call
+// too) when on and not running, and stops it when off.
+func (l *lastCall) track(ctx context.Context, on bool, d time.Duration) {
+	switch {
+	case on && l.t == nil:
+		if dl, ok := ctx.Deadline(); ok {
+			d = min(d, time.Until(dl)*9/10)
+		}
+		l.t = time.NewTimer(d)
+		l.c = l.t.C
+	case !on && l.t != nil:
+		l.stop()
+	}
+}
+
+func (l *lastCall) stop() {
+	if l.t != nil {
+		l.t.Stop()
+	}
+	l.t, l.c = nil, nil
+}
+
+// watch folds the events of key (with opts) into the local copy, from revision rev on. A watch that etcd cancels
+// because its member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied;
+// any other end while the session is open (a compaction, a broken stream) means etcd is lost.
+func (s *etcdSession) watch(ctx context.Context, rev int64, what, key string, opts ...clientv3.OpOption) {
 	defer s.wg.Done()
 	for {
-		next, err := s.follow(ctx, rev)
+		next, err := s.follow(ctx, rev, key, opts...)
 		if err == nil || !transient(err) || ctx.Err() != nil {
-			s.watchEnded(err)
+			if err == nil {
+				err = errors.New("the watch ended")
+			}
+			s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", what, err)))
 			return
 		}
-		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.Int64("revision", next), zap.Error(err))
+		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", what), zap.Int64("revision", next), zap.Error(err))
 		rev = next
 	}
 }
 
 // follow applies the watch's events from revision rev until the watch ends; it returns the revision to resume
 // from and why it ended (nil: the watch channel closed).
-func (s *etcdSession) follow(ctx context.Context, rev int64) (int64, error) {
-	wch := s.e.cli.Watch(clientv3.WithRequireLeader(ctx), s.dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
+func (s *etcdSession) follow(ctx context.Context, rev int64, key string, opts ...clientv3.OpOption) (int64, error) {
+	wch := s.e.cli.Watch(clientv3.WithRequireLeader(ctx), key, append(opts, clientv3.WithRev(rev))...)
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
 			return rev, err
@@ -334,83 +490,83 @@ func (s *etcdSession) follow(ctx context.Context, rev int64) (int64, error) {
 	return rev, nil
 }
 
-// watchEnded records that the watch ended for err (nil: its channel closed), unless the session is closing.
-func (s *etcdSession) watchEnded(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		s.watchErr = err
-	}
-	if !s.closing {
-		if s.watchErr == nil {
-			s.watchErr = errors.New("watch ended")
-		}
-		s.push(Failure{Node: NodeRef{Rank: -1, Host: s.e.cfg.Endpoint}, WorkerRank: -1, Lost: true, At: time.Now(),
-			Reason: fmt.Sprintf("the etcd watch at %s ended: %v", s.e.cfg.Endpoint, s.watchErr)})
-	}
-	s.notify()
-}
-
+// keepalive keeps this node's lease alive; when it cannot (etcd unreachable for a heartbeat), etcd is lost.
 func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
 	defer s.wg.Done()
+	if !s.e.keepAlive(ctx, s.lease, ka, s.log) && ctx.Err() == nil {
+		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x expired or could not be kept alive (TTL %ds)", int64(s.lease), s.e.ttl)))
+	}
+}
+
+// keepAlive keeps lease alive (ka: its keep-alive responses) until ctx ends (true) or it cannot: the lease expired,
+// or etcd did not answer for its TTL and then a heartbeat more (false). When the client gives up on the stream (an
+// etcd member went away mid-stream) while the lease still lives on the cluster, it keeps it alive again through
+// another member.
+func (e *etcdBackend) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
 	for {
 		for range ka {
 		}
 		if ctx.Err() != nil {
-			return
+			return true
 		}
-		// the client gave up on the stream (an etcd member went away mid-stream): if the lease still lives on
-		// the cluster, keep it alive again through another member.
-		tctx, cancel := context.WithTimeout(ctx, s.e.cfg.Heartbeat)
+		tctx, cancel := context.WithTimeout(ctx, e.cfg.Heartbeat) // the check is bounded by one heartbeat
 		var ttl *clientv3.LeaseTimeToLiveResponse
-		err := s.e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
-			ttl, err = s.e.cli.TimeToLive(ctx, s.lease)
+		err := e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
+			ttl, err = e.cli.TimeToLive(ctx, lease)
 			return err
 		})
 		cancel()
-		if err == nil && ttl.TTL > 0 {
-			if ka, err = s.e.cli.KeepAlive(ctx, s.lease); err == nil {
-				s.log.Info("etcd lease keep-alive resumed", zap.Int64("ttl_left", ttl.TTL))
-				continue
-			}
+		if err != nil || ttl.TTL <= 0 {
+			return false
 		}
-		break
+		if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
+			return false
+		}
+		log.Info("etcd lease keep-alive resumed", zap.Int64("lease", int64(lease)), zap.Int64("ttl_left", ttl.TTL))
 	}
-	s.mu.Lock()
-	if !s.closing {
-		s.watchErr = fmt.Errorf("this node's etcd lease %x expired or could not be kept alive (etcd at %s unreachable?)", int64(s.lease), s.e.cfg.Endpoint)
-		s.push(Failure{Node: s.self.ref(s.rank), WorkerRank: -1, Lost: true, At: time.Now(), Reason: s.watchErr.Error()})
-		s.notify()
-	}
-	s.mu.Unlock()
 }
 
-// wait re-runs check (under s.mu) on every change until it returns true or ctx ends.
+// wait re-runs check (under s.mu) on every change until it returns true, ctx ends or etcd is lost.
 func (s *etcdSession) wait(ctx context.Context, check func() bool) error {
 	for {
 		s.mu.Lock()
-		ok, ch, werr := check(), s.changed, s.watchErr
+		ok, ch := check(), s.changed
 		s.mu.Unlock()
 		if ok {
 			return nil
 		}
-		if werr != nil {
-			return newError(ErrServerLost, fmt.Sprintf("etcd at %s: %v", s.e.cfg.Endpoint, werr))
+		if err := s.h.failed(); err != nil {
+			return err
 		}
 		select {
 		case <-ch:
+		case <-s.h.ctx.Done():
 		case <-ctx.Done():
+			if err := s.h.failed(); err != nil {
+				return err // ctx is bound to the link (s.ctx): its end is the reason
+			}
 			return ctx.Err()
 		}
 	}
 }
 
-// await waits until nnodes members are registered and computes the world from them, as every node does.
-func (s *etcdSession) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
+// opErr is the error of an etcd call that failed: the reason etcd is lost, when it is.
+func (s *etcdSession) opErr(what string, err error) error {
+	if herr := s.h.failed(); herr != nil {
+		return herr
 	}
-	return context.WithTimeout(ctx, s.e.cfg.Timeout)
+	return s.e.unreachable(what, err)
+}
+
+// ctx bounds a call of the session: by ctx's deadline, else the join timeout; and by the link to etcd.
+func (s *etcdSession) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.e.cfg.Timeout)
+		bound, unbind := s.h.bind(ctx)
+		return bound, func() { unbind(); cancel() }
+	}
+	return s.h.bind(ctx)
 }
 
 // collect waits until every rank has key kind/name/<rank>; a lost node without it fails the wait.
@@ -460,15 +616,17 @@ func (s *etcdSession) collect(ctx context.Context, kind, name string) (map[int][
 	return out, nil
 }
 
+// put writes key of the generation, tied to this node's lease, or (lease false) to the job's: such keys outlive
+// the node, not the job.
 func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease bool) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	var opts []clientv3.OpOption
+	l := s.job.lease // the job's keys live as long as the job
 	if lease {
-		opts = append(opts, clientv3.WithLease(s.lease))
+		l = s.lease
 	}
-	if err := s.e.put(ctx, s.dir+key, string(val), opts...); err != nil {
-		return s.e.unreachable("put "+key, err)
+	if err := s.e.put(ctx, s.dir+key, string(val), clientv3.WithLease(l)); err != nil {
+		return s.opErr("put "+key, err)
 	}
 	return nil
 }
@@ -491,7 +649,7 @@ func (s *etcdSession) barrier(ctx context.Context, name string) error {
 	return err
 }
 
-// publish stores data without a lease: results must outlive the node that published them.
+// publish stores data on the job's lease: results must outlive the node that published them.
 func (s *etcdSession) publish(ctx context.Context, key string, data []byte) error {
 	if err := checkName(key); err != nil {
 		return err
@@ -521,15 +679,13 @@ func (s *etcdSession) leave(ctx context.Context) error {
 func (s *etcdSession) waiting(ctx context.Context) (int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	next := s.e.genDir(s.self.RunID, s.self.Generation+1)
-	var resp *clientv3.TxnResponse
-	err := s.e.retry(ctx, "count the nodes waiting", func(ctx context.Context) (err error) {
-		resp, err = s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
-			Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
-		return err
+	next := s.job.genDir(s.self.Generation + 1)
+	resp, err := s.e.txn(ctx, "count the nodes waiting", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
+			Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	})
 	if err != nil {
-		return 0, s.e.unreachable("count the nodes waiting", err)
+		return 0, s.opErr("count the nodes waiting", err)
 	}
 	if !resp.Succeeded {
 		return 0, nil
@@ -537,8 +693,28 @@ func (s *etcdSession) waiting(ctx context.Context) (int, error) {
 	return int(resp.Responses[0].GetResponseRange().Count), nil
 }
 
+// finish writes the job's closed record once, on the job's lease: the first node to write it wins.
+func (s *etcdSession) finish(ctx context.Context, code int) error {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	b, _ := json.Marshal(etcdClosed{Generation: s.self.Generation, ExitCode: code})
+	key := s.job.closedKey()
+	if _, err := s.e.txn(ctx, "close the job", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
+	}); err != nil {
+		return s.opErr("close the job", err)
+	}
+	s.log.Info("rendezvous: job closed", zap.String("run_id", s.self.RunID), zap.Int("generation", s.self.Generation), zap.Int("exit_code", code))
+	return nil
+}
+
 func (s *etcdSession) failures() <-chan Failure { return s.fails }
 
+func (s *etcdSession) done() <-chan struct{} { return s.h.ctx.Done() }
+
+func (s *etcdSession) err() error { return s.h.failed() }
+
+// close revokes this node's lease (unless etcd is lost: nobody to tell) and stops the watches.
 func (s *etcdSession) close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -546,11 +722,16 @@ func (s *etcdSession) close() error {
 		return nil
 	}
 	s.closing = true
+	lost := s.h.failed()
+	s.h.end(newError(ErrClosed, "session closed"))
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_, err := s.e.cli.Revoke(ctx, s.lease)
-	s.cancel()
+	var err error
+	if lost == nil {
+		err = s.e.revoke(s.lease)
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
 	s.wg.Wait()
 	close(s.fails)
 	if err != nil {

@@ -61,7 +61,7 @@ func verdict(status uint16) []byte {
 	return b[:]
 }
 
-// clientHandshake runs the client's side on nc, bounded by deadline. Its *Error results other than ErrServerLost
+// clientHandshake runs the client's side on nc, bounded by deadline. Its *Error results other than ErrStoreLost
 // are final (wrong token, other version, not a rendezvous server); anything else may be retried.
 func clientHandshake(nc net.Conn, addr, token string, deadline time.Time) error {
 	nc.SetDeadline(deadline)
@@ -112,7 +112,7 @@ func clientHandshake(nc net.Conn, addr, token string, deadline time.Time) error 
 	case statusBadToken:
 		return newError(ErrBadToken, fmt.Sprintf("the rendezvous server at %s refused this node's token; give every node the same token", addr))
 	case statusFull:
-		return newError(ErrServerLost, fmt.Sprintf("the rendezvous server at %s has its maximum of connections", addr))
+		return storeLost(addr, "the rendezvous server has its maximum of connections")
 	}
 	return newError(ErrProtocol, fmt.Sprintf("the rendezvous server at %s answered the handshake with verdict %x", addr, vd))
 }

@@ -54,9 +54,9 @@ func TestVersion1ClientIsToldWhy(t *testing.T) {
 	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatalf("%q: %v", body, err)
 	}
-	if m.V != 1 || m.Type != "rejected" || m.Error.Code != "protocol" || !strings.Contains(m.Error.Detail, "protocol version 2") ||
+	if m.V != 1 || m.Type != "rejected" || m.Error.Code != "protocol" || !strings.Contains(m.Error.Detail, fmt.Sprintf("protocol version %d", Version)) ||
 		!strings.Contains(m.Error.Detail, "same tpurun version") {
-		t.Fatalf("answer %+v, want a version 1 rejection naming version 2", m)
+		t.Fatalf("answer %+v, want a version 1 rejection naming version %d", m, Version)
 	}
 	if _, err := io.ReadFull(nc, hdr[:1]); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("after the rejection: %v, want the server to hang up", err)
@@ -155,7 +155,7 @@ func TestFutureVersion(t *testing.T) {
 	}()
 	c := dialRaw(t, ln.Addr().String())
 	err = clientHandshake(c, ln.Addr().String(), "", time.Now().Add(launchertest.Deadline()))
-	if e := rdzvErr(t, err, ErrVersion); !strings.Contains(e.Detail, "version 3") {
+	if e := rdzvErr(t, err, ErrVersion); !strings.Contains(e.Detail, fmt.Sprintf("version %d", Version+1)) {
 		t.Fatalf("%v", err)
 	}
 }

@@ -200,6 +200,16 @@ func rdzvErr(t *testing.T, err error, kind error) *Error {
 	return e
 }
 
+// mismatchErr asserts err is a *MismatchError (matching ErrMismatch) about setting and returns it.
+func mismatchErr(t *testing.T, err error, setting string) *MismatchError {
+	t.Helper()
+	var e *MismatchError
+	if !errors.As(err, &e) || !errors.Is(err, ErrMismatch) || e.Setting != setting || len(e.Values) < 2 {
+		t.Fatalf("error %T %v, want a *MismatchError about the %s", err, err, setting)
+	}
+	return e
+}
+
 // lostErr asserts err is a *NodeLostError (matching ErrNodeLost) and returns it.
 func lostErr(t *testing.T, err error) *NodeLostError {
 	t.Helper()

@@ -99,13 +99,19 @@ type Failure struct {
 	// WorkerRank is the global rank of the worker that failed, -1 when not a worker.
 	WorkerRank int `json:"worker_rank"`
 	// Lost is true when the node itself disappeared (connection dropped, heartbeat missed, lease expired).
-	Lost   bool   `json:"lost"`
+	Lost bool `json:"lost"`
+	// Store is true when what was lost is the rendezvous store itself (node 0's server, etcd), not a node: Node.Host
+	// is then the store's endpoint, and Reason says how (an ErrStoreLost error's words). Never on the wire.
+	Store  bool   `json:"-"`
 	Reason string `json:"reason"`
 	// At is when the reporter saw it (wall clock, for humans only).
 	At time.Time `json:"at"`
 }
 
 func (f Failure) String() string {
+	if f.Store {
+		return fmt.Sprintf("rendezvous store at %s lost: %s", f.Node.Host, f.Reason)
+	}
 	if f.Lost {
 		return fmt.Sprintf("%s lost: %s", f.Node, f.Reason)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -50,44 +51,12 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if err := checkConfKeys(cfg.Conf); err != nil {
 		return nil, err
 	}
-	var err error
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Timeout, err = confDuration(cfg.Conf, "join_timeout", cfg.Timeout); err != nil {
-		return nil, err
-	}
-	if cfg.LastCall <= 0 {
-		cfg.LastCall = DefaultLastCall
-	}
-	if cfg.LastCall, err = confDuration(cfg.Conf, "last_call_timeout", cfg.LastCall); err != nil {
-		return nil, err
-	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.Heartbeat, err = confDuration(cfg.Conf, "heartbeat", cfg.Heartbeat); err != nil {
-		return nil, err
-	}
-	linger, err := confDuration(cfg.Conf, "linger", cfg.Heartbeat)
+	linger, err := cfg.durations()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
-		return nil, configError(FieldNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
-	}
-	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
-		return nil, configError(FieldMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
-	}
-	if cfg.MinNodes == 0 {
-		cfg.MinNodes = cfg.NNodes
-	}
-	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
-		return nil, configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
-	}
-	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
-		return nil, configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
-			sizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
+	if err := cfg.checkNodes(); err != nil {
+		return nil, err
 	}
 	if cfg.RunID != "" {
 		if err := ValidateRunID(cfg.RunID); err != nil {
@@ -95,28 +64,77 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 		}
 	}
 	r := &Rendezvous{cfg: cfg, log: cfg.Logger.With(zap.String("rdzv_backend", cfg.Backend))}
-	switch cfg.Backend {
+	if err := r.open(ctx, linger); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// durations fills in the timeouts from Conf (join_timeout, last_call_timeout, heartbeat) or the defaults, and
+// returns the linger time (linger, default one heartbeat).
+func (cfg *Config) durations() (linger time.Duration, err error) {
+	for _, d := range []struct {
+		v   *time.Duration
+		key string
+		def time.Duration
+	}{{&cfg.Timeout, "join_timeout", DefaultTimeout}, {&cfg.LastCall, "last_call_timeout", DefaultLastCall}, {&cfg.Heartbeat, "heartbeat", DefaultHeartbeat}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+		if *d.v, err = confDuration(cfg.Conf, d.key, *d.v); err != nil {
+			return 0, err
+		}
+	}
+	return confDuration(cfg.Conf, "linger", cfg.Heartbeat)
+}
+
+// checkNodes checks the node count, the minimum (0 becomes NNodes: a fixed size) and the requested node rank.
+func (cfg *Config) checkNodes() error {
+	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
+		return configError(FieldNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
+	}
+	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
+		return configError(FieldMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
+	}
+	if cfg.MinNodes == 0 {
+		cfg.MinNodes = cfg.NNodes
+	}
+	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
+		return configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
+	}
+	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
+		return configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
+			sizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
+	}
+	return nil
+}
+
+// open prepares the backend cfg names. linger: how long a closed job stays learnable after its last node (the
+// hosted server waits for connected nodes that long at most; etcd keeps the job's keys that long).
+func (r *Rendezvous) open(ctx context.Context, linger time.Duration) error {
+	switch r.cfg.Backend {
 	case BackendStatic, BackendTCP, "c10d":
 		newTCPish := newTCP
-		if cfg.Backend == BackendStatic {
+		if r.cfg.Backend == BackendStatic {
 			newTCPish = newStatic
 		}
 		t, err := newTCPish(&r.cfg, r.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		t.linger = linger
 		r.b, r.endpoint, r.hosts, r.server = t, t.endpoint, t.hosts, t.server
 	case BackendEtcd, "etcd-v2":
 		e, err := newEtcd(ctx, &r.cfg, r.log)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		r.b, r.endpoint = e, cfg.Endpoint
+		e.jobTTL = ttlOf(linger)
+		r.b, r.endpoint = e, r.cfg.Endpoint
 	default:
-		return nil, configError(FieldBackend, cfg.Backend, "unknown; use static, tcp or etcd")
+		return configError(FieldBackend, r.cfg.Backend, "unknown; use static, tcp or etcd")
 	}
-	return r, nil
+	return nil
 }
 
 // Server is the embedded server this node hosts, or nil.
@@ -168,5 +186,6 @@ func (r *Rendezvous) Join(ctx context.Context, m Member) (*Session, error) {
 }
 
 // Close releases the backend. A node hosting the server first waits (up to the linger time, default one
-// heartbeat) for the other nodes to leave, so they can finish reading the verdict.
+// heartbeat) for the other nodes to leave, so they can finish reading the verdict and learn that the job closed.
+// On etcd the node stops keeping the job alive: its keys vanish linger after its last node closed.
 func (r *Rendezvous) Close() error { return r.b.close() }

@@ -193,8 +193,8 @@ func TestMismatchNamesOddNode(t *testing.T) {
 			}
 			c.start(context.Background(), nil)
 			for i := range c.errs {
-				e := rdzvErr(t, c.errs[i], ErrMismatch)
-				if len(e.Nodes) != 1 || e.Nodes[0].Host != "node-2" {
+				e := mismatchErr(t, c.errs[i], "accelerator type")
+				if odd := e.Odd(); len(odd) != 1 || odd[0].Host != "node-2" {
 					t.Fatalf("node %d: %v does not name node-2 alone", i, e)
 				}
 			}

@@ -101,8 +101,9 @@ type Server struct {
 	freed   chan struct{} // a pending connection left the handshake: wakes an accept loop waiting for room
 	conns   map[*sconn]struct{}
 	worlds  map[int]*world
-	latest  int           // the highest generation any node joined
-	changed chan struct{} // closed and replaced when conns change
+	latest  int             // the highest generation any node joined
+	ended   *JobClosedError // the job is closed (Session.Finish): every join is refused with it
+	changed chan struct{}   // closed and replaced when conns change
 	closed  bool
 
 	done chan struct{}

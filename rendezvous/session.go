@@ -14,7 +14,10 @@ type membership interface {
 	fail(ctx context.Context, f Failure) error
 	leave(ctx context.Context) error
 	waiting(ctx context.Context) (int, error)
+	finish(ctx context.Context, code int) error
 	failures() <-chan Failure
+	done() <-chan struct{}
+	err() error
 	close() error
 }
 
@@ -67,6 +70,22 @@ func (s *Session) Failures() <-chan Failure { return s.b.failures() }
 // came back or a new one (joined with LatestGeneration), or one of this world that restarted first. An elastic
 // launcher whose world is below its maximum may restart to take them in.
 func (s *Session) Waiting(ctx context.Context) (int, error) { return s.b.waiting(ctx) }
+
+// Finish closes the job (see the package doc's lifecycle): this session's generation is the job's last, and it
+// ended with exit code code, the world's verdict. Every node of the final world calls it once the verdict is
+// agreed and no restart follows, before Leave: the first call records the close, the others find it recorded.
+// From then on every node waiting for a later generation, and every node that joins while the record lasts,
+// gets a *JobClosedError.
+func (s *Session) Finish(ctx context.Context, code int) error { return s.b.finish(ctx, code) }
+
+// Done is closed when the session can no longer work: the rendezvous store is lost (the embedded server gone,
+// etcd unreachable: within about two heartbeats) or the session was closed. Every call of the session waiting on
+// the store returns then.
+func (s *Session) Done() <-chan struct{} { return s.b.done() }
+
+// Err is nil until Done is closed; then it says why: an error matching ErrStoreLost that names the store's
+// endpoint, or ErrClosed.
+func (s *Session) Err() error { return s.b.err() }
 
 // Leave tells the others this node is done; its disappearance afterwards is not a failure.
 func (s *Session) Leave(ctx context.Context) error { return s.b.leave(ctx) }

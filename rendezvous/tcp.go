@@ -267,7 +267,23 @@ func (t *tcpSession) waiting(ctx context.Context) (int, error) {
 	return r.Waiting, nil
 }
 
+func (t *tcpSession) finish(ctx context.Context, code int) error {
+	_, err := t.c.call(ctx, &message{Type: msgFinish, ExitCode: code}, t.timeout)
+	return err
+}
+
 func (t *tcpSession) failures() <-chan Failure { return t.c.failures }
+
+func (t *tcpSession) done() <-chan struct{} { return t.c.done }
+
+func (t *tcpSession) err() error {
+	select {
+	case <-t.c.done:
+		return t.c.connErr()
+	default:
+		return nil
+	}
+}
 
 func (t *tcpSession) close() error {
 	t.c.close()

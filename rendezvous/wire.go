@@ -11,8 +11,9 @@ import (
 )
 
 // Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
-// handshake and carried the token in every message.
-const Version = 2
+// handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
+// mismatch values.
+const Version = 3
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
 const DefaultMaxMessage = 4 << 20
@@ -29,6 +30,7 @@ const (
 	msgFail     = "fail"
 	msgLeave    = "leave"
 	msgWaiting  = "waiting"
+	msgFinish   = "finish"
 	msgPing     = "ping"
 	msgReply    = "reply"
 	msgPong     = "pong"
@@ -51,6 +53,7 @@ type message struct {
 	Data       []byte            `json:"data,omitempty"`
 	Gathered   map[int][]byte    `json:"gathered,omitempty"`
 	Waiting    int               `json:"waiting,omitempty"`
+	ExitCode   int               `json:"exit_code,omitempty"`
 	Assignment *Assignment       `json:"assignment,omitempty"`
 	Failure    *Failure          `json:"failure,omitempty"`
 	Error      *wireError        `json:"error,omitempty"`
@@ -58,7 +61,7 @@ type message struct {
 }
 
 var knownTypes = map[string]bool{
-	msgJoin: true, msgBarrier: true, msgPublish: true, msgGather: true, msgFail: true, msgLeave: true, msgWaiting: true,
+	msgJoin: true, msgBarrier: true, msgPublish: true, msgGather: true, msgFail: true, msgLeave: true, msgWaiting: true, msgFinish: true,
 	msgPing: true, msgReply: true, msgPong: true, msgFailure: true, msgRejected: true,
 }
 

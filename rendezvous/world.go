@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -105,129 +106,232 @@ func (s *Server) waiting(gen int) int {
 	return 0
 }
 
+// joinReq is a join as the server reads it.
+type joinReq struct {
+	mem      Member
+	nnodes   int
+	min      int
+	lastCall time.Duration
+	hosts    []string
+	timeout  time.Duration
+}
+
+func (r *joinReq) size() string { return sizeRange(r.min, r.nnodes) }
+
+// join enters c's node into a generation and answers with the agreed world, or why there is none.
 func (s *Server) join(c *sconn, m *message) {
-	mem := *m.Member
-	minNodes := cmp.Or(m.MinNodes, m.NNodes)
-	lastCall := DefaultLastCall
+	r := &joinReq{mem: *m.Member, nnodes: m.NNodes, min: cmp.Or(m.MinNodes, m.NNodes), lastCall: DefaultLastCall,
+		hosts: m.Hosts, timeout: s.timeout(m)}
 	if m.LastCallMS > 0 {
-		lastCall = time.Duration(m.LastCallMS) * time.Millisecond
+		r.lastCall = time.Duration(m.LastCallMS) * time.Millisecond
 	}
+	w, e, err := s.enter(c, r)
+	if err != nil {
+		if !errors.Is(err, ErrJobClosed) {
+			s.log.Warn("rendezvous join refused", zap.Error(err))
+		}
+		s.reply(c, m.ID, nil, err)
+		return
+	}
+	asg, err := s.awaitWorld(c, w, e, min(r.timeout, time.Until(w.deadline)))
+	if errors.Is(err, ErrClosed) {
+		return // the connection or the server is gone: nobody to answer
+	}
+	s.reply(c, m.ID, &message{Assignment: asg}, err)
+}
+
+// enter places r's node in its generation's world. A second join by the same instance takes its entry over (its
+// old connection is closed without the node being reported lost).
+func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	s.mu.Lock()
 	if c.ent != nil {
 		s.mu.Unlock()
-		s.reply(c, m.ID, nil, newError(ErrProtocol, "a second join on one connection; open a new connection per generation"))
-		return
+		return nil, nil, newError(ErrProtocol, "a second join on one connection; open a new connection per generation")
 	}
-	if mem.Generation == LatestGeneration {
-		// the open generation, or the next one when the latest is complete: a node that comes back or a new one
-		// waits there for the others to restart the world
-		mem.Generation = s.latest
-		if w := s.worlds[s.latest]; w != nil && w.complete {
-			mem.Generation++
-		}
-	}
-	w := s.worlds[mem.Generation]
-	if w == nil {
-		w = &world{gen: mem.Generation, nnodes: m.NNodes, min: minNodes, lastCall: lastCall, hosts: m.Hosts,
-			barriers: map[string]map[int]bool{}, data: map[string]map[int][]byte{}, changed: make(chan struct{})}
-		s.worlds[mem.Generation] = w
-		s.latest = max(s.latest, mem.Generation)
-	} else if w.nnodes != m.NNodes || w.min != minNodes {
+	if s.ended != nil {
 		s.mu.Unlock()
-		s.reply(c, m.ID, nil, newError(ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
-			mem.Generation, sizeRange(w.min, w.nnodes), sizeRange(minNodes, m.NNodes)), mem.ref(mem.Rank)))
-		return
+		return nil, nil, s.ended
 	}
-	var e *entry
-	var old *sconn
-	for _, x := range w.entries {
-		if x.m.Instance == mem.Instance {
-			e = x // the same launcher again: idempotent
-			break
-		}
-	}
-	if e != nil {
-		old = e.conn
-		e.conn = c
-		if !w.complete {
-			e.m = mem
-		}
-	} else {
-		for _, x := range w.entries {
-			live := !x.lost && !x.left && (x.conn != nil || w.complete)
-			if !live {
-				continue
-			}
-			sameHost := mem.Host != "" && x.m.Host == mem.Host
-			sameRank := mem.Rank >= 0 && (x.m.Rank == mem.Rank || (w.complete && x.rank == mem.Rank))
-			if sameHost || sameRank {
-				what := "host"
-				if !sameHost {
-					what = "node rank"
-				}
-				claimed := x.rank
-				if !w.complete {
-					claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
-				}
-				err := newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
-					mem.ref(mem.Rank), x.m.ref(claimed))
-				if !w.complete && w.joinErr == nil {
-					// Two launchers claim one node: the world cannot be right, so every joiner fails now naming
-					// both claimants, rather than waiting out the timeout for a node that "never arrived".
-					w.joinErr = err
-					w.notify()
-				}
-				s.mu.Unlock()
-				s.log.Warn("rendezvous join refused", zap.Error(err))
-				s.reply(c, m.ID, nil, err)
-				return
-			}
-		}
-		if w.complete {
+	if r.mem.Generation == LatestGeneration {
+		if err := s.latestFor(r); err != nil {
 			s.mu.Unlock()
-			s.reply(c, m.ID, nil, newError(ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.ref(-1)))
-			return
+			return nil, nil, err
 		}
-		e = &entry{m: mem, conn: c, rank: -1}
-		w.entries = append(w.entries, e)
+	}
+	w, err := s.worldFor(r)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
+	}
+	e, old, err := w.claim(c, r.mem)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
 	}
 	c.w, c.ent = w, e
-	if len(w.entries) == 1 && !w.complete && (w.deadline.IsZero() || w.joinErr != nil) {
-		w.started, w.deadline, w.joinErr = time.Now(), time.Now().Add(s.timeout(m)), nil
+	if w.deadline.IsZero() {
+		w.started, w.deadline = time.Now(), time.Now().Add(r.timeout)
 	}
 	s.progress(w)
 	w.notify()
+	if old != nil && old != c {
+		old.ent = nil
+	}
 	s.mu.Unlock()
 	if old != nil && old != c {
-		s.mu.Lock()
-		old.ent = nil
-		s.mu.Unlock()
 		old.nc.Close()
 	}
-	timeout := min(s.timeout(m), time.Until(w.deadline))
+	return w, e, nil
+}
+
+// latestFor places a LatestGeneration joiner: in the latest generation while it forms, else in the next one,
+// where it waits for the world to restart (a late or returning node). A joiner asking for another size range than
+// the running world's is refused at once. With s.mu held.
+func (s *Server) latestFor(r *joinReq) error {
+	r.mem.Generation = s.latest
+	w := s.worlds[s.latest]
+	if w == nil || !w.complete {
+		return nil
+	}
+	if err := w.sameSize(r); err != nil {
+		return err
+	}
+	r.mem.Generation++
+	s.log.Info("rendezvous: a node waits for the world to restart", zap.String("host", r.mem.Host), zap.String("instance", r.mem.Instance),
+		zap.Int("running_generation", w.gen), zap.Int("waits_in_generation", r.mem.Generation))
+	return nil
+}
+
+// worldFor is the world of r's generation: a new one made with r's size range when there is none, or when the
+// last one was left by every joiner before it completed (its timeout starts again). A joiner that asks for
+// another size range fails the join of every node of a forming world at once, naming both sizes and who gave
+// them. With s.mu held.
+func (s *Server) worldFor(r *joinReq) (*world, error) {
+	g := r.mem.Generation
+	w := s.worlds[g]
+	if w == nil || (!w.complete && len(w.entries) == 0) {
+		w = &world{gen: g, nnodes: r.nnodes, min: r.min, lastCall: r.lastCall, hosts: r.hosts,
+			barriers: map[string]map[int]bool{}, data: map[string]map[int][]byte{}, changed: make(chan struct{})}
+		s.worlds[g] = w
+		s.latest = max(s.latest, g)
+		return w, nil
+	}
+	if err := w.sameSize(r); err != nil {
+		if !w.complete && w.joinErr == nil {
+			w.stopLastCall()
+			w.joinErr = err
+			w.notify()
+		}
+		return nil, err
+	}
+	return w, nil
+}
+
+// sameSize is nil when r asks for w's size range, else the *MismatchError naming both and the nodes that gave
+// them. With s.mu held.
+func (w *world) sameSize(r *joinReq) error {
+	if w.nnodes == r.nnodes && w.min == r.min {
+		return nil
+	}
+	var refs []NodeRef
+	var vals []string
+	for _, e := range w.entries {
+		rank := e.rank
+		if !w.complete {
+			rank = e.m.Rank // none assigned yet: the one it asked for, if any
+		}
+		if !e.lost && !e.left {
+			refs, vals = append(refs, e.m.ref(rank)), append(vals, sizeRange(w.min, w.nnodes))
+		}
+	}
+	refs, vals = append(refs, r.mem.ref(r.mem.Rank)), append(vals, r.size())
+	if len(refs) == 1 { // nobody left to name for the world's size
+		return newError(ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
+			w.gen, sizeRange(w.min, w.nnodes), r.size()), r.mem.ref(r.mem.Rank))
+	}
+	return disagreement(FieldNodes, w.gen, vals, refs)
+}
+
+// claim enters mem into w: the same instance again takes its entry over (old is the connection it had); another
+// instance claiming the host or node rank of a live node is a duplicate, which fails the join of every node of a
+// forming world at once; a complete world has no room for anyone else. With s.mu held.
+func (w *world) claim(c *sconn, mem Member) (e *entry, old *sconn, err error) {
+	for _, x := range w.entries {
+		if x.m.Instance == mem.Instance { // the same launcher again: idempotent
+			old, x.conn = x.conn, c
+			if !w.complete {
+				x.m = mem
+			}
+			return x, old, nil
+		}
+	}
+	if err := w.duplicate(mem); err != nil {
+		if !w.complete && w.joinErr == nil {
+			// Two launchers claim one node: the world cannot be right, so every joiner fails now naming both
+			// claimants, rather than waiting out the timeout for a node that "never arrived".
+			w.joinErr = err
+			w.notify()
+		}
+		return nil, nil, err
+	}
+	if w.complete {
+		return nil, nil, newError(ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.ref(-1))
+	}
+	e = &entry{m: mem, conn: c, rank: -1}
+	w.entries = append(w.entries, e)
+	return e, nil, nil
+}
+
+// duplicate is the ErrDuplicateNode error when a live node of w holds mem's host or requested rank. With s.mu held.
+func (w *world) duplicate(mem Member) error {
+	for _, x := range w.entries {
+		if x.lost || x.left || (x.conn == nil && !w.complete) {
+			continue
+		}
+		sameHost := mem.Host != "" && x.m.Host == mem.Host
+		sameRank := mem.Rank >= 0 && (x.m.Rank == mem.Rank || (w.complete && x.rank == mem.Rank))
+		if !sameHost && !sameRank {
+			continue
+		}
+		what := "host"
+		if !sameHost {
+			what = "node rank"
+		}
+		claimed := x.rank
+		if !w.complete {
+			claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
+		}
+		return newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
+			mem.ref(mem.Rank), x.m.ref(claimed))
+	}
+	return nil
+}
+
+// awaitWorld waits until e's world is agreed (its assignment), fails (the error every joiner gets), or times out:
+// then an elastic world with enough nodes completes with those present, and any other fails naming the nodes
+// that never arrived. ErrClosed when the connection or the server ends first.
+func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*Assignment, error) {
 	var asg *Assignment
 	var jerr error
 	result := func() bool { // with s.mu held
-		if w.joinErr != nil {
+		switch {
+		case w.joinErr != nil:
 			jerr = w.joinErr
-			return true
-		}
-		if !w.complete {
+		case !w.complete:
 			return false
-		}
-		if w.err != nil {
+		case w.err != nil:
 			jerr = w.err
-			return true
+		default:
+			a := *w.asg
+			a.NodeRank = e.rank
+			c.rank = e.rank
+			asg = &a
 		}
-		a := *w.asg
-		a.NodeRank = e.rank
-		c.rank = e.rank
-		asg = &a
 		return true
 	}
 	ok, err := s.await(c, w, timeout, result)
 	if err != nil {
-		return
+		return nil, err
 	}
 	if !ok {
 		s.mu.Lock()
@@ -242,11 +346,35 @@ func (s *Server) join(c *sconn, m *message) {
 			jerr = w.joinErr
 		}
 		s.mu.Unlock()
-		if jerr != nil {
-			s.log.Warn("rendezvous join failed", zap.Error(jerr))
+	}
+	if jerr != nil && !errors.Is(jerr, ErrJobClosed) {
+		s.log.Warn("rendezvous join failed", zap.Error(jerr))
+	}
+	return asg, jerr
+}
+
+// closeJob moves the job to closed (Session.Finish): the verdict of w's generation was its last, with exit code
+// code. Every node waiting in a later generation is told at once, and every later join is refused with it. The
+// first call counts.
+func (s *Server) closeJob(w *world, code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended != nil {
+		return
+	}
+	runID := ""
+	if w.asg != nil {
+		runID = w.asg.RunID
+	}
+	s.ended = &JobClosedError{RunID: runID, Generation: w.gen, ExitCode: code}
+	for _, x := range s.worlds {
+		if x != w && !x.complete {
+			x.stopLastCall()
+			x.joinErr = s.ended
+			x.notify()
 		}
 	}
-	s.reply(c, m.ID, &message{Assignment: asg}, jerr)
+	s.log.Info("rendezvous: job closed", zap.String("run_id", runID), zap.Int("generation", w.gen), zap.Int("exit_code", code))
 }
 
 // missing names the nodes that have not arrived: of an elastic world, those below its minimum.
@@ -291,7 +419,7 @@ func (w *world) finish() {
 	}
 	ranks, err := assignRanks(members, n)
 	if err == nil {
-		err = agree(members, ranks, n)
+		err = agree(members, ranks, w.gen)
 	}
 	if err != nil {
 		w.err = err

@@ -55,13 +55,13 @@ func TestAgreeNamesTheOddNode(t *testing.T) {
 		for j := range ranks {
 			ranks[j] = j
 		}
-		err := agree(tc.ms, ranks, len(tc.ms))
-		var e *Error
-		if !errors.As(err, &e) || !errors.Is(err, ErrMismatch) || len(e.Nodes) != 1 || e.Nodes[0].Host != tc.odd {
+		err := agree(tc.ms, ranks, 0)
+		var e *MismatchError
+		if !errors.As(err, &e) || !errors.Is(err, ErrMismatch) || len(e.Odd()) != 1 || e.Odd()[0].Host != tc.odd {
 			t.Errorf("case %d: %v, want %s named", i, err, tc.odd)
 		}
 	}
-	if err := agree([]Member{m("a", "x", 1), m("b", "x", 1)}, []int{0, 1}, 2); err != nil {
+	if err := agree([]Member{m("a", "x", 1), m("b", "x", 1)}, []int{0, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 }

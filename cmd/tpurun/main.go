@@ -143,6 +143,10 @@ func fail(stderr io.Writer, err error) int {
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
+	if code == launcher.ExitOK { // nothing failed: a late node of a job that had finished, say
+		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		return code
+	}
 	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	return code
 }

@@ -9,6 +9,7 @@ import (
 
 	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous"
 )
 
 // TestTCPRendezvousNeedsEndpoint: --rdzv-backend tcp with --nnodes 2 and no --rdzv-endpoint (nor a host list naming
@@ -79,5 +80,21 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	}
 	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 0 {
 		t.Fatalf("%d workers started", len(es))
+	}
+}
+
+// TestLateNodeLine: a node that came after its job ended (launcher.JobClosedError) exits 0 with one line saying
+// so, without the "(exit N)" of a failure; one whose restart the others did not make exits with the job's code.
+func TestLateNodeLine(t *testing.T) {
+	var b strings.Builder
+	late := &launcher.JobClosedError{JobClosedError: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}}
+	if code := fail(&b, late); code != 0 || !strings.HasPrefix(b.String(), "tpurun: job j already finished (generation 1, exit 3): ") ||
+		strings.Contains(b.String(), "(exit 0)") || strings.Count(b.String(), "\n") != 1 {
+		t.Fatalf("exit %d, printed %q", code, b.String())
+	}
+	b.Reset()
+	late.Ran = true
+	if code := fail(&b, late); code != 3 || !strings.HasSuffix(b.String(), "(exit 3)\n") {
+		t.Fatalf("a node that ran the job: exit %d, printed %q", code, b.String())
 	}
 }

@@ -4,12 +4,12 @@ package exitcode
 
 // The exit codes of tpurun.
 //
-//	0      every worker exited 0 (and every expected result arrived)
+//	0      every worker exited 0 (and every expected result arrived), or a node came after its job ended
 //	1-125  the exit code of the first worker that failed; 1 also when only a replica reported an error (--fn)
 //	128+N  the first worker that failed was killed by signal N, or tpurun was stopped by signal N
 //	2      usage or configuration error, detected before anything started
 //	65     the result contract was violated (EX_DATAERR)
-//	69     the multi-host rendezvous failed at run time (EX_UNAVAILABLE)
+//	69     the multi-host rendezvous failed at run time, or its store (node 0's server, etcd) was lost (EX_UNAVAILABLE)
 //	70     tpurun itself failed (EX_SOFTWARE)
 //	74     writing tpurun's output failed: its stdout or stderr (a full disk), --json, --results (EX_IOERR)
 //	124    the timeout expired (as timeout(1))
@@ -29,12 +29,12 @@ const (
 )
 
 // Help is the table as `tpurun --help` and the README show it.
-const Help = `  0      every worker exited 0 (and every expected result arrived)
+const Help = `  0      every worker exited 0 (and every expected result arrived), or a node came after its job ended
   1-125  the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)
   128+N  the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N
   2      usage or configuration error, detected before anything started
   65     result contract violated (--fn, --expect-results, --results, --json)
-  69     the multi-host rendezvous failed at run time
+  69     the multi-host rendezvous failed at run time, or its store (node 0's server, etcd) was lost
   70     internal error of tpurun
   74     writing the output failed (stdout or stderr on a full disk, --json, --results); a closed stdout is 141
   124    --timeout expired

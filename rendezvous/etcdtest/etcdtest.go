@@ -103,15 +103,25 @@ func (c *Cluster) Endpoints() []string {
 // WaitServing waits until member i knows a leader and answers a linearizable read (which needs that leader).
 func (c *Cluster) WaitServing(i int) {
 	c.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.endpoints[i]}, DialTimeout: launchertest.Deadline(),
-		Logger: zap.NewNop()})
-	if err != nil {
-		c.t.Fatalf("etcd member %d: client: %v", i, err)
-	}
-	defer cli.Close()
-	launchertest.WaitFor(c.t, fmt.Sprintf("etcd member %d to have a leader and answer a read", i), func() error {
+	waitRead(c.t, c.endpoints[i], fmt.Sprintf("etcd member %d to have a leader and answer a read", i), func() error {
 		if c.members[i].Server.Leader() == 0 {
 			return fmt.Errorf("no leader yet")
+		}
+		return nil
+	})
+}
+
+// waitRead waits until ready holds and the etcd at endpoint answers a linearizable read.
+func waitRead(t testing.TB, endpoint, what string, ready func() error) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: launchertest.Deadline(), Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd at %s: client: %v", endpoint, err)
+	}
+	defer cli.Close()
+	launchertest.WaitFor(t, what, func() error {
+		if err := ready(); err != nil {
+			return err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
