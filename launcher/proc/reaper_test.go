@@ -34,6 +34,8 @@ func reaperFake(mode string) (int, bool) {
 		return 0, true
 	case "tree-main", "tree-worker", "tree-escapee", "tree-leaf":
 		return treeFake(mode), true
+	case "adopt-main", "adopt-mid", "adopt-worker", "keep-main", "hang-parent":
+		return adoptFake(mode), true
 	case "held-reaper-main":
 		if err := heldReaperMain(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
