@@ -443,13 +443,17 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	}
 	fwd[1].tail = &wk.errTail
 
-	p, err := proc.StartHeld(r.spec.Reaper, cmd, func(*proc.Process) { exits <- wk })
+	p, err := r.starter.start(r.spec.Reaper, cmd, func(*proc.Process) { exits <- wk })
 	for _, f := range writeEnds {
 		_ = f.Close()
 	}
 	writeEnds = nil
 	if err != nil {
 		closeAll()
+		var ce *ConfigError
+		if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
+			return nil, err
+		}
 		for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
 			if errors.Is(err, e) {
 				return nil, &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}

@@ -97,6 +97,9 @@ type job struct {
 	scratch        string // holds the error files when there is no log dir
 	runLogs        string // this run's directory below Spec.LogDir, as torchrun names it: <run-id>_<random>
 	pyDir          string // a private copy of the Python module (when the shared one cannot be used), removed at the end
+	pyModule       string // the directory holding the Python module tpurun/ (on the workers' PYTHONPATH)
+	starter        starter    // execs the workers, or forks them from preload
+	preload        *preloader // the preloaded interpreter (Spec.Preload); nil without
 
 	host         *topology.Host // detected once; nil with Spec.Plan
 	request      topology.Request
@@ -114,7 +117,7 @@ type job struct {
 
 func newJob(spec Spec, outErr chan<- error) *job {
 	j := &job{spec: spec, log: spec.Logger.With(zap.String("run_id", spec.RunID)), obs: observers(spec.Observers),
-		instance: rendezvous.NewInstance()}
+		instance: rendezvous.NewInstance(), starter: execStarter{}}
 	console := func(name string, w io.Writer) *Console {
 		if c, ok := w.(*Console); ok {
 			return c
@@ -142,6 +145,9 @@ func newJob(spec Spec, outErr chan<- error) *job {
 }
 
 func (j *job) close() {
+	if j.preload != nil { // first: it forwards its output to the consoles
+		j.preload.close()
+	}
 	for _, c := range j.own {
 		_ = c.Flush(nil)
 		c.Close()
@@ -221,6 +227,12 @@ func (j *job) prepare(ctx context.Context) error {
 			return fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or a log directory", ErrInternal, err)
 		}
 		j.scratch = d
+	}
+	if len(s.Preload) > 0 { // last: what the workers' environment needs is known, and nothing else can fail
+		if err := j.startPreload(ctx); err != nil {
+			return err
+		}
+		j.starter = j.preload
 	}
 	return nil
 }

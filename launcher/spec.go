@@ -26,6 +26,11 @@ import (
 type Spec struct {
 	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
 	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
+	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
+	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
+	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
+	// Needs Reaper. Empty: every worker is exec'd.
+	Preload []string
 	Env     []string // inherited environment; nil means os.Environ()
 	Dir     string   // working directory of the workers; "" is the launcher's
 
@@ -166,6 +171,9 @@ func (s *Spec) Validate() error {
 	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
 		return &ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
 			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
+	}
+	if err := s.checkPreload(); err != nil {
+		return err
 	}
 	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
 		return &ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
