@@ -94,12 +94,13 @@ type job struct {
 	own            []*Console // the consoles Run made for plain writers: flushed and closed at the end
 	sampler        *sampler
 	stopSampler    func()
-	scratch        string     // holds the error files when there is no log dir
-	runLogs        string     // this run's directory below Spec.LogDir, as torchrun names it: <run-id>_<random>
-	pyDir          string     // a private copy of the Python module (when the shared one cannot be used), removed at the end
-	pyModule       string     // the directory holding the Python module tpurun/ (on the workers' PYTHONPATH)
-	starter        starter    // execs the workers, or forks them from preload
-	preload        *preloader // the preloaded interpreter (Spec.Preload); nil without
+	scratch        string // holds the error files when there is no log dir
+	runLogs        string // this run's directory below Spec.LogDir, as torchrun names it: <run-id>_<random>
+	pyDir          string // a private copy of the Python module (when the shared one cannot be used), removed at the end
+
+	pyModule string     // the directory holding the Python module tpurun/ (on the workers' PYTHONPATH)
+	starter  starter    // execs the workers, or forks them from the preloaded interpreter
+	preload  *preloader // the preloaded interpreter (Spec.Preload); nil without
 
 	host         *topology.Host // detected once; nil with Spec.Plan
 	request      topology.Request
