@@ -112,7 +112,8 @@ func Start(ctx context.Context, cfg Config) (*Zygote, error) {
 func (z *Zygote) handshake(ctx context.Context, cfg Config) error {
 	stop := context.AfterFunc(ctx, func() { _ = z.conn.SetDeadline(time.Now()) })
 	defer stop()
-	hello := map[string]any{"preload": cfg.Preload, "path0": b64(cfg.Path0), "dev_root": cfg.DevRoot, "lockfile": cfg.Lockfile}
+	hello := map[string]any{"preload": cfg.Preload, "path0": b64(cfg.Path0), "env": b64s(cfg.Env), "dev_root": cfg.DevRoot,
+		"lockfile": cfg.Lockfile}
 	if err := z.send(hello, nil); err != nil {
 		return z.gone("sending its configuration", err)
 	}

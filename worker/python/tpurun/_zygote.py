@@ -8,7 +8,8 @@ tpurun is imported): with -I or -P its directory is not on sys.path.
 The control socket carries messages of a 4-byte big-endian length and a JSON object; byte strings that must
 arrive unchanged (environment, arguments, paths) travel base64-encoded:
 
-    tpurun -> zygote   {"preload": [names], "path0": b64, "dev_root": "/dev", "lockfile": "/tmp/libtpu_lockfile"}
+    tpurun -> zygote   {"preload": [names], "path0": b64, "env": [b64 of KEY=value], "dev_root": "/dev",
+                        "lockfile": "/tmp/libtpu_lockfile"}
     zygote -> tpurun   {"kind": "ready", "pid": N, "python": "3.11.2", "seconds": S}
                     or {"kind": "refused", "module": NAME, "problem": "...", "hint": "..."}, and it exits 2
     tpurun -> zygote   {"op": "fork", "mode": "file"|"module", "target": b64, "argv": [b64], "orig_argv": [b64],
@@ -160,14 +161,16 @@ def _runtimes():
 
 
 class Zygote:
-    def __init__(self, ctl, cfg):
+    def __init__(self, ctl, cfg, gc_enabled):
         self.ctl = ctl
         self.preload = list(cfg.get("preload") or [])
         self.path0 = _s(cfg["path0"]) if cfg.get("path0") else None
         self.dev_root = (cfg.get("dev_root") or "/dev").rstrip("/")
         self.lockfile = cfg.get("lockfile") or "/tmp/libtpu_lockfile"
         self.parent = os.getppid()
-        self.gc_enabled = gc.isenabled()
+        self.gc_enabled = gc_enabled
+        self.env_in = dict(_b(kv).partition(b"=")[::2] for kv in cfg.get("env") or [])
+        self.env_set, self.env_unset = {}, []
         self.safe_path = bool(getattr(sys.flags, "safe_path", False))
 
     def problems(self):
@@ -228,6 +231,11 @@ class Zygote:
             problems = self.problems()
             if problems:
                 self.refuse(name, "importing %s %s" % (name, "; and ".join(problems)), self.hint(name))
+        # What the interpreter's wrapper (a pyenv shim) and the imports did to the environment tpurun gave: done again
+        # in every worker, where its environment had the same input.
+        actual = dict(os.environb)
+        self.env_set = {k: v for k, v in actual.items() if self.env_in.get(k) != v}
+        self.env_unset = [k for k in self.env_in if k not in actual]
         gc.freeze()  # the workers' collections never touch (and so never copy) what the imports made
         self.ctl.send({"kind": "ready", "pid": os.getpid(), "python": "%d.%d.%d" % sys.version_info[:3],
                        "seconds": time.monotonic() - started})
@@ -363,12 +371,17 @@ def _worker(z, req, fds, w):
         os._exit(1)
     if req.get("dir"):
         os.chdir(_b(req["dir"]))
+    given = dict(_b(kv).partition(b"=")[::2] for kv in req.get("env") or [])
+    given.pop(b"", None)
+    for k, v in z.env_set.items():
+        if given.get(k) == z.env_in.get(k):
+            given[k] = v
+    for k in z.env_unset:
+        if given.get(k) == z.env_in.get(k):
+            del given[k]
     env = os.environb
     env.clear()
-    for kv in req.get("env") or []:
-        k, _, v = _b(kv).partition(b"=")
-        if k:
-            env[k] = v
+    env.update(given)
     argv = [_s(a) for a in req.get("argv") or []]
     if getattr(sys, "orig_argv", None):  # the interpreter as exec'd (a shim may have resolved it), the rest as given
         sys.orig_argv = sys.orig_argv[:1] + [_s(a) for a in (req.get("orig_argv") or [])[1:]]
@@ -511,6 +524,7 @@ def main():
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, CTL_FD, inheritable=False)  # keep 3 taken: no received descriptor lands on it
     os.close(null)
+    gc_enabled = gc.isenabled()
     gc.disable()
     global _libc
     _libc = ctypes.CDLL(None, use_errno=True)  # loaded once here, not in every forked process
@@ -520,7 +534,7 @@ def main():
         os.close(fd)
     if cfg is None:
         sys.exit(0)
-    z = Zygote(ctl, cfg)
+    z = Zygote(ctl, cfg, gc_enabled)
     z.load()
     req, fds, w = z.serve()
     _worker(z, req, fds, w)  # never returns
