@@ -130,7 +130,15 @@ func measureAll(cfg *config) ([]row, []launchPoint, error) {
 	for _, m := range []struct {
 		name string
 		f    func(*config) (row, error)
-	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}} {
+	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}, {"preload", nil}} {
+		if m.name == "preload" {
+			pr, err := measurePreload(cfg)
+			if err != nil {
+				pr = append(pr, row{name: "--preload", target: "measured", note: "failed: " + oneLine(err)})
+			}
+			rows = append(rows, pr...)
+			continue
+		}
 		if m.f == nil {
 			rows = append(rows, measureRendezvous(cfg)...)
 			continue

@@ -246,6 +246,7 @@ func preloadModules(t *testing.T) (mods, dev string) {
 		"poller":  "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), name='metrics-poller', daemon=True).start()\n",
 		"tpuopen": fmt.Sprintf("import os\n_fd = os.open(%q, os.O_RDWR)\n", filepath.Join(dev, "accel0")),
 		"ran":     "import os, sys\nopen(os.path.join(os.environ['MARK_DIR'], os.environ['RANK']), 'w').close()\n",
+		"atfork":  "import os, threading, time\nos.register_at_fork(before=lambda: threading.Thread(target=time.sleep, args=(3600,), name='late-timer', daemon=True).start())\n",
 	} {
 		if err := os.WriteFile(filepath.Join(mods, name+".py"), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
@@ -255,7 +256,8 @@ func preloadModules(t *testing.T) (mods, dev string) {
 }
 
 // TestPreloadRefusesUnsafeModules: a module that starts a thread, and one that opens a (fake) TPU device node, at
-// import are refused with exit 2 before any worker starts, naming the module, what it did and how to fix it.
+// import are refused with exit 2 before any worker starts, naming the module, what it did and how to fix it; a
+// thread that appears later (an os.register_at_fork hook) is found at the first fork, and no worker runs either.
 func TestPreloadRefusesUnsafeModules(t *testing.T) {
 	t.Parallel()
 	py := python(t)
@@ -268,6 +270,8 @@ func TestPreloadRefusesUnsafeModules(t *testing.T) {
 			"import poller inside the worker instead: drop it from the preload list (--preload json)"}},
 		{"tpuopen", []string{"importing tpuopen opened the device node " + filepath.Join(dev, "accel0") + " (fd ",
 			"4 results for replica 0", "import tpuopen inside the worker instead", "leave --preload out"}},
+		{"atfork", []string{"the preloaded interpreter, after its imports, started 1 thread besides the main one: 'late-timer'",
+			"os.register_at_fork hook"}},
 	} {
 		marks := t.TempDir()
 		r := runCLI(t, "", []string{"PYTHONPATH=" + mods, "MARK_DIR=" + marks, "TPURUN_DEV_ROOT=" + dev},
@@ -548,5 +552,38 @@ dist.destroy_process_group()
 	}
 	if !slices.Equal(losses[""], losses["torch,torch.distributed"]) {
 		t.Errorf("losses differ: exec'd %v, forked %v", losses[""], losses["torch,torch.distributed"])
+	}
+}
+
+// TestPreloadInterpreterKilledIsStartedAgain: when the preloaded interpreter dies between attempts (OOM killer),
+// the next attempt starts it again and forks from the new one.
+func TestPreloadInterpreterKilledIsStartedAgain(t *testing.T) {
+	t.Parallel()
+	py := python(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "killer.py")
+	src := `import glob, os, signal, sys
+if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0":
+    sys.exit(0)
+if os.environ["RANK"] == "0":
+    # the interpreter: tpurun's oldest child running _zygote.py (its forked workers show the same command line)
+    found = []
+    for f in glob.glob("/proc/%d/task/*/children" % os.getppid()):
+        for pid in open(f).read().split():
+            if int(pid) != os.getpid() and b"_zygote.py" in open("/proc/%s/cmdline" % pid, "rb").read():
+                found.append((int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[19]), int(pid)))
+    os.kill(min(found)[1], signal.SIGKILL)
+    print("killed the interpreter", min(found)[1], flush=True)
+sys.exit(3)
+`
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "", nil, "-v", "--nprocs", "2", "--device", "cpu", "--max-restarts", "1", "--preload", "json", "--", py, script)
+	if r.code != 0 || !strings.Contains(r.stdout, "killed the interpreter") {
+		t.Fatalf("exit %d, want 0 after a restart with a new interpreter\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "preloaded interpreter ready"); n != 2 || !strings.Contains(r.stderr, "the preloaded interpreter is gone: starting it again") {
+		t.Errorf("want the interpreter started twice, the second time because it was gone:\n%s", r.stderr)
 	}
 }

@@ -245,6 +245,9 @@ func (z *Zygote) fork(req Request, fds []int) (int, error) {
 	case "forked":
 		return m.PID, nil
 	case "refused":
+		if m.PID > 0 { // forked before it found itself unsafe: our unreaped child (the reaper's lock is held)
+			_ = unix.Kill(m.PID, syscall.SIGKILL)
+		}
 		return 0, &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
 	}
 	return 0, fmt.Errorf("the preloaded interpreter (pid %d) could not fork: %s", z.p.PID(), m.Message)

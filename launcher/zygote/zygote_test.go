@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/zygote"
 	"tpurun/worker"
@@ -223,8 +224,9 @@ func TestForkAdoptsWorker(t *testing.T) {
 	if seen.PID != p.PID() || seen.PPID != os.Getpid() || seen.PGID != seen.PID {
 		t.Errorf("pid %d ppid %d pgid %d: want pid %d, parent %d (this subreaper), its own group", seen.PID, seen.PPID, seen.PGID, p.PID(), os.Getpid())
 	}
-	if len(seen.Env) != 3 || seen.Env["RANK"] != "3" || seen.OddHex != "fffe206e6f74207574662d38" {
-		t.Errorf("environment %q: want exactly RANK, ODD (bytes kept) and PATH", seen.Env)
+	// The request's environment, not the interpreter's (what a wrapper such as a pyenv shim adds is added again).
+	if _, home := seen.Env["HOME"]; home || seen.Env["RANK"] != "3" || seen.OddHex != "fffe206e6f74207574662d38" || seen.Env["PATH"] == "" {
+		t.Errorf("environment %q: want RANK, ODD (bytes kept) and PATH, and not the interpreter's HOME", seen.Env)
 	}
 	if !slices.Equal(seen.Argv[:2], []string{"probe.py", "--lr"}) || len(seen.OrigArgv) != 4 || seen.OrigArgv[1] != "probe.py" || seen.Path0 != mods || seen.Cwd != mods ||
 		seen.Name != "__main__" || seen.File != filepath.Join(mods, "probe.py") || !seen.Preloaded {
@@ -385,4 +387,32 @@ func pidsOf(t *testing.T, s string) []int {
 		}
 	}
 	return out
+}
+
+// A thread started after the imports (here by an os.register_at_fork hook, just before the first fork) is found
+// when forking: the fork is refused, the worker never runs its program, and the interpreter exits.
+func TestRefusesLateThread(t *testing.T) {
+	cfg, mods := setup(t, map[string]string{"late": `import os, threading, time
+def start():
+    threading.Thread(target=time.sleep, args=(3600,), name="late-timer", daemon=True).start()
+os.register_at_fork(before=start)
+`, "ran": "open('ran', 'w').close()\n"}, "late")
+	z, err := zygote.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	cmd := zygote.Command{Python: []string{python(t)}, Target: "ran.py"}
+	_, err = z.Fork(rp, zygote.Request{Command: cmd, Argv: []string{"python3", "ran.py"}, Env: os.Environ(), Dir: mods,
+		Files: []*os.File{devnull, devnull, devnull, devnull}}, nil)
+	var re *zygote.RefusedError
+	if !errors.As(err, &re) || !strings.Contains(re.Problem, "'late-timer' (Python thread") {
+		t.Fatalf("Fork: %v, want a refusal naming the thread late-timer", err)
+	}
+	launchertest.Eventually(t, 10*time.Second, func() bool { return !z.Alive() }, "the refusing interpreter exits")
+	if _, err := os.Stat(filepath.Join(mods, "ran")); err == nil {
+		t.Error("the worker of a refused fork ran its program")
+	}
 }

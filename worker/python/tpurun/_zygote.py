@@ -194,8 +194,9 @@ class Zygote:
                        % (self.lockfile, ", ".join(locks)))
         return out + _runtimes()
 
-    def refuse(self, module, problem, hint):
-        self.ctl.send({"kind": "refused", "module": module, "problem": problem, "hint": hint})
+    def refuse(self, module, problem, hint, forked=0):
+        """Tell tpurun why forking is unsafe (forked: a worker just forked, which tpurun kills) and exit 2."""
+        self.ctl.send({"kind": "refused", "module": module, "problem": problem, "hint": hint, "pid": forked})
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_REFUSED)
@@ -264,19 +265,30 @@ class Zygote:
                     os.close(fd)
                 self.ctl.send({"kind": "error", "message": "unknown request %r" % req.get("op")})
                 continue
-            problems = self.problems()  # a thread or a device may come later than the imports
-            if problems:
-                for fd in fds:
-                    os.close(fd)
-                self.refuse("", "the preloaded interpreter, after its imports, " + "; and ".join(problems),
-                            "find which preloaded module does it later (a timer, a lazy initialization) and import "
-                            "it inside the worker instead " + HINT_TAIL)
+            self.recheck(fds)  # a thread or a device may come later than the imports
             job = self.fork(req, fds)
-            if job is not None:
+            if isinstance(job, tuple):
                 return job
+            if job is not None:
+                # After the fork too: an os.register_at_fork hook may have started a thread just before it. The
+                # worker never gets its go byte then: it exits, and tpurun never runs it.
+                self.recheck([], job)
+                self.ctl.send({"kind": "forked", "pid": job})
+
+    def recheck(self, fds, forked=0):
+        """Refuse (and exit 2) if the interpreter became unsafe to fork since its imports."""
+        problems = self.problems()
+        if not problems:
+            return
+        for fd in fds:
+            os.close(fd)
+        self.refuse("", "the preloaded interpreter, after its imports, " + "; and ".join(problems),
+                    "find which preloaded module does it later (a timer, a lazy initialization, an "
+                    "os.register_at_fork hook) and import it inside the worker instead " + HINT_TAIL, forked)
 
     def fork(self, req, fds):
-        """Fork the worker through an intermediate process; None in the zygote, the job in the worker."""
+        """Fork the worker through an intermediate process: in the zygote its pid (None when it failed, which is
+        answered here), in the worker the job (request, descriptors, the pid pipe to close)."""
         sys.stdout.flush()
         sys.stderr.flush()
         r, w = os.pipe()
@@ -317,9 +329,8 @@ class Zygote:
             os.close(fd)
         if len(data) < 8:
             self.ctl.send({"kind": "error", "message": "the intermediate process could not fork the worker"})
-        else:
-            self.ctl.send({"kind": "forked", "pid": struct.unpack(">q", data)[0]})
-        return None
+            return None
+        return struct.unpack(">q", data)[0]
 
 
 _libc = None
