@@ -450,16 +450,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	writeEnds = nil
 	if err != nil {
 		closeAll()
-		var ce *ConfigError
-		if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
-			return nil, err
-		}
-		for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
-			if errors.Is(err, e) {
-				return nil, &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
-			}
-		}
-		return nil, fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
+		return nil, r.startError(w.Rank, err)
 	}
 	wk.p = p
 	r.sampler.add(p.PID(), w.Rank)
@@ -482,6 +473,21 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 		}
 	})
 	return wk, nil
+}
+
+// startError is the error of a worker that could not be started: PROGRAM cannot be exec'd (*ProgramError), the
+// preloaded interpreter refused to fork (*ConfigError, exit 2), or an internal error.
+func (r *job) startError(rank int, err error) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return err
+	}
+	for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
+		if errors.Is(err, e) {
+			return &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
+		}
+	}
+	return fmt.Errorf("%w: rank %d: %w%s", ErrInternal, rank, err, fdLimitHint(err))
 }
 
 // sameWriter reports whether a and b are one writer (comparing them without panicking on uncomparable types).

@@ -229,13 +229,7 @@ func (j *job) prepare(ctx context.Context) error {
 		}
 		j.scratch = d
 	}
-	if len(s.Preload) > 0 { // last: what the workers' environment needs is known, and nothing else can fail
-		if err := j.startPreload(ctx); err != nil {
-			return err
-		}
-		j.starter = j.preload
-	}
-	return nil
+	return j.startPreload(ctx) // last: what the workers' environment needs is known, and nothing else can fail
 }
 
 // detect finds this host's devices exactly once, plans it as a world of one, and checks the chips and ports.

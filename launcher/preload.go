@@ -79,11 +79,15 @@ type preloader struct {
 	out     sync.WaitGroup // the forwarders of the interpreter's own output
 }
 
-// startPreload starts the preloaded interpreter of the job (Spec.Preload) before any worker: it imports the
-// modules and proves it safe to fork, or the job ends with a *ConfigError naming what made it unsafe (exit 2). A
-// terminating signal or the timeout meanwhile ends the job as during an attempt.
+// startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any
+// worker: it imports the modules and proves it safe to fork, or the job ends with a *ConfigError naming what made
+// it unsafe (exit 2). A terminating signal or the timeout meanwhile ends the job as during an attempt. From then
+// on the workers are forked from it.
 func (j *job) startPreload(ctx context.Context) error {
 	s := &j.spec
+	if len(s.Preload) == 0 {
+		return nil
+	}
 	list := strings.Join(s.Preload, ",")
 	cmd, err := zygote.ParseCommand(s.Program, lookupEnv(s.Env, "PYTHON_EXEC"))
 	if err != nil {
@@ -107,7 +111,11 @@ func (j *job) startPreload(ctx context.Context) error {
 	}
 	sctx, done := j.stoppable(ctx, "the preload of "+list)
 	defer done()
-	return pl.ensure(sctx)
+	if err := pl.ensure(sctx); err != nil {
+		return err
+	}
+	j.starter = pl
+	return nil
 }
 
 // ensure starts the interpreter unless it is running.

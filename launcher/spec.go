@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -172,14 +173,11 @@ func (s *Spec) Validate() error {
 		return &ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
 			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
 	}
-	if err := s.checkPreload(); err != nil {
-		return err
-	}
 	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
 		return &ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
-	return s.Rendezvous.validate()
+	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
 }
 
 // validHost reports whether h is an IP address or a syntactically valid host name (RFC 1123 labels; a name whose

@@ -164,30 +164,36 @@ func TestPreloadSameAsExec(t *testing.T) {
 			}
 		}
 		for rank := range 2 {
-			exec, fork := seen[strconv.Itoa(rank)], seen["json"+strconv.Itoa(rank)]
-			env := fork["env"].(map[string]any)
-			if env[worker.EnvPreloaded] != "json" {
-				t.Errorf("%s rank %d: %s=%v, want json", tc.label, rank, worker.EnvPreloaded, env[worker.EnvPreloaded])
+			compareProbes(t, fmt.Sprintf("%s rank %d", tc.label, rank), seen[strconv.Itoa(rank)], seen["json"+strconv.Itoa(rank)])
+		}
+	}
+}
+
+// compareProbes checks that the forked worker saw what the exec'd one saw: the same environment but for the
+// preload marker and the values each run picks afresh, and everything else equal.
+func compareProbes(t *testing.T, what string, exec, fork map[string]any) {
+	t.Helper()
+	env := fork["env"].(map[string]any)
+	if env[worker.EnvPreloaded] != "json" {
+		t.Errorf("%s: %s=%v, want json", what, worker.EnvPreloaded, env[worker.EnvPreloaded])
+	}
+	delete(env, worker.EnvPreloaded)
+	for _, s := range []map[string]any{exec, fork} {
+		e := s["env"].(map[string]any)
+		for _, k := range runUnique {
+			if _, ok := e[k]; ok {
+				e[k] = "(run-unique)"
+			} else if k != "JAX_COORDINATOR_ADDRESS" {
+				t.Errorf("%s: %s is not set", what, k)
 			}
-			delete(env, worker.EnvPreloaded)
-			for _, s := range []map[string]any{exec, fork} {
-				e := s["env"].(map[string]any)
-				for _, k := range runUnique {
-					if _, ok := e[k]; ok {
-						e[k] = "(run-unique)"
-					} else if k != "JAX_COORDINATOR_ADDRESS" {
-						t.Errorf("%s rank %d: %s is not set", tc.label, rank, k)
-					}
-				}
-				delete(s, "random")
-			}
-			for k := range exec {
-				if k == "env" {
-					diffEnv(t, fmt.Sprintf("%s rank %d", tc.label, rank), exec[k].(map[string]any), env)
-				} else if !reflect.DeepEqual(exec[k], fork[k]) {
-					t.Errorf("%s rank %d: %s differs:\n exec'd: %v\n forked: %v", tc.label, rank, k, exec[k], fork[k])
-				}
-			}
+		}
+		delete(s, "random")
+	}
+	for k := range exec {
+		if k == "env" {
+			diffEnv(t, what, exec[k].(map[string]any), env)
+		} else if !reflect.DeepEqual(exec[k], fork[k]) {
+			t.Errorf("%s: %s differs:\n exec'd: %v\n forked: %v", what, k, exec[k], fork[k])
 		}
 	}
 }

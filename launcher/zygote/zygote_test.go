@@ -180,15 +180,23 @@ sys.stdout.flush()
 sys.exit(7)
 `
 
-// A forked worker is adopted and held like an exec'd one: its own group, tpurun (here the test) its parent,
-// exactly its environment, argv and descriptors 0..3, its exit delivered and its resource usage on Release.
-func TestForkAdoptsWorker(t *testing.T) {
-	cfg, mods := setup(t, map[string]string{"preloaded_mod": "X = 1\n", "probe": probe}, "preloaded_mod")
-	z, err := zygote.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
+// probeSeen is what the probe program reported.
+type probeSeen struct {
+	PID, PPID, PGID int
+	Env             map[string]string
+	Argv            []string
+	OrigArgv        []string `json:"orig_argv"`
+	OddHex          string   `json:"odd_hex"`
+	Path0, Cwd      string
+	Fds             map[string][]any
+	Name, File      string
+	Preloaded       bool
+	Others          []string
+}
+
+// forkProbe forks the probe from z and returns what it saw, the process and its delivered exit.
+func forkProbe(t *testing.T, z *zygote.Zygote, mods string) (probeSeen, *proc.Process, <-chan proc.Exit) {
+	t.Helper()
 	outR, outW, _ := os.Pipe()
 	resR, resW, _ := os.Pipe()
 	defer outR.Close()
@@ -206,45 +214,25 @@ func TestForkAdoptsWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(outR)
-	var seen struct {
-		PID, PPID, PGID int
-		Env             map[string]string
-		Argv            []string
-		OrigArgv        []string `json:"orig_argv"`
-		OddHex          string   `json:"odd_hex"`
-		Path0, Cwd      string
-		Fds             map[string][]any
-		Name, File      string
-		Preloaded       bool
-		Others          []string
-	}
+	var seen probeSeen
 	if err := json.Unmarshal(b, &seen); err != nil {
 		t.Fatalf("worker output %q: %v", b, err)
 	}
-	if seen.PID != p.PID() || seen.PPID != os.Getpid() || seen.PGID != seen.PID {
-		t.Errorf("pid %d ppid %d pgid %d: want pid %d, parent %d (this subreaper), its own group", seen.PID, seen.PPID, seen.PGID, p.PID(), os.Getpid())
+	return seen, p, got
+}
+
+// A forked worker is adopted and held like an exec'd one: its own group, tpurun (here the test) its parent,
+// exactly its environment, argv and descriptors 0..3, its exit delivered and its resource usage on Release.
+func TestForkAdoptsWorker(t *testing.T) {
+	cfg, mods := setup(t, map[string]string{"preloaded_mod": "X = 1\n", "probe": probe}, "preloaded_mod")
+	z, err := zygote.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The request's environment, not the interpreter's (what a wrapper such as a pyenv shim adds is added again).
-	if _, home := seen.Env["HOME"]; home || seen.Env["RANK"] != "3" || seen.OddHex != "fffe206e6f74207574662d38" || seen.Env["PATH"] == "" {
-		t.Errorf("environment %q: want RANK, ODD (bytes kept) and PATH, and not the interpreter's HOME", seen.Env)
-	}
-	if !slices.Equal(seen.Argv[:2], []string{"probe.py", "--lr"}) || len(seen.OrigArgv) != 4 || seen.OrigArgv[1] != "probe.py" || seen.Path0 != mods || seen.Cwd != mods ||
-		seen.Name != "__main__" || seen.File != filepath.Join(mods, "probe.py") || !seen.Preloaded {
-		t.Errorf("worker saw %+v: want argv probe.py --lr, sys.path[0] and cwd %s, __main__, the preloaded module", seen, mods)
-	}
-	want := append([]string{"0", "1", "2", "3"}, inherited(t)...) // and the one listing them
-	var extra []string
-	for _, fd := range seen.Others {
-		if !slices.Contains(want, fd) {
-			extra = append(extra, fd)
-		}
-	}
-	if len(extra) > 1 || len(seen.Others) < 4 {
-		t.Errorf("open descriptors %v: want 0..3, what this test inherited without close-on-exec (%v) and the one listing them", seen.Others, want[4:])
-	}
-	if seen.Fds["0"][0] != "/dev/null" || !strings.HasPrefix(seen.Fds["3"][0].(string), "pipe:") || seen.Fds["3"][1] != true {
-		t.Errorf("descriptors %v: want /dev/null at 0 and the inheritable result pipe at 3", seen.Fds)
-	}
+	defer z.Close()
+	seen, p, got := forkProbe(t, z, mods)
+	checkIdentity(t, seen, p.PID(), mods)
+	checkDescriptors(t, seen)
 	select {
 	case ex := <-got:
 		if ex.Code != 7 {
@@ -258,6 +246,44 @@ func TestForkAdoptsWorker(t *testing.T) {
 	}
 	if !z.Alive() {
 		t.Error("the zygote exited after forking")
+	}
+}
+
+// checkIdentity: the worker is pid, in its own group, this process's child; it has the request's environment
+// (not the interpreter's: what a wrapper such as a pyenv shim adds is added again), argv, sys.path[0], working
+// directory and __main__, and the preloaded module.
+func checkIdentity(t *testing.T, seen probeSeen, pid int, mods string) {
+	t.Helper()
+	if seen.PID != pid || seen.PPID != os.Getpid() || seen.PGID != seen.PID {
+		t.Errorf("pid %d ppid %d pgid %d: want pid %d, parent %d (this subreaper), its own group", seen.PID, seen.PPID, seen.PGID, pid, os.Getpid())
+	}
+	if _, home := seen.Env["HOME"]; home || seen.Env["RANK"] != "3" || seen.OddHex != "fffe206e6f74207574662d38" || seen.Env["PATH"] == "" {
+		t.Errorf("environment %q: want RANK, ODD (bytes kept) and PATH, and not the interpreter's HOME", seen.Env)
+	}
+	if !slices.Equal(seen.Argv[:2], []string{"probe.py", "--lr"}) || !slices.Equal(seen.OrigArgv[1:3], []string{"probe.py", "--lr"}) {
+		t.Errorf("argv %q, orig_argv %q: want probe.py --lr ...", seen.Argv, seen.OrigArgv)
+	}
+	if seen.Path0 != mods || seen.Cwd != mods || seen.Name != "__main__" || seen.File != filepath.Join(mods, "probe.py") || !seen.Preloaded {
+		t.Errorf("worker saw %+v: want sys.path[0] and cwd %s, __main__, the preloaded module", seen, mods)
+	}
+}
+
+// checkDescriptors: the worker holds /dev/null at 0, the inheritable result pipe at 3, and nothing else but what
+// this test process itself passes to every child (and the descriptor that listed them).
+func checkDescriptors(t *testing.T, seen probeSeen) {
+	t.Helper()
+	want := append([]string{"0", "1", "2", "3"}, inherited(t)...)
+	var extra []string
+	for _, fd := range seen.Others {
+		if !slices.Contains(want, fd) {
+			extra = append(extra, fd)
+		}
+	}
+	if len(extra) > 1 || len(seen.Others) < 4 {
+		t.Errorf("open descriptors %v: want 0..3, what this test inherited without close-on-exec (%v) and the one listing them", seen.Others, want[4:])
+	}
+	if seen.Fds["0"][0] != "/dev/null" || !strings.HasPrefix(seen.Fds["3"][0].(string), "pipe:") || seen.Fds["3"][1] != true {
+		t.Errorf("descriptors %v: want /dev/null at 0 and the inheritable result pipe at 3", seen.Fds)
 	}
 }
 
