@@ -86,6 +86,7 @@ func measurePreload(cfg *config) ([]row, error) {
 				return rows, fmt.Errorf("%s, N=%d: %w", l.name, n, err)
 			}
 			got[l.name] = p
+			fmt.Fprintf(os.Stderr, "preload: %s, N=%d: all ready %s, PSS %s\n", l.name, n, ms(p.ready), mib(p.pss))
 		}
 		rows = append(rows, preloadRows(n, got)...)
 		r, err := measureRestart(cfg, script, n, runs)
@@ -200,6 +201,7 @@ func measureRestart(cfg *config, script string, n, runs int) (row, error) {
 		}
 		slices.Sort(all)
 		lat[preload] = all[len(all)/2]
+		fmt.Fprintf(os.Stderr, "preload: restart of %d (preload %v): %v\n", n, preload, all)
 	}
 	ratio := seconds(lat[true]) / seconds(lat[false])
 	return row{name: fmt.Sprintf("restart of %d torch workers, --preload ÷ without", n), figure: ms(lat[true]),
