@@ -130,15 +130,7 @@ func measureAll(cfg *config) ([]row, []launchPoint, error) {
 	for _, m := range []struct {
 		name string
 		f    func(*config) (row, error)
-	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}, {"preload", nil}} {
-		if m.name == "preload" {
-			pr, err := measurePreload(cfg)
-			if err != nil {
-				pr = append(pr, row{name: "--preload", target: "measured", note: "failed: " + oneLine(err)})
-			}
-			rows = append(rows, pr...)
-			continue
-		}
+	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}} {
 		if m.f == nil {
 			rows = append(rows, measureRendezvous(cfg)...)
 			continue
@@ -149,7 +141,7 @@ func measureAll(cfg *config) ([]row, []launchPoint, error) {
 		}
 		rows = append(rows, r)
 	}
-	return rows, points, nil
+	return append(rows, preloadRowsOrFailure(cfg)...), points, nil
 }
 
 func torchrunArgs(cfg *config, n int, rest ...string) []string {

@@ -98,6 +98,15 @@ func measurePreload(cfg *config) ([]row, error) {
 	return rows, nil
 }
 
+// preloadRowsOrFailure is measurePreload's rows, and a row naming its failure if it failed.
+func preloadRowsOrFailure(cfg *config) []row {
+	rows, err := measurePreload(cfg)
+	if err != nil {
+		rows = append(rows, row{name: "--preload", target: "measured", note: "failed: " + oneLine(err)})
+	}
+	return rows
+}
+
 // preloadRows are the ready-time and PSS rows of N workers: --preload against tpurun without it (the targets),
 // against N shells and against torchrun (for reference).
 func preloadRows(n int, got map[string]preloadPoint) []row {
