@@ -19,7 +19,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"tpurun/launcher/launchertest"
 	"tpurun/worker"
@@ -374,26 +373,20 @@ func TestPreloadNothingOutlivesSIGKILL(t *testing.T) {
 	if err := os.WriteFile(script, []byte("import os, time\nopen(os.path.join(os.environ['MARK_DIR'], str(os.getpid())), 'w').close()\ntime.sleep(3600)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd, _, errb := tpurun(t.TempDir(), []string{"MARK_DIR=" + dir}, "--nprocs", "3", "--device", "cpu", "--preload", "json", "--", py, script)
+	cmd, _, _ := tpurun(t.TempDir(), []string{"MARK_DIR=" + dir}, "--nprocs", "3", "--device", "cpu", "--preload", "json", "--", py, script)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	var tree []int
-	launchertest.Eventually(t, 60*time.Second, func() bool {
+	launchertest.Eventually(t, "3 forked workers running, and the interpreter", func() bool {
 		es, _ := filepath.Glob(filepath.Join(dir, "[0-9]*"))
 		tree = descendantsOf(cmd.Process.Pid)
 		return len(es) == 3 && len(tree) >= 4
-	}, "3 forked workers running, and the interpreter")
+	})
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
-	deadline := time.Now().Add(20 * time.Second)
 	for _, pid := range tree {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pid %d (of %v below tpurun) outlived the SIGKILLed tpurun\n%s", pid, tree, errb)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		launchertest.WaitGone(t, pid) // reaped first when it is a zombie re-parented to this subreaper
 	}
 }
 
@@ -418,14 +411,6 @@ func descendantsOf(pid int) []int {
 	return out
 }
 
-// alive reports whether pid exists, reaping it first if it is a zombie re-parented to this test binary (the
-// child subreaper).
-func alive(pid int) bool {
-	var ws syscall.WaitStatus
-	_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-	return syscall.Kill(pid, 0) == nil
-}
-
 // TestPreloadStopSignal: SIGTERM to tpurun is passed on to the forked workers (their own groups), which handle it
 // and exit 0, so tpurun exits 0, as with exec'd workers.
 func TestPreloadStopSignal(t *testing.T) {
@@ -445,11 +430,8 @@ time.sleep(3600)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.Eventually(t, 60*time.Second, func() bool {
-		_, e0 := os.Stat(filepath.Join(dir, "0"))
-		_, e1 := os.Stat(filepath.Join(dir, "1"))
-		return e0 == nil && e1 == nil
-	}, "both forked workers have their SIGTERM handler")
+	launchertest.WaitForFile(t, filepath.Join(dir, "0")) // both forked workers have their SIGTERM handler
+	launchertest.WaitForFile(t, filepath.Join(dir, "1"))
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil || !strings.Contains(errb.String(), "attempt 0: signal SIGTERM") {
 		t.Fatalf("exit %v, want 0 after a SIGTERM the workers handled\n%s", err, errb)

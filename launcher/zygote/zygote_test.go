@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,11 +41,7 @@ func TestMain(m *testing.M) {
 // python is the interpreter of these tests: python3 on PATH (any CPython 3.8+; torch is not needed here).
 func python(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is not on PATH (%v): the preloaded interpreter's tests need it", err)
-	}
-	return p
+	return launchertest.Need(t, "python3")
 }
 
 // setup installs the Python module and writes the given modules (name -> source) into a directory for them; it
@@ -233,13 +228,8 @@ func TestForkAdoptsWorker(t *testing.T) {
 	seen, p, got := forkProbe(t, z, mods)
 	checkIdentity(t, seen, p.PID(), mods)
 	checkDescriptors(t, seen)
-	select {
-	case ex := <-got:
-		if ex.Code != 7 {
-			t.Errorf("exit %+v, want code 7", ex)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the exit of a forked worker was never delivered")
+	if ex := launchertest.Done(t, "the exit of the forked worker", got); ex.Code != 7 {
+		t.Errorf("exit %+v, want code 7", ex)
 	}
 	if ex := p.Release(); ex.Code != 7 || ex.MaxRSS <= 0 {
 		t.Errorf("released %+v: want code 7 with resource usage", ex)
@@ -324,7 +314,7 @@ sys.exit(int(how))
 		stderr, _ := io.ReadAll(errR)
 		outR.Close()
 		errR.Close()
-		ex := <-got
+		ex := launchertest.Done(t, "the exit of the forked worker "+how, got)
 		p.Release()
 		seeds[strings.TrimSpace(string(out))] = true
 		if ex.Code != want.Code || ex.Signal != want.Signal {
@@ -437,7 +427,7 @@ os.register_at_fork(before=start)
 	if !errors.As(err, &re) || !strings.Contains(re.Problem, "'late-timer' (Python thread") {
 		t.Fatalf("Fork: %v, want a refusal naming the thread late-timer", err)
 	}
-	launchertest.Eventually(t, 10*time.Second, func() bool { return !z.Alive() }, "the refusing interpreter exits")
+	launchertest.Eventually(t, "the refusing interpreter to exit", func() bool { return !z.Alive() })
 	if _, err := os.Stat(filepath.Join(mods, "ran")); err == nil {
 		t.Error("the worker of a refused fork ran its program")
 	}
