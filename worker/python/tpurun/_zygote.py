@@ -16,14 +16,17 @@ arrive unchanged (environment, arguments, paths) travel base64-encoded:
                         "env": [b64 of KEY=value], "dir": b64}, with descriptors (SCM_RIGHTS): the worker's
                         stdin, stdout, stderr, its inherited files from 3 on (the result channel), and last the
                         read end of its go pipe
-    zygote -> tpurun   {"kind": "forked", "pid": N} | {"kind": "refused", ...} | {"kind": "error", "message": M}
+    zygote -> tpurun   {"kind": "forked", "pid": N} | {"kind": "error", "message": M} | {"kind": "refused", ...,
+                        "pid": N}: unsafe now (a thread after the imports); N, when not 0, was forked already and is
+                        killed by tpurun before it runs anything; the zygote exits 2
 
 A worker is forked through an intermediate process that exits at once, so the worker is re-parented to tpurun
 (its child subreaper) and supervised like an exec'd worker. It leads its own process group, holds exactly the
 descriptors it is given at 0, 1, 2, 3..., and waits on its go pipe until tpurun has adopted it; then it sets its
 parent-death signal (SIGKILL when tpurun dies), checks that tpurun is still its parent, sets the per-rank
 environment, sys.argv, sys.orig_argv, sys.path[0], the working directory and a fresh __main__, and runs the
-program as ``python3 FILE`` or ``python3 -m MODULE`` would. End of file on the socket ends the zygote.
+program as ``python3 FILE`` or ``python3 -m MODULE`` would. It ends as a multiprocessing fork child does (see
+_finish). End of file on the socket ends the zygote.
 """
 
 import array
