@@ -133,6 +133,9 @@ func (pl *preloader) ensure(ctx context.Context) error {
 	}{{pl.j.stdout, &pl.cfg.Stdout}, {pl.j.stderr, &pl.cfg.Stderr}} {
 		r, w, err := os.Pipe()
 		if err != nil {
+			if std.into == &pl.cfg.Stderr { // the stdout pipe's forwarder ends with its write end
+				pl.cfg.Stdout.Close()
+			}
 			return fmt.Errorf("%w: pipe: %w%s", ErrInternal, err, fdLimitHint(err))
 		}
 		*std.into = w
