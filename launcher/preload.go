@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 
 	"go.uber.org/zap"
 
@@ -81,8 +80,8 @@ type preloader struct {
 
 // startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any
 // worker: it imports the modules and proves it safe to fork, or the job ends with a *ConfigError naming what made
-// it unsafe (exit 2). A terminating signal or the timeout meanwhile ends the job as during an attempt. From then
-// on the workers are forked from it.
+// it unsafe (exit 2). ctx is the job's: a stop signal or the timeout meanwhile kills the interpreter and ends
+// the job. From then on the workers are forked from it.
 func (j *job) startPreload(ctx context.Context) error {
 	s := &j.spec
 	if len(s.Preload) == 0 {
@@ -109,9 +108,7 @@ func (j *job) startPreload(ctx context.Context) error {
 	if j.host != nil {
 		pl.cfg.DevRoot = j.host.DevRoot
 	}
-	sctx, done := j.stoppable(ctx, "the preload of "+list)
-	defer done()
-	if err := pl.ensure(sctx); err != nil {
+	if err := pl.ensure(ctx); err != nil {
 		return err
 	}
 	j.starter = pl
@@ -152,8 +149,8 @@ func (pl *preloader) ensure(ctx context.Context) error {
 	switch {
 	case errors.As(err, &refused):
 		return &ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
-	case err != nil && ctx.Err() != nil:
-		return err // the stop's cause: a *SignalError, the timeout
+	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
+		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
 	case err != nil:
 		return fmt.Errorf("%w: %w", ErrInternal, err)
 	}
@@ -257,31 +254,4 @@ func (j *job) sharedEnv() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// stoppable is ctx, canceled with the cause when a terminating signal (a *SignalError naming during) or the job's
-// timeout arrives meanwhile. Call the returned function when done.
-func (j *job) stoppable(ctx context.Context, during string) (context.Context, func()) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case sig := <-j.spec.Signals:
-				if s, ok := sig.(syscall.Signal); ok && terminating(s) {
-					j.stopSignal = s
-					cancel(&SignalError{Signal: s, During: during})
-					return
-				}
-			case <-j.timeout:
-				j.expired = true
-				cancel(fmt.Errorf("%w: the timeout %s expired during %s", ErrTimeout, j.spec.Timeout, during))
-				return
-			case <-stop:
-				return
-			}
-		}
-	})
-	return sctx, func() { close(stop); wg.Wait(); cancel(nil) }
 }

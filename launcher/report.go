@@ -10,37 +10,26 @@ import (
 	"tpurun/launcher/results"
 )
 
-// Report is what happened in a job: every attempt (generation) of this node's workers and every rank, and on node
-// 0 (or a single host) the results document of the world's last attempt.
+// Report is what happened in a job: every attempt (generation) of this node's workers and every rank, the job's
+// verdict, and on node 0 (or a single host) the results document of the world's last attempt.
 type Report struct {
 	RunID    string
 	Attempts []*Attempt
 	Results  *results.Document
+	Verdict  *Verdict // how the job ended; never nil once Run returns a report
 }
-
-// StopReason says why an attempt ended the way it did.
-type StopReason string
-
-// The reasons an attempt stopped.
-const (
-	StopDone     StopReason = "done"     // every worker exited on its own
-	StopFailure  StopReason = "failure"  // a worker failed; the rest were stopped
-	StopSignal   StopReason = "signal"   // the launcher received a terminating signal
-	StopTimeout  StopReason = "timeout"  // --timeout expired
-	StopCanceled StopReason = "canceled" // the caller's context was canceled
-)
 
 // Attempt is one start of the whole group (attempt 0, then one per restart).
 type Attempt struct {
 	Number  int
-	Reason  StopReason
-	Signal  syscall.Signal // the signal the launcher received, for StopSignal
-	Failure *WorkerError   // the first worker that failed, nil if none
-	Ranks   []RankSummary  // in local-rank order
-	Swept   []int          // pids the orphan sweep had to kill
-	LogDir  string         // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
+	Verdict *Verdict      // how this attempt ended (its reason, exit code, root cause)
+	Ranks   []RankSummary // in local-rank order
+	Swept   []int         // pids the orphan sweep had to kill
+	LogDir  string        // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
 
 	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
+
+	stopSeq int // the controller's count of job-wide causes when the attempt ended
 }
 
 // RankSummary is one worker of one attempt.
@@ -78,16 +67,17 @@ func (r *Report) Last() *Attempt {
 	return r.Attempts[len(r.Attempts)-1]
 }
 
-// WriteSummary writes the per-rank exit summary of every attempt and, for a failed attempt, the root cause:
-// the failing rank's last stderr lines and the traceback from its error file.
+// WriteSummary writes the per-rank exit summary of every attempt, headed by its verdict, and, for an attempt that
+// a worker's failure ended, the root cause: the failing rank's last stderr lines and the traceback from its error
+// file. A stop (a signal, the timeout, another node) is never shown as a worker's failure.
 func (r *Report) WriteSummary(w io.Writer) {
 	for _, a := range r.Attempts {
-		head := fmt.Sprintf("tpurun: run %s attempt %d: %s", r.RunID, a.Number, a.Reason)
-		if a.Reason == StopSignal {
-			head += " " + SignalName(a.Signal)
-		}
-		if a.Failure != nil {
-			head += ": " + a.Failure.Error()
+		v := a.Verdict
+		head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
+		if v.Reason != StopDone && v.Reason != StopFailure {
+			if clean := cleanRanks(a.Ranks); clean != "" {
+				head += "; " + clean
+			}
 		}
 		fmt.Fprintln(w, head)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -105,30 +95,34 @@ func (r *Report) WriteSummary(w io.Writer) {
 				fmt.Fprintf(w, "  rank %d results: %v\n", s.Rank, s.ResultErr)
 			}
 		}
-		if a.Failure == nil {
+		if v.Reason == StopFailure && v.Failure != nil {
+			writeRootCause(w, a, v.Failure.Rank)
+		}
+	}
+}
+
+// writeRootCause writes the failed rank's status, last stderr lines and the traceback its error file holds.
+func writeRootCause(w io.Writer, a *Attempt, rank int) {
+	for _, s := range a.Ranks {
+		if s.Rank != rank {
 			continue
 		}
-		for _, s := range a.Ranks {
-			if s.Rank != a.Failure.Rank {
-				continue
+		fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
+		if len(s.StderrTail) > 0 {
+			fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
+			for _, l := range s.StderrTail {
+				fmt.Fprintf(w, "    %s\n", l)
 			}
-			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
-			if len(s.StderrTail) > 0 {
-				fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
-				for _, l := range s.StderrTail {
+		}
+		if s.Error != nil {
+			from := s.ErrorFile
+			if from == "" {
+				from = "its TORCHELASTIC_ERROR_FILE"
+			}
+			fmt.Fprintf(w, "  error from %s: %s\n", from, s.Error.Message)
+			for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
+				if l != "" {
 					fmt.Fprintf(w, "    %s\n", l)
-				}
-			}
-			if s.Error != nil {
-				from := s.ErrorFile
-				if from == "" {
-					from = "its TORCHELASTIC_ERROR_FILE"
-				}
-				fmt.Fprintf(w, "  error from %s: %s\n", from, s.Error.Message)
-				for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
-					if l != "" {
-						fmt.Fprintf(w, "    %s\n", l)
-					}
 				}
 			}
 		}

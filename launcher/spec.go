@@ -66,6 +66,11 @@ type Spec struct {
 	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
 	LogPrefix        string  // per-line prefix template; default "[{rank}] "
 	Stdout, Stderr   io.Writer
+	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
+	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
+	// tpurun's is, local rank 0's group gets the terminal and only it reads it (docs/CONTROL.md).
+	Stdin   *os.File
+	StdinTo StdinMode
 
 	Results ResultsSpec
 

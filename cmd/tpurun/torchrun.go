@@ -37,7 +37,7 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	t.monitor = seconds(100 * time.Millisecond)
 	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
-	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "signals forwarded to every worker group, comma-separated")
+	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "accepted for torchrun compatibility; tpurun forwards every catchable signal once to every worker group (see docs/CONTROL.md)")
 	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
 	for _, f := range [][2]string{
 		{"start-method", "accepted for torchrun compatibility: every worker is a fresh exec of PROGRAM (torchrun's spawn)"},
@@ -120,6 +120,9 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 		return &launcher.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
 	t.handled = sigs
+	if fs.Lookup("signals-to-handle").Changed {
+		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
+	}
 	if len(args) > 0 {
 		cfg.Program = launcher.PythonCommand(args, t.module, t.noPython, t.runPath, getenv("PYTHON_EXEC"))
 	}

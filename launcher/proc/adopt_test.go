@@ -5,62 +5,60 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
-// adoptFake plays the parts of the adoption tests in re-executed test binaries, so that the subreaper bit and the
-// wait4(-1) loop never touch the other tests' children.
-func adoptFake(mode string) int {
-	var err error
-	switch mode {
-	case "adopt-main":
-		err = adoptMain()
-	case "keep-main":
-		err = keepMain()
-	case "adopt-mid": // what a zygote's intermediate process does: fork the worker in its own group, say its pid, exit
-		w := exec.Command(os.Args[0])
-		w.Env = append(os.Environ(), "PROC_FAKE=adopt-worker")
-		w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := w.Start(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 3
-		}
-		fmt.Println(w.Process.Pid)
-		return 0
-	case "adopt-worker": // exits at once: its exit may come before it is adopted
-		return 9
-	case "hang-parent": // start a hanging child, say its pid, hang
-		c := exec.Command(os.Args[0])
-		c.Env = append(os.Environ(), "PROC_FAKE=hang") // its stdout is /dev/null: only our line is read
+// The adoption tests run in re-executed test binaries, so that the subreaper bit and the wait4(-1) loop never touch
+// the other tests' children.
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "adopt-main", Run: func(*launchertest.Worker) int { return okOr(adoptMain()) },
+		Spawns: []string{"adopt-mid"}})
+	launchertest.Define(launchertest.Verb{Name: "keep-main", Run: func(*launchertest.Worker) int { return okOr(keepMain()) },
+		Spawns: []string{"hang-parent"}})
+	// what a zygote's intermediate process does: fork the worker in its own group, say its pid, exit
+	launchertest.Define(launchertest.Verb{Name: "adopt-mid", Spawns: []string{"adopt-worker"}, Run: func(w *launchertest.Worker) int {
+		c := w.Child("adopt-worker")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := c.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 3
 		}
 		fmt.Println(c.Process.Pid)
-		for {
-			time.Sleep(time.Hour) // a bare select{} would trip the runtime's deadlock detector
+		return 0
+	}})
+	// exits at once: its exit may come before it is adopted
+	launchertest.Define(launchertest.Verb{Name: "adopt-worker", Run: func(*launchertest.Worker) int { return 9 }})
+	// start a sleeping child (its stdout /dev/null: only our line is read), say its pid, sleep
+	launchertest.Define(launchertest.Verb{Name: "hang-parent", Spawns: []string{"adopt-sleep"}, Run: func(w *launchertest.Worker) int {
+		c := w.Child("adopt-sleep")
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 3
 		}
+		fmt.Println(c.Process.Pid)
+		return sleepForever()
+	}})
+	launchertest.Define(launchertest.Verb{Name: "adopt-sleep", Run: func(*launchertest.Worker) int { return sleepForever() }})
+}
+
+// sleepForever sleeps until killed (a bare select{} would trip the runtime's deadlock detector).
+func sleepForever() int {
+	for {
+		time.Sleep(time.Hour)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println("OK")
-	return 0
 }
 
 // forkAdoptable does what a zygote does for AdoptHeld: an intermediate process forks the worker and exits; once it
 // is reaped the worker is re-parented to this process, the subreaper, and its pid is returned.
 func forkAdoptable() (int, error) {
-	mid := exec.Command(os.Args[0])
-	mid.Env = append(os.Environ(), "PROC_FAKE=adopt-mid")
+	mid := launchertest.Command("adopt-mid")
 	out, err := mid.Output() // reaps the intermediate: the reaper's loop is held off by AdoptHeld's lock
 	if err != nil {
 		return 0, fmt.Errorf("intermediate: %w", err)
@@ -71,9 +69,12 @@ func forkAdoptable() (int, error) {
 	}
 	// Give a reaper that is not held off every chance to take the worker for an orphan: wait until it is our
 	// zombie, then a while for it to vanish (it must not: the lock is held until it is registered).
-	for deadline := time.Now().Add(10 * time.Second); state(pid) != "Z" && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	_ = launchertest.Poll("the adopted worker to be our zombie", func() error {
+		if state(pid) != "Z" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	for deadline := time.Now().Add(300 * time.Millisecond); proc.Alive(pid) && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
@@ -91,13 +92,12 @@ func adoptMain() error {
 	if err != nil {
 		return err
 	}
-	select {
-	case ex := <-got:
-		if ex.PID != p.PID() || ex.Code != 9 {
-			return fmt.Errorf("delivered exit %+v, want pid %d code 9", ex, p.PID())
-		}
-	case <-time.After(10 * time.Second):
-		return errors.New("the exit of an adopted worker was never delivered")
+	ex, err := within(got, "the exit of the adopted worker")
+	if err != nil {
+		return err
+	}
+	if ex.PID != p.PID() || ex.Code != 9 {
+		return fmt.Errorf("delivered exit %+v, want pid %d code 9", ex, p.PID())
 	}
 	if st := state(p.PID()); st != "Z" {
 		return fmt.Errorf("adopted worker %d is in state %q, want a zombie (Z) until released", p.PID(), st)
@@ -105,7 +105,7 @@ func adoptMain() error {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signal a held adopted zombie: %w", err)
 	}
-	ex := p.Release()
+	ex = p.Release()
 	if ex.Code != 9 || ex.MaxRSS <= 0 {
 		return fmt.Errorf("released exit %+v, want code 9 with resource usage", ex)
 	}
@@ -130,8 +130,7 @@ func keepMain() error {
 	}
 	rp := proc.NewReaper(nil)
 	defer rp.Close()
-	kept := exec.Command(os.Args[0])
-	kept.Env = append(os.Environ(), "PROC_FAKE=hang-parent")
+	kept := launchertest.Command("hang-parent")
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -163,20 +162,15 @@ func keepMain() error {
 		return fmt.Errorf("the kept process %d was killed by the sweep", p.PID())
 	}
 	_ = p.Signal(syscall.SIGKILL)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		return errors.New("the kept process never exited after SIGKILL")
-	}
-	return nil
+	_, err = within(done, "the kept process to exit after SIGKILL")
+	return err
 }
 
 // TestAdoptHeld: a worker forked by another process and re-parented to this subreaper is supervised like one it
 // started: its exit (which comes before the adoption is done) is delivered, not reaped as an orphan's; it is held
 // as a zombie until Release, which gives its resource usage. A process that is not a child is refused.
 func TestAdoptHeld(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=adopt-main")
+	cmd := launchertest.Command("adopt-main")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("adopt child: %v\n%s", err, out)
@@ -185,8 +179,7 @@ func TestAdoptHeld(t *testing.T) {
 
 // TestSweepSparesKept: the sweep leaves a kept process (the preloaded interpreter) alive and kills its children.
 func TestSweepSparesKept(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=keep-main")
+	cmd := launchertest.Command("keep-main")
 	f, err := os.Create(t.TempDir() + "/out")
 	if err != nil {
 		t.Fatal(err)
