@@ -191,7 +191,7 @@ func (r *job) start(sv *supervisor, w topology.Worker) error {
 	if err != nil {
 		return err
 	}
-	p, err := proc.StartHeld(r.spec.Reaper, cmd, func(p *proc.Process) { sv.exits <- exitMsg{wk, p} })
+	p, err := r.starter.start(r.spec.Reaper, cmd, func(p *proc.Process) { sv.exits <- exitMsg{wk, p} })
 	for _, f := range writeEnds {
 		_ = f.Close()
 	}
@@ -308,8 +308,13 @@ func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, nam
 	return f, nil
 }
 
-// startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), else internal.
+// startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the
+// preloaded interpreter's refusal to fork (a *ConfigError, 2), else internal.
 func (r *job) startError(w topology.Worker, err error) error {
+	var ce *ConfigError
+	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
+		return err
+	}
 	for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
 		if errors.Is(err, e) {
 			return &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}

@@ -30,7 +30,7 @@ var perRank = []string{
 	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
 	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
 	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag, worker.EnvResultID, topology.EnvJAXLocalDeviceIDs,
-	topology.EnvJAXProcessID, topology.EnvJAXNumProcesses,
+	topology.EnvJAXProcessID, topology.EnvJAXNumProcesses, worker.EnvPreloaded,
 }
 
 // WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus

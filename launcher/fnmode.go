@@ -52,6 +52,7 @@ func (j *job) pythonPath() error {
 			return fmt.Errorf("%w: install the Python module into %s: %w", ErrInternal, d, err)
 		}
 	}
+	j.pyModule = dir
 	parts := []string{dir, lookupEnv(s.Env, "PYTHONPATH")}
 	if s.Fn == nil {
 		parts[0], parts[1] = parts[1], parts[0]

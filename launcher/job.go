@@ -113,6 +113,10 @@ type job struct {
 	runLogs        string // this run's directory below Spec.LogDir, as torchrun names it: <run-id>_<random>
 	pyDir          string // a private copy of the Python module (when the shared one cannot be used), removed at the end
 
+	pyModule string     // the directory holding the Python module tpurun/ (on the workers' PYTHONPATH)
+	starter  starter    // execs the workers, or forks them from the preloaded interpreter
+	preload  *preloader // the preloaded interpreter (Spec.Preload); nil without
+
 	host         *topology.Host // detected once; nil with Spec.Plan
 	request      topology.Request
 	plan         *topology.Plan // this host as detected: the plan of a world of one
@@ -128,7 +132,7 @@ type job struct {
 
 func newJob(spec Spec, outErr chan<- error) *job {
 	j := &job{spec: spec, log: spec.Logger.With(zap.String("run_id", spec.RunID)), obs: observers(spec.Observers),
-		instance: rendezvous.NewInstance()}
+		instance: rendezvous.NewInstance(), starter: execStarter{}}
 	console := func(name string, w io.Writer) *Console {
 		if c, ok := w.(*Console); ok {
 			return c
@@ -156,6 +160,9 @@ func newJob(spec Spec, outErr chan<- error) *job {
 }
 
 func (j *job) close() {
+	if j.preload != nil { // first: it forwards its output to the consoles
+		j.preload.close()
+	}
 	for _, c := range j.own {
 		_ = c.Flush(nil)
 		c.Close()
@@ -236,7 +243,7 @@ func (j *job) prepare(ctx context.Context) error {
 		}
 		j.scratch = d
 	}
-	return nil
+	return j.startPreload(ctx) // last: what the workers' environment needs is known, and nothing else can fail
 }
 
 // detect finds this host's devices exactly once, plans it as a world of one, and checks the chips and ports.

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -26,6 +27,11 @@ import (
 type Spec struct {
 	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
 	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
+	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
+	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
+	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
+	// Needs Reaper. Empty: every worker is exec'd.
+	Preload []string
 	Env     []string // inherited environment; nil means os.Environ()
 	Dir     string   // working directory of the workers; "" is the launcher's
 
@@ -176,7 +182,7 @@ func (s *Spec) Validate() error {
 		return &ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
-	return s.Rendezvous.validate()
+	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
 }
 
 // validHost reports whether h is an IP address or a syntactically valid host name (RFC 1123 labels; a name whose

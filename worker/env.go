@@ -18,6 +18,11 @@ const (
 	// write end). It is per worker, like EnvResultFD. A client that finds it set refuses a descriptor that is
 	// not that pipe: a program started by a worker inherits the worker's variables, not its channel.
 	EnvResultID = "TPURUN_RESULT_ID"
+	// EnvPreloaded marks a worker forked from tpurun's preloaded interpreter (--preload): the modules it had
+	// imported, comma-joined. It is the one variable in which such a worker's environment differs from an exec'd one.
+	EnvPreloaded = "TPURUN_PRELOADED"
+	// EnvPreload is the environment twin of --preload: the modules to import once and fork the workers from.
+	EnvPreload = "TPURUN_PRELOAD"
 )
 
 // The variables of function mode, read by the Python runner (python3 -m tpurun.fn) and set by tpurun.spawn();

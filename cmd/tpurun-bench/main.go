@@ -26,6 +26,7 @@ func main() {
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload")
 	flag.Parse()
 	if cfg.quick {
 		cfg.runs = 3
@@ -39,6 +40,15 @@ func main() {
 	if cfg.tpurun, err = filepath.Abs(cfg.tpurun); err != nil {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
+	}
+	if *only == "preload" {
+		rows, err := measurePreload(&cfg)
+		fmt.Print(renderMarkdown(rows, cfg))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	rows, launch, err := measureAll(&cfg)
 	if err != nil {

@@ -141,7 +141,7 @@ func measureAll(cfg *config) ([]row, []launchPoint, error) {
 		}
 		rows = append(rows, r)
 	}
-	return rows, points, nil
+	return append(rows, preloadRowsOrFailure(cfg)...), points, nil
 }
 
 func torchrunArgs(cfg *config, n int, rest ...string) []string {

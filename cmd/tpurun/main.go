@@ -182,10 +182,10 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
 	fs.SetNormalizeFunc(dashes)
-	var redirects, tee, filter, stdin string
+	var redirects, tee, filter, stdin, preload string
 	o.dev = addDeviceFlags(fs)
 	fn := addResultFlags(fs, &o.spec, &o.json)
-	fs.DurationVar(&o.spec.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.spec.Grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
@@ -206,6 +206,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
+	fs.StringVar(&preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -249,6 +250,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := o.tr.apply(fs, &o.spec, o.spec.Program, os.Getenv); err != nil {
 		return nil, err
 	}
+	o.spec.Preload = launcher.ParseList(preload)
 	if err := o.streams(redirects, tee, filter, stdin); err != nil {
 		return nil, err
 	}
@@ -273,8 +275,6 @@ func (o *options) streams(redirects, tee, filter, stdin string) error {
 	o.spec.StdinTo, err = launcher.ParseStdinMode(stdin)
 	return err
 }
-
-const launcherDefaultGrace = 10 * time.Second
 
 // usageText is --help's text: the flags and the exit-code table fill in its two %s.
 //

@@ -155,7 +155,9 @@ func (r *Reaper) reapPID(pid int) bool {
 	e.MaxRSS = ru.Maxrss * 1024
 	e.UserCPU = time.Duration(ru.Utime.Nano())
 	e.SysCPU = time.Duration(ru.Stime.Nano())
-	_ = o.p.cmd.Process.Release() // nobody will Wait: free Go's handle
+	if o.p.cmd != nil { // nil: adopted, never forked by os/exec
+		_ = o.p.cmd.Process.Release() // nobody will Wait: free Go's handle
+	}
 	go o.p.finish(e)
 	return true
 }
@@ -213,14 +215,15 @@ func (r *Reaper) Orphans() int {
 // Sweep kills every descendant of this process (SweepTree from this pid) and lets the loop reap them: with the
 // reaper on, this process is PID 1 or a child subreaper, so every orphan below it is still in its subtree. It
 // kills every child of the process, so one process runs one launch at a time under a reaper. The pids it
-// returns exclude the children started through Start (the workers, already killed with their group). A kernel
-// without /proc/<pid>/task/<tid>/children gives ErrNoChildrenFile: fall back to Sweep.
+// returns exclude the children started through Start (the workers, already killed with their group). A process
+// marked with Keep is left alive, and its descendants are killed. A kernel without /proc/<pid>/task/<tid>/children
+// gives ErrNoChildrenFile: fall back to Sweep.
 func (r *Reaper) Sweep(procRoot string) ([]int, error) {
-	return SweepTree(procRoot, self(), func(pid int) bool {
+	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		_, ok := r.owned[pid]
-		return ok
+		o, ok := r.owned[pid]
+		return !ok, !o.keep
 	}, 5*time.Second)
 }
 
@@ -246,4 +249,5 @@ func StartWith(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, erro
 type owned struct {
 	p    *Process
 	seen bool // a held process whose exit was delivered
+	keep bool // left alive by Sweep (see Keep)
 }

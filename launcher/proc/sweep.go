@@ -124,6 +124,12 @@ var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not availabl
 // found. skip tells which pids not to report (they are still killed), e.g. the workers already killed by group.
 // It returns the reported pids it signalled, and ErrNoChildrenFile when the kernel cannot list children.
 func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.Duration) ([]int, error) {
+	return sweepTree(procRoot, root, func(pid int) (bool, bool) { return skip == nil || !skip(pid), true }, timeout)
+}
+
+// sweepTree is SweepTree where decide tells, for each descendant, whether to report it and whether to kill it (a
+// descendant that is not killed is walked through: its own descendants are).
+func sweepTree(procRoot string, root int, decide func(pid int) (report, kill bool), timeout time.Duration) ([]int, error) {
 	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
 		return nil, fmt.Errorf("sweep tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
 	}
@@ -138,9 +144,12 @@ func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.
 			if zombie(procRoot, pid, &buf) {
 				continue
 			}
+			// decide is asked before the kill: once killed, a worker may be reaped (and forgotten) at once.
+			report, kill := decide(pid)
+			if !kill {
+				continue
+			}
 			live++
-			// skip is asked before the kill: once killed, a worker may be reaped (and forgotten) at once.
-			report := !seen[pid] && (skip == nil || !skip(pid))
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				continue // ESRCH: gone since the walk
 			}

@@ -307,6 +307,16 @@ def _write_private(path, data):
         os.close(fd)
 
 
+def _fork_preload(main, target):
+    """What the preloaded interpreter of start_method='fork' imports: the caller's main module (as __mp_main__,
+    where the imports of a script are) and the module of the target when it is another importable module."""
+    out = ["__main__"] if main else []
+    mod = target.partition(":")[0]
+    if mod != main and not mod.endswith(".py") and os.sep not in mod:
+        out.append(mod)
+    return out
+
+
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn", *, tpurun=None, extra_args=(),
           env=None, timeout=None, grace=None, stderr=None, **unknown):
     """Run fn(index, *args) in one process per device under tpurun; return {ordinal: result}.
@@ -322,9 +332,13 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     nprocs       --nprocs; None lets tpurun use every device, as xmp.spawn does.
     join, daemon accepted as xmp.spawn accepts them under PJRT, where they have no effect: spawn always waits for
                  the workers and returns their results; join=False or daemon=True warns that it has no effect.
-    start_method 'spawn', 'fork' or 'forkserver' (anything else is a ValueError, as in multiprocessing). Every
-                 worker is a fresh process started by tpurun, as with 'spawn'; 'fork' warns that state the
-                 caller built before the call is not inherited.
+    start_method 'spawn', 'fork' or 'forkserver' (anything else is a ValueError, as in multiprocessing). 'spawn'
+                 and 'forkserver': every worker is a fresh interpreter. 'fork': a safe fork: tpurun's preloaded
+                 interpreter (tpurun --preload) imports this script as __mp_main__ (and fn's module) once, proves
+                 that it holds no thread, device or initialized runtime, and forks every worker from it, so the
+                 imports at the top of the script are paid once; this process itself is never forked, so state
+                 it built before the call is not inherited. An import that starts a thread or opens a device is
+                 refused (SpawnConfigError, exit code 2) naming it: import it inside fn, or use 'spawn'.
     tpurun       path of the binary (default $TPURUN, then the binary whose `tpurun --python-path` gave this
                  copy of the module, then PATH).
     extra_args   more tpurun flags, e.g. ['--grace', '30s'].
@@ -352,10 +366,6 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     if start_method not in START_METHODS:
         raise ValueError("spawn: start_method=%r: cannot find context for %r; use one of %s"
                          % (start_method, start_method, ", ".join(START_METHODS)))
-    if start_method == "fork":
-        warnings.warn("tpurun.spawn: start_method='fork' has no effect: tpurun starts every worker as a fresh "
-                      "process (as 'spawn'), so state built in this process before the call is not inherited",
-                      RuntimeWarning, stacklevel=2)
     if not join:
         warnings.warn("tpurun.spawn: join=False has no effect (as in xmp.spawn under PJRT): spawn waits for the "
                       "workers and returns their results; call it from a thread to go on meanwhile",
@@ -386,6 +396,10 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     if nprocs is not None:
         argv += ["--nprocs", str(nprocs)]
     argv += list(extra_args)
+    if start_method == "fork":
+        preload = _fork_preload(main, target)
+        if preload:
+            argv += ["--preload", ",".join(preload)]
     argv += ["--fn", target]
     args_json = None
     if json_exact(list(args)):

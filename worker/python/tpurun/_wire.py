@@ -36,6 +36,10 @@ TARGET_ERROR = "tpurun.TargetError"
 # run again in a worker because the script does not guard it with `if __name__ == "__main__":`.
 importing_main = False
 
+# ((kind, ref), module) of the caller's main module when a preloaded interpreter (tpurun --preload __main__) already
+# imported it as __mp_main__: the function runner of a worker forked from it reuses it instead of running it again.
+preloaded_main = None
+
 
 class ChannelError(RuntimeError):
     """The result channel is missing, misconfigured or refused a frame."""

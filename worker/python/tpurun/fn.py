@@ -70,6 +70,12 @@ def load_main(ref):
     ref = ref.strip()
     if not ref:
         return None
+    key = ("path", ref) if os.path.isabs(ref) else ("name", ref)
+    pre = _wire.preloaded_main
+    if pre is not None and pre[0] == key:  # a worker forked from the interpreter that imported it (--preload)
+        _main_ref = key
+        sys.modules[MAIN_NAME] = sys.modules["__main__"] = pre[1]
+        return pre[1]
     _wire.importing_main = True
     try:
         if os.path.isabs(ref):

@@ -1,0 +1,77 @@
+package proc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotChild is returned by AdoptHeld for a pid that is not a child of this process leading its own process
+// group: a process forked elsewhere that was not re-parented here (this process is not its child subreaper).
+var ErrNotChild = errors.New("not a child of this process that leads its own process group")
+
+// AdoptHeld supervises, as a held process (see StartHeld), a child that this process did not fork itself: a worker
+// forked by a preloaded interpreter (a zygote) and re-parented to this process, its child subreaper, once the
+// intermediate process that forked it exited. fork makes that child and returns its pid; it runs with the reaper's
+// lock held, so that the child's exit, however early, is never reaped as an orphan's before it is registered.
+// fork must return only once the child is this process's own and leads its own process group; otherwise the
+// pid is refused with ErrNotChild (and left alone: it is not this process's to signal). The adopted process is
+// signalled, held, released and swept exactly like one started through StartHeld; its start time is the call's.
+func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Process, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := time.Now()
+	pid, err := fork()
+	if err != nil {
+		return nil, err
+	}
+	var buf []byte // not r.buf: the loop reads children files with it without the lock
+	if err := checkChild("/proc", pid, self(), &buf); err != nil {
+		return nil, err
+	}
+	p := &Process{pid: pid, start: start, hold: true, onExit: onExit, pidfd: -1, rp: r, exited: make(chan struct{}),
+		release: make(chan struct{}), done: make(chan struct{})}
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
+		p.pidfd = fd
+	}
+	r.owned[pid] = owned{p: p}
+	return p, nil
+}
+
+// checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, from
+// /proc/<pid>/stat (fields 4 and 5), and an error wrapping ErrNotChild otherwise.
+func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
+	var b []byte
+	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
+	}
+	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state), f[1] the parent, f[2] the process group
+	if len(f) < 3 {
+		return fmt.Errorf("pid %d: %w: unreadable /proc/%d/stat", pid, ErrNotChild, pid)
+	}
+	ppid, _ := strconv.Atoi(string(f[1]))
+	pgid, _ := strconv.Atoi(string(f[2]))
+	if ppid != parent || pgid != pid {
+		return fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
+			pid, ErrNotChild, ppid, pgid, parent, pid)
+	}
+	return nil
+}
+
+// Keep makes Sweep leave p (a process started through this reaper, such as a preloaded interpreter that outlives
+// the attempts it forks workers for) alive; its descendants are still killed. It lasts until p is reaped.
+func (r *Reaper) Keep(p *Process) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o, ok := r.owned[p.pid]; ok {
+		o.keep = true
+		r.owned[p.pid] = o
+	}
+}
