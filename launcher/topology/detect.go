@@ -214,6 +214,9 @@ func (d *detector) device() error {
 		h.Device = val(TPU, Sysfs(scan.dir))
 	case len(devNodes(h.DevRoot, "accel")) > 0:
 		h.Device = val(TPU, Dev(h.DevRoot+"/accel*"))
+	case (len(scan.gpus) > 0 || len(devNodes(h.DevRoot, "nvidia")) > 0) && d.cudaHidden():
+		// CUDA_VISIBLE_DEVICES="" or -1: the usual way to run on CPU on a GPU host.
+		h.Device = val(CPU, Env("CUDA_VISIBLE_DEVICES"))
 	case len(scan.gpus) > 0:
 		h.Device = val(GPU, Sysfs(scan.dir))
 	case len(devNodes(h.DevRoot, "nvidia")) > 0:
@@ -222,6 +225,12 @@ func (d *detector) device() error {
 		h.Device = val(CPU, Default())
 	}
 	return nil
+}
+
+// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
+func (d *detector) cudaHidden() bool {
+	v, ok := d.env("CUDA_VISIBLE_DEVICES")
+	return ok && CUDAHidesAll(v)
 }
 
 // spmd reads --spmd and XLA_USE_SPMD.
