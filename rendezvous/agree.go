@@ -43,8 +43,8 @@ func assignRanks(members []Member, nnodes int) ([]int, error) {
 	return ranks, nil
 }
 
-// agree checks that every member agrees on run id, accelerator type, workers per node and slice count; the odd
-// nodes (those that differ from the most common value) are named.
+// agree checks that every member agrees on run id, accelerator type, workers per node (unless every member
+// accepts uneven worlds) and slice count; the odd nodes (those that differ from the most common value) are named.
 func agree(members []Member, ranks []int, nnodes int) error {
 	fields := []struct {
 		name string
@@ -55,7 +55,14 @@ func agree(members []Member, ranks []int, nnodes int) error {
 		{"workers per node", func(m Member) string { return fmt.Sprint(m.LocalWorkers) }},
 		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
 	}
+	uneven := true // every node accepts different worker counts: the world is their sum
+	for _, m := range members {
+		uneven = uneven && m.UnevenWorkers
+	}
 	for _, f := range fields {
+		if uneven && f.name == "workers per node" {
+			continue
+		}
 		count := map[string]int{}
 		first := map[string]int{}
 		for i, m := range members {

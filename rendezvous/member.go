@@ -14,8 +14,12 @@ type Member struct {
 	Host string `json:"host"`
 	// Addr is the address other nodes reach this node at (IP or DNS name, no port).
 	Addr string `json:"addr"`
-	// LocalWorkers is the number of worker processes on this node; all nodes must agree.
+	// LocalWorkers is the number of worker processes on this node; all nodes must agree unless every node sets
+	// UnevenWorkers.
 	LocalWorkers int `json:"local_workers"`
+	// UnevenWorkers: this node accepts a world whose nodes run different numbers of workers (torchrun's CPU and
+	// GPU worlds, ranks by node order); a TPU slice needs the same on every host.
+	UnevenWorkers bool `json:"uneven_workers,omitempty"`
 	// Accelerator is the accelerator type (e.g. "v4-32", "cpu"); all nodes must agree.
 	Accelerator string `json:"accelerator"`
 	// RunID names the job; all nodes must agree.
