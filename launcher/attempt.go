@@ -415,6 +415,9 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	lr := w.LocalRank
 	shown := r.spec.LocalRanksFilter == nil || slices.Contains(r.spec.LocalRanksFilter, lr)
 	prefix := []byte(Prefix(r.spec.LogPrefix, w.Rank, lr, w.NodeRank, r.spec.Role))
+	if r.spec.RawOutput {
+		prefix = nil
+	}
 	for i, s := range []struct {
 		std     Std
 		console *Console
@@ -454,6 +457,9 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 			if errors.Is(err, e) {
 				return nil, &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
 			}
+		}
+		if errors.Is(err, syscall.E2BIG) {
+			return nil, argListError(w.Rank, cmd.Args, cmd.Env)
 		}
 		return nil, fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 	}

@@ -50,12 +50,12 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := j.prepare(ctx); err != nil {
 		return nil, err
 	}
-	rz, err := openRendezvous(ctx, spec.Rendezvous, spec.RunID, j.host, spec.Env, j)
+	rz, err := openRendezvous(ctx, j.spec.Rendezvous, spec.RunID, j.host, spec.Env, j) // with what prepare resolved (the token from env)
 	if err != nil {
 		return nil, rendezvousErr("prepare", err)
 	}
 	defer func() { _ = rz.Close() }()
-	rep := &Report{RunID: spec.RunID}
+	rep := &Report{RunID: spec.RunID, Program: j.spec.Program}
 	// A node enters whichever generation the world is forming (a late, returning or replacement node waits for
 	// the next one); afterwards each restart is the agreed generation + 1. A static world is fixed: generation 0.
 	gen := 0
@@ -65,6 +65,7 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	for {
 		next, err := j.generation(ctx, rz, gen, rep)
 		if next < 0 {
+			j.copyRootCause(rep)
 			return rep, j.outputErr(err)
 		}
 		gen = next
@@ -177,6 +178,9 @@ func (j *job) prepare(ctx context.Context) error {
 		return err
 	}
 	if s.Rendezvous.Solo() {
+		if err := checkMasterAddr(s.MasterAddr); err != nil {
+			return err
+		}
 		if s.MasterPort == 0 {
 			p, err := FreePort(s.MasterAddr)
 			if err != nil {
@@ -281,6 +285,9 @@ func (j *job) detect(ctx context.Context) error {
 	default:
 		return err
 	}
+	if note := h.GPUShareNote(j.localWorkers); note != "" {
+		j.log.Warn(note)
+	}
 	j.log.Debug("plan", zap.String("device", string(h.Device.V)), zap.Stringer("device_source", h.Device.Source),
 		zap.Int("local_workers", j.localWorkers))
 	return nil
@@ -336,6 +343,14 @@ func rendezvousErr(step string, err error) error {
 	var se *SignalError
 	if errors.As(err, &se) || errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, rendezvous.ErrDuplicateNode) {
+		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", ErrRendezvous, step, err)
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return &ConfigError{Field: "rendezvous endpoint", Value: dns.Name,
+			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 // 0 (or a single host) the results document of the world's last attempt.
 type Report struct {
 	RunID    string
+	Program  []string // the command every worker ran (the interpreter first for a Python program)
 	Attempts []*Attempt
 	Results  *results.Document
 }
@@ -113,6 +115,9 @@ func (r *Report) WriteSummary(w io.Writer) {
 				continue
 			}
 			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
+			if len(r.Program) > 0 {
+				fmt.Fprintf(w, "  program: %s\n", programText(r.Program))
+			}
 			if len(s.StderrTail) > 0 {
 				fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
 				for _, l := range s.StderrTail {
@@ -144,4 +149,18 @@ func bytesText(n int64) string {
 	default:
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
+}
+
+// programText is the command line as the summary shows it, with the file its first word ran (python3 from PATH
+// is /usr/bin/python3, say), at most 200 bytes of arguments.
+func programText(p []string) string {
+	args := strings.Join(p[1:], " ")
+	if len(args) > 200 {
+		args = args[:200] + "..."
+	}
+	first := p[0]
+	if path, err := exec.LookPath(first); err == nil && path != first {
+		first += " (" + path + ")"
+	}
+	return strings.TrimSpace(first + " " + args)
 }

@@ -58,7 +58,8 @@ type Spec struct {
 	Redirects        StdSpec // streams that go only to the log files
 	Tee              StdSpec // streams that go to the console and the log files
 	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
-	LogPrefix        string  // per-line prefix template; default "[{rank}] "
+	LogPrefix        string  // per-line prefix template; default "[{rank}] " ({rank} or torchrun's $rank, see Prefix)
+	RawOutput        bool    // worker lines go to the console as they are, without LogPrefix (torchrun's default)
 	Stdout, Stderr   io.Writer
 
 	Results ResultsSpec

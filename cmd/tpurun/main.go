@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/torchrun"
 	"tpurun/worker"
 )
 
@@ -78,8 +79,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	spec.Request, spec.PerCPU = o.dev.request()
 	spec.Force = o.dev.force
-	if spec.Rendezvous, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
+	var notes []string
+	if spec.Rendezvous, notes, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
 		return fail(stderr, err)
+	}
+	for _, n := range notes {
+		log.Warn(n)
 	}
 	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
 		rp, err := launcher.StartReaper(log.Named("reaper"))
@@ -112,6 +117,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
 func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
+	if errors.Is(err, launcher.ErrNoToken) {
+		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
+	}
 	if rep != nil {
 		rep.WriteSummary(stderr)
 		if doc := rep.Results; doc != nil {
@@ -187,7 +195,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVarP(&redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
-	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
@@ -202,11 +210,17 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs)
+	args, err := torchrun.Expand(fs, args, torchrun.Flags) // argparse's unique prefixes: --redirect=3
+	if err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if err := petEnv(fs, os.Getenv); err != nil { // torchrun's PET_<FLAG> defaults
-		return nil, err
+	if err := torchrun.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
+		var pe *torchrun.PETError
+		errors.As(err, &pe)
+		return nil, &launcher.ConfigError{Field: pe.Var, Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	switch {
 	case *help:
@@ -223,9 +237,6 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
 	}
-	if o.spec.Grace <= 0 && (fs.Changed("grace") || fs.Changed("shutdown-timeout")) {
-		return nil, &launcher.ConfigError{Field: "--grace", Value: o.spec.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
-	}
 	if fn.Target == "" && fn.ArgsJSON != "" {
 		return nil, &launcher.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
 	}
@@ -240,10 +251,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	} else {
 		o.spec.Program = fs.Args()
 	}
-	if err := o.tr.apply(fs, &o.spec, o.spec.Program, os.Getenv); err != nil {
+	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
 		return nil, err
 	}
-	var err error
 	if o.spec.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
 		return nil, err
 	}
@@ -253,6 +263,10 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if o.spec.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
 		return nil, err
 	}
+	if t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != "" && !fs.Changed("log-prefix") {
+		o.spec.LogPrefix = t // torchrun's template ($rank, $local_rank, $role_name); --log-prefix wins
+	}
+	o.spec.RawOutput = o.spec.LogPrefix == "" // --log-prefix '': the lines as the workers wrote them
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return nil, &launcher.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
@@ -276,7 +290,7 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	f := &launcher.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
-	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn (default $PYTHON_EXEC, else python3)")
+	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", worker.DefaultMaxPayload, "largest accepted result frame payload in bytes")
 	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
