@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 )
@@ -46,9 +48,22 @@ func (s RankSummary) resultExit() results.RankExit {
 }
 
 // WriteResultsSummary writes what the results document says went wrong: every contract violation by name with
-// its hint, and every replica's reported error with its traceback. It writes nothing for a clean document.
-func WriteResultsSummary(w io.Writer, doc *results.Document) {
+// its hint, and every replica's reported error with its traceback (as one record on log, when given). It writes
+// nothing for a clean document.
+func WriteResultsSummary(w io.Writer, log *zap.Logger, doc *results.Document) {
 	if doc == nil {
+		return
+	}
+	if log != nil { // --log-format json: one record with the same facts
+		var failed []results.Result
+		for _, r := range doc.Results {
+			if !r.OK && r.Error != nil {
+				failed = append(failed, r)
+			}
+		}
+		if len(doc.Violations) > 0 || len(failed) > 0 {
+			log.Warn("results", zap.Any("violations", doc.Violations), zap.Any("replica_errors", failed))
+		}
 		return
 	}
 	for _, v := range doc.Violations {

@@ -40,7 +40,7 @@ func TestWriteResultsSummary(t *testing.T) {
 			Error: &results.ErrorInfo{Type: "ValueError", Message: "boom", Traceback: "Traceback:\n  line 3\nValueError: boom\n"}}},
 	}
 	var b bytes.Buffer
-	launcher.WriteResultsSummary(&b, doc)
+	launcher.WriteResultsSummary(&b, nil, doc)
 	for _, want := range []string{"results: duplicate_result: 2 results for replica 0", "hint: SPMD",
 		"root cause: replica 1 (rank 1, pid 2) raised ValueError: boom", "    line 3"} {
 		if !strings.Contains(b.String(), want) {
@@ -48,7 +48,7 @@ func TestWriteResultsSummary(t *testing.T) {
 		}
 	}
 	b.Reset()
-	launcher.WriteResultsSummary(&b, &results.Document{Results: []results.Result{{OK: true}}})
+	launcher.WriteResultsSummary(&b, nil, &results.Document{Results: []results.Result{{OK: true}}})
 	if b.Len() != 0 {
 		t.Fatalf("clean document wrote %q", b.String())
 	}

@@ -75,6 +75,9 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 			})
 		}})
 	rep.Attempts = append(rep.Attempts, att)
+	if att != nil {
+		j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep})
+	}
 
 	mine := outcome{Node: a.NodeRank, Code: ExitCode(runErr), Origin: runErr != nil, Rank: -1}
 	var rs *remoteStop
@@ -159,6 +162,11 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		err = &NodeError{Node: v.Node, Code: final.Code, Message: final.Error}
 	}
 	if failed && g < j.spec.MaxRestarts && j.restartable(ctx, att, err) {
+		if j.spec.Rendezvous.Solo() { // one host: no world, node or generation to speak of
+			j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
+				zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", final.Code), zap.Error(err))
+			return g + 1, nil
+		}
 		j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
 			zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", v.Node),
 			zap.Int("code", final.Code), zap.Error(err))

@@ -5,9 +5,13 @@ import (
 	"io"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"go.uber.org/zap"
+
 	"tpurun/launcher/results"
 )
 
@@ -84,60 +88,157 @@ func (r *Report) Last() *Attempt {
 // the failing rank's last stderr lines and the traceback from its error file.
 func (r *Report) WriteSummary(w io.Writer) {
 	for _, a := range r.Attempts {
-		head := fmt.Sprintf("tpurun: run %s attempt %d: %s", r.RunID, a.Number, a.Reason)
-		if a.Reason == StopSignal {
-			head += " " + SignalName(a.Signal)
+		r.WriteAttempt(w, a)
+	}
+}
+
+// WriteAttempt writes the summary of one attempt, as WriteSummary does for each.
+func (r *Report) WriteAttempt(w io.Writer, a *Attempt) {
+	var b strings.Builder // one write: the summary stays whole among other output
+	head := fmt.Sprintf("tpurun: run %s attempt %d: %s", r.RunID, a.Number, a.Reason)
+	if a.Reason == StopSignal {
+		head += " " + SignalName(a.Signal)
+	}
+	if a.Failure != nil {
+		head += ": " + a.Failure.Error()
+	}
+	fmt.Fprintln(&b, head)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RANK\tPID\tSTATUS\tWALL\tCPU\tPEAK RSS")
+	for _, s := range a.Ranks {
+		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Ended(),
+			s.Wall.Round(time.Millisecond), (s.UserCPU + s.SysCPU).Round(time.Millisecond), bytesText(s.MaxRSS))
+	}
+	_ = tw.Flush()
+	if len(a.Swept) > 0 {
+		fmt.Fprintf(&b, "  orphan sweep killed pids %v that still carried TPURUN_RUN_ID=%s\n", a.Swept, r.RunID)
+	}
+	for _, s := range a.Ranks {
+		if s.ResultErr != nil {
+			fmt.Fprintf(&b, "  rank %d results: %v\n", s.Rank, s.ResultErr)
 		}
-		if a.Failure != nil {
-			head += ": " + a.Failure.Error()
+	}
+	if s := a.failed(); s != nil {
+		r.writeRootCause(&b, s)
+	}
+	_, _ = io.WriteString(w, b.String())
+}
+
+// failed is the summary of the attempt's failing rank, nil when none failed.
+func (a *Attempt) failed() *RankSummary {
+	for i, s := range a.Ranks {
+		if a.Failure != nil && s.Rank == a.Failure.Rank {
+			return &a.Ranks[i]
 		}
-		fmt.Fprintln(w, head)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  RANK\tPID\tSTATUS\tWALL\tCPU\tPEAK RSS")
-		for _, s := range a.Ranks {
-			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Ended(),
-				s.Wall.Round(time.Millisecond), (s.UserCPU + s.SysCPU).Round(time.Millisecond), bytesText(s.MaxRSS))
+	}
+	return nil
+}
+
+func (r *Report) writeRootCause(w io.Writer, s *RankSummary) {
+	fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
+	if len(r.Program) > 0 {
+		fmt.Fprintf(w, "  program: %s\n", programText(r.Program))
+	}
+	if len(s.StderrTail) > 0 {
+		fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
+		for _, l := range s.StderrTail {
+			fmt.Fprintf(w, "    %s\n", l)
 		}
-		_ = tw.Flush()
-		if len(a.Swept) > 0 {
-			fmt.Fprintf(w, "  orphan sweep killed pids %v that still carried TPURUN_RUN_ID=%s\n", a.Swept, r.RunID)
+	}
+	if s.Error != nil {
+		from := s.ErrorFile
+		if from == "" {
+			from = "its TORCHELASTIC_ERROR_FILE"
 		}
-		for _, s := range a.Ranks {
-			if s.ResultErr != nil {
-				fmt.Fprintf(w, "  rank %d results: %v\n", s.Rank, s.ResultErr)
-			}
-		}
-		if a.Failure == nil {
-			continue
-		}
-		for _, s := range a.Ranks {
-			if s.Rank != a.Failure.Rank {
-				continue
-			}
-			fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
-			if len(r.Program) > 0 {
-				fmt.Fprintf(w, "  program: %s\n", programText(r.Program))
-			}
-			if len(s.StderrTail) > 0 {
-				fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
-				for _, l := range s.StderrTail {
-					fmt.Fprintf(w, "    %s\n", l)
-				}
-			}
-			if s.Error != nil {
-				from := s.ErrorFile
-				if from == "" {
-					from = "its TORCHELASTIC_ERROR_FILE"
-				}
-				fmt.Fprintf(w, "  error from %s: %s\n", from, s.Error.Message)
-				for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
-					if l != "" {
-						fmt.Fprintf(w, "    %s\n", l)
-					}
-				}
+		fmt.Fprintf(w, "  error from %s: %s\n", from, s.Error.Message)
+		for _, l := range strings.Split(strings.TrimRight(s.Error.Traceback, "\n"), "\n") {
+			if l != "" {
+				fmt.Fprintf(w, "    %s\n", l)
 			}
 		}
 	}
+}
+
+// LogAttempt logs the summary of one attempt as one record (for --log-format json): the same facts as
+// WriteAttempt, as fields.
+func (r *Report) LogAttempt(log *zap.Logger, a *Attempt) {
+	type rank struct {
+		Rank    int    `json:"rank"`
+		PID     int    `json:"pid"`
+		Status  string `json:"status"`
+		WallMS  int64  `json:"wall_ms"`
+		CPUMS   int64  `json:"cpu_ms"`
+		PeakRSS int64  `json:"peak_rss_bytes"`
+		Results string `json:"results_error,omitempty"`
+	}
+	ranks := make([]rank, 0, len(a.Ranks))
+	for _, s := range a.Ranks {
+		rk := rank{Rank: s.Rank, PID: s.PID, Status: s.Ended(), WallMS: s.Wall.Milliseconds(), CPUMS: (s.UserCPU + s.SysCPU).Milliseconds(), PeakRSS: s.MaxRSS}
+		if s.ResultErr != nil {
+			rk.Results = s.ResultErr.Error()
+		}
+		ranks = append(ranks, rk)
+	}
+	fields := []zap.Field{zap.String("run_id", r.RunID), zap.Int("attempt", a.Number), zap.String("reason", string(a.Reason)),
+		zap.Any("ranks", ranks)}
+	if len(a.Swept) > 0 {
+		fields = append(fields, zap.Ints("swept_pids", a.Swept))
+	}
+	if s := a.failed(); s != nil {
+		fields = append(fields, zap.String("failure", a.Failure.Error()), zap.Int("root_cause_rank", s.Rank), zap.Strings("program", r.Program),
+			zap.Strings("stderr_tail", s.StderrTail))
+		if s.Error != nil {
+			fields = append(fields, zap.String("error", s.Error.Message), zap.String("traceback", s.Error.Traceback))
+		}
+		log.Error("attempt ended", fields...)
+		return
+	}
+	log.Info("attempt ended", fields...)
+}
+
+// SummaryPrinter prints each attempt's summary once, when it ends (an Observer of AttemptEnded): attempt 0's
+// failure is shown before the restart runs attempt 1, not after. Text goes to w (which must not block: a
+// Console's LogWriter), or one record per attempt to log for --log-format json. Finish prints what is left.
+type SummaryPrinter struct {
+	w       io.Writer
+	log     *zap.Logger // nil: text
+	mu      sync.Mutex
+	printed map[*Attempt]bool
+}
+
+// NewSummaryPrinter prints summaries as text on w, or, when log is not nil, as log records.
+func NewSummaryPrinter(w io.Writer, log *zap.Logger) *SummaryPrinter {
+	return &SummaryPrinter{w: w, log: log, printed: map[*Attempt]bool{}}
+}
+
+// Observe prints the attempt that just ended.
+func (p *SummaryPrinter) Observe(e Event) {
+	if e.Kind == AttemptEnded && e.Ended != nil && e.Report != nil {
+		p.print(e.Report, e.Ended)
+	}
+}
+
+// Finish prints every attempt of rep not printed yet.
+func (p *SummaryPrinter) Finish(rep *Report) {
+	for _, a := range rep.Attempts {
+		if a != nil {
+			p.print(rep, a)
+		}
+	}
+}
+
+func (p *SummaryPrinter) print(rep *Report, a *Attempt) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.printed[a] {
+		return
+	}
+	p.printed[a] = true
+	if p.log != nil {
+		rep.LogAttempt(p.log, a)
+		return
+	}
+	rep.WriteAttempt(p.w, a)
 }
 
 func bytesText(n int64) string {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 	"tpurun/worker"
 )
@@ -60,9 +61,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return launcher.ExitUsage
 	}
+	f := failer{w: stderr}
+	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
+		f.log = log
+	}
 	if o.exitWithParent {
 		if err := launcher.ExitWithParent(); err != nil {
-			return fail(stderr, err)
+			return f.fail(err)
 		}
 	}
 	for _, f := range o.tr.noEffect {
@@ -74,14 +79,14 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if spec.Results.Document = o.json; o.json {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
-	if spec.Detect, err = o.dev.options(log); err != nil {
-		return fail(stderr, err)
+	if spec.Detect, err = o.dev.Options(log); err != nil {
+		return f.fail(err)
 	}
-	spec.Request, spec.PerCPU = o.dev.request()
-	spec.Force = o.dev.force
+	spec.Request, spec.PerCPU = o.dev.Request()
+	spec.Force = o.dev.Force
 	var notes []string
 	if spec.Rendezvous, notes, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
-		return fail(stderr, err)
+		return f.fail(err)
 	}
 	for _, n := range notes {
 		log.Warn(n)
@@ -102,41 +107,62 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
 		}
 		if err != nil {
-			return fail(stderr, err)
+			return f.fail(err)
 		}
 		defer stop()
-		fmt.Fprintf(stderr, "tpurun: status on http://%s/metrics and /healthz\n", addr)
+		if msg := "status on http://" + addr.String() + "/metrics and /healthz"; f.log != nil {
+			f.log.Info(msg)
+		} else {
+			fmt.Fprintf(stderr, "tpurun: %s\n", msg)
+		}
 		spec.Observers = append(spec.Observers, mon)
 	}
 	sigs, stopSignals = launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
-	return report(o, spec, stdout, stderr)
+	sp := launcher.NewSummaryPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
+	spec.Observers = append(spec.Observers, sp)
+	return report(o, spec, sp, f, stdout, stderr)
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
+func report(o *options, spec *launcher.Spec, sp *launcher.SummaryPrinter, f failer, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
 	if errors.Is(err, launcher.ErrNoToken) {
 		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
 	}
 	if rep != nil {
-		rep.WriteSummary(stderr)
+		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {
 			var ce *launcher.ConfigError
 			if !errors.As(err, &ce) {
-				launcher.WriteResultsSummary(stderr, doc)
+				launcher.WriteResultsSummary(stderr, f.log, doc)
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
 				if jerr != nil {
-					return fail(stderr, fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
+					return f.fail(fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
 				}
 				_, _ = stdout.Write(append(b, '\n')) // a write error is the console's, reported by the caller's Flush
 			}
 		}
 	}
-	return fail(stderr, err)
+	return f.fail(err)
+}
+
+// failer prints the error a run ends with: a text line, or with --log-format json (log set) a log record.
+type failer struct {
+	w   io.Writer
+	log *zap.Logger
+}
+
+func (f failer) fail(err error) int {
+	code := launcher.ExitCode(err)
+	if f.log == nil || err == nil {
+		return fail(f.w, err)
+	}
+	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[launcher.Setting(err)]), zap.Error(err))
+	return code
 }
 
 // fail prints err (if any) with its exit code and returns the code. A configuration error names the flag that
@@ -168,10 +194,10 @@ var flagOf = map[string]string{
 
 type options struct {
 	spec           launcher.Spec
-	dev            *deviceFlags // --device, --nprocs and the other topology flags: detection runs in the launcher
-	rdzv           *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr             *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
-	json           bool         // --json: the results document on stdout
+	dev            *flags.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
+	rdzv           *rdzvFlags    // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr             *torchFlags   // torchrun's remaining flags and the container flags (torchrun.go)
+	json           bool          // --json: the results document on stdout
 	exitWithParent bool
 	statusAddr     string
 	statusRemote   bool
@@ -184,9 +210,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
-	fs.SetNormalizeFunc(dashes)
+	fs.SetNormalizeFunc(flags.Dashes)
 	var redirects, tee, filter string
-	o.dev = addDeviceFlags(fs)
+	o.dev = flags.AddDevice(fs)
 	fn := addResultFlags(fs, &o.spec, &o.json)
 	fs.DurationVar(&o.spec.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
@@ -231,8 +257,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, pflag.ErrHelp
 	case *pyPath:
 		dir, err := worker.PythonPath("")
-		if err != nil {
-			return nil, fmt.Errorf("%w: the Python module: %w", launcher.ErrInternal, err)
+		if err != nil { // the user's cache directory: theirs to fix or move
+			return nil, &launcher.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
+				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}
 		}
 		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
