@@ -414,10 +414,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	fwd := make([]*forwarder, 2)
 	lr := w.LocalRank
 	shown := r.spec.LocalRanksFilter == nil || slices.Contains(r.spec.LocalRanksFilter, lr)
-	prefix := []byte(Prefix(r.spec.LogPrefix, w.Rank, lr, w.NodeRank, r.spec.Role))
-	if r.spec.RawOutput {
-		prefix = nil
-	}
+	prefix := r.prefix(w)
 	for i, s := range []struct {
 		std     Std
 		console *Console
@@ -453,15 +450,7 @@ func (r *job) start(as attemptSpec, attemptDir string, w topology.Worker, exits 
 	writeEnds = nil
 	if err != nil {
 		closeAll()
-		for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
-			if errors.Is(err, e) {
-				return nil, &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
-			}
-		}
-		if errors.Is(err, syscall.E2BIG) {
-			return nil, argListError(w.Rank, cmd.Args, cmd.Env)
-		}
-		return nil, fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
+		return nil, r.startError(err, w.Rank, cmd)
 	}
 	wk.p = p
 	r.sampler.add(p.PID(), w.Rank)

@@ -65,8 +65,10 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	set("LOCAL_WORLD_SIZE", local)
 	set("GROUP_RANK", w.NodeRank)
 	set("GROUP_WORLD_SIZE", len(plan.Nodes))
-	set("ROLE_RANK", w.Rank)
-	set("ROLE_WORLD_SIZE", world)
+	if _, ok := w.Env["ROLE_RANK"]; !ok { // a multi-node plan counts each role's workers (spreadWorld)
+		set("ROLE_RANK", w.Rank)
+		set("ROLE_WORLD_SIZE", world)
+	}
 	env["ROLE_NAME"] = role
 	env["MASTER_ADDR"] = rt.MasterAddr
 	set("MASTER_PORT", rt.MasterPort)

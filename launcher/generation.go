@@ -75,9 +75,7 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 			})
 		}})
 	rep.Attempts = append(rep.Attempts, att)
-	if att != nil {
-		j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep})
-	}
+	j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep}) // att is nil when none started
 
 	mine := outcome{Node: a.NodeRank, Code: ExitCode(runErr), Origin: runErr != nil, Rank: -1}
 	var rs *remoteStop
@@ -162,20 +160,26 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 		err = &NodeError{Node: v.Node, Code: final.Code, Message: final.Error}
 	}
 	if failed && g < j.spec.MaxRestarts && j.restartable(ctx, att, err) {
-		if j.spec.Rendezvous.Solo() { // one host: no world, node or generation to speak of
-			j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
-				zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", final.Code), zap.Error(err))
-			return g + 1, nil
-		}
-		j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
-			zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", v.Node),
-			zap.Int("code", final.Code), zap.Error(err))
+		j.logRestart(g, v.Node, final.Code, err)
 		return g + 1, nil
 	}
 	if failed && g < j.spec.MaxRestarts && ctx.Err() != nil {
 		return -1, ctx.Err() // canceled while a restart was still possible: the caller's cancellation ends it
 	}
 	return -1, err
+}
+
+// logRestart says that generation g failed (node's worker, code) and the next one starts: in a world's words, or
+// on one host in its own (no world, node or generation to speak of).
+func (j *job) logRestart(g, node, code int, err error) {
+	if j.spec.Rendezvous.Solo() {
+		j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
+			zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", code), zap.Error(err))
+		return
+	}
+	j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
+		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", node),
+		zap.Int("code", code), zap.Error(err))
 }
 
 // lost decides what a node does when generation g could not agree because a node of the world is gone: with
@@ -263,7 +267,7 @@ func (j *job) worldPlan(a *rendezvous.Assignment) (*topology.Plan, error) {
 	w := topology.World{NodeRank: a.NodeRank, NumSlices: a.NumSlices, MegascaleCoordinator: a.MegascaleCoordinator,
 		MegascalePort: a.Ports[rendezvous.PortMegascale]}
 	for _, n := range a.Nodes {
-		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID})
+		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID, Role: n.Role})
 	}
 	var p *topology.Plan
 	var err error

@@ -41,6 +41,9 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := spec.checkOutputs(); err != nil {
 		return nil, err
 	}
+	if err := spec.checkMasterAddr(); err != nil {
+		return nil, err
+	}
 	relayDone := make(chan struct{})
 	defer close(relayDone)
 	outErr := make(chan error, 1)
@@ -178,9 +181,6 @@ func (j *job) prepare(ctx context.Context) error {
 		return err
 	}
 	if s.Rendezvous.Solo() {
-		if err := checkMasterAddr(s.MasterAddr); err != nil {
-			return err
-		}
 		if s.MasterPort == 0 {
 			p, err := FreePort(s.MasterAddr)
 			if err != nil {
@@ -285,11 +285,9 @@ func (j *job) detect(ctx context.Context) error {
 	default:
 		return err
 	}
-	if note := h.GPUShareNote(j.localWorkers); note != "" {
-		j.log.Warn(note)
-	}
 	j.log.Debug("plan", zap.String("device", string(h.Device.V)), zap.Stringer("device_source", h.Device.Source),
 		zap.Int("local_workers", j.localWorkers))
+	warnIf(j.log, h.GPUShareNote(j.localWorkers))
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"tpurun/launcher/topology"
 )
 
 const (
@@ -139,6 +141,14 @@ func (t *tail) lines(n int) []string {
 		all = all[len(all)-n:]
 	}
 	return all
+}
+
+// prefix is worker w's line prefix: none for raw output.
+func (r *job) prefix(w topology.Worker) []byte {
+	if r.spec.RawOutput {
+		return nil
+	}
+	return []byte(Prefix(r.spec.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.spec.Role))
 }
 
 // Prefix expands a --log-prefix template for one worker: {rank}, {local_rank}, {node} and {role} are replaced,

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 
+	"go.uber.org/zap"
+
 	"tpurun/launcher/topology"
 )
 
@@ -32,10 +34,21 @@ func checkMasterPort(addr string, port int, procRoot string) error {
 		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
 }
 
+// warnIf logs note as a warning unless it is empty.
+func warnIf(log *zap.Logger, note string) {
+	if note != "" {
+		log.Warn(note)
+	}
+}
+
 // checkMasterAddr refuses, on a world of one node, a MASTER_ADDR that does not name this host: rank 0's store
 // listens here, so the other ranks would look for it elsewhere and hang until torch's timeout. A name that does
 // not resolve, or resolves only to addresses of other hosts, is a *ConfigError naming this host's addresses.
-func checkMasterAddr(addr string) error {
+func (s *Spec) checkMasterAddr() error {
+	addr := s.MasterAddr
+	if !s.Rendezvous.Solo() || s.Plan != nil {
+		return nil
+	}
 	ips, err := net.LookupHost(addr)
 	if err != nil {
 		return &ConfigError{Field: "MASTER_ADDR", Value: addr,

@@ -232,7 +232,7 @@ func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
 	tpu := j.device() == topology.TPU
 	m := rendezvous.Member{Instance: j.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: j.localWorkers,
 		Accelerator: j.accelerator, RunID: j.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
-		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !tpu}
+		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !tpu, Role: j.spec.Role}
 	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, or a
 	// static world named by its endpoint, torchrun's --master_addr line) a node names itself.
 	if r.Backend != rendezvous.BackendStatic || r.Endpoint != "" {

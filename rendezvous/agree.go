@@ -46,23 +46,7 @@ func assignRanks(members []Member, nnodes int) ([]int, error) {
 // agree checks that every member agrees on run id, accelerator type, workers per node (unless every member
 // accepts uneven worlds) and slice count; the odd nodes (those that differ from the most common value) are named.
 func agree(members []Member, ranks []int, nnodes int) error {
-	fields := []struct {
-		name string
-		val  func(Member) string
-	}{
-		{"run id", func(m Member) string { return m.RunID }},
-		{"accelerator type", func(m Member) string { return m.Accelerator }},
-		{"workers per node", func(m Member) string { return fmt.Sprint(m.LocalWorkers) }},
-		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
-	}
-	uneven := true // every node accepts different worker counts: the world is their sum
-	for _, m := range members {
-		uneven = uneven && m.UnevenWorkers
-	}
-	for _, f := range fields {
-		if uneven && f.name == "workers per node" {
-			continue
-		}
+	for _, f := range agreeFields(members) {
 		count := map[string]int{}
 		first := map[string]int{}
 		for i, m := range members {
@@ -95,13 +79,35 @@ func agree(members []Member, ranks []int, nnodes int) error {
 	return nil
 }
 
+// agreeField is one thing every member must agree on.
+type agreeField struct {
+	name string
+	val  func(Member) string
+}
+
+// agreeFields are what members must agree on: the worker count per node only unless every member accepts uneven
+// worlds (the world is then their sum).
+func agreeFields(members []Member) []agreeField {
+	fields := []agreeField{
+		{"run id", func(m Member) string { return m.RunID }},
+		{"accelerator type", func(m Member) string { return m.Accelerator }},
+		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
+	}
+	for _, m := range members {
+		if !m.UnevenWorkers {
+			return append(fields, agreeField{"workers per node", func(m Member) string { return fmt.Sprint(m.LocalWorkers) }})
+		}
+	}
+	return fields
+}
+
 // buildAssignment lays out the agreed world (NodeRank left for the caller).
 func buildAssignment(members []Member, ranks []int) *Assignment {
 	nodes := make([]Node, len(members))
 	var m0 Member
 	for i, m := range members {
 		r := ranks[i]
-		nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID}
+		nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}
 		if r == 0 {
 			m0 = m
 		}

@@ -199,13 +199,13 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	return 0, configError(FieldOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
-// keepAlive is torchrun's time to declare a silent node lost, keep_alive_interval x keep_alive_max_attempt
-// (5 s x 3 by default there), when either is given; def otherwise.
-func keepAlive(conf map[string]string, def time.Duration) (time.Duration, error) {
+// heartbeat is the time to declare a silent node lost: the heartbeat option, else torchrun's keep_alive_interval x
+// keep_alive_max_attempt (5 s x 3 by default there) when either is given, else def.
+func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error) {
 	_, i := conf["keep_alive_interval"]
 	_, n := conf["keep_alive_max_attempt"]
-	if !i && !n {
-		return def, nil
+	if _, hb := conf["heartbeat"]; hb || !i && !n {
+		return confDuration(conf, "heartbeat", def)
 	}
 	interval, err := confDuration(conf, "keep_alive_interval", 5*time.Second)
 	if err != nil {
@@ -216,6 +216,17 @@ func keepAlive(conf map[string]string, def time.Duration) (time.Duration, error)
 		return 0, configError(FieldOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
 	return interval * time.Duration(attempts), nil
+}
+
+// torchrunConf applies what torchrun's settings mean beyond the options' values: an endpoint without a port gets
+// the default one, and the keys that have no effect here are logged.
+func torchrunConf(cfg *Config) {
+	for _, k := range NoEffectConf {
+		if v, ok := cfg.Conf[k]; ok {
+			cfg.Logger.Info("torchrun rendezvous option accepted with no effect under tpurun", zap.String("option", k+"="+v))
+		}
+	}
+	cfg.Endpoint = WithDefaultPort(cfg.Backend, cfg.Endpoint)
 }
 
 // MaxRunID is the longest run id accepted, in bytes.

@@ -33,6 +33,9 @@ type Member struct {
 	NumSlices int `json:"num_slices"`
 	// Rank is the requested node rank, -1 for any.
 	Rank int `json:"rank"`
+	// Role is the role of this node's workers (torchrun's --role); nodes may differ, and the workers of one role
+	// are counted together (ROLE_RANK, ROLE_WORLD_SIZE).
+	Role string `json:"role,omitempty"`
 	// Ports are the ports this node picked (PortMaster, PortCoordinator, PortMegascale); node 0's are used by all.
 	Ports map[string]int `json:"ports,omitempty"`
 }
@@ -60,6 +63,7 @@ type Node struct {
 	Instance     string `json:"instance"`
 	LocalWorkers int    `json:"local_workers"`
 	SliceID      int    `json:"slice_id"`
+	Role         string `json:"role,omitempty"`
 	// FirstRank is the global rank of this node's local rank 0.
 	FirstRank int `json:"first_rank"`
 }

@@ -66,18 +66,10 @@ func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
 	}
-	if cfg.Heartbeat, err = keepAlive(cfg.Conf, cfg.Heartbeat); err != nil {
+	if cfg.Heartbeat, err = heartbeat(cfg.Conf, cfg.Heartbeat); err != nil {
 		return nil, err
 	}
-	if cfg.Heartbeat, err = confDuration(cfg.Conf, "heartbeat", cfg.Heartbeat); err != nil {
-		return nil, err
-	}
-	for _, k := range NoEffectConf {
-		if v, ok := cfg.Conf[k]; ok {
-			cfg.Logger.Info("torchrun rendezvous option accepted with no effect under tpurun", zap.String("option", k+"="+v))
-		}
-	}
-	cfg.Endpoint = WithDefaultPort(cfg.Backend, cfg.Endpoint)
+	torchrunConf(&cfg)
 	linger, err := confDuration(cfg.Conf, "linger", cfg.Heartbeat)
 	if err != nil {
 		return nil, err

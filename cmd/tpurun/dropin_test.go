@@ -299,7 +299,7 @@ func TestDropinPythonInterpreter(t *testing.T) {
 
 // TestDropinTorchrunEnvAndFiles: the workers get torchrun's NCCL and agent-store variables; a parent's
 // TORCHELASTIC_ERROR_FILE gets the failing rank's record (torchrun's @record); TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
-// is the prefix; --log-prefix '' gives the lines raw.
+// is the prefix; --log-prefix ” gives the lines raw.
 func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, idV4, 0)

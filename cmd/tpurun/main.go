@@ -100,29 +100,39 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			defer rp.Close() // after a last round; it logs how many orphans it reaped
 		}
 	}
-	if o.statusAddr != "" { // --status-addr: /healthz and /metrics
-		mon := launcher.NewMonitor(spec.MaxRestarts)
-		addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
-		if errors.Is(err, launcher.ErrStatusAddr) {
-			err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
-		}
-		if err != nil {
-			return f.fail(err)
-		}
-		defer stop()
-		if msg := "status on http://" + addr.String() + "/metrics and /healthz"; f.log != nil {
-			f.log.Info(msg)
-		} else {
-			fmt.Fprintf(stderr, "tpurun: %s\n", msg)
-		}
-		spec.Observers = append(spec.Observers, mon)
+	stop, err := serveStatus(o, spec, f, log)
+	if err != nil {
+		return f.fail(err)
 	}
+	defer stop()
 	sigs, stopSignals = launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
 	sp := launcher.NewSummaryPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
 	spec.Observers = append(spec.Observers, sp)
 	return report(o, spec, sp, f, stdout, stderr)
+}
+
+// serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
+func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (stop func(), err error) {
+	if o.statusAddr == "" {
+		return func() {}, nil
+	}
+	mon := launcher.NewMonitor(spec.MaxRestarts)
+	addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
+	if errors.Is(err, launcher.ErrStatusAddr) {
+		err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if msg := "status on http://" + addr.String() + "/metrics and /healthz"; f.log != nil {
+		f.log.Info(msg)
+	} else {
+		fmt.Fprintf(f.w, "tpurun: %s\n", msg)
+	}
+	spec.Observers = append(spec.Observers, mon)
+	return stop, nil
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.

@@ -69,18 +69,25 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	if c.Backend == "static" && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // from the host list
 	}
-	if c.Backend != "static" && r.fs.Changed("master-addr") {
+	return c, r.master(&c, masterAddr, masterPort), nil
+}
+
+// master applies --master-addr and --master-port to the rendezvous c as torchrun does: the static backend's
+// endpoint; under another backend --master-addr is ignored with torchrun's warning (the notes returned).
+func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
+	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
+	switch {
+	case c.Backend != "static" && r.fs.Changed("master-addr"):
 		notes = append(notes, "--master-addr is only used by the static rendezvous (as under torchrun): under "+c.Backend+
 			" every worker's MASTER_ADDR is node 0's address (give node 0 --node-addr to choose it); --master-port is node 0's MASTER_PORT")
-	}
-	if c.Backend == "static" && c.Endpoint == "" && (r.fs.Changed("master-addr") || r.fs.Changed("master-port")) {
+	case c.Backend == "static" && c.Endpoint == "" && given:
 		// torchrun's classic multi-node line: every node names node 0 by --master-addr/--master-port. The workers'
 		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
 		*masterPort = cmp.Or(*masterPort, 29500)
 		c.Endpoint = net.JoinHostPort(masterAddr, strconv.Itoa(*masterPort+1))
 		r.derived = fmt.Sprintf("the static rendezvous listens on %s, the port above --master-port %d (the workers' store takes MASTER_PORT)", c.Endpoint, *masterPort)
 	}
-	return c, notes, nil
+	return notes
 }
 
 // tokenHint says what to type when the rendezvous refuses to run off loopback without a token.

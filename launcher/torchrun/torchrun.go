@@ -97,7 +97,7 @@ func resolve(fs *pflag.FlagSet, name string, names []string) (string, error) {
 }
 
 // Suggest is the visible flag of fs nearest to name ("--nproc-per-node" for "nprocs-per-node"), or "" when none is
-// near: within an edit distance of a third of the name (at least 2), or one the name starts with.
+// near: within an edit distance of a third of the name (at least 2), or one the name starts with or cuts short.
 func Suggest(fs *pflag.FlagSet, name string) string {
 	name = strings.ReplaceAll(strings.TrimLeft(name, "-"), "_", "-")
 	best, bestD := "", max(2, len(name)/3)+1
@@ -106,8 +106,8 @@ func Suggest(fs *pflag.FlagSet, name string) string {
 			return
 		}
 		d := distance(name, f.Name)
-		if strings.HasPrefix(name, f.Name) && len(f.Name) >= 4 {
-			d = min(d, 1)
+		if len(name) >= 4 && len(f.Name) >= 4 && (strings.HasPrefix(name, f.Name) || strings.HasPrefix(f.Name, name)) {
+			d = min(d, 1) // one is the other cut short: --max-result for --max-result-bytes
 		}
 		if d < bestD || (d == bestD && best != "" && f.Name < best) {
 			best, bestD = f.Name, d
