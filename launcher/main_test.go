@@ -10,12 +10,24 @@ import (
 	"tpurun/launcher/launchertest"
 )
 
-// The test binary doubles as the fake worker (launchertest.FakeWorker).
+// The test binary doubles as the fake worker: the verbs of launchertest that this package's tests use.
+func init() {
+	launchertest.Register("exit", "exitready", "hang", "raise", "ignore", "catch", "child", "childsetsid", "childclean",
+		"lines", "env", "failuntil", "record", "report", "result")
+}
+
 func TestMain(m *testing.M) {
-	launchertest.RunFakeWorker()
+	launchertest.Dispatch()
 	if err := launchertest.SetSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m)
+	code := launchertest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -18,7 +18,7 @@ import (
 func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
+	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 2
 	cfg.Grace = time.Minute
 	sigs := make(chan os.Signal, 4)
@@ -46,7 +46,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if r := a.Ranks[1]; r.Signal != syscall.SIGINT {
 		t.Errorf("rank 1 ended %s, want SIGINT forwarded (not a second-signal SIGKILL)", r.Ended())
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 // TestTimeoutDuringFailureTeardownEndsTheRun: --timeout expiring while a failed attempt is in its grace period
@@ -54,10 +54,13 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
+	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 1
-	cfg.Timeout = 1500 * time.Millisecond
-	cfg.Grace = 3 * time.Second // the failure comes first, the timeout fires in the grace period
+	// The failure must come first and the timeout fire in the grace period: rank 0 fails as soon as both workers
+	// are set up, which takes far less than the timeout even on a loaded machine (scale it with the knob), and the
+	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the run lasts the whole grace.
+	cfg.Timeout = launchertest.Scaled(4 * time.Second)
+	cfg.Grace = cfg.Timeout
 	rep, err := launcher.Run(context.Background(), cfg)
 	if a := rep.Attempts[0]; a.Reason != launcher.StopFailure || a.Failure == nil || a.Failure.Rank != 0 {
 		t.Fatalf("attempt 0: reason %s failure %v; the case needs rank 0 to fail before the timeout", a.Reason, a.Failure)
@@ -65,7 +68,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != launcher.ExitTimeout || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v (code %d) after %d attempts, want ErrTimeout (124) and no restart", err, launcher.ExitCode(err), len(rep.Attempts))
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 // TestCancelDuringFailureTeardownEndsTheRun: the context canceled while a failed attempt is in its grace period
@@ -73,7 +76,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
+	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 1
 	cfg.Grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,5 +90,5 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want context.Canceled and no restart", err, len(rep.Attempts))
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }

@@ -20,14 +20,14 @@ import (
 )
 
 // config is a run of n fake workers doing behaviour; extra env entries are appended to the inherited env.
-func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *launchertest.SyncBuffer, *launchertest.SyncBuffer) {
+func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *launchertest.Buffer, *launchertest.Buffer) {
 	t.Helper()
 	plan, err := topology.CPUPlan(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb launchertest.SyncBuffer
-	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE="+behaviour)
+	var out, errb launchertest.Buffer
+	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake(behaviour))
 	return launcher.Spec{
 		Plan: plan, Program: []string{os.Args[0]}, Env: append(env, extra...),
 		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb,
@@ -44,7 +44,7 @@ func TestExitCodes(t *testing.T) {
 			if code != 0 {
 				behaviour = "hang" // the others must be stopped by the failure of rank 1
 			}
-			cfg, _, _ := config(t, 3, dir, behaviour, fmt.Sprintf("TPURUN_FAKE_1=exitready:%d", code))
+			cfg, _, _ := config(t, 3, dir, behaviour, launchertest.FakeRank(1, fmt.Sprintf("exitready:%d", code)))
 			rep, err := launcher.Run(context.Background(), cfg)
 			if got := launcher.ExitCode(err); got != code {
 				t.Fatalf("exit code %d, want %d (err %v)", got, code, err)
@@ -64,7 +64,7 @@ func TestExitCodes(t *testing.T) {
 					}
 				}
 			}
-			launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
+			launchertest.AssertAllGone(t, dir, 3)
 		})
 	}
 }
@@ -72,7 +72,7 @@ func TestExitCodes(t *testing.T) {
 func TestKilledBySignal(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "hang", "TPURUN_FAKE_0=sigkill")
+	cfg, _, _ := config(t, 2, dir, "hang", launchertest.FakeRank(0, "raise:9"))
 	rep, err := launcher.Run(context.Background(), cfg)
 	if got := launcher.ExitCode(err); got != 128+9 {
 		t.Fatalf("exit code %d, want 137 (err %v)", got, err)
@@ -82,13 +82,13 @@ func TestKilledBySignal(t *testing.T) {
 	if !strings.Contains(sum.String(), "SIGKILL") {
 		t.Fatalf("summary does not name SIGKILL:\n%s", sum.String())
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignoreterm", "TPURUN_FAKE_0=exitready:1")
+	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
 	cfg.Grace = 300 * time.Millisecond
 	start := time.Now()
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -101,14 +101,14 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	if el := time.Since(start); el < cfg.Grace {
 		t.Fatalf("run took %s, less than the grace period %s", el, cfg.Grace)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestTimeout(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
-	cfg.Timeout = 2 * time.Second
+	cfg.Timeout = launchertest.Scaled(5 * time.Second) // after the workers are up, even on a loaded machine
 	rep, err := launcher.Run(context.Background(), cfg)
 	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != 124 {
 		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, launcher.ExitCode(err))
@@ -116,30 +116,25 @@ func TestTimeout(t *testing.T) {
 	if rep.Last().Reason != launcher.StopTimeout {
 		t.Fatalf("reason %s, want timeout", rep.Last().Reason)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "grandchild:0")
+	cfg, _, _ := config(t, 2, dir, "child:0")
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run hung on a grandchild holding stdout and fd 3")
+	if err := launchertest.Done(t, "Run to return while a grandchild holds stdout and fd 3", done); err != nil {
+		t.Fatal(err)
 	}
-	launchertest.AssertAllGone(t, dir, 4, 5*time.Second) // 2 workers + 2 grandchildren
+	launchertest.AssertAllGone(t, dir, 4) // 2 workers + 2 grandchildren
 }
 
 func TestSweepKillsGrandchildInNewSession(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 1, dir, "escape:0")
+	cfg, _, _ := config(t, 1, dir, "childsetsid:0")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -147,33 +142,30 @@ func TestSweepKillsGrandchildInNewSession(t *testing.T) {
 	if len(rep.Last().Swept) != 1 {
 		t.Fatalf("swept %v, want exactly the escaped grandchild", rep.Last().Swept)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestDrainIsBoundedWhenAnOrphanKeepsThePipes(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 1, dir, "escapeclean:0")
+	cfg, _, _ := config(t, 1, dir, "childclean:0")
 	cfg.DrainTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
+	t.Cleanup(func() { // on failure too: the escaped grandchild is nobody's to kill but the test's
 		for _, pid := range launchertest.PIDs(t, dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		<-done
-		t.Fatal("Run did not return within 10s while an escaped grandchild held stdout and fd 3")
+	})
+	// DrainTimeout is 200 ms: Run returns then, not when the grandchild (which never exits) closes the pipes.
+	if err := launchertest.Done(t, "Run to return while an escaped grandchild holds stdout and fd 3", done); err != nil {
+		t.Fatal(err)
 	}
 	// The grandchild shed TPURUN_RUN_ID and left the session: the documented limit of the sweep. Clean up.
 	for _, pid := range launchertest.PIDs(t, dir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
@@ -206,7 +198,7 @@ func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 			t.Fatalf("rank %d: %d lines, final partial line flushed: %v", r, next[r], partial[r])
 		}
 	}
-	launchertest.AssertAllGone(t, dir, n, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, n)
 }
 
 func TestWorkerEnvironment(t *testing.T) {
@@ -268,13 +260,13 @@ func TestWorkerEnvironment(t *testing.T) {
 		t.Errorf("TORCHELASTIC_ERROR_FILE not per rank: %v", files)
 	}
 	_ = rep
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "exit:0", "TPURUN_FAKE_1=failuntil:2")
+	cfg, _, _ := config(t, 2, dir, "exit:0", launchertest.FakeRank(1, "failuntil:2"))
 	cfg.MaxRestarts = 2
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
@@ -294,13 +286,13 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	cfg, stdout, stderr := config(t, 2, dir, "hang", "TPURUN_FAKE_1=record:7")
+	cfg, stdout, stderr := config(t, 2, dir, "hang", launchertest.FakeRank(1, "record:7"))
 	rep, err := launcher.Run(context.Background(), cfg)
 	if launcher.ExitCode(err) != 7 {
 		t.Fatalf("err %v, want 7", err)
@@ -318,7 +310,7 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, sum.String())
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 func TestForwardedSignals(t *testing.T) {
@@ -326,17 +318,17 @@ func TestForwardedSignals(t *testing.T) {
 	t.Run("SIGUSR1 reaches every worker", func(t *testing.T) {
 		t.Parallel()
 		dir := launchertest.FakeDir(t)
-		cfg, out, _ := config(t, 2, dir, "onsignal:0")
+		cfg, out, _ := config(t, 2, dir, "catch:10") // exit 0 on SIGUSR1
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
-		go waitReady(dir, 2, func() { sigs <- syscall.SIGUSR1 })
+		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGUSR1 })
 		if _, err := launcher.Run(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}
-		if c := strings.Count(out.String(), "got SIGUSR1"); c != 2 {
+		if c := strings.Count(out.String(), "caught SIGUSR1"); c != 2 {
 			t.Fatalf("%d workers got SIGUSR1, want 2:\n%s", c, out.String())
 		}
-		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2)
 	})
 	t.Run("SIGTERM stops the run with 143", func(t *testing.T) {
 		t.Parallel()
@@ -344,42 +336,42 @@ func TestForwardedSignals(t *testing.T) {
 		cfg, _, _ := config(t, 2, dir, "hang")
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
-		go waitReady(dir, 2, func() { sigs <- syscall.SIGTERM })
+		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM })
 		rep, err := launcher.Run(context.Background(), cfg)
 		if launcher.ExitCode(err) != 143 || rep.Last().Reason != launcher.StopSignal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Reason)
 		}
-		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2)
 	})
 	t.Run("second SIGTERM kills at once", func(t *testing.T) {
 		t.Parallel()
 		dir := launchertest.FakeDir(t)
-		cfg, _, _ := config(t, 2, dir, "ignoreterm")
+		cfg, _, _ := config(t, 2, dir, "ignore:15")
 		cfg.Grace = time.Hour
 		sigs := make(chan os.Signal, 2)
 		cfg.Signals = sigs
-		go waitReady(dir, 2, func() { sigs <- syscall.SIGTERM; sigs <- syscall.SIGTERM })
+		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM; sigs <- syscall.SIGTERM })
 		rep, err := launcher.Run(context.Background(), cfg)
 		if launcher.ExitCode(err) != 137 || rep.Last().Ranks[0].Signal != syscall.SIGKILL {
 			t.Fatalf("err %v, want SIGKILL (137) after the second SIGTERM", err)
 		}
-		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2)
 	})
 }
 
-// waitReady calls f once n fake workers have marked themselves ready (a helper goroutine, not an assertion).
-func waitReady(dir string, n int, f func()) {
-	for {
-		if es, _ := os.ReadDir(filepath.Join(dir, "ready")); len(es) >= n {
-			f()
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
+// waitReady calls f once n fake workers have marked themselves ready (every worker has its signal handling set
+// up), in a goroutine of its own while Run runs in the test's.
+func waitReady(t *testing.T, dir string, n int, f func()) {
+	if err := launchertest.PollReady(dir, n); err != nil {
+		t.Error(err)
+		return
 	}
+	f()
 }
 
 func TestSixtyFourWorkers(t *testing.T) {
 	t.Parallel()
+	launchertest.Heavy(t) // 64 processes at once
 	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 64, dir, "exit:0")
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -394,7 +386,7 @@ func TestSixtyFourWorkers(t *testing.T) {
 			t.Fatalf("rank %+v: want exit 0 with a pid and a peak RSS from rusage", r)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 64, 10*time.Second)
+	launchertest.AssertAllGone(t, dir, 64)
 }
 
 // TestResultChannel: every worker's fd 3 is its private result channel: good frames become the results document,
@@ -409,11 +401,12 @@ func TestResultChannel(t *testing.T) {
 		t.Fatalf("err %v, document %+v", err, rep.Results)
 	}
 	for r, res := range rep.Results.Results {
-		if res.Replica != r || res.Rank != r || string(res.Value) != fmt.Sprintf("%q", fmt.Sprintf("rank %d", r)) {
+		want, _ := json.Marshal(launchertest.Value(r, r))
+		if res.Replica != r || res.Rank != r || string(res.Value) != string(want) {
 			t.Fatalf("replica %d: %+v", r, res)
 		}
 	}
-	cfg, _, _ = config(t, 2, dir, "result", "TPURUN_FAKE_1=exit:0")
+	cfg, _, _ = config(t, 2, dir, "result", launchertest.FakeRank(1, "exit:0"))
 	cfg.Results.Required = true
 	rep, err = launcher.Run(context.Background(), cfg)
 	var re *launcher.ResultsError
@@ -427,7 +420,7 @@ func TestResultChannel(t *testing.T) {
 	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != launcher.ExitResults {
 		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
 	}
-	launchertest.AssertAllGone(t, dir, 4, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 4)
 }
 
 func TestLogDirRedirectsAndFilter(t *testing.T) {
@@ -454,7 +447,7 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 			t.Fatalf("rank %d log file: %q %v", r, b, err)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 3, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 3)
 }
 
 // runLogDir is the one directory of run id below logDir: torchrun's <run-id>_<random>.
@@ -582,7 +575,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 			t.Errorf("rank %d: no live sample in the report", r.Rank)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+	launchertest.AssertAllGone(t, dir, 2)
 }
 
 // TestStaleErrorFileIsNotTheRootCause: every run has a new log directory, but a worker can write below it: a
@@ -637,18 +630,8 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 		rep, err := launcher.Run(ctx, cfgA)
 		done <- outcome{rep, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if es, _ := os.ReadDir(filepath.Join(dirA, "ready")); len(es) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatal("launcher A's workers not ready within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	t.Cleanup(func() { cancel(); <-done })
+	launchertest.WaitReady(t, dirA, 2)
 
 	dirB := launchertest.FakeDir(t)
 	cfgB, _, _ := config(t, 1, dirB, "exit:0")
@@ -659,6 +642,7 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	}
 	cancel() // B's sweep is over: A's workers must still be alive and stop on A's SIGTERM
 	a := <-done
+	done <- a // for the cleanup
 	if !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("launcher A: err %v, want context.Canceled (its workers killed by B's sweep: %v)", a.err, repB.Last().Swept)
 	}
@@ -667,6 +651,6 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Ended())
 		}
 	}
-	launchertest.AssertAllGone(t, dirA, 2, 5*time.Second)
-	launchertest.AssertAllGone(t, dirB, 1, 5*time.Second)
+	launchertest.AssertAllGone(t, dirA, 2)
+	launchertest.AssertAllGone(t, dirB, 1)
 }

@@ -5,9 +5,10 @@ import (
 	"net"
 	"os"
 	"testing"
-	"time"
 
 	"go.uber.org/zap"
+
+	"tpurun/launcher/launchertest"
 )
 
 // TestStatusServerCapsConnections: 100 idle token-less clients (never sending a request) hold at most
@@ -40,7 +41,13 @@ func TestStatusServerCapsConnections(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // let the server accept what it will; the assertion is a bound, not a timing
+	// The server accepts what it will: then its accept loop waits in limitListener.Accept for a free slot (the
+	// event), with its statusMaxConns connections open and the rest in the kernel's backlog. A server without
+	// the cap never waits there: it accepts all 100 and waits in the kernel's accept. (The idle connections are
+	// closed after statusTimeout, which frees slots: the assertion below comes long before, right after the event.)
+	launchertest.Eventually(t, "the status server's accept loop to wait for a free connection slot", func() bool {
+		return launchertest.GoroutineWaits("select", "(*limitListener).Accept") && fds()-before >= 100+statusMaxConns
+	})
 	if grew := fds() - before; grew > 100+statusMaxConns+4 {
 		t.Fatalf("100 idle clients made the process hold %d more descriptors, want at most %d (the clients' 100 and the server's cap %d)",
 			grew, 100+statusMaxConns+4, statusMaxConns)

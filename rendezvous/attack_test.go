@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,15 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// childServer: RDZV_TEST_SERVER=token. Listens on loopback, prints "addr <addr>", answers each line "stats" on
+// childServer: rdzvserver:TOKEN. Listens on loopback, prints "addr <addr>", answers each line "stats" on
 // stdin with its Stats as JSON, and serves until stdin closes.
-func childServer() int {
-	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: os.Getenv("RDZV_TEST_SERVER")})
+func childServer(w *launchertest.Worker) int {
+	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: w.Arg})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child server:", err)
 		return 3
@@ -50,8 +51,7 @@ type serverProcess struct {
 
 func startServerProcess(t *testing.T, token string) *serverProcess {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "RDZV_TEST_SERVER="+token)
+	cmd := launchertest.Command("rdzvserver:" + token)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -254,13 +254,12 @@ func testSlowloris(t *testing.T, attackers int, hello bool) {
 		}
 	}()
 	// the attack is in full swing: (nearly) every attacker holds a connection
-	deadline := time.Now().Add(30 * time.Second)
-	for live.Load() < int64(attackers*9/10) {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d attackers connected", live.Load())
+	launchertest.WaitFor(t, "the attack in full swing", func() error {
+		if n := live.Load(); n < int64(attackers*9/10) {
+			return fmt.Errorf("%d of %d attackers connected", n, attackers)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	start := time.Now()
 	ctx := context.Background()
 	errs := make([]error, 2)

@@ -3,10 +3,11 @@ package rendezvous
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"tpurun/rendezvous/etcdtest"
 )
 
 // benchWorld joins n simulated nodes (goroutines) and has them all pass one barrier; it returns when every node
@@ -67,8 +68,8 @@ func BenchmarkRendezvous256TCP(b *testing.B) {
 }
 
 func BenchmarkRendezvous256Etcd(b *testing.B) {
-	ec := startEtcd(b, 1)
-	ep := strings.Join(ec.endpoints, ",")
+	ec := etcdtest.Start(b, 1)
+	ep := ec.Endpoint()
 	for it := 0; it < b.N; it++ {
 		prefix := fmt.Sprintf("/bench/%d/", it)
 		benchWorld(b, 256, func(i int) Config {

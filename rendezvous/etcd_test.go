@@ -3,88 +3,19 @@ package rendezvous
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
+	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
 )
 
-// etcdCluster is a real etcd cluster of n members started in-process (temp dirs, free loopback ports).
-type etcdCluster struct {
-	members   []*embed.Etcd
-	endpoints []string
-}
-
-func startEtcd(t testing.TB, n int) *etcdCluster {
-	t.Helper()
-	var peers []string
-	cfgs := make([]*embed.Config, n)
-	for i := range n {
-		cfg := embed.NewConfig()
-		cfg.Name = fmt.Sprintf("m%d", i)
-		cfg.Dir = t.TempDir()
-		cu := url.URL{Scheme: "http", Host: freeAddr(t)}
-		pu := url.URL{Scheme: "http", Host: freeAddr(t)}
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-		cfg.LogLevel = "panic"
-		cfg.TickMs, cfg.ElectionMs = 20, 200
-		cfg.UnsafeNoFsync = true
-		peers = append(peers, cfg.Name+"="+pu.String())
-		cfgs[i] = cfg
-	}
-	c := &etcdCluster{members: make([]*embed.Etcd, n)}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i, cfg := range cfgs {
-		cfg.InitialCluster = strings.Join(peers, ",")
-		c.endpoints = append(c.endpoints, cfg.ListenClientUrls[0].Host)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.members[i], errs[i] = embed.StartEtcd(cfg)
-		}()
-	}
-	wg.Wait()
-	t.Cleanup(c.stop)
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("etcd member %d: %v", i, err)
-		}
-	}
-	for i, e := range c.members {
-		select {
-		case <-e.Server.ReadyNotify():
-		case <-time.After(20 * time.Second):
-			t.Fatalf("etcd member %d not ready", i)
-		}
-	}
-	return c
-}
-
-func (c *etcdCluster) stopMember(i int) {
-	if c.members[i] != nil {
-		c.members[i].Close()
-		<-c.members[i].Server.StopNotify()
-		c.members[i] = nil
-	}
-}
-
-func (c *etcdCluster) stop() {
-	for i := range c.members {
-		c.stopMember(i)
-	}
-}
-
 // newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
-func newEtcdCluster(t *testing.T, ec *etcdCluster, n int) *cluster {
+func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *cluster {
 	c := newCluster(t, BackendEtcd, n)
-	c.endpoint = strings.Join(ec.endpoints, ",")
+	c.endpoint = ec.Endpoint()
 	c.prefix = "/test/" + t.Name() + "/"
-	c.hb = 2 * time.Second // a 1 s lease can expire on a loaded 2-core machine before its keep-alive lands
 	return c
 }
 
@@ -93,7 +24,7 @@ func TestEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("etcd cluster: not in -short")
 	}
-	ec := startEtcd(t, 3)
+	ec := etcdtest.Start(t, 3) // heavy: takes the slot for the whole test
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprintf("AgreedWorld/%d", n), func(t *testing.T) { testAgreedWorld(t, newEtcdCluster(t, ec, n)) })
 	}
@@ -130,7 +61,7 @@ func TestEtcd(t *testing.T) {
 		killedAt := time.Now()
 		killed(t, cmd)
 		for _, i := range []int{0, 2} {
-			f := waitFailure(t, c.sess[i], 4*c.hb)
+			f := waitFailure(t, c.sess[i])
 			if !f.Lost || f.Node.Rank != 1 || f.Node.Host != "node-1" {
 				t.Fatalf("node %d heard %+v, want node rank 1 lost", i, f)
 			}
@@ -142,7 +73,7 @@ func TestEtcd(t *testing.T) {
 	})
 	t.Run("JoinCancelled", func(t *testing.T) {
 		c := newEtcdCluster(t, ec, 2)
-		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: never(),
 			Heartbeat: c.hb, RunID: "cancel", Conf: map[string]string{"prefix": c.prefix}})
 	})
 	t.Run("Elastic/LastCall", func(t *testing.T) { testElasticLastCall(t, newEtcdCluster(t, ec, 3)) })
@@ -154,13 +85,12 @@ func TestEtcd(t *testing.T) {
 	})
 	t.Run("MemberStopped", func(t *testing.T) {
 		// a 3-member cluster loses one member: the nodes carry on through the others
-		c := newEtcdCluster(t, ec, 3)
-		c.hb = 3 * time.Second // leases must outlive a leader election and the client's fail-over
+		c := newEtcdCluster(t, ec, 3) // the default heartbeat: leases outlive a leader election and the fail-over
 		ctx := context.Background()
 		c.start(ctx, nil)
 		c.mustJoin()
-		ec.stopMember(2)
-		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		ec.StopMember(2) // maybe the leader: the barrier runs through the election that follows
+		ctx, cancel := context.WithTimeout(ctx, launchertest.Deadline())
 		defer cancel()
 		var wg sync.WaitGroup
 		for i, s := range c.sess {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 // cluster is n nodes of one backend run as goroutines.
@@ -38,8 +40,15 @@ func freeAddr(t testing.TB) string {
 
 func hostName(i int) string { return fmt.Sprintf("node-%d", i) }
 
+// never is a rendezvous timeout longer than any wait of a test (launchertest.Deadline): a test that expects
+// something at once gives it to the rendezvous, so that the slow way (waiting the timeout out) fails the wait
+// instead of passing late.
+func never() time.Duration { return 2 * launchertest.Deadline() }
+
+// newCluster is n nodes of backend with the defaults a real job has (heartbeat) and a join timeout no test
+// reaches; a test of a timeout or a heartbeat sets its own.
 func newCluster(t *testing.T, backend string, n int) *cluster {
-	return &cluster{t: t, backend: backend, n: n, endpoint: freeAddr(t), timeout: 10 * time.Second, hb: 2 * time.Second}
+	return &cluster{t: t, backend: backend, n: n, endpoint: freeAddr(t), timeout: never(), hb: DefaultHeartbeat}
 }
 
 func (c *cluster) config(i int) (Config, Member) {
@@ -70,6 +79,13 @@ func (c *cluster) config(i int) (Config, Member) {
 // which are joined (all when nil).
 func (c *cluster) start(ctx context.Context, which []int) {
 	c.t.Helper()
+	c.join(ctx, c.prepare(ctx, which))
+}
+
+// prepare creates the Rendezvous of the nodes in which (all when nil; node 0 first, it hosts the tcp server) and
+// returns which.
+func (c *cluster) prepare(ctx context.Context, which []int) []int {
+	c.t.Helper()
 	c.rdzv = make([]*Rendezvous, c.n)
 	c.sess = make([]*Session, c.n)
 	c.errs = make([]error, c.n)
@@ -78,22 +94,34 @@ func (c *cluster) start(ctx context.Context, which []int) {
 			which = append(which, i)
 		}
 	}
-	var wg sync.WaitGroup
 	for _, i := range which {
-		cfg, m := c.config(i)
+		cfg, _ := c.config(i)
 		r, err := New(ctx, cfg)
 		if err != nil {
 			c.t.Fatalf("node %d: New: %v", i, err)
 		}
 		c.rdzv[i] = r
+	}
+	return which
+}
+
+// join joins the prepared nodes in which concurrently and waits for every join to return.
+func (c *cluster) join(ctx context.Context, which []int) {
+	c.t.Helper()
+	var wg sync.WaitGroup
+	for _, i := range which {
+		_, m := c.config(i)
+		r := c.rdzv[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.sess[i], c.errs[i] = r.Join(ctx, m)
 		}()
 	}
-	wg.Wait()
-	c.t.Cleanup(c.close)
+	joined := make(chan struct{})
+	go func() { wg.Wait(); close(joined) }()
+	c.t.Cleanup(func() { <-joined; c.close() })
+	launchertest.Done(c.t, "every node's Join to return", joined)
 }
 
 func (c *cluster) close() {
@@ -178,17 +206,19 @@ func lostErr(t *testing.T, err error) *NodeLostError {
 	return e
 }
 
-// waitFailure waits up to d for a failure on s's channel.
-func waitFailure(t *testing.T, s *Session, d time.Duration) Failure {
+// waitFailure waits for a failure on s's channel (Deadline at most).
+func waitFailure(t *testing.T, s *Session) Failure {
 	t.Helper()
+	timer := time.NewTimer(launchertest.Deadline())
+	defer timer.Stop()
 	select {
 	case f, ok := <-s.Failures():
 		if !ok {
 			t.Fatal("Failures closed without a failure")
 		}
 		return f
-	case <-time.After(d):
-		t.Fatalf("no failure within %s", d)
+	case <-timer.C:
+		t.Fatalf("no failure within %s", launchertest.Deadline())
 	}
 	return Failure{}
 }

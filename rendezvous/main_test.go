@@ -8,31 +8,41 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
+
 	"go.uber.org/goleak"
 )
 
-// TestMain doubles as a node process: with RDZV_TEST_NODE set, the test binary joins a rendezvous as one node
-// (so tests can SIGKILL a real launcher process) instead of running the tests.
-func TestMain(m *testing.M) {
-	if os.Getenv("RDZV_TEST_NODE") != "" {
-		os.Exit(childNode())
-	}
-	if os.Getenv("RDZV_TEST_SERVER") != "" {
-		os.Exit(childServer())
-	}
-	// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
-	// package uses no net/http, so those are not ours.
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
-		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))
+// The test binary doubles as a node process (rdzvnode, so that tests can SIGKILL a real launcher process) and as
+// a server process (rdzvserver, attack_test.go): launchertest's fake worker, with these verbs of this package.
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "rdzvnode", Run: childNode})
+	launchertest.Define(launchertest.Verb{Name: "rdzvserver", Run: childServer})
 }
 
-// childNode: RDZV_TEST_NODE=backend, RDZV_TEST_ENDPOINT, RDZV_TEST_NNODES, RDZV_TEST_RANK, RDZV_TEST_HOST,
+func TestMain(m *testing.M) {
+	launchertest.Dispatch()
+	code := launchertest.Run(m)
+	if code == 0 {
+		// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
+		// package uses no net/http, so those are not ours.
+		err := goleak.Find(
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+			goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+			goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// childNode: rdzvnode:BACKEND, RDZV_TEST_ENDPOINT, RDZV_TEST_NNODES, RDZV_TEST_RANK, RDZV_TEST_HOST,
 // RDZV_TEST_HB (duration), and for an elastic world RDZV_TEST_MIN, RDZV_TEST_LASTCALL (duration) and
 // RDZV_TEST_GEN=latest. Prints "joined <rank>" and then blocks until killed (or stdin closes).
-func childNode() int {
+func childNode(w *launchertest.Worker) int {
 	nn, _ := strconv.Atoi(os.Getenv("RDZV_TEST_NNODES"))
 	rank, _ := strconv.Atoi(os.Getenv("RDZV_TEST_RANK"))
 	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))
@@ -42,8 +52,8 @@ func childNode() int {
 	if os.Getenv("RDZV_TEST_GEN") == "latest" {
 		gen = LatestGeneration
 	}
-	cfg := Config{Backend: os.Getenv("RDZV_TEST_NODE"), Endpoint: os.Getenv("RDZV_TEST_ENDPOINT"), NNodes: nn, MinNodes: minNodes,
-		LastCall: lastCall, NodeRank: rank, Timeout: 20 * time.Second, Heartbeat: hb, RunID: "run", Conf: map[string]string{}}
+	cfg := Config{Backend: w.Arg, Endpoint: os.Getenv("RDZV_TEST_ENDPOINT"), NNodes: nn, MinNodes: minNodes,
+		LastCall: lastCall, NodeRank: rank, Timeout: never(), Heartbeat: hb, RunID: "run", Conf: map[string]string{}}
 	if p := os.Getenv("RDZV_TEST_PREFIX"); p != "" {
 		cfg.Conf["prefix"] = p
 	}

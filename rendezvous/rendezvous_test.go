@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 // embedded are the backends on the embedded server; etcd_test.go runs the same scenarios against etcd.
@@ -86,11 +88,7 @@ func testMissingNode(t *testing.T, c *cluster) {
 			m.Rank = i // so the missing one can be named by rank
 		}
 	}
-	start := time.Now()
-	c.start(context.Background(), []int{0, 1, 3})
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("timeout took %s", el)
-	}
+	c.start(context.Background(), []int{0, 1, 3}) // bounded by the deadline: the timeout must end the join
 	for _, i := range []int{0, 1, 3} {
 		e := rdzvErr(t, c.errs[i], ErrMissingNodes)
 		if len(e.Nodes) != 1 || e.Nodes[0].Rank != 2 {
@@ -176,7 +174,7 @@ func TestIdempotentRejoin(t *testing.T) {
 			if err := s2.Fail(ctx, Failure{WorkerRank: 5, Reason: "exit 1"}); err != nil {
 				t.Fatal(err)
 			}
-			f := waitFailure(t, c.sess[0], 5*time.Second)
+			f := waitFailure(t, c.sess[0])
 			if f.Lost || f.WorkerRank != 5 || f.Node.Instance != inst1 {
 				t.Fatalf("node 0 heard %v first, want node 1's worker failure", f)
 			}
@@ -212,20 +210,17 @@ func TestFailSpreads(t *testing.T) {
 
 func testFailSpreads(t *testing.T, c *cluster) {
 	ctx := context.Background()
+	c.hb = never() // the failure is pushed at once: nothing that waits for a heartbeat passes the wait
 	c.start(ctx, nil)
 	c.mustJoin()
-	sent := time.Now()
 	if err := c.sess[2].Fail(ctx, Failure{WorkerRank: 9, Reason: "worker rank 9 exited with code 1"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1, 3} {
-		f := waitFailure(t, c.sess[i], time.Second)
+		f := waitFailure(t, c.sess[i])
 		if f.Lost || f.Node.Host != "node-2" || f.Node.Rank != c.sess[2].Assignment().NodeRank || f.WorkerRank != 9 {
 			t.Fatalf("node %d heard %+v", i, f)
 		}
-	}
-	if el := time.Since(sent); el > time.Second {
-		t.Fatalf("failure took %s to spread", el)
 	}
 }
 
@@ -360,7 +355,7 @@ func TestNoServerIsBounded(t *testing.T) {
 func TestJoinCancelled(t *testing.T) {
 	for _, tc := range []struct{ name, isHost string }{{"connecting", "false"}, {"waiting", "true"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			testJoinCancelled(t, Config{Backend: BackendTCP, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 30 * time.Second,
+			testJoinCancelled(t, Config{Backend: BackendTCP, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: never(),
 				Conf: map[string]string{"is_host": tc.isHost}})
 		})
 	}
@@ -373,13 +368,19 @@ func testJoinCancelled(t *testing.T, cfg Config) {
 	}
 	defer r.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	start := time.Now()
-	_, err = r.Join(ctx, Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1})
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Join(ctx, Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1})
+		done <- err
+	}()
+	if srv := r.Server(); srv != nil {
+		waitEntries(t, srv, 1) // waiting for the world on the server it hosts
+	}
+	cancel() // otherwise: still connecting (tcp), or wherever the etcd join is
+	// The join timeout is past the deadline: only the cancel ends the join in time.
+	err = launchertest.Done(t, "the cancelled join to return", done)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("cancelled join: %v, want context.Canceled", err)
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Fatalf("cancelled join returned after %s", el)
 	}
 }

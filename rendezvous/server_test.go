@@ -178,7 +178,7 @@ func TestServerClosedMidRun(t *testing.T) {
 	c.mustJoin()
 	c.rdzv[0].Server().Close()
 	for i := 1; i < 3; i++ {
-		f := waitFailure(t, c.sess[i], 5*time.Second)
+		f := waitFailure(t, c.sess[i])
 		if !f.Lost || f.Node.Rank != 0 {
 			t.Fatalf("node %d heard %+v, want the server lost", i, f)
 		}

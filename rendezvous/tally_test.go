@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -27,13 +29,7 @@ func TestRefusalsSummarized(t *testing.T) {
 	if logs.Len() != 1 {
 		t.Fatalf("%d lines, want the rest held for the summary", logs.Len())
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for logs.Len() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no summary line")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	launchertest.Eventually(t, "the summary line", func() bool { return logs.Len() >= 2 })
 	all := logs.All()
 	if gap := all[1].Time.Sub(all[0].Time); gap < every*8/10 {
 		t.Fatalf("summary %s after the first line, want about %s", gap, every)

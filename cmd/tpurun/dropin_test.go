@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
@@ -92,7 +91,7 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	addr := hostAddr()
 	if addr == "" {
 		msg := "this host has no non-loopback IPv4 address for the two-node half"
-		if os.Getenv("CI") == "true" {
+		if os.Getenv(launchertest.EnvCI) == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip("SKIPPED, NOT PASSED: " + msg)
@@ -101,12 +100,12 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	port := portBase(t)
 	var nodes []*node
 	for i := range 2 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0", "TPURUN_RDZV_TOKEN=s3cret"),
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"), "TPURUN_RDZV_TOKEN=s3cret"),
 			"--nnodes=2", "--node_rank="+strconv.Itoa(i), "--master_addr="+addr, "--master_port="+strconv.Itoa(port), "--device", "cpu",
 			"--rdzv-timeout", "20", "--", self(t)))
 	}
 	for i, n := range nodes {
-		if code := n.wait(t, 30*time.Second); code != 0 {
+		if code := n.wait(t); code != 0 {
 			t.Fatalf("node %d off loopback with TPURUN_RDZV_TOKEN: exit %d\n%s", i, code, n.stderr.String())
 		}
 	}
@@ -121,11 +120,11 @@ func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for range 2 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=env"), "--nnodes=2", "--nproc-per-node=2",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), "--nnodes=2", "--nproc-per-node=2",
 			"--rdzv-backend=c10d", "--rdzv-endpoint="+ep, "--rdzv-id=twoagents", "--device", "cpu", "--no-python", self(t)))
 	}
 	for i, n := range nodes {
-		if code := n.wait(t, 30*time.Second); code != 0 {
+		if code := n.wait(t); code != 0 {
 			t.Fatalf("agent %d: exit %d\n%s", i, code, n.stderr.String())
 		}
 	}
@@ -139,10 +138,10 @@ func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 		"--rdzv-id=tpu", "--rdzv-timeout=20", "--", "true"}
 	env := append(append([]string(nil), h.env...), "TPU_ACCELERATOR_TYPE=v4-16")
 	first := startNode(t, env, args...)
-	waitListening(t, ep)
+	launchertest.WaitListening(t, ep)
 	second := startNode(t, env, args...)
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t, 30*time.Second); code != launcher.ExitRendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
+		if code := n.wait(t); code != launcher.ExitRendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
 			t.Fatalf("TPU agent %d: exit %d, want %d naming --node-name\n%s", i, code, launcher.ExitRendezvous, n.stderr.String())
 		}
 	}
@@ -154,7 +153,7 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 	t.Parallel()
 	run := func(args ...string) result {
 		t.Helper()
-		return runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=exit:0"}, append(append([]string{"--device", "cpu"}, args...), "--", os.Args[0])...)
+		return runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0")}, append(append([]string{"--device", "cpu"}, args...), "--", os.Args[0])...)
 	}
 	c10d := func(extra ...string) []string {
 		return append([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:" + strconv.Itoa(portBase(t))}, extra...)
@@ -175,7 +174,7 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 	}
 	// --rdzv-id is the run id on one node too: TORCHELASTIC_RUN_ID and the log directory's name.
 	dir, logs := launchertest.FakeDir(t), t.TempDir()
-	r = runCLI(t, dir, []string{"TPURUN_FAKE=env"}, "--rdzv-id=myjob", "--log-dir", logs, "--device", "cpu", "--no-python", self(t))
+	r = runCLI(t, dir, []string{launchertest.Fake("env")}, "--rdzv-id=myjob", "--log-dir", logs, "--device", "cpu", "--no-python", self(t))
 	wantExit(t, "--rdzv-id on one node", r, 0)
 	if b, _ := os.ReadFile(filepath.Join(dir, "env-0.json")); !strings.Contains(string(b), `"TORCHELASTIC_RUN_ID=myjob"`) {
 		t.Errorf("--rdzv-id myjob: worker env %s", b)
@@ -210,12 +209,12 @@ func TestDropinUnevenWorkersPerNode(t *testing.T) {
 	ep := launchertest.FreeEndpoint(t)
 	var nodes []*node
 	for i := range 3 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=env"), "--nnodes=3",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), "--nnodes=3",
 			"--nproc-per-node="+strconv.Itoa(i+1), "--rdzv-backend=c10d", "--rdzv-endpoint="+ep, "--rdzv-id=uneven", "--device", "cpu",
 			"--no-python", self(t)))
 	}
 	for i, n := range nodes {
-		if code := n.wait(t, 30*time.Second); code != 0 {
+		if code := n.wait(t); code != 0 {
 			t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
 		}
 	}
@@ -253,17 +252,9 @@ func TestDropinUnevenWorkersPerNode(t *testing.T) {
 // python3 is python3 as PATH finds it and the interpreter it runs (sys.executable: a pyenv shim runs another).
 func python3(t *testing.T) (onPath, real string) {
 	t.Helper()
-	p, err := exec.LookPath("python3")
-	var out []byte
-	if err == nil {
-		out, err = exec.Command(p, "-c", "import sys; print(sys.executable)").Output()
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip("SKIPPED, NOT PASSED: no python3: " + err.Error())
-	}
+	p := launchertest.Need(t, "python3")
+	out, err := exec.Command(p, "-c", "import sys; print(sys.executable)").Output()
+	mustDo(t, err)
 	return p, strings.TrimSpace(string(out))
 }
 
@@ -319,7 +310,7 @@ func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 	}
 
 	parent := filepath.Join(t.TempDir(), "parent-error.json")
-	r := runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=record:3", "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r := runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("record:3"), "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a failing rank under a parent's TORCHELASTIC_ERROR_FILE", r, 3)
 	var doc struct {
 		Message struct {
@@ -333,13 +324,13 @@ func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 		t.Errorf("parent's error file: %v %+v", err, doc)
 	}
 
-	r = runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=exit:0", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}-$local_rank:${rank}]: "},
+	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0"), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}-$local_rank:${rank}]: "},
 		"--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", r, 0)
 	if !strings.Contains(r.stdout, "[default-1:1]: rank 1 exits 0\n") {
 		t.Errorf("no line with torchrun's template prefix:\n%s", r.stdout)
 	}
-	r = runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=exit:0"}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0")}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "rank 0 exits 0\n") {
 		t.Errorf("--log-prefix '': exit %d, stdout %q, want the raw line", r.code, r.stdout)
 	}
@@ -359,7 +350,7 @@ func TestDropinHelpAndLogs(t *testing.T) {
 	}
 
 	dir := launchertest.FakeDir(t)
-	r = runCLI(t, dir, []string{"TPURUN_FAKE=failuntil:5"}, "--log-format", "json", "--max-restarts", "1", "--nprocs", "2", "--device", "cpu",
+	r = runCLI(t, dir, []string{launchertest.Fake("failuntil:5")}, "--log-format", "json", "--max-restarts", "1", "--nprocs", "2", "--device", "cpu",
 		"--", os.Args[0])
 	wantExit(t, "--log-format json", r, 3)
 	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
@@ -372,7 +363,7 @@ func TestDropinHelpAndLogs(t *testing.T) {
 		t.Errorf("no summary or last record:\n%s", r.stderr)
 	}
 
-	r = runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=failuntil:5"}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("failuntil:5")}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a restarted run", r, 3, "restarting the workers")
 	sum0, start1 := strings.Index(r.stderr, "attempt 0: failure"), strings.Index(r.stderr, `"attempt": 1`)
 	if sum0 < 0 || start1 < 0 || sum0 > start1 {
@@ -396,7 +387,7 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 	// PYTHONPATH just under Linux's limit for one string: tpurun starts, its workers' PYTHONPATH (with the module
 	// appended) cannot.
 	long := "/" + strings.Repeat("p", 32*4096-len("PYTHONPATH=")-8)
-	r = runCLI(t, launchertest.FakeDir(t), []string{"TPURUN_FAKE=exit:0", "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a PYTHONPATH near the limit", r, launcher.ExitUsage, "PYTHONPATH", "over Linux's 131072-byte limit")
 	r = runCLI(t, "", nil, "--master-addr", "10.255.255.254", "--device", "cpu", "--", "true")
 	wantExit(t, "a MASTER_ADDR of another host", r, launcher.ExitUsage, "is not an address of this host", "leave it unset")

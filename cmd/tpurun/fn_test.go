@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,80 +13,40 @@ import (
 	"testing"
 
 	"tpurun/launcher"
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/results"
 	"tpurun/worker"
 )
 
-// init lets the test binary play a Go worker of the result contract (TPURUN_TEST_RESULTS=MODE) before TestMain:
-//   - ok: report {"replica", "rank", "sq"} for every owned replica;
-//   - seed: report replica 0 whatever the worker owns (xmp.spawn's "4 results for replica 0");
-//   - foreign: ok, and rank 1 also reports replica 99;
-//   - missing: ok, except rank 1 reports nothing and exits 0;
-//   - big: ok, except rank 1 reports a 4 KiB string;
+// resultWorkers is the environment of the Go result workers of each scenario (launchertest's result verbs): every
+// rank reports {"replica", "rank", "sq"} for each replica it owns, except rank 1 where it says otherwise.
+//   - ok: every rank reports;
+//   - seed: every rank reports replica 0 whatever it owns (xmp.spawn's "4 results for replica 0");
+//   - foreign: rank 1 also reports replica 99;
+//   - missing: rank 1 reports nothing and exits 0;
+//   - big: rank 1 reports a 4 KiB string;
 //   - huge: every rank reports a 5 MB string of its rank's last digit;
-//   - garbage: ok, except rank 1 writes bytes that are not a frame;
-//   - fail0: ok, except rank 1 reports an error for its replica and exits 0;
-//   - exit7: ok, except rank 1 reports nothing and exits 7;
-//   - truncated: ok, except rank 1 writes a frame header announcing 100 bytes and only 10 of them;
-//   - restart: ok, but rank 1 exits 5 after reporting in attempt 0 (TORCHELASTIC_RESTART_COUNT=0).
-func init() {
-	mode := os.Getenv("TPURUN_TEST_RESULTS")
-	if mode == "" {
-		return
+//   - garbage: rank 1 writes bytes that are not a frame instead;
+//   - fail0: rank 1 reports an error for its replica and exits 0;
+//   - exit7: rank 1 reports nothing and exits 7;
+//   - truncated: rank 1 writes a frame header announcing 100 bytes and only 9 of them instead;
+//   - restart: rank 1 exits 5 after reporting in attempt 0 (TORCHELASTIC_RESTART_COUNT=0).
+func resultWorkers(mode string) []string {
+	rank1 := map[string]string{"foreign": "foreign", "missing": "silent", "big": "big:4096", "garbage": "notaframe",
+		"fail0": "fail:0", "exit7": "crash:7", "truncated": "cutframe", "restart": "reportfailfirst:5"}
+	switch mode {
+	case "seed":
+		return []string{launchertest.Fake("seed0")}
+	case "huge":
+		return []string{launchertest.Fake("big:5000000")}
+	case "ok":
+		return []string{launchertest.Fake("report")}
 	}
-	os.Exit(resultWorker(mode))
-}
-
-func resultWorker(mode string) int {
-	rank, _ := strconv.Atoi(os.Getenv("RANK"))
-	reps, err := worker.Replicas()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 97
+	v, ok := rank1[mode]
+	if !ok {
+		panic("no result scenario " + mode)
 	}
-	ch := os.NewFile(3, "results")
-	anyc := worker.NewClient(ch, nil) // may report any replica: for the violations
-	c, err := worker.Open()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 97
-	}
-	special := rank == 1
-	for _, r := range reps {
-		switch {
-		case mode == "seed":
-			err = anyc.Report(0, map[string]int{"replica": 0, "rank": rank})
-		case special && mode == "missing":
-		case special && mode == "exit7":
-			return 7
-		case mode == "huge": // every rank: a 5 MB string (over the TCP rendezvous's 4 MiB message)
-			err = c.Report(r, strings.Repeat(strconv.Itoa(rank%10), 5_000_000))
-		case special && mode == "big":
-			err = c.Report(r, strings.Repeat("x", 4096))
-		case special && mode == "garbage":
-			_, err = ch.Write([]byte("this is not a tpurun frame, just bytes on fd 3\n"))
-		case special && mode == "truncated":
-			h := worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, r, 100)
-			_, err = ch.Write(append(h, "[1,2,3,4]"...))
-		case special && mode == "fail0":
-			err = c.Fail(r, errors.New("replica diverged"))
-		default:
-			err = c.Report(r, map[string]int{"replica": r, "rank": rank, "sq": r * r})
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 96
-		}
-	}
-	if special && mode == "restart" && os.Getenv("TORCHELASTIC_RESTART_COUNT") == "0" {
-		return 5
-	}
-	if special && mode == "foreign" {
-		if err := anyc.Report(99, "not mine"); err != nil {
-			return 96
-		}
-	}
-	return 0
+	return []string{launchertest.Fake("report"), launchertest.FakeRank(1, v)}
 }
 
 type goodValue struct{ Replica, Rank, Sq int }
@@ -99,7 +58,7 @@ func runResults(t *testing.T, mode string, n int, extra ...string) (result, *res
 	file := filepath.Join(t.TempDir(), "results.json")
 	args := append([]string{"--nprocs", strconv.Itoa(n), "--results", file, "--json"}, extra...)
 	args = append(args, "--", os.Args[0])
-	r := runCLI(t, t.TempDir(), []string{"TPURUN_TEST_RESULTS=" + mode}, args...)
+	r := runCLI(t, t.TempDir(), resultWorkers(mode), args...)
 	var fromFile, fromJSON results.Document
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -173,7 +132,7 @@ func TestSeedScenarioDuplicateExit65(t *testing.T) {
 // scenario is never dropped silently.
 func TestResultsCheckedWithoutFlags(t *testing.T) {
 	t.Parallel()
-	r := runCLI(t, t.TempDir(), []string{"TPURUN_TEST_RESULTS=seed"}, "--nprocs", "3", "--", os.Args[0])
+	r := runCLI(t, t.TempDir(), resultWorkers("seed"), "--nprocs", "3", "--", os.Args[0])
 	if r.code != launcher.ExitResults || !strings.Contains(r.stderr, "duplicate_result: 3 results for replica 0") {
 		t.Fatalf("exit %d, want %d naming the duplicate\n%s", r.code, launcher.ExitResults, r.stderr)
 	}
@@ -225,7 +184,7 @@ func TestReplicaErrorWithExit0Exits1(t *testing.T) {
 	t.Parallel()
 	r, doc, _ := runResults(t, "fail0", 3)
 	if r.code != 1 || len(doc.Results) != 3 || doc.Results[1].OK || doc.Results[1].Error == nil ||
-		doc.Results[1].Error.Message != "replica diverged" {
+		doc.Results[1].Error.Message != "rank 1: loss is NaN" {
 		t.Fatalf("exit %d, results %+v\n%s", r.code, doc.Results, r.stderr)
 	}
 	checkGood(t, doc, 0, 2)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,14 +14,15 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"tpurun/launcher/launchertest"
 )
 
-// init lets the test binary play two more helpers before TestMain runs:
-//   - TPURUN_TEST_ENVDUMP=DIR: a worker that writes its whole environment as JSON to DIR/<RANK>.json and exits 0;
-//   - TPURUN_TEST_HOLD=PATH: a process that holds PATH open (like a TPU runtime holding /dev/vfio/N) until its
-//     stdin closes.
+// Two verbs of this package's own:
+//   - envdump:DIR, a worker that writes its whole environment as JSON to DIR/<RANK>.json and exits 0;
+//   - hold:PATH, a process that holds PATH open (like a TPU runtime holding /dev/vfio/N) until its stdin closes.
 func init() {
-	if dir := os.Getenv("TPURUN_TEST_ENVDUMP"); dir != "" {
+	launchertest.Define(launchertest.Verb{Name: "envdump", Run: func(w *launchertest.Worker) int {
 		env := map[string]string{}
 		for _, kv := range os.Environ() {
 			k, v, _ := strings.Cut(kv, "=")
@@ -30,28 +30,28 @@ func init() {
 		}
 		b, err := json.Marshal(env)
 		if err == nil {
-			tmp := filepath.Join(dir, "."+os.Getenv("RANK")+".tmp")
+			tmp := filepath.Join(w.Arg, "."+w.Rank+".tmp")
 			if err = os.WriteFile(tmp, b, 0o644); err == nil {
-				err = os.Rename(tmp, filepath.Join(dir, os.Getenv("RANK")+".json"))
+				err = os.Rename(tmp, filepath.Join(w.Arg, w.Rank+".json"))
 			}
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "envdump:", err)
-			os.Exit(97)
+			return 97
 		}
-		os.Exit(0)
-	}
-	if path := os.Getenv("TPURUN_TEST_HOLD"); path != "" {
-		f, err := os.Open(path)
+		return 0
+	}})
+	launchertest.Define(launchertest.Verb{Name: "hold", Run: func(w *launchertest.Worker) int {
+		f, err := os.Open(w.Arg)
 		if err != nil {
 			fmt.Println("open:", err)
-			os.Exit(3)
+			return 3
 		}
 		fmt.Println("ready")
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		_ = f.Close()
-		os.Exit(0)
-	}
+		return 0
+	}})
 }
 
 // host is a fake /sys and /dev tree of one accelerator host, plus a clean environment for tpurun.
@@ -92,7 +92,7 @@ func newHost(t *testing.T, id string, n int) *host {
 		mustDo(t, os.WriteFile(node, nil, 0o644))
 	}
 	h.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GCE_METADATA_HOST=" + refusedAddr(t),
-		"TPURUN_TEST_ENVDUMP=" + h.dumps}
+		launchertest.Fake("envdump:" + h.dumps)}
 	return h
 }
 
@@ -160,12 +160,8 @@ func (h *host) cli(t *testing.T, extraEnv []string, args ...string) result {
 	cmd.Dir = h.wd
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatal(err)
-	}
-	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	code := launchertest.WaitExit(t, cmd) // bounded: "seconds, not minutes" (DESIGN.md) is the deadline
+	return result{code, out.String(), errb.String()}
 }
 
 // planJSON is the output of `tpurun plan --format json`.
@@ -217,10 +213,7 @@ func (h *host) dumped(t *testing.T) map[string]map[string]string {
 // cleanup.
 func hold(t *testing.T, path string) int {
 	t.Helper()
-	exe, err := os.Executable()
-	mustDo(t, err)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TPURUN_TEST_HOLD="+path)
+	cmd := launchertest.Command("hold:" + path)
 	stdin, err := cmd.StdinPipe()
 	mustDo(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -228,7 +221,7 @@ func hold(t *testing.T, path string) int {
 	mustDo(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = stdin.Close()
-		_ = cmd.Wait()
+		launchertest.WaitExit(t, cmd)
 	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {

@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
 	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
 
 	"tpurun/launcher"
 	"tpurun/launcher/results"
@@ -33,13 +34,13 @@ func TestMultihostRemoteViolations(t *testing.T) {
 			var nodes []*node
 			for i := 0; i < 2; i++ {
 				args := []string{"--device", "cpu", "--nprocs", "1", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
-					"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "remote-" + tc.mode, "--rdzv-timeout", "20s",
+					"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "remote-" + tc.mode, "--rdzv-timeout", joinTimeout,
 					"--node-name", "n" + strconv.Itoa(i), "--json"}
 				args = append(append(args, tc.extra...), "--", self(t))
-				nodes = append(nodes, startNode(t, append(os.Environ(), "TPURUN_TEST_RESULTS="+tc.mode), args...))
+				nodes = append(nodes, startNode(t, append(os.Environ(), resultWorkers(tc.mode)...), args...))
 			}
 			for i, n := range nodes {
-				if code := n.wait(t, 30*time.Second); code != launcher.ExitResults {
+				if code := n.wait(t); code != launcher.ExitResults {
 					t.Fatalf("node %d: exit %d, want %d\nstderr:\n%s\nnode 0 stdout:\n%s", i, code, launcher.ExitResults,
 						n.stderr.String(), nodes[0].stdout.String())
 				}
@@ -78,18 +79,18 @@ func TestMultihostHugeResults(t *testing.T) {
 			t.Parallel()
 			ep := launchertest.FreeEndpoint(t)
 			if backend == "etcd" {
-				ep = launchertest.StartEtcd(t)
+				ep = etcdtest.StartOne(t)
 			}
 			doc := filepath.Join(t.TempDir(), "results.json")
 			var nodes []*node
 			for i := 0; i < 2; i++ {
 				args := []string{"--device", "cpu", "--nprocs", "1", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
-					"--rdzv-backend", backend, "--rdzv-endpoint", ep, "--rdzv-id", "huge-" + backend, "--rdzv-timeout", "30s",
+					"--rdzv-backend", backend, "--rdzv-endpoint", ep, "--rdzv-id", "huge-" + backend, "--rdzv-timeout", joinTimeout,
 					"--node-name", "n" + strconv.Itoa(i), "--results", doc + strconv.Itoa(i), "--expect-results", "--", self(t)}
-				nodes = append(nodes, startNode(t, append(os.Environ(), "TPURUN_TEST_RESULTS=huge"), args...))
+				nodes = append(nodes, startNode(t, append(os.Environ(), resultWorkers("huge")...), args...))
 			}
 			for i, n := range nodes {
-				if code := n.wait(t, 60*time.Second); code != 0 {
+				if code := n.wait(t); code != 0 {
 					t.Fatalf("node %d: exit %d, want 0\nstderr:\n%s", i, code, n.stderr.String())
 				}
 			}

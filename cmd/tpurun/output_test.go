@@ -74,10 +74,10 @@ func TestOutputSlowReaderLosesNothing(t *testing.T) {
 			pw.Close()
 			got := make(chan []string)
 			go func() { got <- countLines(pr, tc.wait, tc.rate) }()
-			err = cmd.Wait()
+			code := launchertest.WaitExit(t, cmd)
 			lines := <-got
-			if err != nil {
-				t.Fatalf("tpurun: %v", err)
+			if code != 0 {
+				t.Fatalf("tpurun: exit %d", code)
 			}
 			per := map[string]int{}
 			for _, l := range lines {
@@ -96,13 +96,13 @@ func TestOutputSlowReaderLosesNothing(t *testing.T) {
 // with its prefix, exactly once.
 func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 	t.Parallel()
-	dir := faultDir(t)
+	dir := launchertest.FakeDir(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const ranks, n = 4, 100
-	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=long:" + strconv.Itoa(n)}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("long:" + strconv.Itoa(n))}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -110,10 +110,10 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 	pw.Close()
 	got := make(chan []string)
 	go func() { got <- countLines(pr, 0, 0) }()
-	err = cmd.Wait()
+	code := launchertest.WaitExit(t, cmd)
 	lines := <-got
-	if err != nil {
-		t.Fatalf("tpurun: %v", err)
+	if code != 0 {
+		t.Fatalf("tpurun: exit %d", code)
 	}
 	whole := regexp.MustCompile(`^\[(\d)\] rank (\d) (out|err) (\d+) (a+)$`)
 	seen := map[string]bool{}
@@ -129,7 +129,7 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 	if len(seen) != ranks*n*2 {
 		t.Fatalf("%d whole worker lines, want %d", len(seen), ranks*n*2)
 	}
-	assertNothingLeft(t, dir, ranks, 5*time.Second)
+	assertNothingLeft(t, dir, ranks)
 }
 
 // TestOutputClosedStdout: `tpurun ... | head -1`: the reader reads one line and goes away. tpurun stops the run
@@ -137,28 +137,25 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 // stderr and exits 141 as a program killed by SIGPIPE would.
 func TestOutputClosedStdout(t *testing.T) {
 	t.Parallel()
-	dir := faultDir(t)
+	dir := launchertest.FakeDir(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, _, _ := tpurun(dir, []string{"TPURUN_FAULT=flood:10000000", "TPURUN_FAULT_1=grandkids:0"}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
-	errb := &syncBuffer{}
+	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:10000000"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+	errb := &launchertest.Buffer{}
 	cmd.Stdout, cmd.Stderr = pw, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pw.Close()
-	launchertest.WaitReady(t, dir, 2)
-	for es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) < 2; es, _ = os.ReadDir(filepath.Join(dir, "gc")) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	launchertest.WaitReady(t, dir, 2)                  // rank 1 is ready once both grandchildren recorded their pid
 	first, err := bufio.NewReader(pr).ReadString('\n') // head -1
 	if err != nil || !strings.Contains(first, "flood") {
 		t.Fatalf("first line %q %v", first, err)
 	}
 	pr.Close()
-	_ = cmd.Wait()
+	launchertest.WaitExit(t, cmd)
 	if code := cmd.ProcessState.ExitCode(); code != 141 {
 		t.Fatalf("exit %d, want 141\n%s", code, errb.String())
 	}
@@ -167,7 +164,7 @@ func TestOutputClosedStdout(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
 	}
-	assertNothingLeft(t, dir, 2+2, 5*time.Second)
+	assertNothingLeft(t, dir, 2+2)
 }
 
 // TestOutputFullDisk: stdout on a full disk (a 64 KiB tmpfs) is a write error that stops the run with 74 and a
@@ -175,12 +172,10 @@ func TestOutputClosedStdout(t *testing.T) {
 // document with exit 0).
 func TestOutputFullDisk(t *testing.T) {
 	t.Parallel()
+	launchertest.Need(t, "tmpfs")
 	disk := t.TempDir()
 	if err := syscall.Mount("tpurun-test", disk, "tmpfs", 0, "size=64k"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount a 64k tmpfs on %s: %v (CI must run this as root)", disk, err)
-		}
-		t.Skipf("SKIPPED, NOT PASSED: cannot mount a tmpfs (%v); run as root to test a full disk", err)
+		t.Fatalf("mount a 64k tmpfs on %s: %v", disk, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(disk, syscall.MNT_DETACH) })
 	for i, tc := range []struct {
@@ -191,7 +186,7 @@ func TestOutputFullDisk(t *testing.T) {
 		{"report", []string{"--json"}},        // the document after the disk is full
 		{"exit:0", []string{"--nprocs", "1"}}, // even the summary-free run: the file was filled beforehand
 	} {
-		dir := faultDir(t)
+		dir := launchertest.FakeDir(t)
 		out, err := os.Create(filepath.Join(disk, fmt.Sprintf("out%d", i)))
 		if err != nil {
 			t.Fatal(err)
@@ -199,14 +194,14 @@ func TestOutputFullDisk(t *testing.T) {
 		if tc.fault != "flood:100000" { // fill the disk first
 			_, _ = out.Write(make([]byte, 128<<10))
 		}
-		cmd, _, errb := tpurun(dir, []string{"TPURUN_FAULT=" + tc.fault}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
+		cmd, _, errb := tpurun(dir, []string{launchertest.Fake(tc.fault)}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
 		cmd.Stdout = out
-		_ = cmd.Run()
+		launchertest.WaitExit(t, cmd)
 		out.Close()
 		if code := cmd.ProcessState.ExitCode(); code != 74 || !strings.Contains(errb.String(), "no space left on device") {
 			t.Errorf("%s %v: exit %d, want 74 naming the full disk\n%s", tc.fault, tc.args, code, errb.String())
 		}
-		assertNothingLeft(t, dir, 0, 5*time.Second)
+		assertNothingLeft(t, dir, 0)
 		_ = os.Remove(out.Name())
 	}
 }

@@ -19,88 +19,75 @@ import (
 	"tpurun/launcher/launchertest"
 )
 
-// init lets the test binary play the PID-1 tests' processes (TPURUN_PID1_ROLE) before TestMain runs:
-//   - orphaner: start a middle process that starts a short-lived grandchild and exits at once, so the grandchild
-//     is orphaned to PID 1 (tpurun); then poll /proc until the grandchild is reaped (exit 0) or stays a zombie
-//     (exit 3).
-//   - middle: start a "short" grandchild, print its pid, exit without waiting.
-//   - short: exit 0 after 100ms.
-//   - hang: print "ready" and wait for a signal (SIGTERM's default action ends it).
-//   - hangignore: ignore SIGTERM, print "ready" and wait for SIGKILL.
+// This file's verbs:
+//   - orphaner: start a shortorphan process, which starts a short-lived grandchild and exits at once, so the
+//     grandchild is orphaned to PID 1 (tpurun); then poll /proc until the grandchild is reaped (exit 0), or exit
+//     3 if it stays a zombie until the deadline.
+//   - shortorphan: start a "short" grandchild, print its pid, exit without waiting.
+//   - short:PID: exit 0 as soon as its parent, PID, is gone (it is an orphan then).
+//   - announce:N: ignore signal N (unless 0), print "ready" and wait for a signal (SIGKILL at least).
 func init() {
-	role := os.Getenv("TPURUN_PID1_ROLE")
-	if role == "" {
-		return
-	}
-	os.Exit(pid1Role(role))
-}
-
-func pid1Role(role string) int {
-	self := func(r string) *exec.Cmd {
-		c := exec.Command(os.Args[0])
-		c.Env = append(os.Environ(), "TPURUN_PID1_ROLE="+r)
-		return c
-	}
-	switch role {
-	case "short":
-		time.Sleep(100 * time.Millisecond)
-		return 0
-	case "middle":
-		c := self("short")
+	launchertest.Define(launchertest.Verb{Name: "orphaner", Run: orphaner, Spawns: []string{"shortorphan"}})
+	launchertest.Define(launchertest.Verb{Name: "shortorphan", Run: func(w *launchertest.Worker) int {
+		c := w.Child("short:" + strconv.Itoa(os.Getpid()))
 		if err := c.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 4
 		}
 		fmt.Println(c.Process.Pid)
 		return 0
-	case "orphaner":
-		out, err := self("middle").Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "middle:", err)
-			return 4
-		}
-		gpid := strings.TrimSpace(string(out))
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			st, err := os.ReadFile("/proc/" + gpid + "/stat")
-			if errors.Is(err, os.ErrNotExist) {
-				fmt.Printf("orphan %s reaped\n", gpid)
-				return 0
+	}, Spawns: []string{"short"}})
+	launchertest.Define(launchertest.Verb{Name: "short", Run: func(w *launchertest.Worker) int {
+		_ = launchertest.Poll("the parent to exit", func() error {
+			if os.Getppid() == w.N {
+				return errors.New("still there")
 			}
-			if time.Now().After(deadline) {
-				fmt.Printf("orphan %s not reaped: %s\n", gpid, st)
-				return 3
-			}
-			time.Sleep(10 * time.Millisecond)
+			return nil
+		})
+		return 0
+	}})
+	launchertest.Define(launchertest.Verb{Name: "announce", Run: func(w *launchertest.Worker) int {
+		if w.N != 0 {
+			signal.Ignore(syscall.Signal(w.N))
 		}
-	case "hang":
 		fmt.Println("ready")
 		select {}
-	case "hangignore": // a worker whose shutdown outlasts any grace: only SIGKILL ends it
-		signal.Ignore(syscall.SIGTERM)
-		fmt.Println("ready")
-		select {}
-	}
-	return 5
+	}})
 }
 
-// inNewPIDNamespace prepares tpurun as PID 1 of a new PID namespace with its own /proc.
-func inNewPIDNamespace(t *testing.T, role string, args ...string) *exec.Cmd {
-	t.Helper()
-	unshare, err := exec.LookPath("unshare")
+func orphaner(w *launchertest.Worker) int {
+	out, err := w.Child("shortorphan").Output()
 	if err != nil {
-		t.Fatalf("unshare (util-linux) is needed for the PID-1 tests: %v", err)
+		fmt.Fprintln(os.Stderr, "shortorphan:", err)
+		return 4
 	}
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("PID-namespace tests need root (unshare --pid); CI must run them as root")
+	gpid := strings.TrimSpace(string(out))
+	var st []byte
+	err = launchertest.Poll("the orphan "+gpid+" reaped", func() error {
+		st, err = os.ReadFile("/proc/" + gpid + "/stat")
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
 		}
-		t.Skip("SKIPPED, NOT PASSED: PID-namespace tests need root (unshare --pid)")
+		return fmt.Errorf("%s", st)
+	})
+	if err != nil {
+		fmt.Printf("orphan %s not reaped: %v\n", gpid, err)
+		return 3
 	}
+	fmt.Printf("orphan %s reaped\n", gpid)
+	return 0
+}
+
+// inNewPIDNamespace prepares tpurun as PID 1 of a new PID namespace with its own /proc, its workers doing verb.
+func inNewPIDNamespace(t *testing.T, verb string, args ...string) *exec.Cmd {
+	t.Helper()
+	env := append(os.Environ(), launchertest.Fake(verb)) // the verb is used, even where the test is skipped
+	unshare := launchertest.Need(t, "unshare")           // util-linux
+	launchertest.Need(t, "root")                         // unshare --pid
 	full := append([]string{"--pid", "--fork", "--mount-proc", filepath.Join(bin, "tpurun")}, args...)
 	full = append(full, "--", os.Args[0])
 	cmd := exec.Command(unshare, full...)
-	cmd.Env = append(os.Environ(), "TPURUN_PID1_ROLE="+role)
+	cmd.Env = env
 	return cmd
 }
 
@@ -110,9 +97,8 @@ func TestPID1ReapsOrphanedGrandchildren(t *testing.T) {
 	cmd := inNewPIDNamespace(t, "orphaner", "--nprocs", "2", "--device", "cpu", "--grace", "2s")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if err != nil {
-		t.Fatalf("tpurun as PID 1: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+	if code := launchertest.WaitExit(t, cmd); code != 0 {
+		t.Fatalf("tpurun as PID 1: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	if n := strings.Count(out.String(), "reaped"); n != 2 {
 		t.Fatalf("%d workers saw their orphan reaped, want 2\nstdout:\n%s\nstderr:\n%s", n, out.String(), errb.String())
@@ -122,7 +108,7 @@ func TestPID1ReapsOrphanedGrandchildren(t *testing.T) {
 // SIGTERM to PID 1 is forwarded to the worker groups (a PID 1 without a handler would ignore it), the run ends
 // with the workers' 128+15, and unshare reports that code.
 func TestPID1SIGTERMEndsRunWithWorkerCode(t *testing.T) {
-	stderr, _ := stopPID1(t, 143, "hang", "--nprocs", "2", "--device", "cpu", "--grace", "5s")
+	stderr, _ := stopPID1(t, 143, "announce:0", "--nprocs", "2", "--device", "cpu", "--grace", "5s")
 	if !strings.Contains(stderr, "SIGTERM") {
 		t.Fatalf("no summary naming SIGTERM in stderr:\n%s", stderr)
 	}
@@ -149,7 +135,7 @@ func TestDockerfileFitsDockerStop(t *testing.T) {
 		t.Fatalf("examples/Dockerfile's ENTRYPOINT is %q, want tpurun in exec form", entry)
 	}
 	args := append(entry[1:], "--nprocs", "2", "--device", "cpu")
-	stderr, took := stopPID1(t, 137, "hangignore", args...) // the workers' SIGKILL is the first failure
+	stderr, took := stopPID1(t, 137, "announce:15", args...) // the workers' SIGKILL is the first failure
 	if took >= dockerStopTimeout {
 		t.Fatalf("tpurun %q took %v after SIGTERM, past docker stop's %v: the container would be SIGKILLed\n%s",
 			entry[1:], took.Round(time.Millisecond), dockerStopTimeout, stderr)
@@ -159,16 +145,16 @@ func TestDockerfileFitsDockerStop(t *testing.T) {
 	}
 }
 
-// stopPID1 runs tpurun as PID 1 of a new PID namespace with two workers playing role, sends it SIGTERM once both
-// are ready, and requires exit code want within 40 s. It returns tpurun's stderr and how long it took after SIGTERM.
-func stopPID1(t *testing.T, want int, role string, args ...string) (string, time.Duration) {
+// stopPID1 runs tpurun as PID 1 of a new PID namespace with two workers doing verb, sends it SIGTERM once both
+// are ready, and requires exit code want. It returns tpurun's stderr and how long it took after SIGTERM.
+func stopPID1(t *testing.T, want int, verb string, args ...string) (string, time.Duration) {
 	t.Helper()
-	cmd := inNewPIDNamespace(t, role, args...)
+	cmd := inNewPIDNamespace(t, verb, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb launchertest.SyncBuffer
+	var errb launchertest.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -192,17 +178,10 @@ func stopPID1(t *testing.T, want int, role string, args ...string) (string, time
 	if err := syscall.Kill(pid1, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err = <-done:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("tpurun as PID 1 did not end within 40s of SIGTERM; stderr:\n%s", errb.String())
-	}
+	code := launchertest.WaitExit(t, cmd)
 	took := time.Since(sent)
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != want {
-		t.Fatalf("unshare ended with %v, want exit %d\nstderr:\n%s", err, want, errb.String())
+	if code != want {
+		t.Fatalf("unshare ended with exit %d, want %d\nstderr:\n%s", code, want, errb.String())
 	}
 	return errb.String(), took
 }
@@ -210,27 +189,24 @@ func stopPID1(t *testing.T, want int, role string, args ...string) (string, time
 // childOf is the pid of the only child of pid (unshare --fork's child: tpurun, PID 1 inside).
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	child := 0
+	launchertest.WaitFor(t, fmt.Sprintf("unshare (pid %d) to have exactly one child", pid), func() error {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-		if f := strings.Fields(string(b)); len(f) == 1 {
-			c, err := strconv.Atoi(f[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
+		f := strings.Fields(string(b))
+		if len(f) != 1 {
+			return fmt.Errorf("children %q", b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("unshare (pid %d) has children %q, want exactly one", pid, b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		var err error
+		child, err = strconv.Atoi(f[0])
+		return err
+	})
+	return child
 }
 
 // With --subreaper (no PID namespace), orphans below tpurun are reparented to it and reaped; without it they would
 // go to this test binary (itself a subreaper that never reaps them) and stay zombies.
 func TestSubreaperFlagReapsOrphans(t *testing.T) {
-	r := runCLI(t, "", []string{"TPURUN_PID1_ROLE=orphaner"}, "--subreaper", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+	r := runCLI(t, "", []string{launchertest.Fake("orphaner")}, "--subreaper", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	if r.code != 0 || strings.Count(r.stdout, "reaped") != 2 {
 		t.Fatalf("exit %d, want 0 and two reaped orphans\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -99,10 +99,10 @@ func TestRayExampleRunsTheSlice(t *testing.T) {
 	spec, err := json.Marshal(cluster)
 	mustDo(t, err)
 	cmd := exec.Command(py, filepath.Join(examplesDir(t), "ray_actor.py"), "--tpu", "v4-16", "--rdzv-conf", "port="+port,
-		"--tpu-port-base", strconv.Itoa(base), "--rdzv-timeout", "20s", "--", self(t))
+		"--tpu-port-base", strconv.Itoa(base), "--rdzv-timeout", joinTimeout, "--", self(t))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("testdata", "fakeray")+":"+pydir,
 		"TPURUN="+filepath.Join(bin, "tpurun"), "FAKE_RAY_HOSTS="+string(spec))
-	var errb launchertest.SyncBuffer
+	var errb launchertest.Buffer
 	cmd.Stderr = &errb
 	out, err := cmd.Output()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
@@ -17,18 +16,15 @@ import (
 func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
-	start := time.Now()
-	r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
-		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", "60s", "--", os.Args[0])
+	// At once: runCLI's deadline comes long before the rendezvous timeout.
+	r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
+		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", os.Args[0])
 	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
 		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
 		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, launcher.ExitUsage, r.stderr)
 	}
 	if strings.Contains(r.stderr, "rendezvous: bad rendezvous") {
 		t.Fatalf("the error repeats itself:\n%s", r.stderr)
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("the configuration error took %s", took)
 	}
 	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 0 {
 		t.Fatalf("%d workers started", len(es))
@@ -43,13 +39,13 @@ func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
 	var nodes []*node
 	for i := 0; i < 2; i++ {
-		env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0", "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
+		env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
 		nodes = append(nodes, startNode(t, env, "--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp",
-			"--rdzv-conf", "port="+port, "--rdzv-id", "hostlist", "--rdzv-timeout", "20s", "--node-name", "n"+strconv.Itoa(i),
+			"--rdzv-conf", "port="+port, "--rdzv-id", "hostlist", "--rdzv-timeout", joinTimeout, "--node-name", "n"+strconv.Itoa(i),
 			"--", self(t)))
 	}
 	for i, n := range nodes {
-		if code := n.wait(t, 30*time.Second); code != 0 {
+		if code := n.wait(t); code != 0 {
 			t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
 		}
 	}
@@ -66,14 +62,13 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	dir := launchertest.FakeDir(t)
 	ep := launchertest.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "samehost",
-		"--rdzv-timeout", "60s", "--node-name", "same-host", "--", self(t)}
-	env := append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=exit:0")
+		"--rdzv-timeout", neverTimeout, "--node-name", "same-host", "--", self(t)} // at once: the wait ends first
+	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"))
 	first := startNode(t, env, common...)
-	waitListening(t, ep)
+	launchertest.WaitListening(t, ep)
 	second := startNode(t, env, common...)
-	start := time.Now()
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t, 20*time.Second); code != launcher.ExitRendezvous {
+		if code := n.wait(t); code != launcher.ExitRendezvous {
 			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, launcher.ExitRendezvous, n.stderr.String())
 		}
 		s := n.stderr.String()
@@ -81,9 +76,6 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 			strings.Count(s[strings.LastIndex(s, "tpurun: "):], `host "same-host" instance `) != 2 {
 			t.Fatalf("launcher %d does not name both claimants of host same-host:\n%s", i, s)
 		}
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("the world failed %s after the duplicate, want at once (--rdzv-timeout is 60s)", took)
 	}
 	if es, _ := os.ReadDir(dir + "/pids"); len(es) != 0 {
 		t.Fatalf("%d workers started", len(es))

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bufio"
-	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,7 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 // The status endpoint answers real HTTP requests while a run is going: /healthz 200 and /metrics with the live
@@ -38,19 +39,14 @@ func watchStatusAddr(t *testing.T, r io.Reader) (string, func() string) {
 			}
 		}
 	}()
-	select {
-	case addr := <-found:
-		return addr, func() string { <-done; return all.String() }
-	case <-time.After(10 * time.Second):
-		t.Fatal("tpurun never printed the status address on stderr")
-	}
-	return "", nil
+	addr := launchertest.Done(t, "tpurun to print the status address on stderr", found)
+	return addr, func() string { <-done; return all.String() }
 }
 
 func TestStatusEndpointDuringRun(t *testing.T) {
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "2", "--device", "cpu", "--grace", "2s",
 		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
-	cmd.Env = append(os.Environ(), "TPURUN_PID1_ROLE=hang")
+	cmd.Env = append(os.Environ(), launchertest.Fake("hang"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -72,26 +68,20 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 	if code, body := fetch("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz during a healthy run: %d %q", code, body)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	launchertest.WaitFor(t, "/metrics to show both live workers", func() error {
 		_, body := fetch("/metrics")
 		if strings.Contains(body, `tpurun_workers{state="running"} 2`) &&
 			regexp.MustCompile(`tpurun_worker_rss_bytes\{rank="0",pid="\d+"\} [1-9]\d*`).MatchString(body) &&
 			regexp.MustCompile(`tpurun_worker_cpu_seconds_total\{rank="1",pid="\d+"\} `).MatchString(body) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed both live workers:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("/metrics:\n%s", body)
+	})
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
-		t.Fatalf("tpurun after SIGTERM: %v, want exit 143", err)
+	if code := launchertest.WaitExit(t, cmd); code != 143 {
+		t.Fatalf("tpurun after SIGTERM: exit %d, want 143", code)
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("the status endpoint still answers after tpurun exited")

@@ -1,29 +1,23 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"tpurun/launcher/launchertest"
 )
 
 // torchPython is the interpreter with Debian's python3-torch (the PATH python3 may be a build without torch).
-const torchPython = "/usr/bin/python3"
+const torchPython = launchertest.TorchPython
 
-// needTorch skips without torch locally and fails in CI (CI=true), where .ci/run installs python3-torch.
+// needTorch skips without torch locally and fails in CI (CI=true), where .ci/run installs python3-torch. Real
+// PyTorch workers are a heavy test: it takes the slot.
 func needTorch(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command(torchPython, "-c", "import torch.distributed").CombinedOutput()
-	if err != nil {
-		msg := "PyTorch is not importable by " + torchPython + ": " + err.Error() + ": " + strings.TrimSpace(string(out)) +
-			"; install python3-torch (apt-get install python3-torch)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	launchertest.Need(t, "torch")
+	launchertest.Heavy(t)
 	script, err := filepath.Abs("../../examples/torch_allreduce.py")
 	if err != nil {
 		t.Fatal(err)

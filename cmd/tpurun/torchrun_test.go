@@ -58,23 +58,23 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 	t.Run("PET_NPROC_PER_NODE vs --nprocs", func(t *testing.T) {
 		t.Parallel()
 		dir := launchertest.FakeDir(t)
-		r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+		r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
 		}
 		if es, err := os.ReadDir(filepath.Join(dir, "pids")); err != nil || len(es) != 2 {
 			t.Fatalf("%d workers started (%v), want --nprocs 2, not PET_NPROC_PER_NODE=3\n%s", len(es), err, r.stderr)
 		}
-		launchertest.AssertAllGone(t, dir, 2, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 2)
 	})
 	t.Run("PET_SHUTDOWN_TIMEOUT vs --grace", func(t *testing.T) {
 		t.Parallel()
 		dir := launchertest.FakeDir(t)
-		r := runCLI(t, dir, []string{"TPURUN_FAKE=exit:0", "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+		r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d, want 0: --grace given, PET_SHUTDOWN_TIMEOUT ignored\n%s", r.code, r.stderr)
 		}
-		launchertest.AssertAllGone(t, dir, 1, 5*time.Second)
+		launchertest.AssertAllGone(t, dir, 1)
 	})
 }
 
@@ -108,10 +108,10 @@ func TestTorchrunCommandLinesAsTheyAre(t *testing.T) {
 			var nodes []*node
 			for i := range tc.n {
 				args := append(append([]string{"--nproc_per_node=2"}, tc.nodes(i)...), "--no-python", self(t))
-				nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, "TPURUN_FAKE=env"), args...))
+				nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), args...))
 			}
 			for i, n := range nodes {
-				if code := n.wait(t, 30*time.Second); code != 0 {
+				if code := n.wait(t); code != 0 {
 					t.Fatalf("node %d: exit %d\n%s", i, code, n.stderr.String())
 				}
 			}

@@ -11,8 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
 	"tpurun/launcher/exitcode"
+	"tpurun/launcher/launchertest"
 
 	"tpurun/worker"
 )
@@ -167,7 +168,7 @@ func TestMissingOnlyWhenRequired(t *testing.T) {
 
 func TestWorkerFailureWins(t *testing.T) {
 	c := NewCollector(Options{Required: true})
-	runs := runWorld(t, c, []spec{{[]int{0}, goCmd(t, "report")}, {[]int{1}, goCmd(t, "fail")}, {[]int{2}, goCmd(t, "crash")}})
+	runs := runWorld(t, c, []spec{{[]int{0}, goCmd(t, "report")}, {[]int{1}, goCmd(t, "fail:1")}, {[]int{2}, goCmd(t, "crash:13")}})
 	doc, err := c.Finish([]RankExit{runs[2].exit, runs[1].exit, runs[0].exit})
 	if err != nil {
 		t.Fatalf("a failed worker is not a contract violation: %v", err)
@@ -188,7 +189,7 @@ func TestWorkerFailureWins(t *testing.T) {
 // must not hold the channel (else the launcher would wait for it to see EOF).
 func TestGoGrandchildDoesNotInheritChannel(t *testing.T) {
 	c := NewCollector(Options{Required: true})
-	run := launch(t, c, 0, 1, []int{0}, goCmd(t, "grandchild"), func(pid int, ino uint64, out *bufio.Reader) {
+	run := launch(t, c, 0, 1, []int{0}, goCmd(t, "reportgrandchild"), func(pid int, ino uint64, out *bufio.Reader) {
 		line, err := out.ReadString('\n')
 		if err != nil {
 			t.Fatalf("reading the grandchild pid: %v", err)
@@ -211,12 +212,7 @@ func checkNoChannel(t *testing.T, pid int, ino uint64) {
 	t.Helper()
 	defer func() {
 		syscall.Kill(pid, syscall.SIGKILL)
-		deadline := time.Now().Add(10 * time.Second)
-		for syscall.Kill(pid, 0) != syscall.ESRCH && time.Now().Before(deadline) {
-			var ws syscall.WaitStatus
-			syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reaps only if it is our child; harmless otherwise
-			time.Sleep(5 * time.Millisecond)
-		}
+		launchertest.WaitGone(t, pid)
 	}()
 	fds, err := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
 	if err != nil || len(fds) == 0 {

@@ -9,132 +9,33 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/worker"
 )
 
-// The test binary is also the Go worker: TestMain runs a worker mode when TPURUN_TEST_WORKER is set.
-const envMode = "TPURUN_TEST_WORKER"
-
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(envMode); mode == "tpurun-cli" {
-		os.Exit(fakeCLI(os.Args[1:]))
-	} else if mode != "" {
-		os.Exit(goWorker(mode))
-	}
-	goleak.VerifyTestMain(m)
+// The test binary is also the Go worker (launchertest's result verbs, which speak the contract exactly as a user's
+// Go program would, or as a broken one would) and the stand-in for the tpurun binary (tpurun-cli, fakecli_test.go).
+func init() {
+	launchertest.Register("report", "silent", "fail", "crash", "foreign", "seed0", "oversized", "truncated", "garbage",
+		"version", "badjson", "twice", "reportgrandchild")
+	launchertest.Define(launchertest.Verb{Name: "tpurun-cli", Run: func(w *launchertest.Worker) int { return fakeCLI(w.Args) }})
 }
 
-// goWorker is a worker process speaking the contract exactly as a user's Go program would.
-func goWorker(mode string) int {
-	rank, _ := strconv.Atoi(os.Getenv("RANK"))
-	die := func(err error) int {
-		fmt.Fprintf(os.Stderr, "worker rank %d mode %s: %v\n", rank, mode, err)
-		return 70
+func TestMain(m *testing.M) {
+	launchertest.Dispatch()
+	code := launchertest.Run(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
-	reportOwn := func() error {
-		reps, err := worker.Replicas()
-		if err != nil {
-			return err
-		}
-		for _, r := range reps {
-			if err := worker.Report(r, map[string]any{"replica": r, "rank": rank, "lang": "go"}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	// raw writes to fd 3 without the client's checks, as a buggy or foreign writer would.
-	raw := os.NewFile(3, "raw")
-	switch mode {
-	case "report":
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-	case "silent":
-	case "fail":
-		reps, _ := worker.Replicas()
-		if err := worker.Fail(reps[0], fmt.Errorf("rank %d: loss is NaN", rank)); err != nil {
-			return die(err)
-		}
-		return 1
-	case "crash":
-		return 13
-	case "foreign":
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-		c := worker.NewClient(raw, nil)
-		if err := c.Report(99, "not mine"); err != nil {
-			return die(err)
-		}
-	case "seed0": // believes it is replica 0, whatever it owns
-		if err := worker.NewClient(raw, nil).Report(0, map[string]any{"replica": 0, "rank": rank}); err != nil {
-			return die(err)
-		}
-	case "oversized":
-		c := worker.NewClient(raw, nil)
-		if err := c.Report(rank, strings.Repeat("x", 8192)); err != nil {
-			return die(err)
-		}
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-	case "truncated":
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-		hdr := worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, 100)
-		raw.Write(append(hdr, `"only part`...))
-	case "garbage":
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-		// More garbage than a pipe holds: the collector must drain it or this worker blocks forever.
-		raw.Write(bytes.Repeat([]byte("Traceback (most recent call last): garbage\n"), 50000))
-	case "version":
-		hdr := worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, 2)
-		hdr[4] = 9
-		raw.Write(append(hdr, "{}"...))
-	case "badjson":
-		if _, err := raw.Write(append(worker.AppendHeader(nil, worker.KindResult, worker.EncodingJSON, rank, 5), "{nope"...)); err != nil {
-			return die(err)
-		}
-	case "twice":
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-		if err := reportOwn(); err != nil {
-			return die(err)
-		}
-	case "grandchild":
-		// Open the channel first (marks it close-on-exec), then start a grandchild that outlives us.
-		reps, err := worker.Replicas()
-		if err != nil {
-			return die(err)
-		}
-		if err := worker.Report(reps[0], "before the grandchild"); err != nil {
-			return die(err)
-		}
-		self, _ := os.Executable()
-		gc := exec.Command(self)
-		gc.Env = append(os.Environ(), envMode+"=sleep")
-		if err := gc.Start(); err != nil {
-			return die(err)
-		}
-		fmt.Println(gc.Process.Pid)
-	case "sleep":
-		time.Sleep(time.Minute)
-	default:
-		return die(fmt.Errorf("unknown mode"))
-	}
-	return 0
+	os.Exit(code)
 }
 
 // ran is one worker run through the collector exactly as the launcher will run it.
@@ -186,26 +87,17 @@ func launch(t *testing.T, c *Collector, rank, world int, replicas []int, cmd *ex
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.exit.ExitCode, res.exit.Signal = 128+int(ws.Signal()), ws.Signal().String()
 	}
-	select {
-	case res.consume = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("rank %d: Consume did not return 20s after the worker exited (%v); stderr:\n%s", rank, werr, stderr.String())
-	}
+	res.consume = launchertest.Done(t, fmt.Sprintf("rank %d: Consume to return after the worker exited (%v)", rank, werr), done)
 	if stderr.Len() > 0 {
 		t.Logf("rank %d stderr:\n%s", rank, stderr.String())
 	}
 	return res
 }
 
-// goCmd is the test binary as a Go worker in mode.
-func goCmd(t *testing.T, mode string) *exec.Cmd {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), envMode+"="+mode)
-	return cmd
+// goCmd is the test binary as a Go worker doing verb (launchertest's result verbs).
+func goCmd(t *testing.T, verb string) *exec.Cmd {
+	t.Helper()
+	return launchertest.Command(verb)
 }
 
 type spec struct {

@@ -12,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 // The tests of this file run the Python spawn() and run() against fakeCLI: the test binary standing in for the
@@ -64,7 +65,7 @@ func cliEnv(t *testing.T, p pyenv, extra ...string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(append(slices.Clone(p.env), envMode+"=tpurun-cli", "TPURUN="+self), extra...)
+	return append(append(slices.Clone(p.env), launchertest.Self("tpurun-cli"), "TPURUN="+self), extra...)
 }
 
 // runDriver runs the Python program argv in dir with env and returns its stdout and stderr; a non-zero exit fails.
@@ -323,20 +324,15 @@ func survivors(t *testing.T, tag string) []int {
 	return out
 }
 
-// noSurvivors waits (bounded) until no process carries tag.
+// noSurvivors waits until no process carries tag.
 func noSurvivors(t *testing.T, tag string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := survivors(t, tag)
-		if len(left) == 0 {
-			return
+	launchertest.WaitFor(t, "no process of the run left", func() error {
+		if left := survivors(t, tag); len(left) > 0 {
+			return fmt.Errorf("processes of the run outlived it: pids %v", left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the run outlived it: pids %v", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestRunTimeout: past run()'s timeout, tpurun gets SIGTERM and, when it does not stop within the grace period,

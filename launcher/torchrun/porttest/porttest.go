@@ -24,12 +24,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"tpurun/launcher/launchertest"
+	"tpurun/rendezvous/etcdtest"
 )
 
 // tpurunBin is the tpurun binary Main builds.
@@ -53,33 +53,12 @@ func Main(m *testing.M) {
 }
 
 // torchPython runs the workers that import torch: Debian's python3-torch.
-const torchPython = "/usr/bin/python3"
+const torchPython = launchertest.TorchPython
 
-// needTorch fails under CI=true and otherwise skips, saying the case did not pass, when torch is not importable.
-func needTorch(t *testing.T) {
-	t.Helper()
-	torchOnce.Do(func() {
-		out, err := exec.Command(torchPython, "-c", "import torch.distributed").CombinedOutput()
-		if err != nil {
-			torchErr = fmt.Sprintf("PyTorch is not importable by %s: %v: %s; install python3-torch (apt-get install python3-torch)",
-				torchPython, err, strings.TrimSpace(string(out)))
-		}
-	})
-	if torchErr == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(torchErr)
-	}
-	t.Skip("SKIPPED, NOT PASSED: " + torchErr)
-}
-
-var (
-	torchOnce sync.Once
-	torchErr  string
-	// heavy bounds how many cases with torch workers run at once: each worker imports torch (seconds of CPU).
-	heavy = make(chan struct{}, 2)
-)
+// torchSlots bounds how many cases with torch workers run at once in this test binary: each worker imports torch
+// (seconds of CPU). Not launchertest.Heavy, the suite's one slot: it would serialize some ten minutes of torch
+// workers, per host, behind every other heavy test of the suite.
+var torchSlots = make(chan struct{}, 2)
 
 // host is the machine a case runs on: its fake sysfs and dev roots (empty for the CPU host).
 type host struct {
@@ -176,10 +155,10 @@ func (r *run) wait(a *agent) int {
 	go func() { done <- a.cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(4 * time.Minute):
+	case <-time.After(4 * launchertest.Deadline()):
 		_ = a.cmd.Process.Kill()
 		<-done
-		r.t.Fatalf("tpurun %q still running after 4 minutes\nstderr:\n%s", a.cmd.Args[1:], a.stderr.String())
+		r.t.Fatalf("tpurun %q still running after %s\nstderr:\n%s", a.cmd.Args[1:], 4*launchertest.Deadline(), a.stderr.String())
 	}
 	if ws, ok := a.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		a.code = -int(ws.Signal())
@@ -275,31 +254,43 @@ const (
 )
 
 // Run runs every ported case on a host with gpus GPUs (a fake sysfs and /dev; 0 is a CPU host). The case that asks
-// for one worker per GPU gets a host of three.
+// for one worker per GPU gets a host of three. The cases that need etcd run under one subtest that starts one
+// embedded etcd (a heavy test: it holds the suite's heavy slot while they run).
 func Run(t *testing.T, name string, gpus int) {
-	etcd := ""
+	var withEtcd []portCase
 	for _, c := range portCases() {
-		if c.etcd && etcd == "" {
-			etcd = launchertest.StartEtcd(t)
+		if c.etcd {
+			withEtcd = append(withEtcd, c)
+			continue
 		}
+		runCase(t, c, name, gpus, "")
 	}
-	for _, c := range portCases() {
-		t.Run(c.from, func(t *testing.T) {
-			t.Parallel()
-			if c.torch {
-				needTorch(t)
-				heavy <- struct{}{}
-				defer func() { <-heavy }()
-			}
-			h := newHost(t, name, gpus)
-			if strings.HasSuffix(c.from, "test_nproc_gpu_launch_configurations") {
-				h = newHost(t, name, 3)
-			}
-			r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
-				id: strconv.FormatInt(time.Now().UnixNano(), 36), bin: binDir(t)}
-			c.body(r)
-		})
-	}
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		ep := etcdtest.StartOne(t)
+		for _, c := range withEtcd {
+			runCase(t, c, name, gpus, ep)
+		}
+	})
+}
+
+// runCase runs c as a parallel subtest of t.
+func runCase(t *testing.T, c portCase, name string, gpus int, etcd string) {
+	t.Run(c.from, func(t *testing.T) {
+		t.Parallel()
+		if c.torch {
+			launchertest.Need(t, "torch")
+			torchSlots <- struct{}{}
+			defer func() { <-torchSlots }()
+		}
+		h := newHost(t, name, gpus)
+		if strings.HasSuffix(c.from, "test_nproc_gpu_launch_configurations") {
+			h = newHost(t, name, 3)
+		}
+		r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
+			id: strconv.FormatInt(time.Now().UnixNano(), 36), bin: binDir(t)}
+		c.body(r)
+	})
 }
 
 // binDir is testdata/bin beside this file: the workers.

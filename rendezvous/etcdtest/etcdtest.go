@@ -1,0 +1,136 @@
+// Package etcdtest starts real etcd servers (go.etcd.io/etcd/server/v3/embed) inside a test binary, configured
+// for a slow, loaded machine. It is a package of its own so that only the test binaries that need an etcd link
+// its server. Like net/http/httptest it is for tests only.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"tpurun/launcher/launchertest"
+)
+
+// Raft timing for a machine whose two cores are shared with other test binaries: etcd's own defaults (a 100 ms
+// heartbeat, a 1 s election timeout). With 20 ms / 200 ms a member that is not scheduled for 200 ms starts an
+// election, and the cluster spends a loaded test run without a leader ("etcdserver: no leader").
+const (
+	tickMs     = 100
+	electionMs = 1000
+)
+
+// Cluster is a real etcd cluster of one or more members in this process (temp dirs, free loopback ports).
+type Cluster struct {
+	t         testing.TB
+	members   []*embed.Etcd
+	endpoints []string
+}
+
+// Start starts an n-member cluster and returns once it has a leader and answers a read through every member; it
+// is stopped at cleanup. An embedded etcd is a heavy test (launchertest.Heavy): Start takes the slot for t.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	launchertest.Heavy(t)
+	var peers []string
+	cfgs := make([]*embed.Config, n)
+	for i := range n {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Dir = t.TempDir()
+		cu := url.URL{Scheme: "http", Host: launchertest.FreeEndpoint(t)}
+		pu := url.URL{Scheme: "http", Host: launchertest.FreeEndpoint(t)}
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+		cfg.LogLevel = "panic"
+		cfg.TickMs, cfg.ElectionMs = tickMs, electionMs
+		cfg.UnsafeNoFsync = true
+		peers = append(peers, cfg.Name+"="+pu.String())
+		cfgs[i] = cfg
+	}
+	c := &Cluster{t: t, members: make([]*embed.Etcd, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, cfg := range cfgs {
+		cfg.InitialCluster = strings.Join(peers, ",")
+		c.endpoints = append(c.endpoints, cfg.ListenClientUrls[0].Host)
+		wg.Go(func() { c.members[i], errs[i] = embed.StartEtcd(cfg) })
+	}
+	wg.Wait()
+	t.Cleanup(c.stop)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("etcd member %d: %v", i, err)
+		}
+	}
+	for i, e := range c.members {
+		launchertest.Done(t, fmt.Sprintf("etcd member %d ready", i), e.Server.ReadyNotify())
+	}
+	for i := range c.members {
+		c.WaitServing(i)
+	}
+	return c
+}
+
+// StartOne starts a one-member etcd (see Start) and returns its client endpoint, host:port.
+func StartOne(t testing.TB) string {
+	t.Helper()
+	return Start(t, 1).Endpoint()
+}
+
+// Endpoint is the client endpoints of the live members, comma-separated (the rendezvous's --rdzv-endpoint).
+func (c *Cluster) Endpoint() string { return strings.Join(c.Endpoints(), ",") }
+
+// Endpoints lists the client endpoint of every live member.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for i, e := range c.members {
+		if e != nil {
+			out = append(out, c.endpoints[i])
+		}
+	}
+	return out
+}
+
+// WaitServing waits until member i knows a leader and answers a linearizable read (which needs that leader).
+func (c *Cluster) WaitServing(i int) {
+	c.t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.endpoints[i]}, DialTimeout: launchertest.Deadline(),
+		Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatalf("etcd member %d: client: %v", i, err)
+	}
+	defer cli.Close()
+	launchertest.WaitFor(c.t, fmt.Sprintf("etcd member %d to have a leader and answer a read", i), func() error {
+		if c.members[i].Server.Leader() == 0 {
+			return fmt.Errorf("no leader yet")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := cli.Get(ctx, "etcdtest/ready")
+		return err
+	})
+}
+
+// StopMember stops member i and waits until it has stopped. It does not wait for the others to elect a new
+// leader when i was the leader: a test sees the cluster as a client would, election included (WaitServing waits).
+func (c *Cluster) StopMember(i int) {
+	if c.members[i] != nil {
+		c.members[i].Close()
+		<-c.members[i].Server.StopNotify()
+		c.members[i] = nil
+	}
+}
+
+func (c *Cluster) stop() {
+	for i := range c.members {
+		c.StopMember(i)
+	}
+}
