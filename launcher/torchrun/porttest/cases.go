@@ -289,7 +289,7 @@ func envVarsCase(etcd bool) func(r *run) {
 // gpuCase is test_nproc_gpu_launch_configurations: on a host with three GPUs, auto and gpu mean three workers. On
 // the CPU host (the test mocks CUDA) torchrun's gpu raises "Cuda is not available": tpurun refuses it too.
 func gpuCase(from string, dashes bool) portCase {
-	return portCase{from: from, body: func(r *run) {
+	return portCase{from: from, etcd: !dashes, body: func(r *run) {
 		for _, v := range []string{"auto", "gpu"} {
 			_ = os.RemoveAll(r.dir)
 			must(r.t, os.Mkdir(r.dir, 0o755))
