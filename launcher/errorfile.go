@@ -99,28 +99,27 @@ func readErrorFile(path string) (*ErrorRecord, error) {
 func (j *job) copyRootCause(rep *Report) {
 	dst := lookupEnv(j.spec.Env, "TORCHELASTIC_ERROR_FILE")
 	a := rep.Last()
-	if dst == "" || a == nil || a.Failure == nil {
+	if dst == "" || a == nil {
 		return
 	}
-	for _, s := range a.Ranks {
-		if s.Rank != a.Failure.Rank || s.Error == nil || len(s.Error.raw) == 0 {
-			continue
-		}
-		var doc map[string]any
-		if err := json.Unmarshal(s.Error.raw, &doc); err != nil {
-			return
-		}
-		if m, ok := doc["message"].(map[string]any); ok {
-			m["errorCode"] = s.ExitCode
-		}
-		b, err := json.Marshal(doc)
-		if err == nil {
-			err = os.WriteFile(dst, b, 0o644)
-		}
-		if err != nil {
-			j.log.Warn("could not copy the failing rank's error to the launcher's TORCHELASTIC_ERROR_FILE", zap.String("file", dst), zap.Error(err))
-			return
-		}
-		j.log.Info("failing rank's error copied to the launcher's TORCHELASTIC_ERROR_FILE", zap.Int("rank", s.Rank), zap.String("file", dst))
+	s := a.failed()
+	if s == nil || s.Error == nil || len(s.Error.raw) == 0 {
+		return
 	}
+	var doc map[string]any
+	if err := json.Unmarshal(s.Error.raw, &doc); err != nil {
+		return
+	}
+	if m, ok := doc["message"].(map[string]any); ok {
+		m["errorCode"] = s.ExitCode
+	}
+	b, err := json.Marshal(doc)
+	if err == nil {
+		err = os.WriteFile(dst, b, 0o644)
+	}
+	if err != nil {
+		j.log.Warn("could not copy the failing rank's error to the launcher's TORCHELASTIC_ERROR_FILE", zap.String("file", dst), zap.Error(err))
+		return
+	}
+	j.log.Info("failing rank's error copied to the launcher's TORCHELASTIC_ERROR_FILE", zap.Int("rank", s.Rank), zap.String("file", dst))
 }

@@ -46,47 +46,62 @@ var (
 	ErrNotExecutable = errors.New("program cannot be executed")
 )
 
-// ExitCode maps an error returned by Run (or by the parsing of a Spec) to tpurun's exit code.
+// ExitCode maps an error returned by Run (or by the parsing of a Spec) to tpurun's exit code: a *Verdict's code,
+// decided when the verdict was made; for any other error, the code of its type or sentinel.
 func ExitCode(err error) int {
 	if err == nil {
 		return ExitOK
 	}
+	if code, ok := typedCode(err); ok {
+		return code
+	}
+	for _, s := range sentinelCodes {
+		if s.is(err) {
+			return s.code
+		}
+	}
+	return ExitInternal
+}
+
+// typedCode is the exit code of the typed errors that carry one.
+func typedCode(err error) (int, bool) {
 	var (
+		v  *Verdict
 		we *WorkerError
 		ne *NodeError
 		se *SignalError
 		oe *OutputError
 	)
 	switch {
+	case errors.As(err, &v): // decided once, when the verdict was made
+		return v.Code, true
 	case errors.As(err, &we):
-		return we.ExitStatus()
+		return we.ExitStatus(), true
 	case errors.As(err, &ne):
-		return ne.Code
+		return ne.Code, true
 	case errors.As(err, &se):
-		return 128 + int(se.Signal)
-	case errors.As(err, &oe):
-		if errors.Is(oe.Err, syscall.EPIPE) {
-			return 128 + int(syscall.SIGPIPE) // the reader went away, as `| head -1`: what SIGPIPE would give
-		}
-		return ExitIOError
-	case errors.Is(err, ErrNotFound):
-		return ExitNotFound
-	case errors.Is(err, ErrNotExecutable):
-		return ExitNotExecutable
-	case isConfig(err):
-		return ExitUsage
-	case errors.Is(err, ErrTimeout):
-		return ExitTimeout
-	case errors.Is(err, ErrResults):
-		return ExitResults
-	case errors.Is(err, ErrReplicaError):
-		return ExitReplicaError
-	case errors.Is(err, ErrRendezvous):
-		return ExitRendezvous
-	case errors.Is(err, context.Canceled):
-		return 128 + int(syscall.SIGTERM)
+		return 128 + int(se.Signal), true
+	case errors.As(err, &oe) && errors.Is(oe.Err, syscall.EPIPE):
+		return 128 + int(syscall.SIGPIPE), true // the reader went away, as `| head -1`: what SIGPIPE would give
+	case oe != nil:
+		return ExitIOError, true
 	}
-	return ExitInternal
+	return 0, false
+}
+
+// sentinelCodes maps the sentinels (and a configuration error, in any layer's terms) to their codes, in the order
+// they are tested.
+var sentinelCodes = []struct {
+	is   func(error) bool
+	code int
+}{
+	{sentinel(ErrNotFound), ExitNotFound}, {sentinel(ErrNotExecutable), ExitNotExecutable}, {isConfig, ExitUsage},
+	{sentinel(ErrTimeout), ExitTimeout}, {sentinel(ErrResults), ExitResults}, {sentinel(ErrReplicaError), ExitReplicaError},
+	{sentinel(ErrRendezvous), ExitRendezvous}, {sentinel(context.Canceled), 128 + int(syscall.SIGTERM)},
+}
+
+func sentinel(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
 }
 
 // isConfig reports whether err is a mistake in the invocation or the configuration, in any layer's terms.
@@ -134,7 +149,7 @@ type NodeError struct {
 
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.Node, e.Message) }
 
-// SignalError is a run stopped by a terminating signal before any worker failed (during the join, say).
+// SignalError is a run stopped by a stop signal tpurun received (in an attempt, or during the join, say).
 type SignalError struct {
 	Signal syscall.Signal
 	During string // what tpurun was doing, e.g. "the rendezvous join"

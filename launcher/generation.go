@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,117 +17,133 @@ import (
 )
 
 // exitBarrierTimeout bounds the exchange of outcomes after the local workers are gone: a node that vanished
-// without a word cannot hold the others for longer (the backends also report it lost after a heartbeat).
+// without a word cannot hold the others for longer (the backends also report it lost after a heartbeat). A stop
+// (a signal, the timeout, a lost store) ends the exchange at once.
 const exitBarrierTimeout = 5 * time.Minute
+
+// stoppedExchangeSlack is how much longer than the grace period a node that was stopped (a signal, the timeout)
+// waits for the other nodes' outcome: they were told at once, and stop their workers within their grace.
+const stoppedExchangeSlack = 10 * time.Second
+
+// world is what a node of generation g runs: the agreed plan and its place in it.
+type world struct {
+	plan       *topology.Plan
+	nodeRank   int
+	masterAddr string
+	masterPort int
+}
 
 // generation runs generation g of the world (rendezvous.LatestGeneration: the one being formed): join, plan,
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
-// terminating signal, no timeout), and -1 when the job is over with err.
-func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *Report) (next int, err error) {
-	s, err := j.join(ctx, rz, g)
-	if err != nil {
-		return -1, err
+// job-wide stop), and -1 when the job is over with the verdict v.
+func (j *job) generation(rz rendezvousBackend, g int, rep *Report) (next int, v *Verdict) {
+	j.ctl.beginGeneration()
+	s, v := j.join(rz, g)
+	if v != nil {
+		return -1, v
 	}
 	defer func() { _ = s.Close() }()
 	a := s.Assignment()
 	g = a.Generation // the world's count of restarts, whatever this node joined as
-	plan, nodeRank, masterAddr, masterPort := j.plan, j.nodeRank, j.spec.MasterAddr, j.spec.MasterPort
-	if !j.spec.Rendezvous.Solo() {
-		j.log.Info("rendezvous agreed", zap.Int("generation", g), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", len(a.Nodes)),
-			zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
-		if plan, err = j.worldPlan(a); err != nil {
-			_ = s.Fail(ctx, rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
-			return -1, err
-		}
-		nodeRank, masterAddr, masterPort = a.NodeRank, a.MasterAddr, a.MasterPort()
-		if err := s.Barrier(ctx, "start"); err != nil {
-			return j.lost(ctx, g, rendezvousErr("barrier before the start", err))
-		}
+	w, v := j.agree(s, a)
+	if v != nil {
+		return j.lost(g, v)
 	}
-
-	// Another node's failure stops this node's attempt; this node's first failure is told to the others at once.
-	rctx, cancel := context.WithCancelCause(ctx)
+	// Another node's failure stops this node's attempt (through the controller); this node's own stop is told to
+	// the others at once.
 	var bg sync.WaitGroup
 	defer func() { // closing the session ends its Failures: the reader below returns
-		cancel(nil)
 		_ = s.Close()
 		bg.Wait()
 	}()
 	bg.Go(func() {
-		first := true
 		for f := range s.Failures() {
-			if first {
-				j.log.Error("stopping: another node failed", zap.Stringer("failure", f))
-				cancel(&remoteStop{f: f})
-				first = false
-			}
+			j.log.Warn("another node: "+f.String(), zap.Stringer("failure", f))
+			j.ctl.stop(causeOf(f))
 		}
 	})
-	coll := j.newCollector(plan, nodeRank)
-	att, runErr := j.attempt(rctx, attemptSpec{n: g, plan: plan, nodeRank: nodeRank, masterAddr: masterAddr,
-		masterPort: masterPort, sink: coll, onFailure: func(we *WorkerError) {
-			bg.Go(func() {
-				if err := s.Fail(ctx, rendezvous.Failure{WorkerRank: we.Rank, Reason: we.Error()}); err != nil {
-					j.log.Warn("could not tell the other nodes", zap.Error(err))
-				}
-			})
+	coll := j.newCollector(w.plan, w.nodeRank)
+	att := j.attempt(attemptSpec{n: g, plan: w.plan, nodeRank: w.nodeRank, masterAddr: w.masterAddr,
+		masterPort: w.masterPort, sink: coll, announce: func(c *cause) {
+			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
-	j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep}) // att is nil when none started
+	j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep})
+	return j.conclude(s, a, att, coll, rep)
+}
 
-	mine := outcome{Node: a.NodeRank, Code: ExitCode(runErr), Origin: runErr != nil, Rank: -1}
-	var rs *remoteStop
-	if errors.As(context.Cause(rctx), &rs) && errors.Is(runErr, context.Canceled) {
-		mine.Origin, mine.Error = false, rs.Error()
-		runErr = rs
-	} else if runErr != nil {
-		mine.Error = runErr.Error()
+// announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
+func (j *job) announce(s session, c *cause) {
+	f := rendezvous.Failure{WorkerRank: -1, Reason: c.String()}
+	if c.failure != nil {
+		f.WorkerRank = c.failure.Rank
 	}
-	var we *WorkerError
-	if errors.As(runErr, &we) {
-		mine.Rank = we.Rank
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Fail(ctx, f); err != nil {
+		j.log.Warn("could not tell the other nodes", zap.Error(err))
 	}
-	if a.NodeRank != 0 && att != nil {
+}
+
+// agree is this node's part of the world of a: the world plan and the barrier before the start (a world of one
+// is this host's plan).
+func (j *job) agree(s session, a *rendezvous.Assignment) (world, *Verdict) {
+	w := world{plan: j.plan, nodeRank: j.nodeRank, masterAddr: j.spec.MasterAddr, masterPort: j.spec.MasterPort}
+	if j.spec.Rendezvous.Solo() {
+		return w, nil
+	}
+	j.log.Info("rendezvous agreed", zap.Int("generation", a.Generation), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", len(a.Nodes)),
+		zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
+	plan, err := j.worldPlan(a)
+	if err != nil {
+		_ = s.Fail(j.ctl.jobContext(), rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
+		return w, verdictOf(err)
+	}
+	w = world{plan: plan, nodeRank: a.NodeRank, masterAddr: a.MasterAddr, masterPort: a.MasterPort()}
+	ctx := j.ctl.jobContext()
+	if err := s.Barrier(ctx, "start"); err != nil {
+		return w, j.stopVerdict(ctx, "the barrier before the start", verdictOf(rendezvousErr("barrier before the start", err)))
+	}
+	return w, nil
+}
+
+// stopVerdict is the verdict of a wait that failed: the controller's cause when it ended the wait, else v.
+func (j *job) stopVerdict(ctx context.Context, during string, v *Verdict) *Verdict {
+	if c := stopOf(ctx); c != nil {
+		return c.verdictDuring(during, j.spec.Timeout)
+	}
+	return v
+}
+
+// conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
+// results and decides the code every node exits with) and says what comes next: a restart, or the end.
+func (j *job) conclude(s session, a *rendezvous.Assignment, att *Attempt, coll *results.Collector, rep *Report) (int, *Verdict) {
+	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
+	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
 		mine.Results = coll.Share()
-		for _, r := range att.Ranks {
-			mine.Exits = append(mine.Exits, rankEnd{Rank: r.Rank, PID: r.PID, ExitCode: r.ExitCode, Signal: int(r.Signal)})
-		}
+		mine.Exits = att.ResultExits()
 	}
-	gctx, gcancel := context.WithTimeout(ctx, exitBarrierTimeout)
-	defer gcancel()
-	all, gerr := publishGather(gctx, s, "outcome", mine, len(a.Nodes))
-	if gerr != nil {
-		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
+	bound := exitBarrierTimeout
+	if j.ctl.jobCause() != nil { // the others were told and stop within their grace: no longer than that
+		bound = min(bound, j.spec.Grace+stoppedExchangeSlack)
 	}
-	v, failed := verdict(all)
-	// Node 0 merges every node's results and exits into its report, checks exactly-once world-wide, writes the
-	// results document, and shares the final code, which every node then exits with.
-	final := outcome{Node: a.NodeRank, Code: v.Code, Error: v.Error, Rank: v.Rank}
-	var finalErr error
-	if a.NodeRank == 0 && att != nil {
-		exits := att.ResultExits()
-		for _, oc := range all[1:] {
-			if err := coll.Add(oc.Node, oc.Results); err != nil {
-				j.log.Error("results of another node break the contract", zap.Int("node", oc.Node), zap.Error(err))
-			}
-			for _, e := range oc.Exits {
-				exits = append(exits, RankSummary{Rank: e.Rank, PID: e.PID, ExitCode: e.ExitCode, Signal: syscall.Signal(e.Signal)}.resultExit())
-			}
-		}
-		var worldErr error
-		switch {
-		case failed && v.Node == 0:
-			worldErr = runErr
-		case failed:
-			worldErr = &NodeError{Node: v.Node, Code: v.Code, Message: v.Error}
-		}
-		rep.Results, finalErr = j.finishResults(exits, coll, worldErr)
-		final.Code = ExitCode(finalErr)
-		if final.Code != 0 && !failed {
-			final.Error = "the results of the world break the contract (see node 0): " + finalErr.Error()
-		}
+	tctx, tcancel := context.WithTimeout(context.Background(), bound)
+	defer tcancel()
+	ctx, cancel := j.ctl.waitContext(tctx, att.stopSeq) // not the job's context: a node that stopped still reports how
+	defer cancel()
+	all, err := publishGather(ctx, s, "outcome", mine, len(a.Nodes))
+	if err != nil {
+		return j.noVerdict(ctx, s, a.Generation, att, err)
+	}
+	wv, failed := worldVerdict(all)
+	final := outcome{Node: a.NodeRank, Verdict: wv}
+	var jobV *Verdict
+	if a.NodeRank == 0 {
+		jobV = j.worldResults(all, att, coll, wv, failed, rep)
+		final.Verdict = published(jobV)
+		final.Verdict.Node = wv.Node
 		for _, oc := range all[1:] {
 			if oc.WantDocument {
 				final.Document = rep.Results
@@ -136,127 +151,155 @@ func (j *job) generation(ctx context.Context, rz rendezvousBackend, g int, rep *
 			}
 		}
 	}
-	finals, gerr := publishGather(gctx, s, "final", final, len(a.Nodes))
-	if gerr != nil {
-		return j.lost(ctx, g, noVerdict(mine, runErr, gerr))
+	finals, err := publishGather(ctx, s, "final", final, len(a.Nodes))
+	if err != nil {
+		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
-	final = finals[0]
 	_ = s.Leave(ctx)
+	return j.next(a, att, mine, finals[0], jobV, failed, rep)
+}
+
+// worldResults is node 0's verdict of the world: every node's results and exits merged into the document (exactly
+// once per replica, world-wide), which is written, and its code.
+func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector, wv Verdict, failed bool, rep *Report) *Verdict {
+	exits := att.ResultExits()
+	for _, oc := range all[1:] {
+		if err := coll.Add(oc.Node, oc.Results); err != nil {
+			j.log.Error("results of another node break the contract", zap.Int("node", oc.Node), zap.Error(err))
+		}
+		exits = append(exits, oc.Exits...)
+	}
+	var worldErr error
+	switch {
+	case failed && wv.Node == 0:
+		worldErr = att.Verdict
+	case failed:
+		worldErr = remoteVerdict(wv.Node, wv.Code, wv.Message)
+	}
+	doc, err := j.finishResults(exits, coll, worldErr)
+	rep.Results = doc
+	if err == nil {
+		return &Verdict{Reason: StopDone, Node: 0}
+	}
+	v := verdictOf(err)
+	if !failed && v.Code != 0 {
+		v.Message = "the results of the world break the contract (see node 0): " + err.Error()
+	}
+	return v
+}
+
+// remoteVerdict is the verdict of a node that ends because node decided so: its code is the world's.
+func remoteVerdict(node, code int, msg string) *Verdict {
+	return &Verdict{Reason: StopRemote, Code: code, Node: node, Message: msg,
+		Err: &NodeError{Node: node, Code: code, Message: msg}}
+}
+
+// next turns the world's final verdict into this node's: node 0 its own decision, the failed node its own
+// verdict, every other node the world's; then restarts the world as generation g+1 when it failed and may.
+func (j *job) next(a *rendezvous.Assignment, att *Attempt, mine, final outcome, jobV *Verdict, failed bool, rep *Report) (int, *Verdict) {
 	var docErr error
 	if a.NodeRank != 0 && mine.WantDocument && final.Document != nil {
 		rep.Results, docErr = final.Document, j.writeResultsFile(final.Document)
 	}
-
+	fv := final.Verdict
+	var v *Verdict
 	switch {
-	case final.Code == 0 && docErr != nil:
-		return -1, docErr
-	case final.Code == 0:
+	case fv.Code == 0 && docErr != nil:
+		return -1, verdictOf(docErr)
+	case fv.Code == 0:
 		return -1, nil
-	case a.NodeRank == 0 && finalErr != nil:
-		err = finalErr
-	case failed && v.Node == a.NodeRank && runErr != nil:
-		err = runErr
+	case a.NodeRank == 0:
+		v = jobV
+	case failed && fv.Node == a.NodeRank && att.Verdict.Code != 0:
+		v = att.Verdict
 	default:
-		err = &NodeError{Node: v.Node, Code: final.Code, Message: final.Error}
+		v = remoteVerdict(fv.Node, fv.Code, fv.Message)
 	}
-	if failed && g < j.spec.MaxRestarts && j.restartable(ctx, att, err) {
-		j.logRestart(g, v.Node, final.Code, err)
+	g := a.Generation
+	if failed && j.restartable(g, att) {
+		j.logRestart(g, fv.Node, fv.Code, v.Summary())
 		return g + 1, nil
 	}
-	if failed && g < j.spec.MaxRestarts && ctx.Err() != nil {
-		return -1, ctx.Err() // canceled while a restart was still possible: the caller's cancellation ends it
-	}
-	return -1, err
+	return -1, v
 }
 
-// logRestart says that generation g failed (node's worker, code) and the next one starts: in a world's words, or
-// on one host in its own (no world, node or generation to speak of).
-func (j *job) logRestart(g, node, code int, err error) {
+// logRestart says that generation g failed (node's worker, code, the verdict) and the next one starts: in a
+// world's words, or on one host in its own (no world, node or generation to speak of).
+func (j *job) logRestart(g, node, code int, verdict string) {
 	if j.spec.Rendezvous.Solo() {
 		j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
-			zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", code), zap.Error(err))
+			zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", code), zap.String("verdict", verdict))
 		return
 	}
 	j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
 		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", node),
-		zap.Int("code", code), zap.Error(err))
+		zap.Int("code", code), zap.String("verdict", verdict))
+}
+
+// noVerdict is the end of a node that could not learn the world's verdict: when a stop ended the wait, the first
+// cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
+// one is left; else its own failure if it had one, or a rendezvous failure.
+func (j *job) noVerdict(ctx context.Context, s session, g int, att *Attempt, err error) (int, *Verdict) {
+	if c := stopOf(ctx); c != nil {
+		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
+		j.announce(s, c)
+		if att.Verdict.Code != 0 && att.Verdict.origin() {
+			return -1, att.Verdict
+		}
+		return -1, c.verdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
+	}
+	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", ErrRendezvous, err))
+	if errors.Is(err, rendezvous.ErrNodeLost) {
+		if next, _ := j.lost(g, v); next >= 0 {
+			return next, nil
+		}
+	}
+	if att.Verdict.Code != 0 && att.Verdict.origin() {
+		return -1, att.Verdict
+	}
+	return -1, v
 }
 
 // lost decides what a node does when generation g could not agree because a node of the world is gone: with
-// restarts left (and no signal, timeout or cancellation) the survivors join generation g+1 — the join completes
-// with at least the minimum of nodes, or fails naming who is missing; otherwise the job ends with err.
-func (j *job) lost(ctx context.Context, g int, err error) (int, error) {
-	if !errors.Is(err, rendezvous.ErrNodeLost) || g >= j.spec.MaxRestarts || !j.restartable(ctx, nil, err) {
-		return -1, err
+// restarts left (and no job-wide stop) the survivors join generation g+1 — the join completes with at least the
+// minimum of nodes, or fails naming who is missing; otherwise the job ends with v.
+func (j *job) lost(g int, v *Verdict) (int, *Verdict) {
+	if !errors.Is(v, rendezvous.ErrNodeLost) || !j.restartable(g, nil) {
+		return -1, v
 	}
 	j.log.Warn("a node of the world was lost: the survivors restart as the next generation", zap.Int("lost_generation", g),
-		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Error(err))
+		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Error(v))
 	return g + 1, nil
 }
 
-// restartable reports whether the job may start another generation after att failed with err: not after a
-// terminating signal, the timeout, or the caller's cancellation.
-func (j *job) restartable(ctx context.Context, att *Attempt, err error) bool {
-	if ctx.Err() != nil {
-		j.log.Warn("not restarting: the job was canceled", zap.Error(ctx.Err()))
+// restartable reports whether the job may start generation g+1 after g failed (att, when it ran): restarts left,
+// and no job-wide stop — a signal, the timeout, the caller's cancellation, a lost store — ended it.
+func (j *job) restartable(g int, att *Attempt) bool {
+	if g >= j.spec.MaxRestarts {
 		return false
 	}
-	if att != nil && (att.Reason == StopSignal || att.Reason == StopTimeout) {
+	if c := j.ctl.jobCause(); c != nil {
+		j.log.Warn("not restarting: " + c.String())
 		return false
 	}
-	if j.stopRequested() {
-		j.log.Warn("not restarting: received " + SignalName(j.stopSignal))
-		return false
-	}
-	if j.timedOut() {
-		j.log.Warn("not restarting: the timeout expired", zap.Duration("timeout", j.spec.Timeout))
-		return false
-	}
-	if errors.Is(err, ErrTimeout) {
-		return false
-	}
-	return true
+	return att == nil || !att.Verdict.Reason.jobWide()
 }
 
-// join enters generation g; a terminating signal during the join ends the job with 128+N.
-func (j *job) join(ctx context.Context, rz rendezvousBackend, g int) (session, error) {
+// join enters generation g; a job-wide stop before or during the join ends the job with its verdict.
+func (j *job) join(rz rendezvousBackend, g int) (session, *Verdict) {
 	m, err := j.member(rz, g)
 	if err != nil {
-		return nil, err
+		return nil, verdictOf(err)
 	}
-	jctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	if !j.spec.Rendezvous.Solo() {
-		wg.Go(func() {
-			for {
-				select {
-				case sig := <-j.spec.Signals:
-					if s, ok := sig.(syscall.Signal); ok && terminating(s) {
-						j.stopSignal = s
-						cancel(&SignalError{Signal: s, During: "the rendezvous join"})
-						return
-					}
-				case <-j.timeout:
-					j.expired = true
-					cancel(fmt.Errorf("%w: the timeout %s expired during the rendezvous join", ErrTimeout, j.spec.Timeout))
-					return
-				case <-stop:
-					return
-				}
-			}
-		})
+	ctx := j.ctl.jobContext()
+	if c := j.ctl.jobCause(); c != nil {
+		return nil, c.verdictDuring("the rendezvous join", j.spec.Timeout)
 	}
 	start := time.Now()
-	s, err := rz.Join(jctx, m)
-	close(stop)
-	wg.Wait()
+	s, err := rz.Join(ctx, m)
 	if err != nil {
-		if cause := context.Cause(jctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return nil, cause
-		}
-		return nil, rendezvousErr(fmt.Sprintf("join of generation %d (run %s, %s backend)", g, j.spec.RunID, j.spec.Rendezvous.Backend), err)
+		return nil, j.stopVerdict(ctx, "the rendezvous join",
+			verdictOf(rendezvousErr(fmt.Sprintf("join of generation %d (run %s, %s backend)", g, j.spec.RunID, j.spec.Rendezvous.Backend), err)))
 	}
 	j.obs.emit(Event{Kind: RendezvousDone, Attempt: g, Rendezvous: time.Since(start)})
 	return s, nil
@@ -304,15 +347,6 @@ func spreadPlan(p *topology.Plan, nodeRank int, w topology.World) (*topology.Pla
 		}
 	}
 	return out, nil
-}
-
-// noVerdict is the error of a node that could not learn the world's verdict: its own failure if it had one,
-// else a rendezvous failure.
-func noVerdict(mine outcome, runErr, gerr error) error {
-	if mine.Origin && runErr != nil {
-		return runErr
-	}
-	return fmt.Errorf("%w: no world-wide verdict: %w", ErrRendezvous, gerr)
 }
 
 // newCollector is the result collector of one attempt of this node's workers in plan.

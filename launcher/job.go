@@ -11,8 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -23,13 +21,14 @@ import (
 // Run runs a job on one host or many: it detects this host once, checks everything that can be checked before a
 // process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the
 // local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
-// up to spec.MaxRestarts times. A single host is a world of one.
+// up to spec.MaxRestarts times. A single host is a world of one. One stop controller (control.go) owns every
+// reason to stop the run, in every phase.
 //
-// The error is nil when every worker exited 0 (and the result contract held); otherwise a typed error that
-// ExitCode maps to tpurun's exit code: *ConfigError or a detection error (nothing started), *ProgramError,
-// *WorkerError (the first worker that failed, on this node), *NodeError (another node's verdict), ErrTimeout,
-// ErrResults, ErrReplicaError, ErrRendezvous, *SignalError, or the context's error. When Run returns, no process of
-// the job is left: every group got SIGKILL and the orphan sweep ran.
+// The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
+// started, it is the job's *Verdict, from which ExitCode takes the exit code (errors.As also finds the
+// *WorkerError, *NodeError, *SignalError or *OutputError behind it); before that, a *ConfigError, a detection
+// error or a *ProgramError. When Run returns, no process of the job is left: every group got SIGKILL and the
+// orphan sweep ran.
 func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -47,15 +46,16 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	relayDone := make(chan struct{})
 	defer close(relayDone)
 	outErr := make(chan error, 1)
-	spec.Signals = coalesce(spec.Signals, outErr, relayDone)
 	j := newJob(spec, outErr)
 	defer j.close()
-	if err := j.prepare(ctx); err != nil {
-		return nil, err
+	j.ctl = newController(ctx, &j.spec, coalesce(spec.Signals, relayDone), outErr, []*Console{j.stdout, j.stderr}, j.term)
+	defer j.ctl.close()
+	if err := j.prepare(j.ctl.jobContext()); err != nil {
+		return nil, j.stoppedOr(err, "the start")
 	}
-	rz, err := openRendezvous(ctx, j.spec.Rendezvous, spec.RunID, j.host, spec.Env, j) // with what prepare resolved (the token from env)
+	rz, err := openRendezvous(j.ctl.jobContext(), j.spec.Rendezvous, spec.RunID, j.host, spec.Env, j) // as prepare resolved it (the token from env)
 	if err != nil {
-		return nil, rendezvousErr("prepare", err)
+		return nil, j.stoppedOr(rendezvousErr("prepare", err), "the start")
 	}
 	defer func() { _ = rz.Close() }()
 	rep := &Report{RunID: spec.RunID, Program: j.spec.Program}
@@ -66,27 +66,42 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 		gen = rendezvous.LatestGeneration
 	}
 	for {
-		next, err := j.generation(ctx, rz, gen, rep)
+		next, v := j.generation(rz, gen, rep)
 		if next < 0 {
 			j.copyRootCause(rep)
-			return rep, j.outputErr(err)
+			rep.Verdict = j.outputVerdict(v)
+			if rep.Verdict.OK() && rep.Verdict.Err == nil {
+				return rep, nil
+			}
+			return rep, rep.Verdict // also a code-0 end with something to say (a node that found its job closed)
 		}
 		gen = next
 	}
 }
 
-// outputErr is the run's error once its output is flushed: a write error on the launcher's stdout or stderr
+// stoppedOr is err, or the verdict of the job-wide stop that made it fail (a signal during detection).
+func (j *job) stoppedOr(err error, during string) error {
+	if c := j.ctl.jobCause(); c != nil && errors.Is(err, context.Canceled) {
+		return c.verdictDuring(during, j.spec.Timeout)
+	}
+	return err
+}
+
+// outputVerdict is the job's verdict once its output is flushed: a write error on the launcher's stdout or stderr
 // (which stopped the run) wins over the stop it caused.
-func (j *job) outputErr(err error) error {
+func (j *job) outputVerdict(v *Verdict) *Verdict {
 	for _, c := range j.own {
 		_ = c.Flush(nil)
 	}
 	for _, c := range []*Console{j.stdout, j.stderr} {
-		if oe := c.Err(); oe != nil {
-			return oe
+		if oe := c.Err(); oe != nil && (v == nil || v.Reason != StopOutput) {
+			return &Verdict{Reason: StopOutput, Code: ExitCode(oe), Node: -1, Err: oe}
 		}
 	}
-	return err
+	if v == nil {
+		return &Verdict{Reason: StopDone, Node: -1}
+	}
+	return v
 }
 
 // job is the state of one Run shared by its generations.
@@ -111,9 +126,8 @@ type job struct {
 	instance     string
 	ports        map[string]int // node 0's choice of ports is everyone's (master, coordinator, megascale)
 
-	timeout    <-chan time.Time // the job's timeout; nil when none, or once it fired
-	expired    bool             // the timeout fired, whatever the job was doing
-	stopSignal syscall.Signal   // a terminating signal that arrived; the job is not restarted after one
+	ctl  *controller // the one stop controller of the run
+	term *terminal   // the terminal local rank 0 may get; nil without one
 }
 
 func newJob(spec Spec, outErr chan<- error) *job {
@@ -139,8 +153,8 @@ func newJob(spec Spec, outErr chan<- error) *job {
 	var wg sync.WaitGroup
 	wg.Go(func() { j.sampler.run(sctx) })
 	j.stopSampler = func() { stop(); wg.Wait() }
-	if spec.Timeout > 0 {
-		j.timeout = time.After(spec.Timeout)
+	if spec.StdinTo != StdinNone {
+		j.term = openTerminal(spec.Stdin)
 	}
 	return j
 }
@@ -298,38 +312,6 @@ func cutEnv(kv string) (string, string, bool) {
 		}
 	}
 	return "", "", false
-}
-
-// timedOut reports whether the job's timeout has expired, also between attempts.
-func (j *job) timedOut() bool {
-	if !j.expired && j.timeout != nil {
-		select {
-		case <-j.timeout:
-			j.timeout, j.expired = nil, true
-		default:
-		}
-	}
-	return j.expired
-}
-
-// stopRequested reports whether a terminating signal arrived (while the last attempt was stopping for another
-// reason, or since); a forwarding-only signal (SIGUSR1/2) that arrives between attempts is dropped, there being
-// no worker to forward it to.
-func (j *job) stopRequested() bool {
-	if j.stopSignal != 0 {
-		return true
-	}
-	for {
-		select {
-		case sig := <-j.spec.Signals:
-			if s, ok := sig.(syscall.Signal); ok && terminating(s) {
-				j.stopSignal = s
-				return true
-			}
-		default:
-			return false
-		}
-	}
 }
 
 // rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are

@@ -8,51 +8,54 @@ import (
 	"strconv"
 
 	"tpurun/launcher/results"
-	"tpurun/rendezvous"
 )
 
 // outcome is what each node publishes when its workers are gone: the world-wide verdict is computed from them.
 type outcome struct {
-	Node    int            `json:"node"`
-	Code    int            `json:"code"`
-	Origin  bool           `json:"origin"` // this node's own worker failed (it was not stopped by another node)
-	Rank    int            `json:"rank"`   // global rank of the failed worker, -1 when none
-	Error   string         `json:"error,omitempty"`
-	Results *results.Share `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
-	Exits   []rankEnd      `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
+	Node int `json:"node"`
+	// Verdict is how this node's attempt ended (in "outcome"), or the world's verdict as node 0 decided it, with
+	// the code every node exits with (in "final").
+	Verdict Verdict            `json:"verdict"`
+	Results *results.Share     `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
+	Exits   []results.RankExit `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
 	// WantDocument: this node's caller wants the results document (--json, --results); node 0 then puts the
 	// world's document in its final outcome, and only then.
 	WantDocument bool              `json:"want_document,omitempty"`
 	Document     *results.Document `json:"document,omitempty"`
 }
 
-// rankEnd is how one worker of another node ended, for node 0's results document.
-type rankEnd struct {
-	Rank     int `json:"rank"`
-	PID      int `json:"pid"`
-	ExitCode int `json:"exit_code"`
-	Signal   int `json:"signal,omitempty"`
+// published is v as another node reads it: its words instead of its error.
+func published(v *Verdict) Verdict {
+	p := *v
+	if p.Message == "" && p.Code != 0 {
+		p.Message = v.Summary()
+	}
+	p.Err = nil
+	return p
 }
 
-// remoteStop is the cause of a run stopped because another node failed or vanished.
-type remoteStop struct{ f rendezvous.Failure }
+// origin reports whether the verdict is this node's own (not a stop because of another node).
+func (v *Verdict) origin() bool { return v.Reason != StopRemote && v.Reason != StopLost }
 
-func (e *remoteStop) Error() string { return "stopped because another node failed: " + e.f.String() }
-
-// verdict picks the world's exit code from every node's outcome: the code of the lowest node whose own worker
-// failed, else the first non-zero code by node rank, else 0.
-func verdict(all []outcome) (outcome, bool) {
+// worldVerdict picks the world's verdict from every node's outcome: the lowest node whose own cause ended its
+// attempt with a non-zero code, else the first non-zero code by node rank; failed is false when every node
+// succeeded.
+func worldVerdict(all []outcome) (v Verdict, failed bool) {
 	for _, o := range all {
-		if o.Origin && o.Code != 0 {
-			return o, true
+		if o.Verdict.origin() && o.Verdict.Code != 0 {
+			v = o.Verdict
+			v.Node = o.Node
+			return v, true
 		}
 	}
 	for _, o := range all {
-		if o.Code != 0 {
-			return o, true
+		if o.Verdict.Code != 0 {
+			v = o.Verdict
+			v.Node = o.Node
+			return v, true
 		}
 	}
-	return outcome{}, false
+	return Verdict{Reason: StopDone}, false
 }
 
 // publishGather publishes this node's outcome and returns every node's, in node-rank order. An outcome travels in

@@ -9,44 +9,32 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"tpurun/launcher/results"
 
 	"go.uber.org/zap"
-
-	"tpurun/launcher/results"
 )
 
-// Report is what happened in a job: every attempt (generation) of this node's workers and every rank, and on node
-// 0 (or a single host) the results document of the world's last attempt.
+// Report is what happened in a job: every attempt (generation) of this node's workers and every rank, the job's
+// verdict, and on node 0 (or a single host) the results document of the world's last attempt.
 type Report struct {
 	RunID    string
 	Program  []string // the command every worker ran (the interpreter first for a Python program)
 	Attempts []*Attempt
 	Results  *results.Document
+	Verdict  *Verdict // how the job ended; never nil once Run returns a report
 }
-
-// StopReason says why an attempt ended the way it did.
-type StopReason string
-
-// The reasons an attempt stopped.
-const (
-	StopDone     StopReason = "done"     // every worker exited on its own
-	StopFailure  StopReason = "failure"  // a worker failed; the rest were stopped
-	StopSignal   StopReason = "signal"   // the launcher received a terminating signal
-	StopTimeout  StopReason = "timeout"  // --timeout expired
-	StopCanceled StopReason = "canceled" // the caller's context was canceled
-)
 
 // Attempt is one start of the whole group (attempt 0, then one per restart).
 type Attempt struct {
 	Number  int
-	Reason  StopReason
-	Signal  syscall.Signal // the signal the launcher received, for StopSignal
-	Failure *WorkerError   // the first worker that failed, nil if none
-	Ranks   []RankSummary  // in local-rank order
-	Swept   []int          // pids the orphan sweep had to kill
-	LogDir  string         // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
+	Verdict *Verdict      // how this attempt ended (its reason, exit code, root cause)
+	Ranks   []RankSummary // in local-rank order
+	Swept   []int         // pids the orphan sweep had to kill
+	LogDir  string        // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
 
 	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
+
+	stopSeq int // the controller's count of job-wide causes when the attempt ended
 }
 
 // RankSummary is one worker of one attempt.
@@ -84,23 +72,25 @@ func (r *Report) Last() *Attempt {
 	return r.Attempts[len(r.Attempts)-1]
 }
 
-// WriteSummary writes the per-rank exit summary of every attempt and, for a failed attempt, the root cause:
-// the failing rank's last stderr lines and the traceback from its error file.
+// WriteSummary writes the per-rank exit summary of every attempt (WriteAttempt).
 func (r *Report) WriteSummary(w io.Writer) {
 	for _, a := range r.Attempts {
 		r.WriteAttempt(w, a)
 	}
 }
 
-// WriteAttempt writes the summary of one attempt, as WriteSummary does for each.
+// WriteAttempt writes the per-rank exit summary of one attempt, headed by its verdict, and, for an attempt that a
+// worker's failure ended, the root cause: the program, the failing rank's last stderr lines and the traceback from
+// its error file. A stop (a signal, the timeout, another node) is never shown as a worker's failure. One write: the
+// summary stays whole among other output.
 func (r *Report) WriteAttempt(w io.Writer, a *Attempt) {
-	var b strings.Builder // one write: the summary stays whole among other output
-	head := fmt.Sprintf("tpurun: run %s attempt %d: %s", r.RunID, a.Number, a.Reason)
-	if a.Reason == StopSignal {
-		head += " " + SignalName(a.Signal)
-	}
-	if a.Failure != nil {
-		head += ": " + a.Failure.Error()
+	var b strings.Builder
+	v := a.Verdict
+	head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
+	if v.Reason != StopDone && v.Reason != StopFailure {
+		if clean := cleanRanks(a.Ranks); clean != "" {
+			head += "; " + clean
+		}
 	}
 	fmt.Fprintln(&b, head)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
@@ -124,16 +114,22 @@ func (r *Report) WriteAttempt(w io.Writer, a *Attempt) {
 	_, _ = io.WriteString(w, b.String())
 }
 
-// failed is the summary of the attempt's failing rank, nil when none failed.
+// failed is the summary of the rank whose failure ended the attempt, nil when no worker's failure did.
 func (a *Attempt) failed() *RankSummary {
+	v := a.Verdict
+	if v == nil || v.Reason != StopFailure || v.Failure == nil {
+		return nil
+	}
 	for i, s := range a.Ranks {
-		if a.Failure != nil && s.Rank == a.Failure.Rank {
+		if s.Rank == v.Failure.Rank {
 			return &a.Ranks[i]
 		}
 	}
 	return nil
 }
 
+// writeRootCause writes the failed rank's status, the program, its last stderr lines and the traceback its error
+// file holds.
 func (r *Report) writeRootCause(w io.Writer, s *RankSummary) {
 	fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
 	if len(r.Program) > 0 {
@@ -179,21 +175,21 @@ func (r *Report) LogAttempt(log *zap.Logger, a *Attempt) {
 		}
 		ranks = append(ranks, rk)
 	}
-	fields := []zap.Field{zap.String("run_id", r.RunID), zap.Int("attempt", a.Number), zap.String("reason", string(a.Reason)),
-		zap.Any("ranks", ranks)}
+	fields := []zap.Field{zap.String("run_id", r.RunID), zap.Int("attempt", a.Number), zap.String("reason", string(a.Verdict.Reason)),
+		zap.String("verdict", a.Verdict.Summary()), zap.Any("ranks", ranks)}
 	if len(a.Swept) > 0 {
 		fields = append(fields, zap.Ints("swept_pids", a.Swept))
 	}
-	if s := a.failed(); s != nil {
-		fields = append(fields, zap.String("failure", a.Failure.Error()), zap.Int("root_cause_rank", s.Rank), zap.Strings("program", r.Program),
-			zap.Strings("stderr_tail", s.StderrTail))
-		if s.Error != nil {
-			fields = append(fields, zap.String("error", s.Error.Message), zap.String("traceback", s.Error.Traceback))
-		}
-		log.Error("attempt ended", fields...)
+	s := a.failed()
+	if s == nil {
+		log.Info("attempt ended", fields...)
 		return
 	}
-	log.Info("attempt ended", fields...)
+	fields = append(fields, zap.Int("root_cause_rank", s.Rank), zap.Strings("program", r.Program), zap.Strings("stderr_tail", s.StderrTail))
+	if s.Error != nil {
+		fields = append(fields, zap.String("error", s.Error.Message), zap.String("traceback", s.Error.Traceback))
+	}
+	log.Error("attempt ended", fields...)
 }
 
 // SummaryPrinter prints each attempt's summary once, when it ends (an Observer of AttemptEnded): attempt 0's
@@ -230,7 +226,7 @@ func (p *SummaryPrinter) Finish(rep *Report) {
 func (p *SummaryPrinter) print(rep *Report, a *Attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.printed[a] {
+	if p.printed[a] || a.Verdict == nil {
 		return
 	}
 	p.printed[a] = true
@@ -239,17 +235,6 @@ func (p *SummaryPrinter) print(rep *Report, a *Attempt) {
 		return
 	}
 	rep.WriteAttempt(p.w, a)
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	default:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
 }
 
 // programText is the command line as the summary shows it, with the file its first word ran (python3 from PATH
@@ -264,4 +249,15 @@ func programText(p []string) string {
 		first += " (" + path + ")"
 	}
 	return strings.TrimSpace(first + " " + args)
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // TestSIGINTDuringFailureTeardownEndsTheRun: one SIGINT while a failed attempt is being torn down (rank 1 ignores
-// SIGTERM, so the grace period is running) is forwarded, recorded and ends the run: no restart, and no "second
-// SIGINT" kill.
+// SIGTERM, so the grace period is running) is a second stop: SIGKILL at once, not after the minute of grace, and
+// the run ends (no restart) with the first cause's verdict, rank 0's failure.
 func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
@@ -40,17 +40,17 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
 	a := rep.Last()
-	if a.Signal != syscall.SIGINT {
-		t.Errorf("attempt signal %v, want SIGINT recorded", a.Signal)
+	if a.Verdict.Reason != launcher.StopFailure || a.Verdict.Escalated != "second SIGINT" {
+		t.Errorf("attempt verdict %+v, want rank 0's failure, escalated by the second stop (SIGINT)", a.Verdict)
 	}
-	if r := a.Ranks[1]; r.Signal != syscall.SIGINT {
-		t.Errorf("rank 1 ended %s, want SIGINT forwarded (not a second-signal SIGKILL)", r.Ended())
+	if r := a.Ranks[1]; r.Signal != syscall.SIGKILL {
+		t.Errorf("rank 1 ended %s, want SIGKILL at once (its grace had begun)", r.Ended())
 	}
 	launchertest.AssertAllGone(t, dir, 2)
 }
 
 // TestTimeoutDuringFailureTeardownEndsTheRun: --timeout expiring while a failed attempt is in its grace period
-// ends the run with ErrTimeout instead of restarting without a timeout.
+// ends the run instead of restarting without a timeout; the verdict is the first cause's, rank 0's failure.
 func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
@@ -58,21 +58,22 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.MaxRestarts = 1
 	// The failure must come first and the timeout fire in the grace period: rank 0 fails as soon as both workers
 	// are set up, which takes far less than the timeout even on a loaded machine (scale it with the knob), and the
-	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the run lasts the whole grace.
+	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the timeout, in the grace, kills it.
 	cfg.Timeout = launchertest.Scaled(4 * time.Second)
 	cfg.Grace = cfg.Timeout
 	rep, err := launcher.Run(context.Background(), cfg)
-	if a := rep.Attempts[0]; a.Reason != launcher.StopFailure || a.Failure == nil || a.Failure.Rank != 0 {
-		t.Fatalf("attempt 0: reason %s failure %v; the case needs rank 0 to fail before the timeout", a.Reason, a.Failure)
+	if v := rep.Attempts[0].Verdict; v.Reason != launcher.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
+		t.Fatalf("attempt 0: verdict %+v; the case needs rank 0 to fail before the timeout", v)
 	}
-	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != launcher.ExitTimeout || len(rep.Attempts) != 1 {
-		t.Fatalf("err %v (code %d) after %d attempts, want ErrTimeout (124) and no restart", err, launcher.ExitCode(err), len(rep.Attempts))
+	var we *launcher.WorkerError
+	if !errors.As(err, &we) || launcher.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
+		t.Fatalf("err %v (code %d) after %d attempts, want rank 0's failure (1) and no restart", err, launcher.ExitCode(err), len(rep.Attempts))
 	}
 	launchertest.AssertAllGone(t, dir, 2)
 }
 
 // TestCancelDuringFailureTeardownEndsTheRun: the context canceled while a failed attempt is in its grace period
-// ends the run with the context's error instead of restarting.
+// ends the run instead of restarting, with the first cause's verdict (rank 0's failure).
 func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
@@ -87,8 +88,9 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 		}
 	})}
 	rep, err := launcher.Run(ctx, cfg)
-	if !errors.Is(err, context.Canceled) || len(rep.Attempts) != 1 {
-		t.Fatalf("err %v after %d attempts, want context.Canceled and no restart", err, len(rep.Attempts))
+	var we *launcher.WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 || len(rep.Attempts) != 1 {
+		t.Fatalf("err %v after %d attempts, want rank 0's failure and no restart", err, len(rep.Attempts))
 	}
 	launchertest.AssertAllGone(t, dir, 2)
 }

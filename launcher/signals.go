@@ -3,58 +3,103 @@ package launcher
 import (
 	"os"
 	"os/signal"
-	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
-// NotifySignals routes every stop signal (StopSignals) and the forwarded ones to the returned channel, for
-// Spec.Signals, and SIGPIPE nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which
-// the run reports, instead of the Go runtime killing tpurun without a teardown. stop undoes it.
-func NotifySignals(forwarded ...os.Signal) (sigs <-chan os.Signal, stop func()) {
-	c, pipe := make(chan os.Signal, 64), make(chan os.Signal, 1)
-	signal.Notify(c, append(forwarded, StopSignals()...)...)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	return c, func() { signal.Stop(c); signal.Stop(pipe) }
+// sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.
+type sigPolicy int
+
+// The signal policies.
+const (
+	policyForward  sigPolicy = iota // sent once to every worker group; the run goes on
+	policyStop                      // the run stops: sent as is to every group, grace, SIGKILL
+	policyJobStop                   // job control: sent to every group, then tpurun stops itself
+	policyContinue                  // SIGCONT: the terminal back to the workers (fg), then sent to every group
+	policyOwn                       // tpurun's own, never forwarded: SIGCHLD, SIGURG, SIGPIPE, SIGPROF
+	policyNone                      // cannot be caught: SIGKILL, SIGSTOP, and 32-34 (the C libraries')
+)
+
+// policyOf is the policy of s.
+func policyOf(s syscall.Signal) sigPolicy {
+	switch s {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT:
+		return policyStop
+	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		return policyJobStop
+	case syscall.SIGCONT:
+		return policyContinue
+	case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE, syscall.SIGPROF:
+		return policyOwn
+	case syscall.SIGKILL, syscall.SIGSTOP, 32, 33, 34: // 32-34: the C libraries' own; Go cannot catch them
+		return policyNone
+	}
+	if s < 1 || s > 64 {
+		return policyNone
+	}
+	return policyForward
 }
 
-// StopSignals are the signals whose default action terminates a process (with or without a core dump), apart from
-// SIGUSR1 and SIGUSR2, which tpurun forwards to the workers, and SIGPIPE, which only ever reports a broken output
-// pipe: each of them stops the run (teardown, exit 128+N) instead of killing tpurun with no teardown or a
-// goroutine dump. The real-time signals are included, except 32 and 33, which the C library keeps for itself.
-// A caller of Run passes them with signal.Notify on Spec.Signals, as cmd/tpurun does.
+// StopSignals are the signals that stop a run (SIGINT, SIGTERM, SIGQUIT): each goes to the workers as it is, and
+// the run exits 128+N.
 func StopSignals() []os.Signal {
-	out := []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGABRT,
-		syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGALRM, syscall.SIGTERM, syscall.SIGSTKFLT,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS}
-	for n := 34; n <= 64; n++ {
-		out = append(out, syscall.Signal(n))
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT}
+}
+
+// CaughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
+// policyOf), except those this process inherited as ignored (SIG_IGN) and can still see as such — SIGHUP and
+// SIGINT (Go's runtime keeps them ignored), SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT (Go never touches them) —: left
+// uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
+// job). Call it before any signal.Notify of the process.
+func CaughtSignals() []os.Signal {
+	ignored := ignoredAtStart()
+	var out []os.Signal
+	for n := 1; n <= 64; n++ {
+		s := syscall.Signal(n)
+		switch policyOf(s) {
+		case policyOwn, policyNone:
+			continue
+		}
+		if ignored&(1<<(n-1)) != 0 || signal.Ignored(s) {
+			continue
+		}
+		out = append(out, s)
 	}
 	return out
 }
 
-// terminating reports whether s asks tpurun to stop (rather than only to be forwarded).
-// SIGPIPE counts only when the run itself raises it (a console write error, see coalesce): NotifySignals never
-// delivers the real one.
-func terminating(s syscall.Signal) bool {
-	return s == syscall.SIGPIPE || slices.Contains(StopSignals(), os.Signal(s))
+// ignoredAtStart is the mask of this process's ignored signals (SigIgn of /proc/self/status); 0 when unreadable.
+func ignoredAtStart() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return m
+		}
+	}
+	return 0
 }
 
-// passedOn reports whether a stop signal is passed to the workers as it is (SIGINT, SIGTERM, SIGHUP and SIGQUIT,
-// as torchrun does); for any other the workers get SIGTERM, and the run exits 128+N of the signal tpurun got.
-func passedOn(s syscall.Signal) bool {
-	switch s {
-	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT:
-		return true
-	}
-	return false
+// NotifySignals routes every caught signal (CaughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
+// nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which the run reports, instead of
+// the Go runtime killing tpurun without a teardown. stop undoes it.
+func NotifySignals() (sigs <-chan os.Signal, stop func()) {
+	c, pipe := make(chan os.Signal, 64), make(chan os.Signal, 1)
+	signal.Notify(c, CaughtSignals()...)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	return c, func() { signal.Stop(c); signal.Stop(pipe) }
 }
 
 // coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
 // from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
-// pending once (a stop signal twice: the second one means "kill now"), in arrival order, until the job takes it.
-// A storm of SIGUSR1 is one pending SIGUSR1; the SIGTERM behind it is still delivered. A write error on a console (outErr) is delivered as SIGPIPE: the run stops as for
-// a stop signal and reports the error. It returns when done is closed.
-func coalesce(in <-chan os.Signal, outErr <-chan error, done <-chan struct{}) <-chan os.Signal {
+// pending once — a stop signal twice (the second one means "kill now") — in arrival order, until the controller
+// takes it. A storm of SIGUSR1 is one pending SIGUSR1, as the kernel merges a pending signal; the SIGTERM behind
+// it is still delivered. It returns when done is closed.
+func coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 	out := make(chan os.Signal)
 	go func() {
 		var pending []os.Signal
@@ -68,11 +113,6 @@ func coalesce(in <-chan os.Signal, outErr <-chan error, done <-chan struct{}) <-
 			case s := <-in:
 				if pendingCount(pending, s) < repeats(s) {
 					pending = append(pending, s)
-				}
-			case <-outErr:
-				outErr = nil
-				if !slices.Contains(pending, os.Signal(syscall.SIGPIPE)) {
-					pending = append(pending, syscall.SIGPIPE)
 				}
 			case send <- next:
 				pending = pending[1:]
@@ -97,7 +137,7 @@ func pendingCount(pending []os.Signal, s os.Signal) int {
 // repeats is how many of s may be pending at once: a stop signal twice (a second SIGINT kills at once), any other
 // once.
 func repeats(s os.Signal) int {
-	if sig, ok := s.(syscall.Signal); ok && terminating(sig) {
+	if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
 		return 2
 	}
 	return 1

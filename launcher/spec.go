@@ -61,6 +61,11 @@ type Spec struct {
 	LogPrefix        string  // per-line prefix template; default "[{rank}] " ({rank} or torchrun's $rank, see Prefix)
 	RawOutput        bool    // worker lines go to the console as they are, without LogPrefix (torchrun's default)
 	Stdout, Stderr   io.Writer
+	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
+	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
+	// tpurun's is, local rank 0's group gets the terminal and only it reads it (docs/CONTROL.md).
+	Stdin   *os.File
+	StdinTo StdinMode
 
 	Results ResultsSpec
 

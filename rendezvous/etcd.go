@@ -55,6 +55,14 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdBackend, e
 
 func (e *etcdBackend) close() error { return e.cli.Close() }
 
+// put writes key, riding out a leader election (retry).
+func (e *etcdBackend) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
+	return e.retry(ctx, "put "+key, func(ctx context.Context) error {
+		_, err := e.cli.Put(ctx, key, val, opts...)
+		return err
+	})
+}
+
 // genDir is the key prefix of one generation.
 func (e *etcdBackend) genDir(runID string, g int) string {
 	return fmt.Sprintf("%s%s/%d/", e.prefix, runID, g)
@@ -103,7 +111,11 @@ func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (memb
 // its world is already agreed.
 func (e *etcdBackend) openGeneration(ctx context.Context, runID string) (int, error) {
 	key := e.latestKey(runID)
-	resp, err := e.cli.Get(ctx, key)
+	var resp *clientv3.GetResponse
+	err := e.retry(ctx, "read the latest generation", func(ctx context.Context) (err error) {
+		resp, err = e.cli.Get(ctx, key)
+		return err
+	})
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
@@ -113,7 +125,11 @@ func (e *etcdBackend) openGeneration(ctx context.Context, runID string) (int, er
 			return 0, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
 		}
 	}
-	w, err := e.cli.Get(ctx, e.genDir(runID, g)+"world", clientv3.WithCountOnly())
+	var w *clientv3.GetResponse
+	err = e.retry(ctx, "read the latest generation", func(ctx context.Context) (err error) {
+		w, err = e.cli.Get(ctx, e.genDir(runID, g)+"world", clientv3.WithCountOnly())
+		return err
+	})
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
@@ -126,7 +142,11 @@ func (e *etcdBackend) openGeneration(ctx context.Context, runID string) (int, er
 // joinGeneration registers this node in one generation and waits for its world.
 func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error) {
 	dir := e.genDir(m.RunID, m.Generation)
-	lg, err := e.cli.Grant(jctx, e.ttl)
+	var lg *clientv3.LeaseGrantResponse
+	err := e.retry(jctx, "grant a lease", func(ctx context.Context) (err error) {
+		lg, err = e.cli.Grant(ctx, e.ttl)
+		return err
+	})
 	if err != nil {
 		return nil, nil, e.unreachable("grant a lease", err)
 	}
@@ -139,8 +159,12 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 	open, lk, gv := dir+"open", e.latestKey(m.RunID), padGen(m.Generation)
 	bump := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}, []clientv3.Op{clientv3.OpPut(lk, gv)},
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(lk), "<", gv)}, []clientv3.Op{clientv3.OpPut(lk, gv)}, nil)})
-	oresp, err := e.cli.Txn(jctx).If(clientv3.Compare(clientv3.CreateRevision(open), "=", 0)).
-		Then(clientv3.OpPut(open, "1"), bump).Else(clientv3.OpGet(open), bump).Commit()
+	var oresp *clientv3.TxnResponse
+	err = e.retry(jctx, "open generation", func(ctx context.Context) (err error) {
+		oresp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(open), "=", 0)).
+			Then(clientv3.OpPut(open, "1"), bump).Else(clientv3.OpGet(open), bump).Commit()
+		return err
+	})
 	if err != nil {
 		revoke()
 		return nil, nil, e.unreachable("open generation", err)
@@ -158,8 +182,12 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 		claims = append(claims, dir+"ranks/"+strconv.Itoa(m.Rank))
 	}
 	for _, k := range claims {
-		resp, err := e.cli.Txn(jctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-			Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k)).Commit()
+		var resp *clientv3.TxnResponse
+		err := e.retry(jctx, "claim "+k, func(ctx context.Context) (err error) {
+			resp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+				Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k)).Commit()
+			return err
+		})
 		if err != nil {
 			revoke()
 			return nil, nil, e.unreachable("claim "+k, err)
@@ -169,7 +197,7 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 		}
 		other := string(resp.Responses[0].GetResponseRange().Kvs[0].Value)
 		if other == m.Instance {
-			if _, err := e.cli.Put(jctx, k, m.Instance, opt); err != nil {
+			if err := e.put(jctx, k, m.Instance, opt); err != nil {
 				return nil, nil, e.unreachable("claim "+k, err)
 			}
 			continue
@@ -190,7 +218,7 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 			m.ref(m.Rank), ref)
 	}
 	s := newEtcdSession(e, log, dir, lg.ID, m)
-	if _, err := e.cli.Put(jctx, dir+"members/"+m.Instance, string(body), opt); err != nil {
+	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), opt); err != nil {
 		revoke()
 		return nil, nil, e.unreachable("register", err)
 	}
@@ -202,9 +230,8 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, m Member, log *z
 		revoke()
 		return nil, nil, e.unreachable("keep the lease alive", err)
 	}
-	wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), dir, clientv3.WithPrefix(), clientv3.WithRev(startRev))
 	s.wg.Add(2)
-	go s.watch(wch)
+	go s.watch(wctx, startRev)
 	go s.keepalive(wctx, ka)
 	asg, err := s.await(jctx)
 	if err != nil {

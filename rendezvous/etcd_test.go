@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"tpurun/launcher/launchertest"
 	"tpurun/rendezvous/etcdtest"
 )
@@ -84,24 +88,74 @@ func TestEtcd(t *testing.T) {
 		testNodeLostAndBack(t, c, "RDZV_TEST_PREFIX="+c.prefix)
 	})
 	t.Run("MemberStopped", func(t *testing.T) {
-		// a 3-member cluster loses one member: the nodes carry on through the others
+		// a 3-member cluster loses its leader to a crash: the nodes carry on through the others, across the
+		// election that follows
 		c := newEtcdCluster(t, ec, 3) // the default heartbeat: leases outlive a leader election and the fail-over
 		ctx := context.Background()
 		c.start(ctx, nil)
 		c.mustJoin()
-		ec.StopMember(2) // maybe the leader: the barrier runs through the election that follows
-		ctx, cancel := context.WithTimeout(ctx, launchertest.Deadline())
-		defer cancel()
-		var wg sync.WaitGroup
-		for i, s := range c.sess {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := s.Barrier(ctx, "after-member-stop"); err != nil {
-					t.Errorf("node %d: barrier with one etcd member down: %v", i, err)
-				}
-			}()
+		leader := ec.Leader()
+		if leader < 0 {
+			t.Fatal("the etcd cluster has no leader")
 		}
-		wg.Wait()
+		ec.KillMember(leader)
+		defer ec.RestartMember(leader)
+		barrierAll(t, c, "after-member-stop")
 	})
+	t.Run("QuorumLostAndBack", func(t *testing.T) {
+		// two of three members crash: no quorum, no leader. The members left cancel the nodes' watches ("no
+		// leader") and refuse their writes until a member is back; the nodes ride it out and pass a barrier then.
+		// (Their leases' TTL outlasts the outage: this is about the watch and the requests.)
+		c := newEtcdCluster(t, ec, 3)
+		c.hb = never()
+		core, logs := observer.New(zapcore.InfoLevel)
+		c.mutate = func(i int, cfg *Config, m *Member) { cfg.Logger = zap.New(core) }
+		ctx := context.Background()
+		c.start(ctx, nil)
+		c.mustJoin()
+		ec.KillMember(1)
+		ec.KillMember(2)
+		barrier := make(chan error, len(c.sess))
+		for _, s := range c.sess {
+			go func() { barrier <- s.Barrier(ctx, "after-quorum-loss") }()
+		}
+		// The event: every node's watch was cancelled for want of a leader (and resumed), or a barrier gave up.
+		launchertest.WaitFor(t, "the nodes' watches cancelled for want of a leader", func() error {
+			if len(barrier) > 0 {
+				err := <-barrier
+				t.Fatalf("a barrier ended while etcd had no quorum: %v", err)
+			}
+			resumed := map[any]bool{}
+			for _, e := range logs.FilterMessageSnippet("etcd watch cancelled").All() {
+				resumed[e.ContextMap()["instance"]] = true
+			}
+			if len(resumed) < len(c.sess) {
+				return fmt.Errorf("%d of %d nodes' watches", len(resumed), len(c.sess))
+			}
+			return nil
+		})
+		ec.RestartMember(1)
+		defer ec.RestartMember(2)
+		for range c.sess {
+			if err := launchertest.Done(t, "the barrier after the quorum came back", barrier); err != nil {
+				t.Fatalf("barrier after the quorum came back: %v", err)
+			}
+		}
+	})
+}
+
+// barrierAll passes a barrier on every session of c, within the deadline.
+func barrierAll(t *testing.T, c *cluster, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Deadline())
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, s := range c.sess {
+		wg.Go(func() {
+			if err := s.Barrier(ctx, name); err != nil {
+				t.Errorf("node %d: barrier %s: %v", i, name, err)
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -220,7 +220,11 @@ func (s *etcdSession) propose(ctx context.Context, members []etcdMember) error {
 	}
 	b, _ := json.Marshal(w)
 	key := s.dir + "world"
-	if _, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit(); err != nil {
+	err := s.e.retry(ctx, "close the generation", func(ctx context.Context) error {
+		_, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit()
+		return err
+	})
+	if err != nil {
 		return s.e.unreachable("close the generation", err)
 	}
 	return nil
@@ -295,33 +299,56 @@ func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
 	}
 }
 
-func (s *etcdSession) watch(wch clientv3.WatchChan) {
+// watch keeps the local copy of the generation's keys, from revision rev on. A watch that etcd cancels because
+// its member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied; any
+// other end of the watch ends the session's view of the world (watchErr).
+func (s *etcdSession) watch(ctx context.Context, rev int64) {
 	defer s.wg.Done()
+	for {
+		next, err := s.follow(ctx, rev)
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			s.watchEnded(err)
+			return
+		}
+		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.Int64("revision", next), zap.Error(err))
+		rev = next
+	}
+}
+
+// follow applies the watch's events from revision rev until the watch ends; it returns the revision to resume
+// from and why it ended (nil: the watch channel closed).
+func (s *etcdSession) follow(ctx context.Context, rev int64) (int64, error) {
+	wch := s.e.cli.Watch(clientv3.WithRequireLeader(ctx), s.dir, clientv3.WithPrefix(), clientv3.WithRev(rev))
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
-			s.mu.Lock()
-			s.watchErr = err
-			s.notify()
-			s.mu.Unlock()
-			break
+			return rev, err
 		}
 		s.mu.Lock()
 		for _, ev := range resp.Events {
 			s.apply(ev.Type == clientv3.EventTypePut, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+			rev = max(rev, ev.Kv.ModRevision+1)
 		}
 		s.notify()
 		s.mu.Unlock()
 	}
+	return rev, nil
+}
+
+// watchEnded records that the watch ended for err (nil: its channel closed), unless the session is closing.
+func (s *etcdSession) watchEnded(err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.watchErr = err
+	}
 	if !s.closing {
 		if s.watchErr == nil {
 			s.watchErr = errors.New("watch ended")
 		}
 		s.push(Failure{Node: NodeRef{Rank: -1, Host: s.e.cfg.Endpoint}, WorkerRank: -1, Lost: true, At: time.Now(),
 			Reason: fmt.Sprintf("the etcd watch at %s ended: %v", s.e.cfg.Endpoint, s.watchErr)})
-		s.notify()
 	}
-	s.mu.Unlock()
+	s.notify()
 }
 
 func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
@@ -335,7 +362,11 @@ func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKe
 		// the client gave up on the stream (an etcd member went away mid-stream): if the lease still lives on
 		// the cluster, keep it alive again through another member.
 		tctx, cancel := context.WithTimeout(ctx, s.e.cfg.Heartbeat)
-		ttl, err := s.e.cli.TimeToLive(tctx, s.lease)
+		var ttl *clientv3.LeaseTimeToLiveResponse
+		err := s.e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
+			ttl, err = s.e.cli.TimeToLive(ctx, s.lease)
+			return err
+		})
 		cancel()
 		if err == nil && ttl.TTL > 0 {
 			if ka, err = s.e.cli.KeepAlive(ctx, s.lease); err == nil {
@@ -436,7 +467,7 @@ func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease boo
 	if lease {
 		opts = append(opts, clientv3.WithLease(s.lease))
 	}
-	if _, err := s.e.cli.Put(ctx, s.dir+key, string(val), opts...); err != nil {
+	if err := s.e.put(ctx, s.dir+key, string(val), opts...); err != nil {
 		return s.e.unreachable("put "+key, err)
 	}
 	return nil
@@ -491,8 +522,12 @@ func (s *etcdSession) waiting(ctx context.Context) (int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	next := s.e.genDir(s.self.RunID, s.self.Generation+1)
-	resp, err := s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
-		Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	var resp *clientv3.TxnResponse
+	err := s.e.retry(ctx, "count the nodes waiting", func(ctx context.Context) (err error) {
+		resp, err = s.e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
+			Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+		return err
+	})
 	if err != nil {
 		return 0, s.e.unreachable("count the nodes waiting", err)
 	}

@@ -134,11 +134,15 @@ func notHandshake(nc net.Conn, addr string, hdr []byte) error {
 	return newError(ErrProtocol, fmt.Sprintf("the server at %s is not a tpurun rendezvous server (it answered %q); check the endpoint", addr, hdr))
 }
 
-// pending is an accepted connection that has not completed the handshake.
+// pending is an accepted connection that has not completed the handshake. Guarded by Server.mu.
 type pending struct {
 	nc      net.Conn
 	at      time.Time
 	started bool // its handshake read the hello's magic: evicted only after those that have not begun one
+	// waiting is when the server began to wait for the peer's next bytes (the accept, or the start of a
+	// handshake read); zero while the handshake is the server's to do (reading what arrived, computing, writing).
+	// Only the peer's own silence counts towards its eviction, never a slow (loaded) server's.
+	waiting time.Time
 }
 
 // v1Refusal tells a version 1 client, in its own framing, why it cannot join.
@@ -158,7 +162,7 @@ func (s *Server) handshake(pc *pending) {
 		}
 	}
 	var hello [clientHelloLen]byte
-	if _, err := io.ReadFull(nc, hello[:4]); err != nil {
+	if _, err := s.readPeer(pc, hello[:4]); err != nil {
 		refuse(ioReason(err), err)
 		return
 	}
@@ -172,7 +176,7 @@ func (s *Server) handshake(pc *pending) {
 	s.mu.Lock()
 	pc.started = true
 	s.mu.Unlock()
-	if _, err := io.ReadFull(nc, hello[4:]); err != nil {
+	if _, err := s.readPeer(pc, hello[4:]); err != nil {
 		refuse(ioReason(err), err)
 		return
 	}
@@ -193,7 +197,7 @@ func (s *Server) handshake(pc *pending) {
 		return
 	}
 	var p [proofLen]byte
-	if _, err := io.ReadFull(nc, p[:]); err != nil {
+	if _, err := s.readPeer(pc, p[:]); err != nil {
 		refuse(ioReason(err), err)
 		return
 	}
@@ -216,6 +220,20 @@ func (s *Server) handshake(pc *pending) {
 	}
 	nc.SetDeadline(time.Time{})
 	s.serve(c)
+}
+
+// readPeer reads the next part of pc's handshake, marking the wait for the peer (see pending.waiting).
+func (s *Server) readPeer(pc *pending, b []byte) (int, error) {
+	s.mu.Lock()
+	if pc.waiting.IsZero() {
+		pc.waiting = time.Now()
+	}
+	s.mu.Unlock()
+	n, err := io.ReadFull(pc.nc, b)
+	s.mu.Lock()
+	pc.waiting = time.Time{}
+	s.mu.Unlock()
+	return n, err
 }
 
 // ioReason classifies a failed handshake read or write.

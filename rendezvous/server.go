@@ -31,9 +31,15 @@ type ServerConfig struct {
 	// server is full and retries. Default DefaultMaxConns.
 	MaxConns int
 	// MaxUnauth bounds the connections still in the handshake. A connection accepted when it is reached evicts
-	// the oldest one that has sent nothing (else the oldest): idle connections cannot lock a node out, since a
-	// node sends its hello at once and completes the handshake in one round trip. Default DefaultMaxUnauth.
+	// the oldest one whose peer has been silent for EvictGrace and has sent nothing (else the oldest silent one):
+	// idle connections cannot lock a node out, since a node sends its hello at once and completes the handshake in
+	// one round trip. Default DefaultMaxUnauth.
 	MaxUnauth int
+	// EvictGrace is how long a pending connection whose peer keeps the server waiting (with nothing sent) is safe
+	// from eviction by a newer one; a handshake waiting for the server itself (a loaded server) is never evicted.
+	// Default AuthTimeout/4, at most 100 ms: a flood of silent connections cannot churn the pool faster than
+	// MaxUnauth per grace, and a real node answers within one round trip.
+	EvictGrace time.Duration
 	// WarnInterval: refused connections are logged as one summary line (with counts) per interval at most.
 	// Default DefaultWarnInterval.
 	WarnInterval time.Duration
@@ -69,6 +75,9 @@ func (c *ServerConfig) defaults() {
 	}
 	if c.MaxUnauth <= 0 {
 		c.MaxUnauth = DefaultMaxUnauth
+	}
+	if c.EvictGrace <= 0 {
+		c.EvictGrace = min(c.AuthTimeout/4, graceMax)
 	}
 	if c.WarnInterval <= 0 {
 		c.WarnInterval = DefaultWarnInterval
@@ -246,7 +255,8 @@ func (s *Server) accept() {
 			nc.Close()
 			return
 		}
-		pc := &pending{nc: nc, at: time.Now()}
+		now := time.Now()
+		pc := &pending{nc: nc, at: now, waiting: now}
 		s.pending = append(s.pending, pc)
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -254,40 +264,44 @@ func (s *Server) accept() {
 	}
 }
 
-// victim is the pending connection to drop for a new one, among those pending for at least the grace
-// (AuthTimeout/4, at most graceMax): the oldest that has not begun a handshake (neither read by it nor waiting to
-// be read), else the oldest. A node sends its hello as soon as it connects and completes the handshake in one
-// round trip, so it is dropped only if it stays silent for the grace, or if every pending connection has begun
-// a handshake and it is the oldest. Without a candidate, wait says how long until the oldest is one. With s.mu
-// held.
+// victim is the pending connection to drop for a new one: among those whose peer has kept the server waiting for
+// at least the grace (EvictGrace) with nothing sent since, the oldest that has not begun a
+// handshake, else the oldest. A node sends its hello as soon as it connects and answers the challenge at once, so
+// it is dropped only if it stays silent for the grace. A handshake that waits for the server (bytes it has not
+// read yet, or its own work: a loaded server) is never the peer's fault and never a victim: the accept loop waits
+// for it to end instead. Without a candidate, wait says when to look again. With s.mu held.
 func (s *Server) victim() (v *pending, wait time.Duration) {
-	grace := min(s.cfg.AuthTimeout/4, graceMax)
+	grace := s.cfg.EvictGrace
 	now := time.Now()
-	old := s.pending
-	for i, p := range s.pending {
-		if now.Sub(p.at) < grace {
-			old = s.pending[:i]
-			break
+	wait = grace
+	var silent *pending
+	for _, p := range s.pending { // in accept order: oldest first
+		if p.waiting.IsZero() {
+			continue // the server's to do
 		}
-	}
-	if len(old) == 0 {
-		return nil, grace - now.Sub(s.pending[0].at)
-	}
-	for _, p := range old {
-		if !p.started && !helloWaiting(p.nc) {
+		if left := grace - now.Sub(p.waiting); left > 0 {
+			wait = min(wait, left)
+			continue
+		}
+		if bytesWaiting(p.nc) {
+			continue // sent, not read yet: the server's to do
+		}
+		if !p.started {
 			return p, 0
 		}
+		if silent == nil {
+			silent = p
+		}
 	}
-	return old[0], 0
+	return silent, wait
 }
 
-// graceMax bounds the time a pending connection is safe from eviction (see victim).
+// graceMax bounds the default EvictGrace.
 const graceMax = 100 * time.Millisecond
 
-// helloWaiting reports whether the peer of nc has sent the start of a hello that is not read yet. It peeks
-// without blocking and without the connection's read lock, so it does not wait for a handshake reading the same
-// connection.
-func helloWaiting(nc net.Conn) bool {
+// bytesWaiting reports whether the peer of nc has sent bytes that are not read yet. It peeks without blocking and
+// without the connection's read lock, so it does not wait for a handshake reading the same connection.
+func bytesWaiting(nc net.Conn) bool {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
 		return false
@@ -297,12 +311,12 @@ func helloWaiting(nc net.Conn) bool {
 		return false
 	}
 	n := 0
-	var b [len(helloMagic)]byte
+	var b [1]byte
 	var rerr error
 	err = rc.Control(func(fd uintptr) {
 		n, _, rerr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 	})
-	return err == nil && rerr == nil && n == len(b) && string(b[:]) == helloMagic
+	return err == nil && rerr == nil && n > 0
 }
 
 // unpend removes pc from the handshake list; false when it was no longer there (evicted, or the server closed).

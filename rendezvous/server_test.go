@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tpurun/launcher/launchertest"
 )
 
 func listen(t *testing.T, cfg ServerConfig) *Server {
@@ -66,10 +68,10 @@ func TestOffLoopbackNeedsToken(t *testing.T) {
 	rdzvErr(t, err, ErrNoToken)
 }
 
-// rawReply reads one frame from nc, failing after d.
-func rawReply(t *testing.T, nc net.Conn, d time.Duration) (*message, error) {
+// rawReply reads one frame from nc, failing after the deadline.
+func rawReply(t *testing.T, nc net.Conn) (*message, error) {
 	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(d))
+	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
 	return readMessage(nc, DefaultMaxMessage)
 }
 
@@ -87,7 +89,7 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 func dialAuthed(t *testing.T, addr, token string) net.Conn {
 	t.Helper()
 	nc := dialRaw(t, addr)
-	if err := clientHandshake(nc, addr, token, time.Now().Add(5*time.Second)); err != nil {
+	if err := clientHandshake(nc, addr, token, time.Now().Add(launchertest.Deadline())); err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
 	return nc
@@ -126,7 +128,7 @@ func TestBadClients(t *testing.T) {
 			if _, err := nc.Write(tc.send); err != nil {
 				t.Fatal(err)
 			}
-			m, err := rawReply(t, nc, 5*time.Second)
+			m, err := rawReply(t, nc)
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
@@ -141,7 +143,7 @@ func TestBadClients(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		nc := dialRaw(t, s.Addr())
 		start := time.Now()
-		_, err := rawReply(t, nc, 5*time.Second)
+		_, err := rawReply(t, nc)
 		if !errors.Is(err, io.EOF) {
 			t.Fatalf("silent client: %v, want the server to hang up", err)
 		}
@@ -162,7 +164,7 @@ func TestMaxConns(t *testing.T) {
 	dialAuthed(t, s.Addr(), "")
 	dialAuthed(t, s.Addr(), "")
 	nc := dialRaw(t, s.Addr())
-	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(5*time.Second))
+	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(launchertest.Deadline()))
 	if e := rdzvErr(t, err, ErrServerLost); !strings.Contains(e.Detail, "maximum of connections") {
 		t.Fatalf("third connection: %v", err)
 	}
@@ -184,5 +186,62 @@ func TestServerClosedMidRun(t *testing.T) {
 		}
 		err := c.sess[i].Barrier(ctx, "x")
 		rdzvErr(t, err, ErrServerLost)
+	}
+}
+
+// TestVictimIsThePeersSilence: a full handshake pool evicts a connection only for its peer's own silence, past
+// the grace: the idle one that never began a handshake first, then a silent one that did; never one whose bytes
+// wait for the server, one the server is working on (reading, computing, writing: a loaded server), or one silent
+// for less than the grace (then wait says when to look again).
+func TestVictimIsThePeersSilence(t *testing.T) {
+	const grace = time.Second
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// conn returns the server side of a loopback connection whose client has written sent.
+	conn := func(sent string) net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		sc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sc.Close() })
+		if sent != "" {
+			if _, err := c.Write([]byte(sent)); err != nil {
+				t.Fatal(err)
+			}
+			launchertest.Eventually(t, "the bytes to arrive", func() bool { return bytesWaiting(sc) })
+		}
+		return sc
+	}
+	long, now := time.Now().Add(-time.Hour), time.Now()
+	busy := &pending{nc: conn(""), at: long, started: true}                     // the server's to do
+	sent := &pending{nc: conn("TPRZ"), at: long, started: false, waiting: long} // bytes the server has not read
+	young := &pending{nc: conn(""), at: now, started: false, waiting: now}      // silent for less than the grace
+	silent := &pending{nc: conn(""), at: long, started: true, waiting: long}    // began a handshake, then silence
+	idle := &pending{nc: conn(""), at: long.Add(time.Minute), waiting: long}    // never sent anything
+	s := &Server{cfg: ServerConfig{EvictGrace: grace}}
+	for _, tc := range []struct {
+		pool []*pending
+		want *pending
+	}{
+		{[]*pending{busy, sent, young}, nil},
+		{[]*pending{busy, sent, silent, young, idle}, idle},
+		{[]*pending{busy, sent, silent, young}, silent},
+	} {
+		s.pending = tc.pool
+		v, wait := s.victim()
+		if v != tc.want {
+			t.Fatalf("pool of %d: victim %+v, want %+v", len(tc.pool), v, tc.want)
+		}
+		if v == nil && (wait <= 0 || wait > grace) {
+			t.Fatalf("no victim: look again in %s, want within the grace %s", wait, grace)
+		}
 	}
 }

@@ -113,7 +113,7 @@ func TestFaultWorker(t *testing.T) {
 		{"sigkill", 3, "raise:9", nil, 137, []string{"rank 1", "SIGKILL"}, 3},
 		{"sigsegv", 3, "raise:11", nil, 139, []string{"rank 1", "SIGSEGV"}, 3},
 		{"timeout", 2, "hang", []string{"--timeout", upTimeout}, 124, []string{"timeout " + upTimeout + " expired"}, 2},
-		{"ignores-sigterm", 3, "exitready:3", []string{"--grace", "500ms"}, 3, []string{"rank 1", "grace period over"}, 3},
+		{"ignores-sigterm", 3, "exitready:3", []string{"--grace", "500ms"}, 3, []string{"rank 1", "grace 500ms expired: SIGKILL to every worker group"}, 3},
 		{"exits-during-start-up", 16, "early:4", nil, 4, []string{"rank 1", "exit 4"}, 15},
 		{"grandchildren-ignore-sigterm", 3, "grandkids:7", []string{"--grace", "500ms"}, 7, []string{"rank 1", "exit 7"}, 3 + 2},
 	} {
@@ -189,9 +189,11 @@ func TestFaultLauncherSignals(t *testing.T) {
 		stdouts int // "caught" lines expected
 	}{
 		{"sigint-once", "hang", []syscall.Signal{syscall.SIGINT}, nil, 130, 0},
-		{"sigint-once-workers-exit-0", "catch:2", []syscall.Signal{syscall.SIGINT}, nil, 0, 2},
-		{"sigint-twice", "ignore:2", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, longGrace, 137, 0},
-		{"sigterm-twice", "ignore:15", []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}, longGrace, 137, 0},
+		// a stop by signal N exits 128+N also when the workers then exit 0: a preempted job does not look successful
+		{"sigint-once-workers-exit-0", "catch:2", []syscall.Signal{syscall.SIGINT}, nil, 130, 2},
+		{"sigint-twice", "ignore:2", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, longGrace, 130, 0},
+		{"sigterm-twice", "ignore:15", []syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}, longGrace, 143, 0},
+		// SIGHUP is forwarded, not a stop: the workers die of it, the first failure's code
 		{"sighup", "hang", []syscall.Signal{syscall.SIGHUP}, nil, 129, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -493,30 +495,50 @@ func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	}
 }
 
-// TestFaultEveryStopSignal: each signal whose default action would kill a process (with or without a core dump)
-// stops the run: the workers get SIGTERM, the grandchildren that ignore it (one in its own session) are killed by
-// the grace SIGKILL and the sweep, tpurun exits 128+N and prints no goroutine dump (before, SIGABRT, SIGTRAP,
-// SIGSYS and SIGSTKFLT dumped 285 lines, exited 2 and left the grandchildren).
-func TestFaultEveryStopSignal(t *testing.T) {
+// TestFaultEveryForwardedSignal: each signal whose default action would kill a process, and that is not a stop
+// signal (SIGABRT, SIGTRAP, SIGSYS, ...), is forwarded to every worker group; here each worker is a shell that
+// has that default action and dies of it, which is the run's failure: 128+N; the grandchildren that ignore
+// SIGTERM (one in its own session) are swept, and tpurun prints no goroutine dump (it dumped 285 lines and exited
+// 2 before it caught them).
+func TestFaultEveryForwardedSignal(t *testing.T) {
 	t.Parallel()
-	for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGSTKFLT, syscall.SIGXCPU,
+	for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGXCPU,
 		syscall.SIGALRM, syscall.SIGPWR, syscall.SIGSEGV, syscall.SIGVTALRM, syscall.Signal(40)} {
 		t.Run(launcher.SignalName(s), func(t *testing.T) {
 			t.Parallel()
 			dir := launchertest.FakeDir(t)
-			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("hang"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+			// each worker is sh, with every default action, around a fake worker that exits 0 (rank 1's once it
+			// started two grandchildren that ignore SIGTERM)
+			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("exit:0"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--",
+				"/bin/sh", "-c", `"$0"; while :; do sleep 1; done`, os.Args[0])
 			errb := &launchertest.Buffer{}
 			cmd.Stderr = errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			launchertest.WaitReady(t, dir, 2) // rank 1 is ready once both grandchildren recorded their pid
+			gcs := map[int]bool{}
+			es, _ := os.ReadDir(filepath.Join(dir, "gc"))
+			for _, e := range es {
+				b, _ := os.ReadFile(filepath.Join(dir, "gc", e.Name()))
+				pid, _ := strconv.Atoi(string(b))
+				gcs[pid] = true
+			}
+			// the fake workers (Go: a forwarded SIGABRT would make them dump) have exited; only the shells run
+			launchertest.Eventually(t, "the fake workers exited", func() bool {
+				for _, pid := range launchertest.PIDs(t, dir) {
+					if !gcs[pid] && syscall.Kill(pid, 0) == nil {
+						return false
+					}
+				}
+				return true
+			})
 			if err := cmd.Process.Signal(s); err != nil {
 				t.Fatal(err)
 			}
 			launchertest.WaitExit(t, cmd)
 			if got := cmd.ProcessState.ExitCode(); got != 128+int(s) {
-				t.Errorf("exit %d, want %d\n%s", got, 128+int(s), errb.String())
+				t.Errorf("exit %d, want %d (the workers killed by the forwarded signal)\n%s", got, 128+int(s), errb.String())
 			}
 			if strings.Contains(errb.String(), "goroutine ") {
 				t.Errorf("goroutine dump on stderr:\n%s", errb.String())

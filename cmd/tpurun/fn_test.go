@@ -193,11 +193,7 @@ func TestReplicaErrorWithExit0Exits1(t *testing.T) {
 // python is the interpreter for the Python tests: stdlib only, so any python3 on PATH will do.
 func python(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is not on PATH (%v): the function-mode tests need it", err)
-	}
-	return p
+	return launchertest.Need(t, "python3")
 }
 
 func examplesDir(t *testing.T) string {

@@ -76,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	spec := &o.spec
 	spec.Logger = log
 	spec.Stdout, spec.Stderr = stdout, stderr
+	spec.Stdin = os.Stdin // the workers read it, as torchrun's do (--stdin)
 	if spec.Results.Document = o.json; o.json {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
@@ -105,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return f.fail(err)
 	}
 	defer stop()
-	sigs, stopSignals = launcher.NotifySignals(o.tr.handled...) // every stop signal: a teardown, never a dump
+	sigs, stopSignals = launcher.NotifySignals() // every catchable signal: forwarded or acted on, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
 	sp := launcher.NewSummaryPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
@@ -195,7 +196,7 @@ var flagOf = map[string]string{
 	"function": "--fn", "function arguments": "--fn-args-json", "grace period": "--grace", "timeout": "--timeout",
 	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "MASTER_ADDR": "--master-addr", "run id": "--run-id", "role": "--role",
 	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
-	"status address": "--status-addr", "node rank": "--node-rank", "slice id": "--slice-id",
+	"status address": "--status-addr", "stdin": "--stdin", "node rank": "--node-rank", "slice id": "--slice-id",
 	"nnodes": "--nnodes", "rendezvous run id": "--rdzv-id", "rendezvous endpoint": "--rdzv-endpoint",
 	"rendezvous node count": "--nnodes", "rendezvous minimum node count": "--nnodes", "rendezvous node rank": "--node-rank",
 	"rendezvous option": "--rdzv-conf", "rendezvous backend": "--rdzv-backend", "rendezvous token": "--rdzv-token",
@@ -221,7 +222,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
 	fs.SetNormalizeFunc(flags.Dashes)
-	var redirects, tee, filter string
+	var redirects, tee, filter, stdin string
 	o.dev = flags.AddDevice(fs)
 	fn := addResultFlags(fs, &o.spec, &o.json)
 	fs.DurationVar(&o.spec.Grace, "grace", launcherDefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
@@ -231,6 +232,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVarP(&redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
+	fs.StringVar(&stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
@@ -291,13 +293,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
 		return nil, err
 	}
-	if o.spec.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
-		return nil, err
-	}
-	if o.spec.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
-		return nil, err
-	}
-	if o.spec.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
+	if err := o.streams(redirects, tee, filter, stdin); err != nil {
 		return nil, err
 	}
 	if t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != "" && !fs.Changed("log-prefix") {
@@ -308,6 +304,22 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, &launcher.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
 	return o, nil
+}
+
+// streams parses the flags that say where the workers' streams go and which of them read stdin.
+func (o *options) streams(redirects, tee, filter, stdin string) error {
+	var err error
+	if o.spec.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
+		return err
+	}
+	if o.spec.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
+		return err
+	}
+	if o.spec.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
+		return err
+	}
+	o.spec.StdinTo, err = launcher.ParseStdinMode(stdin)
+	return err
 }
 
 const launcherDefaultGrace = 10 * time.Second

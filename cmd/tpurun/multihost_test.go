@@ -266,20 +266,15 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 			} else {
 				ep = launchertest.FreeEndpoint(t)
 			}
-			// A frozen launcher is noticed by its silence: a short heartbeat. A killed one by its dropped
-			// connection (tcp) or its lease (etcd, TTL = the default heartbeat). Nothing else ends the run: the
-			// workers hang and the rendezvous timeout is past the deadline.
-			conf := ""
-			if tc.sig == syscall.SIGSTOP {
-				conf = "heartbeat=2s,"
-			}
+			// With the default heartbeat: a frozen launcher is noticed by its silence, a killed one by its dropped
+			// connection (tcp) or its lease (etcd, TTL = the heartbeat). Nothing else ends the run: the workers
+			// hang and the rendezvous timeout is past the deadline.
 			nodes := cpuNodes(t, dir, 2, []string{launchertest.Fake("hang")}, func(i int) []string {
-				c := conf + "is_host=" + strconv.FormatBool(i == 0)
-				if tc.backend == "etcd" {
-					c = strings.TrimSuffix(conf, ",")
+				args := []string{"--rdzv-backend", tc.backend, "--rdzv-endpoint", ep, "--rdzv-timeout", neverTimeout, "--node-rank", strconv.Itoa(i)}
+				if tc.backend == "tcp" {
+					args = append(args, "--rdzv-conf", "is_host="+strconv.FormatBool(i == 0))
 				}
-				return []string{"--rdzv-backend", tc.backend, "--rdzv-endpoint", ep, "--rdzv-timeout", neverTimeout, "--node-rank", strconv.Itoa(i),
-					"--rdzv-conf", c}
+				return args
 			})
 			launchertest.WaitReady(t, dir, 4)
 			victim, survivor := nodes[1], nodes[0]

@@ -18,7 +18,8 @@ import (
 )
 
 // countLines reads r to EOF, after waiting first (a reader that is not there yet), at most rate bytes per second
-// when rate > 0 (a steady slow reader), and returns the lines.
+// when rate > 0 (a steady slow reader), and returns the lines. The wait and the rate are the case under test (a
+// reader late or slow by wall-clock time), not a synchronisation: the test asserts on what arrives, not when.
 func countLines(r io.Reader, wait time.Duration, rate int) []string {
 	time.Sleep(wait)
 	if rate > 0 {

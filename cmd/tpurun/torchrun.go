@@ -40,7 +40,7 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
 	t.shutdown = torchrun.Seconds(launcherDefaultGrace) // shown by --help; applied only when given
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
-	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "signals forwarded to every worker group, comma-separated")
+	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "accepted for torchrun compatibility; tpurun forwards every catchable signal once to every worker group (see docs/CONTROL.md)")
 	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
 	for _, f := range [][2]string{
 		{"start-method", "accepted for torchrun compatibility: every worker is a fresh exec of PROGRAM (torchrun's spawn)"},
@@ -103,6 +103,9 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 		return &launcher.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
 	t.handled = sigs
+	if fs.Lookup("signals-to-handle").Changed {
+		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
+	}
 	m := launcher.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
 	if python != "" {
 		m.PythonFlag = "--python"

@@ -7,8 +7,9 @@
 //     WaitForFile, WaitListening (a port), WaitGone and WaitDead (a process), WaitReady (fake workers set up);
 //   - Need: a test that needs a tool or a privilege the machine lacks fails under CI=true and otherwise skips
 //     saying "SKIPPED, NOT PASSED";
-//   - Heavy: a limiter shared by every test binary of the suite, so that two resource-heavy tests (an embedded
-//     etcd, a world of many nodes, a flood, a memory figure) never starve each other;
+//   - Heavy: a limiter shared by the package test binaries of one go test run (a file lock named for it), so
+//     that two resource-heavy tests (an embedded etcd, a world of many nodes, a flood, a memory figure) never
+//     starve each other;
 //   - the fake worker: the test binary re-executed as a worker process doing one registered verb (Register,
 //     Fake, Dispatch, Run), with an os/exec-style registry in which a verb that no test uses fails the suite;
 //   - Buffer, a bytes.Buffer safe for concurrent writers, and FreeEndpoint.

@@ -94,23 +94,34 @@ func Define(v Verb) {
 	}
 }
 
-// use marks the verb of spec (NAME[:ARG]) used, with what it spawns, and returns spec; an unregistered name
-// panics, so a typo fails at once instead of running a worker that does nothing.
+// use marks the verb of spec (NAME[:ARG]) used, with what it spawns (and they spawn), and returns spec; an
+// unregistered name panics, so a typo fails at once instead of running a worker that does nothing.
 func use(spec string) string {
 	name, _, _ := strings.Cut(spec, ":")
 	verbsMu.Lock()
-	v, ok := verbs[name]
-	verbsMu.Unlock()
-	if !ok {
+	defer verbsMu.Unlock()
+	if _, ok := verbs[name]; !ok {
 		panic(fmt.Sprintf("launchertest: verb %q is not registered in this test binary (launchertest.Register or Define)", name))
 	}
 	usedMu.Lock()
 	defer usedMu.Unlock()
-	used[name] = true
-	for _, s := range v.Spawns {
-		used[s] = true
+	for todo := []string{name}; len(todo) > 0; {
+		n := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if !used[n] {
+			used[n] = true
+			todo = append(todo, verbs[n].Spawns...)
+		}
 	}
 	return spec
+}
+
+// Uses marks verbs used by a test that may skip (Need) before it names them, as os/exec's tests do with
+// maySkipHelperCommand: a skipped test does not make its verbs look stale.
+func Uses(verbs ...string) {
+	for _, v := range verbs {
+		use(v)
+	}
 }
 
 // Fake is the environment entry that makes every worker a launcher starts do spec (NAME[:ARG]).

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
@@ -27,24 +27,32 @@ func heldCheck(rp *proc.Reaper) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case ex := <-got:
-		if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
-			return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
-		}
-	case <-time.After(10 * time.Second):
-		return errors.New("the exit of a held child was never delivered")
+	ex, err := within(got, "the exit of a held child to be delivered")
+	if err != nil {
+		return err
 	}
-	if rp != nil { // the orphan is reaped while the held zombie stays
-		deadline := time.Now().Add(10 * time.Second)
-		for rp.Orphans() < 1 {
-			if time.Now().After(deadline) {
+	if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
+		return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
+	}
+	// The event after which a reap of the held child would have happened: the reaper reaped the orphan beside it
+	// (its wait loop went past the zombie); without a reaper, the child's own waiting goroutine waits for Release.
+	if rp != nil {
+		err = launchertest.Poll("the orphan reaped beside the held zombie", func() error {
+			if rp.Orphans() < 1 {
 				return errors.New("a held zombie kept the reaper from reaping an orphan")
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	} else {
-		time.Sleep(300 * time.Millisecond)
+		err = launchertest.Poll("the held child's waiting goroutine to wait for Release", func() error {
+			if !launchertest.GoroutineWaits("chan receive", "proc.(*Process).wait") {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return err
 	}
 	if st := state(p.PID()); st != "Z" {
 		return fmt.Errorf("held child %d is in state %q, want a zombie (Z) until released", p.PID(), st)
@@ -52,7 +60,7 @@ func heldCheck(rp *proc.Reaper) error {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("signal a held zombie: %w", err)
 	}
-	ex := p.Release()
+	ex = p.Release()
 	if ex.Code != 7 || ex.MaxRSS <= 0 || ex.UserCPU+ex.SysCPU <= 0 {
 		return fmt.Errorf("released exit %+v, want code 7 with resource usage", ex)
 	}
@@ -93,8 +101,7 @@ func TestStartHeld(t *testing.T) {
 		}
 	})
 	t.Run("reaper", func(t *testing.T) {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "PROC_FAKE=held-reaper-main")
+		cmd := launchertest.Command("held-reaper-main")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "OK") {
 			t.Fatalf("reaper child: %v\n%s", err, out)

@@ -10,47 +10,43 @@ import (
 	"slices"
 	"syscall"
 	"testing"
-	"time"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
-// The test binary is also the child: PROC_FAKE selects what it does.
-func TestMain(m *testing.M) {
-	if code, ok := reaperFake(os.Getenv("PROC_FAKE")); ok {
-		os.Exit(code)
-	}
-	if os.Getenv("PROC_FAKE") == "subreaper-get" {
-		os.Exit(subreaperGet())
-	}
-	switch os.Getenv("PROC_FAKE") {
-	case "":
-		os.Exit(m.Run())
-	case "exit":
-		os.Exit(42)
-	case "burn": // allocate and touch 64 MiB, then exit 0
+// The test binary is also the child: launchertest's fake worker, with this package's verbs (crash:42, and those
+// defined here and beside the tests that use them).
+func init() {
+	launchertest.Register("crash")
+	launchertest.Define(launchertest.Verb{Name: "burn", Run: func(*launchertest.Worker) int { // touch 64 MiB, exit 0
 		b := make([]byte, 64<<20)
 		for i := range b {
 			b[i] = 1
 		}
-		os.Exit(int(b[len(b)-1]) - 1)
-	case "hang":
+		return int(b[len(b)-1]) - 1
+	}})
+	launchertest.Define(launchertest.Verb{Name: "hangready", Run: func(*launchertest.Worker) int { // ignore SIGHUP
 		signal.Ignore(syscall.SIGHUP)
 		fmt.Println("ready")
 		select {}
-	}
+	}})
 }
 
-func child(t *testing.T, mode string) *exec.Cmd {
+func TestMain(m *testing.M) {
+	launchertest.Dispatch()
+	os.Exit(launchertest.Run(m))
+}
+
+// child is the test binary as a process doing verb.
+func child(t *testing.T, verb string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "PROC_FAKE="+mode)
-	return cmd
+	return launchertest.Command(verb)
 }
 
 func TestStartExitCodeAndRusage(t *testing.T) {
 	exited := make(chan int, 1)
-	p, err := proc.Start(child(t, "exit"), func(p *proc.Process) { exited <- p.PID() })
+	p, err := proc.Start(child(t, "crash:42"), func(p *proc.Process) { exited <- p.PID() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +68,7 @@ func TestStartExitCodeAndRusage(t *testing.T) {
 }
 
 func TestProcessLeadsItsGroupAndSignalKillsIt(t *testing.T) {
-	cmd := child(t, "hang")
+	cmd := child(t, "hangready")
 	out, _ := cmd.StdoutPipe()
 	p, err := proc.Start(cmd, nil)
 	if err != nil {
@@ -114,7 +110,7 @@ func TestStartMissingProgram(t *testing.T) {
 }
 
 func TestSweepFindsRealProcessByEnv(t *testing.T) {
-	cmd := child(t, "hang")
+	cmd := child(t, "hangready")
 	cmd.Env = append(cmd.Env, "TPURUN_RUN_ID=sweep-test-1")
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -168,18 +164,12 @@ func TestAlive(t *testing.T) {
 	if !proc.Alive(os.Getpid()) {
 		t.Fatal("this process is not alive")
 	}
-	p, err := proc.Start(child(t, "exit"), nil)
+	p, err := proc.Start(child(t, "crash:42"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for proc.Alive(p.PID()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d alive after being reaped", p.PID())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	launchertest.Eventually(t, fmt.Sprintf("pid %d not alive once reaped", p.PID()), func() bool { return !proc.Alive(p.PID()) })
 }
 
 func FuzzEnvironHas(f *testing.F) {

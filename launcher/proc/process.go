@@ -297,9 +297,12 @@ func (p *Process) Release() Exit {
 	return p.Wait()
 }
 
-// Signal sends sig to the leader through its pidfd (wherever it is now) and to its process group while the
-// leader is not reaped (while the group id cannot have been reused). Once the leader is reaped nothing is
-// signalled: what is left of its group is the subtree sweep's. A process that no longer exists is not an error.
+// Signal sends sig once to every process of the leader's process group (kill(-pgid)) while the leader is not
+// reaped (while the group id cannot have been reused); a leader that has left its group gets it through its pidfd
+// (wherever it is now) as well. No process gets sig twice: a leader still in its group is reached by the group
+// signal only (it was signalled through both, and a second SIGTERM is "force quit now" to many programs). Once
+// the leader is reaped nothing is signalled: what is left of its group is the subtree sweep's. A process that no
+// longer exists is not an error.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.rp != nil { // the reaper reaps under its lock (with wait4(-1) it cannot take p.mu first)
 		p.rp.mu.Lock()
@@ -310,16 +313,43 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	if p.reaped {
 		return nil
 	}
+	if p.leads() {
+		err := SignalGroup(p.pid, sig)
+		if p.leads() || err != nil {
+			return err
+		}
+		// it left its group just now, maybe before the group signal: it gets it (at most once more) below
+	}
 	var errs []error
 	if p.pidfd >= 0 {
 		if err := unix.PidfdSendSignal(p.pidfd, sig, nil, 0); err != nil && !errors.Is(err, syscall.ESRCH) {
 			errs = append(errs, fmt.Errorf("signal %v to pid %d: %w", sig, p.pid, err))
 		}
 	}
-	if err := SignalGroup(p.pid, sig); err != nil {
+	if err := SignalGroup(p.pid, sig); err != nil { // what is left of its group
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// leads reports whether the (unreaped) leader is still in the process group it was started in; a leader whose
+// group cannot be read counts as having left it, so that the pidfd reaches it.
+func (p *Process) leads() bool {
+	pgid, err := syscall.Getpgid(p.pid)
+	return err == nil && pgid == p.pid
+}
+
+// Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the
+// kernel's report of that stop (waitid WSTOPPED|WNOHANG, which never reaps), a report nothing else waits for.
+func (p *Process) Stopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return false
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+	return err == nil && info.Signo != 0
 }
 
 // SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.

@@ -37,6 +37,7 @@ type Reaper struct {
 	listed  bool   // the kernel lists children: held workers can stay zombies while others are reaped
 	buf     []byte // for reading children files (the loop's)
 	sigchld chan os.Signal
+	reaped  chan struct{} // a token after an orphan was reaped (see Reaped)
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -46,7 +47,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1),
+	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1), reaped: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), buf: make([]byte, 4096)}
 	_, r.listed = children("/proc", self(), &r.buf)
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
@@ -141,6 +142,10 @@ func (r *Reaper) reapPID(pid int) bool {
 	r.mu.Unlock()
 	if !ok {
 		r.log.Debug("reaped orphan", zap.Int("pid", got), zap.Int("status", int(ws)))
+		select {
+		case r.reaped <- struct{}{}:
+		default: // one pending token says it all: the subtree changed
+		}
 		return true
 	}
 	e := Exit{PID: got, Code: ws.ExitStatus()}
@@ -193,6 +198,10 @@ func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Proces
 	r.owned[p.pid] = owned{p: p}
 	return p, nil
 }
+
+// Reaped has a token whenever an orphaned descendant has been reaped since the last one was taken: a wait for a
+// subtree to empty re-checks it then, instead of polling.
+func (r *Reaper) Reaped() <-chan struct{} { return r.reaped }
 
 // Orphans is how many processes not started through Start this reaper has reaped.
 func (r *Reaper) Orphans() int {

@@ -13,43 +13,48 @@ import (
 	"time"
 	"unsafe"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
-// reaperFake runs in a re-executed test binary (PROC_FAKE=reaper-main and friends), so that the subreaper bit and
-// the wait4(-1) loop never touch the children of the other tests.
-func reaperFake(mode string) (int, bool) {
-	switch mode {
-	case "orphaner": // start a grandchild that outlives us, print its pid, exit 7 without waiting for it
-		gc := exec.Command(os.Args[0])
-		gc.Env = append(os.Environ(), "PROC_FAKE=linger")
+// These verbs run in re-executed test binaries, so that the subreaper bit and the wait4(-1) loop never touch the
+// children of the other tests.
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "orphaner", Spawns: []string{"linger"}, Run: func(w *launchertest.Worker) int {
+		// start a grandchild that outlives us, print its pid, exit 7 without waiting for it
+		gc := w.Child("linger:" + strconv.Itoa(os.Getpid()))
 		if err := gc.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			return 3, true
+			return 3
 		}
 		fmt.Println(gc.Process.Pid)
-		return 7, true
-	case "linger":
-		time.Sleep(300 * time.Millisecond)
-		return 0, true
-	case "tree-main", "tree-worker", "tree-escapee", "tree-leaf":
-		return treeFake(mode), true
-	case "held-reaper-main":
-		if err := heldReaperMain(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1, true
-		}
-		fmt.Println("OK")
-		return 0, true
-	case "reaper-main":
-		if err := reaperMain(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1, true
-		}
-		fmt.Println("OK")
-		return 0, true
+		return 7
+	}})
+	// linger:PID exits 0 once its parent, PID, has exited: an orphan by then.
+	launchertest.Define(launchertest.Verb{Name: "linger", Run: func(w *launchertest.Worker) int {
+		_ = launchertest.Poll("the parent to exit", func() error {
+			if os.Getppid() == w.N {
+				return errors.New("still there")
+			}
+			return nil
+		})
+		return 0
+	}})
+	launchertest.Define(launchertest.Verb{Name: "held-reaper-main", Run: func(*launchertest.Worker) int { return okOr(heldReaperMain()) },
+		Spawns: []string{"orphaner"}})
+	launchertest.Define(launchertest.Verb{Name: "reaper-main", Run: func(*launchertest.Worker) int { return okOr(reaperMain()) },
+		Spawns: []string{"orphaner"}})
+	launchertest.Define(launchertest.Verb{Name: "subreaper-get", Run: func(*launchertest.Worker) int { return subreaperGet() }})
+}
+
+// okOr prints OK and returns 0 for a nil err, else prints err and returns 1.
+func okOr(err error) int {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	return 0, false
+	fmt.Println("OK")
+	return 0
 }
 
 func reaperMain() error {
@@ -65,22 +70,23 @@ func reaperMain() error {
 	if err != nil {
 		return err
 	}
-	select {
-	case ex := <-got:
-		if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
-			return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
-		}
-	case <-time.After(10 * time.Second):
-		return errors.New("the reaper never delivered the owned child's exit")
+	ex, err := within(got, "the reaper to deliver the owned child's exit")
+	if err != nil {
+		return err
+	}
+	if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
+		return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
 	}
 	// The grandchild was reparented to us (subreaper) and must be reaped: no zombie left, counted as an orphan.
-	deadline := time.Now().Add(10 * time.Second)
-	for proc.Alive(gpid) || rp.Orphans() < 1 {
-		if time.Now().After(deadline) {
+	err = launchertest.Poll(fmt.Sprintf("the orphan %d reaped", gpid), func() error {
+		if proc.Alive(gpid) || rp.Orphans() < 1 {
 			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", gpid))
-			return fmt.Errorf("orphan %d not reaped (orphans=%d, stat %q)", gpid, rp.Orphans(), st)
+			return fmt.Errorf("orphans=%d, stat %q", rp.Orphans(), st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// A non-file stdio would need cmd.Wait's copying goroutines: refused.
 	bad := exec.Command(os.Args[0])
@@ -94,8 +100,7 @@ func reaperMain() error {
 // startOrphaner starts, with start, a child that starts a lingering grandchild, prints its pid and exits 7; it
 // returns the child and the grandchild's pid.
 func startOrphaner(start func(*exec.Cmd) (*proc.Process, error)) (*proc.Process, int, error) {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "PROC_FAKE=orphaner")
+	cmd := launchertest.Command("orphaner")
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, 0, err
@@ -116,8 +121,7 @@ func startOrphaner(start func(*exec.Cmd) (*proc.Process, error)) (*proc.Process,
 }
 
 func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=reaper-main")
+	cmd := launchertest.Command("reaper-main")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("reaper child: %v\n%s", err, out)
@@ -126,8 +130,7 @@ func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
 
 func TestSetSubreaperIsReadBack(t *testing.T) {
 	// PR_GET_CHILD_SUBREAPER (37) in a child, so this test process keeps its own parent semantics.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=subreaper-get")
+	cmd := launchertest.Command("subreaper-get")
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "1" {
 		t.Fatalf("subreaper flag after SetSubreaper: %q (%v), want 1", out, err)
@@ -146,4 +149,18 @@ func subreaperGet() int {
 	}
 	fmt.Println(v)
 	return 0
+}
+
+// within waits for ch to deliver (launchertest.Deadline at most): for the checks that run in a re-executed test
+// binary and report an error rather than failing a test.
+func within[T any](ch <-chan T, what string) (T, error) {
+	timer := time.NewTimer(launchertest.Deadline())
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v, nil
+	case <-timer.C:
+		var zero T
+		return zero, fmt.Errorf("waited %s for %s", launchertest.Deadline(), what)
+	}
 }

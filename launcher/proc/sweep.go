@@ -162,6 +162,39 @@ func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.
 	}
 }
 
+// SignalTree sends sig once to every live (not zombie) descendant of root found under procRoot (see SweepTree),
+// except those skip names, and returns the pids it signalled: the first, gentle step of a sweep (SIGTERM to the
+// helpers a finished worker left, so that they can flush), without waiting for them. ErrNoChildrenFile when the
+// kernel does not list children.
+func SignalTree(procRoot string, root int, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
+	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
+		return nil, fmt.Errorf("signal tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
+	}
+	buf := make([]byte, 4096)
+	var hit []int
+	for _, pid := range descendants(procRoot, root, &buf) {
+		if zombie(procRoot, pid, &buf) || (skip != nil && skip(pid)) {
+			continue
+		}
+		if syscall.Kill(pid, sig) == nil {
+			hit = append(hit, pid)
+		}
+	}
+	return hit, nil
+}
+
+// LiveDescendants counts the descendants of root under procRoot that have not exited (zombies do not count).
+func LiveDescendants(procRoot string, root int) int {
+	buf := make([]byte, 4096)
+	n := 0
+	for _, pid := range descendants(procRoot, root, &buf) {
+		if !zombie(procRoot, pid, &buf) {
+			n++
+		}
+	}
+	return n
+}
+
 // descendants lists every descendant of root, breadth first (see children).
 func descendants(procRoot string, root int, buf *[]byte) []int {
 	var out []int

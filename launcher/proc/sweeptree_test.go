@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
 )
 
@@ -25,19 +26,25 @@ import (
 //     "escapee PID" and hangs.
 //   - tree-escapee: starts a tree-leaf, prints "leaf PID" and hangs ignoring SIGTERM.
 //   - tree-leaf: hangs.
+func init() {
+	spawns := map[string]string{"tree-main": "tree-worker", "tree-worker": "tree-escapee", "tree-escapee": "tree-leaf"}
+	for _, n := range []string{"tree-main", "tree-worker", "tree-escapee", "tree-leaf"} {
+		v := launchertest.Verb{Name: n, Run: func(*launchertest.Worker) int { return treeFake(n) }}
+		if s, ok := spawns[n]; ok {
+			v.Spawns = []string{s}
+		}
+		launchertest.Define(v)
+	}
+}
+
 func treeFake(mode string) int {
 	self := func(m string, env []string) *exec.Cmd {
-		c := exec.Command(os.Args[0])
-		c.Env = append(env, "PROC_FAKE="+m)
+		c := exec.Command(launchertest.Executable())
+		c.Env = append(env, launchertest.Self(m))
 		c.Stdout, c.Stderr = os.Stdout, os.Stderr
 		return c
 	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PROC_FAKE=") {
-			env = append(env, kv)
-		}
-	}
+	env := os.Environ() // FAKE_VERB was removed from it: it named this process's verb
 	switch mode {
 	case "tree-main":
 		if err := treeMain(self("tree-worker", append(env, "TPURUN_RUN_ID=sweep-tree-test"))); err != nil {
@@ -114,6 +121,18 @@ func treeMain(worker *exec.Cmd) error {
 	if !slices.Contains(byEnv, p.PID()) || slices.Contains(byEnv, want["escapee"]) || slices.Contains(byEnv, want["leaf"]) {
 		return fmt.Errorf("sweep by env found %v; want worker %d and not the escapee %v", byEnv, p.PID(), want)
 	}
+	// The gentle first step reaches each live descendant once, except the ones skipped (the worker here); no
+	// process of the subtree ends from SIGWINCH (ignored by default, also before a child has set up anything).
+	hit, err := proc.SignalTree("/proc", os.Getpid(), func(pid int) bool { return pid == p.PID() }, syscall.SIGWINCH)
+	slices.Sort(hit)
+	exp := []int{want["escapee"], want["leaf"]}
+	slices.Sort(exp)
+	if err != nil || !slices.Equal(hit, exp) {
+		return fmt.Errorf("SignalTree hit %v (%v), want exactly the escapee and its leaf %v", hit, err, exp)
+	}
+	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 3 {
+		return fmt.Errorf("%d live descendants, want 3 (worker %d, escapee, leaf) %v", n, p.PID(), want)
+	}
 	// cleanup: the worker's group first, then the subtree.
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		return err
@@ -123,24 +142,32 @@ func treeMain(worker *exec.Cmd) error {
 		return fmt.Errorf("Reaper.Sweep: %w", err)
 	}
 	slices.Sort(swept)
-	exp := []int{want["escapee"], want["leaf"]}
-	slices.Sort(exp)
 	if !slices.Equal(swept, exp) {
 		return fmt.Errorf("swept %v, want exactly the escapee and its leaf %v (the worker is not reported)", swept, exp)
 	}
-	select {
-	case ex := <-got:
-		if ex.Signal != syscall.SIGKILL {
-			return fmt.Errorf("worker exit %+v, want SIGKILL", ex)
-		}
-	case <-time.After(10 * time.Second):
-		return errors.New("the reaper never delivered the worker's exit")
+	ex, err := within(got, "the reaper to deliver the worker's exit")
+	if err != nil {
+		return err
 	}
-	for deadline := time.Now().Add(10 * time.Second); proc.Alive(exp[0]) || proc.Alive(exp[1]) || rp.Orphans() < 2; {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("swept %v not reaped (orphans %d)", exp, rp.Orphans())
+	if ex.Signal != syscall.SIGKILL {
+		return fmt.Errorf("worker exit %+v, want SIGKILL", ex)
+	}
+	err = launchertest.Poll(fmt.Sprintf("the swept %v reaped", exp), func() error {
+		if proc.Alive(exp[0]) || proc.Alive(exp[1]) || rp.Orphans() < 2 {
+			return fmt.Errorf("orphans %d", rp.Orphans())
 		}
-		time.Sleep(5 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-rp.Reaped(): // the reaper said so when it reaped the orphans
+	default:
+		return errors.New("the reaper reaped orphans and Reaped holds no token")
+	}
+	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 0 {
+		return fmt.Errorf("%d live descendants after the sweep", n)
 	}
 	// Nothing left below us: a second sweep finds nothing.
 	if again, err := rp.Sweep("/proc"); err != nil || len(again) != 0 {
@@ -150,8 +177,7 @@ func treeMain(worker *exec.Cmd) error {
 }
 
 func TestReaperSweepKillsEscapeeWithoutEnv(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PROC_FAKE=tree-main")
+	cmd := launchertest.Command("tree-main")
 	// Output to a file, not a pipe: if tree-main fails before its sweep, the escapee it leaves holds no pipe that
 	// the test would wait on forever.
 	f, err := os.Create(filepath.Join(t.TempDir(), "out"))

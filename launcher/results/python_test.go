@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/launcher/launchertest"
 	"tpurun/worker"
 )
 
@@ -82,10 +83,8 @@ type pyenv struct {
 
 func newPy(t *testing.T) pyenv {
 	t.Helper()
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatalf("python3 is required for the Python worker tests: %v", err)
-	}
+	launchertest.Uses("tpurun-cli")
+	py := launchertest.Need(t, "python3")
 	dir, err := worker.InstallPython(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

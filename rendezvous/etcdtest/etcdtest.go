@@ -30,6 +30,7 @@ const (
 // Cluster is a real etcd cluster of one or more members in this process (temp dirs, free loopback ports).
 type Cluster struct {
 	t         testing.TB
+	cfgs      []*embed.Config
 	members   []*embed.Etcd
 	endpoints []string
 }
@@ -68,7 +69,7 @@ func start(t testing.TB, n int) *Cluster {
 		peers = append(peers, cfg.Name+"="+pu.String())
 		cfgs[i] = cfg
 	}
-	c := &Cluster{t: t, members: make([]*embed.Etcd, n)}
+	c := &Cluster{t: t, cfgs: cfgs, members: make([]*embed.Etcd, n)}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i, cfg := range cfgs {
@@ -130,6 +131,39 @@ func (c *Cluster) WaitServing(i int) {
 		_, err := cli.Get(ctx, "etcdtest/ready")
 		return err
 	})
+}
+
+// Leader is the index of the member that leads the cluster now, -1 when none does.
+func (c *Cluster) Leader() int {
+	for i, e := range c.members {
+		if e != nil && e.Server.Leader() == e.Server.MemberID() {
+			return i
+		}
+	}
+	return -1
+}
+
+// KillMember stops member i at once, as a crash would: a leader hands over nothing, and the others are without a
+// leader until they have elected one (an election timeout or more), answering "no leader" meanwhile.
+func (c *Cluster) KillMember(i int) {
+	if c.members[i] != nil {
+		c.members[i].Server.HardStop()
+		c.StopMember(i)
+	}
+}
+
+// RestartMember starts member i again, from its data, after StopMember or KillMember.
+func (c *Cluster) RestartMember(i int) {
+	c.t.Helper()
+	if c.members[i] != nil {
+		c.t.Fatalf("etcd member %d is running", i)
+	}
+	e, err := embed.StartEtcd(c.cfgs[i])
+	if err != nil {
+		c.t.Fatalf("restart etcd member %d: %v", i, err)
+	}
+	c.members[i] = e
+	launchertest.Done(c.t, fmt.Sprintf("etcd member %d ready again", i), e.Server.ReadyNotify())
 }
 
 // StopMember stops member i and waits until it has stopped. It does not wait for the others to elect a new

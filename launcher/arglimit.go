@@ -1,29 +1,12 @@
 package launcher
 
 import (
-	"errors"
 	"fmt"
-	"os/exec"
 	"sort"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
-
-// startError is why rank's process could not start: the program (127, 126), an argument list too long for execve
-// (the user's to trim), or else a launcher failure.
-func (r *job) startError(err error, rank int, cmd *exec.Cmd) error {
-	for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
-		if errors.Is(err, e) {
-			return &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
-		}
-	}
-	if errors.Is(err, syscall.E2BIG) {
-		return argListError(rank, cmd.Args, cmd.Env)
-	}
-	return fmt.Errorf("%w: rank %d: %w%s", ErrInternal, rank, err, fdLimitHint(err))
-}
 
 // maxArgStrlen is Linux's limit on one argument or environment string (MAX_ARG_STRLEN, 32 pages).
 const maxArgStrlen = 32 * 4096

@@ -1,0 +1,268 @@
+package main
+
+// dumb-init's tty tests (tests/tty_test.py), ported: tpurun runs on a real pseudo-terminal (/dev/ptmx), as the
+// session leader that owns it (an interactive shell's job, or PID 1 of `docker run -it`), and local rank 0's group
+// must get the terminal.
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"tpurun/launcher/launchertest"
+
+	"golang.org/x/sys/unix"
+)
+
+// pty is the master side of a pseudo-terminal whose slave is tpurun's controlling terminal.
+type pty struct {
+	t      *testing.T
+	master *os.File
+	mu     sync.Mutex
+	out    bytes.Buffer
+	closed chan struct{}
+}
+
+// openPty opens a new pseudo-terminal: echo and output processing off, as dumb-init's ttyflags, so the test reads
+// exactly what the programs wrote.
+func openPty(t *testing.T) (*pty, *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("a pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetUint32(int(m.Fd()), unix.TIOCGPTN)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio, err := unix.IoctlGetTermios(int(s.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tio.Lflag &^= unix.ECHO
+	tio.Oflag &^= unix.OPOST
+	if err := unix.IoctlSetTermios(int(s.Fd()), unix.TCSETS, tio); err != nil {
+		t.Fatal(err)
+	}
+	p := &pty{t: t, master: m, closed: make(chan struct{})}
+	go func() {
+		defer close(p.closed)
+		buf := make([]byte, 4096)
+		for {
+			k, err := m.Read(buf) // EIO once no process holds the slave any more
+			p.mu.Lock()
+			p.out.Write(buf[:k])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { m.Close() })
+	return p, s
+}
+
+func (p *pty) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *pty) write(s string) {
+	p.t.Helper()
+	if _, err := p.master.WriteString(s); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// foreground is the terminal's foreground process group (TIOCGPGRP works on the master side).
+func (p *pty) foreground() int {
+	fg, _ := unix.IoctlGetInt(int(p.master.Fd()), unix.TIOCGPGRP)
+	return fg
+}
+
+func (p *pty) waitFor(what string, cond func(out string) bool) {
+	p.t.Helper()
+	deadline := time.Now().Add(launchertest.Deadline())
+	for !cond(p.output()) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("not within %s: %s\nterminal:\n%s", launchertest.Deadline(), what, p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// onPty starts tpurun args on a new terminal as the leader of a new session that owns it (as PID 1 of a new PID
+// namespace, under unshare, when pid1); it returns the terminal, the command and the pid to signal.
+func onPty(t *testing.T, pid1 bool, args ...string) (*pty, *exec.Cmd, int) {
+	t.Helper()
+	p, slave := openPty(t)
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
+	if pid1 {
+		cmd = pid1Cmd(t, args...)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	target := cmd.Process.Pid
+	if pid1 {
+		target = childOf(t, cmd.Process.Pid)
+	}
+	return p, cmd, target
+}
+
+// exitOf waits for cmd and returns its exit code (-1 when it did not end in time), with the terminal read to EOF.
+func exitOf(t *testing.T, p *pty, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(launchertest.Deadline()):
+		t.Fatalf("tpurun did not end within %s\nterminal:\n%s", launchertest.Deadline(), p.output())
+	}
+	select {
+	case <-p.closed:
+	case <-time.After(launchertest.Deadline()):
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// TestControlTerminalTac (dumb-init's test_tty): a worker reads the terminal: tac gets the lines typed and the
+// end of input (they read /dev/null, and nothing came back).
+func TestControlTerminalTac(t *testing.T) {
+	t.Parallel()
+	modes(t, func(t *testing.T, pid1 bool) {
+		p, cmd, _ := onPty(t, pid1, "--nprocs", "1", "--", "tac")
+		p.write("1\n2\n3\n\x04\x04")
+		if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), "[0] 3\n[0] 2\n[0] 1\n") {
+			t.Fatalf("exit %d, want 0 and the lines reversed\nterminal:\n%q", code, p.output())
+		}
+	})
+}
+
+// TestControlTerminalShell (dumb-init's test_child_gets_controlling_tty_if_we_had_one): an interactive shell as
+// the worker has job control ("m" in $-) and exits when told: its group is the terminal's foreground group (it
+// stopped itself with SIGTTIN in a background group and tpurun waited forever, the `docker run -it` hang).
+func TestControlTerminalShell(t *testing.T) {
+	t.Parallel()
+	bash := launchertest.Need(t, "bash")
+	modes(t, func(t *testing.T, pid1 bool) {
+		p, cmd, _ := onPty(t, pid1, "--nprocs", "1", "--", bash, "--norc", "--noprofile", "-i")
+		p.write("echo \"flags are: [[$-]]\"\n")
+		p.write("exit 0\n")
+		code := exitOf(t, p, cmd)
+		m := regexp.MustCompile(`\[0\] flags are: \[\[([a-zA-Z]+)\]\]`).FindStringSubmatch(p.output())
+		if code != 0 || m == nil || !strings.Contains(m[1], "m") || !strings.Contains(m[1], "i") {
+			t.Fatalf("exit %d, flags %q: want 0 and an interactive shell with job control (i, m)\nterminal:\n%q", code, m, p.output())
+		}
+	})
+}
+
+// TestControlTerminalBackAfterTheHolder: when local rank 0 exits, the terminal comes back to tpurun, so that the
+// next attempt's rank 0 can have it again (and a later Ctrl-C reaches tpurun).
+func TestControlTerminalBackAfterTheHolder(t *testing.T) {
+	t.Parallel()
+	p, cmd, _ := onPty(t, false, "--nprocs", "1", "--max-restarts", "1", "--", "/bin/sh", "-c",
+		`if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; exec tac`)
+	p.write("1\n2\n\x04\x04")
+	if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), "[0] 2\n[0] 1\n") {
+		t.Fatalf("exit %d, want 0 and attempt 1's tac reading the terminal\nterminal:\n%q", code, p.output())
+	}
+}
+
+// TestControlTerminalCtrlC: Ctrl-C reaches rank 0's group, which holds the terminal; rank 0 dies of it, and the
+// run stops as for SIGINT: the other rank gets SIGINT from tpurun, exactly once, and tpurun exits 130.
+func TestControlTerminalCtrlC(t *testing.T) {
+	t.Parallel()
+	ps := printSignals(t)
+	p, cmd, _ := onPty(t, false, append([]string{"--nprocs", "2", "--", "/bin/sh", "-c",
+		`if [ "$LOCAL_RANK" = 0 ]; then exec sleep 1000; fi; exec "$@"`, "sh"}, ps...)...)
+	p.waitFor("rank 1 ready", func(out string) bool { return strings.Contains(out, "[1] ready ") })
+	p.write("\x03")
+	code := exitOf(t, p, cmd)
+	out := p.output()
+	if code != 130 || strings.Count(out, "[1] 2\n") != 1 || !strings.Contains(out, "SIGINT from the terminal ended rank 0") {
+		t.Fatalf("exit %d, want 130 with rank 1 given SIGINT once\nterminal:\n%q", code, out)
+	}
+}
+
+// TestControlTerminalCtrlZ: Ctrl-Z stops rank 0's group (the terminal's); tpurun stops the other ranks, takes the
+// terminal back and stops itself, as a shell's job does; SIGCONT (fg) gives the terminal to rank 0 again and
+// resumes every worker.
+func TestControlTerminalCtrlZ(t *testing.T) {
+	t.Parallel()
+	p, cmd, target := onPty(t, false, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
+	p.waitFor("2 workers ready", func(out string) bool {
+		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
+	})
+	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
+	if fg := p.foreground(); fg != ws[0] {
+		t.Fatalf("the terminal's foreground group is %d, want rank 0's (%d)", fg, ws[0])
+	}
+	p.write("\x1a")
+	p.waitFor("every process stopped and the terminal back with tpurun", func(string) bool {
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == target
+	})
+	if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("every process running, rank 0 in the foreground, SIGCONT printed", func(out string) bool {
+		return procState(ws[0]) != "T" && procState(ws[1]) != "T" && procState(target) != "T" && p.foreground() == ws[0] &&
+			strings.Contains(out, "[0] 18\n") && strings.Contains(out, "[1] 18\n")
+	})
+	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, p, cmd); code != 143 {
+		t.Fatalf("exit %d, want 143\nterminal:\n%q", code, p.output())
+	}
+	for _, w := range []string{"[0] 20\n", "[1] 20\n"} {
+		if !strings.Contains(p.output(), w) {
+			t.Fatalf("terminal lacks %q\n%q", w, p.output())
+		}
+	}
+}
+
+// TestControlTerminalInTheBackground: tpurun started as a background job of a shell with job control, its stdin
+// still the terminal: no worker gets the terminal (a background reader of it is stopped by the kernel, SIGTTIN,
+// and tpurun would wait forever); tac reads nothing and the run ends.
+func TestControlTerminalInTheBackground(t *testing.T) {
+	t.Parallel()
+	bash := launchertest.Need(t, "bash")
+	p, slave := openPty(t)
+	cmd := exec.Command(bash, "--norc", "--noprofile", "-m", "-c",
+		`"$0" --nprocs 1 -- tac & wait $!; echo "tpurun exited $?"`, filepath.Join(bin, "tpurun"))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), "tpurun exited 0") {
+		t.Fatalf("exit %d, want the background tpurun to end with 0\nterminal:\n%q", code, p.output())
+	}
+}

@@ -1,0 +1,352 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/rendezvous"
+)
+
+// controller is the one stop controller of a run (docs/CONTROL.md): its goroutine is the only reader of the
+// run's signals, of its timers (--timeout, the grace period) and of every other reason to stop — a console write
+// error, the caller's context, a cause another goroutine reports (a failing rank, another node, the rendezvous
+// store) — in every phase of the run. It drives the attached attempt (a supervisor: exits, stops, escalation) and
+// cancels the contexts of every other wait (join, barrier, the exchange of outcomes, between generations).
+type controller struct {
+	log     *zap.Logger
+	grace   time.Duration
+	timeout time.Duration
+	ctx     context.Context  // the caller's
+	sigs    <-chan os.Signal // Spec.Signals, coalesced
+	outErr  <-chan error     // the first write error of tpurun's stdout or stderr
+	msgs    chan func()      // work for the loop, from other goroutines
+	quit    chan struct{}
+	done    chan struct{}
+
+	// owned by the loop goroutine
+	seen     map[syscall.Signal]bool // stop signals received so far
+	att      *supervisor             // the attempt being supervised, nil between attempts
+	pending  *cause                  // a cause for this generation's attempt that came before it was attached
+	timeoutC <-chan time.Time
+	timer    *time.Timer
+	consoles []*Console
+	term     *terminal // nil without a terminal to hand over
+
+	mu      sync.Mutex
+	first   *cause // the first job-wide cause
+	last    *cause // the latest job-wide cause
+	seq     int    // how many job-wide causes came so far
+	hurried bool   // a second stop came: nothing waits any more
+	jobCtx  context.Context
+	cancel  context.CancelCauseFunc
+	waiters map[*context.CancelCauseFunc]struct{}
+}
+
+// stopped is the cause a context of the controller is canceled with.
+type stopped struct{ c *cause }
+
+func (e *stopped) Error() string { return "stopping: " + e.c.String() }
+
+// stopOf is the controller's cause behind a canceled context, nil when it was not the controller.
+func stopOf(ctx context.Context) *cause {
+	var s *stopped
+	if errors.As(context.Cause(ctx), &s) {
+		return s.c
+	}
+	return nil
+}
+
+// newController starts the controller of a run: its timeout counts from now.
+func newController(ctx context.Context, spec *Spec, sigs <-chan os.Signal, outErr <-chan error, consoles []*Console, term *terminal) *controller {
+	c := &controller{log: spec.Logger, grace: spec.Grace, timeout: spec.Timeout, ctx: ctx, sigs: sigs, outErr: outErr,
+		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
+		consoles: consoles, term: term, waiters: map[*context.CancelCauseFunc]struct{}{}}
+	c.jobCtx, c.cancel = context.WithCancelCause(context.Background())
+	if spec.Timeout > 0 {
+		c.timer = time.NewTimer(spec.Timeout)
+		c.timeoutC = c.timer.C
+	}
+	go c.loop()
+	return c
+}
+
+// close ends the loop; nothing is supervised any more.
+func (c *controller) close() {
+	close(c.quit)
+	<-c.done
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.cancel(nil)
+}
+
+func (c *controller) loop() {
+	defer close(c.done)
+	ctxDone := c.ctx.Done()
+	for {
+		var s supervisorChans
+		if c.att != nil {
+			s = c.att.chans()
+		}
+		select {
+		case sig := <-c.sigs:
+			c.onSignal(sig)
+		case err := <-c.outErr:
+			c.outErr = nil
+			c.onCause(errCause(StopOutput, err))
+		case <-c.timeoutC:
+			c.timeoutC = nil
+			c.onTimeout()
+		case <-ctxDone:
+			ctxDone = nil
+			c.onCause(errCause(StopCanceled, c.ctx.Err()))
+		case f := <-c.msgs:
+			f()
+		case m := <-s.exits:
+			c.att.exited(m)
+		case <-s.grace:
+			c.att.graceExpired()
+		case <-s.watch:
+			c.att.checkOrphans()
+		case <-s.poll:
+			c.att.checkOrphans()
+		case <-s.chld:
+			c.att.checkHolder()
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// do runs f on the loop goroutine and returns once the loop has taken it.
+func (c *controller) do(f func()) {
+	select {
+	case c.msgs <- f:
+	case <-c.done:
+	}
+}
+
+// stop reports a cause to stop from any goroutine: a failure of another node, a lost node, the rendezvous store
+// gone, the job closed.
+func (c *controller) stop(x *cause) { c.do(func() { c.onCause(x) }) }
+
+// causeOf is the cause of a rendezvous session's news: another node lost, or failed or stopped.
+func causeOf(f rendezvous.Failure) *cause {
+	if f.Lost {
+		return &cause{reason: StopLost, sig: syscall.SIGTERM, node: f.Node.Rank,
+			err: fmt.Errorf("%w: %w: %s", ErrRendezvous, rendezvous.ErrNodeLost, f)}
+	}
+	return &cause{reason: StopRemote, sig: syscall.SIGTERM, node: f.Node.Rank, msg: f.Reason}
+}
+
+// jobContext is canceled by the first job-wide cause: the join, the barrier and the decision to restart use it,
+// so a stopping job starts nothing new.
+func (c *controller) jobContext() context.Context { return c.jobCtx }
+
+// jobCause is the first job-wide cause, nil while none.
+func (c *controller) jobCause() *cause {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
+
+// stopSeq counts the job-wide causes so far: a wait made later with waitContext(parent, since) ends at once when a
+// cause came after since (after the attempt before it ended, say).
+func (c *controller) stopSeq() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// waitContext is parent, also canceled by any job-wide cause after the since'th (stopSeq), whether it came before
+// the wait began or while it lasts, and at once after a second stop: a node that waits for the others' outcome
+// after its own stop still waits, but not past the next signal, timeout or lost store.
+func (c *controller) waitContext(parent context.Context, since int) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	c.mu.Lock()
+	if c.seq > since || c.hurried {
+		cancel(&stopped{c.last})
+	}
+	c.waiters[&cancel] = struct{}{}
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.waiters, &cancel)
+		c.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// onCause takes one cause: a job-wide one is recorded (the first one ends the job) and ends every wait; any cause
+// goes to the attempt being supervised, or waits for this generation's attempt.
+func (c *controller) onCause(x *cause) {
+	if x.reason.jobWide() {
+		c.mu.Lock()
+		if c.first == nil {
+			c.first = x
+			c.cancel(&stopped{x})
+		}
+		c.seq++
+		c.last = x
+		for w := range c.waiters {
+			(*w)(&stopped{x})
+		}
+		c.mu.Unlock()
+	}
+	switch {
+	case c.att != nil:
+		c.att.feed(event{kind: evStop, cause: x})
+	case x.reason.jobWide():
+		c.log.Warn(x.String() + ": stopping the run")
+	case c.pending == nil:
+		c.pending = x
+	}
+}
+
+// beginGeneration forgets the causes that were for the last generation's attempt.
+func (c *controller) beginGeneration() { c.do(func() { c.pending = nil }) }
+
+// attach makes s the supervised attempt; a cause that came before it applies at once.
+func (c *controller) attach(s *supervisor) {
+	c.do(func() {
+		c.att = s
+		if x := c.jobCause(); x != nil {
+			s.feed(event{kind: evStop, cause: x})
+		} else if c.pending != nil {
+			s.feed(event{kind: evStop, cause: c.pending})
+		}
+	})
+}
+
+// detach ends the supervision of s (from the loop, when its machine is done).
+func (c *controller) detach(s *supervisor) {
+	if c.att == s {
+		c.att = nil
+	}
+}
+
+// onSignal applies the signal policy (signals.go) to one signal tpurun received.
+func (c *controller) onSignal(sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return
+	}
+	switch policyOf(s) {
+	case policyStop:
+		c.onStopSignal(s)
+	case policyJobStop:
+		c.onJobStop(s)
+	case policyContinue:
+		c.onContinue()
+	case policyForward:
+		if c.att == nil {
+			c.log.Info("no worker to forward "+SignalName(s)+" to: between attempts", zap.String("signal", SignalName(s)))
+			return
+		}
+		c.att.feed(event{kind: evForward, sig: s})
+	}
+}
+
+// onStopSignal: the first stop signal stops the run; the same one again, or any once the attempt's grace has
+// begun, is a second stop: SIGKILL now, and no more waiting for a reader of the output or for the other nodes.
+func (c *controller) onStopSignal(s syscall.Signal) {
+	second := c.seen[s] || (c.att != nil && c.att.m.graceBegan())
+	c.seen[s] = true
+	if !second {
+		c.onCause(signalCause(s))
+		return
+	}
+	c.log.Warn("second stop signal "+SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
+		zap.String("signal", SignalName(s)))
+	c.mu.Lock()
+	c.hurried = true
+	c.mu.Unlock()
+	c.onCause(signalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
+	if c.att != nil {
+		c.att.feed(event{kind: evSecondStop, sig: s, why: "second " + SignalName(s)})
+	}
+	c.hurry()
+}
+
+// onTimeout: --timeout stops the run; when the attempt's grace has already begun (it stops for another cause),
+// the timeout bounds it too: SIGKILL now.
+func (c *controller) onTimeout() {
+	why := "--timeout " + c.timeout.String() + " expired"
+	escalate := c.att != nil && c.att.m.graceBegan()
+	c.onCause(errCause(StopTimeout, fmt.Errorf("%w: %s", ErrTimeout, why)))
+	if escalate {
+		c.att.feed(event{kind: evSecondStop, why: why})
+	}
+}
+
+// hurryWrite is how long one write to the launcher's stdout or stderr may wait for its reader after a second stop
+// signal; then the rest of the output is discarded.
+const hurryWrite = time.Second
+
+func (c *controller) hurry() {
+	for _, con := range c.consoles {
+		con.Hurry(hurryWrite)
+	}
+}
+
+func (c *controller) abandon() {
+	for _, con := range c.consoles {
+		con.Abandon()
+	}
+}
+
+// onJobStop: SIGTSTP, SIGTTIN or SIGTTOU stop every worker group, then tpurun itself, as a shell's job stops.
+// SIGTTIN and SIGTTOU while a worker holds the terminal come from tpurun's own background I/O: not job control.
+func (c *controller) onJobStop(s syscall.Signal) {
+	if c.att != nil && s != syscall.SIGTSTP && c.att.holding() {
+		c.log.Debug("ignoring " + SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
+		return
+	}
+	if c.att != nil {
+		c.att.signalAll(s, 0)
+		c.att.reclaimTerminal()
+	}
+	c.stopSelf(s)
+}
+
+// stopSelf stops tpurun (SIGSTOP) so that the shell that started it sees it stopped; as PID 1 the kernel ignores
+// it: the workers then stay stopped until SIGCONT.
+func (c *controller) stopSelf(s syscall.Signal) {
+	if os.Getpid() == 1 {
+		c.log.Warn("job control: " + SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
+		return
+	}
+	c.log.Info("job control: " + SignalName(s) + " stopped the workers; stopping tpurun (SIGSTOP); SIGCONT resumes every worker")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+}
+
+// onContinue resumes every worker group; with a terminal, tpurun gives it back to the workers first when it is in
+// the foreground again (fg, not bg).
+func (c *controller) onContinue() {
+	if c.att == nil {
+		return
+	}
+	c.att.handTerminal()
+	c.att.signalAll(syscall.SIGCONT, 0)
+}
+
+// verdictDuring is the verdict of a job-wide cause that stopped the job outside an attempt, during what it was
+// doing ("the rendezvous join").
+func (x *cause) verdictDuring(during string, timeout time.Duration) *Verdict {
+	v := x.verdict(0, timeout, "")
+	v.During = during
+	switch x.reason {
+	case StopSignal:
+		v.Err = &SignalError{Signal: x.sig, During: during}
+	case StopTimeout:
+		v.Err = fmt.Errorf("%w: the timeout %s expired during %s", ErrTimeout, timeout, during)
+	}
+	return v
+}

@@ -1,0 +1,130 @@
+package launchertest
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// TestVerbRegistry: a verb counts as used when a test names it, with what it spawns and what they spawn; the
+// others are reported unused; a name nobody registered panics where a test names it.
+func TestVerbRegistry(t *testing.T) {
+	saved, savedUsed := verbs, used
+	t.Cleanup(func() { verbs, used = saved, savedUsed })
+	verbs, used = map[string]Verb{}, map[string]bool{}
+	nop := func(*Worker) int { return 0 }
+	Define(Verb{Name: "a", Run: nop, Spawns: []string{"b"}})
+	Define(Verb{Name: "b", Run: nop, Spawns: []string{"c"}})
+	Define(Verb{Name: "c", Run: nop})
+	Define(Verb{Name: "lonely", Run: nop})
+	Register("hang")
+	if got := Fake("a:3"); got != "TPURUN_FAKE=a:3" {
+		t.Fatalf("Fake: %q", got)
+	}
+	if got := FakeRank(2, "hang"); got != "TPURUN_FAKE_2=hang" {
+		t.Fatalf("FakeRank: %q", got)
+	}
+	if got := unused(); !slices.Equal(got, []string{"lonely"}) {
+		t.Fatalf("unused %v, want [lonely] (c is spawned by b, which a spawns)", got)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "typo") {
+			t.Fatalf("an unregistered verb: recovered %v, want a panic naming it", r)
+		}
+	}()
+	Fake("typo")
+}
+
+// TestFakeWorkerRuns: the test binary started with FAKE_VERB runs the verb and exits with its code; the verb's
+// own children do not inherit FAKE_VERB.
+func TestFakeWorkerRuns(t *testing.T) {
+	cmd := Command("exit:7")
+	cmd.Env = append(cmd.Env, "RANK=3")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !strings.Contains(string(out), "rank 3 exits 7") || !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit:7 printed %q and ended %v, want exit 7", out, err)
+	}
+}
+
+// TestHeavyIsExclusive: two heavy tests never hold the slot at once.
+func TestHeavyIsExclusive(t *testing.T) {
+	var holders, most atomic.Int32
+	for i := range 4 {
+		t.Run(string(rune('a'+i)), func(t *testing.T) {
+			t.Parallel()
+			Heavy(t)
+			n := holders.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			t.Cleanup(func() { holders.Add(-1) })
+		})
+	}
+	t.Cleanup(func() {
+		if most.Load() != 1 {
+			t.Errorf("%d heavy tests held the slot at once, want 1", most.Load())
+		}
+	})
+}
+
+func TestMain(m *testing.M) {
+	Register("exit")
+	Dispatch()
+	// This binary's heavy tests take a lock of their own, not the one the suite's heavy tests share.
+	dir, err := os.MkdirTemp("", "launchertest-")
+	if err != nil {
+		panic(err)
+	}
+	if os.Getenv("LAUNCHERTEST_HEAVY_CHILD") == "" {
+		heavyLock = func() string { return filepath.Join(dir, "heavy.lock") }
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestHeavyTwiceInOneTest: a test that takes the slot twice (an etcd, then a world of many nodes) does not wait
+// for itself.
+func TestHeavyTwiceInOneTest(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run("twice", func(t *testing.T) {
+			Heavy(t)
+			Heavy(t)
+		})
+	}()
+	Done(t, "a second Heavy of the same test to return", done)
+}
+
+// TestHeavyInsideHeavy: a test binary started by a heavy test (a test that runs go test, as a user would) takes
+// its slot without waiting for the lock its ancestor holds.
+func TestHeavyInsideHeavy(t *testing.T) {
+	Heavy(t)
+	cmd := exec.Command(Executable(), "-test.run=^TestHeavyChild$", "-test.v")
+	cmd.Env = append(os.Environ(), "LAUNCHERTEST_HEAVY_CHILD="+heavyLock())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestHeavyChild") {
+		t.Fatalf("the child test: %v\n%s", err, out)
+	}
+}
+
+// TestHeavyChild is TestHeavyInsideHeavy's child (it does nothing on its own).
+func TestHeavyChild(t *testing.T) {
+	lock := os.Getenv("LAUNCHERTEST_HEAVY_CHILD")
+	if lock == "" {
+		return
+	}
+	heavyLock = func() string { return lock }
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.Run("heavy", func(t *testing.T) { Heavy(t) })
+	}()
+	Done(t, "Heavy under a heavy parent", done)
+}

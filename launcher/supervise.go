@@ -1,0 +1,410 @@
+package launcher
+
+import (
+	"errors"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/launcher/proc"
+	"tpurun/worker"
+)
+
+// supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
+// grace timer and the watch of what the workers leave behind, and turns the machine's actions into signals,
+// timers and the last sweep. Everything it does happens on the loop goroutine; what takes time (the SIGKILL
+// sweep, reading the pipes to EOF) runs in a goroutine that reports back with an event.
+type supervisor struct {
+	c  *controller
+	j  *job
+	as attemptSpec
+	a  *Attempt
+	m  *attemptMachine
+
+	ws       []*child
+	exits    chan exitMsg
+	grace    *time.Timer
+	graceC   <-chan time.Time
+	watch    <-chan struct{} // while sweeping: the reaper reaped an orphan (or a poll tick without a reaper)
+	poll     *time.Ticker
+	holder   *child         // the worker holding the terminal, nil when none
+	chld     chan os.Signal // SIGCHLD while a worker holds the terminal (job control)
+	queue    []event
+	feeding  bool
+	stopping atomic.Bool   // the main goroutine starts no more workers
+	settled  chan struct{} // closed when the machine is done
+}
+
+// supervisorChans are the channels of the attached attempt the loop selects on (nil ones block forever).
+type supervisorChans struct {
+	exits <-chan exitMsg
+	grace <-chan time.Time
+	watch <-chan struct{}
+	poll  <-chan time.Time
+	chld  <-chan os.Signal
+}
+
+func (s *supervisor) chans() supervisorChans {
+	c := supervisorChans{exits: s.exits, grace: s.graceC, watch: s.watch, chld: s.chld}
+	if s.poll != nil {
+		c.poll = s.poll.C
+	}
+	return c
+}
+
+// exitMsg is a worker's exit, as its process reported it (possibly before the supervisor learnt it started).
+type exitMsg struct {
+	wk *child
+	p  *proc.Process
+}
+
+func newSupervisor(c *controller, j *job, as attemptSpec, a *Attempt, workers int) *supervisor {
+	return &supervisor{c: c, j: j, as: as, a: a, m: newMachine(j.spec.Grace), exits: make(chan exitMsg, workers),
+		settled: make(chan struct{})}
+}
+
+// feed hands e to the machine and carries out the actions, in order; events that actions cause are queued behind.
+func (s *supervisor) feed(e event) {
+	s.queue = append(s.queue, e)
+	if s.feeding {
+		return
+	}
+	s.feeding = true
+	for len(s.queue) > 0 {
+		e := s.queue[0]
+		s.queue = s.queue[1:]
+		from := s.m.phase
+		acts := s.m.handle(e)
+		if s.m.phase != from {
+			s.j.log.Debug("attempt state", zap.Int("attempt", s.as.n), zap.Stringer("from", from), zap.Stringer("to", s.m.phase))
+		}
+		for _, act := range acts {
+			s.do(act)
+		}
+	}
+	s.feeding = false
+	if s.m.phase >= phaseStopping {
+		s.stopping.Store(true)
+	}
+}
+
+// do carries out one action.
+func (s *supervisor) do(act action) {
+	switch act.kind {
+	case actSignal:
+		s.stopSignal(act)
+	case actSignalNew:
+		s.signalOne(s.ws[len(s.ws)-1], act.sig)
+	case actKill:
+		s.j.log.Warn(s.m.escalated+": SIGKILL to every worker group", zap.Duration("grace", s.j.spec.Grace))
+		s.signalAll(syscall.SIGKILL, 0)
+	case actArmGrace:
+		s.armGrace()
+	case actFailed:
+		s.failed(act.cause.failure)
+	case actAnnounce:
+		if s.as.announce != nil {
+			s.as.announce(act.cause)
+		}
+	default:
+		s.doLate(act)
+	}
+}
+
+// doLate carries out the actions of the end of an attempt.
+func (s *supervisor) doLate(act action) {
+	switch act.kind {
+	case actHurry:
+		s.c.hurry()
+	case actAbandon:
+		s.j.log.Warn("stop signal while writing the workers' last output: discarding the rest")
+		s.c.abandon()
+	case actTermOrphans:
+		s.termOrphans()
+	case actSweep:
+		s.stopWatch()
+		go func() {
+			swept := s.j.killAndSweep(s.ws)
+			s.c.do(func() { s.a.Swept = swept; s.feed(event{kind: evSwept}) })
+		}()
+	case actDrain:
+		go func() {
+			s.j.drain(s.ws)
+			s.c.do(func() { s.feed(event{kind: evDrained}) })
+		}()
+	case actSettle:
+		s.settle()
+	}
+}
+
+// stopSignal sends the stop signal to every group (a forwarded signal when act has no cause).
+func (s *supervisor) stopSignal(act action) {
+	skip := 0
+	if act.cause == nil {
+		s.j.log.Info("forwarding signal", zap.String("signal", SignalName(act.sig)))
+	} else {
+		skip = act.cause.skipGroup
+		s.j.log.Info("stopping all workers: "+act.cause.String(), zap.String("reason", string(act.cause.reason)),
+			zap.String("signal", SignalName(act.sig)), zap.Duration("grace", s.j.spec.Grace))
+	}
+	s.signalAll(act.sig, skip)
+}
+
+// signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
+func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
+	for _, wk := range s.ws {
+		if wk.p != nil && wk.p.PID() != skip {
+			s.signalOne(wk, sig)
+		}
+	}
+}
+
+func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
+	if wk.p == nil {
+		return
+	}
+	if err := wk.p.Signal(sig); err != nil {
+		s.j.log.Warn("signal failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", wk.p.PID()), zap.Error(err))
+	}
+}
+
+func (s *supervisor) armGrace() {
+	if s.grace == nil {
+		s.grace = time.NewTimer(s.j.spec.Grace)
+		s.graceC = s.grace.C
+	}
+}
+
+func (s *supervisor) graceExpired() {
+	s.graceC = nil
+	s.feed(event{kind: evGrace})
+}
+
+// started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
+// counts it. Its exit may have been taken already.
+func (s *supervisor) started(wk *child, p *proc.Process) {
+	s.c.do(func() {
+		if wk.p == nil {
+			wk.p = p
+		}
+		s.ws = append(s.ws, wk)
+		if wk.holder {
+			s.holdTerminal(wk)
+		}
+		s.feed(event{kind: evAdded})
+	})
+}
+
+// exited takes one worker's exit (held: a zombie until the attempt is over, its group id reserved).
+func (s *supervisor) exited(m exitMsg) {
+	wk := m.wk
+	if wk.p == nil {
+		wk.p = m.p
+	}
+	wk.exited = true
+	wk.exit = wk.p.Status()
+	s.j.sampler.exited(wk.exit.PID)
+	ex := wk.exit
+	s.a.EndOrder = append(s.a.EndOrder, wk.w.Rank)
+	s.j.log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
+		zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
+	if wk == s.holder {
+		s.reclaimTerminal()
+		if ex.Signal == syscall.SIGINT || ex.Signal == syscall.SIGQUIT {
+			// the terminal's Ctrl-C (or Ctrl-\) reached the holder's group: that signal to the run, for the others once
+			c := signalCause(ex.Signal)
+			c.skipGroup = wk.p.PID()
+			s.c.seen[ex.Signal] = true
+			s.j.log.Warn(SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
+			s.c.onCause(c)
+			s.feed(event{kind: evExited})
+			return
+		}
+	}
+	var failed *WorkerError
+	if !ex.Success() {
+		failed = &WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: s.as.n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
+	}
+	s.feed(event{kind: evExited, failed: failed})
+}
+
+// failed reports the first failed worker of the attempt.
+func (s *supervisor) failed(we *WorkerError) {
+	s.j.log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
+		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
+	s.j.obs.emit(Event{Kind: WorkerFailed, Attempt: s.as.n, Failure: we})
+}
+
+// termOrphans is the gentle first step of the sweep: the workers' groups, when they never got a stop signal, and
+// every process they left outside their groups get SIGTERM once; the rest of the grace is theirs to exit.
+func (s *supervisor) termOrphans() {
+	if s.m.stopSig == 0 {
+		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)
+	}
+	hit := s.j.termOutside(s.ws)
+	if s.j.liveOrphans() == 0 {
+		s.feed(event{kind: evOrphansGone})
+		return
+	}
+	s.j.log.Info("the workers left processes behind: SIGTERM, then SIGKILL after the grace period",
+		zap.Ints("outside_their_groups", hit), zap.Duration("grace", s.j.spec.Grace))
+	s.armGrace()
+	if rp := s.j.spec.Reaper; rp != nil {
+		s.watch = rp.Reaped()
+		return
+	}
+	s.poll = time.NewTicker(50 * time.Millisecond) // without a reaper no event says that an orphan is gone
+}
+
+func (s *supervisor) checkOrphans() {
+	if s.j.liveOrphans() == 0 {
+		s.feed(event{kind: evOrphansGone})
+	}
+}
+
+func (s *supervisor) stopWatch() {
+	s.watch = nil
+	if s.poll != nil {
+		s.poll.Stop()
+		s.poll = nil
+	}
+}
+
+// settle ends the attempt: the timer stops, the terminal is back, the main goroutine goes on.
+func (s *supervisor) settle() {
+	if s.grace != nil {
+		s.grace.Stop()
+	}
+	s.graceC = nil
+	s.stopWatch()
+	s.reclaimTerminal()
+	s.releaseTerminal()
+	s.c.detach(s)
+	s.a.stopSeq = s.c.stopSeq()
+	close(s.settled)
+}
+
+// sweep kills the orphans of the run. With a reaper (PID 1 or subreaper) every orphan is in this process's
+// subtree, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it scans every
+// process of the host for the run's sweep tag in its environment.
+func (j *job) sweep() ([]int, error) {
+	if j.spec.Reaper != nil {
+		swept, err := j.spec.Reaper.Sweep(j.spec.ProcRoot)
+		if !errors.Is(err, proc.ErrNoChildrenFile) {
+			return swept, err
+		}
+		j.log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
+	}
+	return proc.Sweep(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag, syscall.SIGKILL)
+}
+
+// termOutside sends SIGTERM once to every live process the workers left outside their own groups (a helper in a
+// new session), found as the sweep finds them, and returns their pids.
+func (j *job) termOutside(ws []*child) []int {
+	groups := map[int]bool{}
+	for _, wk := range ws {
+		if wk.p != nil {
+			groups[wk.p.PID()] = true
+		}
+	}
+	inGroups := func(pid int) bool {
+		pgid, err := syscall.Getpgid(pid)
+		return groups[pid] || err != nil || groups[pgid]
+	}
+	if j.spec.Reaper != nil {
+		hit, err := proc.SignalTree(j.spec.ProcRoot, os.Getpid(), inGroups, syscall.SIGTERM)
+		if !errors.Is(err, proc.ErrNoChildrenFile) {
+			return hit
+		}
+	}
+	pids, _ := proc.FindByEnv(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag)
+	var hit []int
+	for _, pid := range pids {
+		if !inGroups(pid) && syscall.Kill(pid, syscall.SIGTERM) == nil {
+			hit = append(hit, pid)
+		}
+	}
+	return hit
+}
+
+// liveOrphans counts the processes of the run still alive once every worker has exited.
+func (j *job) liveOrphans() int {
+	if j.spec.Reaper != nil {
+		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
+			return proc.LiveDescendants(j.spec.ProcRoot, os.Getpid())
+		}
+	}
+	pids, _ := proc.FindByEnv(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag)
+	return len(pids)
+}
+
+// killAndSweep sends SIGKILL to every group and sweeps the subtree; it returns the pids the sweep had to kill.
+func (j *job) killAndSweep(ws []*child) []int {
+	for _, wk := range ws {
+		if wk.p != nil {
+			_ = wk.p.Signal(syscall.SIGKILL)
+		}
+	}
+	swept, err := j.sweep()
+	if err != nil {
+		j.log.Warn("orphan sweep incomplete", zap.Error(err))
+	}
+	if len(swept) > 0 {
+		j.log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
+	}
+	return swept
+}
+
+// drain reads every pipe to EOF: with the subtree gone every write end is closed, unless a process outside it
+// holds one (see drainReader). Output is never dropped for a slow console; only a stop signal gives up on it.
+func (j *job) drain(ws []*child) {
+	for _, wk := range ws {
+		wk.idle = j.spec.DrainTimeout
+		wk.draining.Store(true)
+		for _, f := range wk.readers {
+			_ = f.SetReadDeadline(time.Now().Add(wk.idle))
+		}
+	}
+	for _, wk := range ws {
+		wk.io.Wait()
+	}
+}
+
+// checkHolder: on SIGCHLD, a holder of the terminal stopped by the terminal (Ctrl-Z) or by reading it in the
+// background stops the run as a shell's job stops: the other groups get SIGTSTP, the terminal comes back, tpurun
+// stops itself.
+func (s *supervisor) checkHolder() {
+	h := s.holder
+	if h == nil || h.exited || h.p == nil || !h.p.Stopped() {
+		return
+	}
+	for _, wk := range s.ws {
+		if wk != h {
+			s.signalOne(wk, syscall.SIGTSTP)
+		}
+	}
+	s.reclaimTerminal()
+	s.c.stopSelf(syscall.SIGTSTP)
+}
+
+// installSignalWatch starts SIGCHLD notification for job control while a worker holds the terminal.
+func (s *supervisor) installSignalWatch() {
+	if s.chld == nil {
+		s.chld = make(chan os.Signal, 1)
+		signal.Notify(s.chld, syscall.SIGCHLD)
+	}
+}
+
+func (s *supervisor) removeSignalWatch() {
+	if s.chld != nil {
+		signal.Stop(s.chld)
+		s.chld = nil
+	}
+}
+
+func sigRank(wk *child) string { return strconv.Itoa(wk.w.Rank) }
