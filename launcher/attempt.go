@@ -199,7 +199,7 @@ func (r *job) start(sv *supervisor, w topology.Worker) error {
 		for _, f := range slices.Concat(wk.readers, wk.files) {
 			_ = f.Close()
 		}
-		return r.startError(w, err)
+		return r.startError(w, err, cmd)
 	}
 	r.sampler.add(p.PID(), w.Rank)
 	sv.started(wk, p)
@@ -286,7 +286,7 @@ func (r *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*f
 func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, name string) (*forwarder, error) {
 	w, lr := wk.w, wk.w.LocalRank
 	shown := r.spec.LocalRanksFilter == nil || slices.Contains(r.spec.LocalRanksFilter, lr)
-	f := &forwarder{prefix: []byte(Prefix(r.spec.LogPrefix, w.Rank, lr, w.NodeRank, r.spec.Role))}
+	f := &forwarder{prefix: r.prefix(w)}
 	if shown && (r.spec.Redirects.For(lr)&std == 0 || r.spec.Tee.For(lr)&std != 0) {
 		f.console = console
 	}
@@ -309,8 +309,9 @@ func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, nam
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the
-// preloaded interpreter's refusal to fork (a *ConfigError, 2), else internal.
-func (r *job) startError(w topology.Worker, err error) error {
+// preloaded interpreter's refusal to fork (a *ConfigError, 2), arguments and environment too big for execve (the
+// user's to trim: argListError), else internal.
+func (r *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 	var ce *ConfigError
 	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
 		return err
@@ -319,6 +320,9 @@ func (r *job) startError(w topology.Worker, err error) error {
 		if errors.Is(err, e) {
 			return &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
 		}
+	}
+	if errors.Is(err, syscall.E2BIG) {
+		return argListError(w.Rank, cmd.Args, cmd.Env)
 	}
 	return fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 )
@@ -46,11 +48,28 @@ func (s RankSummary) resultExit() results.RankExit {
 }
 
 // WriteResultsSummary writes what the results document says went wrong: every contract violation by name with
-// its hint, and every replica's reported error, with its traceback when tracebacks is set. It writes nothing for a
-// clean document. A run that prints the document (--json, and so tpurun.spawn, whose SpawnError carries the
-// traceback) leaves the tracebacks to it, so that each is shown once.
-func WriteResultsSummary(w io.Writer, doc *results.Document, tracebacks bool) {
+// its hint, and every replica's reported error, with its traceback when tracebacks is set (as one record on log,
+// when given: --log-format json). It writes nothing for a clean document. A run that prints the document (--json,
+// and so tpurun.spawn, whose SpawnError carries the traceback) leaves the tracebacks to it, so that each is shown
+// once.
+func WriteResultsSummary(w io.Writer, log *zap.Logger, doc *results.Document, tracebacks bool) {
 	if doc == nil {
+		return
+	}
+	if log != nil { // --log-format json: one record with the same facts
+		var failed []results.Result
+		for _, r := range doc.Results {
+			if !r.OK && r.Error != nil {
+				if !tracebacks { // the document printed beside it has them
+					e := *r.Error
+					e.Traceback, r.Error = "", &e
+				}
+				failed = append(failed, r)
+			}
+		}
+		if len(doc.Violations) > 0 || len(failed) > 0 {
+			log.Warn("results", zap.Any("violations", doc.Violations), zap.Any("replica_errors", failed))
+		}
 		return
 	}
 	for _, v := range doc.Violations {

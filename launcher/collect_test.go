@@ -40,7 +40,7 @@ func TestWriteResultsSummary(t *testing.T) {
 			Error: &results.ErrorInfo{Type: "ValueError", Message: "boom", Traceback: "Traceback:\n  line 3\nValueError: boom\n"}}},
 	}
 	var b bytes.Buffer
-	launcher.WriteResultsSummary(&b, doc, true)
+	launcher.WriteResultsSummary(&b, nil, doc, true)
 	for _, want := range []string{"results: duplicate_result: 2 results for replica 0", "hint: SPMD",
 		"root cause: replica 1 (rank 1, pid 2) raised ValueError: boom", "    line 3"} {
 		if !strings.Contains(b.String(), want) {
@@ -48,12 +48,12 @@ func TestWriteResultsSummary(t *testing.T) {
 		}
 	}
 	b.Reset() // with the document printed (--json): the error named once, its traceback left to the document
-	launcher.WriteResultsSummary(&b, doc, false)
+	launcher.WriteResultsSummary(&b, nil, doc, false)
 	if s := b.String(); !strings.Contains(s, "raised ValueError: boom") || strings.Contains(s, "line 3") {
 		t.Fatalf("summary without tracebacks:\n%s", s)
 	}
 	b.Reset()
-	launcher.WriteResultsSummary(&b, &results.Document{Results: []results.Result{{OK: true}}}, true)
+	launcher.WriteResultsSummary(&b, nil, &results.Document{Results: []results.Result{{OK: true}}}, true)
 	if b.Len() != 0 {
 		t.Fatalf("clean document wrote %q", b.String())
 	}

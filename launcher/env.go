@@ -49,6 +49,7 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 		delete(env, k)
 	}
 	_, ompInherited := env["OMP_NUM_THREADS"]
+	torchNCCLAsync(env, plan.Device)
 	for k, v := range w.Env {
 		env[k] = v
 	}
@@ -65,14 +66,17 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	set("LOCAL_WORLD_SIZE", local)
 	set("GROUP_RANK", w.NodeRank)
 	set("GROUP_WORLD_SIZE", len(plan.Nodes))
-	set("ROLE_RANK", w.Rank)
-	set("ROLE_WORLD_SIZE", world)
+	if _, ok := w.Env["ROLE_RANK"]; !ok { // a multi-node plan counts each role's workers (spreadWorld)
+		set("ROLE_RANK", w.Rank)
+		set("ROLE_WORLD_SIZE", world)
+	}
 	set(topology.EnvJAXProcessID, w.Rank) // for jax.distributed.initialize(process_id=..., num_processes=...)
 	set(topology.EnvJAXNumProcesses, world)
 	env["ROLE_NAME"] = role
 	env["MASTER_ADDR"] = rt.MasterAddr
 	set("MASTER_PORT", rt.MasterPort)
 	env["TORCHELASTIC_RUN_ID"] = rt.RunID
+	env["TORCHELASTIC_USE_AGENT_STORE"] = "False" // torchrun's, for a launcher that hosts no store: rank 0 hosts MASTER_PORT's
 	set("TORCHELASTIC_RESTART_COUNT", rt.RestartCount)
 	set("TORCHELASTIC_MAX_RESTARTS", rt.MaxRestarts)
 	if rt.ErrorFile != "" {
@@ -98,6 +102,22 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	}
 	sort.Strings(out)
 	return out
+}
+
+// torchNCCLAsync sets NCCL's asynchronous error handling as torchrun does where the launcher's environment leaves
+// it unset: TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torchrun 2.2 and later), and on GPU also the name torch before 2.2
+// reads, NCCL_ASYNC_ERROR_HANDLING=1, so that a failed peer makes NCCL abort instead of hang. torch 2.2 and later
+// print a deprecation warning for the old name; an inherited TORCH_NCCL_ASYNC_ERROR_HANDLING (export it to
+// silence that warning) or NCCL_ASYNC_ERROR_HANDLING leaves the old name alone.
+func torchNCCLAsync(env map[string]string, dev topology.Device) {
+	_, torchSet := env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]
+	_, oldSet := env["NCCL_ASYNC_ERROR_HANDLING"]
+	if !torchSet {
+		env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
+	}
+	if dev == topology.GPU && !torchSet && !oldSet {
+		env["NCCL_ASYNC_ERROR_HANDLING"] = "1"
+	}
 }
 
 // ExpandArgs replaces ${local_rank} in every argument with the worker's local rank, as torchrun does.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"go.uber.org/zap"
 	"os"
+	"os/exec"
 	"strings"
 
 	"tpurun/worker"
@@ -74,6 +75,9 @@ func (j *job) setupFn() error {
 	}
 	if python == "" {
 		python = "python3"
+	}
+	if _, err := exec.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
+		return &ProgramError{Program: python, Err: err}
 	}
 	args := f.ArgsJSON
 	if args == "" {

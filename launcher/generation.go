@@ -69,6 +69,7 @@ func (j *job) generation(rz rendezvousBackend, g int, rep *Report) (next int, v 
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
+	j.obs.emit(Event{Kind: AttemptEnded, Attempt: g, Ended: att, Report: rep})
 	return j.conclude(s, a, att, coll, rep)
 }
 
@@ -241,12 +242,23 @@ func (j *job) next(a *rendezvous.Assignment, att *Attempt, mine, final outcome, 
 	}
 	g := a.Generation
 	if failed && j.restartable(g, att) {
-		j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
-			zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", fv.Node),
-			zap.Int("code", fv.Code), zap.String("verdict", v.Summary()))
+		j.logRestart(g, fv.Node, fv.Code, v.Summary())
 		return g + 1, nil
 	}
 	return -1, v
+}
+
+// logRestart says that generation g failed (node's worker, code, the verdict) and the next one starts: in a
+// world's words, or on one host in its own (no world, node or generation to speak of).
+func (j *job) logRestart(g, node, code int, verdict string) {
+	if j.spec.Rendezvous.Solo() {
+		j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
+			zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", code), zap.String("verdict", verdict))
+		return
+	}
+	j.log.Warn("the world failed: restarting every node as the next generation", zap.Int("failed_generation", g),
+		zap.Int("next_generation", g+1), zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("failed_node", node),
+		zap.Int("code", code), zap.String("verdict", verdict))
 }
 
 // noVerdict is the end of a node that could not learn the world's verdict: when a stop ended the wait, the first
@@ -323,7 +335,7 @@ func (j *job) worldPlan(a *rendezvous.Assignment) (*topology.Plan, error) {
 	w := topology.World{NodeRank: a.NodeRank, NumSlices: a.NumSlices, MegascaleCoordinator: a.MegascaleCoordinator,
 		MegascalePort: a.Ports[rendezvous.PortMegascale]}
 	for _, n := range a.Nodes {
-		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID})
+		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID, Role: n.Role})
 	}
 	var p *topology.Plan
 	var err error

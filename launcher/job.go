@@ -40,6 +40,9 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := spec.checkOutputs(); err != nil {
 		return nil, err
 	}
+	if err := spec.checkMasterAddr(); err != nil {
+		return nil, err
+	}
 	relayDone := make(chan struct{})
 	defer close(relayDone)
 	outErr := make(chan error, 1)
@@ -50,12 +53,12 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := j.prepare(j.ctl.jobContext()); err != nil {
 		return nil, j.stoppedOr(err, "the start")
 	}
-	rz, err := openRendezvous(j.ctl.jobContext(), spec.Rendezvous, spec.RunID, j.host, spec.Env, j)
+	rz, err := openRendezvous(j.ctl.jobContext(), j.spec.Rendezvous, spec.RunID, j.host, spec.Env, j) // as prepare resolved it (the token from env)
 	if err != nil {
 		return nil, j.stoppedOr(rendezvousErr("prepare", err), "the start")
 	}
 	defer func() { _ = rz.Close() }()
-	rep := &Report{RunID: spec.RunID}
+	rep := &Report{RunID: spec.RunID, Program: j.spec.Program}
 	// A node enters whichever generation the world is forming (a late, returning or replacement node waits for
 	// the next one); afterwards each restart is the agreed generation + 1. A static world is fixed: generation 0.
 	gen := 0
@@ -65,6 +68,7 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	for {
 		next, v := j.generation(rz, gen, rep)
 		if next < 0 {
+			j.copyRootCause(rep)
 			rep.Verdict = j.outputVerdict(v)
 			if rep.Verdict.OK() && rep.Verdict.Err == nil {
 				return rep, nil
@@ -304,6 +308,7 @@ func (j *job) detect(ctx context.Context) error {
 	}
 	j.log.Debug("plan", zap.String("device", string(h.Device.V)), zap.Stringer("device_source", h.Device.Source),
 		zap.Int("local_workers", j.localWorkers))
+	warnIf(j.log, h.GPUShareNote(j.localWorkers))
 	return nil
 }
 
@@ -325,6 +330,14 @@ func rendezvousErr(step string, err error) error {
 	var se *SignalError
 	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrJobClosed) {
 		return err
+	}
+	if errors.Is(err, rendezvous.ErrDuplicateNode) {
+		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", ErrRendezvous, step, err)
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return &ConfigError{Field: "rendezvous endpoint", Value: dns.Name,
+			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)
 }

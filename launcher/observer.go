@@ -29,6 +29,9 @@ const (
 	ResultReceived
 	// RendezvousDone: the join of a generation took Rendezvous.
 	RendezvousDone
+	// AttemptEnded: Ended is the attempt that just ended, the last of Report.Attempts (its summary can be
+	// printed now, before a restart runs the next one).
+	AttemptEnded
 )
 
 // Event is one thing that happened in a job; the fields that its Kind names are set.
@@ -38,6 +41,8 @@ type Event struct {
 	Failure    *WorkerError
 	Samples    []Sample
 	Rendezvous time.Duration
+	Ended      *Attempt
+	Report     *Report
 }
 
 // observers fans an event out to every observer of a Spec.

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"syscall"
+
+	"go.uber.org/zap"
 
 	"tpurun/launcher/topology"
 )
@@ -29,4 +32,46 @@ func checkMasterPort(addr string, port int, procRoot string) error {
 	}
 	return &ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(port),
 		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
+}
+
+// warnIf logs note as a warning unless it is empty.
+func warnIf(log *zap.Logger, note string) {
+	if note != "" {
+		log.Warn(note)
+	}
+}
+
+// checkMasterAddr refuses, on a world of one node, a MASTER_ADDR that does not name this host: rank 0's store
+// listens here, so the other ranks would look for it elsewhere and hang until torch's timeout. A name that does
+// not resolve, or resolves only to addresses of other hosts, is a *ConfigError naming this host's addresses.
+func (s *Spec) checkMasterAddr() error {
+	addr := s.MasterAddr
+	if !s.Rendezvous.Solo() || s.Plan != nil {
+		return nil
+	}
+	ips, err := net.LookupHost(addr)
+	if err != nil {
+		return &ConfigError{Field: "MASTER_ADDR", Value: addr,
+			Hint: fmt.Sprintf("does not resolve (%v); give an IP address or a name of this host, or leave it unset (127.0.0.1)", err)}
+	}
+	for _, ip := range ips {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err == nil {
+			return l.Close()
+		}
+		if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil // not a verdict about the address (a full fd table, say): the workers will tell
+		}
+	}
+	var mine []string
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				mine = append(mine, n.IP.String())
+			}
+		}
+	}
+	return &ConfigError{Field: "MASTER_ADDR", Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
+		"hosts rank 0's store here: leave it unset (127.0.0.1) or give one of this host's addresses; for several nodes give each "+
+		"--nnodes N and --node-rank R with node 0's address", strings.Join(mine, ", "))}
 }

@@ -28,6 +28,31 @@ func PythonCommand(args []string, module, noPython, runPath bool, python string)
 	return args
 }
 
+// PythonMode is how torchrun's flags say to run PROGRAM: -m, --no-python, --run-path, and the interpreter.
+type PythonMode struct {
+	Module, NoPython, RunPath bool
+	Python                    string // the interpreter: --python, else $PYTHON_EXEC; "" is python3 from PATH
+	PythonFlag                string // the flag that named Python ("--python"), "" when it came from the environment
+}
+
+// PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and
+// --run-path under the interpreter with -u (--run-path wins over --no-python), anything else as is. torchrun runs
+// its own interpreter (sys.executable); tpurun has none and runs m.Python, else python3 from PATH. It refuses
+// what torchrun refuses (--no-python with -m), and an interpreter flag that would not apply: a PROGRAM that runs
+// as is would silently ignore it.
+func PythonProgram(args []string, m PythonMode) ([]string, error) {
+	if m.NoPython && m.Module {
+		return nil, &ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module (as under torchrun): drop one of them"}
+	}
+	noPython := m.NoPython && !m.RunPath
+	cmd := PythonCommand(args, m.Module, noPython, m.RunPath, m.Python)
+	if m.PythonFlag != "" && len(args) > 0 && cmd[0] != m.Python {
+		return nil, &ConfigError{Field: m.PythonFlag, Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
+			"(and --fn); PROGRAM %q runs as is: drop %s, or name the script, e.g. tpurun %s %s train.py", args[0], m.PythonFlag, m.PythonFlag, m.Python)}
+	}
+	return cmd, nil
+}
+
 // ParseSignals parses torchrun's signals-to-handle list: comma-separated names (SIGTERM or TERM) or numbers.
 // SIGKILL and SIGSTOP cannot be handled and are refused.
 func ParseSignals(s string) ([]os.Signal, error) {

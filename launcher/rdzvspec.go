@@ -31,6 +31,9 @@ type RendezvousSpec struct {
 	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
 }
 
+// ErrNoToken matches a rendezvous that would run off loopback without a token (a configuration error, exit 2).
+var ErrNoToken = rendezvous.ErrNoToken
+
 // MaxNodes is the largest world a rendezvous agrees on.
 const MaxNodes = rendezvous.MaxNodes
 
@@ -69,7 +72,7 @@ func (r RendezvousSpec) Solo() bool { return r.Backend == "" }
 
 func (r RendezvousSpec) validate() error {
 	if r.Solo() {
-		return nil
+		return r.validateSolo()
 	}
 	if r.NumSlices < 0 || r.SliceID < -1 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
 		return &ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
@@ -81,6 +84,29 @@ func (r RendezvousSpec) validate() error {
 		return ValidateName("rendezvous run id", r.RunID)
 	}
 	return nil
+}
+
+// validateSolo checks what a world of one node still reads of the rendezvous settings, so that a mistyped value
+// is refused on one node as it would be on many: the node rank (only 0), the slice, the options and the timeout.
+func (r RendezvousSpec) validateSolo() error {
+	if r.NodeRank < -1 || r.NodeRank > 0 {
+		return &ConfigError{Field: "node rank", Value: strconv.Itoa(r.NodeRank),
+			Hint: "a world of one node has only node rank 0; for several nodes give every node --nnodes N and its rank, or a rendezvous (--rdzv-backend c10d --rdzv-endpoint HOST:PORT)"}
+	}
+	if r.SliceID < -1 || r.NumSlices < 0 {
+		return &ConfigError{Field: "slice id", Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
+	}
+	if r.Timeout < 0 {
+		return &ConfigError{Field: "rendezvous timeout", Value: r.Timeout.String(), Hint: "must be positive"}
+	}
+	conf, err := rendezvous.ParseConf(r.Conf)
+	if err == nil {
+		err = rendezvous.CheckConf(conf)
+	}
+	if err == nil && r.RunID != "" {
+		err = ValidateName("rendezvous run id", r.RunID)
+	}
+	return err
 }
 
 // resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the
@@ -204,9 +230,10 @@ func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]st
 // member is what this node brings to the join of generation g.
 func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
 	r := j.spec.Rendezvous
+	tpu := j.device() == topology.TPU
 	m := rendezvous.Member{Instance: j.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: j.localWorkers,
 		Accelerator: j.accelerator, RunID: j.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
-		Rank: r.NodeRank, Generation: g, Ports: j.ports}
+		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !tpu, Role: j.spec.Role}
 	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, or a
 	// static world named by its endpoint, torchrun's --master_addr line) a node names itself.
 	if r.Backend != rendezvous.BackendStatic || r.Endpoint != "" {
@@ -215,8 +242,11 @@ func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
 			if m.Host, err = os.Hostname(); err != nil {
 				return m, fmt.Errorf("%w: hostname: %w; give the node a name", ErrInternal, err)
 			}
-			if r.NodeRank >= 0 { // several agents on one host, told apart by their ranks (torchrun's usage)
+			switch {
+			case r.NodeRank >= 0: // several agents on one host, told apart by their ranks (torchrun's usage)
 				m.Host += "#" + strconv.Itoa(r.NodeRank)
+			case !tpu && !r.Solo(): // several agents on one CPU/GPU host (tests, host-network pods): torchrun's node id has the pid
+				m.Host += "_" + strconv.Itoa(os.Getpid())
 			}
 		}
 		if m.Addr == "" {
@@ -224,6 +254,14 @@ func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
 		}
 	}
 	return m, nil
+}
+
+// device is what this node runs on: the detected device, or a ready plan's.
+func (j *job) device() topology.Device {
+	if j.host != nil {
+		return j.host.Device.V
+	}
+	return j.plan.Device
 }
 
 // localAddr is the address of this host that reaches endpoint: loopback for a loopback (or empty) endpoint.

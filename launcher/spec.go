@@ -22,6 +22,9 @@ import (
 	"tpurun/worker"
 )
 
+// DefaultGrace is the time between SIGTERM and SIGKILL when Spec.Grace is not set (tpurun --grace).
+const DefaultGrace = 10 * time.Second
+
 // Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
 // subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
 type Spec struct {
@@ -50,7 +53,7 @@ type Spec struct {
 	// Rendezvous joins this launcher with the other nodes of a multi-host job; the zero value is a world of one.
 	Rendezvous RendezvousSpec
 
-	Grace        time.Duration // SIGTERM to SIGKILL; default 10s
+	Grace        time.Duration // SIGTERM to SIGKILL; default DefaultGrace
 	Timeout      time.Duration // stop the whole job after this long (ErrTimeout); 0 means none
 	MaxRestarts  int           // restart the whole world up to this many times after a failure
 	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
@@ -64,7 +67,8 @@ type Spec struct {
 	Redirects        StdSpec // streams that go only to the log files
 	Tee              StdSpec // streams that go to the console and the log files
 	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
-	LogPrefix        string  // per-line prefix template; default "[{rank}] "
+	LogPrefix        string  // per-line prefix template; default "[{rank}] " ({rank} or torchrun's $rank, see Prefix)
+	RawOutput        bool    // worker lines go to the console as they are, without LogPrefix (torchrun's default)
 	Stdout, Stderr   io.Writer
 	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
 	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
@@ -238,7 +242,7 @@ func (s Spec) withDefaults() (Spec, error) {
 		s.Env = os.Environ()
 	}
 	if s.Grace == 0 {
-		s.Grace = 10 * time.Second
+		s.Grace = DefaultGrace
 	}
 	if s.DrainTimeout <= 0 {
 		s.DrainTimeout = 2 * time.Second

@@ -44,20 +44,11 @@ func assignRanks(members []Member, nnodes int) ([]int, error) {
 	return ranks, nil
 }
 
-// agree checks that every member agrees on run id, accelerator type, workers per node and slice count: otherwise
-// a *MismatchError names the setting, each value and the nodes that gave it (the odd ones: those that differ from
-// the most common value).
+// agree checks that every member agrees on run id, accelerator type, workers per node (unless every member
+// accepts uneven worlds) and slice count: otherwise a *MismatchError names the setting, each value and the nodes
+// that gave it (the odd ones: those that differ from the most common value).
 func agree(members []Member, ranks []int, gen int) error {
-	fields := []struct {
-		name string
-		val  func(Member) string
-	}{
-		{"run id", func(m Member) string { return m.RunID }},
-		{"accelerator type", func(m Member) string { return m.Accelerator }},
-		{"workers per node", func(m Member) string { return fmt.Sprint(m.LocalWorkers) }},
-		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
-	}
-	for _, f := range fields {
+	for _, f := range agreeFields(members) {
 		vals := make([]string, len(members))
 		refs := make([]NodeRef, len(members))
 		for i, m := range members {
@@ -157,13 +148,35 @@ func disagreement(setting string, gen int, vals []string, refs []NodeRef) *Misma
 	return &MismatchError{Setting: setting, Generation: gen, Values: out, Hint: "give every node the same " + setting}
 }
 
+// agreeField is one thing every member must agree on.
+type agreeField struct {
+	name string
+	val  func(Member) string
+}
+
+// agreeFields are what members must agree on: the worker count per node only unless every member accepts uneven
+// worlds (the world is then their sum).
+func agreeFields(members []Member) []agreeField {
+	fields := []agreeField{
+		{"run id", func(m Member) string { return m.RunID }},
+		{"accelerator type", func(m Member) string { return m.Accelerator }},
+		{"number of slices", func(m Member) string { return fmt.Sprint(max(m.NumSlices, 1)) }},
+	}
+	for _, m := range members {
+		if !m.UnevenWorkers {
+			return append(fields, agreeField{"workers per node", func(m Member) string { return fmt.Sprint(m.LocalWorkers) }})
+		}
+	}
+	return fields
+}
+
 // buildAssignment lays out the agreed world (NodeRank left for the caller).
 func buildAssignment(members []Member, ranks []int) *Assignment {
 	nodes := make([]Node, len(members))
 	var m0 Member
 	for i, m := range members {
 		r := ranks[i]
-		nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID}
+		nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}
 		if r == 0 {
 			m0 = m
 		}

@@ -26,7 +26,6 @@ func TestConfigValidation(t *testing.T) {
 		{"port not a number", tcp("127.0.0.1:http", "false", 2), FieldEndpoint, ErrConfig},
 		{"port 0 on a client", tcp("127.0.0.1:0", "false", 2), FieldEndpoint, ErrConfig},
 		{"port 0 with is_host=auto", tcp("127.0.0.1:0", "auto", 2), FieldEndpoint, ErrConfig},
-		{"no port", tcp("127.0.0.1", "false", 2), FieldEndpoint, ErrConfig},
 		{"bad address", tcp("1.2.3.4.5:29400", "false", 2), FieldEndpoint, ErrConfig},
 		{"bad host name", tcp("no such host:29400", "false", 2), FieldEndpoint, ErrConfig},
 		{"off loopback without a token", tcp("10.1.2.3:29400", "false", 2), FieldEndpoint, ErrNoToken},

@@ -14,8 +14,12 @@ type Member struct {
 	Host string `json:"host"`
 	// Addr is the address other nodes reach this node at (IP or DNS name, no port).
 	Addr string `json:"addr"`
-	// LocalWorkers is the number of worker processes on this node; all nodes must agree.
+	// LocalWorkers is the number of worker processes on this node; all nodes must agree unless every node sets
+	// UnevenWorkers.
 	LocalWorkers int `json:"local_workers"`
+	// UnevenWorkers: this node accepts a world whose nodes run different numbers of workers (torchrun's CPU and
+	// GPU worlds, ranks by node order); a TPU slice needs the same on every host.
+	UnevenWorkers bool `json:"uneven_workers,omitempty"`
 	// Accelerator is the accelerator type (e.g. "v4-32", "cpu"); all nodes must agree.
 	Accelerator string `json:"accelerator"`
 	// RunID names the job; all nodes must agree.
@@ -29,6 +33,9 @@ type Member struct {
 	NumSlices int `json:"num_slices"`
 	// Rank is the requested node rank, -1 for any.
 	Rank int `json:"rank"`
+	// Role is the role of this node's workers (torchrun's --role); nodes may differ, and the workers of one role
+	// are counted together (ROLE_RANK, ROLE_WORLD_SIZE).
+	Role string `json:"role,omitempty"`
 	// Ports are the ports this node picked (PortMaster, PortCoordinator, PortMegascale); node 0's are used by all.
 	Ports map[string]int `json:"ports,omitempty"`
 }
@@ -56,6 +63,7 @@ type Node struct {
 	Instance     string `json:"instance"`
 	LocalWorkers int    `json:"local_workers"`
 	SliceID      int    `json:"slice_id"`
+	Role         string `json:"role,omitempty"`
 	// FirstRank is the global rank of this node's local rank 0.
 	FirstRank int `json:"first_rank"`
 }

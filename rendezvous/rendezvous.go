@@ -77,7 +77,7 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 		v   *time.Duration
 		key string
 		def time.Duration
-	}{{&cfg.Timeout, "join_timeout", DefaultTimeout}, {&cfg.LastCall, "last_call_timeout", DefaultLastCall}, {&cfg.Heartbeat, "heartbeat", DefaultHeartbeat}} {
+	}{{&cfg.Timeout, "join_timeout", DefaultTimeout}, {&cfg.LastCall, "last_call_timeout", DefaultLastCall}} {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
@@ -85,6 +85,13 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 			return 0, err
 		}
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.Heartbeat, err = heartbeat(cfg.Conf, cfg.Heartbeat); err != nil { // also torchrun's keep_alive_* keys
+		return 0, err
+	}
+	torchrunConf(cfg)
 	return confDuration(cfg.Conf, "linger", cfg.Heartbeat)
 }
 

@@ -105,9 +105,8 @@ func renderMarkdown(rows []row, cfg config) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.figure, r.baseline, ratio, r.target, verdict, r.note)
 	}
 	b.WriteString("\n![launch time against N](launch.svg)\n\n")
-	b.WriteString("torchrun is Debian's (python3-torch 1.13) on Python 3.11. Its default `--redirects 0 --tee 0` crashes there " +
-		"(`Std.from_str(\"0\")` returns None because Python 3.11 no longer iterates the zero member of an IntFlag), so " +
-		"the harness passes `--redirects 9:1 --tee 9:1`, a mapping for a local rank that does not exist, which leaves " +
-		"every real rank at `Std.NONE`, the intended default; and `--monitor_interval 0.01`, its fastest useful setting.\n")
+	b.WriteString("torchrun is Debian's (python3-torch 1.13) on Python 3.11, run with `--redirects 9:1 --tee 9:1` (its " +
+		"defaults crash there; see the README's \"torchrun compatibility\") and `--monitor_interval 0.01`, its fastest " +
+		"useful setting.\n")
 	return b.String()
 }

@@ -32,7 +32,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	opts, err := dev.options(log)
+	opts, err := dev.Options(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: %v\n", err)
 		return launcher.ExitCode(err)
@@ -48,7 +48,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	if h.MetadataErr != nil {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
-	req, _ := dev.request()
+	req, _ := dev.Request()
 	rep.Notes = topology.Explain(h, req)
 	if _, err := topology.NewPlan(h, req); err != nil {
 		rep.PlanError = err.Error()

@@ -96,6 +96,22 @@ func newHost(t *testing.T, id string, n int) *host {
 	return h
 }
 
+// newGPUHost is a fake /sys and /dev of an NVIDIA host with n H100s (vendor 0x10de, device 0x2330, a 3D
+// controller) and /dev/nvidia0..n-1, with the same clean environment as newHost.
+func newGPUHost(t *testing.T, n int) *host {
+	t.Helper()
+	h := newHost(t, idV4, 0)
+	for i := 0; i < n; i++ {
+		d := filepath.Join(h.sys, "bus", "pci", "devices", fmt.Sprintf("0000:%02x:00.0", i+0x18))
+		mustDo(t, os.MkdirAll(d, 0o755))
+		for f, v := range map[string]string{"vendor": "0x10de", "device": "0x2330", "class": "0x030200"} {
+			mustDo(t, os.WriteFile(filepath.Join(d, f), []byte(v+"\n"), 0o644))
+		}
+		mustDo(t, os.WriteFile(filepath.Join(h.dev, fmt.Sprintf("nvidia%d", i)), nil, 0o644))
+	}
+	return h
+}
+
 // refusedAddr is host:port of a TCP socket that is bound but not listening: connections are refused, and the port
 // stays reserved (no other test's server can take it) until the test ends.
 func refusedAddr(t *testing.T) string {

@@ -14,12 +14,13 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
+	"tpurun/launcher/torchrun"
 	"tpurun/worker"
 )
 
@@ -59,9 +60,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return launcher.ExitUsage
 	}
+	f := failer{w: stderr}
+	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
+		f.log = log
+	}
 	if o.exitWithParent {
 		if err := launcher.ExitWithParent(); err != nil {
-			return fail(stderr, err)
+			return f.fail(err)
 		}
 	}
 	for _, f := range o.tr.noEffect {
@@ -74,13 +79,17 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if spec.Results.Document = o.json; o.json {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
-	if spec.Detect, err = o.dev.options(log); err != nil {
-		return fail(stderr, err)
+	if spec.Detect, err = o.dev.Options(log); err != nil {
+		return f.fail(err)
 	}
-	spec.Request, spec.PerCPU = o.dev.request()
-	spec.Force = o.dev.force
-	if spec.Rendezvous, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
-		return fail(stderr, err)
+	spec.Request, spec.PerCPU = o.dev.Request()
+	spec.Force = o.dev.Force
+	var notes []string
+	if spec.Rendezvous, notes, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
+		return f.fail(err)
+	}
+	for _, n := range notes {
+		log.Warn(n)
 	}
 	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
 		rp, err := launcher.StartReaper(log.Named("reaper"))
@@ -91,45 +100,79 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			defer rp.Close() // after a last round; it logs how many orphans it reaped
 		}
 	}
-	if o.statusAddr != "" { // --status-addr: /healthz and /metrics
-		mon := launcher.NewMonitor(spec.MaxRestarts)
-		addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
-		if errors.Is(err, launcher.ErrStatusAddr) {
-			err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
-		}
-		if err != nil {
-			return fail(stderr, err)
-		}
-		defer stop()
-		fmt.Fprintf(stderr, "tpurun: status on http://%s/metrics and /healthz\n", addr)
-		spec.Observers = append(spec.Observers, mon)
+	stop, err := serveStatus(o, spec, f, log)
+	if err != nil {
+		return f.fail(err)
 	}
+	defer stop()
 	sigs, stopSignals = launcher.NotifySignals() // every catchable signal: forwarded or acted on, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
-	return report(o, spec, stdout, stderr)
+	sp := launcher.NewSummaryPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
+	spec.Observers = append(spec.Observers, sp)
+	return report(o, spec, sp, f, stdout, stderr)
+}
+
+// serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
+func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (stop func(), err error) {
+	if o.statusAddr == "" {
+		return func() {}, nil
+	}
+	mon := launcher.NewMonitor(spec.MaxRestarts)
+	addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
+	if errors.Is(err, launcher.ErrStatusAddr) {
+		err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if msg := "status on http://" + addr.String() + "/metrics and /healthz"; f.log != nil {
+		f.log.Info(msg)
+	} else {
+		fmt.Fprintf(f.w, "tpurun: %s\n", msg)
+	}
+	spec.Observers = append(spec.Observers, mon)
+	return stop, nil
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, stdout, stderr io.Writer) int {
+func report(o *options, spec *launcher.Spec, sp *launcher.SummaryPrinter, f failer, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
+	if errors.Is(err, launcher.ErrNoToken) {
+		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
+	}
 	if rep != nil {
-		rep.WriteSummary(stderr)
+		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {
 			var ce *launcher.ConfigError
 			if !errors.As(err, &ce) {
-				launcher.WriteResultsSummary(stderr, doc, !o.json) // --json: the document has them
+				launcher.WriteResultsSummary(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
 				if jerr != nil {
-					return fail(stderr, fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
+					return f.fail(fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
 				}
 				_, _ = stdout.Write(append(b, '\n')) // a write error is the console's, reported by the caller's Flush
 			}
 		}
 	}
-	return fail(stderr, err)
+	return f.fail(err)
+}
+
+// failer prints the error a run ends with: a text line, or with --log-format json (log set) a log record.
+type failer struct {
+	w   io.Writer
+	log *zap.Logger
+}
+
+func (f failer) fail(err error) int {
+	code := launcher.ExitCode(err)
+	if f.log == nil || err == nil {
+		return fail(f.w, err)
+	}
+	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[launcher.Setting(err)]), zap.Error(err))
+	return code
 }
 
 // fail prints err (if any) with its exit code and returns the code. A configuration error names the flag that
@@ -165,10 +208,10 @@ var flagOf = map[string]string{
 
 type options struct {
 	spec           launcher.Spec
-	dev            *deviceFlags // --device, --nprocs and the other topology flags: detection runs in the launcher
-	rdzv           *rdzvFlags   // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr             *torchFlags  // torchrun's remaining flags and the container flags (torchrun.go)
-	json           bool         // --json: the results document on stdout
+	dev            *flags.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
+	rdzv           *rdzvFlags    // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr             *torchFlags   // torchrun's remaining flags and the container flags (torchrun.go)
+	json           bool          // --json: the results document on stdout
 	exitWithParent bool
 	statusAddr     string
 	statusRemote   bool
@@ -181,11 +224,11 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
-	fs.SetNormalizeFunc(dashes)
+	fs.SetNormalizeFunc(flags.Dashes)
 	var redirects, tee, filter, stdin, preload string
-	o.dev = addDeviceFlags(fs)
+	o.dev = flags.AddDevice(fs)
 	fn := addResultFlags(fs, &o.spec, &o.json)
-	fs.DurationVar(&o.spec.Grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.spec.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
@@ -193,7 +236,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
-	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output; {rank} {local_rank} {node} {role}")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
@@ -209,11 +252,17 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs)
+	args, err := torchrun.Expand(fs, args, torchrun.Flags) // argparse's unique prefixes: --redirect=3
+	if err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if err := petEnv(fs, os.Getenv); err != nil { // torchrun's PET_<FLAG> defaults
-		return nil, err
+	if err := torchrun.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
+		var pe *torchrun.PETError
+		errors.As(err, &pe)
+		return nil, &launcher.ConfigError{Field: pe.Var, Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	switch {
 	case *help:
@@ -224,14 +273,12 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, pflag.ErrHelp
 	case *pyPath:
 		dir, err := worker.PythonPath("", worker.WithExecutable()) // tpurun.spawn in the caller finds this binary
-		if err != nil {
-			return nil, fmt.Errorf("%w: the Python module: %w", launcher.ErrInternal, err)
+		if err != nil { // the user's cache directory: theirs to fix or move
+			return nil, &launcher.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
+				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}
 		}
 		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
-	}
-	if o.spec.Grace <= 0 && (fs.Changed("grace") || fs.Changed("shutdown-timeout")) {
-		return nil, &launcher.ConfigError{Field: "--grace", Value: o.spec.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
 	}
 	if fn.Target == "" && fn.ArgsJSON != "" {
 		return nil, &launcher.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
@@ -247,13 +294,17 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	} else {
 		o.spec.Program = fs.Args()
 	}
-	if err := o.tr.apply(fs, &o.spec, o.spec.Program, os.Getenv); err != nil {
+	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
 		return nil, err
 	}
 	o.spec.Preload = launcher.ParseList(preload)
 	if err := o.streams(redirects, tee, filter, stdin); err != nil {
 		return nil, err
 	}
+	if t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != "" && !fs.Changed("log-prefix") {
+		o.spec.LogPrefix = t // torchrun's template ($rank, $local_rank, $role_name); --log-prefix wins
+	}
+	o.spec.RawOutput = o.spec.LogPrefix == "" // --log-prefix '': the lines as the workers wrote them
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return nil, &launcher.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
@@ -291,7 +342,7 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	f := &launcher.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
-	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn (default $PYTHON_EXEC, else python3)")
+	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", worker.DefaultMaxPayload, "largest accepted result frame payload in bytes")
 	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")

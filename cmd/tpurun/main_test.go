@@ -24,7 +24,7 @@ func init() {
 	launchertest.Register("exit", "exitready", "early", "raise", "crash", "hang", "hanguntil", "ignore", "catch",
 		"exitongo", "fifoerr", "linkerr", "grandkids", "leavegroup", "closeout", "flood", "errflood", "long", "env",
 		"report", "reportcrash", "reporthang", "reportfailfirst", "silent", "fail", "big", "seed0", "foreign",
-		"notaframe", "cutframe", "dupflood", "foreignflood", "badthengood")
+		"notaframe", "cutframe", "dupflood", "foreignflood", "badthengood", "record", "failuntil")
 }
 
 // TestMain either plays a fake worker (launchertest.Dispatch) or builds the real binaries and runs the tests. The

@@ -617,28 +617,29 @@ func keys(m map[string]map[string]string) []string {
 	return out
 }
 
-// TestMultihostMismatchNamesOddNode: 3 nodes, one with 1 worker where the others have 2: every node exits 69 at
-// once, naming the odd node; nothing is started.
+// TestMultihostMismatchNamesOddNode: 3 nodes, one of them a GPU host where the others run on CPU: every node exits
+// 69 at once, naming the odd node; nothing is started.
 func TestMultihostMismatchNamesOddNode(t *testing.T) {
 	t.Parallel()
 	dir := launchertest.FakeDir(t)
 	ep := launchertest.FreeEndpoint(t)
+	gpu := newGPUHost(t, 2)
 	var nodes []*node
 	for i := 0; i < 3; i++ {
-		nprocs := "2"
+		dev := []string{"--device", "cpu"}
 		if i == 2 {
-			nprocs = "1"
+			dev = []string{"--sysfs-root", gpu.sys, "--dev-root", gpu.dev}
 		}
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0")), "--device", "cpu", "--nprocs", nprocs,
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0")), append(dev, "--nprocs", "2",
 			"--nnodes", "3", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "odd", "--rdzv-timeout", joinTimeout,
-			"--node-name", "n"+strconv.Itoa(i), "--", self(t)))
+			"--node-name", "n"+strconv.Itoa(i), "--", self(t))...))
 	}
 	for i, n := range nodes {
 		if code := n.wait(t); code != 69 {
 			t.Fatalf("node %d: exit %d, want 69\n%s", i, code, n.stderr.String())
 		}
-		if s := n.stderr.String(); !strings.Contains(s, "disagree") || !strings.Contains(s, `"n2"`) {
-			t.Fatalf("node %d does not name the odd node n2:\n%s", i, s)
+		if s := n.stderr.String(); !strings.Contains(s, "disagree") || !strings.Contains(s, `"n2"`) || !strings.Contains(s, "accelerator type") {
+			t.Fatalf("node %d does not name the odd node n2 and its accelerator type:\n%s", i, s)
 		}
 	}
 	if es, _ := os.ReadDir(filepath.Join(dir, "pids")); len(es) != 0 {

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
 	"tpurun/launcher/topology"
 )
 
@@ -61,7 +61,7 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 type subcmdFlags struct {
 	name, about string
 	fs          *pflag.FlagSet
-	dev         *deviceFlags
+	dev         *flags.Device
 	format      string
 	verbose     bool
 	help        bool
@@ -70,8 +70,8 @@ type subcmdFlags struct {
 func newSubcmdFlags(name, about string) *subcmdFlags {
 	s := &subcmdFlags{name: "tpurun " + name, about: about, fs: pflag.NewFlagSet("tpurun "+name, pflag.ContinueOnError)}
 	s.fs.SetOutput(io.Discard)
-	s.fs.SetNormalizeFunc(dashes)
-	s.dev = addDeviceFlags(s.fs)
+	s.fs.SetNormalizeFunc(flags.Dashes)
+	s.dev = flags.AddDevice(s.fs)
 	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
 	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
 	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")
@@ -124,7 +124,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
 		return launcher.ExitUsage
 	}
-	h, plan, err := dev.detectPlan(context.Background(), log)
+	h, plan, err := dev.DetectPlan(context.Background(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return launcher.ExitCode(err)
@@ -133,7 +133,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		req, _ := dev.request()
+		req, _ := dev.Request()
 		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", topology.SoloNode(h, req), h.Device.V, h.Device.Source)
 		err = full.WriteTable(stdout)
 	}
@@ -144,29 +144,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if h.MetadataErr != nil {
 		fmt.Fprintf(stderr, "tpurun plan: note: planned from what sysfs proves; %v\n", h.MetadataErr)
 	}
+	if note := h.GPUShareNote(len(plan.Workers)); note != "" {
+		fmt.Fprintf(stderr, "tpurun plan: note: %s\n", note)
+	}
 	if err := h.CheckFree(); errors.Is(err, topology.ErrChipBusy) {
 		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", err)
 	}
 	return launcher.ExitOK
-}
-
-// detectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds its plan.
-func (d *deviceFlags) detectPlan(ctx context.Context, log *zap.Logger) (*topology.Host, *topology.Plan, error) {
-	opts, err := d.options(log)
-	if err != nil {
-		return nil, nil, err
-	}
-	h, err := topology.Detect(ctx, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	req, perCPU := d.request()
-	if perCPU && h.Device.V == topology.CPU {
-		req.NProcs = runtime.NumCPU()
-	}
-	plan, err := topology.NewPlan(h, req)
-	if err != nil {
-		return h, nil, err
-	}
-	return h, plan, nil
 }

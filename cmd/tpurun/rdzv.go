@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/launcher"
+	"tpurun/launcher/torchrun"
 )
 
 // rdzvFlags are the multi-host flags (torchrun's names plus tpurun's).
@@ -16,7 +18,8 @@ type rdzvFlags struct {
 	fs                                                                        *pflag.FlagSet
 	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr, localAddr string
 	nodeRank, numSlices, sliceID                                              int
-	timeout                                                                   seconds
+	timeout                                                                   torchrun.Seconds
+	derived                                                                   string // how the static endpoint came from --master-addr/--master-port
 }
 
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
@@ -27,7 +30,8 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
 	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
-	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default 5m)")
+	r.timeout = torchrun.Seconds(5 * time.Minute)
+	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
 	fs.StringVar(&r.localAddr, "local-addr", "", "torchrun's name for --node-addr")
@@ -37,18 +41,24 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	return r
 }
 
-// spec is the rendezvous of the job: the zero value (a world of one) unless a backend, an endpoint or more than
-// one node was asked for. runID is --run-id, the default of --rdzv-id; master is --master-addr and --master-port,
-// the default endpoint of the static backend, as torchrun's.
-func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (launcher.RendezvousSpec, error) {
+// spec is the rendezvous of the job: a world of one (no backend; its node rank, slice, options and run id still
+// checked and used) unless a backend, an endpoint or more than one node was asked for. runID is --run-id, the
+// default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
+// torchrun's. notes are warnings for the log.
+func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
 	lo, n, err := launcher.ParseNNodes(r.nnodes)
-	if err != nil || (r.backend == "" && r.endpoint == "" && n <= 1) {
-		return launcher.RendezvousSpec{}, err
+	if err != nil {
+		return c, nil, err
 	}
-	c := launcher.RendezvousSpec{Backend: r.backend, Endpoint: r.endpoint, RunID: r.id, NNodes: n, MinNodes: lo, NodeRank: r.nodeRank,
-		Conf: r.conf, Timeout: time.Duration(r.timeout), Token: r.token, NodeName: r.nodeName, NodeAddr: r.nodeAddr,
-		NumSlices: r.numSlices, SliceID: r.sliceID}
-	c.NodeAddr = cmp.Or(c.NodeAddr, r.localAddr)
+	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
+		return c, nil, &launcher.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default 5m)"}
+	}
+	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
+	if r.backend == "" && r.endpoint == "" && n <= 1 {
+		return c, nil, nil
+	}
+	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
+	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
 	c.RunID = cmp.Or(c.RunID, runID, "none") // torchrun's default run id
 	if c.Backend == "" {
 		c.Backend = "static"
@@ -59,11 +69,32 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (launcher.Re
 	if c.Backend == "static" && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // from the host list
 	}
-	if c.Backend == "static" && c.Endpoint == "" && (r.fs.Changed("master-addr") || r.fs.Changed("master-port")) {
+	return c, r.master(&c, masterAddr, masterPort), nil
+}
+
+// master applies --master-addr and --master-port to the rendezvous c as torchrun does: the static backend's
+// endpoint; under another backend --master-addr is ignored with torchrun's warning (the notes returned).
+func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
+	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
+	switch {
+	case c.Backend != "static" && r.fs.Changed("master-addr"):
+		notes = append(notes, "--master-addr is only used by the static rendezvous (as under torchrun): under "+c.Backend+
+			" every worker's MASTER_ADDR is node 0's address (give node 0 --node-addr to choose it); --master-port is node 0's MASTER_PORT")
+	case c.Backend == "static" && c.Endpoint == "" && given:
 		// torchrun's classic multi-node line: every node names node 0 by --master-addr/--master-port. The workers'
 		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
 		*masterPort = cmp.Or(*masterPort, 29500)
 		c.Endpoint = net.JoinHostPort(masterAddr, strconv.Itoa(*masterPort+1))
+		r.derived = fmt.Sprintf("the static rendezvous listens on %s, the port above --master-port %d (the workers' store takes MASTER_PORT)", c.Endpoint, *masterPort)
 	}
-	return c, nil
+	return notes
+}
+
+// tokenHint says what to type when the rendezvous refuses to run off loopback without a token.
+func (r *rdzvFlags) tokenHint() string {
+	h := "give every node the same secret: --rdzv-token SECRET, or TPURUN_RDZV_TOKEN=SECRET in its environment (tpurun refuses an unauthenticated rendezvous off loopback; torchrun does not)"
+	if r.derived != "" {
+		h += "; " + r.derived
+	}
+	return h
 }

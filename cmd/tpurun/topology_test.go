@@ -56,8 +56,9 @@ func TestPlanJSONExactEnv(t *testing.T) {
 					"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": launcher.PlaceholderPort, "TORCHELASTIC_RUN_ID": launcher.PlaceholderRunID,
 					"TPURUN_RUN_ID": launcher.PlaceholderRunID, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
 					"OMP_NUM_THREADS": "1", "TPURUN_RESULT_FD": "3", "TPURUN_REPLICAS": strconv.Itoa(i),
-					"TORCHELASTIC_ERROR_FILE": launcher.PlaceholderFile,
-					"JAX_PROCESS_ID":          strconv.Itoa(i), "JAX_NUM_PROCESSES": strconv.Itoa(tc.chips),
+					"TORCHELASTIC_ERROR_FILE": launcher.PlaceholderFile, "TORCHELASTIC_USE_AGENT_STORE": "False",
+					"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+					"JAX_PROCESS_ID":                  strconv.Itoa(i), "JAX_NUM_PROCESSES": strconv.Itoa(tc.chips),
 				}
 				if w.Rank != i || w.LocalRank != i || w.NodeRank != 0 || len(w.Replicas) != 1 || w.Replicas[0] != i {
 					t.Errorf("worker %d: rank %d local %d node %d replicas %v", i, w.Rank, w.LocalRank, w.NodeRank, w.Replicas)

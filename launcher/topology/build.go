@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"fmt"
 	"strconv"
 )
 
@@ -93,10 +92,11 @@ func gpuPlan(h *Host, req Request) (*Plan, error) {
 	if n == 0 {
 		n = len(gpus)
 	}
-	if n > len(gpus) {
-		return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(n), Problem: fmt.Sprintf("is more than the %d GPUs this launcher may use", len(gpus)),
-			Sources: []Source{req.NProcsSource, h.UsableGPUs.Source}, Choices: countChoices(len(gpus)), Hint: "or leave it unset"}
+	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
+		return nil, &ConfigError{Name: "device", Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
+	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
+	// i mod the GPU count, and GPUShareNote says which ranks share.
 	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
 	for i := 0; i < n; i++ {
 		env := map[string]string{
@@ -104,10 +104,10 @@ func gpuPlan(h *Host, req Request) (*Plan, error) {
 			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
 			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
 			"GPU_NUM_DEVICES":          strconv.Itoa(n),
-			EnvJAXLocalDeviceIDs:       strconv.Itoa(i),
+			EnvJAXLocalDeviceIDs:       strconv.Itoa(i % len(gpus)),
 		}
 		if req.IsolateGPUs {
-			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i)
+			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
 			env[EnvJAXLocalDeviceIDs] = "0"
 		}
 		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: env})
@@ -147,15 +147,4 @@ func (p *Plan) SetJAXCoordinator(hostport string) {
 			p.Workers[i].Env[EnvJAXCoordinator] = hostport
 		}
 	}
-}
-
-func countChoices(n int) []string {
-	out := make([]string, 0, n)
-	for i := 1; i <= n && i <= 8; i++ {
-		out = append(out, strconv.Itoa(i))
-	}
-	if n > 8 {
-		out = append(out, "... "+strconv.Itoa(n))
-	}
-	return out
 }

@@ -214,14 +214,32 @@ func (d *detector) device() error {
 		h.Device = val(TPU, Sysfs(scan.dir))
 	case len(devNodes(h.DevRoot, "accel")) > 0:
 		h.Device = val(TPU, Dev(h.DevRoot+"/accel*"))
-	case len(scan.gpus) > 0:
-		h.Device = val(GPU, Sysfs(scan.dir))
-	case len(devNodes(h.DevRoot, "nvidia")) > 0:
-		h.Device = val(GPU, Dev(h.DevRoot+"/nvidia*"))
+	case d.gpuSource(scan).IsSet():
+		h.Device = val(GPU, d.gpuSource(scan))
+		if d.cudaHidden() { // CUDA_VISIBLE_DEVICES="" or -1: the usual way to run on CPU on a GPU host
+			h.Device = val(CPU, Env("CUDA_VISIBLE_DEVICES"))
+		}
 	default:
 		h.Device = val(CPU, Default())
 	}
 	return nil
+}
+
+// gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
+func (d *detector) gpuSource(scan pciScan) Source {
+	switch {
+	case len(scan.gpus) > 0:
+		return Sysfs(scan.dir)
+	case len(devNodes(d.h.DevRoot, "nvidia")) > 0:
+		return Dev(d.h.DevRoot + "/nvidia*")
+	}
+	return Source{}
+}
+
+// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
+func (d *detector) cudaHidden() bool {
+	v, ok := d.env("CUDA_VISIBLE_DEVICES")
+	return ok && CUDAHidesAll(v)
 }
 
 // spmd reads --spmd and XLA_USE_SPMD.

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // gpu detects the NVIDIA GPUs of this host (display and 3D controllers of vendor 0x10de in sysfs, else
@@ -34,6 +35,11 @@ func (d *detector) gpu() error {
 	h.UsableGPUs = val(all, h.GPUSource)
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
+		if CUDAHidesAll(v) {
+			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
+				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
+				Choices: []string{"--device cpu"}, Hint: "to run on CPU (leave --device auto to get it by itself), or unset CUDA_VISIBLE_DEVICES to use the GPUs"}
+		}
 		if err := d.cudaVisible(v); err != nil {
 			return err
 		}
@@ -78,4 +84,25 @@ func (d *detector) cudaVisible(v string) error {
 	h.UsableGPUs = val(idx, Env("CUDA_VISIBLE_DEVICES"))
 	h.CUDAVisible = val(list, Env("CUDA_VISIBLE_DEVICES"))
 	return nil
+}
+
+// CUDAHidesAll reports whether a CUDA_VISIBLE_DEVICES value hides every GPU from CUDA: empty, or a list whose first
+// entry is a negative index (CUDA stops at the first invalid entry: "-1" is the usual way to run on CPU).
+func CUDAHidesAll(v string) bool {
+	first, _, _ := strings.Cut(strings.TrimSpace(v), ",")
+	first = strings.TrimSpace(first)
+	n, err := strconv.Atoi(first)
+	return first == "" || (err == nil && n < 0)
+}
+
+// GPUShareNote says, when a plan of workers local workers runs more workers than this host's usable GPUs, which
+// local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
+func (h *Host) GPUShareNote(workers int) string {
+	g := len(h.UsableGPUs.V)
+	if h.Device.V != GPU || workers <= g || g == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d workers share the %d usable GPU(s) (%s): local ranks %d..%d have no GPU of their own, so a program "+
+		"that picks cuda:LOCAL_RANK fails there (\"invalid device ordinal\"); pick cuda:LOCAL_RANK %% torch.cuda.device_count(), "+
+		"use gloo on CPU (--device cpu), or run %d workers", workers, g, h.UsableGPUs.Source, g, workers-1, g)
 }

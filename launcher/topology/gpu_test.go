@@ -71,12 +71,14 @@ func TestGPUEnv(t *testing.T) {
 		{name: "parent's subset, isolated", cvd: ptr("3,1"), req: Request{IsolateGPUs: true}, visible: []string{"3", "1"}, jax: []string{"0", "0"}},
 		{name: "UUIDs, isolated", cvd: ptr("GPU-8f6c2a1e-0000-1111-2222-333344445555,MIG-GPU-aa/1/0"), req: Request{IsolateGPUs: true},
 			visible: []string{"GPU-8f6c2a1e-0000-1111-2222-333344445555", "MIG-GPU-aa/1/0"}, jax: []string{"0", "0"}},
-		{name: "more workers than the parent's GPUs", cvd: ptr("2,3"), req: Request{NProcs: 3},
-			wantErr: []string{"nprocs 3 is more than the 2 GPUs this launcher may use (from flag --nprocs, env CUDA_VISIBLE_DEVICES)"}},
+		{name: "more workers than the parent's GPUs share them, as under torchrun", cvd: ptr("2,3"), req: Request{NProcs: 3},
+			visible: []string{"-", "-", "-"}, jax: []string{"0", "1", "0"}},
+		{name: "more workers than GPUs, isolated round robin", cvd: ptr("3,1"), req: Request{NProcs: 5, IsolateGPUs: true},
+			visible: []string{"3", "1", "3", "1", "3"}, jax: []string{"0", "0", "0", "0", "0"}},
 		{name: "index off the host", cvd: ptr("1,4"),
 			wantErr: []string{"CUDA_VISIBLE_DEVICES \"1,4\" names GPU 4 but this host has 4 GPUs (from env CUDA_VISIBLE_DEVICES, sysfs ", "use 0, 1, 2 or 3"}},
-		{name: "empty hides every GPU", cvd: ptr(""), wantErr: []string{"CUDA_VISIBLE_DEVICES \"\" is malformed", "hides every GPU"}},
-		{name: "-1 hides every GPU", cvd: ptr("-1"), wantErr: []string{"CUDA_VISIBLE_DEVICES \"-1\" is malformed", "hides every GPU"}},
+		{name: "empty hides every GPU", cvd: ptr(""), wantErr: []string{"CUDA_VISIBLE_DEVICES \"\" hides every GPU from CUDA, but the gpu device was asked for", "use --device cpu"}},
+		{name: "-1 hides every GPU", cvd: ptr("-1"), wantErr: []string{"CUDA_VISIBLE_DEVICES \"-1\" hides every GPU", "use --device cpu", "unset CUDA_VISIBLE_DEVICES"}},
 		{name: "garbage", cvd: ptr("0,x"), wantErr: []string{"CUDA_VISIBLE_DEVICES \"0,x\" is malformed", "entry 2 (\"x\") is neither a GPU index nor a GPU-/MIG- UUID"}},
 		{name: "twice", cvd: ptr("1,1"), wantErr: []string{"names GPU 1 twice"}},
 	}
@@ -148,6 +150,31 @@ func TestGPUWorkersWithJAX(t *testing.T) {
 		if _, err := jaxInitialize(child, nil, false, nil, nil); !errors.As(err, &pe) || pe.Msg != "Number of processes must be defined." {
 			t.Errorf("rank %d without arguments: %v", w.Rank, err)
 		}
+	}
+}
+
+// TestCPUOnAGPUHost: CUDA_VISIBLE_DEVICES="" or -1, the usual "run on CPU on a GPU box", makes the detected device
+// the CPU (it was refused as malformed), and more workers than GPUs get a note naming the ranks without a GPU.
+func TestCPUOnAGPUHost(t *testing.T) {
+	t.Parallel()
+	ft := h100Tree(t, 2)
+	for _, cvd := range []string{"", "-1", " -1 ", "-1,0"} {
+		h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"CUDA_VISIBLE_DEVICES": cvd}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+		if err != nil || h.Device.V != CPU || h.Device.Source != Env("CUDA_VISIBLE_DEVICES") {
+			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: device %v, err %v; want cpu from the variable", cvd, h, err)
+		}
+		if p, err := NewPlan(h, Request{NProcs: 3}); err != nil || len(p.Workers) != 3 || p.Device != CPU {
+			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: plan %+v, %v", cvd, p, err)
+		}
+	}
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	must(t, err)
+	if n := h.GPUShareNote(2); n != "" {
+		t.Errorf("2 workers on 2 GPUs: note %q", n)
+	}
+	if n := h.GPUShareNote(4); !strings.Contains(n, "4 workers share the 2 usable GPU(s)") || !strings.Contains(n, "local ranks 2..3") ||
+		!strings.Contains(n, "cuda:LOCAL_RANK % torch.cuda.device_count()") {
+		t.Errorf("4 workers on 2 GPUs: note %q", n)
 	}
 }
 

@@ -15,6 +15,7 @@ type WorldNode struct {
 	Addr         string // the address other nodes reach it at: what TPU_PROCESS_ADDRESSES and the world env name
 	LocalWorkers int
 	SliceID      int
+	Role         string // torchrun's role of the node's workers: ROLE_RANK and ROLE_WORLD_SIZE count within it
 }
 
 // World is the agreed world of a run: every node in node-rank order, which one this host is, and the multi-slice
@@ -123,18 +124,24 @@ func (w World) firstRanks() []int {
 }
 
 // spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
-// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica.
+// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica. As
+// torchrun assigns them, ROLE_RANK and ROLE_WORLD_SIZE count the workers of the node's role, in node order.
 func spreadWorld(local *Plan, w World) *Plan {
 	p := &Plan{Device: local.Device}
 	first := w.firstRanks()
 	addrs := w.addrs()
+	ks := make([]int, len(w.Nodes))
+	roleSize, roleNext := map[string]int{}, map[string]int{}
 	for n, node := range w.Nodes {
-		k := node.LocalWorkers
-		if n == w.NodeRank || k == 0 {
-			k = len(local.Workers)
+		ks[n] = node.LocalWorkers
+		if n == w.NodeRank || ks[n] == 0 {
+			ks[n] = len(local.Workers)
 		}
-		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: k})
-		for lr := 0; lr < k; lr++ {
+		roleSize[node.Role] += ks[n]
+	}
+	for n, node := range w.Nodes {
+		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: ks[n]})
+		for lr := 0; lr < ks[n]; lr++ {
 			rank := first[n] + lr
 			var env map[string]string
 			if lr < len(local.Workers) {
@@ -143,8 +150,11 @@ func spreadWorld(local *Plan, w World) *Plan {
 			if env == nil {
 				env = map[string]string{}
 			}
+			env["ROLE_RANK"] = strconv.Itoa(roleNext[node.Role] + lr)
+			env["ROLE_WORLD_SIZE"] = strconv.Itoa(roleSize[node.Role])
 			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: env})
 		}
+		roleNext[node.Role] += ks[n]
 	}
 	return p
 }

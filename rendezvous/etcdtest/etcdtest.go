@@ -40,6 +40,19 @@ type Cluster struct {
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	launchertest.Heavy(t)
+	return start(t, n)
+}
+
+// StartOutsideHeavy is Start without the suite's heavy slot, for a test binary that bounds its own load and would
+// otherwise queue its etcd cases behind every other heavy test of the suite, past go test's time limit (the port of
+// PyTorch's launcher tests, launcher/torchrun/porttest).
+func StartOutsideHeavy(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return start(t, n)
+}
+
+func start(t testing.TB, n int) *Cluster {
+	t.Helper()
 	var peers []string
 	cfgs := make([]*embed.Config, n)
 	for i := range n {

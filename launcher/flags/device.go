@@ -1,9 +1,15 @@
-package main
+// Package flags registers the command-line flags that tpurun's commands share (run, plan and doctor): which
+// devices to use and how to split them, in tpurun's and torchrun's spellings, and turns them into what detection
+// and planning take (topology.Options, topology.Request). A run leaves detection to the launcher (once per run);
+// DetectPlan detects for `tpurun plan`.
+package flags
 
 import (
 	"cmp"
+	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -15,9 +21,9 @@ import (
 	"tpurun/launcher/topology"
 )
 
-// deviceFlags are the flags that say which devices to use and how to split them: shared by the run path,
+// Device holds the flags that say which devices to use and how to split them: shared by the run path,
 // `tpurun plan` and `tpurun doctor`.
-type deviceFlags struct {
+type Device struct {
 	device          string
 	nprocs          nprocsState
 	spmd            bool
@@ -25,15 +31,15 @@ type deviceFlags struct {
 	tpuPortBase     int
 	metadataTimeout time.Duration
 	acceleratorType string
-	force           bool
+	Force           bool // --force: start although another process holds a chip
 	sysfsRoot       string
 	devRoot         string
 	procRoot        string
 }
 
-// addDeviceFlags registers the device flags on fs; the hidden root flags point detection at a fake OS tree.
-func addDeviceFlags(fs *pflag.FlagSet) *deviceFlags {
-	d := &deviceFlags{}
+// AddDevice registers the device flags on fs; the hidden root flags point detection at a fake OS tree.
+func AddDevice(fs *pflag.FlagSet) *Device {
+	d := &Device{}
 	fs.StringVar(&d.device, "device", "auto", "device to run on: auto (TPU > GPU > CPU), cpu, gpu or tpu")
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nprocs"}, "nprocs",
 		"number of worker processes on this host (default: one per chip or GPU; 1 on CPU)")
@@ -45,7 +51,7 @@ func addDeviceFlags(fs *pflag.FlagSet) *deviceFlags {
 	fs.DurationVar(&d.metadataTimeout, "metadata-timeout", topology.DefaultMetadataBudget,
 		"total time allowed for GCE metadata queries (only made when env and sysfs do not describe the TPU slice)")
 	fs.StringVar(&d.acceleratorType, "accelerator-type", "", "TPU accelerator type, e.g. v4-8 or v5litepod-8 (overrides TPU_ACCELERATOR_TYPE)")
-	fs.BoolVar(&d.force, "force", false, "start even when another process holds a chip's device node open")
+	fs.BoolVar(&d.Force, "force", false, "start even when another process holds a chip's device node open")
 	fs.StringVar(&d.sysfsRoot, "sysfs-root", "", "root of sysfs (default /sys or TPURUN_SYSFS_ROOT)")
 	fs.StringVar(&d.devRoot, "dev-root", "", "root of the device nodes (default /dev or TPURUN_DEV_ROOT)")
 	fs.StringVar(&d.procRoot, "proc-root", "", "root of procfs (default /proc or TPURUN_PROC_ROOT)")
@@ -94,8 +100,8 @@ func (f *nprocsFlag) Type() string {
 	return "spec"
 }
 
-// options turns the flags into what topology.Detect needs.
-func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
+// Options turns the flags into what topology.Detect needs.
+func (d *Device) Options(log *zap.Logger) (topology.Options, error) {
 	dev := d.device
 	if w := d.nprocs.device; w != "" && w != "auto" {
 		given := strings.ToLower(strings.TrimSpace(dev))
@@ -132,9 +138,9 @@ func (d *deviceFlags) options(log *zap.Logger) (topology.Options, error) {
 	return opts, nil
 }
 
-// request turns the flags into the plan request; perCPU is torchrun's "cpu" (and "auto" on a host without
+// Request turns the flags into the plan request; perCPU is torchrun's "cpu" (and "auto" on a host without
 // accelerators): one process per CPU core.
-func (d *deviceFlags) request() (req topology.Request, perCPU bool) {
+func (d *Device) Request() (req topology.Request, perCPU bool) {
 	req = topology.Request{NProcs: d.nprocs.n, SPMD: d.spmd, TPUPortBase: d.tpuPortBase, IsolateGPUs: d.isolateGPUs}
 	if d.nprocs.flag != "" {
 		req.NProcsSource = topology.Flag(d.nprocs.flag)
@@ -142,7 +148,29 @@ func (d *deviceFlags) request() (req topology.Request, perCPU bool) {
 	return req, d.nprocs.device == "cpu" || d.nprocs.device == "auto"
 }
 
-// dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node).
-func dashes(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+// Dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node): a FlagSet's normalize
+// function.
+func Dashes(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
+}
+
+// DetectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds its plan.
+func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (*topology.Host, *topology.Plan, error) {
+	opts, err := d.Options(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := topology.Detect(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, perCPU := d.Request()
+	if perCPU && h.Device.V == topology.CPU {
+		req.NProcs = runtime.NumCPU()
+	}
+	plan, err := topology.NewPlan(h, req)
+	if err != nil {
+		return h, nil, err
+	}
+	return h, plan, nil
 }
