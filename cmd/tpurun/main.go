@@ -272,8 +272,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
 		return nil, pflag.ErrHelp
 	case *pyPath:
-		dir, err := worker.PythonPath("", worker.WithExecutable()) // tpurun.spawn in the caller finds this binary
-		if err != nil { // the user's cache directory: theirs to fix or move
+		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
+		dir, err := worker.PythonPath("", worker.WithExecutable())
+		if err != nil {
 			return nil, &launcher.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
 				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}
 		}
