@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -314,7 +315,7 @@ func (j *job) termOutside(ws []*child) []int {
 	}
 	inGroups := func(pid int) bool {
 		pgid, err := syscall.Getpgid(pid)
-		return groups[pid] || err != nil || groups[pgid]
+		return groups[pid] || err != nil || groups[pgid] || j.kept(pid)
 	}
 	if j.spec.Reaper != nil {
 		hit, err := proc.SignalTree(j.spec.ProcRoot, os.Getpid(), inGroups, syscall.SIGTERM)
@@ -336,11 +337,16 @@ func (j *job) termOutside(ws []*child) []int {
 func (j *job) liveOrphans() int {
 	if j.spec.Reaper != nil {
 		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
-			return proc.LiveDescendants(j.spec.ProcRoot, os.Getpid())
+			return proc.LiveDescendantsExcept(j.spec.ProcRoot, os.Getpid(), j.kept)
 		}
 	}
 	pids, _ := proc.FindByEnv(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag)
-	return len(pids)
+	return len(slices.DeleteFunc(pids, j.kept))
+}
+
+// kept reports whether pid is a process of the job that outlives its attempts (the preloaded interpreter).
+func (j *job) kept(pid int) bool {
+	return j.spec.Reaper != nil && j.spec.Reaper.Kept(pid)
 }
 
 // killAndSweep sends SIGKILL to every group and sweeps the subtree; it returns the pids the sweep had to kill.

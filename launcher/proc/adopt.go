@@ -65,6 +65,14 @@ func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
 	return nil
 }
 
+// Kept reports whether pid is a process marked with Keep (and not reaped yet): the launcher leaves it out of the
+// processes the workers left behind.
+func (r *Reaper) Kept(pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owned[pid].keep
+}
+
 // Keep makes Sweep leave p (a process started through this reaper, such as a preloaded interpreter that outlives
 // the attempts it forks workers for) alive; its descendants are still killed. It lasts until p is reaped.
 func (r *Reaper) Keep(p *Process) {

@@ -194,10 +194,15 @@ func SignalTree(procRoot string, root int, skip func(pid int) bool, sig syscall.
 
 // LiveDescendants counts the descendants of root under procRoot that have not exited (zombies do not count).
 func LiveDescendants(procRoot string, root int) int {
+	return LiveDescendantsExcept(procRoot, root, nil)
+}
+
+// LiveDescendantsExcept is LiveDescendants that does not count the pids skip names (their descendants count).
+func LiveDescendantsExcept(procRoot string, root int, skip func(pid int) bool) int {
 	buf := make([]byte, 4096)
 	n := 0
 	for _, pid := range descendants(procRoot, root, &buf) {
-		if !zombie(procRoot, pid, &buf) {
+		if !zombie(procRoot, pid, &buf) && (skip == nil || !skip(pid)) {
 			n++
 		}
 	}
