@@ -162,12 +162,13 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("%+v; tpurun ran with %s", o, got)
 		}
 	})
-	t.Run("join, daemon and fork have no effect and say so", func(t *testing.T) {
+	t.Run("join and daemon have no effect and say so; fork preloads", func(t *testing.T) {
 		o, argv := run("noop-options", okDoc, "0")
 		w := strings.Join(o.Warnings, "\n")
-		if !o.OK || argv == nil || len(o.Warnings) != 3 || !strings.Contains(w, "join=False has no effect") ||
-			!strings.Contains(w, "daemon=True has no effect") || !strings.Contains(w, "start_method='fork' has no effect") {
-			t.Fatalf("%+v", o)
+		got := strings.Join(anyStrings(argv["argv"]), " ")
+		if !o.OK || argv == nil || len(o.Warnings) != 2 || !strings.Contains(w, "join=False has no effect") ||
+			!strings.Contains(w, "daemon=True has no effect") || !strings.Contains(got, "--preload fnmod --fn fnmod:square") {
+			t.Fatalf("%+v; tpurun ran with %s", o, got)
 		}
 	})
 	t.Run("exception is the root cause", func(t *testing.T) {
