@@ -41,9 +41,11 @@ var NotPorted = map[string]string{
 	lea + ":shutdown_called":                               "mocks start_processes",
 }
 
-// nprocCase is test_run.py's _test_nproc_launch_configuration: --nproc-per-node V, then n files.
+// nprocCase is test_run.py's _test_nproc_launch_configuration: --nproc-per-node V, then n files. Each call has a
+// run id of its own (upstream: uuid4), so a second call in one case is a new job, not the finished one.
 func nprocCase(from, v string, want func(h host) int, dashes bool, etcd bool) portCase {
 	return portCase{from: from, etcd: etcd, body: func(r *run) {
+		r.id = newRunID()
 		args := []string{"--nnodes=1", "--nproc-per-node=" + v, "--rdzv-id={id}", "--monitor-interval=1", "--start-method=spawn", "--no-python"}
 		if !dashes {
 			args = []string{"--nnodes=1", "--nproc_per_node=" + v, "--rdzv_backend=etcd", "--rdzv_endpoint={etcd}", "--rdzv_id={id}",

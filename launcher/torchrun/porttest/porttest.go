@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -289,7 +290,7 @@ func runCase(t *testing.T, c portCase, name string, gpus int, etcd string) {
 			h = newHost(t, name, 3)
 		}
 		r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
-			id: strconv.FormatInt(time.Now().UnixNano(), 36), bin: binDir(t)}
+			id: newRunID(), bin: binDir(t)}
 		c.body(r)
 	})
 }
@@ -317,4 +318,11 @@ func autoProcs(h host) int {
 		return h.gpus
 	}
 	return runtime.NumCPU()
+}
+
+var runIDs atomic.Int64
+
+// newRunID is a run id no other launch of this test binary has used.
+func newRunID() string {
+	return strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(runIDs.Add(1), 10)
 }
