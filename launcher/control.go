@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/proc"
 	"tpurun/rendezvous"
 )
 
@@ -313,11 +314,29 @@ func (c *controller) onJobStop(s syscall.Signal) {
 		c.log.Debug("ignoring " + SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
 		return
 	}
+	if c.cannotBeResumed(s) {
+		return
+	}
 	if c.att != nil {
 		c.att.signalAll(s, 0)
 		c.att.reclaimTerminal()
 	}
 	c.stopSelf(s)
+}
+
+// cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is
+// orphaned: it leads its own session (setsid, a terminal of its own) or the shell that started it has exited, so
+// nothing would ever send the SIGCONT; stopped, tpurun and its workers would wait forever. The kernel discards
+// SIGTSTP, SIGTTIN and SIGTTOU for such a group for that reason; tpurun does the same for its workers' groups. As
+// PID 1 (never stopped itself, as with tini and dumb-init) the workers are stopped all the same.
+func (c *controller) cannotBeResumed(s syscall.Signal) bool {
+	if os.Getpid() == 1 || !proc.GroupOrphaned("/proc", syscall.Getpgrp()) {
+		return false
+	}
+	c.log.Warn("job control: " + SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
+		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
+		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
+	return true
 }
 
 // stopSelf stops tpurun (SIGSTOP) so that the shell that started it sees it stopped; as PID 1 the kernel ignores

@@ -103,12 +103,14 @@ func (s *sampler) once(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, pid := range pids {
-		p, err := process.NewProcessWithContext(ctx, int32(pid))
-		if err != nil {
-			continue
-		}
+		// Not process.NewProcess: it checks the pid with os.FindProcess, whose pidfd stays open until a finalizer
+		// runs. The reads below go to /proc/PID alone; a worker that has gone fails them.
+		p := &process.Process{Pid: int32(pid)}
 		mem, err1 := p.MemoryInfoWithContext(ctx)
 		times, err2 := p.TimesWithContext(ctx)
+		if err1 != nil && err2 != nil {
+			continue
+		}
 		s.mu.Lock()
 		if smp := s.live[pid]; smp != nil {
 			smp.At = time.Now()

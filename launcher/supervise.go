@@ -389,6 +389,10 @@ func (s *supervisor) checkHolder() {
 	if h == nil || h.exited || h.p == nil || !h.p.Stopped() {
 		return
 	}
+	if s.c.cannotBeResumed(syscall.SIGTSTP) {
+		s.signalOne(h, syscall.SIGCONT)
+		return
+	}
 	for _, wk := range s.ws {
 		if wk != h {
 			s.signalOne(wk, syscall.SIGTSTP)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -88,9 +89,17 @@ type launched struct {
 
 // launch starts tpurun with args and env (appended to the test's), as PID 1 of a new PID namespace when pid1, and
 // reads its stdout and stderr (one stream) line by line.
+// Not as PID 1, tpurun leads a process group of its own whose parent (this test) is in another group of the same
+// session, as a shell's job: whatever session and group the test runs in, job control can stop and resume it.
 func launch(t *testing.T, pid1 bool, env []string, args ...string) *launched {
+	return launchAttr(t, &syscall.SysProcAttr{Setpgid: true}, pid1, env, args...)
+}
+
+// launchAttr is launch with the attributes tpurun starts with (not as PID 1).
+func launchAttr(t *testing.T, attr *syscall.SysProcAttr, pid1 bool, env []string, args ...string) *launched {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
+	cmd.SysProcAttr = attr
 	if pid1 {
 		cmd = pid1Cmd(t, args...)
 	}
@@ -416,6 +425,37 @@ func TestControlJobControl(t *testing.T) {
 			t.Fatalf("exit %d, want 143\n%s", code, l.output())
 		}
 	})
+}
+
+// TestControlJobControlOrphaned: tpurun leads its own session (setsid), so its process group is orphaned: nothing
+// would send the SIGCONT after a stop, and a stopped tpurun would wait forever (it did, for hours, once its shell
+// had gone). As the kernel does for an orphaned group, SIGTSTP, SIGTTIN and SIGTTOU are discarded and said so: the
+// workers never get them and go on, and SIGTERM still ends the run.
+func TestControlJobControlOrphaned(t *testing.T) {
+	t.Parallel()
+	l := launchAttr(t, &syscall.SysProcAttr{Setsid: true}, false, nil, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
+	l.waitFor("2 workers ready", readyAll(2))
+	for _, s := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
+		l.signal(s)
+		name := unix.SignalName(s)
+		l.waitFor(name+" ignored", func(lines []string) bool {
+			return strings.Contains(strings.Join(lines, "\n"), "job control: "+name+" ignored: tpurun's process group is orphaned")
+		})
+		if st := procState(l.target); st == "T" {
+			t.Fatalf("tpurun is stopped after %s", name)
+		}
+	}
+	l.signal(syscall.SIGTERM)
+	if code := l.wait(); code != 143 {
+		t.Fatalf("exit %d, want 143\n%s", code, l.output())
+	}
+	// The workers print every signal they get; that they got none of these is bounded by SIGTERM's, printed after.
+	if m := regexp.MustCompile(`(?m)^\[[01]\] (20|21|22)$`).FindString(l.output()); m != "" {
+		t.Errorf("a worker got a job-control signal (%q):\n%s", m, l.output())
+	}
+	if !printedBy(2, "15", 1)(l.lines) {
+		t.Errorf("the workers did not print SIGTERM:\n%s", l.output())
+	}
 }
 
 // children lists the children of pid (from every thread's children file).

@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,12 +211,25 @@ func TestControlTerminalCtrlC(t *testing.T) {
 	}
 }
 
-// TestControlTerminalCtrlZ: Ctrl-Z stops rank 0's group (the terminal's); tpurun stops the other ranks, takes the
-// terminal back and stops itself, as a shell's job does; SIGCONT (fg) gives the terminal to rank 0 again and
-// resumes every worker.
+// TestControlTerminalCtrlZ: tpurun as a job of an interactive shell. Ctrl-Z stops rank 0's group (the terminal's);
+// tpurun stops the other ranks, takes the terminal back and stops itself, as a shell's job does, and the shell
+// prints its prompt; fg (SIGCONT, the terminal to tpurun's group) gives the terminal to rank 0 again and resumes
+// every worker.
 func TestControlTerminalCtrlZ(t *testing.T) {
 	t.Parallel()
-	p, cmd, target := onPty(t, false, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
+	bash := launchertest.Need(t, "bash")
+	p, slave := openPty(t)
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Env = append(os.Environ(), "PS1=prompt$ ")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	line := strings.Join(append([]string{filepath.Join(bin, "tpurun"), "--nprocs", "2", "--"}, printSignals(t)...), " ")
+	p.write(line + "\n")
 	p.waitFor("2 workers ready", func(out string) bool {
 		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
 	})
@@ -223,13 +237,12 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	if fg := p.foreground(); fg != ws[0] {
 		t.Fatalf("the terminal's foreground group is %d, want rank 0's (%d)", fg, ws[0])
 	}
+	target := parentOf(ws[0])
 	p.write("\x1a")
-	p.waitFor("every process stopped and the terminal back with tpurun", func(string) bool {
-		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == target
+	p.waitFor("every process stopped and the terminal back with the shell", func(string) bool {
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == sh.Process.Pid
 	})
-	if err := syscall.Kill(target, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
+	p.write("fg\n")
 	p.waitFor("every process running, rank 0 in the foreground, SIGCONT printed", func(out string) bool {
 		return procState(ws[0]) != "T" && procState(ws[1]) != "T" && procState(target) != "T" && p.foreground() == ws[0] &&
 			strings.Contains(out, "[0] 18\n") && strings.Contains(out, "[1] 18\n")
@@ -237,14 +250,87 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := exitOf(t, p, cmd); code != 143 {
-		t.Fatalf("exit %d, want 143\nterminal:\n%q", code, p.output())
-	}
+	p.waitFor("tpurun's exit", func(out string) bool { return strings.Contains(out, "stopped by SIGTERM (exit 143)") })
+	p.write("echo \"fg returned $?\"\n") // $? of fg is the job's exit status
+	p.waitFor("fg returned 143", func(out string) bool { return strings.Contains(out, "fg returned 143") })
 	for _, w := range []string{"[0] 20\n", "[1] 20\n"} {
 		if !strings.Contains(p.output(), w) {
 			t.Fatalf("terminal lacks %q\n%q", w, p.output())
 		}
 	}
+	p.write("exit 0\n")
+	if code := exitOf(t, p, sh); code != 0 {
+		t.Fatalf("the shell exited %d\n%q", code, p.output())
+	}
+}
+
+// TestControlTerminalShellGoneWhileStopped: tpurun, stopped by Ctrl-Z as a shell's job, loses its shell (killed):
+// the kernel sends its now orphaned group SIGHUP and SIGCONT; tpurun passes both to the workers, which die of
+// SIGHUP, and the run ends: nothing is left stopped, waiting for a SIGCONT nobody can send.
+func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
+	t.Parallel()
+	bash := launchertest.Need(t, "bash")
+	p, slave := openPty(t)
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	p.write(filepath.Join(bin, "tpurun") + ` --nprocs 2 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
+	p.waitFor("2 workers ready", func(out string) bool {
+		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
+	})
+	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
+	target := parentOf(ws[0])
+	p.write("\x1a")
+	p.waitFor("every process stopped", func(string) bool {
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T"
+	})
+	if err := sh.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Wait()
+	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
+	p.waitFor("tpurun and its workers gone", func(string) bool { return gone(target) && gone(ws[0]) && gone(ws[1]) })
+}
+
+// TestControlTerminalCtrlZOrphaned: tpurun leads the terminal's session (as `setsid -c`, or a container's init with
+// `-t`): its group is orphaned, no shell could resume it. Ctrl-Z stops rank 0 (the terminal's group) as the kernel
+// does; tpurun resumes it at once and says why, stops nothing else and never itself; the run goes on and ends.
+func TestControlTerminalCtrlZOrphaned(t *testing.T) {
+	t.Parallel()
+	p, cmd, target := onPty(t, false, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
+	p.waitFor("2 workers ready", func(out string) bool {
+		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
+	})
+	p.write("\x1a")
+	p.waitFor("rank 0 resumed and the stop explained", func(out string) bool {
+		return strings.Contains(out, "[0] 20\n") && strings.Contains(out, "[0] 18\n") &&
+			strings.Contains(out, "SIGTSTP ignored: tpurun's process group is orphaned")
+	})
+	if st := procState(target); st == "T" {
+		t.Fatal("tpurun stopped itself")
+	}
+	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, p, cmd); code != 143 || strings.Contains(p.output(), "[1] 20\n") {
+		t.Fatalf("exit %d, want 143 and rank 1 never stopped\nterminal:\n%q", code, p.output())
+	}
+}
+
+// parentOf is the parent of pid, from /proc/PID/stat.
+func parentOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // TestControlTerminalInTheBackground: tpurun started as a background job of a shell with job control, its stdin
