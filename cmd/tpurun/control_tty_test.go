@@ -286,15 +286,38 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
 	target := parentOf(ws[0])
 	p.write("\x1a")
-	p.waitFor("every process stopped", func(string) bool {
-		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T"
+	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
+	// on Ctrl-Z), as a user who then closes the terminal would.
+	p.waitFor("every process stopped, the shell's prompt back", func(out string) bool {
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && strings.Contains(out, "Stopped")
 	})
 	if err := sh.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = sh.Wait()
 	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
-	p.waitFor("tpurun and its workers gone", func(string) bool { return gone(target) && gone(ws[0]) && gone(ws[1]) })
+	deadline := time.Now().Add(launchertest.Deadline())
+	for !gone(target) || !gone(ws[0]) || !gone(ws[1]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: tpurun and its workers gone\n%s\n%s\n%s\nterminal:\n%s", launchertest.Deadline(),
+				signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// signalState is pid's state and pending, blocked, ignored and caught signals, from /proc/PID/status.
+func signalState(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"Name:", "State:", "PPid:", "SigPnd:", "ShdPnd:", "SigBlk:", "SigIgn:", "SigCgt:"} {
+			if strings.HasPrefix(l, k) {
+				out = append(out, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	return fmt.Sprintf("pid %d: %s", pid, strings.Join(out, "; "))
 }
 
 // TestControlTerminalCtrlZOrphaned: tpurun leads the terminal's session (as `setsid -c`, or a container's init with
