@@ -483,13 +483,18 @@ func TestHostileStatusClientNeverReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	// Small buffers on the client's side (the server's stop growing once it stops reading), so that the backlog
+	// fills after a few hundred kilobytes, not after the megabytes autotuned buffers hold: a loaded machine's
+	// server takes minutes to answer that many requests.
 	_ = conn.(*net.TCPConn).SetReadBuffer(4096)
+	_ = conn.(*net.TCPConn).SetWriteBuffer(4096)
 	go floodStatusRequests(conn)
 	// The server stops reading requests once its handler is stuck writing an answer nobody reads: then the
 	// client's writes block. Rank 1 fails after that.
 	launchertest.Eventually(t, "the status client's requests to back up (its write blocked)", func() bool {
 		return launchertest.GoroutineWaits("IO wait", "floodStatusRequests")
 	})
+	launchertest.WaitReady(t, dir, 2) // both workers are running (and recorded their pids) before rank 1 fails
 	launchertest.Go(t, dir)
 	// A failure handling frozen behind the stuck handler never ends the run: killed at the deadline, it fails.
 	if code := launchertest.WaitExit(t, s.cmd); code != 3 {
