@@ -19,7 +19,7 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 
 test: ## run every test (race detector on), as CI does
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 -timeout 12m $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

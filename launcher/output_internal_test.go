@@ -142,7 +142,7 @@ func BenchmarkForwarder(b *testing.B) {
 }
 
 // unhashable is a writer whose dynamic type cannot be compared with ==.
-type unhashable struct{ lines []string }
+type unhashable struct{ _ []string } // a slice field: == on it panics
 
 func (u unhashable) Write(p []byte) (int, error) { return len(p), nil }
 

@@ -64,9 +64,6 @@ func ParseNNodes(v string) (min, max int, err error) {
 	return n, m, nil
 }
 
-// elastic reports whether a generation may have fewer nodes than NNodes.
-func (r RendezvousSpec) elastic() bool { return r.MinNodes > 0 && r.MinNodes < r.NNodes }
-
 // Solo reports whether r describes a world of one (no rendezvous).
 func (r RendezvousSpec) Solo() bool { return r.Backend == "" }
 

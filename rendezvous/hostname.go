@@ -5,13 +5,6 @@ import (
 	"strings"
 )
 
-func checkHost(h string) error {
-	if why := hostProblem(h); why != "" {
-		return fmt.Errorf("%s: %w", why, ErrConfig)
-	}
-	return nil
-}
-
 // hostProblem says what is wrong with a host name from a host list or a member, "" when nothing.
 func hostProblem(h string) string {
 	if h == "" {

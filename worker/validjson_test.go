@@ -22,7 +22,7 @@ var jsonSeeds = []string{
 func TestValidJSONMatchesEncodingJSON(t *testing.T) {
 	long := strings.Repeat("abcdefgh", 3000)
 	seeds := append(slices.Clone(jsonSeeds), `"`+long+`"`, `"`+long, `["`+long+`\"`+long+`"]`,
-		`"`+long+""+long+`"`, `"`+long+`\q"`, `{"`+long+`":"`+long+`"}`)
+		`"`+long+"\x01"+long+`"`, `"`+long+`\q"`, `{"`+long+`":"`+long+`"}`)
 	for _, s := range seeds {
 		want := json.Valid([]byte(s)) && utf8.Valid([]byte(s))
 		if got := ValidJSON([]byte(s)); got != want {

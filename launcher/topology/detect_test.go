@@ -10,8 +10,6 @@ import (
 	"time"
 )
 
-func alwaysFree(int) bool { return true }
-
 // TestDetectAndPlanSingleHost is the table of the issue: fake sysfs/dev trees for every generation.
 func TestDetectAndPlanSingleHost(t *testing.T) {
 	t.Parallel()

@@ -118,7 +118,9 @@ func TestMetadataGoodAnswerFetchedOnce(t *testing.T) {
 func TestDetectMetadataHardFailure(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t) // no chips visible: a container that hides /sys and /dev
-	md := newMD(t, nil, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "unavailable", 503) })
+	md := newMD(t, nil, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+	})
 	env := map[string]string{"GCE_METADATA_HOST": strings.TrimPrefix(md.URL, "http://")}
 	start := time.Now()
 	_, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataBudget: time.Second})
