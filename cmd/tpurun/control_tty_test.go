@@ -296,14 +296,12 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	}
 	_ = sh.Wait()
 	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
-	deadline := time.Now().Add(launchertest.Deadline())
-	for !gone(target) || !gone(ws[0]) || !gone(ws[1]) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: tpurun and its workers gone\n%s\n%s\n%s\nterminal:\n%s", launchertest.Deadline(),
-				signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
+	launchertest.WaitFor(t, "tpurun and its workers gone", func() error {
+		if gone(target) && gone(ws[0]) && gone(ws[1]) {
+			return nil
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("still there:\n%s\n%s\n%s\nterminal:\n%s", signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
+	})
 }
 
 // signalState is pid's state and pending, blocked, ignored and caught signals, from /proc/PID/status.
