@@ -98,13 +98,12 @@ func (p *pty) foreground() int {
 
 func (p *pty) waitFor(what string, cond func(out string) bool) {
 	p.t.Helper()
-	deadline := time.Now().Add(launchertest.Deadline())
-	for !cond(p.output()) {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("not within %s: %s\nterminal:\n%s", launchertest.Deadline(), what, p.output())
+	launchertest.WaitFor(p.t, what, func() error {
+		if out := p.output(); !cond(out) {
+			return fmt.Errorf("terminal:\n%s", out)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // onPty starts tpurun args on a new terminal as the leader of a new session that owns it (as PID 1 of a new PID
