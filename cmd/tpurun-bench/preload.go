@@ -111,34 +111,34 @@ func preloadRowsOrFailure(cfg *config) []row {
 // against N shells and against torchrun (for reference).
 func preloadRows(n int, got map[string]preloadPoint) []row {
 	pre := got["tpurun --preload"]
-	var rows []row
-	for _, base := range []string{"tpurun", "sh", "torchrun"} {
-		b, ok := got[base]
-		if !ok {
-			continue
-		}
-		ready := seconds(pre.ready) / seconds(b.ready)
-		r := row{name: fmt.Sprintf("%d × import torch: all ready, --preload ÷ %s", n, base), figure: ms(pre.ready),
-			baseline: base + ": " + ms(b.ready), ratio: ready, target: "measured", pass: true,
-			note: "launch → every worker past its imports"}
-		if base == "tpurun" {
-			r.target, r.pass = "≤ 0.9", ready <= 0.9
-		}
-		rows = append(rows, r)
+	kinds := []struct {
+		what, note, target string
+		limit              float64
+		ratio              func(b preloadPoint) float64
+		figure             func(p preloadPoint) string
+	}{
+		{"all ready", "launch → every worker past its imports", "≤ 0.9", 0.9,
+			func(b preloadPoint) float64 { return seconds(pre.ready) / seconds(b.ready) },
+			func(p preloadPoint) string { return ms(p.ready) }},
+		{"total PSS", "sum of Pss (smaps_rollup) of the launcher's whole tree, preloaded interpreter included", "≤ 0.3", 0.3,
+			func(b preloadPoint) float64 { return float64(pre.pss) / float64(b.pss) },
+			func(p preloadPoint) string { return mib(p.pss) }},
 	}
-	for _, base := range []string{"tpurun", "sh", "torchrun"} {
-		b, ok := got[base]
-		if !ok {
-			continue
+	var rows []row
+	for _, k := range kinds {
+		for _, base := range []string{"tpurun", "sh", "torchrun"} {
+			b, ok := got[base]
+			if !ok {
+				continue
+			}
+			ratio := k.ratio(b)
+			r := row{name: fmt.Sprintf("%d × import torch: %s, --preload ÷ %s", n, k.what, base), figure: k.figure(pre),
+				baseline: base + ": " + k.figure(b), ratio: ratio, target: "measured", pass: true, note: k.note}
+			if base == "tpurun" {
+				r.target, r.pass = k.target, ratio <= k.limit
+			}
+			rows = append(rows, r)
 		}
-		pss := float64(pre.pss) / float64(b.pss)
-		r := row{name: fmt.Sprintf("%d × import torch: total PSS, --preload ÷ %s", n, base), figure: mib(pre.pss),
-			baseline: base + ": " + mib(b.pss), ratio: pss, target: "measured", pass: true,
-			note: "sum of Pss (smaps_rollup) of the launcher's whole tree, preloaded interpreter included"}
-		if base == "tpurun" {
-			r.target, r.pass = "≤ 0.3", pss <= 0.3
-		}
-		rows = append(rows, r)
 	}
 	return rows
 }
