@@ -339,15 +339,31 @@ func (c *controller) cannotBeResumed(s syscall.Signal) bool {
 	return true
 }
 
-// stopSelf stops tpurun (SIGSTOP) so that the shell that started it sees it stopped; as PID 1 the kernel ignores
-// it: the workers then stay stopped until SIGCONT.
+// stopSelf stops tpurun as a job-control stop, so that the shell that started it sees it stopped; as PID 1 it does
+// not stop itself (the kernel would ignore it): the workers then stay stopped until SIGCONT. The shell can die
+// between cannotBeResumed's look and the stop: the kernel then discards the stop (proc.StopSelf), and the workers
+// stopped for it are resumed here, since nothing else could resume them.
 func (c *controller) stopSelf(s syscall.Signal) {
 	if os.Getpid() == 1 {
 		c.log.Warn("job control: " + SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
 		return
 	}
-	c.log.Info("job control: " + SignalName(s) + " stopped the workers; stopping tpurun (SIGSTOP); SIGCONT resumes every worker")
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	c.log.Info("job control: " + SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
+	parentGone, err := proc.StopSelf()
+	switch {
+	case err != nil:
+		c.log.Warn("job control: tpurun could not stop itself; resuming the workers", zap.Error(err))
+		c.onContinue()
+	case parentGone || proc.GroupOrphaned("/proc", syscall.Getpgrp()):
+		// The shell is gone: the job is hung up as the kernel hangs up a stopped group that loses its shell
+		// (SIGHUP, then SIGCONT), whether the kernel's own SIGHUP reached tpurun or the stop raced the shell's exit.
+		c.log.Warn("job control: the shell that started tpurun exited while the job stopped; SIGHUP and SIGCONT to every worker, " +
+			"as the kernel does for a stopped job that loses its shell")
+		if c.att != nil {
+			c.att.signalAll(syscall.SIGHUP, 0)
+		}
+		c.onContinue()
+	}
 }
 
 // onContinue resumes every worker group; with a terminal, tpurun gives it back to the workers first when it is in

@@ -263,6 +263,68 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	}
 }
 
+// TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does. Each fg must resume the
+// whole job for good: the SIGCHLD of a rank stopped by tpurun's own job stop can still be queued when SIGCONT
+// resumes tpurun, and it must not be taken for a new Ctrl-Z that stops everything again (seen: fg left the job
+// stopped, and the shell printed "Stopped" once more).
+func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
+	t.Parallel()
+	bash := launchertest.Need(t, "bash")
+	p, slave := openPty(t)
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Env = append(os.Environ(), "PS1=prompt$ ")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	p.write(filepath.Join(bin, "tpurun") + ` --nprocs 3 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
+	p.waitFor("3 workers ready", func(out string) bool { return strings.Count(out, "] ready ") == 3 })
+	_, ws := ranks(strings.Split(p.output(), "\n"), 3)
+	target := parentOf(ws[0])
+	all := append([]int{target}, ws...)
+	states := func() string {
+		var out []string
+		for _, pid := range all {
+			out = append(out, signalState(pid))
+		}
+		return strings.Join(out, "\n")
+	}
+	for i := range 10 {
+		p.write("\x1a")
+		// The shell prints "Stopped" once per stop of its job: one more than i+1 is a stop nobody asked for.
+		launchertest.WaitFor(t, fmt.Sprintf("cycle %d: every process stopped, the shell's \"Stopped\" and the terminal back", i), func() error {
+			if n := strings.Count(p.output(), "Stopped"); n != i+1 {
+				return fmt.Errorf("the shell said Stopped %d times, want %d\n%s\nterminal:\n%s", n, i+1, states(), p.output())
+			}
+			for _, pid := range all {
+				if procState(pid) != "T" || p.foreground() != sh.Process.Pid {
+					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
+				}
+			}
+			return nil
+		})
+		p.write("fg\n")
+		launchertest.WaitFor(t, fmt.Sprintf("cycle %d: every process running, rank 0 in the foreground", i), func() error {
+			for _, pid := range all {
+				if st := procState(pid); st == "T" || st == "" || p.foreground() != ws[0] {
+					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
+				}
+			}
+			return nil
+		})
+	}
+	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("tpurun's exit", func(out string) bool { return strings.Contains(out, "stopped by SIGTERM (exit 143)") })
+	if n := strings.Count(p.output(), "Stopped"); n != 10 {
+		t.Fatalf("the shell said Stopped %d times for 10 Ctrl-Z\nterminal:\n%s", n, p.output())
+	}
+}
+
 // TestControlTerminalShellGoneWhileStopped: tpurun, stopped by Ctrl-Z as a shell's job, loses its shell (killed):
 // the kernel sends its now orphaned group SIGHUP and SIGCONT; tpurun passes both to the workers, which die of
 // SIGHUP, and the run ends: nothing is left stopped, waiting for a SIGCONT nobody can send.
@@ -301,6 +363,59 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 		}
 		return fmt.Errorf("still there:\n%s\n%s\n%s\nterminal:\n%s", signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
 	})
+}
+
+// TestControlTerminalShellKilledAsTheJobStops: the shell is killed while tpurun's job stop is under way, at each
+// step of it (the shell may exit before tpurun has looked whether its group can be resumed, between that look and
+// the stop, or while tpurun's threads are still entering the stop). tpurun's own line about the stop is no event to
+// wait for: the terminal discards its pending output on Ctrl-Z. Whatever the moment, nothing is left: a
+// stopped process in a group nobody can resume would wait forever (seen: tpurun and both workers stopped for good,
+// 2 to 12 in 30 runs killed at once).
+func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
+	t.Parallel()
+	bash := launchertest.Need(t, "bash")
+	// when: the event after Ctrl-Z that the shell's kill waits for (none: at once).
+	whens := map[string]func(p *pty, ws []int, target int) bool{
+		"at once":        func(*pty, []int, int) bool { return true },
+		"rank 0 stopped": func(_ *pty, ws []int, _ int) bool { return procState(ws[0]) == "T" },
+		"rank 1 stopped": func(_ *pty, ws []int, _ int) bool { return procState(ws[1]) == "T" }, // tpurun stops itself next
+		"tpurun stopped": func(_ *pty, _ []int, target int) bool { return procState(target) == "T" },
+	}
+	for name, when := range whens {
+		for i := range 5 {
+			t.Run(fmt.Sprintf("%s/%d", name, i), func(t *testing.T) {
+				t.Parallel()
+				p, slave := openPty(t)
+				sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+				sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+				sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+				if err := sh.Start(); err != nil {
+					t.Fatal(err)
+				}
+				slave.Close()
+				t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+				p.write(filepath.Join(bin, "tpurun") + ` --nprocs 2 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
+				p.waitFor("2 workers ready", func(out string) bool {
+					return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
+				})
+				_, ws := ranks(strings.Split(p.output(), "\n"), 2)
+				target := parentOf(ws[0])
+				p.write("\x1a")
+				p.waitFor(name, func(string) bool { return when(p, ws, target) })
+				if err := sh.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+				_ = sh.Wait()
+				gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
+				launchertest.WaitFor(t, "tpurun and its workers gone", func() error {
+					if gone(target) && gone(ws[0]) && gone(ws[1]) {
+						return nil
+					}
+					return fmt.Errorf("still there:\n%s\n%s\n%s\nterminal:\n%s", signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
+				})
+			})
+		}
+	}
 }
 
 // signalState is pid's state and pending, blocked, ignored and caught signals, from /proc/PID/status.
