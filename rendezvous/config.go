@@ -34,7 +34,8 @@ const (
 
 // Config selects and configures a backend; the field names follow torchrun's flags.
 type Config struct {
-	// Backend is BackendStatic, BackendTCP (alias "c10d") or BackendEtcd (alias "etcd-v2").
+	// Backend is BackendStatic, BackendTCP (alias "c10d"), BackendEtcd (alias "etcd-v2"), or "" for the world of
+	// one (Lookup).
 	Backend string
 	// Endpoint is host:port of the server (tcp, static) or a comma-separated list of etcd endpoints. Port 0 is
 	// accepted only on the node that hosts the server (is_host=true, or a world of one node).
@@ -152,8 +153,8 @@ func torchBool(v string) string {
 // IPv6 address may be given bare or in brackets.
 func WithDefaultPort(backend, endpoint string) string {
 	port := strconv.Itoa(DefaultPort)
-	if backend == BackendEtcd || backend == "etcd-v2" {
-		port = "2379"
+	if b, err := Lookup(backend); err == nil {
+		port = strconv.Itoa(b.port())
 	}
 	parts := strings.Split(endpoint, ",")
 	for i, ep := range parts {
