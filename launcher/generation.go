@@ -37,7 +37,7 @@ type world struct {
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
 // job-wide stop), and -1 when the job is over with the verdict v.
-func (j *job) generation(rz rendezvousBackend, g int, rep *Report) (next int, v *Verdict) {
+func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *Report) (next int, v *Verdict) {
 	j.ctl.beginGeneration()
 	s, v := j.join(rz, g)
 	if v != nil {
@@ -74,7 +74,7 @@ func (j *job) generation(rz rendezvousBackend, g int, rep *Report) (next int, v 
 }
 
 // announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
-func (j *job) announce(s session, c *cause) {
+func (j *job) announce(s rendezvous.Session, c *cause) {
 	f := rendezvous.Failure{WorkerRank: -1, Reason: c.String()}
 	if c.failure != nil {
 		f.WorkerRank = c.failure.Rank
@@ -88,7 +88,7 @@ func (j *job) announce(s session, c *cause) {
 
 // agree is this node's part of the world of a: the world plan and the barrier before the start (a world of one
 // is this host's plan).
-func (j *job) agree(s session, a *rendezvous.Assignment) (world, *Verdict) {
+func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *Verdict) {
 	w := world{plan: j.plan, nodeRank: j.nodeRank, masterAddr: j.spec.MasterAddr, masterPort: j.spec.MasterPort}
 	if j.spec.Rendezvous.Solo() {
 		return w, nil
@@ -118,7 +118,7 @@ func (j *job) stopVerdict(ctx context.Context, during string, v *Verdict) *Verdi
 
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
 // results and decides the code every node exits with) and says what comes next: a restart, or the end.
-func (j *job) conclude(s session, a *rendezvous.Assignment, att *Attempt, coll *results.Collector, rep *Report) (int, *Verdict) {
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Attempt, coll *results.Collector, rep *Report) (int, *Verdict) {
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
@@ -163,7 +163,7 @@ func (j *job) conclude(s session, a *rendezvous.Assignment, att *Attempt, coll *
 // leave ends this node's part in generation g once the world's verdict is known: when the job ends there (last:
 // no restart follows), it first closes the job with the world's code, so that a node waiting for a next
 // generation, or arriving late, learns that the job is over (Session.Finish); then it leaves.
-func (j *job) leave(ctx context.Context, s session, g int, last bool, code int) {
+func (j *job) leave(ctx context.Context, s rendezvous.Session, g int, last bool, code int) {
 	if last {
 		if err := s.Finish(ctx, code); err != nil {
 			j.log.Warn("could not record that the job closed", zap.Int("generation", g), zap.Error(err))
@@ -264,7 +264,7 @@ func (j *job) logRestart(g, node, code int, verdict string) {
 // noVerdict is the end of a node that could not learn the world's verdict: when a stop ended the wait, the first
 // cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
 // one is left; else its own failure if it had one, or a rendezvous failure.
-func (j *job) noVerdict(ctx context.Context, s session, g int, att *Attempt, err error) (int, *Verdict) {
+func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *Attempt, err error) (int, *Verdict) {
 	if c := stopOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
@@ -311,7 +311,7 @@ func (j *job) restartable(g int, att *Attempt) bool {
 }
 
 // join enters generation g; a job-wide stop before or during the join ends the job with its verdict.
-func (j *job) join(rz rendezvousBackend, g int) (session, *Verdict) {
+func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *Verdict) {
 	m, err := j.member(rz, g)
 	if err != nil {
 		return nil, verdictOf(err)

@@ -60,9 +60,10 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	defer func() { _ = rz.Close() }()
 	rep := &Report{RunID: spec.RunID, Program: j.spec.Program}
 	// A node enters whichever generation the world is forming (a late, returning or replacement node waits for
-	// the next one); afterwards each restart is the agreed generation + 1. A static world is fixed: generation 0.
+	// the next one); afterwards each restart is the agreed generation + 1. A fixed world (static, or the world of
+	// one) starts at generation 0.
 	gen := 0
-	if b := spec.Rendezvous.Backend; !spec.Rendezvous.Solo() && b != rendezvous.BackendStatic {
+	if spec.Rendezvous.Elastic() {
 		gen = rendezvous.LatestGeneration
 	}
 	for {

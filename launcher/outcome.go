@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"tpurun/launcher/results"
+	"tpurun/rendezvous"
 )
 
 // outcome is what each node publishes when its workers are gone: the world-wide verdict is computed from them.
@@ -63,7 +64,7 @@ func worldVerdict(all []outcome) (v Verdict, failed bool) {
 // (every result up to --max-result-bytes) crosses the rendezvous whatever its message limit: a round's gather
 // carries one piece of every node, which stays well under the TCP rendezvous's 4 MiB message and etcd's 1.5 MiB
 // request. The first piece says how many follow.
-func publishGather(ctx context.Context, s session, key string, mine outcome, nodes int) ([]outcome, error) {
+func publishGather(ctx context.Context, s rendezvous.Session, key string, mine outcome, nodes int) ([]outcome, error) {
 	b, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err
@@ -120,7 +121,7 @@ func pieceSize(nodes int) int {
 }
 
 // exchange publishes data under key and gathers every node's, in node-rank order.
-func exchange(ctx context.Context, s session, key string, data []byte) ([][]byte, error) {
+func exchange(ctx context.Context, s rendezvous.Session, key string, data []byte) ([][]byte, error) {
 	if err := s.Publish(ctx, key, data); err != nil {
 		return nil, err
 	}

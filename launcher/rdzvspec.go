@@ -65,9 +65,23 @@ func ParseNNodes(v string) (min, max int, err error) {
 }
 
 // Solo reports whether r describes a world of one (no rendezvous).
-func (r RendezvousSpec) Solo() bool { return r.Backend == "" }
+func (r RendezvousSpec) Solo() bool {
+	b, err := rendezvous.Lookup(r.Backend)
+	return err == nil && b.Solo()
+}
+
+// Elastic reports whether r's backend forms an elastic world (tcp, etcd): it assigns the node ranks, and a node may
+// come late, come back or replace one. A fixed world (static, the world of one) is laid out by the launch: its node
+// count, node ranks and (static) node 0's endpoint, torchrun's --master-addr.
+func (r RendezvousSpec) Elastic() bool {
+	b, err := rendezvous.Lookup(r.Backend)
+	return err == nil && b.Elastic()
+}
 
 func (r RendezvousSpec) validate() error {
+	if _, err := rendezvous.Lookup(r.Backend); err != nil {
+		return err
+	}
 	if r.Solo() {
 		return r.validateSolo()
 	}
@@ -139,101 +153,72 @@ func (j *job) resolveRendezvous() error {
 	return r.validate()
 }
 
-// rendezvousBackend is what a job needs of a multi-host rendezvous; *rendezvous.Rendezvous and the world of one
-// (solo) satisfy it.
-type rendezvousBackend interface {
-	Join(ctx context.Context, m rendezvous.Member) (session, error)
-	Endpoint() string
-	Close() error
-}
-
-// session is one generation's membership: the agreed world, a barrier, an exchange, failures both ways.
-type session interface {
-	Assignment() *rendezvous.Assignment
-	Barrier(ctx context.Context, name string) error
-	Publish(ctx context.Context, key string, data []byte) error
-	Gather(ctx context.Context, key string) (map[int][]byte, error)
-	Fail(ctx context.Context, f rendezvous.Failure) error
-	Failures() <-chan rendezvous.Failure
-	Finish(ctx context.Context, code int) error
-	Leave(ctx context.Context) error
-	Close() error
-}
-
-// multiHost adapts *rendezvous.Rendezvous to rendezvousBackend.
-type multiHost struct{ *rendezvous.Rendezvous }
-
-func (m multiHost) Join(ctx context.Context, mem rendezvous.Member) (session, error) {
-	s, err := m.Rendezvous.Join(ctx, mem)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// openRendezvous prepares the backend of r: the world of one, or the real one configured from r, the hosts
+// openRendezvous opens the backend of r: the world of one, or the real one configured from r, the hosts
 // detection found (static) and the job's environment (read once, passed down).
-func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topology.Host, env []string, j *job) (rendezvousBackend, error) {
-	if r.Solo() {
-		return &solo{}, nil
+func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topology.Host, env []string, j *job) (*rendezvous.Rendezvous, error) {
+	if r.Solo() { // it reads none of the settings: validateSolo checked those a world of one keeps
+		return rendezvous.New(ctx, rendezvous.Config{Backend: r.Backend, Logger: j.log})
 	}
 	conf, err := rendezvous.ParseConf(r.Conf)
 	if err != nil {
 		return nil, err
 	}
-	c := rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
-		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, Logger: j.log}
+	c := r.config(conf)
+	c.Logger = j.log
 	if c.RunID == "" {
 		c.RunID = runID
 	}
 	if c.Hosts, c.NodeRank, err = placement(r, conf, h); err != nil {
 		return nil, err
 	}
-	rz, err := rendezvous.New(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	return multiHost{rz}, nil
+	return rendezvous.New(ctx, c)
 }
 
-// placement is the host list the rendezvous gets and the node rank of a static world: the hosts option, else
-// what detection read (Host.NodeHosts, Host.NodeRank: TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST, ...). A node rank
-// that was set wins. tcp and etcd take only the host list (its first host names the default tcp endpoint) and
-// assign ranks themselves. A malformed host list stops only a run that would read it.
+// config is r as the rendezvous package takes it, before placement adds the host list and the node rank.
+func (r RendezvousSpec) config(conf map[string]string) rendezvous.Config {
+	return rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
+		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token}
+}
+
+// placement is the host list the rendezvous gets and the node rank of a fixed (static) world: the hosts option,
+// else what detection read (Host.NodeHosts, Host.NodeRank: TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST, ...). A node
+// rank that was set wins. An elastic backend (tcp, etcd) takes only the host list (its first host names the
+// default tcp endpoint) and assigns ranks itself. A malformed host list stops only a run whose backend needs it.
 func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]string, int, error) {
-	static := r.Backend == rendezvous.BackendStatic
+	b, err := rendezvous.Lookup(r.Backend)
+	if err != nil {
+		return nil, 0, err
+	}
 	var hosts []string
 	var rank topology.Value[int]
 	if h != nil {
 		hosts, rank = h.NodeHosts.V, h.NodeRank
-		needed := static && (r.NodeRank < 0 || r.Endpoint == "") || !static && r.Backend != rendezvous.BackendEtcd && r.Endpoint == "" && r.NNodes != 1
-		if h.NodeErr != nil && needed && conf["hosts"] == "" {
+		if c := r.config(conf); h.NodeErr != nil && b.NeedsHosts(&c) && conf["hosts"] == "" {
 			return nil, 0, h.NodeErr
 		}
 	}
 	if v := conf["hosts"]; v != "" {
-		var err error
 		if hosts, err = topology.ParseHostList(v); err != nil {
 			return nil, 0, &ConfigError{Field: "rendezvous option hosts", Value: v, Hint: err.Error()}
 		}
 	}
 	nodeRank := r.NodeRank
-	if nodeRank < 0 && rank.IsSet() && static {
+	if nodeRank < 0 && rank.IsSet() && !b.Elastic() { // a fixed world's ranks come with the launch
 		nodeRank = rank.V
 	}
 	return hosts, nodeRank, nil
 }
 
 // member is what this node brings to the join of generation g.
-func (j *job) member(rz rendezvousBackend, g int) (rendezvous.Member, error) {
+func (j *job) member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, error) {
 	r := j.spec.Rendezvous
 	tpu := j.device() == topology.TPU
 	m := rendezvous.Member{Instance: j.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: j.localWorkers,
 		Accelerator: j.accelerator, RunID: j.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
 		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !tpu, Role: j.spec.Role}
-	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, or a
-	// static world named by its endpoint, torchrun's --master_addr line) a node names itself.
-	if r.Backend != rendezvous.BackendStatic || r.Endpoint != "" {
+	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, a
+	// static world named by its endpoint, torchrun's --master_addr line, or the world of one) a node names itself.
+	if !rz.NamesNodes() {
 		if m.Host == "" {
 			var err error
 			if m.Host, err = os.Hostname(); err != nil {

@@ -22,7 +22,7 @@ func benchWorld(b *testing.B, n int, cfg func(i int) Config) {
 		}
 		rs[i] = r
 	}
-	sess := make([]*Session, n)
+	sess := make([]Session, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {

@@ -34,7 +34,8 @@ const (
 
 // Config selects and configures a backend; the field names follow torchrun's flags.
 type Config struct {
-	// Backend is BackendStatic, BackendTCP (alias "c10d") or BackendEtcd (alias "etcd-v2").
+	// Backend is BackendStatic, BackendTCP (alias "c10d"), BackendEtcd (alias "etcd-v2"), or "" for the world of
+	// one (Lookup).
 	Backend string
 	// Endpoint is host:port of the server (tcp, static) or a comma-separated list of etcd endpoints. Port 0 is
 	// accepted only on the node that hosts the server (is_host=true, or a world of one node).
@@ -152,8 +153,8 @@ func torchBool(v string) string {
 // IPv6 address may be given bare or in brackets.
 func WithDefaultPort(backend, endpoint string) string {
 	port := strconv.Itoa(DefaultPort)
-	if backend == BackendEtcd || backend == "etcd-v2" {
-		port = "2379"
+	if b, err := Lookup(backend); err == nil {
+		port = strconv.Itoa(b.port())
 	}
 	parts := strings.Split(endpoint, ",")
 	for i, ep := range parts {
@@ -335,23 +336,11 @@ func isLoopback(host string) bool {
 
 // validate checks what a node brings to a join; also applied by the server to every join it receives.
 func (m *Member) validate() error {
-	ref := m.Host
-	if ref == "" {
-		ref = m.Instance
+	if err := m.checkInstance(); err != nil {
+		return err
 	}
-	switch {
-	case m.Instance == "":
-		return configError("instance", "", "a member needs an instance id; use NewInstance()")
-	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
-		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
-	case m.LocalWorkers < 1:
-		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
-	case m.Generation < LatestGeneration:
-		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
-	case m.Rank < -1:
-		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
-	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
-		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
+	if err := m.checkCounts(); err != nil {
+		return err
 	}
 	if m.Host != "" {
 		if why := hostProblem(m.Host); why != "" {
@@ -362,6 +351,36 @@ func (m *Member) validate() error {
 		if err := ValidateRunID(m.RunID); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkInstance checks the member's instance id: 1..64 printable characters without '/'.
+func (m *Member) checkInstance() error {
+	switch {
+	case m.Instance == "":
+		return configError("instance", "", "a member needs an instance id; use NewInstance()")
+	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
+		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
+	}
+	return nil
+}
+
+// checkCounts checks the member's numbers: its workers, generation, requested rank and slice.
+func (m *Member) checkCounts() error {
+	ref := m.Host
+	if ref == "" {
+		ref = m.Instance
+	}
+	switch {
+	case m.LocalWorkers < 1:
+		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+	case m.Generation < LatestGeneration:
+		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+	case m.Rank < -1:
+		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
+		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
 	}
 	return nil
 }

@@ -96,9 +96,12 @@
 //     computes the same ranks and verdict from it, in the watch's revision order, without a leader.
 //     data/<key>/<rank> (results), failures/<rank> and left/<instance>, like "job", "latest", "open", "world"
 //     and "closed", are tied to the job's lease: results outlive their node, not the job.
+//   - "" (no backend): the world of one, this node alone. Nothing travels and nothing is checked against others:
+//     every join agrees at once on the member as given.
 //
-// The static and tcp backends share the embedded-server client; New picks the backend once and Join, Close and
-// the Session go through one small interface (backend, membership), whatever it is.
+// Each backend is a Backend (backend.go), found by name with Lookup: callers decide by its capabilities (Solo,
+// Elastic, NeedsHosts), never by its name. The static and tcp backends share the embedded-server client (tcp.go);
+// New opens the backend once, and every backend's joins return the one Session interface.
 //
 // # Exactly once and agreement
 //

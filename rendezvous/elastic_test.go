@@ -36,7 +36,7 @@ func hostsOf(a *Assignment) []string {
 }
 
 // agreeOn asserts that the sessions hold one world of the given hosts and generation, ranks 0..n-1.
-func agreeOn(t *testing.T, sess []*Session, gen int, hosts ...string) {
+func agreeOn(t *testing.T, sess []Session, gen int, hosts ...string) {
 	t.Helper()
 	seen := map[int]bool{}
 	for i, s := range sess {
@@ -141,9 +141,9 @@ func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
 	}
 
 	// the survivors restart without it
-	rejoin := func(gen int) []*Session {
+	rejoin := func(gen int) []Session {
 		t.Helper()
-		sess := make([]*Session, 2)
+		sess := make([]Session, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for i := range 2 {
@@ -175,7 +175,7 @@ func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
 	}
 	t.Cleanup(func() { r3.Close() })
 	m.Generation = LatestGeneration
-	back := make(chan *Session, 1)
+	back := make(chan Session, 1)
 	go func() {
 		s, err := r3.Join(ctx, m)
 		if err != nil {
@@ -202,7 +202,7 @@ func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
 		t.FailNow()
 	}
 	defer s3.Close()
-	agreeOn(t, []*Session{c.sess[0], c.sess[1], s3}, 2, "node-0", "node-1", "node-3")
+	agreeOn(t, []Session{c.sess[0], c.sess[1], s3}, 2, "node-0", "node-1", "node-3")
 	if n, err := c.sess[0].Waiting(ctx); err != nil || n != 0 {
 		t.Fatalf("%d waiting after the restart (%v), want 0", n, err)
 	}

@@ -15,9 +15,28 @@ import (
 	"go.uber.org/zap"
 )
 
-// etcdBackend is the etcd v3 client of one Rendezvous. The keys of one job live under <prefix><run id>/<job>/,
+// etcdBackend is torchrun's etcd rendezvous: an elastic world met on a real etcd v3 cluster, without a leader.
+type etcdBackend struct{}
+
+func (etcdBackend) Solo() bool              { return false }
+func (etcdBackend) Elastic() bool           { return true }
+func (etcdBackend) NeedsHosts(*Config) bool { return false }
+func (etcdBackend) namesNodes(*Config) bool { return false }
+func (etcdBackend) port() int               { return 2379 }
+
+func (etcdBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
+	e, err := newEtcd(ctx, &r.cfg, r.log)
+	if err != nil {
+		return err
+	}
+	e.jobTTL = ttlOf(linger)
+	r.store, r.endpoint = e, r.cfg.Endpoint
+	return nil
+}
+
+// etcdStore is the etcd v3 client of one Rendezvous. The keys of one job live under <prefix><run id>/<job>/,
 // where <job> names the job instance (see doc.go).
-type etcdBackend struct {
+type etcdStore struct {
 	cli    *clientv3.Client
 	cfg    *Config
 	log    *zap.Logger
@@ -29,7 +48,7 @@ type etcdBackend struct {
 	jobs map[string]*etcdJob // the job this node takes part in, by run id
 }
 
-func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdBackend, error) {
+func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdStore, error) {
 	if cfg.Endpoint == "" {
 		return nil, configError(FieldEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
 	}
@@ -57,7 +76,7 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdBackend, e
 		prefix = "/tpurun/rdzv/"
 	}
 	ttl := ttlOf(cfg.Heartbeat)
-	return &etcdBackend{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttl, jobTTL: ttl, jobs: map[string]*etcdJob{}}, nil
+	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttl, jobTTL: ttl, jobs: map[string]*etcdJob{}}, nil
 }
 
 // ttlOf is a lease TTL in whole seconds, at least 1.
@@ -65,7 +84,7 @@ func ttlOf(d time.Duration) int64 { return max(int64(math.Ceil(d.Seconds())), 1)
 
 // close lets go of the job (its lease expires jobTTL later, unless another node still keeps it alive) and of
 // the client.
-func (e *etcdBackend) close() error {
+func (e *etcdStore) close() error {
 	e.mu.Lock()
 	jobs := e.jobs
 	e.jobs = map[string]*etcdJob{}
@@ -78,7 +97,7 @@ func (e *etcdBackend) close() error {
 
 func padGen(g int) string { return fmt.Sprintf("%010d", g) }
 
-func (e *etcdBackend) unreachable(what string, err error) error {
+func (e *etcdStore) unreachable(what string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return fmt.Errorf("rendezvous: etcd at %s: %s: %w", e.cfg.Endpoint, what, context.Canceled)
 	}
@@ -90,7 +109,7 @@ func (e *etcdBackend) unreachable(what string, err error) error {
 
 // revoke revokes a lease, waiting a second at most: it is tidiness (the lease expires by itself), and etcd may be
 // gone while a stopping node must not wait for it.
-func (e *etcdBackend) revoke(id clientv3.LeaseID) error {
+func (e *etcdStore) revoke(id clientv3.LeaseID) error {
 	ctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.Heartbeat, time.Second))
 	defer cancel()
 	_, err := e.cli.Revoke(ctx, id)
@@ -98,22 +117,22 @@ func (e *etcdBackend) revoke(id clientv3.LeaseID) error {
 }
 
 // lost is the ErrStoreLost error of this etcd.
-func (e *etcdBackend) lost(detail string) error {
+func (e *etcdStore) lost(detail string) error {
 	return storeLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
 }
 
 // join enters m.Generation of the job open under m.RunID (a new one when none is), or with LatestGeneration the
 // generation being formed: when the world closes without this node (it came too late), it goes on to the next
 // one. A closed job is a *JobClosedError.
-func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error) {
+func (e *etcdStore) join(ctx context.Context, m Member, log *zap.Logger) (Session, error) {
 	jctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	for {
 		j, err := e.enterJob(jctx, m.RunID)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		s, asg, err := e.joinJob(ctx, jctx, j, m, log.With(zap.String("job", j.id)))
+		s, err := e.joinJob(ctx, jctx, j, m, log.With(zap.String("job", j.id)))
 		switch {
 		case errors.Is(err, errJobGone) && jctx.Err() == nil:
 			log.Info("rendezvous: the job found had just ended (its last node let go); entering the one open now")
@@ -122,7 +141,7 @@ func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (memb
 		case errors.Is(err, ErrJobClosed):
 			e.leaveJob(j) // this node does not keep a closed job alive
 		}
-		return s, asg, err
+		return s, err
 	}
 }
 
@@ -131,29 +150,29 @@ func (e *etcdBackend) join(ctx context.Context, m Member, log *zap.Logger) (memb
 var errJobGone = errors.New("rendezvous: the job instance vanished")
 
 // joinJob enters m.Generation of job j (see join).
-func (e *etcdBackend) joinJob(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (membership, *Assignment, error) {
+func (e *etcdStore) joinJob(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (Session, error) {
 	latest := m.Generation == LatestGeneration
 	for {
 		if latest {
 			g, err := e.openGeneration(jctx, j, m, log)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			m.Generation = g
 		}
-		s, asg, err := e.joinGeneration(ctx, jctx, j, m, log)
+		s, err := e.joinGeneration(ctx, jctx, j, m, log)
 		if latest && errors.Is(err, ErrWorldFull) && jctx.Err() == nil {
 			log.Info("rendezvous generation closed before this node got in; joining the next", zap.Int("generation", m.Generation))
 			continue
 		}
-		return s, asg, err
+		return s, err
 	}
 }
 
 // openGeneration is the generation a LatestGeneration joiner enters: the latest one opened, or the next one when
 // its world is already agreed (the node waits there for the world to restart). A node that asks for another size
 // range than the running world's is refused at once.
-func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, log *zap.Logger) (int, error) {
+func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m Member, log *zap.Logger) (int, error) {
 	key := j.latestKey()
 	resp, err := e.get(ctx, key)
 	if err != nil {
@@ -185,11 +204,11 @@ func (e *etcdBackend) openGeneration(ctx context.Context, j *etcdJob, m Member, 
 }
 
 // joinGeneration registers this node in one generation and waits for its world.
-func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (membership, *Assignment, error) {
+func (e *etcdStore) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (Session, error) {
 	dir := j.genDir(m.Generation)
 	lg, err := e.grant(jctx, e.ttl)
 	if err != nil {
-		return nil, nil, e.unreachable("grant a lease", err)
+		return nil, e.unreachable("grant a lease", err)
 	}
 	revoke := func() { _ = e.revoke(lg.ID) }
 	startRev, err := e.openGen(jctx, j, m.Generation)
@@ -198,25 +217,25 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Me
 	}
 	if err != nil {
 		revoke()
-		return nil, nil, err
+		return nil, err
 	}
 	s := newEtcdSession(e, j, log, dir, lg.ID, m)
 	body, _ := json.Marshal(etcdRegistration{Member: m, NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes})
 	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), clientv3.WithLease(lg.ID)); err != nil {
 		revoke()
-		return nil, nil, e.unreachable("register", err)
+		return nil, e.unreachable("register", err)
 	}
 	if err := s.start(ctx, startRev); err != nil {
 		revoke()
-		return nil, nil, err
+		return nil, err
 	}
 	asg, err := s.await(jctx)
 	if err != nil {
-		s.close()
-		return nil, nil, err
+		s.Close()
+		return nil, err
 	}
 	log.Info("rendezvous joined (etcd)", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", len(asg.Nodes)), zap.Int("generation", asg.Generation))
-	return s, asg, nil
+	return s, nil
 }
 
 // openGen opens generation g of job j, or finds it open, and returns the revision it opened at. The generation's
@@ -224,7 +243,7 @@ func (e *etcdBackend) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Me
 // registrations in the same order even if some are gone again. Opening a generation also raises the job's latest
 // generation, which LatestGeneration joiners read. Both keys live on the job's lease. All in one transaction
 // that holds only while the instance is open: a closed one is its *JobClosedError, a vanished one errJobGone.
-func (e *etcdBackend) openGen(ctx context.Context, j *etcdJob, g int) (int64, error) {
+func (e *etcdStore) openGen(ctx context.Context, j *etcdJob, g int) (int64, error) {
 	open, lk, gv, closed := j.genDir(g)+"open", j.latestKey(), padGen(g), j.closedKey()
 	jl := clientv3.WithLease(j.lease)
 	bump := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)},
@@ -252,7 +271,7 @@ func (e *etcdBackend) openGen(ctx context.Context, j *etcdJob, g int) (int64, er
 
 // claim takes this node's host name and requested rank in the generation at dir by transactions (create, or find
 // its own instance there), on its lease: another live instance holding one is ErrDuplicateNode naming both.
-func (e *etcdBackend) claim(ctx context.Context, dir string, m Member, lease clientv3.LeaseID) error {
+func (e *etcdStore) claim(ctx context.Context, dir string, m Member, lease clientv3.LeaseID) error {
 	var claims []string
 	if m.Host != "" {
 		claims = append(claims, dir+"hosts/"+m.Host)

@@ -38,7 +38,7 @@ type etcdClosed struct {
 	ExitCode   int `json:"exit_code"`
 }
 
-func (e *etcdBackend) jobKey(runID string) string { return e.prefix + runID + "/job" }
+func (e *etcdStore) jobKey(runID string) string { return e.prefix + runID + "/job" }
 
 // genDir is the key prefix of one generation of the job.
 func (j *etcdJob) genDir(g int) string { return fmt.Sprintf("%s%d/", j.dir, g) }
@@ -62,7 +62,7 @@ func (j *etcdJob) closedErr(val []byte) error {
 // enterJob is the job this node takes part in under runID: the one it already entered, else the instance open
 // under runID, else a new one it opens. Whether the instance is closed is read when a generation is opened
 // (openGen): with the instance's record, in one transaction.
-func (e *etcdBackend) enterJob(ctx context.Context, runID string) (*etcdJob, error) {
+func (e *etcdStore) enterJob(ctx context.Context, runID string) (*etcdJob, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if j := e.jobs[runID]; j != nil {
@@ -80,7 +80,7 @@ func (e *etcdBackend) enterJob(ctx context.Context, runID string) (*etcdJob, err
 }
 
 // leaveJob forgets j (its instance vanished: the next join enters the one open then).
-func (e *etcdBackend) leaveJob(j *etcdJob) {
+func (e *etcdStore) leaveJob(j *etcdJob) {
 	e.mu.Lock()
 	if e.jobs[j.runID] == j {
 		delete(e.jobs, j.runID)
@@ -92,7 +92,7 @@ func (e *etcdBackend) leaveJob(j *etcdJob) {
 // findJob opens a new instance under runID, with a lease of its own, unless one is open: then that one. Either
 // way it keeps the instance's lease alive. Two writes (no linearizable read, which a fresh etcd can be slow to
 // serve): the lease is granted before it is known to be needed; unneeded, it holds nothing and expires.
-func (e *etcdBackend) findJob(ctx context.Context, runID string) (*etcdJob, error) {
+func (e *etcdStore) findJob(ctx context.Context, runID string) (*etcdJob, error) {
 	key := e.jobKey(runID)
 	lg, err := e.grant(ctx, e.jobTTL)
 	if err != nil {

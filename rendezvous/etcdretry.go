@@ -34,7 +34,7 @@ func transient(err error) bool {
 // retry runs op until it succeeds, fails with an error that is not transient, or ctx ends; it returns op's last
 // error. Every op it runs is idempotent (a put, a create-if-absent transaction, a read) or harmless to repeat (a
 // lease grant: an unused lease expires).
-func (e *etcdBackend) retry(ctx context.Context, what string, op func(context.Context) error) error {
+func (e *etcdStore) retry(ctx context.Context, what string, op func(context.Context) error) error {
 	pause := 50 * time.Millisecond
 	for {
 		err := op(ctx)
@@ -54,7 +54,7 @@ func (e *etcdBackend) retry(ctx context.Context, what string, op func(context.Co
 }
 
 // put writes key, riding out a leader election (retry).
-func (e *etcdBackend) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
+func (e *etcdStore) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
 	return e.retry(ctx, "put "+key, func(ctx context.Context) error {
 		_, err := e.cli.Put(ctx, key, val, opts...)
 		return err
@@ -62,7 +62,7 @@ func (e *etcdBackend) put(ctx context.Context, key, val string, opts ...clientv3
 }
 
 // get reads key, riding out a leader election (retry).
-func (e *etcdBackend) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
+func (e *etcdStore) get(ctx context.Context, key string, opts ...clientv3.OpOption) (resp *clientv3.GetResponse, err error) {
 	err = e.retry(ctx, "read "+key, func(ctx context.Context) (err error) {
 		resp, err = e.cli.Get(ctx, key, opts...)
 		return err
@@ -72,7 +72,7 @@ func (e *etcdBackend) get(ctx context.Context, key string, opts ...clientv3.OpOp
 
 // txn commits the transaction txn builds on a fresh one, riding out a leader election (retry): every transaction
 // of the package is a create-if-absent, a read, or both, so repeating it is harmless.
-func (e *etcdBackend) txn(ctx context.Context, what string, txn func(clientv3.Txn) clientv3.Txn) (resp *clientv3.TxnResponse, err error) {
+func (e *etcdStore) txn(ctx context.Context, what string, txn func(clientv3.Txn) clientv3.Txn) (resp *clientv3.TxnResponse, err error) {
 	err = e.retry(ctx, what, func(ctx context.Context) (err error) {
 		resp, err = txn(e.cli.Txn(ctx)).Commit()
 		return err
@@ -81,7 +81,7 @@ func (e *etcdBackend) txn(ctx context.Context, what string, txn func(clientv3.Tx
 }
 
 // grant grants a lease of ttl seconds, riding out a leader election (retry; an unused lease expires).
-func (e *etcdBackend) grant(ctx context.Context, ttl int64) (resp *clientv3.LeaseGrantResponse, err error) {
+func (e *etcdStore) grant(ctx context.Context, ttl int64) (resp *clientv3.LeaseGrantResponse, err error) {
 	err = e.retry(ctx, "grant a lease", func(ctx context.Context) (err error) {
 		resp, err = e.cli.Grant(ctx, ttl)
 		return err

@@ -18,7 +18,7 @@ import (
 // etcdSession is one generation on etcd: a lease tying this node's keys to its liveness, and a watch on the
 // generation's keys that keeps a local copy of the world.
 type etcdSession struct {
-	e        *etcdBackend
+	e        *etcdStore
 	job      *etcdJob
 	log      *zap.Logger
 	dir      string
@@ -89,7 +89,7 @@ func (w *etcdWorld) sameSize(g int, cfg *Config, self NodeRef) error {
 	return disagreement(FieldNodes, g, vals, refs)
 }
 
-func newEtcdSession(e *etcdBackend, j *etcdJob, log *zap.Logger, dir string, lease clientv3.LeaseID, m Member) *etcdSession {
+func newEtcdSession(e *etcdStore, j *etcdJob, log *zap.Logger, dir string, lease clientv3.LeaseID, m Member) *etcdSession {
 	return &etcdSession{e: e, job: j, log: log, dir: dir, lease: lease, self: m, rank: -1, min: e.cfg.MinNodes, max: e.cfg.NNodes, n: e.cfg.NNodes,
 		lastCall: e.cfg.LastCall, changed: make(chan struct{}), members: map[string]etcdMember{}, seen: map[string]etcdMember{},
 		left: map[string]bool{}, keys: map[string]map[int][]byte{}, fails: make(chan Failure, 1024), h: newHealth()}
@@ -502,7 +502,7 @@ func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKe
 // or etcd did not answer for its TTL and then a heartbeat more (false). When the client gives up on the stream (an
 // etcd member went away mid-stream) while the lease still lives on the cluster, it keeps it alive again through
 // another member.
-func (e *etcdBackend) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
+func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
 	for {
 		for range ka {
 		}
@@ -638,7 +638,7 @@ func checkName(name string) error {
 	return nil
 }
 
-func (s *etcdSession) barrier(ctx context.Context, name string) error {
+func (s *etcdSession) Barrier(ctx context.Context, name string) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
@@ -650,33 +650,34 @@ func (s *etcdSession) barrier(ctx context.Context, name string) error {
 }
 
 // publish stores data on the job's lease: results must outlive the node that published them.
-func (s *etcdSession) publish(ctx context.Context, key string, data []byte) error {
+func (s *etcdSession) Publish(ctx context.Context, key string, data []byte) error {
 	if err := checkName(key); err != nil {
 		return err
 	}
 	return s.put(ctx, fmt.Sprintf("data/%s/%d", key, s.rank), data, false)
 }
 
-func (s *etcdSession) gather(ctx context.Context, key string) (map[int][]byte, error) {
+func (s *etcdSession) Gather(ctx context.Context, key string) (map[int][]byte, error) {
 	if err := checkName(key); err != nil {
 		return nil, err
 	}
 	return s.collect(ctx, "data", key)
 }
 
-func (s *etcdSession) fail(ctx context.Context, f Failure) error {
+func (s *etcdSession) Fail(ctx context.Context, f Failure) error {
+	f = f.stamped()
 	f.Node = s.self.ref(s.rank)
 	f.Lost = false
 	b, _ := json.Marshal(f)
 	return s.put(ctx, fmt.Sprintf("failures/%d", s.rank), b, false)
 }
 
-func (s *etcdSession) leave(ctx context.Context) error {
+func (s *etcdSession) Leave(ctx context.Context) error {
 	return s.put(ctx, "left/"+s.self.Instance, []byte{1}, false)
 }
 
 // waiting counts the nodes registered in the next generation while its world is not agreed yet.
-func (s *etcdSession) waiting(ctx context.Context) (int, error) {
+func (s *etcdSession) Waiting(ctx context.Context) (int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	next := s.job.genDir(s.self.Generation + 1)
@@ -694,7 +695,7 @@ func (s *etcdSession) waiting(ctx context.Context) (int, error) {
 }
 
 // finish writes the job's closed record once, on the job's lease: the first node to write it wins.
-func (s *etcdSession) finish(ctx context.Context, code int) error {
+func (s *etcdSession) Finish(ctx context.Context, code int) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	b, _ := json.Marshal(etcdClosed{Generation: s.self.Generation, ExitCode: code})
@@ -708,14 +709,21 @@ func (s *etcdSession) finish(ctx context.Context, code int) error {
 	return nil
 }
 
-func (s *etcdSession) failures() <-chan Failure { return s.fails }
+// Assignment is the agreed world: await saw it before the join returned.
+func (s *etcdSession) Assignment() *Assignment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asg.clone()
+}
 
-func (s *etcdSession) done() <-chan struct{} { return s.h.ctx.Done() }
+func (s *etcdSession) Failures() <-chan Failure { return s.fails }
 
-func (s *etcdSession) err() error { return s.h.failed() }
+func (s *etcdSession) Done() <-chan struct{} { return s.h.ctx.Done() }
+
+func (s *etcdSession) Err() error { return s.h.failed() }
 
 // close revokes this node's lease (unless etcd is lost: nobody to tell) and stops the watches.
-func (s *etcdSession) close() error {
+func (s *etcdSession) Close() error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

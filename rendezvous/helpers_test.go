@@ -20,7 +20,7 @@ type cluster struct {
 	endpoint string
 	n        int
 	rdzv     []*Rendezvous
-	sess     []*Session
+	sess     []Session
 	errs     []error
 	mutate   func(i int, c *Config, m *Member)
 	timeout  time.Duration
@@ -91,7 +91,7 @@ func (c *cluster) start(ctx context.Context, which []int) {
 func (c *cluster) prepare(ctx context.Context, which []int) []int {
 	c.t.Helper()
 	c.rdzv = make([]*Rendezvous, c.n)
-	c.sess = make([]*Session, c.n)
+	c.sess = make([]Session, c.n)
 	c.errs = make([]error, c.n)
 	if which == nil {
 		for i := 0; i < c.n; i++ {
@@ -221,7 +221,7 @@ func lostErr(t *testing.T, err error) *NodeLostError {
 }
 
 // waitFailure waits for a failure on s's channel (Deadline at most).
-func waitFailure(t *testing.T, s *Session) Failure {
+func waitFailure(t *testing.T, s Session) Failure {
 	t.Helper()
 	timer := time.NewTimer(launchertest.Deadline())
 	defer timer.Stop()

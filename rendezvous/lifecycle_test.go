@@ -81,7 +81,7 @@ func (c *cluster) lateNode(ctx context.Context, i int) <-chan error {
 }
 
 // waitWaiting waits until s's world sees n nodes waiting for the next generation.
-func waitWaiting(t *testing.T, s *Session, n int) {
+func waitWaiting(t *testing.T, s Session, n int) {
 	t.Helper()
 	launchertest.Eventually(t, fmt.Sprintf("%d nodes to wait for the next generation", n), func() bool {
 		w, err := s.Waiting(context.Background())

@@ -20,27 +20,21 @@ func NewInstance() string {
 	return hex.EncodeToString(b[:])
 }
 
-// backend is what a Rendezvous needs from the embedded-server client (static, tcp) or from etcd: enter one
-// generation, and let go.
-type backend interface {
-	join(ctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error)
-	close() error
-}
-
 // Rendezvous is one node's handle on a backend, alive for the whole run (every generation). On the node that
 // hosts the embedded server it owns the server.
 type Rendezvous struct {
 	cfg      Config
 	log      *zap.Logger
-	b        backend
+	backend  Backend
+	store    store
 	endpoint string
 	hosts    []string
 	server   *Server
 }
 
-// New validates cfg and prepares the backend: the static world from cfg, the embedded server
-// on the hosting node, or the etcd client. Every configuration mistake it can see is an ErrConfig error here,
-// before anything joins.
+// New validates cfg and prepares the backend: the static world from cfg, the embedded server on the hosting node,
+// the etcd client, or the world of one. Every configuration mistake it can see is an ErrConfig error here, before
+// anything joins.
 func New(ctx context.Context, cfg Config) (*Rendezvous, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -116,32 +110,14 @@ func (cfg *Config) checkNodes() error {
 	return nil
 }
 
-// open prepares the backend cfg names. linger: how long a closed job stays learnable after its last node (the
-// hosted server waits for connected nodes that long at most; etcd keeps the job's keys that long).
+// open prepares the backend cfg names. linger: how long a closed job stays learnable after its last node.
 func (r *Rendezvous) open(ctx context.Context, linger time.Duration) error {
-	switch r.cfg.Backend {
-	case BackendStatic, BackendTCP, "c10d":
-		newTCPish := newTCP
-		if r.cfg.Backend == BackendStatic {
-			newTCPish = newStatic
-		}
-		t, err := newTCPish(&r.cfg, r.log)
-		if err != nil {
-			return err
-		}
-		t.linger = linger
-		r.b, r.endpoint, r.hosts, r.server = t, t.endpoint, t.hosts, t.server
-	case BackendEtcd, "etcd-v2":
-		e, err := newEtcd(ctx, &r.cfg, r.log)
-		if err != nil {
-			return err
-		}
-		e.jobTTL = ttlOf(linger)
-		r.b, r.endpoint = e, r.cfg.Endpoint
-	default:
-		return configError(FieldBackend, r.cfg.Backend, "unknown; use static, tcp or etcd")
+	b, err := Lookup(r.cfg.Backend)
+	if err != nil {
+		return err
 	}
-	return nil
+	r.backend = b
+	return b.open(ctx, r, linger)
 }
 
 // Server is the embedded server this node hosts, or nil.
@@ -150,11 +126,28 @@ func (r *Rendezvous) Server() *Server { return r.server }
 // Endpoint is the address of the server this node talks to (tcp, static), or the etcd endpoints.
 func (r *Rendezvous) Endpoint() string { return r.endpoint }
 
+// NamesNodes reports whether Join names a member without a host after its node's entry in the host list (a static
+// world without an endpoint): a node then brings no name or address of its own.
+func (r *Rendezvous) NamesNodes() bool { return r.backend.namesNodes(&r.cfg) }
+
 // Join enters generation m.Generation (or, with LatestGeneration, the one being formed) and returns the agreed
 // world. m.RunID defaults to Config.RunID, m.Rank to Config.NodeRank and m.Ports to freshly picked ports. It
 // returns at once on a mismatch or duplicate, and after Config.Timeout (or ctx) with an ErrMissingNodes error
-// naming who never arrived.
-func (r *Rendezvous) Join(ctx context.Context, m Member) (*Session, error) {
+// naming who never arrived. The world of one takes m as given: nothing of it travels.
+func (r *Rendezvous) Join(ctx context.Context, m Member) (Session, error) {
+	if !r.backend.Solo() {
+		var err error
+		if m, err = r.complete(m); err != nil {
+			return nil, err
+		}
+	}
+	// The generation asked for (LatestGeneration: -1); the lines of the join add the one agreed as "generation".
+	log := r.log.With(zap.String("host", m.Host), zap.String("instance", m.Instance), zap.Int("join_generation", m.Generation))
+	return r.store.join(ctx, m, log)
+}
+
+// complete fills in what m leaves to the rendezvous (see Join) and checks it.
+func (r *Rendezvous) complete(m Member) (Member, error) {
 	if m.RunID == "" {
 		m.RunID = r.cfg.RunID
 	}
@@ -173,26 +166,20 @@ func (r *Rendezvous) Join(ctx context.Context, m Member) (*Session, error) {
 	if m.Ports == nil {
 		p, err := PickPorts()
 		if err != nil {
-			return nil, err
+			return m, err
 		}
 		m.Ports = p
 	}
 	if err := m.validate(); err != nil {
-		return nil, err
+		return m, err
 	}
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
-		return nil, configError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
+		return m, configError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
-	// The generation asked for (LatestGeneration: -1); the lines of the join add the one agreed as "generation".
-	log := r.log.With(zap.String("host", m.Host), zap.String("instance", m.Instance), zap.Int("join_generation", m.Generation))
-	b, asg, err := r.b.join(ctx, m, log)
-	if err != nil {
-		return nil, err
-	}
-	return &Session{asg: asg, b: b}, nil
+	return m, nil
 }
 
 // Close releases the backend. A node hosting the server first waits (up to the linger time, default one
 // heartbeat) for the other nodes to leave, so they can finish reading the verdict and learn that the job closed.
 // On etcd the node stops keeping the job alive: its keys vanish linger after its last node closed.
-func (r *Rendezvous) Close() error { return r.b.close() }
+func (r *Rendezvous) Close() error { return r.store.close() }

@@ -235,7 +235,7 @@ func TestGenerations(t *testing.T) {
 		c.sess[i] = nil
 	}
 	var wg sync.WaitGroup
-	sess := make([]*Session, 2)
+	sess := make([]Session, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Add(1)
@@ -274,7 +274,7 @@ func TestStaticHostList(t *testing.T) {
 		rs[i] = r
 	}
 	var wg sync.WaitGroup
-	sess := make([]*Session, 2)
+	sess := make([]Session, 2)
 	errs := make([]error, 2)
 	for i, r := range rs {
 		wg.Add(1)

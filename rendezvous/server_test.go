@@ -24,7 +24,7 @@ func listen(t *testing.T, cfg ServerConfig) *Server {
 }
 
 // joinOne joins a 1-node world on addr with token.
-func joinOne(t *testing.T, addr, token string) (*Session, error) {
+func joinOne(t *testing.T, addr, token string) (Session, error) {
 	t.Helper()
 	r, err := New(context.Background(), Config{Backend: BackendTCP, Endpoint: addr, NNodes: 1, NodeRank: -1, Token: token,
 		Timeout: 5 * time.Second, Heartbeat: time.Second, Conf: map[string]string{"is_host": "false"}})

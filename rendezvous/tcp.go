@@ -13,9 +13,50 @@ import (
 	"go.uber.org/zap"
 )
 
-// tcpBackend is the client of the embedded server, for the static and tcp backends; on the node that hosts the
+// staticBackend is torchrun's static rendezvous: a fixed world laid out by the launch (node count, node ranks
+// and, without an endpoint, node 0's host from the host list), met on the embedded server that node 0 hosts.
+type staticBackend struct{}
+
+func (staticBackend) Solo() bool    { return false }
+func (staticBackend) Elastic() bool { return false }
+func (staticBackend) port() int     { return DefaultPort }
+
+func (staticBackend) NeedsHosts(cfg *Config) bool { return cfg.NodeRank < 0 || cfg.Endpoint == "" }
+
+func (staticBackend) namesNodes(cfg *Config) bool { return cfg.Endpoint == "" }
+
+func (staticBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newStatic(&r.cfg, r.log)
+	if err != nil {
+		return err
+	}
+	t.attach(r, linger)
+	return nil
+}
+
+// tcpBackend is torchrun's c10d rendezvous: an elastic world met on the embedded server at the endpoint, hosted
+// by the node that can bind it (or the one told to).
+type tcpBackend struct{}
+
+func (tcpBackend) Solo() bool              { return false }
+func (tcpBackend) Elastic() bool           { return true }
+func (tcpBackend) namesNodes(*Config) bool { return false }
+func (tcpBackend) port() int               { return DefaultPort }
+
+func (tcpBackend) NeedsHosts(cfg *Config) bool { return cfg.Endpoint == "" && cfg.NNodes != 1 }
+
+func (tcpBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newTCP(&r.cfg, r.log)
+	if err != nil {
+		return err
+	}
+	t.attach(r, linger)
+	return nil
+}
+
+// tcpStore is the client of the embedded server, for the static and tcp backends; on the node that hosts the
 // server it owns it.
-type tcpBackend struct {
+type tcpStore struct {
 	cfg      *Config
 	log      *zap.Logger
 	endpoint string
@@ -24,41 +65,24 @@ type tcpBackend struct {
 	linger   time.Duration
 }
 
+// attach makes t the store of r.
+func (t *tcpStore) attach(r *Rendezvous, linger time.Duration) {
+	t.linger = linger
+	r.store, r.endpoint, r.hosts, r.server = t, t.endpoint, t.hosts, t.server
+}
+
 // newStatic prepares the static backend: node rank and host list from cfg or the environment; node 0 hosts the
 // server.
-func newStatic(c *Config, log *zap.Logger) (*tcpBackend, error) {
-	if c.MinNodes != 0 && c.MinNodes != c.NNodes {
-		return nil, configError(FieldMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
+func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
+	if err := staticWorld(c); err != nil {
+		return nil, err
 	}
-	hosts := c.Hosts
-	if c.NodeRank < 0 {
-		return nil, configError(FieldNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
-	}
-	if len(hosts) > 0 {
-		if c.NNodes == 0 {
-			c.NNodes = len(hosts)
-		}
-		if c.NNodes != len(hosts) {
-			return nil, configError(FieldNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
-		}
-	}
-	if c.NNodes == 0 {
-		return nil, newError(ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
-	}
-	if c.NodeRank >= c.NNodes {
-		return nil, configError(FieldNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
-	}
-	c.MinNodes = c.NNodes
-	t := &tcpBackend{cfg: c, log: log, hosts: hosts, endpoint: c.Endpoint}
+	t := &tcpStore{cfg: c, log: log, hosts: c.Hosts, endpoint: c.Endpoint}
 	if t.endpoint == "" {
-		if len(hosts) == 0 {
+		if len(t.hosts) == 0 {
 			return nil, configError(FieldEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
 		}
-		port := c.Conf["port"]
-		if port == "" {
-			port = strconv.Itoa(DefaultPort)
-		}
-		t.endpoint = net.JoinHostPort(hosts[0], port)
+		t.endpoint = net.JoinHostPort(t.hosts[0], portOption(c))
 	}
 	if err := t.checkEndpoint(c.NodeRank == 0 && c.NNodes == 1); err != nil {
 		return nil, err
@@ -71,8 +95,44 @@ func newStatic(c *Config, log *zap.Logger) (*tcpBackend, error) {
 	return t, nil
 }
 
+// staticWorld checks the fixed world of a static rendezvous and completes it: this node's rank, the node count
+// (from the host list when 0) and no smaller minimum.
+func staticWorld(c *Config) error {
+	if c.MinNodes != 0 && c.MinNodes != c.NNodes {
+		return configError(FieldMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
+	}
+	hosts := c.Hosts
+	if c.NodeRank < 0 {
+		return configError(FieldNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
+	}
+	if len(hosts) > 0 {
+		if c.NNodes == 0 {
+			c.NNodes = len(hosts)
+		}
+		if c.NNodes != len(hosts) {
+			return configError(FieldNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
+		}
+	}
+	if c.NNodes == 0 {
+		return newError(ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+	}
+	if c.NodeRank >= c.NNodes {
+		return configError(FieldNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
+	}
+	c.MinNodes = c.NNodes
+	return nil
+}
+
+// portOption is the port of an endpoint taken from the host list: the port option, default DefaultPort.
+func portOption(c *Config) string {
+	if p := c.Conf["port"]; p != "" {
+		return p
+	}
+	return strconv.Itoa(DefaultPort)
+}
+
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
-func newTCP(c *Config, log *zap.Logger) (*tcpBackend, error) {
+func newTCP(c *Config, log *zap.Logger) (*tcpStore, error) {
 	if c.NNodes < 1 {
 		return nil, configError(FieldNodes, "0", "tcp rendezvous needs a node count")
 	}
@@ -82,7 +142,7 @@ func newTCP(c *Config, log *zap.Logger) (*tcpBackend, error) {
 	default:
 		return nil, configError(FieldOption, "is_host="+isHost, "use true, false or auto")
 	}
-	t := &tcpBackend{cfg: c, log: log, endpoint: c.Endpoint}
+	t := &tcpStore{cfg: c, log: log, endpoint: c.Endpoint}
 	if t.endpoint == "" {
 		ep, err := t.defaultEndpoint()
 		if err != nil {
@@ -105,7 +165,7 @@ func newTCP(c *Config, log *zap.Logger) (*tcpBackend, error) {
 
 // checkEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
 // where zeroOK: this node hosts and nobody else needs to find the port), and a token unless it is loopback.
-func (t *tcpBackend) checkEndpoint(zeroOK bool) error {
+func (t *tcpStore) checkEndpoint(zeroOK bool) error {
 	host, _, err := splitEndpoint(FieldEndpoint, t.endpoint, zeroOK)
 	if err != nil {
 		return err
@@ -125,11 +185,8 @@ func (t *tcpBackend) checkEndpoint(zeroOK bool) error {
 // defaultEndpoint is the endpoint of a tcp rendezvous without one, on the port option (default DefaultPort):
 // loopback for one node; for several, host 0 of a host list that names every node (Config.Hosts). Anything else is a configuration error: a loopback default
 // would have every node host a private server and wait out the timeout alone.
-func (t *tcpBackend) defaultEndpoint() (string, error) {
-	port := t.cfg.Conf["port"]
-	if port == "" {
-		port = strconv.Itoa(DefaultPort)
-	}
+func (t *tcpStore) defaultEndpoint() (string, error) {
+	port := portOption(t.cfg)
 	if t.cfg.NNodes == 1 {
 		return net.JoinHostPort("127.0.0.1", port), nil
 	}
@@ -148,7 +205,7 @@ func (t *tcpBackend) defaultEndpoint() (string, error) {
 
 // host starts the embedded server on the endpoint (or cfg.Listen). When must is false, a failure to bind
 // because the address is taken or not local means another node hosts it.
-func (t *tcpBackend) host(must bool) error {
+func (t *tcpStore) host(must bool) error {
 	c := t.cfg
 	addr := c.Listen
 	if addr == "" {
@@ -175,13 +232,13 @@ func (t *tcpBackend) host(must bool) error {
 }
 
 // join enters one generation through the embedded server.
-func (t *tcpBackend) join(ctx context.Context, m Member, log *zap.Logger) (membership, *Assignment, error) {
+func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session, error) {
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	c, err := dial(dctx, t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, Hosts: t.hosts}
 	if t.cfg.MinNodes != t.cfg.NNodes {
@@ -193,11 +250,11 @@ func (t *tcpBackend) join(ctx context.Context, m Member, log *zap.Logger) (membe
 	}
 	if err != nil {
 		c.close()
-		return nil, nil, err
+		return nil, err
 	}
 	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", len(resp.Assignment.Nodes)),
 		zap.Int("generation", resp.Assignment.Generation))
-	return &tcpSession{c: c, timeout: t.cfg.Timeout}, resp.Assignment, nil
+	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment}, nil
 }
 
 func maxOr(n int) int {
@@ -209,7 +266,7 @@ func maxOr(n int) int {
 
 // close stops a hosted server, first waiting (up to the linger time) for the other nodes to leave, so they can
 // finish reading the verdict.
-func (t *tcpBackend) close() error {
+func (t *tcpStore) close() error {
 	if t.server == nil {
 		return nil
 	}
@@ -221,19 +278,22 @@ func (t *tcpBackend) close() error {
 type tcpSession struct {
 	c       *client
 	timeout time.Duration
+	asg     *Assignment
 }
 
-func (t *tcpSession) barrier(ctx context.Context, name string) error {
+func (t *tcpSession) Assignment() *Assignment { return t.asg.clone() }
+
+func (t *tcpSession) Barrier(ctx context.Context, name string) error {
 	_, err := t.c.call(ctx, &message{Type: msgBarrier, Name: name}, t.timeout)
 	return err
 }
 
-func (t *tcpSession) publish(ctx context.Context, key string, data []byte) error {
+func (t *tcpSession) Publish(ctx context.Context, key string, data []byte) error {
 	_, err := t.c.call(ctx, &message{Type: msgPublish, Name: key, Data: data}, t.timeout)
 	return err
 }
 
-func (t *tcpSession) gather(ctx context.Context, key string) (map[int][]byte, error) {
+func (t *tcpSession) Gather(ctx context.Context, key string) (map[int][]byte, error) {
 	r, err := t.c.call(ctx, &message{Type: msgGather, Name: key}, t.timeout)
 	if err != nil {
 		return nil, err
@@ -244,12 +304,13 @@ func (t *tcpSession) gather(ctx context.Context, key string) (map[int][]byte, er
 	return r.Gathered, nil
 }
 
-func (t *tcpSession) fail(ctx context.Context, f Failure) error {
+func (t *tcpSession) Fail(ctx context.Context, f Failure) error {
+	f = f.stamped()
 	_, err := t.c.call(ctx, &message{Type: msgFail, Failure: &f}, t.timeout)
 	return err
 }
 
-func (t *tcpSession) leave(ctx context.Context) error {
+func (t *tcpSession) Leave(ctx context.Context) error {
 	_, err := t.c.call(ctx, &message{Type: msgLeave}, t.timeout)
 	if err == nil {
 		t.c.mu.Lock()
@@ -259,7 +320,7 @@ func (t *tcpSession) leave(ctx context.Context) error {
 	return err
 }
 
-func (t *tcpSession) waiting(ctx context.Context) (int, error) {
+func (t *tcpSession) Waiting(ctx context.Context) (int, error) {
 	r, err := t.c.call(ctx, &message{Type: msgWaiting}, t.timeout)
 	if err != nil {
 		return 0, err
@@ -267,16 +328,16 @@ func (t *tcpSession) waiting(ctx context.Context) (int, error) {
 	return r.Waiting, nil
 }
 
-func (t *tcpSession) finish(ctx context.Context, code int) error {
+func (t *tcpSession) Finish(ctx context.Context, code int) error {
 	_, err := t.c.call(ctx, &message{Type: msgFinish, ExitCode: code}, t.timeout)
 	return err
 }
 
-func (t *tcpSession) failures() <-chan Failure { return t.c.failures }
+func (t *tcpSession) Failures() <-chan Failure { return t.c.failures }
 
-func (t *tcpSession) done() <-chan struct{} { return t.c.done }
+func (t *tcpSession) Done() <-chan struct{} { return t.c.done }
 
-func (t *tcpSession) err() error {
+func (t *tcpSession) Err() error {
 	select {
 	case <-t.c.done:
 		return t.c.connErr()
@@ -285,7 +346,7 @@ func (t *tcpSession) err() error {
 	}
 }
 
-func (t *tcpSession) close() error {
+func (t *tcpSession) Close() error {
 	t.c.close()
 	return nil
 }

@@ -58,29 +58,34 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 		return c, nil, nil
 	}
 	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
+	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
 	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
 	c.RunID = cmp.Or(c.RunID, runID, "none") // torchrun's default run id
-	if c.Backend == "" {
-		c.Backend = "static"
-		if c.Endpoint != "" {
-			c.Backend = "tcp"
-		}
-	}
-	if c.Backend == "static" && !r.fs.Changed("nnodes") {
-		c.NNodes = 0 // from the host list
+	if !c.Elastic() && !r.fs.Changed("nnodes") {
+		c.NNodes = 0 // a fixed world's size: from the host list
 	}
 	return c, r.master(&c, masterAddr, masterPort), nil
 }
 
-// master applies --master-addr and --master-port to the rendezvous c as torchrun does: the static backend's
-// endpoint; under another backend --master-addr is ignored with torchrun's warning (the notes returned).
+// defaultBackend is the backend of a multi-host launch without --rdzv-backend: tcp (c10d) on the endpoint given,
+// else static (node 0 from the host list, or --master-addr).
+func defaultBackend(endpoint string) string {
+	if endpoint != "" {
+		return "tcp"
+	}
+	return "static"
+}
+
+// master applies --master-addr and --master-port to the rendezvous c as torchrun does: the endpoint of a fixed
+// world (static), which the launch lays out; under an elastic backend --master-addr is ignored with torchrun's
+// warning (the notes returned).
 func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
 	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
 	switch {
-	case c.Backend != "static" && r.fs.Changed("master-addr"):
+	case c.Elastic() && r.fs.Changed("master-addr"):
 		notes = append(notes, "--master-addr is only used by the static rendezvous (as under torchrun): under "+c.Backend+
 			" every worker's MASTER_ADDR is node 0's address (give node 0 --node-addr to choose it); --master-port is node 0's MASTER_PORT")
-	case c.Backend == "static" && c.Endpoint == "" && given:
+	case !c.Elastic() && c.Endpoint == "" && given:
 		// torchrun's classic multi-node line: every node names node 0 by --master-addr/--master-port. The workers'
 		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
 		*masterPort = cmp.Or(*masterPort, 29500)

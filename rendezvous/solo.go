@@ -1,0 +1,94 @@
+package rendezvous
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// soloBackend is the world of one (Config.Backend ""): this node alone. It has no store: every generation agrees at
+// once on the member as given, the barrier is open, the exchange returns what this node published, and no other
+// node can fail.
+type soloBackend struct{}
+
+func (soloBackend) Solo() bool              { return true }
+func (soloBackend) Elastic() bool           { return false }
+func (soloBackend) NeedsHosts(*Config) bool { return false }
+func (soloBackend) namesNodes(*Config) bool { return false }
+func (soloBackend) port() int               { return DefaultPort }
+
+// open refuses a world of more than one node; there is nothing to prepare.
+func (soloBackend) open(_ context.Context, r *Rendezvous, _ time.Duration) error {
+	if r.cfg.NNodes > 1 {
+		return configError(FieldNodes, strconv.Itoa(r.cfg.NNodes), "a world of one node; name a backend (static, tcp or etcd) for more")
+	}
+	if r.cfg.NodeRank > 0 {
+		return configError(FieldNodeRank, strconv.Itoa(r.cfg.NodeRank), "a world of one node has only node rank 0")
+	}
+	r.store = soloStore{}
+	return nil
+}
+
+// soloStore joins the world of one.
+type soloStore struct{}
+
+func (soloStore) join(_ context.Context, m Member, _ *zap.Logger) (Session, error) {
+	asg := &Assignment{NodeRank: 0, RunID: m.RunID, Generation: m.Generation, Accelerator: m.Accelerator,
+		WorldSize: m.LocalWorkers, NumSlices: 1,
+		Nodes: []Node{{Rank: 0, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers}}}
+	return &soloSession{asg: asg, published: map[string][]byte{}, failures: make(chan Failure), done: make(chan struct{})}, nil
+}
+
+func (soloStore) close() error { return nil }
+
+// soloSession is one generation of the world of one.
+type soloSession struct {
+	asg       *Assignment
+	mu        sync.Mutex
+	published map[string][]byte
+	failures  chan Failure
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (s *soloSession) Assignment() *Assignment               { return s.asg.clone() }
+func (s *soloSession) Barrier(context.Context, string) error { return nil }
+func (s *soloSession) Fail(context.Context, Failure) error   { return nil }
+func (s *soloSession) Failures() <-chan Failure              { return s.failures }
+func (s *soloSession) Waiting(context.Context) (int, error)  { return 0, nil }
+func (s *soloSession) Finish(context.Context, int) error     { return nil }
+func (s *soloSession) Leave(context.Context) error           { return nil }
+func (s *soloSession) Done() <-chan struct{}                 { return s.done }
+
+func (s *soloSession) Publish(_ context.Context, key string, data []byte) error {
+	s.mu.Lock()
+	s.published[key] = data
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *soloSession) Gather(_ context.Context, key string) (map[int][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return map[int][]byte{0: s.published[key]}, nil
+}
+
+func (s *soloSession) Err() error {
+	select {
+	case <-s.done:
+		return newError(ErrClosed, "session closed")
+	default:
+		return nil
+	}
+}
+
+func (s *soloSession) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.failures)
+		close(s.done)
+	})
+	return nil
+}
