@@ -11,13 +11,8 @@ import (
 // GPU visibility, and what jax.distributed.initialize() needs. A request that does not plan gets no notes (the plan
 // error says why).
 func Explain(h *Host, req Request) []string {
-	switch h.Device.V {
-	case TPU:
-		return explainTPU(h, req)
-	case GPU:
-		return explainGPU(h, req)
-	case CPU:
-		return []string{jaxNeedsIDs("")}
+	if k, ok := kindOf(h.Device.V); ok {
+		return k.explain(h, req)
 	}
 	return nil
 }
@@ -127,20 +122,4 @@ const jaxArgs = "pass process_id=int(os.environ['JAX_PROCESS_ID']), num_processe
 func jaxNeedsIDs(localIDs string) string {
 	return "JAX: jax.distributed.initialize() reads JAX_COORDINATOR_ADDRESS" + localIDs + " from env but no process id " +
 		"or count, and detects no cluster on this host: " + jaxArgs
-}
-
-func explainGPU(h *Host, req Request) []string {
-	var out []string
-	seen := "every GPU"
-	if h.CUDAVisible.IsSet() {
-		seen = "GPUs " + strings.Join(h.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
-	}
-	if req.IsolateGPUs {
-		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+
-			"selects cuda:LOCAL_RANK fails from local rank 1 with \"invalid device ordinal\"")
-	} else {
-		out = append(out, "workers see "+seen+", as under torchrun, and each uses cuda:LOCAL_RANK; per-rank "+
-			"CUDA_VISIBLE_DEVICES only on request")
-	}
-	return append(out, jaxNeedsIDs(" and JAX_LOCAL_DEVICE_IDS (this worker's GPU)"))
 }

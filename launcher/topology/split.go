@@ -8,7 +8,7 @@ import (
 // Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
 // How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
 func (h *Host) Slice(req Request) (*Slice, error) {
-	if h.Device.V != TPU {
+	if !h.Device.V.Kind().FixedSlice() {
 		return nil, &ConfigError{Name: "device", Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
 	}
 	spmd, spmdSrc := req.SPMD, Flag("spmd")
@@ -251,15 +251,7 @@ func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
 // SoloNode is this host's node in NewPlan(h, req) (a plan built from the detected host alone): TPU_WORKER_ID on
 // an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run (--nprocs 1), which is this
 // host alone.
-func SoloNode(h *Host, req Request) int {
-	if h.Device.V != TPU || !h.Hostnames.IsSet() {
-		return 0
-	}
-	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
-		return 0
-	}
-	return h.WorkerID.V
-}
+func SoloNode(h *Host, req Request) int { return h.Device.V.Kind().soloNode(h, req) }
 
 // subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
 // bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x

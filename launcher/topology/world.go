@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -40,31 +41,7 @@ func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
 // LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
 // slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
 func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
-	if h.Device.V != TPU {
-		p, err := NewPlan(h, req)
-		if err != nil {
-			return 0, err
-		}
-		return len(p.Workers), nil
-	}
-	n := nnodes
-	if numSlices > 1 {
-		n /= numSlices // hosts per slice: each slice is planned on its own
-	}
-	if n < 1 && h.Hostnames.IsSet() {
-		n = len(h.Hostnames.V)
-	}
-	n = max(n, 1)
-	pr := req
-	pr.Hosts, pr.NodeRank = make([]string, n), 0
-	for i := range pr.Hosts {
-		pr.Hosts[i] = "node" + strconv.Itoa(i)
-	}
-	p, err := NewPlan(h, pr)
-	if err != nil {
-		return 0, err
-	}
-	return len(p.Local(0)), nil
+	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
 }
 
 // WorldPlan builds the plan of the agreed world w from this host's detection and request, purely: it opens no
@@ -79,20 +56,7 @@ func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
 		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(w.NodeRank),
 			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
 	}
-	var p *Plan
-	var err error
-	switch {
-	case h.Device.V == TPU && w.NumSlices > 1:
-		p, err = multisliceWorld(h, req, w)
-	case h.Device.V == TPU:
-		req.Hosts, req.NodeRank = w.addrs(), w.NodeRank
-		p, err = NewPlan(h, req)
-	default:
-		var local *Plan
-		if local, err = NewPlan(h, req); err == nil {
-			p = spreadWorld(local, w)
-		}
-	}
+	p, err := h.Device.V.Kind().worldPlan(h, req, w)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +85,34 @@ func (w World) firstRanks() []int {
 		sum += n.LocalWorkers
 	}
 	return out
+}
+
+// perHost is what the CPU and GPU kinds share: each host is planned alone, a world lays the hosts' plans end to end
+// (spreadWorld) and may give its nodes different numbers of workers, the nodes come from the environment, and no
+// device node is guarded.
+type perHost struct{}
+
+func (perHost) FixedSlice() bool                             { return false }
+func (perHost) JAXCoordinator() bool                         { return true }
+func (perHost) nodes(d *detector)                            { d.envNodes() }
+func (perHost) soloNode(*Host, Request) int                  { return 0 }
+func (perHost) usableNodes(*Host) []string                   { return nil }
+func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
+
+func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
+	p, err := NewPlan(h, req)
+	if err != nil {
+		return 0, err
+	}
+	return len(p.Workers), nil
+}
+
+func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
+	local, err := NewPlan(h, req)
+	if err != nil {
+		return nil, err
+	}
+	return spreadWorld(local, w), nil
 }
 
 // spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
