@@ -13,6 +13,33 @@ func (d *detector) detectTPU(ctx context.Context) error {
 	if err := d.sliceFromFlagsAndEnv(); err != nil {
 		return err
 	}
+	if err := d.chipsFromPCI(); err != nil {
+		return err
+	}
+	if err := h.adoptAccelerator(); err != nil {
+		return err
+	}
+	d.attachDevNodes()
+	if err := d.metadata(ctx); err != nil {
+		return err
+	}
+	if err := h.adoptAccelerator(); err != nil { // the metadata server may have named it
+		return err
+	}
+	if err := d.chipsFromAccelerator(); err != nil {
+		return err
+	}
+	if h.ReplicasPerChip == 0 {
+		h.ReplicasPerChip = 1
+	}
+	h.typeFromChips()
+	return d.finishSlice()
+}
+
+// chipsFromPCI takes the chips and their family from the sysfs PCI scan, refusing Google devices of unknown id
+// unless the accelerator type is given.
+func (d *detector) chipsFromPCI() error {
+	h := d.h
 	scan, err := scanPCI(h.SysfsRoot)
 	if err != nil {
 		return err
@@ -26,39 +53,37 @@ func (d *detector) detectTPU(ctx context.Context) error {
 			h.ReplicasPerChip = pciDevices[scan.tpus[0].DeviceID].ReplicasPerChip
 		}
 	}
-	if err := h.adoptAccelerator(); err != nil {
-		return err
+	return nil
+}
+
+// chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them (a
+// container that hides them); with no type either, there is no TPU.
+func (d *detector) chipsFromAccelerator() error {
+	h := d.h
+	if len(h.Chips) > 0 {
+		return nil
 	}
+	if !h.Accelerator.IsSet() {
+		return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
+			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
+			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
+	}
+	for i := range h.Accelerator.V.ChipsPerHost() {
+		h.Chips = append(h.Chips, Chip{Index: i})
+	}
+	h.ChipsSource = DerivedFrom(h.Accelerator.Source)
 	d.attachDevNodes()
-	if err := d.metadata(ctx); err != nil {
-		return err
+	return nil
+}
+
+// typeFromChips names the single-host slice the chips of a known family make, when nothing named the type.
+func (h *Host) typeFromChips() {
+	if h.Accelerator.IsSet() || h.Family == "" || len(h.Hostnames.V) > 1 {
+		return
 	}
-	if err := h.adoptAccelerator(); err != nil { // the metadata server may have named it
-		return err
+	if a, ok := deriveAccelerator(h.Family, len(h.Chips)); ok {
+		h.Accelerator = val(a, DerivedFrom(h.ChipsSource))
 	}
-	if len(h.Chips) == 0 {
-		if h.Accelerator.IsSet() {
-			n := h.Accelerator.V.ChipsPerHost()
-			for i := 0; i < n; i++ {
-				h.Chips = append(h.Chips, Chip{Index: i})
-			}
-			h.ChipsSource = DerivedFrom(h.Accelerator.Source)
-			d.attachDevNodes()
-		} else {
-			return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
-				h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-				Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
-		}
-	}
-	if h.ReplicasPerChip == 0 {
-		h.ReplicasPerChip = 1
-	}
-	if !h.Accelerator.IsSet() && h.Family != "" {
-		if a, ok := deriveAccelerator(h.Family, len(h.Chips)); ok && len(h.Hostnames.V) <= 1 {
-			h.Accelerator = val(a, DerivedFrom(h.ChipsSource))
-		}
-	}
-	return d.finishSlice()
 }
 
 // adoptAccelerator takes the family from a known accelerator type, refusing one that contradicts the chips found.
@@ -116,52 +141,78 @@ func (d *detector) attachDevNodes() {
 // finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
 func (d *detector) finishSlice() error {
 	h := d.h
-	a := h.Accelerator
-	if a.IsSet() {
-		if !h.HostBounds.IsSet() {
-			h.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
-		}
-		if !h.ChipsPerHostBounds.IsSet() {
-			h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
-		}
-		if hosts := a.V.Hosts(); hosts > 1 && h.Hostnames.IsSet() && len(h.Hostnames.V) != hosts {
-			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-				Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(h.Hostnames.V), a.V.Type, hosts),
-				Sources: []Source{h.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
-		}
-		if cph := a.V.ChipsPerHost(); h.ChipsSource.Kind == FromSysfs && len(h.Chips) != cph {
-			return &ConfigError{Name: "accelerator type", Value: a.V.Type,
-				Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(h.Chips)),
-				Sources: []Source{a.Source, h.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+	if h.Accelerator.IsSet() {
+		if err := h.boundsFromAccelerator(); err != nil {
+			return err
 		}
 	} else {
-		if !h.ChipsPerHostBounds.IsSet() {
-			if b, err := ChipBounds(len(h.Chips)); err == nil {
-				h.ChipsPerHostBounds = val(b, DerivedFrom(h.ChipsSource))
-			}
-		}
-		if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {
-			h.HostBounds = val(Bounds{1, 1, 1}, Default())
-		}
+		h.boundsFromChips()
 	}
 	if err := h.checkGivenBounds(); err != nil {
 		return err
 	}
-	if len(h.Hostnames.V) > 1 {
-		if !h.WorkerID.IsSet() {
-			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-				Problem: "describes several hosts but nothing says which one this is", Sources: []Source{h.Hostnames.Source},
-				Hint: "set TPU_WORKER_ID to this host's index"}
+	if err := h.checkWorkerID(); err != nil {
+		return err
+	}
+	return h.usableChips()
+}
+
+// boundsFromAccelerator derives the bounds env and metadata left open from the accelerator type, and checks the
+// host list and the chips found against it.
+func (h *Host) boundsFromAccelerator() error {
+	a := h.Accelerator
+	if !h.HostBounds.IsSet() {
+		h.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
+	}
+	if !h.ChipsPerHostBounds.IsSet() {
+		h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
+	}
+	if hosts := a.V.Hosts(); hosts > 1 && h.Hostnames.IsSet() && len(h.Hostnames.V) != hosts {
+		return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
+			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(h.Hostnames.V), a.V.Type, hosts),
+			Sources: []Source{h.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
+	}
+	if cph := a.V.ChipsPerHost(); h.ChipsSource.Kind == FromSysfs && len(h.Chips) != cph {
+		return &ConfigError{Name: "accelerator type", Value: a.V.Type,
+			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(h.Chips)),
+			Sources: []Source{a.Source, h.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+	}
+	return nil
+}
+
+// boundsFromChips derives the bounds env and metadata left open from the chips alone (no accelerator type): the
+// chip grid, and one host unless a host list says otherwise.
+func (h *Host) boundsFromChips() {
+	if !h.ChipsPerHostBounds.IsSet() {
+		if b, err := ChipBounds(len(h.Chips)); err == nil {
+			h.ChipsPerHostBounds = val(b, DerivedFrom(h.ChipsSource))
 		}
-		if h.WorkerID.V >= len(h.Hostnames.V) {
-			return &ConfigError{Name: h.WorkerID.Source.Name, Value: strconv.Itoa(h.WorkerID.V),
-				Problem: fmt.Sprintf("is not an index of the %d hosts", len(h.Hostnames.V)),
-				Sources: []Source{h.WorkerID.Source, h.Hostnames.Source}, Choices: indexChoices(len(h.Hostnames.V))}
-		}
+	}
+	if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {
+		h.HostBounds = val(Bounds{1, 1, 1}, Default())
+	}
+}
+
+// checkWorkerID requires this host's index among several hosts, and defaults it to 0 on one.
+func (h *Host) checkWorkerID() error {
+	if n := len(h.Hostnames.V); n > 1 && !h.WorkerID.IsSet() {
+		return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
+			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{h.Hostnames.Source},
+			Hint: "set TPU_WORKER_ID to this host's index"}
+	} else if n > 1 && h.WorkerID.V >= n {
+		return &ConfigError{Name: h.WorkerID.Source.Name, Value: strconv.Itoa(h.WorkerID.V),
+			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
+			Sources: []Source{h.WorkerID.Source, h.Hostnames.Source}, Choices: indexChoices(n)}
 	}
 	if !h.WorkerID.IsSet() {
 		h.WorkerID = val(0, Default())
 	}
+	return nil
+}
+
+// usableChips are the chips this launcher may use: every chip, or the parent's TPU_VISIBLE_CHIPS, limited to the
+// first TPU_NUM_DEVICES.
+func (h *Host) usableChips() error {
 	all := make([]int, len(h.Chips))
 	for i := range all {
 		all[i] = i
