@@ -129,8 +129,8 @@ func (j *job) resolveRendezvous() error {
 			continue
 		}
 		if val, ok := j.host.Megascale[v.name]; ok {
-			n, err := strconv.Atoi(val.V)
-			if err != nil || n < 0 {
+			n, err := topology.ParseMegascale(v.name, val.V)
+			if err != nil {
 				return &ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n

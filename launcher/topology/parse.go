@@ -2,9 +2,10 @@ package topology
 
 import (
 	"bufio"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"tpurun/internal/hostname"
 )
 
 // maxCount bounds counts (chips, processes, worker ids) taken from outside input.
@@ -93,20 +94,8 @@ func ParseHostList(s string) ([]string, error) {
 	return out, nil
 }
 
-// checkHost accepts host names, IPv4 and IPv6 addresses (without port).
-func checkHost(h string) error {
-	if len(h) > 253 {
-		return fmt.Errorf("%q is longer than 253 characters", h)
-	}
-	for _, r := range h {
-		ok := r == '.' || r == '-' || r == '_' || r == ':' || r == '[' || r == ']' || r == '%' ||
-			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
-		if !ok {
-			return fmt.Errorf("%q contains %q, not allowed in a host name", h, r)
-		}
-	}
-	return nil
-}
+// checkHost is hostname.Check: an IP address or a DNS host name, the one rule for a host in tpurun.
+func checkHost(h string) error { return hostname.Check(h) }
 
 // ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
 // skipped; anything else is an error naming the line.
