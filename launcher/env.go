@@ -115,7 +115,7 @@ func torchNCCLAsync(env map[string]string, dev topology.Device) {
 	if !torchSet {
 		env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
 	}
-	if dev == topology.GPU && !torchSet && !oldSet {
+	if dev.Kind().NCCL() && !torchSet && !oldSet {
 		env["NCCL_ASYNC_ERROR_HANDLING"] = "1"
 	}
 }

@@ -212,7 +212,7 @@ func (j *job) prepare(ctx context.Context) error {
 		} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.ProcRoot); err != nil {
 			return err
 		}
-		if j.plan.Device != topology.TPU { // JAX's coordinator: a port of its own (torch's store binds MASTER_PORT)
+		if j.plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)
 			p, err := FreePort(s.MasterAddr)
 			if err != nil {
 				return fmt.Errorf("%w: JAX coordinator port: %w", ErrInternal, err)
@@ -278,11 +278,11 @@ func (j *job) detect(ctx context.Context) error {
 	if err := j.resolveRendezvous(); err != nil {
 		return err
 	}
-	if h.Device.V == topology.CPU && s.PerCPU {
+	if s.PerCPU && h.Device.V.Kind().PerCore() {
 		j.request.NProcs = runtime.NumCPU()
 	}
 	j.accelerator = string(h.Device.V)
-	if h.Device.V == topology.TPU && h.Accelerator.IsSet() {
+	if h.Accelerator.IsSet() { // a TPU slice's type (v4-16): the nodes of one slice must agree on it
 		j.accelerator = h.Accelerator.V.Type
 	}
 	r := s.Rendezvous

@@ -3,11 +3,14 @@ package launcher
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/topology"
 )
 
 // PythonCommand is the command line torchrun would run for args: PROGRAM.py and runPath run under python -u
@@ -81,8 +84,8 @@ func ParseSignals(s string) ([]os.Signal, error) {
 // as torchrun) auto, cpu, gpu or tpu.
 func ParseNProcs(flag, s string) (n int, device string, err error) {
 	v := strings.ToLower(strings.TrimSpace(s))
-	switch v {
-	case "auto", "cpu", "gpu", "tpu":
+	words := nprocsWords()
+	if slices.Contains(words, v) {
 		if flag == "nprocs" {
 			return 0, "", fmt.Errorf("--%s takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", flag, s, v)
 		}
@@ -92,7 +95,7 @@ func ParseNProcs(flag, s string) (n int, device string, err error) {
 	if err != nil || n < 1 || v != strconv.Itoa(n) {
 		choices := "a whole number from 1"
 		if flag != "nprocs" {
-			choices += ", auto, cpu, gpu or tpu"
+			choices += ", " + strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 		}
 		return 0, "", fmt.Errorf("need %s, or leave --%s unset for one process per device", choices, flag)
 	}
@@ -100,4 +103,13 @@ func ParseNProcs(flag, s string) (n int, device string, err error) {
 		return 0, "", fmt.Errorf("%d processes is more than tpurun starts on one host (65536)", n)
 	}
 	return n, "", nil
+}
+
+// nprocsWords are torchrun's device words of --nproc-per-node: auto, then the name of every device kind.
+func nprocsWords() []string {
+	words := []string{"auto"}
+	for _, d := range topology.Devices() {
+		words = append(words, string(d))
+	}
+	return words
 }

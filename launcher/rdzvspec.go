@@ -143,8 +143,8 @@ func (j *job) resolveRendezvous() error {
 			continue
 		}
 		if val, ok := j.host.Megascale[v.name]; ok {
-			n, err := strconv.Atoi(val.V)
-			if err != nil || n < 0 {
+			n, err := topology.ParseMegascale(v.name, val.V)
+			if err != nil {
 				return &ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n
@@ -212,10 +212,10 @@ func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]st
 // member is what this node brings to the join of generation g.
 func (j *job) member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, error) {
 	r := j.spec.Rendezvous
-	tpu := j.device() == topology.TPU
+	slice := j.device().Kind().FixedSlice()
 	m := rendezvous.Member{Instance: j.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: j.localWorkers,
 		Accelerator: j.accelerator, RunID: j.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
-		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !tpu, Role: j.spec.Role}
+		Rank: r.NodeRank, Generation: g, Ports: j.ports, UnevenWorkers: !slice, Role: j.spec.Role}
 	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, a
 	// static world named by its endpoint, torchrun's --master_addr line, or the world of one) a node names itself.
 	if !rz.NamesNodes() {
@@ -227,7 +227,7 @@ func (j *job) member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, error
 			switch {
 			case r.NodeRank >= 0: // several agents on one host, told apart by their ranks (torchrun's usage)
 				m.Host += "#" + strconv.Itoa(r.NodeRank)
-			case !tpu && !r.Solo(): // several agents on one CPU/GPU host (tests, host-network pods): torchrun's node id has the pid
+			case !slice && !r.Solo(): // several agents on one CPU/GPU host (tests, host-network pods): torchrun's node id has the pid
 				m.Host += "_" + strconv.Itoa(os.Getpid())
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/hostname"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/worker"
@@ -162,7 +163,7 @@ func (s *Spec) Validate() error {
 	if s.MaxRestarts < 0 {
 		return &ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
 	}
-	if s.MasterAddr != "" && !validHost(s.MasterAddr) {
+	if s.MasterAddr != "" && hostname.Check(s.MasterAddr) != nil {
 		return &ConfigError{Field: "MASTER_ADDR", Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
 	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
@@ -187,30 +188,6 @@ func (s *Spec) Validate() error {
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
 	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
-}
-
-// validHost reports whether h is an IP address or a syntactically valid host name (RFC 1123 labels; a name whose
-// labels are all digits must be an IPv4 address, so 1.2.3.4.5 is neither).
-func validHost(h string) bool {
-	if net.ParseIP(h) != nil {
-		return true
-	}
-	if len(h) == 0 || len(h) > 253 {
-		return false
-	}
-	numeric := true
-	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for _, c := range l {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
-			numeric = numeric && c >= '0' && c <= '9'
-		}
-	}
-	return !numeric
 }
 
 // ValidateName checks a run id or role: it becomes a directory name and an env value, so it holds no path

@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"tpurun/internal/hostname"
 )
 
 // Backend names (torchrun's rendezvous backends).
@@ -286,40 +288,10 @@ func splitEndpoint(field, ep string, zeroOK bool) (string, int, error) {
 	if host == "" {
 		return host, port, nil // every interface (listen) or this host (dial)
 	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return host, port, nil
-	}
-	if err := checkHostName(host); err != nil {
+	if err := hostname.Check(host); err != nil {
 		return "", 0, configError(field, ep, err.Error())
 	}
 	return host, port, nil
-}
-
-// checkHostName checks a DNS host name: dot-separated labels of letters, digits, '-' and '_', and not all
-// numeric (1.2.3.4.5 is a mistyped address, not a name).
-func checkHostName(h string) error {
-	if len(h) > 253 {
-		return fmt.Errorf("host name of %d bytes; at most 253", len(h))
-	}
-	numeric := true
-	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if label == "" || len(label) > 63 {
-			return fmt.Errorf("host %q is neither an IP address nor a host name (empty or over-long label)", h)
-		}
-		for _, r := range label {
-			switch {
-			case r >= '0' && r <= '9':
-			case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '_':
-				numeric = false
-			default:
-				return fmt.Errorf("host %q is neither an IP address nor a host name (it holds %q)", h, r)
-			}
-		}
-	}
-	if numeric {
-		return fmt.Errorf("host %q is neither an IP address nor a host name", h)
-	}
-	return nil
 }
 
 // isLoopback reports whether host names only loopback addresses (an empty host means every interface).

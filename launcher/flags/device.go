@@ -105,7 +105,7 @@ func (d *Device) Options(log *zap.Logger) (topology.Options, error) {
 	dev := d.device
 	if w := d.nprocs.device; w != "" && w != "auto" {
 		given := strings.ToLower(strings.TrimSpace(dev))
-		if given != "" && given != "auto" && given != w && !(given == "cuda" && w == "gpu") {
+		if named, ok := topology.DeviceNamed(given); given != "" && given != "auto" && (!ok || string(named) != w) {
 			return topology.Options{}, &topology.ConfigError{Name: "--nproc-per-node", Value: w,
 				Problem: "contradicts --device " + dev, Sources: []topology.Source{topology.Flag("nproc-per-node"), topology.Flag("device")},
 				Choices: []string{"--nproc-per-node " + given, "--device " + w}, Hint: "or give only one of them"}
@@ -145,7 +145,8 @@ func (d *Device) Request() (req topology.Request, perCPU bool) {
 	if d.nprocs.flag != "" {
 		req.NProcsSource = topology.Flag(d.nprocs.flag)
 	}
-	return req, d.nprocs.device == "cpu" || d.nprocs.device == "auto"
+	w := d.nprocs.device // auto, on a host without accelerators, is one worker per core too
+	return req, w == "auto" || (w != "" && topology.Device(w).Kind().PerCore())
 }
 
 // Dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node): a FlagSet's normalize
@@ -165,7 +166,7 @@ func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (*topology.Hos
 		return nil, nil, err
 	}
 	req, perCPU := d.Request()
-	if perCPU && h.Device.V == topology.CPU {
+	if perCPU && h.Device.V.Kind().PerCore() {
 		req.NProcs = runtime.NumCPU()
 	}
 	plan, err := topology.NewPlan(h, req)

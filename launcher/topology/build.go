@@ -58,69 +58,7 @@ func NewPlan(h *Host, req Request) (*Plan, error) {
 	if req.NProcs < 0 {
 		return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
-	switch h.Device.V {
-	case TPU:
-		return tpuPlan(h, req)
-	case GPU:
-		return gpuPlan(h, req)
-	default:
-		return cpuPlan(h, req)
-	}
-}
-
-func cpuPlan(h *Host, req Request) (*Plan, error) {
-	n := req.NProcs
-	if n == 0 {
-		n = 1
-	}
-	p, err := CPUPlan(n)
-	if err != nil {
-		return nil, err
-	}
-	for i := range p.Workers {
-		p.Workers[i].Env["CPU_NUM_DEVICES"] = "1"
-	}
-	return p, nil
-}
-
-// gpuPlan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
-// parent unless req.IsolateGPUs: every worker sees the usable GPUs and uses cuda:LOCAL_RANK, which is also the
-// device JAX_LOCAL_DEVICE_IDS names for jax.distributed.initialize().
-func gpuPlan(h *Host, req Request) (*Plan, error) {
-	gpus := h.UsableGPUs.V
-	n := req.NProcs
-	if n == 0 {
-		n = len(gpus)
-	}
-	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: "device", Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
-	}
-	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
-	// i mod the GPU count, and GPUShareNote says which ranks share.
-	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
-	for i := 0; i < n; i++ {
-		env := map[string]string{
-			"PJRT_DEVICE":              "CUDA",
-			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
-			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
-			"GPU_NUM_DEVICES":          strconv.Itoa(n),
-			EnvJAXLocalDeviceIDs:       strconv.Itoa(i % len(gpus)),
-		}
-		if req.IsolateGPUs {
-			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
-			env[EnvJAXLocalDeviceIDs] = "0"
-		}
-		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: env})
-	}
-	return p, nil
-}
-
-// gpuName is how CUDA_VISIBLE_DEVICES names usable GPU i: the parent's entry as given, else its index.
-func (h *Host) gpuName(i int) string {
-	if i < len(h.CUDAVisible.V) {
-		return h.CUDAVisible.V[i]
-	}
-	return strconv.Itoa(h.UsableGPUs.V[i])
+	return h.Device.V.Kind().plan(h, req)
 }
 
 // JAX reads the first two in jax.distributed.initialize() (jax/_src/distributed.py State.initialize). It reads no
@@ -139,7 +77,7 @@ const (
 // JAX's cloud-TPU detection, which picks host 0 of the slice and port 8482 itself. hostport is node 0's address
 // and a port free there that every node agrees on (not MASTER_PORT, which torch's TCPStore binds on rank 0).
 func (p *Plan) SetJAXCoordinator(hostport string) {
-	if p.Device == TPU || hostport == "" {
+	if !p.Device.Kind().JAXCoordinator() || hostport == "" {
 		return
 	}
 	for i := range p.Workers {

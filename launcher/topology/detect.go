@@ -129,22 +129,14 @@ func Detect(ctx context.Context, opts Options) (*Host, error) {
 	if err := d.device(); err != nil {
 		return nil, err
 	}
-	var err error
-	switch h.Device.V {
-	case TPU:
-		err = d.tpu(ctx)
-	case GPU:
-		err = d.gpu()
-	case CPU:
-		h.ReplicasPerChip = 1
-	}
-	if err != nil {
+	kind := h.Device.V.Kind()
+	if err := kind.detect(ctx, d); err != nil {
 		return nil, err
 	}
 	if err := d.spmd(); err != nil {
 		return nil, err
 	}
-	d.nodes()
+	kind.nodes(d)
 	d.log.Debug("detected host", zap.String("device", string(h.Device.V)), zap.String("source", h.Device.Source.String()),
 		zap.Int("chips", len(h.Chips)), zap.String("accelerator", h.Accelerator.V.Type))
 	return h, nil
@@ -173,73 +165,32 @@ func envErr(name, value string, err error, hint string) error {
 	return &ConfigError{Name: name, Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
 }
 
-// device picks the device: --device, else PJRT_DEVICE, else TPU > GPU > CPU by what is present.
+// device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
 func (d *detector) device() error {
-	h := d.h
-	switch strings.ToLower(strings.TrimSpace(d.opts.Device)) {
-	case "cpu":
-		h.Device = val(CPU, Flag("device"))
+	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
+		dev, ok := DeviceNamed(name)
+		if !ok {
+			return &ConfigError{Name: "device", Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
+		}
+		d.h.Device = val(dev, Flag("device"))
 		return nil
-	case "gpu", "cuda":
-		h.Device = val(GPU, Flag("device"))
-		return nil
-	case "tpu":
-		h.Device = val(TPU, Flag("device"))
-		return nil
-	case "", "auto":
-	default:
-		return &ConfigError{Name: "device", Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
-			Sources: []Source{Flag("device")}, Choices: []string{"auto", "cpu", "gpu", "tpu"}}
 	}
 	if v, ok := d.lookup("PJRT_DEVICE"); ok {
-		switch strings.ToUpper(strings.TrimSpace(v)) {
-		case "TPU":
-			h.Device = val(TPU, Env("PJRT_DEVICE"))
-		case "CUDA", "GPU":
-			h.Device = val(GPU, Env("PJRT_DEVICE"))
-		case "CPU":
-			h.Device = val(CPU, Env("PJRT_DEVICE"))
-		default:
+		k, ok := pjrtKind(strings.ToUpper(strings.TrimSpace(v)))
+		if !ok {
 			return &ConfigError{Name: "PJRT_DEVICE", Value: strconv.Quote(v), Problem: "is not a PJRT device",
-				Sources: []Source{Env("PJRT_DEVICE")}, Choices: []string{"TPU", "CUDA", "CPU"}, Hint: "or unset it"}
+				Sources: []Source{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
 		}
+		d.h.Device = val(k.Device(), Env("PJRT_DEVICE"))
 		return nil
 	}
-	scan, err := scanPCI(h.SysfsRoot)
+	scan, err := scanPCI(d.h.SysfsRoot)
 	if err != nil {
 		return err
 	}
-	switch {
-	case scan.google > 0:
-		h.Device = val(TPU, Sysfs(scan.dir))
-	case len(devNodes(h.DevRoot, "accel")) > 0:
-		h.Device = val(TPU, Dev(h.DevRoot+"/accel*"))
-	case d.gpuSource(scan).IsSet():
-		h.Device = val(GPU, d.gpuSource(scan))
-		if d.cudaHidden() { // CUDA_VISIBLE_DEVICES="" or -1: the usual way to run on CPU on a GPU host
-			h.Device = val(CPU, Env("CUDA_VISIBLE_DEVICES"))
-		}
-	default:
-		h.Device = val(CPU, Default())
-	}
+	d.h.Device = autoDevice(d, scan)
 	return nil
-}
-
-// gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
-func (d *detector) gpuSource(scan pciScan) Source {
-	switch {
-	case len(scan.gpus) > 0:
-		return Sysfs(scan.dir)
-	case len(devNodes(d.h.DevRoot, "nvidia")) > 0:
-		return Dev(d.h.DevRoot + "/nvidia*")
-	}
-	return Source{}
-}
-
-// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
-func (d *detector) cudaHidden() bool {
-	v, ok := d.env("CUDA_VISIBLE_DEVICES")
-	return ok && CUDAHidesAll(v)
 }
 
 // spmd reads --spmd and XLA_USE_SPMD.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -41,88 +40,79 @@ func Diagnose(ctx context.Context, h *Host, opts Options, lockfile string) *Doct
 		d.Problems = append(d.Problems, err.Error())
 	}
 	d.Lock = lk
-	if h.Device.V == TPU {
-		base := opts.MetadataURL
-		if base == "" && opts.LookupEnv != nil {
-			base, _ = opts.LookupEnv("GCE_METADATA_HOST")
-		}
-		p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, opts.Logger))
-		d.Metadata = &p
-	}
+	d.Metadata = h.Device.V.Kind().probe(ctx, h, opts)
 	return d
 }
 
 // WriteDoctor writes the doctor report for people: every detected value with its source, the chips and their
 // device nodes, holders, the lockfile and metadata reachability.
 func WriteDoctor(w io.Writer, d *Doctor) error {
-	h := d.Host
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SETTING\tVALUE\tSOURCE")
-	row := func(name, value string, src Source) {
-		if src.IsSet() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", name, value, src)
-		}
-	}
-	row("device", string(h.Device.V), h.Device.Source)
-	row("accelerator type", h.Accelerator.V.Type, h.Accelerator.Source)
-	if h.Family != "" {
-		row("family", h.Family, h.ChipsSource)
-	}
-	row("chips on host", fmt.Sprint(len(h.Chips)), h.ChipsSource)
-	row("usable chips", counted(len(h.Usable.V), "chip", h.Usable.V), h.Usable.Source)
-	row("TPU_NUM_DEVICES", fmt.Sprint(h.NumDevices.V), h.NumDevices.Source)
-	row("TPU_VISIBLE_CHIPS (parent)", joinInts(h.VisibleChips.V, ","), h.VisibleChips.Source)
-	row("host bounds", h.HostBounds.V.String(), h.HostBounds.Source)
-	row("chips per host bounds", h.ChipsPerHostBounds.V.String(), h.ChipsPerHostBounds.Source)
-	row("process bounds", h.ProcessBounds.V.String(), h.ProcessBounds.Source)
-	row("worker id", fmt.Sprint(h.WorkerID.V), h.WorkerID.Source)
-	row("worker hostnames", strings.Join(h.Hostnames.V, ","), h.Hostnames.Source)
-	row("SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source)
-	row("TPU_SKIP_MDS_QUERY (parent)", h.SkipMDS.V, h.SkipMDS.Source)
-	if len(h.GPUs) > 0 {
-		row("GPUs", fmt.Sprint(len(h.GPUs)), h.GPUSource)
-		row("usable GPUs", counted(len(h.UsableGPUs.V), "GPU", h.UsableGPUs.V), h.UsableGPUs.Source)
-		row("CUDA_VISIBLE_DEVICES (parent)", strings.Join(h.CUDAVisible.V, ","), h.CUDAVisible.Source)
-	}
-	keys := make([]string, 0, len(h.Megascale))
-	for k := range h.Megascale {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := h.Megascale[k]
-		if IsSecret(k) {
-			v.V = Redacted
-		}
-		row(k, v.V, v.Source)
-	}
-	if err := tw.Flush(); err != nil {
+	if err := writeSettings(w, d.Host); err != nil {
 		return err
 	}
-	chips := append(append([]Chip(nil), h.Chips...), h.GPUs...)
-	if len(chips) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CHIP\tPCI\tDEVICE ID\tDEVICE NODE\tHELD BY")
-		for _, c := range chips {
-			var by []string
-			for _, x := range d.Holders {
-				if x.Path == c.DevNode {
-					by = append(by, fmt.Sprintf("pid %d (%s)", x.PID, x.Command))
-				}
-			}
-			held := "-"
-			if len(by) > 0 {
-				held = strings.Join(by, ", ")
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", c.Index, dash(c.PCI), dash(c.DeviceID), dash(c.DevNode), held)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := writeDevices(w, d); err != nil {
+		return err
 	}
 	fmt.Fprintln(w)
-	switch lk := d.Lock; {
+	writeLockfile(w, d.Lock)
+	writeChecks(w, d)
+	return nil
+}
+
+// setting is one row of doctor's table: a detected value and where it came from (an unset source hides the row).
+type setting struct {
+	name, value string
+	src         Source
+}
+
+// spmdSetting is the row every kind shows: whether the run is SPMD.
+func spmdSetting(h *Host) setting { return setting{"SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source} }
+
+// writeSettings writes the device and the kind's settings, those with a source.
+func writeSettings(w io.Writer, h *Host) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SETTING\tVALUE\tSOURCE")
+	rows := append([]setting{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
+	for _, r := range rows {
+		if r.src.IsSet() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.name, r.value, r.src)
+		}
+	}
+	return tw.Flush()
+}
+
+// writeDevices writes the host's chips (or GPUs) with their device nodes and the processes that hold them.
+func writeDevices(w io.Writer, d *Doctor) error {
+	chips := d.Host.Device.V.Kind().devices(d.Host)
+	if len(chips) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHIP\tPCI\tDEVICE ID\tDEVICE NODE\tHELD BY")
+	for _, c := range chips {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", c.Index, dash(c.PCI), dash(c.DeviceID), dash(c.DevNode), heldBy(d.Holders, c.DevNode))
+	}
+	return tw.Flush()
+}
+
+// heldBy names the holders of a device node: "pid 12 (python3 train.py), ...", or "-".
+func heldBy(holders []Holder, node string) string {
+	var by []string
+	for _, x := range holders {
+		if x.Path == node {
+			by = append(by, fmt.Sprintf("pid %d (%s)", x.PID, x.Command))
+		}
+	}
+	if len(by) == 0 {
+		return "-"
+	}
+	return strings.Join(by, ", ")
+}
+
+// writeLockfile writes the state of libtpu's lockfile.
+func writeLockfile(w io.Writer, lk LockState) {
+	switch {
 	case !lk.Exists:
 		fmt.Fprintf(w, "lockfile %s: absent\n", lk.Path)
 	case lk.Held:
@@ -130,15 +120,17 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	default:
 		fmt.Fprintf(w, "lockfile %s: stale (no process holds it; harmless)\n", lk.Path)
 	}
-	if h.MetadataErr != nil {
-		fmt.Fprintf(w, "metadata during detection: %v\n", h.MetadataErr)
+}
+
+// writeChecks writes the metadata server's answers, the checks that could not run and the notes.
+func writeChecks(w io.Writer, d *Doctor) {
+	if err := d.Host.MetadataErr; err != nil {
+		fmt.Fprintf(w, "metadata during detection: %v\n", err)
 	}
-	if p := d.Metadata; p != nil {
-		if p.OK {
-			fmt.Fprintf(w, "metadata %s: reachable in %s\n", p.URL, p.Elapsed.Round(1e6))
-		} else {
-			fmt.Fprintf(w, "metadata %s: UNREACHABLE after %s: %s\n", p.URL, p.Elapsed.Round(1e6), p.Err)
-		}
+	if p := d.Metadata; p != nil && p.OK {
+		fmt.Fprintf(w, "metadata %s: reachable in %s\n", p.URL, p.Elapsed.Round(1e6))
+	} else if p != nil {
+		fmt.Fprintf(w, "metadata %s: UNREACHABLE after %s: %s\n", p.URL, p.Elapsed.Round(1e6), p.Err)
 	}
 	for _, pr := range d.Problems {
 		fmt.Fprintf(w, "problem: %s\n", pr)
@@ -146,7 +138,6 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	return nil
 }
 
 // counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".

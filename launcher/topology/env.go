@@ -5,89 +5,168 @@ import (
 	"strings"
 )
 
-// sliceFromFlagsAndEnv reads the slice description: flags first, then env.
+// sliceFromFlagsAndEnv reads the slice description: flags first, then env. Malformed values are *ConfigError.
 func (d *detector) sliceFromFlagsAndEnv() error {
-	h := d.h
-	if d.opts.AcceleratorType != "" {
-		a, err := ParseAcceleratorType(d.opts.AcceleratorType)
+	for _, read := range []func() error{d.acceleratorType, d.envBounds, d.envSkipMDS, d.envHostnames, d.envWorkerID,
+		d.envNumDevices, d.envVisibleChips, d.envMegascale} {
+		if err := read(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// acceleratorType reads --accelerator-type, else TPU_ACCELERATOR_TYPE.
+func (d *detector) acceleratorType() error {
+	if t := d.opts.AcceleratorType; t != "" {
+		a, err := ParseAcceleratorType(t)
 		if err != nil {
-			return &ConfigError{Name: "accelerator type", Value: strconv.Quote(d.opts.AcceleratorType), Problem: "is malformed",
+			return &ConfigError{Name: "accelerator type", Value: strconv.Quote(t), Problem: "is malformed",
 				Sources: []Source{Flag("accelerator-type")}, Err: err}
 		}
-		h.Accelerator = val(a, Flag("accelerator-type"))
-	} else if v, ok := d.lookup("TPU_ACCELERATOR_TYPE"); ok {
+		d.h.Accelerator = val(a, Flag("accelerator-type"))
+		return nil
+	}
+	if v, ok := d.lookup("TPU_ACCELERATOR_TYPE"); ok {
 		a, err := ParseAcceleratorType(v)
 		if err != nil {
 			return envErr("TPU_ACCELERATOR_TYPE", v, err, "use a type such as v4-8, v5litepod-8 or v6e-16, or unset it")
 		}
-		h.Accelerator = val(a, Env("TPU_ACCELERATOR_TYPE"))
+		d.h.Accelerator = val(a, Env("TPU_ACCELERATOR_TYPE"))
 	}
+	return nil
+}
+
+// envBounds reads TPU_HOST_BOUNDS and TPU_CHIPS_PER_HOST_BOUNDS (three numbers each) and TPU_PROCESS_BOUNDS.
+func (d *detector) envBounds() error {
+	h := d.h
 	for _, b := range []struct {
 		name string
 		dst  *Value[Bounds]
 	}{{"TPU_HOST_BOUNDS", &h.HostBounds}, {"TPU_CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}, {"TPU_PROCESS_BOUNDS", &h.ProcessBounds}} {
-		if v, ok := d.lookup(b.name); ok {
-			bb, err := ParseBounds(v)
-			if err == nil && len(bb) != 3 && b.name != "TPU_PROCESS_BOUNDS" {
-				err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
-			}
-			if err != nil {
-				return envErr(b.name, v, err, "use three positive numbers such as 2,2,1, or unset it")
-			}
-			*b.dst = val(bb, Env(b.name))
+		v, ok := d.lookup(b.name)
+		if !ok {
+			continue
 		}
+		bb, err := ParseBounds(v)
+		if err == nil && len(bb) != 3 && b.name != "TPU_PROCESS_BOUNDS" {
+			err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
+		}
+		if err != nil {
+			return envErr(b.name, v, err, "use three positive numbers such as 2,2,1, or unset it")
+		}
+		*b.dst = val(bb, Env(b.name))
 	}
-	// torch_xla skips the metadata server for any non-empty value (even "0"); an empty one does not count.
+	return nil
+}
+
+// envSkipMDS reads TPU_SKIP_MDS_QUERY: torch_xla skips the metadata server for any non-empty value (even "0"); an
+// empty one does not count.
+func (d *detector) envSkipMDS() error {
 	if v, ok := d.env("TPU_SKIP_MDS_QUERY"); ok && v != "" {
-		h.SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
+		d.h.SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
 	}
+	return nil
+}
+
+// envHostnames reads TPU_WORKER_HOSTNAMES.
+func (d *detector) envHostnames() error {
 	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
 		hosts, err := ParseHostList(v)
 		if err != nil {
 			return envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host of the slice, comma-separated, in worker order")
 		}
-		h.Hostnames = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
+		d.h.Hostnames = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
 	}
-	for _, name := range []string{"TPU_WORKER_ID", "JOB_COMPLETION_INDEX"} { // GKE/JobSet index as a fallback
+	return nil
+}
+
+// envWorkerID reads TPU_WORKER_ID, else GKE/JobSet's JOB_COMPLETION_INDEX.
+func (d *detector) envWorkerID() error {
+	for _, name := range []string{"TPU_WORKER_ID", "JOB_COMPLETION_INDEX"} {
 		if v, ok := d.lookup(name); ok {
 			n, err := ParseIndex(v)
 			if err != nil {
 				return envErr(name, v, err, "use this host's index in the slice, from 0")
 			}
-			h.WorkerID = val(n, Env(name))
-			break
+			d.h.WorkerID = val(n, Env(name))
+			return nil
 		}
 	}
+	return nil
+}
+
+// envNumDevices reads TPU_NUM_DEVICES.
+func (d *detector) envNumDevices() error {
 	if v, ok := d.lookup("TPU_NUM_DEVICES"); ok {
 		n, err := ParseCount(v)
 		if err != nil {
 			return envErr("TPU_NUM_DEVICES", v, err, "set it to the number of local chips to use (1, 2, 4 or all), or unset it")
 		}
-		h.NumDevices = val(n, Env("TPU_NUM_DEVICES"))
+		d.h.NumDevices = val(n, Env("TPU_NUM_DEVICES"))
 	}
+	return nil
+}
+
+// envVisibleChips reads the parent's TPU_VISIBLE_CHIPS.
+func (d *detector) envVisibleChips() error {
 	if v, ok := d.lookup("TPU_VISIBLE_CHIPS"); ok {
 		list, err := ParseChipList(v)
 		if err != nil {
 			return envErr("TPU_VISIBLE_CHIPS", v, err, "use chip indices such as 0,1,2,3, or unset it")
 		}
-		h.VisibleChips = val(list, Env("TPU_VISIBLE_CHIPS"))
-	}
-	for _, name := range []string{"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"} {
-		if v, ok := d.lookup(name); ok {
-			if name != "MEGASCALE_COORDINATOR_ADDRESS" {
-				parse := ParseIndex
-				if name == "MEGASCALE_NUM_SLICES" || name == "MEGASCALE_PORT" {
-					parse = ParseCount
-				}
-				if _, err := parse(v); err != nil {
-					return envErr(name, v, err, "use a whole number, or unset it")
-				}
-			}
-			if h.Megascale == nil {
-				h.Megascale = map[string]Value[string]{}
-			}
-			h.Megascale[name] = val(strings.TrimSpace(v), Env(name))
-		}
+		d.h.VisibleChips = val(list, Env("TPU_VISIBLE_CHIPS"))
 	}
 	return nil
+}
+
+// envMegascale reads the MEGASCALE_* variables, checking the numbers.
+func (d *detector) envMegascale() error {
+	for _, name := range megascaleNames {
+		v, ok := d.lookup(name)
+		if !ok {
+			continue
+		}
+		if name != megascaleCoordinator {
+			if _, err := ParseMegascale(name, v); err != nil {
+				return envErr(name, v, err, "use a whole number, or unset it")
+			}
+		}
+		d.h.setMegascale(name, val(strings.TrimSpace(v), Env(name)))
+	}
+	return nil
+}
+
+// The multislice variables (TPU_FACTS.md): given by env or tpu-env, copied to every worker, or set by WorldPlan for
+// a multi-slice world.
+const (
+	megascaleCoordinator = "MEGASCALE_COORDINATOR_ADDRESS" // host 0 of slice 0
+	megascaleNumSlices   = "MEGASCALE_NUM_SLICES"
+	megascaleSliceID     = "MEGASCALE_SLICE_ID"
+	megascalePort        = "MEGASCALE_PORT"
+)
+
+var megascaleNames = []string{megascaleCoordinator, megascaleNumSlices, megascaleSliceID, megascalePort}
+
+// ParseMegascale is tpurun's one parser of the numbers of the multislice variables: MEGASCALE_NUM_SLICES and
+// MEGASCALE_PORT count from 1, MEGASCALE_SLICE_ID is an index from 0. Any other name (the coordinator's address
+// included) holds no number: an error.
+func ParseMegascale(name, v string) (int, error) {
+	switch name {
+	case megascaleNumSlices, megascalePort:
+		return ParseCount(v)
+	case megascaleSliceID:
+		return ParseIndex(v)
+	}
+	return 0, parseErrorf("%s holds no number", name)
+}
+
+// setMegascale records a MEGASCALE_* value unless one is given already (env before tpu-env).
+func (h *Host) setMegascale(name string, v Value[string]) {
+	if h.Megascale == nil {
+		h.Megascale = map[string]Value[string]{}
+	}
+	if _, given := h.Megascale[name]; !given {
+		h.Megascale[name] = v
+	}
 }

@@ -11,13 +11,8 @@ import (
 // GPU visibility, and what jax.distributed.initialize() needs. A request that does not plan gets no notes (the plan
 // error says why).
 func Explain(h *Host, req Request) []string {
-	switch h.Device.V {
-	case TPU:
-		return explainTPU(h, req)
-	case GPU:
-		return explainGPU(h, req)
-	case CPU:
-		return []string{jaxNeedsIDs("")}
+	if k, ok := kindOf(h.Device.V); ok {
+		return k.explain(h, req)
 	}
 	return nil
 }
@@ -27,30 +22,48 @@ func explainTPU(h *Host, req Request) []string {
 	if err != nil {
 		return nil
 	}
-	var out []string
+	out := []string{skipNote(h, req, s)}
+	if h.HostnameEndpoints {
+		out = append(out, "worker-network-endpoints lists host names only (the newer format): JAX reads it, torch_xla's "+
+			"get_worker_ips cannot, so the workers get the host list in env")
+	}
+	out = append(out, processNotes(h, req, s)...)
+	if len(s.Hosts) == 1 && !s.SPMD && !s.SingleProcess {
+		out = append(out, "TPU_PROCESS_ADDRESSES name localhost, as torch_xla's get_worker_ips does for any single host; "+
+			"TPU_WORKER_HOSTNAMES is not set (a parent's value is kept), so JAX's cluster detection finds what it finds upstream")
+	}
+	if note := jaxTPUNote(s); note != "" {
+		out = append(out, note)
+	}
+	return out
+}
+
+// skipNote says whether torch_xla in a worker reads the slice from the metadata server or env, and so what its
+// host_index() returns.
+func skipNote(h *Host, req Request, s *Slice) string {
 	skip, why := h.workerSkipMDS(req)
 	const taskIndex = "its host_index() returns CLOUD_TPU_TASK_ID (the global process index) where that is set and " +
 		"TPU_WORKER_ID elsewhere; for the host index read TPU_WORKER_ID or compute RANK // LOCAL_WORLD_SIZE"
 	switch why {
 	case skipFromParent:
-		out = append(out, fmt.Sprintf("workers keep TPU_SKIP_MDS_QUERY=%s (%s): torch_xla reads the slice from env, as in "+
-			"xmp.spawn's children on GKE; %s", skip, h.SkipMDS.Source, taskIndex))
+		return fmt.Sprintf("workers keep TPU_SKIP_MDS_QUERY=%s (%s): torch_xla reads the slice from env, as in "+
+			"xmp.spawn's children on GKE; %s", skip, h.SkipMDS.Source, taskIndex)
 	case skipReadMetadata:
-		out = append(out, fmt.Sprintf("workers get no TPU_SKIP_MDS_QUERY: torch_xla reads the slice from the metadata server, as "+
-			"tpurun did and as in xmp.spawn's children, so its host_index() is this host's WORKER_ID (%d)", s.WorkerID))
+		return fmt.Sprintf("workers get no TPU_SKIP_MDS_QUERY: torch_xla reads the slice from the metadata server, as "+
+			"tpurun did and as in xmp.spawn's children, so its host_index() is this host's WORKER_ID (%d)", s.WorkerID)
 	case skipSupplied:
-		out = append(out, fmt.Sprintf("workers get TPU_SKIP_MDS_QUERY=true and the slice in env, because %s: torch_xla reads "+
-			"it from there (on GCE xmp.spawn's children would ask the metadata server); %s", suppliedBecause(h, req), taskIndex))
-	case skipUnknownType:
-		out = append(out, "workers get no TPU_SKIP_MDS_QUERY: the accelerator type is unknown (v2 and v3 chips share PCI id "+
-			"0x0027 and the metadata server did not name it), and torch_xla's version() reads TPU_ACCELERATOR_TYPE under it; "+
-			"`import torch_xla` in a worker asks the metadata server as xmp.spawn's would. Set TPU_ACCELERATOR_TYPE (v2-8, "+
-			"v3-8, ...) to run without it")
+		return fmt.Sprintf("workers get TPU_SKIP_MDS_QUERY=true and the slice in env, because %s: torch_xla reads "+
+			"it from there (on GCE xmp.spawn's children would ask the metadata server); %s", suppliedBecause(h, req), taskIndex)
 	}
-	if h.HostnameEndpoints {
-		out = append(out, "worker-network-endpoints lists host names only (the newer format): JAX reads it, torch_xla's "+
-			"get_worker_ips cannot, so the workers get the host list in env")
-	}
+	return "workers get no TPU_SKIP_MDS_QUERY: the accelerator type is unknown (v2 and v3 chips share PCI id " +
+		"0x0027 and the metadata server did not name it), and torch_xla's version() reads TPU_ACCELERATOR_TYPE under it; " +
+		"`import torch_xla` in a worker asks the metadata server as xmp.spawn's would. Set TPU_ACCELERATOR_TYPE (v2-8, " +
+		"v3-8, ...) to run without it"
+}
+
+// processNotes explain the processes of the run: the one-chip run, SPMD's chips, a count from TPU_PROCESS_BOUNDS
+// and tpu7x's process bounds.
+func processNotes(h *Host, req Request, s *Slice) []string {
 	switch {
 	case s.SingleProcess:
 		note := fmt.Sprintf("nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip %d with "+
@@ -59,40 +72,45 @@ func explainTPU(h *Host, req Request) []string {
 			note += fmt.Sprintf("; this host alone, keeping host %d of the %d-host slice in TPU_WORKER_ID and "+
 				"TPU_WORKER_HOSTNAMES as upstream does (JAX's detection then expects every host)", s.WorkerID, len(s.SliceHosts))
 		}
-		out = append(out, note)
+		return []string{note}
 	case s.SPMD:
-		out = append(out, fmt.Sprintf("SPMD: one process per host sees chips %s; TPU_VISIBLE_CHIPS is set to all of them "+
+		return []string{fmt.Sprintf("SPMD: one process per host sees chips %s; TPU_VISIBLE_CHIPS is set to all of them "+
 			"because under TORCHELASTIC_RUN_ID torch_xla's xla:// handler sets TPU_VISIBLE_CHIPS=0 when it is unset",
-			joinInts(s.VisibleChips, ",")))
-	default:
-		if h.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < len(h.Usable.V) {
-			out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s (%s) runs %d processes on this host: torch_xla's "+
-				"num_local_processes takes the smaller of the chips and its size", h.ProcessBounds.V, h.ProcessBounds.Source, s.ProcsPerHost))
-		}
-		if h.Family == "tpu7x" {
-			if len(s.ProcessBounds) == 4 {
-				out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s carries tpu7x's core dimension as xmp.spawn writes it; "+
-					"the workers read the metadata server, so the xla:// handler never re-parses it", s.ProcessBounds))
-			} else {
-				out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s has three numbers on tpu7x: under TPU_SKIP_MDS_QUERY "+
-					"torch_xla's xla:// handler re-parses it and accepts only three, where xmp.spawn writes a fourth (,2); "+
-					"whether libtpu wants the ,2 is unverified", s.ProcessBounds))
-			}
-		}
+			joinInts(s.VisibleChips, ","))}
 	}
-	if len(s.Hosts) == 1 && !s.SPMD && !s.SingleProcess {
-		out = append(out, "TPU_PROCESS_ADDRESSES name localhost, as torch_xla's get_worker_ips does for any single host; "+
-			"TPU_WORKER_HOSTNAMES is not set (a parent's value is kept), so JAX's cluster detection finds what it finds upstream")
+	var out []string
+	if h.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < len(h.Usable.V) {
+		out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s (%s) runs %d processes on this host: torch_xla's "+
+			"num_local_processes takes the smaller of the chips and its size", h.ProcessBounds.V, h.ProcessBounds.Source, s.ProcsPerHost))
 	}
-	switch {
-	case s.SPMD && len(s.Hosts) > 1:
-		out = append(out, "JAX: jax.distributed.initialize() needs no arguments here: one process per host, whose id is TPU_WORKER_ID")
-	case !s.SPMD && !s.SingleProcess && (s.ProcsPerHost > 1 || len(s.Hosts) > 1):
-		out = append(out, fmt.Sprintf("JAX: jax.distributed.initialize() detects a cloud-TPU cluster from "+
-			"TPU_PROCESS_ADDRESSES and takes TPU_WORKER_ID (the host index) as the process id, which repeats with %d "+
-			"processes per host: %s, or run one process per host (SPMD)", s.ProcsPerHost, jaxArgs))
+	if h.Family == "tpu7x" {
+		out = append(out, tpu7xNote(s))
 	}
 	return out
+}
+
+// tpu7xNote says why tpu7x's process bounds have, or lack, the core dimension.
+func tpu7xNote(s *Slice) string {
+	if len(s.ProcessBounds) == 4 {
+		return fmt.Sprintf("TPU_PROCESS_BOUNDS=%s carries tpu7x's core dimension as xmp.spawn writes it; "+
+			"the workers read the metadata server, so the xla:// handler never re-parses it", s.ProcessBounds)
+	}
+	return fmt.Sprintf("TPU_PROCESS_BOUNDS=%s has three numbers on tpu7x: under TPU_SKIP_MDS_QUERY "+
+		"torch_xla's xla:// handler re-parses it and accepts only three, where xmp.spawn writes a fourth (,2); "+
+		"whether libtpu wants the ,2 is unverified", s.ProcessBounds)
+}
+
+// jaxTPUNote says what jax.distributed.initialize() needs on the slice; "" for a one-process run.
+func jaxTPUNote(s *Slice) string {
+	switch {
+	case s.SPMD && len(s.Hosts) > 1:
+		return "JAX: jax.distributed.initialize() needs no arguments here: one process per host, whose id is TPU_WORKER_ID"
+	case !s.SPMD && !s.SingleProcess && (s.ProcsPerHost > 1 || len(s.Hosts) > 1):
+		return fmt.Sprintf("JAX: jax.distributed.initialize() detects a cloud-TPU cluster from "+
+			"TPU_PROCESS_ADDRESSES and takes TPU_WORKER_ID (the host index) as the process id, which repeats with %d "+
+			"processes per host: %s, or run one process per host (SPMD)", s.ProcsPerHost, jaxArgs)
+	}
+	return ""
 }
 
 // suppliedBecause says why tpurun hands the slice to the workers in env rather than letting them read the metadata
@@ -127,20 +145,4 @@ const jaxArgs = "pass process_id=int(os.environ['JAX_PROCESS_ID']), num_processe
 func jaxNeedsIDs(localIDs string) string {
 	return "JAX: jax.distributed.initialize() reads JAX_COORDINATOR_ADDRESS" + localIDs + " from env but no process id " +
 		"or count, and detects no cluster on this host: " + jaxArgs
-}
-
-func explainGPU(h *Host, req Request) []string {
-	var out []string
-	seen := "every GPU"
-	if h.CUDAVisible.IsSet() {
-		seen = "GPUs " + strings.Join(h.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
-	}
-	if req.IsolateGPUs {
-		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+
-			"selects cuda:LOCAL_RANK fails from local rank 1 with \"invalid device ordinal\"")
-	} else {
-		out = append(out, "workers see "+seen+", as under torchrun, and each uses cuda:LOCAL_RANK; per-rank "+
-			"CUDA_VISIBLE_DEVICES only on request")
-	}
-	return append(out, jaxNeedsIDs(" and JAX_LOCAL_DEVICE_IDS (this worker's GPU)"))
 }

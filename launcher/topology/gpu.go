@@ -1,10 +1,54 @@
 package topology
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 )
+
+// GPU is the kind of a host with NVIDIA GPUs, run through CUDA.
+const GPU Device = "gpu"
+
+func init() { register(gpu{}) }
+
+// gpu is the GPU kind: one worker per usable GPU by default; like torchrun every worker sees every usable GPU.
+type gpu struct{ perHost }
+
+func (gpu) Device() Device    { return GPU }
+func (gpu) PerCore() bool     { return false }
+func (gpu) NCCL() bool        { return true }
+func (gpu) preference() int   { return 1 }
+func (gpu) pjrt() []string    { return []string{"CUDA", "GPU"} }
+func (gpu) aliases() []string { return []string{"cuda"} }
+
+func (gpu) devices(h *Host) []Chip { return h.GPUs }
+
+func (gpu) detect(_ context.Context, d *detector) error { return d.gpu() }
+
+// claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
+// or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
+func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
+	src := d.gpuSource(scan)
+	switch {
+	case !src.IsSet():
+		return Value[Device]{}, false
+	case d.cudaHidden():
+		return val(CPU, Env("CUDA_VISIBLE_DEVICES")), true
+	}
+	return val(GPU, src), true
+}
+
+func (gpu) settings(h *Host) []setting {
+	out := []setting{spmdSetting(h)}
+	if len(h.GPUs) > 0 {
+		out = append(out,
+			setting{"GPUs", fmt.Sprint(len(h.GPUs)), h.GPUSource},
+			setting{"usable GPUs", counted(len(h.UsableGPUs.V), "GPU", h.UsableGPUs.V), h.UsableGPUs.Source},
+			setting{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(h.CUDAVisible.V, ","), h.CUDAVisible.Source})
+	}
+	return out
+}
 
 // gpu detects the NVIDIA GPUs of this host (display and 3D controllers of vendor 0x10de in sysfs, else
 // /dev/nvidiaN) and the ones this launcher may use: all, or the parent's CUDA_VISIBLE_DEVICES.
@@ -53,6 +97,23 @@ func (d *detector) gpu() error {
 	return nil
 }
 
+// gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
+func (d *detector) gpuSource(scan pciScan) Source {
+	switch {
+	case len(scan.gpus) > 0:
+		return Sysfs(scan.dir)
+	case len(devNodes(d.h.DevRoot, "nvidia")) > 0:
+		return Dev(d.h.DevRoot + "/nvidia*")
+	}
+	return Source{}
+}
+
+// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
+func (d *detector) cudaHidden() bool {
+	v, ok := d.env("CUDA_VISIBLE_DEVICES")
+	return ok && CUDAHidesAll(v)
+}
+
 // cudaVisible narrows the usable GPUs to the parent's CUDA_VISIBLE_DEVICES: indices must name GPUs found on this
 // host; UUIDs (GPU-..., MIG-...) are taken as given, numbered by their position.
 func (d *detector) cudaVisible(v string) error {
@@ -99,10 +160,66 @@ func CUDAHidesAll(v string) bool {
 // local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
 func (h *Host) GPUShareNote(workers int) string {
 	g := len(h.UsableGPUs.V)
-	if h.Device.V != GPU || workers <= g || g == 0 {
+	if workers <= g || g == 0 { // only a GPU host has usable GPUs
 		return ""
 	}
 	return fmt.Sprintf("%d workers share the %d usable GPU(s) (%s): local ranks %d..%d have no GPU of their own, so a program "+
 		"that picks cuda:LOCAL_RANK fails there (\"invalid device ordinal\"); pick cuda:LOCAL_RANK %% torch.cuda.device_count(), "+
 		"use gloo on CPU (--device cpu), or run %d workers", workers, g, h.UsableGPUs.Source, g, workers-1, g)
+}
+
+// plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
+// parent unless req.IsolateGPUs: every worker sees the usable GPUs and uses cuda:LOCAL_RANK, which is also the
+// device JAX_LOCAL_DEVICE_IDS names for jax.distributed.initialize().
+func (gpu) plan(h *Host, req Request) (*Plan, error) {
+	gpus := h.UsableGPUs.V
+	n := req.NProcs
+	if n == 0 {
+		n = len(gpus)
+	}
+	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
+		return nil, &ConfigError{Name: "device", Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+	}
+	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
+	// i mod the GPU count, and GPUShareNote says which ranks share.
+	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
+	for i := 0; i < n; i++ {
+		env := map[string]string{
+			"PJRT_DEVICE":              "CUDA",
+			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
+			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
+			"GPU_NUM_DEVICES":          strconv.Itoa(n),
+			EnvJAXLocalDeviceIDs:       strconv.Itoa(i % len(gpus)),
+		}
+		if req.IsolateGPUs {
+			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
+			env[EnvJAXLocalDeviceIDs] = "0"
+		}
+		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: env})
+	}
+	return p, nil
+}
+
+// gpuName is how CUDA_VISIBLE_DEVICES names usable GPU i: the parent's entry as given, else its index.
+func (h *Host) gpuName(i int) string {
+	if i < len(h.CUDAVisible.V) {
+		return h.CUDAVisible.V[i]
+	}
+	return strconv.Itoa(h.UsableGPUs.V[i])
+}
+
+func (gpu) explain(h *Host, req Request) []string {
+	var out []string
+	seen := "every GPU"
+	if h.CUDAVisible.IsSet() {
+		seen = "GPUs " + strings.Join(h.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
+	}
+	if req.IsolateGPUs {
+		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+
+			"selects cuda:LOCAL_RANK fails from local rank 1 with \"invalid device ordinal\"")
+	} else {
+		out = append(out, "workers see "+seen+", as under torchrun, and each uses cuda:LOCAL_RANK; per-rank "+
+			"CUDA_VISIBLE_DEVICES only on request")
+	}
+	return append(out, jaxNeedsIDs(" and JAX_LOCAL_DEVICE_IDS (this worker's GPU)"))
 }

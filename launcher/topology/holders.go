@@ -187,10 +187,10 @@ func getlk(path string) int {
 	return int(lk.Pid)
 }
 
-// DevNodes lists the device nodes of the host's chips (and GPUs), for Holders.
+// DevNodes lists the device nodes of the host's chips (or GPUs), for Holders.
 func (h *Host) DevNodes() []string {
 	var out []string
-	for _, c := range append(append([]Chip(nil), h.Chips...), h.GPUs...) {
+	for _, c := range h.Device.V.Kind().devices(h) {
 		if c.DevNode != "" {
 			out = append(out, c.DevNode)
 		}
@@ -201,12 +201,7 @@ func (h *Host) DevNodes() []string {
 // CheckFree is the pre-launch check: an error *BusyError (errors.Is ErrChipBusy) when another process holds one of
 // the usable chips' device nodes open.
 func (h *Host) CheckFree() error {
-	var paths []string
-	for _, i := range h.Usable.V {
-		if i < len(h.Chips) && h.Chips[i].DevNode != "" {
-			paths = append(paths, h.Chips[i].DevNode)
-		}
-	}
+	paths := h.Device.V.Kind().usableNodes(h)
 	if len(paths) == 0 {
 		return nil
 	}

@@ -57,81 +57,120 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		return md.parsed(KeyTPUEnv, err)
 	}
 	src := Metadata(md.URL(KeyTPUEnv))
-	if !h.Accelerator.IsSet() {
-		t, ok := kv["ACCELERATOR_TYPE"]
-		asrc, key := src, KeyTPUEnv
-		if !ok {
-			if t, err = md.Get(ctx, KeyAcceleratorType); err != nil {
-				return err
-			}
-			asrc, key = Metadata(md.URL(KeyAcceleratorType)), KeyAcceleratorType
-		}
-		a, err := ParseAcceleratorType(t)
-		if err != nil {
-			return md.parsed(key, err)
-		}
-		h.Accelerator = val(a, asrc)
+	if err := d.mdAccelerator(ctx, kv, src); err != nil {
+		return err
 	}
-	for _, b := range []struct {
-		key string
-		dst *Value[Bounds]
-	}{{"HOST_BOUNDS", &h.HostBounds}, {"CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}} {
-		if v, ok := kv[b.key]; ok && !b.dst.IsSet() {
-			bb, err := ParseBounds(v)
-			if err == nil && len(bb) != 3 {
-				err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
-			}
-			if err != nil {
-				return md.parsed(KeyTPUEnv, fmt.Errorf("%s: %w", b.key, err))
-			}
-			*b.dst = val(bb, src)
-		}
+	if err := d.mdBounds(kv, src); err != nil {
+		return err
 	}
-	for _, k := range []string{"MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES", "MEGASCALE_SLICE_ID", "MEGASCALE_PORT"} {
+	for _, k := range megascaleNames {
 		if v, ok := kv[k]; ok && v != "" {
-			if h.Megascale == nil {
-				h.Megascale = map[string]Value[string]{}
-			}
-			if _, given := h.Megascale[k]; !given {
-				h.Megascale[k] = val(v, src)
-			}
+			h.setMegascale(k, val(v, src))
 		}
 	}
 	complete := torchXLAReads(kv)
-	if h.Accelerator.V.Hosts() == 1 {
-		h.TorchXLAMetadata = complete
-		return nil
-	}
-	if !h.WorkerID.IsSet() {
-		v, ok := kv["WORKER_ID"]
-		wsrc := src
-		if !ok {
-			if v, err = md.Get(ctx, KeyWorkerNumber); err != nil {
-				return err
-			}
-			wsrc = Metadata(md.URL(KeyWorkerNumber))
+	if h.Accelerator.V.Hosts() > 1 {
+		if err := d.mdWorkerID(ctx, kv, src); err != nil {
+			return err
 		}
-		n, err := ParseIndex(v)
-		if err != nil {
-			return md.parsed(KeyWorkerNumber, err)
-		}
-		h.WorkerID = val(n, wsrc)
-	}
-	if !h.Hostnames.IsSet() {
-		body, err := md.Get(ctx, KeyEndpoints)
+		names, err := d.mdHostnames(ctx)
 		if err != nil {
 			return err
 		}
-		hosts, names, err := parseEndpoints(body)
-		if err != nil {
-			return md.parsed(KeyEndpoints, err)
-		}
-		h.Hostnames = val(hosts, Metadata(md.URL(KeyEndpoints)))
-		h.HostnameEndpoints = names
 		complete = complete && !names
 	}
 	h.TorchXLAMetadata = complete
 	return nil
+}
+
+// mdAccelerator reads the accelerator type, unless flags or env gave it: tpu-env's ACCELERATOR_TYPE, else the key
+// accelerator-type.
+func (d *detector) mdAccelerator(ctx context.Context, kv map[string]string, src Source) error {
+	if d.h.Accelerator.IsSet() {
+		return nil
+	}
+	md := d.md
+	t, ok := kv["ACCELERATOR_TYPE"]
+	key := KeyTPUEnv
+	if !ok {
+		var err error
+		if t, err = md.Get(ctx, KeyAcceleratorType); err != nil {
+			return err
+		}
+		src, key = Metadata(md.URL(KeyAcceleratorType)), KeyAcceleratorType
+	}
+	a, err := ParseAcceleratorType(t)
+	if err != nil {
+		return md.parsed(key, err)
+	}
+	d.h.Accelerator = val(a, src)
+	return nil
+}
+
+// mdBounds reads tpu-env's HOST_BOUNDS and CHIPS_PER_HOST_BOUNDS where env gave none.
+func (d *detector) mdBounds(kv map[string]string, src Source) error {
+	h := d.h
+	for _, b := range []struct {
+		key string
+		dst *Value[Bounds]
+	}{{"HOST_BOUNDS", &h.HostBounds}, {"CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}} {
+		v, ok := kv[b.key]
+		if !ok || b.dst.IsSet() {
+			continue
+		}
+		bb, err := ParseBounds(v)
+		if err == nil && len(bb) != 3 {
+			err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
+		}
+		if err != nil {
+			return d.md.parsed(KeyTPUEnv, fmt.Errorf("%s: %w", b.key, err))
+		}
+		*b.dst = val(bb, src)
+	}
+	return nil
+}
+
+// mdWorkerID reads this host's index in a multi-host slice, unless env gave it: tpu-env's WORKER_ID, else the key
+// agent-worker-number.
+func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Source) error {
+	if d.h.WorkerID.IsSet() {
+		return nil
+	}
+	md := d.md
+	v, ok := kv["WORKER_ID"]
+	if !ok {
+		var err error
+		if v, err = md.Get(ctx, KeyWorkerNumber); err != nil {
+			return err
+		}
+		src = Metadata(md.URL(KeyWorkerNumber))
+	}
+	n, err := ParseIndex(v)
+	if err != nil {
+		return md.parsed(KeyWorkerNumber, err)
+	}
+	d.h.WorkerID = val(n, src)
+	return nil
+}
+
+// mdHostnames reads the slice's hosts from worker-network-endpoints, unless env gave them, and reports whether it
+// listed host names alone (which torch_xla cannot read).
+func (d *detector) mdHostnames(ctx context.Context) (names bool, err error) {
+	h, md := d.h, d.md
+	if h.Hostnames.IsSet() {
+		return false, nil
+	}
+	body, err := md.Get(ctx, KeyEndpoints)
+	if err != nil {
+		return false, err
+	}
+	hosts, names, err := parseEndpoints(body)
+	if err != nil {
+		return false, md.parsed(KeyEndpoints, err)
+	}
+	h.Hostnames = val(hosts, Metadata(md.URL(KeyEndpoints)))
+	h.HostnameEndpoints = names
+	return names, nil
 }
 
 // torchXLAReads reports whether tpu-env holds what torch_xla's get_tpu_env callers read from it (tpu.py:

@@ -1,16 +1,11 @@
 package topology
 
-// nodes fills NodeHosts and NodeRank (see Host). A TPU host has read the slice's host list and worker id already
-// (malformed values failed detection); on other hosts the same variables, then SLURM's, are read here, and a
-// malformed one is kept in NodeErr for the run that needs it.
-func (d *detector) nodes() {
+// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from the same variables a TPU slice
+// is described by (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, JOB_COMPLETION_INDEX), else SLURM's. A malformed one is kept
+// in NodeErr for the run that needs it. (A TPU host has read them already, and malformed values failed detection.)
+func (d *detector) envNodes() {
 	h := d.h
-	if h.Device.V == TPU {
-		if h.Hostnames.IsSet() || h.WorkerID.IsSet() {
-			h.NodeHosts, h.NodeRank = h.Hostnames, h.WorkerID
-			return
-		}
-	} else if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
+	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
 		hosts, err := ParseHostList(v)
 		if err != nil {
 			h.NodeErr = envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host, comma-separated, in node order")
@@ -20,19 +15,28 @@ func (d *detector) nodes() {
 		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 		return
 	}
-	if v, ok := d.lookup("SLURM_JOB_NODELIST"); ok {
-		hosts, err := ParseSlurmNodelist(v)
-		if err != nil {
-			h.NodeErr = envErr("SLURM_JOB_NODELIST", v, err, "fix the node list, or name the hosts another way")
-			return
-		}
-		h.NodeHosts = val(hosts, Env("SLURM_JOB_NODELIST"))
-		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
+	if d.slurmNodes() {
 		return
 	}
-	if h.Device.V != TPU {
-		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+	h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+}
+
+// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether the list is
+// set.
+func (d *detector) slurmNodes() bool {
+	h := d.h
+	v, ok := d.lookup("SLURM_JOB_NODELIST")
+	if !ok {
+		return false
 	}
+	hosts, err := ParseSlurmNodelist(v)
+	if err != nil {
+		h.NodeErr = envErr("SLURM_JOB_NODELIST", v, err, "fix the node list, or name the hosts another way")
+		return true
+	}
+	h.NodeHosts = val(hosts, Env("SLURM_JOB_NODELIST"))
+	h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
+	return true
 }
 
 // index reads the first of names that is set as a node index.

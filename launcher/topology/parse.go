@@ -2,9 +2,10 @@ package topology
 
 import (
 	"bufio"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"tpurun/internal/hostname"
 )
 
 // maxCount bounds counts (chips, processes, worker ids) taken from outside input.
@@ -93,20 +94,8 @@ func ParseHostList(s string) ([]string, error) {
 	return out, nil
 }
 
-// checkHost accepts host names, IPv4 and IPv6 addresses (without port).
-func checkHost(h string) error {
-	if len(h) > 253 {
-		return fmt.Errorf("%q is longer than 253 characters", h)
-	}
-	for _, r := range h {
-		ok := r == '.' || r == '-' || r == '_' || r == ':' || r == '[' || r == ']' || r == '%' ||
-			(r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')
-		if !ok {
-			return fmt.Errorf("%q contains %q, not allowed in a host name", h, r)
-		}
-	}
-	return nil
-}
+// checkHost is hostname.Check: an IP address or a DNS host name, the one rule for a host in tpurun.
+func checkHost(h string) error { return hostname.Check(h) }
 
 // ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
 // skipped; anything else is an error naming the line.
@@ -121,23 +110,9 @@ func ParseTPUEnv(body string) (map[string]string, error) {
 		if l == "" {
 			continue
 		}
-		i := strings.IndexByte(l, ':')
-		if i <= 0 {
-			return nil, parseErrorf("tpu-env line %d %q is not KEY: 'value'", line, clip(l))
-		}
-		k, v := strings.TrimSpace(l[:i]), strings.TrimSpace(l[i+1:])
-		for _, r := range k {
-			if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
-				return nil, parseErrorf("tpu-env line %d: key %q is not an UPPER_CASE name", line, clip(k))
-			}
-		}
-		if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') {
-			if v[len(v)-1] != v[0] {
-				return nil, parseErrorf("tpu-env line %d: value %q has an unmatched quote", line, clip(v))
-			}
-			v = v[1 : len(v)-1]
-		} else if v == "'" || v == "\"" {
-			return nil, parseErrorf("tpu-env line %d: value %q has an unmatched quote", line, v)
+		k, v, err := parseTPUEnvLine(line, l)
+		if err != nil {
+			return nil, err
 		}
 		out[k] = v
 	}
@@ -148,6 +123,29 @@ func ParseTPUEnv(body string) (map[string]string, error) {
 		return nil, parseErrorf("tpu-env is empty")
 	}
 	return out, nil
+}
+
+// parseTPUEnvLine parses line number n of tpu-env, `KEY: 'value'`, trimmed and not blank.
+func parseTPUEnvLine(n int, l string) (key, value string, err error) {
+	i := strings.IndexByte(l, ':')
+	if i <= 0 {
+		return "", "", parseErrorf("tpu-env line %d %q is not KEY: 'value'", n, clip(l))
+	}
+	k, v := strings.TrimSpace(l[:i]), strings.TrimSpace(l[i+1:])
+	for _, r := range k {
+		if !(r == '_' || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
+			return "", "", parseErrorf("tpu-env line %d: key %q is not an UPPER_CASE name", n, clip(k))
+		}
+	}
+	if len(v) >= 2 && (v[0] == '\'' || v[0] == '"') {
+		if v[len(v)-1] != v[0] {
+			return "", "", parseErrorf("tpu-env line %d: value %q has an unmatched quote", n, clip(v))
+		}
+		v = v[1 : len(v)-1]
+	} else if v == "'" || v == "\"" {
+		return "", "", parseErrorf("tpu-env line %d: value %q has an unmatched quote", n, v)
+	}
+	return k, v, nil
 }
 
 // ParseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker

@@ -1,20 +1,5 @@
 package topology
 
-import (
-	"fmt"
-	"strconv"
-)
-
-// Device is the kind of accelerator a plan runs on.
-type Device string
-
-// The devices a plan can run on; the strings are what PJRT_DEVICE takes (in upper case) and what --device takes.
-const (
-	CPU Device = "cpu"
-	GPU Device = "gpu"
-	TPU Device = "tpu"
-)
-
 // Node is one host of the world.
 type Node struct {
 	Rank         int    `json:"rank"`
@@ -49,23 +34,4 @@ func (p *Plan) Local(nodeRank int) []Worker {
 		}
 	}
 	return out
-}
-
-// CPUPlan is the single-host plan of n CPU workers: the embedded default that needs no accelerator.
-func CPUPlan(n int) (*Plan, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("nprocs %d: need at least 1 worker", n)
-	}
-	p := &Plan{Device: CPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
-	for i := 0; i < n; i++ {
-		p.Workers = append(p.Workers, Worker{
-			Rank: i, LocalRank: i, NodeRank: 0, Replicas: []int{i},
-			Env: map[string]string{
-				"PJRT_DEVICE":              "CPU",
-				"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
-				"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
-			},
-		})
-	}
-	return p, nil
 }

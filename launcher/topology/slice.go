@@ -110,16 +110,3 @@ func (s Slice) port(lr int) int {
 	}
 	return s.PortBase + lr
 }
-
-// tpuPlan validates and builds the slice plan; every TPU_PROCESS_PORT is the base + the local rank.
-func tpuPlan(h *Host, req Request) (*Plan, error) {
-	s, err := h.Slice(req)
-	if err != nil {
-		return nil, err
-	}
-	s.PortBase = req.TPUPortBase
-	if s.PortBase == 0 {
-		s.PortBase = DefaultTPUPortBase
-	}
-	return s.Plan(), nil
-}

@@ -79,34 +79,12 @@ func expandHost(e string, limit int) ([]string, error) {
 	if body == "" {
 		return nil, parseErrorf("entry %q: empty range []", e)
 	}
-	var heads []string
-	for _, part := range strings.Split(body, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !isRange {
-			hi = lo
-		}
-		a, err1 := strconv.ParseUint(lo, 10, 32)
-		b, err2 := strconv.ParseUint(hi, 10, 32)
-		if err1 != nil || err2 != nil || lo == "" || hi == "" {
-			return nil, parseErrorf("entry %q: range %q is not N or N-M with decimal numbers", e, part)
-		}
-		if b < a {
-			return nil, parseErrorf("entry %q: range %q runs backwards", e, part)
-		}
-		if b-a >= uint64(limit) || len(heads)+int(b-a+1) > limit {
-			return nil, parseErrorf("entry %q: expands to more than %d hosts", e, maxCount)
-		}
-		width := 0
-		if len(lo) > 1 && lo[0] == '0' {
-			width = len(lo)
-		}
-		for n := a; n <= b; n++ {
-			heads = append(heads, fmt.Sprintf("%s%0*d", prefix, width, n))
-		}
+	heads, err := expandRanges(e, prefix, body, limit)
+	if err != nil {
+		return nil, err
 	}
 	tails := []string{suffix}
 	if strings.IndexByte(suffix, '[') >= 0 {
-		var err error
 		if tails, err = expandHost(suffix, max(limit/len(heads), 1)); err != nil {
 			return nil, err
 		}
@@ -114,6 +92,50 @@ func expandHost(e string, limit int) ([]string, error) {
 	if len(heads)*len(tails) > limit {
 		return nil, parseErrorf("entry %q: expands to more than %d hosts", e, maxCount)
 	}
+	return joinHosts(heads, tails)
+}
+
+// expandRanges expands the ranges of one bracket group of entry e ("01-03,07") after prefix, at most limit hosts.
+func expandRanges(e, prefix, body string, limit int) ([]string, error) {
+	var heads []string
+	for _, part := range strings.Split(body, ",") {
+		a, b, width, err := parseRange(e, part)
+		if err != nil {
+			return nil, err
+		}
+		if b-a >= uint64(limit) || len(heads)+int(b-a+1) > limit {
+			return nil, parseErrorf("entry %q: expands to more than %d hosts", e, maxCount)
+		}
+		for n := a; n <= b; n++ {
+			heads = append(heads, fmt.Sprintf("%s%0*d", prefix, width, n))
+		}
+	}
+	return heads, nil
+}
+
+// parseRange parses one range of entry e: N or N-M, decimal, not backwards; width is N's zero-padded width (0 when
+// not padded).
+func parseRange(e, part string) (lo, hi uint64, width int, err error) {
+	l, h, isRange := strings.Cut(part, "-")
+	if !isRange {
+		h = l
+	}
+	lo, err1 := strconv.ParseUint(l, 10, 32)
+	hi, err2 := strconv.ParseUint(h, 10, 32)
+	if err1 != nil || err2 != nil || l == "" || h == "" {
+		return 0, 0, 0, parseErrorf("entry %q: range %q is not N or N-M with decimal numbers", e, part)
+	}
+	if hi < lo {
+		return 0, 0, 0, parseErrorf("entry %q: range %q runs backwards", e, part)
+	}
+	if len(l) > 1 && l[0] == '0' {
+		width = len(l)
+	}
+	return lo, hi, width, nil
+}
+
+// joinHosts is every head followed by every tail, each a valid host name.
+func joinHosts(heads, tails []string) ([]string, error) {
 	out := make([]string, 0, len(heads)*len(tails))
 	for _, h := range heads {
 		for _, t := range tails {

@@ -8,154 +8,239 @@ import (
 // Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
 // How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
 func (h *Host) Slice(req Request) (*Slice, error) {
-	if h.Device.V != TPU {
+	if !h.Device.V.Kind().FixedSlice() {
 		return nil, &ConfigError{Name: "device", Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
 	}
-	spmd, spmdSrc := req.SPMD, Flag("spmd")
-	if !spmd && h.SPMD.V {
-		spmd, spmdSrc = true, h.SPMD.Source
+	r, err := h.resolve(req)
+	if err != nil {
+		return nil, err
 	}
-	hosts, hostsSrc, node := []string{"localhost"}, Default(), 0
+	s, err := h.newSlice(r)
+	if err != nil {
+		return nil, err
+	}
+	givenPB, givenProcs, err := h.givenProcessBounds()
+	if err != nil {
+		return nil, err
+	}
+	if r.spmd {
+		err = h.spmdProcesses(s, r)
+	} else {
+		err = h.chipProcesses(s, r, givenPB, givenProcs)
+	}
+	if err == nil {
+		err = h.processBounds(s, r, givenPB, givenProcs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// resolved is a request resolved against the host: the run's hosts, this host's place among them, and SPMD.
+type resolved struct {
+	req      Request
+	spmd     bool
+	spmdSrc  Source
+	hosts    []string // the run's hosts in node order: this host alone for a one-chip run
+	hostsSrc Source
+	node     int // this host's index in hosts
+	// sliceHosts and sliceNode are the whole slice's hosts and this host's index in them.
+	sliceHosts []string
+	sliceNode  int
+	single     bool // xmp.spawn(nprocs=1)'s one-chip run
+}
+
+// resolve places this host: among the rendezvous's hosts, else the slice's (env or metadata), else alone.
+func (h *Host) resolve(req Request) (resolved, error) {
+	r := resolved{req: req, spmd: req.SPMD, spmdSrc: Flag("spmd"), hosts: []string{"localhost"}, hostsSrc: Default()}
+	if !r.spmd && h.SPMD.V {
+		r.spmd, r.spmdSrc = true, h.SPMD.Source
+	}
 	switch {
 	case req.Hosts != nil:
-		hosts, hostsSrc, node = req.Hosts, Derived("rendezvous"), req.NodeRank
+		r.hosts, r.hostsSrc, r.node = req.Hosts, Derived("rendezvous"), req.NodeRank
 	case h.Hostnames.IsSet():
-		hosts, hostsSrc, node = h.Hostnames.V, h.Hostnames.Source, h.WorkerID.V
+		r.hosts, r.hostsSrc, r.node = h.Hostnames.V, h.Hostnames.Source, h.WorkerID.V
 	}
-	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
-		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
-			Sources: []Source{hostsSrc}, Choices: indexChoices(len(hosts))}
-	}
-	if a := h.Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
-		return nil, &ConfigError{Name: "accelerator type", Value: a.V.Type,
-			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, hostsSrc},
-			Hint: "list every host of the slice, or fix the accelerator type"}
-	}
-	if hb := h.HostBounds; req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
-		return nil, &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
-			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
-			Sources: []Source{hb.Source, hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
+	if err := h.checkHosts(r); err != nil {
+		return r, err
 	}
 	// xmp.spawn(nprocs=1) runs one process on one chip of this host, whatever the slice (pjrt.py
 	// _run_singleprocess): --nprocs 1 without a rendezvous is that run.
-	single := !spmd && req.NProcs == 1 && req.Hosts == nil
-	sliceHosts, sliceNode := hosts, node
-	if single {
-		hosts, node = []string{hosts[node]}, 0
+	r.single = !r.spmd && req.NProcs == 1 && req.Hosts == nil
+	r.sliceHosts, r.sliceNode = r.hosts, r.node
+	if r.single {
+		r.hosts, r.node = []string{r.hosts[r.node]}, 0
 	}
-	multi := len(hosts) > 1
-	usable := h.Usable.V
-	n := len(usable)
-	desc := fmt.Sprintf("%d %s chips", n, familyLabel(h.Family))
-	sources := []Source{h.Usable.Source}
+	return r, nil
+}
 
+// checkHosts refuses a node that is not one of the hosts, and hosts that the accelerator type or given host
+// bounds contradict.
+func (h *Host) checkHosts(r resolved) error {
+	hosts, node := r.hosts, r.node
+	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
+		return &ConfigError{Name: "node rank", Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
+			Sources: []Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
+	}
+	if a := h.Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
+		return &ConfigError{Name: "accelerator type", Value: a.V.Type,
+			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, r.hostsSrc},
+			Hint: "list every host of the slice, or fix the accelerator type"}
+	}
+	if hb := h.HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
+		return &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
+			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
+			Sources: []Source{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
+	}
+	return nil
+}
+
+// newSlice is the slice of r before its processes are laid out: the hosts, the usable chips (a count that has a
+// chip grid), the host's bounds, and the env every worker gets as is.
+func (h *Host) newSlice(r resolved) (*Slice, error) {
+	n := len(h.Usable.V)
 	if n == 0 {
-		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources}
+		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: []Source{h.Usable.Source}}
 	}
 	if _, err := ChipBounds(n); err != nil {
 		return nil, subsetError(h)
 	}
-	s := &Slice{Hosts: hosts, NodeRank: node, SPMD: spmd, SingleProcess: single, SliceHosts: sliceHosts, WorkerID: sliceNode,
+	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
 		Accelerator: h.Accelerator.V.Type, Megascale: map[string]string{}}
-	s.SkipMDS, _ = h.workerSkipMDS(req)
+	s.SkipMDS, _ = h.workerSkipMDS(r.req)
 	for key, v := range h.Megascale {
 		s.Megascale[key] = v.V
 	}
 	s.ChipsPerHostBounds = h.ChipsPerHostBounds.V
 	s.HostBounds = h.HostBounds.V
 	if s.HostBounds == nil {
-		s.HostBounds = Bounds{1, 1, len(sliceHosts)}
+		s.HostBounds = Bounds{1, 1, len(r.sliceHosts)}
 	}
 	if s.ChipsPerHostBounds == nil {
 		s.ChipsPerHostBounds, _ = ChipBounds(n)
 	}
-	givenPB, givenProcs, err := h.givenProcessBounds()
-	if err != nil {
-		return nil, err
+	return s, nil
+}
+
+// spmdProcesses lays out SPMD: ONE process per host that sees every usable chip.
+func (h *Host) spmdProcesses(s *Slice, r resolved) error {
+	if k := r.req.NProcs; k > 1 {
+		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{r.req.NProcsSource, r.spmdSrc},
+			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
-	// envLimit: TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count.
-	envLimit := h.NumDevices.IsSet() || h.VisibleChips.IsSet()
-	k := req.NProcs
-	if spmd {
-		if k > 1 {
-			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-				Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{req.NProcsSource, spmdSrc},
-				Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
-		}
-		k = 1
-		s.ChipsPerProcess, _ = ChipBounds(n)
-		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(h.Chips))
-		// Every usable chip, always: under TORCHELASTIC_RUN_ID torch_xla's xla:// handler runs its one-process
-		// setup, which sets TPU_VISIBLE_CHIPS=0 when it is unset (tpu.py configure_one_chip_topology).
-		s.VisibleChips = usable
-		s.ProcessBounds = s.HostBounds
-		s.ReplicasPerProcess = 1
-	} else {
-		if k == 0 && givenPB != nil && !multi && givenProcs < n {
-			// torch_xla's num_local_processes: min(local chips, size of TPU_PROCESS_BOUNDS).
-			if err := h.checkDerivedProcs(givenProcs, n, desc); err != nil {
-				return nil, err
-			}
-			k = givenProcs
-		}
-		if k == 0 {
-			k = n
-		}
-		if envLimit && k != n {
-			// Compared once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a
-			// valid subset by the check above: nprocs must use exactly the chips the env gives.
-			src := []Source{req.NProcsSource, h.Usable.Source}
-			if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
-				src = append(src, h.VisibleChips.Source)
-			}
-			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-				Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
-				Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
-		}
-		if multi && k != n {
-			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-				Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", desc, len(hosts)), Sources: append(sources, hostsSrc),
-				Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
-		}
-		if k > n {
-			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-				Problem: fmt.Sprintf("is more than the %s on this host", desc), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
-		}
-		if !validSplit(k, n) {
-			return nil, &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
-				Problem: fmt.Sprintf("is not a valid split of the %s on this host", desc), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
-		}
-		s.ChipsPerProcess = Bounds{1, 1, 1}
-		s.VisibleChips = usable[:k]
-		s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.Chips))
-		s.ReplicasPerProcess = max(h.ReplicasPerChip, 1)
-		switch {
-		case single:
-			s.ReplicasPerProcess = 1 // xmp.spawn(nprocs=1) calls fn once
-			s.ProcessBounds = Bounds{1, 1, 1}
-		case multi:
-			s.ProcessBounds = s.HostBounds.Mul(s.ChipsPerHostBounds)
-		default:
-			s.ProcessBounds, _ = ChipBounds(k)
-		}
+	n := len(h.Usable.V)
+	s.ProcsPerHost = 1
+	s.ChipsPerProcess, _ = ChipBounds(n)
+	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(h.Chips))
+	// Every usable chip, always: under TORCHELASTIC_RUN_ID torch_xla's xla:// handler runs its one-process
+	// setup, which sets TPU_VISIBLE_CHIPS=0 when it is unset (tpu.py configure_one_chip_topology).
+	s.VisibleChips = h.Usable.V
+	s.ProcessBounds = s.HostBounds
+	s.ReplicasPerProcess = 1
+	return nil
+}
+
+// chipProcesses lays out one process per chip on each host, as many as procsPerHost says.
+func (h *Host) chipProcesses(s *Slice, r resolved, givenPB Bounds, givenProcs int) error {
+	k, err := h.procsPerHost(r, givenPB, givenProcs)
+	if err != nil {
+		return err
 	}
 	s.ProcsPerHost = k
+	s.ChipsPerProcess = Bounds{1, 1, 1}
+	s.VisibleChips = h.Usable.V[:k]
+	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.Chips))
+	s.ReplicasPerProcess = max(h.ReplicasPerChip, 1)
+	switch {
+	case r.single:
+		s.ReplicasPerProcess = 1 // xmp.spawn(nprocs=1) calls fn once
+		s.ProcessBounds = Bounds{1, 1, 1}
+	case len(r.hosts) > 1:
+		s.ProcessBounds = s.HostBounds.Mul(s.ChipsPerHostBounds)
+	default:
+		s.ProcessBounds, _ = ChipBounds(k)
+	}
+	return nil
+}
+
+// procsPerHost is the number of one-chip processes on each host: nprocs, else the size of a given
+// TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes: min(local chips, its size)), else
+// one per usable chip. It must be a valid split of the chips that matches the env's limit and the other hosts.
+func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, error) {
+	n := len(h.Usable.V)
+	k := r.req.NProcs
+	if k == 0 && givenPB != nil && len(r.hosts) == 1 && givenProcs < n {
+		if err := h.checkDerivedProcs(givenProcs, n, h.chipsDesc()); err != nil {
+			return 0, err
+		}
+		k = givenProcs
+	}
+	if k == 0 {
+		k = n
+	}
+	return k, h.checkProcs(k, r)
+}
+
+// checkProcs refuses a process count that is not a valid split of the usable chips, or differs from what the env
+// gives this launcher or what the other hosts of the slice run.
+func (h *Host) checkProcs(k int, r resolved) error {
+	n := len(h.Usable.V)
+	sources := []Source{h.Usable.Source}
+	switch {
+	case (h.NumDevices.IsSet() || h.VisibleChips.IsSet()) && k != n:
+		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count. Compared
+		// once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a valid subset
+		// by the check before: nprocs must use exactly the chips the env gives.
+		return h.envLimitError(k, r.req)
+	case len(r.hosts) > 1 && k != n:
+		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(sources, r.hostsSrc),
+			Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
+	case k > n:
+		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+	case !validSplit(k, n):
+		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+	}
+	return nil
+}
+
+// envLimitError refuses nprocs k that differs from the chips TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS give.
+func (h *Host) envLimitError(k int, req Request) error {
+	n := len(h.Usable.V)
+	src := []Source{req.NProcsSource, h.Usable.Source}
+	if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
+		src = append(src, h.VisibleChips.Source)
+	}
+	return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
+		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
+}
+
+// chipsDesc describes the usable chips for a message: "8 v5e chips".
+func (h *Host) chipsDesc() string {
+	return fmt.Sprintf("%d %s chips", len(h.Usable.V), familyLabel(h.Family))
+}
+
+// processBounds settles TPU_PROCESS_BOUNDS: a given grid must count the plan's processes and is kept as given;
+// otherwise tpu7x's whole-slice grid gets its core dimension where the workers read the metadata server.
+func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs int) error {
 	if givenPB != nil {
 		// Compared with the plan by process count: a given grid of the same size is kept as given.
-		if want := k * len(hosts); givenProcs != want {
-			core := ""
-			if len(h.ProcessBounds.V) == 4 {
-				core = " (the trailing core dimension of tpu7x not counted)"
-			}
-			return nil, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: h.ProcessBounds.V.String(),
-				Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, len(hosts)),
-				Sources: []Source{h.ProcessBounds.Source, req.NProcsSource, h.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
+		if want := s.ProcsPerHost * len(r.hosts); givenProcs != want {
+			return h.processCountError(givenProcs, want, s.ProcsPerHost, len(r.hosts), r.req)
 		}
 		s.ProcessBounds = givenPB
 		if s.SkipMDS == "" {
 			s.ProcessBounds = h.ProcessBounds.V // as given: xmp.spawn's children keep it (setdefault)
 		}
-	} else if h.Family == "tpu7x" && !spmd && !single && s.SkipMDS == "" && k == len(h.Chips) {
+		return nil
+	}
+	if h.Family == "tpu7x" && !r.spmd && !r.single && s.SkipMDS == "" && s.ProcsPerHost == len(h.Chips) {
 		// torch_xla's configure_topology appends a core dimension for generation 7 to the grid it computes for the
 		// whole slice (unverified in practice). Only where a worker reads the slice from the metadata server: under
 		// TPU_SKIP_MDS_QUERY the xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers (tpu.py
@@ -163,7 +248,18 @@ func (h *Host) Slice(req Request) (*Slice, error) {
 		// TPU_PROCESS_BOUNDS, which it keeps.
 		s.ProcessBounds = append(append(Bounds(nil), s.ProcessBounds...), 2)
 	}
-	return s, nil
+	return nil
+}
+
+// processCountError refuses a given TPU_PROCESS_BOUNDS that counts other than the plan's processes.
+func (h *Host) processCountError(givenProcs, want, k, hosts int, req Request) error {
+	core := ""
+	if len(h.ProcessBounds.V) == 4 {
+		core = " (the trailing core dimension of tpu7x not counted)"
+	}
+	return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: h.ProcessBounds.V.String(),
+		Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, hosts),
+		Sources: []Source{h.ProcessBounds.Source, req.NProcsSource, h.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
 }
 
 // given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
@@ -251,15 +347,7 @@ func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
 // SoloNode is this host's node in NewPlan(h, req) (a plan built from the detected host alone): TPU_WORKER_ID on
 // an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run (--nprocs 1), which is this
 // host alone.
-func SoloNode(h *Host, req Request) int {
-	if h.Device.V != TPU || !h.Hostnames.IsSet() {
-		return 0
-	}
-	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
-		return 0
-	}
-	return h.WorkerID.V
-}
+func SoloNode(h *Host, req Request) int { return h.Device.V.Kind().soloNode(h, req) }
 
 // subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
 // bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,31 +54,12 @@ func scanPCI(sysfsRoot string) (pciScan, error) {
 	}
 	sort.Strings(names) // PCI address order = chip index order
 	families := map[string]bool{}
-	unknown := map[string]bool{}
 	for _, name := range names {
-		vendor := readTrim(filepath.Join(dir, name, "vendor"))
-		switch strings.ToLower(vendor) {
+		switch strings.ToLower(readTrim(filepath.Join(dir, name, "vendor"))) {
 		case vendorGoogle:
-			s.google++
-			id := strings.ToLower(readTrim(filepath.Join(dir, name, "device")))
-			d, ok := pciDevices[id]
-			if !ok {
-				if !unknown[id] {
-					s.unknown = append(s.unknown, id)
-				}
-				unknown[id] = true
-				s.tpus = append(s.tpus, Chip{PCI: name, DeviceID: id})
-				continue
-			}
-			families[d.Family] = true
-			s.tpus = append(s.tpus, Chip{PCI: name, DeviceID: id})
+			s.addGoogle(name, families)
 		case vendorNVIDIA:
-			// Only display/3D controllers (class 0x03xxxx) are GPUs; the same card also shows audio and USB functions.
-			class := readTrim(filepath.Join(dir, name, "class"))
-			if class != "" && !strings.HasPrefix(strings.ToLower(class), "0x03") {
-				continue
-			}
-			s.gpus = append(s.gpus, Chip{PCI: name, DeviceID: strings.ToLower(readTrim(filepath.Join(dir, name, "device")))})
+			s.addNVIDIA(name)
 		}
 	}
 	for i := range s.tpus {
@@ -92,6 +74,28 @@ func scanPCI(sysfsRoot string) (pciScan, error) {
 		}
 	}
 	return s, nil
+}
+
+// addGoogle adds a Google PCI device: a TPU chip, whose family it notes, or one of unknown device id.
+func (s *pciScan) addGoogle(name string, families map[string]bool) {
+	s.google++
+	id := strings.ToLower(readTrim(filepath.Join(s.dir, name, "device")))
+	s.tpus = append(s.tpus, Chip{PCI: name, DeviceID: id})
+	if d, ok := pciDevices[id]; ok {
+		families[d.Family] = true
+	} else if !slices.Contains(s.unknown, id) {
+		s.unknown = append(s.unknown, id)
+	}
+}
+
+// addNVIDIA adds an NVIDIA PCI function that is a GPU: only display/3D controllers (class 0x03xxxx) are; the same
+// card also shows audio and USB functions.
+func (s *pciScan) addNVIDIA(name string) {
+	class := readTrim(filepath.Join(s.dir, name, "class"))
+	if class != "" && !strings.HasPrefix(strings.ToLower(class), "0x03") {
+		return
+	}
+	s.gpus = append(s.gpus, Chip{PCI: name, DeviceID: strings.ToLower(readTrim(filepath.Join(s.dir, name, "device")))})
 }
 
 func readTrim(path string) string {

@@ -3,258 +3,165 @@ package topology
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
 
-// tpu detects the chips and the slice of a TPU host.
-func (d *detector) tpu(ctx context.Context) error {
-	h := d.h
-	if err := d.sliceFromFlagsAndEnv(); err != nil {
-		return err
+// TPU is the kind of a Cloud TPU host: chips of one slice, run through PJRT's TPU client (libtpu).
+const TPU Device = "tpu"
+
+func init() { register(tpu{}) }
+
+// tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
+// expect (docs/TOPOLOGY.md): chips.go detects the chips, env.go and mdslice.go the slice, split.go checks the
+// request against it, slice.go writes every worker's env.
+type tpu struct{}
+
+func (tpu) Device() Device         { return TPU }
+func (tpu) PerCore() bool          { return false }
+func (tpu) FixedSlice() bool       { return true }
+func (tpu) JAXCoordinator() bool   { return false }
+func (tpu) NCCL() bool             { return false }
+func (tpu) preference() int        { return 2 }
+func (tpu) pjrt() []string         { return []string{"TPU"} }
+func (tpu) aliases() []string      { return nil }
+func (tpu) devices(h *Host) []Chip { return h.Chips }
+
+// claim finds Google PCI devices in sysfs, else /dev/accelN.
+func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
+	switch {
+	case scan.google > 0:
+		return val(TPU, Sysfs(scan.dir)), true
+	case len(devNodes(d.h.DevRoot, "accel")) > 0:
+		return val(TPU, Dev(d.h.DevRoot+"/accel*")), true
 	}
-	scan, err := scanPCI(h.SysfsRoot)
+	return Value[Device]{}, false
+}
+
+func (tpu) detect(ctx context.Context, d *detector) error { return d.detectTPU(ctx) }
+
+// nodes are the slice's: its host list and this host's worker id, read (and checked) by detection; a host of no
+// described slice falls back to a batch scheduler's node list.
+func (tpu) nodes(d *detector) {
+	h := d.h
+	if h.Hostnames.IsSet() || h.WorkerID.IsSet() {
+		h.NodeHosts, h.NodeRank = h.Hostnames, h.WorkerID
+		return
+	}
+	d.slurmNodes()
+}
+
+// plan validates and builds the slice plan; every TPU_PROCESS_PORT is the base + the local rank.
+func (tpu) plan(h *Host, req Request) (*Plan, error) {
+	s, err := h.Slice(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(scan.unknown) > 0 && !h.Accelerator.IsSet() {
-		return &UnknownDeviceError{Count: scan.google, IDs: scan.unknown, Location: scan.dir}
+	s.PortBase = req.TPUPortBase
+	if s.PortBase == 0 {
+		s.PortBase = DefaultTPUPortBase
 	}
-	if len(scan.tpus) > 0 {
-		h.Chips, h.ChipsSource, h.Family = scan.tpus, Sysfs(scan.dir), scan.family
-		if scan.family != "" {
-			h.ReplicasPerChip = pciDevices[scan.tpus[0].DeviceID].ReplicasPerChip
-		}
-	}
-	if err := h.adoptAccelerator(); err != nil {
-		return err
-	}
-	d.attachDevNodes()
-	if err := d.metadata(ctx); err != nil {
-		return err
-	}
-	if err := h.adoptAccelerator(); err != nil { // the metadata server may have named it
-		return err
-	}
-	if len(h.Chips) == 0 {
-		if h.Accelerator.IsSet() {
-			n := h.Accelerator.V.ChipsPerHost()
-			for i := 0; i < n; i++ {
-				h.Chips = append(h.Chips, Chip{Index: i})
-			}
-			h.ChipsSource = DerivedFrom(h.Accelerator.Source)
-			d.attachDevNodes()
-		} else {
-			return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
-				h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-				Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
-		}
-	}
-	if h.ReplicasPerChip == 0 {
-		h.ReplicasPerChip = 1
-	}
-	if !h.Accelerator.IsSet() && h.Family != "" {
-		if a, ok := deriveAccelerator(h.Family, len(h.Chips)); ok && len(h.Hostnames.V) <= 1 {
-			h.Accelerator = val(a, DerivedFrom(h.ChipsSource))
-		}
-	}
-	return d.finishSlice()
+	return s.Plan(), nil
 }
 
-// adoptAccelerator takes the family from a known accelerator type, refusing one that contradicts the chips found.
-func (h *Host) adoptAccelerator() error {
-	if !h.Accelerator.IsSet() {
-		return nil
+// localWorkers plans a slice of nnodes hosts (or the detected slice's) and counts the first host's workers: every
+// host of a slice runs the same. In several slices each slice is planned on its own.
+func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
+	n := nnodes
+	if numSlices > 1 {
+		n /= numSlices // hosts per slice: each slice is planned on its own
 	}
-	if h.Family != "" && h.Family != "v2/v3" && h.Family != "test" && h.Family != h.Accelerator.V.Family.Name {
-		return &ConfigError{Name: "accelerator type", Value: h.Accelerator.V.Type,
-			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(h.Chips), h.Family),
-			Sources: []Source{h.Accelerator.Source, h.ChipsSource}, Hint: "fix or unset " + h.Accelerator.Source.Name}
+	if n < 1 && h.Hostnames.IsSet() {
+		n = len(h.Hostnames.V)
 	}
-	h.Family = h.Accelerator.V.Family.Name
-	h.ReplicasPerChip = h.Accelerator.V.Family.ReplicasPerChip
-	return nil
+	n = max(n, 1)
+	pr := req
+	pr.Hosts, pr.NodeRank = make([]string, n), 0
+	for i := range pr.Hosts {
+		pr.Hosts[i] = "node" + strconv.Itoa(i)
+	}
+	p, err := NewPlan(h, pr)
+	if err != nil {
+		return 0, err
+	}
+	return len(p.Local(0)), nil
 }
 
-// attachDevNodes gives each chip its device node: /dev/accelN (v2-v4) or /dev/vfio/N (v5e and later).
-func (d *detector) attachDevNodes() {
-	h := d.h
-	style := "vfio"
-	if f, ok := families[h.Family]; ok {
-		style = f.DevNodes
-	} else if h.Family == "v2/v3" {
-		style = "accel"
-	} else if len(h.Chips) > 0 {
-		if p, ok := pciDevices[h.Chips[0].DeviceID]; ok {
-			style = p.DevNodes
-		}
+// worldPlan plans the slice whose hosts are the world's nodes in node order, or, in several slices, this node's
+// slice within the world (multisliceWorld).
+func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
+	if w.NumSlices > 1 {
+		return multisliceWorld(h, req, w)
 	}
-	nodes := devNodes(h.DevRoot, style)
-	if len(nodes) == 0 && len(h.Chips) == 0 {
-		// No sysfs: chips proven by device nodes alone.
-		for _, st := range []string{"accel", "vfio"} {
-			if nodes = devNodes(h.DevRoot, st); len(nodes) > 0 {
-				for i := range nodes {
-					h.Chips = append(h.Chips, Chip{Index: i})
-				}
-				if st == "accel" {
-					h.ChipsSource = Dev(h.DevRoot + "/accel*")
-				} else {
-					h.ChipsSource = Dev(h.DevRoot + "/vfio")
-				}
-				break
-			}
-		}
-	}
-	for i := range h.Chips {
-		if i < len(nodes) {
-			h.Chips[i].DevNode = nodes[i]
-		}
-	}
+	req.Hosts, req.NodeRank = w.addrs(), w.NodeRank
+	return NewPlan(h, req)
 }
 
-// finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
-func (d *detector) finishSlice() error {
-	h := d.h
-	a := h.Accelerator
-	if a.IsSet() {
-		if !h.HostBounds.IsSet() {
-			h.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
-		}
-		if !h.ChipsPerHostBounds.IsSet() {
-			h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
-		}
-		if hosts := a.V.Hosts(); hosts > 1 && h.Hostnames.IsSet() && len(h.Hostnames.V) != hosts {
-			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-				Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(h.Hostnames.V), a.V.Type, hosts),
-				Sources: []Source{h.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
-		}
-		if cph := a.V.ChipsPerHost(); h.ChipsSource.Kind == FromSysfs && len(h.Chips) != cph {
-			return &ConfigError{Name: "accelerator type", Value: a.V.Type,
-				Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(h.Chips)),
-				Sources: []Source{a.Source, h.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
-		}
-	} else {
-		if !h.ChipsPerHostBounds.IsSet() {
-			if b, err := ChipBounds(len(h.Chips)); err == nil {
-				h.ChipsPerHostBounds = val(b, DerivedFrom(h.ChipsSource))
-			}
-		}
-		if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {
-			h.HostBounds = val(Bounds{1, 1, 1}, Default())
-		}
+// soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.
+func (tpu) soloNode(h *Host, req Request) int {
+	if !h.Hostnames.IsSet() {
+		return 0
 	}
-	if err := h.checkGivenBounds(); err != nil {
-		return err
+	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
+		return 0
 	}
-	if len(h.Hostnames.V) > 1 {
-		if !h.WorkerID.IsSet() {
-			return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-				Problem: "describes several hosts but nothing says which one this is", Sources: []Source{h.Hostnames.Source},
-				Hint: "set TPU_WORKER_ID to this host's index"}
-		}
-		if h.WorkerID.V >= len(h.Hostnames.V) {
-			return &ConfigError{Name: h.WorkerID.Source.Name, Value: strconv.Itoa(h.WorkerID.V),
-				Problem: fmt.Sprintf("is not an index of the %d hosts", len(h.Hostnames.V)),
-				Sources: []Source{h.WorkerID.Source, h.Hostnames.Source}, Choices: indexChoices(len(h.Hostnames.V))}
-		}
-	}
-	if !h.WorkerID.IsSet() {
-		h.WorkerID = val(0, Default())
-	}
-	all := make([]int, len(h.Chips))
-	for i := range all {
-		all[i] = i
-	}
-	h.Usable = val(all, h.ChipsSource)
-	if h.VisibleChips.IsSet() {
-		for _, c := range h.VisibleChips.V {
-			if c >= len(h.Chips) {
-				return &ConfigError{Name: "TPU_VISIBLE_CHIPS", Value: strconv.Quote(joinInts(h.VisibleChips.V, ",")),
-					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(h.Chips)),
-					Sources: []Source{h.VisibleChips.Source, h.ChipsSource}, Choices: indexChoices(len(h.Chips))}
-			}
-		}
-		h.Usable = val(h.VisibleChips.V, h.VisibleChips.Source)
-	}
-	if h.NumDevices.IsSet() {
-		n := h.NumDevices.V
-		if n > len(h.Usable.V) {
-			return &ConfigError{Name: "TPU_NUM_DEVICES", Value: strconv.Itoa(n),
-				Problem: fmt.Sprintf("asks for more chips than the %d available", len(h.Usable.V)),
-				Sources: []Source{h.NumDevices.Source, h.Usable.Source}, Choices: splitChoices(len(h.Usable.V)), Hint: "or unset it"}
-		}
-		h.Usable = val(h.Usable.V[:n], h.NumDevices.Source)
-	}
-	return nil
+	return h.WorkerID.V
 }
 
-// checkGivenBounds refuses host and chips-per-host bounds given by env or metadata that contradict the hosts and
-// chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
-func (h *Host) checkGivenBounds() error {
-	if hb := h.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
-		hosts, what, src := 1, "this host alone (no host list given)", h.ChipsSource
-		switch {
-		case h.Hostnames.IsSet():
-			hosts, what, src = len(h.Hostnames.V), h.Hostnames.Source.Name, h.Hostnames.Source
-		case h.Accelerator.IsSet():
-			hosts, what, src = h.Accelerator.V.Hosts(), h.Accelerator.V.Type, h.Accelerator.Source
-		}
-		if p := hb.V.Product(); p != hosts {
-			return &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
-				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
-				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
+// usableNodes are the device nodes of the usable chips.
+func (tpu) usableNodes(h *Host) []string {
+	var paths []string
+	for _, i := range h.Usable.V {
+		if i < len(h.Chips) && h.Chips[i].DevNode != "" {
+			paths = append(paths, h.Chips[i].DevNode)
 		}
 	}
-	return h.checkGivenChipBounds()
+	return paths
 }
 
-// checkGivenChipBounds refuses chips-per-host bounds given by env or metadata that describe neither the host's
-// chips nor the parent's TPU_VISIBLE_CHIPS. A process given a subset of a host describes the subset as its host:
-// Ray's actor holding 1 or 2 chips gets TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1, and so does a worker of tpurun's
-// own --nprocs 1 run, which may start a tpurun of its own.
-func (h *Host) checkGivenChipBounds() error {
-	cb := h.ChipsPerHostBounds
-	if !cb.IsSet() || cb.Source.Kind == FromDerived || cb.Source.Kind == FromDefault {
-		return nil
-	}
-	chips, src := len(h.Chips), h.ChipsSource
-	if h.ChipsSource.Kind == FromDerived && h.Accelerator.IsSet() {
-		chips, src = h.Accelerator.V.ChipsPerHost(), h.Accelerator.Source
-	}
-	p := cb.V.Product()
-	if p == chips {
-		return nil
-	}
-	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
-	sources := []Source{cb.Source, src}
-	if vc := h.VisibleChips; vc.IsSet() {
-		if p == len(vc.V) {
-			return nil
-		}
-		problem = fmt.Sprintf("describes %d chips per host but this host has %d and %s gives this launcher %d",
-			p, chips, vc.Source.Name, len(vc.V))
-		sources = append(sources, vc.Source)
-	}
-	return &ConfigError{Name: cb.Source.Name, Value: cb.V.String(), Problem: problem, Sources: sources,
-		Hint: "fix or unset " + cb.Source.Name}
-}
+func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 
-func indexChoices(n int) []string {
-	out := make([]string, 0, n)
-	for i := 0; i < n && i < 16; i++ {
-		out = append(out, strconv.Itoa(i))
+// settings are the chips and the slice description, each with its source, then the multislice values (secrets
+// redacted).
+func (tpu) settings(h *Host) []setting {
+	out := []setting{{"accelerator type", h.Accelerator.V.Type, h.Accelerator.Source}}
+	if h.Family != "" {
+		out = append(out, setting{"family", h.Family, h.ChipsSource})
 	}
-	if n > 16 {
-		out = append(out, fmt.Sprintf("... %d", n-1))
+	out = append(out,
+		setting{"chips on host", fmt.Sprint(len(h.Chips)), h.ChipsSource},
+		setting{"usable chips", counted(len(h.Usable.V), "chip", h.Usable.V), h.Usable.Source},
+		setting{"TPU_NUM_DEVICES", fmt.Sprint(h.NumDevices.V), h.NumDevices.Source},
+		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(h.VisibleChips.V, ","), h.VisibleChips.Source},
+		setting{"host bounds", h.HostBounds.V.String(), h.HostBounds.Source},
+		setting{"chips per host bounds", h.ChipsPerHostBounds.V.String(), h.ChipsPerHostBounds.Source},
+		setting{"process bounds", h.ProcessBounds.V.String(), h.ProcessBounds.Source},
+		setting{"worker id", fmt.Sprint(h.WorkerID.V), h.WorkerID.Source},
+		setting{"worker hostnames", strings.Join(h.Hostnames.V, ","), h.Hostnames.Source},
+		spmdSetting(h),
+		setting{"TPU_SKIP_MDS_QUERY (parent)", h.SkipMDS.V, h.SkipMDS.Source})
+	keys := make([]string, 0, len(h.Megascale))
+	for k := range h.Megascale {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := h.Megascale[k]
+		if IsSecret(k) {
+			v.V = Redacted
+		}
+		out = append(out, setting{k, v.V, v.Source})
 	}
 	return out
 }
 
-func joinInts(xs []int, sep string) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.Itoa(x)
+// probe asks the metadata server (within opts.MetadataBudget) whether it answers.
+func (tpu) probe(ctx context.Context, h *Host, opts Options) *Probe {
+	base := opts.MetadataURL
+	if base == "" && opts.LookupEnv != nil {
+		base, _ = opts.LookupEnv("GCE_METADATA_HOST")
 	}
-	return strings.Join(parts, sep)
+	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, opts.Logger))
+	return &p
 }

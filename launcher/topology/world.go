@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net"
@@ -40,31 +41,7 @@ func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
 // LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
 // slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
 func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
-	if h.Device.V != TPU {
-		p, err := NewPlan(h, req)
-		if err != nil {
-			return 0, err
-		}
-		return len(p.Workers), nil
-	}
-	n := nnodes
-	if numSlices > 1 {
-		n /= numSlices // hosts per slice: each slice is planned on its own
-	}
-	if n < 1 && h.Hostnames.IsSet() {
-		n = len(h.Hostnames.V)
-	}
-	n = max(n, 1)
-	pr := req
-	pr.Hosts, pr.NodeRank = make([]string, n), 0
-	for i := range pr.Hosts {
-		pr.Hosts[i] = "node" + strconv.Itoa(i)
-	}
-	p, err := NewPlan(h, pr)
-	if err != nil {
-		return 0, err
-	}
-	return len(p.Local(0)), nil
+	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
 }
 
 // WorldPlan builds the plan of the agreed world w from this host's detection and request, purely: it opens no
@@ -79,20 +56,7 @@ func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
 		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(w.NodeRank),
 			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
 	}
-	var p *Plan
-	var err error
-	switch {
-	case h.Device.V == TPU && w.NumSlices > 1:
-		p, err = multisliceWorld(h, req, w)
-	case h.Device.V == TPU:
-		req.Hosts, req.NodeRank = w.addrs(), w.NodeRank
-		p, err = NewPlan(h, req)
-	default:
-		var local *Plan
-		if local, err = NewPlan(h, req); err == nil {
-			p = spreadWorld(local, w)
-		}
-	}
+	p, err := h.Device.V.Kind().worldPlan(h, req, w)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +85,34 @@ func (w World) firstRanks() []int {
 		sum += n.LocalWorkers
 	}
 	return out
+}
+
+// perHost is what the CPU and GPU kinds share: each host is planned alone, a world lays the hosts' plans end to end
+// (spreadWorld) and may give its nodes different numbers of workers, the nodes come from the environment, and no
+// device node is guarded.
+type perHost struct{}
+
+func (perHost) FixedSlice() bool                             { return false }
+func (perHost) JAXCoordinator() bool                         { return true }
+func (perHost) nodes(d *detector)                            { d.envNodes() }
+func (perHost) soloNode(*Host, Request) int                  { return 0 }
+func (perHost) usableNodes(*Host) []string                   { return nil }
+func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
+
+func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
+	p, err := NewPlan(h, req)
+	if err != nil {
+		return 0, err
+	}
+	return len(p.Workers), nil
+}
+
+func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
+	local, err := NewPlan(h, req)
+	if err != nil {
+		return nil, err
+	}
+	return spreadWorld(local, w), nil
 }
 
 // spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
@@ -223,12 +215,12 @@ func (w World) megascale(p *Plan) {
 		if wk.Env == nil {
 			continue // another slice's worker: only its rank is known here
 		}
-		wk.Env["MEGASCALE_COORDINATOR_ADDRESS"] = coord
-		wk.Env["MEGASCALE_NUM_SLICES"] = strconv.Itoa(w.NumSlices)
+		wk.Env[megascaleCoordinator] = coord
+		wk.Env[megascaleNumSlices] = strconv.Itoa(w.NumSlices)
 		if n := wk.NodeRank; n < len(w.Nodes) {
-			wk.Env["MEGASCALE_SLICE_ID"] = strconv.Itoa(w.Nodes[n].SliceID)
+			wk.Env[megascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
 		}
-		wk.Env["MEGASCALE_PORT"] = strconv.Itoa(w.MegascalePort)
+		wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
 	}
 }
 
@@ -251,36 +243,11 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 	if free == nil {
 		free = PortFree
 	}
-	stillBusy := func(port int) bool {
-		for try := range 4 {
-			if free(port) {
-				return false
-			}
-			time.Sleep(time.Duration(5<<try) * time.Millisecond)
-		}
-		return true
-	}
-	moved := map[int]int{} // old port -> new port, this node's
-	used := map[int]bool{}
-	local := 0
-	for _, w := range p.Workers {
-		if w.NodeRank != nodeRank {
-			continue
-		}
-		local++
-		if port, err := strconv.Atoi(w.Env["TPU_PROCESS_PORT"]); err == nil {
-			used[port] = true
-		}
-	}
-	next := 0
+	m := p.portMover(nodeRank, free)
 	for i := range p.Workers {
 		w := &p.Workers[i]
-		v, ok := w.Env["TPU_PROCESS_PORT"]
-		if w.NodeRank != nodeRank || !ok {
-			continue
-		}
-		port, err := strconv.Atoi(v)
-		if err != nil || !stillBusy(port) {
+		port, ok := w.tpuPort()
+		if w.NodeRank != nodeRank || !ok || !stillBusy(free, port) {
 			continue
 		}
 		if len(p.Nodes) > 1 {
@@ -290,43 +257,103 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 			}
 			return pe
 		}
-		if next == 0 {
-			next = port + local
+		if err := m.move(w, port); err != nil {
+			return err
 		}
-		for next < 65536 && (used[next] || !free(next)) {
-			next++
-		}
-		if next >= 65536 {
-			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
-		}
-		used[next] = true
-		moved[port] = next
-		w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(next)
-		next++
 	}
-	if len(moved) == 0 {
-		return nil
+	p.moveAddresses(m.moved)
+	return nil
+}
+
+// stillBusy reports whether port stays busy over a few tries.
+func stillBusy(free func(int) bool, port int) bool {
+	for try := range 4 {
+		if free(port) {
+			return false
+		}
+		time.Sleep(time.Duration(5<<try) * time.Millisecond)
 	}
-	// One node: every entry of TPU_PROCESS_ADDRESSES is this host's (named localhost), so a moved port moves there.
-	for i := range p.Workers {
-		env := p.Workers[i].Env
-		addrs, ok := env["TPU_PROCESS_ADDRESSES"]
-		if !ok {
+	return true
+}
+
+// tpuPort is the worker's TPU_PROCESS_PORT, when it has one.
+func (w *Worker) tpuPort() (int, bool) {
+	v, ok := w.Env["TPU_PROCESS_PORT"]
+	if !ok {
+		return 0, false
+	}
+	port, err := strconv.Atoi(v)
+	return port, err == nil
+}
+
+// portMover moves the busy TPU_PROCESS_PORTs of one node to free ports above the node's own.
+type portMover struct {
+	free  func(int) bool
+	local int          // the node's workers
+	used  map[int]bool // the node's ports, as planned and as moved to
+	moved map[int]int  // old port -> new port
+	next  int          // the next port to try; 0 before the first move
+}
+
+func (p *Plan) portMover(nodeRank int, free func(int) bool) *portMover {
+	m := &portMover{free: free, used: map[int]bool{}, moved: map[int]int{}}
+	for _, w := range p.Workers {
+		if w.NodeRank != nodeRank {
 			continue
 		}
-		parts := strings.Split(addrs, ",")
-		for j, a := range parts {
-			host, ps, err := net.SplitHostPort(a)
-			if err != nil {
-				continue
-			}
-			if old, err := strconv.Atoi(ps); err == nil {
-				if to, ok := moved[old]; ok {
-					parts[j] = net.JoinHostPort(host, strconv.Itoa(to))
-				}
+		m.local++
+		if port, ok := w.tpuPort(); ok {
+			m.used[port] = true
+		}
+	}
+	return m
+}
+
+// move gives w the next free port in place of port.
+func (m *portMover) move(w *Worker, port int) error {
+	if m.next == 0 {
+		m.next = port + m.local
+	}
+	for m.next < 65536 && (m.used[m.next] || !m.free(m.next)) {
+		m.next++
+	}
+	if m.next >= 65536 {
+		return &PortBusyError{Port: port, LocalRank: w.LocalRank}
+	}
+	m.used[m.next] = true
+	m.moved[port] = m.next
+	w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(m.next)
+	m.next++
+	return nil
+}
+
+// moveAddresses moves the moved ports in every worker's TPU_PROCESS_ADDRESSES. On one node every entry is this
+// host's (named localhost), so a moved port moves there.
+func (p *Plan) moveAddresses(moved map[int]int) {
+	if len(moved) == 0 {
+		return
+	}
+	for i := range p.Workers {
+		env := p.Workers[i].Env
+		if addrs, ok := env["TPU_PROCESS_ADDRESSES"]; ok {
+			env["TPU_PROCESS_ADDRESSES"] = movePorts(addrs, moved)
+		}
+	}
+}
+
+// movePorts rewrites the host:port entries of a comma-separated list whose port moved.
+func movePorts(addrs string, moved map[int]int) string {
+	parts := strings.Split(addrs, ",")
+	for j, a := range parts {
+		host, ps, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if old, err := strconv.Atoi(ps); err == nil {
+			if to, ok := moved[old]; ok {
+				parts[j] = net.JoinHostPort(host, strconv.Itoa(to))
 			}
 		}
-		env["TPU_PROCESS_ADDRESSES"] = strings.Join(parts, ",")
 	}
-	return nil
+	return strings.Join(parts, ",")
 }
