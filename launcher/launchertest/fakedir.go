@@ -5,18 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
+
+	"tpurun/launcher/proc"
 )
 
-// SetSubreaper makes the test binary the child subreaper, so orphaned grandchildren are re-parented to it and
-// AssertAllGone can reap them and prove kill(pid, 0) == ESRCH even where PID 1 does not reap.
-func SetSubreaper() error {
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, 36 /* PR_SET_CHILD_SUBREAPER */, 1, 0); errno != 0 {
-		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", errno)
-	}
-	return nil
-}
+// SetSubreaper makes the test binary the child subreaper (proc.SetSubreaper), so orphaned grandchildren are
+// re-parented to it and AssertAllGone can reap them and prove kill(pid, 0) == ESRCH even where PID 1 does not reap.
+func SetSubreaper() error { return proc.SetSubreaper() }
 
 // FakeDir makes the directory fake workers report into (FAKE_DIR): pids/, ready/ and gc/ (grandchildren).
 func FakeDir(t testing.TB) string {
