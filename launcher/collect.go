@@ -53,44 +53,47 @@ func (s RankSummary) resultExit() results.RankExit {
 // and so tpurun.spawn, whose SpawnError carries the traceback) leaves the tracebacks to it, so that each is shown
 // once.
 func WriteResultsSummary(w io.Writer, log *zap.Logger, doc *results.Document, tracebacks bool) {
-	if doc == nil {
-		return
-	}
-	if log != nil { // --log-format json: one record with the same facts
-		var failed []results.Result
-		for _, r := range doc.Results {
-			if !r.OK && r.Error != nil {
-				if !tracebacks { // the document printed beside it has them
-					e := *r.Error
-					e.Traceback, r.Error = "", &e
-				}
-				failed = append(failed, r)
+	switch {
+	case doc == nil:
+	case log != nil: // --log-format json: one record with the same facts
+		logResults(log, doc, tracebacks)
+	default:
+		for _, v := range doc.Violations {
+			fmt.Fprintf(w, "  results: %s: %s\n", v.Kind, v.Message)
+			if v.Hint != "" {
+				fmt.Fprintf(w, "    hint: %s\n", v.Hint)
 			}
 		}
-		if len(doc.Violations) > 0 || len(failed) > 0 {
-			log.Warn("results", zap.Any("violations", doc.Violations), zap.Any("replica_errors", failed))
+		for _, r := range doc.ReplicaErrors() {
+			writeReplicaError(w, r, tracebacks)
 		}
+	}
+}
+
+// logResults is WriteResultsSummary as one record on log.
+func logResults(log *zap.Logger, doc *results.Document, tracebacks bool) {
+	failed := doc.ReplicaErrors()
+	if !tracebacks { // the document printed beside it has them
+		for i := range failed {
+			e := *failed[i].Error
+			e.Traceback, failed[i].Error = "", &e
+		}
+	}
+	if len(doc.Violations) > 0 || len(failed) > 0 {
+		log.Warn("results", zap.Any("violations", doc.Violations), zap.Any("replica_errors", failed))
+	}
+}
+
+// writeReplicaError writes the error replica r reported, with its traceback when tracebacks is set.
+func writeReplicaError(w io.Writer, r results.Result, tracebacks bool) {
+	fmt.Fprintf(w, "  root cause: replica %d (rank %d, pid %d) raised %s: %s\n",
+		r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
+	if !tracebacks {
 		return
 	}
-	for _, v := range doc.Violations {
-		fmt.Fprintf(w, "  results: %s: %s\n", v.Kind, v.Message)
-		if v.Hint != "" {
-			fmt.Fprintf(w, "    hint: %s\n", v.Hint)
-		}
-	}
-	for _, r := range doc.Results {
-		if r.OK || r.Error == nil {
-			continue
-		}
-		fmt.Fprintf(w, "  root cause: replica %d (rank %d, pid %d) raised %s: %s\n",
-			r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
-		if !tracebacks {
-			continue
-		}
-		for _, l := range strings.Split(strings.TrimRight(r.Error.Traceback, "\n"), "\n") {
-			if l != "" {
-				fmt.Fprintf(w, "    %s\n", l)
-			}
+	for _, l := range strings.Split(strings.TrimRight(r.Error.Traceback, "\n"), "\n") {
+		if l != "" {
+			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}
 }

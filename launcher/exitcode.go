@@ -34,10 +34,11 @@ const (
 // ExitCodesHelp is the exit-code table as `tpurun --help` and the README show it.
 const ExitCodesHelp = exitcode.Help
 
-// Sentinels callers branch on with errors.Is.
+// Sentinels callers branch on with errors.Is. ErrConfig is a usage error (exitcode.IsUsage), as are the
+// configuration errors of the packages below: each marks its own.
 var (
 	ErrTimeout       = errors.New("run timed out")
-	ErrConfig        = errors.New("invalid configuration")
+	ErrConfig        = exitcode.NewUsage("invalid configuration")
 	ErrResults       = errors.New("result contract violated")
 	ErrReplicaError  = errors.New("a replica reported an error")
 	ErrRendezvous    = errors.New("rendezvous failed")
@@ -83,39 +84,28 @@ func typedCode(err error) (int, bool) {
 	case errors.As(err, &ne):
 		return ne.Code, true
 	case errors.As(err, &se):
-		return 128 + int(se.Signal), true
+		return exitcode.Signal(se.Signal), true
 	case errors.As(err, &oe) && errors.Is(oe.Err, syscall.EPIPE):
-		return 128 + int(syscall.SIGPIPE), true // the reader went away, as `| head -1`: what SIGPIPE would give
+		return exitcode.Signal(syscall.SIGPIPE), true // the reader went away, as `| head -1`: what SIGPIPE would give
 	case oe != nil:
 		return ExitIOError, true
 	}
 	return 0, false
 }
 
-// sentinelCodes maps the sentinels (and a configuration error, in any layer's terms) to their codes, in the order
-// they are tested.
+// sentinelCodes maps the sentinels (and a usage error, in any layer's terms: exitcode.IsUsage) to their codes, in
+// the order they are tested.
 var sentinelCodes = []struct {
 	is   func(error) bool
 	code int
 }{
-	{sentinel(ErrNotFound), ExitNotFound}, {sentinel(ErrNotExecutable), ExitNotExecutable}, {isConfig, ExitUsage},
+	{sentinel(ErrNotFound), ExitNotFound}, {sentinel(ErrNotExecutable), ExitNotExecutable}, {exitcode.IsUsage, ExitUsage},
 	{sentinel(ErrTimeout), ExitTimeout}, {sentinel(ErrResults), ExitResults}, {sentinel(ErrReplicaError), ExitReplicaError},
-	{sentinel(ErrRendezvous), ExitRendezvous}, {sentinel(context.Canceled), 128 + int(syscall.SIGTERM)},
+	{sentinel(ErrRendezvous), ExitRendezvous}, {sentinel(context.Canceled), exitcode.Signal(syscall.SIGTERM)},
 }
 
 func sentinel(target error) func(error) bool {
 	return func(err error) bool { return errors.Is(err, target) }
-}
-
-// isConfig reports whether err is a mistake in the invocation or the configuration, in any layer's terms.
-func isConfig(err error) bool {
-	for _, target := range []error{ErrConfig, ErrUnsafePath, rendezvous.ErrConfig, rendezvous.ErrNoToken, topology.ErrConfig,
-		topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy, topology.ErrChipBusy} {
-		if errors.Is(err, target) {
-			return true
-		}
-	}
-	return false
 }
 
 // WorkerError is the first worker that failed: the root cause of a failed run.

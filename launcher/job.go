@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/exitcode"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -325,7 +326,7 @@ func cutEnv(kv string) (string, string, bool) {
 // rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are
 // (exit 2).
 func rendezvousErr(step string, err error) error {
-	if isConfig(err) {
+	if exitcode.IsUsage(err) {
 		return err
 	}
 	var se *SignalError

@@ -40,50 +40,77 @@ func (e *ReplicaError) Error() string {
 func (e *ReplicaError) Unwrap() error { return ErrReplicaError }
 
 // finishResults builds the results document of the last attempt (node 0: of the whole world), decides the
-// outcome of the job from the workers' error runErr and the document, writes the results file, and returns the
-// document and the job's error. A worker's failure wins; then an unusable function target (exit 2); then the
-// contract's violations (65); then replicas' errors (1).
+// outcome of the job from the workers' error runErr and the document (outcome), writes the results file, and
+// returns the document and the job's error.
 func (j *job) finishResults(exits []results.RankExit, c *results.Collector, runErr error) (*results.Document, error) {
 	doc, violations := c.Finish(exits)
 	doc.RunID = j.spec.RunID
-	err := runErr
-	var failed []results.Result
-	for _, r := range doc.Results {
-		if !r.OK && r.Error != nil {
-			failed = append(failed, r)
-		}
-	}
-	var we *WorkerError
-	var ne *NodeError
-	workerFailed := errors.As(runErr, &we) || errors.As(runErr, &ne)
-	if j.spec.Fn != nil {
-		for _, r := range failed {
-			if r.Error.Type == worker.TargetErrorType {
-				err = &ConfigError{Field: "function", Value: j.spec.Fn.Target, Hint: r.Error.Message}
-				break
-			}
-		}
-	}
-	if err == runErr && !workerFailed && (runErr == nil || errors.Is(runErr, ErrResults)) {
-		switch {
-		case violations != nil:
-			var vs []error
-			if u, ok := violations.(interface{ Unwrap() []error }); ok {
-				vs = u.Unwrap()
-			} else {
-				vs = []error{violations}
-			}
-			err = &ResultsError{Violations: vs, Replicas: len(failed)}
-		case len(failed) > 0:
-			err = &ReplicaError{Replicas: failed}
-		}
-	}
-	doc.ExitCode = ExitCode(err)
-	doc.OK = doc.ExitCode == 0
+	err := j.outcome(doc, violations, runErr)
 	if werr := j.writeResultsFile(doc); werr != nil && err == nil {
 		err = werr
 	}
 	return doc, err
+}
+
+// outcome decides doc's exit code in results.Document.Decide's order and returns the job's error to match: the
+// run's failure (runFailure) wins; then the contract's violations (a *ResultsError, 65); then the replicas'
+// errors (a *ReplicaError, 1); then the result sink's complaint about a channel that failed between frames
+// (runErr, ErrResults), which the document does not hold.
+func (j *job) outcome(doc *results.Document, violations, runErr error) error {
+	if failure := j.runFailure(doc, runErr); failure != nil {
+		doc.Decide(ExitCode(failure))
+		return failure
+	}
+	switch doc.Decide(ExitOK) {
+	case ExitResults:
+		return &ResultsError{Violations: leaves(violations), Replicas: len(doc.ReplicaErrors())}
+	case ExitReplicaError:
+		return &ReplicaError{Replicas: doc.ReplicaErrors()}
+	}
+	if runErr != nil {
+		doc.Decide(ExitCode(runErr))
+	}
+	return runErr
+}
+
+// runFailure is what failed the run whatever its results say: a function target the runner could not use (a
+// *ConfigError, exit 2, first of all), a worker's or another node's failure, or any error of the run but the
+// result sink's complaint (ErrResults). It is nil when the results decide.
+func (j *job) runFailure(doc *results.Document, runErr error) error {
+	if err := j.targetError(doc); err != nil {
+		return err
+	}
+	var we *WorkerError
+	var ne *NodeError
+	switch {
+	case runErr == nil:
+		return nil
+	case errors.As(runErr, &we), errors.As(runErr, &ne), !errors.Is(runErr, ErrResults):
+		return runErr
+	}
+	return nil
+}
+
+// targetError is the configuration error of a function target the runner could not use (its replicas report
+// worker.TargetErrorType), or nil.
+func (j *job) targetError(doc *results.Document) error {
+	if j.spec.Fn == nil {
+		return nil
+	}
+	for _, r := range doc.ReplicaErrors() {
+		if r.Error.Type == worker.TargetErrorType {
+			return &ConfigError{Field: "function", Value: j.spec.Fn.Target, Hint: r.Error.Message}
+		}
+	}
+	return nil
+}
+
+// leaves is the errors a joined error holds (err itself when it holds none).
+func leaves(err error) []error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		return u.Unwrap()
+	}
+	return []error{err}
 }
 
 // writeResultsFile writes doc to the results file, if one is asked for; a failure is logged and returned as an

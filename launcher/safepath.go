@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/exitcode"
 )
 
 // Paths under a root directory (the log directory), created, opened and removed without following a symlink in
@@ -24,7 +26,7 @@ import (
 
 var (
 	// ErrUnsafePath: a path below a root directory goes through a symlink or leaves the root.
-	ErrUnsafePath = errors.New("unsafe path")
+	ErrUnsafePath = exitcode.NewUsage("unsafe path") // a usage error: exit 2
 	// ErrNotRegular: where a regular file was expected there is a FIFO, a socket, a device or a directory.
 	ErrNotRegular = errors.New("not a regular file")
 )

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"tpurun/launcher/exitcode"
 	"tpurun/rendezvous"
 )
 
@@ -182,7 +183,7 @@ func (c *cause) verdict(n int, timeout time.Duration, escalated string) *Verdict
 	switch c.reason {
 	case StopSignal:
 		v.Err = &SignalError{Signal: c.sig, During: "attempt " + fmt.Sprint(n)}
-		v.Code = 128 + int(c.sig)
+		v.Code = exitcode.Signal(c.sig)
 	case StopFailure:
 		v.Signal, v.Failure, v.Err = 0, c.failure, c.failure
 		v.Code = c.failure.ExitStatus()

@@ -23,7 +23,7 @@ var (
 	ErrBadToken = errors.New("rendezvous token refused")
 	// ErrNoToken: a server would listen, or a node would connect, off loopback without a token. It also matches
 	// ErrConfig.
-	ErrNoToken = errors.New("rendezvous token required off loopback")
+	ErrNoToken error = &usageError{"rendezvous token required off loopback"}
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
 	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
@@ -43,10 +43,19 @@ var (
 	// matches ErrProtocol.
 	ErrVersion = errors.New("rendezvous protocol version mismatch")
 	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the item.
-	ErrConfig = errors.New("bad rendezvous configuration")
+	ErrConfig error = &usageError{"bad rendezvous configuration"}
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
 )
+
+// usageError is a sentinel of a mistake in the configuration (ErrConfig, ErrNoToken): its Usage method says so
+// to whoever maps errors to exit codes (tpurun exits 2 on it), without this package naming the codes.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// Usage marks the error as a usage or configuration error.
+func (e *usageError) Usage() bool { return true }
 
 var kinds = map[string]error{
 	"timeout": ErrTimeout, "missing": ErrMissingNodes, "duplicate": ErrDuplicateNode, "mismatch": ErrMismatch,

@@ -153,6 +153,31 @@ func PythonPath(dir string, opts ...PythonOption) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the embedded Python module: %w", err)
 	}
+	if dir, err = installDir(dir); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, "python-"+m.version+"-"+m.hash[:16])
+	uid := os.Geteuid()
+	if ok, err := installed(final, m.files, uid); err != nil {
+		return "", err
+	} else if ok {
+		return final, nil
+	}
+	// Not there, or incomplete: build a copy beside it and rename it into place.
+	tmp, err := writeCopy(dir, m.files)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp) // gone after a successful rename; else our copy is not needed
+	if err := placeCopy(tmp, final, m.files, uid); err != nil {
+		return "", err
+	}
+	return final, nil
+}
+
+// installDir is the absolute install directory for dir ("": the user's cache directory, created), checked with
+// checkParentDir.
+func installDir(dir string) (string, error) {
 	if dir == "" {
 		cache, err := os.UserCacheDir()
 		if err != nil {
@@ -163,51 +188,39 @@ func PythonPath(dir string, opts ...PythonOption) (string, error) {
 			return "", fmt.Errorf("the Python module's install directory: %w", err)
 		}
 	}
-	dir, err = filepath.Abs(dir)
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", fmt.Errorf("the Python module's install directory %q: %w", dir, err)
 	}
-	if err := checkParentDir(dir); err != nil {
-		return "", err
-	}
-	final := filepath.Join(dir, "python-"+m.version+"-"+m.hash[:16])
-	uid := os.Geteuid()
-	if ok, err := installed(final, m.files, uid); err != nil {
-		return "", err
-	} else if ok {
-		return final, nil
-	}
-	// Not there, or incomplete: build a copy beside it and rename it into place. A rename onto a directory that
-	// exists fails; then another launcher won, or the old copy is incomplete and is moved aside first.
-	tmp, err := writeCopy(dir, m.files)
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp) // gone after a successful rename; else our copy is not needed
+	return abs, checkParentDir(abs)
+}
+
+// placeCopy renames the complete copy tmp to final. A rename onto a directory that exists fails; then another
+// launcher won (final is complete: done), or the old copy is incomplete and is moved aside first.
+func placeCopy(tmp, final string, files []pythonFile, uid int) error {
+	dir := filepath.Dir(final)
 	for attempt := 0; ; attempt++ {
 		err := os.Rename(tmp, final)
 		if err == nil {
-			return final, nil
+			return nil
 		}
 		if !errors.Is(err, syscall.EEXIST) && !errors.Is(err, syscall.ENOTEMPTY) {
-			return "", fmt.Errorf("install the Python module into %s: %w", final, err)
+			return fmt.Errorf("install the Python module into %s: %w", final, err)
 		}
-		if ok, err := installed(final, m.files, uid); err != nil {
-			return "", err
-		} else if ok {
-			return final, nil
+		if ok, err := installed(final, files, uid); err != nil || ok {
+			return err
 		}
 		if attempt == 3 {
-			return "", fmt.Errorf("install the Python module into %s: the directory keeps changing under concurrent installs; remove it and try again", final)
+			return fmt.Errorf("install the Python module into %s: the directory keeps changing under concurrent installs; remove it and try again", final)
 		}
 		// Incomplete: move it aside (another launcher may do the same; the loser's rename fails harmlessly).
 		old, err := os.MkdirTemp(dir, ".python-old-")
 		if err != nil {
-			return "", fmt.Errorf("install the Python module into %s: %w", dir, err)
+			return fmt.Errorf("install the Python module into %s: %w", dir, err)
 		}
 		if err := os.Rename(final, filepath.Join(old, "copy")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			os.RemoveAll(old)
-			return "", fmt.Errorf("move the incomplete Python module %s aside: %w", final, err)
+			return fmt.Errorf("move the incomplete Python module %s aside: %w", final, err)
 		}
 		defer os.RemoveAll(old)
 	}

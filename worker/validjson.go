@@ -157,15 +157,15 @@ func specialMask(w uint64) uint64 {
 	return ((q-ones)&^q | (s-ones)&^s | (w-ones*0x20)&^w) & highs
 }
 
+// str scans the string that starts at the quote at i and returns the index after its closing quote. It skips
+// 32, then 8 bytes at a time the bytes that can neither end it nor escape, and whole clean blocks at once.
 func (s *jsonScan) str(i int) (int, bool) {
 	b := s.b
 	i++ // opening quote
 	for {
 		end := len(b)
 		if s.clean != nil {
-			for k := i >> s.shift; k/64 < len(s.clean) && s.clean[k/64]&(1<<(k%64)) != 0; k = i >> s.shift {
-				i = (k + 1) << s.shift
-			}
+			i = s.skipClean(i)
 			end = min(len(b), (i>>s.shift+1)<<s.shift) // scan to the end of this block, then look again
 		}
 		for i+32 <= end {
@@ -185,37 +185,55 @@ func (s *jsonScan) str(i int) (int, bool) {
 		if i >= end {
 			continue
 		}
-		c := b[i]
-		switch {
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1, true
 		case c < 0x20:
 			return i, false
 		case c == '\\':
-			i++
-			if i >= len(b) {
-				return i, false
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i++
-			case 'u':
-				if len(b)-i < 5 {
-					return i, false
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return i, false
-					}
-				}
-				i += 5
-			default:
+			var ok bool
+			if i, ok = escape(b, i+1); !ok {
 				return i, false
 			}
 		default:
 			i++
 		}
 	}
+}
+
+// skipClean jumps from i over the clean blocks that follow (to the start of the first block that is not clean).
+func (s *jsonScan) skipClean(i int) int {
+	for k := i >> s.shift; k/64 < len(s.clean) && s.clean[k/64]&(1<<(k%64)) != 0; k = i >> s.shift {
+		i = (k + 1) << s.shift
+	}
+	return i
+}
+
+// escape checks the escape sequence whose backslash is at i-1 and returns the index after it.
+func escape(b []byte, i int) (int, bool) {
+	if i >= len(b) {
+		return i, false
+	}
+	switch b[i] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 1, true
+	case 'u':
+		if len(b)-i < 5 || !hex4(b[i+1:i+5]) {
+			return i, false
+		}
+		return i + 5, true
+	}
+	return i, false
+}
+
+// hex4 reports whether every byte of h is a hexadecimal digit.
+func hex4(h []byte) bool {
+	for _, c := range h {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func digits(b []byte, i int) int {

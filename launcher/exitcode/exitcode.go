@@ -1,6 +1,12 @@
-// Package exitcode is tpurun's exit-code table: the one place each code is defined. The launcher maps every
-// outcome into it (launcher.ExitCode, by typed errors); the results document records the same codes.
+// Package exitcode is tpurun's exit-code table: the one place each code is defined, with the code of a signal
+// (Signal) and the mark a usage error carries (IsUsage). The launcher maps every outcome into it
+// (launcher.ExitCode, by typed errors); the results document records the same codes.
 package exitcode
+
+import (
+	"errors"
+	"syscall"
+)
 
 // The exit codes of tpurun.
 //
@@ -40,3 +46,26 @@ const Help = `  0      every worker exited 0 (and every expected result arrived)
   124    --timeout expired
   126    PROGRAM cannot be executed
   127    PROGRAM not found`
+
+// Signal is the exit code of a process killed by signal sig, and of tpurun stopped by it: 128+sig, as a shell
+// reports it (143 for SIGTERM).
+func Signal(sig syscall.Signal) int { return 128 + int(sig) }
+
+// IsUsage reports whether err is a usage or configuration error (exit Usage): whether the first error in its tree
+// with a method Usage() bool says so. Each package marks its own such errors, its sentinels and the typed errors
+// that match them, as net.Error marks a timeout, so this table names no package's errors. NewUsage makes a marked
+// sentinel.
+func IsUsage(err error) bool {
+	var u interface{ Usage() bool }
+	return errors.As(err, &u) && u.Usage()
+}
+
+// NewUsage returns a sentinel error, as errors.New(msg) does, that IsUsage reports.
+func NewUsage(msg string) error { return &usageError{msg: msg} }
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// Usage marks the error as a usage or configuration error.
+func (e *usageError) Usage() bool { return true }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -12,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/exitcode"
 	"tpurun/worker"
 )
 
@@ -360,8 +360,9 @@ func (c *Collector) duplicateOf(replica int, all []Result, total int) *ContractE
 }
 
 // Finish builds the document once every worker has exited and every Consume has returned. exits lists how each
-// rank ended, in the order the launcher saw them end (the first failure gives the exit code). It returns the
-// document (always, also when the run failed) and the violations (errors.Join of *ContractError), or nil.
+// rank ended, in the order the launcher saw them end (the first failure gives the exit code, Document.Decide). It
+// returns the document (always, also when the run failed) and the violations (errors.Join of *ContractError), or
+// nil.
 func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -370,10 +371,42 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	if doc.World.Size == 0 {
 		doc.World.Size = len(exits)
 	}
-	// The seed scenario: every process believes it is replica 0, so its owner reports it and the others report
-	// it as foreign. Those reports are one duplicate ("4 results for replica 0: ...") rather than 3 foreign ones.
-	merged := map[*ContractError]bool{}
-	seed := map[int]*ContractError{}
+	seed, merged := c.seedDuplicates()
+	var vs []*ContractError
+	for _, v := range c.violations {
+		if !merged[v] {
+			vs = append(vs, v)
+		}
+	}
+	vs = append(vs, c.countedOnly(vs, seed)...)
+	for _, r := range slices.Sorted(maps.Keys(c.first)) {
+		switch {
+		case seed[r] != nil:
+			vs = append(vs, seed[r])
+		case len(c.reporters[r]) > 0:
+			vs = append(vs, c.duplicate(r))
+		}
+		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
+	}
+	for _, e := range byRank(exits) {
+		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
+		vs = append(vs, c.missing(e)...)
+	}
+	errs := make([]error, len(vs))
+	for i, v := range vs {
+		errs[i] = v
+		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
+			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
+	}
+	doc.Decide(firstFailure(exits))
+	return doc, errors.Join(errs...)
+}
+
+// seedDuplicates merges the seed scenario: every process believes it is replica 0, so its owner reports it and
+// the others report it as foreign. Those reports are one duplicate ("4 results for replica 0: ...") rather than 3
+// foreign ones. It returns that duplicate by replica, and the foreign violations it stands for. c.mu must be held.
+func (c *Collector) seedDuplicates() (seed map[int]*ContractError, merged map[*ContractError]bool) {
+	seed, merged = map[int]*ContractError{}, map[*ContractError]bool{}
 	for r, frs := range c.foreign {
 		first, ok := c.first[r]
 		if !ok {
@@ -391,101 +424,79 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 		}
 		seed[r] = c.duplicateOf(r, all, c.reports[r]+c.foreignN[r])
 	}
-	var vs []*ContractError
-	for _, v := range c.violations {
-		if !merged[v] {
-			vs = append(vs, v)
-		}
+	return seed, merged
+}
+
+// countedOnly is, per kind in name order, one violation saying how many more there were than listed: violations
+// only counted. c.mu must be held.
+func (c *Collector) countedOnly(listed []*ContractError, seed map[int]*ContractError) []*ContractError {
+	shown := map[string]int{}
+	for _, v := range listed {
+		shown[v.KindName()]++
 	}
-	// Violations only counted: one line per kind says how many more there were (foreign reports merged into a
-	// seed duplicate are counted there).
-	kinds := make([]string, 0, len(c.kindCount))
-	for k := range c.kindCount {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	listed := map[string]int{}
-	for _, v := range vs {
-		listed[v.KindName()]++
-	}
-	for _, k := range kinds {
-		n := c.kindCount[k]
-		if k == "foreign_replica" { // those merged into a seed duplicate are counted there
-			n = 0
-			for r, m := range c.foreignN {
-				if seed[r] == nil {
-					n += m
-				}
-			}
-		}
-		if extra := n - listed[k]; extra > 0 {
-			vs = append(vs, &ContractError{Kind: kindOf(k), Replica: -1, Rank: -1, PID: -1, OtherRank: -1, OtherPID: -1,
+	var out []*ContractError
+	for _, k := range slices.Sorted(maps.Keys(c.kindCount)) {
+		if extra := c.counted(k, seed) - shown[k]; extra > 0 {
+			out = append(out, &ContractError{Kind: kindOf(k), Replica: -1, Rank: -1, PID: -1, OtherRank: -1, OtherPID: -1,
 				Message: fmt.Sprintf("%d more %s violations like those above were counted, not listed", extra, k)})
 		}
 	}
-	reps := make([]int, 0, len(c.first))
-	for r := range c.first {
-		reps = append(reps, r)
+	return out
+}
+
+// counted is how many violations of kind there were, but for foreign reports merged into a seed duplicate: those
+// are counted there. c.mu must be held.
+func (c *Collector) counted(kind string, seed map[int]*ContractError) int {
+	if kind != "foreign_replica" {
+		return c.kindCount[kind]
 	}
-	sort.Ints(reps)
-	for _, r := range reps {
-		switch {
-		case seed[r] != nil:
-			vs = append(vs, seed[r])
-		case len(c.reporters[r]) > 0:
-			vs = append(vs, c.duplicate(r))
-		}
-		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
-	}
-	replicaErr := false
-	for _, res := range doc.Results {
-		replicaErr = replicaErr || !res.OK
-	}
-	exitCode := 0
-	for _, e := range exits {
-		if e.Failed() && exitCode == 0 {
-			exitCode = e.ExitCode
-			if exitCode <= 0 { // a launcher-side error, or a signal the launcher did not map to 128+N
-				exitCode = 1
-			}
+	n := 0
+	for r, m := range c.foreignN {
+		if seed[r] == nil {
+			n += m
 		}
 	}
-	sorted := slices.Clone(exits)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
-	for _, e := range sorted {
-		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
-		if !c.opts.Required || e.Failed() {
+	return n
+}
+
+// missing is the violations of a rank that exited 0 without reporting every replica it owns, when results are
+// required. c.mu must be held.
+func (c *Collector) missing(e RankExit) []*ContractError {
+	if !c.opts.Required || e.Failed() {
+		return nil
+	}
+	o := c.owners[e.Rank]
+	where := ""
+	if o.node != c.opts.NodeRank {
+		where = fmt.Sprintf(" (node %d)", o.node)
+	}
+	var out []*ContractError
+	for _, r := range o.replicas {
+		if _, ok := c.first[r]; ok {
 			continue
 		}
-		o := c.owners[e.Rank]
-		where := ""
-		if o.node != c.opts.NodeRank {
-			where = fmt.Sprintf(" (node %d)", o.node)
+		out = append(out, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
+			OtherRank: -1, OtherPID: -1, Hint: hintMissing,
+			Message: fmt.Sprintf("rank %d pid %d%s exited 0 without reporting a result for replica %d (results are required)",
+				e.Rank, e.PID, where, r)})
+	}
+	return out
+}
+
+// byRank is exits in rank order (a rank listed twice keeps its order).
+func byRank(exits []RankExit) []RankExit {
+	sorted := slices.Clone(exits)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
+	return sorted
+}
+
+// firstFailure is the exit code of the first failed exit, in the order the launcher saw them end: its code, or 1
+// for a launcher-side error or a signal the launcher did not map to 128+N; 0 when none failed.
+func firstFailure(exits []RankExit) int {
+	for _, e := range exits {
+		if e.Failed() {
+			return max(e.ExitCode, 1)
 		}
-		for _, r := range o.replicas {
-			if _, ok := c.first[r]; ok {
-				continue
-			}
-			vs = append(vs, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
-				OtherRank: -1, OtherPID: -1, Hint: hintMissing,
-				Message: fmt.Sprintf("rank %d pid %d%s exited 0 without reporting a result for replica %d (results are required)",
-					e.Rank, e.PID, where, r)})
-		}
 	}
-	errs := make([]error, len(vs))
-	for i, v := range vs {
-		errs[i] = v
-		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
-			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
-	}
-	switch {
-	case exitCode != 0:
-	case len(vs) > 0:
-		exitCode = exitcode.Results
-	case replicaErr:
-		exitCode = exitcode.ReplicaError
-	}
-	doc.ExitCode = exitCode
-	doc.OK = exitCode == 0
-	return doc, errors.Join(errs...)
+	return 0
 }

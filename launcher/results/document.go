@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"tpurun/launcher/exitcode"
 )
 
 // Document is the results of one run, as written by --results and printed by --json.
@@ -19,6 +21,35 @@ type Document struct {
 	Violations []Violation  `json:"violations"`
 	OK         bool         `json:"ok"`
 	ExitCode   int          `json:"exit_code"`
+}
+
+// Decide sets the document's exit code and OK, and returns the code. failure is the exit code of what failed the
+// run, 0 when nothing did; it wins. Then a violated contract gives exitcode.Results (65), then a replica's
+// reported error exitcode.ReplicaError (1); else the code is 0. This is the one place that order is written:
+// Finish decides with the first failed exit it was given, and a launcher that knows better what failed the run (a
+// timeout, a signal, another node's verdict) decides again with that failure's code.
+func (d *Document) Decide(failure int) int {
+	d.ExitCode = failure
+	switch {
+	case failure != 0:
+	case len(d.Violations) > 0:
+		d.ExitCode = exitcode.Results
+	case len(d.ReplicaErrors()) > 0:
+		d.ExitCode = exitcode.ReplicaError
+	}
+	d.OK = d.ExitCode == 0
+	return d.ExitCode
+}
+
+// ReplicaErrors returns the results that are a replica's reported error, in replica order.
+func (d *Document) ReplicaErrors() []Result {
+	var out []Result
+	for _, r := range d.Results {
+		if !r.OK && r.Error != nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // World is the size of the run.

@@ -1,7 +1,6 @@
 package results
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -89,15 +88,34 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 	if s == nil {
 		return nil
 	}
-	var errs []error
+	var more workerErrs
 	c.mu.Lock()
-	for _, w := range s.Workers {
+	c.addWorkers(nodeRank, s.Workers)
+	c.addViolations(nodeRank, s.Violations, &more)
+	c.addCounted(s.Counted)
+	c.mu.Unlock()
+	dups := c.addResults(nodeRank, s)
+	c.mu.Lock()
+	for r := range dups {
+		more.add(c.duplicate(r))
+	}
+	c.mu.Unlock()
+	return more.join()
+}
+
+// addWorkers records the workers of node nodeRank and the replicas each owns. c.mu must be held.
+func (c *Collector) addWorkers(nodeRank int, ws []SharedWorker) {
+	for _, w := range ws {
 		if _, ok := c.owners[w.Rank]; !ok { // global ranks are unique: a clash is not this node's to resolve
 			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
 		}
 	}
-	var more workerErrs
-	for _, v := range s.Violations {
+}
+
+// addViolations records the violations node nodeRank saw, their messages prefixed with the node, and adds them to
+// more. c.mu must be held.
+func (c *Collector) addViolations(nodeRank int, vs []SharedViolation, more *workerErrs) {
+	for _, v := range vs {
 		ce := &ContractError{Kind: kindOf(v.Kind), Replica: v.Replica, Rank: v.Rank, PID: v.PID, OtherRank: v.OtherRank,
 			OtherPID: v.OtherPID, Message: fmt.Sprintf("node %d: %s", nodeRank, v.Message), Hint: v.Hint}
 		c.recordLocked(ce)
@@ -106,43 +124,48 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 		}
 		more.add(ce)
 	}
-	if cnt := s.Counted; cnt != nil {
-		for k, n := range cnt.Violations {
-			c.kindCount[k] += max(0, n)
-		}
-		for r, n := range cnt.Foreign {
-			c.foreignN[r] += max(0, n)
-		}
+}
+
+// addCounted adds the violations and foreign reports a node only counted. c.mu must be held.
+func (c *Collector) addCounted(cnt *Counted) {
+	if cnt == nil {
+		return
 	}
-	c.mu.Unlock()
+	for k, n := range cnt.Violations {
+		c.kindCount[k] += max(0, n)
+	}
+	for r, n := range cnt.Foreign {
+		c.foreignN[r] += max(0, n)
+	}
+}
+
+// addResults merges the outcomes node nodeRank accepted, and returns the replicas that have more than one since.
+func (c *Collector) addResults(nodeRank int, s *Share) map[int]bool {
 	dups := map[int]bool{}
 	for i, e := range s.Results {
 		e.Node = nodeRank
-		n := 1
-		if cnt := s.Counted; cnt != nil && cnt.Reports[e.Replica] > 0 && lastOf(s.Results, i) {
-			n += cnt.Reports[e.Replica] // the outcomes the node only counted count with its last listed one
-		}
 		c.mu.Lock()
-		c.addOutcome(e, n)
+		c.addOutcome(e, 1+s.onlyCounted(i))
 		dup := c.reports[e.Replica] > 1
 		c.mu.Unlock()
 		if c.opts.OnResult != nil {
 			c.opts.OnResult()
 		}
-		if dup && !dups[e.Replica] {
+		if dup {
 			dups[e.Replica] = true
 		}
 	}
-	c.mu.Lock()
-	for r := range dups {
-		more.add(c.duplicate(r))
+	return dups
+}
+
+// onlyCounted is how many outcomes of the replica of Results[i] the node counted without listing them: they count
+// with its last listed one.
+func (s *Share) onlyCounted(i int) int {
+	r := s.Results[i].Replica
+	if s.Counted == nil || s.Counted.Reports[r] <= 0 || !lastOf(s.Results, i) {
+		return 0
 	}
-	c.mu.Unlock()
-	errs = append(errs, more.list...)
-	if more.more > 0 {
-		errs = append(errs, fmt.Errorf("and %d more violations of the result contract", more.more))
-	}
-	return errors.Join(errs...)
+	return s.Counted.Reports[r]
 }
 
 // lastOf reports whether rs[i] is the last of its replica in rs.

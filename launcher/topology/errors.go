@@ -1,26 +1,28 @@
 package topology
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"tpurun/launcher/exitcode"
 )
 
-// Sentinels callers branch on with errors.Is.
+// Sentinels callers branch on with errors.Is. Each is a usage error (exitcode.IsUsage: the CLI exits 2 on it), as
+// is every typed error below that matches one.
 var (
 	// ErrConfig marks a configuration error: bad flags or env, an impossible split. The CLI exits 2 on it.
-	ErrConfig = errors.New("topology configuration error")
+	ErrConfig = exitcode.NewUsage("topology configuration error")
 	// ErrParse marks a value that does not parse (wrapped by ConfigError for env and flags). The errors it marks
 	// read as the detail alone; the message around them says the value is malformed.
-	ErrParse = errors.New("malformed value")
+	ErrParse = exitcode.NewUsage("malformed value")
 	// ErrUnknownDevice marks Google PCI devices whose device id tpurun does not know.
-	ErrUnknownDevice = errors.New("unknown Google PCI device id")
+	ErrUnknownDevice = exitcode.NewUsage("unknown Google PCI device id")
 	// ErrMetadata marks a failed GCE metadata query (see *MetadataError).
-	ErrMetadata = errors.New("GCE metadata query failed")
+	ErrMetadata = exitcode.NewUsage("GCE metadata query failed")
 	// ErrPortBusy marks a TPU process port that is in use and cannot be moved (see *PortBusyError).
-	ErrPortBusy = errors.New("TPU process port busy")
+	ErrPortBusy = exitcode.NewUsage("TPU process port busy")
 	// ErrChipBusy marks a chip whose device node another process holds open (see *BusyError).
-	ErrChipBusy = errors.New("TPU chip in use by another process")
+	ErrChipBusy = exitcode.NewUsage("TPU chip in use by another process")
 )
 
 // ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
@@ -74,6 +76,9 @@ func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
 // Unwrap returns the underlying cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *ConfigError) Usage() bool { return true }
+
 // sourceList renders sources for a message: "from flag --nprocs, env TPU_NUM_DEVICES". A derived source names
 // itself ("derived from env TPU_ACCELERATOR_TYPE"), so the derived ones follow the others after a semicolon
 // rather than read "from derived from ...". A source listed twice is named once.
@@ -114,6 +119,9 @@ func (e *parseError) Error() string { return e.msg }
 // Is makes errors.Is(err, ErrParse) true.
 func (e *parseError) Is(target error) bool { return target == ErrParse }
 
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *parseError) Usage() bool { return true }
+
 // orList renders "1", "1 or 2", "1, 2, 4 or 8".
 func orList(items []string) string {
 	switch len(items) {
@@ -143,6 +151,9 @@ func (e *UnknownDeviceError) Is(target error) bool {
 	return target == ErrUnknownDevice || target == ErrConfig
 }
 
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *UnknownDeviceError) Usage() bool { return true }
+
 // MetadataError is a failed GCE metadata query: the URL, the HTTP status (0 when no answer) and the cause, plus the
 // env vars that replace the query.
 type MetadataError struct {
@@ -170,6 +181,9 @@ func (e *MetadataError) Is(target error) bool { return target == ErrMetadata }
 // Unwrap returns the cause (a net error, context.DeadlineExceeded, ErrParse...).
 func (e *MetadataError) Unwrap() error { return e.Err }
 
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *MetadataError) Usage() bool { return true }
+
 // PortBusyError is a TPU process port that is in use and must stay fixed (multi-host).
 type PortBusyError struct {
 	Port      int
@@ -190,6 +204,9 @@ func (e *PortBusyError) Error() string {
 // Is makes errors.Is(err, ErrPortBusy) true.
 func (e *PortBusyError) Is(target error) bool { return target == ErrPortBusy }
 
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *PortBusyError) Usage() bool { return true }
+
 // BusyError reports chips whose device nodes other processes hold open.
 type BusyError struct {
 	Holders []Holder
@@ -205,3 +222,6 @@ func (e *BusyError) Error() string {
 
 // Is makes errors.Is(err, ErrChipBusy) true.
 func (e *BusyError) Is(target error) bool { return target == ErrChipBusy }
+
+// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
+func (e *BusyError) Usage() bool { return true }

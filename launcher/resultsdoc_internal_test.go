@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+
+	"tpurun/launcher/results"
+	"tpurun/worker"
+)
+
+// TestFinishResultsPrecedence: the job's error and the document's exit code agree, in one order: a function target
+// the runner could not use (2), then the run's failure (a worker's, another node's, a timeout), then the contract's
+// violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
+func TestFinishResultsPrecedence(t *testing.T) {
+	workerFailed := &Verdict{Reason: StopFailure, Code: 3, Node: -1,
+		Err: &WorkerError{Rank: 0, PID: 10, ExitCode: 3}}
+	nodeFailed := &Verdict{Reason: StopRemote, Code: 65, Node: 1, Err: &NodeError{Node: 1, Code: 65, Message: "bad results"}}
+	timedOut := &Verdict{Reason: StopTimeout, Code: ExitTimeout, Node: -1, Err: fmt.Errorf("%w: after 1s", ErrTimeout)}
+	sinkErr := &ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
+	complaint := &Verdict{Reason: StopDone, Code: ExitCode(sinkErr), Node: -1, Err: sinkErr}
+	ok := func(c *worker.Client) { _ = c.Report(0, 1) }
+	raised := func(c *worker.Client) { _ = c.Fail(0, errors.New("loss is NaN")) }
+	twice := func(c *worker.Client) { _ = c.Report(0, 1); _ = c.Report(0, 2) }
+	target := func(c *worker.Client) {
+		_ = c.Send(worker.Frame{Kind: worker.KindError, Encoding: worker.EncodingJSON, Replica: 0,
+			Payload: []byte(`{"type":"` + worker.TargetErrorType + `","message":"no module named m"}`)})
+	}
+	for _, tc := range []struct {
+		name   string
+		fn     bool
+		report func(*worker.Client)
+		runErr error
+		code   int
+		want   any // the error's type, or the runErr itself
+	}{
+		{"clean", false, ok, nil, 0, nil},
+		{"violations", false, twice, nil, ExitResults, &ResultsError{}},
+		{"replica error", false, raised, nil, ExitReplicaError, &ReplicaError{}},
+		{"worker failure beats violations", false, twice, workerFailed, 3, workerFailed},
+		{"node failure beats a replica error", false, raised, nodeFailed, 65, nodeFailed},
+		{"timeout beats a replica error", false, raised, timedOut, ExitTimeout, timedOut},
+		{"violations beat the sink's complaint", false, twice, complaint, ExitResults, &ResultsError{}},
+		{"a replica error beats the sink's complaint", false, raised, complaint, ExitReplicaError, &ReplicaError{}},
+		{"the sink's complaint alone", false, ok, complaint, ExitResults, complaint},
+		{"target error beats a worker failure", true, target, workerFailed, ExitUsage, &ConfigError{}},
+		{"target error outside function mode", false, target, nil, ExitReplicaError, &ReplicaError{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ch bytes.Buffer
+			tc.report(worker.NewClient(&ch, []int{0}))
+			c := results.NewCollector(results.Options{})
+			if err := c.Consume(0, 10, []int{0}, &ch); err != nil {
+				t.Fatal(err)
+			}
+			j := &job{spec: Spec{RunID: "r"}}
+			if tc.fn {
+				j.spec.Fn = &FnSpec{Target: "m:f"}
+			}
+			exits := []results.RankExit{{Rank: 0, PID: 10}}
+			doc, err := j.finishResults(exits, c, tc.runErr)
+			if doc.ExitCode != tc.code || doc.OK != (tc.code == 0) || ExitCode(err) != tc.code || doc.RunID != "r" {
+				t.Errorf("document exit %d ok %v, error %v (exit %d); want exit %d", doc.ExitCode, doc.OK, err, ExitCode(err), tc.code)
+			}
+			switch want := tc.want.(type) {
+			case nil:
+				if err != nil {
+					t.Errorf("error %v, want none", err)
+				}
+			case *Verdict:
+				if err != want {
+					t.Errorf("error %v, want the run's %v", err, want)
+				}
+			default:
+				if fmt.Sprintf("%T", err) != fmt.Sprintf("%T", want) {
+					t.Errorf("error %T %v, want a %T", err, err, want)
+				}
+			}
+		})
+	}
+}
