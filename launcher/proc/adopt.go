@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrNotChild is returned by AdoptHeld for a pid that is not a child of this process leading its own process
@@ -34,12 +32,19 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	if err := checkChild("/proc", pid, self(), &buf); err != nil {
 		return nil, err
 	}
-	p := &Process{pid: pid, start: start, hold: true, onExit: onExit, pidfd: -1, rp: r, exited: make(chan struct{}),
-		release: make(chan struct{}), done: make(chan struct{})}
-	if fd, err := unix.PidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
+	p := newProcess(nil, pid, start, true, onExit)
+	p.rp = r
+	o := owned{p: p, watch: watchListed}
+	if fd, err := pidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
 		p.pidfd = fd
+		if r.exits != nil && r.exits.add(fd, pid) == nil { // its event waits for the lock held here
+			o.watch = watchPolled
+		}
 	}
-	r.owned[pid] = owned{p: p}
+	if o.watch == watchListed {
+		r.listing++
+	}
+	r.owned[pid] = o
 	return p, nil
 }
 

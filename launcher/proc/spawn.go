@@ -1,0 +1,361 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawner forks the children of a Reaper from one OS thread that has a file descriptor table of its own. fork
+// copies the forking thread's table into the child and exec then closes every close-on-exec entry of it: forked
+// from the launcher's own table, which holds a few descriptors per running worker (its pipes and its pidfd), each
+// start would cost O(workers) in the kernel and a launch O(N²). The thread's table holds the socket it receives
+// the children's files on (SCM_RIGHTS) and, for one batch, those files. The thread is also the parent-death thread
+// (Pdeathsig) of every child it forks, and the parent in whose list of children they stay (orphans re-parented to
+// this process go to its first thread instead; see Reaper.reapOrphans): it lives until the Reaper is closed.
+//
+// Where the kernel cannot give the thread a table of its own (close_range without CLOSE_RANGE_UNSHARE, before
+// Linux 5.9, or a seccomp filter refusing it) the thread forks from the shared table, as any thread would.
+type spawner struct {
+	reqs    chan *batch
+	sock    int  // the launcher's end of the socket pair the files travel on; -1 when the table is shared
+	private bool // the thread's table is its own
+	tid     int
+	done    chan struct{}
+}
+
+// batch is one request to the spawner: start cmds in order, until one fails or more says no.
+type batch struct {
+	cmds  []*exec.Cmd
+	files [][]int    // per command: the shared table's descriptors that become its 0, 1, 2, ... (-1: closed)
+	ctty  []int      // per command: the shared table's terminal for SysProcAttr.Foreground, -1 when unset
+	env   [][]string // per command: its environment
+	sent  []int      // the distinct descriptors of files and ctty, in the order they were sent to the thread
+	more  func() bool
+	fork  func(i int, start func() (int, error)) error // runs start (the fork) with the reaper's lock held and registers the child
+	n     int                                          // how many were started
+	err   error                                        // why cmds[n] was not
+	done  chan struct{}
+}
+
+// closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
+var closeRange = unix.CloseRange
+
+// newSpawner starts the forking thread and waits until it knows whether its table is its own.
+func newSpawner() (*spawner, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("spawner socket: %w", err)
+	}
+	s := &spawner{reqs: make(chan *batch), sock: fds[0], done: make(chan struct{})}
+	ready := make(chan struct{})
+	go s.thread(fds[1], ready)
+	<-ready
+	if !s.private {
+		_ = unix.Close(s.sock)
+		s.sock = -1
+	}
+	return s, nil
+}
+
+// thread is the forking thread's goroutine. It never unlocks a thread whose table became its own: such a thread
+// can never run anything else, and the runtime ends it when the goroutine returns. The process's first thread is
+// not taken (re-parented orphans go to its list of children, kept short): a goroutine that finds itself there
+// hands over to a new one, which cannot land there while this one holds it.
+func (s *spawner) thread(theirs int, ready chan<- struct{}) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		moved := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(moved)
+			s.serve(theirs, ready)
+		}()
+		<-moved
+		runtime.UnlockOSThread()
+		return
+	}
+	s.serve(theirs, ready)
+}
+
+// serve is the forking thread's loop, on its locked thread.
+func (s *spawner) serve(theirs int, ready chan<- struct{}) {
+	defer close(s.done)
+	s.tid = unix.Gettid()
+	s.private = ownTable(theirs) == nil
+	if !s.private {
+		_ = unix.Close(theirs)
+		theirs = -1
+	}
+	close(ready)
+	for b := range s.reqs {
+		s.run(b, theirs)
+		close(b.done)
+	}
+	if theirs >= 0 {
+		_ = unix.Close(theirs)
+	}
+	if !s.private {
+		runtime.UnlockOSThread() // a shared table: the thread may serve others again
+	}
+}
+
+// ownTable gives the calling thread a descriptor table of its own that holds only what the thread needs: keep,
+// the standard descriptors (the runtime writes a fatal error to 2), and the runtime's own, at the same numbers:
+// the network poller's epoll set and its eventfd, which the runtime uses from whichever thread it runs on (the
+// thread that stops the world polls the network when it starts it again). close_range with CLOSE_RANGE_UNSHARE
+// copies only the descriptors below the range it closes; the others below it are closed one by one.
+func ownTable(keep int) error {
+	ours := runtimeFDs()
+	top := keep
+	for _, fd := range ours {
+		top = max(top, fd)
+	}
+	if err := closeRange(uint(top)+1, ^uint(0), unix.CLOSE_RANGE_UNSHARE); err != nil {
+		return err
+	}
+	for fd := 3; fd < top; fd++ {
+		if fd != keep && !slices.Contains(ours, fd) {
+			_ = unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// runtimeFDs are the descriptors of this process that may be the runtime's network poller's: every epoll set and
+// eventfd (anon_inode:[eventpoll], anon_inode:[eventfd] in /proc/self/fd). A few of the process's own may be among
+// them: keeping them open in the forking thread's table does no harm (neither has an end of file to delay).
+func runtimeFDs() []int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]") {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// run starts b's commands on the forking thread.
+func (s *spawner) run(b *batch, theirs int) {
+	var mine map[int]int // shared descriptor → this thread's copy
+	if s.private && len(b.sent) > 0 {
+		got, err := recvFDs(theirs, len(b.sent))
+		defer func() {
+			for _, fd := range got {
+				_ = unix.Close(fd)
+			}
+		}()
+		if err != nil {
+			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w", ErrNotStarted, len(b.cmds), err)
+			return
+		}
+		mine = make(map[int]int, len(got))
+		for i, fd := range got {
+			mine[b.sent[i]] = fd
+		}
+	}
+	local := func(fd int) int {
+		if fd < 0 || mine == nil {
+			return fd
+		}
+		return mine[fd]
+	}
+	for i, cmd := range b.cmds {
+		if b.more != nil && !b.more() {
+			return
+		}
+		attr := &syscall.ProcAttr{Dir: cmd.Dir, Env: b.env[i], Files: make([]uintptr, len(b.files[i]))}
+		for k, fd := range b.files[i] {
+			attr.Files[k] = uintptr(local(fd)) // -1: ^uintptr(0), closed in the child
+		}
+		sys := *cmd.SysProcAttr
+		sys.PidFD = nil // the reaper opens one in the shared table
+		if b.ctty[i] >= 0 {
+			sys.Ctty = local(b.ctty[i])
+		}
+		attr.Sys = &sys
+		argv := cmd.Args
+		if len(argv) == 0 {
+			argv = []string{cmd.Path}
+		}
+		err := b.fork(i, func() (int, error) { return syscall.ForkExec(cmd.Path, argv, attr) })
+		if err != nil {
+			b.err = fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, &os.PathError{Op: "fork/exec", Path: cmd.Path, Err: err})
+			return
+		}
+		b.n++
+	}
+}
+
+// start runs b on the forking thread, sending it the descriptors first, and returns once it is done.
+func (s *spawner) start(b *batch) {
+	if s.private {
+		if err := sendFDs(s.sock, b.sent); err != nil {
+			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w%s", ErrNotStarted,
+				len(b.cmds), err, fdHint(err))
+			return
+		}
+	}
+	b.done = make(chan struct{})
+	s.reqs <- b
+	<-b.done
+}
+
+// close ends the forking thread (and with it the parent-death thread of the children it forked).
+func (s *spawner) close() {
+	close(s.reqs)
+	<-s.done
+	if s.sock >= 0 {
+		_ = unix.Close(s.sock)
+	}
+}
+
+// maxRights is how many descriptors one SCM_RIGHTS message carries at most (the kernel's SCM_MAX_FD).
+const maxRights = 253
+
+func sendFDs(sock int, fds []int) error {
+	for len(fds) > 0 {
+		n := min(len(fds), maxRights)
+		for {
+			err := unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds[:n]...), nil, 0)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		fds = fds[n:]
+	}
+	return nil
+}
+
+// recvFDs receives n descriptors sent by sendFDs, in order; on an error it returns those it received.
+func recvFDs(sock, n int) ([]int, error) {
+	out := make([]int, 0, n)
+	oob := make([]byte, unix.CmsgSpace(maxRights*4))
+	var buf [1]byte
+	for len(out) < n {
+		_, oobn, _, _, err := unix.Recvmsg(sock, buf[:], oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return out, err
+		}
+		for _, m := range msgs {
+			fds, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, fds...)
+		}
+	}
+	return out, nil
+}
+
+// fdHint says what to do about running out of descriptors.
+func fdHint(err error) string {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ETOOMANYREFS) {
+		return " (raise the open files limit, ulimit -n)"
+	}
+	return ""
+}
+
+// environ is the environment exec.Cmd.Start would give cmd: its Env (the process's own when nil, with PWD set to
+// Dir then), each key once, the last value winning.
+func environ(cmd *exec.Cmd) []string {
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+		if cmd.Dir != "" {
+			if pwd, err := filepath.Abs(cmd.Dir); err == nil {
+				env = append(env, "PWD="+pwd)
+			}
+		}
+	}
+	return dedupEnv(env)
+}
+
+// dedupEnv keeps the last entry of each key. A sorted environment with a few entries appended (what the launcher
+// builds) is checked without a map.
+func dedupEnv(env []string) []string {
+	key := func(kv string) string {
+		if i := strings.IndexByte(kv[min(1, len(kv)):], '='); i >= 0 {
+			return kv[:i+min(1, len(kv))]
+		}
+		return kv
+	}
+	sorted := 0
+	for sorted < len(env) && (sorted == 0 || key(env[sorted-1]) < key(env[sorted])) {
+		sorted++
+	}
+	unique := true
+	for i := sorted; i < len(env) && unique && len(env)-sorted <= 8; i++ {
+		k := key(env[i])
+		_, found := slices.BinarySearchFunc(env[:sorted], k, func(kv, k string) int { return strings.Compare(key(kv), k) })
+		unique = !found && !slices.ContainsFunc(env[sorted:i], func(kv string) bool { return key(kv) == k })
+	}
+	if unique && len(env)-sorted <= 8 {
+		return env
+	}
+	last := make(map[string]int, len(env))
+	for i, kv := range env {
+		if strings.Contains(kv, "=") {
+			last[key(kv)] = i
+		}
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		if j, ok := last[key(kv)]; ok && j == i || !ok && kv != "" && !strings.Contains(kv, "=") {
+			out = append(out, kv) // an entry without '=' is kept as it is, as exec.Cmd keeps it
+		}
+	}
+	return out
+}
+
+// childFiles are the shared descriptors that become cmd's 0, 1, 2, ...: its stdio (devnull where nil) and its
+// ExtraFiles (-1 where nil: closed in the child).
+func childFiles(cmd *exec.Cmd, devnull *os.File) ([]int, error) {
+	out := make([]int, 0, 3+len(cmd.ExtraFiles))
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		f, ok := s.(*os.File)
+		switch {
+		case s == nil || ok && f == nil:
+			f = devnull
+		case !ok:
+			return nil, fmt.Errorf("%w: %s: with a reaper the child's stdio must be *os.File, not %T", ErrNotStarted, cmd.Path, s)
+		}
+		out = append(out, int(f.Fd()))
+	}
+	for _, f := range cmd.ExtraFiles {
+		fd := -1
+		if f != nil {
+			fd = int(f.Fd())
+		}
+		out = append(out, fd)
+	}
+	return out, nil
+}
