@@ -179,7 +179,9 @@ func renderLaunch(w io.Writer, runs []launchRuns, cfg config, before string) {
 	}
 	fmt.Fprintln(w, head)
 	fmt.Fprintln(w, rule)
-	cell := func(ds []time.Duration) string { return fmt.Sprintf("%s (%s)", ms(median(slices.Clone(ds))), spread(ds)) }
+	cell := func(ds []time.Duration) string {
+		return fmt.Sprintf("%s (%s)", ms(median(slices.Clone(ds))), spread(ds))
+	}
 	for _, lr := range runs {
 		tp, sh := median(slices.Clone(lr.tpurun.wall)), median(slices.Clone(lr.shell.wall))
 		verdict := "MISS"

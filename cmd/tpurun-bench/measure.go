@@ -21,7 +21,7 @@ import (
 type sample struct {
 	wall   time.Duration
 	cpu    time.Duration // user + system, of the process and its waited-for descendants
-	maxRSS int64 // KiB, from wait4: the largest of the process and its waited-for descendants
+	maxRSS int64         // KiB, from wait4: the largest of the process and its waited-for descendants
 }
 
 // run starts argv, feeds its stdout to sink (nil: discarded), waits, and fails unless it exits 0.
