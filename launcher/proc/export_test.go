@@ -48,5 +48,6 @@ func ForkingTable(r *Reaper) (tid int, private bool) {
 	if r.spawn == nil {
 		return 0, false
 	}
+	<-r.spawn.ready
 	return r.spawn.tid, r.spawn.private
 }

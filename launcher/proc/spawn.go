@@ -26,11 +26,13 @@ import (
 // Where the kernel cannot give the thread a table of its own (close_range without CLOSE_RANGE_UNSHARE, before
 // Linux 5.9, or a seccomp filter refusing it) the thread forks from the shared table, as any thread would.
 type spawner struct {
-	reqs    chan *batch
+	reqs  chan *batch
+	ready chan struct{} // closed once the thread is set up: the fields below are set then
+	done  chan struct{}
+
 	sock    int  // the launcher's end of the socket pair the files travel on; -1 when the table is shared
 	private bool // the thread's table is its own
 	tid     int
-	done    chan struct{}
 }
 
 // batch is one request to the spawner: start cmds in order, until one fails or more says no.
@@ -50,20 +52,14 @@ type batch struct {
 // closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
 var closeRange = unix.CloseRange
 
-// newSpawner starts the forking thread and waits until it knows whether its table is its own.
+// newSpawner starts the forking thread; it sets itself up meanwhile (see ready).
 func newSpawner() (*spawner, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("spawner socket: %w", err)
 	}
-	s := &spawner{reqs: make(chan *batch), sock: fds[0], done: make(chan struct{})}
-	ready := make(chan struct{})
-	go s.thread(fds[1], ready)
-	<-ready
-	if !s.private {
-		_ = unix.Close(s.sock)
-		s.sock = -1
-	}
+	s := &spawner{reqs: make(chan *batch), sock: fds[0], ready: make(chan struct{}), done: make(chan struct{})}
+	go s.thread(fds[1])
 	return s, nil
 }
 
@@ -71,32 +67,32 @@ func newSpawner() (*spawner, error) {
 // can never run anything else, and the runtime ends it when the goroutine returns. The process's first thread is
 // not taken (re-parented orphans go to its list of children, kept short): a goroutine that finds itself there
 // hands over to a new one, which cannot land there while this one holds it.
-func (s *spawner) thread(theirs int, ready chan<- struct{}) {
+func (s *spawner) thread(theirs int) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		moved := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
 			close(moved)
-			s.serve(theirs, ready)
+			s.serve(theirs)
 		}()
 		<-moved
 		runtime.UnlockOSThread()
 		return
 	}
-	s.serve(theirs, ready)
+	s.serve(theirs)
 }
 
 // serve is the forking thread's loop, on its locked thread.
-func (s *spawner) serve(theirs int, ready chan<- struct{}) {
+func (s *spawner) serve(theirs int) {
 	defer close(s.done)
 	s.tid = unix.Gettid()
 	s.private = ownTable(theirs) == nil
-	if !s.private {
-		_ = unix.Close(theirs)
-		theirs = -1
+	if !s.private { // the table is the process's: no socket needed
+		_, _ = unix.Close(theirs), unix.Close(s.sock)
+		theirs, s.sock = -1, -1
 	}
-	close(ready)
+	close(s.ready)
 	for b := range s.reqs {
 		s.run(b, theirs)
 		close(b.done)
@@ -206,6 +202,7 @@ func (s *spawner) run(b *batch, theirs int) {
 
 // start runs b on the forking thread, sending it the descriptors first, and returns once it is done.
 func (s *spawner) start(b *batch) {
+	<-s.ready
 	if s.private {
 		if err := sendFDs(s.sock, b.sent); err != nil {
 			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w%s", ErrNotStarted,
@@ -222,7 +219,7 @@ func (s *spawner) start(b *batch) {
 func (s *spawner) close() {
 	close(s.reqs)
 	<-s.done
-	if s.sock >= 0 {
+	if s.sock >= 0 { // the thread had a table of its own
 		_ = unix.Close(s.sock)
 	}
 }
@@ -299,41 +296,55 @@ func environ(cmd *exec.Cmd) []string {
 	return dedupEnv(env)
 }
 
-// dedupEnv keeps the last entry of each key. A sorted environment with a few entries appended (what the launcher
-// builds) is checked without a map.
+// dedupEnv keeps the last entry of each key, as exec.Cmd does (an entry without '=' is kept as it is, an empty one
+// dropped). An environment with each key once is returned as it is.
 func dedupEnv(env []string) []string {
-	key := func(kv string) string {
-		if i := strings.IndexByte(kv[min(1, len(kv)):], '='); i >= 0 {
-			return kv[:i+min(1, len(kv))]
-		}
-		return kv
-	}
-	sorted := 0
-	for sorted < len(env) && (sorted == 0 || key(env[sorted-1]) < key(env[sorted])) {
-		sorted++
-	}
-	unique := true
-	for i := sorted; i < len(env) && unique && len(env)-sorted <= 8; i++ {
-		k := key(env[i])
-		_, found := slices.BinarySearchFunc(env[:sorted], k, func(kv, k string) int { return strings.Compare(key(kv), k) })
-		unique = !found && !slices.ContainsFunc(env[sorted:i], func(kv string) bool { return key(kv) == k })
-	}
-	if unique && len(env)-sorted <= 8 {
+	if uniqueKeys(env) {
 		return env
 	}
 	last := make(map[string]int, len(env))
 	for i, kv := range env {
 		if strings.Contains(kv, "=") {
-			last[key(kv)] = i
+			last[envKey(kv)] = i
 		}
 	}
 	out := make([]string, 0, len(last))
 	for i, kv := range env {
-		if j, ok := last[key(kv)]; ok && j == i || !ok && kv != "" && !strings.Contains(kv, "=") {
-			out = append(out, kv) // an entry without '=' is kept as it is, as exec.Cmd keeps it
+		if j, ok := last[envKey(kv)]; ok && j == i || !ok && kv != "" && !strings.Contains(kv, "=") {
+			out = append(out, kv)
 		}
 	}
 	return out
+}
+
+// uniqueKeys reports, without a map, whether env has each key once and no entry to drop, where env is sorted by key
+// but for a few entries appended (what the launcher builds); otherwise it says false.
+func uniqueKeys(env []string) bool {
+	sorted := 0
+	for sorted < len(env) && strings.Contains(env[sorted], "=") && (sorted == 0 || envKey(env[sorted-1]) < envKey(env[sorted])) {
+		sorted++
+	}
+	if len(env)-sorted > 8 {
+		return false
+	}
+	byKey := func(kv, k string) int { return strings.Compare(envKey(kv), k) }
+	for i := sorted; i < len(env); i++ {
+		k := envKey(env[i])
+		if _, found := slices.BinarySearchFunc(env[:sorted], k, byKey); found || !strings.Contains(env[i], "=") ||
+			slices.ContainsFunc(env[sorted:i], func(kv string) bool { return envKey(kv) == k }) {
+			return false
+		}
+	}
+	return true
+}
+
+// envKey is the key of a KEY=value entry: up to the first '=' after its first byte (a leading '=' belongs to the
+// key, as exec.Cmd has it).
+func envKey(kv string) string {
+	if i := strings.IndexByte(kv[min(1, len(kv)):], '='); i >= 0 {
+		return kv[:i+min(1, len(kv))]
+	}
+	return kv
 }
 
 // childFiles are the shared descriptors that become cmd's 0, 1, 2, ...: its stdio (devnull where nil) and its

@@ -184,6 +184,20 @@ func fallbackMain(mode string) error {
 	if err := heldCheck(rp); err != nil {
 		return err
 	}
+	if err := ownedAndOrphan(rp); err != nil {
+		return err
+	}
+	const n = 8
+	exits := make(chan proc.Exit, n)
+	ps, gates, err := gated(rp, n, exits)
+	if err != nil {
+		return err
+	}
+	return openGates(ps, gates, exits)
+}
+
+// ownedAndOrphan: the exit of a child started through rp is delivered, and the grandchild it leaves is reaped.
+func ownedAndOrphan(rp *proc.Reaper) error {
 	got := make(chan proc.Exit, 1)
 	p, gpid, err := startOrphaner(func(cmd *exec.Cmd) (*proc.Process, error) {
 		return rp.Start(cmd, func(p *proc.Process) { got <- p.Wait() })
@@ -194,21 +208,12 @@ func fallbackMain(mode string) error {
 	if ex, err := within(got, "the owned child's exit"); err != nil || ex.PID != p.PID() || ex.Code != 7 {
 		return fmt.Errorf("delivered exit %+v (%v), want pid %d code 7", ex, err, p.PID())
 	}
-	if err := launchertest.Poll(fmt.Sprintf("the orphan %d reaped", gpid), func() error {
+	return launchertest.Poll(fmt.Sprintf("the orphan %d reaped", gpid), func() error {
 		if proc.Alive(gpid) {
 			return errors.New("still there")
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	const n = 8
-	exits := make(chan proc.Exit, n)
-	ps, gates, err := gated(rp, n, exits)
-	if err != nil {
-		return err
-	}
-	return openGates(ps, gates, exits)
+	})
 }
 
 // TestReaperFallbacks: held workers, owned exits and orphans work as well where the kernel gives no pidfd, no
