@@ -260,10 +260,9 @@ func (j *job) prepareBatch(l *launch, ws []topology.Worker) *batch {
 	return b
 }
 
-// startPrepared starts a prepared batch: it forks its workers all in one go (through the reaper's forking thread),
+// startPrepared starts a prepared batch: it forks its workers all in one go (through the reaper's forking threads),
 // hands those started to the supervisor at once, and only then attaches their output forwarders and result
-// readers. It returns how many started and why the next one did not (nil with fewer than all: the attempt began
-// to stop).
+// readers. It returns how many started and why one did not (nil with fewer than all: the attempt began to stop).
 func (j *job) startPrepared(l *launch, b *batch) (int, error) {
 	sv := l.sv
 	onExit := make([]func(*proc.Process), len(b.wks))
@@ -275,42 +274,50 @@ func (j *job) startPrepared(l *launch, b *batch) (int, error) {
 		_ = f.Close()
 	}
 	b.writeEnds = nil
-	for _, wk := range b.wks[len(ps):] {
-		for _, f := range slices.Concat(wk.readers, wk.files) {
-			_ = f.Close()
+	var wks []*child
+	var started []*proc.Process
+	for i, wk := range b.wks {
+		if ps[i] == nil {
+			for _, f := range slices.Concat(wk.readers, wk.files) {
+				_ = f.Close()
+			}
+			continue
 		}
+		j.sampler.add(ps[i].PID(), wk.w.Rank)
+		wks, started = append(wks, wk), append(started, ps[i])
 	}
-	for i, p := range ps {
-		j.sampler.add(p.PID(), b.wks[i].w.Rank)
+	sv.started(wks, started)
+	for i, p := range started {
+		j.attach(sv, wks[i], p)
 	}
-	sv.started(b.wks[:len(ps)], ps)
-	for i, p := range ps {
-		j.attach(sv, b.wks[i], p)
-	}
+	var se *proc.StartError
 	switch {
+	case errors.As(err, &se):
+		return len(started), j.startError(b.wks[se.Index].w, se.Err, b.cmds[se.Index])
 	case err != nil:
-		return len(ps), j.startError(b.wks[len(ps)].w, err, b.cmds[len(ps)])
-	case len(ps) < len(b.cmds):
-		return len(ps), nil
+		return len(started), err
+	case len(started) < len(b.cmds):
+		return len(started), nil
 	}
-	return len(ps), b.err
+	return len(started), b.err
 }
 
-// startCmds starts cmds through the starter: all in one go where it can (exec'd workers), else one by one.
+// startCmds starts cmds through the starter: all in one go where it can (exec'd workers), else one by one. ps has
+// one entry per command, nil where it was not started (see proc.StartHeldAll).
 func (j *job) startCmds(cmds []*exec.Cmd, onExit []func(*proc.Process), more func() bool) ([]*proc.Process, error) {
 	if _, ok := j.starter.(execStarter); ok {
 		return proc.StartHeldAll(j.spec.Reaper, cmds, onExit, more)
 	}
-	ps := make([]*proc.Process, 0, len(cmds))
+	ps := make([]*proc.Process, len(cmds))
 	for i, cmd := range cmds {
 		if !more() {
 			break
 		}
 		p, err := j.starter.start(j.spec.Reaper, cmd, onExit[i])
 		if err != nil {
-			return ps, err
+			return ps, &proc.StartError{Index: i, Err: err}
 		}
-		ps = append(ps, p)
+		ps[i] = p
 	}
 	return ps, nil
 }

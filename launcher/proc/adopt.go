@@ -21,6 +21,8 @@ var ErrNotChild = errors.New("not a child of this process that leads its own pro
 // pid is refused with ErrNotChild (and left alone: it is not this process's to signal). The adopted process is
 // signalled, held, released and swept exactly like one started through StartHeld; its start time is the call's.
 func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Process, error) {
+	r.forkMu.RLock()
+	defer r.forkMu.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := time.Now()

@@ -45,9 +45,9 @@ func WithoutForkingThread() {
 
 // ForkingTable is the forking thread's id and whether its descriptor table is its own (0, false without one).
 func ForkingTable(r *Reaper) (tid int, private bool) {
-	if r.spawn == nil {
+	if len(r.spawn) == 0 {
 		return 0, false
 	}
-	<-r.spawn.ready
-	return r.spawn.tid, r.spawn.private
+	<-r.spawn[0].ready
+	return r.spawn[0].tid, r.spawn[0].private
 }

@@ -84,7 +84,7 @@ func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, erro
 	if rp != nil {
 		ps, err := rp.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, true, nil)
 		if err != nil {
-			return nil, err
+			return nil, errors.Unwrap(err) // the command's own error: its index says nothing
 		}
 		return ps[0], nil
 	}

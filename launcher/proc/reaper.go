@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,7 +50,10 @@ type Reaper struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	spawn    *spawner // nil when it could not be started: each child is forked from its caller's thread
+	// forkMu is held for reading from a fork until the child is registered in owned, and for writing while orphans
+	// are reaped: a child between its fork and its registration is never taken for an orphan. Forks run at once.
+	forkMu   sync.RWMutex
+	spawn    []*spawner // the forking threads; none when they could not be started: children fork on the caller's
 	nullOnce sync.Once
 	devnull  *os.File // the stdio of children that have none, shared
 }
@@ -81,10 +87,13 @@ func NewReaper(log *zap.Logger) *Reaper {
 	if pr, pw, err := os.Pipe(); err == nil {
 		_, _ = pr.Close(), pw.Close()
 	}
-	if sp, err := startSpawner(); err == nil {
-		r.spawn = sp
-	} else {
-		log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+	for range forkThreads() {
+		sp, err := startSpawner()
+		if err != nil {
+			log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+			break
+		}
+		r.spawn = append(r.spawn, sp)
 	}
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.loop()
@@ -109,8 +118,11 @@ func (r *Reaper) loop() {
 }
 
 // reap collects every orphan that has exited by now, and, for the owned processes without a pidfd, delivers or
-// reaps them (reapListed). full also lists the children of every thread, not only those orphans go to.
+// reaps them (reapListed). full also lists the children of every thread, not only those orphans go to. No fork is
+// under way meanwhile (forkMu): every child it finds unregistered is an orphan.
 func (r *Reaper) reap(full bool) {
+	r.forkMu.Lock()
+	defer r.forkMu.Unlock()
 	r.mu.Lock()
 	listing := r.listing
 	r.mu.Unlock()
@@ -368,32 +380,45 @@ func closed(c <-chan struct{}) bool {
 func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	ps, err := r.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, false, nil)
 	if err != nil {
-		return nil, err
+		return nil, errors.Unwrap(err) // the command's own error: its index says nothing
 	}
 	return ps[0], nil
 }
 
-// StartHeldAll starts cmds in order, each as StartHeld would with its onExit (onExit[i], nil or absent: none),
-// until one cannot be started or more (when not nil) returns false before the next. It returns the processes
-// started, and the error of the command that was not. Through a reaper, the whole list is forked in one go by its
-// forking thread.
-func StartHeldAll(rp *Reaper, cmds []*exec.Cmd, onExit []func(*Process), more func() bool) ([]*Process, error) {
+// StartHeldAll starts cmds, each as StartHeld would with its onExit (onExit[i], nil or absent: none), until one
+// cannot be started or more (when not nil) returns false. Through a reaper the whole list is forked in one go by
+// its forking threads, several at once: ps has one entry per command, its process or nil where it was not
+// started, and err, when not nil, is a *StartError naming the command whose start failed. Once one failed, or
+// more said no, the threads start no more: commands before it in the list may not have started either, and some
+// after it may have (on another thread). Without a reaper they start one by one, in order.
+func StartHeldAll(rp *Reaper, cmds []*exec.Cmd, onExit []func(*Process), more func() bool) (ps []*Process, err error) {
 	if rp != nil {
 		return rp.startAll(cmds, onExit, true, more)
 	}
-	ps := make([]*Process, 0, len(cmds))
+	ps = make([]*Process, len(cmds))
 	for i, cmd := range cmds {
 		if more != nil && !more() {
 			break
 		}
 		p, err := startOwn(cmd, at(onExit, i), true)
 		if err != nil {
-			return ps, err
+			return ps, &StartError{Index: i, Err: err}
 		}
-		ps = append(ps, p)
+		ps[i] = p
 	}
 	return ps, nil
 }
+
+// StartError is StartHeldAll's error: the command at Index could not be started (the first in the list, if several
+// could not), and why.
+type StartError struct {
+	Index int
+	Err   error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+
+func (e *StartError) Unwrap() error { return e.Err }
 
 func at(fs []func(*Process), i int) func(*Process) {
 	if i < len(fs) {
@@ -402,22 +427,91 @@ func at(fs []func(*Process), i int) func(*Process) {
 	return nil
 }
 
-// startAll starts cmds in order through the forking thread; see StartHeldAll.
+// forkThreads is how many threads fork a reaper's children: a fork waits until its child has exec'd (vfork), so
+// one thread forks at most one child at a time; several keep the cores busy.
+func forkThreads() int { return min(max(runtime.GOMAXPROCS(0), 1), 8) }
+
+// startAll starts cmds through the forking threads; see StartHeldAll.
 func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, more func() bool) ([]*Process, error) {
-	sp, devnull, err := r.spawner()
+	devnull, err := r.nullFile()
 	if err != nil {
-		return nil, err
+		return make([]*Process, len(cmds)), &StartError{Err: err}
 	}
-	b := &batch{more: more}
-	var bad error // why cmds[len(b.cmds)] cannot be started
-	sent := map[int]bool{}
-	send := func(fd int) {
-		if fd >= 0 && !sent[fd] {
-			sent[fd] = true
-			b.sent = append(b.sent, fd)
+	all, bad := plan(cmds, devnull)
+	ps := make([]*Process, len(cmds))
+	var failed atomic.Bool // a fork failed: the threads fork no more
+	keepOn := func() bool { return !failed.Load() && (more == nil || more()) }
+	fork := func(b *batch) func(i int, fork func() (int, error)) error {
+		return func(i int, fork func() (int, error)) error {
+			r.forkMu.RLock() // until the child is registered: it is not an orphan
+			defer r.forkMu.RUnlock()
+			start := time.Now()
+			pid, err := fork()
+			if err != nil {
+				failed.Store(true)
+				return err
+			}
+			k := b.idx[i]
+			p := newProcess(cmds[k], pid, start, hold, at(onExit, k))
+			p.rp = r
+			r.mu.Lock()
+			r.owned[pid] = owned{p: p, watch: watchPending}
+			r.mu.Unlock()
+			ps[k] = p
+			return nil
 		}
 	}
-	for _, cmd := range cmds {
+	parts := all.split(max(len(r.spawn), 1))
+	for _, b := range parts {
+		b.more, b.fork = keepOn, fork(b)
+	}
+	r.run(parts)
+	for _, p := range ps {
+		if p != nil {
+			r.watch(p)
+		}
+	}
+	return ps, startError(parts, ps[:len(all.cmds)], bad)
+}
+
+// run runs each part on a forking thread of its own, at once, and returns when all are done.
+func (r *Reaper) run(parts []*batch) {
+	if len(r.spawn) == 0 {
+		r.forkHere(parts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for k, b := range parts[1:] {
+		wg.Go(func() { r.spawn[k+1].start(b) })
+	}
+	r.spawn[0].start(parts[0])
+	wg.Wait()
+}
+
+// startError is the error of a start in parts: the failure of the lowest index, else bad (why the command after
+// the planned ones, ps, could not be planned) when all of those started.
+func startError(parts []*batch, ps []*Process, bad error) error {
+	first := -1
+	var why error
+	for _, b := range parts {
+		if b.err != nil && (first < 0 || b.failed < first) {
+			first, why = b.failed, b.err
+		}
+	}
+	if why == nil && bad != nil && !slices.Contains(ps, nil) {
+		first, why = len(ps), bad
+	}
+	if why == nil {
+		return nil
+	}
+	return &StartError{Index: first, Err: why}
+}
+
+// plan is the batch of cmds up to the first that cannot be started (bad says why): each one's files (the shared
+// table's descriptors it gets as 0, 1, 2, ...: devnull for a nil stdio), terminal and environment.
+func plan(cmds []*exec.Cmd, devnull *os.File) (b *batch, bad error) {
+	b = &batch{}
+	for i, cmd := range cmds {
 		if bad = checkCmd(cmd); bad != nil {
 			break
 		}
@@ -431,42 +525,9 @@ func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, 
 		if cmd.SysProcAttr.Foreground {
 			ctty = cmd.SysProcAttr.Ctty
 		}
-		for _, fd := range files {
-			send(fd)
-		}
-		send(ctty)
-		b.cmds = append(b.cmds, cmd)
-		b.files = append(b.files, files)
-		b.ctty = append(b.ctty, ctty)
-		b.env = append(b.env, environ(cmd))
+		b.add(i, cmd, files, ctty, environ(cmd))
 	}
-	ps := make([]*Process, 0, len(b.cmds))
-	b.fork = func(i int, fork func() (int, error)) error {
-		r.mu.Lock() // held from fork until the pid is registered, so its exit is never taken for an orphan's
-		defer r.mu.Unlock()
-		start := time.Now()
-		pid, err := fork()
-		if err != nil {
-			return err
-		}
-		p := newProcess(b.cmds[i], pid, start, hold, at(onExit, i))
-		p.rp = r
-		r.owned[pid] = owned{p: p, watch: watchPending}
-		ps = append(ps, p)
-		return nil
-	}
-	if sp != nil {
-		sp.start(b)
-	} else {
-		r.forkHere(b)
-	}
-	for _, p := range ps {
-		r.watch(p)
-	}
-	if b.err == nil && b.n == len(b.cmds) {
-		b.err = bad
-	}
-	return ps, b.err
+	return b, bad
 }
 
 // forkHere runs b on the calling thread, locked while it forks each child (the kernel ties the parent-death signal
@@ -487,9 +548,8 @@ func checkCmd(cmd *exec.Cmd) error {
 	return nil
 }
 
-// spawner is the forking thread (nil when it could not be started: each start forks from its caller's thread) and
-// the /dev/null the children without stdio share, opened on first use.
-func (r *Reaper) spawner() (*spawner, *os.File, error) {
+// nullFile is the /dev/null the children without stdio share, opened on first use.
+func (r *Reaper) nullFile() (*os.File, error) {
 	r.nullOnce.Do(func() {
 		f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
@@ -498,9 +558,9 @@ func (r *Reaper) spawner() (*spawner, *os.File, error) {
 		r.devnull = f
 	})
 	if r.devnull == nil {
-		return nil, nil, fmt.Errorf("%w: no %s for the children's stdio", ErrNotStarted, os.DevNull)
+		return nil, fmt.Errorf("%w: no %s for the children's stdio", ErrNotStarted, os.DevNull)
 	}
-	return r.spawn, r.devnull, nil
+	return r.devnull, nil
 }
 
 // watch puts a process just forked through the reaper under watch: its pidfd (opened now, in the process's shared
@@ -599,8 +659,8 @@ func (r *Reaper) Close() {
 	if r.exits != nil {
 		r.exits.close(r)
 	}
-	if r.spawn != nil {
-		r.spawn.close()
+	for _, sp := range r.spawn {
+		sp.close()
 	}
 	if r.devnull != nil {
 		_ = r.devnull.Close()

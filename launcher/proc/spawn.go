@@ -35,18 +35,56 @@ type spawner struct {
 	tid     int
 }
 
-// batch is one request to the spawner: start cmds in order, until one fails or more says no.
+// batch is one request to a forking thread: start cmds in order, until one fails or more says no.
 type batch struct {
-	cmds  []*exec.Cmd
-	files [][]int    // per command: the shared table's descriptors that become its 0, 1, 2, ... (-1: closed)
-	ctty  []int      // per command: the shared table's terminal for SysProcAttr.Foreground, -1 when unset
-	env   [][]string // per command: its environment
-	sent  []int      // the distinct descriptors of files and ctty, in the order they were sent to the thread
-	more  func() bool
-	fork  func(i int, start func() (int, error)) error // runs start (the fork) with the reaper's lock held and registers the child
-	n     int                                          // how many were started
-	err   error                                        // why cmds[n] was not
-	done  chan struct{}
+	cmds   []*exec.Cmd
+	idx    []int        // per command: its index in the caller's list
+	files  [][]int      // per command: the shared table's descriptors that become its 0, 1, 2, ... (-1: closed)
+	ctty   []int        // per command: the shared table's terminal for SysProcAttr.Foreground, -1 when unset
+	env    [][]string   // per command: its environment
+	sent   []int        // the distinct descriptors of files and ctty, in the order they were sent to the thread
+	inSet  map[int]bool // sent, as a set
+	more   func() bool
+	fork   func(i int, start func() (int, error)) error // runs start (the fork) and registers the child
+	n      int                                          // how many were started
+	err    error                                        // why cmds[n] was not
+	failed int                                          // the caller's index of cmds[n] when err is set
+	done   chan struct{}
+}
+
+// add puts one command in b.
+func (b *batch) add(i int, cmd *exec.Cmd, files []int, ctty int, env []string) {
+	if b.inSet == nil {
+		b.inSet = map[int]bool{}
+	}
+	send := func(fd int) {
+		if fd >= 0 && !b.inSet[fd] {
+			b.inSet[fd] = true
+			b.sent = append(b.sent, fd)
+		}
+	}
+	for _, fd := range files {
+		send(fd)
+	}
+	send(ctty)
+	b.cmds, b.idx = append(b.cmds, cmd), append(b.idx, i)
+	b.files, b.ctty, b.env = append(b.files, files), append(b.ctty, ctty), append(b.env, env)
+}
+
+// split deals b's commands out to k batches, in turn, each with the descriptors of its own commands.
+func (b *batch) split(k int) []*batch {
+	k = max(min(k, len(b.cmds)), 1)
+	if k == 1 {
+		return []*batch{b}
+	}
+	parts := make([]*batch, k)
+	for j := range parts {
+		parts[j] = &batch{}
+	}
+	for i, cmd := range b.cmds {
+		parts[i%k].add(b.idx[i], cmd, b.files[i], b.ctty[i], b.env[i])
+	}
+	return parts
 }
 
 // closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
@@ -160,6 +198,7 @@ func (s *spawner) run(b *batch, theirs int) {
 		}()
 		if err != nil {
 			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w", ErrNotStarted, len(b.cmds), err)
+			b.failed = b.idx[0]
 			return
 		}
 		mine = make(map[int]int, len(got))
@@ -194,6 +233,7 @@ func (s *spawner) run(b *batch, theirs int) {
 		err := b.fork(i, func() (int, error) { return syscall.ForkExec(cmd.Path, argv, attr) })
 		if err != nil {
 			b.err = fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, &os.PathError{Op: "fork/exec", Path: cmd.Path, Err: err})
+			b.failed = b.idx[i]
 			return
 		}
 		b.n++
@@ -207,6 +247,7 @@ func (s *spawner) start(b *batch) {
 		if err := sendFDs(s.sock, b.sent); err != nil {
 			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w%s", ErrNotStarted,
 				len(b.cmds), err, fdHint(err))
+			b.failed = b.idx[0]
 			return
 		}
 	}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"tpurun/launcher/launchertest"
@@ -43,8 +45,8 @@ func gated(rp *proc.Reaper, n int, got chan<- proc.Exit) (ps []*proc.Process, ga
 		onExit[i] = func(p *proc.Process) { got <- p.Status() }
 	}
 	ps, err = proc.StartHeldAll(rp, cmds, onExit, nil)
-	if err == nil && len(ps) != n {
-		err = fmt.Errorf("StartHeldAll started %d of %d", len(ps), n)
+	if err == nil && (len(ps) != n || slices.Contains(ps, nil)) {
+		err = fmt.Errorf("StartHeldAll gave %d processes for %d commands, some nil, and no error", len(ps), n)
 	}
 	return ps, gates, err
 }
@@ -226,5 +228,61 @@ func TestReaperFallbacks(t *testing.T) {
 				t.Fatalf("reaper child: %v\n%s", err, out)
 			}
 		})
+	}
+}
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "fail-main", Run: func(*launchertest.Worker) int { return okOr(failMain()) }})
+}
+
+// failMain: a command that cannot be started in the middle of a list is named by its index (a *StartError that
+// wraps why), with no process; those that started (before it, or after it on another forking thread) exit as any.
+func failMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	const n, bad = 12, 5
+	got := make(chan proc.Exit, n)
+	cmds := make([]*exec.Cmd, n)
+	onExit := make([]func(*proc.Process), n)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/sh", "-c", "exit 4")
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	cmds[bad] = exec.Command("/nonexistent/program")
+	ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+	var se *proc.StartError
+	if !errors.As(err, &se) || se.Index != bad || !errors.Is(err, syscall.ENOENT) || !errors.Is(err, proc.ErrNotStarted) {
+		return fmt.Errorf("StartHeldAll with command %d missing: %v, want a *StartError at %d wrapping ENOENT", bad, err, bad)
+	}
+	if len(ps) != n || ps[bad] != nil {
+		return fmt.Errorf("processes %v: want one per command, none at %d", ps, bad)
+	}
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		if ex, err := within(got, "an exit"); err != nil || ex.Code != 4 {
+			return fmt.Errorf("exit %+v (%v), want code 4", ex, err)
+		}
+		if ex := p.Release(); ex.Code != 4 {
+			return fmt.Errorf("released %+v, want code 4", ex)
+		}
+	}
+	// more says no: nothing more is started, and that is no error.
+	ps, err = proc.StartHeldAll(rp, cmds[:3], onExit, func() bool { return false })
+	if err != nil || len(ps) != 3 || slices.ContainsFunc(ps, func(p *proc.Process) bool { return p != nil }) {
+		return fmt.Errorf("StartHeldAll told to stop at once: %v, %v; want no process and no error", ps, err)
+	}
+	return nil
+}
+
+// TestStartHeldAllNamesTheCommandThatFailed: see failMain.
+func TestStartHeldAllNamesTheCommandThatFailed(t *testing.T) {
+	out, err := launchertest.Command("fail-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
 	}
 }

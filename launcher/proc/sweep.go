@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -140,9 +141,11 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 	var hit []int
 	buf := make([]byte, 4096)
 	backoff := 100 * time.Microsecond
+	var last []int
 	for {
 		live := 0
-		for _, pid := range descendants(procRoot, root, &buf, known) {
+		pids := descendants(procRoot, root, &buf, known)
+		for _, pid := range pids {
 			if zombie(procRoot, pid, &buf) {
 				continue
 			}
@@ -162,8 +165,15 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 				}
 			}
 		}
-		if live == 0 {
+		// Done when nothing is left to kill and the walk found the tree it found before: a process that exited
+		// during the walk (a worker killed just before the sweep) may have handed its children to root after root's
+		// list was read; the next walk finds them there.
+		if live == 0 && slices.Equal(pids, last) {
 			return hit, nil
+		}
+		last = pids
+		if live == 0 {
+			continue
 		}
 		if time.Now().After(deadline) {
 			return hit, fmt.Errorf("sweep tree of pid %d: %d descendants still alive after SIGKILL and %v", root, live, timeout)
