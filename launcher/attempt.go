@@ -343,12 +343,20 @@ func (j *job) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
 }
 
 // attach starts the goroutines that read a started worker's pipes: its output forwarders and its result reader.
+// Each closes its pipe once it has read it to the end (or given up on it): the end of an attempt has that much
+// less to do, one worker after the other (release closes whatever is still open).
 func (j *job) attach(sv *supervisor, wk *child, p *proc.Process) {
 	for i, f := range wk.fwd {
-		wk.io.Go(func() { _ = f.run(drainReader{wk.readers[i], wk}) })
+		wk.io.Go(func() {
+			_ = f.run(drainReader{wk.readers[i], wk})
+			_ = wk.readers[i].Close()
+		})
 	}
 	wk.fwd = nil
-	wk.io.Go(func() { j.readResults(sv.as.sink, wk, p.PID()) })
+	wk.io.Go(func() {
+		j.readResults(sv.as.sink, wk, p.PID())
+		_ = wk.readers[2].Close()
+	})
 }
 
 // release lets every held zombie be reaped (with its resource usage), closes the pipes and log files and fills
