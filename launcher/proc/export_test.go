@@ -40,7 +40,7 @@ func WithSharedTable() {
 
 // WithoutForkingThread makes the reaper run without a forking thread: every child is forked from its starter's.
 func WithoutForkingThread() {
-	startSpawner = func() (*spawner, error) { return nil, syscall.EAGAIN }
+	startSpawner = func([]int) (*spawner, error) { return nil, syscall.EAGAIN }
 }
 
 // ForkingTable is the forking thread's id and whether its descriptor table is its own (0, false without one).

@@ -87,8 +87,9 @@ func NewReaper(log *zap.Logger) *Reaper {
 	if pr, pw, err := os.Pipe(); err == nil {
 		_, _ = pr.Close(), pw.Close()
 	}
+	keep := runtimeFDs()
 	for range forkThreads() {
-		sp, err := startSpawner()
+		sp, err := startSpawner(keep)
 		if err != nil {
 			log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
 			break

@@ -90,14 +90,15 @@ func (b *batch) split(k int) []*batch {
 // closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
 var closeRange = unix.CloseRange
 
-// newSpawner starts the forking thread; it sets itself up meanwhile (see ready).
-func newSpawner() (*spawner, error) {
+// newSpawner starts a forking thread; it sets itself up meanwhile (see ready), keeping in its table the runtime's
+// descriptors among keep (see runtimeFDs).
+func newSpawner(keep []int) (*spawner, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("spawner socket: %w", err)
 	}
 	s := &spawner{reqs: make(chan *batch), sock: fds[0], ready: make(chan struct{}), done: make(chan struct{})}
-	go s.thread(fds[1])
+	go s.thread(fds[1], keep)
 	return s, nil
 }
 
@@ -105,27 +106,27 @@ func newSpawner() (*spawner, error) {
 // can never run anything else, and the runtime ends it when the goroutine returns. The process's first thread is
 // not taken (re-parented orphans go to its list of children, kept short): a goroutine that finds itself there
 // hands over to a new one, which cannot land there while this one holds it.
-func (s *spawner) thread(theirs int) {
+func (s *spawner) thread(theirs int, keep []int) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		moved := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
 			close(moved)
-			s.serve(theirs)
+			s.serve(theirs, keep)
 		}()
 		<-moved
 		runtime.UnlockOSThread()
 		return
 	}
-	s.serve(theirs)
+	s.serve(theirs, keep)
 }
 
 // serve is the forking thread's loop, on its locked thread.
-func (s *spawner) serve(theirs int) {
+func (s *spawner) serve(theirs int, keep []int) {
 	defer close(s.done)
 	s.tid = unix.Gettid()
-	s.private = ownTable(theirs) == nil
+	s.private = ownTable(theirs, keep) == nil
 	if !s.private { // the table is the process's: no socket needed
 		_, _ = unix.Close(theirs), unix.Close(s.sock)
 		theirs, s.sock = -1, -1
@@ -143,22 +144,21 @@ func (s *spawner) serve(theirs int) {
 	}
 }
 
-// ownTable gives the calling thread a descriptor table of its own that holds only what the thread needs: keep,
+// ownTable gives the calling thread a descriptor table of its own that holds only what the thread needs: sock,
 // the standard descriptors (the runtime writes a fatal error to 2), and the runtime's own, at the same numbers:
 // the network poller's epoll set and its eventfd, which the runtime uses from whichever thread it runs on (the
 // thread that stops the world polls the network when it starts it again). close_range with CLOSE_RANGE_UNSHARE
 // copies only the descriptors below the range it closes; the others below it are closed one by one.
-func ownTable(keep int) error {
-	ours := runtimeFDs()
-	top := keep
-	for _, fd := range ours {
+func ownTable(sock int, runtime []int) error {
+	top := sock
+	for _, fd := range runtime {
 		top = max(top, fd)
 	}
 	if err := closeRange(uint(top)+1, ^uint(0), unix.CLOSE_RANGE_UNSHARE); err != nil {
 		return err
 	}
 	for fd := 3; fd < top; fd++ {
-		if fd != keep && !slices.Contains(ours, fd) {
+		if fd != sock && !slices.Contains(runtime, fd) {
 			_ = unix.Close(fd)
 		}
 	}
@@ -176,7 +176,7 @@ func runtimeFDs() []int {
 	var out []int
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || fd <= 2 {
 			continue
 		}
 		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]") {
