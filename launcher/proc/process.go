@@ -376,6 +376,29 @@ func (p *Process) leads() bool {
 	return err == nil && pgid == p.pid
 }
 
+// Exited reports whether the process has exited, its exit delivered or not yet: the kernel is asked (waitid
+// WNOWAIT, which never reaps). Exits are delivered as they are noticed, each on its own: a process killed by another
+// one whose exit was delivered may not have had its own delivered yet, but Exited says it is gone.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+	}
+	if p.rp != nil { // the reaper reaps under its lock (see Signal)
+		p.rp.mu.Lock()
+		defer p.rp.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return true
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo != 0
+}
+
 // Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the
 // kernel's report of that stop (waitid WSTOPPED|WNOHANG, which never reaps), a report nothing else waits for.
 func (p *Process) Stopped() bool {

@@ -55,18 +55,21 @@ func gated(rp *proc.Reaper, n int, got chan<- proc.Exit) (ps []*proc.Process, ga
 // releases them all.
 func openGates(ps []*proc.Process, gates []*os.File, got <-chan proc.Exit) error {
 	for i, p := range ps {
+		if p.Exited() {
+			return fmt.Errorf("child %d (pid %d) Exited before its gate opened", i, p.PID())
+		}
 		gates[i].Close()
 		ex, err := within(got, fmt.Sprintf("the exit of child %d of %d", i, len(ps)))
 		if err != nil {
 			return err
 		}
-		if ex.PID != p.PID() || ex.Code != 3 {
-			return fmt.Errorf("child %d: delivered exit %+v, want pid %d code 3", i, ex, p.PID())
+		if ex.PID != p.PID() || ex.Code != 3 || !p.Exited() {
+			return fmt.Errorf("child %d: delivered exit %+v (Exited %v), want pid %d code 3", i, ex, p.Exited(), p.PID())
 		}
 	}
 	for _, p := range ps {
-		if ex := p.Release(); ex.Code != 3 {
-			return fmt.Errorf("released exit %+v, want code 3", ex)
+		if ex := p.Release(); ex.Code != 3 || !p.Exited() {
+			return fmt.Errorf("released exit %+v (Exited %v), want code 3", ex, p.Exited())
 		}
 	}
 	return nil
