@@ -32,7 +32,7 @@ func SetSubreaper() error {
 }
 
 // Reaper is the one waiter of a process that is PID 1 or a child subreaper. It forks the processes started through
-// it from one thread (see spawner), learns each one's exit from its pidfd, in one epoll set (one event per exit,
+// it from threads of its own (see spawner), learns each one's exit from its pidfd, in one epoll set (one event per exit,
 // whatever the number of children), hands it to their onExit callbacks, and on SIGCHLD reaps every other
 // (orphaned) descendant. Where the kernel gives no pidfd, it lists its children on each SIGCHLD instead.
 // While a Reaper runs, nothing else in the process may wait for children: exec.Cmd.Wait would race it.
@@ -83,7 +83,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	} else {
 		log.Debug("no epoll set for pidfds: exits are found by listing the children", zap.Error(err))
 	}
-	// The forking thread's table keeps the network poller's descriptors: the poller must exist before it.
+	// The forking threads' tables keep the network poller's descriptors: the poller must exist before them.
 	if pr, pw, err := os.Pipe(); err == nil {
 		_, _ = pr.Close(), pw.Close()
 	}
@@ -651,7 +651,7 @@ func (r *Reaper) exited(pid int) bool {
 }
 
 // Close stops the loop after a last reaping round. Children started through Start that are still running will
-// never be delivered: Close only after every one of them is done. It ends the forking thread, which is the
+// never be delivered: Close only after every one of them is done. It ends the forking threads, each the
 // parent-death thread of the children it forked: any still running get their Pdeathsig (SIGKILL).
 func (r *Reaper) Close() {
 	signal.Stop(r.sigchld)

@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spawner forks the children of a Reaper from one OS thread that has a file descriptor table of its own. fork
+// spawner forks children of a Reaper from one OS thread that has a file descriptor table of its own (a Reaper has
+// one per core, up to 8: a fork waits until its child has exec'd, so one thread forks one child at a time). fork
 // copies the forking thread's table into the child and exec then closes every close-on-exec entry of it: forked
 // from the launcher's own table, which holds a few descriptors per running worker (its pipes and its pidfd), each
 // start would cost O(workers) in the kernel and a launch O(N²). The thread's table holds the socket it receives
