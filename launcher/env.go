@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,9 +36,34 @@ var perRank = []string{
 
 // WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
 // every per-rank variable, then the plan's device env for w, then the torchrun and tpurun variables derived from
-// w, the plan and rt. Later sources win; the result is sorted and has each key once.
+// w, the plan and rt. Later sources win; the result is sorted and has each key once. To build the environment of
+// many workers of one plan, use an envBuilder: what they share is worked out once.
 func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
-	env := make(map[string]string, len(base)+32)
+	return newEnvBuilder(base, plan, rt).env(w, rt.ErrorFile)
+}
+
+// envBuilder builds the environments of the workers of one plan for one Runtime (but its ErrorFile, which is each
+// worker's own): the inherited environment and the variables every worker of a node gets are merged once per
+// node, sorted; each worker's environment is that merged with its own few variables, sharing every string it
+// does not change.
+type envBuilder struct {
+	plan         *topology.Plan
+	rt           Runtime
+	inherited    map[string]string // base minus the per-rank variables, with torchrun's NCCL defaults
+	ompInherited bool
+	local        map[int]int     // workers per node
+	nodes        map[int]nodeEnv // by node rank, built on first use
+}
+
+// nodeEnv is what every worker of one node shares: common are the variables the launcher sets alike for all of
+// them (they win over a worker's plan env), merged the inherited environment with them, sorted.
+type nodeEnv struct {
+	common map[string]string
+	merged []string
+}
+
+func newEnvBuilder(base []string, plan *topology.Plan, rt Runtime) *envBuilder {
+	env := make(map[string]string, len(base)+2)
 	for _, kv := range base {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
@@ -48,60 +74,118 @@ func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime
 	for _, k := range perRank {
 		delete(env, k)
 	}
-	_, ompInherited := env["OMP_NUM_THREADS"]
+	b := &envBuilder{plan: plan, rt: rt, inherited: env, local: map[int]int{}, nodes: map[int]nodeEnv{}}
+	_, b.ompInherited = env["OMP_NUM_THREADS"]
 	torchNCCLAsync(env, plan.Device)
-	for k, v := range w.Env {
-		env[k] = v
+	for _, w := range plan.Workers {
+		b.local[w.NodeRank]++
 	}
-	local := len(plan.Local(w.NodeRank))
-	world := len(plan.Workers)
-	role := rt.Role
-	if role == "" {
-		role = "default"
+	if b.rt.Role == "" {
+		b.rt.Role = "default"
 	}
-	set := func(k string, v int) { env[k] = strconv.Itoa(v) }
-	set("RANK", w.Rank)
-	set("LOCAL_RANK", w.LocalRank)
-	set("WORLD_SIZE", world)
-	set("LOCAL_WORLD_SIZE", local)
-	set("GROUP_RANK", w.NodeRank)
-	set("GROUP_WORLD_SIZE", len(plan.Nodes))
-	if _, ok := w.Env["ROLE_RANK"]; !ok { // a multi-node plan counts each role's workers (spreadWorld)
-		set("ROLE_RANK", w.Rank)
-		set("ROLE_WORLD_SIZE", world)
+	return b
+}
+
+// node is the shared part of the environment of node n's workers.
+func (b *envBuilder) node(n int) nodeEnv {
+	if ne, ok := b.nodes[n]; ok {
+		return ne
 	}
-	set(topology.EnvJAXProcessID, w.Rank) // for jax.distributed.initialize(process_id=..., num_processes=...)
-	set(topology.EnvJAXNumProcesses, world)
-	env["ROLE_NAME"] = role
-	env["MASTER_ADDR"] = rt.MasterAddr
-	set("MASTER_PORT", rt.MasterPort)
-	env["TORCHELASTIC_RUN_ID"] = rt.RunID
-	env["TORCHELASTIC_USE_AGENT_STORE"] = "False" // torchrun's, for a launcher that hosts no store: rank 0 hosts MASTER_PORT's
-	set("TORCHELASTIC_RESTART_COUNT", rt.RestartCount)
-	set("TORCHELASTIC_MAX_RESTARTS", rt.MaxRestarts)
-	if rt.ErrorFile != "" {
-		env["TORCHELASTIC_ERROR_FILE"] = rt.ErrorFile
+	world, rt := len(b.plan.Workers), b.rt
+	c := map[string]string{
+		"WORLD_SIZE": strconv.Itoa(world), "LOCAL_WORLD_SIZE": strconv.Itoa(b.local[n]), "GROUP_RANK": strconv.Itoa(n),
+		"GROUP_WORLD_SIZE": strconv.Itoa(len(b.plan.Nodes)), topology.EnvJAXNumProcesses: strconv.Itoa(world),
+		"ROLE_NAME": rt.Role, "MASTER_ADDR": rt.MasterAddr, "MASTER_PORT": strconv.Itoa(rt.MasterPort),
+		"TORCHELASTIC_RUN_ID": rt.RunID,
+		// torchrun's, for a launcher that hosts no store: rank 0 hosts MASTER_PORT's
+		"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": strconv.Itoa(rt.RestartCount),
+		"TORCHELASTIC_MAX_RESTARTS": strconv.Itoa(rt.MaxRestarts), worker.EnvRunID: rt.RunID,
+		worker.EnvResultFD: strconv.Itoa(ResultFD),
 	}
-	if _, inPlan := w.Env["OMP_NUM_THREADS"]; !ompInherited && !inPlan && local > 1 {
-		env["OMP_NUM_THREADS"] = "1"
-	}
-	env[worker.EnvRunID] = rt.RunID
 	if rt.SweepTag != "" {
-		env[worker.EnvSweepTag] = rt.SweepTag
+		c[worker.EnvSweepTag] = rt.SweepTag
 	}
-	set(worker.EnvResultFD, ResultFD)
+	merged := make([]string, 0, len(b.inherited)+len(c))
+	for k, v := range b.inherited {
+		if _, set := c[k]; !set {
+			merged = append(merged, k+"="+v)
+		}
+	}
+	for k, v := range c {
+		merged = append(merged, k+"="+v)
+	}
+	sort.Strings(merged)
+	ne := nodeEnv{common: c, merged: merged}
+	b.nodes[n] = ne
+	return ne
+}
+
+// env is the environment of worker w (see WorkerEnv), with errorFile as its TORCHELASTIC_ERROR_FILE (none when
+// empty).
+func (b *envBuilder) env(w topology.Worker, errorFile string) []string {
+	ne := b.node(w.NodeRank)
+	own := make([]string, 0, len(w.Env)+8)
+	for k, v := range w.Env { // the plan's env for w: over the inherited one, under the launcher's
+		if _, set := ne.common[k]; !set {
+			own = append(own, k+"="+v)
+		}
+	}
+	_, roleRank := w.Env["ROLE_RANK"] // a multi-node plan counts each role's workers (spreadWorld)
+	_, ompInPlan := w.Env["OMP_NUM_THREADS"]
+	set := func(k, v string) {
+		own = slices.DeleteFunc(own, func(kv string) bool { return strings.HasPrefix(kv, k) && kv[len(k)] == '=' })
+		own = append(own, k+"="+v)
+	}
+	rank := strconv.Itoa(w.Rank)
+	set("RANK", rank)
+	set("LOCAL_RANK", strconv.Itoa(w.LocalRank))
+	if !roleRank {
+		set("ROLE_RANK", rank)
+		set("ROLE_WORLD_SIZE", strconv.Itoa(len(b.plan.Workers)))
+	}
+	set(topology.EnvJAXProcessID, rank) // for jax.distributed.initialize(process_id=..., num_processes=...)
+	if errorFile != "" {
+		set("TORCHELASTIC_ERROR_FILE", errorFile)
+	}
+	if !b.ompInherited && !ompInPlan && b.local[w.NodeRank] > 1 {
+		set("OMP_NUM_THREADS", "1")
+	}
 	reps := make([]string, len(w.Replicas))
 	for i, r := range w.Replicas {
 		reps[i] = strconv.Itoa(r)
 	}
-	env[worker.EnvReplicas] = strings.Join(reps, ",")
+	set(worker.EnvReplicas, strings.Join(reps, ","))
+	sort.Strings(own)
+	return mergeEnv(ne.merged, own)
+}
 
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
+// mergeEnv merges two sorted environments with each key once into one, sorted, over winning where both have a
+// key. Entries of one key are adjacent in the sorted order (nothing sorts between "K=a" and "K=b" but entries of
+// key K), so the two heads of the merge meet whenever both have a key.
+func mergeEnv(base, over []string) []string {
+	out := make([]string, 0, len(base)+len(over))
+	i, j := 0, 0
+	for i < len(base) && j < len(over) {
+		switch {
+		case envKey(base[i]) == envKey(over[j]):
+			out = append(out, over[j])
+			i++
+			j++
+		case base[i] < over[j]:
+			out = append(out, base[i])
+			i++
+		default:
+			out = append(out, over[j])
+			j++
+		}
 	}
-	sort.Strings(out)
-	return out
+	out = append(out, base[i:]...)
+	return append(out, over[j:]...)
+}
+
+func envKey(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	return k
 }
 
 // torchNCCLAsync sets NCCL's asynchronous error handling as torchrun does where the launcher's environment leaves
@@ -145,9 +229,10 @@ func PlanEnv(plan *topology.Plan, rt Runtime) *topology.Plan {
 		rt.RunID = PlaceholderRunID
 	}
 	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
+	b := newEnvBuilder([]string{}, plan, rt)
 	for _, w := range plan.Workers {
 		env := map[string]string{}
-		for _, kv := range WorkerEnv([]string{}, plan, w, rt) {
+		for _, kv := range b.env(w, rt.ErrorFile) {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}

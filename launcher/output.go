@@ -32,14 +32,34 @@ type forwarder struct {
 	out     []byte
 }
 
+// readBufs are the read buffers of the forwarders. A forwarder of a worker's pipe (drainReader) holds one only
+// from the moment the pipe has data until it has fed it on: hundreds of idle workers hold none.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
+
+// pooledReader reads into a buffer of readBufs that it takes once data has arrived; the caller puts it back.
+type pooledReader interface {
+	readPooled() (buf *[]byte, n int, err error)
+}
+
 // run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
 // flushes the last partial line.
 func (f *forwarder) run(r io.Reader) error {
-	buf := make([]byte, readSize)
+	pr, pooled := r.(pooledReader)
 	for {
-		n, err := r.Read(buf)
+		var buf *[]byte
+		var n int
+		var err error
+		if pooled {
+			buf, n, err = pr.readPooled()
+		} else {
+			buf = readBufs.Get().(*[]byte)
+			n, err = r.Read(*buf)
+		}
 		if n > 0 {
-			f.feed(buf[:n])
+			f.feed((*buf)[:n])
+		}
+		if buf != nil {
+			readBufs.Put(buf)
 		}
 		if err != nil {
 			f.flush()

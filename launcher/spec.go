@@ -83,8 +83,8 @@ type Spec struct {
 	Signals        <-chan os.Signal // signals to forward (the caller does signal.Notify); nil: none
 	SampleInterval time.Duration    // live RSS/CPU sampling; default 1s, negative disables
 	ProcRoot       string           // default /proc, for the orphan sweep
-	// Reaper, when set (PID 1 or a subreaper), is the one wait4(-1) loop that delivers the workers' exits; the
-	// launcher then never calls exec.Cmd.Wait, which would race it.
+	// Reaper, when set (PID 1 or a subreaper), is the one waiter of the process: it forks the workers and delivers
+	// their exits, and reaps the orphans; the launcher then never calls exec.Cmd.Wait, which would race it.
 	Reaper *proc.Reaper
 	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it:
 	// launchers sharing a run id on one machine must not sweep each other's workers. Default: random.
@@ -128,7 +128,7 @@ func ExitWithParent() error {
 	return nil
 }
 
-// Reaper is the one wait4(-1) loop of a process that is PID 1 or a child subreaper (see StartReaper).
+// Reaper is the one waiter of a process that is PID 1 or a child subreaper (see StartReaper and proc.Reaper).
 type Reaper = proc.Reaper
 
 // StartReaper makes this process the reaper of its orphaned descendants: PID 1 always reaps; otherwise it becomes

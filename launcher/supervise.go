@@ -186,18 +186,23 @@ func (s *supervisor) graceExpired() {
 	s.feed(event{kind: evGrace})
 }
 
-// started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
-// counts it. Its exit may have been taken already.
-func (s *supervisor) started(wk *child, p *proc.Process) {
+// started hands started workers to the supervisor (from the main goroutine, through the loop, all at once); the
+// machine counts each. The exit of one may have been taken already.
+func (s *supervisor) started(wks []*child, ps []*proc.Process) {
+	if len(wks) == 0 {
+		return
+	}
 	s.c.do(func() {
-		if wk.p == nil {
-			wk.p = p
+		for i, wk := range wks {
+			if wk.p == nil {
+				wk.p = ps[i]
+			}
+			s.ws = append(s.ws, wk)
+			if wk.holder {
+				s.holdTerminal(wk)
+			}
+			s.feed(event{kind: evAdded})
 		}
-		s.ws = append(s.ws, wk)
-		if wk.holder {
-			s.holdTerminal(wk)
-		}
-		s.feed(event{kind: evAdded})
 	})
 }
 
@@ -318,7 +323,7 @@ func (j *job) termOutside(ws []*child) []int {
 		return groups[pid] || err != nil || groups[pgid] || j.kept(pid)
 	}
 	if j.spec.Reaper != nil {
-		hit, err := proc.SignalTree(j.spec.ProcRoot, os.Getpid(), inGroups, syscall.SIGTERM)
+		hit, err := j.spec.Reaper.SignalTree(j.spec.ProcRoot, inGroups, syscall.SIGTERM)
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return hit
 		}
@@ -337,7 +342,7 @@ func (j *job) termOutside(ws []*child) []int {
 func (j *job) liveOrphans() int {
 	if j.spec.Reaper != nil {
 		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
-			return proc.LiveDescendantsExcept(j.spec.ProcRoot, os.Getpid(), j.kept)
+			return j.spec.Reaper.LiveDescendants(j.spec.ProcRoot, j.kept)
 		}
 	}
 	pids, _ := proc.FindByEnv(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag)

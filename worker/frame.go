@@ -185,7 +185,9 @@ func (f Frame) check() error {
 
 // Decoder reads frames from a stream. It is not safe for concurrent use.
 type Decoder struct {
-	r     *bufio.Reader
+	src   io.Reader
+	size  int
+	r     *bufio.Reader // made once the first header arrived: a stream that ends without a frame costs no buffer
 	limit int64
 	off   int64
 	err   error // sticky: the stream is lost
@@ -195,7 +197,9 @@ type Decoder struct {
 // NewDecoder returns a decoder reading r with a buffer of bufSize bytes (a minimum of 4 KiB applies) that rejects
 // payloads over limit bytes (limit <= 0 means DefaultMaxPayload). Payloads larger than the buffer are read
 // straight into their own slice, so each payload byte is copied once: keep bufSize small (64 KiB). Such a slice
-// is allocated only when a full buffer of its payload has arrived, so a frame header alone costs no memory.
+// is allocated only when a full buffer of its payload has arrived, so a frame header alone costs no memory. The
+// buffer itself is made when the first header has arrived: a stream that ends before any frame (a worker that
+// reports nothing) costs none.
 func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	if limit <= 0 {
 		limit = DefaultMaxPayload
@@ -203,7 +207,28 @@ func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	if bufSize < 4096 {
 		bufSize = 4096
 	}
-	return &Decoder{r: bufio.NewReaderSize(r, bufSize), limit: limit}
+	return &Decoder{src: r, size: bufSize, limit: limit}
+}
+
+// header reads the next frame header into d.hdr: the first straight from the stream, the others through the buffer
+// made after it.
+func (d *Decoder) header() (int, error) {
+	if d.r != nil {
+		return io.ReadFull(d.r, d.hdr[:])
+	}
+	n, err := io.ReadFull(d.src, d.hdr[:])
+	if n > 0 {
+		d.r = bufio.NewReaderSize(d.src, d.size)
+	}
+	return n, err
+}
+
+// reader is what the rest of the stream is read through.
+func (d *Decoder) reader() io.Reader {
+	if d.r != nil {
+		return d.r
+	}
+	return d.src
 }
 
 // Offset returns the number of bytes consumed so far.
@@ -217,7 +242,7 @@ func (d *Decoder) Next() (Frame, error) {
 		return Frame{}, d.err
 	}
 	start := d.off
-	n, err := io.ReadFull(d.r, d.hdr[:])
+	n, err := d.header()
 	d.off += int64(n)
 	if err == io.EOF {
 		return Frame{}, io.EOF
@@ -336,7 +361,7 @@ func (d *Decoder) skip(fe *FrameError) error {
 
 // Drain reads and discards the rest of the stream, so that a writer is never left blocked on a full pipe.
 func (d *Decoder) Drain() (int64, error) {
-	n, err := io.Copy(io.Discard, d.r)
+	n, err := io.Copy(io.Discard, d.reader())
 	d.off += n
 	return n, err
 }

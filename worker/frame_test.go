@@ -342,3 +342,38 @@ func TestDecodeSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderOfAnEmptyStreamHasNoBuffer: a worker that reports nothing costs its decoder no read buffer (hundreds
+// of workers each held a 64 KiB one until they exited); a stream with frames still decodes through one.
+func TestDecoderOfAnEmptyStreamHasNoBuffer(t *testing.T) {
+	const bufSize = 64 << 10
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const runs = 64
+	for range runs {
+		d := NewDecoder(bytes.NewReader(nil), 0, bufSize)
+		if _, err := d.Next(); err != io.EOF {
+			t.Fatalf("empty stream: %v, want io.EOF", err)
+		}
+		if n, err := d.Drain(); n != 0 || err != nil {
+			t.Fatalf("Drain of an empty stream: %d, %v", n, err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / runs; per >= bufSize/4 {
+		t.Fatalf("decoding an empty stream allocated %d bytes, want no %d-byte buffer", per, bufSize)
+	}
+	payload := []byte(`{"x":1}`)
+	stream := append(mustEncode(t, Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: 2, Payload: payload}),
+		mustEncode(t, Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: 3, Payload: payload})...)
+	d := NewDecoder(iotest.OneByteReader(bytes.NewReader(stream)), 0, bufSize)
+	for _, rep := range []int{2, 3} {
+		f, err := d.Next()
+		if err != nil || f.Replica != rep || !bytes.Equal(f.Payload, payload) {
+			t.Fatalf("frame %+v, %v; want replica %d with %s", f, err, rep, payload)
+		}
+	}
+	if _, err := d.Next(); err != io.EOF || d.Offset() != int64(len(stream)) {
+		t.Fatalf("after two frames: %v at %d, want io.EOF at %d", err, d.Offset(), len(stream))
+	}
+}

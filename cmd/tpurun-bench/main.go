@@ -26,7 +26,8 @@ func main() {
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch")
+	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
 		cfg.runs = 3
@@ -40,6 +41,21 @@ func main() {
 	if cfg.tpurun, err = filepath.Abs(cfg.tpurun); err != nil {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
+	}
+	if *only == "launch" {
+		if *before != "" {
+			if *before, err = filepath.Abs(*before); err != nil {
+				fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+				os.Exit(1)
+			}
+		}
+		runs, err := measureLaunch(&cfg, launchNs, *before)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+			os.Exit(1)
+		}
+		renderLaunch(os.Stdout, runs, cfg, *before)
+		return
 	}
 	if *only == "preload" {
 		rows, err := measurePreload(&cfg)

@@ -20,7 +20,8 @@ import (
 // sample is one timed run of a command.
 type sample struct {
 	wall   time.Duration
-	maxRSS int64 // KiB, from wait4: the largest of the process and its waited-for descendants
+	cpu    time.Duration // user + system, of the process and its waited-for descendants
+	maxRSS int64         // KiB, from wait4: the largest of the process and its waited-for descendants
 }
 
 // run starts argv, feeds its stdout to sink (nil: discarded), waits, and fails unless it exits 0.
@@ -32,7 +33,7 @@ func run(argv []string, env []string, sink io.Writer) (sample, error) {
 	cmd.Stderr = &stderr
 	start := time.Now()
 	err := cmd.Run()
-	s := sample{wall: time.Since(start)}
+	s := sample{wall: time.Since(start), cpu: cpuOf(cmd.ProcessState)}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		s.maxRSS = ru.Maxrss
 	}
@@ -72,40 +73,26 @@ type launchPoint struct {
 
 func measureAll(cfg *config) ([]row, []launchPoint, error) {
 	var rows []row
-	var points []launchPoint
-	ns := []int{1, 8, 64, 256}
-	for _, n := range ns {
-		p := launchPoint{n: n}
-		tp, err := repeat(cfg.runs, func() (sample, error) {
-			return run([]string{cfg.tpurun, "--nprocs", strconv.Itoa(n), "--", "/bin/true"}, nil, nil)
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		sh, err := repeat(cfg.runs, func() (sample, error) {
-			script := fmt.Sprintf("i=0; while [ $i -lt %d ]; do /bin/true & i=$((i+1)); done; wait", n)
-			return run([]string{"/bin/sh", "-c", script}, nil, nil)
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		p.tpurun, p.shell, p.tpurunRSS = tp.wall, sh.wall, tp.maxRSS
-		if cfg.torchrun != "" {
+	runs, err := measureLaunch(cfg, launchNs, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	points := launchPoints(runs)
+	if cfg.torchrun != "" {
+		for i, p := range points {
+			if p.n > 256 { // minutes per run: the chart shows it up to 256
+				continue
+			}
 			tr, err := repeat(max(3, cfg.runs/2), func() (sample, error) {
-				return run(torchrunArgs(cfg, n, "--no_python", "/bin/true"), nil, nil)
+				return run(torchrunArgs(cfg, p.n, "--no_python", "/bin/true"), nil, nil)
 			})
 			if err != nil {
 				return nil, nil, err
 			}
-			p.torchrun = tr.wall
+			points[i].torchrun = tr.wall
 		}
-		points = append(points, p)
-		ratio := seconds(p.tpurun) / seconds(p.shell)
-		rows = append(rows, row{
-			name: fmt.Sprintf("launch+reap %d × /bin/true", n), figure: ms(p.tpurun), baseline: "sh: " + ms(p.shell),
-			ratio: ratio, target: "≤ 2.0", pass: ratio <= 2.0,
-		})
 	}
+	rows = append(rows, launchRows(runs)...)
 	for _, p := range points {
 		if p.n == 8 || p.n == 256 {
 			mib := float64(p.tpurunRSS) / 1024

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrNotChild is returned by AdoptHeld for a pid that is not a child of this process leading its own process
@@ -23,6 +21,8 @@ var ErrNotChild = errors.New("not a child of this process that leads its own pro
 // pid is refused with ErrNotChild (and left alone: it is not this process's to signal). The adopted process is
 // signalled, held, released and swept exactly like one started through StartHeld; its start time is the call's.
 func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Process, error) {
+	r.forkMu.RLock()
+	defer r.forkMu.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	start := time.Now()
@@ -34,12 +34,19 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	if err := checkChild("/proc", pid, self(), &buf); err != nil {
 		return nil, err
 	}
-	p := &Process{pid: pid, start: start, hold: true, onExit: onExit, pidfd: -1, rp: r, exited: make(chan struct{}),
-		release: make(chan struct{}), done: make(chan struct{})}
-	if fd, err := unix.PidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
+	p := newProcess(nil, pid, start, true, onExit)
+	p.rp = r
+	o := owned{p: p, watch: watchListed}
+	if fd, err := pidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
 		p.pidfd = fd
+		if r.exits != nil && r.exits.add(fd, pid) == nil { // its event waits for the lock held here
+			o.watch = watchPolled
+		}
 	}
-	r.owned[pid] = owned{p: p}
+	if o.watch == watchListed {
+		r.listing++
+	}
+	r.owned[pid] = o
 	return p, nil
 }
 

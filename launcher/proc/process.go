@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,11 @@ func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 // Release reaps it. Every held process must be released.
 func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	if rp != nil {
-		return rp.start(cmd, onExit, true)
+		ps, err := rp.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, true, nil)
+		if err != nil {
+			return nil, errors.Unwrap(err) // the command's own error: its index says nothing
+		}
+		return ps[0], nil
 	}
 	return startOwn(cmd, onExit, true)
 }
@@ -112,20 +117,31 @@ func prepare(cmd *exec.Cmd) {
 // start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
 // thread that forked, and keeps a pidfd of it.
 func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
-	p := &Process{cmd: cmd, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
-		release: make(chan struct{}), done: make(chan struct{})}
 	pidfd := -1
 	cmd.SysProcAttr.PidFD = &pidfd
 	runtime.LockOSThread()
-	p.start = time.Now()
+	t := time.Now()
 	err := cmd.Start()
 	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
-	p.pid = cmd.Process.Pid
+	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
 	p.pidfd = pidfd
 	return p, nil
+}
+
+// newProcess is the Process of pid, started at start (without a pidfd yet).
+func newProcess(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
+	return &Process{cmd: cmd, pid: pid, start: start, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
+		release: make(chan struct{}), done: make(chan struct{})}
+}
+
+// runtimeLocked runs f with the calling goroutine locked to its thread.
+func runtimeLocked(f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f()
 }
 
 // wait is the waiting goroutine of a process started without a reaper: it sees the exit without reaping
@@ -244,9 +260,8 @@ func exited(pidfd int) bool {
 	return info.Signo != 0
 }
 
-// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT, then the
-// zombie's status). ok is false when there is nothing to wait for (already reaped by someone else) or the status
-// cannot be read: the caller reaps at once then.
+// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT). ok is false
+// when there is nothing to wait for (already reaped by someone else): the caller reaps at once then.
 func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 	for {
 		var info unix.Siginfo
@@ -257,10 +272,32 @@ func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 		if err != nil || info.Signo == 0 {
 			return 0, 0, false
 		}
-		var buf []byte
-		return zombieStatus("/proc", pid, &buf)
+		_, code, sig = childExit(&info)
+		return code, sig, true
 	}
 }
+
+// childExit reads the SIGCHLD fields of a siginfo that waitid filled in for an exited child: its pid, and its
+// exit code (si_status for CLD_EXITED) or the signal that killed it (si_status for CLD_KILLED and CLD_DUMPED; code
+// -1 then). The union of the siginfo starts after three ints, aligned to a pointer; si_pid, si_uid and si_status
+// are its first three ints (the kernel's generic layout, on every Linux architecture).
+func childExit(info *unix.Siginfo) (pid, code int, sig syscall.Signal) {
+	const union = (12 + unsafe.Sizeof(uintptr(0)) - 1) &^ (unsafe.Sizeof(uintptr(0)) - 1)
+	base := unsafe.Pointer(info)
+	pid = int(*(*int32)(unsafe.Add(base, union)))
+	status := int(*(*int32)(unsafe.Add(base, union+8)))
+	switch info.Code {
+	case cldKilled, cldDumped:
+		return pid, -1, syscall.Signal(status)
+	}
+	return pid, status, 0
+}
+
+// The si_code values of SIGCHLD for a child that was killed, and killed with a core dump.
+const (
+	cldKilled = 2
+	cldDumped = 3
+)
 
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
@@ -337,6 +374,29 @@ func (p *Process) Signal(sig syscall.Signal) error {
 func (p *Process) leads() bool {
 	pgid, err := syscall.Getpgid(p.pid)
 	return err == nil && pgid == p.pid
+}
+
+// Exited reports whether the process has exited, its exit delivered or not yet: the kernel is asked (waitid
+// WNOWAIT, which never reaps). Exits are delivered as they are noticed, each on its own: a process killed by another
+// one whose exit was delivered may not have had its own delivered yet, but Exited says it is gone.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+	}
+	if p.rp != nil { // the reaper reaps under its lock (see Signal)
+		p.rp.mu.Lock()
+		defer p.rp.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return true
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo != 0
 }
 
 // Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,12 +125,14 @@ var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not availabl
 // found. skip tells which pids not to report (they are still killed), e.g. the workers already killed by group.
 // It returns the reported pids it signalled, and ErrNoChildrenFile when the kernel cannot list children.
 func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.Duration) ([]int, error) {
-	return sweepTree(procRoot, root, func(pid int) (bool, bool) { return skip == nil || !skip(pid), true }, timeout)
+	return sweepTree(procRoot, root, func(pid int) (bool, bool) { return skip == nil || !skip(pid), true }, nil, timeout)
 }
 
 // sweepTree is SweepTree where decide tells, for each descendant, whether to report it and whether to kill it (a
-// descendant that is not killed is walked through: its own descendants are).
-func sweepTree(procRoot string, root int, decide func(pid int) (report, kill bool), timeout time.Duration) ([]int, error) {
+// descendant that is not killed is walked through: its own descendants are), and known which are zombies already
+// (see descendants).
+func sweepTree(procRoot string, root int, decide func(pid int) (report, kill bool), known func(pid int) bool,
+	timeout time.Duration) ([]int, error) {
 	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
 		return nil, fmt.Errorf("sweep tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
 	}
@@ -138,9 +141,11 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 	var hit []int
 	buf := make([]byte, 4096)
 	backoff := 100 * time.Microsecond
+	var last []int
 	for {
 		live := 0
-		for _, pid := range descendants(procRoot, root, &buf) {
+		pids := descendants(procRoot, root, &buf, known)
+		for _, pid := range pids {
 			if zombie(procRoot, pid, &buf) {
 				continue
 			}
@@ -160,8 +165,15 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 				}
 			}
 		}
-		if live == 0 {
+		// Done when nothing is left to kill and the walk found the tree it found before: a process that exited
+		// during the walk (a worker killed just before the sweep) may have handed its children to root after root's
+		// list was read; the next walk finds them there.
+		if live == 0 && slices.Equal(pids, last) {
 			return hit, nil
+		}
+		last = pids
+		if live == 0 {
+			continue
 		}
 		if time.Now().After(deadline) {
 			return hit, fmt.Errorf("sweep tree of pid %d: %d descendants still alive after SIGKILL and %v", root, live, timeout)
@@ -176,12 +188,16 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 // helpers a finished worker left, so that they can flush), without waiting for them. ErrNoChildrenFile when the
 // kernel does not list children.
 func SignalTree(procRoot string, root int, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
+	return signalTree(procRoot, root, skip, nil, sig)
+}
+
+func signalTree(procRoot string, root int, skip, known func(pid int) bool, sig syscall.Signal) ([]int, error) {
 	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
 		return nil, fmt.Errorf("signal tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
 	}
 	buf := make([]byte, 4096)
 	var hit []int
-	for _, pid := range descendants(procRoot, root, &buf) {
+	for _, pid := range descendants(procRoot, root, &buf, known) {
 		if zombie(procRoot, pid, &buf) || (skip != nil && skip(pid)) {
 			continue
 		}
@@ -199,9 +215,13 @@ func LiveDescendants(procRoot string, root int) int {
 
 // LiveDescendantsExcept is LiveDescendants that does not count the pids skip names (their descendants count).
 func LiveDescendantsExcept(procRoot string, root int, skip func(pid int) bool) int {
+	return liveDescendants(procRoot, root, skip, nil)
+}
+
+func liveDescendants(procRoot string, root int, skip, known func(pid int) bool) int {
 	buf := make([]byte, 4096)
 	n := 0
-	for _, pid := range descendants(procRoot, root, &buf) {
+	for _, pid := range descendants(procRoot, root, &buf, known) {
 		if !zombie(procRoot, pid, &buf) && (skip == nil || !skip(pid)) {
 			n++
 		}
@@ -209,8 +229,10 @@ func LiveDescendantsExcept(procRoot string, root int, skip func(pid int) bool) i
 	return n
 }
 
-// descendants lists every descendant of root, breadth first (see children).
-func descendants(procRoot string, root int, buf *[]byte) []int {
+// descendants lists every descendant of root, breadth first (see children), but those known (when not nil) says
+// are zombies: they are neither listed nor looked into (an exited process has no children: they were re-parented
+// when it exited).
+func descendants(procRoot string, root int, buf *[]byte, known func(pid int) bool) []int {
 	var out []int
 	queue := []int{root}
 	visited := map[int]bool{root: true} // a pid reused mid-walk must not loop
@@ -219,7 +241,7 @@ func descendants(procRoot string, root int, buf *[]byte) []int {
 		queue = queue[1:]
 		kids, _ := children(procRoot, pid, buf)
 		for _, c := range kids {
-			if c > 1 && !visited[c] {
+			if c > 1 && !visited[c] && (known == nil || !known(c)) {
 				visited[c] = true
 				out = append(out, c)
 				queue = append(queue, c)
@@ -250,31 +272,6 @@ func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
 		}
 	}
 	return kids, ok
-}
-
-// zombieStatus is how pid, a child that has exited but is not reaped yet, ended: the wait status the kernel keeps
-// for it in /proc/<pid>/stat (field 52, exit_code, as waitpid reports it). ok is false when it cannot be read
-// (no /proc, or the pid is gone).
-func zombieStatus(procRoot string, pid int, buf *[]byte) (code int, sig syscall.Signal, ok bool) {
-	var b []byte
-	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 50 || (f[0][0] != 'Z' && f[0][0] != 'X') {
-		return 0, 0, false
-	}
-	st, err := strconv.Atoi(string(f[49]))
-	if err != nil {
-		return 0, 0, false
-	}
-	ws := syscall.WaitStatus(st)
-	if ws.Signaled() {
-		return -1, ws.Signal(), true
-	}
-	return ws.ExitStatus(), 0, true
 }
 
 // zombie reports whether pid has exited but is not reaped yet (state Z or X in /proc/<pid>/stat); a pid that is

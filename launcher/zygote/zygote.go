@@ -174,7 +174,7 @@ func (z *Zygote) Alive() bool {
 	case <-z.exited:
 		return false
 	default:
-		return true
+		return !z.p.Exited() // dead already, its exit not yet delivered: a worker that killed it has been seen exit
 	}
 }
 

@@ -1,0 +1,414 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawner forks children of a Reaper from one OS thread that has a file descriptor table of its own (a Reaper has
+// one per core, up to 8: a fork waits until its child has exec'd, so one thread forks one child at a time). fork
+// copies the forking thread's table into the child and exec then closes every close-on-exec entry of it: forked
+// from the launcher's own table, which holds a few descriptors per running worker (its pipes and its pidfd), each
+// start would cost O(workers) in the kernel and a launch O(N²). The thread's table holds the socket it receives
+// the children's files on (SCM_RIGHTS) and, for one batch, those files. The thread is also the parent-death thread
+// (Pdeathsig) of every child it forks, and the parent in whose list of children they stay (orphans re-parented to
+// this process go to its first thread instead; see Reaper.reapOrphans): it lives until the Reaper is closed.
+//
+// Where the kernel cannot give the thread a table of its own (close_range without CLOSE_RANGE_UNSHARE, before
+// Linux 5.9, or a seccomp filter refusing it) the thread forks from the shared table, as any thread would.
+type spawner struct {
+	reqs  chan *batch
+	ready chan struct{} // closed once the thread is set up: the fields below are set then
+	done  chan struct{}
+
+	sock    int  // the launcher's end of the socket pair the files travel on; -1 when the table is shared
+	private bool // the thread's table is its own
+	tid     int
+}
+
+// batch is one request to a forking thread: start cmds in order, until one fails or more says no.
+type batch struct {
+	cmds   []*exec.Cmd
+	idx    []int        // per command: its index in the caller's list
+	files  [][]int      // per command: the shared table's descriptors that become its 0, 1, 2, ... (-1: closed)
+	ctty   []int        // per command: the shared table's terminal for SysProcAttr.Foreground, -1 when unset
+	env    [][]string   // per command: its environment
+	sent   []int        // the distinct descriptors of files and ctty, in the order they were sent to the thread
+	inSet  map[int]bool // sent, as a set
+	more   func() bool
+	fork   func(i int, start func() (int, error)) error // runs start (the fork) and registers the child
+	n      int                                          // how many were started
+	err    error                                        // why cmds[n] was not
+	failed int                                          // the caller's index of cmds[n] when err is set
+	done   chan struct{}
+}
+
+// add puts one command in b.
+func (b *batch) add(i int, cmd *exec.Cmd, files []int, ctty int, env []string) {
+	if b.inSet == nil {
+		b.inSet = map[int]bool{}
+	}
+	send := func(fd int) {
+		if fd >= 0 && !b.inSet[fd] {
+			b.inSet[fd] = true
+			b.sent = append(b.sent, fd)
+		}
+	}
+	for _, fd := range files {
+		send(fd)
+	}
+	send(ctty)
+	b.cmds, b.idx = append(b.cmds, cmd), append(b.idx, i)
+	b.files, b.ctty, b.env = append(b.files, files), append(b.ctty, ctty), append(b.env, env)
+}
+
+// split deals b's commands out to k batches, in turn, each with the descriptors of its own commands.
+func (b *batch) split(k int) []*batch {
+	k = max(min(k, len(b.cmds)), 1)
+	if k == 1 {
+		return []*batch{b}
+	}
+	parts := make([]*batch, k)
+	for j := range parts {
+		parts[j] = &batch{}
+	}
+	for i, cmd := range b.cmds {
+		parts[i%k].add(b.idx[i], cmd, b.files[i], b.ctty[i], b.env[i])
+	}
+	return parts
+}
+
+// closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
+var closeRange = unix.CloseRange
+
+// newSpawner starts a forking thread; it sets itself up meanwhile (see ready), keeping in its table the runtime's
+// descriptors among keep (see runtimeFDs).
+func newSpawner(keep []int) (*spawner, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("spawner socket: %w", err)
+	}
+	s := &spawner{reqs: make(chan *batch), sock: fds[0], ready: make(chan struct{}), done: make(chan struct{})}
+	go s.thread(fds[1], keep)
+	return s, nil
+}
+
+// thread is the forking thread's goroutine. It never unlocks a thread whose table became its own: such a thread
+// can never run anything else, and the runtime ends it when the goroutine returns. The process's first thread is
+// not taken (re-parented orphans go to its list of children, kept short): a goroutine that finds itself there
+// hands over to a new one, which cannot land there while this one holds it.
+func (s *spawner) thread(theirs int, keep []int) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		moved := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(moved)
+			s.serve(theirs, keep)
+		}()
+		<-moved
+		runtime.UnlockOSThread()
+		return
+	}
+	s.serve(theirs, keep)
+}
+
+// serve is the forking thread's loop, on its locked thread.
+func (s *spawner) serve(theirs int, keep []int) {
+	defer close(s.done)
+	s.tid = unix.Gettid()
+	s.private = ownTable(theirs, keep) == nil
+	if !s.private { // the table is the process's: no socket needed
+		_, _ = unix.Close(theirs), unix.Close(s.sock)
+		theirs, s.sock = -1, -1
+	}
+	close(s.ready)
+	for b := range s.reqs {
+		s.run(b, theirs)
+		close(b.done)
+	}
+	if theirs >= 0 {
+		_ = unix.Close(theirs)
+	}
+	if !s.private {
+		runtime.UnlockOSThread() // a shared table: the thread may serve others again
+	}
+}
+
+// ownTable gives the calling thread a descriptor table of its own that holds only what the thread needs: sock,
+// the standard descriptors (the runtime writes a fatal error to 2), and the runtime's own, at the same numbers:
+// the network poller's epoll set and its eventfd, which the runtime uses from whichever thread it runs on (the
+// thread that stops the world polls the network when it starts it again). close_range with CLOSE_RANGE_UNSHARE
+// copies only the descriptors below the range it closes; the others below it are closed one by one.
+func ownTable(sock int, runtime []int) error {
+	top := sock
+	for _, fd := range runtime {
+		top = max(top, fd)
+	}
+	if err := closeRange(uint(top)+1, ^uint(0), unix.CLOSE_RANGE_UNSHARE); err != nil {
+		return err
+	}
+	for fd := 3; fd < top; fd++ {
+		if fd != sock && !slices.Contains(runtime, fd) {
+			_ = unix.Close(fd)
+		}
+	}
+	return nil
+}
+
+// runtimeFDs are the descriptors of this process that may be the runtime's network poller's: every epoll set and
+// eventfd (anon_inode:[eventpoll], anon_inode:[eventfd] in /proc/self/fd). A few of the process's own may be among
+// them: keeping them open in the forking thread's table does no harm (neither has an end of file to delay).
+func runtimeFDs() []int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]") {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// run starts b's commands on the forking thread.
+func (s *spawner) run(b *batch, theirs int) {
+	var mine map[int]int // shared descriptor → this thread's copy
+	if s.private && len(b.sent) > 0 {
+		got, err := recvFDs(theirs, len(b.sent))
+		defer func() {
+			for _, fd := range got {
+				_ = unix.Close(fd)
+			}
+		}()
+		if err != nil {
+			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w", ErrNotStarted, len(b.cmds), err)
+			b.failed = b.idx[0]
+			return
+		}
+		mine = make(map[int]int, len(got))
+		for i, fd := range got {
+			mine[b.sent[i]] = fd
+		}
+	}
+	local := func(fd int) int {
+		if fd < 0 || mine == nil {
+			return fd
+		}
+		return mine[fd]
+	}
+	for i, cmd := range b.cmds {
+		if b.more != nil && !b.more() {
+			return
+		}
+		attr := &syscall.ProcAttr{Dir: cmd.Dir, Env: b.env[i], Files: make([]uintptr, len(b.files[i]))}
+		for k, fd := range b.files[i] {
+			attr.Files[k] = uintptr(local(fd)) // -1: ^uintptr(0), closed in the child
+		}
+		sys := *cmd.SysProcAttr
+		sys.PidFD = nil // the reaper opens one in the shared table
+		if b.ctty[i] >= 0 {
+			sys.Ctty = local(b.ctty[i])
+		}
+		attr.Sys = &sys
+		argv := cmd.Args
+		if len(argv) == 0 {
+			argv = []string{cmd.Path}
+		}
+		err := b.fork(i, func() (int, error) { return syscall.ForkExec(cmd.Path, argv, attr) })
+		if err != nil {
+			b.err = fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, &os.PathError{Op: "fork/exec", Path: cmd.Path, Err: err})
+			b.failed = b.idx[i]
+			return
+		}
+		b.n++
+	}
+}
+
+// start runs b on the forking thread, sending it the descriptors first, and returns once it is done.
+func (s *spawner) start(b *batch) {
+	<-s.ready
+	if s.private {
+		if err := sendFDs(s.sock, b.sent); err != nil {
+			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w%s", ErrNotStarted,
+				len(b.cmds), err, fdHint(err))
+			b.failed = b.idx[0]
+			return
+		}
+	}
+	b.done = make(chan struct{})
+	s.reqs <- b
+	<-b.done
+}
+
+// close ends the forking thread (and with it the parent-death thread of the children it forked).
+func (s *spawner) close() {
+	close(s.reqs)
+	<-s.done
+	if s.sock >= 0 { // the thread had a table of its own
+		_ = unix.Close(s.sock)
+	}
+}
+
+// maxRights is how many descriptors one SCM_RIGHTS message carries at most (the kernel's SCM_MAX_FD).
+const maxRights = 253
+
+func sendFDs(sock int, fds []int) error {
+	for len(fds) > 0 {
+		n := min(len(fds), maxRights)
+		for {
+			err := unix.Sendmsg(sock, []byte{0}, unix.UnixRights(fds[:n]...), nil, 0)
+			if errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		fds = fds[n:]
+	}
+	return nil
+}
+
+// recvFDs receives n descriptors sent by sendFDs, in order; on an error it returns those it received.
+func recvFDs(sock, n int) ([]int, error) {
+	out := make([]int, 0, n)
+	oob := make([]byte, unix.CmsgSpace(maxRights*4))
+	var buf [1]byte
+	for len(out) < n {
+		_, oobn, _, _, err := unix.Recvmsg(sock, buf[:], oob, unix.MSG_CMSG_CLOEXEC)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return out, err
+		}
+		for _, m := range msgs {
+			fds, err := unix.ParseUnixRights(&m)
+			if err != nil {
+				return out, err
+			}
+			out = append(out, fds...)
+		}
+	}
+	return out, nil
+}
+
+// fdHint says what to do about running out of descriptors.
+func fdHint(err error) string {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ETOOMANYREFS) {
+		return " (raise the open files limit, ulimit -n)"
+	}
+	return ""
+}
+
+// environ is the environment exec.Cmd.Start would give cmd: its Env (the process's own when nil, with PWD set to
+// Dir then), each key once, the last value winning.
+func environ(cmd *exec.Cmd) []string {
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+		if cmd.Dir != "" {
+			if pwd, err := filepath.Abs(cmd.Dir); err == nil {
+				env = append(env, "PWD="+pwd)
+			}
+		}
+	}
+	return dedupEnv(env)
+}
+
+// dedupEnv keeps the last entry of each key, as exec.Cmd does (an entry without '=' is kept as it is, an empty one
+// dropped). An environment with each key once is returned as it is.
+func dedupEnv(env []string) []string {
+	if uniqueKeys(env) {
+		return env
+	}
+	last := make(map[string]int, len(env))
+	for i, kv := range env {
+		if strings.Contains(kv, "=") {
+			last[envKey(kv)] = i
+		}
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		if j, ok := last[envKey(kv)]; ok && j == i || !ok && kv != "" && !strings.Contains(kv, "=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// uniqueKeys reports, without a map, whether env has each key once and no entry to drop, where env is sorted by key
+// but for a few entries appended (what the launcher builds); otherwise it says false.
+func uniqueKeys(env []string) bool {
+	sorted := 0
+	for sorted < len(env) && strings.Contains(env[sorted], "=") && (sorted == 0 || envKey(env[sorted-1]) < envKey(env[sorted])) {
+		sorted++
+	}
+	if len(env)-sorted > 8 {
+		return false
+	}
+	byKey := func(kv, k string) int { return strings.Compare(envKey(kv), k) }
+	for i := sorted; i < len(env); i++ {
+		k := envKey(env[i])
+		if _, found := slices.BinarySearchFunc(env[:sorted], k, byKey); found || !strings.Contains(env[i], "=") ||
+			slices.ContainsFunc(env[sorted:i], func(kv string) bool { return envKey(kv) == k }) {
+			return false
+		}
+	}
+	return true
+}
+
+// envKey is the key of a KEY=value entry: up to the first '=' after its first byte (a leading '=' belongs to the
+// key, as exec.Cmd has it).
+func envKey(kv string) string {
+	if i := strings.IndexByte(kv[min(1, len(kv)):], '='); i >= 0 {
+		return kv[:i+min(1, len(kv))]
+	}
+	return kv
+}
+
+// childFiles are the shared descriptors that become cmd's 0, 1, 2, ...: its stdio (devnull where nil) and its
+// ExtraFiles (-1 where nil: closed in the child).
+func childFiles(cmd *exec.Cmd, devnull *os.File) ([]int, error) {
+	out := make([]int, 0, 3+len(cmd.ExtraFiles))
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		f, ok := s.(*os.File)
+		switch {
+		case s == nil || ok && f == nil:
+			f = devnull
+		case !ok:
+			return nil, fmt.Errorf("%w: %s: with a reaper the child's stdio must be *os.File, not %T", ErrNotStarted, cmd.Path, s)
+		}
+		out = append(out, int(f.Fd()))
+	}
+	for _, f := range cmd.ExtraFiles {
+		fd := -1
+		if f != nil {
+			fd = int(f.Fd())
+		}
+		out = append(out, fd)
+	}
+	return out, nil
+}

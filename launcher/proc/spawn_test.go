@@ -1,0 +1,291 @@
+package proc_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"tpurun/launcher/launchertest"
+	"tpurun/launcher/proc"
+)
+
+// The forking thread's and the pidfd set's tests run in re-executed test binaries, as the reaper's do.
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "waits-main", Run: func(*launchertest.Worker) int { return okOr(waitsMain()) }})
+	launchertest.Define(launchertest.Verb{Name: "table-main", Run: func(*launchertest.Worker) int { return okOr(tableMain()) }})
+	launchertest.Define(launchertest.Verb{Name: "fallback-main", Spawns: []string{"orphaner"},
+		Run: func(w *launchertest.Worker) int { return okOr(fallbackMain(w.Arg)) }})
+}
+
+// gated starts n held children through rp in one StartHeldAll, each waiting until its stdin (the read end of
+// gates[i]'s pipe) ends, then exiting 3; its exit goes to got.
+func gated(rp *proc.Reaper, n int, got chan<- proc.Exit) (ps []*proc.Process, gates []*os.File, err error) {
+	cmds := make([]*exec.Cmd, n)
+	onExit := make([]func(*proc.Process), n)
+	var reads []*os.File
+	defer func() {
+		for _, f := range reads {
+			f.Close()
+		}
+	}()
+	for i := range n {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, gates, err
+		}
+		reads, gates = append(reads, r), append(gates, w)
+		cmds[i] = exec.Command("/bin/sh", "-c", "read x; exit 3")
+		cmds[i].Stdin = r
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	ps, err = proc.StartHeldAll(rp, cmds, onExit, nil)
+	if err == nil && (len(ps) != n || slices.Contains(ps, nil)) {
+		err = fmt.Errorf("StartHeldAll gave %d processes for %d commands, some nil, and no error", len(ps), n)
+	}
+	return ps, gates, err
+}
+
+// openGates lets the gated children exit one after the other, each once the last one's exit was delivered, and
+// releases them all.
+func openGates(ps []*proc.Process, gates []*os.File, got <-chan proc.Exit) error {
+	for i, p := range ps {
+		if p.Exited() {
+			return fmt.Errorf("child %d (pid %d) Exited before its gate opened", i, p.PID())
+		}
+		gates[i].Close()
+		ex, err := within(got, fmt.Sprintf("the exit of child %d of %d", i, len(ps)))
+		if err != nil {
+			return err
+		}
+		if ex.PID != p.PID() || ex.Code != 3 || !p.Exited() {
+			return fmt.Errorf("child %d: delivered exit %+v (Exited %v), want pid %d code 3", i, ex, p.Exited(), p.PID())
+		}
+	}
+	for _, p := range ps {
+		if ex := p.Release(); ex.Code != 3 || !p.Exited() {
+			return fmt.Errorf("released exit %+v (Exited %v), want code 3", ex, p.Exited())
+		}
+	}
+	return nil
+}
+
+// waitsMain: each exit of a child started through the reaper costs it one look at that child, however many
+// children it has (a held zombie among them included): not a look at every child on each SIGCHLD.
+func waitsMain() error {
+	counts := proc.CountWaits()
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	const n = 32
+	got := make(chan proc.Exit, n)
+	ps, gates, err := gated(rp, n, got)
+	if err != nil {
+		return err
+	}
+	if err := openGates(ps, gates, got); err != nil {
+		return err
+	}
+	if one, _ := counts(); one > 2*n {
+		return fmt.Errorf("the reaper looked at one child %d times for %d exits; want at most %d (one per exit, and "+
+			"a few for wake-ups that were not exits): it looks at every child on each exit", one, n, 2*n)
+	}
+	return nil
+}
+
+// TestReaperLooksAtOneChildPerExit: the exits of the children started through the reaper come from their pidfds,
+// one event each: the reaper's work per exit does not grow with the number of children.
+func TestReaperLooksAtOneChildPerExit(t *testing.T) {
+	out, err := launchertest.Command("waits-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
+
+// tableMain: the thread that forks the children has a descriptor table of its own that holds none of the process's
+// descriptors (the pipes of every running worker): fork copies that table, and exec closes it, for each child.
+func tableMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	var open []*os.File
+	defer func() {
+		for _, f := range open {
+			f.Close()
+		}
+	}()
+	for range 200 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return err
+		}
+		open = append(open, r, w)
+	}
+	got := make(chan proc.Exit, 8)
+	ps, gates, err := gated(rp, 8, got)
+	if err != nil {
+		return err
+	}
+	tid, private := proc.ForkingTable(rp)
+	if tid == 0 || !private {
+		fmt.Println("SKIP: no forking thread with a table of its own on this kernel (close_range CLOSE_RANGE_UNSHARE)")
+		return openGates(ps, gates, got)
+	}
+	ents, err := os.ReadDir("/proc/self/task/" + strconv.Itoa(tid) + "/fd")
+	if err != nil {
+		return err
+	}
+	all, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	if len(ents) > 16 || len(all) < 400 {
+		return fmt.Errorf("the forking thread's table holds %d descriptors (the process's %d): want a handful", len(ents), len(all))
+	}
+	return openGates(ps, gates, got)
+}
+
+func TestForkingThreadHoldsNoWorkerDescriptors(t *testing.T) {
+	out, err := launchertest.Command("table-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+	if s := string(out); strings.Contains(s, "SKIP") {
+		t.Skip(s)
+	}
+}
+
+// fallbackMain runs the reaper's checks as on a kernel that gives less: no pidfds (the children are listed on
+// each SIGCHLD), no table of its own for the forking thread, or no forking thread at all.
+func fallbackMain(mode string) error {
+	switch mode {
+	case "no-pidfd":
+		proc.WithoutPidfd()
+	case "shared-table":
+		proc.WithSharedTable()
+	case "no-forking-thread":
+		proc.WithoutForkingThread()
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	tid, private := proc.ForkingTable(rp)
+	if mode == "shared-table" && (tid == 0 || private) || mode == "no-forking-thread" && tid != 0 {
+		return fmt.Errorf("%s: forking thread %d, own table %v", mode, tid, private)
+	}
+	if err := heldCheck(rp); err != nil {
+		return err
+	}
+	if err := ownedAndOrphan(rp); err != nil {
+		return err
+	}
+	const n = 8
+	exits := make(chan proc.Exit, n)
+	ps, gates, err := gated(rp, n, exits)
+	if err != nil {
+		return err
+	}
+	return openGates(ps, gates, exits)
+}
+
+// ownedAndOrphan: the exit of a child started through rp is delivered, and the grandchild it leaves is reaped.
+func ownedAndOrphan(rp *proc.Reaper) error {
+	got := make(chan proc.Exit, 1)
+	p, gpid, err := startOrphaner(func(cmd *exec.Cmd) (*proc.Process, error) {
+		return rp.Start(cmd, func(p *proc.Process) { got <- p.Wait() })
+	})
+	if err != nil {
+		return err
+	}
+	if ex, err := within(got, "the owned child's exit"); err != nil || ex.PID != p.PID() || ex.Code != 7 {
+		return fmt.Errorf("delivered exit %+v (%v), want pid %d code 7", ex, err, p.PID())
+	}
+	return launchertest.Poll(fmt.Sprintf("the orphan %d reaped", gpid), func() error {
+		if proc.Alive(gpid) {
+			return errors.New("still there")
+		}
+		return nil
+	})
+}
+
+// TestReaperFallbacks: held workers, owned exits and orphans work as well where the kernel gives no pidfd, no
+// table of its own to the forking thread, or where there is no forking thread.
+func TestReaperFallbacks(t *testing.T) {
+	for _, mode := range []string{"no-pidfd", "shared-table", "no-forking-thread"} {
+		t.Run(mode, func(t *testing.T) {
+			out, err := launchertest.Command("fallback-main:" + mode).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "OK") {
+				t.Fatalf("reaper child: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "fail-main", Run: func(*launchertest.Worker) int { return okOr(failMain()) }})
+}
+
+// failMain: a command that cannot be started in the middle of a list is named by its index (a *StartError that
+// wraps why), with no process; those that started (before it, or after it on another forking thread) exit as any.
+func failMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	const n, bad = 12, 5
+	got := make(chan proc.Exit, n)
+	cmds := make([]*exec.Cmd, n)
+	onExit := make([]func(*proc.Process), n)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/sh", "-c", "exit 4")
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	cmds[bad] = exec.Command("/nonexistent/program")
+	ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+	var se *proc.StartError
+	if !errors.As(err, &se) || se.Index != bad || !errors.Is(err, syscall.ENOENT) || !errors.Is(err, proc.ErrNotStarted) {
+		return fmt.Errorf("StartHeldAll with command %d missing: %v, want a *StartError at %d wrapping ENOENT", bad, err, bad)
+	}
+	if len(ps) != n || ps[bad] != nil {
+		return fmt.Errorf("processes %v: want one per command, none at %d", ps, bad)
+	}
+	for _, p := range ps {
+		if p == nil {
+			continue
+		}
+		if ex, err := within(got, "an exit"); err != nil || ex.Code != 4 {
+			return fmt.Errorf("exit %+v (%v), want code 4", ex, err)
+		}
+		if ex := p.Release(); ex.Code != 4 {
+			return fmt.Errorf("released %+v, want code 4", ex)
+		}
+	}
+	// more says no: nothing more is started, and that is no error.
+	ps, err = proc.StartHeldAll(rp, cmds[:3], onExit, func() bool { return false })
+	if err != nil || len(ps) != 3 || slices.ContainsFunc(ps, func(p *proc.Process) bool { return p != nil }) {
+		return fmt.Errorf("StartHeldAll told to stop at once: %v, %v; want no process and no error", ps, err)
+	}
+	return nil
+}
+
+// TestStartHeldAllNamesTheCommandThatFailed: see failMain.
+func TestStartHeldAllNamesTheCommandThatFailed(t *testing.T) {
+	out, err := launchertest.Command("fail-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
