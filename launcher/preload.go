@@ -33,18 +33,6 @@ func (execStarter) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Proce
 	return proc.StartHeld(rp, cmd, onExit)
 }
 
-// ParseList splits a comma-separated list (--preload, TPURUN_PRELOAD), dropping blanks: "torch, numpy" is
-// [torch numpy].
-func ParseList(s string) []string {
-	var out []string
-	for part := range strings.SplitSeq(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			out = append(out, part)
-		}
-	}
-	return out
-}
-
 // moduleName is a dotted Python module name, or __main__ (function mode's caller).
 var moduleName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 

@@ -34,36 +34,6 @@ type RendezvousSpec struct {
 // ErrNoToken matches a rendezvous that would run off loopback without a token (a configuration error, exit 2).
 var ErrNoToken = rendezvous.ErrNoToken
 
-// MaxNodes is the largest world a rendezvous agrees on.
-const MaxNodes = rendezvous.MaxNodes
-
-// ParseNNodes parses a node count: N, or torchrun's elastic MIN:MAX (min is 0 for N, or when MIN == MAX).
-func ParseNNodes(v string) (min, max int, err error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, 1, nil
-	}
-	bad := func() (int, int, error) {
-		return 0, 0, &ConfigError{Field: "nnodes", Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", MaxNodes)}
-	}
-	lo, hi, ranged := strings.Cut(v, ":")
-	n, err := strconv.Atoi(lo)
-	if err != nil || n < 1 || n > MaxNodes {
-		return bad()
-	}
-	if !ranged {
-		return 0, n, nil
-	}
-	m, err := strconv.Atoi(hi)
-	if err != nil || m < n || m > MaxNodes {
-		return bad()
-	}
-	if m == n {
-		return 0, m, nil
-	}
-	return n, m, nil
-}
-
 // Solo reports whether r describes a world of one (no rendezvous).
 func (r RendezvousSpec) Solo() bool {
 	b, err := rendezvous.Lookup(r.Backend)

@@ -22,19 +22,6 @@ const (
 	StdinNone  StdinMode = "none" // no worker: /dev/null for all
 )
 
-// ParseStdinMode parses --stdin.
-func ParseStdinMode(v string) (StdinMode, error) {
-	switch m := StdinMode(v); m {
-	case "", StdinAll:
-		return StdinAll, nil
-	case StdinFirst, "rank0", "first":
-		return StdinFirst, nil
-	case StdinNone:
-		return m, nil
-	}
-	return "", &ConfigError{Field: "stdin", Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
-}
-
 // terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its
 // foreground group at the start (an interactive shell, docker run -it). Local rank 0's group gets it (see
 // docs/CONTROL.md: why rank 0's group, not one group of every worker).

@@ -298,7 +298,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
 		return nil, err
 	}
-	o.spec.Preload = launcher.ParseList(preload)
+	o.spec.Preload = flags.ParseList(preload)
 	if err := o.streams(redirects, tee, filter, stdin); err != nil {
 		return nil, err
 	}
@@ -315,16 +315,16 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 // streams parses the flags that say where the workers' streams go and which of them read stdin.
 func (o *options) streams(redirects, tee, filter, stdin string) error {
 	var err error
-	if o.spec.Redirects, err = launcher.ParseStdSpec("--redirects", redirects); err != nil {
+	if o.spec.Redirects, err = flags.ParseStdSpec("--redirects", redirects); err != nil {
 		return err
 	}
-	if o.spec.Tee, err = launcher.ParseStdSpec("--tee", tee); err != nil {
+	if o.spec.Tee, err = flags.ParseStdSpec("--tee", tee); err != nil {
 		return err
 	}
-	if o.spec.LocalRanksFilter, err = launcher.ParseRanks("--local-ranks-filter", filter); err != nil {
+	if o.spec.LocalRanksFilter, err = flags.ParseRanks("--local-ranks-filter", filter); err != nil {
 		return err
 	}
-	o.spec.StdinTo, err = launcher.ParseStdinMode(stdin)
+	o.spec.StdinTo, err = flags.ParseStdinMode(stdin)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 )
 
@@ -46,7 +47,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
 // torchrun's. notes are warnings for the log.
 func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
-	lo, n, err := launcher.ParseNNodes(r.nnodes)
+	lo, n, err := flags.ParseNNodes(r.nnodes)
 	if err != nil {
 		return c, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 )
 
@@ -76,7 +77,7 @@ var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeo
 // the grace period and the handled signals. args are the positional arguments (PROGRAM ARGS...).
 func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
 	if t.standalone {
-		if _, n, err := launcher.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
+		if _, n, err := flags.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &launcher.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
 				Hint: "runs one node on its own; for several nodes drop --standalone and give every node --rdzv-backend c10d --rdzv-endpoint HOST:PORT"}
 		}
@@ -98,7 +99,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if err := t.logsSpecs(); err != nil {
 		return err
 	}
-	sigs, err := launcher.ParseSignals(t.signals)
+	sigs, err := flags.ParseSignals(t.signals)
 	if err != nil {
 		return &launcher.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
@@ -106,12 +107,12 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if fs.Lookup("signals-to-handle").Changed {
 		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
 	}
-	m := launcher.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
+	m := flags.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
 	if python != "" {
 		m.PythonFlag = "--python"
 	}
 	if len(args) > 0 {
-		cfg.Program, err = launcher.PythonProgram(args, m)
+		cfg.Program, err = flags.PythonProgram(args, m)
 	}
 	return err
 }

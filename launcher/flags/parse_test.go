@@ -1,4 +1,4 @@
-package launcher_test
+package flags_test
 
 import (
 	"errors"
@@ -8,28 +8,85 @@ import (
 	"testing"
 
 	"tpurun/launcher"
+	"tpurun/launcher/flags"
 )
 
-func TestPythonProgramLikeTorchrun(t *testing.T) {
-	env, noEnv := "/opt/py", ""
-	for _, c := range []struct {
-		args                      []string
-		module, noPython, runPath bool
-		getenv                    string
-		want                      string
-	}{
-		{[]string{"train.py", "--lr", "3"}, false, false, false, noEnv, "python3 -u train.py --lr 3"},
-		{[]string{"train.py"}, false, false, false, env, "/opt/py -u train.py"},
-		{[]string{"pkg.train", "x"}, true, false, false, env, "/opt/py -u -m pkg.train x"},
-		{[]string{"train.py"}, false, true, false, env, "train.py"},
-		{[]string{"./bin/worker"}, false, false, false, env, "./bin/worker"},
-		{[]string{"script"}, false, false, true, noEnv, "python3 -u script"},
+func TestParseStdSpec(t *testing.T) {
+	for in, want := range map[string]launcher.StdSpec{
+		"":        {},
+		"3":       {All: launcher.StdAll},
+		" 1 ":     {All: launcher.StdOut},
+		"0:1,1:2": {PerRank: map[int]launcher.Std{0: launcher.StdOut, 1: launcher.StdErr}},
 	} {
-		got := strings.Join(launcher.PythonCommand(c.args, c.module, c.noPython, c.runPath, c.getenv), " ")
-		if got != c.want {
-			t.Errorf("PythonCommand(%q, m=%v, no-python=%v, run-path=%v) = %q, want %q", c.args, c.module, c.noPython, c.runPath, got, c.want)
+		got, err := flags.ParseStdSpec("--tee", in)
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		for lr := range 3 {
+			if got.For(lr) != want.For(lr) {
+				t.Errorf("%q: local rank %d got %d, want %d", in, lr, got.For(lr), want.For(lr))
+			}
 		}
 	}
+	for _, bad := range []string{"4", "-1", "x", "0:", ":1", "0:1,0:2", "0:1,,", "1:9", "0;1", "a:1", "99999999999999999999"} {
+		_, err := flags.ParseStdSpec("--redirects", bad)
+		var ce *launcher.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "--redirects" || ce.Value == "" {
+			t.Errorf("%q: err %v, want a ConfigError naming --redirects and the value", bad, err)
+		}
+	}
+}
+
+func TestParseRanks(t *testing.T) {
+	got, err := flags.ParseRanks("--local-ranks-filter", "3, 0,1-2,2")
+	if err != nil || len(got) != 4 || got[0] != 0 || got[3] != 3 {
+		t.Fatalf("got %v %v, want [0 1 2 3]", got, err)
+	}
+	for _, bad := range []string{"a", "-1", "3-1", "1,,2", "0-99999999", "1-", "-"} {
+		if _, err := flags.ParseRanks("--local-ranks-filter", bad); !errors.Is(err, launcher.ErrConfig) {
+			t.Errorf("%q: err %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+func FuzzParseStdSpec(f *testing.F) {
+	for _, s := range []string{"", "3", "0:1,1:2", "0:1,0:2", ":", ",", "1:-1", "\x00", "9999999999999999999:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		spec, err := flags.ParseStdSpec("--tee", s)
+		if err != nil {
+			if !errors.Is(err, launcher.ErrConfig) {
+				t.Fatalf("%q: error %v is not ErrConfig", s, err)
+			}
+			return
+		}
+		for lr := range 4 {
+			if v := spec.For(lr); v < launcher.StdNone || v > launcher.StdAll {
+				t.Fatalf("%q: local rank %d got %d", s, lr, v)
+			}
+		}
+	})
+}
+
+func FuzzParseRanks(f *testing.F) {
+	for _, s := range []string{"", "0", "0,1", "2-5", "5-2", "-", "0-65536", "1,1,1", " 3 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rs, err := flags.ParseRanks("--local-ranks-filter", s)
+		if err != nil {
+			if !errors.Is(err, launcher.ErrConfig) {
+				t.Fatalf("%q: error %v is not ErrConfig", s, err)
+			}
+			return
+		}
+		for i := 1; i < len(rs); i++ {
+			if rs[i] <= rs[i-1] || rs[i-1] < 0 {
+				t.Fatalf("%q: ranks %v not sorted, unique and non-negative", s, rs)
+			}
+		}
+	})
 }
 
 func FuzzParseSignals(f *testing.F) {
@@ -37,7 +94,7 @@ func FuzzParseSignals(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		sigs, err := launcher.ParseSignals(s)
+		sigs, err := flags.ParseSignals(s)
 		if (err == nil) == (len(sigs) == 0) {
 			t.Fatalf("ParseSignals(%q) = %v, %v: want signals xor an error", s, sigs, err)
 		}
@@ -58,7 +115,7 @@ func FuzzNprocs(f *testing.F) {
 		f.Add("nproc-per-node", s)
 	}
 	f.Fuzz(func(t *testing.T, flag, s string) {
-		n, dev, err := launcher.ParseNProcs(flag, s)
+		n, dev, err := flags.ParseNProcs(flag, s)
 		if err != nil {
 			if n != 0 || dev != "" || err.Error() == "" {
 				t.Fatalf("%q: error %v with n=%d dev=%q", s, err, n, dev)
@@ -84,7 +141,7 @@ func FuzzNNodes(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		lo, n, err := launcher.ParseNNodes(s)
+		lo, n, err := flags.ParseNNodes(s)
 		if err != nil {
 			var ce *launcher.ConfigError
 			if !errors.As(err, &ce) || ce.Field != "nnodes" || ce.Value != strings.TrimSpace(s) {
@@ -101,13 +158,13 @@ func FuzzNNodes(f *testing.F) {
 // TestParseNNodesElastic: torchrun's MIN:MAX is an elastic world; MIN == MAX and N are fixed ones.
 func TestParseNNodesElastic(t *testing.T) {
 	for in, want := range map[string][2]int{"4": {0, 4}, "4:4": {0, 4}, "2:4": {2, 4}, " 1:3 ": {1, 3}, "": {0, 1}} {
-		lo, n, err := launcher.ParseNNodes(in)
+		lo, n, err := flags.ParseNNodes(in)
 		if err != nil || lo != want[0] || n != want[1] {
 			t.Errorf("ParseNNodes(%q) = %d:%d, %v; want %d:%d", in, lo, n, err, want[0], want[1])
 		}
 	}
 	for _, in := range []string{"4:2", "0:2", "2:", ":2", "1:65537"} {
-		if _, _, err := launcher.ParseNNodes(in); launcher.ExitCode(err) != launcher.ExitUsage {
+		if _, _, err := flags.ParseNNodes(in); launcher.ExitCode(err) != launcher.ExitUsage {
 			t.Errorf("ParseNNodes(%q): %v, want a configuration error", in, err)
 		}
 	}
