@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"tpurun/internal/safepath"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
@@ -425,7 +426,7 @@ func (r *job) makeLogDirs(n int, local []topology.Worker) error {
 		return nil
 	}
 	for _, w := range local {
-		if err := MkdirAllBeneath(r.spec.LogDir, r.rankLogDir(n, w), 0o755); err != nil {
+		if err := safepath.MkdirAllBeneath(r.spec.LogDir, r.rankLogDir(n, w), 0o755); err != nil {
 			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, fdLimitHint(err))
 		}
 	}
@@ -444,7 +445,7 @@ func (r *job) command(l *launch, wk *child) (*exec.Cmd, error) {
 		wk.errFile = filepath.Join(r.spec.LogDir, rankRel, "error.json")
 		// The run's directory is new, but a worker of an earlier attempt can write below it: a file it left at
 		// this path must not become this attempt's traceback.
-		if err := RemoveBeneath(r.spec.LogDir, filepath.Join(rankRel, "error.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := safepath.RemoveBeneath(r.spec.LogDir, filepath.Join(rankRel, "error.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", w.Rank, wk.errFile, err)
 		}
 	}
@@ -556,7 +557,7 @@ func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, nam
 	if logRel == "" {
 		return f, nil
 	}
-	lf, err := OpenBeneath(r.spec.LogDir, filepath.Join(logRel, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
+	lf, err := safepath.OpenBeneath(r.spec.LogDir, filepath.Join(logRel, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: log file: %w%s", w.Rank, err, fdLimitHint(err)) // unsafe path: 2, else 70
 	}

@@ -10,6 +10,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"tpurun/internal/safepath"
 )
 
 // maxErrorFile bounds how much of a TORCHELASTIC_ERROR_FILE is read.
@@ -66,7 +68,7 @@ func readErrorFile(path string) (*ErrorRecord, error) {
 		return nil, nil
 	}
 	if errors.Is(err, unix.ELOOP) {
-		return nil, &NotRegularError{Path: path, Mode: fs.ModeSymlink}
+		return nil, &safepath.NotRegularError{Path: path, Mode: fs.ModeSymlink}
 	}
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
@@ -78,7 +80,7 @@ func readErrorFile(path string) (*ErrorRecord, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &NotRegularError{Path: path, Mode: st.Mode().Type()}
+		return nil, &safepath.NotRegularError{Path: path, Mode: st.Mode().Type()}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxErrorFile))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/safepath"
 	"tpurun/launcher"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
@@ -17,11 +18,11 @@ import (
 // errors carried the mark.
 func TestExitCodeUsageErrors(t *testing.T) {
 	usage := []error{
-		launcher.ErrConfig, launcher.ErrUnsafePath, launcher.ErrNoToken, rendezvous.ErrConfig, rendezvous.ErrNoToken,
+		launcher.ErrConfig, safepath.ErrUnsafePath, launcher.ErrNoToken, rendezvous.ErrConfig, rendezvous.ErrNoToken,
 		topology.ErrConfig, topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy,
 		topology.ErrChipBusy,
 		&launcher.ConfigError{Field: "nprocs", Value: "x", Hint: "a number"},
-		&launcher.UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"},
+		&safepath.UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"},
 		&rendezvous.Error{Kind: rendezvous.ErrConfig, Field: rendezvous.FieldNodes},
 		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: rendezvous.FieldListen},
 		&topology.ConfigError{Name: "TPU_NUM_DEVICES", Value: "x", Problem: "is not a number"},

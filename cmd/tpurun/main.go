@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"tpurun/internal/status"
 	"tpurun/launcher"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
@@ -118,9 +119,9 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 	if o.statusAddr == "" {
 		return func() {}, nil
 	}
-	mon := launcher.NewMonitor(spec.MaxRestarts)
+	mon := status.NewMonitor(spec.MaxRestarts)
 	addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
-	if errors.Is(err, launcher.ErrStatusAddr) {
+	if errors.Is(err, status.ErrAddr) {
 		err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
 	}
 	if err != nil {

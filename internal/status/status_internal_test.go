@@ -1,4 +1,4 @@
-package launcher
+package status
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // TestStatusServerCapsConnections: 100 idle token-less clients (never sending a request) hold at most
-// statusMaxConns of the server's file descriptors (the rest wait in the kernel's backlog).
+// maxConns of the server's file descriptors (the rest wait in the kernel's backlog).
 func TestStatusServerCapsConnections(t *testing.T) {
 	mon := NewMonitor(0)
 	addr, stop, err := mon.Serve(context.Background(), "127.0.0.1:0", false, zap.NewNop())
@@ -42,14 +42,14 @@ func TestStatusServerCapsConnections(t *testing.T) {
 		}
 	}()
 	// The server accepts what it will: then its accept loop waits in limitListener.Accept for a free slot (the
-	// event), with its statusMaxConns connections open and the rest in the kernel's backlog. A server without
+	// event), with its maxConns connections open and the rest in the kernel's backlog. A server without
 	// the cap never waits there: it accepts all 100 and waits in the kernel's accept. (The idle connections are
 	// closed after statusTimeout, which frees slots: the assertion below comes long before, right after the event.)
 	launchertest.Eventually(t, "the status server's accept loop to wait for a free connection slot", func() bool {
-		return launchertest.GoroutineWaits("select", "(*limitListener).Accept") && fds()-before >= 100+statusMaxConns
+		return launchertest.GoroutineWaits("select", "(*limitListener).Accept") && fds()-before >= 100+maxConns
 	})
-	if grew := fds() - before; grew > 100+statusMaxConns+4 {
+	if grew := fds() - before; grew > 100+maxConns+4 {
 		t.Fatalf("100 idle clients made the process hold %d more descriptors, want at most %d (the clients' 100 and the server's cap %d)",
-			grew, 100+statusMaxConns+4, statusMaxConns)
+			grew, 100+maxConns+4, maxConns)
 	}
 }

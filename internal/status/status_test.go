@@ -1,4 +1,4 @@
-package launcher_test
+package status_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/status"
 	"tpurun/launcher"
 )
 
@@ -27,7 +28,7 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
-	st := launcher.NewMonitor(2)
+	st := status.NewMonitor(2)
 	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -77,10 +78,10 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 }
 
 func TestStatusRefusesNonLoopback(t *testing.T) {
-	st := launcher.NewMonitor(0)
+	st := status.NewMonitor(0)
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
-		if _, _, err := st.Serve(context.Background(), addr, false, nil); !errors.Is(err, launcher.ErrStatusAddr) {
-			t.Errorf("Serve(%q): err %v, want ErrStatusAddr", addr, err)
+		if _, _, err := st.Serve(context.Background(), addr, false, nil); !errors.Is(err, status.ErrAddr) {
+			t.Errorf("Serve(%q): err %v, want ErrAddr", addr, err)
 		}
 	}
 	var ce *launcher.ConfigError

@@ -1,4 +1,7 @@
-package launcher
+// Package status owns tpurun's status endpoint: a Monitor observes a job's events (a launcher.Observer) and serves
+// its live state over HTTP, /healthz for health checks and /metrics in Prometheus's text format, on a loopback
+// address unless remote clients are allowed, with every connection bounded in time and number.
+package status
 
 import (
 	"bytes"
@@ -13,19 +16,21 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"tpurun/launcher"
 )
 
 // Monitor is the live state of a job as the status endpoint serves it: /healthz (200 while healthy, 503 from a
 // worker failure until a restarted attempt begins, and for good when none does) and /metrics (Prometheus text
-// format). It is an Observer: put it in Spec.Observers, and serve it with Serve. The zero value is not usable:
-// use NewMonitor.
+// format). It is a launcher.Observer: put it in launcher.Spec.Observers, and serve it with Serve. The zero value is
+// not usable: use NewMonitor.
 type Monitor struct {
 	mu          sync.Mutex
 	maxRestarts int
-	samples     []Sample // the last round of live samples
-	failures    int      // failed attempts (one WorkerFailed per attempt)
-	attempts    int      // attempts begun; in a multi-host job, generations begun
-	lastFailure *WorkerError
+	samples     []launcher.Sample // the last round of live samples
+	failures    int               // failed attempts (one WorkerFailed per attempt)
+	attempts    int               // attempts begun; in a multi-host job, generations begun
+	lastFailure *launcher.WorkerError
 	results     int
 	rendezvous  time.Duration
 }
@@ -34,22 +39,22 @@ type Monitor struct {
 func NewMonitor(maxRestarts int) *Monitor { return &Monitor{maxRestarts: maxRestarts} }
 
 // Observe records one event of the job.
-func (s *Monitor) Observe(e Event) {
+func (s *Monitor) Observe(e launcher.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch e.Kind {
-	case AttemptStarted:
+	case launcher.AttemptStarted:
 		s.attempts++
 		s.lastFailure = nil // a new attempt: healthy again until one of its workers fails
 		s.samples = nil     // the last attempt's workers are gone
-	case Sampled:
+	case launcher.Sampled:
 		s.samples = slices.Clone(e.Samples)
-	case WorkerFailed:
+	case launcher.WorkerFailed:
 		s.failures++
 		s.lastFailure = e.Failure
-	case ResultReceived:
+	case launcher.ResultReceived:
 		s.results++
-	case RendezvousDone:
+	case launcher.RendezvousDone:
 		s.rendezvous = e.Rendezvous
 	}
 }
@@ -94,7 +99,7 @@ func (s *Monitor) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "tpurun_max_restarts %d\n", s.maxRestarts)
 	fmt.Fprintf(w, "# HELP tpurun_worker_rss_bytes Resident set size of each live worker.\n# TYPE tpurun_worker_rss_bytes gauge\n")
 	smp := slices.Clone(s.samples)
-	slices.SortFunc(smp, func(a, b Sample) int { return a.Rank - b.Rank })
+	slices.SortFunc(smp, func(a, b launcher.Sample) int { return a.Rank - b.Rank })
 	for _, x := range smp {
 		fmt.Fprintf(w, "tpurun_worker_rss_bytes{rank=\"%d\",pid=\"%d\"} %d\n", x.Rank, x.PID, x.RSS)
 	}
@@ -108,16 +113,16 @@ func (s *Monitor) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "tpurun_rendezvous_seconds %g\n", s.rendezvous.Seconds())
 }
 
-// ErrStatusAddr is returned by Serve for an address it refuses (not loopback without allowRemote).
-var ErrStatusAddr = errors.New("status address refused")
+// ErrAddr is returned by Serve for an address it refuses (not loopback without allowRemote).
+var ErrAddr = errors.New("status address refused")
 
 // The status server's limits: a client gets this long to send its request and read the answer, an idle
-// keep-alive connection is closed after statusIdle, and at most statusMaxConns connections are open at once (the
+// keep-alive connection is closed after idleTimeout, and at most maxConns connections are open at once (the
 // rest wait in the kernel's backlog), so idle clients can neither exhaust file descriptors nor hold the server.
 const (
-	statusTimeout  = 5 * time.Second
-	statusIdle     = 30 * time.Second
-	statusMaxConns = 32
+	timeout     = 5 * time.Second
+	idleTimeout = 30 * time.Second
+	maxConns    = 32
 )
 
 // Serve listens on addr (host:port; port 0 picks one) and serves s until ctx is done. A host that is not a
@@ -129,25 +134,25 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil, &ConfigError{Field: "status address", Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
+		return nil, nil, &launcher.ConfigError{Field: "status address", Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
 	}
 	if !allowRemote {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return nil, nil, fmt.Errorf("%w: %s is not a loopback address; the endpoint has no authentication: "+
-				"use 127.0.0.1:PORT, or allow remote clients explicitly: %w", ErrStatusAddr, addr,
-				&ConfigError{Field: "status address", Value: addr, Hint: "use a loopback address or allow remote clients"})
+				"use 127.0.0.1:PORT, or allow remote clients explicitly: %w", ErrAddr, addr,
+				&launcher.ConfigError{Field: "status address", Value: addr, Hint: "use a loopback address or allow remote clients"})
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &ConfigError{Field: "status address", Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
+		return nil, nil, &launcher.ConfigError{Field: "status address", Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
 	}
 	errLog, _ := zap.NewStdLogAt(log.Named("status"), zap.WarnLevel)
-	srv := &http.Server{Handler: s, ReadHeaderTimeout: statusTimeout, ReadTimeout: statusTimeout,
-		WriteTimeout: statusTimeout, IdleTimeout: statusIdle, ErrorLog: errLog}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: timeout, ReadTimeout: timeout,
+		WriteTimeout: timeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(newLimitListener(l, statusMaxConns)) })
+	wg.Go(func() { _ = srv.Serve(newLimitListener(l, maxConns)) })
 	sctx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
 		<-sctx.Done()
