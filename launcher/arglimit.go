@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/failure"
 )
 
 // maxArgStrlen is Linux's limit on one argument or environment string (MAX_ARG_STRLEN, 32 pages).
@@ -13,7 +15,7 @@ const maxArgStrlen = 32 * 4096
 
 // argListError explains an execve that failed with E2BIG ("argument list too long") for rank: how big the
 // arguments and the environment are against the kernel's limits, and the largest variables to trim. Too big a
-// command line is the user's to fix, not a launcher bug: it is a *ConfigError (exit 2).
+// command line is the user's to fix, not a launcher bug: it is a *failure.ConfigError (exit 2).
 func argListError(rank int, argv, env []string) error {
 	size := func(ss []string) (n int) {
 		for _, s := range ss {
@@ -29,7 +31,7 @@ func argListError(rank int, argv, env []string) error {
 	for _, s := range append(append([]string(nil), argv...), env...) {
 		if len(s) >= maxArgStrlen {
 			name, _, _ := strings.Cut(s, "=")
-			return &ConfigError{Field: "environment", Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
+			return &failure.ConfigError{Field: "environment", Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
 				"over Linux's %d-byte limit for a single string; shorten it (or pass the data in a file)", rank, len(s), maxArgStrlen)}
 		}
 	}
@@ -44,7 +46,7 @@ func argListError(rank int, argv, env []string) error {
 	if limit > 0 {
 		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", limit)
 	}
-	return &ConfigError{Field: "environment", Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
+	return &failure.ConfigError{Field: "environment", Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
 		"arguments (%d bytes) and environment (%d bytes) exceed %s; unset or shorten the largest variables: %s, or raise ulimit -s",
 		rank, size(argv), size(env), lim, strings.Join(big, ", "))}
 }

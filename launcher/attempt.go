@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tpurun/internal/safepath"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
@@ -138,8 +139,8 @@ func (j *job) attempt(as attemptSpec) *Attempt {
 	if a.Verdict.Reason == StopDone {
 		for _, r := range a.Ranks {
 			if r.ResultErr != nil {
-				err := &ResultError{Rank: r.Rank, PID: r.PID, Err: r.ResultErr}
-				a.Verdict = &Verdict{Reason: StopDone, Code: ExitCode(err), Node: -1, Err: err}
+				err := &failure.ResultError{Rank: r.Rank, PID: r.PID, Err: r.ResultErr}
+				a.Verdict = &Verdict{Reason: StopDone, Code: failure.ExitCode(err), Node: -1, Err: err}
 				break
 			}
 		}
@@ -479,7 +480,7 @@ func (r *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*f
 	for range 3 {
 		pr, pw, err := pipe()
 		if err != nil {
-			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err)))
+			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, fdLimitHint(err)))
 		}
 		wk.readers = append(wk.readers, pr)
 		writeEnds = append(writeEnds, pw)
@@ -573,22 +574,22 @@ func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, nam
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the
-// preloaded interpreter's refusal to fork (a *ConfigError, 2), arguments and environment too big for execve (the
+// preloaded interpreter's refusal to fork (a *failure.ConfigError, 2), arguments and environment too big for execve (the
 // user's to trim: argListError), else internal.
 func (r *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
-	var ce *ConfigError
+	var ce *failure.ConfigError
 	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
 		return err
 	}
 	for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
 		if errors.Is(err, e) {
-			return &ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
+			return &failure.ProgramError{Program: r.spec.Program[0], Err: err, AtExec: true}
 		}
 	}
 	if errors.Is(err, syscall.E2BIG) {
 		return argListError(w.Rank, cmd.Args, cmd.Env)
 	}
-	return fmt.Errorf("%w: rank %d: %w%s", ErrInternal, w.Rank, err, fdLimitHint(err))
+	return fmt.Errorf("%w: rank %d: %w%s", failure.ErrInternal, w.Rank, err, fdLimitHint(err))
 }
 
 // readResults reads the worker's result channel into the sink (or discards it without one). A violation of the
@@ -620,5 +621,5 @@ func sigText(s syscall.Signal) string {
 	if s == 0 {
 		return ""
 	}
-	return SignalName(s)
+	return failure.SignalName(s)
 }

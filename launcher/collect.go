@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 )
@@ -42,7 +43,7 @@ func (a *Attempt) ResultExits() []results.RankExit {
 func (s RankSummary) resultExit() results.RankExit {
 	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.ExitStatus()}
 	if s.Signal != 0 {
-		e.Signal = SignalName(s.Signal)
+		e.Signal = failure.SignalName(s.Signal)
 	}
 	return e
 }

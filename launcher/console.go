@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"tpurun/launcher/failure"
 )
 
 // consoleQueue is how many bytes a console holds for a slow reader before the workers' output waits (backpressure,
@@ -21,7 +23,7 @@ const (
 // written to the file goes through it, in whole chunks (whole lines), so lines of different workers, of stdout
 // and stderr when they are one file (2>&1), and of tpurun's own log never splice. Write queues and waits while
 // the queue is full (a stalled reader slows the workers, never drops their output); LogWriter never waits. The
-// first write error is kept (an *OutputError), reported to the run (which stops) and returned by Flush; output
+// first write error is kept (an *failure.OutputError), reported to the run (which stops) and returned by Flush; output
 // after it is discarded so that no worker blocks on a file nobody can write.
 type Console struct {
 	name string
@@ -40,23 +42,6 @@ type Console struct {
 	dropped   int
 	onErr     []chan<- error
 }
-
-// OutputError is a failed write to the launcher's stdout or stderr. EPIPE (a reader that went away, as with
-// `| head -1`) exits 141 like a program killed by SIGPIPE; any other error (a full disk) exits 74.
-type OutputError struct {
-	Stream  string // "stdout", "stderr", "results file PATH"
-	Err     error
-	Stopped bool // the error stopped the run (a console); false when it came after the run (the results file)
-}
-
-func (e *OutputError) Error() string {
-	if e.Stopped {
-		return fmt.Sprintf("writing %s failed: %v; the run was stopped", e.Stream, e.Err)
-	}
-	return fmt.Sprintf("writing %s failed: %v", e.Stream, e.Err)
-}
-
-func (e *OutputError) Unwrap() error { return e.Err }
 
 // NewConsole starts the writer of w, named name ("stdout", "stderr") in messages.
 func NewConsole(name string, w io.Writer) *Console {
@@ -172,7 +157,7 @@ func (c *Console) run() {
 		c.writing = false
 		c.queued = max(c.queued-n, 0) // Abandon may have emptied the queue meanwhile
 		if err != nil && c.err == nil {
-			c.err = &OutputError{Stream: c.name, Err: err, Stopped: true}
+			c.err = &failure.OutputError{Stream: c.name, Err: err, Stopped: true}
 			for _, ch := range c.onErr {
 				select {
 				case ch <- c.err:

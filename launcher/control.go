@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/rendezvous"
 )
@@ -142,11 +143,11 @@ func (c *controller) stop(x *cause) { c.do(func() { c.onCause(x) }) }
 // node lost, or failed or stopped.
 func causeOf(f rendezvous.Failure) *cause {
 	if f.Store {
-		return errCause(StopStore, fmt.Errorf("%w: %w: %s", ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
+		return errCause(StopStore, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
 	}
 	if f.Lost {
 		return &cause{reason: StopLost, sig: syscall.SIGTERM, node: f.Node.Rank,
-			err: fmt.Errorf("%w: %w: %s", ErrRendezvous, rendezvous.ErrNodeLost, f)}
+			err: fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrNodeLost, f)}
 	}
 	return &cause{reason: StopRemote, sig: syscall.SIGTERM, node: f.Node.Rank, msg: f.Reason}
 }
@@ -252,7 +253,7 @@ func (c *controller) onSignal(sig os.Signal) {
 		c.onContinue()
 	case policyForward:
 		if c.att == nil {
-			c.log.Info("no worker to forward "+SignalName(s)+" to: between attempts", zap.String("signal", SignalName(s)))
+			c.log.Info("no worker to forward "+failure.SignalName(s)+" to: between attempts", zap.String("signal", failure.SignalName(s)))
 			return
 		}
 		c.att.feed(event{kind: evForward, sig: s})
@@ -268,14 +269,14 @@ func (c *controller) onStopSignal(s syscall.Signal) {
 		c.onCause(signalCause(s))
 		return
 	}
-	c.log.Warn("second stop signal "+SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
-		zap.String("signal", SignalName(s)))
+	c.log.Warn("second stop signal "+failure.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
+		zap.String("signal", failure.SignalName(s)))
 	c.mu.Lock()
 	c.hurried = true
 	c.mu.Unlock()
 	c.onCause(signalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
 	if c.att != nil {
-		c.att.feed(event{kind: evSecondStop, sig: s, why: "second " + SignalName(s)})
+		c.att.feed(event{kind: evSecondStop, sig: s, why: "second " + failure.SignalName(s)})
 	}
 	c.hurry()
 }
@@ -285,7 +286,7 @@ func (c *controller) onStopSignal(s syscall.Signal) {
 func (c *controller) onTimeout() {
 	why := "--timeout " + c.timeout.String() + " expired"
 	escalate := c.att != nil && c.att.m.graceBegan()
-	c.onCause(errCause(StopTimeout, fmt.Errorf("%w: %s", ErrTimeout, why)))
+	c.onCause(errCause(StopTimeout, fmt.Errorf("%w: %s", failure.ErrTimeout, why)))
 	if escalate {
 		c.att.feed(event{kind: evSecondStop, why: why})
 	}
@@ -311,7 +312,7 @@ func (c *controller) abandon() {
 // SIGTTIN and SIGTTOU while a worker holds the terminal come from tpurun's own background I/O: not job control.
 func (c *controller) onJobStop(s syscall.Signal) {
 	if c.att != nil && s != syscall.SIGTSTP && c.att.holding() {
-		c.log.Debug("ignoring " + SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
+		c.log.Debug("ignoring " + failure.SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
 		return
 	}
 	if c.cannotBeResumed(s) {
@@ -333,7 +334,7 @@ func (c *controller) cannotBeResumed(s syscall.Signal) bool {
 	if os.Getpid() == 1 || !proc.GroupOrphaned("/proc", syscall.Getpgrp()) {
 		return false
 	}
-	c.log.Warn("job control: " + SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
+	c.log.Warn("job control: " + failure.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
 		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
 		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
 	return true
@@ -345,10 +346,10 @@ func (c *controller) cannotBeResumed(s syscall.Signal) bool {
 // stopped for it are resumed here, since nothing else could resume them.
 func (c *controller) stopSelf(s syscall.Signal) {
 	if os.Getpid() == 1 {
-		c.log.Warn("job control: " + SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
+		c.log.Warn("job control: " + failure.SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
 		return
 	}
-	c.log.Info("job control: " + SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
+	c.log.Info("job control: " + failure.SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
 	parentGone, err := proc.StopSelf()
 	switch {
 	case err != nil:
@@ -383,9 +384,9 @@ func (x *cause) verdictDuring(during string, timeout time.Duration) *Verdict {
 	v.During = during
 	switch x.reason {
 	case StopSignal:
-		v.Err = &SignalError{Signal: x.sig, During: during}
+		v.Err = &failure.SignalError{Signal: x.sig, During: during}
 	case StopTimeout:
-		v.Err = fmt.Errorf("%w: the timeout %s expired during %s", ErrTimeout, timeout, during)
+		v.Err = fmt.Errorf("%w: the timeout %s expired during %s", failure.ErrTimeout, timeout, during)
 	}
 	return v
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 	"tpurun/rendezvous/etcdtest"
 )
@@ -64,9 +66,9 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 			w.sigs[0] <- syscall.SIGTERM
 			select {
 			case err := <-errs[0]:
-				code := launcher.ExitCode(err)
+				code := failure.ExitCode(err)
 				// 69 only if the dead store was noticed (a lost store ends the job) before the SIGTERM
-				if code != 143 && !(tc.killStore && code == launcher.ExitRendezvous) {
+				if code != 143 && !(tc.killStore && code == exitcode.Rendezvous) {
 					t.Fatalf("node 0: %v (exit %d), want stopped by SIGTERM (143)\n%s", err, code, w.specs[0].Stderr)
 				}
 				if code == 143 && !strings.Contains(err.Error(), "stopped by SIGTERM during the wait for the other nodes' outcome") {
@@ -81,7 +83,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 			}
 			select {
 			case err := <-errs[1]:
-				if launcher.ExitCode(err) == 0 {
+				if failure.ExitCode(err) == 0 {
 					t.Fatalf("node 1 exited 0 in a stopped world: %v", err)
 				}
 			case <-time.After(launchertest.Deadline()):

@@ -3,11 +3,13 @@ package launcher
 import (
 	"encoding/json"
 	"fmt"
-	"go.uber.org/zap"
 	"os"
 	"os/exec"
 	"strings"
 
+	"go.uber.org/zap"
+
+	"tpurun/launcher/failure"
 	"tpurun/worker"
 )
 
@@ -15,13 +17,13 @@ import (
 func (f *FnSpec) check() error {
 	mod, fn, ok := strings.Cut(f.Target, ":")
 	if !ok || mod == "" || fn == "" {
-		return &ConfigError{Field: "function", Value: f.Target,
+		return &failure.ConfigError{Field: "function", Value: f.Target,
 			Hint: "name the function as package.module:function (or path/to/file.py:function)"}
 	}
 	if f.ArgsJSON != "" {
 		var l []json.RawMessage
 		if err := json.Unmarshal([]byte(f.ArgsJSON), &l); err != nil {
-			return &ConfigError{Field: "function arguments", Value: f.ArgsJSON,
+			return &failure.ConfigError{Field: "function arguments", Value: f.ArgsJSON,
 				Hint: fmt.Sprintf("must be a JSON list (%v), e.g. '[3, \"x\"]'", err)}
 		}
 		if err := worker.CheckJSON([]byte(f.ArgsJSON)); err != nil { // the workers' json.loads would refuse it
@@ -29,7 +31,7 @@ func (f *FnSpec) check() error {
 			if len(v) > 80 {
 				v = v[:80] + "..."
 			}
-			return &ConfigError{Field: "function arguments", Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
+			return &failure.ConfigError{Field: "function arguments", Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
 		}
 	}
 	return nil
@@ -46,11 +48,11 @@ func (j *job) pythonPath() error {
 		j.log.Debug("no shared copy of the Python module; using a private one", zap.Error(err))
 		d, terr := os.MkdirTemp("", "tpurun-py-")
 		if terr != nil {
-			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", ErrInternal, terr, err)
+			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", failure.ErrInternal, terr, err)
 		}
 		j.pyDir = d
 		if dir, err = worker.InstallPython(d); err != nil {
-			return fmt.Errorf("%w: install the Python module into %s: %w", ErrInternal, d, err)
+			return fmt.Errorf("%w: install the Python module into %s: %w", failure.ErrInternal, d, err)
 		}
 	}
 	j.pyModule = dir
@@ -77,7 +79,7 @@ func (j *job) setupFn() error {
 		python = "python3"
 	}
 	if _, err := exec.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
-		return &ProgramError{Program: python, Err: err}
+		return &failure.ProgramError{Program: python, Err: err}
 	}
 	args := f.ArgsJSON
 	if args == "" {

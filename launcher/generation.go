@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
@@ -180,7 +181,7 @@ func closedVerdict(v *Verdict, ran bool) *Verdict {
 	if !errors.As(v, &jc) {
 		return v
 	}
-	e := &JobClosedError{JobClosedError: jc, Ran: ran}
+	e := &failure.JobClosedError{JobClosedError: jc, Ran: ran}
 	return &Verdict{Reason: StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
 }
 
@@ -216,7 +217,7 @@ func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector,
 // remoteVerdict is the verdict of a node that ends because node decided so: its code is the world's.
 func remoteVerdict(node, code int, msg string) *Verdict {
 	return &Verdict{Reason: StopRemote, Code: code, Node: node, Message: msg,
-		Err: &NodeError{Node: node, Code: code, Message: msg}}
+		Err: &failure.NodeError{Node: node, Code: code, Message: msg}}
 }
 
 // next turns the world's final verdict into this node's: node 0 its own decision, the failed node its own
@@ -273,7 +274,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *A
 		}
 		return -1, c.verdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
 	}
-	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", ErrRendezvous, err))
+	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
 	if errors.Is(err, rendezvous.ErrNodeLost) {
 		if next, _ := j.lost(g, v); next >= 0 {
 			return next, nil

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -26,9 +27,9 @@ import (
 // reason to stop the run, in every phase.
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
-// started, it is the job's *Verdict, from which ExitCode takes the exit code (errors.As also finds the
-// *WorkerError, *NodeError, *SignalError or *OutputError behind it); before that, a *ConfigError, a detection
-// error or a *ProgramError. When Run returns, no process of the job is left: every group got SIGKILL and the
+// started, it is the job's *Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
+// *failure.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError behind it); before that, a *failure.ConfigError, a detection
+// error or a *failure.ProgramError. When Run returns, no process of the job is left: every group got SIGKILL and the
 // orphan sweep ran.
 func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := spec.Validate(); err != nil {
@@ -97,7 +98,7 @@ func (j *job) outputVerdict(v *Verdict) *Verdict {
 	}
 	for _, c := range []*Console{j.stdout, j.stderr} {
 		if oe := c.Err(); oe != nil && (v == nil || v.Reason != StopOutput) {
-			return &Verdict{Reason: StopOutput, Code: ExitCode(oe), Node: -1, Err: oe}
+			return &Verdict{Reason: StopOutput, Code: failure.ExitCode(oe), Node: -1, Err: oe}
 		}
 	}
 	if v == nil {
@@ -207,7 +208,7 @@ func (j *job) prepare(ctx context.Context) error {
 		if s.MasterPort == 0 {
 			p, err := FreePort(s.MasterAddr)
 			if err != nil {
-				return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", ErrInternal, err)
+				return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", failure.ErrInternal, err)
 			}
 			s.MasterPort = p
 		} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.ProcRoot); err != nil {
@@ -216,14 +217,14 @@ func (j *job) prepare(ctx context.Context) error {
 		if j.plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)
 			p, err := FreePort(s.MasterAddr)
 			if err != nil {
-				return fmt.Errorf("%w: JAX coordinator port: %w", ErrInternal, err)
+				return fmt.Errorf("%w: JAX coordinator port: %w", failure.ErrInternal, err)
 			}
 			j.plan.SetJAXCoordinator(net.JoinHostPort(s.MasterAddr, strconv.Itoa(p)))
 		}
 	} else {
 		ports, err := rendezvous.PickPorts()
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInternal, err)
+			return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 		}
 		if s.MasterPort != 0 { // node 0's choice, shared with every node
 			ports[rendezvous.PortMaster] = s.MasterPort
@@ -232,20 +233,20 @@ func (j *job) prepare(ctx context.Context) error {
 	}
 	if s.LogDir != "" {
 		if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
-			return &ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+			return &failure.ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
 		}
 		// torchrun's layout, <run-id>_<random>/attempt_<n>/<local rank>/: a directory that no earlier run (or
 		// anyone else) can have prepared, created here exclusively (mkdir never follows a planted final symlink).
 		d, err := os.MkdirTemp(s.LogDir, s.RunID+"_")
 		if err != nil {
-			return &ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+			return &failure.ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
 		}
 		j.runLogs = filepath.Base(d)
 		j.log.Info("worker logs", zap.String("dir", d))
 	} else {
 		d, err := os.MkdirTemp("", "tpurun-"+s.RunID+"-")
 		if err != nil {
-			return fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or a log directory", ErrInternal, err)
+			return fmt.Errorf("%w: directory for TORCHELASTIC_ERROR_FILE: %w; set TMPDIR or a log directory", failure.ErrInternal, err)
 		}
 		j.scratch = d
 	}
@@ -323,23 +324,23 @@ func cutEnv(kv string) (string, string, bool) {
 	return "", "", false
 }
 
-// rendezvousErr marks a rendezvous failure as ErrRendezvous (exit 69), keeping configuration errors as they are
+// rendezvousErr marks a rendezvous failure as failure.ErrRendezvous (exit 69), keeping configuration errors as they are
 // (exit 2).
 func rendezvousErr(step string, err error) error {
 	if exitcode.IsUsage(err) {
 		return err
 	}
-	var se *SignalError
+	var se *failure.SignalError
 	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrJobClosed) {
 		return err
 	}
 	if errors.Is(err, rendezvous.ErrDuplicateNode) {
-		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", ErrRendezvous, step, err)
+		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", failure.ErrRendezvous, step, err)
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound {
-		return &ConfigError{Field: "rendezvous endpoint", Value: dns.Name,
+		return &failure.ConfigError{Field: "rendezvous endpoint", Value: dns.Name,
 			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
-	return fmt.Errorf("%w: %s: %w", ErrRendezvous, step, err)
+	return fmt.Errorf("%w: %s: %w", failure.ErrRendezvous, step, err)
 }

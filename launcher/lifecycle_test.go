@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/etcdtest"
@@ -97,7 +99,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 			}
 			rep, err := wait2()
 			want := "job " + w.specs[0].Rendezvous.RunID + " already finished (generation 0, exit 0)"
-			if code := launcher.ExitCode(err); code != 0 || !errors.Is(err, rendezvous.ErrJobClosed) || !strings.Contains(err.Error(), want) {
+			if code := failure.ExitCode(err); code != 0 || !errors.Is(err, rendezvous.ErrJobClosed) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("late node: %v (exit %d), want exit 0 and %q\n%s", err, code, want, logs)
 			}
 			if len(rep.Attempts) != 0 {
@@ -134,10 +136,10 @@ func TestRunMultihostWorldSizeMismatch(t *testing.T) {
 					if err != nil {
 						msg = err.Error()
 					}
-					if launcher.ExitCode(err) != launcher.ExitRendezvous || !errors.Is(err, rendezvous.ErrMismatch) ||
+					if failure.ExitCode(err) != exitcode.Rendezvous || !errors.Is(err, rendezvous.ErrMismatch) ||
 						!strings.Contains(msg, "node count") || !strings.Contains(msg, tc.values[0]) || !strings.Contains(msg, tc.values[1]) ||
 						!strings.Contains(msg, `"n0"`) || !strings.Contains(msg, `"n1"`) {
-						t.Fatalf("node %d: %v (exit %d), want exit 69 naming %s and %s and both nodes", i, err, launcher.ExitCode(err), tc.values[0], tc.values[1])
+						t.Fatalf("node %d: %v (exit %d), want exit 69 naming %s and %s and both nodes", i, err, failure.ExitCode(err), tc.values[0], tc.values[1])
 					}
 				}
 				if es, _ := os.ReadDir(filepath.Join(w.dir, "pids")); len(es) != 0 {
@@ -167,8 +169,8 @@ func TestRunMultihostEtcdLost(t *testing.T) {
 	}
 	took := time.Since(killed)
 	for i, err := range errs {
-		if launcher.ExitCode(err) != launcher.ExitRendezvous || !errors.Is(err, rendezvous.ErrStoreLost) || !strings.Contains(err.Error(), ep) {
-			t.Fatalf("node %d: %v (exit %d), want exit 69 naming the lost etcd at %s", i, err, launcher.ExitCode(err), ep)
+		if failure.ExitCode(err) != exitcode.Rendezvous || !errors.Is(err, rendezvous.ErrStoreLost) || !strings.Contains(err.Error(), ep) {
+			t.Fatalf("node %d: %v (exit %d), want exit 69 naming the lost etcd at %s", i, err, failure.ExitCode(err), ep)
 		}
 	}
 	t.Logf("both nodes ended %s after etcd was killed (heartbeat 2s)", took.Round(time.Millisecond))

@@ -14,6 +14,8 @@ import (
 
 	"tpurun/internal/safepath"
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 )
 
@@ -41,8 +43,8 @@ touch "$RAN/ran-$LOCAL_RANK"`
 		Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second,
 		LogDir: logs, RunID: "planted", Stdout: io.Discard, Stderr: io.Discard})
 	var ue *safepath.UnsafePathError
-	if !errors.As(err, &ue) || launcher.ExitCode(err) != launcher.ExitUsage || !strings.Contains(err.Error(), victim) {
-		t.Fatalf("err %v (exit %d), want an UnsafePathError naming %s (exit 2)", err, launcher.ExitCode(err), victim)
+	if !errors.As(err, &ue) || failure.ExitCode(err) != exitcode.Usage || !strings.Contains(err.Error(), victim) {
+		t.Fatalf("err %v (exit %d), want an UnsafePathError naming %s (exit 2)", err, failure.ExitCode(err), victim)
 	}
 	if after := snapshot(t, victim); !maps.Equal(before, after) {
 		t.Fatalf("the victim changed: %v -> %v", before, after)
@@ -51,7 +53,7 @@ touch "$RAN/ran-$LOCAL_RANK"`
 		t.Fatalf("a worker of attempt 1 ran: %v", es)
 	}
 	_, err = launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
-	if launcher.ExitCode(err) != launcher.ExitUsage {
+	if failure.ExitCode(err) != exitcode.Usage {
 		t.Fatalf("run id '..': err %v, want exit 2", err)
 	}
 }

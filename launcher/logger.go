@@ -5,6 +5,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"tpurun/launcher/failure"
 )
 
 // NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), debug when verbose.
@@ -21,7 +23,7 @@ func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, &ConfigError{Field: "log format", Value: format, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: "log format", Value: format, Hint: "use console or json"}
 	}
 	level := zapcore.InfoLevel
 	if verbose {

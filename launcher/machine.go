@@ -3,6 +3,8 @@ package launcher
 import (
 	"fmt"
 	"syscall"
+
+	"tpurun/launcher/failure"
 )
 
 // phase is the state of one attempt of this node's workers (see docs/CONTROL.md).
@@ -43,10 +45,10 @@ const (
 // event is one event, with what its kind needs.
 type event struct {
 	kind   evKind
-	failed *WorkerError   // evExited: the worker failed
-	cause  *cause         // evStop
-	sig    syscall.Signal // evForward, evSecondStop (the signal, 0 for the timeout)
-	why    string         // evSecondStop: "second SIGTERM", "--timeout 5s expired"
+	failed *failure.WorkerError // evExited: the worker failed
+	cause  *cause               // evStop
+	sig    syscall.Signal       // evForward, evSecondStop (the signal, 0 for the timeout)
+	why    string               // evSecondStop: "second SIGTERM", "--timeout 5s expired"
 }
 
 // actKind is one thing the supervisor does for a transition.
@@ -155,7 +157,7 @@ func (m *attemptMachine) onAdded() []action {
 }
 
 // onExited counts an exit; the first failure while nothing stops the attempt is its cause.
-func (m *attemptMachine) onExited(failed *WorkerError) []action {
+func (m *attemptMachine) onExited(failed *failure.WorkerError) []action {
 	m.exited++
 	var acts []action
 	if failed != nil && m.phase <= phaseRunning {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"tpurun/launcher/failure"
 )
 
 // The machine of an attempt, transition by transition, without a process, a timer or a goroutine: every phase
@@ -15,7 +17,7 @@ import (
 // it asks for are compared with the table.
 
 var (
-	failure1 = &WorkerError{Rank: 1, PID: 42, ExitCode: 3}
+	failure1 = &failure.WorkerError{Rank: 1, PID: 42, ExitCode: 3}
 	remote   = &cause{reason: StopRemote, sig: syscall.SIGTERM, node: 2, msg: "rank 5 exited 1"}
 	sigterm  = signalCause(syscall.SIGTERM)
 )
@@ -53,7 +55,7 @@ func actsText(acts []action) string {
 	for _, a := range acts {
 		s := actNames[a.kind]
 		if a.sig != 0 {
-			s += ":" + SignalName(a.sig)
+			s += ":" + failure.SignalName(a.sig)
 		}
 		out = append(out, s)
 	}
@@ -149,12 +151,12 @@ func TestAttemptPaths(t *testing.T) {
 			{kind: evExited}, {kind: evOrphansGone}, {kind: evSwept}, {kind: evDrained}},
 			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopSignal, 143, ""},
 		{"SIGINT, grace expires", []event{{kind: evAdded}, {kind: evStarted}, {kind: evStop, cause: signalCause(syscall.SIGINT)},
-			{kind: evGrace}, {kind: evExited, failed: &WorkerError{Rank: 0, ExitCode: -1, Signal: syscall.SIGKILL}}, {kind: evSwept}, {kind: evDrained}},
+			{kind: evGrace}, {kind: evExited, failed: &failure.WorkerError{Rank: 0, ExitCode: -1, Signal: syscall.SIGKILL}}, {kind: evSwept}, {kind: evDrained}},
 			"announce signal:SIGINT arm-grace kill sweep drain settle", StopSignal, 130, "grace 7s expired"},
 		{"second SIGTERM", []event{{kind: evAdded}, {kind: evStarted}, {kind: evStop, cause: sigterm},
 			{kind: evSecondStop, sig: syscall.SIGTERM, why: "second SIGTERM"}, {kind: evExited}, {kind: evSwept}, {kind: evDrained}},
 			"announce signal:SIGTERM arm-grace kill hurry sweep drain settle", StopSignal, 143, "second SIGTERM"},
-		{"start failure after one worker", []event{{kind: evAdded}, {kind: evStop, cause: errCause(StopStart, &ProgramError{Program: "x", Err: syscall.ENOENT})},
+		{"start failure after one worker", []event{{kind: evAdded}, {kind: evStop, cause: errCause(StopStart, &failure.ProgramError{Program: "x", Err: syscall.ENOENT})},
 			{kind: evStarted}, {kind: evExited}, {kind: evOrphansGone}, {kind: evSwept}, {kind: evDrained}},
 			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopStart, 127, ""},
 		{"every worker exits during the start", []event{{kind: evAdded}, {kind: evExited}, {kind: evAdded}, {kind: evExited},
@@ -192,24 +194,24 @@ func TestSignalPolicyTable(t *testing.T) {
 		for _, s := range sigs {
 			listed[s] = true
 			if got := policyOf(s); got != p {
-				t.Errorf("%s: policy %d, want %d", SignalName(s), got, p)
+				t.Errorf("%s: policy %d, want %d", failure.SignalName(s), got, p)
 			}
 		}
 	}
 	for n := 1; n <= 64; n++ {
 		if s := syscall.Signal(n); !listed[s] && policyOf(s) != policyForward {
-			t.Errorf("%s: policy %d, want forwarded", SignalName(s), policyOf(s))
+			t.Errorf("%s: policy %d, want forwarded", failure.SignalName(s), policyOf(s))
 		}
 	}
 	caught := CaughtSignals()
 	for _, s := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTSTP, syscall.SIGCONT, syscall.SIGWINCH, 35, 64} {
 		if !slices.Contains(caught, os.Signal(s)) {
-			t.Errorf("%s is not caught", SignalName(s))
+			t.Errorf("%s is not caught", failure.SignalName(s))
 		}
 	}
 	for _, s := range []syscall.Signal{syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE, syscall.SIGKILL, 33} {
 		if slices.Contains(caught, os.Signal(s)) {
-			t.Errorf("%s is caught", SignalName(s))
+			t.Errorf("%s is caught", failure.SignalName(s))
 		}
 	}
 }

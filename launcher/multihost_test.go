@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous/etcdtest"
@@ -150,12 +151,12 @@ func TestRunMultihostFailureSpreads(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 2, "tcp", "hang", launchertest.FakeRank(3, "exitready:4"))
 	_, errs := w.run() // ends only if the failure reaches node 0: its workers hang until it stops them
-	var ne *launcher.NodeError
-	if !errors.As(errs[0], &ne) || ne.Node != 1 || launcher.ExitCode(errs[0]) != 4 {
+	var ne *failure.NodeError
+	if !errors.As(errs[0], &ne) || ne.Node != 1 || failure.ExitCode(errs[0]) != 4 {
 		t.Fatalf("node 0: %v, want a NodeError naming node 1 with code 4", errs[0])
 	}
-	var we *launcher.WorkerError
-	if !errors.As(errs[1], &we) || we.Rank != 3 || launcher.ExitCode(errs[1]) != 4 {
+	var we *failure.WorkerError
+	if !errors.As(errs[1], &we) || we.Rank != 3 || failure.ExitCode(errs[1]) != 4 {
 		t.Fatalf("node 1: %v, want rank 3's WorkerError (exit 4)", errs[1])
 	}
 	launchertest.AssertAllGone(t, w.dir, 4)
@@ -227,8 +228,8 @@ func TestRunMultihostDocumentOnEveryNode(t *testing.T) {
 			w.specs[2].Results.File = file
 			reps, errs := w.run()
 			for i, err := range errs {
-				if launcher.ExitCode(err) != tc.code {
-					t.Fatalf("node %d: %v (exit %d), want exit %d", i, err, launcher.ExitCode(err), tc.code)
+				if failure.ExitCode(err) != tc.code {
+					t.Fatalf("node %d: %v (exit %d), want exit %d", i, err, failure.ExitCode(err), tc.code)
 				}
 			}
 			doc := reps[0].Results
@@ -268,9 +269,9 @@ func TestRunSignalDuringJoin(t *testing.T) {
 	w.sigs[0] <- syscall.SIGTERM
 	// The join timeout (Deadline, started before) would end the join with a rendezvous error, not a SignalError.
 	err := launchertest.Done(t, "SIGTERM to end the join", done)
-	var se *launcher.SignalError
-	if !errors.As(err, &se) || launcher.ExitCode(err) != 143 {
-		t.Fatalf("err %v (exit %d), want a SignalError (143)", err, launcher.ExitCode(err))
+	var se *failure.SignalError
+	if !errors.As(err, &se) || failure.ExitCode(err) != 143 {
+		t.Fatalf("err %v (exit %d), want a SignalError (143)", err, failure.ExitCode(err))
 	}
 	if es, _ := os.ReadDir(filepath.Join(w.dir, "pids")); len(es) != 0 {
 		t.Fatalf("%d workers started", len(es))

@@ -1,6 +1,10 @@
 package launcher
 
-import "time"
+import (
+	"time"
+
+	"tpurun/launcher/failure"
+)
 
 // Observer learns of a job's progress: the status endpoint, function-mode bookkeeping, metrics. Observe is called
 // from the supervisor and the result readers and must not block.
@@ -38,7 +42,7 @@ const (
 type Event struct {
 	Kind       EventKind
 	Attempt    int
-	Failure    *WorkerError
+	Failure    *failure.WorkerError
 	Samples    []Sample
 	Rendezvous time.Duration
 	Ended      *Attempt

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -51,8 +53,8 @@ func TestPlacement(t *testing.T) {
 		}
 		hosts, rank, err := placement(r, tc.conf, h)
 		if tc.bad != "" {
-			if !errors.Is(err, ErrConfig) && ExitCode(err) != ExitUsage || err == nil || !strings.Contains(err.Error(), tc.bad) {
-				t.Errorf("case %d: error %v (exit %d), want a configuration error naming %s", i, err, ExitCode(err), tc.bad)
+			if !errors.Is(err, failure.ErrConfig) && failure.ExitCode(err) != exitcode.Usage || err == nil || !strings.Contains(err.Error(), tc.bad) {
+				t.Errorf("case %d: error %v (exit %d), want a configuration error naming %s", i, err, failure.ExitCode(err), tc.bad)
 			}
 			continue
 		}

@@ -10,13 +10,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 )
 
 // checkMasterPort refuses a MASTER_PORT that another process already listens on, before any worker starts:
 // torchrun binds it for its store and fails at once, and without this check rank 0's TCPStore would fail later
 // with a bare EADDRINUSE. The check binds and releases addr:port; an address that is not this host's
-// (EADDRNOTAVAIL) is left to the workers. The error is a *ConfigError naming the port, the address and the
+// (EADDRNOTAVAIL) is left to the workers. The error is a *failure.ConfigError naming the port, the address and the
 // holder's pid when procRoot shows it.
 func checkMasterPort(addr string, port int, procRoot string) error {
 	l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
@@ -30,7 +31,7 @@ func checkMasterPort(addr string, port int, procRoot string) error {
 	if pid, cmd, herr := topology.PortHolder(procRoot, port); herr == nil {
 		holder = fmt.Sprintf("pid %d (%s)", pid, cmd)
 	}
-	return &ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(port),
+	return &failure.ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(port),
 		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
 }
 
@@ -43,7 +44,7 @@ func warnIf(log *zap.Logger, note string) {
 
 // checkMasterAddr refuses, on a world of one node, a MASTER_ADDR that does not name this host: rank 0's store
 // listens here, so the other ranks would look for it elsewhere and hang until torch's timeout. A name that does
-// not resolve, or resolves only to addresses of other hosts, is a *ConfigError naming this host's addresses.
+// not resolve, or resolves only to addresses of other hosts, is a *failure.ConfigError naming this host's addresses.
 func (s *Spec) checkMasterAddr() error {
 	addr := s.MasterAddr
 	if !s.Rendezvous.Solo() || s.Plan != nil {
@@ -51,7 +52,7 @@ func (s *Spec) checkMasterAddr() error {
 	}
 	ips, err := net.LookupHost(addr)
 	if err != nil {
-		return &ConfigError{Field: "MASTER_ADDR", Value: addr,
+		return &failure.ConfigError{Field: "MASTER_ADDR", Value: addr,
 			Hint: fmt.Sprintf("does not resolve (%v); give an IP address or a name of this host, or leave it unset (127.0.0.1)", err)}
 	}
 	for _, ip := range ips {
@@ -71,7 +72,7 @@ func (s *Spec) checkMasterAddr() error {
 			}
 		}
 	}
-	return &ConfigError{Field: "MASTER_ADDR", Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
+	return &failure.ConfigError{Field: "MASTER_ADDR", Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
 		"hosts rank 0's store here: leave it unset (127.0.0.1) or give one of this host's addresses; for several nodes give each "+
 		"--nnodes N and --node-rank R with node 0's address", strings.Join(mine, ", "))}
 }

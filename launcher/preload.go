@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/launcher/zygote"
@@ -44,12 +45,12 @@ func (s *Spec) checkPreload() error {
 	list := strings.Join(s.Preload, ",")
 	for _, m := range s.Preload {
 		if !moduleName.MatchString(m) {
-			return &ConfigError{Field: "--preload", Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
+			return &failure.ConfigError{Field: "--preload", Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
 				"give dotted module names, comma-separated, e.g. torch,torch.distributed", m)}
 		}
 	}
 	if s.Reaper == nil {
-		return &ConfigError{Field: "--preload", Value: list, Hint: "the workers forked by the preloaded interpreter are " +
+		return &failure.ConfigError{Field: "--preload", Value: list, Hint: "the workers forked by the preloaded interpreter are " +
 			"re-parented to tpurun, which must be the child subreaper to supervise them: drop --no-subreaper, or --preload"}
 	}
 	return nil
@@ -67,7 +68,7 @@ type preloader struct {
 }
 
 // startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any
-// worker: it imports the modules and proves it safe to fork, or the job ends with a *ConfigError naming what made
+// worker: it imports the modules and proves it safe to fork, or the job ends with a *failure.ConfigError naming what made
 // it unsafe (exit 2). ctx is the job's: a stop signal or the timeout meanwhile kills the interpreter and ends
 // the job. From then on the workers are forked from it.
 func (j *job) startPreload(ctx context.Context) error {
@@ -78,15 +79,15 @@ func (j *job) startPreload(ctx context.Context) error {
 	list := strings.Join(s.Preload, ",")
 	cmd, err := zygote.ParseCommand(s.Program, lookupEnv(s.Env, "PYTHON_EXEC"))
 	if err != nil {
-		return &ConfigError{Field: "--preload", Value: list, Hint: err.Error()}
+		return &failure.ConfigError{Field: "--preload", Value: list, Hint: err.Error()}
 	}
 	if slices.Contains(s.Preload, "__main__") && s.Fn == nil {
-		return &ConfigError{Field: "--preload", Value: list, Hint: "__main__ names the main module of the program that " +
+		return &failure.ConfigError{Field: "--preload", Value: list, Hint: "__main__ names the main module of the program that " +
 			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrInternal, os.DevNull, err)
+		return fmt.Errorf("%w: %s: %w", failure.ErrInternal, os.DevNull, err)
 	}
 	pl := &preloader{j: j, cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + list}
 	j.preload = pl
@@ -121,7 +122,7 @@ func (pl *preloader) ensure(ctx context.Context) error {
 			if std.into == &pl.cfg.Stderr { // the stdout pipe's forwarder ends with its write end
 				pl.cfg.Stdout.Close()
 			}
-			return fmt.Errorf("%w: pipe: %w%s", ErrInternal, err, fdLimitHint(err))
+			return fmt.Errorf("%w: pipe: %w%s", failure.ErrInternal, err, fdLimitHint(err))
 		}
 		*std.into = w
 		f := &forwarder{prefix: []byte("[preload] "), console: std.console}
@@ -136,11 +137,11 @@ func (pl *preloader) ensure(ctx context.Context) error {
 	var refused *zygote.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return &ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
 		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
 	case err != nil:
-		return fmt.Errorf("%w: %w", ErrInternal, err)
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 	}
 	pl.z = z
 	pl.j.log.Info("preloaded interpreter ready", zap.Int("pid", z.PID()), zap.String("python", z.Python),
@@ -155,7 +156,7 @@ func (pl *preloader) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 		err = fmt.Errorf("the interpreter options %q of this worker differ from the preloaded interpreter's %q", c.Python, pl.cmd.Python)
 	}
 	if err != nil {
-		return nil, &ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+		return nil, &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
 	}
 	if err := pl.ensure(context.Background()); err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func (pl *preloader) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 	p, err := pl.z.Fork(rp, req, onExit)
 	var refused *zygote.RefusedError
 	if errors.As(err, &refused) {
-		return nil, &ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return nil, &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	}
 	return p, err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -56,10 +57,10 @@ func (r RendezvousSpec) validate() error {
 		return r.validateSolo()
 	}
 	if r.NumSlices < 0 || r.SliceID < -1 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
-		return &ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
+		return &failure.ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
 	}
 	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
-		return &ConfigError{Field: "node rank", Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
+		return &failure.ConfigError{Field: "node rank", Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
 	}
 	if r.RunID != "" {
 		return ValidateName("rendezvous run id", r.RunID)
@@ -71,14 +72,14 @@ func (r RendezvousSpec) validate() error {
 // is refused on one node as it would be on many: the node rank (only 0), the slice, the options and the timeout.
 func (r RendezvousSpec) validateSolo() error {
 	if r.NodeRank < -1 || r.NodeRank > 0 {
-		return &ConfigError{Field: "node rank", Value: strconv.Itoa(r.NodeRank),
+		return &failure.ConfigError{Field: "node rank", Value: strconv.Itoa(r.NodeRank),
 			Hint: "a world of one node has only node rank 0; for several nodes give every node --nnodes N and its rank, or a rendezvous (--rdzv-backend c10d --rdzv-endpoint HOST:PORT)"}
 	}
 	if r.SliceID < -1 || r.NumSlices < 0 {
-		return &ConfigError{Field: "slice id", Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
+		return &failure.ConfigError{Field: "slice id", Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
 	}
 	if r.Timeout < 0 {
-		return &ConfigError{Field: "rendezvous timeout", Value: r.Timeout.String(), Hint: "must be positive"}
+		return &failure.ConfigError{Field: "rendezvous timeout", Value: r.Timeout.String(), Hint: "must be positive"}
 	}
 	conf, err := rendezvous.ParseConf(r.Conf)
 	if err == nil {
@@ -115,7 +116,7 @@ func (j *job) resolveRendezvous() error {
 		if val, ok := j.host.Megascale[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
-				return &ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+				return &failure.ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n
 		}
@@ -169,7 +170,7 @@ func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]st
 	}
 	if v := conf["hosts"]; v != "" {
 		if hosts, err = topology.ParseHostList(v); err != nil {
-			return nil, 0, &ConfigError{Field: "rendezvous option hosts", Value: v, Hint: err.Error()}
+			return nil, 0, &failure.ConfigError{Field: "rendezvous option hosts", Value: v, Hint: err.Error()}
 		}
 	}
 	nodeRank := r.NodeRank
@@ -192,7 +193,7 @@ func (j *job) member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, error
 		if m.Host == "" {
 			var err error
 			if m.Host, err = os.Hostname(); err != nil {
-				return m, fmt.Errorf("%w: hostname: %w; give the node a name", ErrInternal, err)
+				return m, fmt.Errorf("%w: hostname: %w; give the node a name", failure.ErrInternal, err)
 			}
 			switch {
 			case r.NodeRank >= 0: // several agents on one host, told apart by their ranks (torchrun's usage)

@@ -9,9 +9,11 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
-	"tpurun/launcher/results"
 
 	"go.uber.org/zap"
+
+	"tpurun/launcher/failure"
+	"tpurun/launcher/results"
 )
 
 // Report is what happened in a job: every attempt (generation) of this node's workers and every rank, the job's
@@ -56,7 +58,7 @@ type RankSummary struct {
 func (r RankSummary) Ended() string {
 	switch {
 	case r.Signal != 0:
-		return SignalName(r.Signal)
+		return failure.SignalName(r.Signal)
 	case r.ExitCode == 0:
 		return "ok"
 	default:

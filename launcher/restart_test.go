@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 )
 
@@ -35,8 +36,8 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if len(rep.Attempts) != 1 {
 		t.Fatalf("%d attempts after a SIGINT during the first one's teardown, want 1 (err %v)", len(rep.Attempts), err)
 	}
-	var we *launcher.WorkerError
-	if !errors.As(err, &we) || we.Rank != 0 || launcher.ExitCode(err) != 1 {
+	var we *failure.WorkerError
+	if !errors.As(err, &we) || we.Rank != 0 || failure.ExitCode(err) != 1 {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
 	a := rep.Last()
@@ -65,9 +66,9 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if v := rep.Attempts[0].Verdict; v.Reason != launcher.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
 		t.Fatalf("attempt 0: verdict %+v; the case needs rank 0 to fail before the timeout", v)
 	}
-	var we *launcher.WorkerError
-	if !errors.As(err, &we) || launcher.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
-		t.Fatalf("err %v (code %d) after %d attempts, want rank 0's failure (1) and no restart", err, launcher.ExitCode(err), len(rep.Attempts))
+	var we *failure.WorkerError
+	if !errors.As(err, &we) || failure.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
+		t.Fatalf("err %v (code %d) after %d attempts, want rank 0's failure (1) and no restart", err, failure.ExitCode(err), len(rep.Attempts))
 	}
 	launchertest.AssertAllGone(t, dir, 2)
 }
@@ -88,7 +89,7 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 		}
 	})}
 	rep, err := launcher.Run(ctx, cfg)
-	var we *launcher.WorkerError
+	var we *failure.WorkerError
 	if !errors.As(err, &we) || we.Rank != 0 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want rank 0's failure and no restart", err, len(rep.Attempts))
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/results"
 	"tpurun/worker"
 )
@@ -15,11 +17,11 @@ import (
 // violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
 func TestFinishResultsPrecedence(t *testing.T) {
 	workerFailed := &Verdict{Reason: StopFailure, Code: 3, Node: -1,
-		Err: &WorkerError{Rank: 0, PID: 10, ExitCode: 3}}
-	nodeFailed := &Verdict{Reason: StopRemote, Code: 65, Node: 1, Err: &NodeError{Node: 1, Code: 65, Message: "bad results"}}
-	timedOut := &Verdict{Reason: StopTimeout, Code: ExitTimeout, Node: -1, Err: fmt.Errorf("%w: after 1s", ErrTimeout)}
-	sinkErr := &ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
-	complaint := &Verdict{Reason: StopDone, Code: ExitCode(sinkErr), Node: -1, Err: sinkErr}
+		Err: &failure.WorkerError{Rank: 0, PID: 10, ExitCode: 3}}
+	nodeFailed := &Verdict{Reason: StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
+	timedOut := &Verdict{Reason: StopTimeout, Code: exitcode.Timeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
+	sinkErr := &failure.ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
+	complaint := &Verdict{Reason: StopDone, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
 	ok := func(c *worker.Client) { _ = c.Report(0, 1) }
 	raised := func(c *worker.Client) { _ = c.Fail(0, errors.New("loss is NaN")) }
 	twice := func(c *worker.Client) { _ = c.Report(0, 1); _ = c.Report(0, 2) }
@@ -36,16 +38,16 @@ func TestFinishResultsPrecedence(t *testing.T) {
 		want   any // the error's type, or the runErr itself
 	}{
 		{"clean", false, ok, nil, 0, nil},
-		{"violations", false, twice, nil, ExitResults, &ResultsError{}},
-		{"replica error", false, raised, nil, ExitReplicaError, &ReplicaError{}},
+		{"violations", false, twice, nil, exitcode.Results, &failure.ResultsError{}},
+		{"replica error", false, raised, nil, exitcode.ReplicaError, &failure.ReplicaError{}},
 		{"worker failure beats violations", false, twice, workerFailed, 3, workerFailed},
 		{"node failure beats a replica error", false, raised, nodeFailed, 65, nodeFailed},
-		{"timeout beats a replica error", false, raised, timedOut, ExitTimeout, timedOut},
-		{"violations beat the sink's complaint", false, twice, complaint, ExitResults, &ResultsError{}},
-		{"a replica error beats the sink's complaint", false, raised, complaint, ExitReplicaError, &ReplicaError{}},
-		{"the sink's complaint alone", false, ok, complaint, ExitResults, complaint},
-		{"target error beats a worker failure", true, target, workerFailed, ExitUsage, &ConfigError{}},
-		{"target error outside function mode", false, target, nil, ExitReplicaError, &ReplicaError{}},
+		{"timeout beats a replica error", false, raised, timedOut, exitcode.Timeout, timedOut},
+		{"violations beat the sink's complaint", false, twice, complaint, exitcode.Results, &failure.ResultsError{}},
+		{"a replica error beats the sink's complaint", false, raised, complaint, exitcode.ReplicaError, &failure.ReplicaError{}},
+		{"the sink's complaint alone", false, ok, complaint, exitcode.Results, complaint},
+		{"target error beats a worker failure", true, target, workerFailed, exitcode.Usage, &failure.ConfigError{}},
+		{"target error outside function mode", false, target, nil, exitcode.ReplicaError, &failure.ReplicaError{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ch bytes.Buffer
@@ -60,8 +62,8 @@ func TestFinishResultsPrecedence(t *testing.T) {
 			}
 			exits := []results.RankExit{{Rank: 0, PID: 10}}
 			doc, err := j.finishResults(exits, c, tc.runErr)
-			if doc.ExitCode != tc.code || doc.OK != (tc.code == 0) || ExitCode(err) != tc.code || doc.RunID != "r" {
-				t.Errorf("document exit %d ok %v, error %v (exit %d); want exit %d", doc.ExitCode, doc.OK, err, ExitCode(err), tc.code)
+			if doc.ExitCode != tc.code || doc.OK != (tc.code == 0) || failure.ExitCode(err) != tc.code || doc.RunID != "r" {
+				t.Errorf("document exit %d ok %v, error %v (exit %d); want exit %d", doc.ExitCode, doc.OK, err, failure.ExitCode(err), tc.code)
 			}
 			switch want := tc.want.(type) {
 			case nil:

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 	"tpurun/launcher/topology"
 )
@@ -46,11 +48,11 @@ func TestExitCodes(t *testing.T) {
 			}
 			cfg, _, _ := config(t, 3, dir, behaviour, launchertest.FakeRank(1, fmt.Sprintf("exitready:%d", code)))
 			rep, err := launcher.Run(context.Background(), cfg)
-			if got := launcher.ExitCode(err); got != code {
+			if got := failure.ExitCode(err); got != code {
 				t.Fatalf("exit code %d, want %d (err %v)", got, code, err)
 			}
 			if code != 0 {
-				var we *launcher.WorkerError
+				var we *failure.WorkerError
 				if !errors.As(err, &we) || we.Rank != 1 || we.ExitCode != code {
 					t.Fatalf("err = %#v, want a WorkerError for rank 1 code %d", err, code)
 				}
@@ -74,7 +76,7 @@ func TestKilledBySignal(t *testing.T) {
 	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang", launchertest.FakeRank(0, "raise:9"))
 	rep, err := launcher.Run(context.Background(), cfg)
-	if got := launcher.ExitCode(err); got != 128+9 {
+	if got := failure.ExitCode(err); got != 128+9 {
 		t.Fatalf("exit code %d, want 137 (err %v)", got, err)
 	}
 	var sum strings.Builder
@@ -92,7 +94,7 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	cfg.Grace = 300 * time.Millisecond
 	start := time.Now()
 	rep, err := launcher.Run(context.Background(), cfg)
-	if launcher.ExitCode(err) != 1 {
+	if failure.ExitCode(err) != 1 {
 		t.Fatalf("err %v, want rank 0's exit 1", err)
 	}
 	if r := rep.Last().Ranks[1]; r.Signal != syscall.SIGKILL {
@@ -110,8 +112,8 @@ func TestTimeout(t *testing.T) {
 	cfg, _, _ := config(t, 2, dir, "hang")
 	cfg.Timeout = launchertest.Scaled(5 * time.Second) // after the workers are up, even on a loaded machine
 	rep, err := launcher.Run(context.Background(), cfg)
-	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != 124 {
-		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, launcher.ExitCode(err))
+	if !errors.Is(err, failure.ErrTimeout) || failure.ExitCode(err) != 124 {
+		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, failure.ExitCode(err))
 	}
 	if rep.Last().Verdict.Reason != launcher.StopTimeout {
 		t.Fatalf("reason %s, want timeout", rep.Last().Verdict.Reason)
@@ -303,7 +305,7 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	}
 	cfg.MaxRestarts = 1
 	_, err = launcher.Run(context.Background(), cfg)
-	var we *launcher.WorkerError
+	var we *failure.WorkerError
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
 	}
@@ -315,7 +317,7 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	dir := launchertest.FakeDir(t)
 	cfg, stdout, stderr := config(t, 2, dir, "hang", launchertest.FakeRank(1, "record:7"))
 	rep, err := launcher.Run(context.Background(), cfg)
-	if launcher.ExitCode(err) != 7 {
+	if failure.ExitCode(err) != 7 {
 		t.Fatalf("err %v, want 7", err)
 	}
 	if !strings.Contains(stderr.String(), "[1] ValueError: bad learning rate\n") {
@@ -359,7 +361,7 @@ func TestForwardedSignals(t *testing.T) {
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM })
 		rep, err := launcher.Run(context.Background(), cfg)
-		if launcher.ExitCode(err) != 143 || rep.Last().Verdict.Reason != launcher.StopSignal {
+		if failure.ExitCode(err) != 143 || rep.Last().Verdict.Reason != launcher.StopSignal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Verdict.Reason)
 		}
 		launchertest.AssertAllGone(t, dir, 2)
@@ -373,7 +375,7 @@ func TestForwardedSignals(t *testing.T) {
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM; sigs <- syscall.SIGTERM })
 		rep, err := launcher.Run(context.Background(), cfg)
-		if v := rep.Last().Verdict; launcher.ExitCode(err) != 143 || rep.Last().Ranks[0].Signal != syscall.SIGKILL || v.Escalated != "second SIGTERM" {
+		if v := rep.Last().Verdict; failure.ExitCode(err) != 143 || rep.Last().Ranks[0].Signal != syscall.SIGKILL || v.Escalated != "second SIGTERM" {
 			t.Fatalf("err %v (escalated %q), want the run stopped by SIGTERM (143) and the workers SIGKILLed by the second", err, v.Escalated)
 		}
 		launchertest.AssertAllGone(t, dir, 2)
@@ -430,15 +432,15 @@ func TestResultChannel(t *testing.T) {
 	cfg, _, _ = config(t, 2, dir, "result", launchertest.FakeRank(1, "exit:0"))
 	cfg.Results.Required = true
 	rep, err = launcher.Run(context.Background(), cfg)
-	var re *launcher.ResultsError
-	if !errors.As(err, &re) || !errors.Is(err, launcher.ErrResults) || launcher.ExitCode(err) != launcher.ExitResults {
-		t.Fatalf("err %v, want a ResultsError mapped to %d", err, launcher.ExitResults)
+	var re *failure.ResultsError
+	if !errors.As(err, &re) || !errors.Is(err, failure.ErrResults) || failure.ExitCode(err) != exitcode.Results {
+		t.Fatalf("err %v, want a ResultsError mapped to %d", err, exitcode.Results)
 	}
 	kinds := map[string]int{}
 	for _, v := range rep.Results.Violations {
 		kinds[v.Kind]++
 	}
-	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != launcher.ExitResults {
+	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != exitcode.Results {
 		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
 	}
 	launchertest.AssertAllGone(t, dir, 4)
@@ -538,12 +540,12 @@ func TestProgramNotRunnable(t *testing.T) {
 	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for prog, want := range map[string]int{"/nonexistent/program": launcher.ExitNotFound, "no-such-program-on-path": launcher.ExitNotFound,
-		noexec: launcher.ExitNotExecutable} {
+	for prog, want := range map[string]int{"/nonexistent/program": exitcode.NotFound, "no-such-program-on-path": exitcode.NotFound,
+		noexec: exitcode.NotExecutable} {
 		_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{prog}})
-		var pe *launcher.ProgramError
-		if !errors.As(err, &pe) || launcher.ExitCode(err) != want {
-			t.Errorf("%s: err %v (exit %d), want a ProgramError exiting %d", prog, err, launcher.ExitCode(err), want)
+		var pe *failure.ProgramError
+		if !errors.As(err, &pe) || failure.ExitCode(err) != want {
+			t.Errorf("%s: err %v (exit %d), want a ProgramError exiting %d", prog, err, failure.ExitCode(err), want)
 		}
 	}
 }
@@ -557,8 +559,8 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 		"bad node rank": {Plan: plan, Program: []string{os.Args[0]}, NodeRank: 3},
 	} {
 		_, err := launcher.Run(context.Background(), cfg)
-		var ce *launcher.ConfigError
-		if !errors.As(err, &ce) || launcher.ExitCode(err) != launcher.ExitUsage {
+		var ce *failure.ConfigError
+		if !errors.As(err, &ce) || failure.ExitCode(err) != exitcode.Usage {
 			t.Errorf("%s: err %v, want a ConfigError (exit 2)", name, err)
 		}
 	}
@@ -620,7 +622,7 @@ exit 5`
 	var out strings.Builder
 	rep, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
 		MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id", Stdout: io.Discard, Stderr: &out})
-	if launcher.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
+	if failure.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
 		t.Fatalf("err %v after %d attempts, want rank 1's exit 5 in attempt 1\n%s", err, len(rep.Attempts), out.String())
 	}
 	if rec := rep.Last().Ranks[1].Error; rec != nil {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/hostname"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/worker"
@@ -55,7 +56,7 @@ type Spec struct {
 	Rendezvous RendezvousSpec
 
 	Grace        time.Duration // SIGTERM to SIGKILL; default DefaultGrace
-	Timeout      time.Duration // stop the whole job after this long (ErrTimeout); 0 means none
+	Timeout      time.Duration // stop the whole job after this long (failure.ErrTimeout); 0 means none
 	MaxRestarts  int           // restart the whole world up to this many times after a failure
 	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
 
@@ -117,13 +118,13 @@ const Version = "0.2.0"
 
 // ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
 // launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
-// gone is a *SignalError (exit 143).
+// gone is a *failure.SignalError (exit 143).
 func ExitWithParent() error {
 	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
 		if errors.Is(err, proc.ErrParentGone) {
-			return &SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
+			return &failure.SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
 		}
-		return fmt.Errorf("%w: %w", ErrInternal, err)
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 	}
 	return nil
 }
@@ -142,14 +143,14 @@ func StartReaper(log *zap.Logger) (*Reaper, error) {
 	return proc.NewReaper(log), nil
 }
 
-// Validate checks the settings that need no detection; every error is a *ConfigError or a *ProgramError.
+// Validate checks the settings that need no detection; every error is a *failure.ConfigError or a *failure.ProgramError.
 func (s *Spec) Validate() error {
 	if s.Fn == nil && (len(s.Program) == 0 || s.Program[0] == "") {
-		return &ConfigError{Field: "PROGRAM", Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
+		return &failure.ConfigError{Field: "PROGRAM", Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
 	}
 	if s.Fn == nil {
 		if _, err := exec.LookPath(s.Program[0]); err != nil {
-			return &ProgramError{Program: s.Program[0], Err: err}
+			return &failure.ProgramError{Program: s.Program[0], Err: err}
 		}
 	}
 	for _, d := range []struct {
@@ -157,17 +158,17 @@ func (s *Spec) Validate() error {
 		v    time.Duration
 	}{{"grace period", s.Grace}, {"timeout", s.Timeout}} {
 		if d.v < 0 {
-			return &ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
+			return &failure.ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
 		}
 	}
 	if s.MaxRestarts < 0 {
-		return &ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
+		return &failure.ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
 	}
 	if s.MasterAddr != "" && hostname.Check(s.MasterAddr) != nil {
-		return &ConfigError{Field: "MASTER_ADDR", Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
+		return &failure.ConfigError{Field: "MASTER_ADDR", Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
 	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
-		return &ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
+		return &failure.ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
 	}
 	if s.RunID != "" {
 		if err := ValidateName("run id", s.RunID); err != nil {
@@ -180,11 +181,11 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
-		return &ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
+		return &failure.ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
 			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
 	}
 	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
-		return &ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
+		return &failure.ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
 	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
@@ -210,7 +211,7 @@ func ValidateName(what, v string) error {
 	if bad == "" {
 		return nil
 	}
-	return &ConfigError{Field: what, Value: v, Hint: bad + "; use letters, digits, '.', '-' and '_'"}
+	return &failure.ConfigError{Field: what, Value: v, Hint: bad + "; use letters, digits, '.', '-' and '_'"}
 }
 
 // withDefaults returns s with the defaults filled in.
@@ -275,7 +276,7 @@ func (s Spec) withDefaults() (Spec, error) {
 		// A private directory (0700) of this run: a fixed shared one would be another user's, or world-listable.
 		d, err := os.MkdirTemp("", "tpurun-logs-")
 		if err != nil {
-			return s, fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", ErrInternal, err)
+			return s, fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", failure.ErrInternal, err)
 		}
 		s.LogDir = d
 	}
@@ -285,7 +286,7 @@ func (s Spec) withDefaults() (Spec, error) {
 func randomHex(n int) (string, error) {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("%w: random id: %w", ErrInternal, err)
+		return "", fmt.Errorf("%w: random id: %w", failure.ErrInternal, err)
 	}
 	return hex.EncodeToString(b), nil
 }
@@ -298,17 +299,17 @@ func (s *Spec) checkOutputs() error {
 			dir = "."
 		}
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return &ConfigError{Field: "results file", Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
+			return &failure.ConfigError{Field: "results file", Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
 		}
 		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
-			return &ConfigError{Field: "results file", Value: f, Hint: "exists and is not a regular file"}
+			return &failure.ConfigError{Field: "results file", Value: f, Hint: "exists and is not a regular file"}
 		}
 	}
 	if d := s.LogDir; d != "" {
 		if st, err := os.Stat(d); err == nil && !st.IsDir() {
-			return &ConfigError{Field: "log directory", Value: d, Hint: "exists and is not a directory"}
+			return &failure.ConfigError{Field: "log directory", Value: d, Hint: "exists and is not a directory"}
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return &ConfigError{Field: "log directory", Value: d, Hint: err.Error()}
+			return &failure.ConfigError{Field: "log directory", Value: d, Hint: err.Error()}
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/worker"
 )
@@ -147,11 +148,11 @@ func (s *supervisor) doLate(act action) {
 func (s *supervisor) stopSignal(act action) {
 	skip := 0
 	if act.cause == nil {
-		s.j.log.Info("forwarding signal", zap.String("signal", SignalName(act.sig)))
+		s.j.log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.sig)))
 	} else {
 		skip = act.cause.skipGroup
 		s.j.log.Info("stopping all workers: "+act.cause.String(), zap.String("reason", string(act.cause.reason)),
-			zap.String("signal", SignalName(act.sig)), zap.Duration("grace", s.j.spec.Grace))
+			zap.String("signal", failure.SignalName(act.sig)), zap.Duration("grace", s.j.spec.Grace))
 	}
 	s.signalAll(act.sig, skip)
 }
@@ -226,21 +227,21 @@ func (s *supervisor) exited(m exitMsg) {
 			c := signalCause(ex.Signal)
 			c.skipGroup = wk.p.PID()
 			s.c.seen[ex.Signal] = true
-			s.j.log.Warn(SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
+			s.j.log.Warn(failure.SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
 			s.c.onCause(c)
 			s.feed(event{kind: evExited})
 			return
 		}
 	}
-	var failed *WorkerError
+	var failed *failure.WorkerError
 	if !ex.Success() {
-		failed = &WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: s.as.n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
+		failed = &failure.WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: s.as.n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
 	}
 	s.feed(event{kind: evExited, failed: failed})
 }
 
 // failed reports the first failed worker of the attempt.
-func (s *supervisor) failed(we *WorkerError) {
+func (s *supervisor) failed(we *failure.WorkerError) {
 	s.j.log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
 		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
 	s.j.obs.emit(Event{Kind: WorkerFailed, Attempt: s.as.n, Failure: we})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/rendezvous"
 )
 
@@ -43,15 +44,15 @@ func (r StopReason) jobWide() bool {
 // the root cause — a worker of this node, another node, or the signal, timeout or error that stopped it. It is
 // made once, when the cause is known, and its Code is decided then; from there the code travels as a number (in
 // the outcome every node publishes), never recomputed from an error. Run returns the job's verdict as its error
-// (nil when the job succeeded); errors.As still finds the *WorkerError, *NodeError, *SignalError or *OutputError
-// in it, and errors.Is the sentinels (ErrTimeout, ErrRendezvous, ErrResults, context.Canceled).
+// (nil when the job succeeded); errors.As still finds the *failure.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError
+// in it, and errors.Is the sentinels (failure.ErrTimeout, failure.ErrRendezvous, failure.ErrResults, context.Canceled).
 type Verdict struct {
 	Reason StopReason `json:"reason"`
 	Code   int        `json:"code"`
 	// Signal is the stop signal tpurun received (StopSignal).
 	Signal syscall.Signal `json:"signal,omitempty"`
 	// Failure is this node's first failed worker: the root cause of a StopFailure.
-	Failure *WorkerError `json:"failure,omitempty"`
+	Failure *failure.WorkerError `json:"failure,omitempty"`
 	// Node is the node that decided the verdict (multi-host), or the node that failed or was lost.
 	Node int `json:"node"`
 	// Escalated says why SIGKILL was needed, "" when the workers ended without it: "grace 7s expired", "second
@@ -71,6 +72,9 @@ func (v *Verdict) Error() string { return v.Summary() }
 // Unwrap exposes the typed error behind the verdict.
 func (v *Verdict) Unwrap() error { return v.Err }
 
+// ExitStatus is the exit code decided when the verdict was made (failure.ExitCode reads it).
+func (v *Verdict) ExitStatus() int { return v.Code }
+
 // OK reports whether the verdict is a success (exit code 0).
 func (v *Verdict) OK() bool { return v == nil || v.Code == 0 }
 
@@ -80,7 +84,7 @@ func (v *Verdict) Summary() string {
 	var s string
 	switch {
 	case v.Reason == StopSignal:
-		s = "stopped by " + SignalName(v.Signal)
+		s = "stopped by " + failure.SignalName(v.Signal)
 		if v.During != "" {
 			s += " during " + v.During
 		}
@@ -109,16 +113,16 @@ func verdictOf(err error) *Verdict {
 	if errors.As(err, &v) {
 		return v
 	}
-	return &Verdict{Reason: reasonOf(err), Code: ExitCode(err), Node: -1, Err: err}
+	return &Verdict{Reason: reasonOf(err), Code: failure.ExitCode(err), Node: -1, Err: err}
 }
 
 // reasonOf names the stop reason of an error that ended a job outside an attempt.
 func reasonOf(err error) StopReason {
-	var se *SignalError
+	var se *failure.SignalError
 	switch {
 	case errors.As(err, &se):
 		return StopSignal
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, failure.ErrTimeout):
 		return StopTimeout
 	case errors.Is(err, context.Canceled):
 		return StopCanceled
@@ -132,11 +136,11 @@ func reasonOf(err error) StopReason {
 // first one.
 type cause struct {
 	reason  StopReason
-	sig     syscall.Signal // the signal the workers get: the stop signal tpurun received, else SIGTERM
-	err     error          // the typed error behind it (an output error, a start error, a rendezvous error)
-	failure *WorkerError   // StopFailure
-	node    int            // StopRemote, StopLost: the node; -1 none
-	msg     string         // StopRemote: the other node's words
+	sig     syscall.Signal       // the signal the workers get: the stop signal tpurun received, else SIGTERM
+	err     error                // the typed error behind it (an output error, a start error, a rendezvous error)
+	failure *failure.WorkerError // StopFailure
+	node    int                  // StopRemote, StopLost: the node; -1 none
+	msg     string               // StopRemote: the other node's words
 	// skipGroup is a worker process group that already got sig (from the terminal): it is not sent again.
 	skipGroup int
 }
@@ -149,7 +153,7 @@ func (c *cause) announced() bool {
 func (c *cause) String() string {
 	switch c.reason {
 	case StopSignal:
-		return "received " + SignalName(c.sig)
+		return "received " + failure.SignalName(c.sig)
 	case StopFailure:
 		return c.failure.Error()
 	case StopRemote:
@@ -165,7 +169,7 @@ func signalCause(s syscall.Signal) *cause {
 	return &cause{reason: StopSignal, sig: s, node: -1}
 }
 
-func failureCause(we *WorkerError) *cause {
+func failureCause(we *failure.WorkerError) *cause {
 	return &cause{reason: StopFailure, sig: syscall.SIGTERM, failure: we, node: -1}
 }
 
@@ -182,22 +186,22 @@ func (c *cause) verdict(n int, timeout time.Duration, escalated string) *Verdict
 	v := &Verdict{Reason: c.reason, Signal: c.sig, Node: c.node, Escalated: escalated, Err: c.err}
 	switch c.reason {
 	case StopSignal:
-		v.Err = &SignalError{Signal: c.sig, During: "attempt " + fmt.Sprint(n)}
+		v.Err = &failure.SignalError{Signal: c.sig, During: "attempt " + fmt.Sprint(n)}
 		v.Code = exitcode.Signal(c.sig)
 	case StopFailure:
 		v.Signal, v.Failure, v.Err = 0, c.failure, c.failure
 		v.Code = c.failure.ExitStatus()
 	case StopTimeout:
 		v.Signal = 0
-		v.Err = fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", ErrTimeout, timeout, n)
-		v.Code = ExitTimeout
+		v.Err = fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", failure.ErrTimeout, timeout, n)
+		v.Code = exitcode.Timeout
 	case StopRemote:
 		v.Signal, v.Message = 0, c.msg
-		v.Err = &NodeError{Node: c.node, Code: ExitRendezvous, Message: c.msg}
-		v.Code = ExitRendezvous // until the world's verdict names the node's code
+		v.Err = &failure.NodeError{Node: c.node, Code: exitcode.Rendezvous, Message: c.msg}
+		v.Code = exitcode.Rendezvous // until the world's verdict names the node's code
 	default:
 		v.Signal = 0
-		v.Code = ExitCode(c.err)
+		v.Code = failure.ExitCode(c.err)
 	}
 	return v
 }

@@ -7,7 +7,8 @@ import (
 	"io"
 	"os"
 
-	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 )
 
@@ -35,14 +36,14 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	opts, err := dev.Options(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: %v\n", err)
-		return launcher.ExitCode(err)
+		return failure.ExitCode(err)
 	}
 	opts.LookupEnv = os.LookupEnv
 	ctx := context.Background()
 	h, err := topology.Detect(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: detection failed: %v\n", err)
-		return launcher.ExitCode(err)
+		return failure.ExitCode(err)
 	}
 	rep := doctorReport{Doctor: topology.Diagnose(ctx, h, opts, lockfile)}
 	if h.MetadataErr != nil {
@@ -65,7 +66,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: writing the report: %v\n", err)
-		return launcher.ExitInternal
+		return exitcode.Internal
 	}
-	return launcher.ExitOK
+	return exitcode.OK
 }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
 	"tpurun/launcher/launchertest"
 )
 
@@ -54,7 +54,7 @@ func TestDropinGPUHostRunsMoreWorkersThanGPUs(t *testing.T) {
 			t.Errorf("CUDA_VISIBLE_DEVICES=%q: %d workers; rank 1's env %v, want the CPU and the variable kept", cvd, len(d), d["1"])
 		}
 		r = h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--device", "gpu", "--", os.Args[0])
-		wantExit(t, "--device gpu with CUDA_VISIBLE_DEVICES="+cvd, r, launcher.ExitUsage, "hides every GPU", "--device cpu")
+		wantExit(t, "--device gpu with CUDA_VISIBLE_DEVICES="+cvd, r, exitcode.Usage, "hides every GPU", "--device cpu")
 	}
 	for word, n := range map[string]int{"auto": 1, "gpu": 1, "cpu": runtime.NumCPU()} {
 		if p := h.plan(t, nil, "--nproc-per-node", word); len(p.Workers) != n {
@@ -82,10 +82,10 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	line := []string{"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.123", "--master-port", "29500", "--rdzv-timeout", "1",
 		"--device", "cpu", "--", "true"}
 	r := runCLI(t, "", []string{"TPURUN_RDZV_TOKEN="}, line...)
-	wantExit(t, "no token", r, launcher.ExitUsage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET",
+	wantExit(t, "no token", r, exitcode.Usage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET",
 		"listens on 192.0.2.123:29501, the port above --master-port 29500")
 	r = runCLI(t, "", []string{"TPURUN_RDZV_TOKEN=s3cret"}, line...)
-	if r.code == launcher.ExitUsage || strings.Contains(r.stderr, "token required") {
+	if r.code == exitcode.Usage || strings.Contains(r.stderr, "token required") {
 		t.Errorf("TPURUN_RDZV_TOKEN set: exit %d, still refused for want of a token:\n%s", r.code, r.stderr)
 	}
 	addr := hostAddr()
@@ -141,8 +141,8 @@ func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 	launchertest.WaitListening(t, ep)
 	second := startNode(t, env, args...)
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t); code != launcher.ExitRendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
-			t.Fatalf("TPU agent %d: exit %d, want %d naming --node-name\n%s", i, code, launcher.ExitRendezvous, n.stderr.String())
+		if code := n.wait(t); code != exitcode.Rendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
+			t.Fatalf("TPU agent %d: exit %d, want %d naming --node-name\n%s", i, code, exitcode.Rendezvous, n.stderr.String())
 		}
 	}
 }
@@ -190,12 +190,12 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 		code  int
 		wants []string
 	}{
-		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x"), launcher.ExitUsage, []string{"does not resolve"}},
-		{[]string{"--standalone", "--nnodes=2"}, launcher.ExitUsage, []string{"--standalone", "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"}},
-		{[]string{"--logs_specs=DOESNOT_EXIST"}, launcher.ExitUsage, []string{"--logs-specs default"}},
-		{[]string{"--rdzv-conf", "bogus_key=1"}, launcher.ExitUsage, []string{"unknown key"}},
-		{[]string{"--nprocs-per-node=2"}, launcher.ExitUsage, []string{"did you mean --nproc-per-node?"}},
-		{[]string{"--rdzv=x"}, launcher.ExitUsage, []string{"ambiguous", "--rdzv-backend"}},
+		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x"), exitcode.Usage, []string{"does not resolve"}},
+		{[]string{"--standalone", "--nnodes=2"}, exitcode.Usage, []string{"--standalone", "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"}},
+		{[]string{"--logs_specs=DOESNOT_EXIST"}, exitcode.Usage, []string{"--logs-specs default"}},
+		{[]string{"--rdzv-conf", "bogus_key=1"}, exitcode.Usage, []string{"unknown key"}},
+		{[]string{"--nprocs-per-node=2"}, exitcode.Usage, []string{"did you mean --nproc-per-node?"}},
+		{[]string{"--rdzv=x"}, exitcode.Usage, []string{"ambiguous", "--rdzv-backend"}},
 	} {
 		wantExit(t, strings.Join(c.args, " "), run(c.args...), c.code, c.wants...)
 	}
@@ -281,11 +281,11 @@ func TestDropinPythonInterpreter(t *testing.T) {
 	r = runCLI(t, "", nil, "--device", "cpu", script, out, "3")
 	wantExit(t, "python3 from PATH", r, 3, "program: python3 ("+py+") -u "+script)
 	wantExit(t, "--python with a PROGRAM run as is", runCLI(t, "", nil, "--python", alias, "--device", "cpu", "--", "true"),
-		launcher.ExitUsage, "--python", `PROGRAM "true" runs as is`)
+		exitcode.Usage, "--python", `PROGRAM "true" runs as is`)
 	wantExit(t, "a missing --python", runCLI(t, "", nil, "--python", filepath.Join(dir, "nope"), "--device", "cpu", script),
-		launcher.ExitNotFound, filepath.Join(dir, "nope"))
+		exitcode.NotFound, filepath.Join(dir, "nope"))
 	wantExit(t, "a missing --python with --fn", runCLI(t, "", nil, "--python", filepath.Join(dir, "nope"), "--device", "cpu", "--fn", "m:f"),
-		launcher.ExitNotFound, filepath.Join(dir, "nope"))
+		exitcode.NotFound, filepath.Join(dir, "nope"))
 }
 
 // TestDropinTorchrunEnvAndFiles: the workers get torchrun's NCCL and agent-store variables; a parent's
@@ -383,18 +383,18 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 	notDir := filepath.Join(t.TempDir(), "file")
 	mustDo(t, os.WriteFile(notDir, nil, 0o644))
 	r := runCLI(t, "", []string{"XDG_CACHE_HOME=" + notDir}, "--python-path")
-	wantExit(t, "--python-path into a file", r, launcher.ExitUsage, "XDG_CACHE_HOME")
+	wantExit(t, "--python-path into a file", r, exitcode.Usage, "XDG_CACHE_HOME")
 	// PYTHONPATH just under Linux's limit for one string: tpurun starts, its workers' PYTHONPATH (with the module
 	// appended) cannot.
 	long := "/" + strings.Repeat("p", 32*4096-len("PYTHONPATH=")-8)
 	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
-	wantExit(t, "a PYTHONPATH near the limit", r, launcher.ExitUsage, "PYTHONPATH", "over Linux's 131072-byte limit")
+	wantExit(t, "a PYTHONPATH near the limit", r, exitcode.Usage, "PYTHONPATH", "over Linux's 131072-byte limit")
 	r = runCLI(t, "", nil, "--master-addr", "10.255.255.254", "--device", "cpu", "--", "true")
-	wantExit(t, "a MASTER_ADDR of another host", r, launcher.ExitUsage, "is not an address of this host", "leave it unset")
+	wantExit(t, "a MASTER_ADDR of another host", r, exitcode.Usage, "is not an address of this host", "leave it unset")
 	for _, args := range [][]string{
 		{"--shutdown-timeout", "0"}, {"--rdzv-timeout", "0"}, {"--grace", "0"},
 		{"--node-rank", "-5"}, {"--node-rank", "3"}, {"--slice-id", "-5"}, {"--rdzv-conf", "garbage"},
 	} {
-		wantExit(t, strings.Join(args, " "), runCLI(t, "", nil, append(args, "--device", "cpu", "--", "true")...), launcher.ExitUsage, args[0])
+		wantExit(t, strings.Join(args, " "), runCLI(t, "", nil, append(args, "--device", "cpu", "--", "true")...), exitcode.Usage, args[0])
 	}
 }

@@ -20,6 +20,8 @@ import (
 
 	"tpurun/internal/status"
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 	"tpurun/worker"
@@ -39,10 +41,10 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
-		if errors.Is(err, launcher.ErrInternal) {
-			return launcher.ExitInternal
+		if errors.Is(err, failure.ErrInternal) {
+			return exitcode.Internal
 		}
-		return launcher.ExitUsage
+		return exitcode.Usage
 	}
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
@@ -59,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	log, err := launcher.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return launcher.ExitUsage
+		return exitcode.Usage
 	}
 	f := failer{w: stderr}
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
@@ -139,20 +141,20 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
 func report(o *options, spec *launcher.Spec, sp *launcher.SummaryPrinter, f failer, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
-	if errors.Is(err, launcher.ErrNoToken) {
+	if errors.Is(err, failure.ErrNoToken) {
 		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
 	}
 	if rep != nil {
 		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {
-			var ce *launcher.ConfigError
+			var ce *failure.ConfigError
 			if !errors.As(err, &ce) {
 				launcher.WriteResultsSummary(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
 				if jerr != nil {
-					return f.fail(fmt.Errorf("%w: results document: %w", launcher.ErrInternal, jerr))
+					return f.fail(fmt.Errorf("%w: results document: %w", failure.ErrInternal, jerr))
 				}
 				_, _ = stdout.Write(append(b, '\n')) // a write error is the console's, reported by the caller's Flush
 			}
@@ -168,26 +170,26 @@ type failer struct {
 }
 
 func (f failer) fail(err error) int {
-	code := launcher.ExitCode(err)
+	code := failure.ExitCode(err)
 	if f.log == nil || err == nil {
 		return fail(f.w, err)
 	}
-	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[launcher.Setting(err)]), zap.Error(err))
+	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[failure.SettingOf(err)]), zap.Error(err))
 	return code
 }
 
 // fail prints err (if any) with its exit code and returns the code. A configuration error names the flag that
 // sets the setting it is about.
 func fail(stderr io.Writer, err error) int {
-	code := launcher.ExitCode(err)
+	code := failure.ExitCode(err)
 	if err == nil {
 		return code
 	}
-	if flag := flagOf[launcher.Setting(err)]; flag != "" {
+	if flag := flagOf[failure.SettingOf(err)]; flag != "" {
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
-	if code == launcher.ExitOK { // nothing failed: a late node of a job that had finished, say
+	if code == exitcode.OK { // nothing failed: a late node of a job that had finished, say
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return code
 	}
@@ -263,7 +265,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := torchrun.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
 		var pe *torchrun.PETError
 		errors.As(err, &pe)
-		return nil, &launcher.ConfigError{Field: pe.Var, Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, &failure.ConfigError{Field: pe.Var, Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	switch {
 	case *help:
@@ -276,17 +278,17 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
 		dir, err := worker.PythonPath("", worker.WithExecutable())
 		if err != nil {
-			return nil, &launcher.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
+			return nil, &failure.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
 				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}
 		}
 		fmt.Fprintln(stdout, dir)
 		return nil, pflag.ErrHelp
 	}
 	if fn.Target == "" && fn.ArgsJSON != "" {
-		return nil, &launcher.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
+		return nil, &failure.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
 	}
 	if n := o.spec.Results.MaxFrameBytes; n <= 0 {
-		return nil, &launcher.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
+		return nil, &failure.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
 	}
 	if fn.Target != "" {
 		fn.Args = fs.Args()
@@ -308,7 +310,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	}
 	o.spec.RawOutput = o.spec.LogPrefix == "" // --log-prefix '': the lines as the workers wrote them
 	if o.logFormat != "console" && o.logFormat != "json" {
-		return nil, &launcher.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
 	return o, nil
 }
@@ -335,7 +337,7 @@ func (o *options) streams(redirects, tee, filter, stdin string) error {
 var usageText string
 
 func usage(w io.Writer, fs *pflag.FlagSet) {
-	fmt.Fprintf(w, usageText, fs.FlagUsages(), launcher.ExitCodesHelp)
+	fmt.Fprintf(w, usageText, fs.FlagUsages(), exitcode.Help)
 }
 
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,

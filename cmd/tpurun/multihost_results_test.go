@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/launcher/exitcode"
 	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
-
-	"tpurun/launcher"
 	"tpurun/launcher/results"
+	"tpurun/rendezvous/etcdtest"
 )
 
 // TestMultihostRemoteViolations: 2 nodes x 1 Go result worker (rank 1 runs on node 1): whatever goes wrong with
@@ -40,8 +39,8 @@ func TestMultihostRemoteViolations(t *testing.T) {
 				nodes = append(nodes, startNode(t, append(os.Environ(), resultWorkers(tc.mode)...), args...))
 			}
 			for i, n := range nodes {
-				if code := n.wait(t); code != launcher.ExitResults {
-					t.Fatalf("node %d: exit %d, want %d\nstderr:\n%s\nnode 0 stdout:\n%s", i, code, launcher.ExitResults,
+				if code := n.wait(t); code != exitcode.Results {
+					t.Fatalf("node %d: exit %d, want %d\nstderr:\n%s\nnode 0 stdout:\n%s", i, code, exitcode.Results,
 						n.stderr.String(), nodes[0].stdout.String())
 				}
 			}
@@ -52,7 +51,7 @@ func TestMultihostRemoteViolations(t *testing.T) {
 			if a, b := nodes[0].stdout.String(), nodes[1].stdout.String(); a != b {
 				t.Fatalf("--json on node 1 printed\n%s\nnode 0 printed\n%s\nwant the world's document on both", b, a)
 			}
-			if doc.OK || doc.ExitCode != launcher.ExitResults || len(doc.Violations) != 1 {
+			if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Violations) != 1 {
 				t.Fatalf("document ok=%v exit %d violations %+v, want one %s", doc.OK, doc.ExitCode, doc.Violations, tc.kind)
 			}
 			v := doc.Violations[0]

@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/topology"
 )
@@ -44,16 +46,16 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 	case len(args) == 0:
 		return run([]string{"--help"}, stdout, stderr)
 	case args[0] == "exit-codes":
-		fmt.Fprintln(stdout, launcher.ExitCodesHelp)
-		return launcher.ExitOK
+		fmt.Fprintln(stdout, exitcode.Help)
+		return exitcode.OK
 	}
 	b, err := helpTopics.ReadFile("help/" + args[0] + ".txt")
 	if err != nil || len(args) > 1 {
 		fmt.Fprintf(stderr, "tpurun help: no topic %q; topics: env, exit-codes, multihost, python\n", strings.Join(args, " "))
-		return launcher.ExitUsage
+		return exitcode.Usage
 	}
 	_, _ = stdout.Write(b)
-	return launcher.ExitOK
+	return exitcode.OK
 }
 
 // subcmdFlags is what `tpurun plan` and `tpurun doctor` share: the device flags, --format table|json, -v and
@@ -83,24 +85,24 @@ func newSubcmdFlags(name, about string) *subcmdFlags {
 func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.Logger, code int, done bool) {
 	if err := s.fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", s.name, err, s.name)
-		return nil, launcher.ExitUsage, true
+		return nil, exitcode.Usage, true
 	}
 	if s.help {
 		fmt.Fprintf(stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", s.about, s.name, s.fs.FlagUsages())
-		return nil, launcher.ExitOK, true
+		return nil, exitcode.OK, true
 	}
 	if s.fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only (it starts no program)\n", s.name, s.fs.Arg(0))
-		return nil, launcher.ExitUsage, true
+		return nil, exitcode.Usage, true
 	}
 	if s.format != "table" && s.format != "json" {
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
-		return nil, launcher.ExitUsage, true
+		return nil, exitcode.Usage, true
 	}
 	log, err := launcher.NewLogger("console", s.verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
-		return nil, launcher.ExitUsage, true
+		return nil, exitcode.Usage, true
 	}
 	return log, 0, false
 }
@@ -122,12 +124,12 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if rt.MasterPort < 0 || rt.MasterPort > 65535 {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
-		return launcher.ExitUsage
+		return exitcode.Usage
 	}
 	h, plan, err := dev.DetectPlan(context.Background(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
-		return launcher.ExitCode(err)
+		return failure.ExitCode(err)
 	}
 	full := launcher.PlanEnv(plan, rt)
 	if sc.format == "json" {
@@ -139,7 +141,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)
-		return launcher.ExitInternal
+		return exitcode.Internal
 	}
 	if h.MetadataErr != nil {
 		fmt.Fprintf(stderr, "tpurun plan: note: planned from what sysfs proves; %v\n", h.MetadataErr)
@@ -150,5 +152,5 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if err := h.CheckFree(); errors.Is(err, topology.ErrChipBusy) {
 		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", err)
 	}
-	return launcher.ExitOK
+	return exitcode.OK
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/launcher"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 )
@@ -52,7 +53,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 		return c, nil, err
 	}
 	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
-		return c, nil, &launcher.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default 5m)"}
+		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default 5m)"}
 	}
 	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 	"tpurun/rendezvous"
 )
@@ -20,9 +21,9 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	// At once: runCLI's deadline comes long before the rendezvous timeout.
 	r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
 		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", os.Args[0])
-	if r.code != launcher.ExitUsage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
+	if r.code != exitcode.Usage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
 		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
-		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, launcher.ExitUsage, r.stderr)
+		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, exitcode.Usage, r.stderr)
 	}
 	if strings.Contains(r.stderr, "rendezvous: bad rendezvous") {
 		t.Fatalf("the error repeats itself:\n%s", r.stderr)
@@ -69,8 +70,8 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	launchertest.WaitListening(t, ep)
 	second := startNode(t, env, common...)
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t); code != launcher.ExitRendezvous {
-			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, launcher.ExitRendezvous, n.stderr.String())
+		if code := n.wait(t); code != exitcode.Rendezvous {
+			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, exitcode.Rendezvous, n.stderr.String())
 		}
 		s := n.stderr.String()
 		if strings.Contains(s, "never arrived") || !strings.Contains(s, "duplicate node") ||
@@ -83,11 +84,11 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	}
 }
 
-// TestLateNodeLine: a node that came after its job ended (launcher.JobClosedError) exits 0 with one line saying
+// TestLateNodeLine: a node that came after its job ended (failure.JobClosedError) exits 0 with one line saying
 // so, without the "(exit N)" of a failure; one whose restart the others did not make exits with the job's code.
 func TestLateNodeLine(t *testing.T) {
 	var b strings.Builder
-	late := &launcher.JobClosedError{JobClosedError: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}}
+	late := &failure.JobClosedError{JobClosedError: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}}
 	if code := fail(&b, late); code != 0 || !strings.HasPrefix(b.String(), "tpurun: job j already finished (generation 1, exit 3): ") ||
 		strings.Contains(b.String(), "(exit 0)") || strings.Count(b.String(), "\n") != 1 {
 		t.Fatalf("exit %d, printed %q", code, b.String())

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/launcher"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/torchrun"
 )
@@ -78,7 +79,7 @@ var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeo
 func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
 	if t.standalone {
 		if _, n, err := flags.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
-			return &launcher.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
+			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
 				Hint: "runs one node on its own; for several nodes drop --standalone and give every node --rdzv-backend c10d --rdzv-endpoint HOST:PORT"}
 		}
 		for _, f := range []string{"nnodes=1", "rdzv-backend=", "rdzv-endpoint="} { // torchrun ignores the rdzv flags given with it
@@ -88,20 +89,20 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	}
 	if f := fs.Lookup("shutdown-timeout"); f.Changed {
 		if fs.Lookup("grace").Changed && cfg.Grace != time.Duration(t.shutdown) {
-			return &launcher.ConfigError{Field: "--shutdown-timeout", Value: t.shutdown.String(),
+			return &failure.ConfigError{Field: "--shutdown-timeout", Value: t.shutdown.String(),
 				Hint: fmt.Sprintf("conflicts with --grace %s; give one of them", cfg.Grace)}
 		}
 		cfg.Grace = time.Duration(t.shutdown)
 	}
 	if f := map[bool]string{true: "--grace", false: "--shutdown-timeout"}[fs.Changed("grace")]; cfg.Grace <= 0 && fs.Changed(f[2:]) {
-		return &launcher.ConfigError{Field: f, Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
+		return &failure.ConfigError{Field: f, Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
 	}
 	if err := t.logsSpecs(); err != nil {
 		return err
 	}
 	sigs, err := flags.ParseSignals(t.signals)
 	if err != nil {
-		return &launcher.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
+		return &failure.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
 	t.handled = sigs
 	if fs.Lookup("signals-to-handle").Changed {
@@ -121,7 +122,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 // "default", torchrun's own layout.
 func (t *torchFlags) logsSpecs() error {
 	if t.logsSpec != "" && t.logsSpec != "default" {
-		return &launcher.ConfigError{Field: "--logs-specs", Value: t.logsSpec,
+		return &failure.ConfigError{Field: "--logs-specs", Value: t.logsSpec,
 			Hint: "tpurun writes torchrun's default log layout only: use --logs-specs default, or leave it out"}
 	}
 	return nil

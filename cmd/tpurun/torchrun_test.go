@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 )
 
@@ -35,7 +35,7 @@ func TestTorchrunFlagsThroughParse(t *testing.T) {
 		t.Fatalf("handled signals %v", o.tr.handled)
 	}
 	t.Setenv("PET_MAX_RESTARTS", "many")
-	var ce *launcher.ConfigError
+	var ce *failure.ConfigError
 	if _, err := parse([]string{"prog"}, io.Discard); !errors.As(err, &ce) || ce.Field != "PET_MAX_RESTARTS" {
 		t.Fatalf("bad PET_MAX_RESTARTS: err %v, want a ConfigError naming it", err)
 	}

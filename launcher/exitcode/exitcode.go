@@ -1,6 +1,6 @@
 // Package exitcode is tpurun's exit-code table: the one place each code is defined, with the code of a signal
 // (Signal) and the mark a usage error carries (IsUsage). The launcher maps every outcome into it
-// (launcher.ExitCode, by typed errors); the results document records the same codes.
+// (failure.ExitCode, by typed errors); the results document records the same codes.
 package exitcode
 
 import (

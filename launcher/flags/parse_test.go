@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 )
 
@@ -30,7 +32,7 @@ func TestParseStdSpec(t *testing.T) {
 	}
 	for _, bad := range []string{"4", "-1", "x", "0:", ":1", "0:1,0:2", "0:1,,", "1:9", "0;1", "a:1", "99999999999999999999"} {
 		_, err := flags.ParseStdSpec("--redirects", bad)
-		var ce *launcher.ConfigError
+		var ce *failure.ConfigError
 		if !errors.As(err, &ce) || ce.Field != "--redirects" || ce.Value == "" {
 			t.Errorf("%q: err %v, want a ConfigError naming --redirects and the value", bad, err)
 		}
@@ -43,7 +45,7 @@ func TestParseRanks(t *testing.T) {
 		t.Fatalf("got %v %v, want [0 1 2 3]", got, err)
 	}
 	for _, bad := range []string{"a", "-1", "3-1", "1,,2", "0-99999999", "1-", "-"} {
-		if _, err := flags.ParseRanks("--local-ranks-filter", bad); !errors.Is(err, launcher.ErrConfig) {
+		if _, err := flags.ParseRanks("--local-ranks-filter", bad); !errors.Is(err, failure.ErrConfig) {
 			t.Errorf("%q: err %v, want ErrConfig", bad, err)
 		}
 	}
@@ -56,7 +58,7 @@ func FuzzParseStdSpec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		spec, err := flags.ParseStdSpec("--tee", s)
 		if err != nil {
-			if !errors.Is(err, launcher.ErrConfig) {
+			if !errors.Is(err, failure.ErrConfig) {
 				t.Fatalf("%q: error %v is not ErrConfig", s, err)
 			}
 			return
@@ -76,7 +78,7 @@ func FuzzParseRanks(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		rs, err := flags.ParseRanks("--local-ranks-filter", s)
 		if err != nil {
-			if !errors.Is(err, launcher.ErrConfig) {
+			if !errors.Is(err, failure.ErrConfig) {
 				t.Fatalf("%q: error %v is not ErrConfig", s, err)
 			}
 			return
@@ -143,7 +145,7 @@ func FuzzNNodes(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		lo, n, err := flags.ParseNNodes(s)
 		if err != nil {
-			var ce *launcher.ConfigError
+			var ce *failure.ConfigError
 			if !errors.As(err, &ce) || ce.Field != "nnodes" || ce.Value != strings.TrimSpace(s) {
 				t.Fatalf("error does not name the setting and the value: %v", err)
 			}
@@ -164,7 +166,7 @@ func TestParseNNodesElastic(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"4:2", "0:2", "2:", ":2", "1:65537"} {
-		if _, _, err := flags.ParseNNodes(in); launcher.ExitCode(err) != launcher.ExitUsage {
+		if _, _, err := flags.ParseNNodes(in); failure.ExitCode(err) != exitcode.Usage {
 			t.Errorf("ParseNNodes(%q): %v, want a configuration error", in, err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"tpurun/launcher"
+	"tpurun/launcher/failure"
 )
 
 // PythonMode is how torchrun's flags say to run PROGRAM: -m, --no-python, --run-path, and the interpreter.
@@ -21,12 +21,12 @@ type PythonMode struct {
 // as is would silently ignore it.
 func PythonProgram(args []string, m PythonMode) ([]string, error) {
 	if m.NoPython && m.Module {
-		return nil, &launcher.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module (as under torchrun): drop one of them"}
+		return nil, &failure.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module (as under torchrun): drop one of them"}
 	}
 	noPython := m.NoPython && !m.RunPath
 	cmd := pythonCommand(args, m.Module, noPython, m.RunPath, m.Python)
 	if m.PythonFlag != "" && len(args) > 0 && cmd[0] != m.Python {
-		return nil, &launcher.ConfigError{Field: m.PythonFlag, Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
+		return nil, &failure.ConfigError{Field: m.PythonFlag, Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
 			"(and --fn); PROGRAM %q runs as is: drop %s, or name the script, e.g. tpurun %s %s train.py", args[0], m.PythonFlag, m.PythonFlag, m.Python)}
 	}
 	return cmd, nil

@@ -9,7 +9,6 @@
 // workers and their replicas, its results and its violations), node 0 merges them with Add, and the same checks
 // apply world-wide: exactly once, missing results on every node, every node's violations in one document.
 //
-// Exit codes (Document.Decide): the first failing worker's code wins; otherwise exitcode.Results (65, EX_DATAERR,
-// the same as launcher.ExitResults) for a violated contract, 1 when a replica reported an error, 0 when everything
-// arrived.
+// Exit codes (Document.Decide): the first failing worker's code wins; otherwise exitcode.Results (65, EX_DATAERR)
+// for a violated contract, 1 when a replica reported an error, 0 when everything arrived.
 package results

@@ -1,4 +1,4 @@
-package launcher_test
+package failure_test
 
 import (
 	"context"
@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"tpurun/internal/safepath"
-	"tpurun/launcher"
+	"tpurun/launcher/exitcode"
+	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -18,10 +19,10 @@ import (
 // errors carried the mark.
 func TestExitCodeUsageErrors(t *testing.T) {
 	usage := []error{
-		launcher.ErrConfig, safepath.ErrUnsafePath, launcher.ErrNoToken, rendezvous.ErrConfig, rendezvous.ErrNoToken,
+		failure.ErrConfig, safepath.ErrUnsafePath, failure.ErrNoToken, rendezvous.ErrConfig, rendezvous.ErrNoToken,
 		topology.ErrConfig, topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy,
 		topology.ErrChipBusy,
-		&launcher.ConfigError{Field: "nprocs", Value: "x", Hint: "a number"},
+		&failure.ConfigError{Field: "nprocs", Value: "x", Hint: "a number"},
 		&safepath.UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"},
 		&rendezvous.Error{Kind: rendezvous.ErrConfig, Field: rendezvous.FieldNodes},
 		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: rendezvous.FieldListen},
@@ -33,8 +34,8 @@ func TestExitCodeUsageErrors(t *testing.T) {
 	}
 	for _, err := range usage {
 		for _, e := range []error{err, fmt.Errorf("detect: %w", err), errors.Join(errors.New("first"), err)} {
-			if got := launcher.ExitCode(e); got != launcher.ExitUsage {
-				t.Errorf("ExitCode(%T %v) = %d, want %d", e, e, got, launcher.ExitUsage)
+			if got := failure.ExitCode(e); got != exitcode.Usage {
+				t.Errorf("ExitCode(%T %v) = %d, want %d", e, e, got, exitcode.Usage)
 			}
 		}
 	}
@@ -42,19 +43,19 @@ func TestExitCodeUsageErrors(t *testing.T) {
 		err  error
 		code int
 	}{
-		{launcher.ErrTimeout, launcher.ExitTimeout},
-		{launcher.ErrRendezvous, launcher.ExitRendezvous},
-		{fmt.Errorf("%w: %w", launcher.ErrRendezvous, rendezvous.ErrNodeLost), launcher.ExitRendezvous},
-		{fmt.Errorf("%w: %w", launcher.ErrRendezvous, rendezvous.ErrConfig), launcher.ExitUsage}, // configuration first
-		{launcher.ErrResults, launcher.ExitResults},
-		{rendezvous.ErrNodeLost, launcher.ExitInternal},
+		{failure.ErrTimeout, exitcode.Timeout},
+		{failure.ErrRendezvous, exitcode.Rendezvous},
+		{fmt.Errorf("%w: %w", failure.ErrRendezvous, rendezvous.ErrNodeLost), exitcode.Rendezvous},
+		{fmt.Errorf("%w: %w", failure.ErrRendezvous, rendezvous.ErrConfig), exitcode.Usage}, // configuration first
+		{failure.ErrResults, exitcode.Results},
+		{rendezvous.ErrNodeLost, exitcode.Internal},
 		{context.Canceled, 128 + int(syscall.SIGTERM)},
-		{&launcher.SignalError{Signal: syscall.SIGINT}, 128 + int(syscall.SIGINT)},
-		{&launcher.OutputError{Stream: "stdout", Err: syscall.EPIPE}, 128 + int(syscall.SIGPIPE)},
-		{errors.New("anything else"), launcher.ExitInternal},
+		{&failure.SignalError{Signal: syscall.SIGINT}, 128 + int(syscall.SIGINT)},
+		{&failure.OutputError{Stream: "stdout", Err: syscall.EPIPE}, 128 + int(syscall.SIGPIPE)},
+		{errors.New("anything else"), exitcode.Internal},
 	}
 	for _, tc := range others {
-		if got := launcher.ExitCode(tc.err); got != tc.code {
+		if got := failure.ExitCode(tc.err); got != tc.code {
 			t.Errorf("ExitCode(%v) = %d, want %d", tc.err, got, tc.code)
 		}
 	}

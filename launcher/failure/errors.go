@@ -1,7 +1,6 @@
-package launcher
+package failure
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -11,31 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tpurun/launcher/exitcode"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/topology"
+	"tpurun/launcher/results"
 	"tpurun/rendezvous"
 )
 
-// The exit codes of tpurun (the table itself is package exitcode's): every layer returns typed errors (or wraps
-// the sentinels below) and ExitCode maps them to these; nothing matches strings.
-const (
-	ExitOK            = exitcode.OK
-	ExitReplicaError  = exitcode.ReplicaError
-	ExitUsage         = exitcode.Usage
-	ExitIOError       = exitcode.IOError
-	ExitResults       = exitcode.Results
-	ExitRendezvous    = exitcode.Rendezvous
-	ExitInternal      = exitcode.Internal
-	ExitTimeout       = exitcode.Timeout
-	ExitNotExecutable = exitcode.NotExecutable
-	ExitNotFound      = exitcode.NotFound
-)
-
-// ExitCodesHelp is the exit-code table as `tpurun --help` and the README show it.
-const ExitCodesHelp = exitcode.Help
-
 // Sentinels callers branch on with errors.Is. ErrConfig is a usage error (exitcode.IsUsage), as are the
-// configuration errors of the packages below: each marks its own.
+// configuration errors of the packages below: each marks its own. ErrNoToken matches a rendezvous that would run off
+// loopback without a token (a configuration error, exit 2).
 var (
 	ErrTimeout       = errors.New("run timed out")
 	ErrConfig        = exitcode.NewUsage("invalid configuration")
@@ -45,68 +26,8 @@ var (
 	ErrInternal      = errors.New("internal launcher error")
 	ErrNotFound      = errors.New("program not found")
 	ErrNotExecutable = errors.New("program cannot be executed")
+	ErrNoToken       = rendezvous.ErrNoToken
 )
-
-// ExitCode maps an error returned by Run (or by the parsing of a Spec) to tpurun's exit code: a *Verdict's code,
-// decided when the verdict was made; for any other error, the code of its type or sentinel.
-func ExitCode(err error) int {
-	if err == nil {
-		return ExitOK
-	}
-	if code, ok := typedCode(err); ok {
-		return code
-	}
-	for _, s := range sentinelCodes {
-		if s.is(err) {
-			return s.code
-		}
-	}
-	return ExitInternal
-}
-
-// typedCode is the exit code of the typed errors that carry one.
-func typedCode(err error) (int, bool) {
-	var (
-		v  *Verdict
-		jc *JobClosedError
-		we *WorkerError
-		ne *NodeError
-		se *SignalError
-		oe *OutputError
-	)
-	switch {
-	case errors.As(err, &v): // decided once, when the verdict was made
-		return v.Code, true
-	case errors.As(err, &jc):
-		return jc.ExitStatus(), true
-	case errors.As(err, &we):
-		return we.ExitStatus(), true
-	case errors.As(err, &ne):
-		return ne.Code, true
-	case errors.As(err, &se):
-		return exitcode.Signal(se.Signal), true
-	case errors.As(err, &oe) && errors.Is(oe.Err, syscall.EPIPE):
-		return exitcode.Signal(syscall.SIGPIPE), true // the reader went away, as `| head -1`: what SIGPIPE would give
-	case oe != nil:
-		return ExitIOError, true
-	}
-	return 0, false
-}
-
-// sentinelCodes maps the sentinels (and a usage error, in any layer's terms: exitcode.IsUsage) to their codes, in
-// the order they are tested.
-var sentinelCodes = []struct {
-	is   func(error) bool
-	code int
-}{
-	{sentinel(ErrNotFound), ExitNotFound}, {sentinel(ErrNotExecutable), ExitNotExecutable}, {exitcode.IsUsage, ExitUsage},
-	{sentinel(ErrTimeout), ExitTimeout}, {sentinel(ErrResults), ExitResults}, {sentinel(ErrReplicaError), ExitReplicaError},
-	{sentinel(ErrRendezvous), ExitRendezvous}, {sentinel(context.Canceled), exitcode.Signal(syscall.SIGTERM)},
-}
-
-func sentinel(target error) func(error) bool {
-	return func(err error) bool { return errors.Is(err, target) }
-}
 
 // WorkerError is the first worker that failed: the root cause of a failed run.
 type WorkerError struct {
@@ -129,7 +50,10 @@ func (e *WorkerError) Error() string {
 
 // ExitStatus is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
 func (e *WorkerError) ExitStatus() int {
-	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.ExitStatus()
+	if e.Signal != 0 {
+		return exitcode.Signal(e.Signal)
+	}
+	return e.ExitCode
 }
 
 // NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's
@@ -141,6 +65,9 @@ type NodeError struct {
 }
 
 func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.Node, e.Message) }
+
+// ExitStatus is the world's code.
+func (e *NodeError) ExitStatus() int { return e.Code }
 
 // JobClosedError is a node that found its job already finished when it joined (rendezvous.ErrJobClosed): a late
 // elastic node or a replacement that arrived, or waited, after the job closed, or a node whose restart the other
@@ -162,7 +89,7 @@ func (e *JobClosedError) Unwrap() error { return e.JobClosedError }
 // ExitStatus is 0 for a node that took no part in the job (nothing to do, nothing failed), else the job's code.
 func (e *JobClosedError) ExitStatus() int {
 	if !e.Ran {
-		return ExitOK
+		return exitcode.OK
 	}
 	return e.ExitCode
 }
@@ -176,6 +103,9 @@ type SignalError struct {
 func (e *SignalError) Error() string {
 	return fmt.Sprintf("received %s during %s; stopped", SignalName(e.Signal), e.During)
 }
+
+// ExitStatus is 128+N for signal N, as a shell reports a process it killed.
+func (e *SignalError) ExitStatus() int { return exitcode.Signal(e.Signal) }
 
 // ConfigError names the setting that is wrong and what to do about it.
 type ConfigError struct {
@@ -228,27 +158,64 @@ func (e *ResultError) Unwrap() error { return e.Err }
 // Is makes errors.Is(err, ErrResults) true.
 func (e *ResultError) Is(target error) bool { return target == ErrResults }
 
+// ResultsError is a world whose workers succeeded but whose results broke the contract (exit 65): duplicate,
+// foreign, missing, oversized or malformed reports. Violations holds each one (*results.ContractError).
+type ResultsError struct {
+	Violations []error
+	Replicas   int // replicas that reported an error besides
+}
+
+func (e *ResultsError) Error() string {
+	return fmt.Sprintf("%d violation(s) of the result contract, %d replica error(s)", len(e.Violations), e.Replicas)
+}
+
+// Unwrap exposes ErrResults and every violation.
+func (e *ResultsError) Unwrap() []error { return append([]error{ErrResults}, e.Violations...) }
+
+// ReplicaError is a world whose workers exited 0 but where replicas reported errors (function mode: the function
+// raised); exit 1, as xmp.spawn's parent fails.
+type ReplicaError struct {
+	Replicas []results.Result // the failed replicas
+}
+
+func (e *ReplicaError) Error() string {
+	r := e.Replicas[0]
+	return fmt.Sprintf("%d replica(s) reported an error; replica %d (rank %d, pid %d) raised %s: %s",
+		len(e.Replicas), r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
+}
+
+// Unwrap makes errors.Is(err, ErrReplicaError) true.
+func (e *ReplicaError) Unwrap() error { return ErrReplicaError }
+
+// OutputError is a failed write to the launcher's stdout or stderr. EPIPE (a reader that went away, as with
+// `| head -1`) exits 141 like a program killed by SIGPIPE; any other error (a full disk) exits 74.
+type OutputError struct {
+	Stream  string // "stdout", "stderr", "results file PATH"
+	Err     error
+	Stopped bool // the error stopped the run (a console); false when it came after the run (the results file)
+}
+
+func (e *OutputError) Error() string {
+	if e.Stopped {
+		return fmt.Sprintf("writing %s failed: %v; the run was stopped", e.Stream, e.Err)
+	}
+	return fmt.Sprintf("writing %s failed: %v", e.Stream, e.Err)
+}
+
+func (e *OutputError) Unwrap() error { return e.Err }
+
+// ExitStatus is 141 for EPIPE (the reader went away, as with `| head -1`: what SIGPIPE would give), else 74.
+func (e *OutputError) ExitStatus() int {
+	if errors.Is(e.Err, syscall.EPIPE) {
+		return exitcode.Signal(syscall.SIGPIPE)
+	}
+	return exitcode.IOError
+}
+
 // SignalName is the conventional name of sig, e.g. "SIGKILL" (or "signal 42" for one without a name).
 func SignalName(sig syscall.Signal) string {
 	if n := unix.SignalName(sig); n != "" {
 		return n
 	}
 	return fmt.Sprintf("signal %d", int(sig))
-}
-
-// Setting names the setting a configuration error is about ("" when err is not one): a *ConfigError's Field, a
-// detection error's variable, or "rendezvous " and the rendezvous error's field. The CLI maps it to its flag.
-func Setting(err error) string {
-	var ce *ConfigError
-	var te *topology.ConfigError
-	var re *rendezvous.Error
-	switch {
-	case errors.As(err, &ce):
-		return ce.Field
-	case errors.As(err, &re) && re.Field != "":
-		return "rendezvous " + re.Field
-	case errors.As(err, &te):
-		return te.Name
-	}
-	return ""
 }
