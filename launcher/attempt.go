@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -16,12 +15,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"tpurun/internal/safepath"
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
@@ -47,71 +45,20 @@ type attemptSpec struct {
 // child is one started worker process of one attempt.
 type child struct {
 	w       topology.Worker
-	p       *proc.Process // set on the controller's goroutine
-	holder  bool          // it holds the terminal (local rank 0 with a terminal)
-	readers []*os.File    // read ends: stdout, stderr, results
-	files   []*os.File    // log files
-	fwd     []*forwarder  // of stdout and stderr, attached once the worker started
+	p       *proc.Process        // set on the controller's goroutine
+	holder  bool                 // it holds the terminal (local rank 0 with a terminal)
+	readers []*os.File           // read ends: stdout, stderr, results
+	files   []*os.File           // log files
+	fwd     []*console.Forwarder // of stdout and stderr, attached once the worker started
 	io      sync.WaitGroup
-	errTail tail
+	errTail console.Tail
 	errFile string
 	resErr  error
 	exit    proc.Exit
 	exited  bool
-	// draining is set once the worker's subtree is gone: from then on a pipe that stays idle for the drain
-	// timeout is given up (see drainReader).
-	draining atomic.Bool
-	idle     time.Duration
-}
-
-// drainReader reads one of a worker's pipes. Until the drain it blocks as long as it takes; while draining, each
-// read may wait at most the idle bound for data: a pipe that yields nothing that long is held by a process outside
-// the subtree. A reader that is slow because the console is slow is not idle: the bound starts at each read.
-type drainReader struct {
-	f  *os.File
-	wk *child
-}
-
-func (d drainReader) Read(p []byte) (int, error) {
-	d.deadline()
-	return d.f.Read(p)
-}
-
-func (d drainReader) deadline() {
-	if d.wk.draining.Load() {
-		_ = d.f.SetReadDeadline(time.Now().Add(d.wk.idle))
-	}
-}
-
-// readPooled reads what the pipe has into a buffer of readBufs taken only once data (or its end) has arrived: the
-// forwarders of hundreds of idle workers hold no buffer while they wait. The caller puts buf back.
-func (d drainReader) readPooled() (buf *[]byte, n int, err error) {
-	d.deadline()
-	rc, err := d.f.SyscallConn()
-	if err != nil {
-		return nil, 0, err
-	}
-	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
-		buf = readBufs.Get().(*[]byte)
-		for n, rerr = syscall.Read(int(fd), *buf); rerr == syscall.EINTR; n, rerr = syscall.Read(int(fd), *buf) {
-		}
-		if rerr == syscall.EAGAIN {
-			readBufs.Put(buf)
-			buf = nil
-			return false // wait in the poller
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return buf, 0, err
-	case rerr != nil:
-		return buf, 0, &os.PathError{Op: "read", Path: d.f.Name(), Err: rerr}
-	case n <= 0:
-		return buf, 0, io.EOF
-	}
-	return buf, n, nil
+	// drain reads the worker's pipes: once its subtree is gone, a pipe that stays idle for the drain timeout is
+	// given up (see console.Drain).
+	drain console.Drain
 }
 
 // attempt starts every local worker of as once and lets the controller supervise them (supervisor, machine.go)
@@ -350,7 +297,7 @@ func (j *job) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
 func (j *job) attach(sv *supervisor, wk *child, p *proc.Process) {
 	for i, f := range wk.fwd {
 		wk.io.Go(func() {
-			_ = f.run(drainReader{wk.readers[i], wk})
+			_ = f.Run(wk.drain.Reader(wk.readers[i]))
 			_ = wk.readers[i].Close()
 		})
 	}
@@ -376,7 +323,7 @@ func (j *job) release(a *Attempt, ws []*child) {
 		s := RankSummary{
 			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, PID: ex.PID, ExitCode: ex.Code, Signal: ex.Signal,
 			Wall: ex.Wall, UserCPU: ex.UserCPU, SysCPU: ex.SysCPU, MaxRSS: ex.MaxRSS,
-			Sampled: j.sampler.remove(ex.PID), StderrTail: wk.errTail.lines(stderrTailLines),
+			Sampled: j.sampler.remove(ex.PID), StderrTail: wk.errTail.Lines(stderrTailLines),
 			ErrorFile: wk.errFile, ResultErr: wk.resErr,
 		}
 		if j.spec.LogDir == "" {
@@ -468,17 +415,17 @@ func (r *job) command(l *launch, wk *child) (*exec.Cmd, error) {
 
 // streams makes the worker's three pipes (stdout, stderr, results: fd 3) and its log files, and the forwarders of
 // stdout and stderr; it returns the write ends, which the caller closes once the worker started.
-func (r *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*forwarder, error) {
+func (r *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*console.Forwarder, error) {
 	w := wk.w
 	var writeEnds []*os.File
-	fail := func(err error) ([]*os.File, []*forwarder, error) {
+	fail := func(err error) ([]*os.File, []*console.Forwarder, error) {
 		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {
 			_ = f.Close()
 		}
 		return nil, nil, err
 	}
 	for range 3 {
-		pr, pw, err := pipe()
+		pr, pw, err := console.Pipe()
 		if err != nil {
 			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, fdLimitHint(err)))
 		}
@@ -489,35 +436,20 @@ func (r *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*f
 	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
 		cmd.Env = append(cmd.Env, worker.EnvResultID+"="+id)
 	}
-	fwd := make([]*forwarder, 2)
+	fwd := make([]*console.Forwarder, 2)
 	for i, s := range []struct {
-		std     Std
-		console *Console
+		std     console.Std
+		console *console.Console
 		name    string
-	}{{StdOut, r.stdout, "stdout.log"}, {StdErr, r.stderr, "stderr.log"}} {
+	}{{console.StdOut, r.stdout, "stdout.log"}, {console.StdErr, r.stderr, "stderr.log"}} {
 		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
 		if err != nil {
 			return fail(err)
 		}
 		fwd[i] = f
 	}
-	fwd[1].tail = &wk.errTail
+	fwd[1].Tail = &wk.errTail
 	return writeEnds, fwd, nil
-}
-
-// pipe makes a pipe for a worker's stream: the read end is ours, in the poller; the write end is the worker's,
-// blocking as a program expects its stdout to be, never in the poller (os.Pipe would register it there, only to
-// take it out again when the worker is started).
-func pipe() (r, w *os.File, err error) {
-	var p [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
-		return nil, nil, os.NewSyscallError("pipe2", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
-		_, _ = syscall.Close(p[0]), syscall.Close(p[1])
-		return nil, nil, os.NewSyscallError("fcntl", err)
-	}
-	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
 }
 
 // gcQuiet counts the start bursts under way (see quietGC) and keeps the collector's setting from before the first.
@@ -548,12 +480,12 @@ func quietGC() (restore func()) {
 
 // forwarder is the forwarder of one of the worker's streams: to the console unless redirected or filtered out,
 // to its log file below logRel with a log directory.
-func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, name string) (*forwarder, error) {
+func (r *job) forwarder(logRel string, wk *child, std console.Std, con *console.Console, name string) (*console.Forwarder, error) {
 	w, lr := wk.w, wk.w.LocalRank
 	shown := r.spec.LocalRanksFilter == nil || slices.Contains(r.spec.LocalRanksFilter, lr)
-	f := &forwarder{prefix: r.prefix(w)}
+	f := &console.Forwarder{Prefix: r.prefix(w)}
 	if shown && (r.spec.Redirects.For(lr)&std == 0 || r.spec.Tee.For(lr)&std != 0) {
-		f.console = console
+		f.Console = con
 	}
 	if logRel == "" {
 		return f, nil
@@ -564,13 +496,21 @@ func (r *job) forwarder(logRel string, wk *child, std Std, console *Console, nam
 	}
 	wk.files = append(wk.files, lf)
 	msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
-	if f.console == nil {
+	if f.Console == nil {
 		msg = "log file write failed; the rest of this stream is lost: it is not shown on the console (redirected or filtered out)"
 	}
-	f.file = &logWriter{f: lf, warn: func(path string, err error) {
+	f.File = &logWriter{f: lf, warn: func(path string, err error) {
 		r.log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
 	}}
 	return f, nil
+}
+
+// prefix is worker w's line prefix: none for raw output.
+func (j *job) prefix(w topology.Worker) []byte {
+	if j.spec.RawOutput {
+		return nil
+	}
+	return []byte(console.Prefix(j.spec.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, j.spec.Role))
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the
@@ -596,7 +536,7 @@ func (r *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 // result contract is the collector's to report (its document names each one, with a hint, and decides the exit
 // code); only a sink's other failures are this rank's.
 func (r *job) readResults(sink ResultSink, wk *child, pid int) {
-	res := drainReader{wk.readers[2], wk}
+	res := wk.drain.Reader(wk.readers[2])
 	if sink == nil {
 		_, _ = io.Copy(io.Discard, res)
 		return
@@ -606,15 +546,6 @@ func (r *job) readResults(sink ResultSink, wk *child, pid int) {
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.As(err, &violation) {
 		wk.resErr = err
 	}
-}
-
-// sameWriter reports whether a and b are one writer (comparing them without panicking on uncomparable types).
-func sameWriter(a, b io.Writer) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
 }
 
 func sigText(s syscall.Signal) string {

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/rendezvous"
@@ -38,7 +39,7 @@ type controller struct {
 	pending  *cause                  // a cause for this generation's attempt that came before it was attached
 	timeoutC <-chan time.Time
 	timer    *time.Timer
-	consoles []*Console
+	consoles []*console.Console
 	term     *terminal // nil without a terminal to hand over
 
 	mu      sync.Mutex
@@ -66,7 +67,7 @@ func stopOf(ctx context.Context) *cause {
 }
 
 // newController starts the controller of a run: its timeout counts from now.
-func newController(ctx context.Context, spec *Spec, sigs <-chan os.Signal, outErr <-chan error, consoles []*Console, term *terminal) *controller {
+func newController(ctx context.Context, spec *Spec, sigs <-chan os.Signal, outErr <-chan error, consoles []*console.Console, term *terminal) *controller {
 	c := &controller{log: spec.Logger, grace: spec.Grace, timeout: spec.Timeout, ctx: ctx, sigs: sigs, outErr: outErr,
 		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
 		consoles: consoles, term: term, waiters: map[*context.CancelCauseFunc]struct{}{}}

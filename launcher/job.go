@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
@@ -50,7 +50,7 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	outErr := make(chan error, 1)
 	j := newJob(spec, outErr)
 	defer j.close()
-	j.ctl = newController(ctx, &j.spec, coalesce(spec.Signals, relayDone), outErr, []*Console{j.stdout, j.stderr}, j.term)
+	j.ctl = newController(ctx, &j.spec, coalesce(spec.Signals, relayDone), outErr, []*console.Console{j.stdout, j.stderr}, j.term)
 	defer j.ctl.close()
 	if err := j.prepare(j.ctl.jobContext()); err != nil {
 		return nil, j.stoppedOr(err, "the start")
@@ -96,7 +96,7 @@ func (j *job) outputVerdict(v *Verdict) *Verdict {
 	for _, c := range j.own {
 		_ = c.Flush(nil)
 	}
-	for _, c := range []*Console{j.stdout, j.stderr} {
+	for _, c := range []*console.Console{j.stdout, j.stderr} {
 		if oe := c.Err(); oe != nil && (v == nil || v.Reason != StopOutput) {
 			return &Verdict{Reason: StopOutput, Code: failure.ExitCode(oe), Node: -1, Err: oe}
 		}
@@ -112,8 +112,8 @@ type job struct {
 	spec           Spec
 	log            *zap.Logger
 	obs            observers
-	stdout, stderr *Console   // the same one when Stdout and Stderr are one file
-	own            []*Console // the consoles Run made for plain writers: flushed and closed at the end
+	stdout, stderr *console.Console   // the same one when Stdout and Stderr are one file
+	own            []*console.Console // the consoles Run made for plain writers: flushed and closed at the end
 	sampler        *sampler
 	stopSampler    func()
 	scratch        string // holds the error files when there is no log dir
@@ -140,27 +140,15 @@ type job struct {
 func newJob(spec Spec, outErr chan<- error) *job {
 	j := &job{spec: spec, log: spec.Logger.With(zap.String("run_id", spec.RunID)), obs: observers(spec.Observers),
 		instance: rendezvous.NewInstance(), starter: execStarter{}}
-	console := func(name string, w io.Writer) *Console {
-		if c, ok := w.(*Console); ok {
-			return c
-		}
-		c := NewConsole(name, w)
-		j.own = append(j.own, c)
-		return c
-	}
-	j.stdout = console("stdout", spec.Stdout)
-	j.stderr = j.stdout // one writer when both are one file (--json, 2>&1): lines of the two streams stay whole
-	if !sameFile(spec.Stdout, spec.Stderr) {
-		j.stderr = console("stderr", spec.Stderr)
-	}
-	j.stdout.notify(outErr)
-	j.stderr.notify(outErr)
+	j.stdout, j.stderr, j.own = console.Of(spec.Stdout, spec.Stderr)
+	j.stdout.Notify(outErr)
+	j.stderr.Notify(outErr)
 	j.sampler = newSampler(spec.SampleInterval, func(s []Sample) { j.obs.emit(Event{Kind: Sampled, Samples: s}) })
 	sctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { j.sampler.run(sctx) })
 	j.stopSampler = func() { stop(); wg.Wait() }
-	if spec.StdinTo != StdinNone {
+	if spec.StdinTo != console.StdinNone {
 		j.term = openTerminal(spec.Stdin)
 	}
 	return j

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
@@ -114,7 +115,7 @@ func (pl *preloader) ensure(ctx context.Context) error {
 		pl.z.Close()
 	}
 	for _, std := range []struct {
-		console *Console
+		console *console.Console
 		into    **os.File
 	}{{pl.j.stdout, &pl.cfg.Stdout}, {pl.j.stderr, &pl.cfg.Stderr}} {
 		r, w, err := os.Pipe()
@@ -125,9 +126,9 @@ func (pl *preloader) ensure(ctx context.Context) error {
 			return fmt.Errorf("%w: pipe: %w%s", failure.ErrInternal, err, fdLimitHint(err))
 		}
 		*std.into = w
-		f := &forwarder{prefix: []byte("[preload] "), console: std.console}
+		f := &console.Forwarder{Prefix: []byte("[preload] "), Console: std.console}
 		pl.out.Go(func() {
-			_ = f.run(r)
+			_ = f.Run(r)
 			r.Close()
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
@@ -452,7 +453,7 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 	cfg, out, _ := config(t, 3, dir, "lines:3")
 	cfg.LogDir = t.TempDir()
 	cfg.RunID = "logs"
-	cfg.Redirects = launcher.StdSpec{PerRank: map[int]launcher.Std{1: launcher.StdOut}}
+	cfg.Redirects = console.StdSpec{PerRank: map[int]console.Std{1: console.StdOut}}
 	cfg.LocalRanksFilter = []int{0, 1}
 	cfg.LogPrefix = "<{node}:{rank}> "
 	if _, err := launcher.Run(context.Background(), cfg); err != nil {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/hostname"
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
@@ -65,18 +66,18 @@ type Spec struct {
 	MasterPort int    // default: a free port picked at launch
 	Role       string // ROLE_NAME; default "default"
 
-	LogDir           string  // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
-	Redirects        StdSpec // streams that go only to the log files
-	Tee              StdSpec // streams that go to the console and the log files
-	LocalRanksFilter []int   // show only these local ranks on the console; nil shows all
-	LogPrefix        string  // per-line prefix template; default "[{rank}] " ({rank} or torchrun's $rank, see Prefix)
-	RawOutput        bool    // worker lines go to the console as they are, without LogPrefix (torchrun's default)
+	LogDir           string          // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
+	Redirects        console.StdSpec // streams that go only to the log files
+	Tee              console.StdSpec // streams that go to the console and the log files
+	LocalRanksFilter []int           // show only these local ranks on the console; nil shows all
+	LogPrefix        string          // per-line prefix template; default console.DefaultPrefix ({rank} or torchrun's $rank, see console.Prefix)
+	RawOutput        bool            // worker lines go to the console as they are, without LogPrefix (torchrun's default)
 	Stdout, Stderr   io.Writer
 	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
 	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
 	// tpurun's is, local rank 0's group gets the terminal and only it reads it (docs/CONTROL.md).
 	Stdin   *os.File
-	StdinTo StdinMode
+	StdinTo console.StdinMode
 
 	Results ResultsSpec
 
@@ -232,7 +233,7 @@ func (s Spec) withDefaults() (Spec, error) {
 		s.Role = "default"
 	}
 	if s.LogPrefix == "" {
-		s.LogPrefix = "[{rank}] "
+		s.LogPrefix = console.DefaultPrefix
 	}
 	if s.Stdout == nil {
 		s.Stdout = os.Stdout

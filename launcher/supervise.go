@@ -373,14 +373,10 @@ func (j *job) killAndSweep(ws []*child) []int {
 }
 
 // drain reads every pipe to EOF: with the subtree gone every write end is closed, unless a process outside it
-// holds one (see drainReader). Output is never dropped for a slow console; only a stop signal gives up on it.
+// holds one (see console.Drain). Output is never dropped for a slow console; only a stop signal gives up on it.
 func (j *job) drain(ws []*child) {
 	for _, wk := range ws {
-		wk.idle = j.spec.DrainTimeout
-		wk.draining.Store(true)
-		for _, f := range wk.readers {
-			_ = f.SetReadDeadline(time.Now().Add(wk.idle))
-		}
+		wk.drain.Begin(j.spec.DrainTimeout, wk.readers...)
 	}
 	for _, wk := range ws {
 		wk.io.Wait()

@@ -9,17 +9,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"tpurun/launcher/console"
 	"tpurun/launcher/topology"
-)
-
-// StdinMode says which workers read tpurun's stdin (Spec.Stdin); the others read /dev/null.
-type StdinMode string
-
-// The stdin modes (--stdin).
-const (
-	StdinAll   StdinMode = "all"  // every worker, as torchrun's workers inherit its stdin (the default)
-	StdinFirst StdinMode = "0"    // local rank 0 only
-	StdinNone  StdinMode = "none" // no worker: /dev/null for all
 )
 
 // terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its
@@ -76,13 +67,13 @@ func (t *terminal) give(pgid int) error {
 // reader of a terminal is stopped by the kernel.
 func (j *job) stdinFor(w topology.Worker) (*os.File, bool) {
 	switch {
-	case j.spec.Stdin == nil || j.spec.StdinTo == StdinNone:
+	case j.spec.Stdin == nil || j.spec.StdinTo == console.StdinNone:
 		return nil, false
 	case j.term != nil && j.term.foreground() == j.term.own:
 		return j.term.f, w.LocalRank == 0
 	case j.term != nil || isTerminal(j.spec.Stdin):
 		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
-	case j.spec.StdinTo == StdinFirst && w.LocalRank != 0:
+	case j.spec.StdinTo == console.StdinFirst && w.LocalRank != 0:
 		return nil, false
 	}
 	return j.spec.Stdin, false

@@ -20,6 +20,7 @@ import (
 
 	"tpurun/internal/status"
 	"tpurun/launcher"
+	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
@@ -48,12 +49,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
-	outc, errc := launcher.NewConsoles(stdout, stderr)
+	outc, errc := console.NewConsoles(stdout, stderr)
 	stdout, stderr = outc, errc
 	var sigs <-chan os.Signal // the last flush gives up on a reader that never reads at a stop signal
 	var stopSignals func()
 	defer func() {
-		if err := launcher.Flush(sigs, outc, errc); err != nil && code == 0 { // --json into a full disk, say
+		if err := console.Flush(sigs, outc, errc); err != nil && code == 0 { // --json into a full disk, say
 			code = fail(errc, err)
 			_ = errc.Flush(sigs)
 		}
@@ -239,7 +240,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
-	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "[{rank}] ", "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")

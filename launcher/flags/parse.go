@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher"
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
@@ -116,46 +116,46 @@ func ParseList(s string) []string {
 
 // ParseStdSpec parses torchrun's --redirects/--tee syntax: "3", or "0:1,1:2" (local_rank:std). flag names the
 // flag in errors.
-func ParseStdSpec(flag, s string) (launcher.StdSpec, error) {
+func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return launcher.StdSpec{}, nil
+		return console.StdSpec{}, nil
 	}
 	if !strings.Contains(s, ":") {
 		v, err := parseStd(flag, s, s)
-		return launcher.StdSpec{All: v}, err
+		return console.StdSpec{All: v}, err
 	}
-	spec := launcher.StdSpec{PerRank: map[int]launcher.Std{}}
+	spec := console.StdSpec{PerRank: map[int]console.Std{}}
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
-			return launcher.StdSpec{}, &failure.ConfigError{Field: flag, Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: flag, Value: s,
 				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
 		}
 		rank, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || rank < 0 {
-			return launcher.StdSpec{}, &failure.ConfigError{Field: flag, Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: flag, Value: s,
 				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
 		}
 		if _, dup := spec.PerRank[rank]; dup {
-			return launcher.StdSpec{}, &failure.ConfigError{Field: flag, Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+			return console.StdSpec{}, &failure.ConfigError{Field: flag, Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
 		}
 		std, err := parseStd(flag, s, v)
 		if err != nil {
-			return launcher.StdSpec{}, err
+			return console.StdSpec{}, err
 		}
 		spec.PerRank[rank] = std
 	}
 	return spec, nil
 }
 
-func parseStd(flag, whole, v string) (launcher.Std, error) {
+func parseStd(flag, whole, v string) (console.Std, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 || n > 3 {
 		return 0, &failure.ConfigError{Field: flag, Value: whole,
 			Hint: fmt.Sprintf("%q is not a stream selector; use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)", v)}
 	}
-	return launcher.Std(n), nil
+	return console.Std(n), nil
 }
 
 // ParseRanks parses a --local-ranks-filter value: comma-separated non-negative integers, ranges "a-b" allowed.
@@ -195,13 +195,13 @@ func ParseRanks(flag, s string) ([]int, error) {
 }
 
 // ParseStdinMode parses --stdin.
-func ParseStdinMode(v string) (launcher.StdinMode, error) {
-	switch m := launcher.StdinMode(v); m {
-	case "", launcher.StdinAll:
-		return launcher.StdinAll, nil
-	case launcher.StdinFirst, "rank0", "first":
-		return launcher.StdinFirst, nil
-	case launcher.StdinNone:
+func ParseStdinMode(v string) (console.StdinMode, error) {
+	switch m := console.StdinMode(v); m {
+	case "", console.StdinAll:
+		return console.StdinAll, nil
+	case console.StdinFirst, "rank0", "first":
+		return console.StdinFirst, nil
+	case console.StdinNone:
 		return m, nil
 	}
 	return "", &failure.ConfigError{Field: "stdin", Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}

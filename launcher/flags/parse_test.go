@@ -7,18 +7,18 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher"
+	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 )
 
 func TestParseStdSpec(t *testing.T) {
-	for in, want := range map[string]launcher.StdSpec{
+	for in, want := range map[string]console.StdSpec{
 		"":        {},
-		"3":       {All: launcher.StdAll},
-		" 1 ":     {All: launcher.StdOut},
-		"0:1,1:2": {PerRank: map[int]launcher.Std{0: launcher.StdOut, 1: launcher.StdErr}},
+		"3":       {All: console.StdAll},
+		" 1 ":     {All: console.StdOut},
+		"0:1,1:2": {PerRank: map[int]console.Std{0: console.StdOut, 1: console.StdErr}},
 	} {
 		got, err := flags.ParseStdSpec("--tee", in)
 		if err != nil {
@@ -64,7 +64,7 @@ func FuzzParseStdSpec(f *testing.F) {
 			return
 		}
 		for lr := range 4 {
-			if v := spec.For(lr); v < launcher.StdNone || v > launcher.StdAll {
+			if v := spec.For(lr); v < console.StdNone || v > console.StdAll {
 				t.Fatalf("%q: local rank %d got %d", s, lr, v)
 			}
 		}

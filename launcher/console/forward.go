@@ -1,4 +1,4 @@
-package launcher
+package console
 
 import (
 	"bytes"
@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"tpurun/launcher/topology"
 )
 
 const (
@@ -21,13 +19,16 @@ const (
 	tailSize = 8 << 10
 )
 
-// forwarder copies one stream of one worker: prefixed, whole lines to the console, raw bytes to the log file,
+// DefaultPrefix is the line prefix of a worker's output when none is given (tpurun --log-prefix): its rank.
+const DefaultPrefix = "[{rank}] "
+
+// Forwarder copies one stream of one worker: prefixed, whole lines to the console, raw bytes to the log file,
 // and the last bytes into a tail for the report.
-type forwarder struct {
-	prefix  []byte
-	console io.Writer // nil: not shown on the console
-	file    io.Writer // nil: no log file
-	tail    *tail     // nil: not kept
+type Forwarder struct {
+	Prefix  []byte
+	Console io.Writer // nil: not shown on the console
+	File    io.Writer // nil: no log file
+	Tail    *Tail     // nil: not kept
 	pending []byte
 	out     []byte
 }
@@ -41,9 +42,9 @@ type pooledReader interface {
 	readPooled() (buf *[]byte, n int, err error)
 }
 
-// run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
+// Run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
 // flushes the last partial line.
-func (f *forwarder) run(r io.Reader) error {
+func (f *Forwarder) Run(r io.Reader) error {
 	pr, pooled := r.(pooledReader)
 	for {
 		var buf *[]byte
@@ -71,14 +72,14 @@ func (f *forwarder) run(r io.Reader) error {
 	}
 }
 
-func (f *forwarder) feed(chunk []byte) {
-	if f.file != nil {
-		_, _ = f.file.Write(chunk)
+func (f *Forwarder) feed(chunk []byte) {
+	if f.File != nil {
+		_, _ = f.File.Write(chunk)
 	}
-	if f.tail != nil {
-		f.tail.add(chunk)
+	if f.Tail != nil {
+		f.Tail.add(chunk)
 	}
-	if f.console == nil {
+	if f.Console == nil {
 		return
 	}
 	last := bytes.LastIndexByte(chunk, '\n')
@@ -95,7 +96,7 @@ func (f *forwarder) feed(chunk []byte) {
 	first := true
 	for len(complete) > 0 {
 		i := bytes.IndexByte(complete, '\n')
-		f.out = append(f.out, f.prefix...)
+		f.out = append(f.out, f.Prefix...)
 		if first {
 			f.out = append(f.out, f.pending...)
 			f.pending = f.pending[:0]
@@ -104,7 +105,7 @@ func (f *forwarder) feed(chunk []byte) {
 		f.out = append(f.out, complete[:i+1]...)
 		complete = complete[i+1:]
 	}
-	_, _ = f.console.Write(f.out)
+	_, _ = f.Console.Write(f.out)
 	f.pending = append(f.pending, chunk[last+1:]...)
 	if cap(f.out) > 4*readSize {
 		f.out = nil // do not keep a huge buffer after one long line
@@ -112,29 +113,29 @@ func (f *forwarder) feed(chunk []byte) {
 }
 
 // emit writes one prefixed line; newline adds the terminating newline the line lacks.
-func (f *forwarder) emit(line []byte, newline bool) {
-	f.out = append(append(f.out[:0], f.prefix...), line...)
+func (f *Forwarder) emit(line []byte, newline bool) {
+	f.out = append(append(f.out[:0], f.Prefix...), line...)
 	if newline {
 		f.out = append(f.out, '\n')
 	}
-	_, _ = f.console.Write(f.out)
+	_, _ = f.Console.Write(f.out)
 }
 
-func (f *forwarder) flush() {
-	if f.console != nil && len(f.pending) > 0 {
+func (f *Forwarder) flush() {
+	if f.Console != nil && len(f.pending) > 0 {
 		f.emit(f.pending, true)
 	}
 	f.pending = nil
 	f.out = nil
 }
 
-// tail keeps the last tailSize bytes written to it.
-type tail struct {
+// Tail keeps the last tailSize bytes written to it (a worker's stderr, for the report of its failure).
+type Tail struct {
 	mu  sync.Mutex
 	buf []byte
 }
 
-func (t *tail) add(p []byte) {
+func (t *Tail) add(p []byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(p) >= tailSize {
@@ -147,8 +148,8 @@ func (t *tail) add(p []byte) {
 	t.buf = append(t.buf, p...)
 }
 
-// lines returns up to n last complete-or-final lines.
-func (t *tail) lines(n int) []string {
+// Lines returns up to n last complete-or-final lines.
+func (t *Tail) Lines(n int) []string {
 	t.mu.Lock()
 	s := string(t.buf)
 	t.mu.Unlock()
@@ -161,14 +162,6 @@ func (t *tail) lines(n int) []string {
 		all = all[len(all)-n:]
 	}
 	return all
-}
-
-// prefix is worker w's line prefix: none for raw output.
-func (r *job) prefix(w topology.Worker) []byte {
-	if r.spec.RawOutput {
-		return nil
-	}
-	return []byte(Prefix(r.spec.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.spec.Role))
 }
 
 // Prefix expands a --log-prefix template for one worker: {rank}, {local_rank}, {node} and {role} are replaced,

@@ -1,9 +1,16 @@
-package launcher
+// Package console owns what the launcher writes for people and reads from its workers: a Console is one output
+// file (stdout or stderr) with one writer goroutine, so lines of different workers, of both streams and of tpurun's
+// own log never splice and a slow reader slows the workers instead of losing their lines; a Forwarder copies one
+// stream of one worker to it, whole lines with the worker's prefix (Prefix), raw bytes to its log file and the last
+// ones into a Tail; the workers' pipes are made (Pipe) and read to their end, bounded once the workers are gone
+// (Drain). Std, StdSpec and StdinMode say which streams go where and which workers read stdin.
+package console
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -62,6 +69,26 @@ func NewConsoles(stdout, stderr io.Writer) (out, errc *Console) {
 	return out, NewConsole("stderr", stderr)
 }
 
+// Of returns the consoles of a launcher's stdout and stderr writers: a writer that is a *Console is used as it is;
+// any other gets a console, started here and returned in made too (the caller flushes and closes those). stderr
+// shares stdout's console when both are one file (--json, 2>&1), so that the lines of the two streams stay whole.
+func Of(stdout, stderr io.Writer) (out, errc *Console, made []*Console) {
+	open := func(name string, w io.Writer) *Console {
+		if c, ok := w.(*Console); ok {
+			return c
+		}
+		c := NewConsole(name, w)
+		made = append(made, c)
+		return c
+	}
+	out = open("stdout", stdout)
+	errc = out
+	if !sameFile(stdout, stderr) {
+		errc = open("stderr", stderr)
+	}
+	return out, errc, made
+}
+
 func sameFile(a, b io.Writer) bool {
 	if sameWriter(a, b) {
 		return true
@@ -118,8 +145,8 @@ func (c *Console) push(p []byte) {
 	c.more.Broadcast()
 }
 
-// notify has err sent (without waiting) to ch on the first write error.
-func (c *Console) notify(ch chan<- error) {
+// Notify has err sent (without waiting) to ch on the first write error.
+func (c *Console) Notify(ch chan<- error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -258,4 +285,13 @@ func (c *Console) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// sameWriter reports whether a and b are one writer (comparing them without panicking on uncomparable types).
+func sameWriter(a, b io.Writer) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }

@@ -1,4 +1,4 @@
-package launcher
+package console
 
 // Std selects standard streams, with torchrun's numbers: 0 none, 1 stdout, 2 stderr, 3 both.
 type Std int
@@ -38,3 +38,13 @@ func (s StdSpec) Any() bool {
 	}
 	return s.All != StdNone
 }
+
+// StdinMode says which workers read tpurun's stdin (Spec.Stdin); the others read /dev/null.
+type StdinMode string
+
+// The stdin modes (--stdin).
+const (
+	StdinAll   StdinMode = "all"  // every worker, as torchrun's workers inherit its stdin (the default)
+	StdinFirst StdinMode = "0"    // local rank 0 only
+	StdinNone  StdinMode = "none" // no worker: /dev/null for all
+)

@@ -1,4 +1,4 @@
-package launcher
+package console
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 func checkForwarded(t *testing.T, chunks [][]byte) {
 	t.Helper()
 	var console, file bytes.Buffer
-	var tl tail
-	f := &forwarder{prefix: []byte("[7] "), console: &console, file: &file, tail: &tl}
+	var tl Tail
+	f := &Forwarder{Prefix: []byte("[7] "), Console: &console, File: &file, Tail: &tl}
 	var in []byte
 	for _, c := range chunks {
 		f.feed(c)
@@ -83,7 +83,7 @@ func TestForwarderLines(t *testing.T) {
 
 func TestForwarderCapsEndlessLine(t *testing.T) {
 	var console bytes.Buffer
-	f := &forwarder{prefix: []byte("[0] "), console: &console}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: &console}
 	chunk := bytes.Repeat([]byte("z"), readSize)
 	for range 3 * maxLine / readSize {
 		f.feed(chunk)
@@ -97,12 +97,12 @@ func TestForwarderCapsEndlessLine(t *testing.T) {
 }
 
 func TestTailLines(t *testing.T) {
-	var tl tail
+	var tl Tail
 	for i := range 3000 {
 		tl.add([]byte(strings.Repeat("e", i%7) + "\n"))
 	}
 	tl.add([]byte("last words"))
-	got := tl.lines(3)
+	got := tl.Lines(3)
 	if len(got) != 3 || got[2] != "last words" {
 		t.Fatalf("tail %q", got)
 	}
@@ -134,7 +134,7 @@ func FuzzForwarder(f *testing.F) {
 // BenchmarkForwarder measures prefixing throughput for bursts of 80-byte lines (bytes/s of worker output).
 func BenchmarkForwarder(b *testing.B) {
 	chunk := bytes.Repeat([]byte(strings.Repeat("x", 79)+"\n"), readSize/80)
-	f := &forwarder{prefix: []byte("[12] "), console: io.Discard}
+	f := &Forwarder{Prefix: []byte("[12] "), Console: io.Discard}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		f.feed(chunk)
