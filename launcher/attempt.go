@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/safepath"
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
@@ -39,7 +40,7 @@ type attemptSpec struct {
 	masterAddr string
 	masterPort int
 	sink       ResultSink
-	announce   func(*cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
+	announce   func(*attempt.Cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
 }
 
 // child is one started worker process of one attempt.
@@ -75,19 +76,19 @@ func (j *job) attempt(as attemptSpec) *Attempt {
 	s := newSupervisor(j.ctl, j, as, a, len(local))
 	j.ctl.attach(s)
 	if err := j.makeLogDirs(n, local); err != nil {
-		j.ctl.stop(errCause(StopStart, err)) // nothing started
+		j.ctl.stop(attempt.ErrCause(attempt.StopStart, err)) // nothing started
 	} else {
 		j.startAll(s, local)
 	}
-	j.ctl.do(func() { s.feed(event{kind: evStarted}) })
+	j.ctl.do(func() { s.feed(attempt.Event{Kind: attempt.EvStarted}) })
 	<-s.settled
 	j.release(a, s.ws)
-	a.Verdict = s.m.cause.verdict(n, j.spec.Timeout, s.m.escalated)
-	if a.Verdict.Reason == StopDone {
+	a.Verdict = s.m.Verdict(n, j.spec.Timeout)
+	if a.Verdict.Reason == attempt.StopDone {
 		for _, r := range a.Ranks {
 			if r.ResultErr != nil {
 				err := &failure.ResultError{Rank: r.Rank, PID: r.PID, Err: r.ResultErr}
-				a.Verdict = &Verdict{Reason: StopDone, Code: failure.ExitCode(err), Node: -1, Err: err}
+				a.Verdict = &attempt.Verdict{Reason: attempt.StopDone, Code: failure.ExitCode(err), Node: -1, Err: err}
 				break
 			}
 		}
@@ -142,7 +143,7 @@ func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	close(ready)
 	o := <-done
 	if o.err != nil {
-		j.ctl.stop(errCause(StopStart, o.err))
+		j.ctl.stop(attempt.ErrCause(attempt.StopStart, o.err))
 	}
 	j.log.Info("workers started", zap.Int("attempt", s.as.n), zap.Int("workers", o.started),
 		zap.String("master", fmt.Sprintf("%s:%d", s.as.masterAddr, s.as.masterPort)))

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
@@ -36,29 +37,29 @@ type controller struct {
 	// owned by the loop goroutine
 	seen     map[syscall.Signal]bool // stop signals received so far
 	att      *supervisor             // the attempt being supervised, nil between attempts
-	pending  *cause                  // a cause for this generation's attempt that came before it was attached
+	pending  *attempt.Cause          // a cause for this generation's attempt that came before it was attached
 	timeoutC <-chan time.Time
 	timer    *time.Timer
 	consoles []*console.Console
 	term     *terminal // nil without a terminal to hand over
 
 	mu      sync.Mutex
-	first   *cause // the first job-wide cause
-	last    *cause // the latest job-wide cause
-	seq     int    // how many job-wide causes came so far
-	hurried bool   // a second stop came: nothing waits any more
+	first   *attempt.Cause // the first job-wide cause
+	last    *attempt.Cause // the latest job-wide cause
+	seq     int            // how many job-wide causes came so far
+	hurried bool           // a second stop came: nothing waits any more
 	jobCtx  context.Context
 	cancel  context.CancelCauseFunc
 	waiters map[*context.CancelCauseFunc]struct{}
 }
 
 // stopped is the cause a context of the controller is canceled with.
-type stopped struct{ c *cause }
+type stopped struct{ c *attempt.Cause }
 
 func (e *stopped) Error() string { return "stopping: " + e.c.String() }
 
 // stopOf is the controller's cause behind a canceled context, nil when it was not the controller.
-func stopOf(ctx context.Context) *cause {
+func stopOf(ctx context.Context) *attempt.Cause {
 	var s *stopped
 	if errors.As(context.Cause(ctx), &s) {
 		return s.c
@@ -103,13 +104,13 @@ func (c *controller) loop() {
 			c.onSignal(sig)
 		case err := <-c.outErr:
 			c.outErr = nil
-			c.onCause(errCause(StopOutput, err))
+			c.onCause(attempt.ErrCause(attempt.StopOutput, err))
 		case <-c.timeoutC:
 			c.timeoutC = nil
 			c.onTimeout()
 		case <-ctxDone:
 			ctxDone = nil
-			c.onCause(errCause(StopCanceled, c.ctx.Err()))
+			c.onCause(attempt.ErrCause(attempt.StopCanceled, c.ctx.Err()))
 		case f := <-c.msgs:
 			f()
 		case m := <-s.exits:
@@ -138,19 +139,19 @@ func (c *controller) do(f func()) {
 
 // stop reports a cause to stop from any goroutine: a failure of another node, a lost node, the rendezvous store
 // gone, the job closed.
-func (c *controller) stop(x *cause) { c.do(func() { c.onCause(x) }) }
+func (c *controller) stop(x *attempt.Cause) { c.do(func() { c.onCause(x) }) }
 
 // causeOf is the cause of a rendezvous session's news: the store lost (job-wide: 69 naming its endpoint), another
 // node lost, or failed or stopped.
-func causeOf(f rendezvous.Failure) *cause {
+func causeOf(f rendezvous.Failure) *attempt.Cause {
 	if f.Store {
-		return errCause(StopStore, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
+		return attempt.ErrCause(attempt.StopStore, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
 	}
 	if f.Lost {
-		return &cause{reason: StopLost, sig: syscall.SIGTERM, node: f.Node.Rank,
-			err: fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrNodeLost, f)}
+		return &attempt.Cause{Reason: attempt.StopLost, Signal: syscall.SIGTERM, Node: f.Node.Rank,
+			Err: fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrNodeLost, f)}
 	}
-	return &cause{reason: StopRemote, sig: syscall.SIGTERM, node: f.Node.Rank, msg: f.Reason}
+	return &attempt.Cause{Reason: attempt.StopRemote, Signal: syscall.SIGTERM, Node: f.Node.Rank, Message: f.Reason}
 }
 
 // jobContext is canceled by the first job-wide cause: the join, the barrier and the decision to restart use it,
@@ -158,7 +159,7 @@ func causeOf(f rendezvous.Failure) *cause {
 func (c *controller) jobContext() context.Context { return c.jobCtx }
 
 // jobCause is the first job-wide cause, nil while none.
-func (c *controller) jobCause() *cause {
+func (c *controller) jobCause() *attempt.Cause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.first
@@ -193,8 +194,8 @@ func (c *controller) waitContext(parent context.Context, since int) (context.Con
 
 // onCause takes one cause: a job-wide one is recorded (the first one ends the job) and ends every wait; any cause
 // goes to the attempt being supervised, or waits for this generation's attempt.
-func (c *controller) onCause(x *cause) {
-	if x.reason.jobWide() {
+func (c *controller) onCause(x *attempt.Cause) {
+	if x.Reason.JobWide() {
 		c.mu.Lock()
 		if c.first == nil {
 			c.first = x
@@ -209,8 +210,8 @@ func (c *controller) onCause(x *cause) {
 	}
 	switch {
 	case c.att != nil:
-		c.att.feed(event{kind: evStop, cause: x})
-	case x.reason.jobWide():
+		c.att.feed(attempt.Event{Kind: attempt.EvStop, Cause: x})
+	case x.Reason.JobWide():
 		c.log.Warn(x.String() + ": stopping the run")
 	case c.pending == nil:
 		c.pending = x
@@ -225,9 +226,9 @@ func (c *controller) attach(s *supervisor) {
 	c.do(func() {
 		c.att = s
 		if x := c.jobCause(); x != nil {
-			s.feed(event{kind: evStop, cause: x})
+			s.feed(attempt.Event{Kind: attempt.EvStop, Cause: x})
 		} else if c.pending != nil {
-			s.feed(event{kind: evStop, cause: c.pending})
+			s.feed(attempt.Event{Kind: attempt.EvStop, Cause: c.pending})
 		}
 	})
 }
@@ -257,17 +258,17 @@ func (c *controller) onSignal(sig os.Signal) {
 			c.log.Info("no worker to forward "+failure.SignalName(s)+" to: between attempts", zap.String("signal", failure.SignalName(s)))
 			return
 		}
-		c.att.feed(event{kind: evForward, sig: s})
+		c.att.feed(attempt.Event{Kind: attempt.EvForward, Signal: s})
 	}
 }
 
 // onStopSignal: the first stop signal stops the run; the same one again, or any once the attempt's grace has
 // begun, is a second stop: SIGKILL now, and no more waiting for a reader of the output or for the other nodes.
 func (c *controller) onStopSignal(s syscall.Signal) {
-	second := c.seen[s] || (c.att != nil && c.att.m.graceBegan())
+	second := c.seen[s] || (c.att != nil && c.att.m.GraceBegan())
 	c.seen[s] = true
 	if !second {
-		c.onCause(signalCause(s))
+		c.onCause(attempt.SignalCause(s))
 		return
 	}
 	c.log.Warn("second stop signal "+failure.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
@@ -275,9 +276,9 @@ func (c *controller) onStopSignal(s syscall.Signal) {
 	c.mu.Lock()
 	c.hurried = true
 	c.mu.Unlock()
-	c.onCause(signalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
+	c.onCause(attempt.SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
 	if c.att != nil {
-		c.att.feed(event{kind: evSecondStop, sig: s, why: "second " + failure.SignalName(s)})
+		c.att.feed(attempt.Event{Kind: attempt.EvSecondStop, Signal: s, Why: "second " + failure.SignalName(s)})
 	}
 	c.hurry()
 }
@@ -286,10 +287,10 @@ func (c *controller) onStopSignal(s syscall.Signal) {
 // the timeout bounds it too: SIGKILL now.
 func (c *controller) onTimeout() {
 	why := "--timeout " + c.timeout.String() + " expired"
-	escalate := c.att != nil && c.att.m.graceBegan()
-	c.onCause(errCause(StopTimeout, fmt.Errorf("%w: %s", failure.ErrTimeout, why)))
+	escalate := c.att != nil && c.att.m.GraceBegan()
+	c.onCause(attempt.ErrCause(attempt.StopTimeout, fmt.Errorf("%w: %s", failure.ErrTimeout, why)))
 	if escalate {
-		c.att.feed(event{kind: evSecondStop, why: why})
+		c.att.feed(attempt.Event{Kind: attempt.EvSecondStop, Why: why})
 	}
 }
 
@@ -376,18 +377,4 @@ func (c *controller) onContinue() {
 	}
 	c.att.handTerminal()
 	c.att.signalAll(syscall.SIGCONT, 0)
-}
-
-// verdictDuring is the verdict of a job-wide cause that stopped the job outside an attempt, during what it was
-// doing ("the rendezvous join").
-func (x *cause) verdictDuring(during string, timeout time.Duration) *Verdict {
-	v := x.verdict(0, timeout, "")
-	v.During = during
-	switch x.reason {
-	case StopSignal:
-		v.Err = &failure.SignalError{Signal: x.sig, During: during}
-	case StopTimeout:
-		v.Err = fmt.Errorf("%w: the timeout %s expired during %s", failure.ErrTimeout, timeout, during)
-	}
-	return v
 }

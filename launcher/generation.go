@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
@@ -38,7 +39,7 @@ type world struct {
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
 // job-wide stop), and -1 when the job is over with the verdict v.
-func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *Report) (next int, v *Verdict) {
+func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *Report) (next int, v *attempt.Verdict) {
 	j.ctl.beginGeneration()
 	s, v := j.join(rz, g)
 	if v != nil {
@@ -66,7 +67,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *Report) (next in
 	})
 	coll := j.newCollector(w.plan, w.nodeRank)
 	att := j.attempt(attemptSpec{n: g, plan: w.plan, nodeRank: w.nodeRank, masterAddr: w.masterAddr,
-		masterPort: w.masterPort, sink: coll, announce: func(c *cause) {
+		masterPort: w.masterPort, sink: coll, announce: func(c *attempt.Cause) {
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
@@ -75,10 +76,10 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *Report) (next in
 }
 
 // announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
-func (j *job) announce(s rendezvous.Session, c *cause) {
+func (j *job) announce(s rendezvous.Session, c *attempt.Cause) {
 	f := rendezvous.Failure{WorkerRank: -1, Reason: c.String()}
-	if c.failure != nil {
-		f.WorkerRank = c.failure.Rank
+	if c.Failure != nil {
+		f.WorkerRank = c.Failure.Rank
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -89,7 +90,7 @@ func (j *job) announce(s rendezvous.Session, c *cause) {
 
 // agree is this node's part of the world of a: the world plan and the barrier before the start (a world of one
 // is this host's plan).
-func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *Verdict) {
+func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *attempt.Verdict) {
 	w := world{plan: j.plan, nodeRank: j.nodeRank, masterAddr: j.spec.MasterAddr, masterPort: j.spec.MasterPort}
 	if j.spec.Rendezvous.Solo() {
 		return w, nil
@@ -110,16 +111,16 @@ func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *Ver
 }
 
 // stopVerdict is the verdict of a wait that failed: the controller's cause when it ended the wait, else v.
-func (j *job) stopVerdict(ctx context.Context, during string, v *Verdict) *Verdict {
+func (j *job) stopVerdict(ctx context.Context, during string, v *attempt.Verdict) *attempt.Verdict {
 	if c := stopOf(ctx); c != nil {
-		return c.verdictDuring(during, j.spec.Timeout)
+		return c.VerdictDuring(during, j.spec.Timeout)
 	}
 	return v
 }
 
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
 // results and decides the code every node exits with) and says what comes next: a restart, or the end.
-func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Attempt, coll *results.Collector, rep *Report) (int, *Verdict) {
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Attempt, coll *results.Collector, rep *Report) (int, *attempt.Verdict) {
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
@@ -140,7 +141,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Atte
 	}
 	wv, failed := worldVerdict(all)
 	final := outcome{Node: a.NodeRank, Verdict: wv}
-	var jobV *Verdict
+	var jobV *attempt.Verdict
 	if a.NodeRank == 0 {
 		jobV = j.worldResults(all, att, coll, wv, failed, rep)
 		final.Verdict = published(jobV)
@@ -174,20 +175,20 @@ func (j *job) leave(ctx context.Context, s rendezvous.Session, g int, last bool,
 }
 
 // closedVerdict is v, unless the join found the job already finished (rendezvous.ErrJobClosed: a late node, or a
-// restart the other nodes did not make): then this node's end, StopClosed, with code 0 for a node that ran no
+// restart the other nodes did not make): then this node's end, attempt.StopClosed, with code 0 for a node that ran no
 // attempt of the job and the job's code for one that did.
-func closedVerdict(v *Verdict, ran bool) *Verdict {
+func closedVerdict(v *attempt.Verdict, ran bool) *attempt.Verdict {
 	var jc *rendezvous.JobClosedError
 	if !errors.As(v, &jc) {
 		return v
 	}
 	e := &failure.JobClosedError{JobClosedError: jc, Ran: ran}
-	return &Verdict{Reason: StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
+	return &attempt.Verdict{Reason: attempt.StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
 }
 
 // worldResults is node 0's verdict of the world: every node's results and exits merged into the document (exactly
 // once per replica, world-wide), which is written, and its code.
-func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector, wv Verdict, failed bool, rep *Report) *Verdict {
+func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector, wv attempt.Verdict, failed bool, rep *Report) *attempt.Verdict {
 	exits := att.ResultExits()
 	for _, oc := range all[1:] {
 		if err := coll.Add(oc.Node, oc.Results); err != nil {
@@ -205,7 +206,7 @@ func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector,
 	doc, err := j.finishResults(exits, coll, worldErr)
 	rep.Results = doc
 	if err == nil {
-		return &Verdict{Reason: StopDone, Node: 0}
+		return &attempt.Verdict{Reason: attempt.StopDone, Node: 0}
 	}
 	v := verdictOf(err)
 	if !failed && v.Code != 0 {
@@ -215,20 +216,20 @@ func (j *job) worldResults(all []outcome, att *Attempt, coll *results.Collector,
 }
 
 // remoteVerdict is the verdict of a node that ends because node decided so: its code is the world's.
-func remoteVerdict(node, code int, msg string) *Verdict {
-	return &Verdict{Reason: StopRemote, Code: code, Node: node, Message: msg,
+func remoteVerdict(node, code int, msg string) *attempt.Verdict {
+	return &attempt.Verdict{Reason: attempt.StopRemote, Code: code, Node: node, Message: msg,
 		Err: &failure.NodeError{Node: node, Code: code, Message: msg}}
 }
 
 // next turns the world's final verdict into this node's: node 0 its own decision, the failed node its own
 // verdict, every other node the world's; then restarts the world as generation g+1 when it failed and may.
-func (j *job) next(a *rendezvous.Assignment, att *Attempt, mine, final outcome, jobV *Verdict, failed bool, rep *Report) (int, *Verdict) {
+func (j *job) next(a *rendezvous.Assignment, att *Attempt, mine, final outcome, jobV *attempt.Verdict, failed bool, rep *Report) (int, *attempt.Verdict) {
 	var docErr error
 	if a.NodeRank != 0 && mine.WantDocument && final.Document != nil {
 		rep.Results, docErr = final.Document, j.writeResultsFile(final.Document)
 	}
 	fv := final.Verdict
-	var v *Verdict
+	var v *attempt.Verdict
 	switch {
 	case fv.Code == 0 && docErr != nil:
 		return -1, verdictOf(docErr)
@@ -265,14 +266,14 @@ func (j *job) logRestart(g, node, code int, verdict string) {
 // noVerdict is the end of a node that could not learn the world's verdict: when a stop ended the wait, the first
 // cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
 // one is left; else its own failure if it had one, or a rendezvous failure.
-func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *Attempt, err error) (int, *Verdict) {
+func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *Attempt, err error) (int, *attempt.Verdict) {
 	if c := stopOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
-		if att.Verdict.Code != 0 && att.Verdict.origin() {
+		if att.Verdict.Code != 0 && att.Verdict.Own() {
 			return -1, att.Verdict
 		}
-		return -1, c.verdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
+		return -1, c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
 	}
 	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
 	if errors.Is(err, rendezvous.ErrNodeLost) {
@@ -280,7 +281,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *A
 			return next, nil
 		}
 	}
-	if att.Verdict.Code != 0 && att.Verdict.origin() {
+	if att.Verdict.Code != 0 && att.Verdict.Own() {
 		return -1, att.Verdict
 	}
 	return -1, v
@@ -289,7 +290,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *A
 // lost decides what a node does when generation g could not agree because a node of the world is gone: with
 // restarts left (and no job-wide stop) the survivors join generation g+1 — the join completes with at least the
 // minimum of nodes, or fails naming who is missing; otherwise the job ends with v.
-func (j *job) lost(g int, v *Verdict) (int, *Verdict) {
+func (j *job) lost(g int, v *attempt.Verdict) (int, *attempt.Verdict) {
 	if !errors.Is(v, rendezvous.ErrNodeLost) || !j.restartable(g, nil) {
 		return -1, v
 	}
@@ -308,18 +309,18 @@ func (j *job) restartable(g int, att *Attempt) bool {
 		j.log.Warn("not restarting: " + c.String())
 		return false
 	}
-	return att == nil || !att.Verdict.Reason.jobWide()
+	return att == nil || !att.Verdict.Reason.JobWide()
 }
 
 // join enters generation g; a job-wide stop before or during the join ends the job with its verdict.
-func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *Verdict) {
+func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *attempt.Verdict) {
 	m, err := j.member(rz, g)
 	if err != nil {
 		return nil, verdictOf(err)
 	}
 	ctx := j.ctl.jobContext()
 	if c := j.ctl.jobCause(); c != nil {
-		return nil, c.verdictDuring("the rendezvous join", j.spec.Timeout)
+		return nil, c.VerdictDuring("the rendezvous join", j.spec.Timeout)
 	}
 	start := time.Now()
 	s, err := rz.Join(ctx, m)

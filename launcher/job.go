@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
@@ -27,7 +28,7 @@ import (
 // reason to stop the run, in every phase.
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
-// started, it is the job's *Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
+// started, it is the job's *attempt.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
 // *failure.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError behind it); before that, a *failure.ConfigError, a detection
 // error or a *failure.ProgramError. When Run returns, no process of the job is left: every group got SIGKILL and the
 // orphan sweep ran.
@@ -85,24 +86,24 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 // stoppedOr is err, or the verdict of the job-wide stop that made it fail (a signal during detection).
 func (j *job) stoppedOr(err error, during string) error {
 	if c := j.ctl.jobCause(); c != nil && errors.Is(err, context.Canceled) {
-		return c.verdictDuring(during, j.spec.Timeout)
+		return c.VerdictDuring(during, j.spec.Timeout)
 	}
 	return err
 }
 
 // outputVerdict is the job's verdict once its output is flushed: a write error on the launcher's stdout or stderr
 // (which stopped the run) wins over the stop it caused.
-func (j *job) outputVerdict(v *Verdict) *Verdict {
+func (j *job) outputVerdict(v *attempt.Verdict) *attempt.Verdict {
 	for _, c := range j.own {
 		_ = c.Flush(nil)
 	}
 	for _, c := range []*console.Console{j.stdout, j.stderr} {
-		if oe := c.Err(); oe != nil && (v == nil || v.Reason != StopOutput) {
-			return &Verdict{Reason: StopOutput, Code: failure.ExitCode(oe), Node: -1, Err: oe}
+		if oe := c.Err(); oe != nil && (v == nil || v.Reason != attempt.StopOutput) {
+			return &attempt.Verdict{Reason: attempt.StopOutput, Code: failure.ExitCode(oe), Node: -1, Err: oe}
 		}
 	}
 	if v == nil {
-		return &Verdict{Reason: StopDone, Node: -1}
+		return &attempt.Verdict{Reason: attempt.StopDone, Node: -1}
 	}
 	return v
 }

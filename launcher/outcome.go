@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/results"
 	"tpurun/rendezvous"
 )
@@ -16,7 +17,7 @@ type outcome struct {
 	Node int `json:"node"`
 	// Verdict is how this node's attempt ended (in "outcome"), or the world's verdict as node 0 decided it, with
 	// the code every node exits with (in "final").
-	Verdict Verdict            `json:"verdict"`
+	Verdict attempt.Verdict    `json:"verdict"`
 	Results *results.Share     `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
 	Exits   []results.RankExit `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
 	// WantDocument: this node's caller wants the results document (--json, --results); node 0 then puts the
@@ -26,7 +27,7 @@ type outcome struct {
 }
 
 // published is v as another node reads it: its words instead of its error.
-func published(v *Verdict) Verdict {
+func published(v *attempt.Verdict) attempt.Verdict {
 	p := *v
 	if p.Message == "" && p.Code != 0 {
 		p.Message = v.Summary()
@@ -35,15 +36,12 @@ func published(v *Verdict) Verdict {
 	return p
 }
 
-// origin reports whether the verdict is this node's own (not a stop because of another node).
-func (v *Verdict) origin() bool { return v.Reason != StopRemote && v.Reason != StopLost }
-
 // worldVerdict picks the world's verdict from every node's outcome: the lowest node whose own cause ended its
 // attempt with a non-zero code, else the first non-zero code by node rank; failed is false when every node
 // succeeded.
-func worldVerdict(all []outcome) (v Verdict, failed bool) {
+func worldVerdict(all []outcome) (v attempt.Verdict, failed bool) {
 	for _, o := range all {
-		if o.Verdict.origin() && o.Verdict.Code != 0 {
+		if o.Verdict.Own() && o.Verdict.Code != 0 {
 			v = o.Verdict
 			v.Node = o.Node
 			return v, true
@@ -56,7 +54,7 @@ func worldVerdict(all []outcome) (v Verdict, failed bool) {
 			return v, true
 		}
 	}
-	return Verdict{Reason: StopDone}, false
+	return attempt.Verdict{Reason: attempt.StopDone}, false
 }
 
 // publishGather publishes this node's outcome and returns every node's, in node-rank order. An outcome travels in

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/results"
 )
@@ -23,16 +24,16 @@ type Report struct {
 	Program  []string // the command every worker ran (the interpreter first for a Python program)
 	Attempts []*Attempt
 	Results  *results.Document
-	Verdict  *Verdict // how the job ended; never nil once Run returns a report
+	Verdict  *attempt.Verdict // how the job ended; never nil once Run returns a report
 }
 
 // Attempt is one start of the whole group (attempt 0, then one per restart).
 type Attempt struct {
 	Number  int
-	Verdict *Verdict      // how this attempt ended (its reason, exit code, root cause)
-	Ranks   []RankSummary // in local-rank order
-	Swept   []int         // pids the orphan sweep had to kill
-	LogDir  string        // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
+	Verdict *attempt.Verdict // how this attempt ended (its reason, exit code, root cause)
+	Ranks   []RankSummary    // in local-rank order
+	Swept   []int            // pids the orphan sweep had to kill
+	LogDir  string           // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
 
 	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
 
@@ -89,7 +90,7 @@ func (r *Report) WriteAttempt(w io.Writer, a *Attempt) {
 	var b strings.Builder
 	v := a.Verdict
 	head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
-	if v.Reason != StopDone && v.Reason != StopFailure {
+	if v.Reason != attempt.StopDone && v.Reason != attempt.StopFailure {
 		if clean := cleanRanks(a.Ranks); clean != "" {
 			head += "; " + clean
 		}
@@ -119,7 +120,7 @@ func (r *Report) WriteAttempt(w io.Writer, a *Attempt) {
 // failed is the summary of the rank whose failure ended the attempt, nil when no worker's failure did.
 func (a *Attempt) failed() *RankSummary {
 	v := a.Verdict
-	if v == nil || v.Reason != StopFailure || v.Failure == nil {
+	if v == nil || v.Reason != attempt.StopFailure || v.Failure == nil {
 		return nil
 	}
 	for i, s := range a.Ranks {
@@ -262,4 +263,23 @@ func bytesText(n int64) string {
 	default:
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
+}
+
+// cleanRanks lists the ranks that ended with exit code 0, for a stopped attempt's summary.
+func cleanRanks(ranks []RankSummary) string {
+	var ok []string
+	for _, r := range ranks {
+		if r.Signal == 0 && r.ExitCode == 0 {
+			ok = append(ok, fmt.Sprint(r.Rank))
+		}
+	}
+	switch len(ok) {
+	case 0:
+		return ""
+	case len(ranks):
+		return "every rank finished cleanly (exit 0)"
+	case 1:
+		return "rank " + ok[0] + " finished cleanly (exit 0)"
+	}
+	return "ranks " + strings.Join(ok, ", ") + " finished cleanly (exit 0)"
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tpurun/launcher"
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
 )
@@ -41,7 +42,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
 	a := rep.Last()
-	if a.Verdict.Reason != launcher.StopFailure || a.Verdict.Escalated != "second SIGINT" {
+	if a.Verdict.Reason != attempt.StopFailure || a.Verdict.Escalated != "second SIGINT" {
 		t.Errorf("attempt verdict %+v, want rank 0's failure, escalated by the second stop (SIGINT)", a.Verdict)
 	}
 	if r := a.Ranks[1]; r.Signal != syscall.SIGKILL {
@@ -63,7 +64,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Timeout = launchertest.Scaled(4 * time.Second)
 	cfg.Grace = cfg.Timeout
 	rep, err := launcher.Run(context.Background(), cfg)
-	if v := rep.Attempts[0].Verdict; v.Reason != launcher.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
+	if v := rep.Attempts[0].Verdict; v.Reason != attempt.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
 		t.Fatalf("attempt 0: verdict %+v; the case needs rank 0 to fail before the timeout", v)
 	}
 	var we *failure.WorkerError

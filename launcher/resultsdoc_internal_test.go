@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/results"
@@ -16,12 +17,12 @@ import (
 // the runner could not use (2), then the run's failure (a worker's, another node's, a timeout), then the contract's
 // violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
 func TestFinishResultsPrecedence(t *testing.T) {
-	workerFailed := &Verdict{Reason: StopFailure, Code: 3, Node: -1,
+	workerFailed := &attempt.Verdict{Reason: attempt.StopFailure, Code: 3, Node: -1,
 		Err: &failure.WorkerError{Rank: 0, PID: 10, ExitCode: 3}}
-	nodeFailed := &Verdict{Reason: StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
-	timedOut := &Verdict{Reason: StopTimeout, Code: exitcode.Timeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
+	nodeFailed := &attempt.Verdict{Reason: attempt.StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
+	timedOut := &attempt.Verdict{Reason: attempt.StopTimeout, Code: exitcode.Timeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
 	sinkErr := &failure.ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
-	complaint := &Verdict{Reason: StopDone, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
+	complaint := &attempt.Verdict{Reason: attempt.StopDone, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
 	ok := func(c *worker.Client) { _ = c.Report(0, 1) }
 	raised := func(c *worker.Client) { _ = c.Fail(0, errors.New("loss is NaN")) }
 	twice := func(c *worker.Client) { _ = c.Report(0, 1); _ = c.Report(0, 2) }
@@ -70,7 +71,7 @@ func TestFinishResultsPrecedence(t *testing.T) {
 				if err != nil {
 					t.Errorf("error %v, want none", err)
 				}
-			case *Verdict:
+			case *attempt.Verdict:
 				if err != want {
 					t.Errorf("error %v, want the run's %v", err, want)
 				}

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/launcher/attempt"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/worker"
@@ -26,7 +27,7 @@ type supervisor struct {
 	j  *job
 	as attemptSpec
 	a  *Attempt
-	m  *attemptMachine
+	m  *attempt.Machine
 
 	ws       []*child
 	exits    chan exitMsg
@@ -36,7 +37,7 @@ type supervisor struct {
 	poll     *time.Ticker
 	holder   *child         // the worker holding the terminal, nil when none
 	chld     chan os.Signal // SIGCHLD while a worker holds the terminal (job control)
-	queue    []event
+	queue    []attempt.Event
 	feeding  bool
 	stopping atomic.Bool   // the main goroutine starts no more workers
 	settled  chan struct{} // closed when the machine is done
@@ -66,12 +67,12 @@ type exitMsg struct {
 }
 
 func newSupervisor(c *controller, j *job, as attemptSpec, a *Attempt, workers int) *supervisor {
-	return &supervisor{c: c, j: j, as: as, a: a, m: newMachine(j.spec.Grace), exits: make(chan exitMsg, workers),
+	return &supervisor{c: c, j: j, as: as, a: a, m: attempt.NewMachine(j.spec.Grace), exits: make(chan exitMsg, workers),
 		settled: make(chan struct{})}
 }
 
 // feed hands e to the machine and carries out the actions, in order; events that actions cause are queued behind.
-func (s *supervisor) feed(e event) {
+func (s *supervisor) feed(e attempt.Event) {
 	s.queue = append(s.queue, e)
 	if s.feeding {
 		return
@@ -80,38 +81,38 @@ func (s *supervisor) feed(e event) {
 	for len(s.queue) > 0 {
 		e := s.queue[0]
 		s.queue = s.queue[1:]
-		from := s.m.phase
-		acts := s.m.handle(e)
-		if s.m.phase != from {
-			s.j.log.Debug("attempt state", zap.Int("attempt", s.as.n), zap.Stringer("from", from), zap.Stringer("to", s.m.phase))
+		from := s.m.Phase()
+		acts := s.m.Handle(e)
+		if s.m.Phase() != from {
+			s.j.log.Debug("attempt state", zap.Int("attempt", s.as.n), zap.Stringer("from", from), zap.Stringer("to", s.m.Phase()))
 		}
 		for _, act := range acts {
 			s.do(act)
 		}
 	}
 	s.feeding = false
-	if s.m.phase >= phaseStopping {
+	if s.m.Phase() >= attempt.Stopping {
 		s.stopping.Store(true)
 	}
 }
 
 // do carries out one action.
-func (s *supervisor) do(act action) {
-	switch act.kind {
-	case actSignal:
+func (s *supervisor) do(act attempt.Action) {
+	switch act.Kind {
+	case attempt.ActSignal:
 		s.stopSignal(act)
-	case actSignalNew:
-		s.signalOne(s.ws[len(s.ws)-1], act.sig)
-	case actKill:
-		s.j.log.Warn(s.m.escalated+": SIGKILL to every worker group", zap.Duration("grace", s.j.spec.Grace))
+	case attempt.ActSignalNew:
+		s.signalOne(s.ws[len(s.ws)-1], act.Signal)
+	case attempt.ActKill:
+		s.j.log.Warn(s.m.Escalated()+": SIGKILL to every worker group", zap.Duration("grace", s.j.spec.Grace))
 		s.signalAll(syscall.SIGKILL, 0)
-	case actArmGrace:
+	case attempt.ActArmGrace:
 		s.armGrace()
-	case actFailed:
-		s.failed(act.cause.failure)
-	case actAnnounce:
+	case attempt.ActFailed:
+		s.failed(act.Cause.Failure)
+	case attempt.ActAnnounce:
 		if s.as.announce != nil {
-			s.as.announce(act.cause)
+			s.as.announce(act.Cause)
 		}
 	default:
 		s.doLate(act)
@@ -119,42 +120,42 @@ func (s *supervisor) do(act action) {
 }
 
 // doLate carries out the actions of the end of an attempt.
-func (s *supervisor) doLate(act action) {
-	switch act.kind {
-	case actHurry:
+func (s *supervisor) doLate(act attempt.Action) {
+	switch act.Kind {
+	case attempt.ActHurry:
 		s.c.hurry()
-	case actAbandon:
+	case attempt.ActAbandon:
 		s.j.log.Warn("stop signal while writing the workers' last output: discarding the rest")
 		s.c.abandon()
-	case actTermOrphans:
+	case attempt.ActTermOrphans:
 		s.termOrphans()
-	case actSweep:
+	case attempt.ActSweep:
 		s.stopWatch()
 		go func() {
 			swept := s.j.killAndSweep(s.ws)
-			s.c.do(func() { s.a.Swept = swept; s.feed(event{kind: evSwept}) })
+			s.c.do(func() { s.a.Swept = swept; s.feed(attempt.Event{Kind: attempt.EvSwept}) })
 		}()
-	case actDrain:
+	case attempt.ActDrain:
 		go func() {
 			s.j.drain(s.ws)
-			s.c.do(func() { s.feed(event{kind: evDrained}) })
+			s.c.do(func() { s.feed(attempt.Event{Kind: attempt.EvDrained}) })
 		}()
-	case actSettle:
+	case attempt.ActSettle:
 		s.settle()
 	}
 }
 
 // stopSignal sends the stop signal to every group (a forwarded signal when act has no cause).
-func (s *supervisor) stopSignal(act action) {
+func (s *supervisor) stopSignal(act attempt.Action) {
 	skip := 0
-	if act.cause == nil {
-		s.j.log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.sig)))
+	if act.Cause == nil {
+		s.j.log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.Signal)))
 	} else {
-		skip = act.cause.skipGroup
-		s.j.log.Info("stopping all workers: "+act.cause.String(), zap.String("reason", string(act.cause.reason)),
-			zap.String("signal", failure.SignalName(act.sig)), zap.Duration("grace", s.j.spec.Grace))
+		skip = act.Cause.SkipGroup
+		s.j.log.Info("stopping all workers: "+act.Cause.String(), zap.String("reason", string(act.Cause.Reason)),
+			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.j.spec.Grace))
 	}
-	s.signalAll(act.sig, skip)
+	s.signalAll(act.Signal, skip)
 }
 
 // signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
@@ -184,7 +185,7 @@ func (s *supervisor) armGrace() {
 
 func (s *supervisor) graceExpired() {
 	s.graceC = nil
-	s.feed(event{kind: evGrace})
+	s.feed(attempt.Event{Kind: attempt.EvGrace})
 }
 
 // started hands started workers to the supervisor (from the main goroutine, through the loop, all at once); the
@@ -202,7 +203,7 @@ func (s *supervisor) started(wks []*child, ps []*proc.Process) {
 			if wk.holder {
 				s.holdTerminal(wk)
 			}
-			s.feed(event{kind: evAdded})
+			s.feed(attempt.Event{Kind: attempt.EvAdded})
 		}
 	})
 }
@@ -224,12 +225,12 @@ func (s *supervisor) exited(m exitMsg) {
 		s.reclaimTerminal()
 		if ex.Signal == syscall.SIGINT || ex.Signal == syscall.SIGQUIT {
 			// the terminal's Ctrl-C (or Ctrl-\) reached the holder's group: that signal to the run, for the others once
-			c := signalCause(ex.Signal)
-			c.skipGroup = wk.p.PID()
+			c := attempt.SignalCause(ex.Signal)
+			c.SkipGroup = wk.p.PID()
 			s.c.seen[ex.Signal] = true
 			s.j.log.Warn(failure.SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
 			s.c.onCause(c)
-			s.feed(event{kind: evExited})
+			s.feed(attempt.Event{Kind: attempt.EvExited})
 			return
 		}
 	}
@@ -237,7 +238,7 @@ func (s *supervisor) exited(m exitMsg) {
 	if !ex.Success() {
 		failed = &failure.WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: s.as.n, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
 	}
-	s.feed(event{kind: evExited, failed: failed})
+	s.feed(attempt.Event{Kind: attempt.EvExited, Failed: failed})
 }
 
 // failed reports the first failed worker of the attempt.
@@ -250,12 +251,12 @@ func (s *supervisor) failed(we *failure.WorkerError) {
 // termOrphans is the gentle first step of the sweep: the workers' groups, when they never got a stop signal, and
 // every process they left outside their groups get SIGTERM once; the rest of the grace is theirs to exit.
 func (s *supervisor) termOrphans() {
-	if s.m.stopSig == 0 {
+	if s.m.StopSignal() == 0 {
 		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)
 	}
 	hit := s.j.termOutside(s.ws)
 	if s.j.liveOrphans() == 0 {
-		s.feed(event{kind: evOrphansGone})
+		s.feed(attempt.Event{Kind: attempt.EvOrphansGone})
 		return
 	}
 	s.j.log.Info("the workers left processes behind: SIGTERM, then SIGKILL after the grace period",
@@ -270,7 +271,7 @@ func (s *supervisor) termOrphans() {
 
 func (s *supervisor) checkOrphans() {
 	if s.j.liveOrphans() == 0 {
-		s.feed(event{kind: evOrphansGone})
+		s.feed(attempt.Event{Kind: attempt.EvOrphansGone})
 	}
 }
 
