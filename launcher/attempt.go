@@ -25,6 +25,7 @@ import (
 	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 	"tpurun/launcher/topology"
+	"tpurun/launcher/workerenv"
 	"tpurun/worker"
 )
 
@@ -39,7 +40,7 @@ type attemptSpec struct {
 	nodeRank   int
 	masterAddr string
 	masterPort int
-	sink       ResultSink
+	sink       resultSink
 	announce   func(*attempt.Cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
 }
 
@@ -173,7 +174,7 @@ func (b *batch) discard() {
 // once), its arguments when they do not vary by rank, and the parts of the environment every worker gets.
 type launch struct {
 	sv      *supervisor
-	env     *envBuilder
+	env     *workerenv.Builder
 	prog    *exec.Cmd // Path and Err of the program, as exec.Command found it
 	args    []string  // the worker's argv when no argument has ${local_rank}; nil otherwise
 	stdin   [2]*os.File
@@ -182,9 +183,9 @@ type launch struct {
 
 func (j *job) newLaunch(sv *supervisor) *launch {
 	as := sv.as
-	rt := Runtime{RunID: j.spec.RunID, Role: j.spec.Role, RestartCount: as.n, MaxRestarts: j.spec.MaxRestarts,
+	rt := workerenv.Runtime{RunID: j.spec.RunID, Role: j.spec.Role, RestartCount: as.n, MaxRestarts: j.spec.MaxRestarts,
 		MasterAddr: as.masterAddr, MasterPort: as.masterPort, SweepTag: j.spec.SweepTag}
-	l := &launch{sv: sv, env: newEnvBuilder(j.spec.Env, as.plan, rt), prog: exec.Command(j.spec.Program[0])}
+	l := &launch{sv: sv, env: workerenv.NewBuilder(j.spec.Env, as.plan, rt), prog: exec.Command(j.spec.Program[0])}
 	if !slices.ContainsFunc(j.spec.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
 		l.args = append([]string{j.spec.Program[0]}, j.spec.Program[1:]...)
 	}
@@ -400,9 +401,9 @@ func (r *job) command(l *launch, wk *child) (*exec.Cmd, error) {
 	}
 	args := l.args
 	if args == nil {
-		args = append([]string{r.spec.Program[0]}, ExpandArgs(r.spec.Program[1:], w.LocalRank)...)
+		args = append([]string{r.spec.Program[0]}, workerenv.ExpandArgs(r.spec.Program[1:], w.LocalRank)...)
 	}
-	cmd := &exec.Cmd{Path: l.prog.Path, Args: args, Err: l.prog.Err, Env: l.env.env(w, wk.errFile), Dir: r.spec.Dir}
+	cmd := &exec.Cmd{Path: l.prog.Path, Args: args, Err: l.prog.Err, Env: l.env.Env(w, wk.errFile), Dir: r.spec.Dir}
 	stdin := l.stdin[min(w.LocalRank, 1)]
 	if stdin != nil { // a nil *os.File in the io.Reader would be a bad descriptor, not /dev/null
 		cmd.Stdin = stdin
@@ -536,7 +537,7 @@ func (r *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 // readResults reads the worker's result channel into the sink (or discards it without one). A violation of the
 // result contract is the collector's to report (its document names each one, with a hint, and decides the exit
 // code); only a sink's other failures are this rank's.
-func (r *job) readResults(sink ResultSink, wk *child, pid int) {
+func (r *job) readResults(sink resultSink, wk *child, pid int) {
 	res := wk.drain.Reader(wk.readers[2])
 	if sink == nil {
 		_, _ = io.Copy(io.Discard, res)

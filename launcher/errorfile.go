@@ -104,7 +104,7 @@ func (j *job) copyRootCause(rep *Report) {
 	if dst == "" || a == nil {
 		return
 	}
-	s := a.failed()
+	s := a.Failed()
 	if s == nil || s.Error == nil || len(s.Error.raw) == 0 {
 		return
 	}

@@ -17,13 +17,13 @@ import (
 func (f *FnSpec) check() error {
 	mod, fn, ok := strings.Cut(f.Target, ":")
 	if !ok || mod == "" || fn == "" {
-		return &failure.ConfigError{Field: "function", Value: f.Target,
+		return &failure.ConfigError{Field: failure.SettingFunction, Value: f.Target,
 			Hint: "name the function as package.module:function (or path/to/file.py:function)"}
 	}
 	if f.ArgsJSON != "" {
 		var l []json.RawMessage
 		if err := json.Unmarshal([]byte(f.ArgsJSON), &l); err != nil {
-			return &failure.ConfigError{Field: "function arguments", Value: f.ArgsJSON,
+			return &failure.ConfigError{Field: failure.SettingFunctionArgs, Value: f.ArgsJSON,
 				Hint: fmt.Sprintf("must be a JSON list (%v), e.g. '[3, \"x\"]'", err)}
 		}
 		if err := worker.CheckJSON([]byte(f.ArgsJSON)); err != nil { // the workers' json.loads would refuse it
@@ -31,7 +31,7 @@ func (f *FnSpec) check() error {
 			if len(v) > 80 {
 				v = v[:80] + "..."
 			}
-			return &failure.ConfigError{Field: "function arguments", Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
+			return &failure.ConfigError{Field: failure.SettingFunctionArgs, Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
 		}
 	}
 	return nil

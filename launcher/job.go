@@ -195,7 +195,7 @@ func (j *job) prepare(ctx context.Context) error {
 	}
 	if s.Rendezvous.Solo() {
 		if s.MasterPort == 0 {
-			p, err := FreePort(s.MasterAddr)
+			p, err := rendezvous.FreePort(s.MasterAddr)
 			if err != nil {
 				return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", failure.ErrInternal, err)
 			}
@@ -204,7 +204,7 @@ func (j *job) prepare(ctx context.Context) error {
 			return err
 		}
 		if j.plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)
-			p, err := FreePort(s.MasterAddr)
+			p, err := rendezvous.FreePort(s.MasterAddr)
 			if err != nil {
 				return fmt.Errorf("%w: JAX coordinator port: %w", failure.ErrInternal, err)
 			}
@@ -222,13 +222,13 @@ func (j *job) prepare(ctx context.Context) error {
 	}
 	if s.LogDir != "" {
 		if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
-			return &failure.ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+			return &failure.ConfigError{Field: failure.SettingLogDir, Value: s.LogDir, Hint: err.Error()}
 		}
 		// torchrun's layout, <run-id>_<random>/attempt_<n>/<local rank>/: a directory that no earlier run (or
 		// anyone else) can have prepared, created here exclusively (mkdir never follows a planted final symlink).
 		d, err := os.MkdirTemp(s.LogDir, s.RunID+"_")
 		if err != nil {
-			return &failure.ConfigError{Field: "log directory", Value: s.LogDir, Hint: err.Error()}
+			return &failure.ConfigError{Field: failure.SettingLogDir, Value: s.LogDir, Hint: err.Error()}
 		}
 		j.runLogs = filepath.Base(d)
 		j.log.Info("worker logs", zap.String("dir", d))
@@ -328,7 +328,7 @@ func rendezvousErr(step string, err error) error {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound {
-		return &failure.ConfigError{Field: "rendezvous endpoint", Value: dns.Name,
+		return &failure.ConfigError{Field: failure.SettingRendezvousEndpoint, Value: dns.Name,
 			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
 	return fmt.Errorf("%w: %s: %w", failure.ErrRendezvous, step, err)

@@ -31,7 +31,7 @@ func checkMasterPort(addr string, port int, procRoot string) error {
 	if pid, cmd, herr := topology.PortHolder(procRoot, port); herr == nil {
 		holder = fmt.Sprintf("pid %d (%s)", pid, cmd)
 	}
-	return &failure.ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(port),
+	return &failure.ConfigError{Field: failure.SettingMasterPort, Value: strconv.Itoa(port),
 		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
 }
 
@@ -52,7 +52,7 @@ func (s *Spec) checkMasterAddr() error {
 	}
 	ips, err := net.LookupHost(addr)
 	if err != nil {
-		return &failure.ConfigError{Field: "MASTER_ADDR", Value: addr,
+		return &failure.ConfigError{Field: failure.SettingMasterAddr, Value: addr,
 			Hint: fmt.Sprintf("does not resolve (%v); give an IP address or a name of this host, or leave it unset (127.0.0.1)", err)}
 	}
 	for _, ip := range ips {
@@ -72,7 +72,7 @@ func (s *Spec) checkMasterAddr() error {
 			}
 		}
 	}
-	return &failure.ConfigError{Field: "MASTER_ADDR", Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
+	return &failure.ConfigError{Field: failure.SettingMasterAddr, Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
 		"hosts rank 0's store here: leave it unset (127.0.0.1) or give one of this host's addresses; for several nodes give each "+
 		"--nnodes N and --node-rank R with node 0's address", strings.Join(mine, ", "))}
 }

@@ -18,6 +18,7 @@ import (
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
+	"tpurun/launcher/workerenv"
 	"tpurun/launcher/zygote"
 	"tpurun/worker"
 )
@@ -46,12 +47,12 @@ func (s *Spec) checkPreload() error {
 	list := strings.Join(s.Preload, ",")
 	for _, m := range s.Preload {
 		if !moduleName.MatchString(m) {
-			return &failure.ConfigError{Field: "--preload", Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
+			return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
 				"give dotted module names, comma-separated, e.g. torch,torch.distributed", m)}
 		}
 	}
 	if s.Reaper == nil {
-		return &failure.ConfigError{Field: "--preload", Value: list, Hint: "the workers forked by the preloaded interpreter are " +
+		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: "the workers forked by the preloaded interpreter are " +
 			"re-parented to tpurun, which must be the child subreaper to supervise them: drop --no-subreaper, or --preload"}
 	}
 	return nil
@@ -80,10 +81,10 @@ func (j *job) startPreload(ctx context.Context) error {
 	list := strings.Join(s.Preload, ",")
 	cmd, err := zygote.ParseCommand(s.Program, lookupEnv(s.Env, "PYTHON_EXEC"))
 	if err != nil {
-		return &failure.ConfigError{Field: "--preload", Value: list, Hint: err.Error()}
+		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: err.Error()}
 	}
 	if slices.Contains(s.Preload, "__main__") && s.Fn == nil {
-		return &failure.ConfigError{Field: "--preload", Value: list, Hint: "__main__ names the main module of the program that " +
+		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: "__main__ names the main module of the program that " +
 			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
 	}
 	devnull, err := os.Open(os.DevNull)
@@ -138,7 +139,7 @@ func (pl *preloader) ensure(ctx context.Context) error {
 	var refused *zygote.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
 		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
 	case err != nil:
@@ -157,7 +158,7 @@ func (pl *preloader) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 		err = fmt.Errorf("the interpreter options %q of this worker differ from the preloaded interpreter's %q", c.Python, pl.cmd.Python)
 	}
 	if err != nil {
-		return nil, &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+		return nil, &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
 	}
 	if err := pl.ensure(context.Background()); err != nil {
 		return nil, err
@@ -171,7 +172,7 @@ func (pl *preloader) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 	p, err := pl.z.Fork(rp, req, onExit)
 	var refused *zygote.RefusedError
 	if errors.As(err, &refused) {
-		return nil, &failure.ConfigError{Field: "--preload", Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return nil, &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	}
 	return p, err
 }
@@ -212,7 +213,7 @@ func path0(c zygote.Command, dir string) string {
 // environment while it is imported is read there, once.
 func (j *job) sharedEnv() []string {
 	s := &j.spec
-	rt := Runtime{RunID: s.RunID, Role: s.Role, MaxRestarts: s.MaxRestarts, MasterAddr: s.MasterAddr,
+	rt := workerenv.Runtime{RunID: s.RunID, Role: s.Role, MaxRestarts: s.MaxRestarts, MasterAddr: s.MasterAddr,
 		MasterPort: s.MasterPort, SweepTag: s.SweepTag}
 	var local []topology.Worker
 	if j.plan != nil && s.Rendezvous.Solo() {
@@ -224,7 +225,7 @@ func (j *job) sharedEnv() []string {
 			out = append(out, "OMP_NUM_THREADS=1") // as every worker gets it
 		}
 		for _, kv := range s.Env {
-			if k, _, _ := strings.Cut(kv, "="); !slices.Contains(perRank, k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
+			if k, _, _ := strings.Cut(kv, "="); !workerenv.PerRank(k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
 				out = append(out, kv)
 			}
 		}
@@ -232,13 +233,13 @@ func (j *job) sharedEnv() []string {
 	}
 	count := map[string]int{}
 	for _, w := range local {
-		for _, kv := range WorkerEnv(s.Env, j.plan, w, rt) {
+		for _, kv := range workerenv.For(s.Env, j.plan, w, rt) {
 			count[kv]++
 		}
 	}
 	var out []string
 	for kv, n := range count {
-		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !slices.Contains(perRank, k) {
+		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !workerenv.PerRank(k) {
 			out = append(out, kv)
 		}
 	}

@@ -32,9 +32,6 @@ type RendezvousSpec struct {
 	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
 }
 
-// ErrNoToken matches a rendezvous that would run off loopback without a token (a configuration error, exit 2).
-var ErrNoToken = rendezvous.ErrNoToken
-
 // Solo reports whether r describes a world of one (no rendezvous).
 func (r RendezvousSpec) Solo() bool {
 	b, err := rendezvous.Lookup(r.Backend)
@@ -57,13 +54,13 @@ func (r RendezvousSpec) validate() error {
 		return r.validateSolo()
 	}
 	if r.NumSlices < 0 || r.SliceID < -1 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
-		return &failure.ConfigError{Field: "slice id", Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
+		return &failure.ConfigError{Field: failure.SettingSliceID, Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
 	}
 	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
-		return &failure.ConfigError{Field: "node rank", Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
+		return &failure.ConfigError{Field: failure.SettingNodeRank, Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
 	}
 	if r.RunID != "" {
-		return ValidateName("rendezvous run id", r.RunID)
+		return validateName(failure.SettingRendezvousRunID, r.RunID)
 	}
 	return nil
 }
@@ -72,21 +69,21 @@ func (r RendezvousSpec) validate() error {
 // is refused on one node as it would be on many: the node rank (only 0), the slice, the options and the timeout.
 func (r RendezvousSpec) validateSolo() error {
 	if r.NodeRank < -1 || r.NodeRank > 0 {
-		return &failure.ConfigError{Field: "node rank", Value: strconv.Itoa(r.NodeRank),
+		return &failure.ConfigError{Field: failure.SettingNodeRank, Value: strconv.Itoa(r.NodeRank),
 			Hint: "a world of one node has only node rank 0; for several nodes give every node --nnodes N and its rank, or a rendezvous (--rdzv-backend c10d --rdzv-endpoint HOST:PORT)"}
 	}
 	if r.SliceID < -1 || r.NumSlices < 0 {
-		return &failure.ConfigError{Field: "slice id", Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
+		return &failure.ConfigError{Field: failure.SettingSliceID, Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
 	}
 	if r.Timeout < 0 {
-		return &failure.ConfigError{Field: "rendezvous timeout", Value: r.Timeout.String(), Hint: "must be positive"}
+		return &failure.ConfigError{Field: failure.SettingRendezvousTimeout, Value: r.Timeout.String(), Hint: "must be positive"}
 	}
 	conf, err := rendezvous.ParseConf(r.Conf)
 	if err == nil {
 		err = rendezvous.CheckConf(conf)
 	}
 	if err == nil && r.RunID != "" {
-		err = ValidateName("rendezvous run id", r.RunID)
+		err = validateName(failure.SettingRendezvousRunID, r.RunID)
 	}
 	return err
 }
@@ -105,7 +102,7 @@ func (j *job) resolveRendezvous() error {
 		name       string
 		dst        *int
 		unset, def int
-	}{{"MEGASCALE_NUM_SLICES", &r.NumSlices, 0, 1}, {"MEGASCALE_SLICE_ID", &r.SliceID, -1, 0}} {
+	}{{topology.EnvMegascaleNumSlices, &r.NumSlices, 0, 1}, {topology.EnvMegascaleSliceID, &r.SliceID, -1, 0}} {
 		if *v.dst != v.unset {
 			continue
 		}
@@ -116,7 +113,7 @@ func (j *job) resolveRendezvous() error {
 		if val, ok := j.host.Megascale[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
-				return &failure.ConfigError{Field: v.name, Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+				return &failure.ConfigError{Field: failure.Setting(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n
 		}
@@ -170,7 +167,7 @@ func placement(r RendezvousSpec, conf map[string]string, h *topology.Host) ([]st
 	}
 	if v := conf["hosts"]; v != "" {
 		if hosts, err = topology.ParseHostList(v); err != nil {
-			return nil, 0, &failure.ConfigError{Field: "rendezvous option hosts", Value: v, Hint: err.Error()}
+			return nil, 0, &failure.ConfigError{Field: failure.SettingRendezvousHostsOption, Value: v, Hint: err.Error()}
 		}
 	}
 	nodeRank := r.NodeRank

@@ -71,7 +71,7 @@ func (j *job) targetError(doc *results.Document) error {
 	}
 	for _, r := range doc.ReplicaErrors() {
 		if r.Error.Type == worker.TargetErrorType {
-			return &failure.ConfigError{Field: "function", Value: j.spec.Fn.Target, Hint: r.Error.Message}
+			return &failure.ConfigError{Field: failure.SettingFunction, Value: j.spec.Fn.Target, Hint: r.Error.Message}
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
+	"tpurun/launcher/summary"
 	"tpurun/launcher/topology"
 )
 
@@ -82,7 +83,7 @@ func TestKilledBySignal(t *testing.T) {
 		t.Fatalf("exit code %d, want 137 (err %v)", got, err)
 	}
 	var sum strings.Builder
-	rep.WriteSummary(&sum)
+	summary.Write(&sum, rep)
 	if !strings.Contains(sum.String(), "SIGKILL") {
 		t.Fatalf("summary does not name SIGKILL:\n%s", sum.String())
 	}
@@ -329,7 +330,7 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 		t.Fatalf("stderr leaked into stdout:\n%s", stdout.String())
 	}
 	var sum strings.Builder
-	rep.WriteSummary(&sum)
+	summary.Write(&sum, rep)
 	for _, want := range []string{"root cause: rank 1", "last stderr lines of rank 1", `File "train.py", line 3, in main`, "exit 7"} {
 		if !strings.Contains(sum.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, sum.String())
@@ -631,7 +632,7 @@ exit 5`
 		t.Fatalf("attempt 1 reports the file attempt 0 left as rank 1's error: %+v", rec)
 	}
 	var sum strings.Builder
-	rep.WriteSummary(&sum)
+	summary.Write(&sum, rep)
 	if strings.Contains(sum.String(), "bad learning rate") {
 		t.Fatalf("summary shows the planted traceback:\n%s", sum.String())
 	}

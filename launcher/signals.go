@@ -41,18 +41,12 @@ func policyOf(s syscall.Signal) sigPolicy {
 	return policyForward
 }
 
-// StopSignals are the signals that stop a run (SIGINT, SIGTERM, SIGQUIT): each goes to the workers as it is, and
-// the run exits 128+N.
-func StopSignals() []os.Signal {
-	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT}
-}
-
-// CaughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
+// caughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
 // policyOf), except those this process inherited as ignored (SIG_IGN) and can still see as such — SIGHUP and
 // SIGINT (Go's runtime keeps them ignored), SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT (Go never touches them) —: left
 // uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
 // job). Call it before any signal.Notify of the process.
-func CaughtSignals() []os.Signal {
+func caughtSignals() []os.Signal {
 	ignored := ignoredAtStart()
 	var out []os.Signal
 	for n := 1; n <= 64; n++ {
@@ -84,12 +78,12 @@ func ignoredAtStart() uint64 {
 	return 0
 }
 
-// NotifySignals routes every caught signal (CaughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
+// NotifySignals routes every caught signal (see caughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
 // nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which the run reports, instead of
 // the Go runtime killing tpurun without a teardown. stop undoes it.
 func NotifySignals() (sigs <-chan os.Signal, stop func()) {
 	c, pipe := make(chan os.Signal, 64), make(chan os.Signal, 1)
-	signal.Notify(c, CaughtSignals()...)
+	signal.Notify(c, caughtSignals()...)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	return c, func() { signal.Stop(c); signal.Stop(pipe) }
 }

@@ -32,7 +32,7 @@ func TestSignalPolicyTable(t *testing.T) {
 			t.Errorf("%s: policy %d, want forwarded", failure.SignalName(s), policyOf(s))
 		}
 	}
-	caught := CaughtSignals()
+	caught := caughtSignals()
 	for _, s := range []syscall.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGTSTP, syscall.SIGCONT, syscall.SIGWINCH, 35, 64} {
 		if !slices.Contains(caught, os.Signal(s)) {
 			t.Errorf("%s is not caught", failure.SignalName(s))

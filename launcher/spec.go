@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,11 +21,15 @@ import (
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
+	"tpurun/launcher/workerenv"
 	"tpurun/worker"
 )
 
-// DefaultGrace is the time between SIGTERM and SIGKILL when Spec.Grace is not set (tpurun --grace).
-const DefaultGrace = 10 * time.Second
+// The defaults of a Spec's zero fields that tpurun's flags show.
+const (
+	DefaultGrace      = 10 * time.Second // Spec.Grace: SIGTERM to SIGKILL (tpurun --grace)
+	DefaultMasterAddr = "127.0.0.1"      // Spec.MasterAddr (tpurun --master-addr)
+)
 
 // Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
 // subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
@@ -62,9 +65,9 @@ type Spec struct {
 	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
 
 	RunID      string // default: random (multi-host: the rendezvous run id)
-	MasterAddr string // default 127.0.0.1 (multi-host: node 0's address)
+	MasterAddr string // default DefaultMasterAddr (multi-host: node 0's address)
 	MasterPort int    // default: a free port picked at launch
-	Role       string // ROLE_NAME; default "default"
+	Role       string // ROLE_NAME; default workerenv.DefaultRole
 
 	LogDir           string          // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
 	Redirects        console.StdSpec // streams that go only to the log files
@@ -147,7 +150,7 @@ func StartReaper(log *zap.Logger) (*Reaper, error) {
 // Validate checks the settings that need no detection; every error is a *failure.ConfigError or a *failure.ProgramError.
 func (s *Spec) Validate() error {
 	if s.Fn == nil && (len(s.Program) == 0 || s.Program[0] == "") {
-		return &failure.ConfigError{Field: "PROGRAM", Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
+		return &failure.ConfigError{Field: failure.SettingProgram, Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
 	}
 	if s.Fn == nil {
 		if _, err := exec.LookPath(s.Program[0]); err != nil {
@@ -155,46 +158,46 @@ func (s *Spec) Validate() error {
 		}
 	}
 	for _, d := range []struct {
-		name string
+		name failure.Setting
 		v    time.Duration
-	}{{"grace period", s.Grace}, {"timeout", s.Timeout}} {
+	}{{failure.SettingGrace, s.Grace}, {failure.SettingTimeout, s.Timeout}} {
 		if d.v < 0 {
 			return &failure.ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
 		}
 	}
 	if s.MaxRestarts < 0 {
-		return &failure.ConfigError{Field: "max restarts", Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
+		return &failure.ConfigError{Field: failure.SettingMaxRestarts, Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
 	}
 	if s.MasterAddr != "" && hostname.Check(s.MasterAddr) != nil {
-		return &failure.ConfigError{Field: "MASTER_ADDR", Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
+		return &failure.ConfigError{Field: failure.SettingMasterAddr, Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
 	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
-		return &failure.ConfigError{Field: "MASTER_PORT", Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
+		return &failure.ConfigError{Field: failure.SettingMasterPort, Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
 	}
 	if s.RunID != "" {
-		if err := ValidateName("run id", s.RunID); err != nil {
+		if err := validateName(failure.SettingRunID, s.RunID); err != nil {
 			return err
 		}
 	}
 	if s.Role != "" {
-		if err := ValidateName("role", s.Role); err != nil {
+		if err := validateName(failure.SettingRole, s.Role); err != nil {
 			return err
 		}
 	}
 	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
-		return &failure.ConfigError{Field: "max result bytes", Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
+		return &failure.ConfigError{Field: failure.SettingMaxResultBytes, Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
 			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
 	}
 	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
-		return &failure.ConfigError{Field: "node rank", Value: strconv.Itoa(s.NodeRank),
+		return &failure.ConfigError{Field: failure.SettingNodeRank, Value: strconv.Itoa(s.NodeRank),
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
 	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
 }
 
-// ValidateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
+// validateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
 // separator, no "..", no control character, and at most 128 bytes.
-func ValidateName(what, v string) error {
+func validateName(what failure.Setting, v string) error {
 	bad := ""
 	switch {
 	case len(v) > 128:
@@ -227,10 +230,10 @@ func (s Spec) withDefaults() (Spec, error) {
 		s.DrainTimeout = 2 * time.Second
 	}
 	if s.MasterAddr == "" {
-		s.MasterAddr = "127.0.0.1"
+		s.MasterAddr = DefaultMasterAddr
 	}
 	if s.Role == "" {
-		s.Role = "default"
+		s.Role = workerenv.DefaultRole
 	}
 	if s.LogPrefix == "" {
 		s.LogPrefix = console.DefaultPrefix
@@ -300,28 +303,18 @@ func (s *Spec) checkOutputs() error {
 			dir = "."
 		}
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return &failure.ConfigError{Field: "results file", Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
+			return &failure.ConfigError{Field: failure.SettingResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
 		}
 		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
-			return &failure.ConfigError{Field: "results file", Value: f, Hint: "exists and is not a regular file"}
+			return &failure.ConfigError{Field: failure.SettingResultsFile, Value: f, Hint: "exists and is not a regular file"}
 		}
 	}
 	if d := s.LogDir; d != "" {
 		if st, err := os.Stat(d); err == nil && !st.IsDir() {
-			return &failure.ConfigError{Field: "log directory", Value: d, Hint: "exists and is not a directory"}
+			return &failure.ConfigError{Field: failure.SettingLogDir, Value: d, Hint: "exists and is not a directory"}
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return &failure.ConfigError{Field: "log directory", Value: d, Hint: err.Error()}
+			return &failure.ConfigError{Field: failure.SettingLogDir, Value: d, Hint: err.Error()}
 		}
 	}
 	return nil
-}
-
-// FreePort asks the kernel for a TCP port that is free on addr right now.
-func FreePort(addr string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port on %s: %w", addr, err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

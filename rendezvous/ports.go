@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 )
@@ -8,12 +9,12 @@ import (
 // DefaultMegascalePort is MEGASCALE_PORT by convention.
 const DefaultMegascalePort = 8081
 
-// FreePort asks the kernel for a free TCP port on every interface. The port is free when FreePort returns; the
-// caller should bind it soon.
-func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", ":0")
+// FreePort asks the kernel for a TCP port that is free on host ("" for every interface). The port is free when
+// FreePort returns; the caller should bind it soon.
+func FreePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("rendezvous: find a free port: %w", err)
+		return 0, fmt.Errorf("pick a free port on %s: %w", cmp.Or(host, "every interface"), err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
@@ -24,14 +25,14 @@ func FreePort() (int, error) {
 func PickPorts() (map[string]int, error) {
 	out := map[string]int{PortMegascale: DefaultMegascalePort}
 	for _, k := range []string{PortMaster, PortCoordinator} {
-		p, err := FreePort()
+		p, err := FreePort("")
 		if err != nil {
 			return nil, err
 		}
 		out[k] = p
 	}
 	if out[PortMaster] == out[PortCoordinator] {
-		p, err := FreePort()
+		p, err := FreePort("")
 		if err != nil {
 			return nil, err
 		}

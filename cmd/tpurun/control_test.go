@@ -24,9 +24,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"tpurun/launcher/launchertest"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/launchertest"
 )
 
 // init lets the test binary play tini's sigconf-test (TPURUN_SIGCONF=1): ignore SIGINT, SIGHUP and SIGTTOU, block

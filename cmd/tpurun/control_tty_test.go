@@ -17,9 +17,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"tpurun/launcher/launchertest"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/launchertest"
 )
 
 // pty is the master side of a pseudo-terminal whose slave is tpurun's controlling terminal.

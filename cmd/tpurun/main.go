@@ -24,7 +24,9 @@ import (
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
+	"tpurun/launcher/summary"
 	"tpurun/launcher/torchrun"
+	"tpurun/launcher/workerenv"
 	"tpurun/worker"
 )
 
@@ -59,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			_ = errc.Flush(sigs)
 		}
 	}()
-	log, err := launcher.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
+	log, err := console.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return exitcode.Usage
@@ -112,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	sigs, stopSignals = launcher.NotifySignals() // every catchable signal: forwarded or acted on, never a dump
 	defer stopSignals()
 	spec.Signals = sigs
-	sp := launcher.NewSummaryPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
+	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
 	spec.Observers = append(spec.Observers, sp)
 	return report(o, spec, sp, f, stdout, stderr)
 }
@@ -140,7 +142,7 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, sp *launcher.SummaryPrinter, f failer, stdout, stderr io.Writer) int {
+func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr io.Writer) int {
 	rep, err := launcher.Run(context.Background(), *spec)
 	if errors.Is(err, failure.ErrNoToken) {
 		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
@@ -150,7 +152,7 @@ func report(o *options, spec *launcher.Spec, sp *launcher.SummaryPrinter, f fail
 		if doc := rep.Results; doc != nil {
 			var ce *failure.ConfigError
 			if !errors.As(err, &ce) {
-				launcher.WriteResultsSummary(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
+				summary.WriteResults(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
 			}
 			if o.json {
 				b, jerr := json.Marshal(doc)
@@ -198,16 +200,29 @@ func fail(stderr io.Writer, err error) int {
 	return code
 }
 
-// flagOf names the flag behind each setting the launcher's configuration errors name.
-var flagOf = map[string]string{
-	"function": "--fn", "function arguments": "--fn-args-json", "grace period": "--grace", "timeout": "--timeout",
-	"max restarts": "--max-restarts", "MASTER_PORT": "--master-port", "MASTER_ADDR": "--master-addr", "run id": "--run-id", "role": "--role",
-	"max result bytes": "--max-result-bytes", "results file": "--results", "log directory": "--log-dir",
-	"status address": "--status-addr", "stdin": "--stdin", "node rank": "--node-rank", "slice id": "--slice-id",
-	"nnodes": "--nnodes", "rendezvous run id": "--rdzv-id", "rendezvous endpoint": "--rdzv-endpoint",
-	"rendezvous node count": "--nnodes", "rendezvous minimum node count": "--nnodes", "rendezvous node rank": "--node-rank",
-	"rendezvous option": "--rdzv-conf", "rendezvous backend": "--rdzv-backend", "rendezvous token": "--rdzv-token",
-	"rendezvous host name": "--node-name", "device": "--device", "accelerator type": "--accelerator-type",
+// flagOf names the flag that sets each setting a configuration error can be about; flagless are those that have
+// none, or whose message names them well as they are. TestEverySettingHasItsFlag holds every failure.Setting to one.
+var flagOf = map[failure.Setting]string{
+	failure.SettingFunction: "--fn", failure.SettingFunctionArgs: "--fn-args-json", failure.SettingGrace: "--grace",
+	failure.SettingTimeout: "--timeout", failure.SettingMaxRestarts: "--max-restarts", failure.SettingMasterPort: "--master-port",
+	failure.SettingMasterAddr: "--master-addr", failure.SettingRunID: "--run-id", failure.SettingRole: "--role",
+	failure.SettingMaxResultBytes: "--max-result-bytes", failure.SettingResultsFile: "--results", failure.SettingLogDir: "--log-dir",
+	failure.SettingStatusAddr: "--status-addr", failure.SettingStdin: "--stdin", failure.SettingNodeRank: "--node-rank",
+	failure.SettingSliceID: "--slice-id", failure.SettingNNodes: "--nnodes", failure.SettingRendezvousRunID: "--rdzv-id",
+	failure.SettingRendezvousEndpoint: "--rdzv-endpoint", failure.SettingRendezvousNodes: "--nnodes",
+	failure.SettingRendezvousMinNodes: "--nnodes", failure.SettingRendezvousNodeRank: "--node-rank",
+	failure.SettingRendezvousOption: "--rdzv-conf", failure.SettingRendezvousBackend: "--rdzv-backend",
+	failure.SettingRendezvousToken: "--rdzv-token", failure.SettingRendezvousHostName: "--node-name",
+	failure.SettingDevice: "--device", failure.SettingAcceleratorType: "--accelerator-type",
+}
+
+var flagless = map[failure.Setting]string{
+	failure.SettingProgram: "the positional PROGRAM", failure.SettingPreload: "a flag already",
+	failure.SettingEnvironment: "the workers' whole environment", failure.SettingNumSlicesEnv: "a variable",
+	failure.SettingSliceIDEnv: "a variable", failure.SettingLogFormat: "parse checks --log-format first",
+	failure.SettingNProcs: "the message names the split and its sources", failure.SettingRendezvousTimeout: "a Spec's own",
+	failure.SettingRendezvousHostsOption: "the message names the option", failure.SettingRendezvousListen: "the endpoint's port",
+	failure.SettingRendezvousHosts: "the host list detected or given",
 }
 
 type options struct {
@@ -243,9 +258,9 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
-	fs.StringVar(&o.spec.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR given to the workers")
+	fs.StringVar(&o.spec.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR given to the workers")
 	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
-	fs.StringVar(&o.spec.Role, "role", "default", "ROLE_NAME given to the workers")
+	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	help := fs.BoolP("help", "h", false, "show this help")
 	version := fs.Bool("version", false, "print the version of tpurun and of its Python module")
@@ -266,7 +281,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := torchrun.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
 		var pe *torchrun.PETError
 		errors.As(err, &pe)
-		return nil, &failure.ConfigError{Field: pe.Var, Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, &failure.ConfigError{Field: failure.Setting(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	switch {
 	case *help:

@@ -12,10 +12,12 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/launcher"
+	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/flags"
 	"tpurun/launcher/topology"
+	"tpurun/launcher/workerenv"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -99,7 +101,7 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
 		return nil, exitcode.Usage, true
 	}
-	log, err := launcher.NewLogger("console", s.verbose, stderr)
+	log, err := console.NewLogger("console", s.verbose, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
 		return nil, exitcode.Usage, true
@@ -112,11 +114,11 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 func planCmd(args []string, stdout, stderr io.Writer) int {
 	sc := newSubcmdFlags("plan", "tpurun plan prints what a run with the same flags would start, without starting anything.")
 	fs, dev := sc.fs, sc.dev
-	var rt launcher.Runtime
+	var rt workerenv.Runtime
 	fs.StringVar(&rt.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
-	fs.StringVar(&rt.MasterAddr, "master-addr", "127.0.0.1", "MASTER_ADDR to show")
+	fs.StringVar(&rt.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR to show")
 	fs.IntVar(&rt.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
-	fs.StringVar(&rt.Role, "role", "default", "ROLE_NAME to show")
+	fs.StringVar(&rt.Role, "role", workerenv.DefaultRole, "ROLE_NAME to show")
 	fs.IntVar(&rt.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")
 	log, code, done := sc.parse(args, stdout, stderr)
 	if done {
@@ -131,7 +133,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return failure.ExitCode(err)
 	}
-	full := launcher.PlanEnv(plan, rt)
+	full := workerenv.Plan(plan, rt)
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {

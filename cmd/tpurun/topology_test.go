@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"tpurun/launcher"
+	"tpurun/launcher/workerenv"
 )
 
 // TestPlanJSONExactEnv: `tpurun plan --format json` on fake v5litepod-8 and v4-8 hosts shows one worker per chip
@@ -53,10 +53,10 @@ func TestPlanJSONExactEnv(t *testing.T) {
 					"RANK": strconv.Itoa(i), "LOCAL_RANK": strconv.Itoa(i), "WORLD_SIZE": strconv.Itoa(tc.chips),
 					"LOCAL_WORLD_SIZE": strconv.Itoa(tc.chips), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1",
 					"ROLE_RANK": strconv.Itoa(i), "ROLE_WORLD_SIZE": strconv.Itoa(tc.chips), "ROLE_NAME": "default",
-					"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": launcher.PlaceholderPort, "TORCHELASTIC_RUN_ID": launcher.PlaceholderRunID,
-					"TPURUN_RUN_ID": launcher.PlaceholderRunID, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+					"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": workerenv.PlaceholderPort, "TORCHELASTIC_RUN_ID": workerenv.PlaceholderRunID,
+					"TPURUN_RUN_ID": workerenv.PlaceholderRunID, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
 					"OMP_NUM_THREADS": "1", "TPURUN_RESULT_FD": "3", "TPURUN_REPLICAS": strconv.Itoa(i),
-					"TORCHELASTIC_ERROR_FILE": launcher.PlaceholderFile, "TORCHELASTIC_USE_AGENT_STORE": "False",
+					"TORCHELASTIC_ERROR_FILE": workerenv.PlaceholderFile, "TORCHELASTIC_USE_AGENT_STORE": "False",
 					"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
 					"JAX_PROCESS_ID":                  strconv.Itoa(i), "JAX_NUM_PROCESSES": strconv.Itoa(tc.chips),
 				}
@@ -116,7 +116,7 @@ func TestRunChildSeesExactlyThePlanEnv(t *testing.T) {
 					t.Fatalf("rank %d dumped no env", w.Rank)
 				}
 				for k, v := range w.Env {
-					if g, ok := env[k]; !ok || (g != v && v != launcher.PlaceholderFile) {
+					if g, ok := env[k]; !ok || (g != v && v != workerenv.PlaceholderFile) {
 						t.Errorf("rank %d: %s=%q (present %v), plan says %q", w.Rank, k, g, ok, v)
 					}
 				}

@@ -95,7 +95,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 		cfg.Grace = time.Duration(t.shutdown)
 	}
 	if f := map[bool]string{true: "--grace", false: "--shutdown-timeout"}[fs.Changed("grace")]; cfg.Grace <= 0 && fs.Changed(f[2:]) {
-		return &failure.ConfigError{Field: f, Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
+		return &failure.ConfigError{Field: failure.Setting(f), Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
 	}
 	if err := t.logsSpecs(); err != nil {
 		return err

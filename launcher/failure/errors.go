@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tpurun/launcher/exitcode"
+	"tpurun/launcher/proc"
 	"tpurun/launcher/results"
 	"tpurun/rendezvous"
 )
@@ -50,10 +51,7 @@ func (e *WorkerError) Error() string {
 
 // ExitStatus is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
 func (e *WorkerError) ExitStatus() int {
-	if e.Signal != 0 {
-		return exitcode.Signal(e.Signal)
-	}
-	return e.ExitCode
+	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.ExitStatus()
 }
 
 // NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's
@@ -109,7 +107,7 @@ func (e *SignalError) ExitStatus() int { return exitcode.Signal(e.Signal) }
 
 // ConfigError names the setting that is wrong and what to do about it.
 type ConfigError struct {
-	Field string // the setting, e.g. "nprocs" or "MASTER_PORT"
+	Field Setting // the setting, e.g. SettingGrace or SettingMasterPort ("MASTER_PORT")
 	Value string
 	Hint  string
 }

@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/launcher/exitcode"
 )
 
 // ErrNotStarted is returned by Start when the command could not be started.
@@ -64,7 +66,7 @@ func (e Exit) Success() bool { return e.Signal == 0 && e.Code == 0 }
 // ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
 func (e Exit) ExitStatus() int {
 	if e.Signal != 0 {
-		return 128 + int(e.Signal)
+		return exitcode.Signal(e.Signal)
 	}
 	return e.Code
 }

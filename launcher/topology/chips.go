@@ -64,7 +64,7 @@ func (d *detector) chipsFromAccelerator() error {
 		return nil
 	}
 	if !h.Accelerator.IsSet() {
-		return &ConfigError{Name: "device", Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
+		return &ConfigError{Name: SettingDevice, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
 			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
@@ -92,7 +92,7 @@ func (h *Host) adoptAccelerator() error {
 		return nil
 	}
 	if h.Family != "" && h.Family != "v2/v3" && h.Family != "test" && h.Family != h.Accelerator.V.Family.Name {
-		return &ConfigError{Name: "accelerator type", Value: h.Accelerator.V.Type,
+		return &ConfigError{Name: SettingAcceleratorType, Value: h.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(h.Chips), h.Family),
 			Sources: []Source{h.Accelerator.Source, h.ChipsSource}, Hint: "fix or unset " + h.Accelerator.Source.Name}
 	}
@@ -173,7 +173,7 @@ func (h *Host) boundsFromAccelerator() error {
 			Sources: []Source{h.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
 	if cph := a.V.ChipsPerHost(); h.ChipsSource.Kind == FromSysfs && len(h.Chips) != cph {
-		return &ConfigError{Name: "accelerator type", Value: a.V.Type,
+		return &ConfigError{Name: SettingAcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(h.Chips)),
 			Sources: []Source{a.Source, h.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}

@@ -170,7 +170,7 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &ConfigError{Name: "device", Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+			return &ConfigError{Name: SettingDevice, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
 				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))

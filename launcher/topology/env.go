@@ -21,7 +21,7 @@ func (d *detector) acceleratorType() error {
 	if t := d.opts.AcceleratorType; t != "" {
 		a, err := ParseAcceleratorType(t)
 		if err != nil {
-			return &ConfigError{Name: "accelerator type", Value: strconv.Quote(t), Problem: "is malformed",
+			return &ConfigError{Name: SettingAcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
 				Sources: []Source{Flag("accelerator-type")}, Err: err}
 		}
 		d.h.Accelerator = val(a, Flag("accelerator-type"))
@@ -140,22 +140,22 @@ func (d *detector) envMegascale() error {
 // The multislice variables (TPU_FACTS.md): given by env or tpu-env, copied to every worker, or set by WorldPlan for
 // a multi-slice world.
 const (
-	megascaleCoordinator = "MEGASCALE_COORDINATOR_ADDRESS" // host 0 of slice 0
-	megascaleNumSlices   = "MEGASCALE_NUM_SLICES"
-	megascaleSliceID     = "MEGASCALE_SLICE_ID"
-	megascalePort        = "MEGASCALE_PORT"
+	megascaleCoordinator  = "MEGASCALE_COORDINATOR_ADDRESS" // host 0 of slice 0
+	EnvMegascaleNumSlices = "MEGASCALE_NUM_SLICES"
+	EnvMegascaleSliceID   = "MEGASCALE_SLICE_ID"
+	megascalePort         = "MEGASCALE_PORT"
 )
 
-var megascaleNames = []string{megascaleCoordinator, megascaleNumSlices, megascaleSliceID, megascalePort}
+var megascaleNames = []string{megascaleCoordinator, EnvMegascaleNumSlices, EnvMegascaleSliceID, megascalePort}
 
 // ParseMegascale is tpurun's one parser of the numbers of the multislice variables: MEGASCALE_NUM_SLICES and
 // MEGASCALE_PORT count from 1, MEGASCALE_SLICE_ID is an index from 0. Any other name (the coordinator's address
 // included) holds no number: an error.
 func ParseMegascale(name, v string) (int, error) {
 	switch name {
-	case megascaleNumSlices, megascalePort:
+	case EnvMegascaleNumSlices, megascalePort:
 		return ParseCount(v)
-	case megascaleSliceID:
+	case EnvMegascaleSliceID:
 		return ParseIndex(v)
 	}
 	return 0, parseErrorf("%s holds no number", name)

@@ -25,6 +25,15 @@ var (
 	ErrChipBusy = exitcode.NewUsage("TPU chip in use by another process")
 )
 
+// The settings a ConfigError names that are not variables (its Name otherwise is the variable, or the flag): the
+// launcher's CLI names the flag that sets each.
+const (
+	SettingDevice          = "device"
+	SettingAcceleratorType = "accelerator type"
+	SettingNProcs          = "nprocs"
+	SettingNodeRank        = "node rank"
+)
+
 // ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
 // choices. errors.Is(err, ErrConfig) is true; errors.Is(err, ErrParse) is true when the value did not parse.
 type ConfigError struct {

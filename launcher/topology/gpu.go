@@ -90,7 +90,7 @@ func (d *detector) gpu() error {
 	}
 	if len(h.UsableGPUs.V) == 0 {
 		src := h.Device.Source
-		return &ConfigError{Name: "device", Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
+		return &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
 			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
@@ -178,7 +178,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: "device", Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
 	// i mod the GPU count, and GPUShareNote says which ranks share.

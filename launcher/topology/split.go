@@ -9,7 +9,7 @@ import (
 // How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
 func (h *Host) Slice(req Request) (*Slice, error) {
 	if !h.Device.V.Kind().FixedSlice() {
-		return nil, &ConfigError{Name: "device", Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
+		return nil, &ConfigError{Name: SettingDevice, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
 	}
 	r, err := h.resolve(req)
 	if err != nil {
@@ -81,11 +81,11 @@ func (h *Host) resolve(req Request) (resolved, error) {
 func (h *Host) checkHosts(r resolved) error {
 	hosts, node := r.hosts, r.node
 	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
-		return &ConfigError{Name: "node rank", Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
+		return &ConfigError{Name: SettingNodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
 			Sources: []Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
 	}
 	if a := h.Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
-		return &ConfigError{Name: "accelerator type", Value: a.V.Type,
+		return &ConfigError{Name: SettingAcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, r.hostsSrc},
 			Hint: "list every host of the slice, or fix the accelerator type"}
 	}
@@ -127,7 +127,7 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 // spmdProcesses lays out SPMD: ONE process per host that sees every usable chip.
 func (h *Host) spmdProcesses(s *Slice, r resolved) error {
 	if k := r.req.NProcs; k > 1 {
-		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+		return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{r.req.NProcsSource, r.spmdSrc},
 			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
@@ -196,14 +196,14 @@ func (h *Host) checkProcs(k int, r resolved) error {
 		// by the check before: nprocs must use exactly the chips the env gives.
 		return h.envLimitError(k, r.req)
 	case len(r.hosts) > 1 && k != n:
-		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+		return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(sources, r.hostsSrc),
 			Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
 	case k > n:
-		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+		return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
 	case !validSplit(k, n):
-		return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+		return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
@@ -216,7 +216,7 @@ func (h *Host) envLimitError(k int, req Request) error {
 	if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
 		src = append(src, h.VisibleChips.Source)
 	}
-	return &ConfigError{Name: "nprocs", Value: strconv.Itoa(k),
+	return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
 		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
 }

@@ -238,9 +238,9 @@ func jaxProcessID(e pyEnv, m gceMetadata, kind string) (int, error) {
 	return in + sid*len(ws), err
 }
 
-// tpurunChild is a tpurun worker's environment as launcher/env.go WorkerEnv composes it: the parent's minus its
+// tpurunChild is a tpurun worker's environment as launcher/workerenv's For composes it: the parent's minus its
 // per-rank variables, then the plan's env, then torchrun's variables (TORCHELASTIC_RUN_ID always set). Modelled
-// here (not imported) so that this package's tests stand alone; the list of per-rank names is WorkerEnv's.
+// here (not imported) so that this package's tests stand alone; the list of per-rank names is workerenv's.
 func tpurunChild(parent pyEnv, p *Plan, w Worker) pyEnv {
 	e := parent.clone()
 	for _, k := range []string{"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",

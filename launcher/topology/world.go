@@ -53,7 +53,7 @@ func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
 		return NewPlan(h, req)
 	}
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
-		return nil, &ConfigError{Name: "node rank", Value: strconv.Itoa(w.NodeRank),
+		return nil, &ConfigError{Name: SettingNodeRank, Value: strconv.Itoa(w.NodeRank),
 			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
 	}
 	p, err := h.Device.V.Kind().worldPlan(h, req, w)
@@ -216,9 +216,9 @@ func (w World) megascale(p *Plan) {
 			continue // another slice's worker: only its rank is known here
 		}
 		wk.Env[megascaleCoordinator] = coord
-		wk.Env[megascaleNumSlices] = strconv.Itoa(w.NumSlices)
+		wk.Env[EnvMegascaleNumSlices] = strconv.Itoa(w.NumSlices)
 		if n := wk.NodeRank; n < len(w.Nodes) {
-			wk.Env[megascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
+			wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
 		}
 		wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
 	}

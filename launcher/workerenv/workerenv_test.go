@@ -1,11 +1,11 @@
-package launcher_test
+package workerenv_test
 
 import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher"
 	"tpurun/launcher/topology"
+	"tpurun/launcher/workerenv"
 )
 
 func TestWorkerEnvOverridesAndStripsInheritedPerRankValues(t *testing.T) {
@@ -15,7 +15,7 @@ func TestWorkerEnvOverridesAndStripsInheritedPerRankValues(t *testing.T) {
 	}
 	base := []string{"RANK=9", "LOCAL_RANK=9", "TPU_VISIBLE_CHIPS=0,1", "CLOUD_TPU_TASK_ID=5", "PATH=/bin",
 		"PJRT_DEVICE=TPU", "OMP_NUM_THREADS=8", "=junk", "NOEQUALS"}
-	env := launcher.WorkerEnv(base, plan, plan.Workers[2], launcher.Runtime{RunID: "r", MasterAddr: "h", MasterPort: 1234})
+	env := workerenv.For(base, plan, plan.Workers[2], workerenv.Runtime{RunID: "r", MasterAddr: "h", MasterPort: 1234})
 	got := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -36,7 +36,7 @@ func TestWorkerEnvOverridesAndStripsInheritedPerRankValues(t *testing.T) {
 		}
 	}
 	one, _ := topology.CPUPlan(1)
-	for _, kv := range launcher.WorkerEnv(nil, one, one.Workers[0], launcher.Runtime{}) {
+	for _, kv := range workerenv.For(nil, one, one.Workers[0], workerenv.Runtime{}) {
 		if strings.HasPrefix(kv, "OMP_NUM_THREADS=") {
 			t.Errorf("OMP_NUM_THREADS set for a single worker: %s", kv)
 		}
@@ -44,7 +44,7 @@ func TestWorkerEnvOverridesAndStripsInheritedPerRankValues(t *testing.T) {
 }
 
 func TestExpandArgs(t *testing.T) {
-	got := launcher.ExpandArgs([]string{"--dev=${local_rank}", "${local_rank}${local_rank}", "$local_rank"}, 3)
+	got := workerenv.ExpandArgs([]string{"--dev=${local_rank}", "${local_rank}${local_rank}", "$local_rank"}, 3)
 	if strings.Join(got, " ") != "--dev=3 33 $local_rank" {
 		t.Fatalf("got %q", got)
 	}

@@ -1,4 +1,8 @@
-package launcher
+// Package workerenv owns the environment a worker is started with: the inherited environment minus every per-rank
+// variable, the plan's device variables for the worker, then torchrun's and tpurun's variables (RANK, WORLD_SIZE,
+// MASTER_ADDR, TORCHELASTIC_*, TPURUN_*), built once per plan and node for many workers (Builder). Plan shows a
+// plan's complete environments (tpurun plan); ExpandArgs does torchrun's ${local_rank} in arguments.
+package workerenv
 
 import (
 	"slices"
@@ -10,8 +14,8 @@ import (
 	"tpurun/worker"
 )
 
-// ResultFD is the file descriptor number of a worker's result channel (its first ExtraFiles entry).
-const ResultFD = worker.ResultFD
+// DefaultRole is ROLE_NAME when none is given, as torchrun's.
+const DefaultRole = "default"
 
 // Runtime holds the values of a launch that are not in the plan: decided when the run starts.
 type Runtime struct {
@@ -25,8 +29,11 @@ type Runtime struct {
 	SweepTag     string // TPURUN_SWEEP_TAG: marks this launcher's processes for its orphan sweep
 }
 
-// perRank are variables whose inherited value belongs to one process only: they are never passed through from
-// the launcher's environment, whether or not the plan sets them.
+// PerRank reports whether key is a variable whose inherited value belongs to one process only: it is never passed
+// through from the launcher's environment, whether or not the plan sets it.
+func PerRank(key string) bool { return slices.Contains(perRank, key) }
+
+// perRank are the per-rank variables (see PerRank).
 var perRank = []string{
 	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
 	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
@@ -34,19 +41,19 @@ var perRank = []string{
 	topology.EnvJAXProcessID, topology.EnvJAXNumProcesses, worker.EnvPreloaded,
 }
 
-// WorkerEnv is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
+// For is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
 // every per-rank variable, then the plan's device env for w, then the torchrun and tpurun variables derived from
 // w, the plan and rt. Later sources win; the result is sorted and has each key once. To build the environment of
-// many workers of one plan, use an envBuilder: what they share is worked out once.
-func WorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
-	return newEnvBuilder(base, plan, rt).env(w, rt.ErrorFile)
+// many workers of one plan, use a Builder: what they share is worked out once.
+func For(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
+	return NewBuilder(base, plan, rt).Env(w, rt.ErrorFile)
 }
 
-// envBuilder builds the environments of the workers of one plan for one Runtime (but its ErrorFile, which is each
+// Builder builds the environments of the workers of one plan for one Runtime (but its ErrorFile, which is each
 // worker's own): the inherited environment and the variables every worker of a node gets are merged once per
 // node, sorted; each worker's environment is that merged with its own few variables, sharing every string it
 // does not change.
-type envBuilder struct {
+type Builder struct {
 	plan         *topology.Plan
 	rt           Runtime
 	inherited    map[string]string // base minus the per-rank variables, with torchrun's NCCL defaults
@@ -62,7 +69,8 @@ type nodeEnv struct {
 	merged []string
 }
 
-func newEnvBuilder(base []string, plan *topology.Plan, rt Runtime) *envBuilder {
+// NewBuilder is the builder of the environments of plan's workers under rt, from the inherited environment base.
+func NewBuilder(base []string, plan *topology.Plan, rt Runtime) *Builder {
 	env := make(map[string]string, len(base)+2)
 	for _, kv := range base {
 		k, v, ok := strings.Cut(kv, "=")
@@ -74,20 +82,20 @@ func newEnvBuilder(base []string, plan *topology.Plan, rt Runtime) *envBuilder {
 	for _, k := range perRank {
 		delete(env, k)
 	}
-	b := &envBuilder{plan: plan, rt: rt, inherited: env, local: map[int]int{}, nodes: map[int]nodeEnv{}}
+	b := &Builder{plan: plan, rt: rt, inherited: env, local: map[int]int{}, nodes: map[int]nodeEnv{}}
 	_, b.ompInherited = env["OMP_NUM_THREADS"]
 	torchNCCLAsync(env, plan.Device)
 	for _, w := range plan.Workers {
 		b.local[w.NodeRank]++
 	}
 	if b.rt.Role == "" {
-		b.rt.Role = "default"
+		b.rt.Role = DefaultRole
 	}
 	return b
 }
 
 // node is the shared part of the environment of node n's workers.
-func (b *envBuilder) node(n int) nodeEnv {
+func (b *Builder) node(n int) nodeEnv {
 	if ne, ok := b.nodes[n]; ok {
 		return ne
 	}
@@ -100,7 +108,7 @@ func (b *envBuilder) node(n int) nodeEnv {
 		// torchrun's, for a launcher that hosts no store: rank 0 hosts MASTER_PORT's
 		"TORCHELASTIC_USE_AGENT_STORE": "False", "TORCHELASTIC_RESTART_COUNT": strconv.Itoa(rt.RestartCount),
 		"TORCHELASTIC_MAX_RESTARTS": strconv.Itoa(rt.MaxRestarts), worker.EnvRunID: rt.RunID,
-		worker.EnvResultFD: strconv.Itoa(ResultFD),
+		worker.EnvResultFD: strconv.Itoa(worker.ResultFD),
 	}
 	if rt.SweepTag != "" {
 		c[worker.EnvSweepTag] = rt.SweepTag
@@ -120,9 +128,9 @@ func (b *envBuilder) node(n int) nodeEnv {
 	return ne
 }
 
-// env is the environment of worker w (see WorkerEnv), with errorFile as its TORCHELASTIC_ERROR_FILE (none when
+// Env is the environment of worker w (see For), with errorFile as its TORCHELASTIC_ERROR_FILE (none when
 // empty).
-func (b *envBuilder) env(w topology.Worker, errorFile string) []string {
+func (b *Builder) Env(w topology.Worker, errorFile string) []string {
 	ne := b.node(w.NodeRank)
 	own := make([]string, 0, len(w.Env)+8)
 	for k, v := range w.Env { // the plan's env for w: over the inherited one, under the launcher's
@@ -150,11 +158,7 @@ func (b *envBuilder) env(w topology.Worker, errorFile string) []string {
 	if !b.ompInherited && !ompInPlan && b.local[w.NodeRank] > 1 {
 		set("OMP_NUM_THREADS", "1")
 	}
-	reps := make([]string, len(w.Replicas))
-	for i, r := range w.Replicas {
-		reps[i] = strconv.Itoa(r)
-	}
-	set(worker.EnvReplicas, strings.Join(reps, ","))
+	set(worker.EnvReplicas, worker.FormatReplicas(w.Replicas))
 	sort.Strings(own)
 	return mergeEnv(ne.merged, own)
 }
@@ -214,25 +218,25 @@ func ExpandArgs(args []string, localRank int) []string {
 	return out
 }
 
-// What PlanEnv shows for the values a run decides at launch.
+// What Plan shows for the values a run decides at launch.
 const (
 	PlaceholderRunID = "(random at launch)"
 	PlaceholderPort  = "(free port at launch)"
 	PlaceholderFile  = "(per-rank file at launch)"
 )
 
-// PlanEnv returns a copy of plan whose workers' env is everything the launcher gives them: the plan's env plus
-// WorkerEnv's torchrun and tpurun variables (nothing inherited). Run-time values that a run decides at launch
+// Plan returns a copy of plan whose workers' env is everything the launcher gives them: the plan's env plus
+// For's torchrun and tpurun variables (nothing inherited). Run-time values that a run decides at launch
 // (run id, master port, error file) are placeholders unless given in rt.
-func PlanEnv(plan *topology.Plan, rt Runtime) *topology.Plan {
+func Plan(plan *topology.Plan, rt Runtime) *topology.Plan {
 	if rt.RunID == "" {
 		rt.RunID = PlaceholderRunID
 	}
 	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
-	b := newEnvBuilder([]string{}, plan, rt)
+	b := NewBuilder([]string{}, plan, rt)
 	for _, w := range plan.Workers {
 		env := map[string]string{}
-		for _, kv := range b.env(w, rt.ErrorFile) {
+		for _, kv := range b.Env(w, rt.ErrorFile) {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}

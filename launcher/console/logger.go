@@ -1,4 +1,4 @@
-package launcher
+package console
 
 import (
 	"io"
@@ -23,7 +23,7 @@ func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, &failure.ConfigError{Field: "log format", Value: format, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: failure.SettingLogFormat, Value: format, Hint: "use console or json"}
 	}
 	level := zapcore.InfoLevel
 	if verbose {

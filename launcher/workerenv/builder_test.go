@@ -1,4 +1,4 @@
-package launcher
+package workerenv
 
 import (
 	"slices"
@@ -12,9 +12,9 @@ import (
 	"tpurun/worker"
 )
 
-// referenceWorkerEnv is WorkerEnv as it was written before the environment of a plan's workers was built once per
-// plan: one map per worker, filled source after source, later sources winning. envBuilder must give the same.
-func referenceWorkerEnv(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
+// referenceWorkerEnv is For as it was written (launcher.WorkerEnv) before the environment of a plan's workers was built once per
+// plan: one map per worker, filled source after source, later sources winning. Builder must give the same.
+func referenceFor(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
 	env := map[string]string{}
 	for _, kv := range base {
 		k, v, ok := strings.Cut(kv, "=")
@@ -67,7 +67,7 @@ func referenceWorkerEnv(base []string, plan *topology.Plan, w topology.Worker, r
 	if rt.SweepTag != "" {
 		env[worker.EnvSweepTag] = rt.SweepTag
 	}
-	set(worker.EnvResultFD, ResultFD)
+	set(worker.EnvResultFD, worker.ResultFD)
 	reps := make([]string, len(w.Replicas))
 	for i, r := range w.Replicas {
 		reps[i] = strconv.Itoa(r)
@@ -118,14 +118,14 @@ func TestEnvBuilderIsWorkerEnv(t *testing.T) {
 	for bi, base := range bases {
 		for pi, plan := range plans {
 			for ri, rt := range rts {
-				b := newEnvBuilder(base, plan, rt)
+				b := NewBuilder(base, plan, rt)
 				for _, w := range plan.Workers {
-					want := referenceWorkerEnv(base, plan, w, rt)
-					if got := b.env(w, rt.ErrorFile); !slices.Equal(got, want) {
+					want := referenceFor(base, plan, w, rt)
+					if got := b.Env(w, rt.ErrorFile); !slices.Equal(got, want) {
 						t.Errorf("base %d plan %d runtime %d rank %d:\n got %q\nwant %q", bi, pi, ri, w.Rank, got, want)
 					}
-					if got := WorkerEnv(base, plan, w, rt); !slices.Equal(got, want) {
-						t.Errorf("WorkerEnv: base %d plan %d runtime %d rank %d:\n got %q\nwant %q", bi, pi, ri, w.Rank, got, want)
+					if got := For(base, plan, w, rt); !slices.Equal(got, want) {
+						t.Errorf("For: base %d plan %d runtime %d rank %d:\n got %q\nwant %q", bi, pi, ri, w.Rank, got, want)
 					}
 				}
 			}
@@ -141,8 +141,8 @@ func TestEnvBuilderSharesTheCommonStrings(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := []string{"PATH=/bin", "HOME=/root", "LANG=C.UTF-8"}
-	b := newEnvBuilder(base, plan, Runtime{RunID: "r"})
-	a, c := b.env(plan.Workers[0], ""), b.env(plan.Workers[1], "")
+	b := NewBuilder(base, plan, Runtime{RunID: "r"})
+	a, c := b.Env(plan.Workers[0], ""), b.Env(plan.Workers[1], "")
 	for i, kv := range a {
 		if !strings.HasPrefix(kv, "PATH=") {
 			continue
