@@ -257,14 +257,14 @@ func (j *job) startPrepared(l *launch, b *batch) (int, error) {
 // one entry per command, nil where it was not started (see proc.StartHeldAll).
 func (j *job) startCmds(cmds []*exec.Cmd, onExit []func(*proc.Process), more func() bool) ([]*proc.Process, error) {
 	if _, ok := j.starter.(execStarter); ok {
-		return proc.StartHeldAll(j.spec.Reaper, cmds, onExit, more)
+		return proc.StartHeldAll(j.reaper, cmds, onExit, more)
 	}
 	ps := make([]*proc.Process, len(cmds))
 	for i, cmd := range cmds {
 		if !more() {
 			break
 		}
-		p, err := j.starter.start(j.spec.Reaper, cmd, onExit[i])
+		p, err := j.starter.start(j.reaper, cmd, onExit[i])
 		if err != nil {
 			return ps, &proc.StartError{Index: i, Err: err}
 		}

@@ -17,6 +17,7 @@ import (
 	"tpurun/launcher/console"
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
+	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
 )
@@ -50,8 +51,10 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	defer close(relayDone)
 	outErr := make(chan error, 1)
 	j := newJob(spec, outErr)
+	sigs, stopReaping := j.startReaping()
+	defer stopReaping() // last: the preloaded interpreter (closed with the job) is the reaper's
 	defer j.close()
-	j.ctl = newController(ctx, &j.spec, coalesce(spec.Signals, relayDone), outErr, []*console.Console{j.stdout, j.stderr}, j.term)
+	j.ctl = newController(ctx, &j.spec, coalesce(sigs, relayDone), outErr, []*console.Console{j.stdout, j.stderr}, j.term)
 	defer j.ctl.close()
 	if err := j.prepare(j.ctl.jobContext()); err != nil {
 		return nil, j.stoppedOr(err, "the start")
@@ -134,8 +137,9 @@ type job struct {
 	instance     string
 	ports        map[string]int // node 0's choice of ports is everyone's (master, coordinator, megascale)
 
-	ctl  *controller // the one stop controller of the run
-	term *terminal   // the terminal local rank 0 may get; nil without one
+	ctl    *controller  // the one stop controller of the run
+	term   *terminal    // the terminal local rank 0 may get; nil without one
+	reaper *proc.Reaper // the process's reaper, lent to the job (see useReaper); nil without one
 }
 
 func newJob(spec Spec, outErr chan<- error) *job {

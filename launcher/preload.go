@@ -51,11 +51,16 @@ func (s *Spec) checkPreload() error {
 				"give dotted module names, comma-separated, e.g. torch,torch.distributed", m)}
 		}
 	}
-	if s.Reaper == nil {
-		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: "the workers forked by the preloaded interpreter are " +
-			"re-parented to tpurun, which must be the child subreaper to supervise them: drop --no-subreaper, or --preload"}
+	if s.NoReaper && os.Getpid() != 1 {
+		return errPreloadReaper(list)
 	}
 	return nil
+}
+
+// errPreloadReaper is the refusal of a preload without the reaper.
+func errPreloadReaper(list string) error {
+	return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: "the workers forked by the preloaded interpreter are " +
+		"re-parented to tpurun, which must be the child subreaper to supervise them: drop --no-subreaper, or --preload"}
 }
 
 // preloader forks the workers from the job's preloaded interpreter, started once (and again only if it died).
@@ -79,6 +84,9 @@ func (j *job) startPreload(ctx context.Context) error {
 		return nil
 	}
 	list := strings.Join(s.Preload, ",")
+	if j.reaper == nil { // the subreaper could not be had
+		return errPreloadReaper(list)
+	}
 	cmd, err := zygote.ParseCommand(s.Program, lookupEnv(s.Env, "PYTHON_EXEC"))
 	if err != nil {
 		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: err.Error()}
@@ -94,7 +102,7 @@ func (j *job) startPreload(ctx context.Context) error {
 	pl := &preloader{j: j, cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + list}
 	j.preload = pl
 	pl.cfg = zygote.Config{Python: cmd.Python, Script: filepath.Join(j.pyModule, "tpurun", "_zygote.py"),
-		Preload: s.Preload, Path0: path0(cmd, s.Dir), Env: j.sharedEnv(), Dir: s.Dir, Reaper: s.Reaper,
+		Preload: s.Preload, Path0: path0(cmd, s.Dir), Env: j.sharedEnv(), Dir: s.Dir, Reaper: j.reaper,
 		Log: j.log.Named("preload"), Lockfile: topology.DefaultLockfile}
 	if j.host != nil {
 		pl.cfg.DevRoot = j.host.DevRoot

@@ -147,10 +147,10 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 // group): the helper gets SIGTERM, once, and may exit on it before anything is SIGKILLed (it was SIGKILLed by the
 // sweep at once, with no chance to flush). cmd/tpurun's TestFaultWorker/grandchildren-ignore-sigterm has the
 // helper that ignores SIGTERM and is swept after the grace.
-func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) {
-	t.Parallel()
+func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) { // not parallel: no other Run's reaper takes the helper's end
 	dir := launchertest.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "childsetsid:0")
+	cfg.NoReaper = true // the helper's end is this test's to see: Run's reaper would reap it first
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

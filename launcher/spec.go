@@ -39,7 +39,7 @@ type Spec struct {
 	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
 	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
 	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
-	// Needs Reaper. Empty: every worker is exec'd.
+	// Needs the reaper (see NoReaper). Empty: every worker is exec'd.
 	Preload []string
 	Env     []string // inherited environment; nil means os.Environ()
 	Dir     string   // working directory of the workers; "" is the launcher's
@@ -85,12 +85,26 @@ type Spec struct {
 	Results ResultsSpec
 
 	Logger         *zap.Logger
-	Signals        <-chan os.Signal // signals to forward (the caller does signal.Notify); nil: none
-	SampleInterval time.Duration    // live RSS/CPU sampling; default 1s, negative disables
-	ProcRoot       string           // default /proc, for the orphan sweep
-	// Reaper, when set (PID 1 or a subreaper), is the one waiter of the process: it forks the workers and delivers
-	// their exits, and reaps the orphans; the launcher then never calls exec.Cmd.Wait, which would race it.
-	Reaper *proc.Reaper
+	SampleInterval time.Duration // live RSS/CPU sampling; default 1s, negative disables
+	ProcRoot       string        // default /proc, for the orphan sweep
+
+	// Signals are the signals the job acts on and forwards to its workers (see NotifySignals). nil: Run catches
+	// them itself while it runs, so that a SIGTERM to the program stops the job (exit 143) instead of ending the
+	// program and leaving the workers' children running; with NoSignals nil means none.
+	Signals   <-chan os.Signal
+	NoSignals bool
+	// NoReaper keeps Run from reaping: by default this process becomes the child subreaper of the job's processes
+	// for as long as Run runs (PID 1 always reaps), so that an orphan a worker leaves is reaped, never left a
+	// zombie, and is found by the sweep even outside the worker's group; one reaper serves the Runs of a process.
+	// The reaper forks the workers and waits for every child of the process: while Run reaps, nothing else in the
+	// process may wait for a child (exec.Cmd.Wait would race it), so a program that starts processes of its own
+	// meanwhile sets NoReaper (orphans then go to PID 1, swept by the sweep tag in their environment).
+	NoReaper bool
+	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
+	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
+	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the
+	// sweep finds the job's processes by the sweep tag in their environment.
+	SweepSubtree bool
 	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it:
 	// launchers sharing a run id on one machine must not sweep each other's workers. Default: random.
 	SweepTag string
@@ -131,20 +145,6 @@ func ExitWithParent() error {
 		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 	}
 	return nil
-}
-
-// Reaper is the one waiter of a process that is PID 1 or a child subreaper (see StartReaper and proc.Reaper).
-type Reaper = proc.Reaper
-
-// StartReaper makes this process the reaper of its orphaned descendants: PID 1 always reaps; otherwise it becomes
-// the child subreaper. Run with the returned Reaper in Spec.Reaper; Close it once the job is over.
-func StartReaper(log *zap.Logger) (*Reaper, error) {
-	if os.Getpid() != 1 {
-		if err := proc.SetSubreaper(); err != nil {
-			return nil, err
-		}
-	}
-	return proc.NewReaper(log), nil
 }
 
 // Validate checks the settings that need no detection; every error is a *failure.ConfigError or a *failure.ProgramError.

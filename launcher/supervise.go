@@ -262,11 +262,12 @@ func (s *supervisor) termOrphans() {
 	s.j.log.Info("the workers left processes behind: SIGTERM, then SIGKILL after the grace period",
 		zap.Ints("outside_their_groups", hit), zap.Duration("grace", s.j.spec.Grace))
 	s.armGrace()
-	if rp := s.j.spec.Reaper; rp != nil {
+	if rp, done := s.j.subtree(); rp != nil {
 		s.watch = rp.Reaped()
+		done()
 		return
 	}
-	s.poll = time.NewTicker(50 * time.Millisecond) // without a reaper no event says that an orphan is gone
+	s.poll = time.NewTicker(50 * time.Millisecond) // no event says that an orphan found by environment is gone
 }
 
 func (s *supervisor) checkOrphans() {
@@ -297,18 +298,19 @@ func (s *supervisor) settle() {
 	close(s.settled)
 }
 
-// sweep kills the orphans of the run. With a reaper (PID 1 or subreaper) every orphan is in this process's
-// subtree, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it scans every
-// process of the host for the run's sweep tag in its environment.
+// sweep kills the orphans of the run. When the job may walk this process's subtree (the reaper's, see subtree)
+// every orphan is in it, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it
+// scans every process of the host for the run's sweep tag in its environment.
 func (j *job) sweep() ([]int, error) {
-	if j.spec.Reaper != nil {
-		swept, err := j.spec.Reaper.Sweep(j.spec.ProcRoot)
+	if rp, done := j.subtree(); rp != nil {
+		swept, err := rp.Sweep(j.spec.ProcRoot)
+		done()
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return swept, err
 		}
 		j.log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
 	}
-	return proc.Sweep(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag, syscall.SIGKILL)
+	return proc.Sweep(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag, syscall.SIGKILL, j.kept)
 }
 
 // termOutside sends SIGTERM once to every live process the workers left outside their own groups (a helper in a
@@ -324,8 +326,9 @@ func (j *job) termOutside(ws []*child) []int {
 		pgid, err := syscall.Getpgid(pid)
 		return groups[pid] || err != nil || groups[pgid] || j.kept(pid)
 	}
-	if j.spec.Reaper != nil {
-		hit, err := j.spec.Reaper.SignalTree(j.spec.ProcRoot, inGroups, syscall.SIGTERM)
+	if rp, done := j.subtree(); rp != nil {
+		hit, err := rp.SignalTree(j.spec.ProcRoot, inGroups, syscall.SIGTERM)
+		done()
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return hit
 		}
@@ -342,9 +345,10 @@ func (j *job) termOutside(ws []*child) []int {
 
 // liveOrphans counts the processes of the run still alive once every worker has exited.
 func (j *job) liveOrphans() int {
-	if j.spec.Reaper != nil {
+	if rp, done := j.subtree(); rp != nil {
+		defer done()
 		if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
-			return j.spec.Reaper.LiveDescendants(j.spec.ProcRoot, j.kept)
+			return rp.LiveDescendants(j.spec.ProcRoot, j.kept)
 		}
 	}
 	pids, _ := proc.FindByEnv(j.spec.ProcRoot, worker.EnvSweepTag, j.spec.SweepTag)
@@ -353,7 +357,7 @@ func (j *job) liveOrphans() int {
 
 // kept reports whether pid is a process of the job that outlives its attempts (the preloaded interpreter).
 func (j *job) kept(pid int) bool {
-	return j.spec.Reaper != nil && j.spec.Reaper.Kept(pid)
+	return j.reaper != nil && j.reaper.Kept(pid)
 }
 
 // killAndSweep sends SIGKILL to every group and sweeps the subtree; it returns the pids the sweep had to kill.

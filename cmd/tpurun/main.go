@@ -97,21 +97,17 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	for _, n := range notes {
 		log.Warn(n)
 	}
-	if o.tr.reaper() { // PID 1, or the child subreaper by default: one wait4(-1) loop
-		rp, err := launcher.StartReaper(log.Named("reaper"))
-		if err != nil {
-			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-		} else {
-			spec.Reaper = rp
-			defer rp.Close() // after a last round; it logs how many orphans it reaped
-		}
-	}
+	// Run reaps (PID 1, or the child subreaper unless --no-subreaper), and tpurun runs nothing but the job: the
+	// orphan sweep walks its whole subtree.
+	spec.NoReaper, spec.SweepSubtree = o.tr.noReaper, true
 	stop, err := serveStatus(o, spec, f, log)
 	if err != nil {
 		return f.fail(err)
 	}
 	defer stop()
-	sigs, stopSignals = launcher.NotifySignals() // every catchable signal: forwarded or acted on, never a dump
+	// Every catchable signal, forwarded or acted on, never a dump; caught here, not by Run, so that the last flush
+	// after Run still gives up at a stop signal and a closed stdout is still EPIPE, not SIGPIPE.
+	sigs, stopSignals = launcher.NotifySignals()
 	defer stopSignals()
 	spec.Signals = sigs
 	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends

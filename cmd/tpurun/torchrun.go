@@ -127,7 +127,3 @@ func (t *torchFlags) logsSpecs() error {
 	}
 	return nil
 }
-
-// reaper reports whether tpurun runs the one reaper: always as PID 1; otherwise as the child subreaper unless
-// --no-subreaper (orphans then go to PID 1 and the sweep scans every process's environment for the run's tag).
-func (t *torchFlags) reaper() bool { return os.Getpid() == 1 || !t.noReaper }

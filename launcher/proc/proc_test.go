@@ -120,7 +120,7 @@ func TestSweepFindsRealProcessByEnv(t *testing.T) {
 	if _, err := out.Read(buf); err != nil {
 		t.Fatal(err)
 	}
-	got, err := proc.Sweep("/proc", "TPURUN_RUN_ID", "sweep-test-1", syscall.SIGKILL)
+	got, err := proc.Sweep("/proc", "TPURUN_RUN_ID", "sweep-test-1", syscall.SIGKILL, nil)
 	if err != nil || !slices.Equal(got, []int{cmd.Process.Pid}) {
 		t.Fatalf("swept %v (%v), want [%d]", got, err, cmd.Process.Pid)
 	}

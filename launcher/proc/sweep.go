@@ -14,9 +14,10 @@ import (
 )
 
 // Sweep finds every process under procRoot (normally "/proc") whose environment holds key=value, except this
-// process, and sends it sig. It returns the pids it signalled. Processes that vanish or cannot be read while
-// scanning are skipped: a process that changed its environment with execve escapes the sweep.
-func Sweep(procRoot, key, value string, sig syscall.Signal) ([]int, error) {
+// process and those keep names (nil: none), and sends it sig. It returns the pids it signalled. Processes that
+// vanish or cannot be read while scanning are skipped: a process that changed its environment with execve escapes
+// the sweep.
+func Sweep(procRoot, key, value string, sig syscall.Signal, keep func(pid int) bool) ([]int, error) {
 	pids, err := FindByEnv(procRoot, key, value)
 	if err != nil {
 		return nil, err
@@ -24,6 +25,9 @@ func Sweep(procRoot, key, value string, sig syscall.Signal) ([]int, error) {
 	var hit []int
 	var errs []error
 	for _, pid := range pids {
+		if keep != nil && keep(pid) {
+			continue
+		}
 		if err := syscall.Kill(pid, sig); err != nil {
 			if !errors.Is(err, syscall.ESRCH) {
 				errs = append(errs, fmt.Errorf("sweep: signal %v to pid %d carrying %s=%s: %w", sig, pid, key, value, err))
