@@ -35,6 +35,7 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"launcher/attempt", "tpurun/launcher/proc", "the attempt's machine is a pure value: no process in it"},
 	{"launcher/attempt", "tpurun/rendezvous", "the attempt's machine is a pure value: no rendezvous in it"},
 	{"launcher/flags", "tpurun/launcher", "the flags describe a Spec; they do not run the launcher"},
+	{"launcher/workerenv", "tpurun/launcher", "the workers' environment is below the launcher"},
 	{"internal/safepath", "tpurun/launcher", "safepath is below the launcher"},
 	{"internal/hostname", "tpurun/launcher", "hostname is below the launcher, topology and the rendezvous"},
 	{"cmd/tpurun", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},

@@ -74,10 +74,10 @@ type preloader struct {
 	out     sync.WaitGroup // the forwarders of the interpreter's own output
 }
 
-// startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any
-// worker: it imports the modules and proves it safe to fork, or the job ends with a *failure.ConfigError naming what made
-// it unsafe (exit 2). ctx is the job's: a stop signal or the timeout meanwhile kills the interpreter and ends
-// the job. From then on the workers are forked from it.
+// startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any worker:
+// it imports the modules and proves it safe to fork, or the job ends with a *failure.ConfigError naming what made it
+// unsafe (exit 2). ctx is the job's: a stop signal or the timeout meanwhile kills the interpreter and ends the job.
+// From then on the workers are forked from it.
 func (j *job) startPreload(ctx context.Context) error {
 	s := &j.spec
 	if len(s.Preload) == 0 {

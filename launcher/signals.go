@@ -1,11 +1,16 @@
 package launcher
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"tpurun/launcher/failure"
+	"tpurun/launcher/proc"
 )
 
 // sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.
@@ -135,4 +140,17 @@ func repeats(s os.Signal) int {
 		return 2
 	}
 	return 1
+}
+
+// ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
+// launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
+// gone is a *failure.SignalError (exit 143).
+func ExitWithParent() error {
+	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
+		if errors.Is(err, proc.ErrParentGone) {
+			return &failure.SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
+		}
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
+	}
+	return nil
 }

@@ -4,22 +4,15 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/hostname"
 	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
 	"tpurun/launcher/topology"
 	"tpurun/launcher/workerenv"
 	"tpurun/worker"
@@ -134,157 +127,63 @@ type FnSpec struct {
 // Version is tpurun's version.
 const Version = "0.2.0"
 
-// ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
-// launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
-// gone is a *failure.SignalError (exit 143).
-func ExitWithParent() error {
-	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
-		if errors.Is(err, proc.ErrParentGone) {
-			return &failure.SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
-		}
-		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
-	}
-	return nil
-}
-
-// Validate checks the settings that need no detection; every error is a *failure.ConfigError or a *failure.ProgramError.
-func (s *Spec) Validate() error {
-	if s.Fn == nil && (len(s.Program) == 0 || s.Program[0] == "") {
-		return &failure.ConfigError{Field: failure.SettingProgram, Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
-	}
-	if s.Fn == nil {
-		if _, err := exec.LookPath(s.Program[0]); err != nil {
-			return &failure.ProgramError{Program: s.Program[0], Err: err}
-		}
-	}
-	for _, d := range []struct {
-		name failure.Setting
-		v    time.Duration
-	}{{failure.SettingGrace, s.Grace}, {failure.SettingTimeout, s.Timeout}} {
-		if d.v < 0 {
-			return &failure.ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
-		}
-	}
-	if s.MaxRestarts < 0 {
-		return &failure.ConfigError{Field: failure.SettingMaxRestarts, Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
-	}
-	if s.MasterAddr != "" && hostname.Check(s.MasterAddr) != nil {
-		return &failure.ConfigError{Field: failure.SettingMasterAddr, Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
-	}
-	if s.MasterPort < 0 || s.MasterPort > 65535 {
-		return &failure.ConfigError{Field: failure.SettingMasterPort, Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
-	}
-	if s.RunID != "" {
-		if err := validateName(failure.SettingRunID, s.RunID); err != nil {
-			return err
-		}
-	}
-	if s.Role != "" {
-		if err := validateName(failure.SettingRole, s.Role); err != nil {
-			return err
-		}
-	}
-	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
-		return &failure.ConfigError{Field: failure.SettingMaxResultBytes, Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
-			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
-	}
-	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
-		return &failure.ConfigError{Field: failure.SettingNodeRank, Value: strconv.Itoa(s.NodeRank),
-			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
-	}
-	return cmp.Or(s.checkPreload(), s.Rendezvous.validate())
-}
-
-// validateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
-// separator, no "..", no control character, and at most 128 bytes.
-func validateName(what failure.Setting, v string) error {
-	bad := ""
-	switch {
-	case len(v) > 128:
-		bad = fmt.Sprintf("is %d bytes long; the limit is 128", len(v))
-	case v == "." || v == ".." || strings.Contains(v, ".."):
-		bad = "contains '..'"
-	case strings.ContainsAny(v, "/\\="):
-		bad = "contains '/', '\\' or '='"
-	}
-	for _, r := range v {
-		if bad == "" && (r < 0x20 || r == 0x7f) {
-			bad = "contains a control character"
-		}
-	}
-	if bad == "" {
-		return nil
-	}
-	return &failure.ConfigError{Field: what, Value: v, Hint: bad + "; use letters, digits, '.', '-' and '_'"}
-}
-
 // withDefaults returns s with the defaults filled in.
 func (s Spec) withDefaults() (Spec, error) {
 	if s.Env == nil {
 		s.Env = os.Environ()
 	}
-	if s.Grace == 0 {
-		s.Grace = DefaultGrace
-	}
 	if s.DrainTimeout <= 0 {
 		s.DrainTimeout = 2 * time.Second
 	}
-	if s.MasterAddr == "" {
-		s.MasterAddr = DefaultMasterAddr
+	s.Grace = cmp.Or(s.Grace, DefaultGrace)
+	s.MasterAddr = cmp.Or(s.MasterAddr, DefaultMasterAddr)
+	s.Role = cmp.Or(s.Role, workerenv.DefaultRole)
+	s.LogPrefix = cmp.Or(s.LogPrefix, console.DefaultPrefix)
+	s.Stdout = cmp.Or[io.Writer](s.Stdout, os.Stdout) // compared with nil alone: no writer is ever compared
+	s.Stderr = cmp.Or[io.Writer](s.Stderr, os.Stderr)
+	s.Logger = cmp.Or(s.Logger, zap.NewNop())
+	s.SampleInterval = cmp.Or(s.SampleInterval, time.Second)
+	s.ProcRoot = cmp.Or(s.ProcRoot, "/proc")
+	s.Results.MaxFrameBytes = cmp.Or(s.Results.MaxFrameBytes, worker.DefaultMaxPayload)
+	s.Results.Required = s.Results.Required || s.Fn != nil
+	if err := s.defaultIDs(); err != nil {
+		return s, err
 	}
-	if s.Role == "" {
-		s.Role = workerenv.DefaultRole
-	}
-	if s.LogPrefix == "" {
-		s.LogPrefix = console.DefaultPrefix
-	}
-	if s.Stdout == nil {
-		s.Stdout = os.Stdout
-	}
-	if s.Stderr == nil {
-		s.Stderr = os.Stderr
-	}
-	if s.Logger == nil {
-		s.Logger = zap.NewNop()
-	}
-	if s.SampleInterval == 0 {
-		s.SampleInterval = time.Second
-	}
-	if s.ProcRoot == "" {
-		s.ProcRoot = "/proc"
-	}
-	if s.Results.MaxFrameBytes == 0 {
-		s.Results.MaxFrameBytes = worker.DefaultMaxPayload
-	}
-	if s.Fn != nil {
-		s.Results.Required = true
-	}
-	if s.RunID == "" {
-		s.RunID = s.Rendezvous.RunID
-	}
+	return s, s.defaultLogDir()
+}
+
+// defaultIDs fills in the run id (the rendezvous's, else random) and the sweep tag (the run id and a random part).
+func (s *Spec) defaultIDs() error {
+	s.RunID = cmp.Or(s.RunID, s.Rendezvous.RunID)
 	if s.RunID == "" {
 		id, err := randomHex(6)
 		if err != nil {
-			return s, err
+			return err
 		}
 		s.RunID = id
 	}
 	if s.SweepTag == "" {
 		tag, err := randomHex(8)
 		if err != nil {
-			return s, err
+			return err
 		}
 		s.SweepTag = s.RunID + "-" + tag
 	}
-	if (s.Redirects.Any() || s.Tee.Any()) && s.LogDir == "" {
-		// A private directory (0700) of this run: a fixed shared one would be another user's, or world-listable.
-		d, err := os.MkdirTemp("", "tpurun-logs-")
-		if err != nil {
-			return s, fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", failure.ErrInternal, err)
-		}
-		s.LogDir = d
+	return nil
+}
+
+// defaultLogDir gives redirected or teed streams a log directory when none is set: a private one (0700) of this
+// run, since a fixed shared one would be another user's, or world-listable.
+func (s *Spec) defaultLogDir() error {
+	if s.LogDir != "" || !s.Redirects.Any() && !s.Tee.Any() {
+		return nil
 	}
-	return s, nil
+	d, err := os.MkdirTemp("", "tpurun-logs-")
+	if err != nil {
+		return fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", failure.ErrInternal, err)
+	}
+	s.LogDir = d
+	return nil
 }
 
 func randomHex(n int) (string, error) {
@@ -293,28 +192,4 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("%w: random id: %w", failure.ErrInternal, err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-// checkOutputs refuses, before anything starts, a results file or log directory that cannot be written.
-func (s *Spec) checkOutputs() error {
-	if f := s.Results.File; f != "" {
-		dir := f[:strings.LastIndexByte("/"+f, '/')]
-		if dir == "" {
-			dir = "."
-		}
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return &failure.ConfigError{Field: failure.SettingResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
-		}
-		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
-			return &failure.ConfigError{Field: failure.SettingResultsFile, Value: f, Hint: "exists and is not a regular file"}
-		}
-	}
-	if d := s.LogDir; d != "" {
-		if st, err := os.Stat(d); err == nil && !st.IsDir() {
-			return &failure.ConfigError{Field: failure.SettingLogDir, Value: d, Hint: "exists and is not a directory"}
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return &failure.ConfigError{Field: failure.SettingLogDir, Value: d, Hint: err.Error()}
-		}
-	}
-	return nil
 }

@@ -39,22 +39,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return code
 	}
 	o, err := parse(args, stdout)
-	if errors.Is(err, pflag.ErrHelp) {
-		return 0
-	}
 	if err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
-		if errors.Is(err, failure.ErrInternal) {
-			return exitcode.Internal
-		}
-		return exitcode.Usage
+		return parseFailed(stderr, err)
 	}
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
-	stdout, stderr = outc, errc
 	var sigs <-chan os.Signal // the last flush gives up on a reader that never reads at a stop signal
-	var stopSignals func()
 	defer func() {
 		if err := console.Flush(sigs, outc, errc); err != nil && code == 0 { // --json into a full disk, say
 			code = fail(errc, err)
@@ -63,16 +54,50 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}()
 	log, err := console.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
 	if err != nil {
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
+		fmt.Fprintf(errc, "tpurun: %v\n", err)
 		return exitcode.Usage
 	}
-	f := failer{w: stderr}
+	f := failer{w: errc}
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
 		f.log = log
 	}
+	if err := o.describe(outc, errc, log); err != nil {
+		return f.fail(err)
+	}
+	stop, err := serveStatus(o, &o.spec, f, log)
+	if err != nil {
+		return f.fail(err)
+	}
+	defer stop()
+	// Every catchable signal, forwarded or acted on, never a dump; caught here, not by Run, so that the last flush
+	// after Run still gives up at a stop signal and a closed stdout is still EPIPE, not SIGPIPE.
+	sigs, stopSignals := launcher.NotifySignals()
+	defer stopSignals()
+	o.spec.Signals = sigs
+	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
+	o.spec.Observers = append(o.spec.Observers, sp)
+	return report(o, &o.spec, sp, f, outc, errc)
+}
+
+// parseFailed answers a command line that was not run: 0 after --help (and --version, --python-path), else the
+// error and its code.
+func parseFailed(stderr io.Writer, err error) int {
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
+	if errors.Is(err, failure.ErrInternal) {
+		return exitcode.Internal
+	}
+	return exitcode.Usage
+}
+
+// describe completes the Spec of the run with what needs the consoles and the logger: its streams, detection's
+// options, the rendezvous, the reaping; --exit-with-parent first.
+func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	if o.exitWithParent {
 		if err := launcher.ExitWithParent(); err != nil {
-			return f.fail(err)
+			return err
 		}
 	}
 	for _, f := range o.tr.noEffect {
@@ -85,14 +110,15 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if spec.Results.Document = o.json; o.json {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
+	var err error
 	if spec.Detect, err = o.dev.Options(log); err != nil {
-		return f.fail(err)
+		return err
 	}
 	spec.Request, spec.PerCPU = o.dev.Request()
 	spec.Force = o.dev.Force
 	var notes []string
-	if spec.Rendezvous, notes, err = o.rdzv.spec(o.spec.RunID, o.spec.MasterAddr, &o.spec.MasterPort); err != nil {
-		return f.fail(err)
+	if spec.Rendezvous, notes, err = o.rdzv.spec(spec.RunID, spec.MasterAddr, &spec.MasterPort); err != nil {
+		return err
 	}
 	for _, n := range notes {
 		log.Warn(n)
@@ -100,19 +126,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// Run reaps (PID 1, or the child subreaper unless --no-subreaper), and tpurun runs nothing but the job: the
 	// orphan sweep walks its whole subtree.
 	spec.NoReaper, spec.SweepSubtree = o.tr.noReaper, true
-	stop, err := serveStatus(o, spec, f, log)
-	if err != nil {
-		return f.fail(err)
-	}
-	defer stop()
-	// Every catchable signal, forwarded or acted on, never a dump; caught here, not by Run, so that the last flush
-	// after Run still gives up at a stop signal and a closed stdout is still EPIPE, not SIGPIPE.
-	sigs, stopSignals = launcher.NotifySignals()
-	defer stopSignals()
-	spec.Signals = sigs
-	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
-	spec.Observers = append(spec.Observers, sp)
-	return report(o, spec, sp, f, stdout, stderr)
+	return nil
 }
 
 // serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
@@ -196,8 +210,8 @@ func fail(stderr io.Writer, err error) int {
 	return code
 }
 
-// flagOf names the flag that sets each setting a configuration error can be about; flagless are those that have
-// none, or whose message names them well as they are. TestEverySettingHasItsFlag holds every failure.Setting to one.
+// flagOf names the flag that sets each setting a configuration error can be about. TestEverySettingHasItsFlag holds
+// every failure.Setting to one, or to its reason to have none (flagless).
 var flagOf = map[failure.Setting]string{
 	failure.SettingFunction: "--fn", failure.SettingFunctionArgs: "--fn-args-json", failure.SettingGrace: "--grace",
 	failure.SettingTimeout: "--timeout", failure.SettingMaxRestarts: "--max-restarts", failure.SettingMasterPort: "--master-port",
@@ -210,15 +224,6 @@ var flagOf = map[failure.Setting]string{
 	failure.SettingRendezvousOption: "--rdzv-conf", failure.SettingRendezvousBackend: "--rdzv-backend",
 	failure.SettingRendezvousToken: "--rdzv-token", failure.SettingRendezvousHostName: "--node-name",
 	failure.SettingDevice: "--device", failure.SettingAcceleratorType: "--accelerator-type",
-}
-
-var flagless = map[failure.Setting]string{
-	failure.SettingProgram: "the positional PROGRAM", failure.SettingPreload: "a flag already",
-	failure.SettingEnvironment: "the workers' whole environment", failure.SettingNumSlicesEnv: "a variable",
-	failure.SettingSliceIDEnv: "a variable", failure.SettingLogFormat: "parse checks --log-format first",
-	failure.SettingNProcs: "the message names the split and its sources", failure.SettingRendezvousTimeout: "a Spec's own",
-	failure.SettingRendezvousHostsOption: "the message names the option", failure.SettingRendezvousListen: "the endpoint's port",
-	failure.SettingRendezvousHosts: "the host list detected or given",
 }
 
 type options struct {
@@ -235,38 +240,7 @@ type options struct {
 }
 
 func parse(args []string, stdout io.Writer) (*options, error) {
-	o := &options{}
-	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
-	fs.SetNormalizeFunc(flags.Dashes)
-	var redirects, tee, filter, stdin, preload string
-	o.dev = flags.AddDevice(fs)
-	fn := addResultFlags(fs, &o.spec, &o.json)
-	fs.DurationVar(&o.spec.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
-	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
-	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
-	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
-	fs.StringVarP(&redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
-	fs.StringVarP(&tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
-	fs.StringVar(&filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
-	fs.StringVar(&stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
-	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
-	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
-	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
-	fs.StringVar(&o.spec.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR given to the workers")
-	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
-	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
-	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
-	help := fs.BoolP("help", "h", false, "show this help")
-	version := fs.Bool("version", false, "print the version of tpurun and of its Python module")
-	pyPath := fs.Bool("python-path", false, "install the tpurun Python module (once, in the user's cache) and print the directory to put on PYTHONPATH")
-	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
-	o.tr = addTorchFlags(fs)
-	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
-	fs.StringVar(&preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
-	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
-	o.rdzv = addRdzvFlags(fs)
+	o, fs, raw := newFlags()
 	args, err := torchrun.Expand(fs, args, torchrun.Flags) // argparse's unique prefixes: --redirect=3
 	if err != nil {
 		return nil, err
@@ -279,52 +253,110 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		errors.As(err, &pe)
 		return nil, &failure.ConfigError{Field: failure.Setting(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
+	if raw.help || raw.version || raw.pyPath {
+		return nil, inform(stdout, fs, raw)
+	}
+	if err := o.finish(fs, raw); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// rawFlags are the flags parse turns into the Spec once they are parsed, and those that ask for information.
+type rawFlags struct {
+	redirects, tee, filter, stdin, preload string
+	fn                                     *launcher.FnSpec
+	help, version, pyPath                  bool
+}
+
+// newFlags registers tpurun's flags: into the options' Spec where a flag sets a field as it is, else into raw.
+func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
+	o, raw := &options{}, &rawFlags{}
+	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
+	fs.SetNormalizeFunc(flags.Dashes)
+	o.dev = flags.AddDevice(fs)
+	raw.fn = addResultFlags(fs, &o.spec, &o.json)
+	fs.DurationVar(&o.spec.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
+	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
+	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
+	fs.StringVarP(&raw.redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
+	fs.StringVarP(&raw.tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
+	fs.StringVar(&raw.filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
+	fs.StringVar(&raw.stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
+	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
+	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
+	fs.StringVar(&o.spec.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR given to the workers")
+	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
+	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
+	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
+	fs.BoolVarP(&raw.help, "help", "h", false, "show this help")
+	fs.BoolVar(&raw.version, "version", false, "print the version of tpurun and of its Python module")
+	fs.BoolVar(&raw.pyPath, "python-path", false, "install the tpurun Python module (once, in the user's cache) and print the directory to put on PYTHONPATH")
+	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
+	o.tr = addTorchFlags(fs)
+	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
+	fs.StringVar(&raw.preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
+	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
+	o.rdzv = addRdzvFlags(fs)
+	return o, fs, raw
+}
+
+// inform answers --help, --version and --python-path; pflag.ErrHelp says it did (exit 0).
+func inform(stdout io.Writer, fs *pflag.FlagSet, raw *rawFlags) error {
 	switch {
-	case *help:
+	case raw.help:
 		usage(stdout, fs)
-		return nil, pflag.ErrHelp
-	case *version:
+	case raw.version:
 		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
-		return nil, pflag.ErrHelp
-	case *pyPath:
+	default:
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
 		dir, err := worker.PythonPath("", worker.WithExecutable())
 		if err != nil {
-			return nil, &failure.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
+			return &failure.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
 				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}
 		}
 		fmt.Fprintln(stdout, dir)
-		return nil, pflag.ErrHelp
 	}
+	return pflag.ErrHelp
+}
+
+// finish turns the parsed flags into the Spec: the program or function, torchrun's Python flags, the streams.
+func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
+	fn := raw.fn
 	if fn.Target == "" && fn.ArgsJSON != "" {
-		return nil, &failure.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
+		return &failure.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
 	}
 	if n := o.spec.Results.MaxFrameBytes; n <= 0 {
-		return nil, &failure.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
+		return &failure.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
 	}
-	if fn.Target != "" {
+	switch {
+	case fn.Target != "":
 		fn.Args = fs.Args()
 		o.spec.Fn = fn
-	} else if len(fs.Args()) == 0 {
-		return nil, errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
-	} else {
+	case len(fs.Args()) == 0:
+		return errors.New("no PROGRAM given; usage: tpurun [flags] [--] PROGRAM [ARGS...]")
+	default:
 		o.spec.Program = fs.Args()
 	}
 	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
-		return nil, err
+		return err
 	}
-	o.spec.Preload = flags.ParseList(preload)
-	if err := o.streams(redirects, tee, filter, stdin); err != nil {
-		return nil, err
+	o.spec.Preload = flags.ParseList(raw.preload)
+	if err := o.streams(raw.redirects, raw.tee, raw.filter, raw.stdin); err != nil {
+		return err
 	}
 	if t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != "" && !fs.Changed("log-prefix") {
 		o.spec.LogPrefix = t // torchrun's template ($rank, $local_rank, $role_name); --log-prefix wins
 	}
 	o.spec.RawOutput = o.spec.LogPrefix == "" // --log-prefix '': the lines as the workers wrote them
 	if o.logFormat != "console" && o.logFormat != "json" {
-		return nil, &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
+		return &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
-	return o, nil
+	return nil
 }
 
 // streams parses the flags that say where the workers' streams go and which of them read stdin.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"tpurun/launcher/failure"
 )
 
 // TestEverySettingHasItsFlag: every setting a configuration error can name (a failure.Setting constant) has the flag
@@ -37,7 +39,7 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 		t.Fatalf("found %d Setting constants in launcher/failure/setting.go: %v", len(settings), settings)
 	}
 	named := map[string]string{} // constant: the map that names it
-	for _, m := range []map[string]string{settingKeys(t, "flagOf"), settingKeys(t, "flagless")} {
+	for _, m := range []map[string]string{settingKeys(t, "main.go", "flagOf"), settingKeys(t, "settings_test.go", "flagless")} {
 		for k, v := range m {
 			if prev, dup := named[k]; dup {
 				t.Errorf("failure.%s is in both %s and %s", k, prev, v)
@@ -50,6 +52,11 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 			t.Errorf("failure.%s has no flag in flagOf and no reason in flagless", s)
 		}
 	}
+	for s, why := range flagless {
+		if why == "" || flagOf[s] != "" {
+			t.Errorf("flagless[%q] = %q, flagOf %q: want a reason, and no flag", s, why, flagOf[s])
+		}
+	}
 	var help, stderr bytes.Buffer
 	run([]string{"--help"}, &help, &stderr)
 	for s, flag := range flagOf {
@@ -60,10 +67,20 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 	freeWords(t)
 }
 
-// settingKeys are the failure.X keys of the map literal assigned to the package variable name in main.go.
-func settingKeys(t *testing.T, name string) map[string]string {
+// flagless are the settings a message names without a flag: they have none, or their message names them well.
+var flagless = map[failure.Setting]string{
+	failure.SettingProgram: "the positional PROGRAM", failure.SettingPreload: "a flag already",
+	failure.SettingEnvironment: "the workers' whole environment", failure.SettingNumSlicesEnv: "a variable",
+	failure.SettingSliceIDEnv: "a variable", failure.SettingLogFormat: "parse checks --log-format first",
+	failure.SettingNProcs: "the message names the split and its sources", failure.SettingRendezvousTimeout: "a Spec's own",
+	failure.SettingRendezvousHostsOption: "the message names the option", failure.SettingRendezvousListen: "the endpoint's port",
+	failure.SettingRendezvousHosts: "the host list detected or given",
+}
+
+// settingKeys are the failure.X keys of the map literal assigned to the package variable name in file.
+func settingKeys(t *testing.T, file, name string) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +100,7 @@ func settingKeys(t *testing.T, name string) map[string]string {
 		return false
 	})
 	if len(out) == 0 {
-		t.Fatalf("no map %s in main.go", name)
+		t.Fatalf("no map %s in %s", name, file)
 	}
 	return out
 }

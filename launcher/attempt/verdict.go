@@ -36,12 +36,13 @@ func (r StopReason) JobWide() bool {
 	return false
 }
 
-// Verdict is how an attempt, and then the whole job, ended: what ended it (the first cause), the exit code, and
-// the root cause — a worker of this node, another node, or the signal, timeout or error that stopped it. It is
-// made once, when the cause is known, and its Code is decided then; from there the code travels as a number (in
-// the outcome every node publishes), never recomputed from an error. Run returns the job's verdict as its error
-// (nil when the job succeeded); errors.As still finds the *failure.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError
-// in it, and errors.Is the sentinels (failure.ErrTimeout, failure.ErrRendezvous, failure.ErrResults, context.Canceled).
+// Verdict is how an attempt, and then the whole job, ended: what ended it (the first cause), the exit code, and the
+// root cause — a worker of this node, another node, or the signal, timeout or error that stopped it. It is made once,
+// when the cause is known, and its Code is decided then; from there the code travels as a number (in the outcome every
+// node publishes), never recomputed from an error. Run returns the job's verdict as its error (nil when the job
+// succeeded); errors.As still finds the *failure.WorkerError, *failure.NodeError, *failure.SignalError or
+// *failure.OutputError in it, and errors.Is the sentinels (failure.ErrTimeout, failure.ErrRendezvous,
+// failure.ErrResults, context.Canceled).
 type Verdict struct {
 	Reason StopReason `json:"reason"`
 	Code   int        `json:"code"`

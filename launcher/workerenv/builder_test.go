@@ -12,8 +12,9 @@ import (
 	"tpurun/worker"
 )
 
-// referenceWorkerEnv is For as it was written (launcher.WorkerEnv) before the environment of a plan's workers was built once per
-// plan: one map per worker, filled source after source, later sources winning. Builder must give the same.
+// referenceWorkerEnv is For as it was written (launcher.WorkerEnv) before the environment of a plan's workers was
+// built once per plan: one map per worker, filled source after source, later sources winning. Builder must give the
+// same.
 func referenceFor(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
 	env := map[string]string{}
 	for _, kv := range base {

@@ -88,13 +88,3 @@ func (j *job) setupFn() error {
 	s.Program = append([]string{python, "-u", "-m", "tpurun.fn", "--args-json", args, f.Target}, f.Args...)
 	return nil
 }
-
-func withoutEnv(env []string, key string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k != key {
-			out = append(out, kv)
-		}
-	}
-	return out
-}

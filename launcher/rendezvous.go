@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
 	"tpurun/rendezvous"
@@ -232,13 +234,23 @@ func localAddr(endpoint string) string {
 	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
-// lookupEnv is the value of key in env (last one wins, as for exec).
-func lookupEnv(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-			v = val
-		}
+// rendezvousErr marks a rendezvous failure as failure.ErrRendezvous (exit 69), keeping configuration errors as they are
+// (exit 2).
+func rendezvousErr(step string, err error) error {
+	if exitcode.IsUsage(err) {
+		return err
 	}
-	return v
+	var se *failure.SignalError
+	if errors.As(err, &se) || errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrJobClosed) {
+		return err
+	}
+	if errors.Is(err, rendezvous.ErrDuplicateNode) {
+		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", failure.ErrRendezvous, step, err)
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && dns.IsNotFound {
+		return &failure.ConfigError{Field: failure.SettingRendezvousEndpoint, Value: dns.Name,
+			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
+	}
+	return fmt.Errorf("%w: %s: %w", failure.ErrRendezvous, step, err)
 }
