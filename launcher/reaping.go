@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"os"
 	"sync"
 
@@ -9,18 +10,31 @@ import (
 	"tpurun/launcher/proc"
 )
 
-// reaping is this process's reaper while Runs use it: started by the first Run that reaps, shared by the Runs in
-// flight (a reaper waits for every child of the process: there is one or none) and closed when the last one ends.
+// reaping is this process's reaper while it is in use: started by the first Run that reaps (or by Reap), shared
+// by the Runs in flight (a reaper waits for every child of the process: there is one or none), closed when the
+// last user is done.
 var reaping struct {
 	sync.Mutex
-	rp     *proc.Reaper
-	users  int
-	setSub bool // this process became the child subreaper for rp, and stops being one when rp closes
+	rp      *proc.Reaper
+	runs    int  // the Runs using rp: the subtree is a Run's to walk only while it is the only one
+	holders int  // the callers of Reap keeping rp
+	setSub  bool // this process became the child subreaper for rp, and stops being one when rp closes
 }
 
-// useReaper lends the process's reaper to a Run, starting it (and making this process the child subreaper, unless
-// it is PID 1 or one already) when no Run holds it; release gives it back.
-func useReaper(log *zap.Logger) (rp *proc.Reaper, release func(), err error) {
+// Reap makes this process reap its orphans until stop is called: it becomes the child subreaper (PID 1 reaps
+// anyway) and starts the reaper that the Runs of the process share (see Spec.NoReaper). Run does this itself for
+// as long as it runs; Reap keeps the reaper beyond one Run: across several, or until the program's last words
+// (tpurun's last line comes before the reaper's count of the orphans it reaped). It fails when the process cannot
+// become the subreaper.
+func Reap(log *zap.Logger) (stop func(), err error) {
+	_, stop, err = useReaper(log, &reaping.holders)
+	return stop, err
+}
+
+// useReaper lends the process's reaper to a user counted in count, starting it (and making this process the child
+// subreaper, unless it is PID 1 or one already) when nobody holds it; release gives it back.
+func useReaper(log *zap.Logger, count *int) (rp *proc.Reaper, release func(), err error) {
+	log = cmp.Or(log, zap.NewNop())
 	reaping.Lock()
 	defer reaping.Unlock()
 	if reaping.rp == nil {
@@ -32,12 +46,12 @@ func useReaper(log *zap.Logger) (rp *proc.Reaper, release func(), err error) {
 		}
 		reaping.rp, reaping.setSub = proc.NewReaper(log), set
 	}
-	reaping.users++
+	*count++
 	rp = reaping.rp
 	return rp, sync.OnceFunc(func() {
 		reaping.Lock()
 		defer reaping.Unlock()
-		if reaping.users--; reaping.users > 0 {
+		if *count--; reaping.runs+reaping.holders > 0 {
 			return
 		}
 		rp.Close()
@@ -61,7 +75,7 @@ func (j *job) startReaping() (sigs <-chan os.Signal, stop func()) {
 		undo = append(undo, stopSigs)
 	}
 	if !j.spec.NoReaper || os.Getpid() == 1 {
-		rp, release, err := useReaper(j.spec.Logger.Named("reaper"))
+		rp, release, err := useReaper(j.spec.Logger.Named("reaper"), &reaping.runs)
 		if err != nil {
 			j.spec.Logger.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
 		} else {
@@ -77,14 +91,14 @@ func (j *job) startReaping() (sigs <-chan os.Signal, stop func()) {
 }
 
 // subtree is the reaper when the job may walk the whole subtree of this process (see Spec.SweepSubtree): it runs
-// nothing but this job and is the reaper's only user. done ends the walk; no other Run takes the reaper meanwhile.
+// nothing but this job, the only Run that uses the reaper. done ends the walk; no other Run takes the reaper meanwhile.
 // nil: the job finds its processes by their environment.
 func (j *job) subtree() (rp *proc.Reaper, done func()) {
 	if j.reaper == nil || !j.spec.SweepSubtree {
 		return nil, nil
 	}
 	reaping.Lock()
-	if reaping.rp != j.reaper || reaping.users != 1 {
+	if reaping.rp != j.reaper || reaping.runs != 1 {
 		reaping.Unlock()
 		return nil, nil
 	}

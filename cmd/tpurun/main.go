@@ -64,6 +64,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err := o.describe(outc, errc, log); err != nil {
 		return f.fail(err)
 	}
+	if stopReaping := o.reap(log); stopReaping != nil {
+		defer stopReaping() // after the last line: the reaper's count of the orphans it reaped comes after it
+	}
 	stop, err := serveStatus(o, &o.spec, f, log)
 	if err != nil {
 		return f.fail(err)
@@ -123,10 +126,23 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	for _, n := range notes {
 		log.Warn(n)
 	}
-	// Run reaps (PID 1, or the child subreaper unless --no-subreaper), and tpurun runs nothing but the job: the
-	// orphan sweep walks its whole subtree.
+	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree.
 	spec.NoReaper, spec.SweepSubtree = o.tr.noReaper, true
 	return nil
+}
+
+// reap makes tpurun reap for the whole run (PID 1 always does, the child subreaper unless --no-subreaper), as Run
+// would for its own length; stop is nil when tpurun does not reap, or cannot (then the sweep goes by environment).
+func (o *options) reap(log *zap.Logger) (stop func()) {
+	if o.tr.noReaper && os.Getpid() != 1 {
+		return nil
+	}
+	stop, err := launcher.Reap(log.Named("reaper"))
+	if err != nil {
+		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
+		o.spec.NoReaper = true
+	}
+	return stop
 }
 
 // serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
