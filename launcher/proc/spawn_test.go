@@ -289,3 +289,100 @@ func TestStartHeldAllNamesTheCommandThatFailed(t *testing.T) {
 		t.Fatalf("reaper child: %v\n%s", err, out)
 	}
 }
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "fdlimit-main", Run: func(*launchertest.Worker) int { return okOr(fdLimitMain()) }})
+}
+
+// fdLimitMain: when the forking thread's table cannot take every descriptor of a batch (RLIMIT_NOFILE lowered
+// while the launcher runs, by prlimit or the launcher's own caller), the kernel passes some and drops the rest
+// (MSG_CTRUNC). The start fails, naming the limit, instead of waiting forever for descriptors that will never
+// come; and the next start through the same reaper works, with each child's own files.
+func fdLimitMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	warm := make(chan proc.Exit, 1) // the first start opens what the reaper keeps (/dev/null): before the limit
+	if _, err := rp.Start(exec.Command("/bin/true"), func(p *proc.Process) { warm <- p.Wait() }); err != nil {
+		return err
+	}
+	if _, err := within(warm, "the first child's exit"); err != nil {
+		return err
+	}
+	const n = 96 // 3 descriptors each: more than a forking thread's table takes under the limit, however many threads
+	cmds := make([]*exec.Cmd, n)
+	var open []*os.File
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/sh", "-c", "exit 5")
+		var ends [3]*os.File
+		for k := range ends {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return err
+			}
+			open = append(open, r, w)
+			ends[k] = w
+		}
+		cmds[i].Stdin, cmds[i].Stdout, cmds[i].Stderr = ends[0], ends[1], ends[2]
+	}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	low := lim
+	low.Cur = 32
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		return err
+	}
+	type result struct {
+		ps  []*proc.Process
+		err error
+	}
+	done := make(chan result, 1)
+	got := make(chan proc.Exit, n)
+	onExit := make([]func(*proc.Process), n)
+	for i := range onExit {
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	go func() {
+		ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+		done <- result{ps, err}
+	}()
+	res, err := within(done, "StartHeldAll under RLIMIT_NOFILE 32 (the forking thread waits for descriptors the kernel dropped)")
+	if err != nil {
+		return err // rp is not closed: its forking thread is stuck
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	for _, f := range open {
+		f.Close()
+	}
+	if res.err == nil || !errors.Is(res.err, syscall.EMFILE) {
+		return fmt.Errorf("StartHeldAll under RLIMIT_NOFILE 32: %v; want an error wrapping EMFILE", res.err)
+	}
+	for _, p := range res.ps {
+		if p != nil {
+			p.Release()
+		}
+	}
+	exits := make(chan proc.Exit, 8)
+	ps, gates, err := gated(rp, 8, exits)
+	if err != nil {
+		return err
+	}
+	if err := openGates(ps, gates, exits); err != nil {
+		return err
+	}
+	rp.Close()
+	return nil
+}
+
+// TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors: see fdLimitMain.
+func TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors(t *testing.T) {
+	out, err := launchertest.Command("fdlimit-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
