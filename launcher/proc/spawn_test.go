@@ -386,3 +386,120 @@ func TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors(t *testing.T) {
 		t.Fatalf("reaper child: %v\n%s", err, out)
 	}
 }
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "pending-main", Run: func(*launchertest.Worker) int { return okOr(pendingMain()) }})
+}
+
+// fillTable lowers RLIMIT_NOFILE to 64 and opens /dev/null until no descriptor is left; restore undoes both.
+func fillTable() (restore func(), err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return nil, err
+	}
+	low := lim
+	low.Cur = 64
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		return nil, err
+	}
+	var fill []*os.File
+	restore = func() {
+		for _, f := range fill {
+			f.Close()
+		}
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	for {
+		f, err := os.Open(os.DevNull)
+		if errors.Is(err, syscall.EMFILE) {
+			return restore, nil
+		}
+		if err != nil {
+			restore()
+			return nil, err
+		}
+		fill = append(fill, f)
+	}
+}
+
+// pendingMain: while the launcher's table is full, the reaper gets no pidfd for a child (its exit is found by
+// listing the children) and cannot list the children either (it reaps whatever exited, wait4(-1)): a child of a
+// batch still being forked may be reaped before it is put under watch. It is delivered once, and the reaper
+// forgets it: once every child is released and the table has room again, each exit costs one look at one child,
+// as before.
+func pendingMain() error {
+	counts := proc.CountWaits()
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	warm := make(chan proc.Exit, 1) // the first start opens what the reaper keeps (/dev/null): before the table is full
+	if _, err := rp.Start(exec.Command("/bin/true"), func(p *proc.Process) { warm <- p.Wait() }); err != nil {
+		return err
+	}
+	if _, err := within(warm, "the first child's exit"); err != nil {
+		return err
+	}
+	restore, err := fillTable()
+	if err != nil {
+		return err
+	}
+	long, err := proc.StartHeld(rp, exec.Command("/bin/sleep", "3600"), nil) // found by listing while it runs
+	if err != nil {
+		restore()
+		return err
+	}
+	const n = 64
+	got := make(chan proc.Exit, n)
+	cmds := make([]*exec.Cmd, n)
+	onExit := make([]func(*proc.Process), n)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/true")
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+	if err != nil {
+		restore()
+		return err
+	}
+	for range ps {
+		if ex, err := within(got, "an exit"); err != nil || ex.Code != 0 {
+			restore()
+			return fmt.Errorf("exit %+v (%v), want code 0", ex, err)
+		}
+	}
+	for _, p := range ps {
+		if ex := p.Release(); ex.Code != 0 {
+			restore()
+			return fmt.Errorf("released %+v, want code 0", ex)
+		}
+	}
+	_ = long.Signal(syscall.SIGKILL)
+	long.Release()
+	restore()
+	before, _ := counts()
+	const m = 32
+	exits := make(chan proc.Exit, m)
+	gps, gates, err := gated(rp, m, exits)
+	if err != nil {
+		return err
+	}
+	if err := openGates(gps, gates, exits); err != nil {
+		return err
+	}
+	if one, _ := counts(); one-before > 2*m {
+		return fmt.Errorf("after a start with the table full, the reaper looked at one child %d times for %d exits; "+
+			"want at most %d: it still lists every child on each exit, for a child it reaped before watching it",
+			one-before, m, 2*m)
+	}
+	return nil
+}
+
+// TestChildReapedBeforeItsWatchIsForgotten: see pendingMain.
+func TestChildReapedBeforeItsWatchIsForgotten(t *testing.T) {
+	out, err := launchertest.Command("pending-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
