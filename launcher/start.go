@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -332,19 +333,31 @@ func (j *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*c
 	return writeEnds, fwd, nil
 }
 
-// gcQuiet counts the start bursts under way (see quietGC) and keeps the collector's setting from before the first.
+// gcQuiet counts the start bursts under way (see quietGC) and keeps the collector's settings from before the first.
 var gcQuiet struct {
 	sync.Mutex
 	bursts  int
 	percent int
+	limit   int64
 }
 
+// quietHeadroom is how much the process's memory may grow during a start burst, at least, before the collector
+// runs: far more than a start of thousands of workers allocates.
+const quietHeadroom = 64 << 20
+
 // quietGC turns the garbage collector off until the returned function is called: a start burst allocates a little
-// for each of many workers, and a collection in the middle of it would only scan what is still in use. Bursts may
-// overlap (several jobs in one process): the collector runs again once the last one ends.
+// for each of many workers, and a collection in the middle of it would only scan what is still in use. It stays off
+// while the process's memory at most doubles (by quietHeadroom at least; a memory limit): a long start (a slow
+// preloaded interpreter, a loaded host) does not keep every byte the started workers' output costs meanwhile.
+// Bursts may overlap (several jobs in one process): the collector runs again once the last one ends.
 func quietGC() (restore func()) {
 	gcQuiet.Lock()
 	if gcQuiet.bursts == 0 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		used := int64(m.Sys - m.HeapReleased)
+		gcQuiet.limit = debug.SetMemoryLimit(-1)
+		debug.SetMemoryLimit(min(gcQuiet.limit, used+max(used, quietHeadroom)))
 		gcQuiet.percent = debug.SetGCPercent(-1)
 	}
 	gcQuiet.bursts++
@@ -354,6 +367,7 @@ func quietGC() (restore func()) {
 		defer gcQuiet.Unlock()
 		if gcQuiet.bursts--; gcQuiet.bursts == 0 {
 			debug.SetGCPercent(gcQuiet.percent)
+			debug.SetMemoryLimit(gcQuiet.limit)
 		}
 	}
 }

@@ -15,25 +15,27 @@ var ErrNotChild = errors.New("not a child of this process that leads its own pro
 
 // AdoptHeld supervises, as a held process (see StartHeld), a child that this process did not fork itself: a worker
 // forked by a preloaded interpreter (a zygote) and re-parented to this process, its child subreaper, once the
-// intermediate process that forked it exited. fork makes that child and returns its pid; it runs with the reaper's
-// lock held, so that the child's exit, however early, is never reaped as an orphan's before it is registered.
+// intermediate process that forked it exited. fork makes that child and returns its pid; no orphan is reaped while
+// it runs (forkMu, as for a fork of Start), so that the child's exit, however early, is never reaped as an orphan's
+// before it is registered. The reaper's lock is not held meanwhile: a fork may wait long for a slow interpreter, and
+// the processes already started are signalled and their exits delivered all the while.
 // fork must return only once the child is this process's own and leads its own process group; otherwise the
 // pid is refused with ErrNotChild (and left alone: it is not this process's to signal). The adopted process is
 // signalled, held, released and swept exactly like one started through StartHeld; its start time is the call's.
 func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Process, error) {
 	r.forkMu.RLock()
 	defer r.forkMu.RUnlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	start := time.Now()
 	pid, err := fork()
 	if err != nil {
 		return nil, err
 	}
-	var buf []byte // not r.buf: the loop reads children files with it without the lock
+	var buf []byte // not r.buf: the loop reads children files with it
 	if err := checkChild("/proc", pid, self(), &buf); err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	p := newProcess(nil, pid, start, true, onExit)
 	p.rp = r
 	o := owned{p: p, watch: watchListed}

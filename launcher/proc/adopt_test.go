@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -190,5 +191,58 @@ func TestSweepSparesKept(t *testing.T) {
 	out, _ := os.ReadFile(f.Name())
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("keep child: %v\n%s", err, out)
+	}
+}
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "adopt-wedged-main", Run: func(*launchertest.Worker) int { return okOr(adoptWedgedMain()) }})
+}
+
+// adoptWedgedMain: while an adoption waits for its fork (a preloaded interpreter that is stopped, or slow to
+// answer), the processes already started are signalled and their exits delivered: control does not wait for it.
+func adoptWedgedMain() error {
+	if err := proc.SetSubreaper(); err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	got := make(chan proc.Exit, 1)
+	p, err := proc.StartHeld(rp, exec.Command("/bin/sleep", "3600"), func(p *proc.Process) { got <- p.Status() })
+	if err != nil {
+		return err
+	}
+	defer p.Release()
+	wedged, forking := make(chan struct{}), make(chan struct{})
+	adopted := make(chan error, 1)
+	go func() {
+		_, err := rp.AdoptHeld(func() (int, error) {
+			close(forking)
+			<-wedged
+			return 0, errors.New("the interpreter did not answer")
+		}, nil)
+		adopted <- err
+	}()
+	<-forking
+	signalled := make(chan error, 1)
+	go func() { signalled <- p.Signal(syscall.SIGTERM) }()
+	err, werr := within(signalled, "SIGTERM to a started worker while an adoption waits for its fork")
+	if werr == nil && err == nil {
+		_, werr = within(got, "the exit of the worker that got SIGTERM while an adoption waits for its fork")
+	}
+	close(wedged)
+	if _, aerr := within(adopted, "the wedged adoption to return"); aerr != nil {
+		return aerr
+	}
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
+// TestAdoptionWaitingForItsForkBlocksNoSignal: see adoptWedgedMain.
+func TestAdoptionWaitingForItsForkBlocksNoSignal(t *testing.T) {
+	out, err := launchertest.Command("adopt-wedged-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("adopt child: %v\n%s", err, out)
 	}
 }

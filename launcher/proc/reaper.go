@@ -576,12 +576,19 @@ func (r *Reaper) nullFile() (*os.File, error) {
 
 // watch puts a process just forked through the reaper under watch: its pidfd (opened now, in the process's shared
 // table: the forking thread's copy would be out of reach) into the epoll set, or, without one, the SIGCHLD
-// loop's listing. The pid cannot have been reused meanwhile: the process is an unreaped child that nothing
-// reaps while it is pending.
+// loop's listing. Nothing reaps a pending process but the loop's wait4(-1), when it cannot list the children (out
+// of descriptors): one reaped so is done, its exit delivered, and is not watched (the pid may be another's by now).
 func (r *Reaper) watch(p *Process) {
 	fd, err := pidfdOpen(p.pid, 0)
 	r.mu.Lock()
-	o := r.owned[p.pid]
+	o, ok := r.owned[p.pid]
+	if !ok || o.p != p {
+		r.mu.Unlock()
+		if err == nil {
+			_ = unix.Close(fd)
+		}
+		return
+	}
 	o.watch = watchListed
 	if err == nil {
 		p.mu.Lock()

@@ -287,30 +287,39 @@ func sendFDs(sock int, fds []int) error {
 	return nil
 }
 
-// recvFDs receives n descriptors sent by sendFDs, in order; on an error it returns those it received.
+// recvFDs receives the n descriptors sendFDs sent, in order, in as many messages as it sent. A message whose
+// descriptors this thread's table could not all take (RLIMIT_NOFILE lowered meanwhile) comes with some of them, the
+// rest dropped by the kernel (MSG_CTRUNC): every message is still taken, so that the next batch finds none of this
+// one's, and the error says so. On an error it returns those it received.
 func recvFDs(sock, n int) ([]int, error) {
 	out := make([]int, 0, n)
 	oob := make([]byte, unix.CmsgSpace(maxRights*4))
 	var buf [1]byte
-	for len(out) < n {
-		_, oobn, _, _, err := unix.Recvmsg(sock, buf[:], oob, unix.MSG_CMSG_CLOEXEC)
+	dropped := false
+	for msgs := (n + maxRights - 1) / maxRights; msgs > 0; {
+		_, oobn, flags, _, err := unix.Recvmsg(sock, buf[:], oob, unix.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
 			return out, err
 		}
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		msgs--
+		dropped = dropped || flags&unix.MSG_CTRUNC != 0
+		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
 			return out, err
 		}
-		for _, m := range msgs {
+		for _, m := range cmsgs {
 			fds, err := unix.ParseUnixRights(&m)
 			if err != nil {
 				return out, err
 			}
 			out = append(out, fds...)
 		}
+	}
+	if dropped || len(out) != n {
+		return out, fmt.Errorf("the forking thread's table took %d of %d descriptors: %w", len(out), n, syscall.EMFILE)
 	}
 	return out, nil
 }

@@ -289,3 +289,240 @@ func TestStartHeldAllNamesTheCommandThatFailed(t *testing.T) {
 		t.Fatalf("reaper child: %v\n%s", err, out)
 	}
 }
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "fdlimit-main", Run: func(*launchertest.Worker) int { return okOr(fdLimitMain()) }})
+}
+
+// warmReaper makes a subreaper's reaper and starts one child through it, so that what the reaper keeps open
+// (/dev/null for the children's stdio) is open before a test takes the descriptors away.
+func warmReaper() (*proc.Reaper, error) {
+	if err := proc.SetSubreaper(); err != nil {
+		return nil, err
+	}
+	rp := proc.NewReaper(nil)
+	warm := make(chan proc.Exit, 1)
+	if _, err := rp.Start(exec.Command("/bin/true"), func(p *proc.Process) { warm <- p.Wait() }); err != nil {
+		return rp, err
+	}
+	_, err := within(warm, "the first child's exit")
+	return rp, err
+}
+
+// lowerFileLimit sets RLIMIT_NOFILE's soft limit to cur; restore sets it back.
+func lowerFileLimit(cur uint64) (restore func(), err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return nil, err
+	}
+	low := lim
+	low.Cur = cur
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		return nil, err
+	}
+	return func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) }, nil
+}
+
+// pipedCmds are n commands that exit 5, each with three pipes of its own as stdio, and every end of those pipes.
+func pipedCmds(n int) (cmds []*exec.Cmd, open []*os.File, err error) {
+	cmds = make([]*exec.Cmd, n)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/sh", "-c", "exit 5")
+		var ends [3]*os.File
+		for k := range ends {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, open, err
+			}
+			open = append(open, r, w)
+			ends[k] = w
+		}
+		cmds[i].Stdin, cmds[i].Stdout, cmds[i].Stderr = ends[0], ends[1], ends[2]
+	}
+	return cmds, open, nil
+}
+
+// exitsTo is one onExit per command, each sending the exit to got.
+func exitsTo(got chan<- proc.Exit, n int) []func(*proc.Process) {
+	onExit := make([]func(*proc.Process), n)
+	for i := range onExit {
+		onExit[i] = func(p *proc.Process) { got <- p.Status() }
+	}
+	return onExit
+}
+
+// fdLimitMain: when the forking thread's table cannot take every descriptor of a batch (RLIMIT_NOFILE lowered
+// while the launcher runs, by prlimit or the launcher's own caller), the kernel passes some and drops the rest
+// (MSG_CTRUNC). The start fails, naming the limit, instead of waiting forever for descriptors that will never
+// come; and the next start through the same reaper works, with each child's own files.
+func fdLimitMain() error {
+	rp, err := warmReaper()
+	if err != nil {
+		return err
+	}
+	const n = 96 // 3 descriptors each: more than a forking thread's table takes under the limit, however many threads
+	cmds, open, err := pipedCmds(n)
+	defer func() {
+		for _, f := range open {
+			f.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	restore, err := lowerFileLimit(32)
+	if err != nil {
+		return err
+	}
+	type result struct {
+		ps  []*proc.Process
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ps, err := proc.StartHeldAll(rp, cmds, exitsTo(make(chan proc.Exit, n), n), nil)
+		done <- result{ps, err}
+	}()
+	res, err := within(done, "StartHeldAll under RLIMIT_NOFILE 32 (the forking thread waits for descriptors the kernel dropped)")
+	if err != nil {
+		return err // rp is not closed: its forking thread is stuck
+	}
+	restore()
+	if res.err == nil || !errors.Is(res.err, syscall.EMFILE) {
+		return fmt.Errorf("StartHeldAll under RLIMIT_NOFILE 32: %v; want an error wrapping EMFILE", res.err)
+	}
+	for _, p := range res.ps {
+		if p != nil {
+			p.Release()
+		}
+	}
+	exits := make(chan proc.Exit, 8)
+	ps, gates, err := gated(rp, 8, exits)
+	if err != nil {
+		return err
+	}
+	if err := openGates(ps, gates, exits); err != nil {
+		return err
+	}
+	rp.Close()
+	return nil
+}
+
+// TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors: see fdLimitMain.
+func TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors(t *testing.T) {
+	out, err := launchertest.Command("fdlimit-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "pending-main", Run: func(*launchertest.Worker) int { return okOr(pendingMain()) }})
+}
+
+// fillTable lowers RLIMIT_NOFILE to 64 and opens /dev/null until no descriptor is left; restore undoes both.
+func fillTable() (restore func(), err error) {
+	unlimit, err := lowerFileLimit(64)
+	if err != nil {
+		return nil, err
+	}
+	var fill []*os.File
+	restore = func() {
+		for _, f := range fill {
+			f.Close()
+		}
+		unlimit()
+	}
+	for {
+		f, err := os.Open(os.DevNull)
+		if errors.Is(err, syscall.EMFILE) {
+			return restore, nil
+		}
+		if err != nil {
+			restore()
+			return nil, err
+		}
+		fill = append(fill, f)
+	}
+}
+
+// pendingMain: while the launcher's table is full, the reaper gets no pidfd for a child (its exit is found by
+// listing the children) and cannot list the children either (it reaps whatever exited, wait4(-1)): a child of a
+// batch still being forked may be reaped before it is put under watch. It is delivered once, and the reaper
+// forgets it: once every child is released and the table has room again, each exit costs one look at one child,
+// as before.
+func pendingMain() error {
+	counts := proc.CountWaits()
+	rp, err := warmReaper()
+	if err != nil {
+		return err
+	}
+	defer rp.Close()
+	restore, err := fillTable()
+	if err != nil {
+		return err
+	}
+	err = startWithTableFull(rp)
+	restore()
+	if err != nil {
+		return err
+	}
+	before, _ := counts()
+	const m = 32
+	exits := make(chan proc.Exit, m)
+	gps, gates, err := gated(rp, m, exits)
+	if err != nil {
+		return err
+	}
+	if err := openGates(gps, gates, exits); err != nil {
+		return err
+	}
+	if one, _ := counts(); one-before > 2*m {
+		return fmt.Errorf("after a start with the table full, the reaper looked at one child %d times for %d exits; "+
+			"want at most %d: it still lists every child on each exit, for a child it reaped before watching it",
+			one-before, m, 2*m)
+	}
+	return nil
+}
+
+// startWithTableFull starts, through rp and with no descriptor left, a child that runs (found by listing) and then
+// 64 that exit at once; it checks each exit and releases them all.
+func startWithTableFull(rp *proc.Reaper) error {
+	long, err := proc.StartHeld(rp, exec.Command("/bin/sleep", "3600"), nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = long.Signal(syscall.SIGKILL)
+		long.Release()
+	}()
+	const n = 64
+	got := make(chan proc.Exit, n)
+	cmds := make([]*exec.Cmd, n)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/true")
+	}
+	ps, err := proc.StartHeldAll(rp, cmds, exitsTo(got, n), nil)
+	if err != nil {
+		return err
+	}
+	for range ps {
+		if ex, err := within(got, "an exit"); err != nil || ex.Code != 0 {
+			return fmt.Errorf("exit %+v (%v), want code 0", ex, err)
+		}
+	}
+	for _, p := range ps {
+		if ex := p.Release(); ex.Code != 0 {
+			return fmt.Errorf("released %+v, want code 0", ex)
+		}
+	}
+	return nil
+}
+
+// TestChildReapedBeforeItsWatchIsForgotten: see pendingMain.
+func TestChildReapedBeforeItsWatchIsForgotten(t *testing.T) {
+	out, err := launchertest.Command("pending-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}

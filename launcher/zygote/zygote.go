@@ -245,7 +245,7 @@ func (z *Zygote) fork(req Request, fds []int) (int, error) {
 	case "forked":
 		return m.PID, nil
 	case "refused":
-		if m.PID > 0 { // forked before it found itself unsafe: our unreaped child (the reaper's lock is held)
+		if m.PID > 0 { // forked before it found itself unsafe: our unreaped child (no orphan is reaped during the fork)
 			_ = unix.Kill(m.PID, syscall.SIGKILL)
 		}
 		return 0, &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
