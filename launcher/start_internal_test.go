@@ -1,8 +1,11 @@
 package launcher
 
 import (
+	"runtime"
 	"runtime/debug"
 	"testing"
+
+	"tpurun/launcher/launchertest"
 )
 
 // TestQuietGCNests: the collector is off while any start burst runs, and back to its setting after the last.
