@@ -155,11 +155,16 @@ func (s *Server) handshake(pc *pending) {
 	nc := pc.nc
 	remote := nc.RemoteAddr().String()
 	nc.SetDeadline(pc.at.Add(s.cfg.AuthTimeout))
-	refuse := func(reason string, err error) {
-		nc.Close()
+	// refuse counts the refusal, then tells the client (say, when there is a last word for it) and hangs up: a
+	// client that saw its refusal reads the server's stats with it counted.
+	refuse := func(reason string, err error, say ...func()) {
 		if s.unpend(pc) { // an evicted connection was counted when it was evicted
 			s.tally.refused(reason, remote, err)
 		}
+		for _, f := range say {
+			f()
+		}
+		nc.Close()
 	}
 	var hello [clientHelloLen]byte
 	if _, err := s.readPeer(pc, hello[:4]); err != nil {
@@ -167,10 +172,12 @@ func (s *Server) handshake(pc *pending) {
 		return
 	}
 	if string(hello[:4]) != helloMagic {
+		err := fmt.Errorf("first bytes %q are not a tpurun handshake", hello[:4])
 		if hello[0] == 0 { // a plausible version 1 frame header: answer in version 1
-			writeFrame(nc, v1Refusal, 1<<16)
+			refuse(reasonBadHello, err, func() { writeFrame(nc, v1Refusal, 1<<16) })
+			return
 		}
-		refuse(reasonBadHello, fmt.Errorf("first bytes %q are not a tpurun handshake", hello[:4]))
+		refuse(reasonBadHello, err)
 		return
 	}
 	s.mu.Lock()
@@ -185,8 +192,8 @@ func (s *Server) handshake(pc *pending) {
 	binary.BigEndian.PutUint16(ch[4:], Version)
 	if v := binary.BigEndian.Uint16(hello[4:]); v != Version {
 		binary.BigEndian.PutUint16(ch[6:], statusVersion)
-		nc.Write(ch[:])
-		refuse(reasonVersion, fmt.Errorf("client speaks protocol version %d, this server %d", v, Version))
+		refuse(reasonVersion, fmt.Errorf("client speaks protocol version %d, this server %d", v, Version),
+			func() { nc.Write(ch[:]) })
 		return
 	}
 	cn, sn := hello[8:], ch[8:8+nonceLen]
@@ -202,15 +209,15 @@ func (s *Server) handshake(pc *pending) {
 		return
 	}
 	if s.cfg.Token != "" && !hmac.Equal(p[:], proof(s.cfg.Token, clientLabel, cn, sn)) {
-		nc.Write(verdict(statusBadToken))
-		refuse(reasonBadToken, errors.New("wrong token"))
+		refuse(reasonBadToken, errors.New("wrong token"), func() { nc.Write(verdict(statusBadToken)) })
 		return
 	}
 	c, status := s.admit(pc)
 	if c == nil {
 		if status == statusFull {
-			nc.Write(verdict(statusFull))
+			// counted before the client is told, as refuse does
 			s.tally.refused(reasonFull, remote, fmt.Errorf("%d authenticated connections", s.cfg.MaxConns))
+			nc.Write(verdict(statusFull))
 		}
 		nc.Close()
 		return
