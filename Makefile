@@ -20,8 +20,14 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # -vet=all: every go vet check, run by go test on every package (those without tests too) on the packages it has
 # built with -race already; a separate go vet would compile every package and dependency a second time (about 200
 # CPU-seconds of a 2-core CI machine's cold build).
+#
+# The packages whose tests mostly wait (embedded etcd's elections, rendezvous timeouts, restarts) are named first:
+# go test starts packages in the order given, so their waits overlap the CPU-bound packages (cmd/tpurun, the port
+# of PyTorch's launcher tests) instead of running alone at the end. -p 3 keeps one waiting package beside two
+# CPU-bound ones on two cores.
+FIRST     := ./rendezvous ./launcher ./cmd/tpurun ./launcher/torchrun/porttest/...
 test: ## run every test (race detector on, every go vet check), as CI does
-	$(GO) test -race -vet=all -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -vet=all -count=1 -timeout 20m -p 3 $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -9,8 +9,12 @@
 //
 // Each case runs on a CPU host (this package's test) and on a GPU host (package gpuhost: a fake sysfs/dev tree of one
 // NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command lines stay unchanged; nearly every case
-// asks for 2 or 4 workers, more than the GPU count, which tpurun refused before issue 24). Two test binaries, so that
-// each fits go test's time limit. The cases PyTorch's tests run only through mocks or the Python API are NotPorted,
+// asks for 2 or 4 workers, more than the GPU count, which tpurun refused before issue 24). On the GPU host the cases
+// whose workers import torch run with TPURUN_PRELOAD=torch (the command lines unchanged): PyTorch's own tests then
+// also pass through the preloaded interpreter, which forks every worker from one that imported torch, and the
+// suite's costliest part (some 70 imports of torch per host, two CPU-seconds each) is paid about once per agent
+// there. The CPU host runs every worker by exec, as torchrun does. Two test binaries, so that each fits go test's
+// time limit. The cases PyTorch's tests run only through mocks or the Python API are NotPorted,
 // with the reason; the deliberate differences are in README.md ("torchrun compatibility").
 package porttest
 
@@ -101,6 +105,7 @@ type run struct {
 	port, etcd string
 	id         string
 	bin        string
+	preload    string // TPURUN_PRELOAD: the modules the case's preloaded interpreter imports ("": none)
 }
 
 // expand fills a command-line template: {bin} the workers, {dir} the touch directory, {out} the return values,
@@ -143,6 +148,9 @@ func (r *run) env(extra []string) []string {
 		}
 	}
 	out = append(out, "TEST_SENTINEL_PARENT=FOOBAR", "PYTHON_EXEC="+torchPython, "TPURUN_SYSFS_ROOT="+r.host.sys, "TPURUN_DEV_ROOT="+r.host.dev)
+	if r.preload != "" {
+		out = append(out, "TPURUN_PRELOAD="+r.preload)
+	}
 	for _, kv := range extra {
 		out = append(out, r.expand(kv))
 	}
@@ -291,6 +299,9 @@ func runCase(t *testing.T, c portCase, name string, gpus int, etcd string) {
 		}
 		r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
 			id: newRunID(), bin: binDir(t)}
+		if c.torch && gpus > 0 {
+			r.preload = "torch"
+		}
 		c.body(r)
 	})
 }

@@ -11,5 +11,6 @@ import (
 func TestMain(m *testing.M) { porttest.Main(m) }
 
 // TestPyTorchLauncherTestsGPUHost runs every ported case on a host with one GPU, fewer than nearly every case asks
-// for (tpurun refused that before issue 24).
+// for (tpurun refused that before issue 24); the cases with torch workers under the preloaded interpreter
+// (TPURUN_PRELOAD=torch, see porttest).
 func TestPyTorchLauncherTestsGPUHost(t *testing.T) { porttest.Run(t, "gpu", 1) }
