@@ -21,13 +21,12 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # built with -race already; a separate go vet would compile every package and dependency a second time (about 200
 # CPU-seconds of a 2-core CI machine's cold build).
 #
-# The packages whose tests mostly wait (embedded etcd's elections, rendezvous timeouts, restarts) are named first:
-# go test starts packages in the order given, so their waits overlap the CPU-bound packages (cmd/tpurun, the port
-# of PyTorch's launcher tests) instead of running alone at the end. -p 3 keeps one waiting package beside two
-# CPU-bound ones on two cores.
-FIRST     := ./rendezvous ./launcher ./cmd/tpurun ./launcher/torchrun/porttest/...
+# The CPU-host port of PyTorch's launcher tests (CPU-bound, outside the heavy slot) and the rendezvous tests (mostly
+# waits: etcd's elections, timeouts) are named first: go test starts packages in the order given, so those waits
+# overlap CPU-bound work instead of running alone at the end.
+FIRST     := ./launcher/torchrun/porttest ./rendezvous ./cmd/tpurun
 test: ## run every test (race detector on, every go vet check), as CI does
-	$(GO) test -race -vet=all -count=1 -timeout 20m -p 3 $(FIRST) $(PKGS)
+	$(GO) test -race -vet=all -count=1 -timeout 20m $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
