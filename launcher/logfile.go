@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // logFileMode is the mode of every per-rank log file: readable by the run's user and group tools (0644, before
@@ -23,6 +25,20 @@ func fdLimitHint(err error) string {
 	}
 	return fmt.Sprintf(" (out of file descriptors: RLIMIT_NOFILE is %d (hard %d); raise ulimit -n, every worker needs about 6)",
 		lim.Cur, lim.Max)
+}
+
+// procLimitHint says which limit to raise when err is a fork refused for want of processes (EAGAIN: the user's
+// RLIMIT_NPROC, a cgroup's pids.max, the kernel's threads-max), and is empty otherwise.
+func procLimitHint(err error) string {
+	if !errors.Is(err, syscall.EAGAIN) {
+		return ""
+	}
+	var lim syscall.Rlimit
+	if e := syscall.Getrlimit(unix.RLIMIT_NPROC, &lim); e != nil {
+		return " (out of processes: raise ulimit -u, or a container's pids limit, or start fewer workers)"
+	}
+	return fmt.Sprintf(" (out of processes: RLIMIT_NPROC is %d (hard %d), counted over every process of the user; "+
+		"raise ulimit -u, or a container's pids limit, or start fewer workers)", lim.Cur, lim.Max)
 }
 
 // logWriter is a per-rank log file that tells once when a write fails (a full disk, a quota) and then drops the

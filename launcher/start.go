@@ -409,7 +409,8 @@ func (j *job) prefix(w topology.Worker) []byte {
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the preloaded
 // interpreter's refusal to fork (a *failure.ConfigError, 2), arguments and environment too big for execve (the user's
-// to trim: argListError), else internal.
+// to trim: argListError), else internal (saying which limit to raise when the host ran out of descriptors or
+// processes).
 func (j *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 	var ce *failure.ConfigError
 	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
@@ -423,5 +424,5 @@ func (j *job) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 	if errors.Is(err, syscall.E2BIG) {
 		return argListError(w.Rank, cmd.Args, cmd.Env)
 	}
-	return fmt.Errorf("%w: rank %d: %w%s", failure.ErrInternal, w.Rank, err, fdLimitHint(err))
+	return fmt.Errorf("%w: rank %d: %w%s%s", failure.ErrInternal, w.Rank, err, fdLimitHint(err), procLimitHint(err))
 }

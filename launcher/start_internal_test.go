@@ -1,11 +1,18 @@
 package launcher
 
 import (
+	"errors"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"strings"
+	"syscall"
 	"testing"
 
+	"tpurun/launcher/failure"
 	"tpurun/launcher/launchertest"
+	"tpurun/launcher/topology"
 )
 
 // TestQuietGCNests: the collector is off while any start burst runs, and back to its setting after the last.
@@ -52,5 +59,26 @@ func TestQuietGCBoundsTheHeap(t *testing.T) {
 	if grown := heap() - before; grown > garbage/2 {
 		t.Fatalf("the heap grew by %d MiB for %d MiB of garbage made during a start burst: the collector never ran",
 			grown>>20, garbage>>20)
+	}
+}
+
+// TestStartErrorNamesTheLimit: a worker that cannot be forked for want of processes (EAGAIN) or descriptors is an
+// internal error (70) that says which limit to raise; the fork failed with a bare "resource temporarily
+// unavailable" before.
+func TestStartErrorNamesTheLimit(t *testing.T) {
+	j := &job{spec: Spec{Program: []string{"/bin/true"}}}
+	cmd := exec.Command("/bin/true")
+	for _, tc := range []struct {
+		errno syscall.Errno
+		want  string
+	}{{syscall.EAGAIN, "raise ulimit -u"}, {syscall.EMFILE, "raise ulimit -n"}} {
+		err := j.startError(topology.Worker{Rank: 3}, &os.PathError{Op: "fork/exec", Path: "/bin/true", Err: tc.errno}, cmd)
+		if !errors.Is(err, failure.ErrInternal) || !errors.Is(err, tc.errno) || !strings.Contains(err.Error(), tc.want) ||
+			!strings.Contains(err.Error(), "rank 3") {
+			t.Errorf("fork failing with %v: %v, want an internal error of rank 3 that says %q", tc.errno, err, tc.want)
+		}
+	}
+	if err := j.startError(topology.Worker{}, &os.PathError{Op: "fork/exec", Path: "/bin/true", Err: syscall.EIO}, cmd); strings.Contains(err.Error(), "ulimit") {
+		t.Errorf("EIO: %v names a limit", err)
 	}
 }
