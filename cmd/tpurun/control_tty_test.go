@@ -238,6 +238,7 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 		t.Fatalf("the terminal's foreground group is %d, want rank 0's (%d)", fg, ws[0])
 	}
 	target := parentOf(ws[0])
+	killOnFailure(t, append([]int{target}, ws...)...)
 	p.write("\x1a")
 	p.waitFor("every process stopped and the terminal back with the shell", func(string) bool {
 		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == sh.Process.Pid
@@ -285,6 +286,7 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 	p.waitFor("3 workers ready", func(out string) bool { return strings.Count(out, "] ready ") == 3 })
 	_, ws := ranks(strings.Split(p.output(), "\n"), 3)
 	target := parentOf(ws[0])
+	killOnFailure(t, append([]int{target}, ws...)...)
 	all := append([]int{target}, ws...)
 	states := func() string {
 		var out []string
@@ -347,6 +349,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	})
 	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
 	target := parentOf(ws[0])
+	killOnFailure(t, append([]int{target}, ws...)...)
 	p.write("\x1a")
 	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
 	// on Ctrl-Z), as a user who then closes the terminal would.
@@ -401,6 +404,7 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 				})
 				_, ws := ranks(strings.Split(p.output(), "\n"), 2)
 				target := parentOf(ws[0])
+				killOnFailure(t, append([]int{target}, ws...)...)
 				p.write("\x1a")
 				p.waitFor(name, func(string) bool { return when(p, ws, target) })
 				if err := sh.Process.Kill(); err != nil {
@@ -417,6 +421,18 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 			})
 		}
 	}
+}
+
+// killOnFailure kills pids at the end of a test that failed: one that never saw them gone leaves nothing running
+// (a tpurun and its workers in a dead shell's session sleep on, past the suite's end).
+func killOnFailure(t *testing.T, pids ...int) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, pid := range pids {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 }
 
 // signalState is pid's state and pending, blocked, ignored and caught signals, from /proc/PID/status.

@@ -570,7 +570,10 @@ if os.environ["RANK"] == "0":
                 found.append((int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[19]), int(pid)))
     os.kill(min(found)[1], signal.SIGKILL)
     print("killed the interpreter", min(found)[1], flush=True)
-sys.exit(3)
+    sys.exit(3)
+# rank 1 waits for the stop that rank 0's failure brings: a failure of its own could stop rank 0 before the kill
+while True:
+    signal.pause()
 `
 	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
 		t.Fatal(err)

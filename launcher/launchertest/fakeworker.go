@@ -166,6 +166,10 @@ func Dispatch() {
 		os.Exit(98)
 	}
 	QuickExit()
+	if err := DefaultSignals(); err != nil {
+		fmt.Fprintln(os.Stderr, "launchertest: giving SIGHUP and SIGINT their default action:", err)
+		os.Exit(1)
+	}
 }
 
 // QuickExit makes the test binaries that this one starts (fake workers, helper processes) exit at once when they

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -127,4 +130,35 @@ func TestHeavyChild(t *testing.T) {
 		t.Run("heavy", func(t *testing.T) { Heavy(t) })
 	}()
 	Done(t, "Heavy under a heavy parent", done)
+}
+
+// TestDefaultSignals: a test binary started with SIGHUP and SIGINT ignored (`nohup make test`, `make test &` in a
+// script) gives them back their default action before any test runs, for itself and for what it starts: the
+// signal tests of tpurun, which keeps an ignored signal ignored, failed under nohup (four tests, "SIGHUP is not
+// caught").
+func TestDefaultSignals(t *testing.T) {
+	if os.Getenv("LAUNCHERTEST_SIGNALS_CHILD") != "" {
+		for _, s := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+			if signal.Ignored(s) {
+				t.Errorf("%v still ignored in the test binary", s)
+			}
+		}
+		out, err := exec.Command("/bin/sh", "-c", "grep SigIgn /proc/self/status").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mask, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(string(out), "SigIgn:")), 16, 64)
+		if err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		if mask&(1<<(syscall.SIGHUP-1)|1<<(syscall.SIGINT-1)) != 0 {
+			t.Errorf("a process the test binary starts ignores %#x, want neither SIGHUP nor SIGINT", mask)
+		}
+		return
+	}
+	cmd := exec.Command("/bin/sh", "-c", `trap "" HUP INT; exec "$0" -test.run='^TestDefaultSignals$' -test.v`, os.Args[0])
+	cmd.Env = append(os.Environ(), "LAUNCHERTEST_SIGNALS_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS: TestDefaultSignals") {
+		t.Fatalf("the test binary started with SIGHUP and SIGINT ignored: %v\n%s", err, out)
+	}
 }
