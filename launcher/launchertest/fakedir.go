@@ -26,34 +26,67 @@ func FakeDir(t testing.TB) string {
 	return d
 }
 
-// PIDs lists every fake process that ran, grandchildren included.
+// PIDs lists every fake process that ran, grandchildren included, and is still the process it recorded: a pid whose
+// process has exited and whose number a new process took since (pids wrap at pid_max, 32768 by default, and a loaded
+// suite starts thousands of processes a minute) is left out, as gone.
 func PIDs(t testing.TB, dir string) []int {
+	t.Helper()
+	recs := records(t, dir)
+	var out []int
+	for _, r := range recs {
+		if !r.reused() {
+			out = append(out, r.pid)
+		}
+	}
+	return out
+}
+
+// record is a fake process as it recorded itself: its pid and its start time (field 22 of /proc/PID/stat).
+type record struct {
+	pid   int
+	start string
+}
+
+// reused reports whether r's pid now names another process: r's own has exited and its pid was given again.
+func (r record) reused() bool {
+	now := startTime(r.pid)
+	return now != "" && r.start != "" && now != r.start
+}
+
+func records(t testing.TB, dir string) []record {
 	t.Helper()
 	es, err := os.ReadDir(filepath.Join(dir, "pids"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []int
+	var out []record
 	for _, e := range es {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, pid)
+		b, _ := os.ReadFile(filepath.Join(dir, "pids", e.Name()))
+		out = append(out, record{pid: pid, start: string(b)})
 	}
 	return out
 }
 
-// AssertAllGone proves that every pid the fakes recorded (at least want of them) is gone: kill(pid, 0) == ESRCH
-// within Deadline. Zombies re-parented to this (subreaper) test binary are reaped first.
+// AssertAllGone proves that every pid the fakes recorded (at least want of them) is gone: kill(pid, 0) == ESRCH, or
+// the pid given to a new process since, within Deadline. Zombies re-parented to this (subreaper) test binary are
+// reaped first.
 func AssertAllGone(t testing.TB, dir string, want int) {
 	t.Helper()
-	ps := PIDs(t, dir)
-	if len(ps) < want {
-		t.Fatalf("only %d fake processes recorded their pid, want at least %d", len(ps), want)
+	recs := records(t, dir)
+	if len(recs) < want {
+		t.Fatalf("only %d fake processes recorded their pid, want at least %d", len(recs), want)
 	}
-	for _, pid := range ps {
-		WaitGone(t, pid)
+	for _, r := range recs {
+		WaitFor(t, fmt.Sprintf("pid %d to be gone (kill(pid, 0) == ESRCH)", r.pid), func() error {
+			if err := gone(r.pid); err != nil && !r.reused() {
+				return err
+			}
+			return nil
+		})
 	}
 }
 

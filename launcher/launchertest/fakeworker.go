@@ -246,7 +246,8 @@ func runVerb(spec string) int {
 	n, _ := strconv.Atoi(arg)
 	w := &Worker{Verb: name, Arg: arg, N: n, Rank: os.Getenv("RANK"), Dir: os.Getenv(EnvFakeDir), Args: os.Args[1:]}
 	if w.Dir != "" {
-		_ = os.WriteFile(filepath.Join(w.Dir, "pids", strconv.Itoa(os.Getpid())), nil, 0o644)
+		// its start time with it: a test tells this process from a later one given the same pid
+		_ = os.WriteFile(filepath.Join(w.Dir, "pids", strconv.Itoa(os.Getpid())), []byte(startTime(os.Getpid())), 0o644)
 	}
 	return v.Run(w)
 }

@@ -162,3 +162,30 @@ func TestDefaultSignals(t *testing.T) {
 		t.Fatalf("the test binary started with SIGHUP and SIGINT ignored: %v\n%s", err, out)
 	}
 }
+
+// TestPIDsLeaveOutAReusedPid: a recorded pid that now names another process (its own exited, the number was given
+// again) is gone, not alive: a loaded suite wraps pid_max within a minute, and a wait for a fake worker to exit
+// waited out its deadline on a stranger with the same pid (TestFaultEveryForwardedSignal/SIGABRT, under two hogs).
+func TestPIDsLeaveOutAReusedPid(t *testing.T) {
+	dir := FakeDir(t)
+	sleep := exec.Command("sleep", "1000")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	pid := sleep.Process.Pid
+	write := func(start string) {
+		if err := os.WriteFile(filepath.Join(dir, "pids", strconv.Itoa(pid)), []byte(start), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(startTime(pid)) // the process that recorded itself: alive
+	if got := PIDs(t, dir); !slices.Equal(got, []int{pid}) {
+		t.Fatalf("PIDs = %v, want [%d]", got, pid)
+	}
+	write("1") // a process that started at tick 1 and whose pid sleep has now: gone
+	if got := PIDs(t, dir); len(got) != 0 {
+		t.Fatalf("PIDs = %v, want none: pid %d is another process now", got, pid)
+	}
+	AssertAllGone(t, dir, 1) // returns at once: the recorded process is gone although its pid is alive
+}
