@@ -186,6 +186,11 @@ func QuickExit() {
 // was never used. It returns the exit code for os.Exit.
 func Run(m *testing.M) int {
 	code := m.Run()
+	if left := SweepChildren(); len(left) > 0 {
+		// A failed test (or one that let its processes go) must not leave them running past the suite: a tpurun and
+		// its workers asleep for the rest of the machine's day. Said, so that a leak is seen.
+		fmt.Fprintf(os.Stderr, "launchertest: killed %d processes the tests left running: %s\n", len(left), strings.Join(left, ", "))
+	}
 	if code == 0 && ranEverything() {
 		for _, n := range unused() {
 			fmt.Fprintf(os.Stderr, "launchertest: fake worker verb %q is registered but no test used it: remove it, or its Register\n", n)

@@ -2,6 +2,7 @@ package launchertest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -188,4 +189,33 @@ func TestPIDsLeaveOutAReusedPid(t *testing.T) {
 		t.Fatalf("PIDs = %v, want none: pid %d is another process now", got, pid)
 	}
 	AssertAllGone(t, dir, 1) // returns at once: the recorded process is gone although its pid is alive
+}
+
+// TestSweepChildren: what the tests left running (a child, and the child of a child once its parent is killed,
+// which comes back to this subreaper) is killed and reaped, and named.
+func TestSweepChildren(t *testing.T) {
+	if err := SetSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "sleep 1000 & echo $!; exec sleep 1000")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var grandchild int
+	if _, err := fmt.Fscan(out, &grandchild); err != nil {
+		t.Fatal(err)
+	}
+	killed := SweepChildren()
+	if len(killed) != 2 || !strings.HasPrefix(killed[0], strconv.Itoa(cmd.Process.Pid)+" ") {
+		t.Errorf("killed %v, want the child %d, then the grandchild %d", killed, cmd.Process.Pid, grandchild)
+	}
+	for _, pid := range []int{cmd.Process.Pid, grandchild} {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("pid %d: kill(0) = %v, want gone (killed and reaped)", pid, err)
+		}
+	}
 }
