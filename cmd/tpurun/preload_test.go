@@ -558,20 +558,26 @@ func TestPreloadInterpreterKilledIsStartedAgain(t *testing.T) {
 	py := python(t)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "killer.py")
-	src := `import glob, os, signal, sys
+	src := `import glob, os, signal, sys, time
 if os.environ["TORCHELASTIC_RESTART_COUNT"] != "0":
     sys.exit(0)
+started = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank1-started")
 if os.environ["RANK"] == "0":
+    # between attempts, as the OOM killer would: once both workers are forked, never in the middle of the start
+    while not os.path.exists(started):
+        time.sleep(0.01)
     # the interpreter: tpurun's oldest child running _zygote.py (its forked workers show the same command line)
     found = []
     for f in glob.glob("/proc/%d/task/*/children" % os.getppid()):
         for pid in open(f).read().split():
             if int(pid) != os.getpid() and b"_zygote.py" in open("/proc/%s/cmdline" % pid, "rb").read():
                 found.append((int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[19]), int(pid)))
+    print("killed the interpreter", min(found)[1], flush=True)  # said first: the stop may end rank 0 any time after
     os.kill(min(found)[1], signal.SIGKILL)
-    print("killed the interpreter", min(found)[1], flush=True)
     sys.exit(3)
-# rank 1 waits for the stop that rank 0's failure brings: a failure of its own could stop rank 0 before the kill
+# rank 1 says it started, then waits for the stop that rank 0's failure brings: a failure of its own could stop
+# rank 0 before the kill
+open(started, "w").close()
 while True:
     signal.pause()
 `
