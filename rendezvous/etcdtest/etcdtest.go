@@ -5,10 +5,12 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +55,32 @@ func StartOutsideHeavy(t testing.TB, n int) *Cluster {
 
 func start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	// A free port is free when it is picked, not when etcd binds it: on a loaded machine another process can take
+	// it in between (seen once in 20 runs of TestEtcd under two CPU hogs: "bind: address already in use"). Such a
+	// start is undone and tried again on new ports.
+	for try := 1; ; try++ {
+		c, err := tryStart(t, n)
+		if err != nil {
+			if !errors.Is(err, syscall.EADDRINUSE) || try == 5 {
+				t.Fatal(err)
+			}
+			t.Logf("%v: trying again on new ports", err)
+			continue
+		}
+		t.Cleanup(c.stop)
+		for i, e := range c.members {
+			launchertest.Done(t, fmt.Sprintf("etcd member %d ready", i), e.Server.ReadyNotify())
+		}
+		for i := range c.members {
+			c.WaitServing(i)
+		}
+		return c
+	}
+}
+
+// tryStart starts the members on ports picked now; on an error it closes the members that started.
+func tryStart(t testing.TB, n int) (*Cluster, error) {
+	t.Helper()
 	var peers []string
 	cfgs := make([]*embed.Config, n)
 	for i := range n {
@@ -78,19 +106,13 @@ func start(t testing.TB, n int) *Cluster {
 		wg.Go(func() { c.members[i], errs[i] = embed.StartEtcd(cfg) })
 	}
 	wg.Wait()
-	t.Cleanup(c.stop)
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("etcd member %d: %v", i, err)
+			c.stop()
+			return nil, fmt.Errorf("etcd member %d: %w", i, err)
 		}
 	}
-	for i, e := range c.members {
-		launchertest.Done(t, fmt.Sprintf("etcd member %d ready", i), e.Server.ReadyNotify())
-	}
-	for i := range c.members {
-		c.WaitServing(i)
-	}
-	return c
+	return c, nil
 }
 
 // StartOne starts a one-member etcd (see Start) and returns its client endpoint, host:port.
