@@ -217,17 +217,7 @@ func TestControlTerminalCtrlC(t *testing.T) {
 // every worker.
 func TestControlTerminalCtrlZ(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
-	p, slave := openPty(t)
-	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-	sh.Env = append(os.Environ(), "PS1=prompt$ ")
-	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
-	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	p, sh := interactiveShell(t)
 	line := strings.Join(append([]string{filepath.Join(bin, "tpurun"), "--nprocs", "2", "--"}, printSignals(t)...), " ")
 	p.write(line + "\n")
 	p.waitFor("2 workers ready", func(out string) bool {
@@ -271,22 +261,8 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 // stopped, and the shell printed "Stopped" once more).
 func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
-	p, slave := openPty(t)
-	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-	sh.Env = append(os.Environ(), "PS1=prompt$ ")
-	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
-	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
-	p.write(filepath.Join(bin, "tpurun") + ` --nprocs 3 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
-	p.waitFor("3 workers ready", func(out string) bool { return strings.Count(out, "] ready ") == 3 })
-	_, ws := ranks(strings.Split(p.output(), "\n"), 3)
-	target := parentOf(ws[0])
-	killOnFailure(t, append([]int{target}, ws...)...)
+	p, sh := interactiveShell(t)
+	ws, target := sleepingJob(t, p, 3)
 	all := append([]int{target}, ws...)
 	states := func() string {
 		var out []string
@@ -333,23 +309,8 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 // SIGHUP, and the run ends: nothing is left stopped, waiting for a SIGCONT nobody can send.
 func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
-	p, slave := openPty(t)
-	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
-	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	slave.Close()
-	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
-	p.write(filepath.Join(bin, "tpurun") + ` --nprocs 2 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
-	p.waitFor("2 workers ready", func(out string) bool {
-		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
-	})
-	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
-	target := parentOf(ws[0])
-	killOnFailure(t, append([]int{target}, ws...)...)
+	p, sh := interactiveShell(t)
+	ws, target := sleepingJob(t, p, 2)
 	p.write("\x1a")
 	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
 	// on Ctrl-Z), as a user who then closes the terminal would.
@@ -377,7 +338,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 // 2 to 12 in 30 runs killed at once).
 func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
+	launchertest.Need(t, "bash")
 	// when: the event after Ctrl-Z that the shell's kill waits for (none: at once).
 	whens := map[string]func(p *pty, ws []int, target int) bool{
 		"at once":        func(*pty, []int, int) bool { return true },
@@ -389,22 +350,8 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 		for i := range 5 {
 			t.Run(fmt.Sprintf("%s/%d", name, i), func(t *testing.T) {
 				t.Parallel()
-				p, slave := openPty(t)
-				sh := exec.Command(bash, "--norc", "--noprofile", "-i")
-				sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
-				sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-				if err := sh.Start(); err != nil {
-					t.Fatal(err)
-				}
-				slave.Close()
-				t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
-				p.write(filepath.Join(bin, "tpurun") + ` --nprocs 2 -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
-				p.waitFor("2 workers ready", func(out string) bool {
-					return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
-				})
-				_, ws := ranks(strings.Split(p.output(), "\n"), 2)
-				target := parentOf(ws[0])
-				killOnFailure(t, append([]int{target}, ws...)...)
+				p, sh := interactiveShell(t)
+				ws, target := sleepingJob(t, p, 2)
 				p.write("\x1a")
 				p.waitFor(name, func(string) bool { return when(p, ws, target) })
 				if err := sh.Process.Kill(); err != nil {
@@ -421,6 +368,36 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 			})
 		}
 	}
+}
+
+// interactiveShell starts `bash -i` (prompt "prompt$ ") as the session leader of a new pty, as a terminal
+// would; it is killed at cleanup.
+func interactiveShell(t *testing.T) (*pty, *exec.Cmd) {
+	t.Helper()
+	bash := launchertest.Need(t, "bash")
+	p, slave := openPty(t)
+	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
+	sh.Env = append(os.Environ(), "PS1=prompt$ ")
+	sh.Stdin, sh.Stdout, sh.Stderr = slave, slave, slave
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	return p, sh
+}
+
+// sleepingJob types `tpurun --nprocs n -- sh -c 'echo "ready $$"; exec sleep 1000'` at the shell on p and returns
+// the workers' pids by rank and tpurun's, once every worker is ready; they are killed if the test fails.
+func sleepingJob(t *testing.T, p *pty, n int) (ws []int, target int) {
+	t.Helper()
+	p.write(filepath.Join(bin, "tpurun") + ` --nprocs ` + strconv.Itoa(n) + ` -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
+	p.waitFor(strconv.Itoa(n)+" workers ready", func(out string) bool { return strings.Count(out, "] ready ") == n })
+	_, ws = ranks(strings.Split(p.output(), "\n"), n)
+	target = parentOf(ws[0])
+	killOnFailure(t, append([]int{target}, ws...)...)
+	return ws, target
 }
 
 // killOnFailure kills pids at the end of a test that failed: one that never saw them gone leaves nothing running
