@@ -311,6 +311,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	t.Parallel()
 	p, sh := interactiveShell(t)
 	ws, target := sleepingJob(t, p, 2)
+	job := launchertest.Watch(t, target, ws[0], ws[1])
 	p.write("\x1a")
 	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
 	// on Ctrl-Z), as a user who then closes the terminal would.
@@ -321,13 +322,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = sh.Wait()
-	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
-	launchertest.WaitFor(t, "tpurun and its workers gone", func() error {
-		if gone(target) && gone(ws[0]) && gone(ws[1]) {
-			return nil
-		}
-		return fmt.Errorf("still there:\n%s\n%s\n%s\nterminal:\n%s", signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
-	})
+	waitJobGone(t, p, job)
 }
 
 // TestControlTerminalShellKilledAsTheJobStops: the shell is killed while tpurun's job stop is under way, at each
@@ -352,22 +347,30 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 				t.Parallel()
 				p, sh := interactiveShell(t)
 				ws, target := sleepingJob(t, p, 2)
+				job := launchertest.Watch(t, target, ws[0], ws[1])
 				p.write("\x1a")
 				p.waitFor(name, func(string) bool { return when(p, ws, target) })
 				if err := sh.Process.Kill(); err != nil {
 					t.Fatal(err)
 				}
 				_ = sh.Wait()
-				gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" }
-				launchertest.WaitFor(t, "tpurun and its workers gone", func() error {
-					if gone(target) && gone(ws[0]) && gone(ws[1]) {
-						return nil
-					}
-					return fmt.Errorf("still there:\n%s\n%s\n%s\nterminal:\n%s", signalState(target), signalState(ws[0]), signalState(ws[1]), p.output())
-				})
+				waitJobGone(t, p, job)
 			})
 		}
 	}
+}
+
+// waitJobGone waits until tpurun and its workers, a dead shell's job, have exited, and reaps those re-parented to
+// this test binary (the subreaper): a zombie left unreaped is a process the suite leaves behind.
+func waitJobGone(t *testing.T, p *pty, job *launchertest.Watched) {
+	t.Helper()
+	job.WaitExited(t, "tpurun and its workers gone", func(left []int) string {
+		var b strings.Builder
+		for _, pid := range left {
+			b.WriteString(signalState(pid) + "\n")
+		}
+		return b.String() + "terminal:\n" + p.output()
+	})
 }
 
 // interactiveShell starts `bash -i` (prompt "prompt$ ") as the session leader of a new pty, as a terminal

@@ -525,9 +525,13 @@ func TestHostileCallerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	launchertest.WaitReady(t, dir, 2)
+	ws := launchertest.PIDs(t, dir)
+	target := launchertest.Watch(t, parentOf(ws[0])) // tpurun: the workers' parent
 	if err := caller.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = caller.Wait()
 	assertNothingLeft(t, dir, 2)
+	// tpurun itself exited, and was reaped here: orphaned, it came back to this subreaper test binary
+	target.WaitExited(t, "tpurun to exit", func(left []int) string { return signalState(left[0]) })
 }

@@ -188,8 +188,13 @@ func Run(m *testing.M) int {
 	code := m.Run()
 	if left := SweepChildren(); len(left) > 0 {
 		// A failed test (or one that let its processes go) must not leave them running past the suite: a tpurun and
-		// its workers asleep for the rest of the machine's day. Said, so that a leak is seen.
-		fmt.Fprintf(os.Stderr, "launchertest: killed %d processes the tests left running: %s\n", len(left), strings.Join(left, ", "))
+		// its workers asleep for the rest of the machine's day. After tests that all passed, a process left behind
+		// (running, or exited and never waited for) is a test that does not clean up after itself: it fails the run.
+		fmt.Fprintf(os.Stderr, "launchertest: killed %d processes the tests left behind: %s\n", len(left), strings.Join(left, ", "))
+		if code == 0 {
+			fmt.Fprintln(os.Stderr, "launchertest: every test passed but left these processes behind: wait for what a test starts (launchertest.Watch reaps a job re-parented to this binary)")
+			code = 1
+		}
 	}
 	if code == 0 && ranEverything() {
 		for _, n := range unused() {

@@ -3,6 +3,7 @@ package launchertest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -217,5 +218,46 @@ func TestSweepChildren(t *testing.T) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("pid %d: kill(0) = %v, want gone (killed and reaped)", pid, err)
 		}
+	}
+}
+
+// TestWatchReapsItsOwnAndOnlyThose: watched processes that run are listed as running; once they exit, the one
+// that is this process's child is reaped through its pidfd (its pid freed, no zombie left) and the one that is
+// another's child (a shell's, which waits for it) is seen to have exited and left to its parent.
+func TestWatchReapsItsOwnAndOnlyThose(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	child := exec.Command("/bin/sh", "-c", "read x <&3")
+	shell := exec.Command("/bin/sh", "-c", "read x <&3 & echo $!; wait $!; echo reaped")
+	child.ExtraFiles, shell.ExtraFiles = []*os.File{r}, []*os.File{r}
+	out, err := shell.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := shell.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var grandchild int
+	if _, err := fmt.Fscan(out, &grandchild); err != nil {
+		t.Fatal(err)
+	}
+	watched := Watch(t, child.Process.Pid, grandchild)
+	if left := watched.Running(); len(left) != 2 {
+		t.Fatalf("running %v, want both %d and %d", left, child.Process.Pid, grandchild)
+	}
+	w.Close() // both reads end
+	watched.WaitExited(t, "both to exit", func([]int) string { return "" })
+	if err := syscall.Kill(child.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("child %d: kill(0) = %v, want gone (reaped through its pidfd)", child.Process.Pid, err)
+	}
+	rest, _ := io.ReadAll(out)
+	if err := shell.Wait(); err != nil || strings.TrimSpace(string(rest)) != "reaped" {
+		t.Errorf("the shell: %v, said %q after the pid; want it to have reaped its own child", err, rest)
 	}
 }

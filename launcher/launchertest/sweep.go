@@ -20,8 +20,12 @@ func SweepChildren() []string {
 		}
 		for _, pid := range kids {
 			name, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+			what := strings.TrimSpace(string(name))
+			if procState(pid) == "Z" {
+				what += ", exited and never reaped"
+			}
 			if syscall.Kill(pid, syscall.SIGKILL) == nil {
-				killed = append(killed, strconv.Itoa(pid)+" ("+strings.TrimSpace(string(name))+")")
+				killed = append(killed, strconv.Itoa(pid)+" ("+what+")")
 			}
 		}
 		for _, pid := range kids {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // WaitFor polls cond until it returns nil, and fails the test naming what it waited for (and cond's last answer)
@@ -185,4 +187,68 @@ func WaitExit(t testing.TB, cmd *exec.Cmd) int {
 		t.Fatalf("waited %s for %q to exit; killed it", Deadline(), cmd.Args)
 	}
 	return cmd.ProcessState.ExitCode()
+}
+
+// Watched is a set of processes watched through pidfds opened while each was known to exist: whether each has
+// exited stays known after its pid is reused, and those that are zombies of this process (a subreaper test binary
+// inherits a dead shell's job) are reaped through their own pidfd, never another test's child that got the pid.
+type Watched struct {
+	pids []int
+	fds  []int // -1 once exited and closed
+}
+
+// Watch opens a pidfd for each of pids, closed at the end of the test; a pid already gone is taken as exited.
+func Watch(t testing.TB, pids ...int) *Watched {
+	t.Helper()
+	w := &Watched{pids: pids, fds: make([]int, len(pids))}
+	for i, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+		switch {
+		case errors.Is(err, unix.ESRCH):
+			fd = -1
+		case err != nil:
+			t.Fatalf("pidfd_open(%d): %v", pid, err)
+		}
+		w.fds[i] = fd
+	}
+	t.Cleanup(func() {
+		for _, fd := range w.fds {
+			if fd >= 0 {
+				_ = unix.Close(fd)
+			}
+		}
+	})
+	return w
+}
+
+// Running lists the watched processes that have not exited; an exited one that is this process's child is reaped.
+func (w *Watched) Running() []int {
+	var left []int
+	for i, fd := range w.fds {
+		if fd < 0 {
+			continue
+		}
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil) // ECHILD when not ours
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, 0); n == 1 { // readable: exited (a zombie, or gone)
+			_ = unix.Close(fd)
+			w.fds[i] = -1
+			continue
+		}
+		left = append(left, w.pids[i])
+	}
+	return left
+}
+
+// WaitExited waits until every watched process has exited, reaping those that are this process's children;
+// describe says what is still there (states, a terminal's output) when the wait fails.
+func (w *Watched) WaitExited(t testing.TB, what string, describe func(left []int) string) {
+	t.Helper()
+	WaitFor(t, what, func() error {
+		if left := w.Running(); len(left) > 0 {
+			return fmt.Errorf("still running: %v\n%s", left, describe(left))
+		}
+		return nil
+	})
 }

@@ -62,10 +62,10 @@ type Reaper struct {
 
 	// forkMu is held for reading from a fork until the child is registered in owned, and for writing while orphans
 	// are reaped: a child between its fork and its registration is never taken for an orphan. Forks run at once.
-	forkMu   sync.RWMutex
-	spawn    []*spawner // the forking threads; none when they could not be started: children fork on the caller's
-	nullOnce sync.Once
-	devnull  *os.File // the stdio of children that have none, shared
+	forkMu  sync.RWMutex
+	spawn   []*spawner // the forking threads; none when they could not be started: children fork on the caller's
+	nullMu  sync.Mutex
+	devnull *os.File // the stdio of children that have none, shared; opened on first use
 }
 
 // watch is how the reaper learns the exit of a process started through it.
@@ -559,17 +559,17 @@ func checkCmd(cmd *exec.Cmd) error {
 	return nil
 }
 
-// nullFile is the /dev/null the children without stdio share, opened on first use.
+// nullFile is the /dev/null the children without stdio share, opened on first use. An open that fails (out of
+// descriptors: EMFILE, which the caller names the limit of) fails this start only: the next one tries again.
 func (r *Reaper) nullFile() (*os.File, error) {
-	r.nullOnce.Do(func() {
+	r.nullMu.Lock()
+	defer r.nullMu.Unlock()
+	if r.devnull == nil {
 		f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 		if err != nil {
-			r.log.Warn("cannot open "+os.DevNull+" for the children's stdio", zap.Error(err))
+			return nil, fmt.Errorf("%w: no %s for the children's stdio: %w", ErrNotStarted, os.DevNull, err)
 		}
 		r.devnull = f
-	})
-	if r.devnull == nil {
-		return nil, fmt.Errorf("%w: no %s for the children's stdio", ErrNotStarted, os.DevNull)
 	}
 	return r.devnull, nil
 }
@@ -680,9 +680,12 @@ func (r *Reaper) Close() {
 	for _, sp := range r.spawn {
 		sp.close()
 	}
+	r.nullMu.Lock()
 	if r.devnull != nil {
 		_ = r.devnull.Close()
+		r.devnull = nil
 	}
+	r.nullMu.Unlock()
 	if n := r.Orphans(); n > 0 {
 		r.log.Info("reaped orphaned processes", zap.Int("count", n))
 	}

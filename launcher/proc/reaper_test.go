@@ -44,6 +44,8 @@ func init() {
 		Spawns: []string{"orphaner"}})
 	launchertest.Define(launchertest.Verb{Name: "reaper-main", Run: func(*launchertest.Worker) int { return okOr(reaperMain()) },
 		Spawns: []string{"orphaner"}})
+	launchertest.Define(launchertest.Verb{Name: "null-emfile-main", Run: func(*launchertest.Worker) int { return okOr(nullEMFILEMain()) },
+		Spawns: []string{"crash"}})
 	launchertest.Define(launchertest.Verb{Name: "subreaper-get", Run: func(*launchertest.Worker) int { return subreaperGet() }})
 }
 
@@ -125,6 +127,81 @@ func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "OK") {
 		t.Fatalf("reaper child: %v\n%s", err, out)
+	}
+}
+
+// TestReaperOutOfDescriptorsForDevNull: a start whose children need /dev/null (no stdio given) when the process is
+// out of descriptors fails with an error that is EMFILE (so tpurun can name RLIMIT_NOFILE and what to raise; it
+// said only "no /dev/null" once) and fails that start only: the next start, with descriptors again, runs.
+func TestReaperOutOfDescriptorsForDevNull(t *testing.T) {
+	out, err := launchertest.Command("null-emfile-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("null-emfile child: %v\n%s", err, out)
+	}
+}
+
+func nullEMFILEMain() error {
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	fillers, err := exhaustDescriptors(lim)
+	if err != nil {
+		return err
+	}
+	_, err = rp.Start(launchertest.Command("crash:5"), nil)
+	for _, fd := range fillers {
+		_ = syscall.Close(fd)
+	}
+	if serr := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); serr != nil {
+		return serr
+	}
+	if !errors.Is(err, syscall.EMFILE) || !errors.Is(err, proc.ErrNotStarted) {
+		return fmt.Errorf("start out of descriptors: err %v, want ErrNotStarted and EMFILE", err)
+	}
+	got := make(chan proc.Exit, 1)
+	if _, err := rp.Start(launchertest.Command("crash:5"), func(p *proc.Process) { got <- p.Wait() }); err != nil {
+		return fmt.Errorf("start with descriptors again: %w", err)
+	}
+	ex, err := within(got, "the second start's exit")
+	if err != nil {
+		return err
+	}
+	if ex.Code != 5 {
+		return fmt.Errorf("second start exited %+v, want code 5", ex)
+	}
+	return nil
+}
+
+// exhaustDescriptors lowers the soft RLIMIT_NOFILE to just above the highest descriptor open and fills every free
+// slot below it, so that the next open fails with EMFILE; it returns the fillers to close (then restore lim).
+func exhaustDescriptors(lim syscall.Rlimit) ([]int, error) {
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	high := 0
+	for _, e := range es {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			high = max(high, fd)
+		}
+	}
+	low := syscall.Rlimit{Cur: uint64(high + 1), Max: lim.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		return nil, err
+	}
+	var fillers []int
+	for {
+		fd, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if errors.Is(err, syscall.EMFILE) {
+			return fillers, nil
+		}
+		if err != nil {
+			return fillers, err
+		}
+		fillers = append(fillers, fd)
 	}
 }
 
