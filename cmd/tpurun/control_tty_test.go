@@ -228,7 +228,6 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 		t.Fatalf("the terminal's foreground group is %d, want rank 0's (%d)", fg, ws[0])
 	}
 	target := parentOf(ws[0])
-	killOnFailure(t, append([]int{target}, ws...)...)
 	p.write("\x1a")
 	p.waitFor("every process stopped and the terminal back with the shell", func(string) bool {
 		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == sh.Process.Pid
@@ -387,32 +386,24 @@ func interactiveShell(t *testing.T) (*pty, *exec.Cmd) {
 		t.Fatal(err)
 	}
 	slave.Close()
-	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	t.Cleanup(func() {
+		// the shell, and whatever is left of its jobs: killed, and reaped where they came back to this binary
+		_ = sh.Process.Kill()
+		_ = sh.Wait()
+		launchertest.EndSession(sh.Process.Pid)
+	})
 	return p, sh
 }
 
 // sleepingJob types `tpurun --nprocs n -- sh -c 'echo "ready $$"; exec sleep 1000'` at the shell on p and returns
-// the workers' pids by rank and tpurun's, once every worker is ready; they are killed if the test fails.
+// the workers' pids by rank and tpurun's, once every worker is ready; the shell's cleanup ends them (EndSession).
 func sleepingJob(t *testing.T, p *pty, n int) (ws []int, target int) {
 	t.Helper()
 	p.write(filepath.Join(bin, "tpurun") + ` --nprocs ` + strconv.Itoa(n) + ` -- /bin/sh -c 'echo "ready $$"; exec sleep 1000'` + "\n")
 	p.waitFor(strconv.Itoa(n)+" workers ready", func(out string) bool { return strings.Count(out, "] ready ") == n })
 	_, ws = ranks(strings.Split(p.output(), "\n"), n)
 	target = parentOf(ws[0])
-	killOnFailure(t, append([]int{target}, ws...)...)
 	return ws, target
-}
-
-// killOnFailure kills pids at the end of a test that failed: one that never saw them gone leaves nothing running
-// (a tpurun and its workers in a dead shell's session sleep on, past the suite's end).
-func killOnFailure(t *testing.T, pids ...int) {
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, pid := range pids {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 }
 
 // signalState is pid's state and pending, blocked, ignored and caught signals, from /proc/PID/status.

@@ -261,3 +261,33 @@ func TestWatchReapsItsOwnAndOnlyThose(t *testing.T) {
 		t.Errorf("the shell: %v, said %q after the pid; want it to have reaped its own child", err, rest)
 	}
 }
+
+// TestEndSession: a session leader (a terminal's shell) is killed while its job runs: the job, re-parented to this
+// subreaper, is killed and reaped (its pid freed), and named.
+func TestEndSession(t *testing.T) {
+	if err := SetSubreaper(); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("/bin/sh", "-c", "sleep 1000 & echo $!; wait")
+	sh.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var job int
+	if _, err := fmt.Fscan(out, &job); err != nil {
+		t.Fatal(err)
+	}
+	_ = sh.Process.Kill()
+	_ = sh.Wait()
+	killed := EndSession(sh.Process.Pid)
+	if len(killed) != 1 || killed[0] != strconv.Itoa(job)+" (sleep)" {
+		t.Errorf("killed %v, want the job %d (sleep)", killed, job)
+	}
+	if err := syscall.Kill(job, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("job %d: kill(0) = %v, want gone (killed and reaped)", job, err)
+	}
+}

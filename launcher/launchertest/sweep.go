@@ -1,8 +1,10 @@
 package launchertest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +49,71 @@ func children() []int {
 				out = append(out, pid)
 			}
 		}
+	}
+	return out
+}
+
+// EndSession kills every process of session sid (a terminal's shell and its jobs: sid is the shell's pid) and
+// reaps those that are this process's children (a dead shell's job comes back to a subreaper test binary), round
+// after round until none is left; it returns what it killed, as "PID (name)". Only this process can reap its
+// children, so a pid it reaps is never another's.
+func EndSession(sid int) []string {
+	var killed []string
+	for range 100 {
+		members := sessionMembers(sid)
+		if len(members) == 0 {
+			break
+		}
+		for _, m := range members {
+			if syscall.Kill(m.pid, syscall.SIGKILL) == nil {
+				killed = append(killed, strconv.Itoa(m.pid)+" ("+m.name+")")
+			}
+		}
+		for _, m := range members {
+			if m.ppid == os.Getpid() {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(m.pid, &ws, 0, nil)
+			}
+		}
+		if !slices.ContainsFunc(members, func(m member) bool { return m.ppid == os.Getpid() }) {
+			// the others are reaped by their parents, or come back here once those are gone
+			_ = Poll("the session's other processes reaped by their parents", func() error {
+				if n := len(sessionMembers(sid)); n > 0 {
+					return fmt.Errorf("%d left", n)
+				}
+				return nil
+			})
+		}
+	}
+	return killed
+}
+
+type member struct {
+	pid, ppid int
+	name      string
+}
+
+// sessionMembers lists the processes of session sid, from /proc/*/stat.
+func sessionMembers(sid int) []member {
+	es, _ := os.ReadDir("/proc")
+	var out []member
+	for _, e := range es {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // state ppid pgrp session ...
+		if len(f) < 4 || f[3] != strconv.Itoa(sid) {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		name := string(b[strings.IndexByte(string(b), '(')+1 : i])
+		out = append(out, member{pid, ppid, name})
 	}
 	return out
 }
