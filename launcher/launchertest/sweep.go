@@ -70,16 +70,16 @@ func EndSession(sid int) []string {
 			}
 		}
 		for _, m := range members {
-			if m.ppid == os.Getpid() {
+			if ours(m) {
 				var ws syscall.WaitStatus
 				_, _ = syscall.Wait4(m.pid, &ws, 0, nil)
 			}
 		}
-		if !slices.ContainsFunc(members, func(m member) bool { return m.ppid == os.Getpid() }) {
-			// the others are reaped by their parents, or come back here once those are gone
+		if !slices.ContainsFunc(members, ours) {
+			// the others are reaped by their parents, or come back here, to be reaped, once those are gone
 			_ = Poll("the session's other processes reaped by their parents", func() error {
-				if n := len(sessionMembers(sid)); n > 0 {
-					return fmt.Errorf("%d left", n)
+				if left := sessionMembers(sid); len(left) > 0 && !slices.ContainsFunc(left, ours) {
+					return fmt.Errorf("%d left", len(left))
 				}
 				return nil
 			})
@@ -87,6 +87,8 @@ func EndSession(sid int) []string {
 	}
 	return killed
 }
+
+func ours(m member) bool { return m.ppid == os.Getpid() }
 
 type member struct {
 	pid, ppid int
