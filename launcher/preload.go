@@ -178,6 +178,14 @@ func (pl *preloader) start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 	files := append([]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}, cmd.ExtraFiles...)
 	req := zygote.Request{Command: c, Argv: cmd.Args, Env: append(slices.Clone(cmd.Env), pl.marker), Dir: cmd.Dir, Files: files}
 	p, err := pl.z.Fork(rp, req, onExit)
+	if errors.Is(err, zygote.ErrGone) {
+		// It died after ensure looked (killed between attempts, its exit not delivered yet): no worker of this
+		// request runs (a forked one exits without its go byte). Started again, once.
+		if err := pl.ensure(context.Background()); err != nil {
+			return nil, err
+		}
+		p, err = pl.z.Fork(rp, req, onExit)
+	}
 	var refused *zygote.RefusedError
 	if errors.As(err, &refused) {
 		return nil, &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}

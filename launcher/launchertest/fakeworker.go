@@ -257,7 +257,7 @@ func runVerb(spec string) int {
 	w := &Worker{Verb: name, Arg: arg, N: n, Rank: os.Getenv("RANK"), Dir: os.Getenv(EnvFakeDir), Args: os.Args[1:]}
 	if w.Dir != "" {
 		// its start time with it: a test tells this process from a later one given the same pid
-		_ = os.WriteFile(filepath.Join(w.Dir, "pids", strconv.Itoa(os.Getpid())), []byte(startTime(os.Getpid())), 0o644)
+		_ = w.WriteWhole(filepath.Join(w.Dir, "pids", strconv.Itoa(os.Getpid())), []byte(startTime(os.Getpid())))
 	}
 	return v.Run(w)
 }

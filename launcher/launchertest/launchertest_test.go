@@ -292,3 +292,31 @@ func TestEndSession(t *testing.T) {
 		t.Errorf("job %d: kill(0) = %v, want gone (killed and reaped)", job, err)
 	}
 }
+
+// TestWriteWholeIsNeverSeenPartial: a record that a reader sees exist it reads whole. Written in place
+// (os.WriteFile: create, then write), a reader that saw it exist could read it empty: a grandchild's pid read as
+// "" made TestFaultEveryForwardedSignal wait for that grandchild as if it were a worker (3 of 180 runs under load).
+func TestWriteWholeIsNeverSeenPartial(t *testing.T) {
+	dir := FakeDir(t)
+	w := &Worker{Dir: dir}
+	const n = 500
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			_ = w.WriteWhole(w.Path("gc", strconv.Itoa(i)), []byte("pid-"+strconv.Itoa(i)))
+		}
+	}()
+	for i := range n {
+		p := w.Path("gc", strconv.Itoa(i))
+		for {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+		}
+		if b, _ := os.ReadFile(p); string(b) != "pid-"+strconv.Itoa(i) {
+			t.Fatalf("record %d read %q once it existed, want it whole", i, b)
+		}
+	}
+	<-done
+}

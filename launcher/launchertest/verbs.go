@@ -224,7 +224,7 @@ func grandkidsVerb(w *Worker) int {
 
 func grandkidVerb(w *Worker) int {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	_ = os.WriteFile(w.Path("gc", w.Rank+"-"+w.Arg), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	_ = w.WriteWhole(w.Path("gc", w.Rank+"-"+w.Arg), []byte(strconv.Itoa(os.Getpid())))
 	select {}
 }
 

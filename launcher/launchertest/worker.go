@@ -71,3 +71,29 @@ func fail(code int, format string, args ...any) int {
 	fmt.Fprintf(os.Stderr, "fake worker: "+format+"\n", args...)
 	return code
 }
+
+// WriteWhole writes data to path (under the worker's $FAKE_DIR) so that a reader sees all of it or no file: it is
+// written in $FAKE_DIR/tmp and renamed into place. A test that sees a record exist reads it next; a record written
+// in place can still be empty then (seen under load: a grandchild's pid read as "", the grandchild taken for a
+// worker, a wait for it to exit that never ended).
+func (w *Worker) WriteWhole(path string, data []byte) error {
+	tmp := filepath.Join(w.Dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(tmp, filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
+}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,10 @@ import (
 // Where the kernel cannot give the thread a table of its own (close_range without CLOSE_RANGE_UNSHARE, before
 // Linux 5.9, or a seccomp filter refusing it) the thread forks from the shared table, as any thread would.
 type spawner struct {
+	// mu is held by a start from the sending of its descriptors until the thread is done with its batch: the
+	// thread takes each batch's descriptors off the socket in the order the batches reach it, so two starts
+	// interleaved (two jobs in one process, sharing its reaper) gave one batch's children the other's stdio.
+	mu    sync.Mutex
 	reqs  chan *batch
 	ready chan struct{} // closed once the thread is set up: the fields below are set then
 	done  chan struct{}
@@ -244,6 +249,8 @@ func (s *spawner) run(b *batch, theirs int) {
 // start runs b on the forking thread, sending it the descriptors first, and returns once it is done.
 func (s *spawner) start(b *batch) {
 	<-s.ready
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.private {
 		if err := sendFDs(s.sock, b.sent); err != nil {
 			b.err = fmt.Errorf("%w: passing the descriptors of %d children to the forking thread: %w%s", ErrNotStarted,
