@@ -7,8 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,6 +333,14 @@ func (j *job) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*c
 	return writeEnds, fwd, nil
 }
 
+// memoryInUse is what the runtime counts against its memory limit: all it has mapped, less the heap it gave
+// back to the system. From runtime/metrics: runtime.ReadMemStats would stop the world at every start.
+func memoryInUse() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+}
+
 // gcQuiet counts the start bursts under way (see quietGC) and keeps the collector's settings from before the first.
 var gcQuiet struct {
 	sync.Mutex
@@ -353,9 +361,7 @@ const quietHeadroom = 64 << 20
 func quietGC() (restore func()) {
 	gcQuiet.Lock()
 	if gcQuiet.bursts == 0 {
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		used := int64(m.Sys - m.HeapReleased)
+		used := memoryInUse()
 		gcQuiet.limit = debug.SetMemoryLimit(-1)
 		debug.SetMemoryLimit(min(gcQuiet.limit, used+max(used, quietHeadroom)))
 		gcQuiet.percent = debug.SetGCPercent(-1)

@@ -62,6 +62,21 @@ func TestQuietGCBoundsTheHeap(t *testing.T) {
 	}
 }
 
+// TestMemoryInUseIsWhatTheLimitCounts: quietGC's bound is taken from runtime/metrics (no stop of the world): the
+// memory the runtime has mapped less what it released, what its memory limit counts. Both metrics exist (a wrong
+// name panics), and the figure lies between the heap in use and all the runtime ever mapped (MemStats' Sys, read
+// after it: it never shrinks). Not compared for equality: the scavenger releases memory between two reads.
+func TestMemoryInUseIsWhatTheLimitCounts(t *testing.T) {
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got := memoryInUse()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if got <= 0 || uint64(got) > after.Sys || uint64(got) < min(before.HeapInuse, after.HeapInuse) {
+		t.Fatalf("memoryInUse() = %d, want within [HeapInuse %d, Sys %d]", got, min(before.HeapInuse, after.HeapInuse), after.Sys)
+	}
+}
+
 // TestStartErrorNamesTheLimit: a worker that cannot be forked for want of processes (EAGAIN) or descriptors is an
 // internal error (70) that says which limit to raise; the fork failed with a bare "resource temporarily
 // unavailable" before.

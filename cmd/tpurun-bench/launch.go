@@ -27,10 +27,12 @@ func (s *launchSeries) add(smp sample) {
 	s.cpu = append(s.cpu, smp.cpu)
 }
 
-// launchRuns are the runs of one N: tpurun, the shell and (with -before) an older tpurun, interleaved.
+// launchRuns are the runs of one N: tpurun, the shell, tpurun's floor and (with -before) an older tpurun,
+// interleaved.
 type launchRuns struct {
 	n                     int
 	tpurun, shell, before launchSeries
+	floor                 launchSeries // tpurun --version: the process's start and exit, which no launch can go below
 	tpurunRSS             []int64
 }
 
@@ -64,6 +66,11 @@ func measureLaunch(cfg *config, ns []int, before string) ([]launchRuns, error) {
 				func() error {
 					s, err := run(shellArgv(n), nil, nil)
 					lr.shell.add(s)
+					return err
+				},
+				func() error {
+					s, err := run([]string{cfg.tpurun, "--version"}, nil, io.Discard)
+					lr.floor.add(s)
 					return err
 				},
 			}
@@ -142,15 +149,16 @@ func launchRows(runs []launchRuns) []row {
 	meds := map[int][2]time.Duration{}
 	for _, lr := range runs {
 		tp, sh := median(slices.Clone(lr.tpurun.wall)), median(slices.Clone(lr.shell.wall))
+		floor := median(slices.Clone(lr.floor.wall))
 		meds[lr.n] = [2]time.Duration{tp, sh}
 		ratio := seconds(tp) / seconds(sh)
 		target := launchTargets[lr.n]
 		rows = append(rows, row{
 			name: fmt.Sprintf("launch+reap %d × /bin/true", lr.n), figure: ms(tp), baseline: "sh: " + ms(sh),
 			ratio: ratio, target: fmt.Sprintf("≤ %.1f", target), pass: ratio <= target,
-			note: fmt.Sprintf("runs (ms): tpurun %s, sh %s; ratio IQR %s; CPU %s vs %s", spread(lr.tpurun.wall),
-				spread(lr.shell.wall), ratioSpread(lr.tpurun.wall, lr.shell.wall), ms(median(slices.Clone(lr.tpurun.cpu))),
-				ms(median(slices.Clone(lr.shell.cpu)))),
+			note: fmt.Sprintf("runs (ms): tpurun %s, sh %s; ratio IQR %s; CPU %s vs %s; floor (tpurun --version) %s, ÷ sh %.2f",
+				spread(lr.tpurun.wall), spread(lr.shell.wall), ratioSpread(lr.tpurun.wall, lr.shell.wall),
+				ms(median(slices.Clone(lr.tpurun.cpu))), ms(median(slices.Clone(lr.shell.cpu))), ms(floor), seconds(floor)/seconds(sh)),
 		})
 	}
 	lo, okLo := meds[256]
@@ -171,8 +179,8 @@ func renderLaunch(w io.Writer, runs []launchRuns, cfg config, before string) {
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "# launch rows\n\n%s, %d CPUs, %s, %d interleaved runs per figure (median; min–max in brackets)\n\n",
 		host, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02 15:04 MST"), cfg.runs)
-	head := "| N | tpurun | sh | tpurun ÷ sh (IQR) | target | tpurun CPU | sh CPU |"
-	rule := "|---|---|---|---|---|---|---|"
+	head := "| N | tpurun | sh | tpurun ÷ sh (IQR) | target | tpurun CPU | sh CPU | floor | floor ÷ sh |"
+	rule := "|---|---|---|---|---|---|---|---|---|"
 	if before != "" {
 		head += " before | before ÷ sh | before CPU |"
 		rule += "---|---|---|"
@@ -188,9 +196,11 @@ func renderLaunch(w io.Writer, runs []launchRuns, cfg config, before string) {
 		if seconds(tp)/seconds(sh) <= launchTargets[lr.n] {
 			verdict = "PASS"
 		}
-		fmt.Fprintf(w, "| %d | %s | %s | %.2f (%s) | ≤ %.1f %s | %s | %s |", lr.n, cell(lr.tpurun.wall), cell(lr.shell.wall),
-			seconds(tp)/seconds(sh), ratioSpread(lr.tpurun.wall, lr.shell.wall), launchTargets[lr.n], verdict,
-			ms(median(slices.Clone(lr.tpurun.cpu))), ms(median(slices.Clone(lr.shell.cpu))))
+		floor := median(slices.Clone(lr.floor.wall))
+		fmt.Fprintf(w, "| %d | %s | %s | %.2f (%s) | ≤ %.1f %s | %s | %s | %s | %.2f |", lr.n, cell(lr.tpurun.wall),
+			cell(lr.shell.wall), seconds(tp)/seconds(sh), ratioSpread(lr.tpurun.wall, lr.shell.wall), launchTargets[lr.n],
+			verdict, ms(median(slices.Clone(lr.tpurun.cpu))), ms(median(slices.Clone(lr.shell.cpu))), ms(floor),
+			seconds(floor)/seconds(sh))
 		if before != "" {
 			bf := median(slices.Clone(lr.before.wall))
 			fmt.Fprintf(w, " %s | %.2f (%s) | %s |", cell(lr.before.wall), seconds(bf)/seconds(sh),

@@ -40,14 +40,34 @@ func WithSharedTable() {
 
 // WithoutForkingThread makes the reaper run without a forking thread: every child is forked from its starter's.
 func WithoutForkingThread() {
-	startSpawner = func([]int) (*spawner, error) { return nil, syscall.EAGAIN }
+	startSpawner = func([2]int, []int) (*spawner, error) { return nil, syscall.EAGAIN }
+}
+
+// ForkingThreads is how many forking threads r has started.
+func ForkingThreads(r *Reaper) int {
+	r.spawnMu.Lock()
+	defer r.spawnMu.Unlock()
+	return len(r.spawn)
+}
+
+// ForkingTids are the thread ids of r's forking threads, once each is set up.
+func ForkingTids(r *Reaper) []int {
+	r.spawnMu.Lock()
+	defer r.spawnMu.Unlock()
+	var tids []int
+	for _, sp := range r.spawn {
+		<-sp.ready
+		tids = append(tids, sp.tid)
+	}
+	return tids
 }
 
 // ForkingTable is the forking thread's id and whether its descriptor table is its own (0, false without one).
 func ForkingTable(r *Reaper) (tid int, private bool) {
-	if len(r.spawn) == 0 {
+	spawn, _ := r.spawners(1)
+	if len(spawn) == 0 {
 		return 0, false
 	}
-	<-r.spawn[0].ready
-	return r.spawn[0].tid, r.spawn[0].private
+	<-spawn[0].ready
+	return spawn[0].tid, spawn[0].private
 }

@@ -63,7 +63,12 @@ type Reaper struct {
 	// forkMu is held for reading from a fork until the child is registered in owned, and for writing while orphans
 	// are reaped: a child between its fork and its registration is never taken for an orphan. Forks run at once.
 	forkMu  sync.RWMutex
-	spawn   []*spawner // the forking threads; none when they could not be started: children fork on the caller's
+	spawnMu sync.Mutex
+	spawn   []*spawner // the forking threads, started as starts need them (spawners)
+	socks   [][2]int   // a socket pair per forking thread, made up front: spawn[k] has socks[k]
+	noSpawn bool       // no forking thread could be started: children fork on the caller's thread
+	closed  bool
+	keep    []int // the runtime's descriptors, which the forking threads' tables keep (runtimeFDs)
 	nullMu  sync.Mutex
 	devnull *os.File // the stdio of children that have none, shared; opened on first use
 }
@@ -97,15 +102,19 @@ func NewReaper(log *zap.Logger) *Reaper {
 	if pr, pw, err := os.Pipe(); err == nil {
 		_, _ = pr.Close(), pw.Close()
 	}
-	keep := runtimeFDs()
+	r.keep = runtimeFDs()
+	// The forking threads start as starts need them, but their sockets are made now, among the process's first
+	// descriptors: a thread's table is made from the descriptors below its socket (see ownTable), and a thread
+	// started after thousands of workers' pipes were opened would copy and close them all.
 	for range forkThreads() {
-		sp, err := startSpawner(keep)
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+			log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
 			break
 		}
-		r.spawn = append(r.spawn, sp)
+		r.socks = append(r.socks, [2]int{fds[0], fds[1]})
 	}
+	r.spawners(1) // the first thread sets itself up while the caller prepares its first start
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.loop()
 	return r
@@ -472,11 +481,15 @@ func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, 
 			return nil
 		}
 	}
-	parts := all.split(max(len(r.spawn), 1))
+	spawn, ok := r.spawners(len(all.cmds))
+	if !ok {
+		return ps, &StartError{Err: fmt.Errorf("%w: the reaper is closed", ErrNotStarted)}
+	}
+	parts := all.split(max(len(spawn), 1))
 	for _, b := range parts {
 		b.more, b.fork = keepOn, fork(b)
 	}
-	r.run(parts)
+	r.run(spawn, parts)
 	for _, p := range ps {
 		if p != nil {
 			r.watch(p)
@@ -485,17 +498,40 @@ func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, 
 	return ps, startError(parts, ps[:len(all.cmds)], bad)
 }
 
-// run runs each part on a forking thread of its own, at once, and returns when all are done.
-func (r *Reaper) run(parts []*batch) {
-	if len(r.spawn) == 0 {
+// spawners are the forking threads for a start of n children: one per child, up to one per core (forkThreads),
+// each started on first need and kept until Close (a run of one worker does not start, and end, a thread per core;
+// NewReaper starts the first). None when the first could not be started. ok is false once the reaper is closed.
+func (r *Reaper) spawners(n int) (spawn []*spawner, ok bool) {
+	r.spawnMu.Lock()
+	defer r.spawnMu.Unlock()
+	if r.closed {
+		return nil, false
+	}
+	for !r.noSpawn && len(r.spawn) < min(n, len(r.socks)) {
+		sp, err := startSpawner(r.socks[len(r.spawn)], r.keep)
+		if err != nil {
+			if len(r.spawn) == 0 {
+				r.log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+				r.noSpawn = true
+			}
+			break
+		}
+		r.spawn = append(r.spawn, sp)
+	}
+	return r.spawn[:min(len(r.spawn), max(n, 1))], true
+}
+
+// run runs each part on a forking thread of its own (spawn[k] for parts[k]), at once, and returns when all are done.
+func (r *Reaper) run(spawn []*spawner, parts []*batch) {
+	if len(spawn) == 0 {
 		r.forkHere(parts[0])
 		return
 	}
 	var wg sync.WaitGroup
 	for k, b := range parts[1:] {
-		wg.Go(func() { r.spawn[k+1].start(b) })
+		wg.Go(func() { spawn[k+1].start(b) })
 	}
-	r.spawn[0].start(parts[0])
+	spawn[0].start(parts[0])
 	wg.Wait()
 }
 
@@ -677,9 +713,15 @@ func (r *Reaper) Close() {
 	if r.exits != nil {
 		r.exits.close(r)
 	}
+	r.spawnMu.Lock()
 	for _, sp := range r.spawn {
 		sp.close()
 	}
+	for _, fds := range r.socks[len(r.spawn):] { // those of threads never started
+		_, _ = unix.Close(fds[0]), unix.Close(fds[1])
+	}
+	r.spawn, r.socks, r.closed = nil, nil, true // a start after Close is refused
+	r.spawnMu.Unlock()
 	r.nullMu.Lock()
 	if r.devnull != nil {
 		_ = r.devnull.Close()

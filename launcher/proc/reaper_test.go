@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"tpurun/launcher/launchertest"
 	"tpurun/launcher/proc"
@@ -49,6 +52,8 @@ func init() {
 	launchertest.Define(launchertest.Verb{Name: "concurrent-starts-main", Run: func(*launchertest.Worker) int { return okOr(concurrentStartsMain()) }})
 	launchertest.Define(launchertest.Verb{Name: "null-emfile-main", Run: func(*launchertest.Worker) int { return okOr(nullEMFILEMain()) },
 		Spawns: []string{"crash"}})
+	launchertest.Define(launchertest.Verb{Name: "forking-threads-main", Run: func(*launchertest.Worker) int { return okOr(forkingThreadsMain()) }})
+	launchertest.Define(launchertest.Verb{Name: "late-thread-table-main", Run: func(*launchertest.Worker) int { return okOr(lateThreadTableMain()) }})
 	launchertest.Define(launchertest.Verb{Name: "subreaper-get", Run: func(*launchertest.Worker) int { return subreaperGet() }})
 }
 
@@ -186,6 +191,119 @@ func concurrentStartsMain() error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
+}
+
+// TestReaperStartsForkingThreadsAsNeeded: a reaper starts one forking thread up front and another for each child of a
+// start, up to one per core (forkThreads), when a start needs it, not all of them at once: a run of one worker
+// started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Close leaves no socket of
+// theirs open (the process kept a copy of each thread's end for good).
+func TestReaperStartsForkingThreadsAsNeeded(t *testing.T) {
+	out, err := launchertest.Command("forking-threads-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("forking-threads child: %v\n%s", err, out)
+	}
+}
+
+func forkingThreadsMain() error {
+	runtime.GOMAXPROCS(4) // four cores' worth, whatever this machine has
+	sockets := func() (n int) {
+		ents, _ := os.ReadDir("/proc/self/fd")
+		for _, e := range ents {
+			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+				n++
+			}
+		}
+		return n
+	}
+	before := sockets()
+	rp := proc.NewReaper(nil)
+	if err := checkForkingThreads(rp); err != nil {
+		rp.Close()
+		return err
+	}
+	rp.Close()
+	// Every thread's socket pair is closed, the process's copy of the thread's end too (it was kept for good).
+	if n := sockets(); n != before {
+		return fmt.Errorf("%d sockets open after the reaper closed, %d before it started", n, before)
+	}
+	return nil
+}
+
+func checkForkingThreads(rp *proc.Reaper) error {
+	if n := proc.ForkingThreads(rp); n != 1 {
+		return fmt.Errorf("%d forking threads before any start, want 1 (set up while the caller prepares)", n)
+	}
+	for _, tc := range []struct{ start, want int }{{1, 1}, {1, 1}, {3, 3}, {2, 3}, {9, 4}, {9, 4}} {
+		cmds := make([]*exec.Cmd, tc.start)
+		for i := range cmds {
+			cmds[i] = exec.Command("/bin/true")
+		}
+		ps, err := proc.StartHeldAll(rp, cmds, nil, nil)
+		if err != nil {
+			return err
+		}
+		for _, p := range ps {
+			if ex := p.Release(); ex.Code != 0 {
+				return fmt.Errorf("/bin/true: %+v", ex)
+			}
+		}
+		if n := proc.ForkingThreads(rp); n != tc.want {
+			return fmt.Errorf("%d forking threads after a start of %d, want %d", n, tc.start, tc.want)
+		}
+	}
+	return nil
+}
+
+// TestReaperLateThreadKeepsNoStaleDescriptor: a forking thread started long after the reaper (on a start's need)
+// keeps in its own table the runtime's descriptors the reaper listed when it started (an epoll set, an eventfd);
+// one of those numbers closed and taken since by a worker's pipe must not be kept (a copy of a write end held
+// by the thread would keep the worker's reader from its end of file until the reaper closes).
+func TestReaperLateThreadKeepsNoStaleDescriptor(t *testing.T) {
+	out, err := launchertest.Command("late-thread-table-main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("late-thread-table child: %v\n%s", err, out)
+	}
+}
+
+func lateThreadTableMain() error {
+	runtime.GOMAXPROCS(4) // room for threads started after the first
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	rp := proc.NewReaper(nil) // lists efd among the runtime's descriptors
+	defer rp.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	if err := unix.Dup3(int(pw.Fd()), efd, unix.O_CLOEXEC); err != nil { // efd's number is a pipe's write end now
+		return err
+	}
+	pw.Close()
+	pipeID, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", efd))
+	if err != nil {
+		return err
+	}
+	cmds := []*exec.Cmd{exec.Command("/bin/true"), exec.Command("/bin/true"), exec.Command("/bin/true")}
+	ps, err := proc.StartHeldAll(rp, cmds, nil, nil) // starts two more threads
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		p.Release()
+	}
+	tids := proc.ForkingTids(rp)
+	if len(tids) != 3 {
+		return fmt.Errorf("%d forking threads after a start of 3, want 3", len(tids))
+	}
+	for _, tid := range tids[1:] {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/fd/%d", tid, efd)); err == nil && l == pipeID {
+			return fmt.Errorf("forking thread %d, started after the pipe took fd %d, holds it (%s)", tid, efd, l)
+		}
+	}
+	return nil
 }
 
 // TestReaperOutOfDescriptorsForDevNull: a start whose children need /dev/null (no stdio given) when the process is

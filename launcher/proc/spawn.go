@@ -17,7 +17,8 @@ import (
 )
 
 // spawner forks children of a Reaper from one OS thread that has a file descriptor table of its own (a Reaper has
-// one per core, up to 8: a fork waits until its child has exec'd, so one thread forks one child at a time). fork
+// up to one per core, up to 8, started as starts need them: a fork waits until its child has exec'd, so one thread
+// forks one child at a time). fork
 // copies the forking thread's table into the child and exec then closes every close-on-exec entry of it: forked
 // from the launcher's own table, which holds a few descriptors per running worker (its pipes and its pidfd), each
 // start would cost O(workers) in the kernel and a launch O(N²). The thread's table holds the socket it receives
@@ -36,7 +37,9 @@ type spawner struct {
 	ready chan struct{} // closed once the thread is set up: the fields below are set then
 	done  chan struct{}
 
-	sock    int  // the launcher's end of the socket pair the files travel on; -1 when the table is shared
+	sock    int // the launcher's end of the socket pair the files travel on; -1 when the table is shared
+	theirs  int // the thread's end, in the process's table until dropTheirs
+	dropped sync.Once
 	private bool // the thread's table is its own
 	tid     int
 }
@@ -96,16 +99,23 @@ func (b *batch) split(k int) []*batch {
 // closeRange is close_range(2); a variable so that a test can take the fallback (no table of its own).
 var closeRange = unix.CloseRange
 
-// newSpawner starts a forking thread; it sets itself up meanwhile (see ready), keeping in its table the runtime's
-// descriptors among keep (see runtimeFDs).
-func newSpawner(keep []int) (*spawner, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("spawner socket: %w", err)
-	}
-	s := &spawner{reqs: make(chan *batch), sock: fds[0], ready: make(chan struct{}), done: make(chan struct{})}
+// newSpawner starts a forking thread on the socket pair fds (ours, the thread's); it sets itself up meanwhile (see
+// ready), keeping in its table the runtime's descriptors among keep (see runtimeFDs).
+func newSpawner(fds [2]int, keep []int) (*spawner, error) {
+	s := &spawner{reqs: make(chan *batch), sock: fds[0], theirs: fds[1], ready: make(chan struct{}), done: make(chan struct{})}
 	go s.thread(fds[1], keep)
 	return s, nil
+}
+
+// dropTheirs closes, once the thread is set up, the process's copy of the thread's end of the socket: the thread
+// has its own in its own table. Not on the thread itself (its table is no longer the process's).
+func (s *spawner) dropTheirs() {
+	<-s.ready
+	s.dropped.Do(func() {
+		if s.private {
+			_ = unix.Close(s.theirs)
+		}
+	})
 }
 
 // thread is the forking thread's goroutine. It never unlocks a thread whose table became its own: such a thread
@@ -168,7 +178,20 @@ func ownTable(sock int, runtime []int) error {
 			_ = unix.Close(fd)
 		}
 	}
+	// runtime was listed when the reaper started, perhaps long before this thread: a number in it may have been
+	// closed and taken since by another file (a worker's pipe, whose end of file this copy would hold back).
+	for _, fd := range runtime {
+		if fd != sock && !pollerFD(fmt.Sprintf("/proc/thread-self/fd/%d", fd)) {
+			_ = unix.Close(fd)
+		}
+	}
 	return nil
+}
+
+// pollerFD reports whether link (a /proc/.../fd/N) is an epoll set or an eventfd.
+func pollerFD(link string) bool {
+	l, err := os.Readlink(link)
+	return err == nil && (l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]")
 }
 
 // runtimeFDs are the descriptors of this process that may be the runtime's network poller's: every epoll set and
@@ -185,7 +208,7 @@ func runtimeFDs() []int {
 		if err != nil || fd <= 2 {
 			continue
 		}
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && (l == "anon_inode:[eventpoll]" || l == "anon_inode:[eventfd]") {
+		if pollerFD("/proc/self/fd/" + e.Name()) {
 			out = append(out, fd)
 		}
 	}
@@ -248,7 +271,7 @@ func (s *spawner) run(b *batch, theirs int) {
 
 // start runs b on the forking thread, sending it the descriptors first, and returns once it is done.
 func (s *spawner) start(b *batch) {
-	<-s.ready
+	s.dropTheirs()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.private {
@@ -266,6 +289,7 @@ func (s *spawner) start(b *batch) {
 
 // close ends the forking thread (and with it the parent-death thread of the children it forked).
 func (s *spawner) close() {
+	s.dropTheirs()
 	close(s.reqs)
 	<-s.done
 	if s.sock >= 0 { // the thread had a table of its own
