@@ -109,7 +109,11 @@ func NewReaper(log *zap.Logger) *Reaper {
 	for range forkThreads() {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
+			if len(r.socks) == 0 {
+				log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+			} else {
+				log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
+			}
 			break
 		}
 		r.socks = append(r.socks, [2]int{fds[0], fds[1]})
