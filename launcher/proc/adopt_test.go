@@ -171,11 +171,7 @@ func keepMain() error {
 // started: its exit (which comes before the adoption is done) is delivered, not reaped as an orphan's; it is held
 // as a zombie until Release, which gives its resource usage. A process that is not a child is refused.
 func TestAdoptHeld(t *testing.T) {
-	cmd := launchertest.Command("adopt-main")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("adopt child: %v\n%s", err, out)
-	}
+	runMain(t, "adopt-main")
 }
 
 // TestSweepSparesKept: the sweep leaves a kept process (the preloaded interpreter) alive and kills its children.
@@ -241,8 +237,5 @@ func adoptWedgedMain() error {
 
 // TestAdoptionWaitingForItsForkBlocksNoSignal: see adoptWedgedMain.
 func TestAdoptionWaitingForItsForkBlocksNoSignal(t *testing.T) {
-	out, err := launchertest.Command("adopt-wedged-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("adopt child: %v\n%s", err, out)
-	}
+	runMain(t, "adopt-wedged-main")
 }

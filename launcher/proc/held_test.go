@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -101,11 +100,7 @@ func TestStartHeld(t *testing.T) {
 		}
 	})
 	t.Run("reaper", func(t *testing.T) {
-		cmd := launchertest.Command("held-reaper-main")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "OK") {
-			t.Fatalf("reaper child: %v\n%s", err, out)
-		}
+		runMain(t, "held-reaper-main")
 	})
 }
 

@@ -57,6 +57,16 @@ func init() {
 	launchertest.Define(launchertest.Verb{Name: "subreaper-get", Run: func(*launchertest.Worker) int { return subreaperGet() }})
 }
 
+// runMain runs verb, one of the mains below, in a re-executed test binary (its reaper and subreaper bit touch no
+// other test's children) and fails t unless it printed OK (see okOr).
+func runMain(t *testing.T, verb string) {
+	t.Helper()
+	out, err := launchertest.Command(verb).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("%s: %v\n%s", verb, err, out)
+	}
+}
+
 // okOr prints OK and returns 0 for a nil err, else prints err and returns 1.
 func okOr(err error) int {
 	if err != nil {
@@ -131,11 +141,7 @@ func startOrphaner(start func(*exec.Cmd) (*proc.Process, error)) (*proc.Process,
 }
 
 func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
-	cmd := launchertest.Command("reaper-main")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("reaper child: %v\n%s", err, out)
-	}
+	runMain(t, "reaper-main")
 }
 
 // TestReaperConcurrentStartsKeepTheirOwnStdio: starts on one reaper from several goroutines at once (two jobs in
@@ -145,10 +151,7 @@ func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
 // TestExitCodes' rank 2 in TestTenThousandLinesArePrefixedWholeAndInOrder's output, both jobs in the launcher test
 // binary). The window is a preemption between two calls; this stress did not hit it on an idle 2-core machine.
 func TestReaperConcurrentStartsKeepTheirOwnStdio(t *testing.T) {
-	out, err := launchertest.Command("concurrent-starts-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("concurrent-starts child: %v\n%s", err, out)
-	}
+	runMain(t, "concurrent-starts-main")
 }
 
 func concurrentStartsMain() error {
@@ -198,10 +201,7 @@ func concurrentStartsMain() error {
 // started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Close leaves no socket of
 // theirs open (the process kept a copy of each thread's end for good).
 func TestReaperStartsForkingThreadsAsNeeded(t *testing.T) {
-	out, err := launchertest.Command("forking-threads-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("forking-threads child: %v\n%s", err, out)
-	}
+	runMain(t, "forking-threads-main")
 }
 
 func forkingThreadsMain() error {
@@ -259,10 +259,7 @@ func checkForkingThreads(rp *proc.Reaper) error {
 // one of those numbers closed and taken since by a worker's pipe must not be kept (a copy of a write end held
 // by the thread would keep the worker's reader from its end of file until the reaper closes).
 func TestReaperLateThreadKeepsNoStaleDescriptor(t *testing.T) {
-	out, err := launchertest.Command("late-thread-table-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("late-thread-table child: %v\n%s", err, out)
-	}
+	runMain(t, "late-thread-table-main")
 }
 
 func lateThreadTableMain() error {
@@ -310,10 +307,7 @@ func lateThreadTableMain() error {
 // out of descriptors fails with an error that is EMFILE (so tpurun can name RLIMIT_NOFILE and what to raise; it
 // said only "no /dev/null" once) and fails that start only: the next start, with descriptors again, runs.
 func TestReaperOutOfDescriptorsForDevNull(t *testing.T) {
-	out, err := launchertest.Command("null-emfile-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("null-emfile child: %v\n%s", err, out)
-	}
+	runMain(t, "null-emfile-main")
 }
 
 func nullEMFILEMain() error {

@@ -103,10 +103,7 @@ func waitsMain() error {
 // TestReaperLooksAtOneChildPerExit: the exits of the children started through the reaper come from their pidfds,
 // one event each: the reaper's work per exit does not grow with the number of children.
 func TestReaperLooksAtOneChildPerExit(t *testing.T) {
-	out, err := launchertest.Command("waits-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("reaper child: %v\n%s", err, out)
-	}
+	runMain(t, "waits-main")
 }
 
 // tableMain: the thread that forks the children has a descriptor table of its own that holds none of the process's
@@ -226,10 +223,7 @@ func ownedAndOrphan(rp *proc.Reaper) error {
 func TestReaperFallbacks(t *testing.T) {
 	for _, mode := range []string{"no-pidfd", "shared-table", "no-forking-thread"} {
 		t.Run(mode, func(t *testing.T) {
-			out, err := launchertest.Command("fallback-main:" + mode).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "OK") {
-				t.Fatalf("reaper child: %v\n%s", err, out)
-			}
+			runMain(t, "fallback-main:"+mode)
 		})
 	}
 }
@@ -284,10 +278,7 @@ func failMain() error {
 
 // TestStartHeldAllNamesTheCommandThatFailed: see failMain.
 func TestStartHeldAllNamesTheCommandThatFailed(t *testing.T) {
-	out, err := launchertest.Command("fail-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("reaper child: %v\n%s", err, out)
-	}
+	runMain(t, "fail-main")
 }
 
 func init() {
@@ -410,10 +401,7 @@ func fdLimitMain() error {
 
 // TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors: see fdLimitMain.
 func TestStartFailsWhenTheForkingThreadRunsOutOfDescriptors(t *testing.T) {
-	out, err := launchertest.Command("fdlimit-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("reaper child: %v\n%s", err, out)
-	}
+	runMain(t, "fdlimit-main")
 }
 
 func init() {
@@ -521,8 +509,5 @@ func startWithTableFull(rp *proc.Reaper) error {
 
 // TestChildReapedBeforeItsWatchIsForgotten: see pendingMain.
 func TestChildReapedBeforeItsWatchIsForgotten(t *testing.T) {
-	out, err := launchertest.Command("pending-main").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK") {
-		t.Fatalf("reaper child: %v\n%s", err, out)
-	}
+	runMain(t, "pending-main")
 }
