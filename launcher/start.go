@@ -33,6 +33,10 @@ import (
 const (
 	firstBatch = 4
 	maxBatch   = 64
+	// fdsKept and fdsAtMost are the descriptors one worker has open in this process: from its start on (three pipes'
+	// read ends and its pidfd), and at most, while it is being started (their write ends, two log files).
+	fdsKept   = 4
+	fdsAtMost = 9
 )
 
 // startAll starts the workers, a batch at a time, until all run or the attempt begins to stop; a worker that cannot
@@ -40,6 +44,11 @@ const (
 // thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
 func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	defer quietGC()()
+	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs): each worker keeps
+	// three pipes' read ends and a pidfd, and holds the write ends and its log files until it has started.
+	if proc.ReserveFDs(fdsKept*len(local), fdsAtMost*len(local)+16) {
+		j.log.Debug("descriptor table grown for the start", zap.Int("workers", len(local)), zap.Int("entries", proc.FDTableSize()))
+	}
 	l := j.newLaunch(s)
 	ready := make(chan *batch, 1)
 	type outcome struct {

@@ -1,0 +1,91 @@
+package proc
+
+import (
+	"bytes"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// The kernel keeps a process's descriptors in a table it grows by doubling (64, 128, 256 ... entries). In a process
+// whose threads share the table (every Go program) each growth waits for an RCU grace period, and meanwhile every
+// thread that opens, pipes or duplicates a descriptor waits with it: 7-15 ms on a 2-core VM, 30-40 ms on a 16-core
+// one (docs/BENCHMARKS.md, "The descriptor table"). A start of 64 workers has some 450 descriptors open at its peak
+// and paid three growths, one after the other, in the middle of the burst.
+
+// ReserveFDs readies this process's descriptor table for a burst that will have from least to most more
+// descriptors open at once. When even least cannot fit in the table as it is, it grows the table now, in one step,
+// to hold most: one grace period instead of one per doubling. When least may fit it leaves the table alone: the
+// kernel then grows it once at most (most ≤ 1.75 × least, say), which a reservation would cost too. It reports
+// whether it grew the table; it is best effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
+func ReserveFDs(least, most int) bool {
+	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	size := fdTableSize(fd)
+	if size <= 0 {
+		return false
+	}
+	free, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) // every number below it is taken
+	if err != nil {
+		return false
+	}
+	_ = unix.Close(free)
+	if free+least <= size {
+		return false
+	}
+	top := size + most // every open descriptor is numbered below size
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && uint64(top) > lim.Cur {
+		top = int(lim.Cur)
+	}
+	if top <= size {
+		return false
+	}
+	// The lowest free number at or above top-1 is top-1 itself (it is past the table's end): the kernel grows the
+	// table to hold it, and the copy is closed at once. Nothing else is touched: F_DUPFD never replaces a descriptor.
+	hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, top-1)
+	if err != nil {
+		return false
+	}
+	_ = unix.Close(hi)
+	return true
+}
+
+// FDTableSize is the size of this process's descriptor table (FDSize in /proc/self/status); 0 when unknown.
+func FDTableSize() int {
+	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd)
+	return fdTableSize(fd)
+}
+
+// fdTableSize reads FDSize from fd, an open /proc/<pid>/status.
+func fdTableSize(fd int) int {
+	var buf [4096]byte
+	n := 0
+	for n < len(buf) {
+		k, err := unix.Pread(fd, buf[n:], int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k <= 0 {
+			break
+		}
+		n += k
+	}
+	_, rest, ok := bytes.Cut(buf[:n], []byte("\nFDSize:"))
+	if !ok {
+		return 0
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	size, err := strconv.Atoi(string(bytes.TrimSpace(line)))
+	if err != nil {
+		return 0
+	}
+	return size
+}
