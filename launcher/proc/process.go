@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -38,13 +39,14 @@ type Process struct {
 	pidfd  int        // -1 when the kernel gave none; closed once reaped
 	reaped bool
 
-	exited   chan struct{} // closed once the exit is known (delivered to onExit)
-	status   Exit          // how it ended, known at exit (no resource usage while held)
-	onExit   func(*Process)
-	release  chan struct{}
-	released sync.Once
-	done     chan struct{} // closed once reaped
-	exit     Exit
+	exited    chan struct{} // closed once the exit is known (delivered to onExit)
+	delivered atomic.Bool   // the exit is being, or has been, delivered: by setExited or by finish
+	status    Exit          // how it ended, known at exit (no resource usage while held)
+	onExit    func(*Process)
+	release   chan struct{}
+	released  sync.Once
+	done      chan struct{} // closed once reaped
+	exit      Exit
 }
 
 // Exit is how a process ended, with its resource usage taken from wait4's rusage at exit.
@@ -181,8 +183,12 @@ func (p *Process) wait() {
 	p.finish(e)
 }
 
-// setExited records the exit as seen before reaping and delivers it to onExit.
+// setExited records the exit as seen before reaping and delivers it to onExit, unless it was delivered already:
+// the reaper's loop that sees a held process exit and a Release that reaps it meanwhile may both try.
 func (p *Process) setExited(e Exit) {
+	if !p.delivered.CompareAndSwap(false, true) {
+		return
+	}
 	e.Finished = time.Now()
 	e.Wall = e.Finished.Sub(p.start)
 	p.status = e
@@ -192,21 +198,22 @@ func (p *Process) setExited(e Exit) {
 	}
 }
 
-// finish records the exit as reaped: the status with its resource usage. A process not held (or not seen before
-// reaping) delivers its exit now.
+// finish records the exit as reaped: the status with its resource usage. A process whose exit was not delivered
+// yet (not held, or not seen before reaping) delivers it now; one being delivered (setExited, on another goroutine)
+// keeps that delivery's time.
 func (p *Process) finish(e Exit) {
-	select {
-	case <-p.exited:
+	if !p.delivered.CompareAndSwap(false, true) {
+		<-p.exited
 		e.Finished, e.Wall = p.status.Finished, p.status.Wall
 		p.exit = e
 		close(p.done)
-	default:
-		e.Finished = time.Now()
-		e.Wall = e.Finished.Sub(p.start)
-		p.exit, p.status = e, e
-		close(p.done)
-		p.setExitedOnly()
+		return
 	}
+	e.Finished = time.Now()
+	e.Wall = e.Finished.Sub(p.start)
+	p.exit, p.status = e, e
+	close(p.done)
+	p.setExitedOnly()
 }
 
 func (p *Process) setExitedOnly() {

@@ -1,0 +1,50 @@
+package proc_test
+
+import (
+	"fmt"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+
+	"tpurun/launcher/launchertest"
+	"tpurun/launcher/proc"
+)
+
+func init() {
+	launchertest.Define(launchertest.Verb{Name: "release-race-main", Run: func(*launchertest.Worker) int { return okOr(releaseRaceMain()) }})
+}
+
+// TestReleaseWhileTheExitIsDelivered: held children released at once, while their exits are being delivered by the
+// reaper's epoll loop, each deliver their exit once and are reaped once. The loop found a child held (not yet
+// released), let go of the reaper's lock and then delivered the exit; Release meanwhile reaped it and delivered it
+// too: exited was closed twice (a panic; a data race under -race), onExit ran twice.
+func TestReleaseWhileTheExitIsDelivered(t *testing.T) { runMain(t, "release-race-main") }
+
+func releaseRaceMain() error {
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	for range 20 {
+		cmds := make([]*exec.Cmd, 50)
+		calls := make([]atomic.Int32, len(cmds))
+		onExit := make([]func(*proc.Process), len(cmds))
+		for i := range cmds {
+			cmds[i] = exec.Command("/bin/true")
+			onExit[i] = func(*proc.Process) { calls[i].Add(1) }
+		}
+		ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			if ex := p.Release(); ex.Code != 0 {
+				return fmt.Errorf("child %d: %+v", i, ex)
+			}
+		}
+		for i := range calls {
+			if n := calls[i].Load(); n != 1 {
+				return fmt.Errorf("child %d: onExit ran %d times, want once", i, n)
+			}
+		}
+	}
+	return nil
+}
