@@ -103,20 +103,13 @@ func NewReaper(log *zap.Logger) *Reaper {
 		_, _ = pr.Close(), pw.Close()
 	}
 	r.keep = runtimeFDs()
-	// The forking threads start as starts need them, but their sockets are made now, among the process's first
-	// descriptors: a thread's table is made from the descriptors below its socket (see ownTable), and a thread
-	// started after thousands of workers' pipes were opened would copy and close them all.
-	for range forkThreads() {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			if len(r.socks) == 0 {
-				log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
-			} else {
-				log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
-			}
-			break
-		}
+	// The first forking thread's socket pair is made now, among the process's first descriptors; the others' as
+	// their threads start (see spawners), so that a start of a few workers keeps no unused pair open.
+	if fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0); err == nil {
 		r.socks = append(r.socks, [2]int{fds[0], fds[1]})
+	} else {
+		log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+		r.noSpawn = true
 	}
 	r.spawners(1) // the first thread sets itself up while the caller prepares its first start
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
@@ -455,6 +448,12 @@ func at(fs []func(*Process), i int) func(*Process) {
 // one thread forks at most one child at a time; several keep the cores busy.
 func forkThreads() int { return min(max(runtime.GOMAXPROCS(0), 1), 8) }
 
+// childrenPerThread is how many children of one start a forking thread is started for: a thread forks one child at
+// a time (until it has exec'd), but each one started keeps a socket open in the process's descriptor table, and a
+// start of 8 workers that needed 16 more descriptors than the table's first 64 waited for it to grow (an RCU grace
+// period, 30-40 ms on a 16-core host: see ReserveFDs).
+const childrenPerThread = 4
+
 // startAll starts cmds through the forking threads; see StartHeldAll.
 func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, more func() bool) ([]*Process, error) {
 	devnull, err := r.nullFile()
@@ -502,16 +501,26 @@ func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, 
 	return ps, startError(parts, ps[:len(all.cmds)], bad)
 }
 
-// spawners are the forking threads for a start of n children: one per child, up to one per core (forkThreads),
-// each started on first need and kept until Close (a run of one worker does not start, and end, a thread per core;
-// NewReaper starts the first). None when the first could not be started. ok is false once the reaper is closed.
+// spawners are the forking threads for a start of n children: one per childrenPerThread of them, up to one per
+// core (forkThreads), each started on first need and kept until Close (a run of a few workers does not start, and
+// end, a thread per core; NewReaper starts the first). None when the first could not be started. ok is false once
+// the reaper is closed.
 func (r *Reaper) spawners(n int) (spawn []*spawner, ok bool) {
 	r.spawnMu.Lock()
 	defer r.spawnMu.Unlock()
 	if r.closed {
 		return nil, false
 	}
-	for !r.noSpawn && len(r.spawn) < min(n, len(r.socks)) {
+	want := min(max((n+childrenPerThread-1)/childrenPerThread, 1), forkThreads())
+	for !r.noSpawn && len(r.spawn) < want {
+		if len(r.socks) == len(r.spawn) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				r.log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
+				break
+			}
+			r.socks = append(r.socks, [2]int{fds[0], fds[1]})
+		}
 		sp, err := startSpawner(r.socks[len(r.spawn)], r.keep)
 		if err != nil {
 			if len(r.spawn) == 0 {
@@ -522,7 +531,7 @@ func (r *Reaper) spawners(n int) (spawn []*spawner, ok bool) {
 		}
 		r.spawn = append(r.spawn, sp)
 	}
-	return r.spawn[:min(len(r.spawn), max(n, 1))], true
+	return r.spawn[:min(len(r.spawn), want)], true
 }
 
 // run runs each part on a forking thread of its own (spawn[k] for parts[k]), at once, and returns when all are done.

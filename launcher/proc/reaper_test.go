@@ -196,10 +196,12 @@ func concurrentStartsMain() error {
 	return errors.Join(all...)
 }
 
-// TestReaperStartsForkingThreadsAsNeeded: a reaper starts one forking thread up front and another for each child of a
-// start, up to one per core (forkThreads), when a start needs it, not all of them at once: a run of one worker
-// started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Close leaves no socket of
-// theirs open (the process kept a copy of each thread's end for good).
+// TestReaperStartsForkingThreadsAsNeeded: a reaper starts one forking thread up front and another for every 4
+// children of a start, up to one per core (forkThreads), when a start needs it, not all of them at once: a run of
+// one worker started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Each thread
+// keeps one socket open in the process, made as it starts: a start of 8 workers on a 16-core host had 12 open, 8
+// of them for threads never started, and its descriptors outgrew the table's first 64 entries (see ReserveFDs).
+// Close leaves no socket of theirs open (the process kept a copy of each thread's end for good).
 func TestReaperStartsForkingThreadsAsNeeded(t *testing.T) {
 	runMain(t, "forking-threads-main")
 }
@@ -217,7 +219,7 @@ func forkingThreadsMain() error {
 	}
 	before := sockets()
 	rp := proc.NewReaper(nil)
-	if err := checkForkingThreads(rp); err != nil {
+	if err := checkForkingThreads(rp, func() int { return sockets() - before }); err != nil {
 		rp.Close()
 		return err
 	}
@@ -229,11 +231,13 @@ func forkingThreadsMain() error {
 	return nil
 }
 
-func checkForkingThreads(rp *proc.Reaper) error {
+// checkForkingThreads runs starts of growing size on rp and checks how many forking threads each leaves started, and
+// that the process keeps one socket open for each (sockets counts those the reaper made).
+func checkForkingThreads(rp *proc.Reaper, sockets func() int) error {
 	if n := proc.ForkingThreads(rp); n != 1 {
 		return fmt.Errorf("%d forking threads before any start, want 1 (set up while the caller prepares)", n)
 	}
-	for _, tc := range []struct{ start, want int }{{1, 1}, {1, 1}, {3, 3}, {2, 3}, {9, 4}, {9, 4}} {
+	for _, tc := range []struct{ start, want int }{{1, 1}, {4, 1}, {5, 2}, {2, 2}, {12, 3}, {40, 4}, {40, 4}} {
 		cmds := make([]*exec.Cmd, tc.start)
 		for i := range cmds {
 			cmds[i] = exec.Command("/bin/true")
@@ -249,6 +253,9 @@ func checkForkingThreads(rp *proc.Reaper) error {
 		}
 		if n := proc.ForkingThreads(rp); n != tc.want {
 			return fmt.Errorf("%d forking threads after a start of %d, want %d", n, tc.start, tc.want)
+		}
+		if n := sockets(); n != tc.want {
+			return fmt.Errorf("%d sockets open in the process after a start of %d, want one per forking thread: %d", n, tc.start, tc.want)
 		}
 	}
 	return nil
@@ -283,8 +290,11 @@ func lateThreadTableMain() error {
 	if err != nil {
 		return err
 	}
-	cmds := []*exec.Cmd{exec.Command("/bin/true"), exec.Command("/bin/true"), exec.Command("/bin/true")}
-	ps, err := proc.StartHeldAll(rp, cmds, nil, nil) // starts two more threads
+	cmds := make([]*exec.Cmd, 12)
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/true")
+	}
+	ps, err := proc.StartHeldAll(rp, cmds, nil, nil) // starts two more threads (one per 4 children)
 	if err != nil {
 		return err
 	}
@@ -293,7 +303,7 @@ func lateThreadTableMain() error {
 	}
 	tids := proc.ForkingTids(rp)
 	if len(tids) != 3 {
-		return fmt.Errorf("%d forking threads after a start of 3, want 3", len(tids))
+		return fmt.Errorf("%d forking threads after a start of 12, want 3", len(tids))
 	}
 	for _, tid := range tids[1:] {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/fd/%d", tid, efd)); err == nil && l == pipeID {

@@ -164,19 +164,19 @@ func (s *spawner) serve(theirs int, keep []int) {
 // the standard descriptors (the runtime writes a fatal error to 2), and the runtime's own, at the same numbers:
 // the network poller's epoll set and its eventfd, which the runtime uses from whichever thread it runs on (the
 // thread that stops the world polls the network when it starts it again). close_range with CLOSE_RANGE_UNSHARE
-// copies only the descriptors below the range it closes; the others below it are closed one by one.
+// copies only the descriptors below the range it closes; the others below it are closed a range at a time.
 func ownTable(sock int, runtime []int) error {
-	top := sock
-	for _, fd := range runtime {
-		top = max(top, fd)
-	}
+	keep := slices.Sorted(slices.Values(append([]int{sock}, runtime...)))
+	top := keep[len(keep)-1]
 	if err := closeRange(uint(top)+1, ^uint(0), unix.CLOSE_RANGE_UNSHARE); err != nil {
 		return err
 	}
-	for fd := 3; fd < top; fd++ {
-		if fd != sock && !slices.Contains(runtime, fd) {
-			_ = unix.Close(fd)
+	lo := 3
+	for _, fd := range keep {
+		if fd > lo {
+			_ = unix.CloseRange(uint(lo), uint(fd-1), 0)
 		}
+		lo = max(lo, fd+1)
 	}
 	// runtime was listed when the reaper started, perhaps long before this thread: a number in it may have been
 	// closed and taken since by another file (a worker's pipe, whose end of file this copy would hold back).
