@@ -73,6 +73,9 @@ func main() {
 	}
 	report := renderMarkdown(rows, cfg)
 	fmt.Print(report)
+	if old, err := os.ReadFile(cfg.out); err == nil {
+		report = keepByHand(report, string(old))
+	}
 	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
@@ -100,6 +103,19 @@ type row struct {
 	target   string
 	pass     bool
 	note     string
+}
+
+// byHand marks where the part of the report measured by hand begins (-only rows, another host's figures): a new
+// report keeps what follows it in the old one.
+const byHand = "<!-- Measured by hand from here on: make bench rewrites what is above and keeps what follows. -->"
+
+// keepByHand is report followed by the part of old from its byHand line on; report alone when old has none.
+func keepByHand(report, old string) string {
+	i := strings.Index(old, byHand)
+	if i < 0 {
+		return report
+	}
+	return report + "\n" + old[i:]
 }
 
 func renderMarkdown(rows []row, cfg config) string {
