@@ -22,27 +22,31 @@ func TestReleaseWhileTheExitIsDelivered(t *testing.T) { runMain(t, "release-race
 
 func releaseRaceMain() error {
 	rp := proc.NewReaper(nil)
-	defer rp.Close()
-	for range 20 {
-		cmds := make([]*exec.Cmd, 50)
-		calls := make([]atomic.Int32, len(cmds))
+	var calls [20][50]atomic.Int32
+	for round := range calls {
+		cmds := make([]*exec.Cmd, len(calls[round]))
 		onExit := make([]func(*proc.Process), len(cmds))
 		for i := range cmds {
 			cmds[i] = exec.Command("/bin/true")
-			onExit[i] = func(*proc.Process) { calls[i].Add(1) }
+			onExit[i] = func(*proc.Process) { calls[round][i].Add(1) }
 		}
 		ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
 		if err != nil {
+			rp.Close()
 			return err
 		}
 		for i, p := range ps {
 			if ex := p.Release(); ex.Code != 0 {
+				rp.Close()
 				return fmt.Errorf("child %d: %+v", i, ex)
 			}
 		}
-		for i := range calls {
-			if n := calls[i].Load(); n != 1 {
-				return fmt.Errorf("child %d: onExit ran %d times, want once", i, n)
+	}
+	rp.Close() // its loops have ended: every delivery under way is done (onExit may run after Release returned)
+	for round := range calls {
+		for i := range calls[round] {
+			if n := calls[round][i].Load(); n != 1 {
+				return fmt.Errorf("round %d, child %d: onExit ran %d times, want once", round, i, n)
 			}
 		}
 	}
