@@ -73,18 +73,23 @@ func main() {
 	}
 	report := renderMarkdown(rows, cfg)
 	fmt.Print(report)
-	if old, err := os.ReadFile(cfg.out); err == nil {
-		report = keepByHand(report, string(old))
-	}
-	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
-		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
-		os.Exit(1)
-	}
-	if err := os.WriteFile(cfg.svg, []byte(renderSVG(launch)), 0o644); err != nil {
+	if err := write(cfg, report, renderSVG(launch)); err != nil {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s and %s\n", cfg.out, cfg.svg)
+}
+
+// write writes the report to cfg.out, after it the old report's part measured by hand (keepByHand), and the chart
+// to cfg.svg.
+func write(cfg config, report, svg string) error {
+	if old, err := os.ReadFile(cfg.out); err == nil {
+		report = keepByHand(report, string(old))
+	}
+	if err := os.WriteFile(cfg.out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.svg, []byte(svg), 0o644)
 }
 
 type config struct {
