@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -54,6 +55,7 @@ func init() {
 		Spawns: []string{"crash"}})
 	launchertest.Define(launchertest.Verb{Name: "forking-threads-main", Run: func(*launchertest.Worker) int { return okOr(forkingThreadsMain()) }})
 	launchertest.Define(launchertest.Verb{Name: "late-thread-table-main", Run: func(*launchertest.Worker) int { return okOr(lateThreadTableMain()) }})
+	launchertest.Define(launchertest.Verb{Name: "late-thread-children-main", Run: func(*launchertest.Worker) int { return okOr(lateThreadChildrenMain()) }})
 	launchertest.Define(launchertest.Verb{Name: "subreaper-get", Run: func(*launchertest.Worker) int { return subreaperGet() }})
 }
 
@@ -309,6 +311,65 @@ func lateThreadTableMain() error {
 		if l, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/fd/%d", tid, efd)); err == nil && l == pipeID {
 			return fmt.Errorf("forking thread %d, started after the pipe took fd %d, holds it (%s)", tid, efd, l)
 		}
+	}
+	return nil
+}
+
+// TestLateThreadForksChildrenWithSmallTables: a forking thread started once the process has hundreds of descriptors
+// open (its socket pair is made as it starts, numbered past them) forks children whose descriptor tables have the
+// first 64 entries, as the first thread's do: fork sizes a child's table for the highest descriptor open in its
+// parent's, and the thread kept its socket at the high number (every child of it had a table of 1024 entries).
+func TestLateThreadForksChildrenWithSmallTables(t *testing.T) {
+	runMain(t, "late-thread-children-main")
+}
+
+func lateThreadChildrenMain() error {
+	runtime.GOMAXPROCS(4) // room for threads started after the first
+	rp := proc.NewReaper(nil)
+	defer rp.Close()
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	for range 300 {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+			return err
+		}
+		fds = append(fds, p[0], p[1])
+	}
+	dir, err := os.MkdirTemp("", "late-thread-children-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cmds := make([]*exec.Cmd, 12) // three forking threads: two started now, past the 600 pipes
+	for i := range cmds {
+		cmds[i] = exec.Command("/bin/sh", "-c", `while read -r k v; do if [ "$k" = FDSize: ]; then echo "$v" > "$0"; fi; done < /proc/self/status`,
+			filepath.Join(dir, strconv.Itoa(i)))
+	}
+	ps, err := proc.StartHeldAll(rp, cmds, nil, nil)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		p.Release()
+	}
+	if n := proc.ForkingThreads(rp); n != 3 {
+		return fmt.Errorf("%d forking threads after a start of 12, want 3", n)
+	}
+	sizes := map[string][]int{}
+	for i := range cmds {
+		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			return err
+		}
+		sizes[strings.TrimSpace(string(b))] = append(sizes[strings.TrimSpace(string(b))], i)
+	}
+	if len(sizes) != 1 || len(sizes["64"]) != len(cmds) {
+		return fmt.Errorf("the children's descriptor tables (entries: the children), want 64 for all: %v", sizes)
 	}
 	return nil
 }

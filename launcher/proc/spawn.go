@@ -142,7 +142,9 @@ func (s *spawner) thread(theirs int, keep []int) {
 func (s *spawner) serve(theirs int, keep []int) {
 	defer close(s.done)
 	s.tid = unix.Gettid()
-	s.private = ownTable(theirs, keep) == nil
+	if sock, err := ownTable(theirs, keep); err == nil {
+		s.private, theirs = true, sock
+	}
 	if !s.private { // the table is the process's: no socket needed
 		_, _ = unix.Close(theirs), unix.Close(s.sock)
 		theirs, s.sock = -1, -1
@@ -164,17 +166,21 @@ func (s *spawner) serve(theirs int, keep []int) {
 // the standard descriptors (the runtime writes a fatal error to 2), and the runtime's own, at the same numbers:
 // the network poller's epoll set and its eventfd, which the runtime uses from whichever thread it runs on (the
 // thread that stops the world polls the network when it starts it again). close_range with CLOSE_RANGE_UNSHARE
-// copies only the descriptors below the range it closes; the others below it are closed a range at a time.
-func ownTable(sock int, runtime []int) error {
+// copies only the descriptors below the range it closes; the others below it are closed a range at a time. It
+// returns the socket's number in the new table: the lowest free one. A thread started late, when the process had
+// thousands of descriptors open, got a socket numbered in the thousands, and fork sizes a child's table for the
+// highest descriptor open in its parent's: every child of that thread was forked with, and kept after exec, a table
+// of thousands of entries.
+func ownTable(sock int, runtime []int) (int, error) {
 	keep := slices.Sorted(slices.Values(append([]int{sock}, runtime...)))
 	top := keep[len(keep)-1]
 	if err := closeRange(uint(top)+1, ^uint(0), unix.CLOSE_RANGE_UNSHARE); err != nil {
-		return err
+		return sock, err
 	}
 	lo := 3
 	for _, fd := range keep {
 		if fd > lo {
-			_ = unix.CloseRange(uint(lo), uint(fd-1), 0)
+			closeBetween(lo, fd-1)
 		}
 		lo = max(lo, fd+1)
 	}
@@ -185,7 +191,25 @@ func ownTable(sock int, runtime []int) error {
 			_ = unix.Close(fd)
 		}
 	}
-	return nil
+	if low, err := unix.FcntlInt(uintptr(sock), unix.F_DUPFD_CLOEXEC, 3); err == nil {
+		if low < sock {
+			_ = unix.Close(sock)
+			return low, nil
+		}
+		_ = unix.Close(low)
+	}
+	return sock, nil
+}
+
+// closeBetween closes the descriptors from lo to hi of the calling thread's table; one by one where close_range
+// refuses (a seccomp filter that allows it only with CLOSE_RANGE_UNSHARE, say).
+func closeBetween(lo, hi int) {
+	if unix.CloseRange(uint(lo), uint(hi), 0) == nil {
+		return
+	}
+	for fd := lo; fd <= hi; fd++ {
+		_ = unix.Close(fd)
+	}
 }
 
 // pollerFD reports whether link (a /proc/.../fd/N) is an epoll set or an eventfd.
