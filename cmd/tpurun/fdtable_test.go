@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"tpurun/launcher/launchertest"
 )
@@ -16,15 +17,18 @@ import (
 // fresh runs its arguments as a child and exits with its code: the child starts with a descriptor table of the
 // smallest size, 64 entries, as tpurun started by a container runtime, Ray or a Python program does. Fork sizes the
 // copy for the descriptors the parent has open: the test binary may have hundreds, and may have inherited one
-// numbered 255 (an interactive bash keeps its terminal there), which fresh closes before it forks (all but its
-// runtime's epoll set and eventfd, and the standard three).
+// numbered 255 (an interactive bash keeps its terminal there). fresh closes, before it forks, every descriptor it
+// inherited (one without close-on-exec: all of its own have it, and exec closed any other).
 func init() {
 	launchertest.Define(launchertest.Verb{Name: "fresh", Run: func(w *launchertest.Worker) int {
 		ents, _ := os.ReadDir("/proc/self/fd")
 		for _, e := range ents {
 			fd, err := strconv.Atoi(e.Name())
-			if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && fd > 2 && !strings.HasPrefix(l, "anon_inode:") {
-				_ = syscall.Close(fd)
+			if err != nil || fd <= 2 {
+				continue
+			}
+			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+				_ = unix.Close(fd)
 			}
 		}
 		c := exec.Command(w.Args[0], w.Args[1:]...)
