@@ -9,15 +9,16 @@ import (
 
 // The kernel keeps a process's descriptors in a table it grows by doubling (64, 128, 256 ... entries). In a process
 // whose threads share the table (every Go program) each growth waits for an RCU grace period, and meanwhile every
-// thread that opens, pipes or duplicates a descriptor waits with it: 7-15 ms on a 2-core VM, 30-40 ms on a 16-core
-// one (docs/BENCHMARKS.md, "The descriptor table"). A start of 64 workers has some 450 descriptors open at its peak
-// and paid three growths, one after the other, in the middle of the burst.
+// thread that opens, pipes or duplicates a descriptor past the old end waits with it: 7-16 ms on a 2-core VM, 8-31
+// ms on a 16-core one (docs/BENCHMARKS.md, "The descriptor table"). A start of 64 workers has some 450 descriptors
+// open at its peak and paid three growths, one after the other, in the middle of the burst.
 
 // ReserveFDs readies this process's descriptor table for a burst that will have from least to most more
 // descriptors open at once. When even least cannot fit in the table as it is, it grows the table now, in one step,
 // to hold most: one grace period instead of one per doubling. When least may fit it leaves the table alone: the
-// kernel then grows it once at most (most ≤ 1.75 × least, say), which a reservation would cost too. It reports
-// whether it grew the table; it is best effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
+// burst may then need no growth at all, where a reservation would always cost one (a start of 8 workers fits in the
+// first 64 entries), or it grows the table once, rarely twice. It reports whether it grew the table; it is best
+// effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
 func ReserveFDs(least, most int) bool {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
