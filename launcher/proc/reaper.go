@@ -65,7 +65,7 @@ type Reaper struct {
 	forkMu  sync.RWMutex
 	spawnMu sync.Mutex
 	spawn   []*spawner // the forking threads, started as starts need them (spawners)
-	socks   [][2]int   // a socket pair per forking thread, made up front: spawn[k] has socks[k]
+	socks   [][2]int   // a socket pair per forking thread, made as it starts: spawn[k] has socks[k]
 	noSpawn bool       // no forking thread could be started: children fork on the caller's thread
 	closed  bool
 	keep    []int // the runtime's descriptors, which the forking threads' tables keep (runtimeFDs)
@@ -103,15 +103,9 @@ func NewReaper(log *zap.Logger) *Reaper {
 		_, _ = pr.Close(), pw.Close()
 	}
 	r.keep = runtimeFDs()
-	// The first forking thread's socket pair is made now, among the process's first descriptors; the others' as
-	// their threads start (see spawners), so that a start of a few workers keeps no unused pair open.
-	if fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0); err == nil {
-		r.socks = append(r.socks, [2]int{fds[0], fds[1]})
-	} else {
-		log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
-		r.noSpawn = true
-	}
-	r.spawners(1) // the first thread sets itself up while the caller prepares its first start
+	// The first forking thread (its socket pair among the process's first descriptors) sets itself up while the
+	// caller prepares its first start; the others start, each with its pair, as starts need them (spawners).
+	r.spawners(1)
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.loop()
 	return r
@@ -516,22 +510,30 @@ func (r *Reaper) spawners(n int) (spawn []*spawner, ok bool) {
 		if len(r.socks) == len(r.spawn) {
 			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
-				r.log.Debug("fewer forking threads: no socket pair for one", zap.Error(err))
+				r.noThread(err)
 				break
 			}
 			r.socks = append(r.socks, [2]int{fds[0], fds[1]})
 		}
 		sp, err := startSpawner(r.socks[len(r.spawn)], r.keep)
 		if err != nil {
-			if len(r.spawn) == 0 {
-				r.log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
-				r.noSpawn = true
-			}
+			r.noThread(err)
 			break
 		}
 		r.spawn = append(r.spawn, sp)
 	}
 	return r.spawn[:min(len(r.spawn), want)], true
+}
+
+// noThread says why a forking thread could not be started: at Warn, and for good, when it would have been the
+// first (children fork on the caller's thread then); a further one is only fewer threads, tried again next start.
+func (r *Reaper) noThread(err error) {
+	if len(r.spawn) == 0 {
+		r.log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
+		r.noSpawn = true
+		return
+	}
+	r.log.Debug("fewer forking threads", zap.Error(err))
 }
 
 // run runs each part on a forking thread of its own (spawn[k] for parts[k]), at once, and returns when all are done.
