@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,14 +46,13 @@ const reportFDSize = `while read -r k v; do if [ "$k" = FDSize: ]; then echo "fd
 // returns the sizes they saw, each with the ranks that saw it.
 func fdSizes(t *testing.T, n int, fresh bool, env ...string) map[int][]string {
 	t.Helper()
-	args := []string{"--nprocs", strconv.Itoa(n), "--", "/bin/sh", "-c", reportFDSize}
-	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
+	cmd, out, errb := tpurun(t.TempDir(), env, "--nprocs", strconv.Itoa(n), "--", "/bin/sh", "-c", reportFDSize)
 	if fresh {
-		cmd = launchertest.Command("fresh", append([]string{filepath.Join(bin, "tpurun")}, args...)...)
+		plain := cmd
+		cmd = launchertest.Command("fresh", plain.Args...)
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stdout, cmd.Stderr = plain.Stdout, plain.Stderr
 	}
-	cmd.Env = append(cmd.Env, env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	if code := launchertest.WaitExit(t, cmd); code != 0 {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
