@@ -93,6 +93,28 @@ func NotifySignals() (sigs <-chan os.Signal, stop func()) {
 	return c, func() { signal.Stop(c); signal.Stop(pipe) }
 }
 
+// StopSignalsOf relays the stop signals (SIGINT, SIGTERM, SIGQUIT) that in delivers, and drops the others, until
+// done is closed: what ends the last flush of a run, when no worker is left to forward a signal to.
+func StopSignalsOf(in <-chan os.Signal) (stops <-chan os.Signal, done chan<- struct{}) {
+	out, d := make(chan os.Signal, 1), make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-in:
+				if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+					select {
+					case out <- s:
+					default: // one pending is enough
+					}
+				}
+			case <-d:
+				return
+			}
+		}
+	}()
+	return out, d
+}
+
 // coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
 // from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
 // pending once — a stop signal twice (the second one means "kill now") — in arrival order, until the controller

@@ -168,6 +168,60 @@ func TestOutputClosedStdout(t *testing.T) {
 	assertNothingLeft(t, dir, 2+2)
 }
 
+// TestOutputLastFlush: the run is over (the summary is out) and tpurun waits for a reader that stopped reading its
+// stdout, with lines still queued. When the reader goes away, the last write fails with EPIPE: tpurun says so and
+// exits 141. SIGTERM until it exits: the first may still reach the run (which then ends 143 and flushes, as a first
+// stop signal lets it), one during the flush gives the flush up; tpurun exits 143. Before, it released its signals
+// before that flush and died of SIGPIPE, or of SIGTERM, saying nothing.
+func TestOutputLastFlush(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, cmd *exec.Cmd, reader *os.File)
+		code int
+		want []string
+	}{
+		{"reader gone", func(_ *testing.T, _ *exec.Cmd, r *os.File) { r.Close() }, 141, []string{"writing stdout failed", "broken pipe"}},
+		{"SIGTERM", func(t *testing.T, cmd *exec.Cmd, _ *os.File) {
+			launchertest.Eventually(t, "tpurun gone at SIGTERM", func() bool {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				return launchertest.Dead(cmd.Process.Pid)
+			})
+		}, 143, []string{"received SIGTERM"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := launchertest.FakeDir(t)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pr.Close() })
+			// 192 KB of lines: more than the pipe holds, less than tpurun queues, so that the worker exits.
+			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:3000")}, "--nprocs", "1", "--", os.Args[0])
+			errb := &launchertest.Buffer{}
+			cmd.Stdout, cmd.Stderr = pw, errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pw.Close()
+			launchertest.Eventually(t, "the run's summary, and tpurun blocked writing its stdout", func() bool {
+				return strings.Contains(errb.String(), "every worker exited 0") && launchertest.BlockedWriting(cmd.Process.Pid, 1)
+			})
+			tc.end(t, cmd, pr)
+			launchertest.WaitExit(t, cmd)
+			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != tc.code {
+				t.Fatalf("tpurun: %v, want exit %d\n%s", cmd.ProcessState, tc.code, errb.String())
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(errb.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+				}
+			}
+		})
+	}
+}
+
 // TestOutputFullDisk: stdout on a full disk (a 64 KiB tmpfs) is a write error that stops the run with 74 and a
 // message on stderr (lines were dropped with exit 0); `--json` into a full disk exits 74 (it wrote an empty
 // document with exit 0).

@@ -191,8 +191,9 @@ func (c *Console) run() {
 }
 
 // Flush waits until everything queued has been written, or until abort delivers (a stop signal: a reader that
-// never reads cannot hold tpurun forever), and returns the first write error. Records the logger dropped while
-// the file was not read are reported last.
+// never reads cannot hold tpurun forever), and returns the first write error; when abort ended it with output
+// still unwritten (now discarded), a *failure.SignalError. Records the logger dropped while the file was not read
+// are reported last.
 func (c *Console) Flush(abort <-chan os.Signal) error {
 	done := make(chan struct{})
 	go func() {
@@ -207,15 +208,25 @@ func (c *Console) Flush(abort <-chan os.Signal) error {
 		c.mu.Unlock()
 		close(done)
 	}()
+	var stopped error
 	select {
 	case <-done:
-	case <-abort:
+	case s := <-abort:
+		c.mu.Lock()
+		unwritten := c.queued
+		c.mu.Unlock()
 		c.Abandon()
 		<-done
+		if sig, ok := s.(syscall.Signal); ok && unwritten > 0 {
+			stopped = &failure.SignalError{Signal: sig, During: fmt.Sprintf("the last write to %s (%d bytes not written)", c.name, unwritten)}
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err
+	if c.err != nil {
+		return c.err
+	}
+	return stopped
 }
 
 // Flush flushes each console in turn (see Console.Flush) and returns the first write error.
