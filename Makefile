@@ -10,9 +10,12 @@ FUZZTIME  ?= 20s
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
+# CGO_ENABLED=0: one static binary: it runs in any container image, with or without a C library. A
+# build linked to this machine's glibc (the go command's default where a C compiler is installed) fails to start in
+# Alpine or distroless with "no such file or directory". The tests build it the same way.
 build: ## build bin/tpurun and the example workers
-	$(GO) build -o $(TPURUN) ./cmd/tpurun
-	$(GO) build -o $(BIN)/hello ./examples/hello
+	CGO_ENABLED=0 $(GO) build -o $(TPURUN) ./cmd/tpurun
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/hello ./examples/hello
 
 demo: build ## run the example on 4 CPU workers (no TPU needed)
 	$(TPURUN) --nprocs 4 -- $(BIN)/hello

@@ -44,7 +44,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	for _, pkg := range []string{"tpurun/cmd/tpurun", "tpurun/examples/hello"} {
-		if out, err := exec.Command(goTool, "build", "-o", dir, pkg).CombinedOutput(); err != nil {
+		build := exec.Command(goTool, "build", "-o", dir, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: the static binary users get
+		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			os.Exit(1)
 		}
