@@ -39,13 +39,24 @@ const (
 	fdsAtMost = 9
 )
 
+// ReserveAhead begins, on another thread, the growth of the descriptor table that a start of n workers will need
+// (see startAll), as soon as the command line says how many this host starts (--nprocs; n <= 0: it does not): its
+// grace period (7-31 ms, docs/BENCHMARKS.md) then passes while the run is set up (the signals caught, detection,
+// the rendezvous) rather than just before the first fork. It returns at once; startAll then finds the room made.
+func ReserveAhead(n int) {
+	if n > 0 {
+		proc.ReserveFDsAhead(fdsKept*n, fdsAtMost*n+16)
+	}
+}
+
 // startAll starts the workers, a batch at a time, until all run or the attempt begins to stop; a worker that cannot
 // be started stops the attempt. It is a pipeline of two stages: while one batch is forked (by the reaper's forking
 // thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
 func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	defer quietGC()()
-	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs): each worker keeps
-	// three pipes' read ends and a pidfd, and holds the write ends and its log files until it has started.
+	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs), unless ReserveAhead
+	// made it (or is making it: this waits for that growth): each worker keeps three pipes' read ends and a pidfd,
+	// and holds the write ends and its log files until it has started.
 	if proc.ReserveFDs(fdsKept*len(local), fdsAtMost*len(local)+16) {
 		j.log.Debug("descriptor table grown for the start", zap.Int("workers", len(local)), zap.Int("entries", proc.FDTableSize()))
 	}

@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -104,4 +106,74 @@ func TestEightWorkersKeepTheFirstTable(t *testing.T) {
 	if len(sizes) != 1 || len(sizes[64]) != 8 {
 		t.Fatalf("the workers saw the launcher's table at these sizes (size: the ranks that saw it), want 64 only: %v", sizes)
 	}
+}
+
+// TestTableGrowsWhileTheRunIsSetUp: the descriptor table a start of 128 workers needs is grown as soon as the
+// command line says how many, while the run is still being set up (here node 0 of two waits for a node that never
+// comes), not just before the first fork: the growth's grace period passes during the set-up. tpurun is started
+// with a 64-entry table (see fresh); before, its table stayed at 64 entries until the workers started.
+func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
+	t.Parallel()
+	ep := launchertest.FreeEndpoint(t)
+	cmd := launchertest.Command("fresh", filepath.Join(bin, "tpurun"), "--device", "cpu", "--nproc-per-node", "128",
+		"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "ahead",
+		"--rdzv-timeout", neverTimeout, "--", "/bin/true")
+	errb := &launchertest.Buffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	t.Cleanup(func() { // tpurun first: fresh reaps it and exits
+		if pid != 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		} else {
+			_ = cmd.Process.Kill()
+		}
+		_ = cmd.Wait()
+	})
+	launchertest.Eventually(t, "tpurun started by fresh", func() bool {
+		kids := childrenOf(cmd.Process.Pid)
+		if len(kids) == 1 {
+			pid = kids[0]
+		}
+		return pid != 0
+	})
+	launchertest.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
+	launchertest.Eventually(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() bool {
+		return fdTableSizeOf(pid) >= 4*128
+	})
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	code := launchertest.WaitExit(t, cmd)
+	pid = 0 // reaped by fresh: its number may be reused
+	if code != 143 {
+		t.Fatalf("exit %d at SIGTERM, want 143\n%s", code, errb.String())
+	}
+}
+
+// childrenOf lists the children of pid (/proc/<pid>/task/*/children).
+func childrenOf(pid int) []int {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	var out []int
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(w); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// fdTableSizeOf is FDSize in /proc/<pid>/status (0 when unreadable).
+func fdTableSizeOf(pid int) int {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "FDSize:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }

@@ -42,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		return parseFailed(stderr, err)
 	}
+	req, _ := o.dev.Request()
+	launcher.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)

@@ -20,22 +20,42 @@ import (
 // first 64 entries), or it grows the table once, rarely twice. It reports whether it grew the table; it is best
 // effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
 func ReserveFDs(least, most int) bool {
+	top := reservation(least, most)
+	return top > 0 && growTo(top)
+}
+
+// ReserveFDsAhead is ReserveFDs for a burst that comes later: the growth, when one is needed, is made by another
+// thread and ReserveFDsAhead returns at once, reporting whether it began one. Its grace period passes while the
+// caller goes on; meanwhile a descriptor numbered within the table as it was opens at once, and one past its end
+// (or a ReserveFDs that must grow it) waits for that growth (the kernel makes one at a time) and finds the room
+// made.
+func ReserveFDsAhead(least, most int) bool {
+	top := reservation(least, most)
+	if top == 0 {
+		return false
+	}
+	go growTo(top)
+	return true
+}
+
+// reservation is the number the table must hold for ReserveFDs(least, most), or 0 when it is to be left alone.
+func reservation(least, most int) int {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return 0
 	}
 	defer unix.Close(fd)
 	size := fdTableSize(fd)
 	if size <= 0 {
-		return false
+		return 0
 	}
 	free, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) // every number below it is taken
 	if err != nil {
-		return false
+		return 0
 	}
 	_ = unix.Close(free)
 	if free+least <= size {
-		return false
+		return 0
 	}
 	top := size + most // every open descriptor is numbered below size
 	var lim unix.Rlimit
@@ -43,10 +63,20 @@ func ReserveFDs(least, most int) bool {
 		top = int(lim.Cur)
 	}
 	if top <= size {
+		return 0
+	}
+	return top
+}
+
+// growTo grows the table to hold top descriptors. The lowest free number at or above top-1 is top-1 itself (it is
+// past the table's end, or the table was grown meanwhile): the kernel grows the table to hold it, and the copy is
+// closed at once. Nothing else is touched: F_DUPFD never replaces a descriptor.
+func growTo(top int) bool {
+	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return false
 	}
-	// The lowest free number at or above top-1 is top-1 itself (it is past the table's end): the kernel grows the
-	// table to hold it, and the copy is closed at once. Nothing else is touched: F_DUPFD never replaces a descriptor.
+	defer unix.Close(fd)
 	hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, top-1)
 	if err != nil {
 		return false

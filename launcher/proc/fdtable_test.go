@@ -13,6 +13,7 @@ import (
 
 func init() {
 	launchertest.Define(launchertest.Verb{Name: "reserve-fds-main", Run: func(*launchertest.Worker) int { return okOr(reserveFDsMain()) }})
+	launchertest.Define(launchertest.Verb{Name: "reserve-fds-ahead-main", Run: func(*launchertest.Worker) int { return okOr(reserveFDsAheadMain()) }})
 }
 
 // TestReserveFDsGrowsTheTableOnce: a reservation whose least fits leaves the table alone; one whose least does not
@@ -54,6 +55,37 @@ func reserveFDsMain() error {
 	}
 	if now := proc.FDTableSize(); now != grown {
 		return fmt.Errorf("%d descriptors opened after a reservation of %d grew the table again: %d entries, then %d", len(fds), most, grown, now)
+	}
+	return nil
+}
+
+// TestReserveFDsAheadGrowsTheTableMeanwhile: ReserveFDsAhead leaves a table where least fits alone; otherwise it
+// returns having begun the growth, the table reaches the size asked, and a ReserveFDs for the same burst then finds
+// the room made (no second growth). In a re-executed binary, as above.
+func TestReserveFDsAheadGrowsTheTableMeanwhile(t *testing.T) { runMain(t, "reserve-fds-ahead-main") }
+
+func reserveFDsAheadMain() error {
+	size := proc.FDTableSize()
+	if size == 0 {
+		return errors.New("no FDSize in /proc/self/status")
+	}
+	if proc.ReserveFDsAhead(1, 8*size) {
+		return fmt.Errorf("a reservation of at least 1 descriptor in a table of %d began a growth", size)
+	}
+	most := 3 * size
+	if !proc.ReserveFDsAhead(size, most) {
+		return fmt.Errorf("a reservation of at least %d descriptors in a table of %d began no growth", size, size)
+	}
+	if err := launchertest.Poll(fmt.Sprintf("the table grown to %d entries at least", size+most), func() error {
+		if now := proc.FDTableSize(); now < size+most {
+			return fmt.Errorf("it has %d", now)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if grown := proc.FDTableSize(); proc.ReserveFDs(size, most) {
+		return fmt.Errorf("ReserveFDs for the burst reserved ahead grew the table again (from %d entries to %d)", grown, proc.FDTableSize())
 	}
 	return nil
 }
