@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // launchNs are the N of the launch rows: N × /bin/true started and reaped.
@@ -49,6 +51,13 @@ func tpurunArgv(bin string, n int) []string {
 // each run, in an order that alternates from run to run, so that a load that comes and goes on a shared machine
 // falls on all of them alike. Each figure is then the median of its runs.
 func measureLaunch(cfg *config, ns []int, before string) ([]launchRuns, error) {
+	bins := []string{cfg.tpurun}
+	if before != "" {
+		bins = append(bins, before)
+	}
+	if err := sameStart(bins...); err != nil {
+		return nil, err
+	}
 	out := make([]launchRuns, len(ns))
 	for i, n := range ns {
 		out[i].n = n
@@ -93,6 +102,38 @@ func measureLaunch(cfg *config, ns []int, before string) ([]launchRuns, error) {
 		fmt.Fprintf(os.Stderr, "launch: run %d of %d done\n", r+1, cfg.runs)
 	}
 	return out, nil
+}
+
+// sameStart puts each binary in the state a user's binary is in when it starts: its pages read from disk, not left
+// in memory by whatever wrote the file. A binary the linker has just written (through a mapping) and one cp has just
+// written start differently by 1-2 ms on this machine (cp's pages come in larger pieces, which fewer faults map),
+// and a comparison of two binaries made in different ways measured that. Each file is synced, dropped from the page
+// cache (POSIX_FADV_DONTNEED: its clean pages), and started once, unmeasured, to read it back.
+func sameStart(bins ...string) error {
+	for _, bin := range bins {
+		if err := evict(bin); err != nil {
+			return fmt.Errorf("drop %s from the page cache: %w", bin, err)
+		}
+	}
+	for _, bin := range bins {
+		if _, err := run([]string{bin, "--version"}, nil, io.Discard); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// evict drops the file's pages from the page cache, once they are written.
+func evict(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return err
+	}
+	return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 }
 
 // median of ds (which it sorts).

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestKeepByHand: a new report keeps the old one's part measured by hand (from the byHand line on) and drops the
@@ -17,4 +22,49 @@ func TestKeepByHand(t *testing.T) {
 	if got := keepByHand("new\n", "old, generated only\n"); got != "new\n" {
 		t.Fatalf("without the byHand line: %q, want the new report alone", got)
 	}
+}
+
+// TestEvictDropsThePages: a file just written has its pages in the page cache; after evict none is (mincore).
+func TestEvictDropsThePages(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(p, make([]byte, 1<<20), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if n := resident(t, p); n == 0 {
+		t.Fatal("a file just written has no page in the page cache: this check cannot tell")
+	}
+	if err := evict(p); err != nil {
+		t.Fatal(err)
+	}
+	if n := resident(t, p); n != 0 {
+		t.Fatalf("%d pages of the file still in the page cache after evict", n)
+	}
+}
+
+// resident counts the pages of the file at p in the page cache.
+func resident(t *testing.T, p string) int {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
