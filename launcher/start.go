@@ -54,11 +54,14 @@ func ReserveAhead(n int) {
 // thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
 func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	defer quietGC()()
-	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs), unless ReserveAhead
-	// made it (or is making it: this waits for that growth): each worker keeps three pipes' read ends and a pidfd,
-	// and holds the write ends and its log files until it has started.
-	if proc.ReserveFDs(fdsKept*len(local), fdsAtMost*len(local)+16) {
-		j.log.Debug("descriptor table grown for the start", zap.Int("workers", len(local)), zap.Int("entries", proc.FDTableSize()))
+	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs) unless ReserveAhead
+	// made it: each worker keeps three pipes' read ends and a pidfd, and holds the write ends and its log files until
+	// it has started. Made on another thread: the first batch is prepared within the table as it is meanwhile (4
+	// workers, 36 descriptors at most, beside the dozen or so open), and past it whatever needs a descriptor past the
+	// table's end waits for the growth under way (this one, or ReserveAhead's).
+	growing := proc.ReserveFDsAhead(fdsKept*len(local), fdsAtMost*len(local)+16)
+	if growing != nil {
+		j.log.Debug("growing the descriptor table for the start", zap.Int("workers", len(local)))
 	}
 	l := j.newLaunch(s)
 	ready := make(chan *batch, 1)
@@ -90,6 +93,10 @@ func (j *job) startAll(s *supervisor, local []topology.Worker) {
 		ready <- b
 		if b.err != nil {
 			break
+		}
+		if growing != nil {
+			<-growing // the growth is under way before the next batch can go past the table's end
+			growing = nil
 		}
 	}
 	close(ready)

@@ -78,22 +78,23 @@ func fdSizes(t *testing.T, n int, fresh bool, env ...string) map[int][]string {
 	return sizes
 }
 
-// TestStartGrowsTheDescriptorTableOnce: in a start of 128 workers every worker, the first forked as the last, sees
-// the launcher's descriptor table (FDSize in /proc/<launcher>/status) at one size, large enough for all of them: the
-// table was grown once, before the first fork, and not doubled step by step during the burst (in a process of
-// several threads each growth is an RCU grace period during which every descriptor the launcher opens waits: 30-40
-// ms on a 16-core host; docs/BENCHMARKS.md, "The descriptor table").
+// TestStartGrowsTheDescriptorTableOnce: in a start of 128 workers, the workers (the first forked as the last) see
+// the launcher's descriptor table (FDSize in /proc/<launcher>/status) at one size or two: the table as it was, and
+// one grown in a single step to hold the whole burst (9 descriptors a worker at most), not doubled step by step
+// during the burst (in a process of several threads each growth is an RCU grace period during which every
+// descriptor the launcher opens past the table's end waits: 30-40 ms on a 16-core host; docs/BENCHMARKS.md, "The
+// descriptor table"). Before, ranks saw 256, 512 and 1024 entries.
 func TestStartGrowsTheDescriptorTableOnce(t *testing.T) {
 	t.Parallel()
 	const n = 128
 	sizes := fdSizes(t, n, false)
-	if len(sizes) != 1 {
-		t.Fatalf("the workers saw the launcher's table at several sizes (size: the ranks that saw it): %v", sizes)
-	}
+	largest := 0
 	for size := range sizes {
-		if size < 4*n {
-			t.Fatalf("the launcher's table has %d entries, fewer than the %d descriptors %d workers keep open in it", size, 4*n, n)
-		}
+		largest = max(largest, size)
+	}
+	if len(sizes) > 2 || largest < 9*n+16 {
+		t.Fatalf("the workers saw the launcher's table at these sizes (size: the ranks that saw it), want the table as it was "+
+			"and at most one grown size, of %d entries at least: %v", 9*n+16, sizes)
 	}
 }
 

@@ -25,17 +25,22 @@ func ReserveFDs(least, most int) bool {
 }
 
 // ReserveFDsAhead is ReserveFDs for a burst that comes later: the growth, when one is needed, is made by another
-// thread and ReserveFDsAhead returns at once, reporting whether it began one. Its grace period passes while the
-// caller goes on; meanwhile a descriptor numbered within the table as it was opens at once, and one past its end
-// (or a ReserveFDs that must grow it) waits for that growth (the kernel makes one at a time) and finds the room
-// made.
-func ReserveFDsAhead(least, most int) bool {
+// thread and ReserveFDsAhead returns at once, with a channel closed once that thread is about to ask the kernel for
+// it (nil when no growth is needed). Its grace period passes while the caller goes on: a descriptor numbered within
+// the table as it was opens at once meanwhile; one past its end (or a ReserveFDs that must grow it) waits for the
+// growth under way, the kernel making one at a time, and finds the room made. A caller about to go past the end
+// waits for the channel first: had it got there before the growth began, it would have doubled the table itself.
+func ReserveFDsAhead(least, most int) (begun <-chan struct{}) {
 	top := reservation(least, most)
 	if top == 0 {
-		return false
+		return nil
 	}
-	go growTo(top)
-	return true
+	c := make(chan struct{})
+	go func() {
+		close(c)
+		growTo(top)
+	}()
+	return c
 }
 
 // reservation is the number the table must hold for ReserveFDs(least, most), or 0 when it is to be left alone.

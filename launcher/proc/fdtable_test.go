@@ -69,13 +69,15 @@ func reserveFDsAheadMain() error {
 	if size == 0 {
 		return errors.New("no FDSize in /proc/self/status")
 	}
-	if proc.ReserveFDsAhead(1, 8*size) {
+	if proc.ReserveFDsAhead(1, 8*size) != nil {
 		return fmt.Errorf("a reservation of at least 1 descriptor in a table of %d began a growth", size)
 	}
 	most := 3 * size
-	if !proc.ReserveFDsAhead(size, most) {
+	begun := proc.ReserveFDsAhead(size, most)
+	if begun == nil {
 		return fmt.Errorf("a reservation of at least %d descriptors in a table of %d began no growth", size, size)
 	}
+	<-begun
 	if err := launchertest.Poll(fmt.Sprintf("the table grown to %d entries at least", size+most), func() error {
 		if now := proc.FDTableSize(); now < size+most {
 			return fmt.Errorf("it has %d", now)
