@@ -267,8 +267,17 @@ func (c *controller) onSignal(sig os.Signal) {
 func (c *controller) onStopSignal(s syscall.Signal) {
 	second := c.seen[s] || (c.att != nil && c.att.m.GraceBegan())
 	c.seen[s] = true
+	for _, con := range c.consoles {
+		con.Stopped(s) // output dropped from now on was lost to s
+	}
 	if !second {
 		c.onCause(attempt.SignalCause(s))
+		if c.att == nil || c.att.m.Phase() >= attempt.Sweeping {
+			// No worker runs (before the first attempt, between two, once every worker of this one has exited, or at
+			// the end of the run): nothing is left to stop gently, only readers of the output to wait for, and that
+			// wait is now bounded (the last flush, after the run, gives up at once).
+			c.hurry()
+		}
 		return
 	}
 	c.log.Warn("second stop signal "+failure.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",

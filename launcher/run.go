@@ -37,14 +37,16 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 		return nil, err
 	}
 	relayDone := make(chan struct{})
-	defer close(relayDone)
 	outErr := make(chan error, 1)
 	j := newJob(spec, outErr)
 	sigs, stopReaping := j.startReaping()
 	defer stopReaping() // last: the preloaded interpreter (closed with the job) is the reaper's
 	defer j.close()
 	j.ctl = newController(ctx, &j.spec, coalesce(sigs, relayDone), outErr, []*console.Console{j.stdout, j.stderr}, j.term)
-	defer j.ctl.close()
+	defer func() { // the run's signals end with its controller: one that comes later stays in sigs for the caller
+		j.ctl.close()
+		close(relayDone)
+	}()
 	if err := j.prepare(j.ctl.jobContext()); err != nil {
 		return nil, j.stoppedOr(err, "the start")
 	}

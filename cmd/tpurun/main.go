@@ -47,13 +47,14 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
+	f := failer{w: errc, other: outc}
 	var sigs <-chan os.Signal // the last flush gives up on a reader that never reads at a stop signal
 	defer func() {
 		abort, done := launcher.StopSignalsOf(sigs)
 		defer close(done)
 		if err := console.Flush(abort, outc, errc); err != nil && code == 0 { // --json into a full disk, say
-			code = fail(errc, err)
-			_ = errc.Flush(abort)
+			code = f.fail(err)
+			_ = console.Flush(abort, outc, errc)
 		}
 	}()
 	log, err := console.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
@@ -61,7 +62,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		fmt.Fprintf(errc, "tpurun: %v\n", err)
 		return exitcode.Usage
 	}
-	f := failer{w: errc}
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
 		f.log = log
 	}
@@ -197,14 +197,19 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 	return f.fail(err)
 }
 
-// failer prints the error a run ends with: a text line, or with --log-format json (log set) a log record.
+// failer prints the error a run ends with on tpurun's stderr: a text line, or with --log-format json (log set) a log
+// record; on its stdout, as a text line, when stderr has failed (its reader went away).
 type failer struct {
-	w   io.Writer
-	log *zap.Logger
+	w     *console.Console
+	other *console.Console // stdout
+	log   *zap.Logger
 }
 
 func (f failer) fail(err error) int {
 	code := failure.ExitCode(err)
+	if err != nil && f.w.Err() != nil && f.other != nil {
+		return fail(f.other, err) // the reason on the other stream
+	}
 	if f.log == nil || err == nil {
 		return fail(f.w, err)
 	}

@@ -170,24 +170,23 @@ func TestOutputClosedStdout(t *testing.T) {
 
 // TestOutputLastFlush: the run is over (the summary is out) and tpurun waits for a reader that stopped reading its
 // stdout, with lines still queued. When the reader goes away, the last write fails with EPIPE: tpurun says so and
-// exits 141. SIGTERM until it exits: the first may still reach the run (which then ends 143 and flushes, as a first
-// stop signal lets it), one during the flush gives the flush up; tpurun exits 143. Before, it released its signals
-// before that flush and died of SIGPIPE, or of SIGTERM, saying nothing.
+// exits 141. At one SIGTERM it gives the flush up and exits 143, saying how much output was lost (a record with
+// --log-format json). Before, it released its signals before that flush and died of SIGPIPE, or of SIGTERM, saying
+// nothing.
 func TestOutputLastFlush(t *testing.T) {
 	t.Parallel()
+	sigterm := func(_ *testing.T, cmd *exec.Cmd, _ *os.File) { _ = cmd.Process.Signal(syscall.SIGTERM) }
 	for _, tc := range []struct {
 		name string
+		args []string
 		end  func(t *testing.T, cmd *exec.Cmd, reader *os.File)
 		code int
 		want []string
 	}{
-		{"reader gone", func(_ *testing.T, _ *exec.Cmd, r *os.File) { r.Close() }, 141, []string{"writing stdout failed", "broken pipe"}},
-		{"SIGTERM", func(t *testing.T, cmd *exec.Cmd, _ *os.File) {
-			launchertest.Eventually(t, "tpurun gone at SIGTERM", func() bool {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				return launchertest.Dead(cmd.Process.Pid)
-			})
-		}, 143, []string{"received SIGTERM"}},
+		{"reader gone", nil, func(_ *testing.T, _ *exec.Cmd, r *os.File) { r.Close() }, 141, []string{"writing stdout failed", "broken pipe"}},
+		{"SIGTERM", nil, sigterm, 143, []string{"tpurun: received SIGTERM during the last write to stdout (at most "}},
+		// every line on stderr a record, the last one too
+		{"SIGTERM json", []string{"--log-format", "json"}, sigterm, 143, []string{`"msg":"tpurun exits"`, `received SIGTERM during the last write to stdout`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -198,7 +197,7 @@ func TestOutputLastFlush(t *testing.T) {
 			}
 			t.Cleanup(func() { pr.Close() })
 			// 192 KB of lines: more than the pipe holds, less than tpurun queues, so that the worker exits.
-			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:3000")}, "--nprocs", "1", "--", os.Args[0])
+			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:3000")}, append(tc.args, "--nprocs", "1", "--", os.Args[0])...)
 			errb := &launchertest.Buffer{}
 			cmd.Stdout, cmd.Stderr = pw, errb
 			if err := cmd.Start(); err != nil {
@@ -218,7 +217,81 @@ func TestOutputLastFlush(t *testing.T) {
 					t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 				}
 			}
+			if tc.args != nil { // --log-format json
+				for line := range strings.Lines(errb.String()) {
+					if !strings.HasPrefix(line, "{") {
+						t.Errorf("a line of stderr is not a record: %q", line)
+					}
+				}
+			}
 		})
+	}
+}
+
+// TestOutputBothStalledOneStop: the worker has exited and been reaped, and both of tpurun's output files are pipes
+// nobody reads, each with lines queued (100 KB of 10 KB lines each). One SIGTERM ends it, whichever step of the end
+// of the run it comes in (the attempt's end, the conclusion, the last flush): exit 143, the output lost to it. It took
+// a second one when it came in the last flush (the signal ended the wait for stdout; stderr's was waited for again)
+// or before it, and a signal there left the exit code 0 with the output dropped.
+func TestOutputBothStalledOneStop(t *testing.T) {
+	t.Parallel()
+	dir := launchertest.FakeDir(t)
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outR.Close(); errR.Close() })
+	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("long:10")}, "--nprocs", "1", "--", os.Args[0])
+	cmd.Stdout, cmd.Stderr = outW, errW
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outW.Close()
+	errW.Close()
+	launchertest.WaitReady(t, dir, 1)
+	worker := launchertest.PIDs(t, dir)[0]
+	pid := cmd.Process.Pid
+	// Reaped, not only dead: tpurun reaps a worker once its attempt is over. A stop signal before tpurun has seen the
+	// exit is a first, gentle stop of a running attempt, which waits for the readers (TestHostileStalledStderr).
+	launchertest.Eventually(t, "the worker reaped, and tpurun blocked writing its stdout or stderr", func() bool {
+		return launchertest.ProcState(worker) == "gone" && (launchertest.BlockedWriting(pid, 1) || launchertest.BlockedWriting(pid, 2))
+	})
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	launchertest.WaitExit(t, cmd)
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != 143 {
+		t.Fatalf("tpurun: %v at one SIGTERM, want exit 143", cmd.ProcessState)
+	}
+}
+
+// TestOutputClosedStderr: `tpurun ... 2>&1 >out | head -1`: the reader of tpurun's stderr goes away. The run is
+// stopped, tpurun exits 141 and says why on its stdout (README: "the reason on the other stream"); the line went to
+// the closed stderr and was lost.
+func TestOutputClosedStderr(t *testing.T) {
+	t.Parallel()
+	dir := launchertest.FakeDir(t)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, _ := tpurun(dir, []string{launchertest.Fake("errflood:1000000")}, "--nprocs", "1", "--grace", "1s", "--", os.Args[0])
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil { // head -1
+		t.Fatal(err)
+	}
+	pr.Close()
+	if code := launchertest.WaitExit(t, cmd); code != 141 {
+		t.Fatalf("exit %d, want 141\nstdout:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "writing stderr failed") {
+		t.Fatalf("stdout does not say why:\n%s", out.String())
 	}
 }
 

@@ -63,7 +63,7 @@ const (
 	ActArmGrace                      // start the grace timer (once per attempt)
 	ActFailed                        // a worker failed: log it, tell the observers
 	ActAnnounce                      // tell the other nodes (Cause)
-	ActHurry                         // bound the wait for a slow reader of tpurun's output (second stop)
+	ActHurry                         // bound the wait for a slow reader of tpurun's output (a second stop; a stop once all exited)
 	ActAbandon                       // drop what the consoles still hold (a stop signal while draining)
 	ActTermOrphans                   // SIGTERM to what the workers left, not signalled yet; watch the subtree empty
 	ActSweep                         // SIGKILL to every group and the subtree (then EvSwept)
@@ -199,14 +199,15 @@ func (m *Machine) maybeAllExited() []Action {
 	return []Action{{Kind: ActTermOrphans}}
 }
 
-// onStop begins to stop for c, unless the attempt already stops; a stop signal while draining drops the output
-// that waits for a reader.
+// onStop begins to stop for c, unless the attempt already stops; once every worker has exited, a stop signal ends
+// the wait for what they left and bounds the wait for a reader of the output (see Hurry), and while draining it drops
+// the output that waits for a reader.
 func (m *Machine) onStop(c *Cause) []Action {
 	switch {
 	case m.phase <= Running:
-	case m.phase == Sweeping && c.Reason == StopSignal: // no need to wait for what the workers left
+	case m.phase == Sweeping && c.Reason == StopSignal: // no need to wait for what the workers left, nor long for a reader
 		m.phase = Draining
-		return []Action{{Kind: ActSweep}}
+		return []Action{{Kind: ActSweep}, {Kind: ActHurry}}
 	case m.phase == Draining && c.Reason == StopSignal:
 		return []Action{{Kind: ActAbandon}}
 	default:

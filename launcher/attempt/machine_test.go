@@ -103,7 +103,7 @@ func TestAttemptTransitions(t *testing.T) {
 		// sweeping: every worker exited; what they left gets SIGTERM and the rest of the grace
 		{Sweeping, Event{Kind: EvOrphansGone}, Draining, "sweep"},
 		{Sweeping, Event{Kind: EvGrace}, Draining, "sweep"},
-		{Sweeping, Event{Kind: EvStop, Cause: sigterm}, Draining, "sweep"},
+		{Sweeping, Event{Kind: EvStop, Cause: sigterm}, Draining, "sweep hurry"},
 		{Sweeping, Event{Kind: EvStop, Cause: remote}, Sweeping, ""},
 		{Sweeping, Event{Kind: EvSecondStop, Signal: syscall.SIGINT, Why: "second SIGINT"}, Draining, "sweep hurry"},
 		{Sweeping, Event{Kind: EvForward, Signal: syscall.SIGUSR1}, Sweeping, ""},

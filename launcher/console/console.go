@@ -39,6 +39,8 @@ type Console struct {
 	hurried   bool
 	err       error
 	abandoned bool
+	lost      int            // bytes queued (or being written) when the console was abandoned
+	stopSig   syscall.Signal // the stop signal tpurun received, if any: what the output was lost to (Stopped)
 	closed    bool
 	dropped   int
 	onErr     []chan<- error
@@ -191,10 +193,16 @@ func (c *Console) run() {
 }
 
 // Flush waits until everything queued has been written, or until abort delivers (a stop signal: a reader that
-// never reads cannot hold tpurun forever), and returns the first write error; when abort ended it with output
-// still unwritten (now discarded), a *failure.SignalError. Records the logger dropped while the file was not read
-// are reported last.
+// never reads cannot hold tpurun forever), and returns the first write error; when output was discarded after a stop
+// signal (abort's, or one recorded by Stopped), a *failure.SignalError. Records the logger dropped while the file was
+// not read are reported last.
 func (c *Console) Flush(abort <-chan os.Signal) error {
+	_, err := c.flush(abort)
+	return err
+}
+
+// flush is Flush, which also returns the signal abort delivered (nil when none came).
+func (c *Console) flush(abort <-chan os.Signal) (os.Signal, error) {
 	done := make(chan struct{})
 	go func() {
 		c.mu.Lock()
@@ -208,32 +216,61 @@ func (c *Console) Flush(abort <-chan os.Signal) error {
 		c.mu.Unlock()
 		close(done)
 	}()
-	var stopped error
+	var got os.Signal
 	select {
 	case <-done:
-	case s := <-abort:
-		c.mu.Lock()
-		unwritten := c.queued
-		c.mu.Unlock()
+	case got = <-abort:
+		if sig, ok := got.(syscall.Signal); ok {
+			c.Stopped(sig)
+		}
 		c.Abandon()
 		<-done
-		if sig, ok := s.(syscall.Signal); ok && unwritten > 0 {
-			stopped = &failure.SignalError{Signal: sig, During: fmt.Sprintf("the last write to %s (%d bytes not written)", c.name, unwritten)}
-		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
-		return c.err
+		return got, c.err
 	}
-	return stopped
+	if c.lost > 0 && c.stopSig != 0 { // counts what is queued and the batch being written: part of it may have gone out
+		return got, &failure.SignalError{Signal: c.stopSig, During: fmt.Sprintf("the last write to %s (at most %d bytes not written)", c.name, c.lost)}
+	}
+	return got, nil
 }
 
-// Flush flushes each console in turn (see Console.Flush) and returns the first write error.
+// Stopped records that tpurun received the stop signal sig (the first one counts): output that the console then
+// abandons (at once, or hurried) was lost to it, and Flush says so with a *failure.SignalError.
+func (c *Console) Stopped(sig syscall.Signal) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopSig == 0 {
+		c.stopSig = sig
+	}
+}
+
+// AfterStop is how long each write of a console may wait for its reader once a stop signal ended a Flush of another
+// console (see Flush, Hurry).
+const AfterStop = time.Second
+
+// Flush flushes each console in turn (see Console.Flush) and returns the first error. The first signal from abort
+// ends the wait for the console being flushed (its rest is discarded) and bounds every other: from then on each write
+// of theirs waits at most AfterStop for its reader (Hurry), so that one stop signal ends the flush whichever files
+// are stalled, and a file that is read still gets its output. The consoles stay hurried (a later Flush, of the line
+// that says why tpurun exits, is bounded too).
 func Flush(abort <-chan os.Signal, consoles ...*Console) error {
 	var first error
+	stopped := false
 	for _, c := range consoles {
-		if err := c.Flush(abort); err != nil && first == nil {
+		if stopped {
+			c.Hurry(AfterStop)
+		}
+		got, err := c.flush(abort)
+		if got != nil && !stopped {
+			stopped = true
+			for _, o := range consoles {
+				o.Hurry(AfterStop)
+			}
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -245,6 +282,7 @@ func (c *Console) Abandon() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.abandoned = true
+	c.lost += c.queued
 	c.q, c.queued = nil, 0
 	c.more.Broadcast()
 }
