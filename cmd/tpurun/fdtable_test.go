@@ -87,14 +87,19 @@ func fdSizes(t *testing.T, n int, fresh bool, env ...string) map[int][]string {
 func TestStartGrowsTheDescriptorTableOnce(t *testing.T) {
 	t.Parallel()
 	const n = 128
-	sizes := fdSizes(t, n, false)
+	sizes := fdSizes(t, n, true) // from 64 entries: the growth is needed whatever the test binary has open
 	largest := 0
 	for size := range sizes {
 		largest = max(largest, size)
 	}
-	if len(sizes) > 2 || largest < 9*n+16 {
+	want := 9*n + 16
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(want) {
+		want = int(lim.Cur) // tpurun inherits the limit, which caps the reservation
+	}
+	if len(sizes) > 2 || largest < want {
 		t.Fatalf("the workers saw the launcher's table at these sizes (size: the ranks that saw it), want the table as it was "+
-			"and at most one grown size, of %d entries at least: %v", 9*n+16, sizes)
+			"and at most one grown size, of %d entries at least: %v", want, sizes)
 	}
 }
 

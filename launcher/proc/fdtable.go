@@ -21,7 +21,7 @@ import (
 // effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
 func ReserveFDs(least, most int) bool {
 	top := reservation(least, most)
-	return top > 0 && growTo(top)
+	return top > 0 && growTo(top, nil)
 }
 
 // ReserveFDsAhead is ReserveFDs for a burst that comes later: the growth, when one is needed, is made by another
@@ -36,10 +36,7 @@ func ReserveFDsAhead(least, most int) (begun <-chan struct{}) {
 		return nil
 	}
 	c := make(chan struct{})
-	go func() {
-		close(c)
-		growTo(top)
-	}()
+	go growTo(top, c)
 	return c
 }
 
@@ -73,11 +70,17 @@ func reservation(least, most int) int {
 	return top
 }
 
-// growTo grows the table to hold top descriptors. The lowest free number at or above top-1 is top-1 itself (it is
-// past the table's end, or the table was grown meanwhile): the kernel grows the table to hold it, and the copy is
-// closed at once. Nothing else is touched: F_DUPFD never replaces a descriptor.
-func growTo(top int) bool {
+// growTo grows the table to hold top descriptors, and closes begun (when not nil) just before it asks the kernel.
+// The lowest free number at or above top-1 is top-1 itself (it is past the table's end, or the table was grown
+// meanwhile): the kernel grows the table to hold it, and the copy is closed at once. Nothing else is touched: F_DUPFD
+// never replaces a descriptor. While that copy is open (from the growth's end until this goroutine runs again), a
+// process forked from the shared table gets a table of top entries (fork sizes a child's table for its parent's
+// highest open descriptor): the forking threads' own tables never hold it (ownTable copies only what they keep).
+func growTo(top int, begun chan struct{}) bool {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if begun != nil {
+		close(begun)
+	}
 	if err != nil {
 		return false
 	}
