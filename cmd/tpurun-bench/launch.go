@@ -108,7 +108,8 @@ func measureLaunch(cfg *config, ns []int, before string) ([]launchRuns, error) {
 // in memory by whatever wrote the file. A binary the linker has just written (through a mapping) and one cp has just
 // written start differently by 1-2 ms on this machine (cp's pages come in larger pieces, which fewer faults map),
 // and a comparison of two binaries made in different ways measured that. Each file is synced, dropped from the page
-// cache (POSIX_FADV_DONTNEED: its clean pages), and started once, unmeasured, to read it back.
+// cache (POSIX_FADV_DONTNEED: its clean pages), and started once, unmeasured, to read it back. A binary on tmpfs
+// keeps its pages (they are the file): binaries there all start from memory alike.
 func sameStart(bins ...string) error {
 	for _, bin := range bins {
 		if err := evict(bin); err != nil {
