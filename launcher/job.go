@@ -74,7 +74,7 @@ func (j *job) close() {
 		j.preload.close()
 	}
 	for _, c := range j.own {
-		_ = c.Flush(nil)
+		_ = c.Flush()
 		c.Close()
 	}
 	j.stopSampler()

@@ -89,7 +89,7 @@ func (j *job) stoppedOr(err error, during string) error {
 // (which stopped the run) wins over the stop it caused.
 func (j *job) outputVerdict(v *attempt.Verdict) *attempt.Verdict {
 	for _, c := range j.own {
-		_ = c.Flush(nil)
+		_ = c.Flush()
 	}
 	for _, c := range []*console.Console{j.stdout, j.stderr} {
 		if oe := c.Err(); oe != nil && (v == nil || v.Reason != attempt.StopOutput) {

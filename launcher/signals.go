@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"tpurun/launcher/console"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/proc"
 )
@@ -93,26 +94,21 @@ func NotifySignals() (sigs <-chan os.Signal, stop func()) {
 	return c, func() { signal.Stop(c); signal.Stop(pipe) }
 }
 
-// StopSignalsOf relays the stop signals (SIGINT, SIGTERM, SIGQUIT) that in delivers, and drops the others, until
-// done is closed: what ends the last flush of a run, when no worker is left to forward a signal to.
-func StopSignalsOf(in <-chan os.Signal) (stops <-chan os.Signal, done chan<- struct{}) {
-	out, d := make(chan os.Signal, 1), make(chan struct{})
+// HurryOnStop is what a stop signal from sigs does once the run is over (Run has returned): nothing is left to stop,
+// only writes of the output to wait for (the results, the document, the last flush), and from then on each write of
+// the consoles waits at most console.AfterStop for its reader (console.Stop); the exit is then 128+N if output was
+// dropped. Other signals are dropped: no worker is left to forward them to. It reads sigs until the process exits.
+func HurryOnStop(sigs <-chan os.Signal, consoles ...*console.Console) {
+	if sigs == nil {
+		return
+	}
 	go func() {
-		for {
-			select {
-			case s := <-in:
-				if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
-					select {
-					case out <- s:
-					default: // one pending is enough
-					}
-				}
-			case <-d:
-				return
+		for s := range sigs {
+			if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+				console.Stop(sig, consoles...)
 			}
 		}
 	}()
-	return out, d
 }
 
 // coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal

@@ -48,13 +48,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
 	f := failer{w: errc, other: outc}
-	var sigs <-chan os.Signal // the last flush gives up on a reader that never reads at a stop signal
-	defer func() {
-		abort, done := launcher.StopSignalsOf(sigs)
-		defer close(done)
-		if err := console.Flush(abort, outc, errc); err != nil && code == 0 { // --json into a full disk, say
+	if o.json {
+		f.other = nil // stdout carries only the results document
+	}
+	defer func() { // the last flush: a stop signal bounds it (see report)
+		if err := console.Flush(outc, errc); err != nil && code == 0 { // --json into a full disk, say
 			code = f.fail(err)
-			_ = console.Flush(abort, outc, errc)
+			_ = console.Flush(outc, errc)
 		}
 	}()
 	log, err := console.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
@@ -77,10 +77,10 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	defer stop()
 	// Every catchable signal, forwarded or acted on, never a dump; caught here, not by Run, and never released
-	// (the process exits after the last flush): during that flush a stop signal still ends it, a closed stdout is
-	// still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them cost as much as
-	// catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
-	sigs, _ = launcher.NotifySignals()
+	// (the process exits after the last flush): after the run a stop signal still bounds the last writes, a closed
+	// stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them cost as
+	// much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
+	sigs, _ := launcher.NotifySignals()
 	o.spec.Signals = sigs
 	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
 	o.spec.Observers = append(o.spec.Observers, sp)
@@ -173,8 +173,9 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr io.Writer) int {
+func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr *console.Console) int {
 	rep, err := launcher.Run(context.Background(), *spec)
+	launcher.HurryOnStop(spec.Signals, stdout, stderr) // from here to the exit
 	if errors.Is(err, failure.ErrNoToken) {
 		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
 	}

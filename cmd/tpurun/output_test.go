@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	stdjson "encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -184,9 +185,9 @@ func TestOutputLastFlush(t *testing.T) {
 		want []string
 	}{
 		{"reader gone", nil, func(_ *testing.T, _ *exec.Cmd, r *os.File) { r.Close() }, 141, []string{"writing stdout failed", "broken pipe"}},
-		{"SIGTERM", nil, sigterm, 143, []string{"tpurun: received SIGTERM during the last write to stdout (at most "}},
+		{"SIGTERM", nil, sigterm, 143, []string{"tpurun: received SIGTERM during a write to stdout nobody read (at most "}},
 		// every line on stderr a record, the last one too
-		{"SIGTERM json", []string{"--log-format", "json"}, sigterm, 143, []string{`"msg":"tpurun exits"`, `received SIGTERM during the last write to stdout`}},
+		{"SIGTERM json", []string{"--log-format", "json"}, sigterm, 143, []string{`"msg":"tpurun exits"`, `received SIGTERM during a write to stdout nobody read`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -269,29 +270,46 @@ func TestOutputBothStalledOneStop(t *testing.T) {
 
 // TestOutputClosedStderr: `tpurun ... 2>&1 >out | head -1`: the reader of tpurun's stderr goes away. The run is
 // stopped, tpurun exits 141 and says why on its stdout (README: "the reason on the other stream"); the line went to
-// the closed stderr and was lost.
+// the closed stderr and was lost. With --json stdout carries the results document alone, still valid JSON: the
+// reason is not appended to it.
 func TestOutputClosedStderr(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, out, _ := tpurun(dir, []string{launchertest.Fake("errflood:1000000")}, "--nprocs", "1", "--grace", "1s", "--", os.Args[0])
-	cmd.Stderr = pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil { // head -1
-		t.Fatal(err)
-	}
-	pr.Close()
-	if code := launchertest.WaitExit(t, cmd); code != 141 {
-		t.Fatalf("exit %d, want 141\nstdout:\n%s", code, out.String())
-	}
-	if !strings.Contains(out.String(), "writing stderr failed") {
-		t.Fatalf("stdout does not say why:\n%s", out.String())
+	for _, json := range []bool{false, true} {
+		t.Run(fmt.Sprintf("json=%v", json), func(t *testing.T) {
+			t.Parallel()
+			dir := launchertest.FakeDir(t)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"--nprocs", "1", "--grace", "1s", "--", os.Args[0]}
+			if json {
+				args = append([]string{"--json"}, args...)
+			}
+			cmd, out, _ := tpurun(dir, []string{launchertest.Fake("errflood:1000000")}, args...)
+			cmd.Stderr = pw
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pw.Close()
+			if _, err := bufio.NewReader(pr).ReadString('\n'); err != nil { // head -1
+				t.Fatal(err)
+			}
+			pr.Close()
+			if code := launchertest.WaitExit(t, cmd); code != 141 {
+				t.Fatalf("exit %d, want 141\nstdout:\n%s", code, out.String())
+			}
+			if json {
+				var doc map[string]any
+				if err := stdjson.Unmarshal(out.Bytes(), &doc); err != nil || doc["exit_code"] != float64(141) {
+					t.Fatalf("stdout is not the results document alone (%v; exit_code %v):\n%s", err, doc["exit_code"], out.String())
+				}
+				return
+			}
+			if !strings.Contains(out.String(), "writing stderr failed") {
+				t.Fatalf("stdout does not say why:\n%s", out.String())
+			}
+		})
 	}
 }
 

@@ -37,6 +37,7 @@ type Console struct {
 	writing   bool
 	since     time.Time // when the write in progress began
 	hurried   bool
+	hurriedAt time.Time
 	err       error
 	abandoned bool
 	lost      int            // bytes queued (or being written) when the console was abandoned
@@ -192,49 +193,37 @@ func (c *Console) run() {
 	}
 }
 
-// Flush waits until everything queued has been written, or until abort delivers (a stop signal: a reader that
-// never reads cannot hold tpurun forever), and returns the first write error; when output was discarded after a stop
-// signal (abort's, or one recorded by Stopped), a *failure.SignalError. Records the logger dropped while the file was
-// not read are reported last.
-func (c *Console) Flush(abort <-chan os.Signal) error {
-	_, err := c.flush(abort)
-	return err
-}
-
-// flush is Flush, which also returns the signal abort delivered (nil when none came).
-func (c *Console) flush(abort <-chan os.Signal) (os.Signal, error) {
-	done := make(chan struct{})
-	go func() {
-		c.mu.Lock()
-		if c.dropped > 0 && c.err == nil && !c.abandoned {
-			c.push(fmt.Appendf(nil, "tpurun: %d log records were dropped while %s was not read\n", c.dropped, c.name))
-			c.dropped = 0
-		}
-		for (len(c.q) > 0 || c.writing) && c.err == nil && !c.abandoned {
-			c.more.Wait()
-		}
-		c.mu.Unlock()
-		close(done)
-	}()
-	var got os.Signal
-	select {
-	case <-done:
-	case got = <-abort:
-		if sig, ok := got.(syscall.Signal); ok {
-			c.Stopped(sig)
-		}
-		c.Abandon()
-		<-done
-	}
+// Flush waits until everything queued has been written (or abandoned, see Hurry) and returns the first write
+// error; when output was discarded after a stop signal (Stopped), a *failure.SignalError. Records the logger
+// dropped while the file was not read are reported last.
+func (c *Console) Flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.dropped > 0 && c.err == nil && !c.abandoned {
+		c.push(fmt.Appendf(nil, "tpurun: %d log records were dropped while %s was not read\n", c.dropped, c.name))
+		c.dropped = 0
+	}
+	for (len(c.q) > 0 || c.writing) && c.err == nil && !c.abandoned {
+		c.more.Wait()
+	}
 	if c.err != nil {
-		return got, c.err
+		return c.err
 	}
-	if c.lost > 0 && c.stopSig != 0 { // counts what is queued and the batch being written: part of it may have gone out
-		return got, &failure.SignalError{Signal: c.stopSig, During: fmt.Sprintf("the last write to %s (at most %d bytes not written)", c.name, c.lost)}
+	if c.lost > 0 && c.stopSig != 0 { // counts what was queued and the batch being written: part of it may have gone out
+		return &failure.SignalError{Signal: c.stopSig, During: fmt.Sprintf("a write to %s nobody read (at most %d bytes dropped)", c.name, c.lost)}
 	}
-	return got, nil
+	return nil
+}
+
+// Flush flushes each console in turn (see Console.Flush) and returns the first error.
+func Flush(consoles ...*Console) error {
+	var first error
+	for _, c := range consoles {
+		if err := c.Flush(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Stopped records that tpurun received the stop signal sig (the first one counts): output that the console then
@@ -247,34 +236,18 @@ func (c *Console) Stopped(sig syscall.Signal) {
 	}
 }
 
-// AfterStop is how long each write of a console may wait for its reader once a stop signal ended a Flush of another
-// console (see Flush, Hurry).
+// AfterStop is how long a write may wait for its reader once a stop signal came when nothing was left to stop
+// gently (see Stop).
 const AfterStop = time.Second
 
-// Flush flushes each console in turn (see Console.Flush) and returns the first error. The first signal from abort
-// ends the wait for the console being flushed (its rest is discarded) and bounds every other: from then on each write
-// of theirs waits at most AfterStop for its reader (Hurry), so that one stop signal ends the flush whichever files
-// are stalled, and a file that is read still gets its output. The consoles stay hurried (a later Flush, of the line
-// that says why tpurun exits, is bounded too).
-func Flush(abort <-chan os.Signal, consoles ...*Console) error {
-	var first error
-	stopped := false
+// Stop is what the stop signal sig does to the consoles once no worker runs: it is recorded (Stopped) and each write
+// from now on waits at most AfterStop for its reader (Hurry), so that the end of the run is bounded whichever files
+// are stalled, and a file whose reader reads still gets its output.
+func Stop(sig syscall.Signal, consoles ...*Console) {
 	for _, c := range consoles {
-		if stopped {
-			c.Hurry(AfterStop)
-		}
-		got, err := c.flush(abort)
-		if got != nil && !stopped {
-			stopped = true
-			for _, o := range consoles {
-				o.Hurry(AfterStop)
-			}
-		}
-		if err != nil && first == nil {
-			first = err
-		}
+		c.Stopped(sig)
+		c.Hurry(AfterStop)
 	}
-	return first
 }
 
 // Abandon stops waiting for the reader: what is queued and everything written from now on is discarded.
@@ -287,22 +260,23 @@ func (c *Console) Abandon() {
 	c.more.Broadcast()
 }
 
-// Hurry gives the reader at most d more per write: once one write has waited that long, the console is abandoned
-// (see Abandon). A second stop signal hurries the consoles: the run ends soon even if nobody reads.
+// Hurry gives the reader at most d more per write, counted from now for a write already waiting: once one write
+// has waited that long, the console is abandoned (see Abandon). A second stop signal hurries the consoles: the run
+// ends soon even if nobody reads.
 func (c *Console) Hurry(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hurried {
 		return
 	}
-	c.hurried = true
+	c.hurried, c.hurriedAt = true, time.Now()
 	go func() {
 		t := time.NewTicker(d / 10)
 		defer t.Stop()
-		for range t.C {
+		for now := range t.C {
 			c.mu.Lock()
 			done := c.abandoned || c.err != nil || (c.closed && len(c.q) == 0 && !c.writing)
-			stalled := c.writing && time.Since(c.since) >= d
+			stalled := c.overdue(now, d)
 			c.mu.Unlock()
 			if stalled {
 				c.Abandon()
@@ -313,6 +287,19 @@ func (c *Console) Hurry(d time.Duration) {
 			}
 		}
 	}()
+}
+
+// overdue reports whether the write in progress has waited d for its reader at now, counting from when it began or
+// from when the console was hurried, whichever came later.
+func (c *Console) overdue(now time.Time, d time.Duration) bool {
+	if !c.writing {
+		return false
+	}
+	from := c.since
+	if c.hurriedAt.After(from) {
+		from = c.hurriedAt
+	}
+	return now.Sub(from) >= d
 }
 
 // Close ends the writer goroutine once the queue is empty; it does not wait.
