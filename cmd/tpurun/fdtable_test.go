@@ -139,7 +139,7 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	launchertest.Eventually(t, "tpurun started by fresh", func() bool {
-		kids := childrenOf(cmd.Process.Pid)
+		kids := launchertest.ChildrenOf(cmd.Process.Pid)
 		if len(kids) == 1 {
 			pid = kids[0]
 		}
@@ -155,21 +155,6 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 	if code != 143 {
 		t.Fatalf("exit %d at SIGTERM, want 143\n%s", code, errb.String())
 	}
-}
-
-// childrenOf lists the children of pid (/proc/<pid>/task/*/children).
-func childrenOf(pid int) []int {
-	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
-	var out []int
-	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		for _, w := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(w); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 // fdTableSizeOf is FDSize in /proc/<pid>/status (0 when unreadable).

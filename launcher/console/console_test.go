@@ -54,7 +54,7 @@ func TestStopUnblocksAWriter(t *testing.T) {
 			_, _ = c.Write(chunk)
 		}
 	}()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute) // polls for an event (the console full, its writer blocked), not a time
 	for {
 		c.mu.Lock()
 		full := c.queued >= consoleQueue && c.writing

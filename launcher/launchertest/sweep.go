@@ -38,9 +38,12 @@ func SweepChildren() []string {
 	return killed
 }
 
-// children lists this process's children, from every thread's /proc/self/task/TID/children.
-func children() []int {
-	files, _ := filepath.Glob("/proc/self/task/*/children")
+// children lists this process's children (see ChildrenOf).
+func children() []int { return ChildrenOf(os.Getpid()) }
+
+// ChildrenOf lists the children of process pid, from every thread's /proc/PID/task/TID/children.
+func ChildrenOf(pid int) []int {
+	files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
 	var out []int
 	for _, f := range files {
 		b, _ := os.ReadFile(f)
