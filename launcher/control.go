@@ -275,7 +275,7 @@ func (c *controller) onStopSignal(s syscall.Signal) {
 		if c.att == nil || c.att.m.Phase() >= attempt.Sweeping {
 			// No worker runs (before the first attempt, between two, once every worker of this one has exited, or at
 			// the end of the run): nothing is left to stop gently, only readers of the output to wait for, and that
-			// wait is now bounded (the last flush, after the run, gives up at once).
+			// wait is now bounded (after Run returns, HurryOnStop does the same).
 			c.hurry()
 		}
 		return

@@ -138,8 +138,8 @@ func leaJob(from, backend string, torch bool, env []string, confs []struct {
 		}
 		for _, a := range as {
 			r.wait(a)
-			r.ok(a)
 		}
+		r.allOK(as...)
 	}}
 }
 

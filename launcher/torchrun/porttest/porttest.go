@@ -195,6 +195,21 @@ func (r *run) ok(a *agent) {
 	}
 }
 
+// allOK fails the case unless every agent exited 0, with every agent's stderr: the one that failed first is often
+// not the first one (node 0 exits with the code of a worker another node lost).
+func (r *run) allOK(as ...*agent) {
+	r.t.Helper()
+	var b strings.Builder
+	failed := false
+	for i, a := range as {
+		failed = failed || a.code != 0
+		fmt.Fprintf(&b, "agent %d: tpurun %q: exit %d\nstdout:\n%s\nstderr:\n%s\n", i, a.cmd.Args[1:], a.code, a.stdout.String(), a.stderr.String())
+	}
+	if failed {
+		r.t.Fatalf("not every agent exited 0 (want 0 for all):\n%s", b.String())
+	}
+}
+
 // refused fails the case unless tpurun refused a before starting a worker: exit 2 (torchrun raises ValueError or
 // RuntimeError: its exit 1), and nothing touched.
 func (r *run) refused(a *agent) {
