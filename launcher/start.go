@@ -45,8 +45,15 @@ const (
 // the rendezvous) rather than just before the first fork. It returns at once; startAll then finds the room made.
 func ReserveAhead(n int) {
 	if n > 0 {
-		proc.ReserveFDsAhead(fdsKept*n, fdsAtMost*n+16)
+		reserveFor(n)
 	}
+}
+
+// reserveFor reserves room in the descriptor table for a start of n workers (proc.ReserveFDsAhead): each keeps
+// three pipes' read ends and a pidfd, and holds the write ends and its log files until it has started; 16 more for
+// what the start itself opens meanwhile.
+func reserveFor(n int) (begun <-chan struct{}) {
+	return proc.ReserveFDsAhead(fdsKept*n, fdsAtMost*n+16)
 }
 
 // startAll starts the workers, a batch at a time, until all run or the attempt begins to stop; a worker that cannot
@@ -54,12 +61,11 @@ func ReserveAhead(n int) {
 // thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
 func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	defer quietGC()()
-	// Room in the descriptor table for the whole burst, made in one step (see proc.ReserveFDs) unless ReserveAhead
-	// made it: each worker keeps three pipes' read ends and a pidfd, and holds the write ends and its log files until
-	// it has started. Made on another thread: the first batch is prepared within the table as it is meanwhile (4
-	// workers, 36 descriptors at most, beside the dozen or so open), and past it whatever needs a descriptor past the
-	// table's end waits for the growth under way (this one, or ReserveAhead's).
-	growing := proc.ReserveFDsAhead(fdsKept*len(local), fdsAtMost*len(local)+16)
+	// Room in the descriptor table for the whole burst, made in one step unless ReserveAhead made it. Made on another
+	// thread: the first batch is prepared within the table as it is meanwhile (4 workers, 36 descriptors at most,
+	// beside the dozen or so open), and past it whatever needs a descriptor past the table's end waits for the growth
+	// under way (this one, or ReserveAhead's).
+	growing := reserveFor(len(local))
 	if growing != nil {
 		j.log.Debug("growing the descriptor table for the start", zap.Int("workers", len(local)))
 	}

@@ -147,7 +147,7 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 	})
 	launchertest.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
 	launchertest.Eventually(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() bool {
-		return fdTableSizeOf(pid) >= 4*128
+		return launchertest.FDTableSize(pid) >= 4*128
 	})
 	_ = syscall.Kill(pid, syscall.SIGTERM)
 	code := launchertest.WaitExit(t, cmd)
@@ -155,16 +155,4 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 	if code != 143 {
 		t.Fatalf("exit %d at SIGTERM, want 143\n%s", code, errb.String())
 	}
-}
-
-// fdTableSizeOf is FDSize in /proc/<pid>/status (0 when unreadable).
-func fdTableSizeOf(pid int) int {
-	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "FDSize:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
 }

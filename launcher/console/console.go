@@ -36,8 +36,7 @@ type Console struct {
 	queued    int
 	writing   bool
 	since     time.Time // when the write in progress began
-	hurried   bool
-	hurriedAt time.Time
+	hurriedAt time.Time // when Hurry was called (zero: not hurried)
 	err       error
 	abandoned bool
 	lost      int            // bytes queued (or being written) when the console was abandoned
@@ -266,10 +265,10 @@ func (c *Console) Abandon() {
 func (c *Console) Hurry(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.hurried {
+	if !c.hurriedAt.IsZero() {
 		return
 	}
-	c.hurried, c.hurriedAt = true, time.Now()
+	c.hurriedAt = time.Now()
 	go func() {
 		t := time.NewTicker(d / 10)
 		defer t.Stop()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -54,4 +55,16 @@ func GoroutineWaits(state, fn string) bool {
 		}
 	}
 	return false
+}
+
+// FDTableSize is the size of process pid's descriptor table (FDSize in /proc/<pid>/status); 0 when unreadable.
+func FDTableSize(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "FDSize:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }

@@ -13,23 +13,18 @@ import (
 // ms on a 16-core one (docs/BENCHMARKS.md, "The descriptor table"). A start of 64 workers has some 450 descriptors
 // open at its peak and paid three growths, one after the other, in the middle of the burst.
 
-// ReserveFDs readies this process's descriptor table for a burst that will have from least to most more
-// descriptors open at once. When even least cannot fit in the table as it is, it grows the table now, in one step,
-// to hold most: one grace period instead of one per doubling. When least may fit it leaves the table alone: the
-// burst may then need no growth at all, where a reservation would always cost one (a start of 8 workers fits in the
-// first 64 entries), or it grows the table once, rarely twice. It reports whether it grew the table; it is best
-// effort (RLIMIT_NOFILE caps it; an error leaves the table as it was).
-func ReserveFDs(least, most int) bool {
-	top := reservation(least, most)
-	return top > 0 && growTo(top, nil)
-}
-
-// ReserveFDsAhead is ReserveFDs for a burst that comes later: the growth, when one is needed, is made by another
-// thread and ReserveFDsAhead returns at once, with a channel closed once that thread is about to ask the kernel for
-// it (nil when no growth is needed). Its grace period passes while the caller goes on: a descriptor numbered within
-// the table as it was opens at once meanwhile; one past its end (or a ReserveFDs that must grow it) waits for the
-// growth under way, the kernel making one at a time, and finds the room made. A caller about to go past the end
-// waits for the channel first: had it got there before the growth began, it would have doubled the table itself.
+// ReserveFDsAhead readies this process's descriptor table for a burst that will have from least to most more
+// descriptors open at once. When even least cannot fit in the table as it is, the table is grown in one step to hold
+// most: one grace period instead of one per doubling. When least may fit it is left alone: the burst may then need
+// no growth at all, where a reservation would always cost one (a start of 8 workers fits in the first 64 entries),
+// or it grows the table once, rarely twice. Best effort: RLIMIT_NOFILE caps it; an error leaves the table as it was.
+//
+// The growth is made by another thread and ReserveFDsAhead returns at once, with a channel closed once that thread
+// is about to ask the kernel for it (nil when no growth is needed). Its grace period passes while the caller goes
+// on: a descriptor numbered within the table as it was opens at once meanwhile; one past its end (or another
+// reservation) waits for the growth under way, the kernel making one at a time, and finds the room made. A caller
+// about to go past the end waits for the channel first: had it got there before the growth began, it would have
+// doubled the table itself.
 func ReserveFDsAhead(least, most int) (begun <-chan struct{}) {
 	top := reservation(least, most)
 	if top == 0 {
@@ -40,7 +35,7 @@ func ReserveFDsAhead(least, most int) (begun <-chan struct{}) {
 	return c
 }
 
-// reservation is the number the table must hold for ReserveFDs(least, most), or 0 when it is to be left alone.
+// reservation is the number the table must hold for ReserveFDsAhead(least, most), or 0 when it is to be left alone.
 func reservation(least, most int) int {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -70,37 +65,22 @@ func reservation(least, most int) int {
 	return top
 }
 
-// growTo grows the table to hold top descriptors, and closes begun (when not nil) just before it asks the kernel.
+// growTo grows the table to hold top descriptors, and closes begun just before it asks the kernel.
 // The lowest free number at or above top-1 is top-1 itself (it is past the table's end, or the table was grown
 // meanwhile): the kernel grows the table to hold it, and the copy is closed at once. Nothing else is touched: F_DUPFD
 // never replaces a descriptor. While that copy is open (from the growth's end until this goroutine runs again), a
 // process forked from the shared table gets a table of top entries (fork sizes a child's table for its parent's
 // highest open descriptor): the forking threads' own tables never hold it (ownTable copies only what they keep).
-func growTo(top int, begun chan struct{}) bool {
+func growTo(top int, begun chan struct{}) {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if begun != nil {
-		close(begun)
-	}
+	close(begun)
 	if err != nil {
-		return false
+		return
 	}
 	defer unix.Close(fd)
-	hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, top-1)
-	if err != nil {
-		return false
+	if hi, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, top-1); err == nil {
+		_ = unix.Close(hi)
 	}
-	_ = unix.Close(hi)
-	return true
-}
-
-// FDTableSize is the size of this process's descriptor table (FDSize in /proc/self/status); 0 when unknown.
-func FDTableSize() int {
-	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0
-	}
-	defer unix.Close(fd)
-	return fdTableSize(fd)
 }
 
 // fdTableSize reads FDSize from fd, an open /proc/<pid>/status.

@@ -445,7 +445,7 @@ func forkThreads() int { return min(max(runtime.GOMAXPROCS(0), 1), 8) }
 // childrenPerThread is how many children of one start a forking thread is started for: a thread forks one child at
 // a time (until it has exec'd), but each one started keeps a socket open in the process's descriptor table, and a
 // start of 8 workers that needed 16 more descriptors than the table's first 64 waited for it to grow (an RCU grace
-// period, 30-40 ms on a 16-core host: see ReserveFDs).
+// period, 30-40 ms on a 16-core host: see ReserveFDsAhead).
 const childrenPerThread = 4
 
 // startAll starts cmds through the forking threads; see StartHeldAll.

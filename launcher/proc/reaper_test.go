@@ -202,7 +202,7 @@ func concurrentStartsMain() error {
 // children of a start, up to one per core (forkThreads), when a start needs it, not all of them at once: a run of
 // one worker started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Each thread
 // keeps one socket open in the process, made as it starts: a start of 8 workers on a 16-core host had 12 open, 8
-// of them for threads never started, and its descriptors outgrew the table's first 64 entries (see ReserveFDs).
+// of them for threads never started, and its descriptors outgrew the table's first 64 entries (see ReserveFDsAhead).
 // Close leaves no socket of theirs open (the process kept a copy of each thread's end for good).
 func TestReaperStartsForkingThreadsAsNeeded(t *testing.T) {
 	runMain(t, "forking-threads-main")
