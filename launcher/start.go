@@ -28,8 +28,8 @@ import (
 	"tpurun/worker"
 )
 
-// The batches of a start: the first small, so that forking begins at once, each next one twice as large up to
-// maxBatch, so that a large start costs few hand-offs.
+// The batches of a start: the first small, so that forking begins at once (while the descriptor table grows, as
+// many as its room holds), each next one twice as large up to maxBatch, so that a large start costs few hand-offs.
 const (
 	firstBatch = 4
 	maxBatch   = 64
@@ -45,14 +45,14 @@ const (
 // the rendezvous) rather than just before the first fork. It returns at once; startAll then finds the room made.
 func ReserveAhead(n int) {
 	if n > 0 {
-		reserveFor(n)
+		_, _ = reserveFor(n)
 	}
 }
 
 // reserveFor reserves room in the descriptor table for a start of n workers (proc.ReserveFDsAhead): each keeps
 // three pipes' read ends and a pidfd, and holds the write ends and its log files until it has started; 16 more for
-// what the start itself opens meanwhile.
-func reserveFor(n int) (begun <-chan struct{}) {
+// what the start itself opens meanwhile. room is the table's as it is (see proc.ReserveFDsAhead).
+func reserveFor(n int) (begun <-chan struct{}, room int) {
 	return proc.ReserveFDsAhead(fdsKept*n, fdsAtMost*n+16)
 }
 
@@ -62,12 +62,14 @@ func reserveFor(n int) (begun <-chan struct{}) {
 func (j *job) startAll(s *supervisor, local []topology.Worker) {
 	defer quietGC()()
 	// Room in the descriptor table for the whole burst, made in one step unless ReserveAhead made it. Made on another
-	// thread: the first batch is prepared within the table as it is meanwhile (4 workers, 36 descriptors at most,
-	// beside the dozen or so open), and past it whatever needs a descriptor past the table's end waits for the growth
-	// under way (this one, or ReserveAhead's).
-	growing := reserveFor(len(local))
+	// thread: the first batch is as many workers as the table holds as it is (fdsAtMost each; 4 at least), prepared
+	// and forked meanwhile, and past it whatever needs a descriptor past the table's end waits for the growth under
+	// way (this one, or ReserveAhead's).
+	growing, room := reserveFor(len(local))
+	first := firstBatch
 	if growing != nil {
-		j.log.Debug("growing the descriptor table for the start", zap.Int("workers", len(local)))
+		first = min(max(firstBatch, room/fdsAtMost), maxBatch)
+		j.log.Debug("growing the descriptor table for the start", zap.Int("workers", len(local)), zap.Int("first", first))
 	}
 	l := j.newLaunch(s)
 	ready := make(chan *batch, 1)
@@ -93,7 +95,7 @@ func (j *job) startAll(s *supervisor, local []topology.Worker) {
 		}
 		done <- o
 	}()
-	for size := firstBatch; len(local) > 0 && !s.stopping.Load() && !halt.Load(); size = min(2*size, maxBatch) {
+	for size := first; len(local) > 0 && !s.stopping.Load() && !halt.Load(); size = min(2*size, maxBatch) {
 		b := j.prepareBatch(l, local[:min(len(local), size)])
 		local = local[len(b.wks):]
 		ready <- b

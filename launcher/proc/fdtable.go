@@ -24,45 +24,48 @@ import (
 // on: a descriptor numbered within the table as it was opens at once meanwhile; one past its end (or another
 // reservation) waits for the growth under way, the kernel making one at a time, and finds the room made. A caller
 // about to go past the end waits for the channel first: had it got there before the growth began, it would have
-// doubled the table itself.
-func ReserveFDsAhead(least, most int) (begun <-chan struct{}) {
-	top := reservation(least, most)
+// doubled the table itself. room is how many descriptors the table holds beyond the lowest free number (at most
+// that many open meanwhile without waiting for the growth; fewer when some above it are open).
+func ReserveFDsAhead(least, most int) (begun <-chan struct{}, room int) {
+	top, room := reservation(least, most)
 	if top == 0 {
-		return nil
+		return nil, room
 	}
 	c := make(chan struct{})
 	go growTo(top, c)
-	return c
+	return c, room
 }
 
-// reservation is the number the table must hold for ReserveFDsAhead(least, most), or 0 when it is to be left alone.
-func reservation(least, most int) int {
+// reservation is the number the table must hold for ReserveFDsAhead(least, most), or 0 when it is to be left alone,
+// and the room left in it as it is (0 when unknown).
+func reservation(least, most int) (top, room int) {
 	fd, err := unix.Open("/proc/self/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	defer unix.Close(fd)
 	size := fdTableSize(fd)
 	if size <= 0 {
-		return 0
+		return 0, 0
 	}
 	free, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) // every number below it is taken
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	_ = unix.Close(free)
+	room = max(size-free, 0)
 	if free+least <= size {
-		return 0
+		return 0, room
 	}
-	top := size + most // every open descriptor is numbered below size
+	top = size + most // every open descriptor is numbered below size
 	var lim unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil && uint64(top) > lim.Cur {
 		top = int(lim.Cur)
 	}
 	if top <= size {
-		return 0
+		return 0, room
 	}
-	return top
+	return top, room
 }
 
 // growTo grows the table to hold top descriptors, and closes begun just before it asks the kernel.

@@ -28,11 +28,24 @@ func reserveFDsMain() error {
 	if size == 0 {
 		return errors.New("no FDSize in /proc/self/status")
 	}
-	if proc.ReserveFDsAhead(1, 8*size) != nil {
+	begun, room := proc.ReserveFDsAhead(1, 8*size)
+	if begun != nil {
 		return fmt.Errorf("a reservation of at least 1 descriptor in a table of %d began a growth", size)
 	}
+	if room <= 2 || room >= size {
+		return fmt.Errorf("room %d in a table of %d (3 descriptors at least are open)", room, size)
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	_, after := proc.ReserveFDsAhead(1, 8*size)
+	_, _ = unix.Close(p[0]), unix.Close(p[1])
+	if after > room-2 {
+		return fmt.Errorf("room %d with a pipe more open, %d without", after, room)
+	}
 	most := 3 * size
-	begun := proc.ReserveFDsAhead(size, most)
+	begun, _ = proc.ReserveFDsAhead(size, most)
 	if begun == nil {
 		return fmt.Errorf("a reservation of at least %d descriptors in a table of %d began no growth", size, size)
 	}
@@ -46,7 +59,7 @@ func reserveFDsMain() error {
 		return err
 	}
 	grown := launchertest.FDTableSize(self)
-	if proc.ReserveFDsAhead(size, most) != nil {
+	if again, _ := proc.ReserveFDsAhead(size, most); again != nil {
 		return fmt.Errorf("a reservation for the burst reserved already began another growth (table of %d entries)", grown)
 	}
 	var fds []int
