@@ -44,6 +44,12 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	req, _ := o.dev.Request()
 	launcher.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
+	// Every catchable signal, forwarded or acted on, never a dump; caught here, before tpurun writes anything or
+	// answers on --status-addr (a signal meanwhile waits for Run, which stops at once), not by Run, and never
+	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,
+	// a closed stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them
+	// cost as much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
+	sigs, _ := launcher.NotifySignals()
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
@@ -76,11 +82,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return f.fail(err)
 	}
 	defer stop()
-	// Every catchable signal, forwarded or acted on, never a dump; caught here, not by Run, and never released
-	// (the process exits after the last flush): after the run a stop signal still bounds the last writes, a closed
-	// stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them cost as
-	// much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
-	sigs, _ := launcher.NotifySignals()
 	o.spec.Signals = sigs
 	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
 	o.spec.Observers = append(o.spec.Observers, sp)

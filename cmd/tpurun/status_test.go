@@ -94,3 +94,31 @@ func TestStatusAddrNonLoopbackRefused(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q: want 2 and the --status-allow-remote remedy", r.code, r.stderr)
 	}
 }
+
+// TestStatusLineAfterTheSignalsAreCaught: once tpurun has announced its status endpoint, a SIGTERM is tpurun's to
+// act on: it stops the run and exits 143 itself. The announcement came before the signals were caught, and a SIGTERM
+// sent as soon as it was read killed tpurun by its default action (no exit code, no summary, the status endpoint
+// left without a word).
+func TestStatusLineAfterTheSignalsAreCaught(t *testing.T) {
+	for i := range 5 {
+		cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "1", "--device", "cpu", "--grace", "2s",
+			"--status-addr", "127.0.0.1:0", "--", os.Args[0])
+		cmd.Env = append(os.Environ(), launchertest.Fake("hang"))
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		_, all := watchStatusAddr(t, stderr)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := launchertest.WaitExit(t, cmd); code != 143 {
+			t.Fatalf("run %d: SIGTERM right after the status line: exit %d (%s), want 143\n%s", i, code, cmd.ProcessState,
+				all())
+		}
+	}
+}
