@@ -43,8 +43,11 @@ func watchStatusAddr(t *testing.T, r io.Reader) (string, func() string) {
 	return addr, func() string { <-done; return all.String() }
 }
 
-func TestStatusEndpointDuringRun(t *testing.T) {
-	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "2", "--device", "cpu", "--grace", "2s",
+// startWithStatus starts tpurun with nprocs hanging workers and a status endpoint, and returns it with the address
+// it announced and what reads the rest of its stderr (see watchStatusAddr).
+func startWithStatus(t *testing.T, nprocs string) (*exec.Cmd, string, func() string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", nprocs, "--device", "cpu", "--grace", "2s",
 		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
 	cmd.Env = append(os.Environ(), launchertest.Fake("hang"))
 	stderr, err := cmd.StderrPipe()
@@ -55,7 +58,12 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr, _ := watchStatusAddr(t, stderr)
+	addr, all := watchStatusAddr(t, stderr)
+	return cmd, addr, all
+}
+
+func TestStatusEndpointDuringRun(t *testing.T) {
+	cmd, addr, _ := startWithStatus(t, "2")
 	fetch := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -101,18 +109,7 @@ func TestStatusAddrNonLoopbackRefused(t *testing.T) {
 // left without a word).
 func TestStatusLineAfterTheSignalsAreCaught(t *testing.T) {
 	for i := range 5 {
-		cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "1", "--device", "cpu", "--grace", "2s",
-			"--status-addr", "127.0.0.1:0", "--", os.Args[0])
-		cmd.Env = append(os.Environ(), launchertest.Fake("hang"))
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		_, all := watchStatusAddr(t, stderr)
+		cmd, _, all := startWithStatus(t, "1")
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
