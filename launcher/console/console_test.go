@@ -54,7 +54,10 @@ func TestStopUnblocksAWriter(t *testing.T) {
 			_, _ = c.Write(chunk)
 		}
 	}()
-	deadline := time.Now().Add(time.Minute) // polls for an event (the console full, its writer blocked), not a time
+	// Waits for an event (the console full, its writer blocked in its write to the pipe), not a time: the console
+	// tells nobody that its writer blocked, so the test polls its state every millisecond until it is so, or fails
+	// after a minute.
+	deadline := time.Now().Add(time.Minute)
 	for {
 		c.mu.Lock()
 		full := c.queued >= consoleQueue && c.writing
