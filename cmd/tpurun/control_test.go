@@ -401,7 +401,7 @@ func TestControlJobControl(t *testing.T) {
 	modes(t, func(t *testing.T, pid1 bool) {
 		l := launch(t, pid1, nil, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
 		l.waitFor("2 workers ready", readyAll(2))
-		pids := children(l.target) // the workers, as this namespace numbers them
+		pids := launchertest.ChildrenOf(l.target) // the workers, as this namespace numbers them
 		if len(pids) != 2 {
 			t.Fatalf("tpurun (pid %d) has children %v, want its 2 workers", l.target, pids)
 		}
@@ -457,21 +457,6 @@ func TestControlJobControlOrphaned(t *testing.T) {
 	if !printedBy(2, "15", 1)(l.lines) {
 		t.Errorf("the workers did not print SIGTERM:\n%s", l.output())
 	}
-}
-
-// children lists the children of pid (from every thread's children file).
-func children(pid int) []int {
-	var out []int
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 // TestControlStdin: the workers read tpurun's stdin, as torchrun's do (they read /dev/null); --stdin 0 gives it to
