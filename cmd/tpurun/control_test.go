@@ -380,19 +380,6 @@ func TestControlStopSignals(t *testing.T) {
 	}
 }
 
-// procState is the state letter of pid in /proc/<pid>/stat ("T" stopped), "" when it is gone.
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return ""
-	}
-	return string(b[i+2])
-}
-
 // TestControlJobControl (dumb-init's test_shell_background_support_setsid): SIGTSTP, SIGTTIN and SIGTTOU stop every
 // worker and then tpurun itself, as a shell's job stops; SIGCONT resumes them all. As PID 1 tpurun cannot stop
 // itself (the kernel ignores SIGSTOP for a namespace's init): the workers stop and resume all the same.
@@ -408,9 +395,9 @@ func TestControlJobControl(t *testing.T) {
 		for i, s := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
 			l.signal(s)
 			l.waitFor("the workers and tpurun stopped by "+unix.SignalName(s), func([]string) bool {
-				return procState(pids[0]) == "T" && procState(pids[1]) == "T" && (pid1 || procState(l.target) == "T")
+				return launchertest.ProcState(pids[0]) == "T" && launchertest.ProcState(pids[1]) == "T" && (pid1 || launchertest.ProcState(l.target) == "T")
 			})
-			if pid1 && procState(l.target) == "T" {
+			if pid1 && launchertest.ProcState(l.target) == "T" {
 				t.Fatal("tpurun as PID 1 stopped")
 			}
 			l.signal(syscall.SIGCONT)
@@ -418,7 +405,7 @@ func TestControlJobControl(t *testing.T) {
 				return printedBy(2, strconv.Itoa(int(s)), 1)(lines) && printedBy(2, "18", i+1)(lines)
 			})
 			l.waitFor("the workers and tpurun running again", func([]string) bool {
-				return procState(pids[0]) != "T" && procState(pids[1]) != "T" && procState(l.target) != "T"
+				return launchertest.ProcState(pids[0]) != "T" && launchertest.ProcState(pids[1]) != "T" && launchertest.ProcState(l.target) != "T"
 			})
 		}
 		l.signal(syscall.SIGTERM)
@@ -442,7 +429,7 @@ func TestControlJobControlOrphaned(t *testing.T) {
 		l.waitFor(name+" ignored", func(lines []string) bool {
 			return strings.Contains(strings.Join(lines, "\n"), "job control: "+name+" ignored: tpurun's process group is orphaned")
 		})
-		if st := procState(l.target); st == "T" {
+		if st := launchertest.ProcState(l.target); st == "T" {
 			t.Fatalf("tpurun is stopped after %s", name)
 		}
 	}
