@@ -380,6 +380,9 @@ func TestControlStopSignals(t *testing.T) {
 	}
 }
 
+// procState is the state letter of a pid in /proc/<pid>/stat ("T" stopped), "gone" when it is gone.
+var procState = launchertest.ProcState
+
 // TestControlJobControl (dumb-init's test_shell_background_support_setsid): SIGTSTP, SIGTTIN and SIGTTOU stop every
 // worker and then tpurun itself, as a shell's job stops; SIGCONT resumes them all. As PID 1 tpurun cannot stop
 // itself (the kernel ignores SIGSTOP for a namespace's init): the workers stop and resume all the same.
@@ -395,9 +398,9 @@ func TestControlJobControl(t *testing.T) {
 		for i, s := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
 			l.signal(s)
 			l.waitFor("the workers and tpurun stopped by "+unix.SignalName(s), func([]string) bool {
-				return launchertest.ProcState(pids[0]) == "T" && launchertest.ProcState(pids[1]) == "T" && (pid1 || launchertest.ProcState(l.target) == "T")
+				return procState(pids[0]) == "T" && procState(pids[1]) == "T" && (pid1 || procState(l.target) == "T")
 			})
-			if pid1 && launchertest.ProcState(l.target) == "T" {
+			if pid1 && procState(l.target) == "T" {
 				t.Fatal("tpurun as PID 1 stopped")
 			}
 			l.signal(syscall.SIGCONT)
@@ -405,7 +408,7 @@ func TestControlJobControl(t *testing.T) {
 				return printedBy(2, strconv.Itoa(int(s)), 1)(lines) && printedBy(2, "18", i+1)(lines)
 			})
 			l.waitFor("the workers and tpurun running again", func([]string) bool {
-				return launchertest.ProcState(pids[0]) != "T" && launchertest.ProcState(pids[1]) != "T" && launchertest.ProcState(l.target) != "T"
+				return procState(pids[0]) != "T" && procState(pids[1]) != "T" && procState(l.target) != "T"
 			})
 		}
 		l.signal(syscall.SIGTERM)
@@ -429,7 +432,7 @@ func TestControlJobControlOrphaned(t *testing.T) {
 		l.waitFor(name+" ignored", func(lines []string) bool {
 			return strings.Contains(strings.Join(lines, "\n"), "job control: "+name+" ignored: tpurun's process group is orphaned")
 		})
-		if st := launchertest.ProcState(l.target); st == "T" {
+		if st := procState(l.target); st == "T" {
 			t.Fatalf("tpurun is stopped after %s", name)
 		}
 	}

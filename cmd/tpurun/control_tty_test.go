@@ -230,11 +230,11 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	target := parentOf(ws[0])
 	p.write("\x1a")
 	p.waitFor("every process stopped and the terminal back with the shell", func(string) bool {
-		return launchertest.ProcState(ws[0]) == "T" && launchertest.ProcState(ws[1]) == "T" && launchertest.ProcState(target) == "T" && p.foreground() == sh.Process.Pid
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == sh.Process.Pid
 	})
 	p.write("fg\n")
 	p.waitFor("every process running, rank 0 in the foreground, SIGCONT printed", func(out string) bool {
-		return launchertest.ProcState(ws[0]) != "T" && launchertest.ProcState(ws[1]) != "T" && launchertest.ProcState(target) != "T" && p.foreground() == ws[0] &&
+		return procState(ws[0]) != "T" && procState(ws[1]) != "T" && procState(target) != "T" && p.foreground() == ws[0] &&
 			strings.Contains(out, "[0] 18\n") && strings.Contains(out, "[1] 18\n")
 	})
 	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
@@ -278,7 +278,7 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 				return fmt.Errorf("the shell said Stopped %d times, want %d\n%s\nterminal:\n%s", n, i+1, states(), p.output())
 			}
 			for _, pid := range all {
-				if launchertest.ProcState(pid) != "T" || p.foreground() != sh.Process.Pid {
+				if procState(pid) != "T" || p.foreground() != sh.Process.Pid {
 					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
 				}
 			}
@@ -287,7 +287,7 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 		p.write("fg\n")
 		launchertest.WaitFor(t, fmt.Sprintf("cycle %d: every process running, rank 0 in the foreground", i), func() error {
 			for _, pid := range all {
-				if st := launchertest.ProcState(pid); st == "T" || st == "gone" || p.foreground() != ws[0] {
+				if st := procState(pid); st == "T" || st == "gone" || p.foreground() != ws[0] {
 					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
 				}
 			}
@@ -315,7 +315,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
 	// on Ctrl-Z), as a user who then closes the terminal would.
 	p.waitFor("every process stopped, the shell's prompt back", func(out string) bool {
-		return launchertest.ProcState(ws[0]) == "T" && launchertest.ProcState(ws[1]) == "T" && launchertest.ProcState(target) == "T" && strings.Contains(out, "Stopped")
+		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && strings.Contains(out, "Stopped")
 	})
 	if err := sh.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -336,9 +336,9 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 	// when: the event after Ctrl-Z that the shell's kill waits for (none: at once).
 	whens := map[string]func(p *pty, ws []int, target int) bool{
 		"at once":        func(*pty, []int, int) bool { return true },
-		"rank 0 stopped": func(_ *pty, ws []int, _ int) bool { return launchertest.ProcState(ws[0]) == "T" },
-		"rank 1 stopped": func(_ *pty, ws []int, _ int) bool { return launchertest.ProcState(ws[1]) == "T" }, // tpurun stops itself next
-		"tpurun stopped": func(_ *pty, _ []int, target int) bool { return launchertest.ProcState(target) == "T" },
+		"rank 0 stopped": func(_ *pty, ws []int, _ int) bool { return procState(ws[0]) == "T" },
+		"rank 1 stopped": func(_ *pty, ws []int, _ int) bool { return procState(ws[1]) == "T" }, // tpurun stops itself next
+		"tpurun stopped": func(_ *pty, _ []int, target int) bool { return procState(target) == "T" },
 	}
 	for name, when := range whens {
 		for i := range 5 {
@@ -434,7 +434,7 @@ func TestControlTerminalCtrlZOrphaned(t *testing.T) {
 		return strings.Contains(out, "[0] 20\n") && strings.Contains(out, "[0] 18\n") &&
 			strings.Contains(out, "SIGTSTP ignored: tpurun's process group is orphaned")
 	})
-	if st := launchertest.ProcState(target); st == "T" {
+	if st := procState(target); st == "T" {
 		t.Fatal("tpurun stopped itself")
 	}
 	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
