@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,8 +155,12 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 		return pid != 0
 	})
 	launchertest.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
-	launchertest.Eventually(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() bool {
-		return launchertest.FDTableSize(pid) >= 4*128
+	launchertest.WaitFor(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() error {
+		if size := launchertest.FDTableSize(pid); size < 4*128 {
+			return fmt.Errorf("tpurun (pid %d, %s) has a table of %d entries; its stderr:\n%s", pid,
+				launchertest.ProcState(pid), size, errb.String())
+		}
+		return nil
 	})
 	_ = syscall.Kill(pid, syscall.SIGTERM)
 	code := launchertest.WaitExit(t, cmd)
