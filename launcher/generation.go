@@ -95,7 +95,7 @@ func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *att
 	if j.spec.Rendezvous.Solo() {
 		return w, nil
 	}
-	j.log.Info("rendezvous agreed", zap.Int("generation", a.Generation), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", len(a.Nodes)),
+	j.log.Info("rendezvous agreed", zap.Int("generation", a.Generation), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", a.NNodes),
 		zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
 	plan, err := j.worldPlan(a)
 	if err != nil {
@@ -135,7 +135,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Atte
 	defer tcancel()
 	ctx, cancel := j.ctl.waitContext(tctx, att.stopSeq) // not the job's context: a node that stopped still reports how
 	defer cancel()
-	all, err := publishGather(ctx, s, "outcome", mine, len(a.Nodes))
+	all, err := publishGather(ctx, s, "outcome", mine, a.NNodes)
 	if err != nil {
 		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
@@ -153,7 +153,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *Atte
 			}
 		}
 	}
-	finals, err := publishGather(ctx, s, "final", final, len(a.Nodes))
+	finals, err := publishGather(ctx, s, "final", final, a.NNodes)
 	if err != nil {
 		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
@@ -336,7 +336,7 @@ func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *attem
 func (j *job) worldPlan(a *rendezvous.Assignment) (*topology.Plan, error) {
 	w := topology.World{NodeRank: a.NodeRank, NumSlices: a.NumSlices, MegascaleCoordinator: a.MegascaleCoordinator,
 		MegascalePort: a.Ports[rendezvous.PortMegascale]}
-	for _, n := range a.Nodes {
+	for _, n := range a.AllNodes() { // names and addresses of the nodes this node needs: its slice's on TPU
 		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID, Role: n.Role})
 	}
 	var p *topology.Plan

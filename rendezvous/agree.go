@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"sort"
@@ -170,33 +171,115 @@ func agreeFields(members []Member) []agreeField {
 	return fields
 }
 
-// buildAssignment lays out the agreed world (NodeRank left for the caller).
-func buildAssignment(members []Member, ranks []int) *Assignment {
-	nodes := make([]Node, len(members))
+// agreed is a world as the one who agrees it sees it: every node in rank order, computed once; each node receives
+// its share of it (share).
+type agreed struct {
+	all   Assignment // what every node shares: NodeRank -1, Nodes nil
+	nodes []Node     // every node, by rank
+	// fixed: every node runs a fixed slice's share (no member accepts uneven worlds: TPU hosts), so a node needs the
+	// names and addresses of its slice's nodes; else only its own.
+	fixed bool
+}
+
+// agreeWorld lays out the world of members with their agreed ranks: node 0's run id, ports and address are the
+// world's; the coordinator of a multislice job is the first node of slice 0.
+func agreeWorld(members []Member, ranks []int) *agreed {
+	w := &agreed{nodes: make([]Node, len(members)), fixed: true}
 	var m0 Member
 	for i, m := range members {
 		r := ranks[i]
-		nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}
+		w.nodes[r] = Node{Rank: r, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}
 		if r == 0 {
 			m0 = m
 		}
+		w.fixed = w.fixed && !m.UnevenWorkers
 	}
 	first := 0
 	mega := ""
-	for i := range nodes {
-		nodes[i].FirstRank = first
-		first += nodes[i].LocalWorkers
-		if mega == "" && nodes[i].SliceID == 0 {
-			mega = nodes[i].Addr
+	var layout []Span
+	for i := range w.nodes {
+		n := &w.nodes[i]
+		n.FirstRank = first
+		first += n.LocalWorkers
+		if mega == "" && n.SliceID == 0 {
+			mega = n.Addr
+		}
+		if k := len(layout) - 1; k >= 0 && layout[k].LocalWorkers == n.LocalWorkers && layout[k].SliceID == n.SliceID && layout[k].Role == n.Role {
+			layout[k].Nodes++
+		} else {
+			layout = append(layout, Span{Nodes: 1, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID, Role: n.Role})
 		}
 	}
-	ports := map[string]int{}
-	for k, v := range m0.Ports {
-		ports[k] = v
+	ports := maps.Clone(m0.Ports)
+	if ports == nil {
+		ports = map[string]int{}
 	}
 	if p := ports[PortMegascale]; p != 0 && mega != "" {
 		mega = net.JoinHostPort(mega, fmt.Sprint(p))
 	}
-	return &Assignment{RunID: m0.RunID, Generation: m0.Generation, Accelerator: m0.Accelerator, Nodes: nodes,
-		WorldSize: first, NumSlices: max(m0.NumSlices, 1), MasterAddr: m0.Addr, Ports: ports, MegascaleCoordinator: mega}
+	w.all = Assignment{NodeRank: -1, RunID: m0.RunID, Generation: m0.Generation, Accelerator: m0.Accelerator, NNodes: len(w.nodes),
+		WorldSize: first, NumSlices: max(m0.NumSlices, 1), MasterAddr: m0.Addr, Ports: ports, MegascaleCoordinator: mega, Layout: layout}
+	return w
+}
+
+// share is node rank's share of w: what every node shares, and the nodes it needs by name (its slice's in a world
+// of fixed slices, else itself). named: every node knows the nodes' names and addresses from the same host list
+// (a static world named by it), so the share leaves them out and the receiver fills them in (nameFrom).
+func (w *agreed) share(rank int, named bool) *Assignment {
+	a := w.all
+	a.NodeRank = rank
+	a.Ports = maps.Clone(w.all.Ports)
+	switch {
+	case named && w.fixed:
+		a.Nodes = nil
+	case w.fixed:
+		a.Nodes = w.slice(w.nodes[rank].SliceID)
+	default:
+		a.Nodes = []Node{w.nodes[rank]}
+	}
+	return &a
+}
+
+// slice is the nodes of slice id, in rank order.
+func (w *agreed) slice(id int) []Node {
+	var out []Node
+	for _, n := range w.nodes {
+		if n.SliceID == id {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// namedBy reports whether hosts names every node of w by rank, as a static world's host list does (a member
+// without a name of its own takes hosts[rank] as name and address).
+func (w *agreed) namedBy(hosts []string) bool {
+	if len(hosts) != len(w.nodes) {
+		return false
+	}
+	for r, n := range w.nodes {
+		if n.Host != hosts[r] || n.Addr != hosts[r] {
+			return false
+		}
+	}
+	return true
+}
+
+// nameFrom fills in the nodes of a's slice from the host list that names every node by rank, when the share left
+// them out (agreed.share with named).
+func (a *Assignment) nameFrom(hosts []string) {
+	if len(a.Nodes) > 0 || len(hosts) != a.NNodes {
+		return
+	}
+	self := a.NodeRank
+	all := a.AllNodes()
+	if self < 0 || self >= len(all) {
+		return
+	}
+	for _, n := range all {
+		if n.SliceID == all[self].SliceID {
+			n.Host, n.Addr = hosts[n.Rank], hosts[n.Rank]
+			a.Nodes = append(a.Nodes, n)
+		}
+	}
 }

@@ -66,8 +66,8 @@ func TestSolo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Assignment{RunID: "r", Generation: 2, Accelerator: "cpu", WorldSize: 4, NumSlices: 1, Ports: map[string]int{},
-		Nodes: []Node{{Host: "h", Addr: "127.0.0.1", Instance: "i", LocalWorkers: 4}}}
+	want := &Assignment{RunID: "r", Generation: 2, Accelerator: "cpu", NNodes: 1, WorldSize: 4, NumSlices: 1, Ports: map[string]int{},
+		Layout: []Span{{Nodes: 1, LocalWorkers: 4}}, Nodes: []Node{{Host: "h", Addr: "127.0.0.1", Instance: "i", LocalWorkers: 4}}}
 	if a := s.Assignment(); !reflect.DeepEqual(a, want) {
 		t.Errorf("assignment %+v, want %+v", a, want)
 	}

@@ -9,7 +9,7 @@
 //	defer r.Close()
 //	s, err := r.Join(ctx, rendezvous.Member{Instance: rendezvous.NewInstance(), Host: host, Addr: ip,
 //		LocalWorkers: 4, Accelerator: "v4-32", Generation: restart, Rank: -1})
-//	a := s.Assignment()          // node rank, ordered nodes, world size, node 0's address and ports
+//	a := s.Assignment()          // this node's share: node rank, sizes, layout, its slice's nodes, node 0's address and ports
 //	go func() { for f := range s.Failures() { stop(f) } }()
 //	s.Fail(ctx, rendezvous.Failure{WorkerRank: 5, Reason: "exit 1"})   // reaches every other node at once
 //	s.Publish(ctx, "results", doc); all, err := s.Gather(ctx, "results")

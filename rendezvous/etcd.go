@@ -234,7 +234,7 @@ func (e *etcdStore) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Memb
 		s.Close()
 		return nil, err
 	}
-	log.Info("rendezvous joined (etcd)", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", len(asg.Nodes)), zap.Int("generation", asg.Generation))
+	log.Info("rendezvous joined (etcd)", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", asg.NNodes), zap.Int("generation", asg.Generation))
 	return s, nil
 }
 

@@ -281,17 +281,15 @@ func (s *etcdSession) settle(val []byte) {
 		s.worldErr = err
 		return
 	}
-	asg := buildAssignment(members, ranks)
 	s.n = len(members)
 	s.byInst = map[string]int{}
 	for i, m := range members {
 		s.byInst[m.Instance] = ranks[i]
 		if m.Instance == s.self.Instance {
-			asg.NodeRank = ranks[i]
 			s.rank = ranks[i]
 		}
 	}
-	s.asg = asg
+	s.asg = agreeWorld(members, ranks).share(s.rank, false)
 	for _, m := range members {
 		if _, live := s.members[m.Instance]; !live {
 			s.lostMember(m.Instance, m)

@@ -50,7 +50,7 @@ func Example() {
 			}
 			got, _ := s.Gather(ctx, "hello")
 			lines[i] = fmt.Sprintf("node %d of %d, first rank %d, world size %d, gathered %q %q",
-				a.NodeRank, len(a.Nodes), a.Nodes[a.NodeRank].FirstRank, a.WorldSize, got[0], got[1])
+				a.NodeRank, a.NNodes, a.Self().FirstRank, a.WorldSize, got[0], got[1])
 			_ = s.Leave(ctx)
 		}()
 	}

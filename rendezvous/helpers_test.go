@@ -163,7 +163,7 @@ func (c *cluster) checkWorld() {
 		}
 		seen[a.NodeRank] = true
 		if a.Self().Host != hostName(i) || len(a.Addrs()) != c.n || a.Addrs()[a.NodeRank] != "127.0.0.1" {
-			c.t.Fatalf("node %d: nodes[%d] is %q, want itself", i, a.NodeRank, a.Nodes[a.NodeRank].Host)
+			c.t.Fatalf("node %d: node rank %d is %q, want itself", i, a.NodeRank, a.Self().Host)
 		}
 		a.NodeRank = 0
 		if ref == nil {
@@ -174,10 +174,10 @@ func (c *cluster) checkWorld() {
 			c.t.Fatalf("node %d disagrees:\n%+v\nwant\n%+v", i, a, ref)
 		}
 	}
-	if ref.WorldSize != 4*c.n || len(ref.Nodes) != c.n || ref.RunID != "run-1" || ref.Accelerator != "v4-32" {
+	if ref.WorldSize != 4*c.n || len(ref.Nodes) != c.n || ref.NNodes != c.n || ref.RunID != "run-1" || ref.Accelerator != "v4-32" {
 		c.t.Fatalf("world %+v", ref)
 	}
-	for r, nd := range ref.Nodes {
+	for r, nd := range ref.AllNodes() {
 		if nd.Rank != r || nd.FirstRank != 4*r || nd.LocalWorkers != 4 {
 			c.t.Fatalf("node %d in world: %+v", r, nd)
 		}

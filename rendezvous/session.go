@@ -50,6 +50,7 @@ type Session interface {
 func (a *Assignment) clone() *Assignment {
 	c := *a
 	c.Nodes = append([]Node(nil), a.Nodes...)
+	c.Layout = append([]Span(nil), a.Layout...)
 	c.Ports = map[string]int{}
 	for k, v := range a.Ports {
 		c.Ports[k] = v

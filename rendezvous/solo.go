@@ -37,8 +37,8 @@ type soloStore struct{}
 
 func (soloStore) join(_ context.Context, m Member, _ *zap.Logger) (Session, error) {
 	asg := &Assignment{NodeRank: 0, RunID: m.RunID, Generation: m.Generation, Accelerator: m.Accelerator,
-		WorldSize: m.LocalWorkers, NumSlices: 1,
-		Nodes: []Node{{Rank: 0, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers}}}
+		NNodes: 1, WorldSize: m.LocalWorkers, NumSlices: 1, Layout: []Span{{Nodes: 1, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}},
+		Nodes: []Node{{Rank: 0, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}}}
 	return &soloSession{asg: asg, published: map[string][]byte{}, failures: make(chan Failure), done: make(chan struct{})}, nil
 }
 

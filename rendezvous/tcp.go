@@ -252,7 +252,8 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 		c.close()
 		return nil, err
 	}
-	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", len(resp.Assignment.Nodes)),
+	resp.Assignment.nameFrom(t.hosts)
+	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", resp.Assignment.NNodes),
 		zap.Int("generation", resp.Assignment.Generation))
 	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment}, nil
 }

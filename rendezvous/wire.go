@@ -12,8 +12,8 @@ import (
 
 // Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
 // handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
-// mismatch values.
-const Version = 3
+// mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment.
+const Version = 4
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
 const DefaultMaxMessage = 4 << 20

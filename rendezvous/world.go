@@ -21,7 +21,8 @@ type world struct {
 	entries  []*entry
 	complete bool
 	byRank   []*entry
-	asg      *Assignment
+	agreed   *agreed // the agreed world, once complete; each node gets its share
+	named    bool    // the host list names every node: shares leave the names out
 	err      error
 	barriers map[string]map[int]bool
 	data     map[string]map[int][]byte
@@ -322,10 +323,8 @@ func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration)
 		case w.err != nil:
 			jerr = w.err
 		default:
-			a := *w.asg
-			a.NodeRank = e.rank
+			asg = w.agreed.share(e.rank, w.named)
 			c.rank = e.rank
-			asg = &a
 		}
 		return true
 	}
@@ -363,8 +362,8 @@ func (s *Server) closeJob(w *world, code int) {
 		return
 	}
 	runID := ""
-	if w.asg != nil {
-		runID = w.asg.RunID
+	if w.agreed != nil {
+		runID = w.agreed.all.RunID
 	}
 	s.ended = &JobClosedError{RunID: runID, Generation: w.gen, ExitCode: code}
 	for _, x := range s.worlds {
@@ -430,7 +429,8 @@ func (w *world) finish() {
 		e.rank = ranks[i]
 		w.byRank[e.rank] = e
 	}
-	w.asg = buildAssignment(members, ranks)
+	w.agreed = agreeWorld(members, ranks)
+	w.named = w.agreed.namedBy(w.hosts)
 }
 
 func (s *Server) barrier(c *sconn, w *world, rank int, m *message) error {

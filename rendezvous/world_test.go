@@ -1,7 +1,9 @@
 package rendezvous
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -20,21 +22,67 @@ func TestAssignRanksAndSlices(t *testing.T) {
 	if want := []int{2, 0, 3, 1}; !reflect.DeepEqual(ranks, want) {
 		t.Fatalf("ranks %v, want %v (slice 0 first, requested rank kept)", ranks, want)
 	}
-	a := buildAssignment(ms, ranks)
-	if a.MasterAddr != "a0.ip" || a.MasterPort() != 1234 || a.MegascaleCoordinator != "a0.ip:8081" || a.NumSlices != 2 || a.WorldSize != 16 {
+	w := agreeWorld(ms, ranks)
+	a := w.share(3, false)
+	if a.MasterAddr != "a0.ip" || a.MasterPort() != 1234 || a.MegascaleCoordinator != "a0.ip:8081" || a.NumSlices != 2 || a.WorldSize != 16 || a.NNodes != 4 {
 		t.Fatalf("%+v", a)
 	}
-	if got := a.Addrs(); !reflect.DeepEqual(got, []string{"a0.ip", "a1.ip", "b1.ip", "b0.ip"}) {
+	// a TPU node's share names its slice's nodes, in rank order: slice 1 is ranks 2 and 3
+	if got := a.Addrs(); !reflect.DeepEqual(got, []string{"b1.ip", "b0.ip"}) {
 		t.Fatalf("addrs %v", got)
 	}
-	if a.Nodes[3].FirstRank != 12 {
-		t.Fatalf("first rank of node 3: %d", a.Nodes[3].FirstRank)
+	if got := w.share(0, false).Addrs(); !reflect.DeepEqual(got, []string{"a0.ip", "a1.ip"}) {
+		t.Fatalf("slice 0's addrs %v", got)
+	}
+	if s := a.Self(); s.FirstRank != 12 || s.Host != "b0" || s.Rank != 3 {
+		t.Fatalf("node 3: %+v", s)
+	}
+	if want := []Span{{Nodes: 2, LocalWorkers: 4, SliceID: 0}, {Nodes: 2, LocalWorkers: 4, SliceID: 1}}; !reflect.DeepEqual(a.Layout, want) {
+		t.Fatalf("layout %+v, want %+v", a.Layout, want)
+	}
+	if all := a.AllNodes(); len(all) != 4 || all[1].FirstRank != 4 || all[1].SliceID != 0 || all[1].Host != "" || all[2].Host != "b1" {
+		t.Fatalf("all nodes %+v: ranks and slices for every node, names for the share's", all)
 	}
 	// the same rank requested twice
 	_, err = assignRanks([]Member{mk("x", 0, 1), mk("y", 0, 1)}, 2)
 	var e *Error
 	if !errors.As(err, &e) || !errors.Is(err, ErrDuplicateNode) || len(e.Nodes) != 2 {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestShareIsWhatANodeNeeds: a node's share of a world of CPU or GPU hosts names only itself, and of a static world
+// named by a host list none (the receiver names them from its list), so it does not grow with the world.
+func TestShareIsWhatANodeNeeds(t *testing.T) {
+	hosts := make([]string, 1000)
+	ms := make([]Member, len(hosts))
+	ranks := make([]int, len(hosts))
+	for i := range ms {
+		hosts[i] = fmt.Sprintf("h%d", i)
+		ms[i] = Member{Instance: hosts[i], Host: hosts[i], Addr: hosts[i], LocalWorkers: 8, RunID: "r", Role: "trainer",
+			UnevenWorkers: true, Ports: map[string]int{PortMaster: 1}}
+		ranks[i] = i
+	}
+	ms[500].LocalWorkers = 2 // one odd node: three spans
+	a := agreeWorld(ms, ranks).share(700, false)
+	if len(a.Nodes) != 1 || a.Self().FirstRank != 500*8+2+199*8 || len(a.Layout) != 3 || a.WorldSize != 999*8+2 {
+		t.Fatalf("uneven world's share: %d nodes, self %+v, layout %+v, world size %d", len(a.Nodes), a.Self(), a.Layout, a.WorldSize)
+	}
+	for i := range ms {
+		ms[i].UnevenWorkers, ms[i].LocalWorkers = false, 4
+	}
+	w := agreeWorld(ms, ranks)
+	if !w.namedBy(hosts) {
+		t.Fatal("the host list names every node")
+	}
+	a = w.share(7, true)
+	b, err := json.Marshal(a)
+	if err != nil || len(b) > 512 || len(a.Nodes) != 0 {
+		t.Fatalf("a named share is %d bytes with %d nodes (%v)", len(b), len(a.Nodes), err)
+	}
+	a.nameFrom(hosts)
+	if got := a.Addrs(); len(got) != 1000 || got[7] != "h7" || a.Self().Host != "h7" || a.Self().FirstRank != 28 {
+		t.Fatalf("named from the list: %d addrs, self %+v", len(got), a.Self())
 	}
 }
 
