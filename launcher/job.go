@@ -38,7 +38,8 @@ type job struct {
 	starter  starter    // execs the workers, or forks them from the preloaded interpreter
 	preload  *preloader // the preloaded interpreter (Spec.Preload); nil without
 
-	host         *topology.Host // detected once; nil with Spec.Plan
+	host         *topology.Host      // detected once; nil with Spec.Plan
+	layout       *topology.JobLayout // the job the host's environment described, when this run joins it (discover)
 	request      topology.Request
 	plan         *topology.Plan // this host as detected: the plan of a world of one
 	nodeRank     int            // this host's node in plan
@@ -194,6 +195,7 @@ func (j *job) detect(ctx context.Context) error {
 	if err := j.resolveRendezvous(); err != nil {
 		return err
 	}
+	h = j.host // a host on purpose alone is planned as a one-host slice (discover)
 	if j.spec.PerCPU && h.Device.V.Kind().PerCore() {
 		j.request.NProcs = runtime.NumCPU()
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"tpurun/launcher/exitcode"
 	"tpurun/launcher/failure"
 	"tpurun/launcher/topology"
@@ -32,6 +34,13 @@ type RendezvousSpec struct {
 	NodeAddr  string        // the address other nodes reach this node at; default the local address toward the endpoint
 	NumSlices int           // multi-slice: number of slices; 0: MEGASCALE_NUM_SLICES as detection read it, else 1
 	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
+	// Alone: a world of one on purpose (--nnodes 1, --standalone), also on a host whose environment says it is one
+	// of several (a TPU slice's host, a multislice job's); the zero spec on such a host joins the others (discover).
+	Alone bool
+	// AllowUnauthenticated lets a world laid out by the launch (torchrun's --master-addr line, the slice a host's
+	// environment describes) meet off loopback without a token, as torchrun's store does; Run warns once. A
+	// rendezvous on an endpoint the caller names (tcp, static with Endpoint) still needs Token off loopback.
+	AllowUnauthenticated bool
 }
 
 // Solo reports whether r describes a world of one (no rendezvous).
@@ -93,6 +102,9 @@ func (r RendezvousSpec) validateSolo() error {
 // resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the
 // slice setting (MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID) and the token (TPURUN_RDZV_TOKEN).
 func (j *job) resolveRendezvous() error {
+	if err := j.discover(); err != nil {
+		return err
+	}
 	r := &j.spec.Rendezvous
 	if r.Solo() {
 		return nil
@@ -141,13 +153,25 @@ func openRendezvous(ctx context.Context, r RendezvousSpec, runID string, h *topo
 	if c.Hosts, c.NodeRank, err = placement(r, conf, h); err != nil {
 		return nil, err
 	}
-	return rendezvous.New(ctx, c)
+	if j.layout != nil && j.layout.Slices > 1 { // a slice's host list names only that slice's nodes: no host list
+		c.Hosts = nil
+	}
+	rz, err := rendezvous.New(ctx, c)
+	if errors.Is(err, rendezvous.ErrNoToken) {
+		return nil, fmt.Errorf("%w; give every node the same secret: TPURUN_RDZV_TOKEN=SECRET in its environment, or --rdzv-token SECRET "+
+			"(tpurun asks for one on an endpoint you name; torchrun's --master-addr line, and a TPU slice's hosts meeting by themselves, run without one, with a warning)", err)
+	}
+	if err == nil && rz.Unauthenticated() {
+		j.log.Warn("the rendezvous runs without a token, as torchrun's does: anyone who can reach "+rz.Endpoint()+" can join this job; "+
+			"give every node the same TPURUN_RDZV_TOKEN=SECRET (or --rdzv-token SECRET) to require one", zap.String("endpoint", rz.Endpoint()))
+	}
+	return rz, err
 }
 
 // config is r as the rendezvous package takes it, before placement adds the host list and the node rank.
 func (r RendezvousSpec) config(conf map[string]string) rendezvous.Config {
 	return rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
-		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token}
+		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, AllowUnauthenticated: r.AllowUnauthenticated}
 }
 
 // placement is the host list the rendezvous gets and the node rank of a fixed (static) world: the hosts option,

@@ -50,12 +50,12 @@ func Run(ctx context.Context, spec Spec) (*Report, error) {
 	if err := j.prepare(j.ctl.jobContext()); err != nil {
 		return nil, j.stoppedOr(err, "the start")
 	}
-	rz, err := openRendezvous(j.ctl.jobContext(), j.spec.Rendezvous, spec.RunID, j.host, spec.Env, j) // as prepare resolved it (the token from env)
+	rz, err := openRendezvous(j.ctl.jobContext(), j.spec.Rendezvous, j.spec.RunID, j.host, spec.Env, j) // as prepare resolved it (discovery, the token from env)
 	if err != nil {
 		return nil, j.stoppedOr(rendezvousErr("prepare", err), "the start")
 	}
 	defer func() { _ = rz.Close() }()
-	rep := &Report{RunID: spec.RunID, Program: j.spec.Program}
+	rep := &Report{RunID: j.spec.RunID, Program: j.spec.Program}
 	// A node enters whichever generation the world is forming (a late, returning or replacement node waits for
 	// the next one); afterwards each restart is the agreed generation + 1. A fixed world (static, or the world of
 	// one) starts at generation 0.

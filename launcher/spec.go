@@ -103,6 +103,8 @@ type Spec struct {
 	SweepTag string
 	// Observers learn of attempts, failures, samples, results and rendezvous times (the status endpoint, say).
 	Observers []Observer
+
+	randomRunID bool // RunID was made up at random (withDefaults): a world laid out by the host takes "none" instead
 }
 
 // ResultsSpec is the result contract of a job: whether every replica must report, the largest frame, and where
@@ -152,15 +154,20 @@ func (s Spec) withDefaults() (Spec, error) {
 	return s, s.defaultLogDir()
 }
 
-// defaultIDs fills in the run id (the rendezvous's, else random) and the sweep tag (the run id and a random part).
+// defaultIDs fills in the run id and the sweep tag (the run id and a random part). The run id is the one given, else
+// the rendezvous's, else the JobSet's (JobSetRunID), else for a world of several nodes torchrun's "none" (every
+// node must have the same), else random.
 func (s *Spec) defaultIDs() error {
-	s.RunID = cmp.Or(s.RunID, s.Rendezvous.RunID)
+	s.RunID = cmp.Or(s.RunID, s.Rendezvous.RunID, JobSetRunID(s.Env))
+	if s.RunID == "" && !s.Rendezvous.Solo() {
+		s.RunID = noRunID
+	}
 	if s.RunID == "" {
 		id, err := randomHex(6)
 		if err != nil {
 			return err
 		}
-		s.RunID = id
+		s.RunID, s.randomRunID = id, true
 	}
 	if s.SweepTag == "" {
 		tag, err := randomHex(8)

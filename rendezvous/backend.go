@@ -29,6 +29,8 @@ type Backend interface {
 	// namesNodes reports whether, under cfg, Join names a member without a host after its entry in the host list
 	// (static without an endpoint).
 	namesNodes(cfg *Config) bool
+	// hostsServer reports whether the nodes meet on the embedded server (static, tcp), whose token is theirs.
+	hostsServer() bool
 	// port is the port an endpoint given without one gets.
 	port() int
 	// open prepares the backend for r (its Config and logger). linger: how long a closed job stays learnable

@@ -62,8 +62,13 @@ type Config struct {
 	LastCall time.Duration
 	// Heartbeat is how long a silent node (or an expired etcd lease) takes to be reported lost.
 	Heartbeat time.Duration
-	// Token is the shared secret; required when the endpoint or the listen address is not loopback.
+	// Token is the shared secret; required when the endpoint or the listen address is not loopback, unless
+	// AllowUnauthenticated.
 	Token string
+	// AllowUnauthenticated lets a world without a Token meet off loopback: for a world its launch lays out
+	// (torchrun's static line, a slice described by its hosts' environment), whose workers' store on MASTER_PORT has
+	// no authentication either. Rendezvous.Unauthenticated then reports it, for the caller to warn.
+	AllowUnauthenticated bool
 	// Listen is where a node hosting the server binds; default the endpoint.
 	Listen string
 	// Hosts is the job's host list in node order, when the caller knows one (the launcher takes it from detection

@@ -23,6 +23,7 @@ func (etcdBackend) Elastic() bool           { return true }
 func (etcdBackend) NeedsHosts(*Config) bool { return false }
 func (etcdBackend) namesNodes(*Config) bool { return false }
 func (etcdBackend) port() int               { return 2379 }
+func (etcdBackend) hostsServer() bool       { return false }
 
 func (etcdBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
 	e, err := newEtcd(ctx, &r.cfg, r.log)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -129,6 +130,16 @@ func (r *Rendezvous) Endpoint() string { return r.endpoint }
 // NamesNodes reports whether Join names a member without a host after its node's entry in the host list (a static
 // world without an endpoint): a node then brings no name or address of its own.
 func (r *Rendezvous) NamesNodes() bool { return r.backend.namesNodes(&r.cfg) }
+
+// Unauthenticated reports whether anyone who can reach this rendezvous could join it: a server (tcp, static) off
+// loopback without a token, as Config.AllowUnauthenticated permits. The caller warns; etcd has its own TLS and auth.
+func (r *Rendezvous) Unauthenticated() bool {
+	if r.cfg.Token != "" || !r.backend.hostsServer() {
+		return false
+	}
+	host, _, err := net.SplitHostPort(r.endpoint)
+	return err != nil || !isLoopback(host)
+}
 
 // Join enters generation m.Generation (or, with LatestGeneration, the one being formed) and returns the agreed
 // world. m.RunID defaults to Config.RunID, m.Rank to Config.NodeRank and m.Ports to freshly picked ports. It

@@ -18,6 +18,8 @@ type ServerConfig struct {
 	Addr string
 	// Token, when set, must be proved by every connection in the handshake (never sent, never logged).
 	Token string
+	// AllowUnauthenticated lets a server without a Token listen off loopback (Config.AllowUnauthenticated).
+	AllowUnauthenticated bool
 	// Heartbeat: a client silent this long is dropped and reported lost. Default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// AuthTimeout: a connection must complete the handshake this soon after it is accepted, or it is dropped.
@@ -117,7 +119,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !isLoopback(host) && cfg.Token == "" {
+	if !isLoopback(host) && cfg.Token == "" && !cfg.AllowUnauthenticated {
 		return nil, &Error{Kind: ErrNoToken, Field: FieldListen, Value: cfg.Addr,
 			Detail: "not loopback, and there is no token: anyone who can reach it could join; give every node the same token, or listen on 127.0.0.1"}
 	}

@@ -18,6 +18,7 @@ func (soloBackend) Solo() bool              { return true }
 func (soloBackend) Elastic() bool           { return false }
 func (soloBackend) NeedsHosts(*Config) bool { return false }
 func (soloBackend) namesNodes(*Config) bool { return false }
+func (soloBackend) hostsServer() bool       { return false }
 func (soloBackend) port() int               { return DefaultPort }
 
 // open refuses a world of more than one node; there is nothing to prepare.

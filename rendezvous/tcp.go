@@ -17,9 +17,10 @@ import (
 // and, without an endpoint, node 0's host from the host list), met on the embedded server that node 0 hosts.
 type staticBackend struct{}
 
-func (staticBackend) Solo() bool    { return false }
-func (staticBackend) Elastic() bool { return false }
-func (staticBackend) port() int     { return DefaultPort }
+func (staticBackend) Solo() bool        { return false }
+func (staticBackend) Elastic() bool     { return false }
+func (staticBackend) port() int         { return DefaultPort }
+func (staticBackend) hostsServer() bool { return true }
 
 func (staticBackend) NeedsHosts(cfg *Config) bool { return cfg.NodeRank < 0 || cfg.Endpoint == "" }
 
@@ -42,6 +43,7 @@ func (tcpBackend) Solo() bool              { return false }
 func (tcpBackend) Elastic() bool           { return true }
 func (tcpBackend) namesNodes(*Config) bool { return false }
 func (tcpBackend) port() int               { return DefaultPort }
+func (tcpBackend) hostsServer() bool       { return true }
 
 func (tcpBackend) NeedsHosts(cfg *Config) bool { return cfg.Endpoint == "" && cfg.NNodes != 1 }
 
@@ -170,9 +172,9 @@ func (t *tcpStore) checkEndpoint(zeroOK bool) error {
 	if err != nil {
 		return err
 	}
-	if t.cfg.Token == "" && !isLoopback(host) {
+	if t.cfg.Token == "" && !isLoopback(host) && !t.cfg.AllowUnauthenticated {
 		return &Error{Kind: ErrNoToken, Field: FieldEndpoint, Value: t.endpoint,
-			Detail: "not a loopback address, and there is no token: the rendezvous would be open to anyone who can reach it; give every node the same token"}
+			Detail: "not a loopback address, and there is no token (Config.Token): the rendezvous would be open to anyone who can reach it"}
 	}
 	if t.cfg.Listen != "" {
 		if _, _, err := splitEndpoint(FieldListen, t.cfg.Listen, true); err != nil {
@@ -211,7 +213,7 @@ func (t *tcpStore) host(must bool) error {
 	if addr == "" {
 		addr = t.endpoint
 	}
-	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
+	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
 		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {

@@ -74,16 +74,19 @@ func hostAddr() string {
 	return ""
 }
 
-// TestDropinRendezvousTokenFromEnv: TPURUN_RDZV_TOKEN, documented beside --rdzv-token, was ignored. Without any
-// token the refusal says what to type and why the port is one above --master-port; with the variable the same
-// line is not refused, and two nodes of torchrun's static line agree off loopback.
+// TestDropinRendezvousTokenFromEnv: TPURUN_RDZV_TOKEN, documented beside --rdzv-token, was ignored. An endpoint the
+// user names (--rdzv-endpoint) off loopback without any token is refused, saying once what to type; with the
+// variable the same line is not refused, and two nodes of torchrun's static line agree off loopback. (Without a
+// token torchrun's static line runs, with one warning: TestPodsTorchrunStaticLineWithoutToken.)
 func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	t.Parallel()
-	line := []string{"--nnodes", "2", "--node-rank", "0", "--master-addr", "192.0.2.123", "--master-port", "29500", "--rdzv-timeout", "1",
+	line := []string{"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "192.0.2.123:29400", "--rdzv-timeout", "1",
 		"--device", "cpu", "--", "true"}
 	r := runCLI(t, "", []string{"TPURUN_RDZV_TOKEN="}, line...)
-	wantExit(t, "no token", r, exitcode.Usage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET",
-		"listens on 192.0.2.123:29501, the port above --master-port 29500")
+	wantExit(t, "no token", r, exitcode.Usage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET")
+	if n := strings.Count(r.stderr, "same secret") + strings.Count(r.stderr, "same token"); n != 1 {
+		t.Errorf("the refusal says %d times to give every node the token, want once:\n%s", n, r.stderr)
+	}
 	r = runCLI(t, "", []string{"TPURUN_RDZV_TOKEN=s3cret"}, line...)
 	if r.code == exitcode.Usage || strings.Contains(r.stderr, "token required") {
 		t.Errorf("TPURUN_RDZV_TOKEN set: exit %d, still refused for want of a token:\n%s", r.code, r.stderr)

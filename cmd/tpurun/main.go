@@ -177,9 +177,6 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr *console.Console) int {
 	rep, err := launcher.Run(context.Background(), *spec)
 	launcher.HurryOnStop(spec.Signals, stdout, stderr) // from here to the exit
-	if errors.Is(err, failure.ErrNoToken) {
-		err = fmt.Errorf("%w; %s", err, o.rdzv.tokenHint())
-	}
 	if rep != nil {
 		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -18,6 +20,7 @@ import (
 	"tpurun/launcher/flags"
 	"tpurun/launcher/topology"
 	"tpurun/launcher/workerenv"
+	"tpurun/rendezvous"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -109,6 +112,28 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 	return log, 0, false
 }
 
+// jobPlan is the plan a run would follow and this host's node in it: on a host whose environment says it is one of
+// several (a TPU slice's, a multislice job's), the job-wide world that a plain run joins (launcher's discovery), with
+// node 0's address as MASTER_ADDR and the run id it would have unless flags show others; else the host's plan.
+func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pflag.FlagSet, rt *workerenv.Runtime) (*topology.Plan, int, error) {
+	l, err := h.JobLayout(req)
+	if err != nil || l == nil {
+		return plan, topology.SoloNode(h, req), err
+	}
+	k, err := topology.LocalWorkers(h, req, l.NNodes(), l.Slices)
+	if err != nil {
+		return nil, 0, err
+	}
+	if plan, err = topology.WorldPlan(h, req, l.World(k, rendezvous.DefaultMegascalePort)); err != nil {
+		return nil, 0, err
+	}
+	if !fs.Changed("master-addr") {
+		rt.MasterAddr = l.Coordinator
+	}
+	rt.RunID = cmp.Or(rt.RunID, launcher.JobSetRunID(os.Environ()), "none")
+	return plan, l.NodeRank(), nil
+}
+
 // planCmd is `tpurun plan [flags]`: detect the host, build the plan and print it with every worker's complete
 // environment (the plan's PLUS the launcher's torchrun/tpurun variables). Nothing is started.
 func planCmd(args []string, stdout, stderr io.Writer) int {
@@ -129,6 +154,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return exitcode.Usage
 	}
 	h, plan, err := dev.DetectPlan(context.Background(), log)
+	req, _ := dev.Request()
+	node := 0
+	if err == nil {
+		plan, node, err = jobPlan(h, req, plan, fs, &rt)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return failure.ExitCode(err)
@@ -137,8 +167,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		req, _ := dev.Request()
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", topology.SoloNode(h, req), h.Device.V, h.Device.Source)
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", node, h.Device.V, h.Device.Source)
 		err = full.WriteTable(stdout)
 	}
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -21,7 +20,6 @@ type rdzvFlags struct {
 	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr, localAddr string
 	nodeRank, numSlices, sliceID                                              int
 	timeout                                                                   torchrun.Seconds
-	derived                                                                   string // how the static endpoint came from --master-addr/--master-port
 }
 
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
@@ -57,12 +55,15 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	}
 	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {
+		// --nnodes 1 (--standalone sets it) is one node on purpose; without it, a host whose environment says it is
+		// one of several joins them (launcher: discover)
+		c.Alone = r.fs.Changed("nnodes")
 		return c, nil, nil
 	}
 	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
 	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
 	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
-	c.RunID = cmp.Or(c.RunID, runID, "none") // torchrun's default run id
+	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (launcher.Spec)
 	if !c.Elastic() && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // a fixed world's size: from the host list
 	}
@@ -92,16 +93,7 @@ func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, master
 		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
 		*masterPort = cmp.Or(*masterPort, 29500)
 		c.Endpoint = net.JoinHostPort(masterAddr, strconv.Itoa(*masterPort+1))
-		r.derived = fmt.Sprintf("the static rendezvous listens on %s, the port above --master-port %d (the workers' store takes MASTER_PORT)", c.Endpoint, *masterPort)
+		c.AllowUnauthenticated = true // as torchrun's line: its store on MASTER_PORT has no token either (one warning)
 	}
 	return notes
-}
-
-// tokenHint says what to type when the rendezvous refuses to run off loopback without a token.
-func (r *rdzvFlags) tokenHint() string {
-	h := "give every node the same secret: --rdzv-token SECRET, or TPURUN_RDZV_TOKEN=SECRET in its environment (tpurun refuses an unauthenticated rendezvous off loopback; torchrun does not)"
-	if r.derived != "" {
-		h += "; " + r.derived
-	}
-	return h
 }

@@ -201,7 +201,9 @@ func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 }
 
 // megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
-// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing.
+// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing. The coordinator's address and
+// port that a worker inherits (its slice's env: GKE, a JobSet's downward API, tpu-env) are kept as given, byte for
+// byte: the agreed world only fills in what the environment did not say.
 func (w World) megascale(p *Plan) {
 	if w.NumSlices <= 1 {
 		return
@@ -215,12 +217,16 @@ func (w World) megascale(p *Plan) {
 		if wk.Env == nil {
 			continue // another slice's worker: only its rank is known here
 		}
-		wk.Env[megascaleCoordinator] = coord
+		if _, inherited := wk.Env[megascaleCoordinator]; !inherited {
+			wk.Env[megascaleCoordinator] = coord
+		}
+		if _, inherited := wk.Env[megascalePort]; !inherited {
+			wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
+		}
 		wk.Env[EnvMegascaleNumSlices] = strconv.Itoa(w.NumSlices)
 		if n := wk.NodeRank; n < len(w.Nodes) {
 			wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
 		}
-		wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
 	}
 }
 

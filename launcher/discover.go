@@ -1,0 +1,112 @@
+package launcher
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"strconv"
+
+	"go.uber.org/zap"
+
+	"tpurun/launcher/failure"
+	"tpurun/launcher/topology"
+	"tpurun/rendezvous"
+)
+
+// noRunID is torchrun's run id of a multi-host job given none ("none"): every node of a world must have the same.
+const noRunID = "none"
+
+// The JobSet's identity and restart attempt, as a manifest maps them from the pod's jobset.sigs.k8s.io labels
+// through the downward API (examples/kubernetes): the default run id of a pod's job (JobSetRunID).
+const (
+	EnvJobSetUID            = "JOBSET_UID"
+	EnvJobSetName           = "JOBSET_NAME"
+	EnvJobSetRestartAttempt = "JOBSET_RESTART_ATTEMPT"
+)
+
+// JobSetRunID is the run id of a JobSet's pods when env maps the JobSet's identity (JOBSET_UID, else JOBSET_NAME)
+// and restart attempt (JOBSET_RESTART_ATTEMPT): "<identity>-<attempt>", the same on every pod of one attempt and
+// another after a restart, so that a restarted JobSet never meets its previous attempt's rendezvous record. ""
+// when env names no JobSet.
+func JobSetRunID(env []string) string {
+	id := cmp.Or(lookupEnv(env, EnvJobSetUID), lookupEnv(env, EnvJobSetName))
+	if id == "" {
+		return ""
+	}
+	if a := lookupEnv(env, EnvJobSetRestartAttempt); a != "" {
+		return id + "-" + a
+	}
+	return id
+}
+
+// discover makes the world the host's environment describes, once, before anything joins: on one host of a TPU
+// slice of several hosts, or of a multislice job (topology.JobLayout), a run that asks for no world of its own (no
+// backend, or the static backend without an endpoint or host list) joins the others as one static world over every
+// slice: node rank = slice id x hosts per slice + worker id, node 0 the coordinator's host (slice 0's first), whose
+// server every node meets on the rendezvous port (29400, or the port option). A run on purpose alone
+// (RendezvousSpec.Alone: --nnodes 1, --standalone) plans this host as a one-host slice and says so. The world laid
+// out this way needs no token off loopback, as torchrun's static world does not (one warning says so).
+func (j *job) discover() error {
+	r := &j.spec.Rendezvous
+	if j.host == nil || !r.laidOutByHost() {
+		return nil
+	}
+	l, err := j.host.JobLayout(j.request)
+	if err != nil || l == nil {
+		return err
+	}
+	if r.Alone {
+		j.log.Info("this host is one of several, but runs alone as asked: a world of one host", zap.Stringer("host", l),
+			zap.Int("job_nodes", l.NNodes()))
+		j.host = j.host.Alone()
+		for _, k := range topology.JobEnv() {
+			j.spec.Env = withoutEnv(j.spec.Env, k)
+		}
+		return nil
+	}
+	if r.NNodes > 0 && r.NNodes != l.NNodes() {
+		return &failure.ConfigError{Field: failure.SettingNNodes, Value: strconv.Itoa(r.NNodes),
+			Hint: fmt.Sprintf("this host is %s: the job has %d nodes; give --nnodes %d, or leave it out", l, l.NNodes(), l.NNodes())}
+	}
+	j.layout = l
+	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = rendezvous.BackendStatic, l.NNodes(), 0, true
+	r.NumSlices, r.SliceID = l.Slices, l.SliceID
+	if r.NodeRank < 0 {
+		r.NodeRank = l.NodeRank()
+	}
+	if r.RunID == "" && j.spec.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
+		j.spec.RunID, j.spec.randomRunID = noRunID, false
+		j.log = j.spec.Logger.With(zap.String("run_id", noRunID))
+	}
+	r.RunID = cmp.Or(r.RunID, j.spec.RunID)
+	if l.Slices > 1 { // no host list names every node: each names itself, and node 0's endpoint is the coordinator's
+		port, err := rendezvousPort(r.Conf)
+		if err != nil {
+			return err
+		}
+		r.Endpoint = net.JoinHostPort(l.Coordinator, port)
+		r.NodeName, r.NodeAddr = cmp.Or(r.NodeName, l.Self()), cmp.Or(r.NodeAddr, l.Self())
+	}
+	j.log.Info("this host is one of several: joining them as one world", zap.Stringer("host", l), zap.Int("node_rank", r.NodeRank),
+		zap.Int("nnodes", r.NNodes), zap.String("coordinator", l.Coordinator))
+	return nil
+}
+
+// laidOutByHost reports whether the world of r is the host's to lay out: no backend (and not alone on purpose:
+// that is checked by the caller, who says so), or the static backend with neither an endpoint nor a host list.
+func (r RendezvousSpec) laidOutByHost() bool {
+	if r.Solo() {
+		return r.NNodes <= 1 && r.NodeRank < 1
+	}
+	conf, _ := rendezvous.ParseConf(r.Conf)
+	return r.Backend == rendezvous.BackendStatic && r.Endpoint == "" && conf["hosts"] == ""
+}
+
+// rendezvousPort is the port of an endpoint laid out from a host list: the port option, else the default.
+func rendezvousPort(conf string) (string, error) {
+	c, err := rendezvous.ParseConf(conf)
+	if err != nil {
+		return "", err
+	}
+	return cmp.Or(c["port"], strconv.Itoa(rendezvous.DefaultPort)), nil
+}
