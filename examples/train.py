@@ -1,0 +1,35 @@
+"""A training-shaped job for the JobSet examples (examples/kubernetes/): every rank joins one gloo group and
+all-reduces its rank; the sum must be 0 + 1 + ... + (WORLD_SIZE - 1) on every rank.
+
+It reads what tpurun (or torchrun) gives every worker: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+In a pod of the JobSet it runs as `tpurun -- python3 /app/examples/train.py`, on a CPU host as
+
+    tpurun --nprocs 4 -- python3 examples/train.py
+
+and prints one line per rank, `rank 3/8: all_reduce sum 28 (expected 28)`; a wrong sum exits 1.
+gloo on the CPU, so that it runs wherever torch does (Debian's python3-torch is enough).
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)  # env:// : MASTER_ADDR, MASTER_PORT
+    t = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(t)
+    got, want = int(t.item()), world * (world - 1) // 2
+    print(f"rank {rank}/{world}: all_reduce sum {got} (expected {want})", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    if got != want:
+        print(f"rank {rank} (local {local}): wrong all_reduce sum {got}, expected {want}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
