@@ -24,6 +24,7 @@ import (
 func (c *cluster) checkJobWorld(t *testing.T) world {
 	t.Helper()
 	w := c.oneWorld(t)
+	logged := t.Failed() // oneWorld showed the workers
 	first := c.pods[0]
 	if m := w[0].env["MASTER_ADDR"]; m != first.dns && m != first.addr {
 		t.Errorf("MASTER_ADDR=%q: want the first pod of slice 0, %s (%s)", m, first.dns, first.addr)
@@ -36,7 +37,7 @@ func (c *cluster) checkJobWorld(t *testing.T) world {
 	for s := range max(c.js.slices, 1) {
 		w.of(s).same(t, "TPU_PROCESS_ADDRESSES")
 	}
-	if t.Failed() {
+	if t.Failed() && !logged {
 		t.Logf("the workers:\n%s", w.table())
 	}
 	return w
