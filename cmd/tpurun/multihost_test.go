@@ -31,8 +31,15 @@ type node struct {
 // startNode starts the real tpurun binary as one node (not waiting for it).
 func startNode(t *testing.T, env []string, args ...string) *node {
 	t.Helper()
-	n := &node{cmd: exec.Command(filepath.Join(bin, "tpurun"), args...), done: make(chan struct{})}
-	n.cmd.Env = env
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
+	cmd.Env = env
+	return runNode(t, cmd)
+}
+
+// runNode starts cmd as one node, its output into the node's buffers (not waiting for it); the test's end kills it.
+func runNode(t *testing.T, cmd *exec.Cmd) *node {
+	t.Helper()
+	n := &node{cmd: cmd, done: make(chan struct{})}
 	n.cmd.Stdout, n.cmd.Stderr = &n.stdout, &n.stderr
 	mustDo(t, n.cmd.Start())
 	go func() {

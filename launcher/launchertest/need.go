@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // EnvCI is set to "true" on CI, where every tool a test needs must be present: a test that lacks one fails there.
@@ -38,6 +41,20 @@ var needs = map[string]func() (string, error){
 		_ = syscall.Unmount(d, syscall.MNT_DETACH)
 		return "tmpfs", nil
 	},
+	// namespaces: the test starts processes in mount and UTS namespaces of their own (a pod: its own /etc/hosts
+	// and hostname); needs CAP_SYS_ADMIN, which root in an unprivileged container lacks.
+	"namespaces": func() (string, error) {
+		errc := make(chan error, 1)
+		go func() {
+			// The thread that unshares is never unlocked: it ends with this goroutine, and its namespaces with it.
+			runtime.LockOSThread()
+			errc <- unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWUTS)
+		}()
+		if err := <-errc; err != nil {
+			return "", fmt.Errorf("unshare(CLONE_NEWNS|CLONE_NEWUTS): %w (run as root, with CAP_SYS_ADMIN)", err)
+		}
+		return "namespaces", nil
+	},
 	// ns_last_pid: the test chooses the next pid (pid reuse); root only.
 	"ns_last_pid": func() (string, error) {
 		const p = "/proc/sys/kernel/ns_last_pid"
@@ -59,9 +76,9 @@ var needs = map[string]func() (string, error){
 }
 
 // Need returns what the test needs, tool: an executable on PATH ("python3", "unshare"; its path is returned) or
-// one of the requirements "root", "tmpfs", "ns_last_pid", "torch". When the machine lacks it the test fails under
-// CI=true (CI must provide everything) and is skipped otherwise, saying "SKIPPED, NOT PASSED" and why: a skipped
-// test is never counted as passing.
+// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch". When the machine lacks it the
+// test fails under CI=true (CI must provide everything) and is skipped otherwise, saying "SKIPPED, NOT PASSED" and
+// why: a skipped test is never counted as passing.
 func Need(t testing.TB, tool string) string {
 	t.Helper()
 	var got string
