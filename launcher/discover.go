@@ -13,8 +13,8 @@ import (
 	"tpurun/rendezvous"
 )
 
-// noRunID is torchrun's run id of a multi-host job given none ("none"): every node of a world must have the same.
-const noRunID = "none"
+// NoRunID is torchrun's run id of a multi-host job given none ("none"): every node of a world must have the same.
+const NoRunID = "none"
 
 // The JobSet's identity and restart attempt, as a manifest maps them from the pod's jobset.sigs.k8s.io labels
 // through the downward API (examples/kubernetes): the default run id of a pod's job (JobSetRunID).
@@ -75,8 +75,8 @@ func (j *job) discover() error {
 		r.NodeRank = l.NodeRank()
 	}
 	if r.RunID == "" && j.spec.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
-		j.spec.RunID, j.spec.randomRunID = noRunID, false
-		j.log = j.spec.Logger.With(zap.String("run_id", noRunID))
+		j.spec.RunID, j.spec.randomRunID = NoRunID, false
+		j.log = j.spec.Logger.With(zap.String("run_id", NoRunID))
 	}
 	r.RunID = cmp.Or(r.RunID, j.spec.RunID)
 	if l.Slices > 1 { // no host list names every node: each names itself, and node 0's endpoint is the coordinator's

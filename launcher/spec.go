@@ -160,7 +160,7 @@ func (s Spec) withDefaults() (Spec, error) {
 func (s *Spec) defaultIDs() error {
 	s.RunID = cmp.Or(s.RunID, s.Rendezvous.RunID, JobSetRunID(s.Env))
 	if s.RunID == "" && !s.Rendezvous.Solo() {
-		s.RunID = noRunID
+		s.RunID = NoRunID
 	}
 	if s.RunID == "" {
 		id, err := randomHex(6)

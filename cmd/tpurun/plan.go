@@ -130,7 +130,7 @@ func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pf
 	if !fs.Changed("master-addr") {
 		rt.MasterAddr = l.Coordinator
 	}
-	rt.RunID = cmp.Or(rt.RunID, launcher.JobSetRunID(os.Environ()), "none")
+	rt.RunID = cmp.Or(rt.RunID, launcher.JobSetRunID(os.Environ()), launcher.NoRunID)
 	return plan, l.NodeRank(), nil
 }
 

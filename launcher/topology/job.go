@@ -3,7 +3,6 @@ package topology
 import (
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 )
 
@@ -54,8 +53,8 @@ func (l *JobLayout) String() string {
 // JobLayout is the job this TPU host's environment describes (see JobLayout), or nil when it describes no job of
 // several hosts: not a TPU, one host of one slice, or a one-chip run of one host (xmp.spawn(nprocs=1)'s, which is
 // this host's alone, whatever the slice). What cannot be made consistent is a *ConfigError naming the variable: a
-// multislice job without MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, a slice id out of range, a listed
-// slice without this host's worker id, or a worker id outside the list.
+// multislice job without MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, or a slice id out of range (detection
+// already refused a host list without this host's worker id in it).
 func (h *Host) JobLayout(req Request) (*JobLayout, error) {
 	if !h.Device.V.Kind().FixedSlice() || (req.NProcs == 1 && !req.SPMD && !h.SPMD.V) {
 		return nil, nil
@@ -66,14 +65,6 @@ func (h *Host) JobLayout(req Request) (*JobLayout, error) {
 	}
 	if l.NNodes() < 2 {
 		return nil, nil
-	}
-	if len(l.Hosts) > 1 && !h.WorkerID.IsSet() {
-		return nil, &ConfigError{Name: "TPU_WORKER_ID", Problem: "is not set, so this host's place among the slice's hosts is unknown",
-			Sources: []Source{l.HostsSource}, Hint: "set TPU_WORKER_ID to this host's index in the list (GKE sets it from the pod's completion index)"}
-	}
-	if len(l.Hosts) > 0 && l.WorkerID >= len(l.Hosts) {
-		return nil, &ConfigError{Name: "TPU_WORKER_ID", Value: strconv.Itoa(l.WorkerID), Problem: fmt.Sprintf("is not an index of the %d hosts", len(l.Hosts)),
-			Sources: []Source{h.WorkerID.Source, l.HostsSource}, Choices: indexChoices(len(l.Hosts))}
 	}
 	if l.Slices == 1 {
 		l.Coordinator, l.CoordinatorSource = l.Hosts[0], l.HostsSource
