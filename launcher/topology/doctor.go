@@ -18,6 +18,10 @@ type Doctor struct {
 	Problems []string  `json:"problems,omitempty"` // checks that could not run, with why
 	// Notes explain the workers' environment where tpurun chose between upstream behaviours (Explain).
 	Notes []string `json:"notes,omitempty"`
+	// Job is the job this host's environment says it is one host of, which a plain run joins (Host.JobLayout);
+	// JobError why that environment is inconsistent (a run would exit 2).
+	Job      *JobLayout `json:"job,omitempty"`
+	JobError string     `json:"job_error,omitempty"`
 }
 
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
@@ -25,6 +29,7 @@ type Doctor struct {
 // with the run's request sets d.Notes = Explain(h, req).
 func Diagnose(ctx context.Context, h *Host, opts Options, lockfile string) *Doctor {
 	d := &Doctor{Host: h, Notes: Explain(h, Request{})}
+	d.SetJob(h.JobLayout(Request{}))
 	if nodes := h.DevNodes(); len(nodes) > 0 {
 		hs, err := Holders(h.ProcRoot, nodes)
 		if err != nil {
@@ -44,12 +49,34 @@ func Diagnose(ctx context.Context, h *Host, opts Options, lockfile string) *Doct
 	return d
 }
 
+// SetJob records the job the host's environment describes for the run's request, or why it cannot be laid out.
+func (d *Doctor) SetJob(l *JobLayout, err error) {
+	d.Job, d.JobError = l, ""
+	if err != nil {
+		d.JobError = err.Error()
+	}
+}
+
+// writeJob says where this host stands in the job its environment describes, and where a plain run meets the
+// other hosts.
+func writeJob(w io.Writer, d *Doctor) {
+	switch {
+	case d.JobError != "":
+		fmt.Fprintf(w, "job: a run would exit 2: %s\n", d.JobError)
+	case d.Job != nil:
+		l := d.Job
+		fmt.Fprintf(w, "job: this host is %s: node %d of %d; a plain run meets the others at %s on the rendezvous port, --nnodes 1 runs it alone\n",
+			l, l.NodeRank(), l.NNodes(), l.Coordinator)
+	}
+}
+
 // WriteDoctor writes the doctor report for people: every detected value with its source, the chips and their
 // device nodes, holders, the lockfile and metadata reachability.
 func WriteDoctor(w io.Writer, d *Doctor) error {
 	if err := writeSettings(w, d.Host); err != nil {
 		return err
 	}
+	writeJob(w, d)
 	if err := writeDevices(w, d); err != nil {
 		return err
 	}

@@ -13,14 +13,14 @@ import (
 // per slice + worker id, node 0 the coordinator's host (slice 0's first host). That is how JAX numbers the
 // processes of a multislice job on GKE (TPU_FACTS.md), and why discovery runs once per job, not once per slice.
 type JobLayout struct {
-	Hosts       []string // this host's slice in worker order; nil for a one-host slice the environment does not list
-	HostsSource Source
-	WorkerID    int // this host's index in Hosts
-	Slices      int // 1, or MEGASCALE_NUM_SLICES
-	SliceID     int // 0, or MEGASCALE_SLICE_ID
+	Hosts       []string `json:"hosts,omitempty"` // this host's slice in worker order; nil for a one-host slice the environment does not list
+	HostsSource Source   `json:"hosts_source"`
+	WorkerID    int      `json:"worker_id"` // this host's index in Hosts
+	Slices      int      `json:"slices"`    // 1, or MEGASCALE_NUM_SLICES
+	SliceID     int      `json:"slice_id"`  // 0, or MEGASCALE_SLICE_ID
 	// Coordinator is node 0's host: the host of MEGASCALE_COORDINATOR_ADDRESS in a multislice job, else Hosts[0].
-	Coordinator       string
-	CoordinatorSource Source
+	Coordinator       string `json:"coordinator"`
+	CoordinatorSource Source `json:"coordinator_source"`
 }
 
 // HostsPerSlice is the number of hosts of each slice.
