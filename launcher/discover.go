@@ -69,11 +69,11 @@ func (j *job) discover() error {
 			Hint: fmt.Sprintf("this host is %s: the job has %d nodes; give --nnodes %d, or leave it out", l, l.NNodes(), l.NNodes())}
 	}
 	j.layout = l
-	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = rendezvous.BackendStatic, l.NNodes(), 0, true
-	r.NumSlices, r.SliceID = l.Slices, l.SliceID
-	if r.NodeRank < 0 {
+	if r.Solo() || r.NodeRank < 0 { // a world of one has no rank to give (0 and -1 alike): the layout's
 		r.NodeRank = l.NodeRank()
 	}
+	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = rendezvous.BackendStatic, l.NNodes(), 0, true
+	r.NumSlices, r.SliceID = l.Slices, l.SliceID
 	if r.RunID == "" && j.spec.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
 		j.spec.RunID, j.spec.randomRunID = NoRunID, false
 		j.log = j.spec.Logger.With(zap.String("run_id", NoRunID))
@@ -95,8 +95,8 @@ func (j *job) discover() error {
 // laidOutByHost reports whether the world of r is the host's to lay out: no backend (and not alone on purpose:
 // that is checked by the caller, who says so), or the static backend with neither an endpoint nor a host list.
 func (r RendezvousSpec) laidOutByHost() bool {
-	if r.Solo() {
-		return r.NNodes <= 1 && r.NodeRank < 1
+	if r.Solo() { // --node-rank 0 of one node is the zero spec's; another rank is refused by validateSolo
+		return r.NNodes <= 1 && r.NodeRank <= 0
 	}
 	conf, _ := rendezvous.ParseConf(r.Conf)
 	return r.Backend == rendezvous.BackendStatic && r.Endpoint == "" && conf["hosts"] == ""
