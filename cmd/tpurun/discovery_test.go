@@ -34,7 +34,7 @@ func (c *cluster) checkJobWorld(t *testing.T) world {
 	w.check(t, "the hosts of TPU_PROCESS_ADDRESSES", func(s seen) (string, string) {
 		return strings.Join(addressHosts(s.env["TPU_PROCESS_ADDRESSES"]), ","), inherited(s.pod, "TPU_WORKER_HOSTNAMES")
 	})
-	for s := range max(c.js.slices, 1) {
+	for s := range c.slices() {
 		w.of(s).same(t, "TPU_PROCESS_ADDRESSES")
 	}
 	if t.Failed() && !logged {
@@ -50,7 +50,10 @@ func (c *cluster) checkJobWorld(t *testing.T) world {
 func (c *cluster) oneWorld(t *testing.T) world {
 	t.Helper()
 	pods := c.started()
-	n := len(pods) * chipsPerPod
+	n := 0
+	for _, p := range pods {
+		n += p.spec.TPU.ChipsPerHost
+	}
 	w := worldOf(t, pods...)
 	w.ranks(t, n)
 	w.same(t, "MASTER_ADDR")
@@ -60,7 +63,7 @@ func (c *cluster) oneWorld(t *testing.T) world {
 	w.is(t, "JAX_NUM_PROCESSES", strconv.Itoa(n))
 	w.each(t, "JAX_PROCESS_ID", func(s seen) string { return s.env["RANK"] })
 	w.is(t, "GROUP_WORLD_SIZE", strconv.Itoa(len(pods)))
-	w.each(t, "GROUP_RANK", func(s seen) string { return strconv.Itoa(s.pod.slice*c.shape.hosts + s.pod.worker) })
+	w.each(t, "GROUP_RANK", func(s seen) string { return strconv.Itoa(s.pod.slice*s.pod.spec.TPU.Hosts + s.pod.worker) })
 	if t.Failed() {
 		t.Logf("the workers:\n%s", w.table())
 	}
@@ -234,8 +237,8 @@ func TestPodsSliceFormsOneWorld(t *testing.T) {
 func TestPodsMultisliceFormsOneWorld(t *testing.T) {
 	t.Parallel()
 	launchertest.Heavy(t) // 8 launchers, 32 workers
-	js := jobset{name: "multi", rjob: "slice", slices: 2, accel: "v5litepod-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}}
+	js := jobset{name: "multi", rjob: "slice", slices: 2, accel: "v5litepod-16", identity: true, token: true,
+		command: []string{"tpurun", "--", self(t)}}
 	c := newCluster(t, js)
 	c.start(c.pods...)
 	c.waitAll(0)
@@ -270,19 +273,22 @@ func TestPodsMultisliceFormsOneWorld(t *testing.T) {
 		lr, _ := strconv.Atoi(s.env["LOCAL_RANK"])
 		return strconv.Itoa(s.pod.worker*chipsPerPod + lr)
 	})
-	w.is(t, "TORCHELASTIC_RUN_ID", c.js.uid+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
+	w.is(t, "TORCHELASTIC_RUN_ID", c.k.UID+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
 }
 
 // TestPodsInconsistentMultisliceExits2 (issue 36): a multislice pod whose env cannot say the job consistently
-// (MEGASCALE_NUM_SLICES=2 and no MEGASCALE_COORDINATOR_ADDRESS) exits 2 at once, naming the variable, and starts
-// no worker.
+// (MEGASCALE_NUM_SLICES=2 and no MEGASCALE_COORDINATOR_ADDRESS: a manifest that forgot to map it) exits 2 at once,
+// naming the variable, and starts no worker.
 func TestPodsInconsistentMultisliceExits2(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "broken", rjob: "slice", slices: 2, accel: "v4-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}})
+	c := newCluster(t, jobset{name: "broken", rjob: "slice", slices: 2, accel: "v4-16", identity: true, token: true,
+		unmapped: []string{"MEGASCALE_COORDINATOR_ADDRESS"}, command: []string{"tpurun", "--", self(t)}})
 	slice1 := c.pods[2:]
 	for _, p := range slice1 {
-		p.env = launchertest.Without(p.env, "MEGASCALE_COORDINATOR_ADDRESS=")
+		if _, ok := p.spec.LookupEnv("MEGASCALE_COORDINATOR_ADDRESS"); ok || p.spec.Getenv("MEGASCALE_NUM_SLICES") != "2" {
+			t.Fatalf("pod %s: MEGASCALE_NUM_SLICES=%q and MEGASCALE_COORDINATOR_ADDRESS set %v; want 2 and unset", p.hostname,
+				p.spec.Getenv("MEGASCALE_NUM_SLICES"), ok)
+		}
 	}
 	c.start(slice1...) // the default --rdzv-timeout (5m) is past the deadline: only an exit at once passes
 	c.waitAll(2)
@@ -301,8 +307,8 @@ func TestPodsInconsistentMultisliceExits2(t *testing.T) {
 // forms once the name resolves (pod 0's line added to pod 1's /etc/hosts, in place).
 func TestPodsEndpointNotYetResolvable(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "late", rjob: "slice", accel: "v4-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}})
+	c := newCluster(t, jobset{name: "late", rjob: "slice", accel: "v4-16", identity: true, token: true,
+		command: []string{"tpurun", "--", self(t)}})
 	p0, p1 := c.pods[0], c.pods[1]
 	p1.unlist(p0)
 	c.start(p0, p1)
@@ -323,20 +329,21 @@ func TestPodsEndpointNotYetResolvable(t *testing.T) {
 	}
 }
 
-// TestPodsTorchrunStaticLineWithoutToken (issue 36, 5): torchrun's own static line, as a torchrun user runs it in
-// two pods (`--nnodes=2 --node_rank=R --master_addr=<pod 0> --master_port=29500`, no token), runs one world of
-// both (GROUP_RANK the --node_rank, MASTER_PORT as given), and each node warns once, naming TPURUN_RDZV_TOKEN; the
-// messages say each thing once (no line twice, no flag the user never typed).
+// TestPodsTorchrunStaticLineWithoutToken (issue 36, 5): torchrun's own static line, as a torchrun user writes it
+// in a JobSet of two pods (`--nnodes=2 --node_rank=$(JOB_COMPLETION_INDEX) --master_addr=<pod 0>
+// --master_port=29500`, as JobSet's PyTorch example does; no token), runs one world of both (GROUP_RANK the
+// --node_rank, MASTER_PORT as given), and each node warns once, naming TPURUN_RDZV_TOKEN; the messages say each
+// thing once (no line twice, no flag the user never typed).
 //
 // Not checked: which address MASTER_ADDR and the TPU host list name. A node of this line names itself by its
 // address toward the endpoint, and every pod here shares the machine's loopback, where that address is 127.0.0.1
 // (a real pod's is its own IP, what its name resolves to).
 func TestPodsTorchrunStaticLineWithoutToken(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "torchrun", rjob: "node", accel: "v4-16"})
-	for _, p := range c.pods {
-		p.command = []string{"tpurun", "--nnodes=2", "--node_rank=" + strconv.Itoa(p.worker), "--master_addr=" + c.pods[0].dns,
-			"--master_port=29500", self(t)}
+	c := newCluster(t, jobset{name: "torchrun", rjob: "node", accel: "v4-16", command: []string{"tpurun", "--nnodes=2",
+		"--node_rank=$(JOB_COMPLETION_INDEX)", "--master_addr=torchrun-node-0-0.torchrun", "--master_port=29500", self(t)}})
+	if c.pods[0].dns != "torchrun-node-0-0.torchrun" {
+		t.Fatalf("pod 0 is %s, not the --master_addr the manifest names", c.pods[0].dns)
 	}
 	c.start(c.pods...)
 	c.waitAll(0)
