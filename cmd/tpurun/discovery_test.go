@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"tpurun/internal/k8stest"
 	"tpurun/launcher/launchertest"
 )
 
@@ -392,4 +395,85 @@ func TestPodsSingleHostOnPurpose(t *testing.T) {
 		t.Errorf("pod %s: want one line saying it runs alone although it is one of 2 hosts (TPU_WORKER_HOSTNAMES); got %d:\n%s",
 			p.hostname, len(alone), p.stderr.String())
 	}
+}
+
+// exampleJobSets are the JobSets of examples/kubernetes (every file there) that TestPodsJobSetExamples runs as
+// pods, and how many restart attempts of each (0, then 1: every pod made again). The restart is run for the
+// single slice only: both manifests map the run id's parts alike (examples/kubernetes' TestManifestShape), and a
+// second attempt of the multislice job's 8 pods and 32 workers would cost the suite as much again as its first
+// (about 11 s of CPU with -race, half the test's).
+var exampleJobSets = []struct {
+	file     string
+	attempts int32
+}{{"jobset-slice.yaml", 2}, {"jobset-multislice.yaml", 1}}
+
+// TestPodsJobSetExamples (issue 36, SPEC-36 2 and 3): every pod of each JobSet of examples/kubernetes, all started
+// at once, each with exactly the environment k8stest.Pods gives it (the Secret's token from the test's cluster)
+// and its own argv, forms ONE world of the JobSet's pods (checkJobWorld; in the multislice job every slice's pods,
+// MEGASCALE_COORDINATOR_ADDRESS kept as inherited), whose run id is the JobSet's uid and restart attempt; the same
+// JobSet restarted (restart attempt 1: every pod made again) runs under another run id.
+//
+// One substitution in the pods' argv: the program after "--" (python3 /app/examples/train.py) is this test binary
+// as the envdump worker, which records what each worker was given. train.py imports torch in every worker: 48
+// of them would cost the suite more than the world they form is worth here, and examples/train_test.go runs
+// train.py under tpurun.
+func TestPodsJobSetExamples(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "examples", "kubernetes")
+	files, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	mustDo(t, err)
+	var want []string
+	for _, x := range exampleJobSets {
+		want = append(want, filepath.Join(dir, x.file))
+	}
+	slices.Sort(files)
+	if slices.Sort(want); !slices.Equal(files, want) {
+		t.Fatalf("examples/kubernetes has %q; this test runs %q", files, want)
+	}
+	launchertest.Heavy(t) // 12 pods, 48 workers; 4 and 16 again
+	for _, x := range exampleJobSets {
+		t.Run(x.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(dir, x.file))
+			mustDo(t, err)
+			m, err := k8stest.DecodeJobSet(b)
+			mustDo(t, err)
+			uid, token := newUID(t), secret(t)
+			runIDs := map[string]bool{}
+			for attempt := range x.attempts {
+				c := newClusterOf(t, m, k8stest.Cluster{UID: uid, RestartAttempt: attempt,
+					Secrets: map[string]map[string]string{tokenSecret: {tokenKey: token}}})
+				for _, p := range c.pods {
+					p.command = withProgram(t, p.command, self(t))
+				}
+				c.start(c.pods...)
+				c.waitAll(0)
+				w := c.checkJobWorld(t)
+				if c.slices() > 1 {
+					w.is(t, "MEGASCALE_COORDINATOR_ADDRESS", inherited(c.pods[0], "MEGASCALE_COORDINATOR_ADDRESS")) // byte for byte
+					w.each(t, "MEGASCALE_SLICE_ID", func(s seen) string { return strconv.Itoa(s.pod.slice) })
+				}
+				id := fmt.Sprintf("%s-%d", uid, attempt) // JOBSET_UID-JOBSET_RESTART_ATTEMPT
+				w.is(t, "TORCHELASTIC_RUN_ID", id)
+				if got := w[0].env["TORCHELASTIC_RUN_ID"]; runIDs[got] {
+					t.Errorf("restart attempt %d ran under run id %q, a previous attempt's", attempt, got)
+				} else {
+					runIDs[got] = true
+				}
+				if t.Failed() {
+					t.FailNow()
+				}
+			}
+		})
+	}
+}
+
+// withProgram is argv with the program after its "--" replaced by prog (tpurun's flags before it kept); argv with
+// no "--" and a program after it fails the test.
+func withProgram(t *testing.T, argv []string, prog ...string) []string {
+	t.Helper()
+	i := slices.Index(argv, "--")
+	if i < 0 || i == len(argv)-1 {
+		t.Fatalf("the pod runs %q: no program after --", argv)
+	}
+	return append(slices.Clone(argv[:i+1]), prog...)
 }
