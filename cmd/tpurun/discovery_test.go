@@ -17,8 +17,9 @@ import (
 	"tpurun/launcher/launchertest"
 )
 
-// The tests of issue 36 (SPEC-36.md, 1): the hosts of a TPU slice or a multislice, each a GKE pod (pod_test.go)
-// running the command its manifest runs, form one world by themselves.
+// The tests of issue 36 (SPEC-36.md, 1 and 2): the hosts of a TPU slice or a multislice, each a GKE pod
+// (pod_test.go) running the command its manifest runs, form one world by themselves; the JobSets of
+// examples/kubernetes run as pods do too.
 
 // checkJobWorld checks that the workers of every started pod of c are one world over every slice of the JobSet,
 // laid out from the pods' TPU env as SPEC-36 says (oneWorld), with MASTER_ADDR the first pod of slice 0 (its DNS
