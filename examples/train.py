@@ -4,7 +4,7 @@ all-reduces its rank; the sum must be 0 + 1 + ... + (WORLD_SIZE - 1) on every ra
 It reads what tpurun (or torchrun) gives every worker: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
 In a pod of the JobSet it runs as `tpurun -- python3 /app/examples/train.py`, on a CPU host as
 
-    tpurun --nprocs 4 -- python3 examples/train.py
+    tpurun --nprocs 2 -- python3 examples/train.py
 
 and prints one line per rank, `rank 3/8: all_reduce sum 28 (expected 28)`; a wrong sum exits 1.
 gloo on the CPU, so that it runs wherever torch does (Debian's python3-torch is enough).

@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"tpurun/internal/k8stest"
 	"tpurun/launcher/launchertest"
 )
 
-// The tests of issue 36 (SPEC-36.md, 1): the hosts of a TPU slice or a multislice, each a GKE pod (pod_test.go)
-// running the command its manifest runs, form one world by themselves.
+// The tests of issue 36 (SPEC-36.md, 1 and 2): the hosts of a TPU slice or a multislice, each a GKE pod
+// (pod_test.go) running the command its manifest runs, form one world by themselves; the JobSets of
+// examples/kubernetes run as pods do too.
 
 // checkJobWorld checks that the workers of every started pod of c are one world over every slice of the JobSet,
 // laid out from the pods' TPU env as SPEC-36 says (oneWorld), with MASTER_ADDR the first pod of slice 0 (its DNS
@@ -34,7 +38,7 @@ func (c *cluster) checkJobWorld(t *testing.T) world {
 	w.check(t, "the hosts of TPU_PROCESS_ADDRESSES", func(s seen) (string, string) {
 		return strings.Join(addressHosts(s.env["TPU_PROCESS_ADDRESSES"]), ","), inherited(s.pod, "TPU_WORKER_HOSTNAMES")
 	})
-	for s := range max(c.js.slices, 1) {
+	for s := range c.slices() {
 		w.of(s).same(t, "TPU_PROCESS_ADDRESSES")
 	}
 	if t.Failed() && !logged {
@@ -50,7 +54,10 @@ func (c *cluster) checkJobWorld(t *testing.T) world {
 func (c *cluster) oneWorld(t *testing.T) world {
 	t.Helper()
 	pods := c.started()
-	n := len(pods) * chipsPerPod
+	n := 0
+	for _, p := range pods {
+		n += p.spec.TPU.ChipsPerHost
+	}
 	w := worldOf(t, pods...)
 	w.ranks(t, n)
 	w.same(t, "MASTER_ADDR")
@@ -60,7 +67,7 @@ func (c *cluster) oneWorld(t *testing.T) world {
 	w.is(t, "JAX_NUM_PROCESSES", strconv.Itoa(n))
 	w.each(t, "JAX_PROCESS_ID", func(s seen) string { return s.env["RANK"] })
 	w.is(t, "GROUP_WORLD_SIZE", strconv.Itoa(len(pods)))
-	w.each(t, "GROUP_RANK", func(s seen) string { return strconv.Itoa(s.pod.slice*c.shape.hosts + s.pod.worker) })
+	w.each(t, "GROUP_RANK", func(s seen) string { return strconv.Itoa(s.pod.slice*s.pod.spec.TPU.Hosts + s.pod.worker) })
 	if t.Failed() {
 		t.Logf("the workers:\n%s", w.table())
 	}
@@ -234,8 +241,8 @@ func TestPodsSliceFormsOneWorld(t *testing.T) {
 func TestPodsMultisliceFormsOneWorld(t *testing.T) {
 	t.Parallel()
 	launchertest.Heavy(t) // 8 launchers, 32 workers
-	js := jobset{name: "multi", rjob: "slice", slices: 2, accel: "v5litepod-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}}
+	js := jobset{name: "multi", rjob: "slice", slices: 2, accel: "v5litepod-16", identity: true, token: true,
+		command: []string{"tpurun", "--", self(t)}}
 	c := newCluster(t, js)
 	c.start(c.pods...)
 	c.waitAll(0)
@@ -270,19 +277,22 @@ func TestPodsMultisliceFormsOneWorld(t *testing.T) {
 		lr, _ := strconv.Atoi(s.env["LOCAL_RANK"])
 		return strconv.Itoa(s.pod.worker*chipsPerPod + lr)
 	})
-	w.is(t, "TORCHELASTIC_RUN_ID", c.js.uid+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
+	w.is(t, "TORCHELASTIC_RUN_ID", c.k.UID+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
 }
 
 // TestPodsInconsistentMultisliceExits2 (issue 36): a multislice pod whose env cannot say the job consistently
-// (MEGASCALE_NUM_SLICES=2 and no MEGASCALE_COORDINATOR_ADDRESS) exits 2 at once, naming the variable, and starts
-// no worker.
+// (MEGASCALE_NUM_SLICES=2 and no MEGASCALE_COORDINATOR_ADDRESS: a manifest that forgot to map it) exits 2 at once,
+// naming the variable, and starts no worker.
 func TestPodsInconsistentMultisliceExits2(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "broken", rjob: "slice", slices: 2, accel: "v4-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}})
+	c := newCluster(t, jobset{name: "broken", rjob: "slice", slices: 2, accel: "v4-16", identity: true, token: true,
+		unmapped: []string{"MEGASCALE_COORDINATOR_ADDRESS"}, command: []string{"tpurun", "--", self(t)}})
 	slice1 := c.pods[2:]
 	for _, p := range slice1 {
-		p.env = launchertest.Without(p.env, "MEGASCALE_COORDINATOR_ADDRESS=")
+		if _, ok := p.spec.LookupEnv("MEGASCALE_COORDINATOR_ADDRESS"); ok || p.spec.Getenv("MEGASCALE_NUM_SLICES") != "2" {
+			t.Fatalf("pod %s: MEGASCALE_NUM_SLICES=%q and MEGASCALE_COORDINATOR_ADDRESS set %v; want 2 and unset", p.hostname,
+				p.spec.Getenv("MEGASCALE_NUM_SLICES"), ok)
+		}
 	}
 	c.start(slice1...) // the default --rdzv-timeout (5m) is past the deadline: only an exit at once passes
 	c.waitAll(2)
@@ -301,8 +311,8 @@ func TestPodsInconsistentMultisliceExits2(t *testing.T) {
 // forms once the name resolves (pod 0's line added to pod 1's /etc/hosts, in place).
 func TestPodsEndpointNotYetResolvable(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "late", rjob: "slice", accel: "v4-16", identity: true,
-		env: []string{"TPURUN_RDZV_TOKEN=" + secret(t)}, command: []string{"tpurun", "--", self(t)}})
+	c := newCluster(t, jobset{name: "late", rjob: "slice", accel: "v4-16", identity: true, token: true,
+		command: []string{"tpurun", "--", self(t)}})
 	p0, p1 := c.pods[0], c.pods[1]
 	p1.unlist(p0)
 	c.start(p0, p1)
@@ -323,20 +333,21 @@ func TestPodsEndpointNotYetResolvable(t *testing.T) {
 	}
 }
 
-// TestPodsTorchrunStaticLineWithoutToken (issue 36, 5): torchrun's own static line, as a torchrun user runs it in
-// two pods (`--nnodes=2 --node_rank=R --master_addr=<pod 0> --master_port=29500`, no token), runs one world of
-// both (GROUP_RANK the --node_rank, MASTER_PORT as given), and each node warns once, naming TPURUN_RDZV_TOKEN; the
-// messages say each thing once (no line twice, no flag the user never typed).
+// TestPodsTorchrunStaticLineWithoutToken (issue 36, 5): torchrun's own static line, as a torchrun user writes it
+// in a JobSet of two pods (`--nnodes=2 --node_rank=$(JOB_COMPLETION_INDEX) --master_addr=<pod 0>
+// --master_port=29500`, as JobSet's PyTorch example does; no token), runs one world of both (GROUP_RANK the
+// --node_rank, MASTER_PORT as given), and each node warns once, naming TPURUN_RDZV_TOKEN; the messages say each
+// thing once (no line twice, no flag the user never typed).
 //
 // Not checked: which address MASTER_ADDR and the TPU host list name. A node of this line names itself by its
 // address toward the endpoint, and every pod here shares the machine's loopback, where that address is 127.0.0.1
 // (a real pod's is its own IP, what its name resolves to).
 func TestPodsTorchrunStaticLineWithoutToken(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, jobset{name: "torchrun", rjob: "node", accel: "v4-16"})
-	for _, p := range c.pods {
-		p.command = []string{"tpurun", "--nnodes=2", "--node_rank=" + strconv.Itoa(p.worker), "--master_addr=" + c.pods[0].dns,
-			"--master_port=29500", self(t)}
+	c := newCluster(t, jobset{name: "torchrun", rjob: "node", accel: "v4-16", command: []string{"tpurun", "--nnodes=2",
+		"--node_rank=$(JOB_COMPLETION_INDEX)", "--master_addr=torchrun-node-0-0.torchrun", "--master_port=29500", self(t)}})
+	if c.pods[0].dns != "torchrun-node-0-0.torchrun" {
+		t.Fatalf("pod 0 is %s, not the --master_addr the manifest names", c.pods[0].dns)
 	}
 	c.start(c.pods...)
 	c.waitAll(0)
@@ -385,4 +396,85 @@ func TestPodsSingleHostOnPurpose(t *testing.T) {
 		t.Errorf("pod %s: want one line saying it runs alone although it is one of 2 hosts (TPU_WORKER_HOSTNAMES); got %d:\n%s",
 			p.hostname, len(alone), p.stderr.String())
 	}
+}
+
+// exampleJobSets are the JobSets of examples/kubernetes (every file there) that TestPodsJobSetExamples runs as
+// pods, and how many restart attempts of each (0, then 1: every pod made again). The restart is run for the
+// single slice only: both manifests map the run id's parts alike (examples/kubernetes' TestManifestShape), and a
+// second attempt of the multislice job's 8 pods and 32 workers would cost the suite as much again as its first
+// (about 11 s of CPU with -race, half the test's).
+var exampleJobSets = []struct {
+	file     string
+	attempts int32
+}{{"jobset-slice.yaml", 2}, {"jobset-multislice.yaml", 1}}
+
+// TestPodsJobSetExamples (issue 36, SPEC-36 2 and 3): every pod of each JobSet of examples/kubernetes, all started
+// at once, each with exactly the environment k8stest.Pods gives it (the Secret's token from the test's cluster)
+// and its own argv, forms ONE world of the JobSet's pods (checkJobWorld; in the multislice job every slice's pods,
+// MEGASCALE_COORDINATOR_ADDRESS kept as inherited), whose run id is the JobSet's uid and restart attempt; the same
+// JobSet restarted (restart attempt 1: every pod made again) runs under another run id.
+//
+// One substitution in the pods' argv: the program after "--" (python3 /app/examples/train.py) is this test binary
+// as the envdump worker, which records what each worker was given. train.py imports torch in every worker: 48
+// of them would cost the suite more than the world they form is worth here, and examples/train_test.go runs
+// train.py under tpurun.
+func TestPodsJobSetExamples(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "examples", "kubernetes")
+	files, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	mustDo(t, err)
+	var want []string
+	for _, x := range exampleJobSets {
+		want = append(want, filepath.Join(dir, x.file))
+	}
+	slices.Sort(files)
+	if slices.Sort(want); !slices.Equal(files, want) {
+		t.Fatalf("examples/kubernetes has %q; this test runs %q", files, want)
+	}
+	launchertest.Heavy(t) // 12 pods, 48 workers; 4 and 16 again
+	for _, x := range exampleJobSets {
+		t.Run(x.file, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(dir, x.file))
+			mustDo(t, err)
+			m, err := k8stest.DecodeJobSet(b)
+			mustDo(t, err)
+			uid, token := newUID(t), secret(t)
+			runIDs := map[string]bool{}
+			for attempt := range x.attempts {
+				c := newClusterOf(t, m, k8stest.Cluster{UID: uid, RestartAttempt: attempt,
+					Secrets: map[string]map[string]string{tokenSecret: {tokenKey: token}}})
+				for _, p := range c.pods {
+					p.command = withProgram(t, p.command, self(t))
+				}
+				c.start(c.pods...)
+				c.waitAll(0)
+				w := c.checkJobWorld(t)
+				if c.slices() > 1 {
+					w.is(t, "MEGASCALE_COORDINATOR_ADDRESS", inherited(c.pods[0], "MEGASCALE_COORDINATOR_ADDRESS")) // byte for byte
+					w.each(t, "MEGASCALE_SLICE_ID", func(s seen) string { return strconv.Itoa(s.pod.slice) })
+				}
+				id := fmt.Sprintf("%s-%d", uid, attempt) // JOBSET_UID-JOBSET_RESTART_ATTEMPT
+				w.is(t, "TORCHELASTIC_RUN_ID", id)
+				if got := w[0].env["TORCHELASTIC_RUN_ID"]; runIDs[got] {
+					t.Errorf("restart attempt %d ran under run id %q, a previous attempt's", attempt, got)
+				} else {
+					runIDs[got] = true
+				}
+				if t.Failed() {
+					t.FailNow()
+				}
+			}
+		})
+	}
+}
+
+// withProgram is argv with the program after its "--" replaced by prog (tpurun's flags before it kept); argv with
+// no "--" and a program after it fails the test.
+func withProgram(t *testing.T, argv []string, prog ...string) []string {
+	t.Helper()
+	i := slices.Index(argv, "--")
+	if i < 0 || i == len(argv)-1 {
+		t.Fatalf("the pod runs %q: no program after --", argv)
+	}
+	return append(slices.Clone(argv[:i+1]), prog...)
 }

@@ -66,6 +66,7 @@ type host struct {
 const (
 	idV4  = "0x005e" // /dev/accelN
 	idV5e = "0x0063" // /dev/vfio/N
+	idV6e = "0x006f" // /dev/vfio/N
 )
 
 // newHost builds n Google PCI devices with device id (and their device nodes) and an environment whose metadata

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,7 +19,10 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
+	"tpurun/internal/k8stest"
+	"tpurun/launcher"
 	"tpurun/launcher/launchertest"
 )
 
@@ -31,8 +35,10 @@ import (
 //     know (yet);
 //   - its hostname set as GKE sets it, <jobset>-<replicatedJob>-<jobIndex>-<podIndex>;
 //   - a fake TPU tree (newHost's);
-//   - only the environment GKE's TPU webhook, the TPU device plugin, JobSet (through the downward API) and the
-//     manifest give (jobset.env), plus the test plumbing of podPlumbing;
+//   - only the environment its image, the kubelet, GKE's TPU webhook, the TPU device plugin, JobSet (through the
+//     downward API) and the manifest give, plus the test plumbing of podPlumbing: k8stest.Pods says what a pod of a
+//     JobSet sees (internal/k8stest is the one model of those rules), and this file takes every pod's hostname, DNS
+//     name, environment and argv from it;
 //   - the command the manifest runs, from the image's PATH ("tpurun" is found there), and nothing else.
 //
 // The pod's process is the test binary re-executed as the podinit verb: inside its new namespaces it makes mount
@@ -127,93 +133,59 @@ func podLook(w *launchertest.Worker) int {
 	return 0
 }
 
-// jobset is a JobSet of TPU slices: one replicatedJob whose replicas are the slices, each an Indexed Job of one pod
-// per host, every pod running the same container.
+// jobset is a JobSet of TPU slices as a pod test writes it (k8stest.TPUJobSet: one replicatedJob whose replicas
+// are the slices, each an Indexed Job of one pod per host, every pod running the same container of chipsPerPod
+// chips). What each pod sees of it is k8stest.Pods' to say, not this file's.
 type jobset struct {
 	name     string   // metadata.name: the pods' names start with it, and it is their subdomain (the headless service)
 	rjob     string   // the replicatedJob's name
 	slices   int      // its replicas (1 when 0): with more than one the manifest maps MEGASCALE_* (downward API)
-	accel    string   // the node pool's accelerator type: a key of sliceShapes
+	accel    string   // the slices' accelerator type: a key of nodePools
 	identity bool     // the manifest maps JOBSET_NAME, JOBSET_UID, JOBSET_RESTART_ATTEMPT (downward API)
-	uid      string   // metadata.uid (newCluster makes one up)
-	env      []string // what the manifest sets besides (TPURUN_RDZV_TOKEN from a Secret, say)
-	command  []string // the container's command
+	token    bool     // the manifest maps TPURUN_RDZV_TOKEN from the Secret tpurun-rdzv (the test's cluster holds one)
+	unmapped []string // names of what the manifest maps above that it leaves out (a manifest that forgot them)
+	command  []string // the container's command, $(VAR) as the kubelet expands it
 }
 
-// sliceShape is what GKE's TPU webhook says of a slice of an accelerator type: its hosts and its bounds (TPU_FACTS.md).
-type sliceShape struct {
-	hosts                                    int
-	chipID                                   string // the Google PCI device id of its chips (the fake tree's)
-	topology, hostBounds, chipsPerHostBounds string
+// nodePools are the nodeSelectors a manifest writes for the slices of these tests (GKE's TPU docs: a node pool's
+// accelerator and topology labels); k8stest derives each pod's TPU_ACCELERATOR_TYPE from them.
+var nodePools = map[string]struct{ accelerator, topology string }{
+	"v4-16":        {"tpu-v4-podslice", "2x2x2"},
+	"v5litepod-16": {"tpu-v5-lite-podslice", "4x4"},
 }
 
-// sliceShapes are the slices of these tests, all of hosts of 4 chips.
-var sliceShapes = map[string]sliceShape{
-	"v4-16":        {hosts: 2, chipID: idV4, topology: "2x2x2", hostBounds: "1,1,2", chipsPerHostBounds: "2,2,1"},
-	"v5litepod-16": {hosts: 4, chipID: idV5e, topology: "4x4", hostBounds: "2,2,1", chipsPerHostBounds: "2,2,1"},
-}
-
+// chipsPerPod is the chips the pods of a jobset request: every host of their slices.
 const chipsPerPod = 4
 
-// podSpec is one pod of a JobSet as Kubernetes would run it (what k8stest.Pods is to return for a manifest).
-type podSpec struct {
-	slice, worker int      // its Job's index (the slice) and its completion index (TPU_WORKER_ID)
-	hostname      string   // <jobset>-<rjob>-<slice>-<worker>
-	dns           string   // <hostname>.<subdomain>: what the other pods resolve
-	env           []string // the container's whole environment
-	command       []string
-}
+// The Secret the examples' manifests read the rendezvous token from (its name and key).
+const tokenSecret, tokenKey = "tpurun-rdzv", "token"
 
-// pods are the JobSet's pods, slice by slice, each with the environment GKE and the manifest give it.
-func (js jobset) pods() []podSpec {
-	shape, ok := sliceShapes[js.accel]
+// manifest is the JobSet js describes, its env mapped as examples/kubernetes maps it.
+func (js jobset) manifest(t *testing.T) *k8stest.JobSet {
+	t.Helper()
+	pool, ok := nodePools[js.accel]
 	if !ok {
-		panic("no slice shape for " + js.accel)
+		t.Fatalf("no node pool for %s", js.accel)
 	}
-	name := func(s, w int) string { return fmt.Sprintf("%s-%s-%d-%d", js.name, js.rjob, s, w) }
-	var out []podSpec
-	for s := range max(js.slices, 1) {
-		var hostnames []string
-		for w := range shape.hosts {
-			hostnames = append(hostnames, name(s, w)+"."+js.name)
-		}
-		for w := range shape.hosts {
-			p := podSpec{slice: s, worker: w, hostname: name(s, w), dns: hostnames[w], command: js.command}
-			p.env = js.podEnv(shape, p, hostnames, name(0, 0)+"."+js.name)
-			out = append(out, p)
-		}
+	var env []corev1.EnvVar
+	if js.token {
+		env = append(env, k8stest.FromSecret("TPURUN_RDZV_TOKEN", tokenSecret, tokenKey))
 	}
-	return out
-}
-
-// podEnv is the whole environment of pod p's container (TPU_FACTS.md, "Where multi-host TPU jobs run"): the image's
-// and the kubelet's, GKE's TPU webhook's and device plugin's for an Indexed Job with a subdomain, what the manifest
-// maps through the downward API, and what it sets. Nothing of the test process's.
-func (js jobset) podEnv(shape sliceShape, p podSpec, hostnames []string, coordinator string) []string {
-	ports := make([]string, chipsPerPod)
-	for i := range ports {
-		ports[i] = strconv.Itoa(8431 + i)
+	if js.identity {
+		env = append(env, k8stest.FromAnnotation(launcher.EnvJobSetName, k8stest.JobSetNameKey),
+			k8stest.FromAnnotation(launcher.EnvJobSetUID, k8stest.JobSetUIDKey),
+			k8stest.FromAnnotation(launcher.EnvJobSetRestartAttempt, k8stest.RestartsKey))
 	}
-	env := []string{
-		// the image (tpurun on PATH, as in examples/Dockerfile) and the kubelet
-		"PATH=" + bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root", "HOSTNAME=" + p.hostname, "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443",
-		// the TPU webhook and the device plugin
-		"TPU_WORKER_ID=" + strconv.Itoa(p.worker), "TPU_WORKER_HOSTNAMES=" + strings.Join(hostnames, ","),
-		"TPU_ACCELERATOR_TYPE=" + js.accel, "TPU_TOPOLOGY=" + shape.topology, "TPU_TOPOLOGY_WRAP=false,false,false",
-		"TPU_TOPOLOGY_ALT=false", "TPU_HOST_BOUNDS=" + shape.hostBounds, "HOST_BOUNDS=" + shape.hostBounds,
-		"TPU_CHIPS_PER_HOST_BOUNDS=" + shape.chipsPerHostBounds, "CHIPS_PER_HOST_BOUNDS=" + shape.chipsPerHostBounds,
-		"TPU_SKIP_MDS_QUERY=true", "TPU_RUNTIME_METRICS_PORTS=" + strings.Join(ports, ","),
-		"JOB_COMPLETION_INDEX=" + strconv.Itoa(p.worker),
+	if js.slices > 1 {
+		env = append(env, k8stest.FromAnnotation("MEGASCALE_NUM_SLICES", k8stest.GlobalReplicasKey),
+			k8stest.FromAnnotation("MEGASCALE_SLICE_ID", k8stest.JobGlobalIndexKey),
+			k8stest.FromAnnotation("MEGASCALE_COORDINATOR_ADDRESS", k8stest.CoordinatorKey))
 	}
-	if js.identity { // the pod's jobset.sigs.k8s.io labels and annotations
-		env = append(env, "JOBSET_NAME="+js.name, "JOBSET_UID="+js.uid, "JOBSET_RESTART_ATTEMPT=0")
-	}
-	if js.slices > 1 { // global-replicas, job-global-index, coordinator
-		env = append(env, "MEGASCALE_NUM_SLICES="+strconv.Itoa(js.slices), "MEGASCALE_SLICE_ID="+strconv.Itoa(p.slice),
-			"MEGASCALE_COORDINATOR_ADDRESS="+coordinator)
-	}
-	return append(env, js.env...)
+	env = slices.DeleteFunc(env, func(e corev1.EnvVar) bool { return slices.Contains(js.unmapped, e.Name) })
+	m, err := k8stest.TPUJobSet{Name: js.name, ReplicatedJob: js.rjob, Slices: js.slices, Accelerator: pool.accelerator,
+		Topology: pool.topology, ChipsPerHost: chipsPerPod, Command: js.command, Env: env}.JobSet()
+	mustDo(t, err)
+	return m
 }
 
 // newUID is a uid as Kubernetes gives an object (a random UUID).
@@ -228,41 +200,72 @@ func newUID(t *testing.T) string {
 
 // pod is one running (or runnable) pod of a cluster.
 type pod struct {
-	podSpec
-	addr     string // its own address, 127.A.B.C
-	host     *host  // its fake TPU tree; its envdump workers write under host.dumps
-	dir      string // its files: hosts, resolv.conf, nsswitch.conf, and its working directory
-	etcHosts string // the file bind-mounted over its /etc/hosts
-	listed   map[string]bool
-	cluster  *cluster
-	*node    // once started
+	spec          k8stest.Pod // the pod as Kubernetes makes it: its hostname, DNS name, TPU, env and argv
+	slice, worker int         // its Job's index over the JobSet (the slice) and its completion index (TPU_WORKER_ID)
+	hostname      string      // spec.Hostname, <jobset>-<rjob>-<slice>-<worker>
+	dns           string      // spec.DNSName, <hostname>.<subdomain>: what the other pods resolve
+	env           []string    // spec.Env and the test's plumbing (podPlumbing): the whole environment
+	command       []string    // spec.Argv
+	addr          string      // its own address, 127.A.B.C
+	host          *host       // its fake TPU tree; its envdump workers write under host.dumps
+	dir           string      // its files: hosts, resolv.conf, nsswitch.conf, and its working directory
+	etcHosts      string      // the file bind-mounted over its /etc/hosts
+	listed        map[string]bool
+	cluster       *cluster
+	*node         // once started
 }
 
 // cluster is the pods of one test: a network 127.A.B.0/24 of their own (the cluster DNS on .253) and the pods.
 type cluster struct {
-	t     *testing.T
-	js    jobset
-	shape sliceShape
-	net   string // "127.A.B."
-	pods  []*pod // slice by slice, in worker order
+	t    *testing.T
+	k    k8stest.Cluster // what the JobSet's manifest does not say: its uid, restart attempt, Secrets, the image
+	net  string          // "127.A.B."
+	pods []*pod          // slice by slice, in worker order
 }
 
-// newCluster prepares the pods of js (none started): each with a fake host of 4 chips of the accelerator type's
-// generation and an /etc/hosts naming every pod. It needs root and namespaces (fails under CI=true without them).
+// newCluster prepares the pods of js (none started) in a cluster of its own: a new uid, restart attempt 0, and a
+// random token in the Secret tpurun-rdzv.
 func newCluster(t *testing.T, js jobset) *cluster {
+	t.Helper()
+	return newClusterOf(t, js.manifest(t), k8stest.Cluster{UID: newUID(t),
+		Secrets: map[string]map[string]string{tokenSecret: {tokenKey: secret(t)}}})
+}
+
+// chipIDs are the Google PCI device ids of the fake TPU trees, by the generation of the pod's slice.
+var chipIDs = map[string]string{"v4": idV4, "v5litepod": idV5e, "v6e": idV6e}
+
+// imageEnv is the environment of examples/Dockerfile's image as the pods run it: tpurun on PATH (the tpurun the
+// tests built, where the image has /usr/local/bin/tpurun), Debian's PATH after it.
+func imageEnv() []string {
+	return []string{"PATH=" + bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+}
+
+// newClusterOf prepares the pods of the JobSet m in the cluster k (none started): each pod is what k8stest.Pods
+// makes of it in k, in the image of imageEnv, with a fake host of its chips and an /etc/hosts naming every pod.
+// It needs root and namespaces (fails under CI=true without them).
+func newClusterOf(t *testing.T, m *k8stest.JobSet, k k8stest.Cluster) *cluster {
 	t.Helper()
 	launchertest.Uses("podinit", "envdump") // before Need: a skipped test does not make its verbs look stale
 	launchertest.Need(t, "root")
 	launchertest.Need(t, "namespaces")
-	if js.uid == "" {
-		js.uid = newUID(t)
-	}
-	c := &cluster{t: t, js: js, shape: sliceShapes[js.accel], net: serveClusterDNS(t)}
-	for i, spec := range js.pods() {
-		p := &pod{podSpec: spec, addr: c.net + strconv.Itoa(i+1), host: newHost(t, c.shape.chipID, chipsPerPod), dir: t.TempDir(),
+	k.ImageEnv = imageEnv()
+	specs, err := k8stest.Pods(m, k)
+	mustDo(t, err)
+	c := &cluster{t: t, k: k, net: serveClusterDNS(t)}
+	for i, s := range specs {
+		id, ok := "", s.TPU != nil
+		if ok {
+			id, ok = chipIDs[s.TPU.Generation]
+		}
+		if !ok || s.DNSName == "" {
+			t.Fatalf("pod %s: TPU %+v, DNS name %q: the pod tests run pods of TPU slices of %v with DNS names",
+				s.Hostname, s.TPU, s.DNSName, slices.Sorted(maps.Keys(chipIDs)))
+		}
+		p := &pod{spec: s, slice: s.JobGlobalIndex, worker: s.PodIndex, hostname: s.Hostname, dns: s.DNSName,
+			command: s.Argv, addr: c.net + strconv.Itoa(i+1), host: newHost(t, id, s.TPU.ChipsPerHost), dir: t.TempDir(),
 			listed: map[string]bool{}, cluster: c}
 		p.etcHosts = filepath.Join(p.dir, "hosts")
-		p.env = append(p.env, podPlumbing(p.host)...)
+		p.env = append(slices.Clone(s.Env), podPlumbing(p.host)...)
 		c.pods = append(c.pods, p)
 	}
 	for _, p := range c.pods {
@@ -270,17 +273,21 @@ func newCluster(t *testing.T, js jobset) *cluster {
 			p.listed[q.dns] = true
 		}
 		mustDo(t, os.WriteFile(p.etcHosts, []byte(p.hostsFile()), 0o644))
-		mustDo(t, os.WriteFile(filepath.Join(p.dir, "resolv.conf"), []byte(
-			"search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver "+c.net+"253\noptions ndots:5\n"), 0o644))
+		mustDo(t, os.WriteFile(filepath.Join(p.dir, "resolv.conf"), []byte("search "+p.spec.Namespace+
+			".svc.cluster.local svc.cluster.local cluster.local\nnameserver "+c.net+"253\noptions ndots:5\n"), 0o644))
 		mustDo(t, os.WriteFile(filepath.Join(p.dir, "nsswitch.conf"), []byte("hosts: files dns\n"), 0o644))
 	}
 	return c
 }
 
+// slices is the number of slices (Jobs) of the cluster's JobSet.
+func (c *cluster) slices() int { return c.pods[len(c.pods)-1].slice + 1 }
+
 // podPlumbing is what a pod's environment has that a real pod's does not: where its fake TPU tree is
 // (TPURUN_SYSFS_ROOT, TPURUN_DEV_ROOT), a metadata server that refuses connections (GCE_METADATA_HOST: never a real
 // one), and for its workers (the test binary) the verb they do (TPURUN_FAKE) and the race runtime's exit sleep off
-// (GORACE). tpurun reads the first three only; no flag stands for any of them.
+// (GORACE). tpurun reads the first three only; no flag stands for any of them. (The image's PATH, imageEnv, names
+// the tpurun the tests built.)
 func podPlumbing(h *host) []string {
 	out := []string{"TPURUN_SYSFS_ROOT=" + h.sys, "TPURUN_DEV_ROOT=" + h.dev, "GORACE=atexit_sleep_ms=0"}
 	for _, kv := range h.env {
@@ -308,7 +315,7 @@ func (p *pod) hostsFile() string {
 // hostsLine is q's line in an /etc/hosts: its address, its DNS name with the cluster domain, its DNS name (and its
 // hostname in its own file).
 func (q *pod) hostsLine(own bool) string {
-	l := q.addr + "\t" + q.dns + ".default.svc.cluster.local\t" + q.dns
+	l := q.addr + "\t" + q.dns + "." + q.spec.Namespace + ".svc.cluster.local\t" + q.dns
 	if own {
 		l += "\t" + q.hostname
 	}
@@ -526,7 +533,7 @@ func TestPodsHarness(t *testing.T) {
 	c := newCluster(t, jobset{name: "look", rjob: "tpu", accel: "v4-16"})
 	p0, p1 := c.pods[0], c.pods[1]
 	p1.unlist(p0)
-	unknown := "nobody." + c.js.name
+	unknown := "nobody." + p1.spec.Subdomain
 	v := p1.look(p0.dns, p1.dns, p1.hostname, unknown)
 	if v.Hostname != p1.hostname || !slices.Equal(v.Env, p1.env) {
 		t.Errorf("in pod %s: hostname %q, env\n%s\nwant the pod's:\n%s", p1.hostname, v.Hostname, strings.Join(v.Env, "\n"),

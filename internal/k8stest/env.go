@@ -41,15 +41,41 @@ func (e *orderedEnv) list() []string {
 	return out
 }
 
+// KubernetesServiceHost is the cluster IP of the kubernetes Service in these tests' clusters (the first address of
+// kubeadm's default service CIDR, 10.96.0.0/12; GKE's differs per cluster).
+const KubernetesServiceHost = "10.96.0.1"
+
+// KubernetesServiceEnv is what the kubelet gives every container of the default namespace's kubernetes Service
+// (the API server, 443/TCP), whatever the pod's namespace and enableServiceLinks (getServiceEnvVarMap: the master
+// service is always included): Docker links' variables, as for any Service with a cluster IP. The namespace's
+// other Services (enableServiceLinks) are not modelled; the headless Service of a JobSet would add none.
+func KubernetesServiceEnv() [][2]string {
+	const host, port = KubernetesServiceHost, "443"
+	url := "tcp://" + host + ":" + port
+	return [][2]string{
+		{"KUBERNETES_SERVICE_HOST", host},
+		{"KUBERNETES_SERVICE_PORT", port},
+		{"KUBERNETES_SERVICE_PORT_HTTPS", port},
+		{"KUBERNETES_PORT", url},
+		{"KUBERNETES_PORT_443_TCP", url},
+		{"KUBERNETES_PORT_443_TCP_PROTO", "tcp"},
+		{"KUBERNETES_PORT_443_TCP_PORT", port},
+		{"KUBERNETES_PORT_443_TCP_ADDR", host},
+	}
+}
+
 // resolveEnv adds the container's env to out as the kubelet's makeEnvironmentVariables does: in order, a value
-// $(VAR)-expanded against the container's variables defined before it (not the device plugin's, which the
-// runtime adds apart), a valueFrom resolved and not expanded; an optional secretKeyRef whose Secret or key is
-// missing leaves the variable unset. Service-link variables (enableServiceLinks) are not modelled.
+// $(VAR)-expanded against the container's variables defined before it and the Service variables
+// (KubernetesServiceEnv; not the device plugin's, which the kubelet adds apart), a valueFrom resolved and not
+// expanded; an optional secretKeyRef whose Secret or key is missing leaves the variable unset.
 func (p *Pod) resolveEnv(ctr *corev1.Container, out *orderedEnv, c Cluster) error {
 	if len(ctr.EnvFrom) > 0 {
 		return fmt.Errorf("envFrom: %w", ErrUnsupported)
 	}
 	defined := &orderedEnv{}
+	for _, kv := range KubernetesServiceEnv() {
+		defined.set(kv[0], kv[1])
+	}
 	for _, ev := range ctr.Env {
 		v := ev.Value
 		switch {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
 
 	"tpurun/internal/k8stest"
 )
@@ -389,5 +390,95 @@ func TestTpurunLinksNoKubernetes(t *testing.T) {
 		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") || dep == "tpurun/internal/k8stest" {
 			t.Errorf("the tpurun binaries link %s", dep)
 		}
+	}
+}
+
+// TestPodsProcessEnv: a pod's Env is its process's whole environment: the image's, replaced by the pod's own
+// variables; HOSTNAME the pod's hostname; the kubernetes Service's variables, which a manifest's value may expand;
+// HOME /root unless set. The argv is expanded against what the kubelet gives, not the image's variables.
+func TestPodsProcessEnv(t *testing.T) {
+	js, err := k8stest.DecodeJobSet([]byte(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := &js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.Containers[0]
+	ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "API", Value: "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+		corev1.EnvVar{Name: "FROM_IMAGE", Value: "pod"})
+	ctr.Command = append(ctr.Command, "$(IMAGE_ONLY)", "$(KUBERNETES_PORT)")
+	pods, err := k8stest.Pods(js, k8stest.Cluster{Secrets: map[string]map[string]string{"s": {"token": "x"}},
+		ImageEnv: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "FROM_IMAGE=image", "IMAGE_ONLY=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pods[0] // the driver, on no TPU
+	want := map[string]string{
+		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
+		"IMAGE_ONLY":              "1",
+		"FROM_IMAGE":              "pod",
+		"HOSTNAME":                "js-driver-0-0",
+		"HOME":                    "/root",
+		"KUBERNETES_SERVICE_HOST": k8stest.KubernetesServiceHost,
+		"KUBERNETES_SERVICE_PORT": "443",
+		"KUBERNETES_PORT":         "tcp://" + k8stest.KubernetesServiceHost + ":443",
+		"API":                     "https://" + k8stest.KubernetesServiceHost + ":443",
+	}
+	for k, v := range want {
+		if got, ok := d.LookupEnv(k); !ok || got != v {
+			t.Errorf("env %s = %q (set %v), want %q", k, got, ok, v)
+		}
+	}
+	if n := len(d.Env); n != len(d.EnvMap()) {
+		t.Errorf("Env has %d entries but %d names: a name twice", n, len(d.EnvMap()))
+	}
+	if want := []string{"echo", "driver", "$(IMAGE_ONLY)", "tcp://" + k8stest.KubernetesServiceHost + ":443"}; !slices.Equal(d.Argv, want) {
+		t.Errorf("argv %q, want %q (the image's variables are the runtime's, not the kubelet's to expand)", d.Argv, want)
+	}
+	ctr.Env = append(ctr.Env, corev1.EnvVar{Name: "HOME", Value: "/home/me"})
+	if pods, err = k8stest.Pods(js, k8stest.Cluster{Secrets: map[string]map[string]string{"s": {"token": "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if h := pods[0].Getenv("HOME"); h != "/home/me" {
+		t.Errorf("HOME %q with the manifest's HOME=/home/me", h)
+	}
+}
+
+// TestTPUJobSet: a TPUJobSet is a JobSet that decodes strictly (as a manifest of it would) and makes one pod per
+// host of every slice, each with GKE's TPU env for its slice and the env it maps.
+func TestTPUJobSet(t *testing.T) {
+	js, err := k8stest.TPUJobSet{Name: "t", ReplicatedJob: "slice", Slices: 2, Accelerator: "tpu-v4-podslice", Topology: "2x2x2",
+		ChipsPerHost: 4, Command: []string{"run", "--node=$(JOB_COMPLETION_INDEX)"},
+		Env: []corev1.EnvVar{k8stest.FromAnnotation("SLICE", k8stest.JobGlobalIndexKey), k8stest.FromAnnotation("COORD", k8stest.CoordinatorKey),
+			k8stest.FromSecret("TOKEN", "s", "token")}}.JobSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := yaml.Marshal(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k8stest.DecodeJobSet(b); err != nil {
+		t.Fatalf("the TPUJobSet as a manifest: %v\n%s", err, b)
+	}
+	pods, err := k8stest.Pods(js, k8stest.Cluster{Secrets: map[string]map[string]string{"s": {"token": "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range pods {
+		got = append(got, strings.Join([]string{p.Hostname, p.DNSName, p.Getenv("TPU_WORKER_ID"), p.Getenv("TPU_WORKER_HOSTNAMES"),
+			p.Getenv("TPU_ACCELERATOR_TYPE"), p.Getenv("SLICE"), p.Getenv("COORD"), p.Getenv("TOKEN"), strings.Join(p.Argv, " ")}, " "))
+	}
+	want := []string{
+		"t-slice-0-0 t-slice-0-0.t 0 t-slice-0-0.t,t-slice-0-1.t v4-16 0 t-slice-0-0.t x run --node=0",
+		"t-slice-0-1 t-slice-0-1.t 1 t-slice-0-0.t,t-slice-0-1.t v4-16 0 t-slice-0-0.t x run --node=1",
+		"t-slice-1-0 t-slice-1-0.t 0 t-slice-1-0.t,t-slice-1-1.t v4-16 1 t-slice-0-0.t x run --node=0",
+		"t-slice-1-1 t-slice-1-1.t 1 t-slice-1-0.t,t-slice-1-1.t v4-16 1 t-slice-0-0.t x run --node=1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pods (hostname dns TPU_WORKER_ID TPU_WORKER_HOSTNAMES TPU_ACCELERATOR_TYPE SLICE COORD TOKEN argv):\n%s\nwant:\n%s",
+			strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := (k8stest.TPUJobSet{Name: "t", ReplicatedJob: "s", Accelerator: "tpu-v4-podslice", Topology: "3x2x2", ChipsPerHost: 4}).JobSet(); err == nil {
+		t.Errorf("a TPUJobSet of topology 3x2x2 (no slice GKE knows) was made")
 	}
 }

@@ -38,6 +38,9 @@ type Cluster struct {
 	Namespace string
 	// Secrets are the namespace's Secrets a secretKeyRef reads: Secret name -> key -> value.
 	Secrets map[string]map[string]string
+	// ImageEnv is the environment of the container's image ("KEY=VALUE": its config's Env, what its Dockerfile's
+	// ENV lines set, PATH among them), which the pod's own variables replace name by name.
+	ImageEnv []string
 }
 
 // Pod is one pod a JobSet makes, as its container sees it.
@@ -65,11 +68,16 @@ type Pod struct {
 	Container string
 	// TPU is the slice the container runs on (nil without google.com/tpu).
 	TPU *TPU
-	// Env is the container's environment, "KEY=VALUE", each name once: the TPU device plugin's variables, then the
-	// container's env in order (the manifest's, JOB_COMPLETION_INDEX, the webhook's) with the downward API,
-	// Secrets and $(VAR) resolved as the kubelet does; a later definition of a name replaces an earlier one.
+	// Env is the whole environment of the container's process, "KEY=VALUE", each name once, a later definition of
+	// a name replacing an earlier one: the image's (Cluster.ImageEnv), the container runtime's HOSTNAME (the
+	// pod's hostname), then what the kubelet gives the runtime: the TPU device plugin's variables, the container's
+	// env in order (the manifest's, JOB_COMPLETION_INDEX, the webhook's) with the downward API, Secrets and $(VAR)
+	// resolved as the kubelet does, and the kubelet's variables of the cluster's kubernetes Service
+	// (KubernetesServiceEnv); last HOME, which runc sets to the user's home directory where nothing else set it
+	// (/root: the images of these pods run as root).
 	Env []string
-	// Argv is the container's command and args, $(VAR) expanded against Env as the kubelet does.
+	// Argv is the container's command and args, $(VAR) expanded as the kubelet does, against what the kubelet
+	// gives the runtime (not the image's variables, nor HOSTNAME or HOME).
 	Argv []string
 }
 
@@ -315,21 +323,38 @@ func workload(spec *corev1.PodSpec) (*corev1.Container, error) {
 	return &spec.Containers[0], nil
 }
 
-// resolve sets p.Env (the device plugin's variables, then the container's resolved) and p.Argv.
+// resolve sets p.Env (see Pod) and p.Argv.
 func (p *Pod) resolve(ctr *corev1.Container, c Cluster) error {
-	env := &orderedEnv{}
+	kubelet := &orderedEnv{} // what the kubelet gives the container runtime
 	if p.TPU != nil {
 		for _, kv := range DeviceEnv(p.TPU) {
-			env.set(kv[0], kv[1])
+			kubelet.set(kv[0], kv[1])
 		}
 	}
-	if err := p.resolveEnv(ctr, env, c); err != nil {
+	if err := p.resolveEnv(ctr, kubelet, c); err != nil {
 		return fmt.Errorf("container %q: %w", ctr.Name, err)
 	}
-	p.Env = env.list()
-	for _, a := range append(append([]string(nil), ctr.Command...), ctr.Args...) {
-		p.Argv = append(p.Argv, Expand(a, env.lookup))
+	for _, kv := range KubernetesServiceEnv() {
+		if _, ok := kubelet.lookup(kv[0]); !ok {
+			kubelet.set(kv[0], kv[1])
+		}
 	}
+	for _, a := range append(append([]string(nil), ctr.Command...), ctr.Args...) {
+		p.Argv = append(p.Argv, Expand(a, kubelet.lookup))
+	}
+	env := &orderedEnv{}
+	for _, kv := range c.ImageEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		env.set(k, v)
+	}
+	env.set("HOSTNAME", p.Hostname)
+	for _, k := range kubelet.names {
+		env.set(k, kubelet.values[k])
+	}
+	if _, ok := env.lookup("HOME"); !ok {
+		env.set("HOME", "/root")
+	}
+	p.Env = env.list()
 	return nil
 }
 
