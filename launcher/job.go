@@ -129,6 +129,7 @@ func (j *job) pickPorts() error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 		}
+		ports[rendezvous.PortMegascale] = topology.DefaultMegascalePort
 		if s.MasterPort != 0 { // node 0's choice, shared with every node
 			ports[rendezvous.PortMaster] = s.MasterPort
 		}

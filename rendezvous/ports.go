@@ -6,9 +6,6 @@ import (
 	"net"
 )
 
-// DefaultMegascalePort is MEGASCALE_PORT by convention.
-const DefaultMegascalePort = 8081
-
 // FreePort asks the kernel for a TCP port that is free on host ("" for every interface). The port is free when
 // FreePort returns; the caller should bind it soon.
 func FreePort(host string) (int, error) {
@@ -20,10 +17,10 @@ func FreePort(host string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// PickPorts picks the ports node 0 shares if it becomes node 0: a free MASTER_PORT and coordinator port, and the
-// conventional MegaScale port.
+// PickPorts picks the ports node 0 shares if it becomes node 0: a free MASTER_PORT and coordinator port. (The
+// MegaScale port is the launcher's to add: a TPU convention, not a free port.)
 func PickPorts() (map[string]int, error) {
-	out := map[string]int{PortMegascale: DefaultMegascalePort}
+	out := map[string]int{}
 	for _, k := range []string{PortMaster, PortCoordinator} {
 		p, err := FreePort("")
 		if err != nil {

@@ -20,7 +20,6 @@ import (
 	"tpurun/launcher/flags"
 	"tpurun/launcher/topology"
 	"tpurun/launcher/workerenv"
-	"tpurun/rendezvous"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -124,7 +123,7 @@ func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pf
 	if err != nil {
 		return nil, 0, err
 	}
-	if plan, err = topology.WorldPlan(h, req, l.World(k, rendezvous.DefaultMegascalePort)); err != nil {
+	if plan, err = topology.WorldPlan(h, req, l.World(k, topology.DefaultMegascalePort)); err != nil {
 		return nil, 0, err
 	}
 	if !fs.Changed("master-addr") {

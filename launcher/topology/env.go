@@ -146,6 +146,9 @@ const (
 	megascalePort         = "MEGASCALE_PORT"
 )
 
+// DefaultMegascalePort is MEGASCALE_PORT by convention (TPU_FACTS.md): node 0's, shared with every node.
+const DefaultMegascalePort = 8081
+
 var megascaleNames = []string{megascaleCoordinator, EnvMegascaleNumSlices, EnvMegascaleSliceID, megascalePort}
 
 // ParseMegascale is tpurun's one parser of the numbers of the multislice variables: MEGASCALE_NUM_SLICES and
