@@ -101,6 +101,9 @@ func TestStatusAddrNonLoopbackRefused(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--status-allow-remote") {
 		t.Fatalf("exit %d, stderr %q: want 2 and the --status-allow-remote remedy", r.code, r.stderr)
 	}
+	if n := strings.Count(r.stderr, "--status-addr"); n != 1 { // it said "--status-addr --status-addr 0.0.0.0:0: ..."
+		t.Errorf("the refusal names --status-addr %d times, want once:\n%s", n, r.stderr)
+	}
 }
 
 // TestStatusLineAfterTheSignalsAreCaught: once tpurun has announced its status endpoint, a SIGTERM is tpurun's to
