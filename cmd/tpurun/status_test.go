@@ -85,6 +85,9 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 		}
 		return fmt.Errorf("/metrics:\n%s", body)
 	})
+	if _, body := fetch("/metrics"); !strings.Contains(body, "\ntpurun_rendezvous_seconds 0\n") { // one host: no rendezvous
+		t.Errorf("/metrics of a single host lacks tpurun_rendezvous_seconds 0 (README):\n%s", body)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
