@@ -117,11 +117,13 @@ func fakeV4Host(t *testing.T) (string, string) {
 // The doc test below runs every command line of the docs as written: README.md and docs/*.md (fenced sh/bash/shell
 // blocks and indented code blocks), `tpurun --help` and every `tpurun help TOPIC` (their indented command lines).
 //
-// It runs them in a copy of the repository (no .git), from its root, in a shell whose PATH holds the built tpurun
-// and hello in bin/ (as `make build` leaves them), the go tool and /usr/bin:/bin; HOME and pip's target are the
-// test's own, the metadata server refuses connections. `train.py`, the docs' stand-in for the user's program, is a
-// stub in the root that prints its rank and arguments. The lines of one block run in order in one shell (`set -e`),
-// so an `export` or `cd` carries to the next line as at a prompt.
+// It runs them in a copy of the repository (a git checkout of its own, the repository's history left out), from its
+// root, in a shell whose PATH holds the built tpurun and hello in bin/ (as `make build` leaves them), the go tool
+// and /usr/bin:/bin; HOME and pip's target are the test's own, the metadata server refuses connections. `train.py`,
+// the docs' stand-in for the user's program, is a stub in the root that prints its rank and arguments. The lines
+// of one block run in order in one shell (`set -e`), so an `export` or `cd` carries to the next line as at a
+// prompt. At the end the checkout must show nothing new (`git status --porcelain`): what the commands write goes
+// where they say, or is ignored by .gitignore, as it would be in a reader's checkout.
 //
 // A multi-host line (--nnodes N, or --rdzv-backend) runs as N launchers on loopback, one per node, each as a host
 // of its own would run it: node addresses (10.0.0.2) become 127.0.0.1 and their ports free ones, `--node_rank=0`
@@ -422,15 +424,19 @@ func newDocSandbox(t *testing.T) *docSandbox {
 	return sb
 }
 
-// copyTree copies the regular files and directories of src into dst, leaving out .git and bin.
+// copyTree copies the regular files and directories of src into dst, leaving out .git (a directory, or a
+// worktree's file naming the repository's) and bin.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() && (rel == ".git" || rel == "bin") {
+		switch {
+		case d.IsDir() && (rel == ".git" || rel == "bin"):
 			return filepath.SkipDir
+		case rel == ".git":
+			return nil
 		}
 		target := filepath.Join(dst, rel)
 		switch {
@@ -453,6 +459,36 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(dst, b, mode)
+}
+
+// git runs git in the sandbox, apart from the machine's git configuration.
+func (sb *docSandbox) git(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(launchertest.Need(t, "git"), args...)
+	cmd.Dir = sb.root
+	cmd.Env = append(append([]string(nil), sb.env...), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=doc test", "GIT_AUTHOR_EMAIL=doc@test", "GIT_COMMITTER_NAME=doc test", "GIT_COMMITTER_EMAIL=doc@test")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// baseline makes the sandbox a git checkout of what it holds before any command runs (the repository's files, the
+// train.py stub; bin/ is ignored by .gitignore), so that leftBehind can name what the commands leave.
+func (sb *docSandbox) baseline(t *testing.T) {
+	t.Helper()
+	sb.git(t, "init", "-q")
+	sb.git(t, "add", "-A")
+	sb.git(t, "commit", "-q", "--no-gpg-sign", "-m", "the checkout before the docs' commands")
+}
+
+// leftBehind is what a reader who ran the docs' commands in a checkout would find there: `git status --porcelain`,
+// untracked files one by one (what .gitignore ignores is not shown).
+func (sb *docSandbox) leftBehind(t *testing.T) string {
+	t.Helper()
+	return sb.git(t, "status", "--porcelain", "--untracked-files=all")
 }
 
 // newLines records where each command line of b runs first and reports whether any of b's plain lines is new (a
@@ -586,6 +622,7 @@ func TestDocCommandsAsWritten(t *testing.T) {
 	launchertest.Need(t, "python3")
 	launchertest.Need(t, "torch") // the README's torch example
 	sb := newDocSandbox(t)
+	sb.baseline(t)
 	blocks := allDocBlocks(t, sb.root)
 	var notRun, synopses []string
 	// The etcd the etcd line runs against; starting it takes the heavy-test slot (launchertest.Heavy) for the whole
@@ -622,6 +659,10 @@ func TestDocCommandsAsWritten(t *testing.T) {
 	}
 	if len(ran) < 15 {
 		t.Errorf("only %d command lines found: the extraction lost some", len(ran))
+	}
+	if left := sb.leftBehind(t); left != "" {
+		t.Errorf("the docs' commands leave this in the checkout (git status --porcelain):\n%s"+
+			"write it where the command says (a temporary directory), or ignore it in .gitignore", left)
 	}
 }
 
