@@ -3,6 +3,7 @@ module tpurun
 go 1.26.0
 
 require (
+	github.com/moby/patternmatcher v0.6.1
 	github.com/shirou/gopsutil/v3 v3.24.5
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/api/v3 v3.7.3

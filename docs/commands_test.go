@@ -6,6 +6,7 @@ package docs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -116,11 +117,13 @@ func fakeV4Host(t *testing.T) (string, string) {
 // The doc test below runs every command line of the docs as written: README.md and docs/*.md (fenced sh/bash/shell
 // blocks and indented code blocks), `tpurun --help` and every `tpurun help TOPIC` (their indented command lines).
 //
-// It runs them in a copy of the repository (no .git), from its root, in a shell whose PATH holds the built tpurun
-// and hello in bin/ (as `make build` leaves them), the go tool and /usr/bin:/bin; HOME and pip's target are the
-// test's own, the metadata server refuses connections. `train.py`, the docs' stand-in for the user's program, is a
-// stub in the root that prints its rank and arguments. The lines of one block run in order in one shell (`set -e`),
-// so an `export` or `cd` carries to the next line as at a prompt.
+// It runs them in a copy of the repository (a git checkout of its own, the repository's history left out), from its
+// root, in a shell whose PATH holds the built tpurun and hello in bin/ (as `make build` leaves them), the go tool
+// and /usr/bin:/bin; HOME and pip's target are the test's own, the metadata server refuses connections. `train.py`,
+// the docs' stand-in for the user's program, is a stub in the root that prints its rank and arguments. The lines
+// of one block run in order in one shell (`set -e`), so an `export` or `cd` carries to the next line as at a
+// prompt. At the end the checkout must show nothing new (`git status --porcelain`): what the commands write goes
+// where they say, or is ignored by .gitignore, as it would be in a reader's checkout.
 //
 // A multi-host line (--nnodes N, or --rdzv-backend) runs as N launchers on loopback, one per node, each as a host
 // of its own would run it: node addresses (10.0.0.2) become 127.0.0.1 and their ports free ones, `--node_rank=0`
@@ -128,11 +131,16 @@ func fakeV4Host(t *testing.T) (string, string) {
 // (PET_NODE_NAME, as its hostname would be). A line that needs a TPU slice (static backend without --nnodes) gets a
 // fake two-host v4-16 slice: a fake sysfs/dev tree per node and TPU_WORKER_ID / TPU_WORKER_HOSTNAMES.
 //
-// A line that cannot run here says so in the doc, `[not run by the doc test: REASON]`; the test lists them and
-// allows at most maxNotRun. A synopsis (a line with [flags]) is not a command; the test lists those too.
+// A line that cannot run here says so in the doc, where readers do not see it: an HTML comment on the line right
+// before its fenced block, `<!-- not run by the doc test: `COMMAND`: REASON -->`, names the command (the line
+// without its # comment); the test lists them and allows at most maxNotRun. A marker that names no command of the
+// block after it fails the test. A synopsis (a line with [flags]) is not a command; the test lists those too.
 
-// notRunTag marks a doc command line the test does not run.
-const notRunTag = "[not run by the doc test:"
+// notRunMark is the HTML comment that marks a command of the next block as not run: the command, the reason.
+var notRunMark = regexp.MustCompile("^<!-- not run by the doc test: `([^`]+)`: (.+) -->$")
+
+// shellComment is a shell comment at the end of a command line.
+var shellComment = regexp.MustCompile(`\s+#.*$`)
 
 const maxNotRun = 3
 
@@ -141,7 +149,7 @@ type docLineKind int
 const (
 	lineRun       docLineKind = iota
 	lineSynopsis              // "tpurun [flags] ...": the shape of a command, not one
-	lineNotRun                // annotated with notRunTag
+	lineNotRun                // named by a notRunMark
 	lineMultiHost             // one launcher per node
 )
 
@@ -150,12 +158,20 @@ type docLine struct {
 	where string // file:line, or `tpurun help TOPIC`:line
 	text  string
 	kind  docLineKind
+	why   string // lineNotRun: the reason its notRunMark gives
 }
 
 // docBlock is the command lines of one code block, in order.
 type docBlock struct {
-	where string
-	lines []docLine
+	where  string
+	lines  []docLine
+	notRun map[string]*notRun // the commands its notRunMark names
+}
+
+// notRun is what a notRunMark says of a command, and whether the block had it.
+type notRun struct {
+	where, why string
+	found      bool
 }
 
 var (
@@ -167,8 +183,6 @@ var (
 
 func classify(text string) docLineKind {
 	switch {
-	case strings.Contains(text, notRunTag):
-		return lineNotRun
 	case strings.Contains(text, "[flags]"):
 		return lineSynopsis
 	case nnodesFlag.MatchString(text) && !strings.Contains(text, "--nnodes 1 ") || strings.Contains(text, "--rdzv-backend"):
@@ -194,17 +208,22 @@ func (b *docBlock) addLine(where, text string) {
 	if text == "" || strings.HasPrefix(text, "#") {
 		return
 	}
-	b.lines = append(b.lines, docLine{where: where, text: text, kind: classify(text)})
+	l := docLine{where: where, text: text, kind: classify(text)}
+	if n := b.notRun[shellComment.ReplaceAllString(text, "")]; n != nil {
+		l.kind, l.why, n.found = lineNotRun, n.why, true
+	}
+	b.lines = append(b.lines, l)
 }
 
 // markdownBlocks are the shell code blocks of a Markdown file: fenced sh/bash/shell/console blocks, and indented
-// code blocks (four spaces after a blank line, outside a list).
-func markdownBlocks(name string, text string) []docBlock {
+// code blocks (four spaces after a blank line, outside a list). The error names every notRunMark that marks nothing.
+func markdownBlocks(name string, text string) ([]docBlock, error) {
 	m := &mdScan{cur: -1, prevBlank: true}
 	for i, l := range strings.Split(text, "\n") {
 		m.line(fmt.Sprintf("%s:%d", name, i+1), l)
 	}
-	return m.out
+	m.mark(name+":end", "")
+	return m.out, errors.Join(m.errs...)
 }
 
 // mdScan is markdownBlocks' state between lines.
@@ -214,6 +233,38 @@ type mdScan struct {
 	fence     string // "" outside a fence, "shell" in a shell one, "other" in any other
 	prevBlank bool
 	inList    bool
+	marks     map[string]*notRun // the notRunMarks of the line before, for the block that must start next
+	errs      []error
+}
+
+// mark takes the notRunMark in l, if any; a mark not followed at once by a shell block's fence is an error.
+func (m *mdScan) mark(where, l string) bool {
+	if mk := notRunMark.FindStringSubmatch(l); mk != nil {
+		if m.marks == nil {
+			m.marks = map[string]*notRun{}
+		}
+		m.marks[mk[1]] = &notRun{where: where, why: mk[2]}
+		return true
+	}
+	if m.marks != nil && !(m.fence == "" && shellFence.MatchString(l)) {
+		for cmd, n := range m.marks {
+			m.errs = append(m.errs, fmt.Errorf("%s: the mark not to run `%s` is not on the line right before a shell block", n.where, cmd))
+		}
+		m.marks = nil
+	}
+	return false
+}
+
+// closeBlock ends the fenced block being filled: a command its marks name that it does not have is an error.
+func (m *mdScan) closeBlock() {
+	if m.cur >= 0 {
+		for cmd, n := range m.out[m.cur].notRun {
+			if !n.found {
+				m.errs = append(m.errs, fmt.Errorf("%s: marks `%s` not to run, but the block after it has no such command", n.where, cmd))
+			}
+		}
+	}
+	m.fence, m.cur = "", -1
 }
 
 func (m *mdScan) start(where string) {
@@ -222,6 +273,10 @@ func (m *mdScan) start(where string) {
 }
 
 func (m *mdScan) line(where, l string) {
+	if m.fence == "" && m.mark(where, l) {
+		m.cur, m.prevBlank = -1, false
+		return
+	}
 	if m.fence != "" {
 		m.inFence(where, l)
 	} else {
@@ -237,7 +292,9 @@ func (m *mdScan) line(where, l string) {
 func (m *mdScan) inFence(where, l string) {
 	switch {
 	case strings.HasPrefix(l, "```"):
-		m.fence, m.cur = "", -1
+		m.closeBlock()
+	case m.fence == "shell" && strings.Contains(l, "not run by the doc test"): // would run: the suite in the suite
+		m.errs = append(m.errs, fmt.Errorf("%s: a mark not to run in the line, which readers see: put it in a notRunMark", where))
 	case m.fence == "shell":
 		m.out[m.cur].addLine(where, l)
 	}
@@ -250,6 +307,7 @@ func (m *mdScan) outside(where, l string) {
 		if shellFence.MatchString(l) {
 			m.fence = "shell"
 			m.start(where)
+			m.out[m.cur].notRun, m.marks = m.marks, nil
 		}
 	case strings.HasPrefix(l, "    ") && !m.inList && (m.prevBlank || m.cur >= 0):
 		if m.cur < 0 {
@@ -299,7 +357,11 @@ func allDocBlocks(t *testing.T, root string) []docBlock {
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		mustDo(t, err)
-		out = append(out, markdownBlocks(f, string(b))...)
+		blocks, err := markdownBlocks(f, string(b))
+		if err != nil {
+			t.Error(err)
+		}
+		out = append(out, blocks...)
 	}
 	topics, err := filepath.Glob(filepath.Join(root, "cmd", "tpurun", "help", "*.txt"))
 	mustDo(t, err)
@@ -362,15 +424,19 @@ func newDocSandbox(t *testing.T) *docSandbox {
 	return sb
 }
 
-// copyTree copies the regular files and directories of src into dst, leaving out .git and bin.
+// copyTree copies the regular files and directories of src into dst, leaving out .git (a directory, or a
+// worktree's file naming the repository's) and bin.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() && (rel == ".git" || rel == "bin") {
+		switch {
+		case d.IsDir() && (rel == ".git" || rel == "bin"):
 			return filepath.SkipDir
+		case rel == ".git":
+			return nil
 		}
 		target := filepath.Join(dst, rel)
 		switch {
@@ -393,6 +459,36 @@ func copyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.WriteFile(dst, b, mode)
+}
+
+// git runs git in the sandbox, apart from the machine's git configuration.
+func (sb *docSandbox) git(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(launchertest.Need(t, "git"), args...)
+	cmd.Dir = sb.root
+	cmd.Env = append(append([]string(nil), sb.env...), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=doc test", "GIT_AUTHOR_EMAIL=doc@test", "GIT_COMMITTER_NAME=doc test", "GIT_COMMITTER_EMAIL=doc@test")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// baseline makes the sandbox a git checkout of what it holds before any command runs (the repository's files, the
+// train.py stub; bin/ is ignored by .gitignore), so that leftBehind can name what the commands leave.
+func (sb *docSandbox) baseline(t *testing.T) {
+	t.Helper()
+	sb.git(t, "init", "-q")
+	sb.git(t, "add", "-A")
+	sb.git(t, "commit", "-q", "--no-gpg-sign", "-m", "the checkout before the docs' commands")
+}
+
+// leftBehind is what a reader who ran the docs' commands in a checkout would find there: `git status --porcelain`,
+// untracked files one by one (what .gitignore ignores is not shown).
+func (sb *docSandbox) leftBehind(t *testing.T) string {
+	t.Helper()
+	return sb.git(t, "status", "--porcelain", "--untracked-files=all")
 }
 
 // newLines records where each command line of b runs first and reports whether any of b's plain lines is new (a
@@ -526,6 +622,7 @@ func TestDocCommandsAsWritten(t *testing.T) {
 	launchertest.Need(t, "python3")
 	launchertest.Need(t, "torch") // the README's torch example
 	sb := newDocSandbox(t)
+	sb.baseline(t)
 	blocks := allDocBlocks(t, sb.root)
 	var notRun, synopses []string
 	// The etcd the etcd line runs against; starting it takes the heavy-test slot (launchertest.Heavy) for the whole
@@ -541,7 +638,7 @@ func TestDocCommandsAsWritten(t *testing.T) {
 		for _, l := range b.lines {
 			switch {
 			case l.kind == lineNotRun:
-				notRun = append(notRun, l.where+": "+l.text)
+				notRun = append(notRun, l.where+": "+l.text+"   ("+l.why+")")
 			case l.kind == lineSynopsis:
 				synopses = append(synopses, l.where+": "+l.text)
 			case seen[l.text] != l.where:
@@ -556,31 +653,52 @@ func TestDocCommandsAsWritten(t *testing.T) {
 	}
 	t.Logf("ran %d command lines of %d blocks:\n  %s", len(ran), len(blocks), strings.Join(ran, "\n  "))
 	t.Logf("synopses (not commands):\n  %s", strings.Join(synopses, "\n  "))
-	t.Logf("not run by this test (%s ...]):\n  %s", notRunTag, strings.Join(notRun, "\n  "))
+	t.Logf("not run by this test (marked <!-- not run by the doc test: ... -->):\n  %s", strings.Join(notRun, "\n  "))
 	if len(notRun) > maxNotRun {
-		t.Errorf("%d doc commands are marked %q; at most %d may be: make them run here", len(notRun), notRunTag, maxNotRun)
+		t.Errorf("%d doc commands are marked not to run; at most %d may be: make them run here", len(notRun), maxNotRun)
 	}
 	if len(ran) < 15 {
 		t.Errorf("only %d command lines found: the extraction lost some", len(ran))
+	}
+	if left := sb.leftBehind(t); left != "" {
+		t.Errorf("the docs' commands leave this in the checkout (git status --porcelain):\n%s"+
+			"write it where the command says (a temporary directory), or ignore it in .gitignore", left)
 	}
 }
 
 // TestDocExtraction: what the doc test takes from Markdown and help texts as command lines, and how it sorts them.
 func TestDocExtraction(t *testing.T) {
 	t.Parallel()
-	md := "intro\n```sh\ntpurun a \\\n  --b c   # comment\n# only a comment\nmake test  # " + notRunTag + " why]\n```\n" +
+	md := "intro\n<!-- not run by the doc test: `make test`: why -->\n```sh\ntpurun a \\\n  --b c   # comment\n# only a comment\n" +
+		"make test  # the suite\nmake tests\n```\n" +
 		"```go\nspec := x\n```\n\n    tpurun --nnodes 2:4 d\n    tpurun [flags] PROGRAM\n\n- a list\n\n    not code: in the list\n\nend\n" +
 		"\n    tpurun: run 7f3a attempt 0: output, not a command\n"
+	blocks, err := markdownBlocks("m.md", md)
+	if err != nil {
+		t.Errorf("markdown: %v", err)
+	}
 	var got []string
-	for _, b := range markdownBlocks("m.md", md) {
+	for _, b := range blocks {
 		for _, l := range b.lines {
 			got = append(got, fmt.Sprintf("%s %d %s", l.where, l.kind, l.text))
 		}
 	}
-	want := []string{"m.md:3 0 tpurun a --b c   # comment", "m.md:6 2 make test  # " + notRunTag + " why]",
-		"m.md:12 3 tpurun --nnodes 2:4 d", "m.md:13 1 tpurun [flags] PROGRAM"}
+	want := []string{"m.md:4 0 tpurun a --b c   # comment", "m.md:7 2 make test  # the suite", "m.md:8 0 make tests",
+		"m.md:14 3 tpurun --nnodes 2:4 d", "m.md:15 1 tpurun [flags] PROGRAM"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("markdown:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A mark that marks nothing fails: a command the block lacks, a mark not right before the block, one at the end.
+	for md, want := range map[string]string{
+		"<!-- not run by the doc test: `make tst`: why -->\n```sh\nmake test\n```\n":    "m.md:1: marks `make tst` not to run, but the block after it has no such command",
+		"<!-- not run by the doc test: `make test`: why -->\n\n```sh\nmake test\n```\n": "m.md:1: the mark not to run `make test` is not on the line right before a shell block",
+		"<!-- not run by the doc test: `make test`: why -->\n```text\nmake test\n```\n": "m.md:1: the mark not to run `make test` is not on the line right before a shell block",
+		"x\n<!-- not run by the doc test: `make test`: why -->":                         "m.md:2: the mark not to run `make test` is not on the line right before a shell block",
+		"```sh\nmake test  # [not run by the doc test: why]\n```\n":                     "m.md:2: a mark not to run in the line, which readers see: put it in a notRunMark",
+	} {
+		if _, err := markdownBlocks("m.md", md); err == nil || err.Error() != want {
+			t.Errorf("markdown %q: error %v, want %q", md, err, want)
+		}
 	}
 	help := "Usage:\n  tpurun [flags] X\n\n  # a comment\n  tpurun --rdzv-backend static \\\n         -- python3 t.py\n  tpurun.report(value)   # Python\n" +
 		"  export A=$(b)\n  --nprocs int   a flag\n"

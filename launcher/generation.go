@@ -328,7 +328,9 @@ func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *attem
 		return nil, j.stopVerdict(ctx, "the rendezvous join",
 			verdictOf(rendezvousErr(fmt.Sprintf("join of generation %d (run %s, %s backend)", g, j.spec.RunID, j.spec.Rendezvous.Backend), err)))
 	}
-	j.obs.emit(Event{Kind: RendezvousDone, Attempt: g, Rendezvous: time.Since(start)})
+	if !j.spec.Rendezvous.Solo() { // a world of one does not rendezvous: its join is this host's plan
+		j.obs.emit(Event{Kind: RendezvousDone, Attempt: g, Rendezvous: time.Since(start)})
+	}
 	return s, nil
 }
 

@@ -31,7 +31,8 @@ const (
 	Sampled
 	// ResultReceived: one result was accepted from a worker.
 	ResultReceived
-	// RendezvousDone: the join of a generation took Rendezvous.
+	// RendezvousDone: the join of a generation took Rendezvous. Only where nodes meet: a world of one (a single
+	// host) does not rendezvous, and reports none.
 	RendezvousDone
 	// AttemptEnded: Ended is the attempt that just ended, the last of Report.Attempts (its summary can be
 	// printed now, before a restart runs the next one).

@@ -158,9 +158,6 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 	}
 	mon := status.NewMonitor(spec.MaxRestarts)
 	addr, stop, err := mon.Serve(context.Background(), o.statusAddr, o.statusRemote, log)
-	if errors.Is(err, status.ErrAddr) {
-		err = fmt.Errorf("--status-addr %s: %w; pass --status-allow-remote to expose it", o.statusAddr, err)
-	}
 	if err != nil {
 		return nil, err
 	}

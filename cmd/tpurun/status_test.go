@@ -85,6 +85,9 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 		}
 		return fmt.Errorf("/metrics:\n%s", body)
 	})
+	if _, body := fetch("/metrics"); !strings.Contains(body, "\ntpurun_rendezvous_seconds 0\n") { // one host: no rendezvous
+		t.Errorf("/metrics of a single host lacks tpurun_rendezvous_seconds 0 (README):\n%s", body)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +103,9 @@ func TestStatusAddrNonLoopbackRefused(t *testing.T) {
 	r := runCLI(t, "", nil, "--nprocs", "1", "--device", "cpu", "--status-addr", "0.0.0.0:0", "--", os.Args[0])
 	if r.code != 2 || !strings.Contains(r.stderr, "--status-allow-remote") {
 		t.Fatalf("exit %d, stderr %q: want 2 and the --status-allow-remote remedy", r.code, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "--status-addr"); n != 1 { // it said "--status-addr --status-addr 0.0.0.0:0: ..."
+		t.Errorf("the refusal names --status-addr %d times, want once:\n%s", n, r.stderr)
 	}
 }
 

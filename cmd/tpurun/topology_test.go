@@ -250,7 +250,7 @@ func TestHeldChipRefusesUnlessForce(t *testing.T) {
 	args := []string{"--tpu-port-base", strconv.Itoa(portBase(t)), "--", os.Args[0]}
 	r := h.cli(t, nil, args...)
 	if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", pid)) || !strings.Contains(r.stderr, "vfio/3") ||
-		!strings.Contains(r.stderr, "force the start") {
+		!strings.Contains(r.stderr, "--force") {
 		t.Fatalf("held chip: exit %d, want 2 naming pid %d, vfio/3 and --force:\n%s", r.code, pid, r.stderr)
 	}
 	if n := len(h.dumped(t)); n != 0 {

@@ -111,8 +111,15 @@ func (s *Monitor) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "tpurun_rendezvous_seconds %g\n", s.rendezvous.Seconds())
 }
 
-// ErrAddr is returned by Serve for an address it refuses (not loopback without allowRemote).
+// ErrAddr is returned by Serve for an address it refuses (not loopback without allowRemote). The error is also the
+// *failure.ConfigError of the status address, whose hint names the way on (--status-allow-remote).
 var ErrAddr = errors.New("status address refused")
+
+// remoteRefused is Serve's refusal of an address off loopback: the configuration error, which is also ErrAddr.
+type remoteRefused struct{ err *failure.ConfigError }
+
+func (e remoteRefused) Error() string   { return e.err.Error() }
+func (e remoteRefused) Unwrap() []error { return []error{ErrAddr, e.err} }
 
 // The status server's limits: a client gets this long to send its request and read the answer, an idle
 // keep-alive connection is closed after idleTimeout, and at most maxConns connections are open at once (the
@@ -137,9 +144,8 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 	if !allowRemote {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, nil, fmt.Errorf("%w: %s is not a loopback address; the endpoint has no authentication: "+
-				"use 127.0.0.1:PORT, or allow remote clients explicitly: %w", ErrAddr, addr,
-				&failure.ConfigError{Field: failure.SettingStatusAddr, Value: addr, Hint: "use a loopback address or allow remote clients"})
+			return nil, nil, remoteRefused{&failure.ConfigError{Field: failure.SettingStatusAddr, Value: addr,
+				Hint: "not a loopback address, and the endpoint has no authentication: use 127.0.0.1:PORT, or allow remote clients with --status-allow-remote"}}
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)

@@ -81,8 +81,10 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 func TestStatusRefusesNonLoopback(t *testing.T) {
 	st := status.NewMonitor(0)
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
-		if _, _, err := st.Serve(context.Background(), addr, false, nil); !errors.Is(err, status.ErrAddr) {
-			t.Errorf("Serve(%q): err %v, want ErrAddr", addr, err)
+		_, _, err := st.Serve(context.Background(), addr, false, nil)
+		var ce *failure.ConfigError
+		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != failure.SettingStatusAddr {
+			t.Errorf("Serve(%q): err %v, want ErrAddr and the status address's *ConfigError", addr, err)
 		}
 	}
 	var ce *failure.ConfigError

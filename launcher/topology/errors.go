@@ -226,7 +226,7 @@ func (e *BusyError) Error() string {
 	for i, h := range e.Holders {
 		parts[i] = fmt.Sprintf("%s held by pid %d (%s)", h.Path, h.PID, h.Command)
 	}
-	return "TPU device already in use: " + strings.Join(parts, "; ") + "; stop that process (or force the start anyway)"
+	return "TPU device already in use: " + strings.Join(parts, "; ") + "; stop that process, or start anyway with --force"
 }
 
 // Is makes errors.Is(err, ErrChipBusy) true.

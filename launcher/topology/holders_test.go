@@ -33,7 +33,7 @@ func TestHolders(t *testing.T) {
 	if !errors.Is(err, ErrChipBusy) || !errors.As(err, &be) || be.Holders[0].PID != pid {
 		t.Fatalf("CheckFree = %v", err)
 	}
-	if !strings.Contains(err.Error(), "pid "+strconv.Itoa(pid)) || !strings.Contains(err.Error(), "force the start") {
+	if !strings.Contains(err.Error(), "pid "+strconv.Itoa(pid)) || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("message %q", err)
 	}
 
