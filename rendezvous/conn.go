@@ -90,27 +90,25 @@ func (s *Server) timeout(m *message) time.Duration {
 	return s.cfg.Timeout
 }
 
-// await re-runs check (under s.mu) whenever the world changes, until it returns true, the timeout passes (false,
-// nil) or the connection or server ends (ErrClosed).
-func (s *Server) await(c *sconn, w *world, timeout time.Duration, check func() bool) (bool, error) {
+// wait waits for done to close (true), the timeout to pass (false, nil) or the connection or server to end
+// (ErrClosed).
+func (s *Server) wait(c *sconn, done <-chan struct{}, timeout time.Duration) (bool, error) {
+	select {
+	case <-done:
+		return true, nil
+	default:
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for {
-		s.mu.Lock()
-		ok, ch := check(), w.changed
-		s.mu.Unlock()
-		if ok {
-			return true, nil
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return false, nil
-		case <-c.done:
-			return false, newError(ErrClosed, "connection closed")
-		case <-s.done:
-			return false, newError(ErrClosed, "server closed")
-		}
+	select {
+	case <-done:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-c.done:
+		return false, newError(ErrClosed, "connection closed")
+	case <-s.done:
+		return false, newError(ErrClosed, "server closed")
 	}
 }
 
@@ -131,16 +129,11 @@ func (s *Server) handle(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, s.barrier(c, w, rank, m))
 	case msgPublish:
 		s.mu.Lock()
-		if w.data[m.Name] == nil {
-			w.data[m.Name] = map[int][]byte{}
-		}
-		w.data[m.Name][rank] = m.Data
-		w.notify()
+		w.publish(m.Name, rank, m.Data)
 		s.mu.Unlock()
 		s.reply(c, m.ID, nil, nil)
 	case msgGather:
-		got, err := s.gather(c, w, m)
-		s.reply(c, m.ID, &message{Gathered: got}, err)
+		s.gather(c, w, m)
 	case msgFail:
 		if m.Failure == nil {
 			s.reply(c, m.ID, nil, newError(ErrProtocol, "fail message without a failure"))
@@ -153,8 +146,10 @@ func (s *Server) handle(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, nil)
 	case msgLeave:
 		s.mu.Lock()
-		e.left = true
-		w.notify()
+		if !e.left && !e.lost {
+			e.left = true
+			w.nodeGone(e)
+		}
 		s.mu.Unlock()
 		s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
 		s.reply(c, m.ID, nil, nil)
@@ -176,7 +171,6 @@ func (s *Server) spread(w *world, from *sconn, f Failure) {
 			to = append(to, e.conn)
 		}
 	}
-	w.notify()
 	s.mu.Unlock()
 	s.log.Info("rendezvous failure spread", zap.Stringer("failure", f), zap.Int("to", len(to)))
 	for _, c := range to {
@@ -199,16 +193,15 @@ func (s *Server) dropped(c *sconn) {
 	if !w.complete {
 		w.remove(e)
 		s.progress(w)
-		w.notify()
 		s.mu.Unlock()
 		return
 	}
-	if e.left {
-		w.notify()
+	if e.left || e.lost {
 		s.mu.Unlock()
 		return
 	}
 	e.lost = true
+	w.nodeGone(e)
 	s.mu.Unlock()
 	f := Failure{Node: e.m.ref(e.rank), WorkerRank: -1, Lost: true, At: time.Now(),
 		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", s.cfg.Heartbeat)}
