@@ -22,11 +22,24 @@ type sconn struct {
 }
 
 func (s *Server) send(c *sconn, m *message) {
+	f, err := encodeFrame(m, s.cfg.MaxMessage)
+	if err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+		c.nc.Close()
+		return
+	}
+	s.write(c, m.Type, f)
+}
+
+// write writes one frame, given in parts (pre-encoded parts shared with other frames), with one writev. A
+// connection that cannot take it within the heartbeat is closed.
+func (s *Server) write(c *sconn, what string, parts ...[]byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(s.cfg.Heartbeat))
-	if err := writeMessage(c.nc, m, s.cfg.MaxMessage); err != nil {
-		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+	b := net.Buffers(parts)
+	if _, err := b.WriteTo(c.nc); err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", what), zap.Error(err))
 		c.nc.Close()
 	}
 }
@@ -40,6 +53,34 @@ func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
 		m.Error = toWire(err)
 	}
 	s.send(c, m)
+}
+
+// sendReply answers request id with a reply whose field holds pre-encoded JSON (a gathered key's data).
+func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
+	head := replyHead(id, field)
+	n := len(head) + len(value) + 1
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, newError(ErrProtocol, fmt.Sprintf("the reply (%s) is %d bytes, over the limit of %d bytes", field, n, s.cfg.MaxMessage)))
+		return
+	}
+	s.write(c, field, frameHeader(n), head, value, closeBrace)
+}
+
+// sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares).
+func (s *Server) sendShare(c *sconn, id uint64, sh *shares, rank int) {
+	head := replyHead(id, "assignment")
+	parts := append([][]byte{nil, head}, sh.value(rank)...)
+	parts = append(parts, closeBrace)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, newError(ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
+		return
+	}
+	parts[0] = frameHeader(n)
+	s.write(c, "assignment", parts...)
 }
 
 // serve reads c's messages until it ends; each request is handled on its own goroutine.
@@ -67,7 +108,11 @@ func (s *Server) serve(c *sconn) {
 		}
 		switch m.Type {
 		case msgPing:
-			s.send(c, &message{Type: msgPong, ID: m.ID})
+			if m.ID == 0 {
+				s.write(c, msgPong, pongFrame)
+			} else {
+				s.send(c, &message{Type: msgPong, ID: m.ID})
+			}
 			continue
 		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
 		default:
@@ -161,8 +206,9 @@ func (s *Server) handle(c *sconn, m *message) {
 	}
 }
 
-// spread records f and pushes it to every other connection of the world.
+// spread records f and pushes it to every other connection of the world (encoded once).
 func (s *Server) spread(w *world, from *sconn, f Failure) {
+	frame, err := encodeFrame(&message{Type: msgFailure, Failure: &f}, s.cfg.MaxMessage)
 	s.mu.Lock()
 	w.failures = append(w.failures, f)
 	var to []*sconn
@@ -173,8 +219,12 @@ func (s *Server) spread(w *world, from *sconn, f Failure) {
 	}
 	s.mu.Unlock()
 	s.log.Info("rendezvous failure spread", zap.Stringer("failure", f), zap.Int("to", len(to)))
+	if err != nil {
+		s.log.Error("rendezvous failure not spread", zap.Error(err))
+		return
+	}
 	for _, c := range to {
-		s.send(c, &message{Type: msgFailure, Failure: &f})
+		s.write(c, msgFailure, frame)
 	}
 }
 

@@ -134,7 +134,7 @@
 // counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (FieldEndpoint,
 // FieldRunID, ...) and Value name the item in the package's words: a command line maps the field to its flag.
 //
-// # Wire protocol (embedded server), version 3
+// # Wire protocol (embedded server), version 5
 //
 // TCP, one connection per node per generation. It opens with the handshake (handshake.go): a 40-byte hello from
 // the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
@@ -143,12 +143,19 @@
 // either side is ErrVersion naming both versions (a version 1 peer, which has no handshake, is recognised and
 // told so in its own framing). Then each message is a frame: a 4-byte big-endian length, then that many bytes of
 // one JSON object, at most MaxMessage bytes (default 4 MiB; a larger length is refused before any allocation,
-// and a body is allocated as it arrives, not as announced). Every object carries "v":3 and "type"; unknown
+// and a body is allocated as it arrives, not as announced). Every object carries "v":5 and "type"; unknown
 // fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
 // {"type":"rejected","error":{...}} and hangs up.
 //
-//	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts?, timeout_ms}; barrier {id, name,
-//	                  timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
+// A join carries the sum of the node's host list (hosts_sum: its length and CRC-32C), not the list: the server
+// lays the shares out without names when every node's sum is that of the nodes' own names in rank order (a static
+// world named by its host list), and each node names them from its list. The assignment in a join's reply is the
+// node's share (Assignment): the server encodes what every node shares, and each slice's nodes, once per world,
+// and writes each reply from those parts and the node's rank; a gather's reply, once per key. A frame is still one
+// JSON object.
+//
+//	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts_sum?, timeout_ms}; barrier {id,
+//	                  name, timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
 //	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping
 //	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}

@@ -43,7 +43,11 @@ type ServerConfig struct {
 	// WarnInterval: refused connections are logged as one summary line (with counts) per interval at most.
 	// Default DefaultWarnInterval.
 	WarnInterval time.Duration
-	Logger       *zap.Logger
+	// Hosts is the job's host list in node order, when the node hosting the server knows one (Config.Hosts): a
+	// join carries only its sum (hostsSum), and a join that times out names the hosts of the ranks that never
+	// arrived when the joiners' list is this one.
+	Hosts  []string
+	Logger *zap.Logger
 }
 
 // Server defaults.
@@ -96,6 +100,8 @@ type Server struct {
 	ln    net.Listener
 	tally *tally
 
+	hostsSum string // hostsSum(cfg.Hosts)
+
 	mu      sync.Mutex
 	pending []*pending    // in the handshake, in accept order
 	freed   chan struct{} // a pending connection left the handshake: wakes an accept loop waiting for room
@@ -127,7 +133,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval),
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: hostsSum(cfg.Hosts),
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
 		freed: make(chan struct{}, 1),
 	}

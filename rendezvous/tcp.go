@@ -61,6 +61,7 @@ type tcpStore struct {
 	log      *zap.Logger
 	endpoint string
 	hosts    []string // the static host list, when known
+	hostsSum string   // its sum (hostsSum), which joins carry instead
 	server   *Server
 	linger   time.Duration
 }
@@ -77,7 +78,7 @@ func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
 	if err := staticWorld(c); err != nil {
 		return nil, err
 	}
-	t := &tcpStore{cfg: c, log: log, hosts: c.Hosts, endpoint: c.Endpoint}
+	t := &tcpStore{cfg: c, log: log, hosts: c.Hosts, hostsSum: hostsSum(c.Hosts), endpoint: c.Endpoint}
 	if t.endpoint == "" {
 		if len(t.hosts) == 0 {
 			return nil, configError(FieldEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
@@ -212,7 +213,7 @@ func (t *tcpStore) host(must bool) error {
 		addr = t.endpoint
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
@@ -240,7 +241,7 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 	if err != nil {
 		return nil, err
 	}
-	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, Hosts: t.hosts}
+	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, HostsSum: t.hostsSum}
 	if t.cfg.MinNodes != t.cfg.NNodes {
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)
 	}
@@ -252,10 +253,9 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 		c.close()
 		return nil, err
 	}
-	resp.Assignment.nameFrom(t.hosts)
 	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", resp.Assignment.NNodes),
 		zap.Int("generation", resp.Assignment.Generation))
-	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment}, nil
+	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment, hosts: t.hosts}, nil
 }
 
 func maxOr(n int) int {
@@ -279,10 +279,17 @@ func (t *tcpStore) close() error {
 type tcpSession struct {
 	c       *client
 	timeout time.Duration
-	asg     *Assignment
+	asg     *Assignment // the share as received
+	hosts   []string    // names its nodes when the share leaves them out (nameFrom)
 }
 
-func (t *tcpSession) Assignment() *Assignment { return t.asg.clone() }
+// Assignment is the share received, its nodes named from the host list when the share left them out: a node of a
+// pod of 4096 hosts receives a few hundred bytes and names its slice's hosts here, when they are needed.
+func (t *tcpSession) Assignment() *Assignment {
+	a := t.asg.clone()
+	a.nameFrom(t.hosts)
+	return a
+}
 
 func (t *tcpSession) Barrier(ctx context.Context, name string) error {
 	_, err := t.c.call(ctx, &message{Type: msgBarrier, Name: name}, t.timeout)

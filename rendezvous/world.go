@@ -2,10 +2,12 @@ package rendezvous
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,7 +25,12 @@ type world struct {
 	nnodes   int // the most nodes
 	min      int // the fewest nodes (nnodes unless elastic)
 	lastCall time.Duration
+	// hosts is the host list naming every node by rank, when the joiners name one and the server holds the same
+	// (ServerConfig.Hosts): the missing are named by it. hostsSum is the sum of the joiners' list (hostsSum),
+	// mixed set when joiners named different lists.
 	hosts    []string
+	hostsSum string
+	mixed    bool
 	entries  []*entry // in arrival order
 	// the entries by instance, by host and by requested rank
 	byInstance map[string]*entry
@@ -33,6 +40,7 @@ type world struct {
 	byRank     []*entry
 	agreed     *agreed // the agreed world, once complete; each node gets its share
 	named      bool    // the host list names every node: shares leave the names out
+	shares     *shares // every node's share, encoded once (agree.go)
 	err        error
 	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
 	ended      bool          // formed is closed
@@ -59,10 +67,14 @@ type entry struct {
 }
 
 // newWorld is generation gen, forming, with r's size range and host list.
-func newWorld(gen int, r *joinReq) *world {
-	return &world{gen: gen, nnodes: r.nnodes, min: r.min, lastCall: r.lastCall, hosts: r.hosts,
+func newWorld(gen int, r *joinReq, serverHosts []string, serverSum string) *world {
+	w := &world{gen: gen, nnodes: r.nnodes, min: r.min, lastCall: r.lastCall, hostsSum: r.hostsSum,
 		byInstance: map[string]*entry{}, byHost: map[string]*entry{}, byAsked: map[int]*entry{},
 		barriers: map[string]*barrier{}, data: map[string]*gathering{}, formed: make(chan struct{})}
+	if r.hostsSum != "" && r.hostsSum == serverSum {
+		w.hosts = serverHosts
+	}
+	return w
 }
 
 // endJoin closes the join: every joiner waiting wakes and reads the outcome (the assignment or the error).
@@ -169,7 +181,7 @@ type joinReq struct {
 	nnodes   int
 	min      int
 	lastCall time.Duration
-	hosts    []string
+	hostsSum string
 	timeout  time.Duration
 }
 
@@ -178,7 +190,7 @@ func (r *joinReq) size() string { return sizeRange(r.min, r.nnodes) }
 // join enters c's node into a generation and answers with its share of the agreed world, or why there is none.
 func (s *Server) join(c *sconn, m *message) {
 	r := &joinReq{mem: *m.Member, nnodes: m.NNodes, min: cmp.Or(m.MinNodes, m.NNodes), lastCall: DefaultLastCall,
-		hosts: m.Hosts, timeout: s.timeout(m)}
+		hostsSum: m.HostsSum, timeout: s.timeout(m)}
 	if m.LastCallMS > 0 {
 		r.lastCall = time.Duration(m.LastCallMS) * time.Millisecond
 	}
@@ -190,11 +202,15 @@ func (s *Server) join(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, err)
 		return
 	}
-	asg, err := s.awaitWorld(c, w, e, min(r.timeout, time.Until(w.deadline)))
-	if errors.Is(err, ErrClosed) {
-		return // the connection or the server is gone: nobody to answer
+	sh, rank, err := s.awaitWorld(c, w, e, min(r.timeout, time.Until(w.deadline)))
+	switch {
+	case errors.Is(err, ErrClosed):
+		// the connection or the server is gone: nobody to answer
+	case err != nil:
+		s.reply(c, m.ID, nil, err)
+	default:
+		s.sendShare(c, m.ID, sh, rank)
 	}
-	s.reply(c, m.ID, &message{Assignment: asg}, err)
 }
 
 // enter places r's node in its generation's world. A second join by the same instance takes its entry over (its
@@ -224,6 +240,9 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	if err != nil {
 		s.mu.Unlock()
 		return nil, nil, err
+	}
+	if r.hostsSum != w.hostsSum {
+		w.mixed = true // nodes name different host lists: every share names its nodes itself
 	}
 	c.w, c.ent = w, e
 	if w.deadline.IsZero() {
@@ -266,7 +285,7 @@ func (s *Server) worldFor(r *joinReq) (*world, error) {
 	g := r.mem.Generation
 	w := s.worlds[g]
 	if w == nil || (!w.complete && len(w.entries) == 0) {
-		w = newWorld(g, r)
+		w = newWorld(g, r, s.cfg.Hosts, s.hostsSum)
 		s.worlds[g] = w
 		s.latest = max(s.latest, g)
 		return w, nil
@@ -359,36 +378,39 @@ func (w *world) duplicate(mem Member) error {
 		mem.ref(mem.Rank), x.m.ref(claimed))
 }
 
-// awaitWorld waits until e's world is agreed (its share), fails (the error every joiner gets), or times out: then
-// an elastic world with enough nodes completes with those present, and any other fails naming the nodes that
-// never arrived. ErrClosed when the connection or the server ends first.
-func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*Assignment, error) {
+// awaitWorld waits until e's world is agreed (e's rank, and the shares), fails (the error every joiner gets), or
+// times out: then an elastic world with enough nodes completes with those present, and any other fails naming
+// the nodes that never arrived. ErrClosed when the connection or the server ends first.
+func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*shares, int, error) {
 	ok, err := s.wait(c, w.formed, timeout)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	s.mu.Lock()
 	if !ok && !w.ended {
 		if w.joinErr == nil && len(w.entries) >= w.min {
 			w.stopLastCall() // the join timeout ends an elastic join that has enough nodes
 			w.finish()
+		} else {
+			w.failJoin(w.missing(time.Since(w.started)))
 		}
-		w.failJoin(w.missing(time.Since(w.started)))
 	}
 	jerr := w.joinErr
 	if jerr == nil {
 		jerr = w.err
 	}
-	var asg *Assignment
 	if jerr == nil {
 		c.rank = e.rank
-		asg = w.agreed.share(e.rank, w.named)
 	}
+	rank, sh := e.rank, w.shares
 	s.mu.Unlock()
-	if jerr != nil && !errors.Is(jerr, ErrJobClosed) {
-		s.log.Warn("rendezvous join failed", zap.Error(jerr))
+	if jerr != nil {
+		if !errors.Is(jerr, ErrJobClosed) {
+			s.log.Warn("rendezvous join failed", zap.Error(jerr))
+		}
+		return nil, 0, jerr
 	}
-	return asg, jerr
+	return sh, rank, nil
 }
 
 // closeJob moves the job to closed (Session.Finish): the verdict of w's generation was its last, with exit code
@@ -454,7 +476,7 @@ func shortList(l []string, n int) string {
 }
 
 // finish assigns ranks and checks agreement; called when the join is over with min..nnodes nodes present. It
-// lays the world out once, then wakes the joiners.
+// lays the world out and encodes every node's share once, then wakes the joiners.
 func (w *world) finish() {
 	w.complete = true
 	defer w.endJoin()
@@ -477,7 +499,8 @@ func (w *world) finish() {
 		w.byRank[e.rank] = e
 	}
 	w.agreed = agreeWorld(members, ranks)
-	w.named = w.agreed.namedBy(w.hosts)
+	w.named = !w.mixed && w.agreed.namedBySum(w.hostsSum)
+	w.shares = w.agreed.encode(w.named)
 }
 
 // barrier is one named barrier of a world: who arrived, and done, closed when the last node arrives or a node
@@ -542,11 +565,19 @@ func (s *Server) barrier(c *sconn, w *world, rank int, m *message) error {
 }
 
 // gathering is the data published under one key: done is closed when every node has published, or a node that
-// has not is gone (err).
+// has not is gone (err). The gathered reply is encoded once, for every node (enc).
 type gathering struct {
 	data map[int][]byte
 	done chan struct{}
 	over bool
+	err  error
+	enc  *encoded
+}
+
+// encoded is a message part encoded once, by the first who needs it.
+type encoded struct {
+	once sync.Once
+	b    []byte
 	err  error
 }
 
@@ -562,7 +593,7 @@ func (g *gathering) end(err error) {
 func (w *world) gatheringFor(key string) *gathering {
 	g := w.data[key]
 	if g == nil {
-		g = &gathering{data: map[int][]byte{}, done: make(chan struct{})}
+		g = &gathering{data: map[int][]byte{}, done: make(chan struct{}), enc: &encoded{}}
 		w.data[key] = g
 		for _, r := range w.gone {
 			g.end(w.lostErr(r, fmt.Sprintf("gather %q cannot complete: it is gone without publishing", key)))
@@ -577,7 +608,7 @@ func (w *world) gatheringFor(key string) *gathering {
 func (w *world) publish(key string, rank int, data []byte) {
 	g := w.gatheringFor(key)
 	if g.over {
-		g.data = maps.Clone(g.data)
+		g.data, g.enc = maps.Clone(g.data), &encoded{}
 	}
 	g.data[rank] = data
 	if len(g.data) == len(w.byRank) {
@@ -605,12 +636,18 @@ func (s *Server) gather(c *sconn, w *world, m *message) {
 		s.reply(c, m.ID, nil, newError(ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
 		return
 	}
-	data, gerr := g.data, g.err
+	data, enc, gerr := g.data, g.enc, g.err
 	s.mu.Unlock()
 	if gerr != nil {
-		data = nil
+		s.reply(c, m.ID, nil, gerr)
+		return
 	}
-	s.reply(c, m.ID, &message{Gathered: data}, gerr)
+	enc.once.Do(func() { enc.b, enc.err = json.Marshal(data) })
+	if enc.err != nil {
+		s.reply(c, m.ID, nil, fmt.Errorf("rendezvous: encode gather %q: %w", m.Name, enc.err))
+		return
+	}
+	s.sendReply(c, m.ID, "gathered", enc.b)
 }
 
 // nodeGone records that e (a node of the complete world) is lost or left, and fails every barrier and gather
