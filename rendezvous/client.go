@@ -35,8 +35,12 @@ type client struct {
 	wg   sync.WaitGroup
 }
 
-// handshakeTimeout bounds one handshake attempt (the server allows DefaultAuthTimeout).
-const handshakeTimeout = 10 * time.Second
+// handshakeTimeout bounds one handshake attempt from the connect, the wait in the server's listen queue included:
+// a node keeps its place in the queue rather than going to its back. A flood of idle connections ahead of it is
+// drained at MaxUnauth per eviction grace (4096 of them in about 7 s), and a node that gave up after 10 s could
+// find itself behind the whole flood again (TestSlowlorisDoesNotLockOut joined after 18 s in one of 8 runs, and
+// failed at 20 s in one of 4). The server allows DefaultAuthTimeout once it has accepted the connection.
+const handshakeTimeout = 30 * time.Second
 
 // dial connects to addr and completes the handshake, retrying until ctx ends: the server may not be up yet, may
 // be full, or may have dropped the connection to make room during a flood. A wrong token, another protocol

@@ -172,9 +172,14 @@
 // buffer. Connections still in the handshake are capped separately (MaxUnauth, default 64): a new one evicts the
 // oldest that has not begun a handshake once it has had a grace of AuthTimeout/4 (at most 100 ms) to do so, so
 // idle connections, however many and however fast re-opened, delay a real node (which sends its hello at once)
-// by at most the listen backlog drained at MaxUnauth per grace, and never lock it out. Authenticated connections
-// have their own cap (MaxConns, default 4096; a node beyond it is told the server is full and retries). Refused
-// connections are logged at most once per WarnInterval (default 10 s), as one line with counts per reason;
-// Server.Stats has the totals. A joined node silent for Heartbeat is dropped and reported lost. The etcd backend
-// relies on etcd's own transport security and auth.
+// by at most the listen backlog drained at MaxUnauth per grace (a node keeps its place in the queue for up to 30 s),
+// and never lock it out. The grace of a connection that has sent its hello grows by four times the server's own
+// lag (lag.go: how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
+// nodes connecting at once to a loaded server are not taken for silent ones. Authenticated connections have their
+// own cap (MaxConns, default 16384: a pod of 4096 hosts and its next generation; a node beyond it is told the
+// server is full and retries). Refused connections are logged at most once per WarnInterval (default 10 s), as
+// one line with counts per reason; Server.Stats has the totals. A joined node silent for Heartbeat is dropped and
+// reported lost. The listen backlog is the kernel's net.core.somaxconn (Go asks for the most it allows): when it
+// is below the number of nodes joining at once, a dropped SYN costs a node a retransmit (a second or more), not
+// its join. The etcd backend relies on etcd's own transport security and auth.
 package rendezvous
