@@ -30,10 +30,16 @@ type client struct {
 	closing  bool
 	left     bool
 	failures chan Failure
+	lag      *lagMeter // how late this node runs: its pings and reads (a node's silence limit grows with it)
 
 	done chan struct{}
 	wg   sync.WaitGroup
 }
+
+// serverSilence is how many heartbeats of silence lose the server (see Liveness in live.go): more than the one
+// that loses a node, since the one server of every node may stall longer than a node, and a node that gives up
+// on it ends its part of the job.
+const serverSilence = 2
 
 // handshakeTimeout bounds one handshake attempt from the connect, the wait in the server's listen queue included:
 // a node keeps its place in the queue rather than going to its back. A flood of idle connections ahead of it is
@@ -63,7 +69,7 @@ func dial(ctx context.Context, addr, token string, hb time.Duration, max int, lo
 			}
 			if err == nil {
 				c := &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
-					failures: make(chan Failure, 1024), done: make(chan struct{})}
+					failures: make(chan Failure, 1024), done: make(chan struct{}), lag: &lagMeter{}}
 				c.wg.Add(2)
 				go c.read()
 				go c.ping()
@@ -103,8 +109,12 @@ func (c *client) ping() {
 		select {
 		case <-c.done:
 			return
-		case <-t.C:
-			if err := c.write(&message{Type: msgPing}); err != nil {
+		case tick := <-t.C:
+			// a late ping: this process runs late, and says so (the server gives its nodes that much more)
+			now := time.Now()
+			late := now.Sub(tick)
+			c.lag.saw(late, now)
+			if err := c.write(&message{Type: msgPing, LateMS: late.Milliseconds()}); err != nil {
 				c.nc.Close()
 				return
 			}
@@ -116,9 +126,9 @@ func (c *client) ping() {
 func (c *client) read() {
 	defer c.wg.Done()
 	var end error
+	fr := newFrameReader(c.nc, c.max)
 	for end == nil {
-		c.nc.SetReadDeadline(time.Now().Add(c.hb))
-		m, err := readMessage(c.nc, c.max)
+		m, err := live(c.nc, fr, serverSilence*c.hb, c.lag)
 		if err != nil {
 			end = err
 			break
@@ -189,7 +199,7 @@ func (c *client) lostErr(end error) error {
 	what := "dropped the connection"
 	var ne net.Error
 	if errors.As(end, &ne) && ne.Timeout() {
-		what = fmt.Sprintf("stayed silent for %s", c.hb)
+		what = fmt.Sprintf("stayed silent for %s", serverSilence*c.hb)
 	} else if errors.Is(end, io.EOF) {
 		what = "closed the connection"
 	}
@@ -238,7 +248,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		<-c.done
 		return nil, c.connErr()
 	}
-	t := time.NewTimer(timeout + c.hb)
+	t := time.NewTimer(timeout + serverSilence*c.hb)
 	defer t.Stop()
 	select {
 	case r, ok := <-ch:
@@ -257,7 +267,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		return nil, fmt.Errorf("rendezvous %s: %w", m.Type, ctx.Err())
 	case <-t.C:
 		forget()
-		return nil, storeLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+c.hb))
+		return nil, storeLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+serverSilence*c.hb))
 	}
 }
 

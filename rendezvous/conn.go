@@ -93,9 +93,9 @@ func (s *Server) serve(c *sconn) {
 		s.dropped(c)
 	}()
 	remote := c.nc.RemoteAddr().String()
+	fr := newFrameReader(c.nc, s.cfg.MaxMessage)
 	for {
-		c.nc.SetReadDeadline(time.Now().Add(s.cfg.Heartbeat))
-		m, err := readMessage(c.nc, s.cfg.MaxMessage)
+		m, err := live(c.nc, fr, s.cfg.Heartbeat, s.lag) // a node silent for a heartbeat is lost
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -108,6 +108,9 @@ func (s *Server) serve(c *sconn) {
 		}
 		switch m.Type {
 		case msgPing:
+			if m.LateMS > 0 { // the node runs late: so may the others, on its host or in its process
+				s.lag.saw(time.Duration(m.LateMS)*time.Millisecond, time.Now())
+			}
 			if m.ID == 0 {
 				s.write(c, msgPong, pongFrame)
 			} else {

@@ -126,6 +126,13 @@
 // naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not
 // a failure.
 //
+// Silence is counted from the last byte received, and a node gives the embedded server two heartbeats (the one
+// server of every node may stall longer than a node: a garbage collection of a large world, a loaded host). A side
+// whose deadline finds the peer's bytes waiting reads on, and one that runs late (its process not scheduled, a
+// loaded host; nodes report their lateness with their pings) gives the peer twice its lateness more, up to the
+// limit again, before it declares the peer lost (live.go): a slow process is not a dead one, and a dead one is
+// still lost within two limits.
+//
 // # Configuration errors
 //
 // New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,
@@ -156,7 +163,7 @@
 //
 //	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts_sum?, timeout_ms}; barrier {id,
 //	                  name, timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
-//	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping
+//	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping {late_ms?}
 //	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|

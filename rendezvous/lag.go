@@ -15,8 +15,8 @@ import (
 // as a node's goroutine is woken by a reply, sees how late it runs. That is what a node's answer waits for, in the
 // server's own process (the benchmarks and tests simulate every node in it) and on a loaded host: run queues
 // thousands of goroutines deep, a garbage collection, or the whole process not scheduled for a while. The server
-// counts a peer's silence in the handshake only beyond it (victim). A meter made without newLagMeter measures only
-// what it is told (saw).
+// counts a peer's silence only beyond it: in the handshake (victim) and once joined (live). A meter made without
+// newLagMeter measures only what it is told (saw): a node's own lateness at its pings and reads.
 //
 // It keeps the largest delay seen in each lagBucket of the last lagHistory.
 type lagMeter struct {

@@ -55,6 +55,7 @@ type message struct {
 	Gathered   map[int][]byte    `json:"gathered,omitempty"`
 	Waiting    int               `json:"waiting,omitempty"`
 	ExitCode   int               `json:"exit_code,omitempty"`
+	LateMS     int64             `json:"late_ms,omitempty"` // ping: how late the node sends it (its own lag)
 	Assignment *Assignment       `json:"assignment,omitempty"`
 	Failure    *Failure          `json:"failure,omitempty"`
 	Error      *wireError        `json:"error,omitempty"`
@@ -136,19 +137,7 @@ var pongFrame = func() []byte {
 // arrives, not as announced, so a peer announcing a large frame and sending little costs little. io.EOF is
 // returned as is when the stream ends cleanly between frames.
 func readMessage(r io.Reader, max int) (*message, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(max) {
-		return nil, newError(ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, max))
-	}
-	body, err := readBody(r, int(n))
-	if err != nil {
-		return nil, err
-	}
-	return decodeMessage(body)
+	return newFrameReader(r, max).next()
 }
 
 // firstChunk is the most readBody allocates before any byte of a body has arrived.
@@ -209,8 +198,8 @@ func decodeMessage(body []byte) (*message, error) {
 			return nil, newError(ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
 		}
 	}
-	if m.TimeoutMS < 0 {
-		return nil, newError(ErrProtocol, fmt.Sprintf("negative timeout %d ms", m.TimeoutMS))
+	if m.TimeoutMS < 0 || m.LateMS < 0 {
+		return nil, newError(ErrProtocol, fmt.Sprintf("negative timeout %d ms or lateness %d ms", m.TimeoutMS, m.LateMS))
 	}
 	return &m, nil
 }
