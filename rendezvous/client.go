@@ -49,49 +49,72 @@ const serverSilence = 2
 const handshakeTimeout = 30 * time.Second
 
 // dial connects to addr and completes the handshake, retrying until ctx ends: the server may not be up yet, may
-// be full, or may have dropped the connection to make room during a flood. A wrong token, another protocol
-// version or something that is not a rendezvous server fails at once.
-func dial(ctx context.Context, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
-	var d net.Dialer
+// be full, or may have dropped the connection to make room during a flood, and its host name may not resolve yet
+// (a pod published as it starts: one log line, then quiet retries). A wrong token, another protocol version or
+// something that is not a rendezvous server fails at once.
+func dial(ctx context.Context, r *net.Resolver, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
+	d := net.Dialer{Resolver: r}
+	start := time.Now()
 	backoff := 20 * time.Millisecond
-	for {
+	logged := false
+	for tries := 1; ; tries++ {
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			deadline := time.Now().Add(handshakeTimeout)
-			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-				deadline = dl
+			var c *client
+			var final bool
+			if c, final, err = handshake(ctx, nc, addr, token, hb, max, log); c != nil || final {
+				return c, err
 			}
-			stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
-			err = clientHandshake(nc, addr, token, deadline)
-			stop()
-			if err == nil && ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			if err == nil {
-				c := &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
-					failures: make(chan Failure, 1024), done: make(chan struct{}), lag: &lagMeter{}}
-				c.wg.Add(2)
-				go c.read()
-				go c.ping()
-				return c, nil
-			}
-			nc.Close()
-			var e *Error
-			if errors.As(err, &e) && e.Kind != ErrStoreLost {
-				return nil, err
-			}
-			log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
+		} else if unresolved(err) && !logged {
+			logged = true
+			log.Info("rendezvous endpoint does not resolve yet; retrying until the join timeout (a pod is published in its headless service as it starts)",
+				zap.String("endpoint", addr), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
+			switch {
+			case errors.Is(ctx.Err(), context.Canceled):
 				return nil, fmt.Errorf("rendezvous: connecting to the server at %s: %w", addr, ctx.Err())
+			case unresolved(err):
+				return nil, unresolvedErr(addr, time.Since(start), tries, err, "node 0 (the endpoint host) hosts the rendezvous server there")
 			}
-			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check the endpoint", addr, err))
+			return nil, &Error{Kind: ErrTimeout, Field: FieldEndpoint, Value: addr,
+				Detail: fmt.Sprintf("could not reach the rendezvous server in %s (%d tries; the last: %v); start node 0 (or the endpoint host) and check the endpoint",
+					time.Since(start).Round(time.Millisecond), tries, err)}
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// handshake authenticates a new connection nc and starts its client. Unless final, a failure is worth another try
+// (the server full, or the connection dropped to make room during a flood).
+func handshake(ctx context.Context, nc net.Conn, addr, token string, hb time.Duration, max int, log *zap.Logger) (c *client, final bool, err error) {
+	deadline := time.Now().Add(handshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
+	err = clientHandshake(nc, addr, token, deadline)
+	stop()
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err == nil {
+		c = &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
+			failures: make(chan Failure, 1024), done: make(chan struct{}), lag: &lagMeter{}}
+		c.wg.Add(2)
+		go c.read()
+		go c.ping()
+		return c, true, nil
+	}
+	nc.Close()
+	var e *Error
+	if errors.As(err, &e) && e.Kind != ErrStoreLost {
+		return nil, true, err
+	}
+	log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
+	return nil, false, err
 }
 
 func (c *client) write(m *message) error {

@@ -133,6 +133,14 @@
 // limit again, before it declares the peer lost (live.go): a slow process is not a dead one, and a dead one is
 // still lost within two limits.
 //
+// # Endpoint names
+//
+// An endpoint named by a host name that does not resolve yet (a pod is published in its headless service only as
+// it starts) is waited for within the join timeout (Config.Timeout), with one log line: by the node that hosts the
+// server on it, before it binds (New), and by a node dialling it (Join). A name that never resolves ends the wait
+// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field FieldEndpoint) and how
+// long it was tried. Config.Resolver replaces the resolver (tests).
+//
 // # Configuration errors
 //
 // New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,

@@ -25,8 +25,8 @@ func (staticBackend) NeedsHosts(cfg *Config) bool { return cfg.NodeRank < 0 || c
 
 func (staticBackend) namesNodes(cfg *Config) bool { return cfg.Endpoint == "" }
 
-func (staticBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
-	t, err := newStatic(&r.cfg, r.log)
+func (staticBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newStatic(ctx, &r.cfg, r.log)
 	if err != nil {
 		return err
 	}
@@ -45,8 +45,8 @@ func (tcpBackend) port() int               { return DefaultPort }
 
 func (tcpBackend) NeedsHosts(cfg *Config) bool { return cfg.Endpoint == "" && cfg.NNodes != 1 }
 
-func (tcpBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
-	t, err := newTCP(&r.cfg, r.log)
+func (tcpBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newTCP(ctx, &r.cfg, r.log)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (t *tcpStore) attach(r *Rendezvous, linger time.Duration) {
 
 // newStatic prepares the static backend: node rank and host list from cfg or the environment; node 0 hosts the
 // server.
-func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
+func newStatic(ctx context.Context, c *Config, log *zap.Logger) (*tcpStore, error) {
 	if err := staticWorld(c); err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
 		return nil, err
 	}
 	if c.NodeRank == 0 {
-		if err := t.host(true); err != nil {
+		if err := t.host(ctx, true); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +133,7 @@ func portOption(c *Config) string {
 }
 
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
-func newTCP(c *Config, log *zap.Logger) (*tcpStore, error) {
+func newTCP(ctx context.Context, c *Config, log *zap.Logger) (*tcpStore, error) {
 	if c.NNodes < 1 {
 		return nil, configError(FieldNodes, "0", "tcp rendezvous needs a node count")
 	}
@@ -157,11 +157,11 @@ func newTCP(c *Config, log *zap.Logger) (*tcpStore, error) {
 	}
 	switch isHost {
 	case "true", "1":
-		return t, t.host(true)
+		return t, t.host(ctx, true)
 	case "false", "0":
 		return t, nil
 	}
-	return t, t.host(false)
+	return t, t.host(ctx, false)
 }
 
 // checkEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
@@ -204,13 +204,22 @@ func (t *tcpStore) defaultEndpoint() (string, error) {
 	return net.JoinHostPort(hosts[0], port), nil
 }
 
-// host starts the embedded server on the endpoint (or cfg.Listen). When must is false, a failure to bind
-// because the address is taken or not local means another node hosts it.
-func (t *tcpStore) host(must bool) error {
+// host starts the embedded server on the endpoint (or cfg.Listen), waiting for its host name to resolve (within the
+// join timeout) when it does not yet. When must is false, a failure to bind because the address is taken or not
+// local means another node hosts it.
+func (t *tcpStore) host(ctx context.Context, must bool) error {
 	c := t.cfg
 	addr := c.Listen
 	if addr == "" {
 		addr = t.endpoint
+	}
+	who := "the node whose address it is hosts the rendezvous server there"
+	if must {
+		who = "this node hosts the rendezvous server there"
+	}
+	addr, err := resolved(ctx, t.resolver(), addr, c.Timeout, who, t.log)
+	if err != nil {
+		return err
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
 		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Logger: c.Logger})
@@ -237,7 +246,7 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	c, err := dial(dctx, t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
+	c, err := dial(dctx, t.resolver(), t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +265,13 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", resp.Assignment.NNodes),
 		zap.Int("generation", resp.Assignment.Generation))
 	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment, hosts: t.hosts}, nil
+}
+
+func (t *tcpStore) resolver() *net.Resolver {
+	if t.cfg.Resolver != nil {
+		return t.cfg.Resolver
+	}
+	return net.DefaultResolver
 }
 
 func maxOr(n int) int {
