@@ -1,7 +1,10 @@
 package rendezvous
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"math"
 	"net"
@@ -254,15 +257,120 @@ func (w *agreed) slice(id int) []Node {
 // namedBy reports whether hosts names every node of w by rank, as a static world's host list does (a member
 // without a name of its own takes hosts[rank] as name and address).
 func (w *agreed) namedBy(hosts []string) bool {
-	if len(hosts) != len(w.nodes) {
+	return w.namedBySum(hostsSum(hosts))
+}
+
+// namedBySum reports whether the host list whose sum is sum (hostsSum) names every node of w by rank: the server
+// checks the list every node names without receiving it.
+func (w *agreed) namedBySum(sum string) bool {
+	if sum == "" {
 		return false
 	}
+	hosts := make([]string, len(w.nodes))
 	for r, n := range w.nodes {
-		if n.Host != hosts[r] || n.Addr != hosts[r] {
+		if n.Host != n.Addr {
 			return false
 		}
+		hosts[r] = n.Host
 	}
-	return true
+	return hostsSum(hosts) == sum
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// hostsSum is what a join carries instead of the host list: its length and CRC-32C ("4096:1b2c3d4e"), "" for no
+// list. It checks that every node names the nodes from the same list, at the cost of reading it (a list of
+// 4096 pod names is about 100 KiB: what 4096 joins would have carried each). It is no defence: a node holding the
+// token is trusted.
+func hostsSum(hosts []string) string {
+	if len(hosts) == 0 {
+		return ""
+	}
+	var sum uint32
+	var buf [4096]byte
+	b := buf[:0]
+	for i, h := range hosts {
+		if i > 0 {
+			b = append(b, '\n')
+		}
+		for h != "" { // through buf: no allocation per name
+			if len(b) == len(buf) {
+				sum, b = crc32.Update(sum, castagnoli, b), buf[:0]
+			}
+			n := copy(buf[len(b):], h)
+			b, h = buf[:len(b)+n], h[n:]
+		}
+		if len(b) == len(buf) {
+			sum, b = crc32.Update(sum, castagnoli, b), buf[:0]
+		}
+	}
+	return fmt.Sprintf("%d:%08x", len(hosts), crc32.Update(sum, castagnoli, b))
+}
+
+// shares is every node's share of an agreed world, encoded once (JSON) for the server's replies: the part every
+// node shares (common), and the nodes part of each slice of a world of fixed slices. A node's share is then
+// `{"node_rank":R,` common nodes tail, where nodes is its slice's part, its own node (a world of CPU or GPU hosts),
+// or null (named). Encoding a share per node would cost the server O(nodes) per node in a world of one slice,
+// and re-encode the common part as many times as there are nodes.
+type shares struct {
+	w      *agreed
+	named  bool
+	common []byte         // the fields between node_rank and nodes, each with its comma: `"run_id":"r",...,`
+	tail   []byte         // what follows nodes: `}`
+	slices map[int][]byte // the nodes of each slice (fixed, not named), a JSON array
+}
+
+// nodesKey is the JSON key of Assignment.Nodes, the last field; node_rank is the first.
+const nodesKey = `"nodes":`
+
+// encode lays out every node's share of w, encoded once (see shares).
+func (w *agreed) encode(named bool) *shares {
+	sh := &shares{w: w, named: named}
+	all := w.all
+	all.NodeRank, all.Nodes = 0, nil
+	b, err := json.Marshal(&all)
+	head := []byte(`{"node_rank":0,`)
+	i := bytes.LastIndex(b, []byte(nodesKey+"null"))
+	if err != nil || !bytes.HasPrefix(b, head) || i < 0 {
+		return sh // not laid out as expected: each share is encoded whole (parts)
+	}
+	sh.common, sh.tail = b[len(head):i], b[i+len(nodesKey+"null"):]
+	if w.fixed && !named {
+		sh.slices = map[int][]byte{}
+		by := map[int][]Node{}
+		for _, n := range w.nodes {
+			by[n.SliceID] = append(by[n.SliceID], n)
+		}
+		for id, nodes := range by {
+			if sh.slices[id], err = json.Marshal(nodes); err != nil {
+				sh.common = nil
+				return sh
+			}
+		}
+	}
+	return sh
+}
+
+// value is node rank's share as JSON, in parts: its own (node_rank, its nodes) around those encoded once for
+// every node (common, the slice's nodes, tail).
+func (sh *shares) value(rank int) [][]byte {
+	if sh.common == nil { // not laid out in parts: the share encoded whole
+		b, err := json.Marshal(sh.w.share(rank, sh.named))
+		if err != nil {
+			b = []byte("null")
+		}
+		return [][]byte{b}
+	}
+	var nodes []byte
+	switch {
+	case sh.named && sh.w.fixed:
+		nodes = []byte("null")
+	case sh.w.fixed:
+		nodes = sh.slices[sh.w.nodes[rank].SliceID]
+	default:
+		nodes, _ = json.Marshal([]Node{sh.w.nodes[rank]})
+	}
+	return [][]byte{fmt.Appendf(nil, `{"node_rank":%d,`, rank), sh.common, []byte(nodesKey), nodes, sh.tail}
 }
 
 // nameFrom fills in the nodes of a's slice from the host list that names every node by rank, when the share left

@@ -22,10 +22,11 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// childServer: rdzvserver:TOKEN. Listens on loopback, prints "addr <addr>", answers each line "stats" on
-// stdin with its Stats as JSON, and serves until stdin closes.
+// childServer: rdzvserver:TOKEN, and RDZV_TEST_HB (a duration) for its heartbeat. Listens on loopback, prints
+// "addr <addr>", answers each line "stats" on stdin with its Stats as JSON, and serves until stdin closes.
 func childServer(w *launchertest.Worker) int {
-	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: w.Arg})
+	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))
+	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: w.Arg, Heartbeat: hb})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child server:", err)
 		return 3
@@ -48,9 +49,10 @@ type serverProcess struct {
 	out   *bufio.Scanner
 }
 
-func startServerProcess(t *testing.T, token string) *serverProcess {
+func startServerProcess(t *testing.T, token string, env ...string) *serverProcess {
 	t.Helper()
 	cmd := launchertest.Command("rdzvserver:" + token)
+	cmd.Env = append(cmd.Env, env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

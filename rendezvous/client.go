@@ -30,58 +30,91 @@ type client struct {
 	closing  bool
 	left     bool
 	failures chan Failure
+	lag      *lagMeter // how late this node runs: its pings and reads (a node's silence limit grows with it)
 
 	done chan struct{}
 	wg   sync.WaitGroup
 }
 
-// handshakeTimeout bounds one handshake attempt (the server allows DefaultAuthTimeout).
-const handshakeTimeout = 10 * time.Second
+// serverSilence is how many heartbeats of silence lose the server (see Liveness in live.go): more than the one
+// that loses a node, since the one server of every node may stall longer than a node, and a node that gives up
+// on it ends its part of the job.
+const serverSilence = 2
+
+// handshakeTimeout bounds one handshake attempt from the connect, the wait in the server's listen queue included:
+// a node keeps its place in the queue rather than going to its back. A flood of idle connections ahead of it is
+// drained at MaxUnauth per eviction grace (4096 of them in about 7 s), and a node that gave up after 10 s could
+// find itself behind the whole flood again (TestSlowlorisDoesNotLockOut joined after 18 s in one of 8 runs, and
+// failed at 20 s in one of 4). The server allows DefaultAuthTimeout once it has accepted the connection.
+const handshakeTimeout = 30 * time.Second
 
 // dial connects to addr and completes the handshake, retrying until ctx ends: the server may not be up yet, may
-// be full, or may have dropped the connection to make room during a flood. A wrong token, another protocol
-// version or something that is not a rendezvous server fails at once.
-func dial(ctx context.Context, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
-	var d net.Dialer
+// be full, or may have dropped the connection to make room during a flood, and its host name may not resolve yet
+// (a pod published as it starts: one log line, then quiet retries). A wrong token, another protocol version or
+// something that is not a rendezvous server fails at once.
+func dial(ctx context.Context, r *net.Resolver, addr, token string, hb time.Duration, max int, log *zap.Logger) (*client, error) {
+	d := net.Dialer{Resolver: r}
+	start := time.Now()
 	backoff := 20 * time.Millisecond
-	for {
+	logged := false
+	for tries := 1; ; tries++ {
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
-			deadline := time.Now().Add(handshakeTimeout)
-			if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-				deadline = dl
+			var c *client
+			var final bool
+			if c, final, err = handshake(ctx, nc, addr, token, hb, max, log); c != nil || final {
+				return c, err
 			}
-			stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
-			err = clientHandshake(nc, addr, token, deadline)
-			stop()
-			if err == nil && ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			if err == nil {
-				c := &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
-					failures: make(chan Failure, 1024), done: make(chan struct{})}
-				c.wg.Add(2)
-				go c.read()
-				go c.ping()
-				return c, nil
-			}
-			nc.Close()
-			var e *Error
-			if errors.As(err, &e) && e.Kind != ErrStoreLost {
-				return nil, err
-			}
-			log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
+		} else if unresolved(err) && !logged {
+			logged = true
+			log.Info("rendezvous endpoint does not resolve yet; retrying until the join timeout (a pod is published in its headless service as it starts)",
+				zap.String("endpoint", addr), zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
+			switch {
+			case errors.Is(ctx.Err(), context.Canceled):
 				return nil, fmt.Errorf("rendezvous: connecting to the server at %s: %w", addr, ctx.Err())
+			case unresolved(err):
+				return nil, unresolvedErr(addr, time.Since(start), tries, err, "node 0 (the endpoint host) hosts the rendezvous server there")
 			}
-			return nil, newError(ErrTimeout, fmt.Sprintf("could not reach the rendezvous server at %s: %v; start node 0 (or the endpoint host) and check the endpoint", addr, err))
+			return nil, &Error{Kind: ErrTimeout, Field: FieldEndpoint, Value: addr,
+				Detail: fmt.Sprintf("could not reach the rendezvous server in %s (%d tries; the last: %v); start node 0 (or the endpoint host) and check the endpoint",
+					time.Since(start).Round(time.Millisecond), tries, err)}
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 500*time.Millisecond)
 	}
+}
+
+// handshake authenticates a new connection nc and starts its client. Unless final, a failure is worth another try
+// (the server full, or the connection dropped to make room during a flood).
+func handshake(ctx context.Context, nc net.Conn, addr, token string, hb time.Duration, max int, log *zap.Logger) (c *client, final bool, err error) {
+	deadline := time.Now().Add(handshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) }) // a cancelled join ends the handshake
+	err = clientHandshake(nc, addr, token, deadline)
+	stop()
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err == nil {
+		c = &client{addr: addr, nc: nc, max: max, hb: hb, log: log, pending: map[uint64]chan *message{},
+			failures: make(chan Failure, 1024), done: make(chan struct{}), lag: &lagMeter{}}
+		c.wg.Add(2)
+		go c.read()
+		go c.ping()
+		return c, true, nil
+	}
+	nc.Close()
+	var e *Error
+	if errors.As(err, &e) && e.Kind != ErrStoreLost {
+		return nil, true, err
+	}
+	log.Debug("rendezvous handshake failed; retrying", zap.String("endpoint", addr), zap.Error(err))
+	return nil, false, err
 }
 
 func (c *client) write(m *message) error {
@@ -99,8 +132,12 @@ func (c *client) ping() {
 		select {
 		case <-c.done:
 			return
-		case <-t.C:
-			if err := c.write(&message{Type: msgPing}); err != nil {
+		case tick := <-t.C:
+			// a late ping: this process runs late, and says so (the server gives its nodes that much more)
+			now := time.Now()
+			late := now.Sub(tick)
+			c.lag.saw(late, now)
+			if err := c.write(&message{Type: msgPing, LateMS: late.Milliseconds()}); err != nil {
 				c.nc.Close()
 				return
 			}
@@ -112,9 +149,9 @@ func (c *client) ping() {
 func (c *client) read() {
 	defer c.wg.Done()
 	var end error
+	fr := newFrameReader(c.nc, c.max)
 	for end == nil {
-		c.nc.SetReadDeadline(time.Now().Add(c.hb))
-		m, err := readMessage(c.nc, c.max)
+		m, err := live(c.nc, fr, serverSilence*c.hb, c.lag)
 		if err != nil {
 			end = err
 			break
@@ -185,7 +222,7 @@ func (c *client) lostErr(end error) error {
 	what := "dropped the connection"
 	var ne net.Error
 	if errors.As(end, &ne) && ne.Timeout() {
-		what = fmt.Sprintf("stayed silent for %s", c.hb)
+		what = fmt.Sprintf("stayed silent for %s", serverSilence*c.hb)
 	} else if errors.Is(end, io.EOF) {
 		what = "closed the connection"
 	}
@@ -234,7 +271,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		<-c.done
 		return nil, c.connErr()
 	}
-	t := time.NewTimer(timeout + c.hb)
+	t := time.NewTimer(timeout + serverSilence*c.hb)
 	defer t.Stop()
 	select {
 	case r, ok := <-ch:
@@ -253,7 +290,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		return nil, fmt.Errorf("rendezvous %s: %w", m.Type, ctx.Err())
 	case <-t.C:
 		forget()
-		return nil, storeLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+c.hb))
+		return nil, storeLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+serverSilence*c.hb))
 	}
 }
 

@@ -80,7 +80,10 @@ type Config struct {
 	MaxConns    int
 	MaxUnauth   int
 	AuthTimeout time.Duration
-	Logger      *zap.Logger
+	// Resolver looks up the endpoint's host name (tcp, static); nil means net.DefaultResolver. A name that does
+	// not resolve yet is waited for within Timeout (resolve.go).
+	Resolver *net.Resolver
+	Logger   *zap.Logger
 }
 
 // confKeys are the Conf keys understood, sorted: tpurun's, and torchrun's (c10d and etcd) that ParseConf keeps.

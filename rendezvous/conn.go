@@ -22,11 +22,24 @@ type sconn struct {
 }
 
 func (s *Server) send(c *sconn, m *message) {
+	f, err := encodeFrame(m, s.cfg.MaxMessage)
+	if err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+		c.nc.Close()
+		return
+	}
+	s.write(c, m.Type, f)
+}
+
+// write writes one frame, given in parts (pre-encoded parts shared with other frames), with one writev. A
+// connection that cannot take it within the heartbeat is closed.
+func (s *Server) write(c *sconn, what string, parts ...[]byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(s.cfg.Heartbeat))
-	if err := writeMessage(c.nc, m, s.cfg.MaxMessage); err != nil {
-		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+	b := net.Buffers(parts)
+	if _, err := b.WriteTo(c.nc); err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", what), zap.Error(err))
 		c.nc.Close()
 	}
 }
@@ -42,6 +55,34 @@ func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
 	s.send(c, m)
 }
 
+// sendReply answers request id with a reply whose field holds pre-encoded JSON (a gathered key's data).
+func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
+	head := replyHead(id, field)
+	n := len(head) + len(value) + 1
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, newError(ErrProtocol, fmt.Sprintf("the reply (%s) is %d bytes, over the limit of %d bytes", field, n, s.cfg.MaxMessage)))
+		return
+	}
+	s.write(c, field, frameHeader(n), head, value, closeBrace)
+}
+
+// sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares).
+func (s *Server) sendShare(c *sconn, id uint64, sh *shares, rank int) {
+	head := replyHead(id, "assignment")
+	parts := append([][]byte{nil, head}, sh.value(rank)...)
+	parts = append(parts, closeBrace)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, newError(ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
+		return
+	}
+	parts[0] = frameHeader(n)
+	s.write(c, "assignment", parts...)
+}
+
 // serve reads c's messages until it ends; each request is handled on its own goroutine.
 func (s *Server) serve(c *sconn) {
 	var reqs sync.WaitGroup
@@ -52,9 +93,9 @@ func (s *Server) serve(c *sconn) {
 		s.dropped(c)
 	}()
 	remote := c.nc.RemoteAddr().String()
+	fr := newFrameReader(c.nc, s.cfg.MaxMessage)
 	for {
-		c.nc.SetReadDeadline(time.Now().Add(s.cfg.Heartbeat))
-		m, err := readMessage(c.nc, s.cfg.MaxMessage)
+		m, err := live(c.nc, fr, s.cfg.Heartbeat, s.lag) // a node silent for a heartbeat is lost
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -67,7 +108,14 @@ func (s *Server) serve(c *sconn) {
 		}
 		switch m.Type {
 		case msgPing:
-			s.send(c, &message{Type: msgPong, ID: m.ID})
+			if m.LateMS > 0 { // the node runs late: so may the others, on its host or in its process
+				s.lag.saw(time.Duration(m.LateMS)*time.Millisecond, time.Now())
+			}
+			if m.ID == 0 {
+				s.write(c, msgPong, pongFrame)
+			} else {
+				s.send(c, &message{Type: msgPong, ID: m.ID})
+			}
 			continue
 		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
 		default:
@@ -90,27 +138,25 @@ func (s *Server) timeout(m *message) time.Duration {
 	return s.cfg.Timeout
 }
 
-// await re-runs check (under s.mu) whenever the world changes, until it returns true, the timeout passes (false,
-// nil) or the connection or server ends (ErrClosed).
-func (s *Server) await(c *sconn, w *world, timeout time.Duration, check func() bool) (bool, error) {
+// wait waits for done to close (true), the timeout to pass (false, nil) or the connection or server to end
+// (ErrClosed).
+func (s *Server) wait(c *sconn, done <-chan struct{}, timeout time.Duration) (bool, error) {
+	select {
+	case <-done:
+		return true, nil
+	default:
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	for {
-		s.mu.Lock()
-		ok, ch := check(), w.changed
-		s.mu.Unlock()
-		if ok {
-			return true, nil
-		}
-		select {
-		case <-ch:
-		case <-t.C:
-			return false, nil
-		case <-c.done:
-			return false, newError(ErrClosed, "connection closed")
-		case <-s.done:
-			return false, newError(ErrClosed, "server closed")
-		}
+	select {
+	case <-done:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-c.done:
+		return false, newError(ErrClosed, "connection closed")
+	case <-s.done:
+		return false, newError(ErrClosed, "server closed")
 	}
 }
 
@@ -131,16 +177,11 @@ func (s *Server) handle(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, s.barrier(c, w, rank, m))
 	case msgPublish:
 		s.mu.Lock()
-		if w.data[m.Name] == nil {
-			w.data[m.Name] = map[int][]byte{}
-		}
-		w.data[m.Name][rank] = m.Data
-		w.notify()
+		w.publish(m.Name, rank, m.Data)
 		s.mu.Unlock()
 		s.reply(c, m.ID, nil, nil)
 	case msgGather:
-		got, err := s.gather(c, w, m)
-		s.reply(c, m.ID, &message{Gathered: got}, err)
+		s.gather(c, w, m)
 	case msgFail:
 		if m.Failure == nil {
 			s.reply(c, m.ID, nil, newError(ErrProtocol, "fail message without a failure"))
@@ -153,8 +194,10 @@ func (s *Server) handle(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, nil)
 	case msgLeave:
 		s.mu.Lock()
-		e.left = true
-		w.notify()
+		if !e.left && !e.lost {
+			e.left = true
+			w.nodeGone(e)
+		}
 		s.mu.Unlock()
 		s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
 		s.reply(c, m.ID, nil, nil)
@@ -166,8 +209,9 @@ func (s *Server) handle(c *sconn, m *message) {
 	}
 }
 
-// spread records f and pushes it to every other connection of the world.
+// spread records f and pushes it to every other connection of the world (encoded once).
 func (s *Server) spread(w *world, from *sconn, f Failure) {
+	frame, err := encodeFrame(&message{Type: msgFailure, Failure: &f}, s.cfg.MaxMessage)
 	s.mu.Lock()
 	w.failures = append(w.failures, f)
 	var to []*sconn
@@ -176,11 +220,14 @@ func (s *Server) spread(w *world, from *sconn, f Failure) {
 			to = append(to, e.conn)
 		}
 	}
-	w.notify()
 	s.mu.Unlock()
 	s.log.Info("rendezvous failure spread", zap.Stringer("failure", f), zap.Int("to", len(to)))
+	if err != nil {
+		s.log.Error("rendezvous failure not spread", zap.Error(err))
+		return
+	}
 	for _, c := range to {
-		s.send(c, &message{Type: msgFailure, Failure: &f})
+		s.write(c, msgFailure, frame)
 	}
 }
 
@@ -199,16 +246,15 @@ func (s *Server) dropped(c *sconn) {
 	if !w.complete {
 		w.remove(e)
 		s.progress(w)
-		w.notify()
 		s.mu.Unlock()
 		return
 	}
-	if e.left {
-		w.notify()
+	if e.left || e.lost {
 		s.mu.Unlock()
 		return
 	}
 	e.lost = true
+	w.nodeGone(e)
 	s.mu.Unlock()
 	f := Failure{Node: e.m.ref(e.rank), WorkerRank: -1, Lost: true, At: time.Now(),
 		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", s.cfg.Heartbeat)}

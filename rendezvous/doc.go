@@ -126,6 +126,21 @@
 // naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not
 // a failure.
 //
+// Silence is counted from the last byte received, and a node gives the embedded server two heartbeats (the one
+// server of every node may stall longer than a node: a garbage collection of a large world, a loaded host). A side
+// whose deadline finds the peer's bytes waiting reads on, and one that runs late (its process not scheduled, a
+// loaded host; nodes report their lateness with their pings) gives the peer twice its lateness more, up to the
+// limit again, before it declares the peer lost (live.go): a slow process is not a dead one, and a dead one is
+// still lost within two limits.
+//
+// # Endpoint names
+//
+// An endpoint named by a host name that does not resolve yet (a pod is published in its headless service only as
+// it starts) is waited for within the join timeout (Config.Timeout), with one log line: by the node that hosts the
+// server on it, before it binds (New), and by a node dialling it (Join). A name that never resolves ends the wait
+// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field FieldEndpoint) and how
+// long it was tried. Config.Resolver replaces the resolver (tests).
+//
 // # Configuration errors
 //
 // New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,
@@ -134,7 +149,7 @@
 // counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (FieldEndpoint,
 // FieldRunID, ...) and Value name the item in the package's words: a command line maps the field to its flag.
 //
-// # Wire protocol (embedded server), version 3
+// # Wire protocol (embedded server), version 5
 //
 // TCP, one connection per node per generation. It opens with the handshake (handshake.go): a 40-byte hello from
 // the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
@@ -143,13 +158,20 @@
 // either side is ErrVersion naming both versions (a version 1 peer, which has no handshake, is recognised and
 // told so in its own framing). Then each message is a frame: a 4-byte big-endian length, then that many bytes of
 // one JSON object, at most MaxMessage bytes (default 4 MiB; a larger length is refused before any allocation,
-// and a body is allocated as it arrives, not as announced). Every object carries "v":3 and "type"; unknown
+// and a body is allocated as it arrives, not as announced). Every object carries "v":5 and "type"; unknown
 // fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
 // {"type":"rejected","error":{...}} and hangs up.
 //
-//	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts?, timeout_ms}; barrier {id, name,
-//	                  timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
-//	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping
+// A join carries the sum of the node's host list (hosts_sum: its length and CRC-32C), not the list: the server
+// lays the shares out without names when every node's sum is that of the nodes' own names in rank order (a static
+// world named by its host list), and each node names them from its list. The assignment in a join's reply is the
+// node's share (Assignment): the server encodes what every node shares, and each slice's nodes, once per world,
+// and writes each reply from those parts and the node's rank; a gather's reply, once per key. A frame is still one
+// JSON object.
+//
+//	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts_sum?, timeout_ms}; barrier {id,
+//	                  name, timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
+//	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping {late_ms?}
 //	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|
@@ -165,9 +187,14 @@
 // buffer. Connections still in the handshake are capped separately (MaxUnauth, default 64): a new one evicts the
 // oldest that has not begun a handshake once it has had a grace of AuthTimeout/4 (at most 100 ms) to do so, so
 // idle connections, however many and however fast re-opened, delay a real node (which sends its hello at once)
-// by at most the listen backlog drained at MaxUnauth per grace, and never lock it out. Authenticated connections
-// have their own cap (MaxConns, default 4096; a node beyond it is told the server is full and retries). Refused
-// connections are logged at most once per WarnInterval (default 10 s), as one line with counts per reason;
-// Server.Stats has the totals. A joined node silent for Heartbeat is dropped and reported lost. The etcd backend
-// relies on etcd's own transport security and auth.
+// by at most the listen backlog drained at MaxUnauth per grace (a node keeps its place in the queue for up to 30 s),
+// and never lock it out. The grace of a connection that has sent its hello grows by four times the server's own
+// lag (lag.go: how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
+// nodes connecting at once to a loaded server are not taken for silent ones. Authenticated connections have their
+// own cap (MaxConns, default 16384: a pod of 4096 hosts and its next generation; a node beyond it is told the
+// server is full and retries). Refused connections are logged at most once per WarnInterval (default 10 s), as
+// one line with counts per reason; Server.Stats has the totals. A joined node silent for Heartbeat is dropped and
+// reported lost. The listen backlog is the kernel's net.core.somaxconn (Go asks for the most it allows): when it
+// is below the number of nodes joining at once, a dropped SYN costs a node a retransmit (a second or more), not
+// its join. The etcd backend relies on etcd's own transport security and auth.
 package rendezvous

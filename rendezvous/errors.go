@@ -14,6 +14,10 @@ var (
 	ErrTimeout = errors.New("rendezvous timed out")
 	// ErrMissingNodes: nodes never arrived before the timeout; Nodes lists them. It also matches ErrTimeout.
 	ErrMissingNodes = errors.New("nodes never arrived")
+	// ErrUnresolved: the endpoint's host name did not resolve within the join timeout (it was retried until then:
+	// a pod is published in its headless service only as it starts). The *Error names the endpoint (Field
+	// FieldEndpoint, Value) and says how long it was tried. It also matches ErrTimeout.
+	ErrUnresolved = errors.New("rendezvous endpoint does not resolve")
 	// ErrDuplicateNode: a different instance claims the identity (host) or rank of a live node; Nodes holds both.
 	ErrDuplicateNode = errors.New("duplicate node")
 	// ErrMismatch: nodes disagree on a setting every node must share (node count, run id, accelerator type,
@@ -157,12 +161,14 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel; a missing-nodes error also matches ErrTimeout, a no-token error ErrConfig and a
-// version error ErrProtocol.
+// Unwrap returns the sentinel; a missing-nodes or unresolved error also matches ErrTimeout, a no-token error
+// ErrConfig and a version error ErrProtocol.
 func (e *Error) Unwrap() []error {
 	switch e.Kind {
 	case ErrMissingNodes:
 		return []error{ErrMissingNodes, ErrTimeout}
+	case ErrUnresolved:
+		return []error{ErrUnresolved, ErrTimeout}
 	case ErrNoToken:
 		return []error{ErrNoToken, ErrConfig}
 	case ErrVersion:

@@ -139,10 +139,12 @@ type pending struct {
 	nc      net.Conn
 	at      time.Time
 	started bool // its handshake read the hello's magic: evicted only after those that have not begun one
-	// waiting is when the server began to wait for the peer's next bytes (the accept, or the start of a
-	// handshake read); zero while the handshake is the server's to do (reading what arrived, computing, writing).
+	// waiting is when the server began to wait for the peer's next bytes (the start of a handshake read); zero
+	// while the handshake is the server's to do (its goroutine not started yet, reading what arrived, computing,
+	// writing).
 	// Only the peer's own silence counts towards its eviction, never a slow (loaded) server's.
 	waiting time.Time
+	waited  time.Duration // the time spent waiting for the peer so far
 }
 
 // v1Refusal tells a version 1 client, in its own framing, why it cannot join.
@@ -166,6 +168,8 @@ func (s *Server) handshake(pc *pending) {
 		}
 		nc.Close()
 	}
+	now := time.Now()
+	s.lag.saw(now.Sub(pc.at), now)
 	var hello [clientHelloLen]byte
 	if _, err := s.readPeer(pc, hello[:4]); err != nil {
 		refuse(ioReason(err), err)
@@ -238,6 +242,7 @@ func (s *Server) readPeer(pc *pending, b []byte) (int, error) {
 	s.mu.Unlock()
 	n, err := io.ReadFull(pc.nc, b)
 	s.mu.Lock()
+	pc.waited += time.Since(pc.waiting)
 	pc.waiting = time.Time{}
 	s.mu.Unlock()
 	return n, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -382,5 +383,39 @@ func testJoinCancelled(t *testing.T, cfg Config) {
 	err = launchertest.Done(t, "the cancelled join to return", done)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("cancelled join: %v, want context.Canceled", err)
+	}
+}
+
+// TestStaticHostListsDisagree: nodes of a static world given different host lists (a mistake in one node's
+// environment) still learn every node's own name: the shares name the nodes when the lists' sums differ, instead
+// of each node naming them from its own list. The world's names are the ones each node has for itself.
+func TestStaticHostListsDisagree(t *testing.T) {
+	ep := freeAddr(t)
+	lists := [][]string{{"a", "b", "c"}, {"a", "b", "c"}, {"x", "y", "c"}}
+	ctx := context.Background()
+	rs := make([]*Rendezvous, 3)
+	for i := range rs {
+		r, err := New(ctx, Config{Backend: BackendStatic, Endpoint: ep, NodeRank: i, Hosts: lists[i], Timeout: never(), RunID: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		rs[i] = r
+	}
+	sess := make([]Session, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		wg.Go(func() { sess[i], errs[i] = r.Join(ctx, Member{LocalWorkers: 1, Accelerator: "v4-8", Rank: -1}) })
+	}
+	wg.Wait()
+	for i := range sess {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		defer sess[i].Close()
+		if a := sess[i].Assignment(); !reflect.DeepEqual(a.Addrs(), []string{"a", "b", "c"}) || a.Self().Host != lists[0][i] {
+			t.Fatalf("node %d: addrs %v, self %+v; want a, b, c", i, a.Addrs(), a.Self())
+		}
 	}
 }

@@ -38,20 +38,27 @@ type ServerConfig struct {
 	// one round trip. Default DefaultMaxUnauth.
 	MaxUnauth int
 	// EvictGrace is how long a pending connection whose peer keeps the server waiting (with nothing sent) is safe
-	// from eviction by a newer one; a handshake waiting for the server itself (a loaded server) is never evicted.
+	// from eviction by a newer one; a handshake waiting for the server itself (a loaded server) is never evicted,
+	// and one whose peer has sent its hello gets four times the server's lag more (at most AuthTimeout/2).
 	// Default AuthTimeout/4, at most 100 ms: a flood of silent connections cannot churn the pool faster than
 	// MaxUnauth per grace, and a real node answers within one round trip.
 	EvictGrace time.Duration
 	// WarnInterval: refused connections are logged as one summary line (with counts) per interval at most.
 	// Default DefaultWarnInterval.
 	WarnInterval time.Duration
-	Logger       *zap.Logger
+	// Hosts is the job's host list in node order, when the node hosting the server knows one (Config.Hosts): a
+	// join carries only its sum (hostsSum), and a join that times out names the hosts of the ranks that never
+	// arrived when the joiners' list is this one.
+	Hosts  []string
+	Logger *zap.Logger
 }
 
 // Server defaults.
 const (
-	DefaultAuthTimeout  = 5 * time.Second
-	DefaultMaxConns     = 4096
+	DefaultAuthTimeout = 5 * time.Second
+	// DefaultMaxConns is room for a pod of 4096 hosts twice over: each node's connection to a generation and to the
+	// next, which it opens before it closes the old one, and nodes waiting for a restart.
+	DefaultMaxConns     = 16384
 	DefaultMaxUnauth    = 64
 	DefaultWarnInterval = 10 * time.Second
 )
@@ -98,6 +105,9 @@ type Server struct {
 	ln    net.Listener
 	tally *tally
 
+	hostsSum string    // hostsSum(cfg.Hosts)
+	lag      *lagMeter // how late this process runs what the network wakes
+
 	mu      sync.Mutex
 	pending []*pending    // in the handshake, in accept order
 	freed   chan struct{} // a pending connection left the handshake: wakes an accept loop waiting for room
@@ -129,9 +139,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval),
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: hostsSum(cfg.Hosts),
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
-		freed: make(chan struct{}, 1),
+		freed: make(chan struct{}, 1), lag: newLagMeter(),
 	}
 	s.wg.Add(1)
 	go s.accept()
@@ -164,6 +174,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.lag.close()
 	s.tally.stop()
 	return err
 }
@@ -258,8 +269,7 @@ func (s *Server) accept() {
 			nc.Close()
 			return
 		}
-		now := time.Now()
-		pc := &pending{nc: nc, at: now, waiting: now}
+		pc := &pending{nc: nc, at: time.Now()}
 		s.pending = append(s.pending, pc)
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -268,19 +278,28 @@ func (s *Server) accept() {
 }
 
 // victim is the pending connection to drop for a new one: among those whose peer has kept the server waiting for
-// at least the grace (EvictGrace) with nothing sent since, the oldest that has not begun a
-// handshake, else the oldest. A node sends its hello as soon as it connects and answers the challenge at once, so
-// it is dropped only if it stays silent for the grace. A handshake that waits for the server (bytes it has not
-// read yet, or its own work: a loaded server) is never the peer's fault and never a victim: the accept loop waits
-// for it to end instead. Without a candidate, wait says when to look again. With s.mu held.
+// at least the grace (EvictGrace) with nothing sent since, the oldest that has not begun a handshake, else the
+// oldest. A node sends its hello as soon as it connects and answers the challenge at once, so it is dropped only
+// if it stays silent for the grace. A handshake that waits for the server (one whose goroutine has not run yet,
+// bytes it has not read yet, or its own work: a loaded server) is never the peer's fault and never a victim: the
+// accept loop waits for it to end instead. Nor is the silence of a peer that has sent its hello, as long as the
+// server's own lag explains it (four times the lag, at most half of AuthTimeout, beyond the grace): on a host so
+// loaded that the server runs late (thousands of nodes connecting at once; every node of a benchmark in this one
+// process), a node is late to answer the challenge too. A peer that has sent nothing gets the grace alone: idle
+// connections cost an attacker nothing, and a flood of them must not slow the pool down by loading the server.
+// Without a candidate, wait says when to look again. With s.mu held.
 func (s *Server) victim() (v *pending, wait time.Duration) {
-	grace := s.cfg.EvictGrace
 	now := time.Now()
-	wait = grace
+	lag := min(4*s.lag.over(lagWindow, now), s.cfg.AuthTimeout/2)
+	wait = s.cfg.EvictGrace + lag
 	var silent *pending
 	for _, p := range s.pending { // in accept order: oldest first
 		if p.waiting.IsZero() {
 			continue // the server's to do
+		}
+		grace := s.cfg.EvictGrace
+		if p.started {
+			grace += lag
 		}
 		if left := grace - now.Sub(p.waiting); left > 0 {
 			wait = min(wait, left)
@@ -366,6 +385,8 @@ func (s *Server) admit(pc *pending) (*sconn, uint16) {
 	}
 	c := &sconn{nc: pc.nc, rank: -1, done: make(chan struct{})}
 	s.conns[c] = struct{}{}
+	// a node that holds the token took this long to answer: no attacker's silence, a loaded node (or host)
+	s.lag.saw(pc.waited, time.Now())
 	s.tally.authenticated()
 	return c, statusOK
 }

@@ -190,7 +190,7 @@ func TestServerClosedMidRun(t *testing.T) {
 }
 
 // TestVictimIsThePeersSilence: a full handshake pool evicts a connection only for its peer's own silence, past
-// the grace: the idle one that never began a handshake first, then a silent one that did; never one whose bytes
+// the grace (and the server's own lag): the idle one that never began a handshake first, then a silent one that did; never one whose bytes
 // wait for the server, one the server is working on (reading, computing, writing: a loaded server), or one silent
 // for less than the grace (then wait says when to look again).
 func TestVictimIsThePeersSilence(t *testing.T) {
@@ -226,7 +226,7 @@ func TestVictimIsThePeersSilence(t *testing.T) {
 	young := &pending{nc: conn(""), at: now, started: false, waiting: now}      // silent for less than the grace
 	silent := &pending{nc: conn(""), at: long, started: true, waiting: long}    // began a handshake, then silence
 	idle := &pending{nc: conn(""), at: long.Add(time.Minute), waiting: long}    // never sent anything
-	s := &Server{cfg: ServerConfig{EvictGrace: grace}}
+	s := &Server{cfg: ServerConfig{EvictGrace: grace, AuthTimeout: 20 * grace}, lag: &lagMeter{}}
 	for _, tc := range []struct {
 		pool []*pending
 		want *pending
@@ -243,5 +243,19 @@ func TestVictimIsThePeersSilence(t *testing.T) {
 		if v == nil && (wait <= 0 || wait > grace) {
 			t.Fatalf("no victim: look again in %s, want within the grace %s", wait, grace)
 		}
+	}
+	// A server that runs late (its lag: thousands of nodes connecting at once, or every node of a benchmark in its
+	// process) takes the silence of a peer that sent its hello, for less than the grace and four times its lag, for
+	// its own lateness, not the peer's; not the silence of a peer that has sent nothing.
+	s.lag.saw(grace, time.Now())
+	answering := &pending{nc: conn(""), at: long, started: true, waiting: time.Now().Add(-2 * grace)}
+	s.pending = []*pending{answering}
+	if v, wait := s.victim(); v != nil || wait <= grace || wait > 5*grace {
+		t.Fatalf("silent for twice the grace on a server lagging a grace: victim %+v, look again in %s; want none, within %s", v, wait, 5*grace)
+	}
+	idler := &pending{nc: conn(""), at: long, waiting: time.Now().Add(-2 * grace)}
+	s.pending = []*pending{answering, idler}
+	if v, _ := s.victim(); v != idler {
+		t.Fatalf("victim %+v, want the idle one (silent for twice the grace)", v)
 	}
 }

@@ -26,8 +26,8 @@ func (staticBackend) NeedsHosts(cfg *Config) bool { return cfg.NodeRank < 0 || c
 
 func (staticBackend) namesNodes(cfg *Config) bool { return cfg.Endpoint == "" }
 
-func (staticBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
-	t, err := newStatic(&r.cfg, r.log)
+func (staticBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newStatic(ctx, &r.cfg, r.log)
 	if err != nil {
 		return err
 	}
@@ -47,8 +47,8 @@ func (tcpBackend) hostsServer() bool       { return true }
 
 func (tcpBackend) NeedsHosts(cfg *Config) bool { return cfg.Endpoint == "" && cfg.NNodes != 1 }
 
-func (tcpBackend) open(_ context.Context, r *Rendezvous, linger time.Duration) error {
-	t, err := newTCP(&r.cfg, r.log)
+func (tcpBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration) error {
+	t, err := newTCP(ctx, &r.cfg, r.log)
 	if err != nil {
 		return err
 	}
@@ -63,6 +63,7 @@ type tcpStore struct {
 	log      *zap.Logger
 	endpoint string
 	hosts    []string // the static host list, when known
+	hostsSum string   // its sum (hostsSum), which joins carry instead
 	server   *Server
 	linger   time.Duration
 }
@@ -75,11 +76,11 @@ func (t *tcpStore) attach(r *Rendezvous, linger time.Duration) {
 
 // newStatic prepares the static backend: node rank and host list from cfg or the environment; node 0 hosts the
 // server.
-func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
+func newStatic(ctx context.Context, c *Config, log *zap.Logger) (*tcpStore, error) {
 	if err := staticWorld(c); err != nil {
 		return nil, err
 	}
-	t := &tcpStore{cfg: c, log: log, hosts: c.Hosts, endpoint: c.Endpoint}
+	t := &tcpStore{cfg: c, log: log, hosts: c.Hosts, hostsSum: hostsSum(c.Hosts), endpoint: c.Endpoint}
 	if t.endpoint == "" {
 		if len(t.hosts) == 0 {
 			return nil, configError(FieldEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
@@ -90,7 +91,7 @@ func newStatic(c *Config, log *zap.Logger) (*tcpStore, error) {
 		return nil, err
 	}
 	if c.NodeRank == 0 {
-		if err := t.host(true); err != nil {
+		if err := t.host(ctx, true); err != nil {
 			return nil, err
 		}
 	}
@@ -134,7 +135,7 @@ func portOption(c *Config) string {
 }
 
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
-func newTCP(c *Config, log *zap.Logger) (*tcpStore, error) {
+func newTCP(ctx context.Context, c *Config, log *zap.Logger) (*tcpStore, error) {
 	if c.NNodes < 1 {
 		return nil, configError(FieldNodes, "0", "tcp rendezvous needs a node count")
 	}
@@ -158,11 +159,11 @@ func newTCP(c *Config, log *zap.Logger) (*tcpStore, error) {
 	}
 	switch isHost {
 	case "true", "1":
-		return t, t.host(true)
+		return t, t.host(ctx, true)
 	case "false", "0":
 		return t, nil
 	}
-	return t, t.host(false)
+	return t, t.host(ctx, false)
 }
 
 // checkEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
@@ -205,16 +206,25 @@ func (t *tcpStore) defaultEndpoint() (string, error) {
 	return net.JoinHostPort(hosts[0], port), nil
 }
 
-// host starts the embedded server on the endpoint (or cfg.Listen). When must is false, a failure to bind
-// because the address is taken or not local means another node hosts it.
-func (t *tcpStore) host(must bool) error {
+// host starts the embedded server on the endpoint (or cfg.Listen), waiting for its host name to resolve (within the
+// join timeout) when it does not yet. When must is false, a failure to bind because the address is taken or not
+// local means another node hosts it.
+func (t *tcpStore) host(ctx context.Context, must bool) error {
 	c := t.cfg
 	addr := c.Listen
 	if addr == "" {
 		addr = t.endpoint
 	}
+	who := "the node whose address it is hosts the rendezvous server there"
+	if must {
+		who = "this node hosts the rendezvous server there"
+	}
+	addr, err := resolved(ctx, t.resolver(), addr, c.Timeout, who, t.log)
+	if err != nil {
+		return err
+	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
@@ -238,11 +248,11 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	c, err := dial(dctx, t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
+	c, err := dial(dctx, t.resolver(), t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
 	if err != nil {
 		return nil, err
 	}
-	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, Hosts: t.hosts}
+	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, HostsSum: t.hostsSum}
 	if t.cfg.MinNodes != t.cfg.NNodes {
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)
 	}
@@ -254,10 +264,16 @@ func (t *tcpStore) join(ctx context.Context, m Member, log *zap.Logger) (Session
 		c.close()
 		return nil, err
 	}
-	resp.Assignment.nameFrom(t.hosts)
 	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", resp.Assignment.NNodes),
 		zap.Int("generation", resp.Assignment.Generation))
-	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment}, nil
+	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment, hosts: t.hosts}, nil
+}
+
+func (t *tcpStore) resolver() *net.Resolver {
+	if t.cfg.Resolver != nil {
+		return t.cfg.Resolver
+	}
+	return net.DefaultResolver
 }
 
 func maxOr(n int) int {
@@ -281,10 +297,17 @@ func (t *tcpStore) close() error {
 type tcpSession struct {
 	c       *client
 	timeout time.Duration
-	asg     *Assignment
+	asg     *Assignment // the share as received
+	hosts   []string    // names its nodes when the share leaves them out (nameFrom)
 }
 
-func (t *tcpSession) Assignment() *Assignment { return t.asg.clone() }
+// Assignment is the share received, its nodes named from the host list when the share left them out: a node of a
+// pod of 4096 hosts receives a few hundred bytes and names its slice's hosts here, when they are needed.
+func (t *tcpSession) Assignment() *Assignment {
+	a := t.asg.clone()
+	a.nameFrom(t.hosts)
+	return a
+}
 
 func (t *tcpSession) Barrier(ctx context.Context, name string) error {
 	_, err := t.c.call(ctx, &message{Type: msgBarrier, Name: name}, t.timeout)

@@ -12,8 +12,9 @@ import (
 
 // Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
 // handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
-// mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment.
-const Version = 4
+// mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment;
+// version 4 sent the whole host list in every join (version 5 its sum).
+const Version = 5
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
 const DefaultMaxMessage = 4 << 20
@@ -47,13 +48,14 @@ type message struct {
 	NNodes     int               `json:"nnodes,omitempty"`
 	MinNodes   int               `json:"min_nodes,omitempty"`
 	LastCallMS int64             `json:"last_call_ms,omitempty"`
-	Hosts      []string          `json:"hosts,omitempty"`
+	HostsSum   string            `json:"hosts_sum,omitempty"`
 	TimeoutMS  int64             `json:"timeout_ms,omitempty"`
 	Name       string            `json:"name,omitempty"`
 	Data       []byte            `json:"data,omitempty"`
 	Gathered   map[int][]byte    `json:"gathered,omitempty"`
 	Waiting    int               `json:"waiting,omitempty"`
 	ExitCode   int               `json:"exit_code,omitempty"`
+	LateMS     int64             `json:"late_ms,omitempty"` // ping: how late the node sends it (its own lag)
 	Assignment *Assignment       `json:"assignment,omitempty"`
 	Failure    *Failure          `json:"failure,omitempty"`
 	Error      *wireError        `json:"error,omitempty"`
@@ -67,43 +69,75 @@ var knownTypes = map[string]bool{
 
 // writeMessage frames m: a 4-byte big-endian body length, then the JSON body.
 func writeMessage(w io.Writer, m *message, max int) error {
+	f, err := encodeFrame(m, max)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(f)
+	return err
+}
+
+// encodeFrame is m framed, with this version: ready to be written to one connection or to many.
+func encodeFrame(m *message, max int) ([]byte, error) {
 	m.V = Version
-	return writeFrame(w, m, max)
+	return appendFrame(m, max)
 }
 
 // writeFrame frames m as it is (writeMessage sets the version).
 func writeFrame(w io.Writer, m *message, max int) error {
-	body, err := json.Marshal(m)
+	f, err := appendFrame(m, max)
 	if err != nil {
-		return fmt.Errorf("rendezvous: encode %s message: %w", m.Type, err)
+		return err
 	}
-	if len(body) > max {
-		return newError(ErrProtocol, fmt.Sprintf("%s message of %d bytes exceeds the limit of %d bytes", m.Type, len(body), max))
-	}
-	buf := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(buf, uint32(len(body)))
-	copy(buf[4:], body)
-	_, err = w.Write(buf)
+	_, err = w.Write(f)
 	return err
 }
+
+func appendFrame(m *message, max int) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Write(make([]byte, 4))
+	if err := json.NewEncoder(&buf).Encode(m); err != nil {
+		return nil, fmt.Errorf("rendezvous: encode %s message: %w", m.Type, err)
+	}
+	f := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // the encoder ends a value with a newline
+	if len(f)-4 > max {
+		return nil, newError(ErrProtocol, fmt.Sprintf("%s message of %d bytes exceeds the limit of %d bytes", m.Type, len(f)-4, max))
+	}
+	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
+	return f, nil
+}
+
+// frameHeader is the length header of a frame whose body is n bytes (written before the body's parts).
+func frameHeader(n int) []byte {
+	return binary.BigEndian.AppendUint32(nil, uint32(n))
+}
+
+// replyHead opens a reply to request id whose field follows: `{"v":5,"type":"reply","id":7,"field":`. The value
+// and closeBrace complete it (the server's replies made of parts encoded once: a share, gathered data).
+func replyHead(id uint64, field string) []byte {
+	b := fmt.Appendf(nil, `{"v":%d,"type":%q,`, Version, msgReply)
+	if id != 0 {
+		b = fmt.Appendf(b, `"id":%d,`, id)
+	}
+	return fmt.Appendf(b, `%q:`, field)
+}
+
+var closeBrace = []byte("}")
+
+// pongFrame answers every ping: encoded once.
+var pongFrame = func() []byte {
+	f, err := encodeFrame(&message{Type: msgPong}, DefaultMaxMessage)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}()
 
 // readMessage reads one frame; it refuses a body longer than max before reading it, and allocates the body as it
 // arrives, not as announced, so a peer announcing a large frame and sending little costs little. io.EOF is
 // returned as is when the stream ends cleanly between frames.
 func readMessage(r io.Reader, max int) (*message, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if uint64(n) > uint64(max) {
-		return nil, newError(ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, max))
-	}
-	body, err := readBody(r, int(n))
-	if err != nil {
-		return nil, err
-	}
-	return decodeMessage(body)
+	return newFrameReader(r, max).next()
 }
 
 // firstChunk is the most readBody allocates before any byte of a body has arrived.
@@ -164,8 +198,8 @@ func decodeMessage(body []byte) (*message, error) {
 			return nil, newError(ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
 		}
 	}
-	if m.TimeoutMS < 0 {
-		return nil, newError(ErrProtocol, fmt.Sprintf("negative timeout %d ms", m.TimeoutMS))
+	if m.TimeoutMS < 0 || m.LateMS < 0 {
+		return nil, newError(ErrProtocol, fmt.Sprintf("negative timeout %d ms or lateness %d ms", m.TimeoutMS, m.LateMS))
 	}
 	return &m, nil
 }

@@ -2,9 +2,12 @@ package rendezvous
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,22 +15,39 @@ import (
 
 // world is one generation on the server: its members, and once complete, their ranks, barriers, data and
 // failures. Guarded by Server.mu.
+//
+// Every wait on a world is for one event, and each event wakes only its waiters: a join waits for the world to
+// form (formed: complete, or failed), a barrier for its last arrival, a gather for its key's last publication. A
+// node lost or gone fails at once the barriers and gathers still waiting for it (nodeGone). No event scans the
+// world: an arrival, a publication or a loss costs the same in a world of 4 nodes and of 4096.
 type world struct {
 	gen      int
 	nnodes   int // the most nodes
 	min      int // the fewest nodes (nnodes unless elastic)
 	lastCall time.Duration
+	// hosts is the host list naming every node by rank, when the joiners name one and the server holds the same
+	// (ServerConfig.Hosts): the missing are named by it. hostsSum is the sum of the joiners' list (hostsSum),
+	// mixed set when joiners named different lists.
 	hosts    []string
-	entries  []*entry
-	complete bool
-	byRank   []*entry
-	agreed   *agreed // the agreed world, once complete; each node gets its share
-	named    bool    // the host list names every node: shares leave the names out
-	err      error
-	barriers map[string]map[int]bool
-	data     map[string]map[int][]byte
-	failures []Failure
-	changed  chan struct{}
+	hostsSum string
+	mixed    bool
+	entries  []*entry // in arrival order
+	// the entries by instance, by host and by requested rank
+	byInstance map[string]*entry
+	byHost     map[string]*entry
+	byAsked    map[int]*entry
+	complete   bool
+	byRank     []*entry
+	agreed     *agreed // the agreed world, once complete; each node gets its share
+	named      bool    // the host list names every node: shares leave the names out
+	shares     *shares // every node's share, encoded once (agree.go)
+	err        error
+	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
+	ended      bool          // formed is closed
+	barriers   map[string]*barrier
+	data       map[string]*gathering
+	gone       []int // the ranks of the nodes lost or left, in that order
+	failures   []Failure
 	// deadline ends the join phase: set by the first joiner, reset when every joiner has gone. joinErr is the
 	// one error every joiner gets.
 	deadline time.Time
@@ -46,12 +66,61 @@ type entry struct {
 	lost bool
 }
 
-func (w *world) notify() {
-	close(w.changed)
-	w.changed = make(chan struct{})
+// newWorld is generation gen, forming, with r's size range and host list.
+func newWorld(gen int, r *joinReq, serverHosts []string, serverSum string) *world {
+	w := &world{gen: gen, nnodes: r.nnodes, min: r.min, lastCall: r.lastCall, hostsSum: r.hostsSum,
+		byInstance: map[string]*entry{}, byHost: map[string]*entry{}, byAsked: map[int]*entry{},
+		barriers: map[string]*barrier{}, data: map[string]*gathering{}, formed: make(chan struct{})}
+	if r.hostsSum != "" && r.hostsSum == serverSum {
+		w.hosts = serverHosts
+	}
+	return w
+}
+
+// endJoin closes the join: every joiner waiting wakes and reads the outcome (the assignment or the error).
+func (w *world) endJoin() {
+	if !w.ended {
+		w.ended = true
+		close(w.formed)
+	}
+}
+
+// failJoin ends the join with err for every joiner, unless it has ended.
+func (w *world) failJoin(err error) {
+	if !w.complete && w.joinErr == nil {
+		w.stopLastCall()
+		w.joinErr = err
+		w.endJoin()
+	}
+}
+
+func (w *world) add(e *entry) {
+	w.entries = append(w.entries, e)
+	w.index(e)
+}
+
+func (w *world) index(e *entry) {
+	w.byInstance[e.m.Instance] = e
+	if e.m.Host != "" {
+		w.byHost[e.m.Host] = e
+	}
+	if e.m.Rank >= 0 {
+		w.byAsked[e.m.Rank] = e
+	}
+}
+
+func (w *world) unindex(e *entry) {
+	delete(w.byInstance, e.m.Instance)
+	if w.byHost[e.m.Host] == e {
+		delete(w.byHost, e.m.Host)
+	}
+	if w.byAsked[e.m.Rank] == e {
+		delete(w.byAsked, e.m.Rank)
+	}
 }
 
 func (w *world) remove(e *entry) {
+	w.unindex(e)
 	for i, x := range w.entries {
 		if x == e {
 			w.entries = append(w.entries[:i], w.entries[i+1:]...)
@@ -85,11 +154,10 @@ func (s *Server) progress(w *world) {
 		w.lastCallTimer = time.AfterFunc(w.lastCall, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			if !w.complete && w.lastCallEnd.Equal(end) && len(w.entries) >= w.min {
+			if !w.complete && w.joinErr == nil && w.lastCallEnd.Equal(end) && len(w.entries) >= w.min {
 				s.log.Info("rendezvous last call over", zap.Int("generation", w.gen), zap.Int("nodes", len(w.entries)))
 				w.lastCallTimer = nil
 				w.finish()
-				w.notify()
 			}
 		})
 	case n < w.min && !w.lastCallEnd.IsZero():
@@ -113,16 +181,16 @@ type joinReq struct {
 	nnodes   int
 	min      int
 	lastCall time.Duration
-	hosts    []string
+	hostsSum string
 	timeout  time.Duration
 }
 
 func (r *joinReq) size() string { return sizeRange(r.min, r.nnodes) }
 
-// join enters c's node into a generation and answers with the agreed world, or why there is none.
+// join enters c's node into a generation and answers with its share of the agreed world, or why there is none.
 func (s *Server) join(c *sconn, m *message) {
 	r := &joinReq{mem: *m.Member, nnodes: m.NNodes, min: cmp.Or(m.MinNodes, m.NNodes), lastCall: DefaultLastCall,
-		hosts: m.Hosts, timeout: s.timeout(m)}
+		hostsSum: m.HostsSum, timeout: s.timeout(m)}
 	if m.LastCallMS > 0 {
 		r.lastCall = time.Duration(m.LastCallMS) * time.Millisecond
 	}
@@ -134,11 +202,15 @@ func (s *Server) join(c *sconn, m *message) {
 		s.reply(c, m.ID, nil, err)
 		return
 	}
-	asg, err := s.awaitWorld(c, w, e, min(r.timeout, time.Until(w.deadline)))
-	if errors.Is(err, ErrClosed) {
-		return // the connection or the server is gone: nobody to answer
+	sh, rank, err := s.awaitWorld(c, w, e, min(r.timeout, time.Until(w.deadline)))
+	switch {
+	case errors.Is(err, ErrClosed):
+		// the connection or the server is gone: nobody to answer
+	case err != nil:
+		s.reply(c, m.ID, nil, err)
+	default:
+		s.sendShare(c, m.ID, sh, rank)
 	}
-	s.reply(c, m.ID, &message{Assignment: asg}, err)
 }
 
 // enter places r's node in its generation's world. A second join by the same instance takes its entry over (its
@@ -169,12 +241,14 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 		s.mu.Unlock()
 		return nil, nil, err
 	}
+	if r.hostsSum != w.hostsSum {
+		w.mixed = true // nodes name different host lists: every share names its nodes itself
+	}
 	c.w, c.ent = w, e
 	if w.deadline.IsZero() {
 		w.started, w.deadline = time.Now(), time.Now().Add(r.timeout)
 	}
 	s.progress(w)
-	w.notify()
 	if old != nil && old != c {
 		old.ent = nil
 	}
@@ -211,18 +285,13 @@ func (s *Server) worldFor(r *joinReq) (*world, error) {
 	g := r.mem.Generation
 	w := s.worlds[g]
 	if w == nil || (!w.complete && len(w.entries) == 0) {
-		w = &world{gen: g, nnodes: r.nnodes, min: r.min, lastCall: r.lastCall, hosts: r.hosts,
-			barriers: map[string]map[int]bool{}, data: map[string]map[int][]byte{}, changed: make(chan struct{})}
+		w = newWorld(g, r, s.cfg.Hosts, s.hostsSum)
 		s.worlds[g] = w
 		s.latest = max(s.latest, g)
 		return w, nil
 	}
 	if err := w.sameSize(r); err != nil {
-		if !w.complete && w.joinErr == nil {
-			w.stopLastCall()
-			w.joinErr = err
-			w.notify()
-		}
+		w.failJoin(err)
 		return nil, err
 	}
 	return w, nil
@@ -257,99 +326,91 @@ func (w *world) sameSize(r *joinReq) error {
 // instance claiming the host or node rank of a live node is a duplicate, which fails the join of every node of a
 // forming world at once; a complete world has no room for anyone else. With s.mu held.
 func (w *world) claim(c *sconn, mem Member) (e *entry, old *sconn, err error) {
-	for _, x := range w.entries {
-		if x.m.Instance == mem.Instance { // the same launcher again: idempotent
-			old, x.conn = x.conn, c
-			if !w.complete {
-				x.m = mem
-			}
-			return x, old, nil
+	if x := w.byInstance[mem.Instance]; x != nil { // the same launcher again: idempotent
+		old, x.conn = x.conn, c
+		if !w.complete {
+			w.unindex(x)
+			x.m = mem
+			w.index(x)
 		}
+		return x, old, nil
 	}
 	if err := w.duplicate(mem); err != nil {
-		if !w.complete && w.joinErr == nil {
-			// Two launchers claim one node: the world cannot be right, so every joiner fails now naming both
-			// claimants, rather than waiting out the timeout for a node that "never arrived".
-			w.joinErr = err
-			w.notify()
-		}
+		// Two launchers claim one node: the world cannot be right, so every joiner fails now naming both
+		// claimants, rather than waiting out the timeout for a node that "never arrived".
+		w.failJoin(err)
 		return nil, nil, err
 	}
 	if w.complete {
 		return nil, nil, newError(ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.ref(-1))
 	}
 	e = &entry{m: mem, conn: c, rank: -1}
-	w.entries = append(w.entries, e)
+	w.add(e)
 	return e, nil, nil
+}
+
+// live reports whether x holds its host and node rank: not lost, not left, and (while the world forms) connected.
+func (w *world) live(x *entry) bool {
+	return x != nil && !x.lost && !x.left && (x.conn != nil || w.complete)
 }
 
 // duplicate is the ErrDuplicateNode error when a live node of w holds mem's host or requested rank. With s.mu held.
 func (w *world) duplicate(mem Member) error {
-	for _, x := range w.entries {
-		if x.lost || x.left || (x.conn == nil && !w.complete) {
-			continue
+	what := "host"
+	x := w.byHost[mem.Host]
+	if mem.Host == "" || !w.live(x) {
+		what, x = "node rank", nil
+		if mem.Rank >= 0 {
+			x = w.byAsked[mem.Rank]
+			if w.complete && mem.Rank < len(w.byRank) && !w.live(x) {
+				x = w.byRank[mem.Rank]
+			}
 		}
-		sameHost := mem.Host != "" && x.m.Host == mem.Host
-		sameRank := mem.Rank >= 0 && (x.m.Rank == mem.Rank || (w.complete && x.rank == mem.Rank))
-		if !sameHost && !sameRank {
-			continue
-		}
-		what := "host"
-		if !sameHost {
-			what = "node rank"
-		}
-		claimed := x.rank
-		if !w.complete {
-			claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
-		}
-		return newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
-			mem.ref(mem.Rank), x.m.ref(claimed))
 	}
-	return nil
+	if !w.live(x) {
+		return nil
+	}
+	claimed := x.rank
+	if !w.complete {
+		claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
+	}
+	return newError(ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
+		mem.ref(mem.Rank), x.m.ref(claimed))
 }
 
-// awaitWorld waits until e's world is agreed (its assignment), fails (the error every joiner gets), or times out:
-// then an elastic world with enough nodes completes with those present, and any other fails naming the nodes
-// that never arrived. ErrClosed when the connection or the server ends first.
-func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*Assignment, error) {
-	var asg *Assignment
-	var jerr error
-	result := func() bool { // with s.mu held
-		switch {
-		case w.joinErr != nil:
-			jerr = w.joinErr
-		case !w.complete:
-			return false
-		case w.err != nil:
-			jerr = w.err
-		default:
-			asg = w.agreed.share(e.rank, w.named)
-			c.rank = e.rank
-		}
-		return true
-	}
-	ok, err := s.await(c, w, timeout, result)
+// awaitWorld waits until e's world is agreed (e's rank, and the shares), fails (the error every joiner gets), or
+// times out: then an elastic world with enough nodes completes with those present, and any other fails naming
+// the nodes that never arrived. ErrClosed when the connection or the server ends first.
+func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*shares, int, error) {
+	ok, err := s.wait(c, w.formed, timeout)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if !ok {
-		s.mu.Lock()
-		if !w.complete && w.joinErr == nil && len(w.entries) >= w.min {
+	s.mu.Lock()
+	if !ok && !w.ended {
+		if w.joinErr == nil && len(w.entries) >= w.min {
 			w.stopLastCall() // the join timeout ends an elastic join that has enough nodes
 			w.finish()
-			w.notify()
+		} else {
+			w.failJoin(w.missing(time.Since(w.started)))
 		}
-		if !result() {
-			w.joinErr = w.missing(time.Since(w.started))
-			w.notify()
-			jerr = w.joinErr
+	}
+	jerr := w.joinErr
+	if jerr == nil {
+		jerr = w.err
+	}
+	if jerr == nil {
+		c.rank = e.rank
+	}
+	rank, sh := e.rank, w.shares
+	s.mu.Unlock()
+	if jerr != nil {
+		if !errors.Is(jerr, ErrJobClosed) {
+			s.log.Warn("rendezvous join failed", zap.Error(jerr))
 		}
-		s.mu.Unlock()
+		return nil, 0, jerr
 	}
-	if jerr != nil && !errors.Is(jerr, ErrJobClosed) {
-		s.log.Warn("rendezvous join failed", zap.Error(jerr))
-	}
-	return asg, jerr
+	return sh, rank, nil
 }
 
 // closeJob moves the job to closed (Session.Finish): the verdict of w's generation was its last, with exit code
@@ -367,10 +428,8 @@ func (s *Server) closeJob(w *world, code int) {
 	}
 	s.ended = &JobClosedError{RunID: runID, Generation: w.gen, ExitCode: code}
 	for _, x := range s.worlds {
-		if x != w && !x.complete {
-			x.stopLastCall()
-			x.joinErr = s.ended
-			x.notify()
+		if x != w {
+			x.failJoin(s.ended)
 		}
 	}
 	s.log.Info("rendezvous: job closed", zap.String("run_id", runID), zap.Int("generation", w.gen), zap.Int("exit_code", code))
@@ -405,12 +464,22 @@ func (w *world) missing(waited time.Duration) error {
 		nodes = append(nodes, n)
 	}
 	return newError(ErrMissingNodes, fmt.Sprintf("generation %d: %d of %s nodes arrived within %s (arrived: %s); start tpurun on the missing nodes or raise the join timeout",
-		w.gen, len(w.entries), sizeRange(w.min, w.nnodes), waited.Round(time.Millisecond), strings.Join(arrived, ", ")), nodes...)
+		w.gen, len(w.entries), sizeRange(w.min, w.nnodes), waited.Round(time.Millisecond), shortList(arrived, 16)), nodes...)
 }
 
-// finish assigns ranks and checks agreement; called when the join is over with min..nnodes nodes present.
+// shortList joins the first n of l, and says how many more there are.
+func shortList(l []string, n int) string {
+	if len(l) <= n {
+		return strings.Join(l, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(l[:n], ", "), len(l)-n)
+}
+
+// finish assigns ranks and checks agreement; called when the join is over with min..nnodes nodes present. It
+// lays the world out and encodes every node's share once, then wakes the joiners.
 func (w *world) finish() {
 	w.complete = true
+	defer w.endJoin()
 	n := len(w.entries)
 	members := make([]Member, n)
 	for i, e := range w.entries {
@@ -430,80 +499,173 @@ func (w *world) finish() {
 		w.byRank[e.rank] = e
 	}
 	w.agreed = agreeWorld(members, ranks)
-	w.named = w.agreed.namedBy(w.hosts)
+	w.named = !w.mixed && w.agreed.namedBySum(w.hostsSum)
+	w.shares = w.agreed.encode(w.named)
+}
+
+// barrier is one named barrier of a world: who arrived, and done, closed when the last node arrives or a node
+// it waits for is gone (err).
+type barrier struct {
+	arrived []bool // by rank
+	count   int
+	done    chan struct{}
+	over    bool
+	err     error
+}
+
+func (b *barrier) end(err error) {
+	if !b.over {
+		b.over, b.err = true, err
+		close(b.done)
+	}
+}
+
+// barrierFor is the barrier name, made at its first arrival: failed at once when a node it needs is gone.
+// With s.mu held.
+func (w *world) barrierFor(name string) *barrier {
+	b := w.barriers[name]
+	if b == nil {
+		b = &barrier{arrived: make([]bool, len(w.byRank)), done: make(chan struct{})}
+		w.barriers[name] = b
+		for _, r := range w.gone {
+			b.end(w.lostErr(r, fmt.Sprintf("barrier %q cannot complete without it", name)))
+			break
+		}
+	}
+	return b
 }
 
 func (s *Server) barrier(c *sconn, w *world, rank int, m *message) error {
 	s.mu.Lock()
-	if w.barriers[m.Name] == nil {
-		w.barriers[m.Name] = map[int]bool{}
+	b := w.barrierFor(m.Name)
+	if !b.arrived[rank] {
+		b.arrived[rank] = true
+		b.count++
 	}
-	w.barriers[m.Name][rank] = true
-	w.notify()
+	if b.count == len(b.arrived) {
+		b.end(nil)
+	}
 	s.mu.Unlock()
-	var err error
-	ok, werr := s.await(c, w, s.timeout(m), func() bool {
-		n := 0
-		for r, e := range w.byRank {
-			if w.barriers[m.Name][r] {
-				n++
-			} else if e.lost || e.left {
-				err = &NodeLostError{Node: e.m.ref(r), Generation: w.gen, Detail: fmt.Sprintf("barrier %q cannot complete without it", m.Name)}
-				return true
-			}
-		}
-		return n == len(w.byRank)
-	})
-	if werr != nil {
-		return werr
+	ok, err := s.wait(c, b.done, s.timeout(m))
+	if err != nil || ok {
+		return cmp.Or(err, b.err)
 	}
-	if !ok {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		var late []NodeRef
-		for r, e := range w.byRank {
-			if !w.barriers[m.Name][r] {
-				late = append(late, e.m.ref(r))
-			}
-		}
-		return newError(ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.over { // ended as the timeout passed
+		return b.err
 	}
-	return err
+	var late []NodeRef
+	for r, e := range w.byRank {
+		if !b.arrived[r] {
+			late = append(late, e.m.ref(r))
+		}
+	}
+	return newError(ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
 }
 
-func (s *Server) gather(c *sconn, w *world, m *message) (map[int][]byte, error) {
-	var err error
-	var got map[int][]byte
-	ok, werr := s.await(c, w, s.timeout(m), func() bool {
-		d := w.data[m.Name]
-		for r, e := range w.byRank {
-			if _, ok := d[r]; !ok && (e.lost || e.left) {
-				err = &NodeLostError{Node: e.m.ref(r), Generation: w.gen, Detail: fmt.Sprintf("gather %q cannot complete: it is gone without publishing", m.Name)}
-				return true
-			}
-		}
-		if len(d) < len(w.byRank) {
-			return false
-		}
-		got = make(map[int][]byte, len(d))
-		for k, v := range d {
-			got[k] = v
-		}
-		return true
-	})
-	if werr != nil {
-		return nil, werr
+// gathering is the data published under one key: done is closed when every node has published, or a node that
+// has not is gone (err). The gathered reply is encoded once, for every node (enc).
+type gathering struct {
+	data map[int][]byte
+	done chan struct{}
+	over bool
+	err  error
+	enc  *encoded
+}
+
+// encoded is a message part encoded once, by the first who needs it.
+type encoded struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+func (g *gathering) end(err error) {
+	if !g.over {
+		g.over, g.err = true, err
+		close(g.done)
 	}
-	if !ok {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+}
+
+// gatheringFor is key's gathering, made at its first publication or gather: failed at once when a node that has
+// not published is gone. With s.mu held.
+func (w *world) gatheringFor(key string) *gathering {
+	g := w.data[key]
+	if g == nil {
+		g = &gathering{data: map[int][]byte{}, done: make(chan struct{}), enc: &encoded{}}
+		w.data[key] = g
+		for _, r := range w.gone {
+			g.end(w.lostErr(r, fmt.Sprintf("gather %q cannot complete: it is gone without publishing", key)))
+			break
+		}
+	}
+	return g
+}
+
+// publish stores rank's data under key. A publication after the gathering completed replaces the data for later
+// gathers (the map the earlier ones read is left as it was). With s.mu held.
+func (w *world) publish(key string, rank int, data []byte) {
+	g := w.gatheringFor(key)
+	if g.over {
+		g.data, g.enc = maps.Clone(g.data), &encoded{}
+	}
+	g.data[rank] = data
+	if len(g.data) == len(w.byRank) {
+		g.end(nil)
+	}
+}
+
+func (s *Server) gather(c *sconn, w *world, m *message) {
+	s.mu.Lock()
+	g := w.gatheringFor(m.Name)
+	s.mu.Unlock()
+	ok, err := s.wait(c, g.done, s.timeout(m))
+	if errors.Is(err, ErrClosed) {
+		return
+	}
+	s.mu.Lock()
+	if !ok && !g.over {
 		var late []NodeRef
 		for r, e := range w.byRank {
-			if _, ok := w.data[m.Name][r]; !ok {
+			if _, ok := g.data[r]; !ok {
 				late = append(late, e.m.ref(r))
 			}
 		}
-		return nil, newError(ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...)
+		s.mu.Unlock()
+		s.reply(c, m.ID, nil, newError(ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
+		return
 	}
-	return got, err
+	data, enc, gerr := g.data, g.enc, g.err
+	s.mu.Unlock()
+	if gerr != nil {
+		s.reply(c, m.ID, nil, gerr)
+		return
+	}
+	enc.once.Do(func() { enc.b, enc.err = json.Marshal(data) })
+	if enc.err != nil {
+		s.reply(c, m.ID, nil, fmt.Errorf("rendezvous: encode gather %q: %w", m.Name, enc.err))
+		return
+	}
+	s.sendReply(c, m.ID, "gathered", enc.b)
+}
+
+// nodeGone records that e (a node of the complete world) is lost or left, and fails every barrier and gather
+// still waiting for it. With s.mu held.
+func (w *world) nodeGone(e *entry) {
+	w.gone = append(w.gone, e.rank)
+	for name, b := range w.barriers {
+		if !b.over && !b.arrived[e.rank] {
+			b.end(w.lostErr(e.rank, fmt.Sprintf("barrier %q cannot complete without it", name)))
+		}
+	}
+	for key, g := range w.data {
+		if _, ok := g.data[e.rank]; !ok && !g.over {
+			g.end(w.lostErr(e.rank, fmt.Sprintf("gather %q cannot complete: it is gone without publishing", key)))
+		}
+	}
+}
+
+func (w *world) lostErr(rank int, detail string) error {
+	return &NodeLostError{Node: w.byRank[rank].m.ref(rank), Generation: w.gen, Detail: detail}
 }

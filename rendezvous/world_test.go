@@ -1,10 +1,13 @@
 package rendezvous
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -111,5 +114,73 @@ func TestAgreeNamesTheOddNode(t *testing.T) {
 	}
 	if err := agree([]Member{m("a", "x", 1), m("b", "x", 1)}, []int{0, 1}, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSharesEncodedOnce: every node's share as the server sends it, from the parts encoded once for the whole
+// world (the common part, each slice's nodes), is the share itself: in a world of CPU or GPU hosts (its own node),
+// of two TPU slices (its slice's nodes) and of a pod named by its host list (no nodes).
+func TestSharesEncodedOnce(t *testing.T) {
+	mk := func(i, slice int, uneven bool) Member {
+		h := fmt.Sprintf("h%d", i)
+		return Member{Instance: h, Host: h, Addr: h, LocalWorkers: 4 + i%2*4*btoi(uneven), RunID: "r", Accelerator: "v5p-32",
+			SliceID: slice, NumSlices: 2, UnevenWorkers: uneven, Role: "trainer", Ports: map[string]int{PortMaster: 1, PortMegascale: 8081}}
+	}
+	for _, tc := range []struct {
+		name   string
+		uneven bool
+		named  bool
+	}{{"uneven", true, false}, {"slices", false, false}, {"named", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 8
+			ms, ranks, hosts := make([]Member, n), make([]int, n), make([]string, n)
+			for i := range ms {
+				ms[i], ranks[i], hosts[i] = mk(i, i/4, tc.uneven), i, fmt.Sprintf("h%d", i)
+			}
+			w := agreeWorld(ms, ranks)
+			named := tc.named && w.namedBy(hosts)
+			if named != tc.named {
+				t.Fatalf("named %v, want %v", named, tc.named)
+			}
+			sh := w.encode(named)
+			if sh.common == nil {
+				t.Fatal("the shares are not laid out in parts")
+			}
+			for r := range n {
+				body := append(replyHead(uint64(r+1), "assignment"), bytes.Join(sh.value(r), nil)...)
+				m, err := decodeMessage(append(body, closeBrace...))
+				if err != nil {
+					t.Fatalf("node rank %d: %v\n%s", r, err, body)
+				}
+				if want := w.share(r, named); m.ID != uint64(r+1) || !reflect.DeepEqual(m.Assignment, want) {
+					t.Fatalf("node rank %d received\n%+v\nwant\n%+v", r, m.Assignment, want)
+				}
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestHostsSum: a join carries its host list's sum, which names the list (its length and CRC-32C of its names, one
+// per line), and a world is named by the list only when every node's sum is the agreed nodes'.
+func TestHostsSum(t *testing.T) {
+	long := make([]string, 5000) // names that cross the sum's buffer
+	for i := range long {
+		long[i] = fmt.Sprintf("pod-%d-%s.svc", i, strings.Repeat("x", i%300))
+	}
+	for _, hosts := range [][]string{{"a"}, {"a", "b"}, long} {
+		want := fmt.Sprintf("%d:%08x", len(hosts), crc32.Checksum([]byte(strings.Join(hosts, "\n")), crc32.MakeTable(crc32.Castagnoli)))
+		if got := hostsSum(hosts); got != want {
+			t.Fatalf("sum of %d hosts %s, want %s", len(hosts), got, want)
+		}
+	}
+	if hostsSum(nil) != "" || hostsSum([]string{"a", "b"}) == hostsSum([]string{"ab"}) {
+		t.Fatal("sums of no list, or of lists that join alike")
 	}
 }

@@ -1,0 +1,89 @@
+package rendezvous
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"tpurun/launcher/launchertest"
+)
+
+// TestWorldOf512: 512 CPU or GPU hosts form a tcp world and pass two barriers; one whose launcher dies (its
+// connection drops, as when it is SIGKILLed) is reported lost to each of the 511 others, once, and named by the
+// next barrier, and nobody else is reported lost. The server wakes only the waiters an event concerns (a barrier's
+// waiters at its last arrival, not at every arrival), so this takes seconds on two cores.
+//
+// The 512 nodes share this process, which a loaded machine and the race detector slow down many times: a node's
+// pings then wait for the CPU the 511 others use, where a real host has its own. So the heartbeat is past the
+// deadline: a killed launcher's connection drops at once, and that is what is tested here (silence is
+// TestNodeProcessFrozen's, a stalled server TestServerProcessStalled's, a world held at pod scale the benchmarks').
+func TestWorldOf512(t *testing.T) {
+	launchertest.Heavy(t) // a world of 512 nodes
+	const n = 512
+	c := newCluster(t, BackendTCP, n)
+	c.hb = never()
+	c.mutate = func(i int, cfg *Config, m *Member) { m.UnevenWorkers, m.LocalWorkers, m.Accelerator = true, 8, "gpu" }
+	ctx := context.Background()
+	c.start(ctx, nil)
+	c.mustJoin()
+	seen := map[int]bool{}
+	for i, s := range c.sess {
+		a := s.Assignment()
+		if seen[a.NodeRank] || a.NNodes != n || a.Self().Host != hostName(i) {
+			t.Fatalf("node %d: node rank %d (seen: %v), %d nodes, self %+v", i, a.NodeRank, seen[a.NodeRank], a.NNodes, a.Self())
+		}
+		seen[a.NodeRank] = true
+	}
+	barrier := func(name string, who []int) []error {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for _, i := range who {
+			wg.Go(func() { errs[i] = c.sess[i].Barrier(ctx, name) })
+		}
+		wg.Wait()
+		return errs
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	for _, name := range []string{"one", "two"} {
+		for i, err := range barrier(name, all) {
+			if err != nil {
+				t.Fatalf("node %d, barrier %q: %v", i, name, err)
+			}
+		}
+	}
+	const dead = 300
+	rank := c.sess[dead].Assignment().NodeRank
+	c.sess[dead].Close() // without Leave: its connection drops, as when its launcher is killed
+	var rest []int
+	for i := range n {
+		if i != dead {
+			rest = append(rest, i)
+		}
+	}
+	for _, i := range rest {
+		if f := waitFailure(t, c.sess[i]); !f.Lost || f.Node.Rank != rank || f.Node.Host != hostName(dead) {
+			t.Fatalf("node %d heard %+v, want node rank %d (%s) lost", i, f, rank, hostName(dead))
+		}
+	}
+	errs := barrier("three", rest)
+	for _, i := range rest {
+		if err := errs[i]; err != nil {
+			if e := lostErr(t, err); e.Node.Rank != rank || e.Generation != 0 {
+				t.Fatalf("node %d, barrier after the loss: %v, want node rank %d lost", i, e, rank)
+			}
+			continue
+		}
+		t.Fatalf("node %d passed a barrier without node rank %d", i, rank)
+	}
+	// by the time the barrier failed, each node had heard one failure: the dead node's
+	for _, i := range rest {
+		select {
+		case f := <-c.sess[i].Failures():
+			t.Fatalf("node %d heard a second failure: %+v", i, f)
+		default:
+		}
+	}
+}
