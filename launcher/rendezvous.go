@@ -271,8 +271,11 @@ func rendezvousErr(step string, err error) error {
 	if errors.Is(err, rendezvous.ErrDuplicateNode) {
 		return fmt.Errorf("%w: %s: %w; if two tpurun agents share this host, give each its own --node-name (or --node-rank)", failure.ErrRendezvous, step, err)
 	}
+	if errors.Is(err, rendezvous.ErrUnresolved) { // waited for within the join timeout: pods appear in DNS as they start
+		return fmt.Errorf("%w: %s: %w; check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)", failure.ErrRendezvous, step, err)
+	}
 	var dns *net.DNSError
-	if errors.As(err, &dns) && dns.IsNotFound {
+	if errors.As(err, &dns) && dns.IsNotFound { // etcd's endpoints
 		return &failure.ConfigError{Field: failure.SettingRendezvousEndpoint, Value: dns.Name,
 			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}

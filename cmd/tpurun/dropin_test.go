@@ -193,7 +193,9 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 		code  int
 		wants []string
 	}{
-		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x"), exitcode.Usage, []string{"does not resolve"}},
+		// a name that does not resolve is waited for within the join timeout (a pod not yet in DNS), then fails the
+		// rendezvous (69) naming it and saying what to check
+		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x", "--rdzv-timeout=1"), exitcode.Rendezvous, []string{"does not resolve", "check its spelling"}},
 		{[]string{"--standalone", "--nnodes=2"}, exitcode.Usage, []string{"--standalone", "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"}},
 		{[]string{"--logs_specs=DOESNOT_EXIST"}, exitcode.Usage, []string{"--logs-specs default"}},
 		{[]string{"--rdzv-conf", "bogus_key=1"}, exitcode.Usage, []string{"unknown key"}},
