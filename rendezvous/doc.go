@@ -49,7 +49,7 @@
 //     go. tcp: node 0's server answers with it while nodes are still connected, for at most linger, then stops
 //     (a node that comes later cannot reach it: ErrTimeout after the join timeout). etcd: every key of the job is
 //     tied to the job's lease, which every node keeps alive from its first join until Rendezvous.Close; linger
-//     after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
+//     (two heartbeats at least, as a node's lease) after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
 //     again at generation 0.
 //
 // "Later", for a reused run id, is a matter of the store's state, not of intent: a node belongs to the job open
@@ -60,7 +60,7 @@
 // on etcd its keys vanish linger after its last lease lapsed.
 //
 // Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
-// lease that cannot be kept alive within a heartbeat or a broken watch) ends every call and join of the session
+// lease renewal unanswered for its TTL with no connection to etcd, or a broken watch) ends every call and join of the session
 // with an error matching ErrStoreLost that names the endpoint (an *Error with Field FieldEndpoint), closes
 // Session.Done and is reported on Failures, within about two heartbeats.
 //
@@ -90,8 +90,8 @@
 //     generation opened (zero-padded), "closed" how the job ended; a generation's keys are under <generation>/:
 //     "open" marks its start; hosts/<host> and ranks/<r> are claimed by transactions; members/<instance>
 //     registers a node (and the size range it asks for); all three, and barriers/<name>/<rank>, are tied to a
-//     lease of Heartbeat seconds kept alive by the node, so a dead node's keys vanish and every node reports it
-//     lost. "world" lists the instances of the agreed world and its size range: written once, by a transaction,
+//     lease of two heartbeats renewed by the node every third of it, so a dead node's keys vanish and every node
+//     reports it lost, and a node busy for a heartbeat is not lost. "world" lists the instances of the agreed world and its size range: written once, by a transaction,
 //     by the first node that sees NNodes live registrations (or MinNodes when its last call ends); every node
 //     computes the same ranks and verdict from it, in the watch's revision order, without a leader.
 //     data/<key>/<rank> (results), failures/<rank> and left/<instance>, like "job", "latest", "open", "world"
@@ -120,7 +120,8 @@
 // # Failures
 //
 // Fail is pushed by the server (or the etcd watch) to every other node at once. A node whose connection drops, or
-// that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires, is reported on
+// that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires (two heartbeats
+// after its last renewal: a node busy for a heartbeat is not lost), is reported on
 // every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with a
 // *NodeLostError. If the store itself goes (node 0 killed, etcd down), every pending call fails with ErrStoreLost
 // naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not

@@ -29,7 +29,7 @@ func (etcdBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration
 	if err != nil {
 		return err
 	}
-	e.jobTTL = ttlOf(linger)
+	e.jobTTL = ttlOf(max(linger, nodeTTL(r.cfg.Heartbeat)))
 	r.store, r.endpoint = e, r.cfg.Endpoint
 	return nil
 }
@@ -41,8 +41,8 @@ type etcdStore struct {
 	cfg    *Config
 	log    *zap.Logger
 	prefix string
-	ttl    int64 // the TTL of a node's lease, in seconds: the heartbeat
-	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger)
+	ttl    int64 // the TTL of a node's lease, in seconds: two heartbeats (nodeTTL)
+	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger, a node's TTL at least)
 
 	mu   sync.Mutex
 	jobs map[string]*etcdJob // the job this node takes part in, by run id
@@ -67,7 +67,7 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdStore, err
 		eps = append(eps, e)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: log.Named("etcd"),
-		DialKeepAliveTime: cfg.Heartbeat, DialKeepAliveTimeout: cfg.Heartbeat, Context: context.WithoutCancel(ctx)})
+		DialKeepAliveTime: cfg.Heartbeat, DialKeepAliveTimeout: dialKeepAliveTimeout, Context: context.WithoutCancel(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: etcd client for %s: %w", cfg.Endpoint, err)
 	}
@@ -75,9 +75,22 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdStore, err
 	if prefix == "" {
 		prefix = "/tpurun/rdzv/"
 	}
-	ttl := ttlOf(cfg.Heartbeat)
-	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttl, jobTTL: ttl, jobs: map[string]*etcdJob{}}, nil
+	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttlOf(nodeTTL(cfg.Heartbeat)), jobTTL: ttlOf(nodeTTL(cfg.Heartbeat)),
+		jobs: map[string]*etcdJob{}}, nil
 }
+
+// nodeTTL is the TTL of a node's lease: two heartbeats. Renewed every third of it (the client's stream, etcd's
+// guidance), the lease outlives a node, or an etcd, that is busy for over a heartbeat (a loaded host, a GC pause,
+// a thousand nodes joining at once), and a node really gone is reported lost about two heartbeats after its last
+// renewal. The job's lease lives as long at least (linger when longer): an etcd stopped for a heartbeat expires
+// on its return every lease whose TTL it outlasted, the job's as well as a node's.
+func nodeTTL(heartbeat time.Duration) time.Duration { return 2 * heartbeat }
+
+// dialKeepAliveTimeout is how long the client waits for etcd to answer a ping of the connection (sent when it
+// has been idle for a heartbeat, every 10 s at most often) before it drops the connection. Generous: a loaded
+// etcd answers late, and a dropped connection fails every request and watch on it; an etcd that is gone is found
+// by the lease keeper (etcdlease.go).
+const dialKeepAliveTimeout = 20 * time.Second
 
 // ttlOf is a lease TTL in whole seconds, at least 1.
 func ttlOf(d time.Duration) int64 { return max(int64(math.Ceil(d.Seconds())), 1) }

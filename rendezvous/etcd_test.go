@@ -75,6 +75,7 @@ func TestEtcd(t *testing.T) {
 			t.Fatalf("barrier after the loss: %v, want node rank 1 (node-1) lost in generation 0", e)
 		}
 	})
+	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("JoinCancelled", func(t *testing.T) {
 		c := newEtcdCluster(t, ec, 2)
 		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: never(),

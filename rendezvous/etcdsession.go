@@ -99,13 +99,8 @@ func newEtcdSession(e *etcdStore, j *etcdJob, log *zap.Logger, dir string, lease
 // revision rev; the session's link to etcd ends when any of these, or the job's lease, fails.
 func (s *etcdSession) start(ctx context.Context, rev int64) error {
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	ka, err := s.e.cli.KeepAlive(wctx, s.lease)
-	if err != nil {
-		wcancel()
-		return s.e.unreachable("keep the lease alive", err)
-	}
 	s.wg.Add(1)
-	go s.keepalive(wctx, ka)
+	go s.keepalive(wctx)
 	stop := context.AfterFunc(s.job.h.ctx, func() { s.lose(s.job.h.failed()) })
 	// a watch opens only once etcd answers: it must also end when etcd is found lost meanwhile
 	vctx, vcancel := s.h.bind(wctx)
@@ -490,39 +485,11 @@ func (s *etcdSession) follow(ctx context.Context, rev int64, key string, opts ..
 	return rev, nil
 }
 
-// keepalive keeps this node's lease alive; when it cannot (etcd unreachable for a heartbeat), etcd is lost.
-func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
+// keepalive keeps this node's lease alive; when it cannot (etcdlease.go), etcd is lost.
+func (s *etcdSession) keepalive(ctx context.Context) {
 	defer s.wg.Done()
-	if !s.e.keepAlive(ctx, s.lease, ka, s.log) && ctx.Err() == nil {
-		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x expired or could not be kept alive (TTL %ds)", int64(s.lease), s.e.ttl)))
-	}
-}
-
-// keepAlive keeps lease alive (ka: its keep-alive responses) until ctx ends (true) or it cannot: the lease expired,
-// or etcd did not answer for its TTL and then a heartbeat more (false). When the client gives up on the stream (an
-// etcd member went away mid-stream) while the lease still lives on the cluster, it keeps it alive again through
-// another member.
-func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
-	for {
-		for range ka {
-		}
-		if ctx.Err() != nil {
-			return true
-		}
-		tctx, cancel := context.WithTimeout(ctx, e.cfg.Heartbeat) // the check is bounded by one heartbeat
-		var ttl *clientv3.LeaseTimeToLiveResponse
-		err := e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
-			ttl, err = e.cli.TimeToLive(ctx, lease)
-			return err
-		})
-		cancel()
-		if err != nil || ttl.TTL <= 0 {
-			return false
-		}
-		if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
-			return false
-		}
-		log.Info("etcd lease keep-alive resumed", zap.Int64("lease", int64(lease)), zap.Int64("ttl_left", ttl.TTL))
+	if err := s.e.keepAlive(ctx, s.lease, time.Duration(s.e.ttl)*time.Second, true, s.log); err != nil {
+		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x could not be kept alive: %v", int64(s.lease), err)))
 	}
 }
 
