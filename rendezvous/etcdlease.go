@@ -15,9 +15,9 @@ import (
 // A lease (a node's, or the job's) is kept alive by the etcd client's stream, which renews it every third of its
 // TTL (etcd's guidance). A renewal answered late does not make the lease lost: only etcd says whether it lives,
 // and only an etcd that is gone makes it lost. The keeper:
-//   - renews for as long as it runs: when the client gives up on the stream (no answer for a TTL), it asks etcd
-//     whether the lease lives, and renews again unless etcd says it expired (errLeaseExpired: every key tied to
-//     it has vanished);
+//   - renews for as long as it runs: when the client gives up on the stream (no answer for a TTL), it renews
+//     again at once, and asks etcd whether the lease lives: when etcd says it expired, the keeper ends
+//     (errLeaseExpired: every key tied to it has vanished);
 //   - takes etcd for lost when it has not answered for a TTL and the client has no connection to it (refused,
 //     reset: etcd down or cut off), or, keeping a node's lease, when it has answered nothing for two TTLs and two
 //     heartbeats over a connection that is up (an etcd that is up and answers nobody).
@@ -34,17 +34,14 @@ func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl t
 	limit := 2*ttl + 2*e.cfg.Heartbeat // how long a connected etcd may be silent
 	check := time.NewTicker(min(e.cfg.Heartbeat, ttl) / 2)
 	defer check.Stop()
-	var ka <-chan *clientv3.LeaseKeepAliveResponse
-	for {
-		if ka == nil {
-			var err error
-			if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
+	ka, err := e.cli.KeepAlive(ctx, lease)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
+		return err
+	}
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -53,7 +50,15 @@ func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl t
 				last = time.Now()
 				continue
 			}
-			ka = nil // the client gave up on the stream (no answer for a TTL), or etcd said the lease expired
+			// The client gave up on the stream (no answer for a TTL: its first renewal, for the client's dial
+			// timeout and a second), or etcd said the lease expired. Renew again at once (the client stopped
+			// renewing), and ask whether it lives.
+			if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 			left, err := e.timeToLive(ctx, lease, e.cfg.Heartbeat)
 			switch {
 			case ctx.Err() != nil:
