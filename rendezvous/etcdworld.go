@@ -58,8 +58,9 @@ type etcdWorld struct {
 	Error    *wireError `json:"error,omitempty"`
 }
 
-// worldChunk bounds one chunk of the world's registrations: etcd refuses a request above 1.5 MiB by default.
-const worldChunk = 1 << 20
+// worldChunk bounds one chunk of the world's registrations: etcd refuses a request above 1.5 MiB by default. A
+// variable for the tests of a world in chunks.
+var worldChunk = 1 << 20
 
 // The world's registrations are encoded by column, not by member: each field of Member once when every member
 // has the same value (the run id, the accelerator type, the workers per node, ...), else once for all members: a
@@ -183,20 +184,20 @@ func decodeColumns(b []byte) ([]Member, error) {
 	return members, nil
 }
 
-// chunks encodes members by column in parts of at most about worldChunk bytes each (a part of one member at
-// least; the size of a part is estimated from the whole).
-func chunks(members []Member) [][]byte {
+// chunks encodes members by column in parts of at most about limit bytes each (a part of one member at least;
+// the size of a part is estimated from the whole).
+func chunks(members []Member, limit int) [][]byte {
 	whole := encodeColumns(members)
-	if len(whole) <= worldChunk {
+	if len(whole) <= limit {
 		return [][]byte{whole}
 	}
-	for parts := (len(whole) + worldChunk - 1) / worldChunk; ; parts *= 2 {
+	for parts := (len(whole) + limit - 1) / limit; ; parts *= 2 {
 		per := (len(members) + parts - 1) / parts
 		var out [][]byte
 		fits := true
 		for i := 0; i < len(members); i += per {
 			c := encodeColumns(members[i:min(i+per, len(members))])
-			fits = fits && (len(c) <= worldChunk || per == 1)
+			fits = fits && (len(c) <= limit || per == 1)
 			out = append(out, c)
 		}
 		if fits {
@@ -227,7 +228,7 @@ func (s *etcdSession) propose(ctx context.Context) error {
 	var body []byte // what follows the head's line
 	if err != nil {
 		w = etcdWorld{Error: toWire(err)}
-	} else if cs := chunks(members); len(cs) == 1 {
+	} else if cs := chunks(members, worldChunk); len(cs) == 1 {
 		w.Ranks, body = ranks, cs[0]
 	} else {
 		w.Ranks, w.Chunks, w.By = ranks, len(cs), s.self.Instance
