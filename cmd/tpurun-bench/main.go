@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
@@ -55,6 +55,10 @@ func main() {
 			os.Exit(1)
 		}
 		renderLaunch(os.Stdout, runs, cfg, *before)
+		return
+	}
+	if *only == "rendezvous" {
+		fmt.Print(renderMarkdown(measureRendezvous(&cfg), cfg))
 		return
 	}
 	if *only == "preload" {

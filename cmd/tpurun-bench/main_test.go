@@ -79,3 +79,21 @@ func resident(t *testing.T, p string) int {
 	}
 	return n
 }
+
+// TestBenchLine: a go test -bench result line gives the benchmark's name (without the GOMAXPROCS suffix), its
+// ns/op and the metrics it reported, the held world's nodes lost among them.
+func TestBenchLine(t *testing.T) {
+	m := benchLine.FindStringSubmatch("BenchmarkRendezvousHeld1024Etcd-2   \t       1\t7233639919 ns/op\t         0 lost")
+	if m == nil || m[1] != heldBench || m[2] != "7233639919" {
+		t.Fatalf("parsed %q", m)
+	}
+	if l := lostMetric.FindStringSubmatch(m[2] + m[3]); l == nil || l[1] != "0" {
+		t.Fatalf("lost: %q in %q", l, m[2]+m[3])
+	}
+	if m := benchLine.FindStringSubmatch("BenchmarkRendezvous1024Etcd-2  1  5295993672 ns/op"); m == nil || m[1] != "BenchmarkRendezvous1024Etcd" {
+		t.Fatalf("parsed %q", m)
+	}
+	if lostMetric.MatchString("5295993672") {
+		t.Fatal("a line without the metric has nodes lost")
+	}
+}
