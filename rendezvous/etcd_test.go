@@ -35,6 +35,7 @@ func TestEtcd(t *testing.T) {
 	t.Run("AgreedWorld/Chunked", func(t *testing.T) { testChunkedWorld(t, newEtcdCluster(t, ec, 8)) })
 	t.Run("CounterGone", func(t *testing.T) { testCounterGone(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("CounterRetires", func(t *testing.T) { testCounterRetires(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("MissingNode", func(t *testing.T) { testMissingNode(t, newEtcdCluster(t, ec, 4)) })
 	t.Run("Duplicate", func(t *testing.T) { testDuplicate(t, newEtcdCluster(t, ec, 2)) })
 	t.Run("FailSpreads", func(t *testing.T) { testFailSpreads(t, newEtcdCluster(t, ec, 4)) })

@@ -142,10 +142,39 @@ func (s *etcdSession) settleWorld(ctx context.Context, val []byte) error {
 	s.stopAhead()
 	s.mu.Unlock()
 	if settled {
-		members := s.dir + "members/"
-		s.follow(s.wctx, etcdWatch{"the world's departures", members, s.departed, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}}, w.Rev+1)
+		if testBeforeDepartures != nil {
+			testBeforeDepartures(s)
+		}
+		s.follow(s.wctx, etcdWatch{"the world's departures", s.dir + "members/", s.departed, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()},
+			s.departures}, w.Rev+1)
 	}
 	return nil
+}
+
+// testBeforeDepartures, when set, runs before a node watches its world's departures (a test compacts etcd
+// there).
+var testBeforeDepartures func(*etcdSession)
+
+// departures reads the world's registrations now, when etcd compacted the departures the watch was to replay:
+// every node of the world whose registration is gone is lost. The watch goes on from there.
+func (s *etcdSession) departures(ctx context.Context) (int64, error) {
+	r, err := s.e.get(ctx, s.dir+"members/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	live := make(map[string]bool, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		live[strings.TrimPrefix(string(kv.Key), s.dir+"members/")] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.nodes {
+		if !live[m.Instance] {
+			s.lostMember(m.Instance)
+		}
+	}
+	s.notify()
+	return r.Header.Revision + 1, nil
 }
 
 // await waits for the world and settles it. The node that counts the registrations proposes the world when max
@@ -310,7 +339,8 @@ func (s *etcdSession) startCounting(ctx context.Context) error {
 	s.tally = newEtcdTally(r.Kvs, r.Header.Revision)
 	s.log.Debug("rendezvous: this node counts the registrations", zap.Int("registered", len(s.tally.live)))
 	s.mu.Unlock()
-	untally := s.follow(s.wctx, etcdWatch{"the registrations", members, s.counted, []clientv3.OpOption{clientv3.WithPrefix()}}, r.Header.Revision+1)
+	untally := s.follow(s.wctx, etcdWatch{"the registrations", members, s.counted, []clientv3.OpOption{clientv3.WithPrefix()}, s.countAgain},
+		r.Header.Revision+1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.tally == nil { // stopped meanwhile
@@ -322,9 +352,33 @@ func (s *etcdSession) startCounting(ctx context.Context) error {
 	return nil
 }
 
+// countAgain: etcd compacted what the count's watch had to replay; the join reads the registrations again.
+func (s *etcdSession) countAgain(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tally != nil {
+		s.stopCounting()
+		s.first = true
+		s.notify()
+	}
+	return 0, nil
+}
+
+// askAgain: etcd compacted what the watch of the registration ahead had to replay; the join asks which is
+// first now.
+func (s *etcdSession) askAgain(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopAhead()
+	s.recheck = true
+	s.notify()
+	return 0, nil
+}
+
 // watchAhead opens the watch of the registration ahead of this node (inst's, from revision rev).
 func (s *etcdSession) watchAhead(inst string, rev int64) {
-	stop := s.follow(s.wctx, etcdWatch{"the first registration", s.dir + "members/" + inst, s.aheadGone, []clientv3.OpOption{clientv3.WithFilterPut()}}, rev)
+	stop := s.follow(s.wctx, etcdWatch{"the first registration", s.dir + "members/" + inst, s.aheadGone, []clientv3.OpOption{clientv3.WithFilterPut()},
+		s.askAgain}, rev)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ahead != inst || s.aheadRev != rev || s.unahead != nil { // another one meanwhile

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -75,7 +76,7 @@ func (s *etcdSession) watchAll(ctx, jctx context.Context) error {
 	s.cancel = func() { stop(); vcancel(); wcancel() }
 	bctx, bcancel := s.h.bind(jctx)
 	defer bcancel()
-	return s.open(vctx, bctx, etcdWatch{"the generation's news", s.dir + "all/", s.news, []clientv3.OpOption{clientv3.WithPrefix()}})
+	return s.open(vctx, bctx, etcdWatch{what: "the generation's news", key: s.dir + "all/", apply: s.news, opts: []clientv3.OpOption{clientv3.WithPrefix()}})
 }
 
 // keep keeps the session's lease alive until the session closes: when it cannot, etcd is lost.
@@ -217,6 +218,10 @@ type etcdWatch struct {
 	key   string
 	apply func(*clientv3.Event)
 	opts  []clientv3.OpOption
+	// compacted, when set, is called when etcd compacted the history the watch was to replay (a watch opened
+	// from a past revision, on an etcd that compacts often): it reads what the watch missed and returns the
+	// revision to go on from, or 0 to end the watch.
+	compacted func(context.Context) (int64, error)
 }
 
 // open opens w from etcd's current revision, and returns once etcd confirmed it (ctx: the watch's life; jctx
@@ -270,14 +275,25 @@ func (s *etcdSession) watch(ctx context.Context, wch clientv3.WatchChan, rev int
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil || !transient(err) {
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted) && w.compacted != nil:
+			s.log.Info("etcd compacted what a watch had to replay; reading it", zap.String("watch", w.what), zap.Int64("revision", next))
+			if next, err = w.compacted(ctx); ctx.Err() != nil || (next == 0 && err == nil) {
+				return
+			}
+			if err != nil {
+				s.lose(s.e.lost(fmt.Sprintf("the watch of %s: %v", w.what, err)))
+				return
+			}
+		case err == nil || !transient(err):
 			if err == nil {
 				err = errors.New("the watch ended")
 			}
 			s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", w.what, err)))
 			return
+		default:
+			s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", w.what), zap.Int64("revision", next), zap.Error(err))
 		}
-		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", w.what), zap.Int64("revision", next), zap.Error(err))
 		rev = next
 		wch = s.e.cli.Watch(clientv3.WithRequireLeader(ctx), w.key, append(w.opts, clientv3.WithRev(rev))...)
 	}

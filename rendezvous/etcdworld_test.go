@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +238,41 @@ func TestEtcdPodWorld(t *testing.T) {
 	}
 	if e := lostErr(t, c.sess[0].Barrier(ctx, "after")); e.Node.Host != "node-process" {
 		t.Fatalf("barrier after the loss: %v, want node-process lost", e)
+	}
+}
+
+// testDeparturesCompacted: etcd compacts its history between the choice of the world and a node's watch of its
+// departures (an etcd that compacts often, a slow node), and a node of the world vanished meanwhile: the node is
+// still told that node is lost, and goes on (the watch's replay failed with "compacted": it reads the
+// registrations instead).
+func testDeparturesCompacted(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	cli := etcdClient(t, c.endpoint)
+	c.mutate = func(i int, cfg *Config, m *Member) { m.RunID, m.Instance = "run", instanceOf(byte('a'+i)) }
+	var once sync.Once
+	hookErr := make(chan error, 1)
+	testBeforeDepartures = func(s *etcdSession) {
+		if s.self.Instance != instanceOf('a') {
+			return
+		}
+		once.Do(func() { // node-2's registration vanishes, and etcd forgets that it did
+			r, err := cli.Delete(ctx, s.dir+"members/"+instanceOf('c'))
+			if err == nil {
+				_, err = cli.Compact(ctx, r.Header.Revision)
+			}
+			hookErr <- err
+		})
+	}
+	defer func() { testBeforeDepartures = nil }()
+	c.start(ctx, nil)
+	c.mustJoin()
+	if err := launchertest.Done(t, "node-0 to compact etcd", hookErr); err != nil {
+		t.Fatal(err)
+	}
+	if f := waitFailure(t, c.sess[0]); !f.Lost || f.Node.Host != "node-2" {
+		t.Fatalf("node 0 heard %v, want node-2 lost", f)
+	}
+	if err := c.sess[0].Err(); err != nil {
+		t.Fatalf("node 0's session ended: %v", err)
 	}
 }
