@@ -87,8 +87,14 @@ func (s *etcdSession) departed(ev *clientv3.Event) {
 // lostMember records that a node of the world (which did not leave: its registration then lives on the job's
 // lease) is gone. With s.mu held.
 func (s *etcdSession) lostMember(inst string) {
-	i := slices.IndexFunc(s.nodes, func(m Member) bool { return m.Instance == inst }) // a loss is rare: no index kept
-	if i < 0 || s.lostInst[inst] {
+	if s.byInst == nil { // built at the first loss, not by every node at every join
+		s.byInst = make(map[string]int, len(s.nodes))
+		for i, m := range s.nodes {
+			s.byInst[m.Instance] = i
+		}
+	}
+	i, in := s.byInst[inst]
+	if !in || s.lostInst[inst] {
 		return
 	}
 	ref := s.nodes[i].ref(s.ranks[i])

@@ -42,6 +42,7 @@ type etcdSession struct {
 	worldErr error              // or why it cannot be this node's
 	nodes    []Member           // the world's registrations, in registration order (read: not changed)
 	ranks    []int              // and their ranks
+	byInst   map[string]int     // the index of each instance in nodes, once a node is lost
 	first    bool               // this node holds the first registration key: it counts the registrations
 	tally    *etcdTally         // the registrations, while this node counts them
 	untally  context.CancelFunc // stops the watch of the registrations
@@ -92,9 +93,9 @@ func (s *etcdSession) keep(ctx context.Context, lease clientv3.LeaseID) {
 
 // register claims the node's host name and requested rank and writes its registration, all tied to its lease
 // (and a record that it arrived, arrived/<instance>, tied to the job's: a join that times out names who never
-// did), and reads in the same transaction whether it holds the first registration
-// key (then it counts them), the world and the job's state. The claims are made in that transaction when they
-// are free; otherwise (taken, or this node's own from an earlier join) first by claim.
+// did), and reads in the same transaction whether it holds the first registration key (then it counts them),
+// the world and the job's state. The claims are made in that transaction when they are free; otherwise (taken,
+// or this node's own from an earlier join) first by claim.
 func (s *etcdSession) register(jctx context.Context) error {
 	bctx, bcancel := s.h.bind(jctx)
 	defer bcancel()
@@ -267,8 +268,9 @@ func (s *etcdSession) follow(ctx context.Context, w etcdWatch, rev int64) contex
 }
 
 // watch folds the events of wch (w, from revision rev on) into the session. A watch that etcd cancels because its
-// member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied; any other end
-// while ctx lives (a compaction, a broken stream) means etcd is lost.
+// member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied; one whose
+// history etcd compacted goes on as w.compacted says; any other end while ctx lives (a compaction w has no answer
+// to, a broken stream) means etcd is lost.
 func (s *etcdSession) watch(ctx context.Context, wch clientv3.WatchChan, rev int64, w etcdWatch) {
 	for {
 		next, err := s.drain(wch, rev, w.apply)

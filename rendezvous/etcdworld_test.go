@@ -207,7 +207,9 @@ func testChunkedWorld(t *testing.T, c *cluster) {
 
 // TestEtcdPodWorld: a world of 128 nodes on etcd, one of them a launcher process, all joining at once: it forms,
 // every node holds it while the process's lease runs out after the process is killed (two heartbeats), and every
-// node then hears that node lost, and only it; a barrier fails naming it.
+// node then hears that node lost, and only it; a barrier fails naming it. The heartbeat is 3 s: under -race, on a
+// machine whose two cores run other suites too, a 2 s one lost a live node in 1 of 5 runs (its lease unrenewed
+// for 4 s); the benchmark holds 1024 nodes with 2 s on a machine left to it.
 func TestEtcdPodWorld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("etcd, 128 nodes: not in -short")
@@ -215,7 +217,7 @@ func TestEtcdPodWorld(t *testing.T) {
 	const n = 128
 	ec := etcdtest.Start(t, 1)
 	c := newEtcdCluster(t, ec, n)
-	c.hb = 2 * time.Second
+	c.hb = 3 * time.Second
 	c.mutate = func(i int, cfg *Config, m *Member) { m.RunID = "run" }
 	ctx := context.Background()
 	cmd, lines := startNodeProcess(t, BackendEtcd, c.endpoint, n, -1, c.hb, "RDZV_TEST_PREFIX="+c.prefix, "RDZV_TEST_HOST=node-process")
