@@ -76,10 +76,42 @@ func waitRenewed(t *testing.T, cli *clientv3.Client, what string, leases ...clie
 	})
 }
 
+// waitRenewal waits for a renewal of the first lease, seen as its time to live rising to a TTL less one (a
+// renewal just done: the stall that follows has all of the lease's TTL but a poll's time), with the others
+// renewed within the last second then.
+func waitRenewal(t *testing.T, cli *clientv3.Client, what string, leases ...clientv3.LeaseID) {
+	t.Helper()
+	full := int64(nodeTTL(stallHeartbeat).Seconds()) - 1
+	ttl := func(l clientv3.LeaseID) int64 {
+		r, err := cli.TimeToLive(context.Background(), l)
+		if err != nil || r.TTL <= 0 {
+			t.Fatalf("%s: lease %x: %v, TTL %v", what, int64(l), err, r)
+		}
+		return r.TTL
+	}
+	launchertest.WaitFor(t, what, func() error {
+		if ttl(leases[0]) >= full {
+			return fmt.Errorf("lease %x renewed less than a second ago: waiting for its next renewal", int64(leases[0]))
+		}
+		launchertest.WaitFor(t, what, func() error {
+			if left := ttl(leases[0]); left < full {
+				return fmt.Errorf("lease %x: %d s left of %d", int64(leases[0]), left, full)
+			}
+			return nil
+		})
+		for _, l := range leases[1:] {
+			if left := ttl(l); left < full {
+				return fmt.Errorf("lease %x: %d s left of %d", int64(l), left, full)
+			}
+		}
+		return nil
+	})
+}
+
 // stall stops p for 1.1 heartbeats right after leases were renewed, and waits until they are renewed again.
 func stall(t *testing.T, cli *clientv3.Client, p *os.Process, what string, leases ...clientv3.LeaseID) {
 	t.Helper()
-	waitRenewed(t, cli, "the leases renewed before "+what+" stops", leases...)
+	waitRenewal(t, cli, "the leases renewed before "+what+" stops", leases...)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
