@@ -199,34 +199,12 @@ func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
 	proposed := false
 	for {
 		v := s.joinState()
-		var err error
-		switch {
-		case v.asg != nil || v.err != nil:
+		if v.asg != nil || v.err != nil {
 			return v.asg, v.err
-		case v.world != nil:
-			err = s.settleWorld(ctx, v.world)
-		case v.recheck:
-			err = s.recheckFirst(ctx)
-		case v.count:
-			err = s.startCounting(ctx)
-		case v.ahead != "":
-			s.watchAhead(v.ahead, v.aheadRev)
-		case v.counting && v.live >= s.max && !proposed:
-			proposed = true
-			err = s.propose(ctx)
-		default:
-			lc.track(ctx, v.counting && v.live >= s.min && v.live < s.max, s.lastCall)
-			select {
-			case <-v.ch:
-			case <-lc.c:
-				lc.stop()
-				if v := s.joinState(); v.counting && v.live >= s.min {
-					s.log.Info("rendezvous last call over", zap.Int("nodes", v.live))
-					err = s.propose(ctx)
-				}
-			case <-ctx.Done():
-				return nil, s.joinTimedOut(ctx, start)
-			}
+		}
+		acted, err := s.act(ctx, v, &proposed)
+		if !acted {
+			err = s.pause(ctx, v, &lc)
 		}
 		if err != nil {
 			if ctx.Err() != nil && s.h.failed() == nil {
@@ -235,6 +213,44 @@ func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
 			return nil, err
 		}
 	}
+}
+
+// act does what the join's state v asks for next: settle the world, ask which registration is first, count
+// them, watch the one ahead, or propose the world (once: proposed); it reports whether there was anything to do.
+func (s *etcdSession) act(ctx context.Context, v joinView, proposed *bool) (bool, error) {
+	switch {
+	case v.world != nil:
+		return true, s.settleWorld(ctx, v.world)
+	case v.recheck:
+		return true, s.recheckFirst(ctx)
+	case v.count:
+		return true, s.startCounting(ctx)
+	case v.ahead != "":
+		s.watchAhead(v.ahead, v.aheadRev)
+		return true, nil
+	case v.counting && v.live >= s.max && !*proposed:
+		*proposed = true
+		return true, s.propose(ctx)
+	}
+	return false, nil
+}
+
+// pause waits for the join's state to change, for its end (ctx), or for the end of the last call, which runs
+// while the node counting the registrations has min..max-1 of them: then it proposes the world of those.
+func (s *etcdSession) pause(ctx context.Context, v joinView, lc *lastCall) error {
+	lc.track(ctx, v.counting && v.live >= s.min && v.live < s.max, s.lastCall)
+	select {
+	case <-v.ch:
+	case <-lc.c:
+		lc.stop()
+		if v := s.joinState(); v.counting && v.live >= s.min {
+			s.log.Info("rendezvous last call over", zap.Int("nodes", v.live))
+			return s.propose(ctx)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // joinView is where a join stands (joinState).

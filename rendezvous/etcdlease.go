@@ -35,13 +35,7 @@ func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl t
 	check := time.NewTicker(min(e.cfg.Heartbeat, ttl) / 2)
 	defer check.Stop()
 	ka, err := e.cli.KeepAlive(ctx, lease)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	for {
+	for err == nil {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -50,35 +44,44 @@ func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl t
 				last = time.Now()
 				continue
 			}
-			// The client gave up on the stream (no answer for a TTL: its first renewal, for the client's dial
-			// timeout and a second), or etcd said the lease expired. Renew again at once (the client stopped
-			// renewing), and ask whether it lives.
-			if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			left, err := e.timeToLive(ctx, lease, e.cfg.Heartbeat)
-			switch {
-			case ctx.Err() != nil:
-				return nil
-			case err == nil && left <= 0:
-				return fmt.Errorf("%w (TTL %s)", errLeaseExpired, ttl)
-			case err == nil:
+			var answered bool
+			if ka, answered, err = e.renewAgain(ctx, lease, ttl, log); answered {
 				last = time.Now()
-				log.Info("etcd slow: a lease renewal went unanswered for its TTL; the lease lives, renewing again", zap.Int64("lease", int64(lease)),
-					zap.Int64("ttl_left", left))
 			}
 		case <-check.C:
 		}
 		switch silent := time.Since(last); {
+		case err != nil:
 		case silent > ttl && !e.connected():
-			return fmt.Errorf("etcd did not answer for %s and the client has no connection to it", silent.Round(time.Millisecond))
+			err = fmt.Errorf("etcd did not answer for %s and the client has no connection to it", silent.Round(time.Millisecond))
 		case silent > limit && silence:
-			return fmt.Errorf("etcd did not answer for %s", silent.Round(time.Millisecond))
+			err = fmt.Errorf("etcd did not answer for %s", silent.Round(time.Millisecond))
 		}
 	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// renewAgain renews lease again after the client gave up on its stream (no answer for a TTL: for its first
+// renewal, the client's dial timeout and a second), or after etcd said it expired: the client no longer renews it.
+// Then it asks etcd whether the lease lives (answered: etcd said so); errLeaseExpired when it does not.
+func (e *etcdStore) renewAgain(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration, log *zap.Logger) (<-chan *clientv3.LeaseKeepAliveResponse, bool, error) {
+	ka, err := e.cli.KeepAlive(ctx, lease)
+	if err != nil {
+		return nil, false, err
+	}
+	left, err := e.timeToLive(ctx, lease, e.cfg.Heartbeat)
+	switch {
+	case err != nil:
+		return ka, false, nil // no answer yet: the keeper's silence bounds say when that is too long
+	case left <= 0:
+		return nil, true, fmt.Errorf("%w (TTL %s)", errLeaseExpired, ttl)
+	}
+	log.Info("etcd slow: a lease renewal went unanswered for its TTL; the lease lives, renewing again", zap.Int64("lease", int64(lease)),
+		zap.Int64("ttl_left", left))
+	return ka, true, nil
 }
 
 // connected reports whether the client holds a connection to etcd (ready to carry requests).

@@ -141,15 +141,11 @@ func decodeColumns(b []byte) ([]Member, error) {
 	if c.N < 1 || c.N > MaxNodes {
 		return nil, fmt.Errorf("%d members", c.N)
 	}
-	var tmpl Member // the fields every member has alike
-	tv := reflect.ValueOf(&tmpl).Elem()
-	for _, f := range memberFields() {
-		if raw, ok := c.Same[f.name]; ok {
-			if err := json.Unmarshal(raw, tv.Field(f.index).Addr().Interface()); err != nil {
-				return nil, fmt.Errorf("field %s: %w", f.name, err)
-			}
-		}
+	tmpl, err := c.alike()
+	if err != nil {
+		return nil, err
 	}
+	tv := reflect.ValueOf(tmpl)
 	members := make([]Member, c.N)
 	for i := range members {
 		members[i] = tmpl
@@ -182,6 +178,20 @@ func decodeColumns(b []byte) ([]Member, error) {
 		}
 	}
 	return members, nil
+}
+
+// alike is the member with the fields every member has alike (c.Same), the others zero.
+func (c *worldColumns) alike() (Member, error) {
+	var tmpl Member
+	tv := reflect.ValueOf(&tmpl).Elem()
+	for _, f := range memberFields() {
+		if raw, ok := c.Same[f.name]; ok {
+			if err := json.Unmarshal(raw, tv.Field(f.index).Addr().Interface()); err != nil {
+				return Member{}, fmt.Errorf("field %s: %w", f.name, err)
+			}
+		}
+	}
+	return tmpl, nil
 }
 
 // chunks encodes members by column in parts of at most about limit bytes each (a part of one member at least;
@@ -268,16 +278,9 @@ func (e *etcdStore) readWorld(ctx context.Context, dir string, val []byte) (*etc
 	}
 	parts := [][]byte{body}
 	if w.Chunks > 0 {
-		r, err := e.get(ctx, dir+"world/"+w.By+"/", clientv3.WithPrefix())
-		if err != nil {
-			return nil, nil, e.unreachable("read the world", err)
-		}
-		if len(r.Kvs) != w.Chunks {
-			return nil, nil, newError(ErrProtocol, fmt.Sprintf("etcd key %sall/world names %d chunks of the world, and %d are there", dir, w.Chunks, len(r.Kvs)))
-		}
-		parts = parts[:0]
-		for _, kv := range r.Kvs { // in key order: the chunks' order
-			parts = append(parts, kv.Value)
+		var err error
+		if parts, err = e.readChunks(ctx, dir, &w); err != nil {
+			return nil, nil, err
 		}
 	}
 	members := make([]Member, 0, w.Nodes)
@@ -297,6 +300,22 @@ func (e *etcdStore) readWorld(ctx context.Context, dir string, val []byte) (*etc
 		}
 	}
 	return &w, members, nil
+}
+
+// readChunks reads the chunks of the world w, in order.
+func (e *etcdStore) readChunks(ctx context.Context, dir string, w *etcdWorld) ([][]byte, error) {
+	r, err := e.get(ctx, dir+"world/"+w.By+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, e.unreachable("read the world", err)
+	}
+	if len(r.Kvs) != w.Chunks {
+		return nil, newError(ErrProtocol, fmt.Sprintf("etcd key %sall/world names %d chunks of the world, and %d are there", dir, w.Chunks, len(r.Kvs)))
+	}
+	parts := make([][]byte, 0, len(r.Kvs))
+	for _, kv := range r.Kvs { // in key order: the chunks' order
+		parts = append(parts, kv.Value)
+	}
+	return parts, nil
 }
 
 // sameSize is nil when cfg asks for the size range w was agreed under, else the *MismatchError naming both and
