@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,17 +286,89 @@ func BenchmarkRendezvousHeld4096Static(b *testing.B) {
 	st.report(b)
 }
 
-func BenchmarkRendezvous256Etcd(b *testing.B) {
-	ec := etcdtest.Start(b, 1)
-	ep := ec.Endpoint()
+// etcdNode is a node of a world of n TPU-like hosts on the etcd at ep, under a key prefix of its own per world
+// (it): any rank, its own name.
+func etcdNode(ep string, n, it int, heartbeat time.Duration) benchNode {
+	prefix := fmt.Sprintf("/bench/%d/", it)
+	return func(i int) (Config, Member) {
+		return Config{Backend: BackendEtcd, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: 2 * time.Minute,
+				Heartbeat: heartbeat, Conf: map[string]string{"prefix": prefix}},
+			Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-1024", Rank: -1,
+				Ports: map[string]int{PortMaster: 29500, PortCoordinator: 8482, PortMegascale: 8081}}
+	}
+}
+
+// settle starts a timed iteration on a clean heap: what the world before it left (a thousand closed clients) is
+// collected first, not during the next one. Untimed.
+func settle(b *testing.B) {
+	b.StopTimer()
+	runtime.GC()
+	b.StartTimer()
+}
+
+// benchEtcd times the forming of a world of n nodes on a real etcd (one member, in this process, as every node
+// is): the pod-scale rows (tpurun-bench -only rendezvous).
+func benchEtcd(b *testing.B, n int) {
+	ep := etcdtest.Start(b, 1).Endpoint()
+	b.ResetTimer() // etcd's start is not the rendezvous
 	st := newBenchStats()
 	for it := 0; it < b.N; it++ {
-		prefix := fmt.Sprintf("/bench/%d/", it)
-		benchWorld(b, 256, func(i int) (Config, Member) {
-			return Config{Backend: BackendEtcd, Endpoint: ep, NNodes: 256, NodeRank: -1, RunID: "bench", Timeout: 60 * time.Second,
-					Heartbeat: 5 * time.Second, Conf: map[string]string{"prefix": prefix}},
-				Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-1024", Rank: -1,
-					Ports: map[string]int{PortMaster: 29500, PortCoordinator: 8482, PortMegascale: 8081}}
-		}, st)
+		settle(b)
+		benchWorld(b, n, etcdNode(ep, n, it, DefaultHeartbeat), st)
+	}
+}
+
+func BenchmarkRendezvous256Etcd(b *testing.B)  { benchEtcd(b, 256) }
+func BenchmarkRendezvous1024Etcd(b *testing.B) { benchEtcd(b, 1024) }
+
+// BenchmarkRendezvousHeld1024Etcd forms a world of 1024 nodes on a real etcd with a heartbeat of 2 s and holds it
+// for a minute (RDZV_BENCH_HOLD, a duration, for another time): it fails when any node hears of a failure (a node
+// lost) or loses etcd. It reports the nodes that heard of one (failures/op), as the held static world does.
+func BenchmarkRendezvousHeld1024Etcd(b *testing.B) {
+	const n, heartbeat = 1024, 2 * time.Second
+	hold := time.Minute
+	if d, err := time.ParseDuration(os.Getenv("RDZV_BENCH_HOLD")); err == nil {
+		hold = d
+	}
+	ep := etcdtest.Start(b, 1).Endpoint()
+	b.ResetTimer() // etcd's start is not the rendezvous
+	st := newBenchStats()
+	for it := 0; it < b.N; it++ {
+		settle(b)
+		rs, sess := formWorld(b, n, etcdNode(ep, n, it, heartbeat), st)
+		b.StopTimer()
+		heard := make(chan string, n)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, s := range sess {
+			wg.Go(func() {
+				select {
+				case f := <-s.Failures():
+					heard <- fmt.Sprintf("node %d heard: %v", i, f)
+				case <-s.Done():
+					heard <- fmt.Sprintf("node %d: %v", i, s.Err())
+				case <-stop:
+				}
+			})
+		}
+		held := time.NewTimer(hold)
+		var lost []string
+		select {
+		case <-held.C:
+		case l := <-heard:
+			lost = append(lost, l)
+		}
+		close(stop)
+		wg.Wait()
+		for len(heard) > 0 {
+			lost = append(lost, <-heard)
+		}
+		closeWorld(rs, sess)
+		b.ReportMetric(float64(len(lost)), "failures/op")
+		if len(lost) > 0 {
+			b.Fatalf("a world of %d nodes held with a heartbeat of %s: %d nodes heard of a failure within %s, the first: %s",
+				n, heartbeat, len(lost), hold, lost[0])
+		}
+		b.StartTimer()
 	}
 }

@@ -60,7 +60,8 @@ type Config struct {
 	// LastCall: once an elastic join has MinNodes nodes, it waits this much longer for more (up to NNodes), then
 	// completes with those present (last_call_timeout). Default DefaultLastCall.
 	LastCall time.Duration
-	// Heartbeat is how long a silent node (or an expired etcd lease) takes to be reported lost.
+	// Heartbeat is how long a silent node takes to be reported lost (on etcd, a node's lease lives two heartbeats
+	// after its last renewal).
 	Heartbeat time.Duration
 	// Token is the shared secret; required when the endpoint or the listen address is not loopback, unless
 	// AllowUnauthenticated.

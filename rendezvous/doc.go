@@ -31,10 +31,11 @@
 // The states, who moves the job on, and what each node sees:
 //
 //   - forming (generation g): nodes join; the world is agreed when NNodes are in, or when MinNodes are in and the
-//     last call is over. Moved on by the store: the embedded server, or on etcd the first node that sees enough
-//     live registrations and writes the world key. A node sees Join block; nodes that disagree on a setting every
-//     node must share (the node count or range, run id, accelerator type, workers per node, slice count) all get
-//     a *MismatchError at once, naming the setting, each value and the nodes that gave it.
+//     last call is over. Moved on by the store: the embedded server, or on etcd the node holding the first
+//     registration key, which counts the registrations and writes the world once. A node sees Join block; nodes
+//     that disagree on a setting every node must share (the node count or range, run id, accelerator type, workers
+//     per node, slice count) all get a *MismatchError at once, naming the setting, each value and the nodes that
+//     gave it.
 //   - running (g): the world's nodes meet at barriers, exchange data and failures, and agree on a verdict. A
 //     node that arrives now (LatestGeneration: a late elastic node, a replacement) waits in forming (g+1); the
 //     world sees it in Session.Waiting. A verdict that restarts moves the job to forming (g+1), by the nodes
@@ -49,7 +50,7 @@
 //     go. tcp: node 0's server answers with it while nodes are still connected, for at most linger, then stops
 //     (a node that comes later cannot reach it: ErrTimeout after the join timeout). etcd: every key of the job is
 //     tied to the job's lease, which every node keeps alive from its first join until Rendezvous.Close; linger
-//     after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
+//     (two heartbeats at least, as a node's lease) after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
 //     again at generation 0.
 //
 // "Later", for a reused run id, is a matter of the store's state, not of intent: a node belongs to the job open
@@ -60,7 +61,7 @@
 // on etcd its keys vanish linger after its last lease lapsed.
 //
 // Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
-// lease that cannot be kept alive within a heartbeat or a broken watch) ends every call and join of the session
+// lease renewal unanswered for its TTL with no connection to etcd, or a broken watch) ends every call and join of the session
 // with an error matching ErrStoreLost that names the endpoint (an *Error with Field FieldEndpoint), closes
 // Session.Done and is reported on Failures, within about two heartbeats.
 //
@@ -88,14 +89,22 @@
 //     default /tpurun/rdzv/): "job" names the open job instance and its lease (created by a transaction by the
 //     first node; see the lifecycle); the instance's keys are under <job>/: "latest" holds the highest
 //     generation opened (zero-padded), "closed" how the job ended; a generation's keys are under <generation>/:
-//     "open" marks its start; hosts/<host> and ranks/<r> are claimed by transactions; members/<instance>
-//     registers a node (and the size range it asks for); all three, and barriers/<name>/<rank>, are tied to a
-//     lease of Heartbeat seconds kept alive by the node, so a dead node's keys vanish and every node reports it
-//     lost. "world" lists the instances of the agreed world and its size range: written once, by a transaction,
-//     by the first node that sees NNodes live registrations (or MinNodes when its last call ends); every node
-//     computes the same ranks and verdict from it, in the watch's revision order, without a leader.
-//     data/<key>/<rank> (results), failures/<rank> and left/<instance>, like "job", "latest", "open", "world"
-//     and "closed", are tied to the job's lease: results outlive their node, not the job.
+//     "open" marks its start and holds the size range its first node asked for (a node asking for another fails
+//     the generation); hosts/<host> and ranks/<r> are claimed by transactions; members/<instance> registers a
+//     node (and the size range it asks for); all three, and barriers/<name>/<rank>, are tied to the node's lease,
+//     whose TTL is two heartbeats (renewed every third of it), so a dead node's keys vanish and every node
+//     reports it lost; Leave ties the node's registration to the job's lease, and its departure then goes
+//     unreported; arrived/<instance> records on the job's lease that a node registered (a join that times out
+//     names who never did). No node hears every other: the node holding the first registration key (the lowest instance)
+//     counts the registrations (it watches members/; each other node watches one key, the first it knows of, to
+//     take over when it vanishes) and, when NNodes are in (or MinNodes when its last call ends), assigns the
+//     ranks, checks the agreement and writes the outcome once, by a transaction: all/world, the world's
+//     registrations by column and their ranks (in chunks, world/<proposer>/<i>, past 1 MiB), or the error every
+//     node gets. Every node watches all/: the world, all/done/<kind>/<name> (written by the arrival that
+//     completes a barrier or gather: each arrival's transaction counts them), all/failures/<rank> and
+//     all/closed (a copy of the close for the nodes waiting in the next generation); once the world is agreed,
+//     members/ for deletions only (lost nodes). data/<key>/<rank> (results), and every key of all/ and world/,
+//     like "job", "latest" and "open", are tied to the job's lease: results outlive their node, not the job.
 //   - "" (no backend): the world of one, this node alone. Nothing travels and nothing is checked against others:
 //     every join agrees at once on the member as given.
 //
@@ -120,7 +129,8 @@
 // # Failures
 //
 // Fail is pushed by the server (or the etcd watch) to every other node at once. A node whose connection drops, or
-// that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires, is reported on
+// that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires (two heartbeats
+// after its last renewal: a node busy for a heartbeat is not lost), is reported on
 // every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with a
 // *NodeLostError. If the store itself goes (node 0 killed, etcd down), every pending call fails with ErrStoreLost
 // naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not

@@ -30,7 +30,7 @@ func (etcdBackend) open(ctx context.Context, r *Rendezvous, linger time.Duration
 	if err != nil {
 		return err
 	}
-	e.jobTTL = ttlOf(linger)
+	e.jobTTL = ttlOf(max(linger, nodeTTL(r.cfg.Heartbeat)))
 	r.store, r.endpoint = e, r.cfg.Endpoint
 	return nil
 }
@@ -42,8 +42,8 @@ type etcdStore struct {
 	cfg    *Config
 	log    *zap.Logger
 	prefix string
-	ttl    int64 // the TTL of a node's lease, in seconds: the heartbeat
-	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger)
+	ttl    int64 // the TTL of a node's lease, in seconds: two heartbeats (nodeTTL)
+	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger, a node's TTL at least)
 
 	mu   sync.Mutex
 	jobs map[string]*etcdJob // the job this node takes part in, by run id
@@ -68,7 +68,7 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdStore, err
 		eps = append(eps, e)
 	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: log.Named("etcd"),
-		DialKeepAliveTime: cfg.Heartbeat, DialKeepAliveTimeout: cfg.Heartbeat, Context: context.WithoutCancel(ctx)})
+		DialKeepAliveTime: cfg.Heartbeat, DialKeepAliveTimeout: dialKeepAliveTimeout, Context: context.WithoutCancel(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: etcd client for %s: %w", cfg.Endpoint, err)
 	}
@@ -76,9 +76,22 @@ func newEtcd(ctx context.Context, cfg *Config, log *zap.Logger) (*etcdStore, err
 	if prefix == "" {
 		prefix = "/tpurun/rdzv/"
 	}
-	ttl := ttlOf(cfg.Heartbeat)
-	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttl, jobTTL: ttl, jobs: map[string]*etcdJob{}}, nil
+	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttlOf(nodeTTL(cfg.Heartbeat)), jobTTL: ttlOf(nodeTTL(cfg.Heartbeat)),
+		jobs: map[string]*etcdJob{}}, nil
 }
+
+// nodeTTL is the TTL of a node's lease: two heartbeats. Renewed every third of it (the client's stream, etcd's
+// guidance), the lease outlives a node, or an etcd, that is busy for over a heartbeat (a loaded host, a GC pause,
+// a thousand nodes joining at once), and a node really gone is reported lost about two heartbeats after its last
+// renewal. The job's lease lives as long at least (linger when longer): an etcd stopped for a heartbeat expires
+// on its return every lease whose TTL it outlasted, the job's as well as a node's.
+func nodeTTL(heartbeat time.Duration) time.Duration { return 2 * heartbeat }
+
+// dialKeepAliveTimeout is how long the client waits for etcd to answer a ping of the connection (sent when it
+// has been idle for a heartbeat, every 10 s at most often) before it drops the connection. Generous: a loaded
+// etcd answers late, and a dropped connection fails every request and watch on it; an etcd that is gone is found
+// by the lease keeper (etcdlease.go).
+const dialKeepAliveTimeout = 20 * time.Second
 
 // ttlOf is a lease TTL in whole seconds, at least 1.
 func ttlOf(d time.Duration) int64 { return max(int64(math.Ceil(d.Seconds())), 1) }
@@ -185,52 +198,58 @@ func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m Member, lo
 			return 0, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
 		}
 	}
-	wkey := j.genDir(g) + "world"
-	w, err := e.get(ctx, wkey)
+	dir := j.genDir(g)
+	w, err := e.get(ctx, dir+"all/world")
 	if err != nil {
 		return 0, e.unreachable("read the latest generation", err)
 	}
 	if len(w.Kvs) == 0 {
 		return g, nil
 	}
-	var world etcdWorld
-	if err := json.Unmarshal(w.Kvs[0].Value, &world); err != nil {
-		return 0, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a world", wkey, w.Kvs[0].Value))
-	}
-	if err := world.sameSize(g, e.cfg, m.ref(m.Rank)); err != nil {
+	world, members, err := e.readWorld(ctx, dir, w.Kvs[0].Value)
+	switch {
+	case err != nil:
 		return 0, err
+	case world.Error != nil:
+		return g, nil // the generation failed: joining it says why
+	case world.NNodes != e.cfg.NNodes || world.MinNodes != e.cfg.MinNodes:
+		return 0, world.sameSize(g, e.cfg, members, m.ref(m.Rank))
 	}
 	log.Info("rendezvous: a node waits for the world to restart", zap.Int("running_generation", g), zap.Int("waits_in_generation", g+1))
 	return g + 1, nil
 }
 
-// joinGeneration registers this node in one generation and waits for its world.
+// joinGeneration registers this node in one generation and waits for its world. The generation's opening, the
+// node's lease and its watches are asked for at once; then one transaction claims its host and rank and registers
+// it (a node that claims them again, or finds them taken, goes the long way: claim).
 func (e *etcdStore) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Member, log *zap.Logger) (Session, error) {
-	dir := j.genDir(m.Generation)
-	lg, err := e.grant(jctx, e.ttl)
-	if err != nil {
-		return nil, e.unreachable("grant a lease", err)
+	s := newEtcdSession(e, j, log, j.genDir(m.Generation), m)
+	var wg sync.WaitGroup
+	var lg *clientv3.LeaseGrantResponse
+	var gerr, werr error
+	wg.Go(func() {
+		if lg, gerr = e.grant(jctx, e.ttl); gerr == nil {
+			s.keep(ctx, lg.ID) // at once: the rest of the join may take a while on a loaded etcd
+		}
+	})
+	wg.Go(func() { werr = s.watchAll(ctx, jctx) })
+	open, err := e.openGen(jctx, j, m)
+	wg.Wait()
+	switch {
+	case err != nil:
+	case gerr != nil:
+		err = e.unreachable("grant a lease", gerr)
+	case werr != nil:
+		err = werr
+	case open.NNodes != e.cfg.NNodes || open.MinNodes != e.cfg.MinNodes:
+		err = e.sizeMismatch(jctx, j, m, open)
+	default:
+		err = s.register(jctx)
 	}
-	revoke := func() { _ = e.revoke(lg.ID) }
-	startRev, err := e.openGen(jctx, j, m.Generation)
+	var asg *Assignment
 	if err == nil {
-		err = e.claim(jctx, dir, m, lg.ID)
+		asg, err = s.await(jctx)
 	}
-	if err != nil {
-		revoke()
-		return nil, err
-	}
-	s := newEtcdSession(e, j, log, dir, lg.ID, m)
-	body, _ := json.Marshal(etcdRegistration{Member: m, NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes})
-	if err := e.put(jctx, dir+"members/"+m.Instance, string(body), clientv3.WithLease(lg.ID)); err != nil {
-		revoke()
-		return nil, e.unreachable("register", err)
-	}
-	if err := s.start(ctx, startRev); err != nil {
-		revoke()
-		return nil, err
-	}
-	asg, err := s.await(jctx)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -239,40 +258,70 @@ func (e *etcdStore) joinGeneration(ctx, jctx context.Context, j *etcdJob, m Memb
 	return s, nil
 }
 
-// openGen opens generation g of job j, or finds it open, and returns the revision it opened at. The generation's
-// first key marks its start: every node replays the generation's history from there, so all see the same
-// registrations in the same order even if some are gone again. Opening a generation also raises the job's latest
-// generation, which LatestGeneration joiners read. Both keys live on the job's lease. All in one transaction
-// that holds only while the instance is open: a closed one is its *JobClosedError, a vanished one errJobGone.
-func (e *etcdStore) openGen(ctx context.Context, j *etcdJob, g int) (int64, error) {
+// openGen opens generation m.Generation of job j, or finds it open, and returns what it was opened with: the size
+// range its first node asked for. Opening a generation also raises the job's latest generation, which
+// LatestGeneration joiners read. Both keys live on the job's lease. All in one transaction that holds only while
+// the instance is open: a closed one is its *JobClosedError, a vanished one errJobGone. Every node but the first
+// finds the generation open with a read (one transaction that writes nothing: no entry in etcd's log).
+func (e *etcdStore) openGen(ctx context.Context, j *etcdJob, m Member) (etcdOpen, error) {
+	g := m.Generation
+	open, lk, closed := j.genDir(g)+"open", j.latestKey(), j.closedKey()
+	r, err := e.txn(ctx, "read the generation", func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(j.key), "=", j.rev), clientv3.Compare(clientv3.CreateRevision(closed), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(open), ">", 0), clientv3.Compare(clientv3.Value(lk), ">", padGen(g-1))).
+			Then(clientv3.OpGet(open))
+	})
+	if err != nil {
+		return etcdOpen{}, e.unreachable("read the generation", err)
+	}
+	if r.Succeeded {
+		return parseOpen(open, r.Responses[0].GetResponseRange().Kvs[0].Value)
+	}
+	return e.openGenWrite(ctx, j, m)
+}
+
+// parseOpen reads the value of a generation's open key.
+func parseOpen(key string, val []byte) (etcdOpen, error) {
+	var got etcdOpen
+	if err := json.Unmarshal(val, &got); err != nil || got.NNodes < 1 {
+		return etcdOpen{}, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how the generation was opened", key, val))
+	}
+	return got, nil
+}
+
+// openGenWrite is openGen's transaction that writes: it opens the generation (see openGen).
+func (e *etcdStore) openGenWrite(ctx context.Context, j *etcdJob, m Member) (etcdOpen, error) {
+	g := m.Generation
 	open, lk, gv, closed := j.genDir(g)+"open", j.latestKey(), padGen(g), j.closedKey()
+	mine := etcdOpen{NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes, By: m.ref(m.Rank)}
+	b, _ := json.Marshal(mine)
 	jl := clientv3.WithLease(j.lease)
 	bump := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(lk), "=", 0)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)},
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(lk), "<", gv)}, []clientv3.Op{clientv3.OpPut(lk, gv, jl)}, nil)})
 	opening := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(open), "=", 0)},
-		[]clientv3.Op{clientv3.OpPut(open, "1", jl), bump}, []clientv3.Op{clientv3.OpGet(open), bump})
+		[]clientv3.Op{clientv3.OpPut(open, string(b), jl), bump}, []clientv3.Op{clientv3.OpGet(open), bump})
 	r, err := e.txn(ctx, "open generation", func(t clientv3.Txn) clientv3.Txn {
 		return t.If(clientv3.Compare(clientv3.CreateRevision(j.key), "=", j.rev), clientv3.Compare(clientv3.CreateRevision(closed), "=", 0)).
 			Then(opening).Else(clientv3.OpGet(closed))
 	})
 	if err != nil {
-		return 0, e.unreachable("open generation", err)
+		return etcdOpen{}, e.unreachable("open generation", err)
 	}
 	if !r.Succeeded {
 		if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			return 0, j.closedErr(kvs[0].Value)
+			return etcdOpen{}, j.closedErr(kvs[0].Value)
 		}
-		return 0, errJobGone
+		return etcdOpen{}, errJobGone
 	}
-	if o := r.Responses[0].GetResponseTxn(); !o.Succeeded {
-		return o.Responses[0].GetResponseRange().Kvs[0].CreateRevision, nil
+	o := r.Responses[0].GetResponseTxn()
+	if o.Succeeded {
+		return mine, nil
 	}
-	return r.Header.Revision, nil
+	return parseOpen(open, o.Responses[0].GetResponseRange().Kvs[0].Value)
 }
 
-// claim takes this node's host name and requested rank in the generation at dir by transactions (create, or find
-// its own instance there), on its lease: another live instance holding one is ErrDuplicateNode naming both.
-func (e *etcdStore) claim(ctx context.Context, dir string, m Member, lease clientv3.LeaseID) error {
+// claimKeys are the keys m claims in the generation at dir: its host name, its requested rank.
+func claimKeys(dir string, m Member) []string {
 	var claims []string
 	if m.Host != "" {
 		claims = append(claims, dir+"hosts/"+m.Host)
@@ -280,8 +329,14 @@ func (e *etcdStore) claim(ctx context.Context, dir string, m Member, lease clien
 	if m.Rank >= 0 {
 		claims = append(claims, dir+"ranks/"+strconv.Itoa(m.Rank))
 	}
+	return claims
+}
+
+// claim takes this node's host name and requested rank in the generation at dir by transactions (create, or find
+// its own instance there), on its lease: another live instance holding one is ErrDuplicateNode naming both.
+func (e *etcdStore) claim(ctx context.Context, dir string, m Member, lease clientv3.LeaseID) error {
 	opt := clientv3.WithLease(lease)
-	for _, k := range claims {
+	for _, k := range claimKeys(dir, m) {
 		resp, err := e.txn(ctx, "claim "+k, func(t clientv3.Txn) clientv3.Txn {
 			return t.If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, m.Instance, opt)).Else(clientv3.OpGet(k))
 		})

@@ -32,6 +32,10 @@ func TestEtcd(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		t.Run(fmt.Sprintf("AgreedWorld/%d", n), func(t *testing.T) { testAgreedWorld(t, newEtcdCluster(t, ec, n)) })
 	}
+	t.Run("AgreedWorld/Chunked", func(t *testing.T) { testChunkedWorld(t, newEtcdCluster(t, ec, 8)) })
+	t.Run("CounterGone", func(t *testing.T) { testCounterGone(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("CounterRetires", func(t *testing.T) { testCounterRetires(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("MissingNode", func(t *testing.T) { testMissingNode(t, newEtcdCluster(t, ec, 4)) })
 	t.Run("Duplicate", func(t *testing.T) { testDuplicate(t, newEtcdCluster(t, ec, 2)) })
 	t.Run("FailSpreads", func(t *testing.T) { testFailSpreads(t, newEtcdCluster(t, ec, 4)) })
@@ -75,6 +79,7 @@ func TestEtcd(t *testing.T) {
 			t.Fatalf("barrier after the loss: %v, want node rank 1 (node-1) lost in generation 0", e)
 		}
 	})
+	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("JoinCancelled", func(t *testing.T) {
 		c := newEtcdCluster(t, ec, 2)
 		testJoinCancelled(t, Config{Backend: BackendEtcd, Endpoint: c.endpoint, NNodes: 2, NodeRank: -1, Timeout: never(),

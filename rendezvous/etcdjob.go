@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -89,16 +91,53 @@ func (e *etcdStore) leaveJob(j *etcdJob) {
 	j.stop()
 }
 
-// findJob opens a new instance under runID, with a lease of its own, unless one is open: then that one. Either
-// way it keeps the instance's lease alive. Two writes (no linearizable read, which a fresh etcd can be slow to
-// serve): the lease is granted before it is known to be needed; unneeded, it holds nothing and expires.
+// findJob is the instance open under runID, or a new one it opens with a lease of its own; either way it keeps
+// the instance's lease alive. The open instance is read first: every node but the first finds it with one read,
+// and grants no lease it does not need (a thousand nodes would leave a thousand unused leases for etcd to expire).
 func (e *etcdStore) findJob(ctx context.Context, runID string) (*etcdJob, error) {
 	key := e.jobKey(runID)
+	r, err := e.get(ctx, key)
+	if err != nil {
+		return nil, e.unreachable("read the job", err)
+	}
+	kvs := r.Kvs
+	var rec etcdJobRecord
+	if len(kvs) == 0 {
+		if kvs, err = e.openJob(ctx, key, &rec); err != nil {
+			return nil, err
+		}
+	}
+	created := r.Header.Revision
+	if len(kvs) > 0 {
+		if err := json.Unmarshal(kvs[0].Value, &rec); err != nil || rec.ID == "" {
+			return nil, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a job", key, kvs[0].Value))
+		}
+		created = kvs[0].CreateRevision
+	}
+	j := &etcdJob{runID: runID, id: rec.ID, rev: created, lease: clientv3.LeaseID(rec.Lease), dir: fmt.Sprintf("%s%s/%s/", e.prefix, runID, rec.ID),
+		key: key, h: newHealth()}
+	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	j.stop = func() { cancel(); wg.Wait() }
+	wg.Go(func() {
+		if err := e.keepAlive(kctx, j.lease, time.Duration(e.jobTTL)*time.Second, false, e.log); err != nil {
+			err := e.lost(fmt.Sprintf("the job's lease %x could not be kept alive: %v", rec.Lease, err))
+			e.log.Warn("rendezvous store lost", zap.Error(err))
+			j.h.end(err)
+		}
+	})
+	return j, nil
+}
+
+// openJob opens a new instance under key, unless another node did since it was read: it returns that one's record
+// (none when this node opened it; rec is then its own). Two writes (a lease, a transaction): the lease is granted
+// before it is known to be needed; unneeded, it holds nothing and expires.
+func (e *etcdStore) openJob(ctx context.Context, key string, rec *etcdJobRecord) ([]*mvccpb.KeyValue, error) {
 	lg, err := e.grant(ctx, e.jobTTL)
 	if err != nil {
 		return nil, e.unreachable("grant the job's lease", err)
 	}
-	rec := etcdJobRecord{ID: NewInstance(), Lease: int64(lg.ID)}
+	*rec = etcdJobRecord{ID: NewInstance(), Lease: int64(lg.ID)}
 	b, _ := json.Marshal(rec)
 	t, err := e.txn(ctx, "open the job", func(t clientv3.Txn) clientv3.Txn {
 		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -107,32 +146,9 @@ func (e *etcdStore) findJob(ctx context.Context, runID string) (*etcdJob, error)
 	if err != nil {
 		return nil, e.unreachable("open the job", err)
 	}
-	created := t.Header.Revision
 	if t.Succeeded {
 		e.log.Info("rendezvous: a new job opened", zap.String("job", rec.ID))
-	} else {
-		kv := t.Responses[0].GetResponseRange().Kvs[0] // the transaction's read: the key exists
-		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
-			return nil, newError(ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a job", key, kv.Value))
-		}
-		created = kv.CreateRevision
+		return []*mvccpb.KeyValue{{Key: []byte(key), Value: b, CreateRevision: t.Header.Revision}}, nil
 	}
-	j := &etcdJob{runID: runID, id: rec.ID, rev: created, lease: clientv3.LeaseID(rec.Lease), dir: fmt.Sprintf("%s%s/%s/", e.prefix, runID, rec.ID),
-		key: key, h: newHealth()}
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ka, err := e.cli.KeepAlive(kctx, j.lease)
-	if err != nil {
-		cancel()
-		return nil, e.unreachable("keep the job's lease alive", err)
-	}
-	var wg sync.WaitGroup
-	j.stop = func() { cancel(); wg.Wait() }
-	wg.Go(func() {
-		if !e.keepAlive(kctx, j.lease, ka, e.log) && kctx.Err() == nil {
-			err := e.lost(fmt.Sprintf("the job's lease %x expired or could not be kept alive", rec.Lease))
-			e.log.Warn("rendezvous store lost", zap.Error(err))
-			j.h.end(err)
-		}
-	})
-	return j, nil
+	return t.Responses[0].GetResponseRange().Kvs, nil // the transaction's read: the key exists
 }

@@ -5,18 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-// etcdSession is one generation on etcd: a lease tying this node's keys to its liveness, and a watch on the
-// generation's keys that keeps a local copy of the world.
+// etcdSession is one generation on etcd: a lease tying this node's keys to its liveness, and watches: all/, what
+// every node must hear (the world, completed barriers and gathers, failures, the job's close); while the world
+// forms, one registration key (or members/, on the node that counts them: etcdforming.go); once it is agreed,
+// members/ for deletions only (lost nodes). No node hears the others' registrations, barrier arrivals or data.
 type etcdSession struct {
 	e        *etcdStore
 	job      *etcdJob
@@ -24,95 +25,114 @@ type etcdSession struct {
 	dir      string
 	lease    clientv3.LeaseID
 	self     Member
-	min, max int           // the world's size range
-	lastCall time.Duration // how long an elastic join waits past min
-	cancel   context.CancelFunc
-	h        *health // the link to etcd: this session's lease and watches, and the job's lease
+	reg      etcdRegistration
+	min, max int                // the world's size range
+	lastCall time.Duration      // how long an elastic join waits past min
+	cancel   context.CancelFunc // stops the watches
+	unkeep   context.CancelFunc // stops keeping the lease alive
+	wctx     context.Context    // the watches' context: ends with the session or the link to etcd
+	h        *health            // the link to etcd: this session's lease and watches, and the job's lease
 
 	mu       sync.Mutex
 	changed  chan struct{}
 	rank     int
-	n        int                   // the world's size once agreed (max before)
-	members  map[string]etcdMember // live registrations, by instance
-	seen     map[string]etcdMember // every member that ever registered in this generation
-	left     map[string]bool
-	keys     map[string]map[int][]byte // barrier and data keys: "barriers/<name>" or "data/<key>" -> rank -> value
-	asg      *Assignment               // the agreed world, once the world key is seen
-	worldErr error                     // or why it cannot be this node's
-	byInst   map[string]int            // rank of each instance of the world
+	n        int                // the world's size once agreed (max before)
+	world    []byte             // the world key's value, once read and until settled
+	asg      *Assignment        // the agreed world, once settled
+	worldErr error              // or why it cannot be this node's
+	nodes    []Member           // the world's registrations, in registration order (read: not changed)
+	ranks    []int              // and their ranks
+	byInst   map[string]int     // the index of each instance in nodes, once a node is lost
+	first    bool               // this node holds the first registration key: it counts the registrations
+	tally    *etcdTally         // the registrations, while this node counts them
+	untally  context.CancelFunc // stops the watch of the registrations
+	ahead    string             // the registration this node watches while the world forms, unless it counts
+	aheadRev int64              // from this revision
+	unahead  context.CancelFunc // stops that watch; nil while it is not open
+	recheck  bool               // the registration ahead vanished: which is first now?
 	lost     []Failure
-	closed   error // the job closed (*JobClosedError)
+	lostInst map[string]bool
+	done     map[string]bool // completed barriers and gathers: "barriers/<name>", "data/<key>"
+	closed   error           // the job closed (*JobClosedError)
 	closing  bool
 	fails    chan Failure
 	wg       sync.WaitGroup
 }
 
-// etcdRegistration is the value of members/<instance>: the member and the world size it asks for.
-type etcdRegistration struct {
-	Member
-	NNodes   int `json:"nnodes"`
-	MinNodes int `json:"min_nodes"`
+func newEtcdSession(e *etcdStore, j *etcdJob, log *zap.Logger, dir string, m Member) *etcdSession {
+	return &etcdSession{e: e, job: j, log: log, dir: dir, self: m, rank: -1, min: e.cfg.MinNodes, max: e.cfg.NNodes, n: e.cfg.NNodes,
+		reg: etcdRegistration{Member: m, NNodes: e.cfg.NNodes, MinNodes: e.cfg.MinNodes}, lastCall: e.cfg.LastCall, changed: make(chan struct{}),
+		lostInst: map[string]bool{}, done: map[string]bool{}, fails: make(chan Failure, 1024), h: newHealth()}
 }
 
-type etcdMember struct {
-	m      Member
-	nnodes int
-	min    int
-	rev    int64
-}
-
-// etcdWorld is the value of the world key: the instances of the agreed world in registration order, their hosts,
-// and the size range it was agreed under.
-type etcdWorld struct {
-	Members  []string `json:"members"`
-	Hosts    []string `json:"hosts"`
-	NNodes   int      `json:"nnodes"`
-	MinNodes int      `json:"min_nodes"`
-}
-
-// sameSize is nil when cfg asks for the size range w was agreed under, else the *MismatchError naming both and
-// who gave them.
-func (w *etcdWorld) sameSize(g int, cfg *Config, self NodeRef) error {
-	if w.NNodes == cfg.NNodes && w.MinNodes == cfg.MinNodes {
-		return nil
-	}
-	vals := []string{}
-	refs := []NodeRef{}
-	for i, inst := range w.Members {
-		ref := NodeRef{Rank: -1, Instance: inst}
-		if i < len(w.Hosts) {
-			ref.Host = w.Hosts[i]
-		}
-		vals, refs = append(vals, sizeRange(w.MinNodes, w.NNodes)), append(refs, ref)
-	}
-	vals, refs = append(vals, sizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
-	return disagreement(FieldNodes, g, vals, refs)
-}
-
-func newEtcdSession(e *etcdStore, j *etcdJob, log *zap.Logger, dir string, lease clientv3.LeaseID, m Member) *etcdSession {
-	return &etcdSession{e: e, job: j, log: log, dir: dir, lease: lease, self: m, rank: -1, min: e.cfg.MinNodes, max: e.cfg.NNodes, n: e.cfg.NNodes,
-		lastCall: e.cfg.LastCall, changed: make(chan struct{}), members: map[string]etcdMember{}, seen: map[string]etcdMember{},
-		left: map[string]bool{}, keys: map[string]map[int][]byte{}, fails: make(chan Failure, 1024), h: newHealth()}
-}
-
-// start keeps the session's lease alive and watches the generation's keys, and the job's closed record, from
-// revision rev; the session's link to etcd ends when any of these, or the job's lease, fails.
-func (s *etcdSession) start(ctx context.Context, rev int64) error {
+// watchAll opens the session's watch of all/, and returns once etcd confirmed it: the registration that follows
+// (register) reads what it would have told before it opened. The session's link to etcd ends when a watch fails,
+// or the job's lease. jctx bounds the wait.
+func (s *etcdSession) watchAll(ctx, jctx context.Context) error {
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	ka, err := s.e.cli.KeepAlive(wctx, s.lease)
-	if err != nil {
-		wcancel()
-		return s.e.unreachable("keep the lease alive", err)
-	}
-	s.wg.Add(1)
-	go s.keepalive(wctx, ka)
 	stop := context.AfterFunc(s.job.h.ctx, func() { s.lose(s.job.h.failed()) })
 	// a watch opens only once etcd answers: it must also end when etcd is found lost meanwhile
 	vctx, vcancel := s.h.bind(wctx)
+	s.wctx = vctx
 	s.cancel = func() { stop(); vcancel(); wcancel() }
-	s.wg.Add(2)
-	go s.watch(vctx, rev, "the generation's keys", s.dir, clientv3.WithPrefix())
-	go s.watch(vctx, rev, "the job's state", s.job.closedKey())
+	bctx, bcancel := s.h.bind(jctx)
+	defer bcancel()
+	return s.open(vctx, bctx, etcdWatch{what: "the generation's news", key: s.dir + "all/", apply: s.news, opts: []clientv3.OpOption{clientv3.WithPrefix()}})
+}
+
+// keep keeps the session's lease alive until the session closes: when it cannot, etcd is lost.
+func (s *etcdSession) keep(ctx context.Context, lease clientv3.LeaseID) {
+	kctx, kcancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.lease, s.unkeep = lease, kcancel
+	s.wg.Go(func() {
+		if err := s.e.keepAlive(kctx, lease, time.Duration(s.e.ttl)*time.Second, true, s.log); err != nil {
+			s.lose(s.e.lost(fmt.Sprintf("this node's lease %x could not be kept alive: %v", int64(lease), err)))
+		}
+	})
+}
+
+// register claims the node's host name and requested rank and writes its registration, all tied to its lease
+// (and a record that it arrived, arrived/<instance>, tied to the job's: a join that times out names who never
+// did), and reads in the same transaction whether it holds the first registration key (then it counts them),
+// the world and the job's state. The claims are made in that transaction when they are free; otherwise (taken,
+// or this node's own from an earlier join) first by claim.
+func (s *etcdSession) register(jctx context.Context) error {
+	bctx, bcancel := s.h.bind(jctx)
+	defer bcancel()
+	members := s.dir + "members/"
+	body, _ := json.Marshal(s.reg)
+	lease := clientv3.WithLease(s.lease)
+	ops := []clientv3.Op{clientv3.OpPut(members+s.self.Instance, string(body), lease),
+		clientv3.OpGet(members, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.dir+"all/", clientv3.WithPrefix()), clientv3.OpGet(s.job.closedKey()),
+		clientv3.OpPut(s.dir+"arrived/"+s.self.Instance, string(body), clientv3.WithLease(s.job.lease))}
+	var free []clientv3.Cmp
+	var claims []clientv3.Op
+	for _, k := range claimKeys(s.dir, s.self) {
+		free = append(free, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		claims = append(claims, clientv3.OpPut(k, s.self.Instance, lease))
+	}
+	r, err := s.e.txn(bctx, "register", func(t clientv3.Txn) clientv3.Txn { return t.If(free...).Then(append(claims, ops...)...) })
+	if err == nil && !r.Succeeded {
+		if err := s.e.claim(bctx, s.dir, s.self, s.lease); err != nil {
+			return err
+		}
+		claims = nil
+		r, err = s.e.txn(bctx, "register", func(t clientv3.Txn) clientv3.Txn { return t.Then(ops...) })
+	}
+	if err != nil {
+		return s.opErr("register", err)
+	}
+	resps := r.Responses[len(claims):]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aheadOf(resps[1].GetResponseRange().Kvs, r.Header.Revision)
+	for _, resp := range resps[2:4] { // all/ and the closed record
+		for _, kv := range resp.GetResponseRange().Kvs {
+			s.apply(&clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		}
+	}
+	s.notify()
 	return nil
 }
 
@@ -143,59 +163,40 @@ func (s *etcdSession) push(f Failure) {
 	}
 }
 
-// apply folds one key change into the local copy; called with s.mu held, in revision order.
-func (s *etcdSession) apply(put bool, key string, val []byte, rev int64) {
-	if key == s.job.closedKey() {
-		if put && s.closed == nil {
-			s.closed = s.job.closedErr(val)
-		}
-		return
-	}
-	rel := strings.TrimPrefix(key, s.dir)
-	kind, name, _ := strings.Cut(rel, "/")
-	switch kind {
-	case "members":
-		s.member(put, key, name, val, rev)
-	case "world":
-		if put && s.asg == nil && s.worldErr == nil {
-			s.settle(val)
-		}
-	case "left":
-		if put {
-			s.left[name] = true
-		}
-	case "failures":
-		if put {
-			s.failed(key, val)
-		}
-	case "barriers", "data":
-		s.keyed(put, key, rel, val)
+// apply folds a key read with the registration into the local copy; with s.mu held.
+func (s *etcdSession) apply(ev *clientv3.Event) {
+	if string(ev.Kv.Key) == s.job.closedKey() {
+		s.jobState(ev)
+	} else {
+		s.news(ev)
 	}
 }
 
-// member records a member's registration (the revision of its first one counts), or its disappearance. With
-// s.mu held.
-func (s *etcdSession) member(put bool, key, inst string, val []byte, rev int64) {
-	if !put {
-		old, ok := s.members[inst]
-		delete(s.members, inst)
-		if ok {
-			s.lostMember(inst, old.m)
+// jobState records the job's closed record (the job's, or its copy in this generation). With s.mu held.
+func (s *etcdSession) jobState(ev *clientv3.Event) {
+	if ev.Type == clientv3.EventTypePut && s.closed == nil {
+		s.closed = s.job.closedErr(ev.Kv.Value)
+	}
+}
+
+// news records a key of all/: the world, a completed barrier or gather, a failure. With s.mu held.
+func (s *etcdSession) news(ev *clientv3.Event) {
+	if ev.Type != clientv3.EventTypePut {
+		return
+	}
+	rel := strings.TrimPrefix(string(ev.Kv.Key), s.dir+"all/")
+	kind, name, _ := strings.Cut(rel, "/")
+	switch kind {
+	case "world":
+		if s.world == nil && s.asg == nil && s.worldErr == nil {
+			s.world = ev.Kv.Value // read and settled by the join, not here: a world of thousands of nodes takes a while
 		}
-		return
-	}
-	var r etcdRegistration
-	if err := json.Unmarshal(val, &r); err != nil {
-		s.log.Warn("ignoring a malformed etcd member", zap.String("key", key), zap.Error(err))
-		return
-	}
-	if old, ok := s.members[inst]; ok {
-		rev = old.rev
-	}
-	em := etcdMember{m: r.Member, nnodes: r.NNodes, min: r.MinNodes, rev: rev}
-	s.members[inst] = em
-	if _, ok := s.seen[inst]; !ok {
-		s.seen[inst] = em
+	case "done":
+		s.done[name] = true
+	case "closed":
+		s.jobState(ev)
+	case "failures":
+		s.failed(string(ev.Kv.Key), ev.Kv.Value)
 	}
 }
 
@@ -211,317 +212,114 @@ func (s *etcdSession) failed(key string, val []byte) {
 	}
 }
 
-// keyed records a barrier or data key of a rank (rel: "barriers/<name>/<rank>", "data/<key>/<rank>"). With
-// s.mu held.
-func (s *etcdSession) keyed(put bool, key, rel string, val []byte) {
-	i := strings.LastIndexByte(rel, '/')
-	r, err := strconv.Atoi(rel[i+1:])
-	if err != nil || r < 0 || r >= s.n {
-		s.log.Warn("ignoring a foreign etcd key", zap.String("key", key))
-		return
-	}
-	group := s.keys[rel[:i]]
-	if group == nil {
-		group = map[int][]byte{}
-		s.keys[rel[:i]] = group
-	}
-	if put {
-		group[r] = val
-	} else {
-		delete(group, r)
+// etcdWatch is one watch of a session: what it watches (for messages), its key and options, and what folds its
+// events into the session (with s.mu held).
+type etcdWatch struct {
+	what  string
+	key   string
+	apply func(*clientv3.Event)
+	opts  []clientv3.OpOption
+	// compacted, when set, is called when etcd compacted the history the watch was to replay (a watch opened
+	// from a past revision, on an etcd that compacts often): it reads what the watch missed and returns the
+	// revision to go on from, or 0 to end the watch.
+	compacted func(context.Context) (int64, error)
+}
+
+// open opens w from etcd's current revision, and returns once etcd confirmed it (ctx: the watch's life; jctx
+// bounds the wait). A watch that an election cancels before it is confirmed is opened again.
+func (s *etcdSession) open(ctx, jctx context.Context, w etcdWatch) error {
+	for {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := s.e.cli.Watch(clientv3.WithRequireLeader(wctx), w.key, append(w.opts, clientv3.WithCreatedNotify())...)
+		var resp clientv3.WatchResponse
+		ok := false
+		select {
+		case resp, ok = <-wch:
+		case <-jctx.Done():
+		}
+		err := resp.Err()
+		switch {
+		case ok && err == nil && resp.Created:
+			rev := resp.Header.Revision + 1
+			s.wg.Go(func() { defer cancel(); s.watch(wctx, wch, rev, w) })
+			return nil
+		case ok && transient(err) && jctx.Err() == nil:
+			cancel()
+			s.log.Info("etcd watch cancelled for a leader election; opening it again", zap.String("watch", w.what), zap.Error(err))
+			continue
+		}
+		cancel()
+		if err == nil {
+			err = jctx.Err()
+		}
+		if err == nil {
+			err = errors.New("the watch ended")
+		}
+		return s.opErr("watch "+w.what, err)
 	}
 }
 
-// lostMember records that a member of the world (which did not leave) is gone.
-func (s *etcdSession) lostMember(inst string, m Member) {
-	r, in := s.byInst[inst]
-	if !in || s.left[inst] {
-		return
-	}
-	f := Failure{Node: m.ref(r), WorkerRank: -1, Lost: true, At: time.Now(),
-		Reason: fmt.Sprintf("its etcd lease expired or was revoked (launcher killed or host down; lease TTL %ds)", s.e.ttl)}
-	s.lost = append(s.lost, f)
-	if inst != s.self.Instance {
-		s.push(f)
-	}
+// follow watches w from revision rev (ctx: its life) until the returned function stops it.
+func (s *etcdSession) follow(ctx context.Context, w etcdWatch, rev int64) context.CancelFunc {
+	wctx, cancel := context.WithCancel(ctx)
+	wch := s.e.cli.Watch(clientv3.WithRequireLeader(wctx), w.key, append(w.opts, clientv3.WithRev(rev))...)
+	s.wg.Go(func() { s.watch(wctx, wch, rev, w) })
+	return cancel
 }
 
-// settle computes the agreed world from the world key, as every node does; with s.mu held. A member of the world
-// already gone (its lease expired before the key was written) is lost at once.
-func (s *etcdSession) settle(val []byte) {
-	var w etcdWorld
-	if err := json.Unmarshal(val, &w); err != nil || len(w.Members) == 0 {
-		s.worldErr = newError(ErrProtocol, fmt.Sprintf("etcd key %sworld holds %q, not a world", s.dir, val))
-		return
-	}
-	if err := w.sameSize(s.self.Generation, s.e.cfg, s.self.ref(s.self.Rank)); err != nil {
-		s.worldErr = err
-		return
-	}
-	members := make([]Member, len(w.Members))
-	in := false
-	for i, inst := range w.Members {
-		em, ok := s.seen[inst]
-		if !ok {
-			s.worldErr = newError(ErrProtocol, fmt.Sprintf("etcd key %sworld names instance %s, which never registered", s.dir, inst))
+// watch folds the events of wch (w, from revision rev on) into the session. A watch that etcd cancels because its
+// member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied; one whose
+// history etcd compacted goes on as w.compacted says; any other end while ctx lives (a compaction w has no answer
+// to, a broken stream) means etcd is lost.
+func (s *etcdSession) watch(ctx context.Context, wch clientv3.WatchChan, rev int64, w etcdWatch) {
+	for {
+		next, err := s.drain(wch, rev, w.apply)
+		if ctx.Err() != nil {
 			return
 		}
-		members[i] = em.m
-		in = in || inst == s.self.Instance
-	}
-	if !in {
-		s.worldErr = newError(ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, len(w.Members)), s.self.ref(-1))
-		return
-	}
-	ranks, err := assignRanks(members, len(members))
-	if err == nil {
-		err = agree(members, ranks, s.self.Generation)
-	}
-	if err != nil {
-		s.worldErr = err
-		return
-	}
-	s.n = len(members)
-	s.byInst = map[string]int{}
-	for i, m := range members {
-		s.byInst[m.Instance] = ranks[i]
-		if m.Instance == s.self.Instance {
-			s.rank = ranks[i]
-		}
-	}
-	s.asg = agreeWorld(members, ranks).share(s.rank, false)
-	for _, m := range members {
-		if _, live := s.members[m.Instance]; !live {
-			s.lostMember(m.Instance, m)
-		}
-	}
-}
-
-// live is the live registrations in registration order; with s.mu held.
-func (s *etcdSession) live() []etcdMember {
-	out := make([]etcdMember, 0, len(s.members))
-	for _, m := range s.members {
-		out = append(out, m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rev < out[j].rev })
-	return out
-}
-
-// propose writes the world key (the first proposal wins; the others find it written).
-func (s *etcdSession) propose(ctx context.Context, members []etcdMember) error {
-	w := etcdWorld{NNodes: s.max, MinNodes: s.e.cfg.MinNodes}
-	for _, m := range members {
-		w.Members, w.Hosts = append(w.Members, m.m.Instance), append(w.Hosts, m.m.Host)
-	}
-	b, _ := json.Marshal(w)
-	key := s.dir + "world"
-	ctx, cancel := s.h.bind(ctx)
-	defer cancel()
-	if _, err := s.e.txn(ctx, "agree on the world", func(t clientv3.Txn) clientv3.Txn {
-		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
-	}); err != nil {
-		return s.opErr("agree on the world", err)
-	}
-	return nil
-}
-
-// await waits for the world key, proposing it when max nodes are registered, or when min are and the last call
-// is over; every node computes the same world from it. It ends at once when the nodes disagree on the world's
-// size, the job closes or etcd is lost.
-func (s *etcdSession) await(ctx context.Context) (*Assignment, error) {
-	start := time.Now()
-	var lc lastCall
-	defer lc.stop()
-	proposed := false
-	for {
-		asg, live, ch, err := s.joinState()
-		if asg != nil || err != nil {
-			return asg, err
-		}
-		if len(live) >= s.max && !proposed {
-			proposed = true
-			if err := s.propose(ctx, live[:s.max]); err != nil {
-				return nil, err
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted) && w.compacted != nil:
+			s.log.Info("etcd compacted what a watch had to replay; reading it", zap.String("watch", w.what), zap.Int64("revision", next))
+			if next, err = w.compacted(ctx); ctx.Err() != nil || (next == 0 && err == nil) {
+				return
 			}
-		}
-		lc.track(ctx, len(live) >= s.min && len(live) < s.max, s.lastCall)
-		select {
-		case <-ch:
-		case <-lc.c:
-			lc.stop()
-			if len(live) >= s.min {
-				s.log.Info("rendezvous last call over", zap.Int("nodes", len(live)))
-				if err := s.propose(ctx, live[:min(len(live), s.max)]); err != nil {
-					return nil, err
-				}
+			if err != nil {
+				s.lose(s.e.lost(fmt.Sprintf("the watch of %s: %v", w.what, err)))
+				return
 			}
-		case <-ctx.Done():
-			return nil, s.joinTimedOut(ctx, start)
-		}
-	}
-}
-
-// joinState is where the join stands: the agreed world, or why there is none for this node (the nodes disagree,
-// the job closed, etcd is lost), else the live registrations and the channel that says when that changes.
-func (s *etcdSession) joinState() (*Assignment, []etcdMember, <-chan struct{}, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.asg != nil:
-		return s.asg, nil, nil, nil
-	case s.worldErr != nil:
-		return nil, nil, nil, s.worldErr
-	case s.closed != nil:
-		return nil, nil, nil, s.closed
-	}
-	if err := s.h.failed(); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := s.sizeMismatch(); err != nil {
-		return nil, nil, nil, err
-	}
-	return nil, s.live(), s.changed, nil
-}
-
-// sizeMismatch is the *MismatchError of a generation in which registrations ask for different size ranges, nil
-// when all ask for this node's. Every node sees the same registrations, in the same order: all fail alike. With
-// s.mu held.
-func (s *etcdSession) sizeMismatch() error {
-	var seen []etcdMember
-	odd := false
-	for _, m := range s.seen {
-		seen = append(seen, m)
-		odd = odd || m.nnodes != s.max || m.min != s.e.cfg.MinNodes
-	}
-	if !odd {
-		return nil
-	}
-	sort.Slice(seen, func(i, j int) bool { return seen[i].rev < seen[j].rev })
-	vals := make([]string, len(seen))
-	refs := make([]NodeRef, len(seen))
-	for i, m := range seen {
-		vals[i], refs[i] = sizeRange(m.min, m.nnodes), m.m.ref(m.m.Rank)
-	}
-	return disagreement(FieldNodes, s.self.Generation, vals, refs)
-}
-
-// joinTimedOut is the error of a join whose context ended: ErrMissingNodes naming who never arrived when its
-// deadline passed (every registration seen counts as arrived: the others may have given up and gone just before
-// this node).
-func (s *etcdSession) joinTimedOut(ctx context.Context, start time.Time) error {
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return ctx.Err()
-	}
-	w := &world{gen: s.self.Generation, nnodes: s.max, min: s.min}
-	s.mu.Lock()
-	for _, m := range s.seen {
-		w.entries = append(w.entries, &entry{m: m.m})
-	}
-	s.mu.Unlock()
-	sort.Slice(w.entries, func(i, j int) bool { return w.entries[i].m.Host < w.entries[j].m.Host })
-	return w.missing(time.Since(start))
-}
-
-// lastCall is the timer of an elastic join's last call: it runs while min..max-1 nodes are registered.
-type lastCall struct {
-	t *time.Timer
-	c <-chan time.Time
-}
-
-// track starts the timer (d, or 9/10 of the time left to ctx's deadline: the join timeout ends the last call
-// too) when on and not running, and stops it when off.
-func (l *lastCall) track(ctx context.Context, on bool, d time.Duration) {
-	switch {
-	case on && l.t == nil:
-		if dl, ok := ctx.Deadline(); ok {
-			d = min(d, time.Until(dl)*9/10)
-		}
-		l.t = time.NewTimer(d)
-		l.c = l.t.C
-	case !on && l.t != nil:
-		l.stop()
-	}
-}
-
-func (l *lastCall) stop() {
-	if l.t != nil {
-		l.t.Stop()
-	}
-	l.t, l.c = nil, nil
-}
-
-// watch folds the events of key (with opts) into the local copy, from revision rev on. A watch that etcd cancels
-// because its member has no leader for the moment (WithRequireLeader) is resumed after the last revision applied;
-// any other end while the session is open (a compaction, a broken stream) means etcd is lost.
-func (s *etcdSession) watch(ctx context.Context, rev int64, what, key string, opts ...clientv3.OpOption) {
-	defer s.wg.Done()
-	for {
-		next, err := s.follow(ctx, rev, key, opts...)
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		case err == nil || !transient(err):
 			if err == nil {
 				err = errors.New("the watch ended")
 			}
-			s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", what, err)))
+			s.lose(s.e.lost(fmt.Sprintf("the watch of %s failed: %v", w.what, err)))
 			return
+		default:
+			s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", w.what), zap.Int64("revision", next), zap.Error(err))
 		}
-		s.log.Info("etcd watch cancelled for a leader election; resuming", zap.String("watch", what), zap.Int64("revision", next), zap.Error(err))
 		rev = next
+		wch = s.e.cli.Watch(clientv3.WithRequireLeader(ctx), w.key, append(w.opts, clientv3.WithRev(rev))...)
 	}
 }
 
-// follow applies the watch's events from revision rev until the watch ends; it returns the revision to resume
+// drain applies the watch's events from revision rev until the watch ends; it returns the revision to resume
 // from and why it ended (nil: the watch channel closed).
-func (s *etcdSession) follow(ctx context.Context, rev int64, key string, opts ...clientv3.OpOption) (int64, error) {
-	wch := s.e.cli.Watch(clientv3.WithRequireLeader(ctx), key, append(opts, clientv3.WithRev(rev))...)
+func (s *etcdSession) drain(wch clientv3.WatchChan, rev int64, apply func(*clientv3.Event)) (int64, error) {
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
 			return rev, err
 		}
+		if len(resp.Events) == 0 {
+			continue
+		}
 		s.mu.Lock()
 		for _, ev := range resp.Events {
-			s.apply(ev.Type == clientv3.EventTypePut, string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+			apply(ev)
 			rev = max(rev, ev.Kv.ModRevision+1)
 		}
 		s.notify()
 		s.mu.Unlock()
 	}
 	return rev, nil
-}
-
-// keepalive keeps this node's lease alive; when it cannot (etcd unreachable for a heartbeat), etcd is lost.
-func (s *etcdSession) keepalive(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveResponse) {
-	defer s.wg.Done()
-	if !s.e.keepAlive(ctx, s.lease, ka, s.log) && ctx.Err() == nil {
-		s.lose(s.e.lost(fmt.Sprintf("this node's lease %x expired or could not be kept alive (TTL %ds)", int64(s.lease), s.e.ttl)))
-	}
-}
-
-// keepAlive keeps lease alive (ka: its keep-alive responses) until ctx ends (true) or it cannot: the lease expired,
-// or etcd did not answer for its TTL and then a heartbeat more (false). When the client gives up on the stream (an
-// etcd member went away mid-stream) while the lease still lives on the cluster, it keeps it alive again through
-// another member.
-func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ka <-chan *clientv3.LeaseKeepAliveResponse, log *zap.Logger) bool {
-	for {
-		for range ka {
-		}
-		if ctx.Err() != nil {
-			return true
-		}
-		tctx, cancel := context.WithTimeout(ctx, e.cfg.Heartbeat) // the check is bounded by one heartbeat
-		var ttl *clientv3.LeaseTimeToLiveResponse
-		err := e.retry(tctx, "read the lease's time to live", func(ctx context.Context) (err error) {
-			ttl, err = e.cli.TimeToLive(ctx, lease)
-			return err
-		})
-		cancel()
-		if err != nil || ttl.TTL <= 0 {
-			return false
-		}
-		if ka, err = e.cli.KeepAlive(ctx, lease); err != nil {
-			return false
-		}
-		log.Info("etcd lease keep-alive resumed", zap.Int64("lease", int64(lease)), zap.Int64("ttl_left", ttl.TTL))
-	}
 }
 
 // wait re-runs check (under s.mu) on every change until it returns true, ctx ends or etcd is lost.
@@ -567,53 +365,6 @@ func (s *etcdSession) ctx(ctx context.Context) (context.Context, context.CancelF
 	return s.h.bind(ctx)
 }
 
-// collect waits until every rank has key kind/name/<rank>; a lost node without it fails the wait.
-func (s *etcdSession) collect(ctx context.Context, kind, name string) (map[int][]byte, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	var lerr error
-	err := s.wait(ctx, func() bool {
-		present := s.keys[kind+"/"+name]
-		for _, f := range s.lost {
-			if _, ok := present[f.Node.Rank]; !ok {
-				lerr = &NodeLostError{Node: f.Node, Generation: s.self.Generation, Detail: fmt.Sprintf("%s %q cannot complete without it", strings.TrimSuffix(kind, "s"), name)}
-				return true
-			}
-		}
-		return len(present) == s.n
-	})
-	if lerr != nil {
-		return nil, lerr
-	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			s.mu.Lock()
-			present := s.keys[kind+"/"+name]
-			var late []NodeRef
-			for inst, r := range s.byInst {
-				if _, ok := present[r]; !ok {
-					ref := NodeRef{Rank: r, Instance: inst}
-					if m, ok := s.seen[inst]; ok {
-						ref.Host = m.m.Host
-					}
-					late = append(late, ref)
-				}
-			}
-			s.mu.Unlock()
-			sort.Slice(late, func(i, j int) bool { return late[i].Rank < late[j].Rank })
-			return nil, newError(ErrTimeout, fmt.Sprintf("%s %q: these nodes did not arrive in time", kind, name), late...)
-		}
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[int][]byte{}
-	for r, v := range s.keys[kind+"/"+name] {
-		out[r] = v
-	}
-	return out, nil
-}
-
 // put writes key of the generation, tied to this node's lease, or (lease false) to the job's: such keys outlive
 // the node, not the job.
 func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease bool) error {
@@ -636,51 +387,30 @@ func checkName(name string) error {
 	return nil
 }
 
-func (s *etcdSession) Barrier(ctx context.Context, name string) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	if err := s.put(ctx, fmt.Sprintf("barriers/%s/%d", name, s.rank), []byte{1}, true); err != nil {
-		return err
-	}
-	_, err := s.collect(ctx, "barriers", name)
-	return err
-}
-
-// publish stores data on the job's lease: results must outlive the node that published them.
-func (s *etcdSession) Publish(ctx context.Context, key string, data []byte) error {
-	if err := checkName(key); err != nil {
-		return err
-	}
-	return s.put(ctx, fmt.Sprintf("data/%s/%d", key, s.rank), data, false)
-}
-
-func (s *etcdSession) Gather(ctx context.Context, key string) (map[int][]byte, error) {
-	if err := checkName(key); err != nil {
-		return nil, err
-	}
-	return s.collect(ctx, "data", key)
-}
-
 func (s *etcdSession) Fail(ctx context.Context, f Failure) error {
 	f = f.stamped()
 	f.Node = s.self.ref(s.rank)
 	f.Lost = false
 	b, _ := json.Marshal(f)
-	return s.put(ctx, fmt.Sprintf("failures/%d", s.rank), b, false)
+	return s.put(ctx, fmt.Sprintf("all/failures/%d", s.rank), b, false)
 }
 
+// Leave ties this node's registration to the job's lease: its node's lease then ends without the registration
+// vanishing, and nobody hears a departure (a thousand nodes leaving cost no node anything).
 func (s *etcdSession) Leave(ctx context.Context) error {
-	return s.put(ctx, "left/"+s.self.Instance, []byte{1}, false)
+	r := s.reg
+	r.Left = true
+	b, _ := json.Marshal(r)
+	return s.put(ctx, "members/"+s.self.Instance, b, false)
 }
 
-// waiting counts the nodes registered in the next generation while its world is not agreed yet.
+// Waiting counts the nodes registered in the next generation while its world is not agreed yet.
 func (s *etcdSession) Waiting(ctx context.Context) (int, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	next := s.job.genDir(s.self.Generation + 1)
 	resp, err := s.e.txn(ctx, "count the nodes waiting", func(t clientv3.Txn) clientv3.Txn {
-		return t.If(clientv3.Compare(clientv3.CreateRevision(next+"world"), "=", 0)).
+		return t.If(clientv3.Compare(clientv3.CreateRevision(next+"all/world"), "=", 0)).
 			Then(clientv3.OpGet(next+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	})
 	if err != nil {
@@ -692,14 +422,18 @@ func (s *etcdSession) Waiting(ctx context.Context) (int, error) {
 	return int(resp.Responses[0].GetResponseRange().Count), nil
 }
 
-// finish writes the job's closed record once, on the job's lease: the first node to write it wins.
+// Finish writes the job's closed record once, on the job's lease: the first node to write it wins. The nodes
+// waiting for the world to restart (in the next generation) hear of it through its copy there, all/closed; a
+// node that opens a generation later reads the record itself (openGen).
 func (s *etcdSession) Finish(ctx context.Context, code int) error {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	b, _ := json.Marshal(etcdClosed{Generation: s.self.Generation, ExitCode: code})
 	key := s.job.closedKey()
+	jl := clientv3.WithLease(s.job.lease)
 	if _, err := s.e.txn(ctx, "close the job", func(t clientv3.Txn) clientv3.Txn {
-		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(s.job.lease)))
+		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b), jl), clientv3.OpPut(s.job.genDir(s.self.Generation+1)+"all/closed", string(b), jl))
 	}); err != nil {
 		return s.opErr("close the job", err)
 	}
@@ -720,7 +454,7 @@ func (s *etcdSession) Done() <-chan struct{} { return s.h.ctx.Done() }
 
 func (s *etcdSession) Err() error { return s.h.failed() }
 
-// close revokes this node's lease (unless etcd is lost: nobody to tell) and stops the watches.
+// Close revokes this node's lease (unless etcd is lost: nobody to tell) and stops the watches.
 func (s *etcdSession) Close() error {
 	s.mu.Lock()
 	if s.closing {
@@ -732,11 +466,14 @@ func (s *etcdSession) Close() error {
 	s.h.end(newError(ErrClosed, "session closed"))
 	s.mu.Unlock()
 	var err error
-	if lost == nil {
+	if lost == nil && s.lease != 0 {
 		err = s.e.revoke(s.lease)
 	}
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.unkeep != nil {
+		s.unkeep()
 	}
 	s.wg.Wait()
 	close(s.fails)

@@ -137,6 +137,7 @@ func testLateNodeLearnsClosed(t *testing.T, c *cluster) {
 func testReusedRunID(t *testing.T, ec *etcdtest.Cluster) {
 	ctx := context.Background()
 	a := newEtcdCluster(t, ec, 2)
+	a.hb = time.Second // the job's lease lives linger, two heartbeats at least
 	a.mutate = func(i int, cfg *Config, m *Member) {
 		cfg.Conf["linger"] = "1"
 		m.RunID = "run"

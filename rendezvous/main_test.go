@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 
 // childNode: rdzvnode:BACKEND, RDZV_TEST_ENDPOINT, RDZV_TEST_NNODES, RDZV_TEST_RANK, RDZV_TEST_HOST,
 // RDZV_TEST_HB (duration), and for an elastic world RDZV_TEST_MIN, RDZV_TEST_LASTCALL (duration) and
-// RDZV_TEST_GEN=latest. Prints "joined <rank>" and then blocks until killed (or stdin closes).
+// RDZV_TEST_GEN=latest; RDZV_TEST_INSTANCE sets its instance (a random one when empty). Prints "joined <rank>"
+// and then blocks until killed (or stdin closes).
 func childNode(w *launchertest.Worker) int {
 	nn, _ := strconv.Atoi(os.Getenv("RDZV_TEST_NNODES"))
 	rank, _ := strconv.Atoi(os.Getenv("RDZV_TEST_RANK"))
@@ -69,7 +70,7 @@ func childNode(w *launchertest.Worker) int {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 3
 	}
-	s, err := r.Join(ctx, Member{Host: os.Getenv("RDZV_TEST_HOST"), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: rank,
+	s, err := r.Join(ctx, Member{Instance: os.Getenv("RDZV_TEST_INSTANCE"), Host: os.Getenv("RDZV_TEST_HOST"), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-32", Rank: rank,
 		Generation: gen})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

@@ -79,3 +79,20 @@ func resident(t *testing.T, p string) int {
 	}
 	return n
 }
+
+// TestBenchLine: a go test -bench result line gives the benchmark's name (without the GOMAXPROCS suffix), its
+// ns/op and the metrics it reported, a held world's failures among them.
+func TestBenchLine(t *testing.T) {
+	m := benchLine.FindStringSubmatch("BenchmarkRendezvousHeld1024Etcd-2   \t       1\t7233639919 ns/op\t         0 failures/op")
+	if m == nil || m[1] != "BenchmarkRendezvousHeld1024Etcd" || m[2] != "7233639919" || strings.TrimSpace(m[3]) != "0 failures/op" {
+		t.Fatalf("parsed %q", m)
+	}
+	if m := benchLine.FindStringSubmatch("BenchmarkRendezvous1024Etcd-2  1  5295993672 ns/op"); m == nil || m[1] != "BenchmarkRendezvous1024Etcd" || m[3] != "" {
+		t.Fatalf("parsed %q", m)
+	}
+	for metrics, held := range map[string]bool{"0 failures/op": true, "4096 refused/op 0 failures/op": true, "10 failures/op": false, "": false} {
+		if noFailures.MatchString(metrics) != held {
+			t.Errorf("%q: held %v, want %v", metrics, !held, held)
+		}
+	}
+}

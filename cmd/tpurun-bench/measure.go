@@ -327,6 +327,9 @@ func measureResults(cfg *config) (row, error) {
 // benchLine matches a Go benchmark result line: name, iterations, ns/op, and the metrics that follow.
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(.*)$`)
 
+// noFailures matches the metrics of a held world that lost no node ("0 failures/op", not "10 failures/op").
+var noFailures = regexp.MustCompile(`(^|\s)0 failures/op\b`)
+
 // rendezvousBench is one rendezvous benchmark make bench records: all its nodes simulated in one process, through
 // the public API (rendezvous/bench_test.go). target 0: measured, held to nothing.
 type rendezvousBench struct {
@@ -346,6 +349,8 @@ var rendezvousBenches = []rendezvousBench{
 	{bench: "BenchmarkRendezvous4096Static", name: "rendezvous of 4096 TPU hosts, static, named by a host list", target: 5 * time.Second},
 	{bench: "BenchmarkRendezvousHeld4096Static", name: "world of 4096 static nodes held 60 s, heartbeat 2 s", held: true},
 	{bench: "BenchmarkRendezvous256Etcd", name: "rendezvous of 256 nodes, etcd", target: 3 * time.Second},
+	{bench: "BenchmarkRendezvous1024Etcd", name: "rendezvous of 1024 nodes, etcd", target: 10 * time.Second},
+	{bench: "BenchmarkRendezvousHeld1024Etcd", name: "world of 1024 etcd nodes held 60 s, heartbeat 2 s", held: true},
 }
 
 // benchResult is one benchmark's runs: the time of each (one rendezvous each) and its other metrics (the last
@@ -381,14 +386,16 @@ func goBench(pattern string, count int) (map[string]*benchResult, string, error)
 // embedded server (tcp, static) and on a real etcd, each the median of several runs against its target, and a
 // world of 4096 held for a minute.
 func measureRendezvous(cfg *config) []row {
-	var formed []string
+	var formed, heldNames []string
 	for _, rb := range rendezvousBenches {
-		if !rb.held {
+		if rb.held {
+			heldNames = append(heldNames, strings.TrimPrefix(rb.bench, "Benchmark"))
+		} else {
 			formed = append(formed, strings.TrimPrefix(rb.bench, "Benchmark"))
 		}
 	}
 	got, out, err := goBench("^Benchmark("+strings.Join(formed, "|")+")$", max(3, cfg.runs/2))
-	held, heldOut, heldErr := goBench("^BenchmarkRendezvousHeld4096Static$", 1)
+	held, heldOut, heldErr := goBench("^Benchmark("+strings.Join(heldNames, "|")+")$", 1)
 	var rows []row
 	for _, rb := range rendezvousBenches {
 		res, ok := got[rb.bench]
@@ -412,7 +419,7 @@ func measureRendezvous(cfg *config) []row {
 		r.figure, r.note = ms(d), fmt.Sprintf("median of %d runs (go test -bench, one rendezvous each); last run: %s", len(res.runs), cmp.Or(res.metrics, "-"))
 		switch {
 		case rb.held:
-			r.pass = strings.Contains(res.metrics, "0 failures/op")
+			r.pass = noFailures.MatchString(res.metrics)
 			r.note = "formation and hold: " + res.metrics
 		case rb.target > 0:
 			r.ratio, r.pass = d.Seconds()/rb.target.Seconds(), d <= rb.target
