@@ -1,3 +1,5 @@
+// Package examples_test checks examples/Dockerfile, the image the JobSets of examples/kubernetes run. (train.py,
+// their program, runs in the doc test: it is the README's first example.)
 package examples_test
 
 import (

@@ -23,6 +23,10 @@ func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *cluster {
 	return c
 }
 
+// lossHeartbeat is the heartbeat of the etcd tests that wait for a dead node's lease to run out: a lease lives two
+// heartbeats, so half the default keeps that wait at the default heartbeat (5 s), renewed as often as before.
+const lossHeartbeat = DefaultHeartbeat / 2
+
 // TestEtcd runs the multi-node scenarios against one real 3-member etcd cluster.
 func TestEtcd(t *testing.T) {
 	if testing.Short() {
@@ -56,6 +60,7 @@ func TestEtcd(t *testing.T) {
 	})
 	t.Run("NodeProcessKilled", func(t *testing.T) {
 		c := newEtcdCluster(t, ec, 3)
+		c.hb = lossHeartbeat // a lease of 5 s: what the test waits for
 		c.mutate = func(i int, cfg *Config, m *Member) { m.Rank = i; m.RunID = "run" }
 		ctx := context.Background()
 		cmd, lines := startNodeProcess(t, BackendEtcd, c.endpoint, 3, 1, c.hb, "RDZV_TEST_PREFIX="+c.prefix)
@@ -90,6 +95,7 @@ func TestEtcd(t *testing.T) {
 	t.Run("Elastic/TooFew", func(t *testing.T) { testElasticTooFew(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("Elastic/NodeLostAndBack", func(t *testing.T) {
 		c := newEtcdCluster(t, ec, 3)
+		c.hb = lossHeartbeat
 		testNodeLostAndBack(t, c, "RDZV_TEST_PREFIX="+c.prefix)
 	})
 	t.Run("MemberStopped", func(t *testing.T) {

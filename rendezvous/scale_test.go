@@ -8,18 +8,19 @@ import (
 	"tpurun/launcher/launchertest"
 )
 
-// TestWorldOf512: 512 CPU or GPU hosts form a tcp world and pass two barriers; one whose launcher dies (its
-// connection drops, as when it is SIGKILLed) is reported lost to each of the 511 others, once, and named by the
+// TestWorldOfMany: 128 CPU or GPU hosts form a tcp world and pass two barriers; one whose launcher dies (its
+// connection drops, as when it is SIGKILLed) is reported lost to each of the 127 others, once, and named by the
 // next barrier, and nobody else is reported lost. The server wakes only the waiters an event concerns (a barrier's
-// waiters at its last arrival, not at every arrival), so this takes seconds on two cores.
+// waiters at its last arrival, not at every arrival). 128, not the 512 it was written for: 512 took 11 to 18 s of
+// the suite under -race, and pod sizes are the benchmarks' (BenchmarkRendezvous4096TCP and the held world).
 //
-// The 512 nodes share this process, which a loaded machine and the race detector slow down many times: a node's
-// pings then wait for the CPU the 511 others use, where a real host has its own. So the heartbeat is past the
+// The nodes share this process, which a loaded machine and the race detector slow down many times: a node's
+// pings then wait for the CPU the others use, where a real host has its own. So the heartbeat is past the
 // deadline: a killed launcher's connection drops at once, and that is what is tested here (silence is
 // TestNodeProcessFrozen's, a stalled server TestServerProcessStalled's, a world held at pod scale the benchmarks').
-func TestWorldOf512(t *testing.T) {
-	launchertest.Heavy(t) // a world of 512 nodes
-	const n = 512
+func TestWorldOfMany(t *testing.T) {
+	launchertest.Heavy(t) // a world of 128 nodes
+	const n = 128
 	c := newCluster(t, BackendTCP, n)
 	c.hb = never()
 	c.mutate = func(i int, cfg *Config, m *Member) { m.UnevenWorkers, m.LocalWorkers, m.Accelerator = true, 8, "gpu" }
@@ -54,7 +55,7 @@ func TestWorldOf512(t *testing.T) {
 			}
 		}
 	}
-	const dead = 300
+	const dead = n * 3 / 5 // neither the server's node nor the last to join
 	rank := c.sess[dead].Assignment().NodeRank
 	c.sess[dead].Close() // without Leave: its connection drops, as when its launcher is killed
 	var rest []int

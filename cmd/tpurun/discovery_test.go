@@ -233,53 +233,6 @@ func TestPodsSliceFormsOneWorld(t *testing.T) {
 	c.checkJobWorld(t)
 }
 
-// TestPodsMultisliceFormsOneWorld (issue 36, 2): two v5litepod-16 slices of 4 pods each (a JobSet whose
-// replicatedJob has 2 replicas; each slice's TPU_WORKER_HOSTNAMES names its own pods; MEGASCALE_NUM_SLICES,
-// MEGASCALE_SLICE_ID, MEGASCALE_COORDINATOR_ADDRESS and the JobSet's identity through the downward API; the token
-// from a Secret), each pod running the JobSet's `tpurun -- PROGRAM`, form one world of 32 over both slices, and
-// `tpurun plan` in a pod of slice 1 shows that world.
-func TestPodsMultisliceFormsOneWorld(t *testing.T) {
-	t.Parallel()
-	launchertest.Heavy(t) // 8 launchers, 32 workers
-	js := jobset{name: "multi", rjob: "slice", slices: 2, accel: "v5litepod-16", identity: true, token: true,
-		command: []string{"tpurun", "--", self(t)}}
-	c := newCluster(t, js)
-	c.start(c.pods...)
-	c.waitAll(0)
-
-	p := c.pods[6] // slice 1, worker 2: node rank 6
-	r := p.exec("tpurun", "plan", "--format", "json")
-	var plan planJSON
-	if err := json.Unmarshal([]byte(r.stdout), &plan); r.code != 0 || err != nil {
-		t.Fatalf("tpurun plan --format json in %s: exit %d (%v)\n%s%s", p.hostname, r.code, err, r.stdout, r.stderr)
-	}
-	mine := 0
-	for _, wk := range plan.Workers {
-		if wk.NodeRank == 6 {
-			mine++
-		}
-	}
-	if len(plan.Workers) != 32 || len(plan.Nodes) != 8 || mine != chipsPerPod {
-		t.Errorf("tpurun plan in %s: %d workers on %d nodes, %d of node rank 6; want the job's 32 on 8 nodes, 4 on node rank 6",
-			p.hostname, len(plan.Workers), len(plan.Nodes), mine)
-	}
-	r = p.exec("tpurun", "plan")
-	if first, _, _ := strings.Cut(r.stdout, "\n"); r.code != 0 || !strings.HasPrefix(first, "this host: node 6;") {
-		t.Errorf("tpurun plan in %s: exit %d, first line %q; want it to say node 6 (slice 1 x 4 hosts + worker 2)",
-			p.hostname, r.code, first)
-	}
-
-	w := c.checkJobWorld(t)
-	w.is(t, "MEGASCALE_COORDINATOR_ADDRESS", inherited(c.pods[0], "MEGASCALE_COORDINATOR_ADDRESS")) // byte for byte
-	w.is(t, "MEGASCALE_NUM_SLICES", "2")
-	w.each(t, "MEGASCALE_SLICE_ID", func(s seen) string { return strconv.Itoa(s.pod.slice) })
-	w.each(t, "CLOUD_TPU_TASK_ID", func(s seen) string { // per slice
-		lr, _ := strconv.Atoi(s.env["LOCAL_RANK"])
-		return strconv.Itoa(s.pod.worker*chipsPerPod + lr)
-	})
-	w.is(t, "TORCHELASTIC_RUN_ID", c.k.UID+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
-}
-
 // TestPodsInconsistentMultisliceExits2 (issue 36): a multislice pod whose env cannot say the job consistently
 // (MEGASCALE_NUM_SLICES=2 and no MEGASCALE_COORDINATOR_ADDRESS: a manifest that forgot to map it) exits 2 at once,
 // naming the variable, and starts no worker.
@@ -308,7 +261,7 @@ func TestPodsInconsistentMultisliceExits2(t *testing.T) {
 
 // TestPodsEndpointNotYetResolvable (issue 36, 4): pod 1 starts while pod 0's name does not resolve yet (the
 // headless service publishes pods as they start); it says so once and waits, within --rdzv-timeout, and the world
-// forms once the name resolves (pod 0's line added to pod 1's /etc/hosts, in place).
+// forms once the name resolves (the cluster DNS publishes pod 0).
 func TestPodsEndpointNotYetResolvable(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, jobset{name: "late", rjob: "slice", accel: "v4-16", identity: true, token: true,
@@ -325,7 +278,7 @@ func TestPodsEndpointNotYetResolvable(t *testing.T) {
 		return strings.Contains(l, p0.dns) && slices.ContainsFunc(notResolving, says)
 	}
 	c.waitLine(p1, "that "+p0.dns+" does not resolve yet", waiting)
-	p1.publish(p0)
+	c.publish(p0)
 	c.waitAll(0)
 	c.checkJobWorld(t)
 	if l := lines(p1.stderr.String(), waiting); len(l) != 1 {
@@ -399,24 +352,23 @@ func TestPodsSingleHostOnPurpose(t *testing.T) {
 }
 
 // exampleJobSets are the JobSets of examples/kubernetes (every file there) that TestPodsJobSetExamples runs as
-// pods, and how many restart attempts of each (0, then 1: every pod made again). The restart is run for the
-// single slice only: both manifests map the run id's parts alike (examples/kubernetes' TestManifestShape), and a
-// second attempt of the multislice job's 8 pods and 32 workers would cost the suite as much again as its first
-// (about 11 s of CPU with -race, half the test's).
-var exampleJobSets = []struct {
-	file     string
-	attempts int32
-}{{"jobset-slice.yaml", 2}, {"jobset-multislice.yaml", 1}}
+// pods. Each runs once, at restart attempt 0: both manifests map the run id's parts alike (examples/kubernetes'
+// TestManifestShape), and JobSetRunID makes another attempt's run id (TestJobSetRunID); a second attempt of 4 or 8
+// pods would cost the suite as much again as the first.
+var exampleJobSets = []string{"jobset-slice.yaml", "jobset-multislice.yaml"}
 
-// TestPodsJobSetExamples (issue 36, SPEC-36 2 and 3): every pod of each JobSet of examples/kubernetes, all started
-// at once, each with exactly the environment k8stest.Pods gives it (the Secret's token from the test's cluster)
-// and its own argv, forms ONE world of the JobSet's pods (checkJobWorld; in the multislice job every slice's pods,
-// MEGASCALE_COORDINATOR_ADDRESS kept as inherited), whose run id is the JobSet's uid and restart attempt; the same
-// JobSet restarted (restart attempt 1: every pod made again) runs under another run id.
+// TestPodsJobSetExamples (issue 36, 1, 2 and 4; SPEC-36 2 and 3): every pod of each JobSet of examples/kubernetes,
+// all started at once, each with exactly the environment k8stest.Pods gives it (the Secret's token from the test's
+// cluster) and its own argv, forms ONE world of the JobSet's pods (checkJobWorld), whose run id is the JobSet's uid
+// and restart attempt (JOBSET_UID-JOBSET_RESTART_ATTEMPT; another attempt's differs: TestJobSetRunID). The
+// multislice job (2 x v6e-16, 4 pods a slice) is one world of 32 over both slices: RANK, GROUP_RANK and WORLD_SIZE
+// job-wide, TPU_WORKER_ID, TPU_WORKER_HOSTNAMES, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID per slice,
+// MEGASCALE_COORDINATOR_ADDRESS kept byte for byte as inherited; and `tpurun plan` in a pod of slice 1 shows that
+// world.
 //
 // One substitution in the pods' argv: the program after "--" (python3 /app/examples/train.py) is this test binary
 // as the envdump worker, which records what each worker was given. train.py imports torch in every worker: 48
-// of them would cost the suite more than the world they form is worth here, and examples/train_test.go runs
+// of them would cost the suite more than the world they form is worth here, and the doc test runs
 // train.py under tpurun.
 func TestPodsJobSetExamples(t *testing.T) {
 	t.Parallel()
@@ -424,47 +376,67 @@ func TestPodsJobSetExamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
 	mustDo(t, err)
 	var want []string
-	for _, x := range exampleJobSets {
-		want = append(want, filepath.Join(dir, x.file))
+	for _, f := range exampleJobSets {
+		want = append(want, filepath.Join(dir, f))
 	}
 	slices.Sort(files)
 	if slices.Sort(want); !slices.Equal(files, want) {
 		t.Fatalf("examples/kubernetes has %q; this test runs %q", files, want)
 	}
-	launchertest.Heavy(t) // 12 pods, 48 workers; 4 and 16 again
-	for _, x := range exampleJobSets {
-		t.Run(x.file, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join(dir, x.file))
+	launchertest.Heavy(t) // 12 pods, 48 workers
+	for _, f := range exampleJobSets {
+		t.Run(f, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(dir, f))
 			mustDo(t, err)
 			m, err := k8stest.DecodeJobSet(b)
 			mustDo(t, err)
-			uid, token := newUID(t), secret(t)
-			runIDs := map[string]bool{}
-			for attempt := range x.attempts {
-				c := newClusterOf(t, m, k8stest.Cluster{UID: uid, RestartAttempt: attempt,
-					Secrets: map[string]map[string]string{tokenSecret: {tokenKey: token}}})
-				for _, p := range c.pods {
-					p.command = withProgram(t, p.command, self(t))
-				}
-				c.start(c.pods...)
-				c.waitAll(0)
-				w := c.checkJobWorld(t)
-				if c.slices() > 1 {
-					w.is(t, "MEGASCALE_COORDINATOR_ADDRESS", inherited(c.pods[0], "MEGASCALE_COORDINATOR_ADDRESS")) // byte for byte
-					w.each(t, "MEGASCALE_SLICE_ID", func(s seen) string { return strconv.Itoa(s.pod.slice) })
-				}
-				id := fmt.Sprintf("%s-%d", uid, attempt) // JOBSET_UID-JOBSET_RESTART_ATTEMPT
-				w.is(t, "TORCHELASTIC_RUN_ID", id)
-				if got := w[0].env["TORCHELASTIC_RUN_ID"]; runIDs[got] {
-					t.Errorf("restart attempt %d ran under run id %q, a previous attempt's", attempt, got)
-				} else {
-					runIDs[got] = true
-				}
-				if t.Failed() {
-					t.FailNow()
-				}
+			c := newClusterOf(t, m, k8stest.Cluster{UID: newUID(t), RestartAttempt: 0,
+				Secrets: map[string]map[string]string{tokenSecret: {tokenKey: secret(t)}}})
+			for _, p := range c.pods {
+				p.command = withProgram(t, p.command, self(t))
+			}
+			c.start(c.pods...)
+			c.waitAll(0)
+			w := c.checkJobWorld(t)
+			w.is(t, "TORCHELASTIC_RUN_ID", c.k.UID+"-0") // JOBSET_UID-JOBSET_RESTART_ATTEMPT
+			if c.slices() > 1 {
+				checkMultislice(t, c, w)
 			}
 		})
+	}
+}
+
+// checkMultislice holds the world of a multislice cluster of 2 slices of 4 pods (4 chips each) to what slices
+// share and what each keeps (TestPodsJobSetExamples), and `tpurun plan` in slice 1's worker 2 to the job's world.
+func checkMultislice(t *testing.T, c *cluster, w world) {
+	t.Helper()
+	w.is(t, "MEGASCALE_COORDINATOR_ADDRESS", inherited(c.pods[0], "MEGASCALE_COORDINATOR_ADDRESS")) // byte for byte
+	w.is(t, "MEGASCALE_NUM_SLICES", strconv.Itoa(c.slices()))
+	w.each(t, "MEGASCALE_SLICE_ID", func(s seen) string { return strconv.Itoa(s.pod.slice) })
+	w.each(t, "CLOUD_TPU_TASK_ID", func(s seen) string { // per slice
+		lr, _ := strconv.Atoi(s.env["LOCAL_RANK"])
+		return strconv.Itoa(s.pod.worker*chipsPerPod + lr)
+	})
+	p := c.pods[6] // slice 1, worker 2: node rank 6
+	r := p.exec("tpurun", "plan", "--format", "json")
+	var plan planJSON
+	if err := json.Unmarshal([]byte(r.stdout), &plan); r.code != 0 || err != nil {
+		t.Fatalf("tpurun plan --format json in %s: exit %d (%v)\n%s%s", p.hostname, r.code, err, r.stdout, r.stderr)
+	}
+	mine := 0
+	for _, wk := range plan.Workers {
+		if wk.NodeRank == 6 {
+			mine++
+		}
+	}
+	if len(plan.Workers) != 32 || len(plan.Nodes) != 8 || mine != chipsPerPod {
+		t.Errorf("tpurun plan in %s: %d workers on %d nodes, %d of node rank 6; want the job's 32 on 8 nodes, 4 on node rank 6",
+			p.hostname, len(plan.Workers), len(plan.Nodes), mine)
+	}
+	r = p.exec("tpurun", "plan")
+	if first, _, _ := strings.Cut(r.stdout, "\n"); r.code != 0 || !strings.HasPrefix(first, "this host: node 6;") {
+		t.Errorf("tpurun plan in %s: exit %d, first line %q; want it to say node 6 (slice 1 x 4 hosts + worker 2)",
+			p.hostname, r.code, first)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -221,6 +222,9 @@ type cluster struct {
 	k    k8stest.Cluster // what the JobSet's manifest does not say: its uid, restart attempt, Secrets, the image
 	net  string          // "127.A.B."
 	pods []*pod          // slice by slice, in worker order
+
+	mu        sync.Mutex
+	published map[string]net.IP // the cluster DNS's A records: the pods the headless service has published
 }
 
 // newCluster prepares the pods of js (none started) in a cluster of its own: a new uid, restart attempt 0, and a
@@ -251,7 +255,8 @@ func newClusterOf(t *testing.T, m *k8stest.JobSet, k k8stest.Cluster) *cluster {
 	k.ImageEnv = imageEnv()
 	specs, err := k8stest.Pods(m, k)
 	mustDo(t, err)
-	c := &cluster{t: t, k: k, net: serveClusterDNS(t)}
+	c := &cluster{t: t, k: k, published: map[string]net.IP{}}
+	c.net = c.serveDNS()
 	for i, s := range specs {
 		id, ok := "", s.TPU != nil
 		if ok {
@@ -322,20 +327,28 @@ func (q *pod) hostsLine(own bool) string {
 	return l + "\n"
 }
 
-// unlist takes q's name out of p's /etc/hosts before p starts: q is not yet published in the headless service.
+// unlist takes q's name out of p's /etc/hosts before p starts: q is not yet published in the headless service,
+// so p asks the cluster DNS for it, which does not know it until publish.
 func (p *pod) unlist(q *pod) {
 	p.listed[q.dns] = false
 	mustDo(p.cluster.t, os.WriteFile(p.etcHosts, []byte(p.hostsFile()), 0o644))
 }
 
-// publish adds q's name to p's /etc/hosts while p runs: appended to the file bind-mounted in p (the same inode, in
-// one write, so that no reader ever sees a file without the names it had).
-func (p *pod) publish(q *pod) {
-	f, err := os.OpenFile(p.etcHosts, os.O_WRONLY|os.O_APPEND, 0)
-	mustDo(p.cluster.t, err)
-	_, err = f.WriteString(q.hostsLine(false))
-	mustDo(p.cluster.t, errors.Join(err, f.Close()))
-	p.listed[q.dns] = true
+// publish makes the cluster DNS answer q's name (bare and with the cluster domain) with q's address, as kube-dns
+// does once the headless service publishes a pod: a pod that asks next gets it (Go caches no DNS answer).
+func (c *cluster) publish(q *pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range []string{q.dns, q.dns + "." + q.spec.Namespace + ".svc.cluster.local"} {
+		c.published[strings.ToLower(name)+"."] = net.ParseIP(q.addr).To4()
+	}
+}
+
+// lookup is the cluster DNS's A record of name (fully qualified, with its final dot), nil when it has none.
+func (c *cluster) lookup(name string) net.IP {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.published[strings.ToLower(name)]
 }
 
 // process is the pod's first process (podinit) running command, with the pod's environment; verb is the verb of a
@@ -454,10 +467,11 @@ func (c *cluster) describe() string {
 	return b.String()
 }
 
-// serveClusterDNS picks the test's network 127.A.B.0/24 (A from 1, so never 127.0.0.x) and serves its cluster DNS
-// on 127.A.B.253:53 until the test ends: every query is answered NXDOMAIN, as kube-dns answers a name that is not
-// (yet) in a service. The pods resolve each other through their /etc/hosts. It returns "127.A.B.".
-func serveClusterDNS(t *testing.T) string {
+// serveDNS picks the test's network 127.A.B.0/24 (A from 1, so never 127.0.0.x) and serves its cluster DNS on
+// 127.A.B.253:53 until the test ends: a query for a published pod (publish) gets its A record, any other NXDOMAIN,
+// as kube-dns answers a name that is not (yet) in a service. It returns "127.A.B.".
+func (c *cluster) serveDNS() string {
+	t := c.t
 	t.Helper()
 	for range 100 {
 		n := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(254), rand.IntN(256))
@@ -474,7 +488,7 @@ func serveClusterDNS(t *testing.T) string {
 				if err != nil {
 					return
 				}
-				if r := nxdomain(buf[:k]); r != nil {
+				if r := c.answer(buf[:k]); r != nil {
 					_, _ = pc.WriteTo(r, from)
 				}
 			}
@@ -489,14 +503,21 @@ func serveClusterDNS(t *testing.T) string {
 	return ""
 }
 
-// nxdomain is the NXDOMAIN answer to the DNS query q (RFC 1035 4.1: its header and question, with QR, RA and
-// RCODE 3), or nil when q is no query of one question.
-func nxdomain(q []byte) []byte {
+// answer is the cluster DNS's answer to the query q (RFC 1035 4.1: its header and question, with QR and RA): a
+// published pod's A record (an AAAA query for it: no record, NOERROR), NXDOMAIN for any other name; nil when q is no
+// query of one question.
+func (c *cluster) answer(q []byte) []byte {
 	if len(q) < 12 || q[2]&0x80 != 0 || binary.BigEndian.Uint16(q[4:6]) != 1 {
 		return nil
 	}
 	i := 12
+	var name strings.Builder
 	for i < len(q) && q[i] != 0 && q[i] < 64 {
+		if i+1+int(q[i]) > len(q) {
+			return nil
+		}
+		name.Write(q[i+1 : i+1+int(q[i])])
+		name.WriteByte('.')
 		i += int(q[i]) + 1
 	}
 	if i += 5; i > len(q) { // the root label, QTYPE, QCLASS
@@ -504,8 +525,19 @@ func nxdomain(q []byte) []byte {
 	}
 	r := slices.Clone(q[:i])
 	r[2] = 0x80 | q[2]&0x79 // QR; the query's opcode and RD
-	r[3] = 0x80 | 3         // RA; NXDOMAIN
-	clear(r[6:12])          // no answer, authority or additional records
+	clear(r[6:12])          // no answer, authority or additional records (yet)
+	ip := c.lookup(name.String())
+	switch qtype := binary.BigEndian.Uint16(q[i-4 : i-2]); {
+	case ip == nil:
+		r[3] = 0x80 | 3 // RA; NXDOMAIN
+	case qtype == 1: // A: a pointer to the question's name, type A, class IN, TTL 0, 4 bytes of address
+		r[3] = 0x80
+		binary.BigEndian.PutUint16(r[6:8], 1)
+		r = append(r, 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4)
+		r = append(r, ip...)
+	default: // the name exists, with no record of this type
+		r[3] = 0x80
+	}
 	return r
 }
 
@@ -522,8 +554,8 @@ func lines(s string, match func(string) bool) []string {
 
 // TestPodsHarness: a pod is what the pod tests take it for. A process in it has the pod's hostname and exactly the
 // pod's environment; a pod's DNS name (and its own hostname) resolves to that pod's address; a name the cluster
-// does not know is "no such host" (the cluster DNS's NXDOMAIN) until it is published in the pod's /etc/hosts, in
-// place; and none of it reaches the machine, whose hostname and /etc/hosts stay as they were.
+// does not know is "no such host" (the cluster DNS's NXDOMAIN) until the cluster DNS publishes it, as kube-dns
+// does once the headless service has the pod; and none of it reaches the machine, whose hostname and /etc/hosts stay as they were.
 func TestPodsHarness(t *testing.T) {
 	t.Parallel()
 	hostname, err := os.Hostname()
@@ -549,13 +581,10 @@ func TestPodsHarness(t *testing.T) {
 			t.Errorf("in pod %s: %s resolves to %v (not found: %v), want no such host", p1.hostname, name, v.Hosts[name], v.NotFound[name])
 		}
 	}
-	var before, after unix.Stat_t
-	mustDo(t, unix.Stat(p1.etcHosts, &before))
-	p1.publish(p0)
-	mustDo(t, unix.Stat(p1.etcHosts, &after))
-	if got := p1.look(p0.dns).Hosts[p0.dns]; !slices.Equal(got, []string{p0.addr}) || before.Ino != after.Ino {
-		t.Errorf("in pod %s, once published: %s resolves to %v, want %s; the file's inode %d, then %d (want it unchanged)",
-			p1.hostname, p0.dns, got, p0.addr, before.Ino, after.Ino)
+	c.publish(p0)
+	if v := p1.look(p0.dns, unknown); !slices.Equal(v.Hosts[p0.dns], []string{p0.addr}) || !v.NotFound[unknown] {
+		t.Errorf("in pod %s, once the cluster DNS publishes %s: it resolves to %v, want %s; %s not found: %v, want true",
+			p1.hostname, p0.dns, v.Hosts[p0.dns], p0.addr, unknown, v.NotFound[unknown])
 	}
 	h, err := os.Hostname()
 	mustDo(t, err)
