@@ -27,7 +27,7 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # The CPU-host port of PyTorch's launcher tests (CPU-bound, outside the heavy slot) and the rendezvous tests (mostly
 # waits: etcd's elections, timeouts) are named first: go test starts packages in the order given, so those waits
 # overlap CPU-bound work instead of running alone at the end.
-FIRST     := ./launcher/torchrun/porttest ./rendezvous ./cmd/tpurun
+FIRST     := ./cmd/tpurun/porttest ./rendezvous ./cmd/tpurun
 test: ## run every test (race detector on, every go vet check), as CI does
 	$(GO) test -race -vet=all -count=1 -timeout 20m $(FIRST) $(PKGS)
 

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // bin holds the built tpurun and hello.
@@ -464,7 +464,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // git runs git in the sandbox, apart from the machine's git configuration.
 func (sb *docSandbox) git(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(launchertest.Need(t, "git"), args...)
+	cmd := exec.Command(testutil.Need(t, "git"), args...)
 	cmd.Dir = sb.root
 	cmd.Env = append(append([]string(nil), sb.env...), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_AUTHOR_NAME=doc test", "GIT_AUTHOR_EMAIL=doc@test", "GIT_COMMITTER_NAME=doc test", "GIT_COMMITTER_EMAIL=doc@test")
@@ -519,7 +519,7 @@ func (sb *docSandbox) runScript(t *testing.T, b docBlock) {
 	if len(script) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(5*time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scaled(5*time.Minute))
 	defer cancel()
 	cmd := docShell(ctx, sb.root, sb.env, "-e", "-x", "-c", strings.Join(script, "\n"))
 	out, err := cmd.CombinedOutput()
@@ -593,7 +593,7 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 		out []byte
 		err error
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Scaled(2*time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scaled(2*time.Minute))
 	defer cancel()
 	ch := make(chan done, len(lines))
 	for k := range lines {
@@ -619,13 +619,13 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 // `tpurun help TOPIC` as written (see the comment above for the sandbox and the loopback nodes).
 func TestDocCommandsAsWritten(t *testing.T) {
 	t.Parallel()
-	launchertest.Need(t, "python3")
-	launchertest.Need(t, "torch") // the README's torch example
+	testutil.Need(t, "python3")
+	testutil.Need(t, "torch") // the README's torch example
 	sb := newDocSandbox(t)
 	sb.baseline(t)
 	blocks := allDocBlocks(t, sb.root)
 	var notRun, synopses []string
-	// The etcd the etcd line runs against; starting it takes the heavy-test slot (launchertest.Heavy) for the whole
+	// The etcd the etcd line runs against; starting it takes the heavy-test slot (testutil.Heavy) for the whole
 	// test, which is one: minutes of launchers, nodes, torch workers and a build.
 	etcdEP := etcdtest.StartOne(t)
 	etcd := func() string { return etcdEP }

@@ -18,7 +18,7 @@ import (
 	"testing"
 
 	"tpurun/internal/dockertest"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // repoRoot is the build context of `docker build -f examples/Dockerfile .`, as the Dockerfile's usage says.
@@ -82,7 +82,7 @@ func TestDockerIgnore(t *testing.T) {
 // .dockerignore lets through (a pattern that drops an embedded file fails here, not in a user's docker build).
 func TestDockerfileBuildStage(t *testing.T) {
 	t.Parallel()
-	goTool := launchertest.Need(t, "go")
+	goTool := testutil.Need(t, "go")
 	df := parseDockerfile(t)
 	build := df.Stage("build")
 	if build == nil {
@@ -103,7 +103,7 @@ func TestDockerfileBuildStage(t *testing.T) {
 		mustDo(t, err)
 		env = append(env, k+"="+strings.TrimSpace(string(out)))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Deadline())
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Deadline())
 	defer cancel()
 	modulesCached(ctx, t, goTool, env)
 	root := t.TempDir() // the build stage's filesystem
@@ -135,7 +135,7 @@ func modulesCached(ctx context.Context, t *testing.T, goTool string, env []strin
 		return
 	}
 	msg := fmt.Sprintf("the module cache lacks modules of go.mod (run go mod download, as .ci/deps does): %v\n%s", err, out)
-	if os.Getenv(launchertest.EnvCI) == "true" {
+	if os.Getenv(testutil.EnvCI) == "true" {
 		t.Fatal(msg)
 	}
 	t.Skip("SKIPPED, NOT PASSED: " + msg)

@@ -10,11 +10,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/topology"
+	"tpurun/internal/attempt"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/topology"
 )
 
 // stderrTailLines is how many last stderr lines of a failed rank the report shows.

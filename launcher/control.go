@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
+	"tpurun/internal/attempt"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/rendezvous"
 )
 

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 	"tpurun/launcher"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
 )
 
 // TestRunStopsWhileWaitingForTheOtherNodes: node 0's workers are done and node 0 waits for node 1's outcome (node
@@ -31,7 +31,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, 2, "tcp", "exit:0", launchertest.FakeRank(2, "hang"), launchertest.FakeRank(3, "hang"))
+			w := newWorld(t, 2, "tcp", "exit:0", testutil.FakeRank(2, "hang"), testutil.FakeRank(3, "hang"))
 			stopStore := func() {}
 			if tc.backend == "etcd" {
 				c := etcdtest.Start(t, 1) // one this test can stop: a store that dies mid-run
@@ -46,12 +46,12 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				errs[i] = make(chan error, 1)
 				go func() { _, err := launcher.Run(context.Background(), w.specs[i]); errs[i] <- err }()
 				if i == 0 && tc.backend == "tcp" {
-					launchertest.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
+					testutil.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 				}
 			}
 			// node 0's two workers have exited and been reaped (its attempt is over); node 1's two still run
-			launchertest.Eventually(t, "node 0's workers done, node 1's running", func() bool {
-				ps := launchertest.PIDs(t, w.dir)
+			testutil.Eventually(t, "node 0's workers done, node 1's running", func() bool {
+				ps := testutil.PIDs(t, w.dir)
 				gone := 0
 				for _, pid := range ps {
 					if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
@@ -74,7 +74,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				if code == 143 && !strings.Contains(err.Error(), "stopped by SIGTERM during the wait for the other nodes' outcome") {
 					t.Fatalf("node 0: %v, want the stop named", err)
 				}
-			case <-time.After(launchertest.Scaled(10 * time.Second)):
+			case <-time.After(testutil.Scaled(10 * time.Second)):
 				t.Fatalf("node 0 is deaf to SIGTERM while it waits for node 1's outcome\n%s", w.specs[0].Stderr)
 			}
 			if tc.killStore { // nobody can tell node 1: stop it, twice (no more waiting)
@@ -86,10 +86,10 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				if failure.ExitCode(err) == 0 {
 					t.Fatalf("node 1 exited 0 in a stopped world: %v", err)
 				}
-			case <-time.After(launchertest.Deadline()):
+			case <-time.After(testutil.Deadline()):
 				t.Fatalf("node 1 did not stop\n%s", w.specs[1].Stderr)
 			}
-			launchertest.AssertAllGone(t, w.dir, 4)
+			testutil.AssertAllGone(t, w.dir, 4)
 		})
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
 

@@ -18,5 +18,5 @@
 // Below it: the states of an attempt (attempt), the errors (failure) and their codes (exitcode), the consoles and
 // the workers' pipes (console), the workers' environment (workerenv), detection and planning (topology), processes
 // (proc), the result contract (results), --preload (zygote). Above it: the summaries (summary), the status endpoint
-// (internal/status), the command line (flags, cmd/tpurun).
+// (cmd/tpurun/internal/status), the command line (flags, cmd/tpurun).
 package launcher

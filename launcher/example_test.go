@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/topology"
 	"tpurun/launcher"
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/topology"
 )
 
 // Run launches a job and returns when every worker is gone: here two CPU workers of a shell program on this host
@@ -98,7 +98,7 @@ func ExampleObserverFunc() {
 func ExampleResultsSpec() {
 	spec := launcher.Spec{
 		Program: []string{os.Args[0]},
-		Env:     append(os.Environ(), launchertest.Fake("report")),
+		Env:     append(os.Environ(), testutil.Fake("report")),
 		Detect:  topology.Options{Device: "cpu"},
 		Request: topology.Request{NProcs: 3},
 		Results: launcher.ResultsSpec{Required: true},

@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/results"
-	"tpurun/launcher/topology"
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/internal/results"
+	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
 

@@ -26,28 +26,28 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"worker", "tpurun/rendezvous", "worker imports nothing of the launcher"},
 	{"rendezvous", "tpurun/launcher", "rendezvous is injected into the launcher, not the other way round"},
 	{"rendezvous", "tpurun/launcher/", "rendezvous is injected into the launcher, not the other way round"},
-	{"launcher/topology", "tpurun/rendezvous", "planning is pure: topology knows no rendezvous"},
-	{"launcher/proc", "tpurun/launcher", "proc is below the launcher"},
-	{"launcher/results", "tpurun/launcher", "results is below the launcher"},
-	{"launcher/failure", "tpurun/launcher", "the errors are below the launcher: every layer returns them"},
-	{"launcher/console", "tpurun/launcher", "console output is below the launcher"},
-	{"launcher/attempt", "tpurun/launcher", "the attempt's machine and verdict are below the launcher"},
-	{"launcher/attempt", "tpurun/launcher/proc", "the attempt's machine is a pure value: no process in it"},
-	{"launcher/attempt", "tpurun/rendezvous", "the attempt's machine is a pure value: no rendezvous in it"},
-	{"launcher/flags", "tpurun/launcher", "the flags describe a Spec; they do not run the launcher"},
-	{"launcher/workerenv", "tpurun/launcher", "the workers' environment is below the launcher"},
+	{"internal/topology", "tpurun/rendezvous", "planning is pure: topology knows no rendezvous"},
+	{"internal/proc", "tpurun/launcher", "proc is below the launcher"},
+	{"internal/results", "tpurun/launcher", "results is below the launcher"},
+	{"internal/failure", "tpurun/launcher", "the errors are below the launcher: every layer returns them"},
+	{"internal/console", "tpurun/launcher", "console output is below the launcher"},
+	{"internal/attempt", "tpurun/launcher", "the attempt's machine and verdict are below the launcher"},
+	{"internal/attempt", "tpurun/internal/proc", "the attempt's machine is a pure value: no process in it"},
+	{"internal/attempt", "tpurun/rendezvous", "the attempt's machine is a pure value: no rendezvous in it"},
+	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; they do not run the launcher"},
+	{"internal/workerenv", "tpurun/launcher", "the workers' environment is below the launcher"},
 	{"internal/safepath", "tpurun/launcher", "safepath is below the launcher"},
 	{"internal/hostname", "tpurun/launcher", "hostname is below the launcher, topology and the rendezvous"},
 	{"cmd/tpurun", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},
-	{"cmd/tpurun", "tpurun/launcher/proc", "cmd describes a Spec; the launcher owns process supervision"},
-	{"cmd/tpurun", "tpurun/launcher/results", "cmd describes a Spec; the launcher owns result collection"},
+	{"cmd/tpurun", "tpurun/internal/proc", "cmd describes a Spec; the launcher owns process supervision"},
+	{"cmd/tpurun", "tpurun/internal/results", "cmd describes a Spec; the launcher owns result collection"},
 }
 
 // aboveRules are the packages that stand above the launcher, observing or showing what it reports: no code of the
 // launcher or below it imports them. Tests may: a test stands above what it tests.
 var aboveRules = []struct{ pkg, forbidden, why string }{
-	{"launcher", "tpurun/internal/status", "the status server observes the launcher; the launcher does not know it"},
-	{"launcher", "tpurun/launcher/summary", "the summary shows what the launcher reports; the launcher does not print"},
+	{"launcher", "tpurun/cmd/tpurun/internal/status", "the status server observes the launcher; the launcher does not know it"},
+	{"launcher", "tpurun/cmd/tpurun/internal/summary", "the summary shows what the launcher reports; the launcher does not print"},
 }
 
 // violations lists "pkg (file) imports X: why" for every rule an import breaks. imports maps a package directory
@@ -64,10 +64,10 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 			for _, imp := range list {
 				hit := imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden)
-				// launcher/launchertest is shared test plumbing: a test of any package may use it, and so may another
-				// test-plumbing package (rendezvous/etcdtest).
+				// internal/testutil is shared test plumbing: a test of any package may use it, and so may another
+				// test-plumbing package (internal/testutil/etcdtest).
 				plumbing := isTest || strings.HasSuffix(path.Base(dir), "test")
-				if hit && !(plumbing && imp == "tpurun/launcher/launchertest") {
+				if hit && !(plumbing && imp == "tpurun/internal/testutil") {
 					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
 				}
 			}
@@ -128,18 +128,18 @@ func TestImportRules(t *testing.T) {
 		t.Errorf("%d import rules broken:\n%s", len(v), strings.Join(v, "\n"))
 	}
 	planted := map[[2]string][]string{
-		{"worker", "x.go"}:              {"tpurun/launcher/results"},
-		{"launcher/proc", "x.go"}:       {"tpurun/cmd/tpurun"},
-		{"rendezvous", "x_test.go"}:     {"tpurun/launcher"},
-		{"cmd/tpurun", "x.go"}:          {"tpurun/rendezvous", "tpurun/launcher/proc"},
-		{"launcher/topology", "x.go"}:   {"tpurun/rendezvous"},
-		{"launcher/proc", "y.go"}:       {"tpurun/internal/status"},
-		{"launcher/console", "x.go"}:    {"tpurun/launcher", "tpurun/launcher/failure"}, // the second is allowed
-		{"launcher/attempt", "x.go"}:    {"tpurun/launcher/proc"},
-		{"launcher/results", "x.go"}:    {"tpurun/launcher/summary"},
-		{"launcher", "y_test.go"}:       {"tpurun/launcher/summary"},      // allowed: a test stands above
-		{"launcher", "x_test.go"}:       {"tpurun/launcher/launchertest"}, // allowed
-		{"rendezvous/etcdtest", "x.go"}: {"tpurun/launcher/launchertest"}, // allowed: test plumbing
+		{"worker", "x.go"}:                     {"tpurun/internal/results"},
+		{"internal/proc", "x.go"}:              {"tpurun/cmd/tpurun"},
+		{"rendezvous", "x_test.go"}:            {"tpurun/launcher"},
+		{"cmd/tpurun", "x.go"}:                 {"tpurun/rendezvous", "tpurun/internal/proc"},
+		{"internal/topology", "x.go"}:          {"tpurun/rendezvous"},
+		{"internal/proc", "y.go"}:              {"tpurun/cmd/tpurun/internal/status"},
+		{"internal/console", "x.go"}:           {"tpurun/launcher", "tpurun/internal/failure"}, // the second is allowed
+		{"internal/attempt", "x.go"}:           {"tpurun/internal/proc"},
+		{"internal/results", "x.go"}:           {"tpurun/cmd/tpurun/internal/summary"},
+		{"launcher", "y_test.go"}:              {"tpurun/cmd/tpurun/internal/summary"}, // allowed: a test stands above
+		{"launcher", "x_test.go"}:              {"tpurun/internal/testutil"},           // allowed
+		{"internal/testutil/etcdtest", "x.go"}: {"tpurun/internal/testutil"},           // allowed: test plumbing
 	}
 	if v := violations(planted, true); len(v) != 10 {
 		t.Errorf("planted violations found: %d, want 10:\n%s", len(v), strings.Join(v, "\n"))

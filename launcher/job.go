@@ -14,10 +14,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/topology"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
 

@@ -15,27 +15,27 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 	"tpurun/launcher"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
 	"tpurun/rendezvous"
-	"tpurun/rendezvous/etcdtest"
 )
 
-func init() { launchertest.Define(etcdtest.ProcessVerb) } // TestRunMultihostEtcdLost's etcd
+func init() { testutil.Define(etcdtest.ProcessVerb) } // TestRunMultihostEtcdLost's etcd
 
 // The multi-host job's whole life (rendezvous package doc, "Lifecycle"): a node that arrives after the world
 // started and waits for the next generation learns that the job closed; nodes that disagree on the world's size
 // fail at once; a lost etcd ends the job like a lost node; a finished job's run id can be used again.
 
 // logTo is a logger writing to buf, shared by the nodes of a test: the events it waits for are log lines.
-func logTo(buf *launchertest.Buffer) *zap.Logger {
+func logTo(buf *testutil.Buffer) *zap.Logger {
 	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(buf), zap.InfoLevel))
 }
 
 // start runs node i's launcher in the background; wait returns its report and error, failing the test when it
-// has not returned within launchertest.Deadline (the run is cancelled at cleanup).
+// has not returned within testutil.Deadline (the run is cancelled at cleanup).
 func (w *world) start(i int) (wait func() (*launcher.Report, error)) {
 	var rep *launcher.Report
 	var err error
@@ -48,7 +48,7 @@ func (w *world) start(i int) (wait func() (*launcher.Report, error)) {
 	w.t.Cleanup(func() { cancel(); <-done })
 	return func() (*launcher.Report, error) {
 		w.t.Helper()
-		launchertest.Done(w.t, fmt.Sprintf("node %d's launcher.Run to return", i), done)
+		testutil.Done(w.t, fmt.Sprintf("node %d's launcher.Run to return", i), done)
 		return rep, err
 	}
 }
@@ -72,7 +72,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			w := newWorld(t, 3, backend, "catch:15") // the workers run until they get SIGTERM, then exit 0
-			logs := &launchertest.Buffer{}
+			logs := &testutil.Buffer{}
 			for i := range w.specs {
 				r := &w.specs[i].Rendezvous
 				r.MinNodes, r.Conf = 2, strings.TrimPrefix(r.Conf+",last_call_timeout=0.3", ",")
@@ -81,13 +81,13 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 			w.specs[2].Rendezvous.NodeRank = -1 // an elastic world's ranks from 2 up are given, not asked for
 			wait0 := w.start(0)
 			if backend == "tcp" {
-				launchertest.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
+				testutil.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 			}
 			wait1 := w.start(1)
-			launchertest.WaitReady(t, w.dir, 4)
+			testutil.WaitReady(t, w.dir, 4)
 			wait2 := w.start(2)
 			logs.WaitFor(t, "waits for the world to restart") // n2, in generation 1 (its join timeout: Deadline)
-			for _, pid := range launchertest.PIDs(t, w.dir) { // n0's and n1's workers: the job succeeds
+			for _, pid := range testutil.PIDs(t, w.dir) {     // n0's and n1's workers: the job succeeds
 				if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
@@ -105,7 +105,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 			if len(rep.Attempts) != 0 {
 				t.Fatalf("the late node ran %d attempts", len(rep.Attempts))
 			}
-			launchertest.AssertAllGone(t, w.dir, 4)
+			testutil.AssertAllGone(t, w.dir, 4)
 		})
 	}
 }
@@ -128,7 +128,7 @@ func TestRunMultihostWorldSizeMismatch(t *testing.T) {
 				w := newWorld(t, 2, backend, "exit:0")
 				for i := range w.specs {
 					r := &w.specs[i].Rendezvous
-					r.MinNodes, r.NNodes, r.Timeout = tc.min[i], tc.nodes[i], 2*launchertest.Deadline()
+					r.MinNodes, r.NNodes, r.Timeout = tc.min[i], tc.nodes[i], 2*testutil.Deadline()
 				}
 				_, errs := w.run() // within Deadline, or it fails
 				for i, err := range errs {
@@ -158,7 +158,7 @@ func TestRunMultihostEtcdLost(t *testing.T) {
 	ep, etcd := etcdtest.StartProcess(t)
 	w := onEtcd(newWorld(t, 2, "tcp", "hang"), ep)
 	waits := []func() (*launcher.Report, error){w.start(0), w.start(1)}
-	launchertest.WaitReady(t, w.dir, 4)
+	testutil.WaitReady(t, w.dir, 4)
 	if err := etcd.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestRunMultihostEtcdLost(t *testing.T) {
 		}
 	}
 	t.Logf("both nodes ended %s after etcd was killed (heartbeat 2s)", took.Round(time.Millisecond))
-	launchertest.AssertAllGone(t, w.dir, 4)
+	testutil.AssertAllGone(t, w.dir, 4)
 }
 
 // TestRunMultihostReusedRunID: a 2-node job on etcd fails once and restarts (generations 0 and 1) and succeeds;
@@ -200,7 +200,7 @@ func TestRunMultihostReusedRunID(t *testing.T) {
 	}
 	defer cli.Close()
 	prefix := "/tpurun/rdzv/" + w.specs[0].Rendezvous.RunID + "/"
-	launchertest.Eventually(t, "the first job's keys under "+prefix+" to vanish once its nodes are done", func() bool {
+	testutil.Eventually(t, "the first job's keys under "+prefix+" to vanish once its nodes are done", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/safepath"
+	"tpurun/internal/topology"
 	"tpurun/launcher"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
 )
 
 // TestRunRefusesPlantedLogDirSymlink: the run's log directory is new (<run>_<random>), so the only one who can plant

@@ -7,22 +7,22 @@ import (
 
 	"go.uber.org/goleak"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
-// The test binary doubles as the fake worker: the verbs of launchertest that this package's tests use.
+// The test binary doubles as the fake worker: the verbs of testutil that this package's tests use.
 func init() {
-	launchertest.Register("exit", "exitready", "hang", "raise", "ignore", "catch", "child", "childsetsid", "childclean",
+	testutil.Register("exit", "exitready", "hang", "raise", "ignore", "catch", "child", "childsetsid", "childclean",
 		"lines", "env", "failuntil", "record", "report", "result")
 }
 
 func TestMain(m *testing.M) {
-	launchertest.Dispatch()
-	if err := launchertest.SetSubreaper(); err != nil {
+	testutil.Dispatch()
+	if err := testutil.SetSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := launchertest.Run(m)
+	code := testutil.Run(m)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

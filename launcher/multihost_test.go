@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
+	"tpurun/internal/topology"
 	"tpurun/launcher"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/topology"
-	"tpurun/rendezvous/etcdtest"
 )
 
 // world runs n launchers of one multi-host job in this process (one goroutine each, like n hosts on loopback),
@@ -35,11 +35,11 @@ type world struct {
 
 func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *world {
 	t.Helper()
-	w := &world{t: t, dir: launchertest.FakeDir(t), backend: backend}
+	w := &world{t: t, dir: testutil.FakeDir(t), backend: backend}
 	if backend == "etcd" {
 		w.ep = etcdtest.StartOne(t)
 	} else {
-		w.ep = launchertest.FreeEndpoint(t)
+		w.ep = testutil.FreeEndpoint(t)
 	}
 	for i := range n {
 		conf := "" // the default heartbeat: these tests are not about noticing a lost node
@@ -50,11 +50,11 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 		w.sigs = append(w.sigs, sig)
 		w.specs = append(w.specs, launcher.Spec{
 			Program: []string{os.Args[0]},
-			Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, launchertest.Fake(behaviour)), extra...),
+			Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, testutil.Fake(behaviour)), extra...),
 			Detect:  topology.Options{Device: "cpu"}, Request: topology.Request{NProcs: 2},
 			Rendezvous: launcher.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,
-				NodeRank: i, Conf: conf, Timeout: launchertest.Deadline(), NodeName: "n" + strconv.Itoa(i)},
-			Grace: 2 * time.Second, Stdout: &launchertest.Buffer{}, Stderr: &launchertest.Buffer{}, Signals: sig,
+				NodeRank: i, Conf: conf, Timeout: testutil.Deadline(), NodeName: "n" + strconv.Itoa(i)},
+			Grace: 2 * time.Second, Stdout: &testutil.Buffer{}, Stderr: &testutil.Buffer{}, Signals: sig,
 		})
 	}
 	return w
@@ -71,13 +71,13 @@ func (w *world) run() ([]*launcher.Report, []error) {
 	for i := range w.specs {
 		wg.Go(func() { reps[i], errs[i] = launcher.Run(ctx, w.specs[i]) })
 		if i == 0 && w.backend == "tcp" {
-			launchertest.WaitListening(w.t, w.ep) // node 0 hosts the rendezvous server
+			testutil.WaitListening(w.t, w.ep) // node 0 hosts the rendezvous server
 		}
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	w.t.Cleanup(func() { cancel(); <-done })
-	launchertest.Done(w.t, "every node's launcher.Run to return", done)
+	testutil.Done(w.t, "every node's launcher.Run to return", done)
 	return reps, errs
 }
 
@@ -140,7 +140,7 @@ func TestRunMultihostWorld(t *testing.T) {
 					t.Fatalf("rank %d: TORCHELASTIC_ERROR_FILE=%s, want %s", r, e["TORCHELASTIC_ERROR_FILE"], want)
 				}
 			}
-			launchertest.AssertAllGone(t, w.dir, 4)
+			testutil.AssertAllGone(t, w.dir, 4)
 		})
 	}
 }
@@ -149,7 +149,7 @@ func TestRunMultihostWorld(t *testing.T) {
 // returns the world's verdict — node 1 its own *WorkerError, node 0 a *NodeError naming node 1 — both exit 4.
 func TestRunMultihostFailureSpreads(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 2, "tcp", "hang", launchertest.FakeRank(3, "exitready:4"))
+	w := newWorld(t, 2, "tcp", "hang", testutil.FakeRank(3, "exitready:4"))
 	_, errs := w.run() // ends only if the failure reaches node 0: its workers hang until it stops them
 	var ne *failure.NodeError
 	if !errors.As(errs[0], &ne) || ne.Node != 1 || failure.ExitCode(errs[0]) != 4 {
@@ -159,7 +159,7 @@ func TestRunMultihostFailureSpreads(t *testing.T) {
 	if !errors.As(errs[1], &we) || we.Rank != 3 || failure.ExitCode(errs[1]) != 4 {
 		t.Fatalf("node 1: %v, want rank 3's WorkerError (exit 4)", errs[1])
 	}
-	launchertest.AssertAllGone(t, w.dir, 4)
+	testutil.AssertAllGone(t, w.dir, 4)
 }
 
 // TestRunMultihostRestartIsAGeneration: with MaxRestarts 1 a failure restarts the whole world as generation 1:
@@ -176,7 +176,7 @@ func TestRunMultihostRestartIsAGeneration(t *testing.T) {
 			t.Fatalf("node %d: err %v after %d attempts, want success in the second\n%s", i, errs[i], len(reps[i].Attempts), w.specs[i].Stderr)
 		}
 	}
-	launchertest.AssertAllGone(t, w.dir, 4) // a worker stopped before it ran records no pid
+	testutil.AssertAllGone(t, w.dir, 4) // a worker stopped before it ran records no pid
 }
 
 // TestRunMultihostResultsMerged: on a real etcd, every rank reports one result through the Go client; node 0's
@@ -217,7 +217,7 @@ func TestRunMultihostDocumentOnEveryNode(t *testing.T) {
 			t.Parallel()
 			var extra []string
 			if tc.code != 0 {
-				extra = append(extra, launchertest.FakeRank(5, "exit:6")) // rank 5, on node 2, fails without reporting
+				extra = append(extra, testutil.FakeRank(5, "exit:6")) // rank 5, on node 2, fails without reporting
 			}
 			w := newWorld(t, 3, "tcp", tc.behaviour, extra...)
 			for i := range w.specs {
@@ -265,10 +265,10 @@ func TestRunSignalDuringJoin(t *testing.T) {
 	w.specs = w.specs[:1] // node 1 never comes
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), w.specs[0]); done <- err }()
-	launchertest.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
+	testutil.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 	w.sigs[0] <- syscall.SIGTERM
 	// The join timeout (Deadline, started before) would end the join with a rendezvous error, not a SignalError.
-	err := launchertest.Done(t, "SIGTERM to end the join", done)
+	err := testutil.Done(t, "SIGTERM to end the join", done)
 	var se *failure.SignalError
 	if !errors.As(err, &se) || failure.ExitCode(err) != 143 {
 		t.Fatalf("err %v (exit %d), want a SignalError (143)", err, failure.ExitCode(err))

@@ -3,7 +3,7 @@ package launcher
 import (
 	"time"
 
-	"tpurun/launcher/failure"
+	"tpurun/internal/failure"
 )
 
 // Observer learns of a job's progress: the status endpoint, function-mode bookkeeping, metrics. Observe is called

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/testutil"
 	"tpurun/launcher"
-	"tpurun/launcher/launchertest"
 )
 
 // rendezvousEvents counts the RendezvousDone events of one node and keeps their durations.
@@ -38,7 +38,7 @@ func TestRendezvousDoneOnlyWhereNodesMeet(t *testing.T) {
 	t.Parallel()
 	t.Run("one host", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		cfg, _, _ := config(t, 1, dir, "exit:3")
 		cfg.MaxRestarts = 1
 		var ev rendezvousEvents
@@ -67,6 +67,6 @@ func TestRendezvousDoneOnlyWhereNodesMeet(t *testing.T) {
 				t.Errorf("node %d reported the rendezvous %v, want one join of some duration", i, got)
 			}
 		}
-		launchertest.AssertAllGone(t, w.dir, 4)
+		testutil.AssertAllGone(t, w.dir, 4)
 	})
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/results"
+	"tpurun/internal/attempt"
+	"tpurun/internal/results"
 	"tpurun/rendezvous"
 )
 

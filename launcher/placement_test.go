@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
 

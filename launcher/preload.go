@@ -14,12 +14,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/topology"
-	"tpurun/launcher/workerenv"
-	"tpurun/launcher/zygote"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
+	"tpurun/internal/zygote"
 	"tpurun/worker"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/failure"
+	"tpurun/internal/failure"
 	"tpurun/worker"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/proc"
+	"tpurun/internal/proc"
 )
 
 // reaping is this process's reaper while it is in use: started by the first Run that reaps (or by Reap), shared

@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
 

@@ -5,10 +5,10 @@ import (
 	"syscall"
 	"time"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/results"
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/results"
 )
 
 // Report is what happened in a job: every attempt (generation) of this node's workers and every rank, the job's

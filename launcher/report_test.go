@@ -4,8 +4,8 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/results"
 	"tpurun/launcher"
-	"tpurun/launcher/results"
 )
 
 func TestResultExitsInEndOrder(t *testing.T) {

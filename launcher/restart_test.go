@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
 	"tpurun/launcher"
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
 )
 
 // TestSIGINTDuringFailureTeardownEndsTheRun: one SIGINT while a failed attempt is being torn down (rank 1 ignores
@@ -19,8 +19,8 @@ import (
 // the run ends (no restart) with the first cause's verdict, rank 0's failure.
 func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 2
 	cfg.Grace = time.Minute
 	sigs := make(chan os.Signal, 4)
@@ -48,20 +48,20 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if r := a.Ranks[1]; r.Signal != syscall.SIGKILL {
 		t.Errorf("rank 1 ended %s, want SIGKILL at once (its grace had begun)", r.Ended())
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 // TestTimeoutDuringFailureTeardownEndsTheRun: --timeout expiring while a failed attempt is in its grace period
 // ends the run instead of restarting without a timeout; the verdict is the first cause's, rank 0's failure.
 func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 1
 	// The failure must come first and the timeout fire in the grace period: rank 0 fails as soon as both workers
 	// are set up, which takes far less than the timeout even on a loaded machine (scale it with the knob), and the
 	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the timeout, in the grace, kills it.
-	cfg.Timeout = launchertest.Scaled(4 * time.Second)
+	cfg.Timeout = testutil.Scaled(4 * time.Second)
 	cfg.Grace = cfg.Timeout
 	rep, err := launcher.Run(context.Background(), cfg)
 	if v := rep.Attempts[0].Verdict; v.Reason != attempt.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
@@ -71,15 +71,15 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.As(err, &we) || failure.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v (code %d) after %d attempts, want rank 0's failure (1) and no restart", err, failure.ExitCode(err), len(rep.Attempts))
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 // TestCancelDuringFailureTeardownEndsTheRun: the context canceled while a failed attempt is in its grace period
 // ends the run instead of restarting, with the first cause's verdict (rank 0's failure).
 func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
 	cfg.MaxRestarts = 1
 	cfg.Grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -94,5 +94,5 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if !errors.As(err, &we) || we.Rank != 0 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want rank 0's failure and no restart", err, len(rep.Attempts))
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }

@@ -7,9 +7,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/results"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/results"
 	"tpurun/worker"
 )
 

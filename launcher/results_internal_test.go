@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"testing"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/results"
+	"tpurun/internal/attempt"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/results"
 	"tpurun/worker"
 )
 

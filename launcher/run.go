@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
+	"tpurun/internal/attempt"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 

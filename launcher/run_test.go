@@ -14,25 +14,24 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/attempt"
+	"tpurun/internal/console"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/topology"
 	"tpurun/launcher"
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/console"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/summary"
-	"tpurun/launcher/topology"
 )
 
 // config is a run of n fake workers doing behaviour; extra env entries are appended to the inherited env.
-func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *launchertest.Buffer, *launchertest.Buffer) {
+func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *testutil.Buffer, *testutil.Buffer) {
 	t.Helper()
 	plan, err := topology.CPUPlan(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb launchertest.Buffer
-	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake(behaviour))
+	var out, errb testutil.Buffer
+	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake(behaviour))
 	return launcher.Spec{
 		Plan: plan, Program: []string{os.Args[0]}, Env: append(env, extra...),
 		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb,
@@ -44,12 +43,12 @@ func TestExitCodes(t *testing.T) {
 	for _, code := range []int{0, 1, 85} {
 		t.Run(fmt.Sprint(code), func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			behaviour := "exit:0"
 			if code != 0 {
 				behaviour = "hang" // the others must be stopped by the failure of rank 1
 			}
-			cfg, _, _ := config(t, 3, dir, behaviour, launchertest.FakeRank(1, fmt.Sprintf("exitready:%d", code)))
+			cfg, _, _ := config(t, 3, dir, behaviour, testutil.FakeRank(1, fmt.Sprintf("exitready:%d", code)))
 			rep, err := launcher.Run(context.Background(), cfg)
 			if got := failure.ExitCode(err); got != code {
 				t.Fatalf("exit code %d, want %d (err %v)", got, code, err)
@@ -69,31 +68,29 @@ func TestExitCodes(t *testing.T) {
 					}
 				}
 			}
-			launchertest.AssertAllGone(t, dir, 3)
+			testutil.AssertAllGone(t, dir, 3)
 		})
 	}
 }
 
 func TestKilledBySignal(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "hang", launchertest.FakeRank(0, "raise:9"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "hang", testutil.FakeRank(0, "raise:9"))
 	rep, err := launcher.Run(context.Background(), cfg)
 	if got := failure.ExitCode(err); got != 128+9 {
 		t.Fatalf("exit code %d, want 137 (err %v)", got, err)
 	}
-	var sum strings.Builder
-	summary.Write(&sum, rep)
-	if !strings.Contains(sum.String(), "SIGKILL") {
-		t.Fatalf("summary does not name SIGKILL:\n%s", sum.String())
+	if got := rep.Last().Ranks[0].Ended(); got != "SIGKILL" {
+		t.Fatalf("rank 0 ended %q in the report, want SIGKILL", got)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignore:15", launchertest.FakeRank(0, "exitready:1"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
 	cfg.Grace = 300 * time.Millisecond
 	start := time.Now()
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -106,14 +103,14 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	if el := time.Since(start); el < cfg.Grace {
 		t.Fatalf("run took %s, less than the grace period %s", el, cfg.Grace)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestTimeout(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
-	cfg.Timeout = launchertest.Scaled(5 * time.Second) // after the workers are up, even on a loaded machine
+	cfg.Timeout = testutil.Scaled(5 * time.Second) // after the workers are up, even on a loaded machine
 	rep, err := launcher.Run(context.Background(), cfg)
 	if !errors.Is(err, failure.ErrTimeout) || failure.ExitCode(err) != 124 {
 		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, failure.ExitCode(err))
@@ -128,19 +125,19 @@ func TestTimeout(t *testing.T) {
 			t.Fatalf("rank %d pid %d: kill(0) = %v after the run, want ESRCH", r.Rank, r.PID, err)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 0)
+	testutil.AssertAllGone(t, dir, 0)
 }
 
 func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "child:0")
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
-	if err := launchertest.Done(t, "Run to return while a grandchild holds stdout and fd 3", done); err != nil {
+	if err := testutil.Done(t, "Run to return while a grandchild holds stdout and fd 3", done); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.AssertAllGone(t, dir, 4) // 2 workers + 2 grandchildren
+	testutil.AssertAllGone(t, dir, 4) // 2 workers + 2 grandchildren
 }
 
 // TestOrphanInNewSessionGetsSIGTERMFirst: a worker exits 0 and leaves a helper in a new session (out of its
@@ -148,7 +145,7 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 // sweep at once, with no chance to flush). cmd/tpurun's TestFaultWorker/grandchildren-ignore-sigterm has the
 // helper that ignores SIGTERM and is swept after the grace.
 func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) { // not parallel: no other Run's reaper takes the helper's end
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "childsetsid:0")
 	cfg.NoReaper = true // the helper's end is this test's to see: Run's reaper would reap it first
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -159,7 +156,7 @@ func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) { // not parallel: no 
 		t.Fatalf("the sweep SIGKILLed %v, want nothing left for it: the helper ends on its SIGTERM", rep.Last().Swept)
 	}
 	var helper int
-	for _, pid := range launchertest.PIDs(t, dir) {
+	for _, pid := range testutil.PIDs(t, dir) {
 		if pid != rep.Last().Ranks[0].PID {
 			helper = pid
 		}
@@ -168,35 +165,35 @@ func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) { // not parallel: no 
 	if _, err := syscall.Wait4(helper, &ws, 0, nil); err != nil || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
 		t.Fatalf("helper %d: wait %v, status %v, want killed by SIGTERM", helper, err, ws)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestDrainIsBoundedWhenAnOrphanKeepsThePipes(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "childclean:0")
 	cfg.DrainTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
 	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
 	t.Cleanup(func() { // on failure too: the escaped grandchild is nobody's to kill but the test's
-		for _, pid := range launchertest.PIDs(t, dir) {
+		for _, pid := range testutil.PIDs(t, dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 	// DrainTimeout is 200 ms: Run returns then, not when the grandchild (which never exits) closes the pipes.
-	if err := launchertest.Done(t, "Run to return while an escaped grandchild holds stdout and fd 3", done); err != nil {
+	if err := testutil.Done(t, "Run to return while an escaped grandchild holds stdout and fd 3", done); err != nil {
 		t.Fatal(err)
 	}
 	// The grandchild shed TPURUN_RUN_ID and left the session: the documented limit of the sweep. Clean up.
-	for _, pid := range launchertest.PIDs(t, dir) {
+	for _, pid := range testutil.PIDs(t, dir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	const n, lines = 4, 10000
 	cfg, out, _ := config(t, n, dir, fmt.Sprintf("lines:%d", lines))
 	if _, err := launcher.Run(context.Background(), cfg); err != nil {
@@ -224,12 +221,12 @@ func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 			t.Fatalf("rank %d: %d lines, final partial line flushed: %v", r, next[r], partial[r])
 		}
 	}
-	launchertest.AssertAllGone(t, dir, n)
+	testutil.AssertAllGone(t, dir, n)
 }
 
 func TestWorkerEnvironment(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "env", "RANK=99", "TPU_VISIBLE_CHIPS=7", "LOCAL_RANK=5")
 	cfg.Program = append(cfg.Program, "--port=${local_rank}0")
 	cfg.RunID = "envtest"
@@ -286,13 +283,13 @@ func TestWorkerEnvironment(t *testing.T) {
 		t.Errorf("TORCHELASTIC_ERROR_FILE not per rank: %v", files)
 	}
 	_ = rep
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestRestartsIncrementRestartCount(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "exit:0", launchertest.FakeRank(1, "failuntil:2"))
+	dir := testutil.FakeDir(t)
+	cfg, _, _ := config(t, 2, dir, "exit:0", testutil.FakeRank(1, "failuntil:2"))
 	cfg.MaxRestarts = 2
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
@@ -312,13 +309,13 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cfg, stdout, stderr := config(t, 2, dir, "hang", launchertest.FakeRank(1, "record:7"))
+	dir := testutil.FakeDir(t)
+	cfg, stdout, stderr := config(t, 2, dir, "hang", testutil.FakeRank(1, "record:7"))
 	rep, err := launcher.Run(context.Background(), cfg)
 	if failure.ExitCode(err) != 7 {
 		t.Fatalf("err %v, want 7", err)
@@ -329,21 +326,24 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	if strings.Contains(stdout.String(), "ValueError") {
 		t.Fatalf("stderr leaked into stdout:\n%s", stdout.String())
 	}
-	var sum strings.Builder
-	summary.Write(&sum, rep)
-	for _, want := range []string{"root cause: rank 1", "last stderr lines of rank 1", `File "train.py", line 3, in main`, "exit 7"} {
-		if !strings.Contains(sum.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, sum.String())
-		}
+	s := rep.Last().Failed()
+	if s == nil || s.Rank != 1 || s.Ended() != "exit 7" {
+		t.Fatalf("root cause %+v, want rank 1 exit 7", s)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	if tail := strings.Join(s.StderrTail, "\n"); !strings.Contains(tail, "ValueError: bad learning rate") {
+		t.Errorf("rank 1's stderr tail lacks its last line:\n%s", tail)
+	}
+	if s.Error == nil || !strings.Contains(s.Error.Traceback, `File "train.py", line 3, in main`) {
+		t.Errorf("rank 1's error record lacks the traceback: %+v", s.Error)
+	}
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestForwardedSignals(t *testing.T) {
 	t.Parallel()
 	t.Run("SIGUSR1 reaches every worker", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		cfg, out, _ := config(t, 2, dir, "catch:10") // exit 0 on SIGUSR1
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
@@ -354,11 +354,11 @@ func TestForwardedSignals(t *testing.T) {
 		if c := strings.Count(out.String(), "caught SIGUSR1"); c != 2 {
 			t.Fatalf("%d workers got SIGUSR1, want 2:\n%s", c, out.String())
 		}
-		launchertest.AssertAllGone(t, dir, 2)
+		testutil.AssertAllGone(t, dir, 2)
 	})
 	t.Run("SIGTERM stops the run with 143", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		cfg, _, _ := config(t, 2, dir, "hang")
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
@@ -367,11 +367,11 @@ func TestForwardedSignals(t *testing.T) {
 		if failure.ExitCode(err) != 143 || rep.Last().Verdict.Reason != attempt.StopSignal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Verdict.Reason)
 		}
-		launchertest.AssertAllGone(t, dir, 2)
+		testutil.AssertAllGone(t, dir, 2)
 	})
 	t.Run("second SIGTERM kills at once", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		cfg, _, _ := config(t, 2, dir, "ignore:15")
 		cfg.Grace = time.Hour
 		sigs := make(chan os.Signal, 2)
@@ -381,14 +381,14 @@ func TestForwardedSignals(t *testing.T) {
 		if v := rep.Last().Verdict; failure.ExitCode(err) != 143 || rep.Last().Ranks[0].Signal != syscall.SIGKILL || v.Escalated != "second SIGTERM" {
 			t.Fatalf("err %v (escalated %q), want the run stopped by SIGTERM (143) and the workers SIGKILLed by the second", err, v.Escalated)
 		}
-		launchertest.AssertAllGone(t, dir, 2)
+		testutil.AssertAllGone(t, dir, 2)
 	})
 }
 
 // waitReady calls f once n fake workers have marked themselves ready (every worker has its signal handling set
 // up), in a goroutine of its own while Run runs in the test's.
 func waitReady(t *testing.T, dir string, n int, f func()) {
-	if err := launchertest.PollReady(dir, n); err != nil {
+	if err := testutil.PollReady(dir, n); err != nil {
 		t.Error(err)
 		return
 	}
@@ -397,8 +397,8 @@ func waitReady(t *testing.T, dir string, n int, f func()) {
 
 func TestSixtyFourWorkers(t *testing.T) {
 	t.Parallel()
-	launchertest.Heavy(t) // 64 processes at once
-	dir := launchertest.FakeDir(t)
+	testutil.Heavy(t) // 64 processes at once
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 64, dir, "exit:0")
 	rep, err := launcher.Run(context.Background(), cfg)
 	if err != nil {
@@ -412,14 +412,14 @@ func TestSixtyFourWorkers(t *testing.T) {
 			t.Fatalf("rank %+v: want exit 0 with a pid and a peak RSS from rusage", r)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 64)
+	testutil.AssertAllGone(t, dir, 64)
 }
 
 // TestResultChannel: every worker's fd 3 is its private result channel: good frames become the results document,
 // raw bytes a malformed_frame violation of that rank (exit 65), and a required result that never came is missing.
 func TestResultChannel(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "report")
 	cfg.Results.Required = true
 	rep, err := launcher.Run(context.Background(), cfg)
@@ -427,12 +427,12 @@ func TestResultChannel(t *testing.T) {
 		t.Fatalf("err %v, document %+v", err, rep.Results)
 	}
 	for r, res := range rep.Results.Results {
-		want, _ := json.Marshal(launchertest.Value(r, r))
+		want, _ := json.Marshal(testutil.Value(r, r))
 		if res.Replica != r || res.Rank != r || string(res.Value) != string(want) {
 			t.Fatalf("replica %d: %+v", r, res)
 		}
 	}
-	cfg, _, _ = config(t, 2, dir, "result", launchertest.FakeRank(1, "exit:0"))
+	cfg, _, _ = config(t, 2, dir, "result", testutil.FakeRank(1, "exit:0"))
 	cfg.Results.Required = true
 	rep, err = launcher.Run(context.Background(), cfg)
 	var re *failure.ResultsError
@@ -446,12 +446,12 @@ func TestResultChannel(t *testing.T) {
 	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != exitcode.Results {
 		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
 	}
-	launchertest.AssertAllGone(t, dir, 4)
+	testutil.AssertAllGone(t, dir, 4)
 }
 
 func TestLogDirRedirectsAndFilter(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, out, _ := config(t, 3, dir, "lines:3")
 	cfg.LogDir = t.TempDir()
 	cfg.RunID = "logs"
@@ -473,7 +473,7 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 			t.Fatalf("rank %d log file: %q %v", r, b, err)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 3)
+	testutil.AssertAllGone(t, dir, 3)
 }
 
 // runLogDir is the one directory of run id below logDir: torchrun's <run-id>_<random>.
@@ -571,7 +571,7 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 
 func TestLiveSamplesAndCancel(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
 	cfg.SampleInterval = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -601,7 +601,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 			t.Errorf("rank %d: no live sample in the report", r.Rank)
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 // TestStaleErrorFileIsNotTheRootCause: every run has a new log directory, but a worker can write below it: a
@@ -631,18 +631,14 @@ exit 5`
 	if rec := rep.Last().Ranks[1].Error; rec != nil {
 		t.Fatalf("attempt 1 reports the file attempt 0 left as rank 1's error: %+v", rec)
 	}
-	var sum strings.Builder
-	summary.Write(&sum, rep)
-	if strings.Contains(sum.String(), "bad learning rate") {
-		t.Fatalf("summary shows the planted traceback:\n%s", sum.String())
-	}
+
 }
 
 // TestSameRunIDDoesNotSweepAnotherLaunchersWorkers: two launchers with one run id and the sweep by environment
 // (no reaper: library use or --no-subreaper): the one that ends first must not kill the other's workers.
 func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	t.Parallel()
-	dirA := launchertest.FakeDir(t)
+	dirA := testutil.FakeDir(t)
 	cfgA, _, _ := config(t, 2, dirA, "hang")
 	cfgA.RunID = "shared-run-id"
 	ctx, cancel := context.WithCancel(context.Background())
@@ -657,9 +653,9 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 		done <- outcome{rep, err}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	launchertest.WaitReady(t, dirA, 2)
+	testutil.WaitReady(t, dirA, 2)
 
-	dirB := launchertest.FakeDir(t)
+	dirB := testutil.FakeDir(t)
 	cfgB, _, _ := config(t, 1, dirB, "exit:0")
 	cfgB.RunID = "shared-run-id"
 	repB, err := launcher.Run(context.Background(), cfgB)
@@ -677,6 +673,6 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 			t.Errorf("launcher A's rank %d ended %s, want SIGTERM from A's own stop", r.Rank, r.Ended())
 		}
 	}
-	launchertest.AssertAllGone(t, dirA, 2)
-	launchertest.AssertAllGone(t, dirB, 1)
+	testutil.AssertAllGone(t, dirA, 2)
+	testutil.AssertAllGone(t, dirB, 1)
 }

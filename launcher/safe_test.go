@@ -8,24 +8,24 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/topology"
 	"tpurun/launcher"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/topology"
 )
 
 // The embedder verb is a program that embeds the launcher: it runs two workers with Run and a Spec that sets
 // nothing about signals or reaping (the zero Spec's way; with Arg "optout", NoSignals and NoReaper), and exits with
 // the job's exit code. Rank 0 leaves a hanging helper in a session of its own; rank 1 hangs.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "embedder", Spawns: []string{"childsetsid", "hang"}, Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "embedder", Spawns: []string{"childsetsid", "hang"}, Run: func(w *testutil.Worker) int {
 		plan, err := topology.CPUPlan(2)
 		if err != nil {
 			return 99
 		}
-		env := launchertest.Without(os.Environ(), launchertest.EnvVerb+"=")
-		spec := launcher.Spec{Plan: plan, Program: []string{launchertest.Executable()}, Stdout: io.Discard, Stderr: io.Discard,
-			Env: append(env, launchertest.FakeRank(0, "childsetsid:0"), launchertest.FakeRank(1, "hang"))}
+		env := testutil.Without(os.Environ(), testutil.EnvVerb+"=")
+		spec := launcher.Spec{Plan: plan, Program: []string{testutil.Executable()}, Stdout: io.Discard, Stderr: io.Discard,
+			Env: append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang"))}
 		spec.NoSignals, spec.NoReaper = w.Arg == "optout", w.Arg == "optout"
 		_, err = launcher.Run(context.Background(), spec)
 		return failure.ExitCode(err)
@@ -40,23 +40,23 @@ func init() {
 func TestZeroSpecIsSafe(t *testing.T) {
 	for _, arg := range []string{"", "optout"} {
 		t.Run("arg="+arg, func(t *testing.T) {
-			dir := launchertest.FakeDir(t)
-			cmd := launchertest.Command("embedder:" + arg)
+			dir := testutil.FakeDir(t)
+			cmd := testutil.Command("embedder:" + arg)
 			cmd.Env = append(cmd.Env, "FAKE_DIR="+dir)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitReady(t, dir, 2)
-			pids := launchertest.PIDs(t, dir) // the two workers and the helper
+			testutil.WaitReady(t, dir, 2)
+			pids := testutil.PIDs(t, dir) // the two workers and the helper
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			code := launchertest.WaitExit(t, cmd)
+			code := testutil.WaitExit(t, cmd)
 			if arg == "" {
 				if code != 143 {
 					t.Fatalf("exit %d, want 143 (stopped by SIGTERM)", code)
 				}
-				launchertest.AssertAllGone(t, dir, 3)
+				testutil.AssertAllGone(t, dir, 3)
 				return
 			}
 			if code != -1 {
@@ -64,7 +64,7 @@ func TestZeroSpecIsSafe(t *testing.T) {
 			}
 			var alive []int
 			for _, pid := range pids {
-				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) && !launchertest.Dead(pid) {
+				if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) && !testutil.Dead(pid) {
 					alive = append(alive, pid)
 					_ = syscall.Kill(pid, syscall.SIGKILL)
 				}
@@ -72,7 +72,7 @@ func TestZeroSpecIsSafe(t *testing.T) {
 			if len(alive) == 0 {
 				t.Fatalf("no process of the job outlived the program that opted out; this test shows nothing")
 			}
-			launchertest.AssertAllGone(t, dir, 3)
+			testutil.AssertAllGone(t, dir, 3)
 		})
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"syscall"
 
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 )
 
 // sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.

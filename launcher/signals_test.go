@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/failure"
+	"tpurun/internal/failure"
 )
 
 // TestSignalPolicyTable: the table of docs/CONTROL.md, signal by signal.

@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
-	"tpurun/launcher/workerenv"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
 	"tpurun/worker"
 )
 

@@ -18,13 +18,13 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/attempt"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/safepath"
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/console"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
-	"tpurun/launcher/topology"
-	"tpurun/launcher/workerenv"
+	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
 	"tpurun/worker"
 )
 

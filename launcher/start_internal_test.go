@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/topology"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
+	"tpurun/internal/topology"
 )
 
 // TestQuietGCNests: the collector is off while any start burst runs, and back to its setting after the last.
@@ -39,7 +39,7 @@ func TestQuietGCNests(t *testing.T) {
 // already started forward meanwhile is garbage: 512 workers each writing 2 MB as they start took tpurun to 735 MB
 // peak RSS (155 MB with the collector on).
 func TestQuietGCBoundsTheHeap(t *testing.T) {
-	launchertest.Heavy(t)
+	testutil.Heavy(t)
 	heap := func() uint64 {
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)

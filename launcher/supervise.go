@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/proc"
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its

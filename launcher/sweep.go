@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/launcher/proc"
+	"tpurun/internal/proc"
 	"tpurun/worker"
 )
 

@@ -9,8 +9,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/console"
-	"tpurun/launcher/topology"
+	"tpurun/internal/console"
+	"tpurun/internal/topology"
 )
 
 // terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its

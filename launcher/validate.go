@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/hostname"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
+	"tpurun/internal/topology"
 	"tpurun/worker"
 )
 

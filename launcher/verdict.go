@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"tpurun/launcher/attempt"
-	"tpurun/launcher/failure"
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -24,7 +24,7 @@ import (
 
 // childServer: rdzvserver:TOKEN, and RDZV_TEST_HB (a duration) for its heartbeat. Listens on loopback, prints
 // "addr <addr>", answers each line "stats" on stdin with its Stats as JSON, and serves until stdin closes.
-func childServer(w *launchertest.Worker) int {
+func childServer(w *testutil.Worker) int {
 	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))
 	s, err := Listen(ServerConfig{Addr: "127.0.0.1:0", Token: w.Arg, Heartbeat: hb})
 	if err != nil {
@@ -51,7 +51,7 @@ type serverProcess struct {
 
 func startServerProcess(t *testing.T, token string, env ...string) *serverProcess {
 	t.Helper()
-	cmd := launchertest.Command("rdzvserver:" + token)
+	cmd := testutil.Command("rdzvserver:" + token)
 	cmd.Env = append(cmd.Env, env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -115,7 +115,7 @@ func peakRSS(t *testing.T, pid int) int64 {
 // more than a few MiB: nothing is allocated before a connection has proved it holds the token. Every connection
 // reaches the server and is refused.
 func TestPreAuthFloodMemory(t *testing.T) {
-	launchertest.Heavy(t) // a flood, and a memory figure
+	testutil.Heavy(t) // a flood, and a memory figure
 	for _, mode := range []string{"frame first", "frame after a wrong proof"} {
 		t.Run(mode, func(t *testing.T) {
 			srv := startServerProcess(t, "s3cret-token")
@@ -139,7 +139,7 @@ func TestPreAuthFloodMemory(t *testing.T) {
 					}
 					defer nc.Close()
 					dialed.Add(1)
-					nc.SetDeadline(time.Now().Add(launchertest.Deadline()))
+					nc.SetDeadline(time.Now().Add(testutil.Deadline()))
 					if mode != "frame first" {
 						var hello [clientHelloLen]byte
 						copy(hello[:], helloMagic)
@@ -159,7 +159,7 @@ func TestPreAuthFloodMemory(t *testing.T) {
 			// Each client saw the server hang up; the server counts the refusal right after: the event is a server
 			// that holds no connection and has accounted for every one it accepted.
 			var st Stats
-			launchertest.WaitFor(t, "the server to account for every connection", func() error {
+			testutil.WaitFor(t, "the server to account for every connection", func() error {
 				st = srv.stats(t)
 				refused := int64(0)
 				for _, n := range st.Refused {
@@ -198,7 +198,7 @@ func TestPreAuthFloodMemory(t *testing.T) {
 // then nothing), each re-opened as soon as the server drops it, neither keep a real node from joining nor flood
 // the log: the refusals are one summary line per interval, whose counts add up to the server's.
 func TestSlowlorisDoesNotLockOut(t *testing.T) {
-	launchertest.Heavy(t) // thousands of connections
+	testutil.Heavy(t) // thousands of connections
 	t.Run("idle", func(t *testing.T) { testSlowloris(t, 4200, false) })
 	t.Run("hello then silent", func(t *testing.T) { testSlowloris(t, 1000, true) })
 }
@@ -269,7 +269,7 @@ func testSlowloris(t *testing.T, attackers int, hello bool) {
 		}
 	}()
 	// the attack is in full swing: (nearly) every attacker holds a connection
-	launchertest.WaitFor(t, "the attack in full swing", func() error {
+	testutil.WaitFor(t, "the attack in full swing", func() error {
 		if n := live.Load(); n < int64(attackers*9/10) {
 			return fmt.Errorf("%d of %d attackers connected", n, attackers)
 		}
@@ -346,7 +346,7 @@ func testSlowloris(t *testing.T, attackers int, hello bool) {
 // would cost on real hosts is TestSlowlorisDoesNotLockOut's and TestVictimIsThePeersSilence's. With that grace,
 // a full pool that waited for the grace instead of a handshake's end would not join before the deadline.
 func TestBurstJoinIsNotAFlood(t *testing.T) {
-	launchertest.Heavy(t) // a world of 256 nodes
+	testutil.Heavy(t) // a world of 256 nodes
 	const n = 256
 	srv, err := Listen(ServerConfig{Heartbeat: never(), AuthTimeout: never(), EvictGrace: never(), Timeout: never()})
 	if err != nil {
@@ -380,7 +380,7 @@ func TestBurstJoinIsNotAFlood(t *testing.T) {
 	}
 	joined := make(chan struct{})
 	go func() { wg.Wait(); close(joined) }()
-	launchertest.Done(t, "256 nodes to join and pass a barrier", joined)
+	testutil.Done(t, "256 nodes to join and pass a barrier", joined)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // The pod-scale benchmarks simulate every node of a world in this one process, through the public API (New, Join,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // TestTCPWithoutEndpoint: a tcp rendezvous of several nodes without --rdzv-endpoint is a configuration error that
@@ -97,7 +97,7 @@ func TestDuplicateWhileJoiningFailsTheWorld(t *testing.T) {
 			_, err := r1.Join(ctx, m1)
 			rdzvErr(t, err, ErrDuplicateNode)
 			// at once: the join timeout is past the deadline
-			err0 := launchertest.Done(t, "the first claimant's join to fail after the duplicate was refused", first)
+			err0 := testutil.Done(t, "the first claimant's join to fail after the duplicate was refused", first)
 			e := rdzvErr(t, err0, ErrDuplicateNode)
 			if len(e.Nodes) != 2 || e.Nodes[0].Instance != m1.Instance || e.Nodes[1].Instance != m0.Instance {
 				t.Fatalf("the first claimant's error does not name both claimants: %v", err0)
@@ -147,7 +147,7 @@ func TestDuplicateWhileJoiningFailsTheWorld(t *testing.T) {
 // waitEntries waits until generation 0 on s has n joiners.
 func waitEntries(t *testing.T, s *Server, n int) {
 	t.Helper()
-	launchertest.WaitFor(t, fmt.Sprintf("generation 0 to have %d joiners", n), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("generation 0 to have %d joiners", n), func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		got := 0

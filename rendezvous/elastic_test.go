@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // Elastic worlds (MinNodes < NNodes) and node loss, on the embedded server and on etcd (etcd_test.go runs the
@@ -183,7 +183,7 @@ func testNodeLostAndBack(t *testing.T, c *cluster, env ...string) {
 		}
 		back <- s
 	}()
-	launchertest.WaitFor(t, "the returning node to wait in the next generation", func() error {
+	testutil.WaitFor(t, "the returning node to wait in the next generation", func() error {
 		n, err := c.sess[0].Waiting(ctx)
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func waitRegistered(t *testing.T, c *cluster, n int) {
 	defer cli.Close()
 	cfg, m := c.config(0)
 	run := cfg.Conf["prefix"] + m.RunID + "/" // <prefix><run id>/<job>/0/members/<instance>
-	launchertest.WaitFor(t, fmt.Sprintf("%d nodes registered in generation 0 under %s", n, run), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("%d nodes registered in generation 0 under %s", n, run), func() error {
 		r, err := cli.Get(context.Background(), run, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return err

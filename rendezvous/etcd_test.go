@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
@@ -131,7 +131,7 @@ func TestEtcd(t *testing.T) {
 			go func() { barrier <- s.Barrier(ctx, "after-quorum-loss") }()
 		}
 		// The event: every node's watch was cancelled for want of a leader (and resumed), or a barrier gave up.
-		launchertest.WaitFor(t, "the nodes' watches cancelled for want of a leader", func() error {
+		testutil.WaitFor(t, "the nodes' watches cancelled for want of a leader", func() error {
 			if len(barrier) > 0 {
 				err := <-barrier
 				t.Fatalf("a barrier ended while etcd had no quorum: %v", err)
@@ -148,7 +148,7 @@ func TestEtcd(t *testing.T) {
 		ec.RestartMember(1)
 		defer ec.RestartMember(2)
 		for range c.sess {
-			if err := launchertest.Done(t, "the barrier after the quorum came back", barrier); err != nil {
+			if err := testutil.Done(t, "the barrier after the quorum came back", barrier); err != nil {
 				t.Fatalf("barrier after the quorum came back: %v", err)
 			}
 		}
@@ -158,7 +158,7 @@ func TestEtcd(t *testing.T) {
 // barrierAll passes a barrier on every session of c, within the deadline.
 func barrierAll(t *testing.T, c *cluster, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), launchertest.Deadline())
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Deadline())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, s := range c.sess {

@@ -13,8 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // A node, or an etcd, that is busy for longer than a heartbeat (a loaded host, a GC pause) is not lost: the node's
@@ -59,7 +59,7 @@ func leaseOf(t *testing.T, cli *clientv3.Client, c *cluster, runID, host string)
 func waitRenewed(t *testing.T, cli *clientv3.Client, what string, leases ...clientv3.LeaseID) {
 	t.Helper()
 	full := int64(nodeTTL(stallHeartbeat).Seconds()) - 1
-	launchertest.WaitFor(t, what, func() error {
+	testutil.WaitFor(t, what, func() error {
 		for _, l := range leases {
 			r, err := cli.TimeToLive(context.Background(), l)
 			if err != nil {
@@ -89,11 +89,11 @@ func waitRenewal(t *testing.T, cli *clientv3.Client, what string, leases ...clie
 		}
 		return r.TTL
 	}
-	launchertest.WaitFor(t, what, func() error {
+	testutil.WaitFor(t, what, func() error {
 		if ttl(leases[0]) >= full {
 			return fmt.Errorf("lease %x renewed less than a second ago: waiting for its next renewal", int64(leases[0]))
 		}
-		launchertest.WaitFor(t, what, func() error {
+		testutil.WaitFor(t, what, func() error {
 			if left := ttl(leases[0]); left < full {
 				return fmt.Errorf("lease %x: %d s left of %d", int64(leases[0]), left, full)
 			}

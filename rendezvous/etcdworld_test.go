@@ -16,8 +16,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // fillMember sets every field of m that JSON encodes to a value of its own for member i (a field added to
@@ -179,7 +179,7 @@ func testCounterRetires(t *testing.T, c *cluster) {
 		c.sess[0], err = c.rdzv[0].Join(ctx, m0)
 		first <- err
 	}()
-	launchertest.Eventually(t, "node-0 to count the registrations", func() bool {
+	testutil.Eventually(t, "node-0 to count the registrations", func() bool {
 		return logs.FilterMessageSnippet("this node counts the registrations").Len() == 1
 	})
 	cmd, _ := startNodeProcess(t, BackendEtcd, c.endpoint, 3, -1, c.hb, "RDZV_TEST_PREFIX="+c.prefix,
@@ -187,7 +187,7 @@ func testCounterRetires(t *testing.T, c *cluster) {
 	waitRegistered(t, c, 2)
 	killed(t, cmd)
 	c.join(ctx, []int{1, 2})
-	if err := launchertest.Done(t, "node-0's join", first); err != nil {
+	if err := testutil.Done(t, "node-0's join", first); err != nil {
 		t.Fatal(err)
 	}
 	c.mustJoin()
@@ -268,7 +268,7 @@ func testDeparturesCompacted(t *testing.T, c *cluster) {
 	defer func() { testBeforeDepartures = nil }()
 	c.start(ctx, nil)
 	c.mustJoin()
-	if err := launchertest.Done(t, "node-0 to compact etcd", hookErr); err != nil {
+	if err := testutil.Done(t, "node-0 to compact etcd", hookErr); err != nil {
 		t.Fatal(err)
 	}
 	if f := waitFailure(t, c.sess[0]); !f.Lost || f.Node.Host != "node-2" {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // v1Frame is a frame as version 1 clients and servers wrote it.
@@ -37,7 +37,7 @@ func TestVersion1ClientIsToldWhy(t *testing.T) {
 	nc := dialRaw(t, s.Addr())
 	nc.Write(v1Frame(map[string]any{"v": 1, "type": "join", "id": 1, "token": "tok", "nnodes": 2,
 		"member": map[string]any{"instance": "abc", "host": "old", "local_workers": 1, "rank": -1}}))
-	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
+	nc.SetReadDeadline(time.Now().Add(testutil.Deadline()))
 	var hdr [4]byte
 	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
 		t.Fatalf("no answer: %v", err)
@@ -126,7 +126,7 @@ func TestFutureVersion(t *testing.T) {
 	binary.BigEndian.PutUint16(hello[4:], Version+1)
 	nc.Write(hello[:])
 	var ch [challengeLen]byte
-	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
+	nc.SetReadDeadline(time.Now().Add(testutil.Deadline()))
 	if _, err := io.ReadFull(nc, ch[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestFutureVersion(t *testing.T) {
 		c.Write(out[:])
 	}()
 	c := dialRaw(t, ln.Addr().String())
-	err = clientHandshake(c, ln.Addr().String(), "", time.Now().Add(launchertest.Deadline()))
+	err = clientHandshake(c, ln.Addr().String(), "", time.Now().Add(testutil.Deadline()))
 	if e := rdzvErr(t, err, ErrVersion); !strings.Contains(e.Detail, fmt.Sprintf("version %d", Version+1)) {
 		t.Fatalf("%v", err)
 	}
@@ -248,7 +248,7 @@ func TestServerRefusesWrongProof(t *testing.T) {
 	binary.BigEndian.PutUint16(hello[4:], Version)
 	nc.Write(hello[:])
 	var ch [challengeLen]byte
-	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
+	nc.SetReadDeadline(time.Now().Add(testutil.Deadline()))
 	if _, err := io.ReadFull(nc, ch[:]); err != nil {
 		t.Fatal(err)
 	}

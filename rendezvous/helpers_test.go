@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // cluster is n nodes of one backend run as goroutines.
@@ -40,14 +40,14 @@ func freeAddr(t testing.TB) string {
 
 func hostName(i int) string { return fmt.Sprintf("node-%d", i) }
 
-// never is a rendezvous timeout longer than any wait of a test (launchertest.Deadline): a test that expects
+// never is a rendezvous timeout longer than any wait of a test (testutil.Deadline): a test that expects
 // something at once gives it to the rendezvous, so that the slow way (waiting the timeout out) fails the wait
 // instead of passing late.
-func never() time.Duration { return 2 * launchertest.Deadline() }
+func never() time.Duration { return 2 * testutil.Deadline() }
 
 // waitedOut is a join timeout or a last call that a test waits out on purpose: long enough for every join that
 // must come before it, on a loaded machine and on a 3-member etcd whose writes each need a raft round.
-func waitedOut() time.Duration { return launchertest.Scaled(5 * time.Second) }
+func waitedOut() time.Duration { return testutil.Scaled(5 * time.Second) }
 
 // newCluster is n nodes of backend with the defaults a real job has (heartbeat) and a join timeout no test
 // reaches; a test of a timeout or a heartbeat sets its own.
@@ -125,7 +125,7 @@ func (c *cluster) join(ctx context.Context, which []int) {
 	joined := make(chan struct{})
 	go func() { wg.Wait(); close(joined) }()
 	c.t.Cleanup(func() { <-joined; c.close() })
-	launchertest.Done(c.t, "every node's Join to return", joined)
+	testutil.Done(c.t, "every node's Join to return", joined)
 }
 
 func (c *cluster) close() {
@@ -223,7 +223,7 @@ func lostErr(t *testing.T, err error) *NodeLostError {
 // waitFailure waits for a failure on s's channel (Deadline at most).
 func waitFailure(t *testing.T, s Session) Failure {
 	t.Helper()
-	timer := time.NewTimer(launchertest.Deadline())
+	timer := time.NewTimer(testutil.Deadline())
 	defer timer.Stop()
 	select {
 	case f, ok := <-s.Failures():
@@ -232,7 +232,7 @@ func waitFailure(t *testing.T, s Session) Failure {
 		}
 		return f
 	case <-timer.C:
-		t.Fatalf("no failure within %s", launchertest.Deadline())
+		t.Fatalf("no failure within %s", testutil.Deadline())
 	}
 	return Failure{}
 }

@@ -11,11 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
-func init() { launchertest.Define(etcdtest.ProcessVerb) } // TestEtcdProcessKilled's etcd
+func init() { testutil.Define(etcdtest.ProcessVerb) } // TestEtcdProcessKilled's etcd
 
 // The job's lifecycle (doc.go): forming -> running (generation g) -> closing -> closed, the same on the embedded
 // server and on etcd (etcd_test.go runs these against a real etcd cluster).
@@ -83,7 +83,7 @@ func (c *cluster) lateNode(ctx context.Context, i int) <-chan error {
 // waitWaiting waits until s's world sees n nodes waiting for the next generation.
 func waitWaiting(t *testing.T, s Session, n int) {
 	t.Helper()
-	launchertest.Eventually(t, fmt.Sprintf("%d nodes to wait for the next generation", n), func() bool {
+	testutil.Eventually(t, fmt.Sprintf("%d nodes to wait for the next generation", n), func() bool {
 		w, err := s.Waiting(context.Background())
 		return err == nil && w == n
 	})
@@ -115,11 +115,11 @@ func testLateNodeLearnsClosed(t *testing.T, c *cluster) {
 	if err := c.sess[0].Finish(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	closedErr(t, launchertest.Done(t, "the waiting node to learn that the job closed", late), 0, 0)
+	closedErr(t, testutil.Done(t, "the waiting node to learn that the job closed", late), 0, 0)
 	if err := c.sess[1].Finish(ctx, 1); err != nil { // the second close finds the first recorded
 		t.Fatal(err)
 	}
-	closedErr(t, launchertest.Done(t, "an arrival after the close to learn it", c.lateNode(ctx, 2)), 0, 0)
+	closedErr(t, testutil.Done(t, "an arrival after the close to learn it", c.lateNode(ctx, 2)), 0, 0)
 	errs := make(chan error, 2)
 	for _, s := range c.sess[:2] {
 		go func() { errs <- s.Barrier(ctx, "closing") }()
@@ -147,14 +147,14 @@ func testReusedRunID(t *testing.T, ec *etcdtest.Cluster) {
 	if err := a.sess[0].Finish(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	closedErr(t, launchertest.Done(t, "an arrival while A's nodes are there to learn A closed", a.lateNode(ctx, 1)), 0, 3)
+	closedErr(t, testutil.Done(t, "an arrival while A's nodes are there to learn A closed", a.lateNode(ctx, 1)), 0, 3)
 	a.close()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	launchertest.Eventually(t, "job A's keys to vanish once its nodes are done", func() bool {
+	testutil.Eventually(t, "job A's keys to vanish once its nodes are done", func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		r, err := cli.Get(cctx, a.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -175,7 +175,7 @@ func testReusedRunID(t *testing.T, ec *etcdtest.Cluster) {
 	if err := b.sess[1].Finish(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	closedErr(t, launchertest.Done(t, "the late node of A, waiting in B, to learn B closed", late), 0, 0)
+	closedErr(t, testutil.Done(t, "the late node of A, waiting in B, to learn B closed", late), 0, 0)
 }
 
 // TestEtcdProcessKilled: etcd (a process of its own) is SIGKILLed under a running world and a node waiting for
@@ -209,13 +209,13 @@ func TestEtcdProcessKilled(t *testing.T) {
 		}
 	}
 	for i, s := range c.sess {
-		launchertest.Done(t, fmt.Sprintf("node %d's session to end", i), s.Done())
+		testutil.Done(t, fmt.Sprintf("node %d's session to end", i), s.Done())
 		lost("Err", s.Err())
 		lost("Barrier", s.Barrier(ctx, "after"))
 		if f := waitFailure(t, s); !f.Lost || f.Node.Host != ep {
 			t.Fatalf("node %d heard %+v, want etcd at %s lost", i, f, ep)
 		}
 	}
-	lost("the waiting join", launchertest.Done(t, "the waiting join to end", late))
+	lost("the waiting join", testutil.Done(t, "the waiting join to end", late))
 	t.Logf("etcd's death noticed after %s (heartbeat %s)", time.Since(killed).Round(time.Millisecond), c.hb)
 }

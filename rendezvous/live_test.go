@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // livePair is a loopback TCP connection: the side under test, and its peer.
@@ -39,7 +39,7 @@ func TestLiveReadsWhatArrived(t *testing.T) {
 	if err := writeMessage(peer, &message{Type: msgPing}, DefaultMaxMessage); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.Eventually(t, "the ping to arrive", func() bool { return bytesWaiting(nc) })
+	testutil.Eventually(t, "the ping to arrive", func() bool { return bytesWaiting(nc) })
 	const limit = time.Hour
 	fr := newFrameReader(nc, DefaultMaxMessage)
 	fr.last = time.Now().Add(-limit - time.Minute) // the deadline passed before the read
@@ -68,7 +68,7 @@ func TestLiveFrameCutByDeadline(t *testing.T) {
 	if _, err := peer.Write(f[7:]); err != nil {
 		t.Fatal(err)
 	}
-	m, err := live(nc, fr, launchertest.Deadline(), &lagMeter{})
+	m, err := live(nc, fr, testutil.Deadline(), &lagMeter{})
 	if err != nil || m.Type != msgPublish || string(m.Data) != "data" {
 		t.Fatalf("read %+v, %v; want the whole frame", m, err)
 	}
@@ -78,7 +78,7 @@ func TestLiveFrameCutByDeadline(t *testing.T) {
 // itself late at its deadline (its process was not running) gives the peer twice its lateness more.
 func TestLiveSilentPeerIsLost(t *testing.T) {
 	nc, _ := livePair(t)
-	limit := launchertest.Scaled(200 * time.Millisecond)
+	limit := testutil.Scaled(200 * time.Millisecond)
 	fr := newFrameReader(nc, DefaultMaxMessage)
 	start := fr.last
 	_, err := live(nc, fr, limit, &lagMeter{})

@@ -8,21 +8,21 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 
 	"go.uber.org/goleak"
 )
 
 // The test binary doubles as a node process (rdzvnode, so that tests can SIGKILL a real launcher process) and as
-// a server process (rdzvserver, attack_test.go): launchertest's fake worker, with these verbs of this package.
+// a server process (rdzvserver, attack_test.go): testutil's fake worker, with these verbs of this package.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "rdzvnode", Run: childNode})
-	launchertest.Define(launchertest.Verb{Name: "rdzvserver", Run: childServer})
+	testutil.Define(testutil.Verb{Name: "rdzvnode", Run: childNode})
+	testutil.Define(testutil.Verb{Name: "rdzvserver", Run: childServer})
 }
 
 func TestMain(m *testing.M) {
-	launchertest.Dispatch()
-	code := launchertest.Run(m)
+	testutil.Dispatch()
+	code := testutil.Run(m)
 	if code == 0 {
 		// the in-process etcd members (etcd_test.go) leave idle HTTP peer connections of their own behind; this
 		// package uses no net/http, so those are not ours.
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // RDZV_TEST_HB (duration), and for an elastic world RDZV_TEST_MIN, RDZV_TEST_LASTCALL (duration) and
 // RDZV_TEST_GEN=latest; RDZV_TEST_INSTANCE sets its instance (a random one when empty). Prints "joined <rank>"
 // and then blocks until killed (or stdin closes).
-func childNode(w *launchertest.Worker) int {
+func childNode(w *testutil.Worker) int {
 	nn, _ := strconv.Atoi(os.Getenv("RDZV_TEST_NNODES"))
 	rank, _ := strconv.Atoi(os.Getenv("RDZV_TEST_RANK"))
 	hb, _ := time.ParseDuration(os.Getenv("RDZV_TEST_HB"))

@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // startNodeProcess re-executes the test binary as one node (see childNode) and waits until it has joined.
 // joined reports the line it printed; the process is killed and reaped at cleanup.
 func startNodeProcess(t *testing.T, backend, endpoint string, nnodes, rank int, hb time.Duration, env ...string) (*exec.Cmd, <-chan string) {
 	t.Helper()
-	cmd := launchertest.Command("rdzvnode:" + backend)
+	cmd := testutil.Command("rdzvnode:" + backend)
 	cmd.Env = append(cmd.Env, "RDZV_TEST_ENDPOINT="+endpoint,
 		fmt.Sprintf("RDZV_TEST_NNODES=%d", nnodes), fmt.Sprintf("RDZV_TEST_RANK=%d", rank),
 		"RDZV_TEST_HOST="+hostName(rank), "RDZV_TEST_HB="+hb.String())
@@ -55,7 +55,7 @@ func startNodeProcess(t *testing.T, backend, endpoint string, nnodes, rank int, 
 // waitLine waits for the node process's next line and requires it to start with prefix.
 func waitLine(t *testing.T, lines <-chan string, prefix string) {
 	t.Helper()
-	if l := launchertest.Done(t, fmt.Sprintf("the node process to print %q", prefix), lines); !strings.HasPrefix(l, prefix) {
+	if l := testutil.Done(t, fmt.Sprintf("the node process to print %q", prefix), lines); !strings.HasPrefix(l, prefix) {
 		t.Fatalf("node process said %q, want %q", l, prefix)
 	}
 }
@@ -181,7 +181,7 @@ func TestNodeProcessFrozen(t *testing.T) {
 // them lost: they pass a barrier after it resumes. A server that stays stopped (a host gone: no connection drops)
 // is declared lost by every node, within two heartbeats of silence.
 func TestServerProcessStalled(t *testing.T) {
-	hb := launchertest.Scaled(2 * time.Second)
+	hb := testutil.Scaled(2 * time.Second)
 	srv := startServerProcess(t, "s3cret-token", "RDZV_TEST_HB="+hb.String())
 	ctx := context.Background()
 	sess := make([]Session, 2)

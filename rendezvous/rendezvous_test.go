@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // embedded are the backends on the embedded server; etcd_test.go runs the same scenarios against etcd.
@@ -380,7 +380,7 @@ func testJoinCancelled(t *testing.T, cfg Config) {
 	}
 	cancel() // otherwise: still connecting (tcp), or wherever the etcd join is
 	// The join timeout is past the deadline: only the cancel ends the join in time.
-	err = launchertest.Done(t, "the cancelled join to return", done)
+	err = testutil.Done(t, "the cancelled join to return", done)
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("cancelled join: %v, want context.Canceled", err)
 	}

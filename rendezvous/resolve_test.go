@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // fakeDNS is a DNS server for a Resolver (Config.Resolver) that knows the names published so far, as the headless
@@ -146,12 +146,12 @@ func TestEndpointNotResolvedYet(t *testing.T) {
 	waiting := func() int {
 		return logs.FilterMessageSnippet("does not resolve yet").Len()
 	}
-	launchertest.Eventually(t, "both nodes to say the endpoint does not resolve yet", func() bool { return waiting() == 2 })
-	launchertest.Eventually(t, "a node to look the name up again", func() bool { return dns.count(name) > 4 })
+	testutil.Eventually(t, "both nodes to say the endpoint does not resolve yet", func() bool { return waiting() == 2 })
+	testutil.Eventually(t, "a node to look the name up again", func() bool { return dns.count(name) > 4 })
 	dns.publish(name, netip.MustParseAddr("127.0.0.1"))
 	joined := make(chan struct{})
 	go func() { wg.Wait(); close(joined) }()
-	launchertest.Done(t, "both nodes to join once the name resolves", joined)
+	testutil.Done(t, "both nodes to join once the name resolves", joined)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("node %d: %v", i, err)
@@ -170,7 +170,7 @@ func TestEndpointNotResolvedYet(t *testing.T) {
 // and the time tried.
 func TestEndpointNeverResolves(t *testing.T) {
 	dns := newFakeDNS()
-	timeout := launchertest.Scaled(300 * time.Millisecond)
+	timeout := testutil.Scaled(300 * time.Millisecond)
 	ep := "nowhere.job:29400"
 	ctx := context.Background()
 	_, err := New(ctx, Config{Backend: BackendStatic, Endpoint: ep, NNodes: 2, NodeRank: 0, Token: "t", Timeout: timeout, Resolver: dns.resolver()})

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // TestWorldOfMany: 128 CPU or GPU hosts form a tcp world and pass two barriers; one whose launcher dies (its
@@ -19,7 +19,7 @@ import (
 // deadline: a killed launcher's connection drops at once, and that is what is tested here (silence is
 // TestNodeProcessFrozen's, a stalled server TestServerProcessStalled's, a world held at pod scale the benchmarks').
 func TestWorldOfMany(t *testing.T) {
-	launchertest.Heavy(t) // a world of 128 nodes
+	testutil.Heavy(t) // a world of 128 nodes
 	const n = 128
 	c := newCluster(t, BackendTCP, n)
 	c.hb = never()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 func listen(t *testing.T, cfg ServerConfig) *Server {
@@ -71,7 +71,7 @@ func TestOffLoopbackNeedsToken(t *testing.T) {
 // rawReply reads one frame from nc, failing after the deadline.
 func rawReply(t *testing.T, nc net.Conn) (*message, error) {
 	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(launchertest.Deadline()))
+	nc.SetReadDeadline(time.Now().Add(testutil.Deadline()))
 	return readMessage(nc, DefaultMaxMessage)
 }
 
@@ -89,7 +89,7 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 func dialAuthed(t *testing.T, addr, token string) net.Conn {
 	t.Helper()
 	nc := dialRaw(t, addr)
-	if err := clientHandshake(nc, addr, token, time.Now().Add(launchertest.Deadline())); err != nil {
+	if err := clientHandshake(nc, addr, token, time.Now().Add(testutil.Deadline())); err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
 	return nc
@@ -164,7 +164,7 @@ func TestMaxConns(t *testing.T) {
 	dialAuthed(t, s.Addr(), "")
 	dialAuthed(t, s.Addr(), "")
 	nc := dialRaw(t, s.Addr())
-	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(launchertest.Deadline()))
+	err := clientHandshake(nc, s.Addr(), "", time.Now().Add(testutil.Deadline()))
 	if e := rdzvErr(t, err, ErrServerLost); !strings.Contains(e.Detail, "maximum of connections") {
 		t.Fatalf("third connection: %v", err)
 	}
@@ -216,7 +216,7 @@ func TestVictimIsThePeersSilence(t *testing.T) {
 			if _, err := c.Write([]byte(sent)); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.Eventually(t, "the bytes to arrive", func() bool { return bytesWaiting(sc) })
+			testutil.Eventually(t, "the bytes to arrive", func() bool { return bytesWaiting(sc) })
 		}
 		return sc
 	}

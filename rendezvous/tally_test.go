@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -29,7 +29,7 @@ func TestRefusalsSummarized(t *testing.T) {
 	if logs.Len() != 1 {
 		t.Fatalf("%d lines, want the rest held for the summary", logs.Len())
 	}
-	launchertest.Eventually(t, "the summary line", func() bool { return logs.Len() >= 2 })
+	testutil.Eventually(t, "the summary line", func() bool { return logs.Len() >= 2 })
 	all := logs.All()
 	if gap := all[1].Time.Sub(all[0].Time); gap < every*8/10 {
 		t.Fatalf("summary %s after the first line, want about %s", gap, every)

@@ -27,7 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // init lets the test binary play tini's sigconf-test (TPURUN_SIGCONF=1): ignore SIGINT, SIGHUP and SIGTTOU, block
@@ -49,7 +49,7 @@ func sigconfExec() int {
 		fmt.Fprintln(os.Stderr, "sigmask:", err)
 		return 96
 	}
-	err := syscall.Exec(os.Args[1], os.Args[1:], launchertest.Without(os.Environ(), "TPURUN_SIGCONF="))
+	err := syscall.Exec(os.Args[1], os.Args[1:], testutil.Without(os.Environ(), "TPURUN_SIGCONF="))
 	fmt.Fprintln(os.Stderr, "exec:", err)
 	return 96
 }
@@ -62,7 +62,7 @@ func pythonExe(t *testing.T) string {
 	if _, err := os.Stat("/usr/bin/python3"); err == nil {
 		return "/usr/bin/python3"
 	}
-	return launchertest.Need(t, "python3")
+	return testutil.Need(t, "python3")
 }
 
 // printSignals is the command line of the print_signals worker.
@@ -140,8 +140,8 @@ func launchAttr(t *testing.T, attr *syscall.SysProcAttr, pid1 bool, env []string
 // pid1Cmd is tpurun args as PID 1 of a new PID namespace with its own /proc.
 func pid1Cmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	unshare := launchertest.Need(t, "unshare") // util-linux
-	launchertest.Need(t, "root")               // unshare --pid
+	unshare := testutil.Need(t, "unshare") // util-linux
+	testutil.Need(t, "root")               // unshare --pid
 	return exec.Command(unshare, append([]string{"--pid", "--fork", "--mount-proc", filepath.Join(bin, "tpurun")}, args...)...)
 }
 
@@ -171,7 +171,7 @@ func (l *launched) output() string {
 // conditions on processes), or fails the test naming what.
 func (l *launched) waitFor(what string, cond func(lines []string) bool) {
 	l.t.Helper()
-	deadline := time.NewTimer(launchertest.Deadline())
+	deadline := time.NewTimer(testutil.Deadline())
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -186,7 +186,7 @@ func (l *launched) waitFor(what string, cond func(lines []string) bool) {
 		case <-l.changed:
 		case <-tick.C:
 		case <-deadline.C:
-			l.t.Fatalf("not within %s: %s\noutput:\n%s", launchertest.Deadline(), what, l.output())
+			l.t.Fatalf("not within %s: %s\noutput:\n%s", testutil.Deadline(), what, l.output())
 		}
 	}
 }
@@ -196,8 +196,8 @@ func (l *launched) wait() int {
 	l.t.Helper()
 	select {
 	case <-l.done:
-	case <-time.After(launchertest.Deadline()):
-		l.t.Fatalf("tpurun did not end within %s\noutput:\n%s", launchertest.Deadline(), l.output())
+	case <-time.After(testutil.Deadline()):
+		l.t.Fatalf("tpurun did not end within %s\noutput:\n%s", testutil.Deadline(), l.output())
 	}
 	<-l.read
 	return l.code
@@ -381,7 +381,7 @@ func TestControlStopSignals(t *testing.T) {
 }
 
 // procState is the state letter of a pid in /proc/<pid>/stat ("T" stopped), "gone" when it is gone.
-var procState = launchertest.ProcState
+var procState = testutil.ProcState
 
 // TestControlJobControl (dumb-init's test_shell_background_support_setsid): SIGTSTP, SIGTTIN and SIGTTOU stop every
 // worker and then tpurun itself, as a shell's job stops; SIGCONT resumes them all. As PID 1 tpurun cannot stop
@@ -391,7 +391,7 @@ func TestControlJobControl(t *testing.T) {
 	modes(t, func(t *testing.T, pid1 bool) {
 		l := launch(t, pid1, nil, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
 		l.waitFor("2 workers ready", readyAll(2))
-		pids := launchertest.ChildrenOf(l.target) // the workers, as this namespace numbers them
+		pids := testutil.ChildrenOf(l.target) // the workers, as this namespace numbers them
 		if len(pids) != 2 {
 			t.Fatalf("tpurun (pid %d) has children %v, want its 2 workers", l.target, pids)
 		}

@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // pty is the master side of a pseudo-terminal whose slave is tpurun's controlling terminal.
@@ -99,7 +99,7 @@ func (p *pty) foreground() int {
 
 func (p *pty) waitFor(what string, cond func(out string) bool) {
 	p.t.Helper()
-	launchertest.WaitFor(p.t, what, func() error {
+	testutil.WaitFor(p.t, what, func() error {
 		if out := p.output(); !cond(out) {
 			return fmt.Errorf("terminal:\n%s", out)
 		}
@@ -142,12 +142,12 @@ func exitOf(t *testing.T, p *pty, cmd *exec.Cmd) int {
 	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(launchertest.Deadline()):
-		t.Fatalf("tpurun did not end within %s\nterminal:\n%s", launchertest.Deadline(), p.output())
+	case <-time.After(testutil.Deadline()):
+		t.Fatalf("tpurun did not end within %s\nterminal:\n%s", testutil.Deadline(), p.output())
 	}
 	select {
 	case <-p.closed:
-	case <-time.After(launchertest.Deadline()):
+	case <-time.After(testutil.Deadline()):
 	}
 	return cmd.ProcessState.ExitCode()
 }
@@ -170,7 +170,7 @@ func TestControlTerminalTac(t *testing.T) {
 // stopped itself with SIGTTIN in a background group and tpurun waited forever, the `docker run -it` hang).
 func TestControlTerminalShell(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
+	bash := testutil.Need(t, "bash")
 	modes(t, func(t *testing.T, pid1 bool) {
 		p, cmd, _ := onPty(t, pid1, "--nprocs", "1", "--", bash, "--norc", "--noprofile", "-i")
 		p.write("echo \"flags are: [[$-]]\"\n")
@@ -273,7 +273,7 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 	for i := range 10 {
 		p.write("\x1a")
 		// The shell prints "Stopped" once per stop of its job: one more than i+1 is a stop nobody asked for.
-		launchertest.WaitFor(t, fmt.Sprintf("cycle %d: every process stopped, the shell's \"Stopped\" and the terminal back", i), func() error {
+		testutil.WaitFor(t, fmt.Sprintf("cycle %d: every process stopped, the shell's \"Stopped\" and the terminal back", i), func() error {
 			if n := strings.Count(p.output(), "Stopped"); n != i+1 {
 				return fmt.Errorf("the shell said Stopped %d times, want %d\n%s\nterminal:\n%s", n, i+1, states(), p.output())
 			}
@@ -285,7 +285,7 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 			return nil
 		})
 		p.write("fg\n")
-		launchertest.WaitFor(t, fmt.Sprintf("cycle %d: every process running, rank 0 in the foreground", i), func() error {
+		testutil.WaitFor(t, fmt.Sprintf("cycle %d: every process running, rank 0 in the foreground", i), func() error {
 			for _, pid := range all {
 				if st := procState(pid); st == "T" || st == "gone" || p.foreground() != ws[0] {
 					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
@@ -310,7 +310,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 	t.Parallel()
 	p, sh := interactiveShell(t)
 	ws, target := sleepingJob(t, p, 2)
-	job := launchertest.Watch(t, target, ws[0], ws[1])
+	job := testutil.Watch(t, target, ws[0], ws[1])
 	p.write("\x1a")
 	// The shell saw its job stop (tpurun's own line about it may be lost: the terminal discards its pending output
 	// on Ctrl-Z), as a user who then closes the terminal would.
@@ -332,7 +332,7 @@ func TestControlTerminalShellGoneWhileStopped(t *testing.T) {
 // 2 to 12 in 30 runs killed at once).
 func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 	t.Parallel()
-	launchertest.Need(t, "bash")
+	testutil.Need(t, "bash")
 	// when: the event after Ctrl-Z that the shell's kill waits for (none: at once).
 	whens := map[string]func(p *pty, ws []int, target int) bool{
 		"at once":        func(*pty, []int, int) bool { return true },
@@ -346,7 +346,7 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 				t.Parallel()
 				p, sh := interactiveShell(t)
 				ws, target := sleepingJob(t, p, 2)
-				job := launchertest.Watch(t, target, ws[0], ws[1])
+				job := testutil.Watch(t, target, ws[0], ws[1])
 				p.write("\x1a")
 				p.waitFor(name, func(string) bool { return when(p, ws, target) })
 				if err := sh.Process.Kill(); err != nil {
@@ -361,7 +361,7 @@ func TestControlTerminalShellKilledAsTheJobStops(t *testing.T) {
 
 // waitJobGone waits until tpurun and its workers, a dead shell's job, have exited, and reaps those re-parented to
 // this test binary (the subreaper): a zombie left unreaped is a process the suite leaves behind.
-func waitJobGone(t *testing.T, p *pty, job *launchertest.Watched) {
+func waitJobGone(t *testing.T, p *pty, job *testutil.Watched) {
 	t.Helper()
 	job.WaitExited(t, "tpurun and its workers gone", func(left []int) string {
 		var b strings.Builder
@@ -376,7 +376,7 @@ func waitJobGone(t *testing.T, p *pty, job *launchertest.Watched) {
 // would; it is killed at cleanup.
 func interactiveShell(t *testing.T) (*pty, *exec.Cmd) {
 	t.Helper()
-	bash := launchertest.Need(t, "bash")
+	bash := testutil.Need(t, "bash")
 	p, slave := openPty(t)
 	sh := exec.Command(bash, "--norc", "--noprofile", "-i")
 	sh.Env = append(os.Environ(), "PS1=prompt$ ")
@@ -390,7 +390,7 @@ func interactiveShell(t *testing.T) (*pty, *exec.Cmd) {
 		// the shell, and whatever is left of its jobs: killed, and reaped where they came back to this binary
 		_ = sh.Process.Kill()
 		_ = sh.Wait()
-		launchertest.EndSession(sh.Process.Pid)
+		testutil.EndSession(sh.Process.Pid)
 	})
 	return p, sh
 }
@@ -461,7 +461,7 @@ func parentOf(pid int) int {
 // and tpurun would wait forever); tac reads nothing and the run ends.
 func TestControlTerminalInTheBackground(t *testing.T) {
 	t.Parallel()
-	bash := launchertest.Need(t, "bash")
+	bash := testutil.Need(t, "bash")
 	p, slave := openPty(t)
 	cmd := exec.Command(bash, "--norc", "--noprofile", "-m", "-c",
 		`"$0" --nprocs 1 -- tac & wait $!; echo "tpurun exited $?"`, filepath.Join(bin, "tpurun"))

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"tpurun/internal/k8stest"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // The tests of issue 36 (SPEC-36.md, 1 and 2): the hosts of a TPU slice or a multislice, each a GKE pod
@@ -383,7 +383,7 @@ func TestPodsJobSetExamples(t *testing.T) {
 	if slices.Sort(want); !slices.Equal(files, want) {
 		t.Fatalf("examples/kubernetes has %q; this test runs %q", files, want)
 	}
-	launchertest.Heavy(t) // 12 pods, 48 workers
+	testutil.Heavy(t) // 12 pods, 48 workers
 	for _, f := range exampleJobSets {
 		t.Run(f, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, f))

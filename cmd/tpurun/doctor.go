@@ -7,9 +7,9 @@ import (
 	"io"
 	"os"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/topology"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
 )
 
 // doctorReport is the JSON of `tpurun doctor --format json`: topology's doctor data plus the two failures it does

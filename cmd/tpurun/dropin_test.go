@@ -1,7 +1,7 @@
 package main
 
 // Issue 24's torchrun half: what a torchrun user types runs as under torchrun, or is refused saying what to type.
-// One test per kind of failure the issue lists; PyTorch's own launcher tests are ported in launcher/torchrun/porttest.
+// One test per kind of failure the issue lists; PyTorch's own launcher tests are ported in cmd/tpurun/porttest.
 
 import (
 	"encoding/json"
@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/testutil"
 )
 
 // wantExit fails the test unless r exited with code and its stderr holds every one of wants.
@@ -94,16 +94,16 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	addr := hostAddr()
 	if addr == "" {
 		msg := "this host has no non-loopback IPv4 address for the two-node half"
-		if os.Getenv(launchertest.EnvCI) == "true" {
+		if os.Getenv(testutil.EnvCI) == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip("SKIPPED, NOT PASSED: " + msg)
 	}
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	port := portBase(t)
 	var nodes []*node
 	for i := range 2 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"), "TPURUN_RDZV_TOKEN=s3cret"),
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0"), "TPURUN_RDZV_TOKEN=s3cret"),
 			"--nnodes=2", "--node_rank="+strconv.Itoa(i), "--master_addr="+addr, "--master_port="+strconv.Itoa(port), "--device", "cpu",
 			"--rdzv-timeout", "20", "--", self(t)))
 	}
@@ -119,11 +119,11 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 // two agents are still refused, naming --node-name.
 func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	var nodes []*node
 	for range 2 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), "--nnodes=2", "--nproc-per-node=2",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("env")), "--nnodes=2", "--nproc-per-node=2",
 			"--rdzv-backend=c10d", "--rdzv-endpoint="+ep, "--rdzv-id=twoagents", "--device", "cpu", "--no-python", self(t)))
 	}
 	for i, n := range nodes {
@@ -136,12 +136,12 @@ func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 	}
 
 	h := newHost(t, idV4, 4)
-	ep = launchertest.FreeEndpoint(t)
+	ep = testutil.FreeEndpoint(t)
 	args := []string{"--sysfs-root", h.sys, "--dev-root", h.dev, "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=" + ep,
 		"--rdzv-id=tpu", "--rdzv-timeout=20", "--", "true"}
 	env := append(append([]string(nil), h.env...), "TPU_ACCELERATOR_TYPE=v4-16")
 	first := startNode(t, env, args...)
-	launchertest.WaitListening(t, ep)
+	testutil.WaitListening(t, ep)
 	second := startNode(t, env, args...)
 	for i, n := range []*node{first, second} {
 		if code := n.wait(t); code != exitcode.Rendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
@@ -156,7 +156,7 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 	t.Parallel()
 	run := func(args ...string) result {
 		t.Helper()
-		return runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0")}, append(append([]string{"--device", "cpu"}, args...), "--", os.Args[0])...)
+		return runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, append(append([]string{"--device", "cpu"}, args...), "--", os.Args[0])...)
 	}
 	c10d := func(extra ...string) []string {
 		return append([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:" + strconv.Itoa(portBase(t))}, extra...)
@@ -176,8 +176,8 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 		t.Errorf("--rdzv-endpoint 127.0.0.1: exit %d, no 127.0.0.1:29400 in:\n%s", r.code, r.stderr)
 	}
 	// --rdzv-id is the run id on one node too: TORCHELASTIC_RUN_ID and the log directory's name.
-	dir, logs := launchertest.FakeDir(t), t.TempDir()
-	r = runCLI(t, dir, []string{launchertest.Fake("env")}, "--rdzv-id=myjob", "--log-dir", logs, "--device", "cpu", "--no-python", self(t))
+	dir, logs := testutil.FakeDir(t), t.TempDir()
+	r = runCLI(t, dir, []string{testutil.Fake("env")}, "--rdzv-id=myjob", "--log-dir", logs, "--device", "cpu", "--no-python", self(t))
 	wantExit(t, "--rdzv-id on one node", r, 0)
 	if b, _ := os.ReadFile(filepath.Join(dir, "env-0.json")); !strings.Contains(string(b), `"TORCHELASTIC_RUN_ID=myjob"`) {
 		t.Errorf("--rdzv-id myjob: worker env %s", b)
@@ -210,11 +210,11 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 // world of 6 ranks, each node's ranks consecutive in node order (it exited 69, "workers per node differs").
 func TestDropinUnevenWorkersPerNode(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	var nodes []*node
 	for i := range 3 {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), "--nnodes=3",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("env")), "--nnodes=3",
 			"--nproc-per-node="+strconv.Itoa(i+1), "--rdzv-backend=c10d", "--rdzv-endpoint="+ep, "--rdzv-id=uneven", "--device", "cpu",
 			"--no-python", self(t)))
 	}
@@ -257,7 +257,7 @@ func TestDropinUnevenWorkersPerNode(t *testing.T) {
 // python3 is python3 as PATH finds it and the interpreter it runs (sys.executable: a pyenv shim runs another).
 func python3(t *testing.T) (onPath, real string) {
 	t.Helper()
-	p := launchertest.Need(t, "python3")
+	p := testutil.Need(t, "python3")
 	out, err := exec.Command(p, "-c", "import sys; print(sys.executable)").Output()
 	mustDo(t, err)
 	return p, strings.TrimSpace(string(out))
@@ -315,7 +315,7 @@ func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 	}
 
 	parent := filepath.Join(t.TempDir(), "parent-error.json")
-	r := runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("record:3"), "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r := runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("record:3"), "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a failing rank under a parent's TORCHELASTIC_ERROR_FILE", r, 3)
 	var doc struct {
 		Message struct {
@@ -329,13 +329,13 @@ func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 		t.Errorf("parent's error file: %v %+v", err, doc)
 	}
 
-	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0"), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}-$local_rank:${rank}]: "},
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}-$local_rank:${rank}]: "},
 		"--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", r, 0)
 	if !strings.Contains(r.stdout, "[default-1:1]: rank 1 exits 0\n") {
 		t.Errorf("no line with torchrun's template prefix:\n%s", r.stdout)
 	}
-	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0")}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "rank 0 exits 0\n") {
 		t.Errorf("--log-prefix '': exit %d, stdout %q, want the raw line", r.code, r.stdout)
 	}
@@ -354,8 +354,8 @@ func TestDropinHelpAndLogs(t *testing.T) {
 		t.Errorf("tpurun help does not name its topics:\n%s", r.stdout)
 	}
 
-	dir := launchertest.FakeDir(t)
-	r = runCLI(t, dir, []string{launchertest.Fake("failuntil:5")}, "--log-format", "json", "--max-restarts", "1", "--nprocs", "2", "--device", "cpu",
+	dir := testutil.FakeDir(t)
+	r = runCLI(t, dir, []string{testutil.Fake("failuntil:5")}, "--log-format", "json", "--max-restarts", "1", "--nprocs", "2", "--device", "cpu",
 		"--", os.Args[0])
 	wantExit(t, "--log-format json", r, 3)
 	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
@@ -368,7 +368,7 @@ func TestDropinHelpAndLogs(t *testing.T) {
 		t.Errorf("no summary or last record:\n%s", r.stderr)
 	}
 
-	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("failuntil:5")}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("failuntil:5")}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a restarted run", r, 3, "restarting the workers")
 	sum0, start1 := strings.Index(r.stderr, "attempt 0: failure"), strings.Index(r.stderr, `"attempt": 1`)
 	if sum0 < 0 || start1 < 0 || sum0 > start1 {
@@ -392,7 +392,7 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 	// PYTHONPATH just under Linux's limit for one string: tpurun starts, its workers' PYTHONPATH (with the module
 	// appended) cannot.
 	long := "/" + strings.Repeat("p", 32*4096-len("PYTHONPATH=")-8)
-	r = runCLI(t, launchertest.FakeDir(t), []string{launchertest.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
 	wantExit(t, "a PYTHONPATH near the limit", r, exitcode.Usage, "PYTHONPATH", "over Linux's 131072-byte limit")
 	r = runCLI(t, "", nil, "--master-addr", "10.255.255.254", "--device", "cpu", "--", "true")
 	wantExit(t, "a MASTER_ADDR of another host", r, exitcode.Usage, "is not an address of this host", "leave it unset")

@@ -19,17 +19,17 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
 )
 
-// The fault matrix's workers are launchertest's verbs; two wrappers are this package's own: nofile:N runs its
+// The fault matrix's workers are testutil's verbs; two wrappers are this package's own: nofile:N runs its
 // arguments with RLIMIT_NOFILE (soft and hard) N, which is how a test runs tpurun under `ulimit -n N`, and
 // rusage:PATH runs them as a child and writes the child's peak RSS (its own and its descendants', from wait4) to
 // PATH: a process keeps the peak RSS of the image it was forked from, so measuring tpurun through this small
 // wrapper keeps the size of the test binary that started it out of the figure.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "nofile", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "nofile", Run: func(w *testutil.Worker) int {
 		lim := syscall.Rlimit{Cur: uint64(w.N), Max: uint64(w.N)}
 		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 			fmt.Fprintln(os.Stderr, "setrlimit:", err)
@@ -39,7 +39,7 @@ func init() {
 		fmt.Fprintln(os.Stderr, "exec:", err)
 		return 96
 	}})
-	launchertest.Define(launchertest.Verb{Name: "rusage", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "rusage", Run: func(w *testutil.Worker) int {
 		c := exec.Command(w.Args[0], w.Args[1:]...)
 		c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 		_ = c.Run()
@@ -53,13 +53,13 @@ func init() {
 }
 
 // assertNothingLeft proves that no process of the run survives: every recorded pid is gone
-// (launchertest.AssertAllGone) and no live process on the machine carries FAKE_DIR=dir in its environment (this
+// (testutil.AssertAllGone) and no live process on the machine carries FAKE_DIR=dir in its environment (this
 // catches workers that were killed before they could record their pid, and grandchildren).
 func assertNothingLeft(t *testing.T, dir string, recorded int) {
 	t.Helper()
-	launchertest.AssertAllGone(t, dir, recorded)
+	testutil.AssertAllGone(t, dir, recorded)
 	needle := []byte("FAKE_DIR=" + dir + "\x00")
-	launchertest.WaitFor(t, "no process of the run left", func() error {
+	testutil.WaitFor(t, "no process of the run left", func() error {
 		var left []int
 		es, _ := os.ReadDir("/proc")
 		for _, e := range es {
@@ -119,12 +119,12 @@ func TestFaultWorker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			others := "hang"
 			if tc.name == "ignores-sigterm" {
 				others = "ignore:15"
 			}
-			env := []string{launchertest.Fake(others), launchertest.FakeRank(1, tc.fault)}
+			env := []string{testutil.Fake(others), testutil.FakeRank(1, tc.fault)}
 			args := append(append([]string{"--nprocs", strconv.Itoa(tc.nprocs)}, tc.args...), "--", os.Args[0])
 			r := runCLI(t, dir, env, args...) // bounded by the deadline: a teardown that hangs fails there
 			wantStderr(t, r, tc.code, tc.fragments...)
@@ -144,8 +144,8 @@ func TestFaultWorkerOutput(t *testing.T) {
 	t.Parallel()
 	t.Run("closes-stdout-early", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
-		r := runCLI(t, dir, []string{launchertest.Fake("closeout")}, "--nprocs", "2", "--", os.Args[0])
+		dir := testutil.FakeDir(t)
+		r := runCLI(t, dir, []string{testutil.Fake("closeout")}, "--nprocs", "2", "--", os.Args[0])
 		wantStderr(t, r, 0, "[0] rank 0 still alive after closing stdout", "[1] rank 1 still alive after closing stdout")
 		if !strings.Contains(r.stdout, "[1] rank 1 closes stdout") {
 			t.Fatalf("stdout lacks the line written before closing:\n%s", r.stdout)
@@ -154,11 +154,11 @@ func TestFaultWorkerOutput(t *testing.T) {
 	})
 	t.Run("floods-stdout", func(t *testing.T) {
 		t.Parallel()
-		launchertest.Heavy(t) // 2 x 6.4 MB through tpurun and into this test's buffer
-		dir := launchertest.FakeDir(t)
+		testutil.Heavy(t) // 2 x 6.4 MB through tpurun and into this test's buffer
+		dir := testutil.FakeDir(t)
 		const lines = 100_000
 		start := time.Now()
-		r := runCLI(t, dir, []string{launchertest.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--", os.Args[0])
+		r := runCLI(t, dir, []string{testutil.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--", os.Args[0])
 		wantStderr(t, r, 0)
 		for rank := range 2 {
 			whole := fmt.Sprintf("[%d] %s rank %d flood\n", rank, strings.Repeat("x", 50), rank)
@@ -179,7 +179,7 @@ func TestFaultLauncherSignals(t *testing.T) {
 	t.Parallel()
 	// A second stop signal kills at once: with a grace longer than the deadline, a second signal that is not
 	// acted on fails the wait for tpurun's exit.
-	longGrace := []string{"--grace", (2 * launchertest.Deadline()).String()}
+	longGrace := []string{"--grace", (2 * testutil.Deadline()).String()}
 	for _, tc := range []struct {
 		name    string
 		fault   string
@@ -198,15 +198,15 @@ func TestFaultLauncherSignals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			args := append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])
-			cmd, out, _ := tpurun(dir, []string{launchertest.Fake(tc.fault)}, args...)
-			errb := &launchertest.Buffer{}
+			cmd, out, _ := tpurun(dir, []string{testutil.Fake(tc.fault)}, args...)
+			errb := &testutil.Buffer{}
 			cmd.Stderr = errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitReady(t, dir, 2)
+			testutil.WaitReady(t, dir, 2)
 			for i, s := range tc.sigs {
 				if i > 0 { // the second signal must find tpurun already stopping
 					errb.WaitFor(t, "stopping all workers")
@@ -215,7 +215,7 @@ func TestFaultLauncherSignals(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			launchertest.WaitExit(t, cmd)
+			testutil.WaitExit(t, cmd)
 			if got := cmd.ProcessState.ExitCode(); got != tc.code {
 				t.Fatalf("exit %d, want %d\n%s", got, tc.code, errb.String())
 			}
@@ -231,12 +231,12 @@ func TestFaultLauncherSignals(t *testing.T) {
 // its value, and leaves none of the workers it did start running.
 func TestFaultFDLimit(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cmd := launchertest.Command("nofile:40", filepath.Join(bin, "tpurun"), "--nprocs", "64", "--", os.Args[0])
-	cmd.Env = append(cmd.Env, "FAKE_DIR="+dir, launchertest.Fake("hang"))
+	dir := testutil.FakeDir(t)
+	cmd := testutil.Command("nofile:40", filepath.Join(bin, "tpurun"), "--nprocs", "64", "--", os.Args[0])
+	cmd.Env = append(cmd.Env, "FAKE_DIR="+dir, testutil.Fake("hang"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	code := launchertest.WaitExit(t, cmd)
+	code := testutil.WaitExit(t, cmd)
 	r := result{code, out.String(), errb.String()}
 	wantStderr(t, r, 70, "RLIMIT_NOFILE is 40", "raise ulimit -n")
 	es, _ := os.ReadDir(filepath.Join(dir, "pids"))
@@ -248,7 +248,7 @@ func TestFaultFDLimit(t *testing.T) {
 // -> victim there and fails; the restart refuses with exit 2 naming the link, the victim is untouched.
 func TestFaultLogDirSymlink(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	logs := t.TempDir()
 	target := filepath.Join(t.TempDir(), "victim")
 	if err := os.WriteFile(target, []byte("precious\n"), 0o600); err != nil {
@@ -274,7 +274,7 @@ echo "attempt $TORCHELASTIC_RESTART_COUNT ran" >> "$FAKE_DIR/ran"`
 	}
 
 	// Without a planted link the log files are regular files of mode 0644 (umask aside), in a new run directory.
-	r = runCLI(t, dir, []string{launchertest.Fake("exitready:0")}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
+	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
 	wantStderr(t, r, 0)
 	runs, _ := filepath.Glob(filepath.Join(logs, "planted_*"))
 	if len(runs) != 2 {
@@ -300,15 +300,15 @@ echo "attempt $TORCHELASTIC_RESTART_COUNT ran" >> "$FAKE_DIR/ran"`
 // left running.
 func TestFaultLogDirOutOfDisk(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	launchertest.Need(t, "tmpfs")
+	dir := testutil.FakeDir(t)
+	testutil.Need(t, "tmpfs")
 	logs := t.TempDir()
 	if err := syscall.Mount("tpurun-test", logs, "tmpfs", 0, "size=64k"); err != nil {
 		t.Fatalf("mount a 64k tmpfs on %s: %v", logs, err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(logs, syscall.MNT_DETACH) })
 	const lines = 20_000 // 2 x 1.2 MB of output for 64 KiB of disk
-	r := runCLI(t, dir, []string{launchertest.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--log-dir", logs,
+	r := runCLI(t, dir, []string{testutil.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--log-dir", logs,
 		"--tee", "3", "--", os.Args[0])
 	wantStderr(t, r, 0, "log file write failed", "no space left on device", filepath.Join(logs, ""))
 	for rank := range 2 {
@@ -328,9 +328,9 @@ func TestFaultLogDirOutOfDisk(t *testing.T) {
 func TestFaultSecretsNotLogged(t *testing.T) {
 	t.Parallel()
 	const secret = "s3cr3t-v4lue-never-logged"
-	env := []string{launchertest.Fake("exitready:3"), "HF_TOKEN=" + secret, "MY_API_KEY=" + secret, "DB_PASSWORD=" + secret, "AWS_SECRET_ACCESS_KEY=" + secret}
+	env := []string{testutil.Fake("exitready:3"), "HF_TOKEN=" + secret, "MY_API_KEY=" + secret, "DB_PASSWORD=" + secret, "AWS_SECRET_ACCESS_KEY=" + secret}
 	for _, format := range []string{"console", "json"} {
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		r := runCLI(t, dir, env, "-v", "--log-format", format, "--nprocs", "2", "--", os.Args[0])
 		wantStderr(t, r, 3, "rank")
 		if strings.Contains(r.stderr, secret) || strings.Contains(r.stdout, secret) {
@@ -345,7 +345,7 @@ func TestFaultSecretsNotLogged(t *testing.T) {
 // symlink planted at its path (atomic rename) instead of writing through it, and has mode 0644.
 func TestFaultReportThenCrash(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	doc := filepath.Join(t.TempDir(), "results.json")
 	victim := filepath.Join(t.TempDir(), "victim")
 	if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
@@ -354,7 +354,7 @@ func TestFaultReportThenCrash(t *testing.T) {
 	if err := os.Symlink(victim, doc); err != nil { // planted: must be replaced, never written through
 		t.Fatal(err)
 	}
-	r := runCLI(t, dir, []string{launchertest.Fake("reporthang"), launchertest.FakeRank(1, "reportcrash")},
+	r := runCLI(t, dir, []string{testutil.Fake("reporthang"), testutil.FakeRank(1, "reportcrash")},
 		"--nprocs", "3", "--results", doc, "--", os.Args[0])
 	wantStderr(t, r, 137, "rank 1", "SIGKILL")
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
@@ -401,7 +401,7 @@ func TestFaultReportThenCrash(t *testing.T) {
 // run with a message naming the file, never a half-written document, and leaves nothing running.
 func TestFaultResultsOutOfDisk(t *testing.T) {
 	t.Parallel()
-	launchertest.Need(t, "tmpfs")
+	testutil.Need(t, "tmpfs")
 	mnt := t.TempDir()
 	if err := syscall.Mount("tpurun-test", mnt, "tmpfs", 0, "size=4k"); err != nil {
 		t.Fatalf("mount a 4k tmpfs on %s: %v", mnt, err)
@@ -410,9 +410,9 @@ func TestFaultResultsOutOfDisk(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mnt, "filler"), bytes.Repeat([]byte{'x'}, 4096), 0o644); err != nil {
 		t.Fatalf("fill the tmpfs: %v", err)
 	}
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	doc := filepath.Join(mnt, "results.json")
-	r := runCLI(t, dir, []string{launchertest.Fake("report")}, "--nprocs", "2", "--results", doc, "--", os.Args[0])
+	r := runCLI(t, dir, []string{testutil.Fake("report")}, "--nprocs", "2", "--results", doc, "--", os.Args[0])
 	wantStderr(t, r, 74, "results file "+doc, "no space left on device")
 	if es, _ := os.ReadDir(mnt); len(es) != 1 {
 		t.Fatalf("%d files in the full file system, want only the filler: a partial document or temp file was left", len(es))
@@ -430,14 +430,14 @@ func TestFaultMasterPortInUse(t *testing.T) {
 	}
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
-	dir := launchertest.FakeDir(t)
-	r := runCLI(t, dir, []string{launchertest.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
+	dir := testutil.FakeDir(t)
+	r := runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
 	wantStderr(t, r, 2, fmt.Sprintf("MASTER_PORT=\"%d\"", port), "already in use", fmt.Sprintf("pid %d", os.Getpid()), "--master-port")
 	if es, _ := os.ReadDir(filepath.Join(dir, "pids")); len(es) != 0 {
 		t.Fatalf("%d workers started despite the busy MASTER_PORT", len(es))
 	}
 	l.Close()
-	r = runCLI(t, dir, []string{launchertest.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
+	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
 	wantStderr(t, r, 0)
 	assertNothingLeft(t, dir, 2)
 }
@@ -449,12 +449,12 @@ func TestFaultMasterPortInUse(t *testing.T) {
 // with it.
 func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("hang"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--", os.Args[0])
+	dir := testutil.FakeDir(t)
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--", os.Args[0])
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitReady(t, dir, 2) // rank 1 is ready once both grandchildren recorded their pid
+	testutil.WaitReady(t, dir, 2) // rank 1 is ready once both grandchildren recorded their pid
 	gcs := map[int]bool{}
 	es, _ := os.ReadDir(filepath.Join(dir, "gc"))
 	for _, e := range es {
@@ -475,12 +475,12 @@ func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitExit(t, cmd)
+	testutil.WaitExit(t, cmd)
 	var workers []int
-	for _, pid := range launchertest.PIDs(t, dir) {
+	for _, pid := range testutil.PIDs(t, dir) {
 		if !gcs[pid] {
 			workers = append(workers, pid)
-			launchertest.WaitGone(t, pid) // Pdeathsig
+			testutil.WaitGone(t, pid) // Pdeathsig
 		}
 	}
 	if len(workers) != 2 {
@@ -488,7 +488,7 @@ func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	}
 	// The workers are gone: whatever tpurun's death did to the grandchildren has been done by now.
 	for pid := range gcs {
-		if launchertest.Dead(pid) {
+		if testutil.Dead(pid) {
 			t.Errorf("grandchild pid %d died with the SIGKILLed tpurun: the known limit of docs/FAULTS.md is closed; "+
 				"update its \"Known limit\" paragraph and this test", pid)
 		}
@@ -506,17 +506,17 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 		syscall.SIGALRM, syscall.SIGPWR, syscall.SIGSEGV, syscall.SIGVTALRM, syscall.Signal(40)} {
 		t.Run(failure.SignalName(s), func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			// each worker is sh, with every default action, around a fake worker that exits 0 (rank 1's once it
 			// started two grandchildren that ignore SIGTERM)
-			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("exit:0"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--",
+			cmd, _, _ := tpurun(dir, []string{testutil.Fake("exit:0"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--",
 				"/bin/sh", "-c", `"$0"; while :; do sleep 1; done`, os.Args[0])
-			errb := &launchertest.Buffer{}
+			errb := &testutil.Buffer{}
 			cmd.Stderr = errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitReady(t, dir, 2) // rank 1 is ready once both grandchildren recorded their pid
+			testutil.WaitReady(t, dir, 2) // rank 1 is ready once both grandchildren recorded their pid
 			gcs := map[int]bool{}
 			es, _ := os.ReadDir(filepath.Join(dir, "gc"))
 			for _, e := range es {
@@ -525,8 +525,8 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 				gcs[pid] = true
 			}
 			// the fake workers (Go: a forwarded SIGABRT would make them dump) have exited; only the shells run
-			launchertest.Eventually(t, "the fake workers exited", func() bool {
-				for _, pid := range launchertest.PIDs(t, dir) {
+			testutil.Eventually(t, "the fake workers exited", func() bool {
+				for _, pid := range testutil.PIDs(t, dir) {
 					if !gcs[pid] && syscall.Kill(pid, 0) == nil {
 						return false
 					}
@@ -536,7 +536,7 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 			if err := cmd.Process.Signal(s); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitExit(t, cmd)
+			testutil.WaitExit(t, cmd)
 			if got := cmd.ProcessState.ExitCode(); got != 128+int(s) {
 				t.Errorf("exit %d, want %d (the workers killed by the forwarded signal)\n%s", got, 128+int(s), errb.String())
 			}
@@ -552,21 +552,21 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 // is one pending SIGUSR1, forwarded, and the SIGTERM behind it stops the run with 143).
 func TestFaultSignalStorm(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("ignore:10")}, "--nprocs", "2", "--", os.Args[0])
-	errb := &launchertest.Buffer{}
+	dir := testutil.FakeDir(t)
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("ignore:10")}, "--nprocs", "2", "--", os.Args[0])
+	errb := &testutil.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitReady(t, dir, 2)
+	testutil.WaitReady(t, dir, 2)
 	for range 1000 {
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitExit(t, cmd)                       // a lost SIGTERM leaves tpurun running: killed at the deadline, the test fails
+	testutil.WaitExit(t, cmd)                           // a lost SIGTERM leaves tpurun running: killed at the deadline, the test fails
 	if got := cmd.ProcessState.ExitCode(); got != 143 { // the workers ignore SIGUSR1 and die of the SIGTERM
 		t.Errorf("exit %d, want 143\n%s", got, errb.String())
 	}

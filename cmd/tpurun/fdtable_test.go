@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // fresh runs its arguments as a child and exits with its code: the child starts with a descriptor table of the
@@ -21,7 +21,7 @@ import (
 // numbered 255 (an interactive bash keeps its terminal there). fresh closes, before it forks, every descriptor it
 // inherited (one without close-on-exec: all of its own have it, and exec closed any other).
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "fresh", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "fresh", Run: func(w *testutil.Worker) int {
 		ents, _ := os.ReadDir("/proc/self/fd")
 		for _, e := range ents {
 			fd, err := strconv.Atoi(e.Name())
@@ -52,11 +52,11 @@ func fdSizes(t *testing.T, n int, fresh bool, env ...string) map[int][]string {
 	cmd, out, errb := tpurun(t.TempDir(), env, "--nprocs", strconv.Itoa(n), "--", "/bin/sh", "-c", reportFDSize)
 	if fresh {
 		plain := cmd
-		cmd = launchertest.Command("fresh", plain.Args...)
+		cmd = testutil.Command("fresh", plain.Args...)
 		cmd.Env = append(cmd.Env, env...)
 		cmd.Stdout, cmd.Stderr = plain.Stdout, plain.Stderr
 	}
-	if code := launchertest.WaitExit(t, cmd); code != 0 {
+	if code := testutil.WaitExit(t, cmd); code != 0 {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	sizes := map[int][]string{}
@@ -121,15 +121,15 @@ func TestEightWorkersKeepTheFirstTable(t *testing.T) {
 // with a 64-entry table (see fresh); before, its table stayed at 64 entries until the workers started.
 func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 	t.Parallel()
-	ep := launchertest.FreeEndpoint(t)
+	ep := testutil.FreeEndpoint(t)
 	exe, err := filepath.EvalSymlinks(filepath.Join(bin, "tpurun"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := launchertest.Command("fresh", exe, "--device", "cpu", "--nproc-per-node", "128",
+	cmd := testutil.Command("fresh", exe, "--device", "cpu", "--nproc-per-node", "128",
 		"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "ahead",
 		"--rdzv-timeout", neverTimeout, "--", "/bin/true")
-	errb := &launchertest.Buffer{}
+	errb := &testutil.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -146,24 +146,24 @@ func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
 	// fresh's child running tpurun, not just its only child: Go's os package first probes clone(CLONE_PIDFD) with a
 	// child that exits at once (the test took that one for tpurun 5 times in 120 runs, under load, and waited a
 	// minute for the table of a process gone).
-	launchertest.Eventually(t, "tpurun started by fresh", func() bool {
-		for _, k := range launchertest.ChildrenOf(cmd.Process.Pid) {
+	testutil.Eventually(t, "tpurun started by fresh", func() bool {
+		for _, k := range testutil.ChildrenOf(cmd.Process.Pid) {
 			if running, _ := os.Readlink("/proc/" + strconv.Itoa(k) + "/exe"); running == exe {
 				pid = k
 			}
 		}
 		return pid != 0
 	})
-	launchertest.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
-	launchertest.WaitFor(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() error {
-		if size := launchertest.FDTableSize(pid); size < 4*128 {
+	testutil.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
+	testutil.WaitFor(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() error {
+		if size := testutil.FDTableSize(pid); size < 4*128 {
 			return fmt.Errorf("tpurun (pid %d, %s) has a table of %d entries; its stderr:\n%s", pid,
-				launchertest.ProcState(pid), size, errb.String())
+				testutil.ProcState(pid), size, errb.String())
 		}
 		return nil
 	})
 	_ = syscall.Kill(pid, syscall.SIGTERM)
-	code := launchertest.WaitExit(t, cmd)
+	code := testutil.WaitExit(t, cmd)
 	pid = 0 // reaped by fresh: its number may be reused
 	if code != 143 {
 		t.Fatalf("exit %d at SIGTERM, want 143\n%s", code, errb.String())

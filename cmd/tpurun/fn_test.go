@@ -12,13 +12,13 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/results"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/results"
+	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
 
-// resultWorkers is the environment of the Go result workers of each scenario (launchertest's result verbs): every
+// resultWorkers is the environment of the Go result workers of each scenario (testutil's result verbs): every
 // rank reports {"replica", "rank", "sq"} for each replica it owns, except rank 1 where it says otherwise.
 //   - ok: every rank reports;
 //   - seed: every rank reports replica 0 whatever it owns (xmp.spawn's "4 results for replica 0");
@@ -36,17 +36,17 @@ func resultWorkers(mode string) []string {
 		"fail0": "fail:0", "exit7": "crash:7", "truncated": "cutframe", "restart": "reportfailfirst:5"}
 	switch mode {
 	case "seed":
-		return []string{launchertest.Fake("seed0")}
+		return []string{testutil.Fake("seed0")}
 	case "huge":
-		return []string{launchertest.Fake("big:5000000")}
+		return []string{testutil.Fake("big:5000000")}
 	case "ok":
-		return []string{launchertest.Fake("report")}
+		return []string{testutil.Fake("report")}
 	}
 	v, ok := rank1[mode]
 	if !ok {
 		panic("no result scenario " + mode)
 	}
-	return []string{launchertest.Fake("report"), launchertest.FakeRank(1, v)}
+	return []string{testutil.Fake("report"), testutil.FakeRank(1, v)}
 }
 
 type goodValue struct{ Replica, Rank, Sq int }
@@ -193,7 +193,7 @@ func TestReplicaErrorWithExit0Exits1(t *testing.T) {
 // python is the interpreter for the Python tests: stdlib only, so any python3 on PATH will do.
 func python(t *testing.T) string {
 	t.Helper()
-	return launchertest.Need(t, "python3")
+	return testutil.Need(t, "python3")
 }
 
 func examplesDir(t *testing.T) string {

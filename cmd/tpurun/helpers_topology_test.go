@@ -15,14 +15,14 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // Two verbs of this package's own:
 //   - envdump:DIR, a worker that writes its whole environment as JSON to DIR/<RANK>.json and exits 0;
 //   - hold:PATH, a process that holds PATH open (like a TPU runtime holding /dev/vfio/N) until its stdin closes.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "envdump", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "envdump", Run: func(w *testutil.Worker) int {
 		env := map[string]string{}
 		for _, kv := range os.Environ() {
 			k, v, _ := strings.Cut(kv, "=")
@@ -41,7 +41,7 @@ func init() {
 		}
 		return 0
 	}})
-	launchertest.Define(launchertest.Verb{Name: "hold", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "hold", Run: func(w *testutil.Worker) int {
 		f, err := os.Open(w.Arg)
 		if err != nil {
 			fmt.Println("open:", err)
@@ -93,7 +93,7 @@ func newHost(t *testing.T, id string, n int) *host {
 		mustDo(t, os.WriteFile(node, nil, 0o644))
 	}
 	h.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GCE_METADATA_HOST=" + refusedAddr(t),
-		launchertest.Fake("envdump:" + h.dumps)}
+		testutil.Fake("envdump:" + h.dumps)}
 	return h
 }
 
@@ -161,7 +161,7 @@ func (h *host) cli(t *testing.T, extraEnv []string, args ...string) result {
 	cmd.Dir = h.wd
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	code := launchertest.WaitExit(t, cmd) // bounded: "seconds, not minutes" (DESIGN.md) is the deadline
+	code := testutil.WaitExit(t, cmd) // bounded: "seconds, not minutes" (DESIGN.md) is the deadline
 	return result{code, out.String(), errb.String()}
 }
 
@@ -214,7 +214,7 @@ func (h *host) dumped(t *testing.T) map[string]map[string]string {
 // cleanup.
 func hold(t *testing.T, path string) int {
 	t.Helper()
-	cmd := launchertest.Command("hold:" + path)
+	cmd := testutil.Command("hold:" + path)
 	stdin, err := cmd.StdinPipe()
 	mustDo(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -222,7 +222,7 @@ func hold(t *testing.T, path string) int {
 	mustDo(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = stdin.Close()
-		launchertest.WaitExit(t, cmd)
+		testutil.WaitExit(t, cmd)
 	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if strings.TrimSpace(line) != "ready" {

@@ -22,7 +22,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // stalled is a tpurun whose stderr is a pipe nobody reads until unstall.
@@ -60,7 +60,7 @@ func (s *stalled) unstall(t *testing.T) (int, string) {
 		b, _ := io.ReadAll(s.errR)
 		done <- b
 	}()
-	code := launchertest.WaitExit(t, s.cmd)
+	code := testutil.WaitExit(t, s.cmd)
 	return code, string(<-done)
 }
 
@@ -69,8 +69,8 @@ func (s *stalled) unstall(t *testing.T) (int, string) {
 func (s *stalled) waitStalled(t *testing.T) {
 	t.Helper()
 	pid := s.cmd.Process.Pid
-	launchertest.Eventually(t, fmt.Sprintf("tpurun (pid %d) blocked writing its stalled stderr, or gone", pid), func() bool {
-		return launchertest.BlockedWriting(pid, 2) || launchertest.Dead(pid)
+	testutil.Eventually(t, fmt.Sprintf("tpurun (pid %d) blocked writing its stalled stderr, or gone", pid), func() bool {
+		return testutil.BlockedWriting(pid, 2) || testutil.Dead(pid)
 	})
 }
 
@@ -79,15 +79,15 @@ func (s *stalled) waitStalled(t *testing.T) {
 // (tpurun's queue took them all).
 func waitWorkersBlocked(t *testing.T, dir string, n int, except ...string) {
 	t.Helper()
-	launchertest.WaitFor(t, fmt.Sprintf("%d workers blocked writing their stderr, or done", n-len(except)), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("%d workers blocked writing their stderr, or done", n-len(except)), func() error {
 		blocked := 0
-		for _, pid := range launchertest.PIDs(t, dir) {
+		for _, pid := range testutil.PIDs(t, dir) {
 			rank := envOf(pid, "RANK")
 			if slices.Contains(except, rank) {
 				continue
 			}
-			if _, err := os.Stat(filepath.Join(dir, "flooded-"+rank)); err != nil && !launchertest.BlockedWriting(pid, 2) {
-				return fmt.Errorf("pid %d (rank %s, state %s) is not: %s", pid, envOf(pid, "RANK"), launchertest.ProcState(pid), launchertest.Syscalls(pid))
+			if _, err := os.Stat(filepath.Join(dir, "flooded-"+rank)); err != nil && !testutil.BlockedWriting(pid, 2) {
+				return fmt.Errorf("pid %d (rank %s, state %s) is not: %s", pid, envOf(pid, "RANK"), testutil.ProcState(pid), testutil.Syscalls(pid))
 			}
 			blocked++
 		}
@@ -116,7 +116,7 @@ func envOf(pid int, key string) string {
 // lost.
 func TestHostileStalledStderr(t *testing.T) {
 	t.Parallel()
-	timeout := launchertest.Scaled(5 * time.Second)
+	timeout := testutil.Scaled(5 * time.Second)
 	for _, tc := range []struct {
 		name   string
 		env    []string
@@ -127,7 +127,7 @@ func TestHostileStalledStderr(t *testing.T) {
 	}{
 		// the timeout comes once the workers are blocked writing (it waits for that): long enough on a loaded machine
 		{"timeout", nil, []string{"--timeout", timeout.String()}, nil, 124, "timeout " + timeout.String() + " expired"},
-		{"failing-rank", []string{launchertest.FakeRank(2, "exitongo:3")}, nil, nil, 3, "exit 3"}, // rank 2 fails on Go
+		{"failing-rank", []string{testutil.FakeRank(2, "exitongo:3")}, nil, nil, 3, "exit 3"}, // rank 2 fails on Go
 		{"sigterm", nil, nil, func(p *os.Process) { _ = p.Signal(syscall.SIGTERM) }, 143, "SIGTERM"},
 		{"sigterm-behind-40-sigusr1", nil, nil, func(p *os.Process) {
 			for range 40 {
@@ -138,11 +138,11 @@ func TestHostileStalledStderr(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
-			env := append([]string{launchertest.Fake("errflood:9000")}, tc.env...)
+			dir := testutil.FakeDir(t)
+			env := append([]string{testutil.Fake("errflood:9000")}, tc.env...)
 			nprocs := 2 + len(tc.env) // a failing rank is a third one
 			s := startStalled(t, dir, env, append(append([]string{"--nprocs", strconv.Itoa(nprocs)}, tc.args...), "--", os.Args[0])...)
-			launchertest.WaitReady(t, dir, nprocs)
+			testutil.WaitReady(t, dir, nprocs)
 			var except []string
 			if len(tc.env) > 0 {
 				except = []string{"2"} // the failing rank waits for Go, it does not write
@@ -152,7 +152,7 @@ func TestHostileStalledStderr(t *testing.T) {
 			case tc.signal != nil:
 				tc.signal(s.cmd.Process)
 			case len(tc.env) > 0:
-				launchertest.Go(t, dir)
+				testutil.Go(t, dir)
 			}
 			// Every worker is dead while nobody reads stderr: the control path did not wait for the console. (tpurun
 			// reaps them once their output is written: until then they are zombies, their pids reserved.)
@@ -186,9 +186,9 @@ func TestHostileSecondSignalDuringStalledDrain(t *testing.T) {
 	for _, when := range []string{"right-behind-the-first", "after-the-workers-died"} {
 		t.Run(when, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
-			s := startStalled(t, dir, []string{launchertest.Fake("errflood:9000")}, "--nprocs", "2", "--", os.Args[0])
-			launchertest.WaitReady(t, dir, 2)
+			dir := testutil.FakeDir(t)
+			s := startStalled(t, dir, []string{testutil.Fake("errflood:9000")}, "--nprocs", "2", "--", os.Args[0])
+			testutil.WaitReady(t, dir, 2)
 			waitWorkersBlocked(t, dir, 2)
 			_ = s.cmd.Process.Signal(syscall.SIGTERM)
 			// Two SIGTERMs that arrive before tpurun handled the first are one (the kernel and the Go runtime
@@ -199,9 +199,9 @@ func TestHostileSecondSignalDuringStalledDrain(t *testing.T) {
 				assertAllDead(t, dir, 2)
 				s.waitStalled(t)
 			} else {
-				launchertest.WaitFor(t, "a worker to die of the forwarded SIGTERM", func() error {
-					for _, p := range launchertest.PIDs(t, dir) {
-						if launchertest.Dead(p) {
+				testutil.WaitFor(t, "a worker to die of the forwarded SIGTERM", func() error {
+					for _, p := range testutil.PIDs(t, dir) {
+						if testutil.Dead(p) {
 							return nil
 						}
 					}
@@ -210,7 +210,7 @@ func TestHostileSecondSignalDuringStalledDrain(t *testing.T) {
 			}
 			_ = s.cmd.Process.Signal(syscall.SIGTERM)
 			// Nobody reads stderr: a tpurun that waits for the reader is killed at the deadline and fails here.
-			if code := launchertest.WaitExit(t, s.cmd); code != 143 {
+			if code := testutil.WaitExit(t, s.cmd); code != 143 {
 				t.Fatalf("exit %d, want 143", code)
 			}
 			assertNothingLeft(t, dir, 2)
@@ -233,13 +233,13 @@ func TestHostileErrorFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			args := []string{"--nprocs", "1"}
 			if tc.logDir {
 				args = append(args, "--log-dir", filepath.Join(dir, "logs"))
 			}
-			cmd, _, errb := tpurun(dir, []string{launchertest.Fake(tc.fault)}, append(args, "--", os.Args[0])...)
-			code := launchertest.WaitExit(t, cmd) // a tpurun hung on the error file is killed and fails here
+			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(args, "--", os.Args[0])...)
+			code := testutil.WaitExit(t, cmd) // a tpurun hung on the error file is killed and fails here
 			if code != 5 || !strings.Contains(errb.String(), tc.says) || strings.Contains(errb.String(), "read through a symlink") {
 				t.Fatalf("exit %d, want 5, saying %q and not showing the symlink's target:\n%s", code, tc.says, errb)
 			}
@@ -252,8 +252,8 @@ func TestHostileErrorFile(t *testing.T) {
 // killed, and --timeout waited for them forever.
 func TestHostileEscapedWorker(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	r := runCLI(t, dir, []string{launchertest.Fake("leavegroup")}, "--nprocs", "2", "--timeout", upTimeout, "--grace", "500ms", "--", os.Args[0])
+	dir := testutil.FakeDir(t)
+	r := runCLI(t, dir, []string{testutil.Fake("leavegroup")}, "--nprocs", "2", "--timeout", upTimeout, "--grace", "500ms", "--", os.Args[0])
 	if es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) != 2 {
 		t.Fatalf("%d workers left their process group, want 2:\n%s", len(es), r.stderr)
 	}
@@ -266,14 +266,14 @@ func TestHostileEscapedWorker(t *testing.T) {
 func assertAllDead(t *testing.T, dir string, want int) {
 	t.Helper()
 	var ps []int
-	launchertest.WaitFor(t, fmt.Sprintf("%d fake processes to record their pid", want), func() error {
-		if ps = launchertest.PIDs(t, dir); len(ps) < want {
+	testutil.WaitFor(t, fmt.Sprintf("%d fake processes to record their pid", want), func() error {
+		if ps = testutil.PIDs(t, dir); len(ps) < want {
 			return fmt.Errorf("%d did", len(ps))
 		}
 		return nil
 	})
 	for _, pid := range ps {
-		launchertest.WaitDead(t, pid)
+		testutil.WaitDead(t, pid)
 	}
 }
 
@@ -291,22 +291,22 @@ func tail(s string, n int) string {
 // stranger survives.
 func TestHostilePidReuse(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	lastPID := launchertest.Need(t, "ns_last_pid")
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("hang"), launchertest.FakeRank(1, "exitready:0")}, "-v", "--nprocs", "2", "--", os.Args[0])
-	errb := &launchertest.Buffer{}
+	dir := testutil.FakeDir(t)
+	lastPID := testutil.Need(t, "ns_last_pid")
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "exitready:0")}, "-v", "--nprocs", "2", "--", os.Args[0])
+	errb := &testutil.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	launchertest.WaitReady(t, dir, 2)
+	testutil.WaitReady(t, dir, 2)
 	// tpurun has handled rank 1's exit once it logs it (-v): a tpurun that reaps an exited worker has reaped it
 	// by then, and its pid is free for the stranger below.
 	errb.WaitFor(t, "worker exited")
 	target := 0
-	for _, pid := range launchertest.PIDs(t, dir) {
-		if launchertest.Dead(pid) {
+	for _, pid := range testutil.PIDs(t, dir) {
+		if testutil.Dead(pid) {
 			target = pid
 		}
 	}
@@ -343,9 +343,9 @@ func TestHostilePidReuse(t *testing.T) {
 		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	launchertest.WaitExit(t, cmd)
+	testutil.WaitExit(t, cmd)
 	for _, s := range strangers {
-		if launchertest.Dead(s.Process.Pid) {
+		if testutil.Dead(s.Process.Pid) {
 			t.Fatalf("tpurun killed pid %d, a stranger that took an exited worker's pid (claimed %v):\n%s", s.Process.Pid, claimed, errb)
 		}
 	}
@@ -380,16 +380,16 @@ func TestHostileResultFloods(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			t.Parallel()
-			launchertest.Heavy(t) // a flood and a memory figure
-			dir := launchertest.FakeDir(t)
+			testutil.Heavy(t) // a flood and a memory figure
+			dir := testutil.FakeDir(t)
 			doc := filepath.Join(dir, "results.json")
-			cmd, _, errb := tpurun(dir, []string{launchertest.Fake(tc.fault)}, "--nprocs", "1", "--results", doc, "--", os.Args[0])
+			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, "--nprocs", "1", "--results", doc, "--", os.Args[0])
 			// Through the rusage wrapper, a child whose only job is the measurement: the peak RSS of tpurun and
 			// its worker, without this test binary's.
 			rssFile := filepath.Join(dir, "rss")
 			cmd.Path, cmd.Args = os.Args[0], append([]string{os.Args[0]}, cmd.Args...)
-			cmd.Env = append(cmd.Env, launchertest.Self("rusage:"+rssFile))
-			launchertest.WaitExit(t, cmd)
+			cmd.Env = append(cmd.Env, testutil.Self("rusage:"+rssFile))
+			testutil.WaitExit(t, cmd)
 			rb, _ := os.ReadFile(rssFile)
 			rss, perr := strconv.ParseInt(string(rb), 10, 64)
 			if perr != nil {
@@ -433,9 +433,9 @@ func TestHostileResultFloods(t *testing.T) {
 // is kept (it was lost, reported missing), and the document is valid JSON for Python's json.load.
 func TestHostileMalformedThenGood(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	doc := filepath.Join(dir, "results.json")
-	s := startStalled(t, dir, []string{launchertest.Fake("badthengood")}, "--nprocs", "2", "--expect-results", "--results", doc, "--", os.Args[0])
+	s := startStalled(t, dir, []string{testutil.Fake("badthengood")}, "--nprocs", "2", "--expect-results", "--results", doc, "--", os.Args[0])
 	// Both workers wrote their frames and exited; then tpurun did all it could without a reader of its stderr.
 	assertAllDead(t, dir, 2)
 	s.waitStalled(t)
@@ -462,7 +462,7 @@ func TestHostileMalformedThenGood(t *testing.T) {
 		t.Fatalf("%d malformed_frame violations, want 4 (2 per rank): %+v", malformed, d.Violations)
 	}
 	t.Run("python-json-load", func(t *testing.T) {
-		py := launchertest.Need(t, "python3")
+		py := testutil.Need(t, "python3")
 		if out, err := exec.Command(py, "-c", "import json,sys; json.load(open(sys.argv[1]))", doc).CombinedOutput(); err != nil {
 			t.Fatalf("python's json.load: %v\n%s", err, out)
 		}
@@ -474,8 +474,8 @@ func TestHostileMalformedThenGood(t *testing.T) {
 // lock the supervisor's events need, and froze failure handling) and tpurun exits with rank 1's code.
 func TestHostileStatusClientNeverReads(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	s := startStalled(t, dir, []string{launchertest.Fake("hang"), launchertest.FakeRank(1, "exitongo:3")}, "--nprocs", "2",
+	dir := testutil.FakeDir(t)
+	s := startStalled(t, dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "exitongo:3")}, "--nprocs", "2",
 		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
 	addr, stderr := watchStatusAddr(t, s.errR)
 	conn, err := net.Dial("tcp", addr)
@@ -491,13 +491,13 @@ func TestHostileStatusClientNeverReads(t *testing.T) {
 	go floodStatusRequests(conn)
 	// The server stops reading requests once its handler is stuck writing an answer nobody reads: then the
 	// client's writes block. Rank 1 fails after that.
-	launchertest.Eventually(t, "the status client's requests to back up (its write blocked)", func() bool {
-		return launchertest.GoroutineWaits("IO wait", "floodStatusRequests")
+	testutil.Eventually(t, "the status client's requests to back up (its write blocked)", func() bool {
+		return testutil.GoroutineWaits("IO wait", "floodStatusRequests")
 	})
-	launchertest.WaitReady(t, dir, 2) // both workers are running (and recorded their pids) before rank 1 fails
-	launchertest.Go(t, dir)
+	testutil.WaitReady(t, dir, 2) // both workers are running (and recorded their pids) before rank 1 fails
+	testutil.Go(t, dir)
 	// A failure handling frozen behind the stuck handler never ends the run: killed at the deadline, it fails.
-	if code := launchertest.WaitExit(t, s.cmd); code != 3 {
+	if code := testutil.WaitExit(t, s.cmd); code != 3 {
 		t.Fatalf("tpurun: exit %d, want 3\n%s", code, stderr())
 	}
 	assertNothingLeft(t, dir, 2)
@@ -518,15 +518,15 @@ func floodStatusRequests(conn net.Conn) {
 // its workers ran on to the end.
 func TestHostileCallerKilled(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	caller := exec.Command("sh", "-c", `"$0" --exit-with-parent --nprocs 2 -- "$1" & wait`, filepath.Join(bin, "tpurun"), os.Args[0])
-	caller.Env = append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("hang"))
+	caller.Env = append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("hang"))
 	if err := caller.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitReady(t, dir, 2)
-	ws := launchertest.PIDs(t, dir)
-	target := launchertest.Watch(t, parentOf(ws[0])) // tpurun: the workers' parent
+	testutil.WaitReady(t, dir, 2)
+	ws := testutil.PIDs(t, dir)
+	target := testutil.Watch(t, parentOf(ws[0])) // tpurun: the workers' parent
 	if err := caller.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,15 +18,14 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"tpurun/internal/status"
+	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/cmd/tpurun/internal/status"
+	"tpurun/cmd/tpurun/internal/summary"
+	"tpurun/internal/console"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/workerenv"
 	"tpurun/launcher"
-	"tpurun/launcher/console"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/flags"
-	"tpurun/launcher/summary"
-	"tpurun/launcher/torchrun"
-	"tpurun/launcher/workerenv"
 	"tpurun/worker"
 )
 
@@ -250,10 +249,10 @@ var flagOf = map[failure.Setting]string{
 
 type options struct {
 	spec           launcher.Spec
-	dev            *flags.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
-	rdzv           *rdzvFlags    // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr             *torchFlags   // torchrun's remaining flags and the container flags (torchrun.go)
-	json           bool          // --json: the results document on stdout
+	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
+	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
+	tr             *torchFlags // torchrun's remaining flags and the container flags (torchrun.go)
+	json           bool        // --json: the results document on stdout
 	exitWithParent bool
 	statusAddr     string
 	statusRemote   bool
@@ -263,15 +262,15 @@ type options struct {
 
 func parse(args []string, stdout io.Writer) (*options, error) {
 	o, fs, raw := newFlags()
-	args, err := torchrun.Expand(fs, args, torchrun.Flags) // argparse's unique prefixes: --redirect=3
+	args, err := cli.Expand(fs, args, cli.Flags) // argparse's unique prefixes: --redirect=3
 	if err != nil {
 		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if err := torchrun.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
-		var pe *torchrun.PETError
+	if err := cli.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
+		var pe *cli.PETError
 		errors.As(err, &pe)
 		return nil, &failure.ConfigError{Field: failure.Setting(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
@@ -297,8 +296,8 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
-	fs.SetNormalizeFunc(flags.Dashes)
-	o.dev = flags.AddDevice(fs)
+	fs.SetNormalizeFunc(cli.Dashes)
+	o.dev = cli.AddDevice(fs)
 	raw.fn = addResultFlags(fs, &o.spec, &o.json)
 	fs.DurationVar(&o.spec.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
@@ -367,7 +366,7 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
 		return err
 	}
-	o.spec.Preload = flags.ParseList(raw.preload)
+	o.spec.Preload = cli.ParseList(raw.preload)
 	if err := o.streams(raw.redirects, raw.tee, raw.filter, raw.stdin); err != nil {
 		return err
 	}
@@ -384,16 +383,16 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 // streams parses the flags that say where the workers' streams go and which of them read stdin.
 func (o *options) streams(redirects, tee, filter, stdin string) error {
 	var err error
-	if o.spec.Redirects, err = flags.ParseStdSpec("--redirects", redirects); err != nil {
+	if o.spec.Redirects, err = cli.ParseStdSpec("--redirects", redirects); err != nil {
 		return err
 	}
-	if o.spec.Tee, err = flags.ParseStdSpec("--tee", tee); err != nil {
+	if o.spec.Tee, err = cli.ParseStdSpec("--tee", tee); err != nil {
 		return err
 	}
-	if o.spec.LocalRanksFilter, err = flags.ParseRanks("--local-ranks-filter", filter); err != nil {
+	if o.spec.LocalRanksFilter, err = cli.ParseRanks("--local-ranks-filter", filter); err != nil {
 		return err
 	}
-	o.spec.StdinTo, err = flags.ParseStdinMode(stdin)
+	o.spec.StdinTo, err = cli.ParseStdinMode(stdin)
 	return err
 }
 

@@ -11,26 +11,26 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // bin holds the tpurun and hello binaries built once by TestMain.
 var bin string
 
-// The verbs of launchertest's fake worker that this package's tests use (this package defines a few of its own
+// The verbs of testutil's fake worker that this package's tests use (this package defines a few of its own
 // beside the tests that use them).
 func init() {
-	launchertest.Register("exit", "exitready", "early", "raise", "crash", "hang", "hanguntil", "ignore", "catch",
+	testutil.Register("exit", "exitready", "early", "raise", "crash", "hang", "hanguntil", "ignore", "catch",
 		"exitongo", "fifoerr", "linkerr", "grandkids", "leavegroup", "closeout", "flood", "errflood", "long", "env",
 		"report", "reportcrash", "reporthang", "reportfailfirst", "silent", "fail", "big", "seed0", "foreign",
 		"notaframe", "cutframe", "dupflood", "foreignflood", "badthengood", "record", "failuntil")
 }
 
-// TestMain either plays a fake worker (launchertest.Dispatch) or builds the real binaries and runs the tests. The
+// TestMain either plays a fake worker (testutil.Dispatch) or builds the real binaries and runs the tests. The
 // test binary is a child subreaper so that workers orphaned by a SIGKILLed launcher can be reaped and proven gone.
 func TestMain(m *testing.M) {
-	launchertest.Dispatch()
-	if err := launchertest.SetSubreaper(); err != nil {
+	testutil.Dispatch()
+	if err := testutil.SetSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -52,14 +52,14 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	code := launchertest.Run(m)
+	code := testutil.Run(m)
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 // upTimeout is a --timeout that fires once the workers are set up, even on a loaded machine (they take well under
 // a second on an idle one): for the tests of what a timeout does to running workers.
-var upTimeout = launchertest.Scaled(5 * time.Second).String()
+var upTimeout = testutil.Scaled(5 * time.Second).String()
 
 type result struct {
 	code           int
@@ -79,7 +79,7 @@ func tpurun(dir string, env []string, args ...string) (*exec.Cmd, *bytes.Buffer,
 func runCLI(t *testing.T, dir string, env []string, args ...string) result {
 	t.Helper()
 	cmd, out, errb := tpurun(dir, env, args...)
-	code := launchertest.WaitExit(t, cmd)
+	code := testutil.WaitExit(t, cmd)
 	return result{code, out.String(), errb.String()}
 }
 
@@ -151,8 +151,8 @@ func TestDemoHello(t *testing.T) {
 
 func TestTorchrunSpellingAndExitCode(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	r := runCLI(t, dir, []string{launchertest.Fake("hang"), launchertest.FakeRank(2, "exitready:85")},
+	dir := testutil.FakeDir(t)
+	r := runCLI(t, dir, []string{testutil.Fake("hang"), testutil.FakeRank(2, "exitready:85")},
 		"--nproc_per_node", "3", "--log_format", "json", "--", os.Args[0])
 	if r.code != 85 {
 		t.Fatalf("exit %d, want rank 2's 85\n%s", r.code, r.stderr)
@@ -160,17 +160,17 @@ func TestTorchrunSpellingAndExitCode(t *testing.T) {
 	if !strings.Contains(r.stdout, "[2] rank 2 exits 85") || !strings.Contains(r.stderr, `"level":"error"`) {
 		t.Fatalf("stdout %q / stderr %q: want rank 2's prefixed line and json logs", r.stdout, r.stderr)
 	}
-	launchertest.AssertAllGone(t, dir, 3)
+	testutil.AssertAllGone(t, dir, 3)
 }
 
 func TestTimeoutExit124(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	r := runCLI(t, dir, []string{launchertest.Fake("hang")}, "--nprocs", "2", "--timeout", upTimeout, "--", os.Args[0])
+	dir := testutil.FakeDir(t)
+	r := runCLI(t, dir, []string{testutil.Fake("hang")}, "--nprocs", "2", "--timeout", upTimeout, "--", os.Args[0])
 	if r.code != 124 || !strings.Contains(r.stderr, "timeout "+upTimeout+" expired") {
 		t.Fatalf("exit %d, want 124\n%s", r.code, r.stderr)
 	}
-	launchertest.AssertAllGone(t, dir, 2)
+	testutil.AssertAllGone(t, dir, 2)
 }
 
 func TestSIGTERMToLauncher(t *testing.T) {
@@ -181,16 +181,16 @@ func TestSIGTERMToLauncher(t *testing.T) {
 	}{{"hang", 143}, {"catch:15", 143}} { // 143 also when the workers exit 0 on it: a preempted job never looks successful
 		t.Run(tc.behaviour, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
-			cmd, out, errb := tpurun(dir, []string{launchertest.Fake(tc.behaviour)}, "--nprocs", "2", "--", os.Args[0])
+			dir := testutil.FakeDir(t)
+			cmd, out, errb := tpurun(dir, []string{testutil.Fake(tc.behaviour)}, "--nprocs", "2", "--", os.Args[0])
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitReady(t, dir, 2)
+			testutil.WaitReady(t, dir, 2)
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			launchertest.WaitExit(t, cmd)
+			testutil.WaitExit(t, cmd)
 			if got := cmd.ProcessState.ExitCode(); got != tc.code {
 				t.Fatalf("exit %d, want %d\n%s", got, tc.code, errb.String())
 			}
@@ -200,24 +200,24 @@ func TestSIGTERMToLauncher(t *testing.T) {
 			if tc.behaviour == "hang" && strings.Count(errb.String(), "SIGTERM") < 2 {
 				t.Fatalf("summary does not show the workers killed by SIGTERM:\n%s", errb.String())
 			}
-			launchertest.AssertAllGone(t, dir, 2)
+			testutil.AssertAllGone(t, dir, 2)
 		})
 	}
 }
 
 func TestSIGKILLedLauncherLeavesNoWorker(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("hang")}, "--nprocs", "4", "--", os.Args[0])
+	dir := testutil.FakeDir(t)
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang")}, "--nprocs", "4", "--", os.Args[0])
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitReady(t, dir, 4)
+	testutil.WaitReady(t, dir, 4)
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitExit(t, cmd)
-	launchertest.AssertAllGone(t, dir, 4)
+	testutil.WaitExit(t, cmd)
+	testutil.AssertAllGone(t, dir, 4)
 }
 
 // TestConfigMistakesExit2: every mistake in the invocation or the configuration exits 2 before anything starts,
@@ -247,9 +247,9 @@ func TestConfigMistakesExit2(t *testing.T) {
 		{nil, []string{"--results", "/no/such/dir/x.json"}, "--results"},
 		{nil, []string{"--results", filepath.Dir(file)}, "--results"},
 	} {
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		// runCLI is bounded by the deadline: a mistake found only by a rendezvous timeout (5 min) fails there.
-		r := runCLI(t, dir, append([]string{launchertest.Fake("exit:0")}, tc.env...), append(append([]string{"--nprocs", "1"}, tc.args...), "--", os.Args[0])...)
+		r := runCLI(t, dir, append([]string{testutil.Fake("exit:0")}, tc.env...), append(append([]string{"--nprocs", "1"}, tc.args...), "--", os.Args[0])...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.name) {
 			t.Errorf("%q %q: exit %d, want 2 naming %s:\n%s", tc.env, tc.args, r.code, tc.name, r.stderr)
 		}

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/launchertest"
-	"tpurun/launcher/results"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/results"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // TestMultihostRemoteViolations: 2 nodes x 1 Go result worker (rank 1 runs on node 1): whatever goes wrong with
@@ -29,7 +29,7 @@ func TestMultihostRemoteViolations(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			ep := launchertest.FreeEndpoint(t)
+			ep := testutil.FreeEndpoint(t)
 			var nodes []*node
 			for i := 0; i < 2; i++ {
 				args := []string{"--device", "cpu", "--nprocs", "1", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
@@ -76,7 +76,7 @@ func TestMultihostHugeResults(t *testing.T) {
 	for _, backend := range []string{"tcp", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			ep := launchertest.FreeEndpoint(t)
+			ep := testutil.FreeEndpoint(t)
 			if backend == "etcd" {
 				ep = etcdtest.StartOne(t)
 			}

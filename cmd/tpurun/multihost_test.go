@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
-	"tpurun/rendezvous/etcdtest"
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // freeEndpoint is 127.0.0.1:port with a port that was free a moment ago.
@@ -23,7 +23,7 @@ import (
 // node is one tpurun process of a multi-host test.
 type node struct {
 	cmd            *exec.Cmd
-	stdout, stderr launchertest.Buffer
+	stdout, stderr testutil.Buffer
 	done           chan struct{}
 	code           int
 }
@@ -62,13 +62,13 @@ func runNode(t *testing.T, cmd *exec.Cmd) *node {
 // wait waits for the node to exit (Deadline at most) and returns its code.
 func (n *node) wait(t *testing.T) int {
 	t.Helper()
-	timer := time.NewTimer(launchertest.Deadline())
+	timer := time.NewTimer(testutil.Deadline())
 	defer timer.Stop()
 	select {
 	case <-n.done:
 		return n.code
 	case <-timer.C:
-		t.Fatalf("node %v still running after %s\nstderr:\n%s", n.cmd.Args, launchertest.Deadline(), n.stderr.String())
+		t.Fatalf("node %v still running after %s\nstderr:\n%s", n.cmd.Args, testutil.Deadline(), n.stderr.String())
 		return 0
 	}
 }
@@ -79,9 +79,9 @@ func (n *node) wait(t *testing.T) int {
 // the test's wait instead of passing late. shortTimeout is a timeout a test waits out on purpose: long enough
 // for every event that must come before it (the other nodes' starts) on a loaded machine.
 var (
-	joinTimeout  = launchertest.Deadline().String()
-	neverTimeout = (2 * launchertest.Deadline()).String()
-	shortTimeout = launchertest.Scaled(8 * time.Second).String()
+	joinTimeout  = testutil.Deadline().String()
+	neverTimeout = (2 * testutil.Deadline()).String()
+	shortTimeout = testutil.Scaled(8 * time.Second).String()
 )
 
 // self is the path of the test binary, which plays the workers (envdump, fake).
@@ -165,8 +165,8 @@ func checkWorldEnv(t *testing.T, hosts []*host, perHost int, planEnv func(i int)
 // v4-32 world: every rank's env equals the plan of the whole slice built from the agreed host list.
 func TestMultihostTCPv4_32(t *testing.T) {
 	t.Parallel()
-	launchertest.Heavy(t) // 4 launchers, 16 workers, 4 plans
-	ep := launchertest.FreeEndpoint(t)
+	testutil.Heavy(t) // 4 launchers, 16 workers, 4 plans
+	ep := testutil.FreeEndpoint(t)
 	base := portBase(t)
 	var hosts []*host
 	var nodes []*node
@@ -191,7 +191,7 @@ func TestMultihostTCPv4_32(t *testing.T) {
 // node 0 hosts the server on host 0) run one v4-16 world equal to its single plan.
 func TestMultihostStaticFromTPUEnv(t *testing.T) {
 	t.Parallel()
-	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
+	_, port, _ := net.SplitHostPort(testutil.FreeEndpoint(t))
 	base := portBase(t)
 	hostList := "127.0.0.1,127.0.0.2"
 	var hosts []*host
@@ -232,16 +232,16 @@ func cpuNodes(t *testing.T, dir string, n int, env []string, extra func(i int) [
 // node stops its workers at once and all three launchers exit 7, the failing rank's code.
 func TestMultihostWorkerFailureStopsEveryNode(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	start := time.Now()
 	// The failure is announced at once: a heartbeat longer than the deadline keeps any slower way of learning
 	// it (a node noticing another's silence) from passing the wait; node 2's launcher ending is announced as a
 	// loss (exit 69), never as rank 4's code.
-	nodes := cpuNodes(t, dir, 3, []string{launchertest.Fake("hang"), launchertest.FakeRank(4, "exitready:7")}, func(int) []string {
+	nodes := cpuNodes(t, dir, 3, []string{testutil.Fake("hang"), testutil.FakeRank(4, "exitready:7")}, func(int) []string {
 		return []string{"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-timeout", joinTimeout, "--rdzv-conf", "heartbeat=" + neverTimeout}
 	})
-	launchertest.WaitReady(t, dir, 6)
+	testutil.WaitReady(t, dir, 6)
 	for i, n := range nodes {
 		if code := n.wait(t); code != 7 {
 			t.Fatalf("node %d: exit %d, want 7 (rank 4's code)\n%s", i, code, n.stderr.String())
@@ -250,7 +250,7 @@ func TestMultihostWorkerFailureStopsEveryNode(t *testing.T) {
 	if !strings.Contains(nodes[0].stderr.String(), "rank 4") {
 		t.Fatalf("node 0 does not name rank 4:\n%s", nodes[0].stderr.String())
 	}
-	launchertest.AssertAllGone(t, dir, 6)
+	testutil.AssertAllGone(t, dir, 6)
 	t.Logf("3 nodes up and stopped in %s", time.Since(start))
 }
 
@@ -266,24 +266,24 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 	}{{"tcp-SIGKILL", syscall.SIGKILL, "tcp"}, {"tcp-SIGSTOP", syscall.SIGSTOP, "tcp"}, {"etcd-SIGKILL", syscall.SIGKILL, "etcd"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			ep := ""
 			if tc.backend == "etcd" {
 				ep = etcdtest.StartOne(t)
 			} else {
-				ep = launchertest.FreeEndpoint(t)
+				ep = testutil.FreeEndpoint(t)
 			}
 			// With the default heartbeat: a frozen launcher is noticed by its silence, a killed one by its dropped
 			// connection (tcp) or its lease (etcd, TTL = the heartbeat). Nothing else ends the run: the workers
 			// hang and the rendezvous timeout is past the deadline.
-			nodes := cpuNodes(t, dir, 2, []string{launchertest.Fake("hang")}, func(i int) []string {
+			nodes := cpuNodes(t, dir, 2, []string{testutil.Fake("hang")}, func(i int) []string {
 				args := []string{"--rdzv-backend", tc.backend, "--rdzv-endpoint", ep, "--rdzv-timeout", neverTimeout, "--node-rank", strconv.Itoa(i)}
 				if tc.backend == "tcp" {
 					args = append(args, "--rdzv-conf", "is_host="+strconv.FormatBool(i == 0))
 				}
 				return args
 			})
-			launchertest.WaitReady(t, dir, 4)
+			testutil.WaitReady(t, dir, 4)
 			victim, survivor := nodes[1], nodes[0]
 			mustDo(t, victim.cmd.Process.Signal(tc.sig))
 			if code := survivor.wait(t); code != 69 {
@@ -295,7 +295,7 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 			if tc.sig == syscall.SIGSTOP {
 				mustDo(t, victim.cmd.Process.Signal(syscall.SIGKILL))
 			}
-			launchertest.AssertAllGone(t, dir, 4)
+			testutil.AssertAllGone(t, dir, 4)
 		})
 	}
 }
@@ -304,11 +304,11 @@ func TestMultihostKilledLauncherDetected(t *testing.T) {
 // arrived; no worker was started.
 func TestMultihostMissingNodeTimesOut(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0")), "--device", "cpu",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0")), "--device", "cpu",
 			"--nnodes", "3", "--node-rank", strconv.Itoa(i), "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "missing",
 			"--rdzv-timeout", shortTimeout, "--node-name", "n"+strconv.Itoa(i), "--", self(t)))
 	}
@@ -329,13 +329,13 @@ func TestMultihostMissingNodeTimesOut(t *testing.T) {
 // instances named; it exits 69.
 func TestMultihostDuplicateNodeRankRejected(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "dup", "--rdzv-timeout", neverTimeout, "--"} // refused at once, not at the timeout
-	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"))
+	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0"))
 	first := startNode(t, env, append(append([]string{"--node-name", "a"}, common...), self(t))...)
-	launchertest.WaitListening(t, ep)
+	testutil.WaitListening(t, ep)
 	second := startNode(t, env, append(append([]string{"--node-name", "b"}, common...), self(t))...)
 	c2, c1 := second.wait(t), first.wait(t)
 	if c1 != 69 || c2 != 69 {
@@ -350,13 +350,13 @@ func TestMultihostDuplicateNodeRankRejected(t *testing.T) {
 // and exits 69 saying so.
 func TestMultihostWrongTokenRefused(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 		"--rdzv-id", "tok", "--rdzv-timeout", shortTimeout} // the good node waits it out
-	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"))
+	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0"))
 	good := startNode(t, env, append(common, "--node-name", "good", "--rdzv-token", "s3cret", "--", self(t))...)
-	launchertest.WaitListening(t, ep)
+	testutil.WaitListening(t, ep)
 	bad := startNode(t, append(env, "TPURUN_RDZV_TOKEN=wrong"), append(common, "--node-name", "bad", "--", self(t))...)
 	if code := bad.wait(t); code != 69 {
 		t.Fatalf("bad token: exit %d, want 69\n%s", code, bad.stderr.String())
@@ -380,8 +380,8 @@ func TestMultihostEtcd(t *testing.T) {
 		return []string{"--rdzv-backend", "etcd", "--rdzv-endpoint", ep, "--rdzv-timeout", joinTimeout, "--rdzv-conf", "heartbeat=" + neverTimeout}
 	}
 
-	dir := launchertest.FakeDir(t)
-	for i, n := range cpuNodes(t, dir, 2, []string{launchertest.Fake("exit:0")}, rdzv) {
+	dir := testutil.FakeDir(t)
+	for i, n := range cpuNodes(t, dir, 2, []string{testutil.Fake("exit:0")}, rdzv) {
 		if code := n.wait(t); code != 0 {
 			t.Fatalf("etcd node %d: exit %d\n%s", i, code, n.stderr.String())
 		}
@@ -390,15 +390,15 @@ func TestMultihostEtcd(t *testing.T) {
 		t.Fatalf("%d ranks ran over etcd, want 4", len(es))
 	}
 
-	dir = launchertest.FakeDir(t)
-	nodes := cpuNodes(t, dir, 2, []string{launchertest.Fake("hang"), launchertest.FakeRank(3, "exitready:5")}, rdzv)
-	launchertest.WaitReady(t, dir, 4)
+	dir = testutil.FakeDir(t)
+	nodes := cpuNodes(t, dir, 2, []string{testutil.Fake("hang"), testutil.FakeRank(3, "exitready:5")}, rdzv)
+	testutil.WaitReady(t, dir, 4)
 	for i, n := range nodes {
 		if code := n.wait(t); code != 5 {
 			t.Fatalf("etcd node %d: exit %d, want 5 (rank 3's code)\n%s", i, code, n.stderr.String())
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 4)
+	testutil.AssertAllGone(t, dir, 4)
 }
 
 // TestMultihostMaxRestartsNewGeneration: rank 3 fails once; with --max-restarts 1 both nodes agree on the failure,
@@ -410,7 +410,7 @@ func TestMultihostMaxRestartsNewGeneration(t *testing.T) {
 		want     int
 	}{{"1", 0}, {"0", 4}} {
 		dir := t.TempDir()
-		ep := launchertest.FreeEndpoint(t)
+		ep := testutil.FreeEndpoint(t)
 		script := `if [ "$RANK" = 3 ] && [ ! -e "$D/failed" ]; then : > "$D/failed"; exit 4; fi; echo "gen-ok $RANK $GROUP_RANK"`
 		var nodes []*node
 		for i := 0; i < 2; i++ {
@@ -442,11 +442,11 @@ func TestMultihostMaxRestartsNewGeneration(t *testing.T) {
 // nodes exit 0.
 func TestMultihostResultsWorldWide(t *testing.T) {
 	t.Parallel()
-	py := launchertest.Need(t, "python3") // stdlib only
+	py := testutil.Need(t, "python3") // stdlib only
 	wd, err := os.Getwd()
 	mustDo(t, err)
 	target := filepath.Join(wd, "..", "..", "examples", "fn_square.py") + ":square"
-	ep := launchertest.FreeEndpoint(t)
+	ep := testutil.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 2; i++ {
 		nodes = append(nodes, startNode(t, os.Environ(), "--device", "cpu", "--nprocs", "2", "--nnodes", "2", "--node-rank", strconv.Itoa(i),
@@ -489,12 +489,12 @@ func TestMultihostResultsWorldWide(t *testing.T) {
 // with GROUP_RANK n, and every rank sees the same master.
 func TestMultihost8NodesAgree(t *testing.T) {
 	t.Parallel()
-	launchertest.Heavy(t) // 8 launchers
+	testutil.Heavy(t) // 8 launchers
 	dumps := t.TempDir()
-	ep := launchertest.FreeEndpoint(t)
+	ep := testutil.FreeEndpoint(t)
 	var nodes []*node
 	for i := 0; i < 8; i++ {
-		nodes = append(nodes, startNode(t, append(os.Environ(), launchertest.Fake("envdump:"+dumps)), "--device", "cpu", "--nnodes", "8",
+		nodes = append(nodes, startNode(t, append(os.Environ(), testutil.Fake("envdump:"+dumps)), "--device", "cpu", "--nnodes", "8",
 			"--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "eight", "--rdzv-timeout", joinTimeout,
 			"--node-name", "n"+strconv.Itoa(i), "--", self(t)))
 	}
@@ -523,7 +523,7 @@ func TestMultihost8NodesAgree(t *testing.T) {
 // the 4-rank world through node 0's MASTER_ADDR/MASTER_PORT (skipped only without torch outside CI).
 func TestMultihostTorchAllReduce(t *testing.T) {
 	script := needTorch(t)
-	ep := launchertest.FreeEndpoint(t)
+	ep := testutil.FreeEndpoint(t)
 	torchAllReduce(t, script, func(i int) []string {
 		return []string{"--device", "cpu", "--nproc-per-node", "2", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep,
 			"--rdzv-id", "torch", "--rdzv-timeout", joinTimeout, "--node-name", "n" + strconv.Itoa(i), script}
@@ -567,7 +567,7 @@ func torchAllReduce(t *testing.T, script string, args func(i int) []string) {
 // slices, the slice-local TPU env of a v4-8, and MEGASCALE_* pointing at host 0 of slice 0.
 func TestMultihostMultislice(t *testing.T) {
 	t.Parallel()
-	ep := launchertest.FreeEndpoint(t)
+	ep := testutil.FreeEndpoint(t)
 	// Each slice is one host here, so each replaces busy TPU ports with free ones; both share this machine, so
 	// each gets a port range of its own, as separate hosts would have.
 	bases := []int{portBase(t), portBase(t)}
@@ -628,8 +628,8 @@ func keys(m map[string]map[string]string) []string {
 // 69 at once, naming the odd node; nothing is started.
 func TestMultihostMismatchNamesOddNode(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	gpu := newGPUHost(t, 2)
 	var nodes []*node
 	for i := 0; i < 3; i++ {
@@ -637,7 +637,7 @@ func TestMultihostMismatchNamesOddNode(t *testing.T) {
 		if i == 2 {
 			dev = []string{"--sysfs-root", gpu.sys, "--dev-root", gpu.dev}
 		}
-		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0")), append(dev, "--nprocs", "2",
+		nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0")), append(dev, "--nprocs", "2",
 			"--nnodes", "3", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "odd", "--rdzv-timeout", joinTimeout,
 			"--node-name", "n"+strconv.Itoa(i), "--", self(t))...))
 	}
@@ -663,14 +663,14 @@ func TestMultihostElasticNodeLost(t *testing.T) {
 	for _, backend := range []string{"tcp", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			var ep string
 			if backend == "etcd" {
 				ep = etcdtest.StartOne(t)
 			} else {
-				ep = launchertest.FreeEndpoint(t)
+				ep = testutil.FreeEndpoint(t)
 			}
-			nodes := cpuNodes(t, dir, 3, []string{launchertest.Fake("hanguntil:1")}, func(i int) []string {
+			nodes := cpuNodes(t, dir, 3, []string{testutil.Fake("hanguntil:1")}, func(i int) []string {
 				conf := "last_call_timeout=1" // the default heartbeat: the lost launcher is noticed by its connection or lease
 				if backend == "tcp" {
 					conf += ",is_host=" + strconv.FormatBool(i == 0)
@@ -678,7 +678,7 @@ func TestMultihostElasticNodeLost(t *testing.T) {
 				return []string{"--nnodes", "2:3", "--max-restarts", "1", "--rdzv-backend", backend, "--rdzv-endpoint", ep,
 					"--rdzv-timeout", joinTimeout, "--rdzv-conf", conf}
 			})
-			launchertest.WaitReady(t, dir, 6)
+			testutil.WaitReady(t, dir, 6)
 			mustDo(t, nodes[2].cmd.Process.Signal(syscall.SIGKILL))
 			for i, n := range nodes[:2] {
 				if code := n.wait(t); code != 0 {
@@ -689,7 +689,7 @@ func TestMultihostElasticNodeLost(t *testing.T) {
 					t.Fatalf("survivor %d: workers of generation 1 did not run in a world of 4:\n%s\n%s", i, out, errs)
 				}
 			}
-			launchertest.AssertAllGone(t, dir, 6)
+			testutil.AssertAllGone(t, dir, 6)
 		})
 	}
 }
@@ -699,15 +699,15 @@ func TestMultihostElasticNodeLost(t *testing.T) {
 // world of three restarts as generation 1: every node, the replacement included, exits 0.
 func TestMultihostLostNodeReplaced(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	ep := etcdtest.StartOne(t)
 	args := func(i int) []string {
 		return []string{"--max-restarts", "1", "--rdzv-backend", "etcd", "--rdzv-endpoint", ep, "--rdzv-timeout", joinTimeout}
 	}
-	nodes := cpuNodes(t, dir, 3, []string{launchertest.Fake("hanguntil:1")}, args)
-	launchertest.WaitReady(t, dir, 6)
+	nodes := cpuNodes(t, dir, 3, []string{testutil.Fake("hanguntil:1")}, args)
+	testutil.WaitReady(t, dir, 6)
 	mustDo(t, nodes[2].cmd.Process.Signal(syscall.SIGKILL))
-	replacement := cpuNodes(t, dir, 1, []string{launchertest.Fake("hanguntil:1")}, func(int) []string {
+	replacement := cpuNodes(t, dir, 1, []string{testutil.Fake("hanguntil:1")}, func(int) []string {
 		return append(args(2), "--nnodes", "3", "--node-name", "n2-new")
 	})[0]
 	for i, n := range []*node{nodes[0], nodes[1], replacement} {
@@ -718,5 +718,5 @@ func TestMultihostLostNodeReplaced(t *testing.T) {
 			t.Fatalf("node %d: generation 1 did not run in a world of 6:\n%s\n%s", i, out, n.stderr.String())
 		}
 	}
-	launchertest.AssertAllGone(t, dir, 8)
+	testutil.AssertAllGone(t, dir, 8)
 }

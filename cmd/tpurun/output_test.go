@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // countLines reads r to EOF, after waiting first (a reader that is not there yet), at most rate bytes per second
@@ -76,7 +76,7 @@ func TestOutputSlowReaderLosesNothing(t *testing.T) {
 			pw.Close()
 			got := make(chan []string)
 			go func() { got <- countLines(pr, tc.wait, tc.rate) }()
-			code := launchertest.WaitExit(t, cmd)
+			code := testutil.WaitExit(t, cmd)
 			lines := <-got
 			if code != 0 {
 				t.Fatalf("tpurun: exit %d", code)
@@ -98,13 +98,13 @@ func TestOutputSlowReaderLosesNothing(t *testing.T) {
 // with its prefix, exactly once.
 func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const ranks, n = 4, 100
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("long:" + strconv.Itoa(n))}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:" + strconv.Itoa(n))}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 	pw.Close()
 	got := make(chan []string)
 	go func() { got <- countLines(pr, 0, 0) }()
-	code := launchertest.WaitExit(t, cmd)
+	code := testutil.WaitExit(t, cmd)
 	lines := <-got
 	if code != 0 {
 		t.Fatalf("tpurun: exit %d", code)
@@ -139,25 +139,25 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 // stderr and exits 141 as a program killed by SIGPIPE would.
 func TestOutputClosedStdout(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:10000000"), launchertest.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
-	errb := &launchertest.Buffer{}
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:10000000"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+	errb := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = pw, errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	pw.Close()
-	launchertest.WaitReady(t, dir, 2)                  // rank 1 is ready once both grandchildren recorded their pid
+	testutil.WaitReady(t, dir, 2)                      // rank 1 is ready once both grandchildren recorded their pid
 	first, err := bufio.NewReader(pr).ReadString('\n') // head -1
 	if err != nil || !strings.Contains(first, "flood") {
 		t.Fatalf("first line %q %v", first, err)
 	}
 	pr.Close()
-	launchertest.WaitExit(t, cmd)
+	testutil.WaitExit(t, cmd)
 	if code := cmd.ProcessState.ExitCode(); code != 141 {
 		t.Fatalf("exit %d, want 141\n%s", code, errb.String())
 	}
@@ -191,25 +191,25 @@ func TestOutputLastFlush(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			pr, pw, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { pr.Close() })
 			// 192 KB of lines: more than the pipe holds, less than tpurun queues, so that the worker exits.
-			cmd, _, _ := tpurun(dir, []string{launchertest.Fake("flood:3000")}, append(tc.args, "--nprocs", "1", "--", os.Args[0])...)
-			errb := &launchertest.Buffer{}
+			cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:3000")}, append(tc.args, "--nprocs", "1", "--", os.Args[0])...)
+			errb := &testutil.Buffer{}
 			cmd.Stdout, cmd.Stderr = pw, errb
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
 			pw.Close()
-			launchertest.Eventually(t, "the run's summary, and tpurun blocked writing its stdout", func() bool {
-				return strings.Contains(errb.String(), "every worker exited 0") && launchertest.BlockedWriting(cmd.Process.Pid, 1)
+			testutil.Eventually(t, "the run's summary, and tpurun blocked writing its stdout", func() bool {
+				return strings.Contains(errb.String(), "every worker exited 0") && testutil.BlockedWriting(cmd.Process.Pid, 1)
 			})
 			tc.end(t, cmd, pr)
-			launchertest.WaitExit(t, cmd)
+			testutil.WaitExit(t, cmd)
 			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != tc.code {
 				t.Fatalf("tpurun: %v, want exit %d\n%s", cmd.ProcessState, tc.code, errb.String())
 			}
@@ -236,7 +236,7 @@ func TestOutputLastFlush(t *testing.T) {
 // or before it, and a signal there left the exit code 0 with the output dropped.
 func TestOutputBothStalledOneStop(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -246,23 +246,23 @@ func TestOutputBothStalledOneStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { outR.Close(); errR.Close() })
-	cmd, _, _ := tpurun(dir, []string{launchertest.Fake("long:10")}, "--nprocs", "1", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:10")}, "--nprocs", "1", "--", os.Args[0])
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	outW.Close()
 	errW.Close()
-	launchertest.WaitReady(t, dir, 1)
-	worker := launchertest.PIDs(t, dir)[0]
+	testutil.WaitReady(t, dir, 1)
+	worker := testutil.PIDs(t, dir)[0]
 	pid := cmd.Process.Pid
 	// Reaped, not only dead: tpurun reaps a worker once its attempt is over. A stop signal before tpurun has seen the
 	// exit is a first, gentle stop of a running attempt, which waits for the readers (TestHostileStalledStderr).
-	launchertest.Eventually(t, "the worker reaped, and tpurun blocked writing its stdout or stderr", func() bool {
-		return launchertest.ProcState(worker) == "gone" && (launchertest.BlockedWriting(pid, 1) || launchertest.BlockedWriting(pid, 2))
+	testutil.Eventually(t, "the worker reaped, and tpurun blocked writing its stdout or stderr", func() bool {
+		return testutil.ProcState(worker) == "gone" && (testutil.BlockedWriting(pid, 1) || testutil.BlockedWriting(pid, 2))
 	})
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	launchertest.WaitExit(t, cmd)
+	testutil.WaitExit(t, cmd)
 	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() || ws.ExitStatus() != 143 {
 		t.Fatalf("tpurun: %v at one SIGTERM, want exit 143", cmd.ProcessState)
 	}
@@ -277,7 +277,7 @@ func TestOutputClosedStderr(t *testing.T) {
 	for _, json := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json=%v", json), func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			pr, pw, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
@@ -286,7 +286,7 @@ func TestOutputClosedStderr(t *testing.T) {
 			if json {
 				args = append([]string{"--json"}, args...)
 			}
-			cmd, out, _ := tpurun(dir, []string{launchertest.Fake("errflood:1000000")}, args...)
+			cmd, out, _ := tpurun(dir, []string{testutil.Fake("errflood:1000000")}, args...)
 			cmd.Stderr = pw
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -296,7 +296,7 @@ func TestOutputClosedStderr(t *testing.T) {
 				t.Fatal(err)
 			}
 			pr.Close()
-			if code := launchertest.WaitExit(t, cmd); code != 141 {
+			if code := testutil.WaitExit(t, cmd); code != 141 {
 				t.Fatalf("exit %d, want 141\nstdout:\n%s", code, out.String())
 			}
 			if json {
@@ -318,7 +318,7 @@ func TestOutputClosedStderr(t *testing.T) {
 // document with exit 0).
 func TestOutputFullDisk(t *testing.T) {
 	t.Parallel()
-	launchertest.Need(t, "tmpfs")
+	testutil.Need(t, "tmpfs")
 	disk := t.TempDir()
 	if err := syscall.Mount("tpurun-test", disk, "tmpfs", 0, "size=64k"); err != nil {
 		t.Fatalf("mount a 64k tmpfs on %s: %v", disk, err)
@@ -332,7 +332,7 @@ func TestOutputFullDisk(t *testing.T) {
 		{"report", []string{"--json"}},        // the document after the disk is full
 		{"exit:0", []string{"--nprocs", "1"}}, // even the summary-free run: the file was filled beforehand
 	} {
-		dir := launchertest.FakeDir(t)
+		dir := testutil.FakeDir(t)
 		out, err := os.Create(filepath.Join(disk, fmt.Sprintf("out%d", i)))
 		if err != nil {
 			t.Fatal(err)
@@ -340,9 +340,9 @@ func TestOutputFullDisk(t *testing.T) {
 		if tc.fault != "flood:100000" { // fill the disk first
 			_, _ = out.Write(make([]byte, 128<<10))
 		}
-		cmd, _, errb := tpurun(dir, []string{launchertest.Fake(tc.fault)}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
+		cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
 		cmd.Stdout = out
-		launchertest.WaitExit(t, cmd)
+		testutil.WaitExit(t, cmd)
 		out.Close()
 		if code := cmd.ProcessState.ExitCode(); code != 74 || !strings.Contains(errb.String(), "no space left on device") {
 			t.Errorf("%s %v: exit %d, want 74 naming the full disk\n%s", tc.fault, tc.args, code, errb.String())

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"tpurun/internal/dockertest"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // This file's verbs:
@@ -27,8 +27,8 @@ import (
 //   - short:PID: exit 0 as soon as its parent, PID, is gone (it is an orphan then).
 //   - announce:N: ignore signal N (unless 0), print "ready" and wait for a signal (SIGKILL at least).
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "orphaner", Run: orphaner, Spawns: []string{"shortorphan"}})
-	launchertest.Define(launchertest.Verb{Name: "shortorphan", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "orphaner", Run: orphaner, Spawns: []string{"shortorphan"}})
+	testutil.Define(testutil.Verb{Name: "shortorphan", Run: func(w *testutil.Worker) int {
 		c := w.Child("short:" + strconv.Itoa(os.Getpid()))
 		if err := c.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -37,8 +37,8 @@ func init() {
 		fmt.Println(c.Process.Pid)
 		return 0
 	}, Spawns: []string{"short"}})
-	launchertest.Define(launchertest.Verb{Name: "short", Run: func(w *launchertest.Worker) int {
-		_ = launchertest.Poll("the parent to exit", func() error {
+	testutil.Define(testutil.Verb{Name: "short", Run: func(w *testutil.Worker) int {
+		_ = testutil.Poll("the parent to exit", func() error {
 			if os.Getppid() == w.N {
 				return errors.New("still there")
 			}
@@ -46,7 +46,7 @@ func init() {
 		})
 		return 0
 	}})
-	launchertest.Define(launchertest.Verb{Name: "announce", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "announce", Run: func(w *testutil.Worker) int {
 		if w.N != 0 {
 			signal.Ignore(syscall.Signal(w.N))
 		}
@@ -55,7 +55,7 @@ func init() {
 	}})
 }
 
-func orphaner(w *launchertest.Worker) int {
+func orphaner(w *testutil.Worker) int {
 	out, err := w.Child("shortorphan").Output()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "shortorphan:", err)
@@ -63,7 +63,7 @@ func orphaner(w *launchertest.Worker) int {
 	}
 	gpid := strings.TrimSpace(string(out))
 	var st []byte
-	err = launchertest.Poll("the orphan "+gpid+" reaped", func() error {
+	err = testutil.Poll("the orphan "+gpid+" reaped", func() error {
 		st, err = os.ReadFile("/proc/" + gpid + "/stat")
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -88,9 +88,9 @@ type runAs struct{ uid, gid int }
 // the namespace). tpurun and the workers (this test binary) are then run from copies that user can read.
 func inNewPIDNamespace(t *testing.T, as *runAs, verb string, args ...string) *exec.Cmd {
 	t.Helper()
-	env := append(os.Environ(), launchertest.Fake(verb)) // the verb is used, even where the test is skipped
-	unshare := launchertest.Need(t, "unshare")           // util-linux
-	launchertest.Need(t, "root")                         // unshare --pid
+	env := append(os.Environ(), testutil.Fake(verb)) // the verb is used, even where the test is skipped
+	unshare := testutil.Need(t, "unshare")           // util-linux
+	testutil.Need(t, "root")                         // unshare --pid
 	tpurun, worker := filepath.Join(bin, "tpurun"), os.Args[0]
 	full := []string{"--pid", "--fork", "--mount-proc"}
 	if as != nil {
@@ -159,7 +159,7 @@ func TestPID1ReapsOrphanedGrandchildren(t *testing.T) {
 	cmd := inNewPIDNamespace(t, nil, "orphaner", "--nprocs", "2", "--device", "cpu", "--grace", "2s")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if code := launchertest.WaitExit(t, cmd); code != 0 {
+	if code := testutil.WaitExit(t, cmd); code != 0 {
 		t.Fatalf("tpurun as PID 1: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	if n := strings.Count(out.String(), "reaped"); n != 2 {
@@ -204,7 +204,7 @@ func stopPID1(t *testing.T, as *runAs, want int, verb string, args ...string) (s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var errb launchertest.Buffer
+	var errb testutil.Buffer
 	cmd.Stderr = &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func stopPID1(t *testing.T, as *runAs, want int, verb string, args ...string) (s
 	if err := syscall.Kill(pid1, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	code := launchertest.WaitExit(t, cmd)
+	code := testutil.WaitExit(t, cmd)
 	took := time.Since(sent)
 	if code != want {
 		t.Fatalf("unshare ended with exit %d, want %d\nstderr:\n%s", code, want, errb.String())
@@ -243,7 +243,7 @@ func stopPID1(t *testing.T, as *runAs, want int, verb string, args ...string) (s
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
 	child := 0
-	launchertest.WaitFor(t, fmt.Sprintf("unshare (pid %d) to have exactly one child", pid), func() error {
+	testutil.WaitFor(t, fmt.Sprintf("unshare (pid %d) to have exactly one child", pid), func() error {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		f := strings.Fields(string(b))
 		if len(f) != 1 {
@@ -263,7 +263,7 @@ func TestDockerfileEntrypointReapsAsItsUser(t *testing.T) {
 	cmd := inNewPIDNamespace(t, as, "orphaner", append(entry[1:], "--nprocs", "2", "--device", "cpu")...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	if code := launchertest.WaitExit(t, cmd); code != 0 {
+	if code := testutil.WaitExit(t, cmd); code != 0 {
 		t.Fatalf("tpurun as PID 1, user %d: exit %d\nstdout:\n%s\nstderr:\n%s", as.uid, code, out.String(), errb.String())
 	}
 	if n := strings.Count(out.String(), fmt.Sprintf("reaped (uid %d)", as.uid)); n != 2 {
@@ -274,7 +274,7 @@ func TestDockerfileEntrypointReapsAsItsUser(t *testing.T) {
 // With --subreaper (no PID namespace), orphans below tpurun are reparented to it and reaped; without it they would
 // go to this test binary (itself a subreaper that never reaps them) and stay zombies.
 func TestSubreaperFlagReapsOrphans(t *testing.T) {
-	r := runCLI(t, "", []string{launchertest.Fake("orphaner")}, "--subreaper", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+	r := runCLI(t, "", []string{testutil.Fake("orphaner")}, "--subreaper", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 	if r.code != 0 || strings.Count(r.stdout, "reaped") != 2 {
 		t.Fatalf("exit %d, want 0 and two reaped orphans\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}

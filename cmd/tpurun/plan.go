@@ -13,13 +13,13 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/internal/console"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
 	"tpurun/launcher"
-	"tpurun/launcher/console"
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/flags"
-	"tpurun/launcher/topology"
-	"tpurun/launcher/workerenv"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -67,7 +67,7 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 type subcmdFlags struct {
 	name, about string
 	fs          *pflag.FlagSet
-	dev         *flags.Device
+	dev         *cli.Device
 	format      string
 	verbose     bool
 	help        bool
@@ -76,8 +76,8 @@ type subcmdFlags struct {
 func newSubcmdFlags(name, about string) *subcmdFlags {
 	s := &subcmdFlags{name: "tpurun " + name, about: about, fs: pflag.NewFlagSet("tpurun "+name, pflag.ContinueOnError)}
 	s.fs.SetOutput(io.Discard)
-	s.fs.SetNormalizeFunc(flags.Dashes)
-	s.dev = flags.AddDevice(s.fs)
+	s.fs.SetNormalizeFunc(cli.Dashes)
+	s.dev = cli.AddDevice(s.fs)
 	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
 	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
 	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")

@@ -23,8 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"tpurun/internal/k8stest"
+	"tpurun/internal/testutil"
 	"tpurun/launcher"
-	"tpurun/launcher/launchertest"
 )
 
 // GKE pods as processes (STYLE.md 17): a pod is tpurun started in a mount and a UTS namespace of its own, with
@@ -50,8 +50,8 @@ import (
 
 // Two verbs: podinit, a pod's first process; podlook, a process that tells what it sees in a pod.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "podinit", Run: podInit})
-	launchertest.Define(launchertest.Verb{Name: "podlook", Run: podLook})
+	testutil.Define(testutil.Verb{Name: "podinit", Run: podInit})
+	testutil.Define(testutil.Verb{Name: "podlook", Run: podLook})
 }
 
 // podConfig is what podinit does before it execs the pod's command: its first argument, as JSON.
@@ -63,7 +63,7 @@ type podConfig struct {
 
 // podInit is the pod's first process: it enters the pod (podConfig, args[0]) and execs its command (args[1:]),
 // looked up on the pod's PATH, with the pod's environment.
-func podInit(w *launchertest.Worker) int {
+func podInit(w *testutil.Worker) int {
 	if len(w.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "podinit: want a JSON config and a command")
 		return 125
@@ -84,7 +84,7 @@ func podInit(w *launchertest.Worker) int {
 	}
 	env := os.Environ()
 	if c.Verb != "" {
-		env = append(env, launchertest.EnvVerb+"="+c.Verb)
+		env = append(env, testutil.EnvVerb+"="+c.Verb)
 	}
 	err = syscall.Exec(path, w.Args[1:], env)
 	fmt.Fprintf(os.Stderr, "podinit: exec %s: %v\n", path, err)
@@ -117,7 +117,7 @@ type podView struct {
 }
 
 // podLook prints, as JSON, the podView of this process, resolving the names of its arguments.
-func podLook(w *launchertest.Worker) int {
+func podLook(w *testutil.Worker) int {
 	v := podView{Env: os.Environ(), Hosts: map[string][]string{}, NotFound: map[string]bool{}}
 	v.Hostname, _ = os.Hostname()
 	for _, name := range w.Args {
@@ -249,9 +249,9 @@ func imageEnv() []string {
 // It needs root and namespaces (fails under CI=true without them).
 func newClusterOf(t *testing.T, m *k8stest.JobSet, k k8stest.Cluster) *cluster {
 	t.Helper()
-	launchertest.Uses("podinit", "envdump") // before Need: a skipped test does not make its verbs look stale
-	launchertest.Need(t, "root")
-	launchertest.Need(t, "namespaces")
+	testutil.Uses("podinit", "envdump") // before Need: a skipped test does not make its verbs look stale
+	testutil.Need(t, "root")
+	testutil.Need(t, "namespaces")
 	k.ImageEnv = imageEnv()
 	specs, err := k8stest.Pods(m, k)
 	mustDo(t, err)
@@ -296,7 +296,7 @@ func (c *cluster) slices() int { return c.pods[len(c.pods)-1].slice + 1 }
 func podPlumbing(h *host) []string {
 	out := []string{"TPURUN_SYSFS_ROOT=" + h.sys, "TPURUN_DEV_ROOT=" + h.dev, "GORACE=atexit_sleep_ms=0"}
 	for _, kv := range h.env {
-		if strings.HasPrefix(kv, "GCE_METADATA_HOST=") || strings.HasPrefix(kv, launchertest.EnvFake+"=") {
+		if strings.HasPrefix(kv, "GCE_METADATA_HOST=") || strings.HasPrefix(kv, testutil.EnvFake+"=") {
 			out = append(out, kv)
 		}
 	}
@@ -360,8 +360,8 @@ func (p *pod) process(verb string, command []string) *exec.Cmd {
 	}
 	cfg, err := json.Marshal(podConfig{Hostname: p.hostname, Mounts: files, Verb: verb})
 	mustDo(p.cluster.t, err)
-	cmd := exec.Command(launchertest.Executable(), append([]string{string(cfg)}, command...)...)
-	cmd.Env = append(slices.Clone(p.env), launchertest.Self("podinit"))
+	cmd := exec.Command(testutil.Executable(), append([]string{string(cfg)}, command...)...)
+	cmd.Env = append(slices.Clone(p.env), testutil.Self("podinit"))
 	cmd.Dir = p.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUTS}
 	return cmd
@@ -383,15 +383,15 @@ func (p *pod) run(verb string, command []string) result {
 	cmd := p.process(verb, command)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	code := launchertest.WaitExit(p.cluster.t, cmd)
+	code := testutil.WaitExit(p.cluster.t, cmd)
 	return result{code, out.String(), errb.String()}
 }
 
 // look is what a process in p sees, names resolved.
 func (p *pod) look(names ...string) podView {
 	p.cluster.t.Helper()
-	launchertest.Uses("podlook")
-	r := p.run("podlook", append([]string{launchertest.Executable()}, names...))
+	testutil.Uses("podlook")
+	r := p.run("podlook", append([]string{testutil.Executable()}, names...))
 	var v podView
 	if err := json.Unmarshal([]byte(r.stdout), &v); r.code != 0 || err != nil {
 		p.cluster.t.Fatalf("podlook in %s: exit %d (%v)\n%s%s", p.hostname, r.code, err, r.stdout, r.stderr)
@@ -416,7 +416,7 @@ func (c *cluster) waitLine(p *pod, what string, match func(string) bool) string 
 	c.t.Helper()
 	var line string
 	exited := false
-	launchertest.WaitFor(c.t, fmt.Sprintf("pod %s to write %s", p.hostname, what), func() error {
+	testutil.WaitFor(c.t, fmt.Sprintf("pod %s to write %s", p.hostname, what), func() error {
 		select {
 		case <-p.done:
 			exited = true

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
 
@@ -126,7 +126,7 @@ func TestPreloadSameAsExec(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	dir := probeTree(t)
-	port := strings.Split(launchertest.FreeEndpoint(t), ":")[1]
+	port := strings.Split(testutil.FreeEndpoint(t), ":")[1]
 	fake := t.TempDir()
 	for _, tc := range []struct {
 		label string
@@ -381,7 +381,7 @@ func TestPreloadNothingOutlivesSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tree []int
-	launchertest.Eventually(t, "3 forked workers running, and the interpreter", func() bool {
+	testutil.Eventually(t, "3 forked workers running, and the interpreter", func() bool {
 		es, _ := filepath.Glob(filepath.Join(dir, "[0-9]*"))
 		tree = descendantsOf(cmd.Process.Pid)
 		return len(es) == 3 && len(tree) >= 4
@@ -389,7 +389,7 @@ func TestPreloadNothingOutlivesSIGKILL(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
 	for _, pid := range tree {
-		launchertest.WaitGone(t, pid) // reaped first when it is a zombie re-parented to this subreaper
+		testutil.WaitGone(t, pid) // reaped first when it is a zombie re-parented to this subreaper
 	}
 }
 
@@ -434,8 +434,8 @@ time.sleep(3600)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	launchertest.WaitForFile(t, filepath.Join(dir, "0")) // both forked workers have their SIGTERM handler
-	launchertest.WaitForFile(t, filepath.Join(dir, "1"))
+	testutil.WaitForFile(t, filepath.Join(dir, "0")) // both forked workers have their SIGTERM handler
+	testutil.WaitForFile(t, filepath.Join(dir, "1"))
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 143 || !strings.Contains(errb.String(), "every rank finished cleanly") {

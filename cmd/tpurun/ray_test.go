@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
 
@@ -73,7 +73,7 @@ func TestRayExampleRunsTheSlice(t *testing.T) {
 	if _, err := worker.InstallPython(pydir); err != nil {
 		t.Fatal(err)
 	}
-	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
+	_, port, _ := net.SplitHostPort(testutil.FreeEndpoint(t))
 	base := portBase(t)
 	type rayHost struct {
 		Resources map[string]int    `json:"resources"`
@@ -102,7 +102,7 @@ func TestRayExampleRunsTheSlice(t *testing.T) {
 		"--tpu-port-base", strconv.Itoa(base), "--rdzv-timeout", joinTimeout, "--", self(t))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join("testdata", "fakeray")+":"+pydir,
 		"TPURUN="+filepath.Join(bin, "tpurun"), "FAKE_RAY_HOSTS="+string(spec))
-	var errb launchertest.Buffer
+	var errb testutil.Buffer
 	cmd.Stderr = &errb
 	out, err := cmd.Output()
 	if err != nil {

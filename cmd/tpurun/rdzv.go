@@ -8,10 +8,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/internal/failure"
 	"tpurun/launcher"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/flags"
-	"tpurun/launcher/torchrun"
 )
 
 // rdzvFlags are the multi-host flags (torchrun's names plus tpurun's).
@@ -19,7 +18,7 @@ type rdzvFlags struct {
 	fs                                                                        *pflag.FlagSet
 	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr, localAddr string
 	nodeRank, numSlices, sliceID                                              int
-	timeout                                                                   torchrun.Seconds
+	timeout                                                                   cli.Seconds
 }
 
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
@@ -30,7 +29,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
 	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
-	r.timeout = torchrun.Seconds(5 * time.Minute)
+	r.timeout = cli.Seconds(5 * time.Minute)
 	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
@@ -46,7 +45,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
 // torchrun's. notes are warnings for the log.
 func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
-	lo, n, err := flags.ParseNNodes(r.nnodes)
+	lo, n, err := cli.ParseNNodes(r.nnodes)
 	if err != nil {
 		return c, nil, err
 	}

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/exitcode"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
 	"tpurun/rendezvous"
 )
 
@@ -17,9 +17,9 @@ import (
 // node 0) is a configuration error: exit 2 at once, saying what to pass, and no worker starts.
 func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
+	dir := testutil.FakeDir(t)
 	// At once: runCLI's deadline comes long before the rendezvous timeout.
-	r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
+	r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
 		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", os.Args[0])
 	if r.code != exitcode.Usage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
 		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
@@ -37,11 +37,11 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 // first host (on --rdzv-conf port) the endpoint: two nodes agree on one world.
 func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	_, port, _ := net.SplitHostPort(launchertest.FreeEndpoint(t))
+	dir := testutil.FakeDir(t)
+	_, port, _ := net.SplitHostPort(testutil.FreeEndpoint(t))
 	var nodes []*node
 	for i := 0; i < 2; i++ {
-		env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
+		env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=127.0.0.1,127.0.0.2")
 		nodes = append(nodes, startNode(t, env, "--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp",
 			"--rdzv-conf", "port="+port, "--rdzv-id", "hostlist", "--rdzv-timeout", joinTimeout, "--node-name", "n"+strconv.Itoa(i),
 			"--", self(t)))
@@ -61,13 +61,13 @@ func TestTCPRendezvousEndpointFromHostList(t *testing.T) {
 // --rdzv-timeout, naming both claimants instead of a node that "never arrived". Both exit 69.
 func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	t.Parallel()
-	dir := launchertest.FakeDir(t)
-	ep := launchertest.FreeEndpoint(t)
+	dir := testutil.FakeDir(t)
+	ep := testutil.FreeEndpoint(t)
 	common := []string{"--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "samehost",
 		"--rdzv-timeout", neverTimeout, "--node-name", "same-host", "--", self(t)} // at once: the wait ends first
-	env := append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("exit:0"))
+	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("exit:0"))
 	first := startNode(t, env, common...)
-	launchertest.WaitListening(t, ep)
+	testutil.WaitListening(t, ep)
 	second := startNode(t, env, common...)
 	for i, n := range []*node{first, second} {
 		if code := n.wait(t); code != exitcode.Rendezvous {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/failure"
+	"tpurun/internal/failure"
 )
 
 // TestEverySettingHasItsFlag: every setting a configuration error can name (a failure.Setting constant) has the flag
@@ -36,7 +36,7 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 		return true
 	})
 	if len(settings) < 30 {
-		t.Fatalf("found %d Setting constants in launcher/failure/setting.go: %v", len(settings), settings)
+		t.Fatalf("found %d Setting constants in internal/failure/setting.go: %v", len(settings), settings)
 	}
 	named := map[string]string{} // constant: the map that names it
 	for _, m := range []map[string]string{settingKeys(t, "main.go", "flagOf"), settingKeys(t, "settings_test.go", "flagless")} {

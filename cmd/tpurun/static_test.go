@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // TestBuildIsStatic: `make build` gives static binaries (no program interpreter, no shared library), and tpurun
@@ -17,7 +17,7 @@ import (
 // go command's default where a C compiler is installed), it failed there with "no such file or directory".
 func TestBuildIsStatic(t *testing.T) {
 	t.Parallel()
-	launchertest.Need(t, "make")
+	testutil.Need(t, "make")
 	out := t.TempDir()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -41,7 +41,7 @@ func TestBuildIsStatic(t *testing.T) {
 		}
 		f.Close()
 	}
-	launchertest.Need(t, "root") // chroot
+	testutil.Need(t, "root") // chroot
 	jail := t.TempDir()
 	b, err := os.ReadFile(filepath.Join(out, "tpurun"))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // The status endpoint answers real HTTP requests while a run is going: /healthz 200 and /metrics with the live
@@ -39,7 +39,7 @@ func watchStatusAddr(t *testing.T, r io.Reader) (string, func() string) {
 			}
 		}
 	}()
-	addr := launchertest.Done(t, "tpurun to print the status address on stderr", found)
+	addr := testutil.Done(t, "tpurun to print the status address on stderr", found)
 	return addr, func() string { <-done; return all.String() }
 }
 
@@ -49,7 +49,7 @@ func startWithStatus(t *testing.T, nprocs string) (*exec.Cmd, string, func() str
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", nprocs, "--device", "cpu", "--grace", "2s",
 		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
-	cmd.Env = append(os.Environ(), launchertest.Fake("hang"))
+	cmd.Env = append(os.Environ(), testutil.Fake("hang"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 	if code, body := fetch("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz during a healthy run: %d %q", code, body)
 	}
-	launchertest.WaitFor(t, "/metrics to show both live workers", func() error {
+	testutil.WaitFor(t, "/metrics to show both live workers", func() error {
 		_, body := fetch("/metrics")
 		if strings.Contains(body, `tpurun_workers{state="running"} 2`) &&
 			regexp.MustCompile(`tpurun_worker_rss_bytes\{rank="0",pid="\d+"\} [1-9]\d*`).MatchString(body) &&
@@ -91,7 +91,7 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := launchertest.WaitExit(t, cmd); code != 143 {
+	if code := testutil.WaitExit(t, cmd); code != 143 {
 		t.Fatalf("tpurun after SIGTERM: exit %d, want 143", code)
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
@@ -119,7 +119,7 @@ func TestStatusLineAfterTheSignalsAreCaught(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if code := launchertest.WaitExit(t, cmd); code != 143 {
+		if code := testutil.WaitExit(t, cmd); code != 143 {
 			t.Fatalf("run %d: SIGTERM right after the status line: exit %d (%s), want 143\n%s", i, code, cmd.ProcessState,
 				all())
 		}

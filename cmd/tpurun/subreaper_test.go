@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // This file's verbs (the escapee is started by FAKE_VERB, a name it keeps when it sheds every TPURUN_* variable):
@@ -26,10 +26,10 @@ import (
 //     the grandchild is re-parented, print "orphan GPID parent PPID launcher LPID" and exit 0.
 //   - orphanhang: start a hanging grandchild, print its pid, exit without waiting.
 func init() {
-	launchertest.Define(launchertest.Verb{Name: "escaper", Run: escaper, Spawns: []string{"escapee"}})
-	launchertest.Define(launchertest.Verb{Name: "escapee", Run: escapee})
-	launchertest.Define(launchertest.Verb{Name: "whoreaps", Run: whoReaps, Spawns: []string{"orphanhang"}})
-	launchertest.Define(launchertest.Verb{Name: "orphanhang", Run: func(w *launchertest.Worker) int {
+	testutil.Define(testutil.Verb{Name: "escaper", Run: escaper, Spawns: []string{"escapee"}})
+	testutil.Define(testutil.Verb{Name: "escapee", Run: escapee})
+	testutil.Define(testutil.Verb{Name: "whoreaps", Run: whoReaps, Spawns: []string{"orphanhang"}})
+	testutil.Define(testutil.Verb{Name: "orphanhang", Run: func(w *testutil.Worker) int {
 		c := w.Child("hang")
 		if err := c.Start(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -40,7 +40,7 @@ func init() {
 	}, Spawns: []string{"hang"}})
 }
 
-func escaper(w *launchertest.Worker) int {
+func escaper(w *testutil.Worker) int {
 	var drop []string
 	if w.N != 1 {
 		drop = append(drop, "TPURUN_")
@@ -52,7 +52,7 @@ func escaper(w *launchertest.Worker) int {
 		return 4
 	}
 	rec := w.Path("gc", strconv.Itoa(c.Process.Pid))
-	if err := launchertest.Poll("the escapee's pid record", func() error { _, err := os.Stat(rec); return err }); err != nil {
+	if err := testutil.Poll("the escapee's pid record", func() error { _, err := os.Stat(rec); return err }); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 5
 	}
@@ -60,7 +60,7 @@ func escaper(w *launchertest.Worker) int {
 	return 0
 }
 
-func escapee(w *launchertest.Worker) int {
+func escapee(w *testutil.Worker) int {
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
@@ -74,7 +74,7 @@ func escapee(w *launchertest.Worker) int {
 	return 0
 }
 
-func whoReaps(w *launchertest.Worker) int {
+func whoReaps(w *testutil.Worker) int {
 	mid := w.Child("orphanhang")
 	out, err := mid.Output()
 	if err != nil {
@@ -83,7 +83,7 @@ func whoReaps(w *launchertest.Worker) int {
 	}
 	gpid := strings.TrimSpace(string(out))
 	ppid := 0
-	err = launchertest.Poll("the orphan "+gpid+" re-parented", func() error {
+	err = testutil.Poll("the orphan "+gpid+" re-parented", func() error {
 		if ppid = statPPID(gpid); ppid > 0 && ppid != mid.Process.Pid {
 			return nil
 		}
@@ -133,10 +133,10 @@ func TestSubreaperSweepsEscapedGrandchild(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
-			env := []string{launchertest.Fake("escaper:0")}
+			dir := testutil.FakeDir(t)
+			env := []string{testutil.Fake("escaper:0")}
 			if tc.keepEnv {
-				env = []string{launchertest.Fake("escaper:1")}
+				env = []string{testutil.Fake("escaper:1")}
 			}
 			args := append(append([]string{"--nprocs", "1", "--device", "cpu"}, tc.args...), "--", os.Args[0])
 			r := runCLI(t, dir, env, args...)
@@ -148,14 +148,14 @@ func TestSubreaperSweepsEscapedGrandchild(t *testing.T) {
 				t.Fatalf("stdout %q: want the escapee's pid", r.stdout)
 			}
 			if tc.killed {
-				launchertest.WaitGone(t, pid)
+				testutil.WaitGone(t, pid)
 				return
 			}
 			// Missed: the escapee still answers, so it was never SIGKILLed. Then clean up.
-			defer launchertest.WaitGone(t, pid)
+			defer testutil.WaitGone(t, pid)
 			defer func() { _ = syscall.Kill(pid, syscall.SIGKILL) }()
 			alive := filepath.Join(dir, "gc", "alive-"+strconv.Itoa(pid))
-			launchertest.WaitFor(t, fmt.Sprintf("the escapee %d to answer SIGUSR1 (if it was swept, it never does)", pid), func() error {
+			testutil.WaitFor(t, fmt.Sprintf("the escapee %d to answer SIGUSR1 (if it was swept, it never does)", pid), func() error {
 				_ = syscall.Kill(pid, syscall.SIGUSR1)
 				_, err := os.Stat(alive)
 				return err
@@ -179,7 +179,7 @@ func TestSubreaperIsTheDefault(t *testing.T) {
 		t.Run(strings.Join(append([]string{"args"}, tc.args...), " "), func(t *testing.T) {
 			t.Parallel()
 			args := append(append([]string{"--nprocs", "1", "--device", "cpu"}, tc.args...), "--", os.Args[0])
-			r := runCLI(t, "", []string{launchertest.Fake("whoreaps")}, args...)
+			r := runCLI(t, "", []string{testutil.Fake("whoreaps")}, args...)
 			var gpid, parent, launcher int
 			if _, err := fmt.Sscanf(r.stdout, "[0] orphan %d parent %d launcher %d", &gpid, &parent, &launcher); err != nil || r.code != 0 {
 				t.Fatalf("exit %d, stdout %q (%v)\nstderr:\n%s", r.code, r.stdout, err, r.stderr)
@@ -191,7 +191,7 @@ func TestSubreaperIsTheDefault(t *testing.T) {
 			if parent != want {
 				t.Fatalf("orphan %d re-parented to %d, want %d (launcher %d, test binary %d)", gpid, parent, want, launcher, os.Getpid())
 			}
-			launchertest.WaitGone(t, gpid)
+			testutil.WaitGone(t, gpid)
 		})
 	}
 }

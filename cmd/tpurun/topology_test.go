@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"tpurun/launcher/workerenv"
+	"tpurun/internal/workerenv"
 )
 
 // TestPlanJSONExactEnv: `tpurun plan --format json` on fake v5litepod-8 and v4-8 hosts shows one worker per chip

@@ -6,18 +6,18 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // torchPython is the interpreter with Debian's python3-torch (the PATH python3 may be a build without torch).
-const torchPython = launchertest.TorchPython
+const torchPython = testutil.TorchPython
 
 // needTorch skips without torch locally and fails in CI (CI=true), where .ci/run installs python3-torch. Real
 // PyTorch workers are a heavy test: it takes the slot.
 func needTorch(t *testing.T) string {
 	t.Helper()
-	launchertest.Need(t, "torch")
-	launchertest.Heavy(t)
+	testutil.Need(t, "torch")
+	testutil.Heavy(t)
 	script, err := filepath.Abs("../../examples/torch_allreduce.py")
 	if err != nil {
 		t.Fatal(err)

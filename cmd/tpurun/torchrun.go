@@ -9,10 +9,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/internal/failure"
 	"tpurun/launcher"
-	"tpurun/launcher/failure"
-	"tpurun/launcher/flags"
-	"tpurun/launcher/torchrun"
 )
 
 // torchFlags are torchrun's flags that tpurun accepts with the same meaning (the ones shared with tpurun's own,
@@ -22,8 +21,8 @@ type torchFlags struct {
 	module     bool
 	noPython   bool
 	runPath    bool
-	monitor    torchrun.Seconds
-	shutdown   torchrun.Seconds
+	monitor    cli.Seconds
+	shutdown   cli.Seconds
 	signals    string
 	logsSpec   string
 	subreaper  bool // --subreaper: accepted for compatibility, the default
@@ -38,9 +37,9 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	fs.BoolVarP(&t.module, "module", "m", false, "run PROGRAM as a Python module: $PYTHON_EXEC -u -m PROGRAM ARGS")
 	fs.BoolVar(&t.noPython, "no-python", false, "run PROGRAM as is, even when it ends in .py")
 	fs.BoolVar(&t.runPath, "run-path", false, "run PROGRAM as a Python script whatever its name: $PYTHON_EXEC -u PROGRAM ARGS")
-	t.monitor = torchrun.Seconds(100 * time.Millisecond)
+	t.monitor = cli.Seconds(100 * time.Millisecond)
 	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
-	t.shutdown = torchrun.Seconds(launcher.DefaultGrace) // shown by --help; applied only when given
+	t.shutdown = cli.Seconds(launcher.DefaultGrace) // shown by --help; applied only when given
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
 	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "accepted for torchrun compatibility; tpurun forwards every catchable signal once to every worker group (see docs/CONTROL.md)")
 	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
@@ -78,7 +77,7 @@ var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeo
 // the grace period and the handled signals. args are the positional arguments (PROGRAM ARGS...).
 func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
 	if t.standalone {
-		if _, n, err := flags.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
+		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
 				Hint: "runs one node on its own; for several nodes drop --standalone and give every node --rdzv-backend c10d --rdzv-endpoint HOST:PORT"}
 		}
@@ -100,7 +99,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if err := t.logsSpecs(); err != nil {
 		return err
 	}
-	sigs, err := flags.ParseSignals(t.signals)
+	sigs, err := cli.ParseSignals(t.signals)
 	if err != nil {
 		return &failure.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
@@ -108,12 +107,12 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if fs.Lookup("signals-to-handle").Changed {
 		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
 	}
-	m := flags.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
+	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
 	if python != "" {
 		m.PythonFlag = "--python"
 	}
 	if len(args) > 0 {
-		cfg.Program, err = flags.PythonProgram(args, m)
+		cfg.Program, err = cli.PythonProgram(args, m)
 	}
 	return err
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/launcher/failure"
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/failure"
+	"tpurun/internal/testutil"
 )
 
 func TestTorchrunFlagsThroughParse(t *testing.T) {
@@ -57,24 +57,24 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 	t.Parallel()
 	t.Run("PET_NPROC_PER_NODE vs --nprocs", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
-		r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+		dir := testutil.FakeDir(t)
+		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
 		}
 		if es, err := os.ReadDir(filepath.Join(dir, "pids")); err != nil || len(es) != 2 {
 			t.Fatalf("%d workers started (%v), want --nprocs 2, not PET_NPROC_PER_NODE=3\n%s", len(es), err, r.stderr)
 		}
-		launchertest.AssertAllGone(t, dir, 2)
+		testutil.AssertAllGone(t, dir, 2)
 	})
 	t.Run("PET_SHUTDOWN_TIMEOUT vs --grace", func(t *testing.T) {
 		t.Parallel()
-		dir := launchertest.FakeDir(t)
-		r := runCLI(t, dir, []string{launchertest.Fake("exit:0"), "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+		dir := testutil.FakeDir(t)
+		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
 		if r.code != 0 {
 			t.Fatalf("exit %d, want 0: --grace given, PET_SHUTDOWN_TIMEOUT ignored\n%s", r.code, r.stderr)
 		}
-		launchertest.AssertAllGone(t, dir, 1)
+		testutil.AssertAllGone(t, dir, 1)
 	})
 }
 
@@ -104,11 +104,11 @@ func TestTorchrunCommandLinesAsTheyAre(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := launchertest.FakeDir(t)
+			dir := testutil.FakeDir(t)
 			var nodes []*node
 			for i := range tc.n {
 				args := append(append([]string{"--nproc_per_node=2"}, tc.nodes(i)...), "--no-python", self(t))
-				nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, launchertest.Fake("env")), args...))
+				nodes = append(nodes, startNode(t, append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("env")), args...))
 			}
 			for i, n := range nodes {
 				if code := n.wait(t); code != 0 {

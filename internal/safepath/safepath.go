@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/exitcode"
+	"tpurun/internal/exitcode"
 )
 
 var (

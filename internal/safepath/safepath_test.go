@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/launcher/launchertest"
+	"tpurun/internal/testutil"
 )
 
 // bothResolvers runs f with openat2 and with the walk that replaces it where the kernel lacks openat2.
@@ -186,7 +186,7 @@ func TestBeneathRefusesSpecialFiles(t *testing.T) {
 		} {
 			done := make(chan error, 1)
 			go func() { done <- closeIf(OpenBeneath(root, "r/"+tc.file, tc.flag, 0o644)) }()
-			err := launchertest.Done(t, fmt.Sprintf("the open of %s (flags %#x) to return, not block", tc.file, tc.flag), done)
+			err := testutil.Done(t, fmt.Sprintf("the open of %s (flags %#x) to return, not block", tc.file, tc.flag), done)
 			var ne *NotRegularError
 			if !errors.As(err, &ne) || !errors.Is(err, ErrNotRegular) || ne.Mode&tc.kind == 0 || ne.Path != filepath.Join(root, "r", tc.file) {
 				t.Fatalf("%s (flags %#x): %v, want it refused as a %v", tc.file, tc.flag, err, tc.kind)

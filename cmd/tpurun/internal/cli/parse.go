@@ -1,0 +1,208 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/topology"
+	"tpurun/rendezvous"
+)
+
+// ParseNProcs parses a --nprocs / --nproc-per-node value: a whole number from 1, or (only for --nproc-per-node,
+// as torchrun) auto, cpu, gpu or tpu.
+func ParseNProcs(flag, s string) (n int, device string, err error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	words := nprocsWords()
+	if slices.Contains(words, v) {
+		if flag == "nprocs" {
+			return 0, "", fmt.Errorf("--%s takes a number of processes; %q is a device word that only --nproc-per-node takes (or use --device %s)", flag, s, v)
+		}
+		return 0, v, nil
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 1 || v != strconv.Itoa(n) {
+		choices := "a whole number from 1"
+		if flag != "nprocs" {
+			choices += ", " + strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+		}
+		return 0, "", fmt.Errorf("need %s, or leave --%s unset for one process per device", choices, flag)
+	}
+	if n > 65536 {
+		return 0, "", fmt.Errorf("%d processes is more than tpurun starts on one host (65536)", n)
+	}
+	return n, "", nil
+}
+
+// nprocsWords are torchrun's device words of --nproc-per-node: auto, then the name of every device kind.
+func nprocsWords() []string {
+	words := []string{"auto"}
+	for _, d := range topology.Devices() {
+		words = append(words, string(d))
+	}
+	return words
+}
+
+// ParseNNodes parses a node count: N, or torchrun's elastic MIN:MAX (min is 0 for N, or when MIN == MAX).
+func ParseNNodes(v string) (min, max int, err error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, 1, nil
+	}
+	bad := func() (int, int, error) {
+		return 0, 0, &failure.ConfigError{Field: failure.SettingNNodes, Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", rendezvous.MaxNodes)}
+	}
+	lo, hi, ranged := strings.Cut(v, ":")
+	n, err := strconv.Atoi(lo)
+	if err != nil || n < 1 || n > rendezvous.MaxNodes {
+		return bad()
+	}
+	if !ranged {
+		return 0, n, nil
+	}
+	m, err := strconv.Atoi(hi)
+	if err != nil || m < n || m > rendezvous.MaxNodes {
+		return bad()
+	}
+	if m == n {
+		return 0, m, nil
+	}
+	return n, m, nil
+}
+
+// ParseSignals parses torchrun's signals-to-handle list: comma-separated names (SIGTERM or TERM) or numbers.
+// SIGKILL and SIGSTOP cannot be handled and are refused.
+func ParseSignals(s string) ([]os.Signal, error) {
+	var out []os.Signal
+	for part := range strings.SplitSeq(s, ",") {
+		name := strings.ToUpper(strings.TrimSpace(part))
+		if name == "" {
+			continue
+		}
+		sig := unix.SignalNum("SIG" + strings.TrimPrefix(name, "SIG"))
+		if n, err := strconv.Atoi(name); err == nil && unix.SignalName(syscall.Signal(n)) != "" {
+			sig = syscall.Signal(n)
+		}
+		if sig == 0 || sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+			return nil, fmt.Errorf("%q is not a signal tpurun can handle; use names like SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 (SIGKILL and SIGSTOP cannot be handled)", strings.TrimSpace(part))
+		}
+		out = append(out, sig)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("name at least one signal, e.g. SIGTERM,SIGINT")
+	}
+	return out, nil
+}
+
+// ParseList splits a comma-separated list (--preload, TPURUN_PRELOAD), dropping blanks: "torch, numpy" is
+// [torch numpy].
+func ParseList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// ParseStdSpec parses torchrun's --redirects/--tee syntax: "3", or "0:1,1:2" (local_rank:std). flag names the
+// flag in errors.
+func ParseStdSpec(flag, s string) (console.StdSpec, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return console.StdSpec{}, nil
+	}
+	if !strings.Contains(s, ":") {
+		v, err := parseStd(flag, s, s)
+		return console.StdSpec{All: v}, err
+	}
+	spec := console.StdSpec{PerRank: map[int]console.Std{}}
+	for _, part := range strings.Split(s, ",") {
+		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
+		}
+		rank, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || rank < 0 {
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
+		}
+		if _, dup := spec.PerRank[rank]; dup {
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+		}
+		std, err := parseStd(flag, s, v)
+		if err != nil {
+			return console.StdSpec{}, err
+		}
+		spec.PerRank[rank] = std
+	}
+	return spec, nil
+}
+
+func parseStd(flag, whole, v string) (console.Std, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 || n > 3 {
+		return 0, &failure.ConfigError{Field: failure.Setting(flag), Value: whole,
+			Hint: fmt.Sprintf("%q is not a stream selector; use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)", v)}
+	}
+	return console.Std(n), nil
+}
+
+// ParseRanks parses a --local-ranks-filter value: comma-separated non-negative integers, ranges "a-b" allowed.
+// The empty string means no filter (nil).
+func ParseRanks(flag, s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return nil, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+				Hint: fmt.Sprintf("%q is not a rank or range; write e.g. 0,2,4-7", part)}
+		}
+		if b-a > 1<<16 {
+			return nil, &failure.ConfigError{Field: failure.Setting(flag), Value: s, Hint: fmt.Sprintf("range %q is too large", part)}
+		}
+		for i := a; i <= b; i++ {
+			seen[i] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for r := range seen {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// ParseStdinMode parses --stdin.
+func ParseStdinMode(v string) (console.StdinMode, error) {
+	switch m := console.StdinMode(v); m {
+	case "", console.StdinAll:
+		return console.StdinAll, nil
+	case console.StdinFirst, "rank0", "first":
+		return console.StdinFirst, nil
+	case console.StdinNone:
+		return m, nil
+	}
+	return "", &failure.ConfigError{Field: failure.SettingStdin, Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
+}

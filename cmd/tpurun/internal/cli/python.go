@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"tpurun/internal/failure"
+)
+
+// PythonMode is how torchrun's flags say to run PROGRAM: -m, --no-python, --run-path, and the interpreter.
+type PythonMode struct {
+	Module, NoPython, RunPath bool
+	Python                    string // the interpreter: --python, else $PYTHON_EXEC; "" is python3 from PATH
+	PythonFlag                string // the flag that named Python ("--python"), "" when it came from the environment
+}
+
+// PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and
+// --run-path under the interpreter with -u (--run-path wins over --no-python), anything else as is. torchrun runs
+// its own interpreter (sys.executable); tpurun has none and runs m.Python, else python3 from PATH. It refuses
+// what torchrun refuses (--no-python with -m), and an interpreter flag that would not apply: a PROGRAM that runs
+// as is would silently ignore it.
+func PythonProgram(args []string, m PythonMode) ([]string, error) {
+	if m.NoPython && m.Module {
+		return nil, &failure.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module (as under torchrun): drop one of them"}
+	}
+	noPython := m.NoPython && !m.RunPath
+	cmd := pythonCommand(args, m.Module, noPython, m.RunPath, m.Python)
+	if m.PythonFlag != "" && len(args) > 0 && cmd[0] != m.Python {
+		return nil, &failure.ConfigError{Field: failure.Setting(m.PythonFlag), Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
+			"(and --fn); PROGRAM %q runs as is: drop %s, or name the script, e.g. tpurun %s %s train.py", args[0], m.PythonFlag, m.PythonFlag, m.Python)}
+	}
+	return cmd, nil
+}
+
+// pythonCommand is the command line torchrun would run for args: PROGRAM.py and runPath run under python -u
+// (python is $PYTHON_EXEC or python3), module as -m, noPython and everything else as is.
+func pythonCommand(args []string, module, noPython, runPath bool, python string) []string {
+	if noPython || len(args) == 0 {
+		return args
+	}
+	if python == "" {
+		python = "python3"
+	}
+	switch {
+	case module:
+		return append([]string{python, "-u", "-m"}, args...)
+	case runPath || strings.HasSuffix(args[0], ".py"):
+		return append([]string{python, "-u"}, args...)
+	}
+	return args
+}

@@ -1,0 +1,459 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/internal/exitcode"
+)
+
+// ErrNotStarted is returned by Start when the command could not be started.
+var ErrNotStarted = errors.New("process not started")
+
+// Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
+// for it: a goroutine of its own (Start) or a PID-1 / subreaper loop (Reaper), through the same type.
+//
+// Signals reach exactly this process and its group, never a process that reused a pid: the leader is signalled
+// through its pidfd (so also after it left its group), and the group by kill(-pgid) only while the leader is not
+// reaped: an unreaped leader, running or a zombie, keeps its pid, and so the group id, from being reused. A held
+// process (StartHeld) stays a zombie after it exits, its exit already delivered, until Release: its group can be
+// signalled until its teardown is done.
+type Process struct {
+	cmd   *exec.Cmd
+	pid   int
+	start time.Time
+	hold  bool
+	rp    *Reaper // the reaper that reaps it, nil when its own goroutine does
+
+	mu     sync.Mutex // held while signalling and while reaping
+	pidfd  int        // -1 when the kernel gave none; closed once reaped
+	reaped bool
+
+	exited    chan struct{} // closed once the exit is known (delivered to onExit)
+	delivered atomic.Bool   // the exit is being, or has been, delivered: by setExited or by finish
+	status    Exit          // how it ended, known at exit (no resource usage while held)
+	onExit    func(*Process)
+	release   chan struct{}
+	released  sync.Once
+	done      chan struct{} // closed once reaped
+	exit      Exit
+}
+
+// Exit is how a process ended, with its resource usage taken from wait4's rusage at exit.
+type Exit struct {
+	PID      int
+	Code     int            // exit code, or -1 when killed by a signal
+	Signal   syscall.Signal // the killing signal, 0 when it exited
+	Wall     time.Duration  // from Start to the exit being seen
+	MaxRSS   int64          // peak resident set size in bytes (ru_maxrss)
+	UserCPU  time.Duration
+	SysCPU   time.Duration
+	WaitErr  error // a wait error other than a non-zero exit (e.g. exec.ErrWaitDelay), nil normally
+	Finished time.Time
+}
+
+// Success reports whether the process exited with code 0.
+func (e Exit) Success() bool { return e.Signal == 0 && e.Code == 0 }
+
+// ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
+func (e Exit) ExitStatus() int {
+	if e.Signal != 0 {
+		return exitcode.Signal(e.Signal)
+	}
+	return e.Code
+}
+
+// Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL, so the child dies when the
+// starting thread (and so the launcher) dies. The OS thread is locked while starting, because the kernel ties
+// the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
+// goroutine after the process has been reaped.
+func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	return startOwn(cmd, onExit, false)
+}
+
+// StartHeld is Start (through rp when rp is not nil) for a process that is held after it exits: onExit is called
+// once it has exited, with Status known, but it stays a zombie, keeping its pid and group id reserved, until
+// Release reaps it. Every held process must be released.
+func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	if rp != nil {
+		ps, err := rp.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, true, nil)
+		if err != nil {
+			return nil, errors.Unwrap(err) // the command's own error: its index says nothing
+		}
+		return ps[0], nil
+	}
+	return startOwn(cmd, onExit, true)
+}
+
+func startOwn(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
+	prepare(cmd)
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second
+	}
+	p, err := start(cmd, onExit, hold)
+	if err != nil {
+		return nil, err
+	}
+	go p.wait()
+	return p, nil
+}
+
+// prepare makes cmd the leader of a new process group that is SIGKILLed when the thread starting it dies.
+func prepare(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pgid = 0
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
+// start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
+// thread that forked, and keeps a pidfd of it.
+func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
+	runtime.LockOSThread()
+	t := time.Now()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
+	}
+	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
+	p.pidfd = pidfd
+	return p, nil
+}
+
+// newProcess is the Process of pid, started at start (without a pidfd yet).
+func newProcess(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
+	return &Process{cmd: cmd, pid: pid, start: start, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
+		release: make(chan struct{}), done: make(chan struct{})}
+}
+
+// runtimeLocked runs f with the calling goroutine locked to its thread.
+func runtimeLocked(f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f()
+}
+
+// wait is the waiting goroutine of a process started without a reaper: it sees the exit without reaping
+// (awaitExit, peekExit), delivers it, and reaps at once, or on Release when held.
+func (p *Process) wait() {
+	awaitExit(p.pidfd)
+	code, sig, ok := peekExit(p.pid)
+	if p.hold && ok {
+		p.setExited(Exit{PID: p.pid, Code: code, Signal: sig})
+		<-p.release
+	}
+	p.mu.Lock()
+	err := p.cmd.Wait()
+	p.reapedLocked()
+	p.mu.Unlock()
+	e := Exit{PID: p.pid}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		e.WaitErr = err
+	}
+	if st := p.cmd.ProcessState; st != nil {
+		e.Code = st.ExitCode()
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			e.Signal = ws.Signal()
+			e.Code = -1
+		}
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+			e.MaxRSS = ru.Maxrss * 1024
+			e.UserCPU = time.Duration(ru.Utime.Nano())
+			e.SysCPU = time.Duration(ru.Stime.Nano())
+		}
+	} else {
+		e.Code = -1
+	}
+	p.finish(e)
+}
+
+// setExited records the exit as seen before reaping and delivers it to onExit, unless it was delivered already:
+// the reaper's loop that sees a held process exit and a Release that reaps it meanwhile may both try.
+func (p *Process) setExited(e Exit) {
+	if !p.delivered.CompareAndSwap(false, true) {
+		return
+	}
+	e.Finished = time.Now()
+	e.Wall = e.Finished.Sub(p.start)
+	p.status = e
+	close(p.exited)
+	if p.onExit != nil {
+		p.onExit(p)
+	}
+}
+
+// finish records the exit as reaped: the status with its resource usage. A process whose exit was not delivered
+// yet (not held, or not seen before reaping) delivers it now; one being delivered (setExited, on another goroutine)
+// keeps that delivery's time.
+func (p *Process) finish(e Exit) {
+	if !p.delivered.CompareAndSwap(false, true) {
+		<-p.exited
+		e.Finished, e.Wall = p.status.Finished, p.status.Wall
+		p.exit = e
+		close(p.done)
+		return
+	}
+	e.Finished = time.Now()
+	e.Wall = e.Finished.Sub(p.start)
+	p.exit, p.status = e, e
+	close(p.done)
+	p.setExitedOnly()
+}
+
+func (p *Process) setExitedOnly() {
+	close(p.exited)
+	if p.onExit != nil {
+		p.onExit(p)
+	}
+}
+
+// reapedLocked marks p reaped (p.mu held): its pid may be reused from now on, so its group is never signalled
+// again and its pidfd is closed.
+func (p *Process) reapedLocked() {
+	p.reaped = true
+	if p.pidfd >= 0 {
+		_ = syscall.Close(p.pidfd)
+		p.pidfd = -1
+	}
+}
+
+// awaitExit parks the calling goroutine in Go's network poller until the process behind pidfd has exited (a
+// pidfd becomes readable then). Waiting there instead of in a blocking wait syscall keeps hundreds of workers
+// from holding hundreds of OS threads; the wait that follows returns at once. Without a pidfd (old kernels) it
+// returns at once and the caller's wait blocks as before. pidfd stays open (it is dup'ed for the poller).
+func awaitExit(pidfd int) {
+	if pidfd < 0 {
+		return
+	}
+	dup, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		_ = syscall.Close(dup)
+		return
+	}
+	f := os.NewFile(uintptr(dup), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Read(func(fd uintptr) bool { return exited(int(fd)) })
+}
+
+// exited reports, without reaping it, whether the process behind pidfd has exited:
+// waitid(P_PIDFD, pidfd, WEXITED|WNOHANG|WNOWAIT) sets si_signo (SIGCHLD) only for an exited child, and leaves
+// it 0 when the child is still running.
+func exited(pidfd int) bool {
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
+		return true // nothing to wait for here: let the real wait report it
+	}
+	return info.Signo != 0
+}
+
+// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT). ok is false
+// when there is nothing to wait for (already reaped by someone else): the caller reaps at once then.
+func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || info.Signo == 0 {
+			return 0, 0, false
+		}
+		_, code, sig = childExit(&info)
+		return code, sig, true
+	}
+}
+
+// childExit reads the SIGCHLD fields of a siginfo that waitid filled in for an exited child: its pid, and its
+// exit code (si_status for CLD_EXITED) or the signal that killed it (si_status for CLD_KILLED and CLD_DUMPED; code
+// -1 then). The union of the siginfo starts after three ints, aligned to a pointer; si_pid, si_uid and si_status
+// are its first three ints (the kernel's generic layout, on every Linux architecture).
+func childExit(info *unix.Siginfo) (pid, code int, sig syscall.Signal) {
+	const union = (12 + unsafe.Sizeof(uintptr(0)) - 1) &^ (unsafe.Sizeof(uintptr(0)) - 1)
+	base := unsafe.Pointer(info)
+	pid = int(*(*int32)(unsafe.Add(base, union)))
+	status := int(*(*int32)(unsafe.Add(base, union+8)))
+	switch info.Code {
+	case cldKilled, cldDumped:
+		return pid, -1, syscall.Signal(status)
+	}
+	return pid, status, 0
+}
+
+// The si_code values of SIGCHLD for a child that was killed, and killed with a core dump.
+const (
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// PID is the process id, which is also its process group id.
+func (p *Process) PID() int { return p.pid }
+
+// Started is when the process was started.
+func (p *Process) Started() time.Time { return p.start }
+
+// Done is closed once the process has been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the process has been reaped and returns how it ended. A held process is reaped only once
+// released: call Release, or Status to learn how it ended before that.
+func (p *Process) Wait() Exit {
+	<-p.done
+	return p.exit
+}
+
+// Status blocks until the process has exited and returns how it ended; while it is held, without its resource
+// usage (see Release).
+func (p *Process) Status() Exit {
+	<-p.exited
+	return p.status
+}
+
+// Release lets a held process be reaped, waits until it has been and returns how it ended, with its resource
+// usage. For a process that is not held it is Wait.
+func (p *Process) Release() Exit {
+	p.released.Do(func() {
+		close(p.release)
+		if p.rp != nil {
+			p.rp.reapReleased(p)
+		}
+	})
+	return p.Wait()
+}
+
+// Signal sends sig once to every process of the leader's process group (kill(-pgid)) while the leader is not
+// reaped (while the group id cannot have been reused); a leader that has left its group gets it through its pidfd
+// (wherever it is now) as well. No process gets sig twice: a leader still in its group is reached by the group
+// signal only (it was signalled through both, and a second SIGTERM is "force quit now" to many programs). Once
+// the leader is reaped nothing is signalled: what is left of its group is the subtree sweep's. A process that no
+// longer exists is not an error.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.rp != nil { // the reaper reaps under its lock (with wait4(-1) it cannot take p.mu first)
+		p.rp.mu.Lock()
+		defer p.rp.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return nil
+	}
+	if p.leads() {
+		err := SignalGroup(p.pid, sig)
+		if p.leads() || err != nil {
+			return err
+		}
+		// it left its group just now, maybe before the group signal: it gets it (at most once more) below
+	}
+	var errs []error
+	if p.pidfd >= 0 {
+		if err := unix.PidfdSendSignal(p.pidfd, sig, nil, 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %v to pid %d: %w", sig, p.pid, err))
+		}
+	}
+	if err := SignalGroup(p.pid, sig); err != nil { // what is left of its group
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// leads reports whether the (unreaped) leader is still in the process group it was started in; a leader whose
+// group cannot be read counts as having left it, so that the pidfd reaches it.
+func (p *Process) leads() bool {
+	pgid, err := syscall.Getpgid(p.pid)
+	return err == nil && pgid == p.pid
+}
+
+// Exited reports whether the process has exited, its exit delivered or not yet: the kernel is asked (waitid
+// WNOWAIT, which never reaps). Exits are delivered as they are noticed, each on its own: a process killed by another
+// one whose exit was delivered may not have had its own delivered yet, but Exited says it is gone.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+	}
+	if p.rp != nil { // the reaper reaps under its lock (see Signal)
+		p.rp.mu.Lock()
+		defer p.rp.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return true
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err != nil || info.Signo != 0
+}
+
+// Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the
+// kernel's report of that stop (waitid WSTOPPED|WNOHANG, which never reaps), a report nothing else waits for.
+func (p *Process) Stopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reaped {
+		return false
+	}
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+	return err == nil && info.Signo != 0
+}
+
+// SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.
+func SignalGroup(pgid int, sig syscall.Signal) error {
+	if pgid <= 1 {
+		return fmt.Errorf("signal group %d: refusing to signal a group id <= 1", pgid)
+	}
+	if err := syscall.Kill(-pgid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
+	}
+	return nil
+}
+
+// Alive reports whether a process with this pid exists (kill(pid, 0) succeeds or fails with EPERM).
+func Alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// Self is this process's pid; Sweep never signals it.
+func self() int { return os.Getpid() }
+
+// ExitWithParent asks the kernel to send sig to this process when its parent exits (PR_SET_PDEATHSIG), so a
+// launcher started by a program that is killed (a Ray actor, a notebook) stops its workers instead of running on.
+// A parent that already exited (this process was re-parented before the call) is reported as ErrParentGone.
+func ExitWithParent(sig syscall.Signal) error {
+	parent := os.Getppid()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	if os.Getppid() != parent {
+		return ErrParentGone
+	}
+	return nil
+}
+
+// ErrParentGone: the process that started this one has already exited.
+var ErrParentGone = errors.New("the parent process has already exited")

@@ -1,0 +1,54 @@
+package proc_test
+
+import (
+	"fmt"
+	"os/exec"
+	"sync/atomic"
+	"testing"
+
+	"tpurun/internal/proc"
+	"tpurun/internal/testutil"
+)
+
+func init() {
+	testutil.Define(testutil.Verb{Name: "release-race-main", Run: func(*testutil.Worker) int { return okOr(releaseRaceMain()) }})
+}
+
+// TestReleaseWhileTheExitIsDelivered: held children released at once, while their exits are being delivered by the
+// reaper's epoll loop, each deliver their exit once and are reaped once. The loop found a child held (not yet
+// released), let go of the reaper's lock and then delivered the exit; Release meanwhile reaped it and delivered it
+// too: exited was closed twice (a panic; a data race under -race), onExit ran twice.
+func TestReleaseWhileTheExitIsDelivered(t *testing.T) { runMain(t, "release-race-main") }
+
+func releaseRaceMain() error {
+	rp := proc.NewReaper(nil)
+	var calls [20][50]atomic.Int32
+	for round := range calls {
+		cmds := make([]*exec.Cmd, len(calls[round]))
+		onExit := make([]func(*proc.Process), len(cmds))
+		for i := range cmds {
+			cmds[i] = exec.Command("/bin/true")
+			onExit[i] = func(*proc.Process) { calls[round][i].Add(1) }
+		}
+		ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
+		if err != nil {
+			rp.Close()
+			return err
+		}
+		for i, p := range ps {
+			if ex := p.Release(); ex.Code != 0 {
+				rp.Close()
+				return fmt.Errorf("child %d: %+v", i, ex)
+			}
+		}
+	}
+	rp.Close() // its loops have ended: every delivery under way is done (onExit may run after Release returned)
+	for round := range calls {
+		for i := range calls[round] {
+			if n := calls[round][i].Load(); n != 1 {
+				return fmt.Errorf("round %d, child %d: onExit ran %d times, want once", round, i, n)
+			}
+		}
+	}
+	return nil
+}
