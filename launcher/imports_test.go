@@ -14,7 +14,8 @@ import (
 )
 
 // importRules are the layering of the module, as "package may not import prefix" (a prefix ending in "/" covers
-// the packages under it; without one it is that package only). Test files are held to the rules below cmd too.
+// the packages under it; without one it is that package only). A rule's package covers the packages below it,
+// unless it ends in "$" (that package only). Test files are held to the rules below cmd too.
 var importRules = []struct{ pkg, forbidden, why string }{
 	{"launcher", "tpurun/cmd/", "nothing below cmd imports cmd"},
 	{"rendezvous", "tpurun/cmd/", "nothing below cmd imports cmd"},
@@ -24,18 +25,27 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"worker", "tpurun/launcher", "worker, the workers' side of the contract, imports nothing of the launcher"},
 	{"worker", "tpurun/launcher/", "worker, the workers' side of the contract, imports nothing of the launcher"},
 	{"worker", "tpurun/rendezvous", "worker imports nothing of the launcher"},
-	{"worker", "tpurun/internal/", "worker, the workers' side of the contract, imports nothing of the launcher"},
-	{"internal", "tpurun/cmd/", "nothing below cmd imports cmd"},
-	{"internal", "tpurun/launcher", "nothing under internal imports the launcher, its public face above it"},
 	{"rendezvous", "tpurun/launcher", "rendezvous is injected into the launcher, not the other way round"},
 	{"rendezvous", "tpurun/launcher/", "rendezvous is injected into the launcher, not the other way round"},
 	{"internal/topology", "tpurun/rendezvous", "planning is pure: topology knows no rendezvous"},
-	{"internal/attempt", "tpurun/internal/proc", "the attempt's machine is a pure value: no process in it"},
-	{"internal/attempt", "tpurun/rendezvous", "the attempt's machine is a pure value: no rendezvous in it"},
-	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; it does not run the launcher"},
-	{"cmd/tpurun", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},
-	{"cmd/tpurun", "tpurun/internal/proc", "cmd describes a Spec; the launcher owns process supervision"},
-	{"cmd/tpurun", "tpurun/internal/results", "cmd describes a Spec; the launcher owns result collection"},
+	{"internal/attempt", "tpurun/rendezvous", "an attempt is this node's workers: the world and its rendezvous are the job's"},
+	{"internal", "tpurun/launcher", "nothing under internal/ imports the public facade above it"},
+	{"internal", "tpurun/cmd/", "nothing under internal/ imports cmd"},
+	{"internal/attempt", "tpurun/internal/job", "imports point down: job -> attempt -> proc"},
+	{"internal/attempt", "tpurun/internal/host", "the attempt takes a narrow Runner that the job fills, not the host's preparation"},
+	{"internal/attempt", "tpurun/internal/spec", "the attempt takes a narrow Runner that the job fills, not the job's Spec"},
+	{"internal/host", "tpurun/internal/job", "the host's preparation is below the job"},
+	{"internal/host", "tpurun/internal/attempt", "the host's preparation knows no attempt: the job hands its starter over"},
+	{"internal/spec", "tpurun/internal/job", "the Spec and the Report are below the job that reads and writes them"},
+	{"internal/spec", "tpurun/internal/host", "the Spec and the Report are below the host's preparation"},
+	{"internal/proc", "tpurun/internal/attempt", "imports point down: attempt -> proc"},
+	{"internal/proc", "tpurun/internal/job", "imports point down: job -> attempt -> proc"},
+	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; they do not run the launcher"},
+	// main itself ($: that package only; its packages below read the types a Spec and a Report name: the CLI a
+	// rendezvous bound, the summary a results document)
+	{"cmd/tpurun$", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},
+	{"cmd/tpurun$", "tpurun/internal/proc", "cmd describes a Spec; the launcher owns process supervision"},
+	{"cmd/tpurun$", "tpurun/internal/results", "cmd describes a Spec; the launcher owns result collection"},
 }
 
 // aboveRules are the packages that stand above the launcher, observing or showing what it reports: no code of the
@@ -54,10 +64,8 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 		isTest := strings.HasSuffix(file, "_test.go")
 		for i, r := range slices.Concat(importRules, aboveRules) {
 			above := i >= len(importRules)
-			// A rule on cmd/tpurun is on its main package: the packages below it (cmd/tpurun/internal/...) are the
-			// command line's own rooms, which may read the rendezvous's names and the results document.
-			under := dir == r.pkg || strings.HasPrefix(dir, r.pkg+"/") && !strings.HasPrefix(r.pkg, "cmd/")
-			if !under || isTest && (!tests || above || strings.HasPrefix(r.pkg, "cmd/")) {
+			pkg, only := strings.CutSuffix(r.pkg, "$")
+			if dir != pkg && (only || !strings.HasPrefix(dir, pkg+"/")) || isTest && (!tests || above || strings.HasPrefix(pkg, "cmd/")) {
 				continue
 			}
 			for _, imp := range list {
@@ -126,19 +134,20 @@ func TestImportRules(t *testing.T) {
 		t.Errorf("%d import rules broken:\n%s", len(v), strings.Join(v, "\n"))
 	}
 	planted := map[[2]string][]string{
-		{"worker", "x.go"}:                     {"tpurun/internal/results"},
-		{"internal/proc", "x.go"}:              {"tpurun/cmd/tpurun"},
-		{"rendezvous", "x_test.go"}:            {"tpurun/launcher"},
-		{"cmd/tpurun", "x.go"}:                 {"tpurun/rendezvous", "tpurun/internal/proc"},
-		{"internal/topology", "x.go"}:          {"tpurun/rendezvous"},
-		{"internal/proc", "y.go"}:              {"tpurun/cmd/tpurun/internal/status"},
-		{"internal/console", "x.go"}:           {"tpurun/launcher", "tpurun/internal/failure"}, // the second is allowed
-		{"internal/attempt", "x.go"}:           {"tpurun/internal/proc"},
-		{"internal/results", "x.go"}:           {"tpurun/cmd/tpurun/internal/summary"},
-		{"launcher", "y_test.go"}:              {"tpurun/cmd/tpurun/internal/summary"},
-		{"cmd/tpurun/internal/cli", "x.go"}:    {"tpurun/rendezvous"},        // allowed: the rule is on cmd/tpurun's main
-		{"launcher", "x_test.go"}:              {"tpurun/internal/testutil"}, // allowed
-		{"internal/testutil/etcdtest", "x.go"}: {"tpurun/internal/testutil"}, // allowed: test plumbing
+		{"worker", "x.go"}:                      {"tpurun/internal/results"},
+		{"internal/proc", "x.go"}:               {"tpurun/cmd/tpurun"},
+		{"rendezvous", "x_test.go"}:             {"tpurun/launcher"},
+		{"cmd/tpurun", "x.go"}:                  {"tpurun/rendezvous", "tpurun/internal/proc"},
+		{"internal/topology", "x.go"}:           {"tpurun/rendezvous"},
+		{"internal/proc", "y.go"}:               {"tpurun/cmd/tpurun/internal/status"},
+		{"internal/console", "x.go"}:            {"tpurun/launcher", "tpurun/internal/failure"},  // the second is allowed
+		{"internal/attempt", "x.go"}:            {"tpurun/internal/proc", "tpurun/internal/job"}, // the first is allowed
+		{"internal/host", "x.go"}:               {"tpurun/internal/attempt"},
+		{"internal/results", "x.go"}:            {"tpurun/cmd/tpurun/internal/summary"},
+		{"launcher", "y_test.go"}:               {"tpurun/cmd/tpurun/internal/summary"}, // a test below cmd imports no cmd either
+		{"cmd/tpurun/internal/summary", "x.go"}: {"tpurun/internal/results"},            // allowed: main's rules are main's
+		{"launcher", "x_test.go"}:               {"tpurun/internal/testutil"},           // allowed
+		{"internal/testutil/etcdtest", "x.go"}:  {"tpurun/internal/testutil"},           // allowed: test plumbing
 	}
 	if v := violations(planted, true); len(v) != 11 {
 		t.Errorf("planted violations found: %d, want 11:\n%s", len(v), strings.Join(v, "\n"))

@@ -1,202 +1,41 @@
 package launcher
 
 import (
-	"cmp"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"io"
-	"os"
-	"time"
-
-	"go.uber.org/zap"
-
-	"tpurun/internal/console"
-	"tpurun/internal/failure"
-	"tpurun/internal/topology"
-	"tpurun/internal/workerenv"
-	"tpurun/worker"
+	"tpurun/internal/attempt"
+	"tpurun/internal/spec"
 )
 
-// The defaults of a Spec's zero fields that tpurun's flags show.
+// What a caller gives Run: the Spec of a job and the option structs it holds.
+type (
+	Spec           = spec.Spec
+	RendezvousSpec = spec.RendezvousSpec
+	ResultsSpec    = spec.ResultsSpec
+	FnSpec         = spec.FnSpec
+)
+
+// What Run reports: the Report of the job, each Attempt (generation) of this node's workers and each rank in it.
+type (
+	Report      = spec.Report
+	Attempt     = attempt.Attempt
+	RankSummary = attempt.RankSummary
+	Sample      = attempt.Sample
+	ErrorRecord = attempt.ErrorRecord
+)
+
+// What an Observer learns while the job runs.
+type (
+	Observer     = spec.Observer
+	ObserverFunc = spec.ObserverFunc
+	Event        = spec.Event
+	EventKind    = spec.EventKind
+)
+
+// The kinds of Event (see spec.EventKind).
 const (
-	DefaultGrace      = 10 * time.Second // Spec.Grace: SIGTERM to SIGKILL (tpurun --grace)
-	DefaultMasterAddr = "127.0.0.1"      // Spec.MasterAddr (tpurun --master-addr)
+	AttemptStarted = spec.AttemptStarted
+	WorkerFailed   = spec.WorkerFailed
+	Sampled        = spec.Sampled
+	ResultReceived = spec.ResultReceived
+	RendezvousDone = spec.RendezvousDone
+	AttemptEnded   = spec.AttemptEnded
 )
-
-// Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
-// subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
-type Spec struct {
-	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
-	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
-	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
-	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
-	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
-	// Needs the reaper (see NoReaper). Empty: every worker is exec'd.
-	Preload []string
-	Env     []string // inherited environment; nil means os.Environ()
-	Dir     string   // working directory of the workers; "" is the launcher's
-
-	// Detect says how to find this host's devices; Request how to split them. Detection runs once per Run.
-	Detect  topology.Options
-	Request topology.Request
-	// PerCPU: one worker per CPU core when detection finds no accelerator (torchrun's --nproc-per-node cpu/auto).
-	PerCPU bool
-	// Force starts even when another process holds a chip.
-	Force bool
-	// Plan, when set, replaces detection and planning: a ready single-host plan (tests, programs that build their
-	// own); NodeRank says which of its nodes this launcher runs.
-	Plan     *topology.Plan
-	NodeRank int
-
-	// Rendezvous joins this launcher with the other nodes of a multi-host job; the zero value is a world of one.
-	Rendezvous RendezvousSpec
-
-	Grace        time.Duration // SIGTERM to SIGKILL; default DefaultGrace
-	Timeout      time.Duration // stop the whole job after this long (failure.ErrTimeout); 0 means none
-	MaxRestarts  int           // restart the whole world up to this many times after a failure
-	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
-
-	RunID      string // default: random (multi-host: the rendezvous run id)
-	MasterAddr string // default DefaultMasterAddr (multi-host: node 0's address)
-	MasterPort int    // default: a free port picked at launch
-	Role       string // ROLE_NAME; default workerenv.DefaultRole
-
-	LogDir           string          // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
-	Redirects        console.StdSpec // streams that go only to the log files
-	Tee              console.StdSpec // streams that go to the console and the log files
-	LocalRanksFilter []int           // show only these local ranks on the console; nil shows all
-	LogPrefix        string          // per-line prefix template; default console.DefaultPrefix ({rank} or torchrun's $rank, see console.Prefix)
-	RawOutput        bool            // worker lines go to the console as they are, without LogPrefix (torchrun's default)
-	Stdout, Stderr   io.Writer
-	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
-	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
-	// tpurun's is, local rank 0's group gets the terminal and only it reads it (docs/CONTROL.md).
-	Stdin   *os.File
-	StdinTo console.StdinMode
-
-	Results ResultsSpec
-
-	Logger         *zap.Logger
-	SampleInterval time.Duration // live RSS/CPU sampling; default 1s, negative disables
-	ProcRoot       string        // default /proc, for the orphan sweep
-
-	// Signals are the signals the job acts on and forwards to its workers (see NotifySignals). nil: Run catches
-	// them itself while it runs, so that a SIGTERM to the program stops the job (exit 143) instead of ending the
-	// program and leaving the workers' children running; with NoSignals nil means none.
-	Signals   <-chan os.Signal
-	NoSignals bool
-	// NoReaper keeps Run from reaping: by default this process becomes the child subreaper of the job's processes
-	// for as long as Run runs (PID 1 always reaps), so that an orphan a worker leaves is reaped, never left a
-	// zombie, and is found by the sweep even outside the worker's group; one reaper serves the Runs of a process.
-	// The reaper forks the workers and waits for every child of the process: while Run reaps, nothing else in the
-	// process may wait for a child (exec.Cmd.Wait would race it), so a program that starts processes of its own
-	// meanwhile sets NoReaper (orphans then go to PID 1, swept by the sweep tag in their environment).
-	NoReaper bool
-	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
-	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
-	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the
-	// sweep finds the job's processes by the sweep tag in their environment.
-	SweepSubtree bool
-	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it:
-	// launchers sharing a run id on one machine must not sweep each other's workers. Default: random.
-	SweepTag string
-	// Observers learn of attempts, failures, samples, results and rendezvous times (the status endpoint, say).
-	Observers []Observer
-
-	randomRunID bool // RunID was made up at random (withDefaults): a world laid out by the host takes "none" instead
-}
-
-// ResultsSpec is the result contract of a job: whether every replica must report, the largest frame, and where
-// the results document goes.
-type ResultsSpec struct {
-	Required      bool   // every replica must report a result (implied by function mode)
-	MaxFrameBytes int64  // largest accepted payload; default results.DefaultMaxFrameBytes
-	File          string // write the document here atomically (on every node), also when the job fails; checked first
-	// Document: Report.Results is wanted on every node of a multi-host job, not only on node 0 (which builds it
-	// for the world); the other nodes receive it when the job ends. Implied by File.
-	Document bool
-}
-
-// FnSpec is function mode: fn(index, *args) in every worker, its return value collected (xmp.spawn's contract).
-type FnSpec struct {
-	Target   string   // package.module:function or path/to/file.py:function
-	ArgsJSON string   // JSON list of the first arguments after index; "" is []
-	Args     []string // further arguments, passed as strings
-	Python   string   // interpreter; default $PYTHON_EXEC, else python3
-}
-
-// Version is tpurun's version.
-const Version = "0.2.0"
-
-// withDefaults returns s with the defaults filled in.
-func (s Spec) withDefaults() (Spec, error) {
-	if s.Env == nil {
-		s.Env = os.Environ()
-	}
-	if s.DrainTimeout <= 0 {
-		s.DrainTimeout = 2 * time.Second
-	}
-	s.Grace = cmp.Or(s.Grace, DefaultGrace)
-	s.MasterAddr = cmp.Or(s.MasterAddr, DefaultMasterAddr)
-	s.Role = cmp.Or(s.Role, workerenv.DefaultRole)
-	s.LogPrefix = cmp.Or(s.LogPrefix, console.DefaultPrefix)
-	s.Stdout = cmp.Or[io.Writer](s.Stdout, os.Stdout) // compared with nil alone: no writer is ever compared
-	s.Stderr = cmp.Or[io.Writer](s.Stderr, os.Stderr)
-	s.Logger = cmp.Or(s.Logger, zap.NewNop())
-	s.SampleInterval = cmp.Or(s.SampleInterval, time.Second)
-	s.ProcRoot = cmp.Or(s.ProcRoot, "/proc")
-	s.Results.MaxFrameBytes = cmp.Or(s.Results.MaxFrameBytes, worker.DefaultMaxPayload)
-	s.Results.Required = s.Results.Required || s.Fn != nil
-	if err := s.defaultIDs(); err != nil {
-		return s, err
-	}
-	return s, s.defaultLogDir()
-}
-
-// defaultIDs fills in the run id and the sweep tag (the run id and a random part). The run id is the one given, else
-// the rendezvous's, else the JobSet's (JobSetRunID), else for a world of several nodes torchrun's "none" (every
-// node must have the same), else random.
-func (s *Spec) defaultIDs() error {
-	s.RunID = cmp.Or(s.RunID, s.Rendezvous.RunID, JobSetRunID(s.Env))
-	if s.RunID == "" && !s.Rendezvous.Solo() {
-		s.RunID = NoRunID
-	}
-	if s.RunID == "" {
-		id, err := randomHex(6)
-		if err != nil {
-			return err
-		}
-		s.RunID, s.randomRunID = id, true
-	}
-	if s.SweepTag == "" {
-		tag, err := randomHex(8)
-		if err != nil {
-			return err
-		}
-		s.SweepTag = s.RunID + "-" + tag
-	}
-	return nil
-}
-
-// defaultLogDir gives redirected or teed streams a log directory when none is set: a private one (0700) of this
-// run, since a fixed shared one would be another user's, or world-listable.
-func (s *Spec) defaultLogDir() error {
-	if s.LogDir != "" || !s.Redirects.Any() && !s.Tee.Any() {
-		return nil
-	}
-	d, err := os.MkdirTemp("", "tpurun-logs-")
-	if err != nil {
-		return fmt.Errorf("%w: log directory for redirected streams: %w; set a log directory or TMPDIR", failure.ErrInternal, err)
-	}
-	s.LogDir = d
-	return nil
-}
-
-func randomHex(n int) (string, error) {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("%w: random id: %w", failure.ErrInternal, err)
-	}
-	return hex.EncodeToString(b), nil
-}

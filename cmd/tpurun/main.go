@@ -21,9 +21,11 @@ import (
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/cmd/tpurun/internal/status"
 	"tpurun/cmd/tpurun/internal/summary"
+	"tpurun/internal/attempt"
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
 	"tpurun/worker"
@@ -42,13 +44,13 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return parseFailed(stderr, err)
 	}
 	req, _ := o.dev.Request()
-	launcher.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
+	attempt.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
 	// Every catchable signal, forwarded or acted on, never a dump; caught here, before tpurun writes anything or
 	// answers on --status-addr (a signal meanwhile waits for Run, which stops at once), not by Run, and never
 	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,
 	// a closed stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them
 	// cost as much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
-	sigs, _ := launcher.NotifySignals()
+	sigs, _ := attempt.NotifySignals()
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
@@ -104,7 +106,7 @@ func parseFailed(stderr io.Writer, err error) int {
 // options, the rendezvous, the reaping; --exit-with-parent first.
 func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	if o.exitWithParent {
-		if err := launcher.ExitWithParent(); err != nil {
+		if err := attempt.ExitWithParent(); err != nil {
 			return err
 		}
 	}
@@ -142,7 +144,7 @@ func (o *options) reap(log *zap.Logger) (stop func()) {
 	if o.tr.noReaper && os.Getpid() != 1 {
 		return nil
 	}
-	stop, err := launcher.Reap(log.Named("reaper"))
+	stop, err := attempt.Reap(log.Named("reaper"))
 	if err != nil {
 		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
 		o.spec.NoReaper = true
@@ -172,7 +174,7 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
 func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr *console.Console) int {
 	rep, err := launcher.Run(context.Background(), *spec)
-	launcher.HurryOnStop(spec.Signals, stdout, stderr) // from here to the exit
+	attempt.HurryOnStop(spec.Signals, stdout, stderr) // from here to the exit
 	if rep != nil {
 		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {
@@ -299,7 +301,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.SetNormalizeFunc(cli.Dashes)
 	o.dev = cli.AddDevice(fs)
 	raw.fn = addResultFlags(fs, &o.spec, &o.json)
-	fs.DurationVar(&o.spec.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	fs.DurationVar(&o.spec.Grace, "grace", spec.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
@@ -310,7 +312,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
-	fs.StringVar(&o.spec.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR given to the workers")
+	fs.StringVar(&o.spec.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR given to the workers")
 	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
 	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")

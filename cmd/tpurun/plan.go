@@ -17,9 +17,9 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
-	"tpurun/launcher"
 )
 
 // subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
@@ -129,7 +129,7 @@ func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pf
 	if !fs.Changed("master-addr") {
 		rt.MasterAddr = l.Coordinator
 	}
-	rt.RunID = cmp.Or(rt.RunID, launcher.JobSetRunID(os.Environ()), launcher.NoRunID)
+	rt.RunID = cmp.Or(rt.RunID, spec.JobSetRunID(os.Environ()), spec.NoRunID)
 	return plan, l.NodeRank(), nil
 }
 
@@ -140,7 +140,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	fs, dev := sc.fs, sc.dev
 	var rt workerenv.Runtime
 	fs.StringVar(&rt.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
-	fs.StringVar(&rt.MasterAddr, "master-addr", launcher.DefaultMasterAddr, "MASTER_ADDR to show")
+	fs.StringVar(&rt.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR to show")
 	fs.IntVar(&rt.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
 	fs.StringVar(&rt.Role, "role", workerenv.DefaultRole, "ROLE_NAME to show")
 	fs.IntVar(&rt.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")

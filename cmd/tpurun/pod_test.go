@@ -23,8 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"tpurun/internal/k8stest"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
-	"tpurun/launcher"
 )
 
 // GKE pods as processes (STYLE.md 17): a pod is tpurun started in a mount and a UTS namespace of its own, with
@@ -173,9 +173,9 @@ func (js jobset) manifest(t *testing.T) *k8stest.JobSet {
 		env = append(env, k8stest.FromSecret("TPURUN_RDZV_TOKEN", tokenSecret, tokenKey))
 	}
 	if js.identity {
-		env = append(env, k8stest.FromAnnotation(launcher.EnvJobSetName, k8stest.JobSetNameKey),
-			k8stest.FromAnnotation(launcher.EnvJobSetUID, k8stest.JobSetUIDKey),
-			k8stest.FromAnnotation(launcher.EnvJobSetRestartAttempt, k8stest.RestartsKey))
+		env = append(env, k8stest.FromAnnotation(spec.EnvJobSetName, k8stest.JobSetNameKey),
+			k8stest.FromAnnotation(spec.EnvJobSetUID, k8stest.JobSetUIDKey),
+			k8stest.FromAnnotation(spec.EnvJobSetRestartAttempt, k8stest.RestartsKey))
 	}
 	if js.slices > 1 {
 		env = append(env, k8stest.FromAnnotation("MEGASCALE_NUM_SLICES", k8stest.GlobalReplicasKey),

@@ -11,6 +11,7 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/launcher"
 )
 
@@ -39,7 +40,7 @@ func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
 	fs.BoolVar(&t.runPath, "run-path", false, "run PROGRAM as a Python script whatever its name: $PYTHON_EXEC -u PROGRAM ARGS")
 	t.monitor = cli.Seconds(100 * time.Millisecond)
 	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
-	t.shutdown = cli.Seconds(launcher.DefaultGrace) // shown by --help; applied only when given
+	t.shutdown = cli.Seconds(spec.DefaultGrace) // shown by --help; applied only when given
 	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
 	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "accepted for torchrun compatibility; tpurun forwards every catchable signal once to every worker group (see docs/CONTROL.md)")
 	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")

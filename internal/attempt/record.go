@@ -1,0 +1,99 @@
+package attempt
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/results"
+)
+
+// Attempt is one start of the whole group (attempt 0, then one per restart).
+type Attempt struct {
+	Number  int
+	Verdict *Verdict      // how this attempt ended (its reason, exit code, root cause)
+	Ranks   []RankSummary // in local-rank order
+	Swept   []int         // pids the orphan sweep had to kill
+	LogDir  string        // DIR/<run-id>_<random>/attempt_<n>, "" without --log-dir
+
+	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
+}
+
+// RankSummary is one worker of one attempt.
+type RankSummary struct {
+	Rank, LocalRank, PID int
+	ExitCode             int            // -1 when killed by a signal
+	Signal               syscall.Signal // 0 when it exited
+	Wall                 time.Duration
+	UserCPU, SysCPU      time.Duration // from wait4's rusage
+	MaxRSS               int64         // bytes, from wait4's rusage
+	Sampled              Sample        // last live sample (gopsutil)
+	StderrTail           []string
+	ErrorFile            string
+	Error                *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
+	ResultErr            error        // from the result sink
+}
+
+// Ended is how the rank ended, as text: "ok", "exit 85" or "SIGKILL".
+func (r RankSummary) Ended() string {
+	switch {
+	case r.Signal != 0:
+		return failure.SignalName(r.Signal)
+	case r.ExitCode == 0:
+		return "ok"
+	default:
+		return fmt.Sprintf("exit %d", r.ExitCode)
+	}
+}
+
+// Failed is the summary of the rank whose failure ended the attempt, nil when no worker's failure did.
+func (a *Attempt) Failed() *RankSummary {
+	v := a.Verdict
+	if v == nil || v.Reason != StopFailure || v.Failure == nil {
+		return nil
+	}
+	for i, s := range a.Ranks {
+		if s.Rank == v.Failure.Rank {
+			return &a.Ranks[i]
+		}
+	}
+	return nil
+}
+
+// ResultExits is how each rank of a ended, in the order the processes ended (ranks that never ended, e.g. never
+// started, follow in rank order), as results.Collector.Finish wants it: the exit status, or 128+N and the
+// signal's name for a rank killed by signal N.
+func (a *Attempt) ResultExits() []results.RankExit {
+	byRank := make(map[int]RankSummary, len(a.Ranks))
+	for _, s := range a.Ranks {
+		byRank[s.Rank] = s
+	}
+	out := make([]results.RankExit, 0, len(a.Ranks))
+	seen := make(map[int]bool, len(a.Ranks))
+	add := func(s RankSummary) {
+		seen[s.Rank] = true
+		out = append(out, s.resultExit())
+	}
+	for _, rank := range a.EndOrder {
+		if s, ok := byRank[rank]; ok && !seen[rank] {
+			add(s)
+		}
+	}
+	for _, s := range a.Ranks {
+		if !seen[s.Rank] {
+			add(s)
+		}
+	}
+	return out
+}
+
+// resultExit is how the rank ended, for the results document: the exit status, or 128+N and the signal's name.
+func (s RankSummary) resultExit() results.RankExit {
+	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.ExitStatus()}
+	if s.Signal != 0 {
+		e.Signal = failure.SignalName(s.Signal)
+	}
+	return e
+}

@@ -1,0 +1,426 @@
+package attempt
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/safepath"
+	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
+	"tpurun/worker"
+)
+
+// The batches of a start: the first small, so that forking begins at once (while the descriptor table grows, as
+// many as its room holds), each next one twice as large up to maxBatch, so that a large start costs few hand-offs.
+const (
+	firstBatch = 4
+	maxBatch   = 64
+	// fdsKept and fdsAtMost are the descriptors one worker has open in this process: from its start on (three pipes'
+	// read ends and its pidfd), and at most, while it is being started (their write ends, two log files).
+	fdsKept   = 4
+	fdsAtMost = 9
+)
+
+// ReserveAhead begins, on another thread, the growth of the descriptor table that a start of n workers will need
+// (see startAll), as soon as the command line says how many this host starts (--nprocs; n <= 0: it does not): its
+// grace period (7-31 ms, docs/BENCHMARKS.md) then passes while the run is set up (the signals caught, detection,
+// the rendezvous) rather than just before the first fork. It returns at once; startAll then finds the room made.
+func ReserveAhead(n int) {
+	if n > 0 {
+		_, _ = reserveFor(n)
+	}
+}
+
+// reserveFor reserves room in the descriptor table for a start of n workers (proc.ReserveFDsAhead): each keeps
+// three pipes' read ends and a pidfd, and holds the write ends and its log files until it has started; 16 more for
+// what the start itself opens meanwhile. room is the table's as it is (see proc.ReserveFDsAhead).
+func reserveFor(n int) (begun <-chan struct{}, room int) {
+	return proc.ReserveFDsAhead(fdsKept*n, fdsAtMost*n+16)
+}
+
+// Starter starts one worker process of an attempt, held (see proc.StartHeld), otherwise than by exec: forked from
+// the preloaded interpreter (--preload). cmd has its Path, Args, Env, Dir, stdio and ExtraFiles set.
+type Starter interface {
+	Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Process)) (*proc.Process, error)
+}
+
+// startAll starts the workers, a batch at a time, until all run or the attempt begins to stop; a worker that cannot
+// be started stops the attempt. It is a pipeline of two stages: while one batch is forked (by the reaper's forking
+// thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
+func (r *Runner) startAll(s *supervisor, local []topology.Worker) {
+	defer quietGC()()
+	// Room in the descriptor table for the whole burst, made in one step unless ReserveAhead made it. Made on another
+	// thread: the first batch is as many workers as the table holds as it is (fdsAtMost each; 4 at least), prepared
+	// and forked meanwhile, and past it whatever needs a descriptor past the table's end waits for the growth under
+	// way (this one, or ReserveAhead's).
+	growing, room := reserveFor(len(local))
+	first := firstBatch
+	if growing != nil {
+		first = min(max(firstBatch, room/fdsAtMost), maxBatch)
+		r.Log.Debug("growing the descriptor table for the start", zap.Int("workers", len(local)), zap.Int("first", first))
+	}
+	l := r.newLaunch(s)
+	ready := make(chan *batch, 1)
+	type outcome struct {
+		started int
+		err     error
+	}
+	done := make(chan outcome, 1)
+	var halt atomic.Bool // a batch did not start whole: prepare no more
+	go func() {
+		var o outcome
+		for b := range ready {
+			if halt.Load() {
+				b.discard()
+				continue
+			}
+			n, err := r.startPrepared(l, b)
+			o.started += n
+			if err != nil || n < len(b.cmds) {
+				o.err = err
+				halt.Store(true)
+			}
+		}
+		done <- o
+	}()
+	for size := first; len(local) > 0 && !s.stopping.Load() && !halt.Load(); size = min(2*size, maxBatch) {
+		b := r.prepareBatch(l, local[:min(len(local), size)])
+		local = local[len(b.wks):]
+		ready <- b
+		if b.err != nil {
+			break
+		}
+		if growing != nil {
+			<-growing // the growth is under way before the next batch can go past the table's end
+			growing = nil
+		}
+	}
+	close(ready)
+	o := <-done
+	if o.err != nil {
+		r.Ctl.Stop(ErrCause(StopStart, o.err))
+	}
+	r.Log.Info("workers started", zap.Int("attempt", s.as.N), zap.Int("workers", o.started),
+		zap.String("master", fmt.Sprintf("%s:%d", s.as.MasterAddr, s.as.MasterPort)))
+}
+
+// batch is a list of workers prepared to start: their commands, pipes and log files.
+type batch struct {
+	wks       []*child
+	cmds      []*exec.Cmd
+	writeEnds []*os.File // closed once the batch was started
+	err       error      // why the worker after the last of wks could not be prepared (none was started then)
+}
+
+// discard closes what b holds: none of it will start.
+func (b *batch) discard() {
+	for _, f := range b.writeEnds {
+		_ = f.Close()
+	}
+	for _, wk := range b.wks {
+		for _, f := range slices.Concat(wk.readers, wk.files) {
+			_ = f.Close()
+		}
+	}
+}
+
+// launch is what the start of every worker of one attempt shares, worked out once: the program (looked up in PATH
+// once), its arguments when they do not vary by rank, and the parts of the environment every worker gets.
+type launch struct {
+	sv      *supervisor
+	env     *workerenv.Builder
+	prog    *exec.Cmd // Path and Err of the program, as exec.Command found it
+	args    []string  // the worker's argv when no argument has ${local_rank}; nil otherwise
+	stdin   [2]*os.File
+	holder0 bool // local rank 0 takes the terminal
+}
+
+func (r *Runner) newLaunch(sv *supervisor) *launch {
+	as := sv.as
+	rt := workerenv.Runtime{RunID: r.RunID, Role: r.Role, RestartCount: as.N, MaxRestarts: r.MaxRestarts,
+		MasterAddr: as.MasterAddr, MasterPort: as.MasterPort, SweepTag: r.SweepTag}
+	l := &launch{sv: sv, env: workerenv.NewBuilder(r.Env, as.Plan, rt), prog: exec.Command(r.Program[0])}
+	if !slices.ContainsFunc(r.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
+		l.args = append([]string{r.Program[0]}, r.Program[1:]...)
+	}
+	l.stdin[0], l.holder0 = r.stdinFor(topology.Worker{LocalRank: 0})
+	l.stdin[1], _ = r.stdinFor(topology.Worker{LocalRank: 1})
+	return l
+}
+
+// prepareBatch prepares the workers ws, each one's command, pipes and log files, until one cannot be (b.err).
+func (r *Runner) prepareBatch(l *launch, ws []topology.Worker) *batch {
+	b := &batch{wks: make([]*child, 0, len(ws)), cmds: make([]*exec.Cmd, 0, len(ws))}
+	for _, w := range ws {
+		wk := &child{w: w}
+		cmd, ends, err := r.prepare1(l, wk)
+		if err != nil {
+			b.err = err
+			break
+		}
+		b.writeEnds = append(b.writeEnds, ends...)
+		b.wks = append(b.wks, wk)
+		b.cmds = append(b.cmds, cmd)
+	}
+	return b
+}
+
+// startPrepared starts a prepared batch: it forks its workers all in one go (through the reaper's forking threads),
+// hands those started to the supervisor at once, and only then attaches their output forwarders and result
+// readers. It returns how many started and why one did not (nil with fewer than all: the attempt began to stop).
+func (r *Runner) startPrepared(l *launch, b *batch) (int, error) {
+	sv := l.sv
+	onExit := make([]func(*proc.Process), len(b.wks))
+	for i, wk := range b.wks {
+		onExit[i] = func(p *proc.Process) { sv.exits <- exitMsg{wk, p} }
+	}
+	ps, err := r.startCmds(b.cmds, onExit, func() bool { return !sv.stopping.Load() })
+	for _, f := range b.writeEnds {
+		_ = f.Close()
+	}
+	b.writeEnds = nil
+	var wks []*child
+	var started []*proc.Process
+	for i, wk := range b.wks {
+		if ps[i] == nil {
+			for _, f := range slices.Concat(wk.readers, wk.files) {
+				_ = f.Close()
+			}
+			continue
+		}
+		r.Sampler.add(ps[i].PID(), wk.w.Rank)
+		wks, started = append(wks, wk), append(started, ps[i])
+	}
+	sv.started(wks, started)
+	for i, p := range started {
+		r.attach(sv, wks[i], p)
+	}
+	var se *proc.StartError
+	switch {
+	case errors.As(err, &se):
+		return len(started), r.startError(b.wks[se.Index].w, se.Err, b.cmds[se.Index])
+	case err != nil:
+		return len(started), err
+	case len(started) < len(b.cmds):
+		return len(started), nil
+	}
+	return len(started), b.err
+}
+
+// startCmds starts cmds through the starter: all in one go where it can (exec'd workers), else one by one. ps has
+// one entry per command, nil where it was not started (see proc.StartHeldAll).
+func (r *Runner) startCmds(cmds []*exec.Cmd, onExit []func(*proc.Process), more func() bool) ([]*proc.Process, error) {
+	if r.Starter == nil {
+		return proc.StartHeldAll(r.Reaper, cmds, onExit, more)
+	}
+	ps := make([]*proc.Process, len(cmds))
+	for i, cmd := range cmds {
+		if !more() {
+			break
+		}
+		p, err := r.Starter.Start(r.Reaper, cmd, onExit[i])
+		if err != nil {
+			return ps, &proc.StartError{Index: i, Err: err}
+		}
+		ps[i] = p
+	}
+	return ps, nil
+}
+
+// prepare1 makes one worker's command, pipes and log files; it returns the write ends, which the caller closes
+// once the worker started.
+func (r *Runner) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
+	sv := l.sv
+	cmd, err := r.command(l, wk)
+	if err != nil {
+		return nil, nil, err
+	}
+	logRel := "" // the worker's log directory below the log directory; made by makeLogDirs
+	if sv.a.LogDir != "" {
+		logRel = r.rankLogDir(sv.as.N, wk.w)
+	}
+	writeEnds, fwd, err := r.streams(logRel, wk, cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	wk.fwd = fwd
+	return cmd, writeEnds, nil
+}
+
+// attach starts the goroutines that read a started worker's pipes: its output forwarders and its result reader.
+// Each closes its pipe once it has read it to the end (or given up on it): the end of an attempt has that much
+// less to do, one worker after the other (release closes whatever is still open).
+func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
+	for i, f := range wk.fwd {
+		wk.io.Go(func() {
+			_ = f.Run(wk.drain.Reader(wk.readers[i]))
+			_ = wk.readers[i].Close()
+		})
+	}
+	wk.fwd = nil
+	wk.io.Go(func() {
+		readResults(sv.as.Sink, wk, p.PID())
+		_ = wk.readers[2].Close()
+	})
+}
+
+// rankLogDir is the directory of w in attempt n, relative to the log directory, as torchrun names it:
+// <run-id>_<random>/attempt_<n>/<local rank>.
+func (r *Runner) rankLogDir(n int, w topology.Worker) string {
+	return filepath.Join(r.RunLogs, "attempt_"+strconv.Itoa(n), strconv.Itoa(w.LocalRank))
+}
+
+// makeLogDirs creates every local rank's log directory of attempt n before any worker starts, without following a
+// symlink in any component below the log directory: a link planted by a worker of an earlier attempt
+// (DIR/<run>_<random>/attempt_1/0 -> /victim) is an *UnsafePathError and nothing of attempt n starts.
+func (r *Runner) makeLogDirs(n int, local []topology.Worker) error {
+	if r.LogDir == "" {
+		return nil
+	}
+	for _, w := range local {
+		if err := safepath.MkdirAllBeneath(r.LogDir, r.rankLogDir(n, w), 0o755); err != nil {
+			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, proc.FDLimitHint(err))
+		}
+	}
+	return nil
+}
+
+// command is the worker's command: program, environment, working directory, stdin and, for the holder of the
+// terminal (local rank 0 when tpurun holds one, see terminal.go), its foreground group.
+func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
+	w, n := wk.w, l.sv.as.N
+	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
+	// mkdir the largest cost of starting hundreds of workers.
+	wk.errFile = filepath.Join(r.Scratch, "error-"+strconv.Itoa(n)+"-"+strconv.Itoa(w.Rank)+".json")
+	if l.sv.a.LogDir != "" {
+		rankRel := r.rankLogDir(n, w) // below the log directory; made by makeLogDirs
+		wk.errFile = filepath.Join(r.LogDir, rankRel, "error.json")
+		// The run's directory is new, but a worker of an earlier attempt can write below it: a file it left at
+		// this path must not become this attempt's traceback.
+		if err := safepath.RemoveBeneath(r.LogDir, filepath.Join(rankRel, "error.json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("rank %d: stale TORCHELASTIC_ERROR_FILE %s: %w", w.Rank, wk.errFile, err)
+		}
+	}
+	args := l.args
+	if args == nil {
+		args = append([]string{r.Program[0]}, workerenv.ExpandArgs(r.Program[1:], w.LocalRank)...)
+	}
+	cmd := &exec.Cmd{Path: l.prog.Path, Args: args, Err: l.prog.Err, Env: l.env.Env(w, wk.errFile), Dir: r.Dir}
+	stdin := l.stdin[min(w.LocalRank, 1)]
+	if stdin != nil { // a nil *os.File in the io.Reader would be a bad descriptor, not /dev/null
+		cmd.Stdin = stdin
+	}
+	wk.holder = l.holder0 && w.LocalRank == 0
+	if wk.holder { // its group becomes the terminal's foreground group, in the child before exec (no SIGTTOU)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Foreground: true, Ctty: r.Term.fd}
+	}
+	return cmd, nil
+}
+
+// streams makes the worker's three pipes (stdout, stderr, results: fd 3) and its log files, and the forwarders of
+// stdout and stderr; it returns the write ends, which the caller closes once the worker started.
+func (r *Runner) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*console.Forwarder, error) {
+	w := wk.w
+	var writeEnds []*os.File
+	fail := func(err error) ([]*os.File, []*console.Forwarder, error) {
+		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {
+			_ = f.Close()
+		}
+		return nil, nil, err
+	}
+	for range 3 {
+		pr, pw, err := console.Pipe()
+		if err != nil {
+			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err)))
+		}
+		wk.readers = append(wk.readers, pr)
+		writeEnds = append(writeEnds, pw)
+	}
+	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
+	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
+		cmd.Env = append(cmd.Env, worker.EnvResultID+"="+id)
+	}
+	fwd := make([]*console.Forwarder, 2)
+	for i, s := range []struct {
+		std     console.Std
+		console *console.Console
+		name    string
+	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
+		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
+		if err != nil {
+			return fail(err)
+		}
+		fwd[i] = f
+	}
+	fwd[1].Tail = &wk.errTail
+	return writeEnds, fwd, nil
+}
+
+// forwarder is the forwarder of one of the worker's streams: to the console unless redirected or filtered out,
+// to its log file below logRel with a log directory.
+func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *console.Console, name string) (*console.Forwarder, error) {
+	w, lr := wk.w, wk.w.LocalRank
+	shown := r.LocalRanksFilter == nil || slices.Contains(r.LocalRanksFilter, lr)
+	f := &console.Forwarder{Prefix: r.prefix(w)}
+	if shown && (r.Redirects.For(lr)&std == 0 || r.Tee.For(lr)&std != 0) {
+		f.Console = con
+	}
+	if logRel == "" {
+		return f, nil
+	}
+	lf, err := safepath.OpenBeneath(r.LogDir, filepath.Join(logRel, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: log file: %w%s", w.Rank, err, proc.FDLimitHint(err)) // unsafe path: 2, else 70
+	}
+	wk.files = append(wk.files, lf)
+	msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
+	if f.Console == nil {
+		msg = "log file write failed; the rest of this stream is lost: it is not shown on the console (redirected or filtered out)"
+	}
+	f.File = &logWriter{f: lf, warn: func(path string, err error) {
+		r.Log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
+	}}
+	return f, nil
+}
+
+// prefix is worker w's line prefix: none for raw output.
+func (r *Runner) prefix(w topology.Worker) []byte {
+	if r.RawOutput {
+		return nil
+	}
+	return []byte(console.Prefix(r.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.Role))
+}
+
+// startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the preloaded
+// interpreter's refusal to fork (a *failure.ConfigError, 2), arguments and environment too big for execve (the user's
+// to trim: argListError), else internal (saying which limit to raise when the host ran out of descriptors or
+// processes).
+func (r *Runner) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
+	var ce *failure.ConfigError
+	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
+		return err
+	}
+	for _, e := range []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC} {
+		if errors.Is(err, e) {
+			return &failure.ProgramError{Program: r.Program[0], Err: err, AtExec: true}
+		}
+	}
+	if errors.Is(err, syscall.E2BIG) {
+		return argListError(w.Rank, cmd.Args, cmd.Env)
+	}
+	return fmt.Errorf("%w: rank %d: %w%s%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err), proc.ForkLimitHint(err))
+}

@@ -1,0 +1,54 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+	"tpurun/rendezvous"
+)
+
+// verdictOf is the verdict of an error that ended a job outside an attempt (a join that failed, a start that
+// never happened): a verdict already is one; anything else is wrapped with the code it maps to.
+func verdictOf(err error) *attempt.Verdict {
+	if err == nil {
+		return nil
+	}
+	var v *attempt.Verdict
+	if errors.As(err, &v) {
+		return v
+	}
+	return &attempt.Verdict{Reason: reasonOf(err), Code: failure.ExitCode(err), Node: -1, Err: err}
+}
+
+// reasonOf names the stop reason of an error that ended a job outside an attempt.
+func reasonOf(err error) attempt.StopReason {
+	var se *failure.SignalError
+	switch {
+	case errors.As(err, &se):
+		return attempt.StopSignal
+	case errors.Is(err, failure.ErrTimeout):
+		return attempt.StopTimeout
+	case errors.Is(err, context.Canceled):
+		return attempt.StopCanceled
+	case errors.Is(err, rendezvous.ErrNodeLost):
+		return attempt.StopLost
+	}
+	return attempt.StopDone
+}
+
+// causeOf is the cause of a rendezvous session's news: the store lost (job-wide: 69 naming its endpoint), another
+// node lost, or failed or stopped.
+func causeOf(f rendezvous.Failure) *attempt.Cause {
+	if f.Store {
+		return attempt.ErrCause(attempt.StopStore, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
+	}
+	if f.Lost {
+		return &attempt.Cause{Reason: attempt.StopLost, Signal: syscall.SIGTERM, Node: f.Node.Rank,
+			Err: fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrNodeLost, f)}
+	}
+	return &attempt.Cause{Reason: attempt.StopRemote, Signal: syscall.SIGTERM, Node: f.Node.Rank, Message: f.Reason}
+}

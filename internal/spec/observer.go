@@ -1,0 +1,62 @@
+package spec
+
+import (
+	"time"
+
+	"tpurun/internal/attempt"
+	"tpurun/internal/failure"
+)
+
+// Observer learns of a job's progress: the status endpoint, function-mode bookkeeping, metrics. Observe is called
+// from the supervisor and the result readers and must not block.
+type Observer interface {
+	Observe(Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// EventKind says what happened.
+type EventKind int
+
+// The events a job reports.
+const (
+	// AttemptStarted: attempt (generation) Attempt begins, before its workers start; 0 first, n > 0 after a restart.
+	AttemptStarted EventKind = iota + 1
+	// WorkerFailed: Failure is the first failed worker of the attempt, reported before the others are stopped.
+	WorkerFailed
+	// Sampled: Samples are the live workers' last RSS/CPU samples.
+	Sampled
+	// ResultReceived: one result was accepted from a worker.
+	ResultReceived
+	// RendezvousDone: the join of a generation took Rendezvous. Only where nodes meet: a world of one (a single
+	// host) does not rendezvous, and reports none.
+	RendezvousDone
+	// AttemptEnded: Ended is the attempt that just ended, the last of Report.Attempts (its summary can be
+	// printed now, before a restart runs the next one).
+	AttemptEnded
+)
+
+// Event is one thing that happened in a job; the fields that its Kind names are set.
+type Event struct {
+	Kind       EventKind
+	Attempt    int
+	Failure    *failure.WorkerError
+	Samples    []attempt.Sample
+	Rendezvous time.Duration
+	Ended      *attempt.Attempt
+	Report     *Report
+}
+
+// Observers fans an event out to every observer of a Spec.
+type Observers []Observer
+
+// Emit gives e to every observer, in order.
+func (os Observers) Emit(e Event) {
+	for _, o := range os {
+		o.Observe(e)
+	}
+}
