@@ -44,13 +44,14 @@ func (d *detector) chipsFromPCI() error {
 	if err != nil {
 		return err
 	}
-	if len(scan.unknown) > 0 && !h.Accelerator.IsSet() {
-		return &UnknownDeviceError{Count: scan.google, IDs: scan.unknown, Location: scan.dir}
+	found := scanTPUs(scan)
+	if len(found.unknown) > 0 && !h.Accelerator.IsSet() {
+		return &UnknownDeviceError{Count: len(found.chips), IDs: found.unknown, Location: scan.dir}
 	}
-	if len(scan.tpus) > 0 {
-		h.Chips, h.ChipsSource, h.Family = scan.tpus, Sysfs(scan.dir), scan.family
-		if scan.family != "" {
-			h.ReplicasPerChip = pciDevices[scan.tpus[0].DeviceID].ReplicasPerChip
+	if len(found.chips) > 0 {
+		h.Chips, h.ChipsSource, h.Family = found.chips, Sysfs(scan.dir), found.family
+		if found.family != "" {
+			h.ReplicasPerChip = pciDevices[found.chips[0].DeviceID].ReplicasPerChip
 		}
 	}
 	return nil
@@ -114,11 +115,11 @@ func (d *detector) attachDevNodes() {
 			style = p.DevNodes
 		}
 	}
-	nodes := devNodes(h.DevRoot, style)
+	nodes := tpuNodes(h.DevRoot, style)
 	if len(nodes) == 0 && len(h.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
 		for _, st := range []string{"accel", "vfio"} {
-			if nodes = devNodes(h.DevRoot, st); len(nodes) > 0 {
+			if nodes = tpuNodes(h.DevRoot, st); len(nodes) > 0 {
 				for i := range nodes {
 					h.Chips = append(h.Chips, Chip{Index: i})
 				}

@@ -10,6 +10,9 @@ import (
 // GPU is the kind of a host with NVIDIA GPUs, run through CUDA.
 const GPU Device = "gpu"
 
+// vendorNVIDIA is the PCI vendor id of NVIDIA GPUs.
+const vendorNVIDIA = "0x10de"
+
 func init() { register(gpu{}) }
 
 // gpu is the GPU kind: one worker per usable GPU by default; like torchrun every worker sees every usable GPU.
@@ -59,14 +62,14 @@ func (d *detector) gpu() error {
 	if err != nil {
 		return err
 	}
-	if len(scan.gpus) > 0 {
-		h.GPUs, h.GPUSource = scan.gpus, Sysfs(scan.dir)
-		for i, n := range devNodes(h.DevRoot, "nvidia") {
+	if gpus := gpuChips(scan); len(gpus) > 0 {
+		h.GPUs, h.GPUSource = gpus, Sysfs(scan.dir)
+		for i, n := range gpuNodes(h.DevRoot) {
 			if i < len(h.GPUs) {
 				h.GPUs[i].DevNode = n
 			}
 		}
-	} else if nodes := devNodes(h.DevRoot, "nvidia"); len(nodes) > 0 {
+	} else if nodes := gpuNodes(h.DevRoot); len(nodes) > 0 {
 		for i, n := range nodes {
 			h.GPUs = append(h.GPUs, Chip{Index: i, DevNode: n})
 		}
@@ -97,12 +100,23 @@ func (d *detector) gpu() error {
 	return nil
 }
 
+// gpuChips are the NVIDIA GPUs of the PCI scan: only display and 3D controllers (class 0x03xxxx) are; the same card
+// also shows audio and USB functions.
+func gpuChips(scan pciScan) []Chip {
+	return scan.chips(func(f pciFunction) bool {
+		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
+	})
+}
+
+// gpuNodes lists /dev/nvidiaN, sorted by number (not nvidiactl, nvidia-uvm, ...).
+func gpuNodes(devRoot string) []string { return numberedNodes(devRoot, "nvidia") }
+
 // gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
 func (d *detector) gpuSource(scan pciScan) Source {
 	switch {
-	case len(scan.gpus) > 0:
+	case len(gpuChips(scan)) > 0:
 		return Sysfs(scan.dir)
-	case len(devNodes(d.h.DevRoot, "nvidia")) > 0:
+	case len(gpuNodes(d.h.DevRoot)) > 0:
 		return Dev(d.h.DevRoot + "/nvidia*")
 	}
 	return Source{}

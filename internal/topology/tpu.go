@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +14,96 @@ import (
 const TPU Device = "tpu"
 
 func init() { register(tpu{}) }
+
+// vendorGoogle is the PCI vendor id of TPU chips.
+const vendorGoogle = "0x1ae0"
+
+// tpuTable is the one table of TPU generations (TPU_FACTS.md): how accelerator types count them, their hosts, the
+// replicas per chip, the device nodes and the PCI id. Entries marked unverified in TPU_FACTS.md are kept here, in
+// one place; families and pciDevices index it.
+var tpuTable = []Family{
+	{Name: "v2", Version: 2, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
+	{Name: "v3", Version: 3, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
+	{Name: "v4", Version: 4, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x005e"},
+	{Name: "v5litepod", Version: 5, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0063"},
+	{Name: "v5p", Version: 5, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0062"},
+	{Name: "v6e", Version: 6, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x006f"},
+	{Name: "tpu7x", Version: 7, CountsCores: true, ReplicasPerChip: 2, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0076"},
+	{Name: "tpu8i", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0083"},
+	{Name: "tpu8t", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x007c"},
+	{Name: "test", ReplicasPerChip: 1, DevNodes: "vfio", PCIID: "0x0056", NoType: true},
+}
+
+// familyAliases maps other spellings seen in the wild to the canonical family name.
+var familyAliases = map[string]string{"v5e": "v5litepod", "v5lite": "v5litepod", "v6": "v6e", "v7x": "tpu7x", "tpu-v6e": "v6e"}
+
+// pciDevice is what a Google PCI device id says of its chip: the family ("v2/v3" when the id does not tell the
+// rows that share it apart), the replicas per chip and the device nodes, which such rows agree on.
+type pciDevice struct {
+	Family          string
+	ReplicasPerChip int
+	DevNodes        string
+}
+
+// families index tpuTable by accelerator-type name; pciDevices by PCI device id.
+var families, pciDevices = indexTPUTable(tpuTable)
+
+func indexTPUTable(rows []Family) (map[string]Family, map[string]pciDevice) {
+	byName, byID := map[string]Family{}, map[string]pciDevice{}
+	for _, f := range rows {
+		if !f.NoType {
+			byName[f.Name] = f
+		}
+		if d, seen := byID[f.PCIID]; seen {
+			d.Family += "/" + f.Name
+			byID[f.PCIID] = d
+		} else {
+			byID[f.PCIID] = pciDevice{Family: f.Name, ReplicasPerChip: f.ReplicasPerChip, DevNodes: f.DevNodes}
+		}
+	}
+	return byName, byID
+}
+
+// tpuScan is what the PCI scan says of TPU chips: every Google function is one chip, their family when all are of
+// one known generation, and the device ids no row of tpuTable has.
+type tpuScan struct {
+	chips   []Chip
+	family  string
+	unknown []string
+}
+
+func scanTPUs(scan pciScan) tpuScan {
+	t := tpuScan{chips: scan.chips(func(f pciFunction) bool { return f.vendor == vendorGoogle })}
+	seen := map[string]bool{}
+	for _, c := range t.chips {
+		if d, ok := pciDevices[c.DeviceID]; ok {
+			seen[d.Family] = true
+		} else if !slices.Contains(t.unknown, c.DeviceID) {
+			t.unknown = append(t.unknown, c.DeviceID)
+		}
+	}
+	if len(seen) == 1 && len(t.unknown) == 0 {
+		for f := range seen {
+			t.family = f
+		}
+	}
+	return t
+}
+
+// tpuNodes lists the TPU device nodes of a style: /dev/accelN ("accel") or /dev/vfio/N ("vfio").
+func tpuNodes(devRoot, style string) []string {
+	switch style {
+	case "accel":
+		return numberedNodes(devRoot, "accel")
+	case "vfio":
+		return numberedNodes(filepath.Join(devRoot, "vfio"), "")
+	}
+	return nil
+}
+
+// DefaultLockfile is where libtpu takes its lockf when one process uses all chips (doctor checks it, the
+// preloaded interpreter refuses to hold it).
+const DefaultLockfile = "/tmp/libtpu_lockfile"
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
 // expect (docs/TOPOLOGY.md): chips.go detects the chips, env.go and mdslice.go the slice, split.go checks the
@@ -31,9 +123,9 @@ func (tpu) devices(h *Host) []Chip { return h.Chips }
 // claim finds Google PCI devices in sysfs, else /dev/accelN.
 func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	switch {
-	case scan.google > 0:
+	case len(scanTPUs(scan).chips) > 0:
 		return val(TPU, Sysfs(scan.dir)), true
-	case len(devNodes(d.h.DevRoot, "accel")) > 0:
+	case len(tpuNodes(d.h.DevRoot, "accel")) > 0:
 		return val(TPU, Dev(d.h.DevRoot+"/accel*")), true
 	}
 	return Value[Device]{}, false
