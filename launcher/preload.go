@@ -103,7 +103,7 @@ func (j *job) startPreload(ctx context.Context) error {
 	j.preload = pl
 	pl.cfg = zygote.Config{Python: cmd.Python, Script: filepath.Join(j.pyModule, "tpurun", "_zygote.py"),
 		Preload: s.Preload, Path0: path0(cmd, s.Dir), Env: j.sharedEnv(), Dir: s.Dir, Reaper: j.reaper,
-		Log: j.log.Named("preload"), Lockfile: topology.DefaultLockfile}
+		Log: j.log.Named("preload"), Lockfile: topology.DefaultLockfile, DeviceNodes: topology.DeviceNodeGlobs()}
 	if j.host != nil {
 		pl.cfg.DevRoot = j.host.DevRoot
 	}

@@ -24,6 +24,10 @@ func (gpu) NCCL() bool        { return true }
 func (gpu) preference() int   { return 1 }
 func (gpu) pjrt() []string    { return []string{"CUDA", "GPU"} }
 func (gpu) aliases() []string { return []string{"cuda"} }
+func (gpu) perRank() []string { return nil } // CUDA_VISIBLE_DEVICES is the parent's, passed through as torchrun does
+
+// devNodeGlobs: /dev/nvidiaN and the nodes every GPU process opens (nvidiactl, nvidia-uvm, nvidia-caps/...).
+func (gpu) devNodeGlobs() []string { return []string{"nvidia*"} }
 
 func (gpu) devices(h *Host) []Chip { return h.GPUs }
 

@@ -120,6 +120,14 @@ func (tpu) pjrt() []string         { return []string{"TPU"} }
 func (tpu) aliases() []string      { return nil }
 func (tpu) devices(h *Host) []Chip { return h.Chips }
 
+// perRank are the chip and the process of one worker within the slice (slice.go).
+func (tpu) perRank() []string {
+	return []string{"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}
+}
+
+// devNodeGlobs: /dev/accelN (v2-v4) and everything under /dev/vfio (v5e and later, the control node too).
+func (tpu) devNodeGlobs() []string { return []string{"accel*", "vfio/*"} }
+
 // claim finds Google PCI devices in sysfs, else /dev/accelN.
 func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	switch {
