@@ -201,8 +201,8 @@ func (j *job) detect(ctx context.Context) error {
 		j.request.NProcs = runtime.NumCPU()
 	}
 	j.accelerator = string(h.Device.V)
-	if h.Accelerator.IsSet() { // a TPU slice's type (v4-16): the nodes of one slice must agree on it
-		j.accelerator = h.Accelerator.V.Type
+	if t := h.AcceleratorType(); t != "" { // a TPU slice's type (v4-16): the nodes of one slice must agree on it
+		j.accelerator = t
 	}
 	if err := j.planLocal(h); err != nil {
 		return err

@@ -124,7 +124,7 @@ func (j *job) resolveRendezvous() error {
 		if j.host == nil {
 			continue
 		}
-		if val, ok := j.host.Megascale[v.name]; ok {
+		if val, ok := j.host.Megascale()[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
 				return &failure.ConfigError{Field: failure.Setting(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}

@@ -105,6 +105,55 @@ func tpuNodes(devRoot, style string) []string {
 // preloaded interpreter refuses to hold it).
 const DefaultLockfile = "/tmp/libtpu_lockfile"
 
+// tpuHost is what detection finds on a TPU host (Host's state): the chips present (PCI address order), the family,
+// the slice description.
+type tpuHost struct {
+	Chips       []Chip             `json:"chips,omitempty"`
+	ChipsSource Source             `json:"chips_source"`
+	Family      string             `json:"family,omitempty"` // "v4", "v5litepod", "v2/v3", ...
+	Accelerator Value[Accelerator] `json:"accelerator"`
+	// Usable are the chip indices this launcher may use: every chip, or the parent's TPU_VISIBLE_CHIPS, limited
+	// to the first TPU_NUM_DEVICES.
+	Usable             Value[[]int]    `json:"usable"`
+	NumDevices         Value[int]      `json:"num_devices"`   // TPU_NUM_DEVICES, when set
+	VisibleChips       Value[[]int]    `json:"visible_chips"` // the parent's TPU_VISIBLE_CHIPS, when set
+	HostBounds         Value[Bounds]   `json:"host_bounds"`
+	ChipsPerHostBounds Value[Bounds]   `json:"chips_per_host_bounds"`
+	ProcessBounds      Value[Bounds]   `json:"process_bounds"` // only when given (env or metadata)
+	WorkerID           Value[int]      `json:"worker_id"`
+	Hostnames          Value[[]string] `json:"hostnames"`
+	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
+	Megascale map[string]Value[string] `json:"megascale,omitempty"`
+	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
+	// reads the slice from env, never from the metadata server, and so do the workers, which keep the value.
+	SkipMDS Value[string] `json:"skip_mds"`
+	// TorchXLAMetadata reports that the metadata server answered with everything torch_xla's own topology code
+	// reads from it (tpu-env's ACCELERATOR_TYPE and WORKER_ID, and TPU_PROCESS_BOUNDS and
+	// TPU_CHIPS_PER_PROCESS_BOUNDS from v4 on; worker-network-endpoints as name:uid:ip on several hosts), so that
+	// workers may read the slice from it as xmp.spawn's children do (docs/TOPOLOGY.md).
+	TorchXLAMetadata bool `json:"torch_xla_metadata"`
+	// HostnameEndpoints reports that worker-network-endpoints listed host names only (the newer format, which JAX
+	// reads and torch_xla's get_worker_ips does not).
+	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
+}
+
+// tpu is the host's TPU state; a host of another kind has none (an empty one, which nothing keeps).
+func (h *Host) tpu() *tpuHost {
+	if t, ok := h.state.(*tpuHost); ok {
+		return t
+	}
+	return &tpuHost{}
+}
+
+// AcceleratorType is the TPU slice's accelerator type ("v4-16"), "" when none is known (and on other kinds).
+func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
+
+// Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
+func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
+
+// MultiHost reports whether the host is one of a TPU slice of several hosts.
+func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
+
 // tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
 // expect (docs/TOPOLOGY.md): chips.go detects the chips, env.go and mdslice.go the slice, split.go checks the
 // request against it, slice.go writes every worker's env.
@@ -118,7 +167,7 @@ func (tpu) NCCL() bool             { return false }
 func (tpu) preference() int        { return 2 }
 func (tpu) pjrt() []string         { return []string{"TPU"} }
 func (tpu) aliases() []string      { return nil }
-func (tpu) devices(h *Host) []Chip { return h.Chips }
+func (tpu) devices(h *Host) []Chip { return h.tpu().Chips }
 
 // perRank are the chip and the process of one worker within the slice (slice.go).
 func (tpu) perRank() []string {
@@ -139,14 +188,17 @@ func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	return Value[Device]{}, false
 }
 
-func (tpu) detect(ctx context.Context, d *detector) error { return d.detectTPU(ctx) }
+func (tpu) detect(ctx context.Context, d *detector) error {
+	d.h.state = &tpuHost{}
+	return d.detectTPU(ctx)
+}
 
 // nodes are the slice's: its host list and this host's worker id, read (and checked) by detection; a host of no
 // described slice falls back to a batch scheduler's node list.
 func (tpu) nodes(d *detector) {
-	h := d.h
-	if h.Hostnames.IsSet() || h.WorkerID.IsSet() {
-		h.NodeHosts, h.NodeRank = h.Hostnames, h.WorkerID
+	h, t := d.h, d.h.tpu()
+	if t.Hostnames.IsSet() || t.WorkerID.IsSet() {
+		h.NodeHosts, h.NodeRank = t.Hostnames, t.WorkerID
 		return
 	}
 	d.slurmNodes()
@@ -172,8 +224,8 @@ func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error
 	if numSlices > 1 {
 		n /= numSlices // hosts per slice: each slice is planned on its own
 	}
-	if n < 1 && h.Hostnames.IsSet() {
-		n = len(h.Hostnames.V)
+	if n < 1 && h.tpu().Hostnames.IsSet() {
+		n = len(h.tpu().Hostnames.V)
 	}
 	n = max(n, 1)
 	pr := req
@@ -200,21 +252,22 @@ func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 
 // soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.
 func (tpu) soloNode(h *Host, req Request) int {
-	if !h.Hostnames.IsSet() {
+	if !h.tpu().Hostnames.IsSet() {
 		return 0
 	}
 	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
 		return 0
 	}
-	return h.WorkerID.V
+	return h.tpu().WorkerID.V
 }
 
 // usableNodes are the device nodes of the usable chips.
 func (tpu) usableNodes(h *Host) []string {
+	t := h.tpu()
 	var paths []string
-	for _, i := range h.Usable.V {
-		if i < len(h.Chips) && h.Chips[i].DevNode != "" {
-			paths = append(paths, h.Chips[i].DevNode)
+	for _, i := range t.Usable.V {
+		if i < len(t.Chips) && t.Chips[i].DevNode != "" {
+			paths = append(paths, t.Chips[i].DevNode)
 		}
 	}
 	return paths
@@ -225,29 +278,30 @@ func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 // settings are the chips and the slice description, each with its source, then the multislice values (secrets
 // redacted).
 func (tpu) settings(h *Host) []setting {
-	out := []setting{{"accelerator type", h.Accelerator.V.Type, h.Accelerator.Source}}
-	if h.Family != "" {
-		out = append(out, setting{"family", h.Family, h.ChipsSource})
+	t := h.tpu()
+	out := []setting{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
+	if t.Family != "" {
+		out = append(out, setting{"family", t.Family, t.ChipsSource})
 	}
 	out = append(out,
-		setting{"chips on host", fmt.Sprint(len(h.Chips)), h.ChipsSource},
-		setting{"usable chips", counted(len(h.Usable.V), "chip", h.Usable.V), h.Usable.Source},
-		setting{"TPU_NUM_DEVICES", fmt.Sprint(h.NumDevices.V), h.NumDevices.Source},
-		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(h.VisibleChips.V, ","), h.VisibleChips.Source},
-		setting{"host bounds", h.HostBounds.V.String(), h.HostBounds.Source},
-		setting{"chips per host bounds", h.ChipsPerHostBounds.V.String(), h.ChipsPerHostBounds.Source},
-		setting{"process bounds", h.ProcessBounds.V.String(), h.ProcessBounds.Source},
-		setting{"worker id", fmt.Sprint(h.WorkerID.V), h.WorkerID.Source},
-		setting{"worker hostnames", strings.Join(h.Hostnames.V, ","), h.Hostnames.Source},
+		setting{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
+		setting{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
+		setting{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
+		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
+		setting{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
+		setting{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
+		setting{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
+		setting{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
+		setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
-		setting{"TPU_SKIP_MDS_QUERY (parent)", h.SkipMDS.V, h.SkipMDS.Source})
-	keys := make([]string, 0, len(h.Megascale))
-	for k := range h.Megascale {
+		setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
+	keys := make([]string, 0, len(t.Megascale))
+	for k := range t.Megascale {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := h.Megascale[k]
+		v := t.Megascale[k]
 		if IsSecret(k) {
 			v.V = Redacted
 		}
