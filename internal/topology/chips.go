@@ -94,7 +94,8 @@ func (h *Host) adoptAccelerator() error {
 	if !t.Accelerator.IsSet() {
 		return nil
 	}
-	if t.Family != "" && t.Family != "v2/v3" && t.Family != "test" && t.Family != t.Accelerator.V.Family.Name {
+	// Only a family that an accelerator type names can contradict one: not the ids that name several (v2/v3) or none.
+	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
 		return &ConfigError{Name: SettingAcceleratorType, Value: t.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
 			Sources: []Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
@@ -110,9 +111,7 @@ func (d *detector) attachDevNodes() {
 	style := "vfio"
 	if f, ok := families[t.Family]; ok {
 		style = f.DevNodes
-	} else if t.Family == "v2/v3" {
-		style = "accel"
-	} else if len(t.Chips) > 0 {
+	} else if len(t.Chips) > 0 { // the PCI id's row(s): v2/v3, the testing chip
 		if p, ok := pciDevices[t.Chips[0].DeviceID]; ok {
 			style = p.DevNodes
 		}
