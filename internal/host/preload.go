@@ -64,7 +64,7 @@ func (p *Prepared) startPreload(ctx context.Context) error {
 	p.preload = pl
 	pl.cfg = zygote.Config{Python: cmd.Python, Script: filepath.Join(p.PyModule, "tpurun", "_zygote.py"),
 		Preload: s.Preload, Path0: path0(cmd, s.Dir), Env: p.sharedEnv(), Dir: s.Dir, Reaper: p.reaper,
-		Log: p.Log.Named("preload"), Lockfile: topology.DefaultLockfile}
+		Log: p.Log.Named("preload"), Lockfile: topology.DefaultLockfile, DeviceNodes: topology.DeviceNodeGlobs()}
 	if p.Host != nil {
 		pl.cfg.DevRoot = p.Host.DevRoot
 	}

@@ -187,8 +187,8 @@ func (p *Prepared) detect(ctx context.Context) error {
 		p.Request.NProcs = runtime.NumCPU()
 	}
 	p.Accelerator = string(h.Device.V)
-	if h.Accelerator.IsSet() { // a TPU slice's type (v4-16): the nodes of one slice must agree on it
-		p.Accelerator = h.Accelerator.V.Type
+	if t := h.AcceleratorType(); t != "" { // a TPU slice's type (v4-16): the nodes of one slice must agree on it
+		p.Accelerator = t
 	}
 	if err := p.planLocal(h); err != nil {
 		return err

@@ -42,7 +42,7 @@ func (p *Prepared) resolveRendezvous() error {
 		if p.Host == nil {
 			continue
 		}
-		if val, ok := p.Host.Megascale[v.name]; ok {
+		if val, ok := p.Host.Megascale()[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
 				return &failure.ConfigError{Field: failure.Setting(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}

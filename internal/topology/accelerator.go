@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// Family is one TPU generation as the accelerator type names it ("v4", "v5litepod", "tpu7x").
+// Family is one TPU generation as the accelerator type names it ("v4", "v5litepod", "tpu7x"): a row of the tpu
+// kind's table (tpu.go).
 type Family struct {
 	Name            string // as in accelerator types: "v4", "v5litepod", "v5p", "v6e", "tpu7x"
 	Version         int    // the digit after v/tpu: 2..8
@@ -16,42 +17,8 @@ type Family struct {
 	MaxSingleHost   int    // the most chips one host of this family has in a single-host slice
 	ChipsPerHost    int    // chips per host of a multi-host slice
 	DevNodes        string // "accel" (/dev/accelN) or "vfio" (/dev/vfio/N)
-}
-
-// families are the known TPU generations. Entries marked unverified in TPU_FACTS.md are kept here, in one place.
-var families = map[string]Family{
-	"v2":        {Name: "v2", Version: 2, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel"},
-	"v3":        {Name: "v3", Version: 3, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel"},
-	"v4":        {Name: "v4", Version: 4, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel"},
-	"v5litepod": {Name: "v5litepod", Version: 5, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio"},
-	"v5p":       {Name: "v5p", Version: 5, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio"},
-	"v6e":       {Name: "v6e", Version: 6, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio"},
-	"tpu7x":     {Name: "tpu7x", Version: 7, CountsCores: true, ReplicasPerChip: 2, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio"},
-	"tpu8i":     {Name: "tpu8i", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio"},
-	"tpu8t":     {Name: "tpu8t", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio"},
-}
-
-// familyAliases maps other spellings seen in the wild to the canonical family name.
-var familyAliases = map[string]string{"v5e": "v5litepod", "v5lite": "v5litepod", "v6": "v6e", "v7x": "tpu7x", "tpu-v6e": "v6e"}
-
-// pciDevice is one row of the Google PCI device id table.
-type pciDevice struct {
-	Family          string // the family name, or "v2/v3" when the id does not tell them apart
-	ReplicasPerChip int
-	DevNodes        string
-}
-
-// pciDevices maps the PCI device id (vendor 0x1ae0) to the chip it is.
-var pciDevices = map[string]pciDevice{
-	"0x0027": {Family: "v2/v3", ReplicasPerChip: 2, DevNodes: "accel"},
-	"0x005e": {Family: "v4", ReplicasPerChip: 1, DevNodes: "accel"},
-	"0x0063": {Family: "v5litepod", ReplicasPerChip: 1, DevNodes: "vfio"},
-	"0x0062": {Family: "v5p", ReplicasPerChip: 1, DevNodes: "vfio"},
-	"0x006f": {Family: "v6e", ReplicasPerChip: 1, DevNodes: "vfio"},
-	"0x0076": {Family: "tpu7x", ReplicasPerChip: 2, DevNodes: "vfio"},
-	"0x0056": {Family: "test", ReplicasPerChip: 1, DevNodes: "vfio"},
-	"0x0083": {Family: "tpu8i", ReplicasPerChip: 1, DevNodes: "vfio"},
-	"0x007c": {Family: "tpu8t", ReplicasPerChip: 1, DevNodes: "vfio"},
+	PCIID           string // its PCI device id under vendor 0x1ae0 (v2 and v3 share one)
+	NoType          bool   // no accelerator type names it (the internal/testing chip)
 }
 
 // Accelerator is a parsed accelerator type such as v4-16 or v5litepod-8.

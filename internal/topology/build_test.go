@@ -249,7 +249,7 @@ func TestMultiHostFromMetadata(t *testing.T) {
 	}, nil)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 	must(t, err)
-	if h.WorkerID.V != 1 || h.Hostnames.Source.Kind != FromMetadata || strings.Join(h.Hostnames.V, ",") != "10.130.0.2,10.130.0.3" {
+	if h.tpu().WorkerID.V != 1 || h.tpu().Hostnames.Source.Kind != FromMetadata || strings.Join(h.tpu().Hostnames.V, ",") != "10.130.0.2,10.130.0.3" {
 		t.Fatalf("host %+v", h)
 	}
 	if md.count(KeyTPUEnv) != 1 || md.count(KeyEndpoints) != 1 || md.total() != 2 {

@@ -44,13 +44,14 @@ func (d *detector) chipsFromPCI() error {
 	if err != nil {
 		return err
 	}
-	if len(scan.unknown) > 0 && !h.Accelerator.IsSet() {
-		return &UnknownDeviceError{Count: scan.google, IDs: scan.unknown, Location: scan.dir}
+	found, t := scanTPUs(scan), h.tpu()
+	if len(found.unknown) > 0 && !t.Accelerator.IsSet() {
+		return &UnknownDeviceError{Count: len(found.chips), IDs: found.unknown, Location: scan.dir}
 	}
-	if len(scan.tpus) > 0 {
-		h.Chips, h.ChipsSource, h.Family = scan.tpus, Sysfs(scan.dir), scan.family
-		if scan.family != "" {
-			h.ReplicasPerChip = pciDevices[scan.tpus[0].DeviceID].ReplicasPerChip
+	if len(found.chips) > 0 {
+		t.Chips, t.ChipsSource, t.Family = found.chips, Sysfs(scan.dir), found.family
+		if found.family != "" {
+			h.ReplicasPerChip = pciDevices[found.chips[0].DeviceID].ReplicasPerChip
 		}
 	}
 	return nil
@@ -59,81 +60,82 @@ func (d *detector) chipsFromPCI() error {
 // chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them (a
 // container that hides them); with no type either, there is no TPU.
 func (d *detector) chipsFromAccelerator() error {
-	h := d.h
-	if len(h.Chips) > 0 {
+	h, t := d.h, d.h.tpu()
+	if len(t.Chips) > 0 {
 		return nil
 	}
-	if !h.Accelerator.IsSet() {
+	if !t.Accelerator.IsSet() {
 		return &ConfigError{Name: SettingDevice, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
 			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
-	for i := range h.Accelerator.V.ChipsPerHost() {
-		h.Chips = append(h.Chips, Chip{Index: i})
+	for i := range t.Accelerator.V.ChipsPerHost() {
+		t.Chips = append(t.Chips, Chip{Index: i})
 	}
-	h.ChipsSource = DerivedFrom(h.Accelerator.Source)
+	t.ChipsSource = DerivedFrom(t.Accelerator.Source)
 	d.attachDevNodes()
 	return nil
 }
 
 // typeFromChips names the single-host slice the chips of a known family make, when nothing named the type.
 func (h *Host) typeFromChips() {
-	if h.Accelerator.IsSet() || h.Family == "" || len(h.Hostnames.V) > 1 {
+	t := h.tpu()
+	if t.Accelerator.IsSet() || t.Family == "" || len(t.Hostnames.V) > 1 {
 		return
 	}
-	if a, ok := deriveAccelerator(h.Family, len(h.Chips)); ok {
-		h.Accelerator = val(a, DerivedFrom(h.ChipsSource))
+	if a, ok := deriveAccelerator(t.Family, len(t.Chips)); ok {
+		t.Accelerator = val(a, DerivedFrom(t.ChipsSource))
 	}
 }
 
 // adoptAccelerator takes the family from a known accelerator type, refusing one that contradicts the chips found.
 func (h *Host) adoptAccelerator() error {
-	if !h.Accelerator.IsSet() {
+	t := h.tpu()
+	if !t.Accelerator.IsSet() {
 		return nil
 	}
-	if h.Family != "" && h.Family != "v2/v3" && h.Family != "test" && h.Family != h.Accelerator.V.Family.Name {
-		return &ConfigError{Name: SettingAcceleratorType, Value: h.Accelerator.V.Type,
-			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(h.Chips), h.Family),
-			Sources: []Source{h.Accelerator.Source, h.ChipsSource}, Hint: "fix or unset " + h.Accelerator.Source.Name}
+	// Only a family that an accelerator type names can contradict one: not the ids that name several (v2/v3) or none.
+	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
+		return &ConfigError{Name: SettingAcceleratorType, Value: t.Accelerator.V.Type,
+			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
+			Sources: []Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
 	}
-	h.Family = h.Accelerator.V.Family.Name
-	h.ReplicasPerChip = h.Accelerator.V.Family.ReplicasPerChip
+	t.Family = t.Accelerator.V.Family.Name
+	h.ReplicasPerChip = t.Accelerator.V.Family.ReplicasPerChip
 	return nil
 }
 
 // attachDevNodes gives each chip its device node: /dev/accelN (v2-v4) or /dev/vfio/N (v5e and later).
 func (d *detector) attachDevNodes() {
-	h := d.h
+	h, t := d.h, d.h.tpu()
 	style := "vfio"
-	if f, ok := families[h.Family]; ok {
+	if f, ok := families[t.Family]; ok {
 		style = f.DevNodes
-	} else if h.Family == "v2/v3" {
-		style = "accel"
-	} else if len(h.Chips) > 0 {
-		if p, ok := pciDevices[h.Chips[0].DeviceID]; ok {
+	} else if len(t.Chips) > 0 { // the PCI id's row(s): v2/v3, the testing chip
+		if p, ok := pciDevices[t.Chips[0].DeviceID]; ok {
 			style = p.DevNodes
 		}
 	}
-	nodes := devNodes(h.DevRoot, style)
-	if len(nodes) == 0 && len(h.Chips) == 0 {
+	nodes := tpuNodes(h.DevRoot, style)
+	if len(nodes) == 0 && len(t.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
 		for _, st := range []string{"accel", "vfio"} {
-			if nodes = devNodes(h.DevRoot, st); len(nodes) > 0 {
+			if nodes = tpuNodes(h.DevRoot, st); len(nodes) > 0 {
 				for i := range nodes {
-					h.Chips = append(h.Chips, Chip{Index: i})
+					t.Chips = append(t.Chips, Chip{Index: i})
 				}
 				if st == "accel" {
-					h.ChipsSource = Dev(h.DevRoot + "/accel*")
+					t.ChipsSource = Dev(h.DevRoot + "/accel*")
 				} else {
-					h.ChipsSource = Dev(h.DevRoot + "/vfio")
+					t.ChipsSource = Dev(h.DevRoot + "/vfio")
 				}
 				break
 			}
 		}
 	}
-	for i := range h.Chips {
+	for i := range t.Chips {
 		if i < len(nodes) {
-			h.Chips[i].DevNode = nodes[i]
+			t.Chips[i].DevNode = nodes[i]
 		}
 	}
 }
@@ -141,7 +143,7 @@ func (d *detector) attachDevNodes() {
 // finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
 func (d *detector) finishSlice() error {
 	h := d.h
-	if h.Accelerator.IsSet() {
+	if h.tpu().Accelerator.IsSet() {
 		if err := h.boundsFromAccelerator(); err != nil {
 			return err
 		}
@@ -160,22 +162,23 @@ func (d *detector) finishSlice() error {
 // boundsFromAccelerator derives the bounds env and metadata left open from the accelerator type, and checks the
 // host list and the chips found against it.
 func (h *Host) boundsFromAccelerator() error {
-	a := h.Accelerator
-	if !h.HostBounds.IsSet() {
-		h.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
+	t := h.tpu()
+	a := t.Accelerator
+	if !t.HostBounds.IsSet() {
+		t.HostBounds = val(a.V.HostBounds(), DerivedFrom(a.Source))
 	}
-	if !h.ChipsPerHostBounds.IsSet() {
-		h.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
+	if !t.ChipsPerHostBounds.IsSet() {
+		t.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
 	}
-	if hosts := a.V.Hosts(); hosts > 1 && h.Hostnames.IsSet() && len(h.Hostnames.V) != hosts {
-		return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(h.Hostnames.V), a.V.Type, hosts),
-			Sources: []Source{h.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
+	if hosts := a.V.Hosts(); hosts > 1 && t.Hostnames.IsSet() && len(t.Hostnames.V) != hosts {
+		return &ConfigError{Name: t.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(t.Hostnames.V), a.V.Type, hosts),
+			Sources: []Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
-	if cph := a.V.ChipsPerHost(); h.ChipsSource.Kind == FromSysfs && len(h.Chips) != cph {
+	if cph := a.V.ChipsPerHost(); t.ChipsSource.Kind == FromSysfs && len(t.Chips) != cph {
 		return &ConfigError{Name: SettingAcceleratorType, Value: a.V.Type,
-			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(h.Chips)),
-			Sources: []Source{a.Source, h.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(t.Chips)),
+			Sources: []Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}
 	return nil
 }
@@ -183,29 +186,31 @@ func (h *Host) boundsFromAccelerator() error {
 // boundsFromChips derives the bounds env and metadata left open from the chips alone (no accelerator type): the
 // chip grid, and one host unless a host list says otherwise.
 func (h *Host) boundsFromChips() {
-	if !h.ChipsPerHostBounds.IsSet() {
-		if b, err := ChipBounds(len(h.Chips)); err == nil {
-			h.ChipsPerHostBounds = val(b, DerivedFrom(h.ChipsSource))
+	t := h.tpu()
+	if !t.ChipsPerHostBounds.IsSet() {
+		if b, err := ChipBounds(len(t.Chips)); err == nil {
+			t.ChipsPerHostBounds = val(b, DerivedFrom(t.ChipsSource))
 		}
 	}
-	if !h.HostBounds.IsSet() && len(h.Hostnames.V) <= 1 {
-		h.HostBounds = val(Bounds{1, 1, 1}, Default())
+	if !t.HostBounds.IsSet() && len(t.Hostnames.V) <= 1 {
+		t.HostBounds = val(Bounds{1, 1, 1}, Default())
 	}
 }
 
 // checkWorkerID requires this host's index among several hosts, and defaults it to 0 on one.
 func (h *Host) checkWorkerID() error {
-	if n := len(h.Hostnames.V); n > 1 && !h.WorkerID.IsSet() {
-		return &ConfigError{Name: h.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(h.Hostnames.V, ",")),
-			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{h.Hostnames.Source},
+	t := h.tpu()
+	if n := len(t.Hostnames.V); n > 1 && !t.WorkerID.IsSet() {
+		return &ConfigError{Name: t.Hostnames.Source.Name, Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{t.Hostnames.Source},
 			Hint: "set TPU_WORKER_ID to this host's index"}
-	} else if n > 1 && h.WorkerID.V >= n {
-		return &ConfigError{Name: h.WorkerID.Source.Name, Value: strconv.Itoa(h.WorkerID.V),
+	} else if n > 1 && t.WorkerID.V >= n {
+		return &ConfigError{Name: t.WorkerID.Source.Name, Value: strconv.Itoa(t.WorkerID.V),
 			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
-			Sources: []Source{h.WorkerID.Source, h.Hostnames.Source}, Choices: indexChoices(n)}
+			Sources: []Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
 	}
-	if !h.WorkerID.IsSet() {
-		h.WorkerID = val(0, Default())
+	if !t.WorkerID.IsSet() {
+		t.WorkerID = val(0, Default())
 	}
 	return nil
 }
@@ -213,29 +218,30 @@ func (h *Host) checkWorkerID() error {
 // usableChips are the chips this launcher may use: every chip, or the parent's TPU_VISIBLE_CHIPS, limited to the
 // first TPU_NUM_DEVICES.
 func (h *Host) usableChips() error {
-	all := make([]int, len(h.Chips))
+	t := h.tpu()
+	all := make([]int, len(t.Chips))
 	for i := range all {
 		all[i] = i
 	}
-	h.Usable = val(all, h.ChipsSource)
-	if h.VisibleChips.IsSet() {
-		for _, c := range h.VisibleChips.V {
-			if c >= len(h.Chips) {
-				return &ConfigError{Name: "TPU_VISIBLE_CHIPS", Value: strconv.Quote(joinInts(h.VisibleChips.V, ",")),
-					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(h.Chips)),
-					Sources: []Source{h.VisibleChips.Source, h.ChipsSource}, Choices: indexChoices(len(h.Chips))}
+	t.Usable = val(all, t.ChipsSource)
+	if t.VisibleChips.IsSet() {
+		for _, c := range t.VisibleChips.V {
+			if c >= len(t.Chips) {
+				return &ConfigError{Name: "TPU_VISIBLE_CHIPS", Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
+					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(t.Chips)),
+					Sources: []Source{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
 			}
 		}
-		h.Usable = val(h.VisibleChips.V, h.VisibleChips.Source)
+		t.Usable = val(t.VisibleChips.V, t.VisibleChips.Source)
 	}
-	if h.NumDevices.IsSet() {
-		n := h.NumDevices.V
-		if n > len(h.Usable.V) {
+	if t.NumDevices.IsSet() {
+		n := t.NumDevices.V
+		if n > len(t.Usable.V) {
 			return &ConfigError{Name: "TPU_NUM_DEVICES", Value: strconv.Itoa(n),
-				Problem: fmt.Sprintf("asks for more chips than the %d available", len(h.Usable.V)),
-				Sources: []Source{h.NumDevices.Source, h.Usable.Source}, Choices: splitChoices(len(h.Usable.V)), Hint: "or unset it"}
+				Problem: fmt.Sprintf("asks for more chips than the %d available", len(t.Usable.V)),
+				Sources: []Source{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
 		}
-		h.Usable = val(h.Usable.V[:n], h.NumDevices.Source)
+		t.Usable = val(t.Usable.V[:n], t.NumDevices.Source)
 	}
 	return nil
 }
@@ -243,13 +249,14 @@ func (h *Host) usableChips() error {
 // checkGivenBounds refuses host and chips-per-host bounds given by env or metadata that contradict the hosts and
 // chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
 func (h *Host) checkGivenBounds() error {
-	if hb := h.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
-		hosts, what, src := 1, "this host alone (no host list given)", h.ChipsSource
+	t := h.tpu()
+	if hb := t.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
+		hosts, what, src := 1, "this host alone (no host list given)", t.ChipsSource
 		switch {
-		case h.Hostnames.IsSet():
-			hosts, what, src = len(h.Hostnames.V), h.Hostnames.Source.Name, h.Hostnames.Source
-		case h.Accelerator.IsSet():
-			hosts, what, src = h.Accelerator.V.Hosts(), h.Accelerator.V.Type, h.Accelerator.Source
+		case t.Hostnames.IsSet():
+			hosts, what, src = len(t.Hostnames.V), t.Hostnames.Source.Name, t.Hostnames.Source
+		case t.Accelerator.IsSet():
+			hosts, what, src = t.Accelerator.V.Hosts(), t.Accelerator.V.Type, t.Accelerator.Source
 		}
 		if p := hb.V.Product(); p != hosts {
 			return &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
@@ -265,13 +272,14 @@ func (h *Host) checkGivenBounds() error {
 // Ray's actor holding 1 or 2 chips gets TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1, and so does a worker of tpurun's
 // own --nprocs 1 run, which may start a tpurun of its own.
 func (h *Host) checkGivenChipBounds() error {
-	cb := h.ChipsPerHostBounds
+	t := h.tpu()
+	cb := t.ChipsPerHostBounds
 	if !cb.IsSet() || cb.Source.Kind == FromDerived || cb.Source.Kind == FromDefault {
 		return nil
 	}
-	chips, src := len(h.Chips), h.ChipsSource
-	if h.ChipsSource.Kind == FromDerived && h.Accelerator.IsSet() {
-		chips, src = h.Accelerator.V.ChipsPerHost(), h.Accelerator.Source
+	chips, src := len(t.Chips), t.ChipsSource
+	if t.ChipsSource.Kind == FromDerived && t.Accelerator.IsSet() {
+		chips, src = t.Accelerator.V.ChipsPerHost(), t.Accelerator.Source
 	}
 	p := cb.V.Product()
 	if p == chips {
@@ -279,7 +287,7 @@ func (h *Host) checkGivenChipBounds() error {
 	}
 	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
 	sources := []Source{cb.Source, src}
-	if vc := h.VisibleChips; vc.IsSet() {
+	if vc := t.VisibleChips; vc.IsSet() {
 		if p == len(vc.V) {
 			return nil
 		}

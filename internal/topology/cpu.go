@@ -14,13 +14,15 @@ func init() { register(cpu{}) }
 // cpu is the CPU kind: one worker per process asked for (one by default), each a PJRT CPU client.
 type cpu struct{ perHost }
 
-func (cpu) Device() Device       { return CPU }
-func (cpu) PerCore() bool        { return true }
-func (cpu) NCCL() bool           { return false }
-func (cpu) preference() int      { return 0 }
-func (cpu) pjrt() []string       { return []string{"CPU"} }
-func (cpu) aliases() []string    { return nil }
-func (cpu) devices(*Host) []Chip { return nil }
+func (cpu) Device() Device         { return CPU }
+func (cpu) PerCore() bool          { return true }
+func (cpu) NCCL() bool             { return false }
+func (cpu) preference() int        { return 0 }
+func (cpu) pjrt() []string         { return []string{"CPU"} }
+func (cpu) aliases() []string      { return nil }
+func (cpu) devices(*Host) []Chip   { return nil }
+func (cpu) perRank() []string      { return nil }
+func (cpu) devNodeGlobs() []string { return nil }
 
 // claim: every host has CPUs, so auto detection ends here.
 func (cpu) claim(*detector, pciScan) (Value[Device], bool) { return val(CPU, Default()), true }

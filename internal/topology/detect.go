@@ -2,6 +2,7 @@ package topology
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"strconv"
@@ -37,26 +38,14 @@ type Options struct {
 	Logger *zap.Logger
 }
 
-// Host is everything detected about this host, each value with its source.
+// Host is everything detected about this host, each value with its source: the device, what every kind's host
+// has (the SPMD switch, its place among the job's nodes, the OS roots), and the state the device's kind detected,
+// which only the kind's own file reads (tpu.go's tpuHost: the chips and the slice; gpu.go's gpuHost: the GPUs).
+// Accessors give callers outside the package what they need of a kind's state (AcceleratorType, Megascale).
 type Host struct {
 	Device Value[Device] `json:"device"`
-
-	// TPU: the chips present (PCI address order), the family, the slice description.
-	Chips           []Chip             `json:"chips,omitempty"`
-	ChipsSource     Source             `json:"chips_source"`
-	Family          string             `json:"family,omitempty"` // "v4", "v5litepod", "v2/v3", ...
-	ReplicasPerChip int                `json:"replicas_per_chip"`
-	Accelerator     Value[Accelerator] `json:"accelerator"`
-	// Usable are the chip indices this launcher may use: every chip, or the parent's TPU_VISIBLE_CHIPS, limited
-	// to the first TPU_NUM_DEVICES.
-	Usable             Value[[]int]    `json:"usable"`
-	NumDevices         Value[int]      `json:"num_devices"`   // TPU_NUM_DEVICES, when set
-	VisibleChips       Value[[]int]    `json:"visible_chips"` // the parent's TPU_VISIBLE_CHIPS, when set
-	HostBounds         Value[Bounds]   `json:"host_bounds"`
-	ChipsPerHostBounds Value[Bounds]   `json:"chips_per_host_bounds"`
-	ProcessBounds      Value[Bounds]   `json:"process_bounds"` // only when given (env or metadata)
-	WorkerID           Value[int]      `json:"worker_id"`
-	Hostnames          Value[[]string] `json:"hostnames"`
+	// ReplicasPerChip counts the devices each chip shows (2 TensorCores on v2/v3 TPUs); 1 on every other host.
+	ReplicasPerChip int `json:"replicas_per_chip"`
 	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous, from the first source that
 	// is set: the slice's host list (TPU_WORKER_HOSTNAMES or the metadata server, with TPU_WORKER_ID), a batch
 	// scheduler's (SLURM_JOB_NODELIST with SLURM_NODEID), or JOB_COMPLETION_INDEX for the rank alone. NodeErr is
@@ -66,27 +55,6 @@ type Host struct {
 	NodeRank  Value[int]      `json:"node_rank"`
 	NodeErr   error           `json:"-"`
 	SPMD      Value[bool]     `json:"spmd"`
-	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
-	Megascale map[string]Value[string] `json:"megascale,omitempty"`
-	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
-	// reads the slice from env, never from the metadata server, and so do the workers, which keep the value.
-	SkipMDS Value[string] `json:"skip_mds"`
-	// TorchXLAMetadata reports that the metadata server answered with everything torch_xla's own topology code
-	// reads from it (tpu-env's ACCELERATOR_TYPE and WORKER_ID, and TPU_PROCESS_BOUNDS and
-	// TPU_CHIPS_PER_PROCESS_BOUNDS from v4 on; worker-network-endpoints as name:uid:ip on several hosts), so that
-	// workers may read the slice from it as xmp.spawn's children do (docs/TOPOLOGY.md).
-	TorchXLAMetadata bool `json:"torch_xla_metadata"`
-	// HostnameEndpoints reports that worker-network-endpoints listed host names only (the newer format, which JAX
-	// reads and torch_xla's get_worker_ips does not).
-	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
-
-	// GPU: the GPUs present and the ones this launcher may use (CUDA_VISIBLE_DEVICES of the parent). UsableGPUs
-	// are physical GPU indices; when the parent's CUDA_VISIBLE_DEVICES names GPUs by UUID they are the positions in
-	// it (what CUDA numbers cuda:0, cuda:1, ...), and CUDAVisible holds the entries as given.
-	GPUs        []Chip          `json:"gpus,omitempty"`
-	GPUSource   Source          `json:"gpu_source"`
-	UsableGPUs  Value[[]int]    `json:"usable_gpus"`
-	CUDAVisible Value[[]string] `json:"cuda_visible_devices"`
 
 	// MetadataErr is the metadata failure that detection fell back from (single host), for doctor.
 	MetadataErr error `json:"-"`
@@ -94,10 +62,28 @@ type Host struct {
 	SysfsRoot string `json:"-"`
 	DevRoot   string `json:"-"`
 	ProcRoot  string `json:"-"`
+
+	// state is what the device's kind detected (a pointer its file defines); nil when the kind keeps none (cpu).
+	// MarshalJSON writes its fields beside the host's own.
+	state any
 }
 
-// MultiHost reports whether the slice has more than one host.
-func (h *Host) MultiHost() bool { return len(h.Hostnames.V) > 1 }
+// MarshalJSON writes the host's own fields and, beside them, those of its kind's detected state.
+func (h Host) MarshalJSON() ([]byte, error) {
+	type own Host // without the method
+	out, err := json.Marshal(own(h))
+	if err != nil || h.state == nil {
+		return out, err
+	}
+	st, err := json.Marshal(h.state)
+	if err != nil {
+		return nil, err
+	}
+	if len(st) <= 2 { // {}
+		return out, nil
+	}
+	return append(append(out[:len(out)-1:len(out)-1], ','), st[1:]...), nil
+}
 
 // detector carries one Detect call.
 type detector struct {
@@ -138,7 +124,7 @@ func Detect(ctx context.Context, opts Options) (*Host, error) {
 	}
 	kind.nodes(d)
 	d.log.Debug("detected host", zap.String("device", string(h.Device.V)), zap.String("source", h.Device.Source.String()),
-		zap.Int("chips", len(h.Chips)), zap.String("accelerator", h.Accelerator.V.Type))
+		zap.Int("devices", len(kind.devices(h))), zap.String("accelerator", h.AcceleratorType()))
 	return h, nil
 }
 

@@ -69,8 +69,8 @@ func TestDetectAndPlanSingleHost(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Detect: %v", err)
 			}
-			if h.Device.V != TPU || h.Accelerator.V.Type != tc.wantType {
-				t.Fatalf("device %s accelerator %q (%s), want tpu %q", h.Device.V, h.Accelerator.V.Type, h.Accelerator.Source, tc.wantType)
+			if h.Device.V != TPU || h.tpu().Accelerator.V.Type != tc.wantType {
+				t.Fatalf("device %s accelerator %q (%s), want tpu %q", h.Device.V, h.tpu().Accelerator.V.Type, h.tpu().Accelerator.Source, tc.wantType)
 			}
 			if tc.md == nil && md.total() != 0 {
 				t.Fatalf("metadata asked %d times, want 0: %v", md.total(), md.counts)
@@ -213,7 +213,7 @@ func TestDetectAutoPicksDevice(t *testing.T) {
 					t.Errorf("cpu plan %+v", p.Workers)
 				}
 			case TPU:
-				if len(p.Workers) != len(h.Chips) || p.Workers[0].Env["PJRT_DEVICE"] != "TPU" {
+				if len(p.Workers) != len(h.tpu().Chips) || p.Workers[0].Env["PJRT_DEVICE"] != "TPU" {
 					t.Errorf("tpu plan %+v", p.Workers)
 				}
 			}
@@ -282,7 +282,7 @@ func TestMetadataBudgetHonoredByDetect(t *testing.T) {
 	if !errors.As(h.MetadataErr, &me) || !strings.Contains(me.URL, KeyTPUEnv) || !errors.Is(h.MetadataErr, context.DeadlineExceeded) {
 		t.Errorf("MetadataErr = %v", h.MetadataErr)
 	}
-	if h.Accelerator.V.Type != "v4-8" || h.Accelerator.Source.Kind != FromDerived {
-		t.Errorf("accelerator %q from %s", h.Accelerator.V.Type, h.Accelerator.Source)
+	if h.tpu().Accelerator.V.Type != "v4-8" || h.tpu().Accelerator.Source.Kind != FromDerived {
+		t.Errorf("accelerator %q from %s", h.tpu().Accelerator.V.Type, h.tpu().Accelerator.Source)
 	}
 }

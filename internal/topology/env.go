@@ -24,7 +24,7 @@ func (d *detector) acceleratorType() error {
 			return &ConfigError{Name: SettingAcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
 				Sources: []Source{Flag("accelerator-type")}, Err: err}
 		}
-		d.h.Accelerator = val(a, Flag("accelerator-type"))
+		d.h.tpu().Accelerator = val(a, Flag("accelerator-type"))
 		return nil
 	}
 	if v, ok := d.lookup("TPU_ACCELERATOR_TYPE"); ok {
@@ -32,18 +32,18 @@ func (d *detector) acceleratorType() error {
 		if err != nil {
 			return envErr("TPU_ACCELERATOR_TYPE", v, err, "use a type such as v4-8, v5litepod-8 or v6e-16, or unset it")
 		}
-		d.h.Accelerator = val(a, Env("TPU_ACCELERATOR_TYPE"))
+		d.h.tpu().Accelerator = val(a, Env("TPU_ACCELERATOR_TYPE"))
 	}
 	return nil
 }
 
 // envBounds reads TPU_HOST_BOUNDS and TPU_CHIPS_PER_HOST_BOUNDS (three numbers each) and TPU_PROCESS_BOUNDS.
 func (d *detector) envBounds() error {
-	h := d.h
+	t := d.h.tpu()
 	for _, b := range []struct {
 		name string
 		dst  *Value[Bounds]
-	}{{"TPU_HOST_BOUNDS", &h.HostBounds}, {"TPU_CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}, {"TPU_PROCESS_BOUNDS", &h.ProcessBounds}} {
+	}{{"TPU_HOST_BOUNDS", &t.HostBounds}, {"TPU_CHIPS_PER_HOST_BOUNDS", &t.ChipsPerHostBounds}, {"TPU_PROCESS_BOUNDS", &t.ProcessBounds}} {
 		v, ok := d.lookup(b.name)
 		if !ok {
 			continue
@@ -64,7 +64,7 @@ func (d *detector) envBounds() error {
 // empty one does not count.
 func (d *detector) envSkipMDS() error {
 	if v, ok := d.env("TPU_SKIP_MDS_QUERY"); ok && v != "" {
-		d.h.SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
+		d.h.tpu().SkipMDS = val(v, Env("TPU_SKIP_MDS_QUERY"))
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func (d *detector) envHostnames() error {
 		if err != nil {
 			return envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host of the slice, comma-separated, in worker order")
 		}
-		d.h.Hostnames = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
+		d.h.tpu().Hostnames = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (d *detector) envWorkerID() error {
 			if err != nil {
 				return envErr(name, v, err, "use this host's index in the slice, from 0")
 			}
-			d.h.WorkerID = val(n, Env(name))
+			d.h.tpu().WorkerID = val(n, Env(name))
 			return nil
 		}
 	}
@@ -103,7 +103,7 @@ func (d *detector) envNumDevices() error {
 		if err != nil {
 			return envErr("TPU_NUM_DEVICES", v, err, "set it to the number of local chips to use (1, 2, 4 or all), or unset it")
 		}
-		d.h.NumDevices = val(n, Env("TPU_NUM_DEVICES"))
+		d.h.tpu().NumDevices = val(n, Env("TPU_NUM_DEVICES"))
 	}
 	return nil
 }
@@ -115,7 +115,7 @@ func (d *detector) envVisibleChips() error {
 		if err != nil {
 			return envErr("TPU_VISIBLE_CHIPS", v, err, "use chip indices such as 0,1,2,3, or unset it")
 		}
-		d.h.VisibleChips = val(list, Env("TPU_VISIBLE_CHIPS"))
+		d.h.tpu().VisibleChips = val(list, Env("TPU_VISIBLE_CHIPS"))
 	}
 	return nil
 }
@@ -166,10 +166,11 @@ func ParseMegascale(name, v string) (int, error) {
 
 // setMegascale records a MEGASCALE_* value unless one is given already (env before tpu-env).
 func (h *Host) setMegascale(name string, v Value[string]) {
-	if h.Megascale == nil {
-		h.Megascale = map[string]Value[string]{}
+	t := h.tpu()
+	if t.Megascale == nil {
+		t.Megascale = map[string]Value[string]{}
 	}
-	if _, given := h.Megascale[name]; !given {
-		h.Megascale[name] = v
+	if _, given := t.Megascale[name]; !given {
+		t.Megascale[name] = v
 	}
 }

@@ -23,7 +23,7 @@ func explainTPU(h *Host, req Request) []string {
 		return nil
 	}
 	out := []string{skipNote(h, req, s)}
-	if h.HostnameEndpoints {
+	if h.tpu().HostnameEndpoints {
 		out = append(out, "worker-network-endpoints lists host names only (the newer format): JAX reads it, torch_xla's "+
 			"get_worker_ips cannot, so the workers get the host list in env")
 	}
@@ -47,7 +47,7 @@ func skipNote(h *Host, req Request, s *Slice) string {
 	switch why {
 	case skipFromParent:
 		return fmt.Sprintf("workers keep TPU_SKIP_MDS_QUERY=%s (%s): torch_xla reads the slice from env, as in "+
-			"xmp.spawn's children on GKE; %s", skip, h.SkipMDS.Source, taskIndex)
+			"xmp.spawn's children on GKE; %s", skip, h.tpu().SkipMDS.Source, taskIndex)
 	case skipReadMetadata:
 		return fmt.Sprintf("workers get no TPU_SKIP_MDS_QUERY: torch_xla reads the slice from the metadata server, as "+
 			"tpurun did and as in xmp.spawn's children, so its host_index() is this host's WORKER_ID (%d)", s.WorkerID)
@@ -64,6 +64,7 @@ func skipNote(h *Host, req Request, s *Slice) string {
 // processNotes explain the processes of the run: the one-chip run, SPMD's chips, a count from TPU_PROCESS_BOUNDS
 // and tpu7x's process bounds.
 func processNotes(h *Host, req Request, s *Slice) []string {
+	t := h.tpu()
 	switch {
 	case s.SingleProcess:
 		note := fmt.Sprintf("nprocs 1 is xmp.spawn(nprocs=1)'s one-chip run: one process on chip %d with "+
@@ -79,11 +80,11 @@ func processNotes(h *Host, req Request, s *Slice) []string {
 			joinInts(s.VisibleChips, ","))}
 	}
 	var out []string
-	if h.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < len(h.Usable.V) {
+	if t.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < len(t.Usable.V) {
 		out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s (%s) runs %d processes on this host: torch_xla's "+
-			"num_local_processes takes the smaller of the chips and its size", h.ProcessBounds.V, h.ProcessBounds.Source, s.ProcsPerHost))
+			"num_local_processes takes the smaller of the chips and its size", t.ProcessBounds.V, t.ProcessBounds.Source, s.ProcsPerHost))
 	}
-	if h.Family == "tpu7x" {
+	if t.Family == "tpu7x" {
 		out = append(out, tpu7xNote(s))
 	}
 	return out
@@ -116,19 +117,20 @@ func jaxTPUNote(s *Slice) string {
 // suppliedBecause says why tpurun hands the slice to the workers in env rather than letting them read the metadata
 // server as xmp.spawn's children do.
 func suppliedBecause(h *Host, req Request) string {
+	t := h.tpu()
 	switch {
 	case h.MetadataErr != nil:
 		return "the metadata server failed (" + h.MetadataErr.Error() + ")"
-	case h.HostnameEndpoints:
+	case t.HostnameEndpoints:
 		return "torch_xla cannot read the metadata server's host list"
-	case h.TorchXLAMetadata:
+	case t.TorchXLAMetadata:
 		return "the rendezvous agreed on hosts or a node order other than the metadata server's"
-	case h.Accelerator.Source.Kind == FromMetadata || h.Hostnames.Source.Kind == FromMetadata:
+	case t.Accelerator.Source.Kind == FromMetadata || t.Hostnames.Source.Kind == FromMetadata:
 		return "the metadata server lacks values torch_xla reads (tpu-env's ACCELERATOR_TYPE, WORKER_ID, TPU_PROCESS_BOUNDS, " +
 			"TPU_CHIPS_PER_PROCESS_BOUNDS) or env gave part of the slice"
 	}
 	var from []string
-	for _, s := range []Source{h.Accelerator.Source, h.Hostnames.Source, h.WorkerID.Source} {
+	for _, s := range []Source{t.Accelerator.Source, t.Hostnames.Source, t.WorkerID.Source} {
 		if given(s) || s.Kind == FromDerived {
 			from = append(from, s.String())
 		}

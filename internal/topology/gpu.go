@@ -10,7 +10,29 @@ import (
 // GPU is the kind of a host with NVIDIA GPUs, run through CUDA.
 const GPU Device = "gpu"
 
+// vendorNVIDIA is the PCI vendor id of NVIDIA GPUs.
+const vendorNVIDIA = "0x10de"
+
 func init() { register(gpu{}) }
+
+// gpuHost is what detection finds on a GPU host (Host's state): the GPUs present and the ones this launcher may use
+// (CUDA_VISIBLE_DEVICES of the parent). UsableGPUs are physical GPU indices; when the parent's CUDA_VISIBLE_DEVICES
+// names GPUs by UUID they are the positions in it (what CUDA numbers cuda:0, cuda:1, ...), and CUDAVisible holds
+// the entries as given.
+type gpuHost struct {
+	GPUs        []Chip          `json:"gpus,omitempty"`
+	GPUSource   Source          `json:"gpu_source"`
+	UsableGPUs  Value[[]int]    `json:"usable_gpus"`
+	CUDAVisible Value[[]string] `json:"cuda_visible_devices"`
+}
+
+// gpu is the host's GPU state; a host of another kind has none (an empty one, which nothing keeps).
+func (h *Host) gpu() *gpuHost {
+	if g, ok := h.state.(*gpuHost); ok {
+		return g
+	}
+	return &gpuHost{}
+}
 
 // gpu is the GPU kind: one worker per usable GPU by default; like torchrun every worker sees every usable GPU.
 type gpu struct{ perHost }
@@ -21,10 +43,17 @@ func (gpu) NCCL() bool        { return true }
 func (gpu) preference() int   { return 1 }
 func (gpu) pjrt() []string    { return []string{"CUDA", "GPU"} }
 func (gpu) aliases() []string { return []string{"cuda"} }
+func (gpu) perRank() []string { return nil } // CUDA_VISIBLE_DEVICES is the parent's, passed through as torchrun does
 
-func (gpu) devices(h *Host) []Chip { return h.GPUs }
+// devNodeGlobs: /dev/nvidiaN and the nodes every GPU process opens (nvidiactl, nvidia-uvm, nvidia-caps/...).
+func (gpu) devNodeGlobs() []string { return []string{"nvidia*"} }
 
-func (gpu) detect(_ context.Context, d *detector) error { return d.gpu() }
+func (gpu) devices(h *Host) []Chip { return h.gpu().GPUs }
+
+func (gpu) detect(_ context.Context, d *detector) error {
+	d.h.state = &gpuHost{}
+	return d.gpu()
+}
 
 // claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
@@ -40,12 +69,13 @@ func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 }
 
 func (gpu) settings(h *Host) []setting {
+	g := h.gpu()
 	out := []setting{spmdSetting(h)}
-	if len(h.GPUs) > 0 {
+	if len(g.GPUs) > 0 {
 		out = append(out,
-			setting{"GPUs", fmt.Sprint(len(h.GPUs)), h.GPUSource},
-			setting{"usable GPUs", counted(len(h.UsableGPUs.V), "GPU", h.UsableGPUs.V), h.UsableGPUs.Source},
-			setting{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(h.CUDAVisible.V, ","), h.CUDAVisible.Source})
+			setting{"GPUs", fmt.Sprint(len(g.GPUs)), g.GPUSource},
+			setting{"usable GPUs", counted(len(g.UsableGPUs.V), "GPU", g.UsableGPUs.V), g.UsableGPUs.Source},
+			setting{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(g.CUDAVisible.V, ","), g.CUDAVisible.Source})
 	}
 	return out
 }
@@ -53,30 +83,30 @@ func (gpu) settings(h *Host) []setting {
 // gpu detects the NVIDIA GPUs of this host (display and 3D controllers of vendor 0x10de in sysfs, else
 // /dev/nvidiaN) and the ones this launcher may use: all, or the parent's CUDA_VISIBLE_DEVICES.
 func (d *detector) gpu() error {
-	h := d.h
+	h, g := d.h, d.h.gpu()
 	h.ReplicasPerChip = 1
 	scan, err := scanPCI(h.SysfsRoot)
 	if err != nil {
 		return err
 	}
-	if len(scan.gpus) > 0 {
-		h.GPUs, h.GPUSource = scan.gpus, Sysfs(scan.dir)
-		for i, n := range devNodes(h.DevRoot, "nvidia") {
-			if i < len(h.GPUs) {
-				h.GPUs[i].DevNode = n
+	if gpus := gpuChips(scan); len(gpus) > 0 {
+		g.GPUs, g.GPUSource = gpus, Sysfs(scan.dir)
+		for i, n := range gpuNodes(h.DevRoot) {
+			if i < len(g.GPUs) {
+				g.GPUs[i].DevNode = n
 			}
 		}
-	} else if nodes := devNodes(h.DevRoot, "nvidia"); len(nodes) > 0 {
+	} else if nodes := gpuNodes(h.DevRoot); len(nodes) > 0 {
 		for i, n := range nodes {
-			h.GPUs = append(h.GPUs, Chip{Index: i, DevNode: n})
+			g.GPUs = append(g.GPUs, Chip{Index: i, DevNode: n})
 		}
-		h.GPUSource = Dev(h.DevRoot + "/nvidia*")
+		g.GPUSource = Dev(h.DevRoot + "/nvidia*")
 	}
-	all := make([]int, len(h.GPUs))
+	all := make([]int, len(g.GPUs))
 	for i := range all {
 		all[i] = i
 	}
-	h.UsableGPUs = val(all, h.GPUSource)
+	g.UsableGPUs = val(all, g.GPUSource)
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
 		if CUDAHidesAll(v) {
@@ -88,7 +118,7 @@ func (d *detector) gpu() error {
 			return err
 		}
 	}
-	if len(h.UsableGPUs.V) == 0 {
+	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
 		return &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
 			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
@@ -97,12 +127,23 @@ func (d *detector) gpu() error {
 	return nil
 }
 
+// gpuChips are the NVIDIA GPUs of the PCI scan: only display and 3D controllers (class 0x03xxxx) are; the same card
+// also shows audio and USB functions.
+func gpuChips(scan pciScan) []Chip {
+	return scan.chips(func(f pciFunction) bool {
+		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
+	})
+}
+
+// gpuNodes lists /dev/nvidiaN, sorted by number (not nvidiactl, nvidia-uvm, ...).
+func gpuNodes(devRoot string) []string { return numberedNodes(devRoot, "nvidia") }
+
 // gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
 func (d *detector) gpuSource(scan pciScan) Source {
 	switch {
-	case len(scan.gpus) > 0:
+	case len(gpuChips(scan)) > 0:
 		return Sysfs(scan.dir)
-	case len(devNodes(d.h.DevRoot, "nvidia")) > 0:
+	case len(gpuNodes(d.h.DevRoot)) > 0:
 		return Dev(d.h.DevRoot + "/nvidia*")
 	}
 	return Source{}
@@ -117,7 +158,7 @@ func (d *detector) cudaHidden() bool {
 // cudaVisible narrows the usable GPUs to the parent's CUDA_VISIBLE_DEVICES: indices must name GPUs found on this
 // host; UUIDs (GPU-..., MIG-...) are taken as given, numbered by their position.
 func (d *detector) cudaVisible(v string) error {
-	h := d.h
+	g := d.h.gpu()
 	list, err := ParseGPUList(v)
 	if err != nil {
 		return envErr("CUDA_VISIBLE_DEVICES", v, err, "use GPU indices such as 0,1 or GPU UUIDs, or unset it")
@@ -130,10 +171,10 @@ func (d *detector) cudaVisible(v string) error {
 			numeric = false
 			break
 		}
-		if len(h.GPUs) > 0 && n >= len(h.GPUs) {
+		if len(g.GPUs) > 0 && n >= len(g.GPUs) {
 			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
-				Problem: fmt.Sprintf("names GPU %d but this host has %d GPUs", n, len(h.GPUs)),
-				Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), h.GPUSource}, Choices: indexChoices(len(h.GPUs)), Hint: "or unset it"}
+				Problem: fmt.Sprintf("names GPU %d but this host has %d GPUs", n, len(g.GPUs)),
+				Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
 		}
 		idx[i] = n
 	}
@@ -142,8 +183,8 @@ func (d *detector) cudaVisible(v string) error {
 			idx[i] = i
 		}
 	}
-	h.UsableGPUs = val(idx, Env("CUDA_VISIBLE_DEVICES"))
-	h.CUDAVisible = val(list, Env("CUDA_VISIBLE_DEVICES"))
+	g.UsableGPUs = val(idx, Env("CUDA_VISIBLE_DEVICES"))
+	g.CUDAVisible = val(list, Env("CUDA_VISIBLE_DEVICES"))
 	return nil
 }
 
@@ -159,26 +200,27 @@ func CUDAHidesAll(v string) bool {
 // GPUShareNote says, when a plan of workers local workers runs more workers than this host's usable GPUs, which
 // local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
 func (h *Host) GPUShareNote(workers int) string {
-	g := len(h.UsableGPUs.V)
+	g := len(h.gpu().UsableGPUs.V)
 	if workers <= g || g == 0 { // only a GPU host has usable GPUs
 		return ""
 	}
 	return fmt.Sprintf("%d workers share the %d usable GPU(s) (%s): local ranks %d..%d have no GPU of their own, so a program "+
 		"that picks cuda:LOCAL_RANK fails there (\"invalid device ordinal\"); pick cuda:LOCAL_RANK %% torch.cuda.device_count(), "+
-		"use gloo on CPU (--device cpu), or run %d workers", workers, g, h.UsableGPUs.Source, g, workers-1, g)
+		"use gloo on CPU (--device cpu), or run %d workers", workers, g, h.gpu().UsableGPUs.Source, g, workers-1, g)
 }
 
 // plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
 // parent unless req.IsolateGPUs: every worker sees the usable GPUs and uses cuda:LOCAL_RANK, which is also the
 // device JAX_LOCAL_DEVICE_IDS names for jax.distributed.initialize().
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
-	gpus := h.UsableGPUs.V
+	g := h.gpu()
+	gpus := g.UsableGPUs.V
 	n := req.NProcs
 	if n == 0 {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{h.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
 	// i mod the GPU count, and GPUShareNote says which ranks share.
@@ -202,17 +244,19 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 
 // gpuName is how CUDA_VISIBLE_DEVICES names usable GPU i: the parent's entry as given, else its index.
 func (h *Host) gpuName(i int) string {
-	if i < len(h.CUDAVisible.V) {
-		return h.CUDAVisible.V[i]
+	g := h.gpu()
+	if i < len(g.CUDAVisible.V) {
+		return g.CUDAVisible.V[i]
 	}
-	return strconv.Itoa(h.UsableGPUs.V[i])
+	return strconv.Itoa(g.UsableGPUs.V[i])
 }
 
 func (gpu) explain(h *Host, req Request) []string {
+	g := h.gpu()
 	var out []string
 	seen := "every GPU"
-	if h.CUDAVisible.IsSet() {
-		seen = "GPUs " + strings.Join(h.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
+	if g.CUDAVisible.IsSet() {
+		seen = "GPUs " + strings.Join(g.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
 	}
 	if req.IsolateGPUs {
 		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+

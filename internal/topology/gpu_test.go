@@ -33,8 +33,8 @@ func TestDoctorOneH100(t *testing.T) {
 	ft := h100Tree(t, 1)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, ProcRoot: t.TempDir()})
 	must(t, err)
-	if h.Device.V != GPU || len(h.GPUs) != 1 || h.GPUs[0].DevNode != filepath.Join(ft.dev, "nvidia0") || len(h.UsableGPUs.V) != 1 {
-		t.Fatalf("device %s, GPUs %+v, usable %v", h.Device.V, h.GPUs, h.UsableGPUs.V)
+	if h.Device.V != GPU || len(h.gpu().GPUs) != 1 || h.gpu().GPUs[0].DevNode != filepath.Join(ft.dev, "nvidia0") || len(h.gpu().UsableGPUs.V) != 1 {
+		t.Fatalf("device %s, GPUs %+v, usable %v", h.Device.V, h.gpu().GPUs, h.gpu().UsableGPUs.V)
 	}
 	var out bytes.Buffer
 	must(t, WriteDoctor(&out, Diagnose(context.Background(), h, Options{}, filepath.Join(t.TempDir(), "lock"))))

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("detect:", err)
 			os.Exit(5)
 		}
-		fmt.Println("accelerator", h.Accelerator.V.Type)
+		fmt.Println("accelerator", h.tpu().Accelerator.V.Type)
 		os.Exit(0)
 	}
 	if path := os.Getenv("TOPOLOGY_TEST_HOLD"); path != "" {

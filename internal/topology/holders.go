@@ -95,9 +95,6 @@ func command(procRoot string, pid int) string {
 	return readTrim(filepath.Join(procRoot, strconv.Itoa(pid), "comm"))
 }
 
-// DefaultLockfile is where libtpu takes its lockf when one process uses all chips.
-const DefaultLockfile = "/tmp/libtpu_lockfile"
-
 // LockState is the state of the libtpu lockfile.
 type LockState struct {
 	Path    string `json:"path"`

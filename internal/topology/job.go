@@ -56,10 +56,11 @@ func (l *JobLayout) String() string {
 // multislice job without MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, or a slice id out of range (detection
 // already refused a host list without this host's worker id in it).
 func (h *Host) JobLayout(req Request) (*JobLayout, error) {
+	t := h.tpu()
 	if !h.Device.V.Kind().FixedSlice() || (req.NProcs == 1 && !req.SPMD && !h.SPMD.V) {
 		return nil, nil
 	}
-	l := &JobLayout{Slices: 1, Hosts: h.Hostnames.V, HostsSource: h.Hostnames.Source, WorkerID: h.WorkerID.V}
+	l := &JobLayout{Slices: 1, Hosts: t.Hostnames.V, HostsSource: t.Hostnames.Source, WorkerID: t.WorkerID.V}
 	if err := h.megascaleLayout(l); err != nil {
 		return nil, err
 	}
@@ -75,7 +76,8 @@ func (h *Host) JobLayout(req Request) (*JobLayout, error) {
 // megascaleLayout fills in the slices of a multislice job from MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and
 // MEGASCALE_COORDINATOR_ADDRESS (env or tpu-env), which every host of the job must have alike.
 func (h *Host) megascaleLayout(l *JobLayout) error {
-	n, ok := h.Megascale[EnvMegascaleNumSlices]
+	t := h.tpu()
+	n, ok := t.Megascale[EnvMegascaleNumSlices]
 	if !ok {
 		return nil
 	}
@@ -84,7 +86,7 @@ func (h *Host) megascaleLayout(l *JobLayout) error {
 		return err
 	}
 	l.Slices = slices
-	id, ok := h.Megascale[EnvMegascaleSliceID]
+	id, ok := t.Megascale[EnvMegascaleSliceID]
 	if !ok {
 		return &ConfigError{Name: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
 			Sources: []Source{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
@@ -96,7 +98,7 @@ func (h *Host) megascaleLayout(l *JobLayout) error {
 		return &ConfigError{Name: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
 			Sources: []Source{id.Source, n.Source}, Choices: indexChoices(slices)}
 	}
-	c, ok := h.Megascale[megascaleCoordinator]
+	c, ok := t.Megascale[megascaleCoordinator]
 	if !ok {
 		return &ConfigError{Name: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
 			Sources: []Source{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
@@ -119,13 +121,20 @@ func coordinatorHost(addr string) string {
 // for four v4 chips), no multislice variables. Ray gives a worker that uses part of a host the same one-host bounds.
 func (h *Host) Alone() *Host {
 	c := *h
-	src := Derived("one host alone (--nnodes 1)")
-	c.Hostnames, c.WorkerID, c.NodeHosts, c.NodeRank = Value[[]string]{}, Value[int]{}, Value[[]string]{}, Value[int]{}
-	c.HostBounds, c.ProcessBounds = val(Bounds{1, 1, 1}, src), Value[Bounds]{}
-	if a, ok := deriveAccelerator(h.Accelerator.V.Family.Name, len(h.Chips)); ok {
-		c.Accelerator = val(a, src)
+	c.NodeHosts, c.NodeRank = Value[[]string]{}, Value[int]{}
+	t, ok := h.state.(*tpuHost)
+	if !ok {
+		return &c
 	}
-	c.Megascale = nil
+	ct := *t
+	src := Derived("one host alone (--nnodes 1)")
+	ct.Hostnames, ct.WorkerID = Value[[]string]{}, Value[int]{}
+	ct.HostBounds, ct.ProcessBounds = val(Bounds{1, 1, 1}, src), Value[Bounds]{}
+	if a, ok := deriveAccelerator(t.Accelerator.V.Family.Name, len(t.Chips)); ok {
+		ct.Accelerator = val(a, src)
+	}
+	ct.Megascale = nil
+	c.state = &ct
 	return &c
 }
 

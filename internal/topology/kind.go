@@ -60,6 +60,10 @@ type Kind interface {
 	settings(h *Host) []setting
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.
 	probe(ctx context.Context, h *Host, opts Options) *Probe
+	// perRank are the variables of the kind whose value belongs to one worker (PerRankEnv).
+	perRank() []string
+	// devNodeGlobs are the kind's device nodes as globs below the device root (DeviceNodeGlobs).
+	devNodeGlobs() []string
 }
 
 // kinds are the registered kinds, from the highest preference down; byName indexes them by name and alias.
@@ -114,6 +118,27 @@ func deviceChoices() []string {
 	out := []string{"auto"}
 	for _, d := range Devices() {
 		out = append(out, string(d))
+	}
+	return out
+}
+
+// PerRankEnv lists the device variables whose value belongs to one worker: those of every kind's workers
+// (PJRT_LOCAL_PROCESS_RANK, JAX's process variables) and each kind's own (TPU_VISIBLE_CHIPS, ...). The launcher
+// never passes an inherited one through to its workers, whether or not the plan sets it.
+func PerRankEnv() []string {
+	out := []string{"PJRT_LOCAL_PROCESS_RANK", EnvJAXLocalDeviceIDs, EnvJAXProcessID, EnvJAXNumProcesses}
+	for _, k := range kinds {
+		out = append(out, k.perRank()...)
+	}
+	return out
+}
+
+// DeviceNodeGlobs lists every kind's device nodes as globs below the device root ("accel*", "vfio/*", "nvidia*"),
+// from the most preferred kind down: what an interpreter that forks workers must not hold open (internal/zygote).
+func DeviceNodeGlobs() []string {
+	var out []string
+	for _, k := range kinds {
+		out = append(out, k.devNodeGlobs()...)
 	}
 	return out
 }

@@ -14,15 +14,15 @@ import (
 // fails falls back to what sysfs proves. It is asked on a single host too: what it answers decides whether the
 // workers read it as xmp.spawn's children do (docs/TOPOLOGY.md).
 func (d *detector) metadata(ctx context.Context) error {
-	h := d.h
-	envAnswers := h.Accelerator.IsSet() && (h.Hostnames.IsSet() || h.Accelerator.V.Hosts() == 1)
-	skip := h.SkipMDS.IsSet()
-	if envAnswers || (skip && len(h.Chips) > 0) {
+	h, t := d.h, d.h.tpu()
+	envAnswers := t.Accelerator.IsSet() && (t.Hostnames.IsSet() || t.Accelerator.V.Hosts() == 1)
+	skip := t.SkipMDS.IsSet()
+	if envAnswers || (skip && len(t.Chips) > 0) {
 		return nil
 	}
 	if skip {
-		return &ConfigError{Name: "TPU_SKIP_MDS_QUERY", Value: strconv.Quote(h.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
-			Sources: []Source{h.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
+		return &ConfigError{Name: "TPU_SKIP_MDS_QUERY", Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
+			Sources: []Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
 	base := d.opts.MetadataURL
 	if base == "" {
@@ -35,7 +35,7 @@ func (d *detector) metadata(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
-	if len(h.Chips) > 0 && !h.Hostnames.IsSet() && errors.Is(err, ErrMetadata) {
+	if len(t.Chips) > 0 && !t.Hostnames.IsSet() && errors.Is(err, ErrMetadata) {
 		// Single host fallback: what sysfs proves is enough to run on this host.
 		d.log.Warn("metadata server unusable; planning for this host alone from what sysfs proves", zap.Error(err))
 		h.MetadataErr = err
@@ -69,7 +69,7 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 	}
 	complete := torchXLAReads(kv)
-	if h.Accelerator.V.Hosts() > 1 {
+	if h.tpu().Accelerator.V.Hosts() > 1 {
 		if err := d.mdWorkerID(ctx, kv, src); err != nil {
 			return err
 		}
@@ -79,14 +79,14 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 		complete = complete && !names
 	}
-	h.TorchXLAMetadata = complete
+	h.tpu().TorchXLAMetadata = complete
 	return nil
 }
 
 // mdAccelerator reads the accelerator type, unless flags or env gave it: tpu-env's ACCELERATOR_TYPE, else the key
 // accelerator-type.
 func (d *detector) mdAccelerator(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.Accelerator.IsSet() {
+	if d.h.tpu().Accelerator.IsSet() {
 		return nil
 	}
 	md := d.md
@@ -103,7 +103,7 @@ func (d *detector) mdAccelerator(ctx context.Context, kv map[string]string, src 
 	if err != nil {
 		return md.parsed(key, err)
 	}
-	d.h.Accelerator = val(a, src)
+	d.h.tpu().Accelerator = val(a, src)
 	return nil
 }
 
@@ -113,7 +113,7 @@ func (d *detector) mdBounds(kv map[string]string, src Source) error {
 	for _, b := range []struct {
 		key string
 		dst *Value[Bounds]
-	}{{"HOST_BOUNDS", &h.HostBounds}, {"CHIPS_PER_HOST_BOUNDS", &h.ChipsPerHostBounds}} {
+	}{{"HOST_BOUNDS", &h.tpu().HostBounds}, {"CHIPS_PER_HOST_BOUNDS", &h.tpu().ChipsPerHostBounds}} {
 		v, ok := kv[b.key]
 		if !ok || b.dst.IsSet() {
 			continue
@@ -133,7 +133,7 @@ func (d *detector) mdBounds(kv map[string]string, src Source) error {
 // mdWorkerID reads this host's index in a multi-host slice, unless env gave it: tpu-env's WORKER_ID, else the key
 // agent-worker-number.
 func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.WorkerID.IsSet() {
+	if d.h.tpu().WorkerID.IsSet() {
 		return nil
 	}
 	md := d.md
@@ -149,7 +149,7 @@ func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Sou
 	if err != nil {
 		return md.parsed(KeyWorkerNumber, err)
 	}
-	d.h.WorkerID = val(n, src)
+	d.h.tpu().WorkerID = val(n, src)
 	return nil
 }
 
@@ -157,7 +157,7 @@ func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Sou
 // listed host names alone (which torch_xla cannot read).
 func (d *detector) mdHostnames(ctx context.Context) (names bool, err error) {
 	h, md := d.h, d.md
-	if h.Hostnames.IsSet() {
+	if h.tpu().Hostnames.IsSet() {
 		return false, nil
 	}
 	body, err := md.Get(ctx, KeyEndpoints)
@@ -168,8 +168,8 @@ func (d *detector) mdHostnames(ctx context.Context) (names bool, err error) {
 	if err != nil {
 		return false, md.parsed(KeyEndpoints, err)
 	}
-	h.Hostnames = val(hosts, Metadata(md.URL(KeyEndpoints)))
-	h.HostnameEndpoints = names
+	h.tpu().Hostnames = val(hosts, Metadata(md.URL(KeyEndpoints)))
+	h.tpu().HostnameEndpoints = names
 	return names, nil
 }
 

@@ -144,8 +144,8 @@ func TestDetectChipsHiddenButEnvDescribes(t *testing.T) {
 	md := newMD(t, nil, nil)
 	h, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-8"}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 	must(t, err)
-	if len(h.Chips) != 8 || h.ChipsSource.Kind != FromDerived || md.total() != 0 {
-		t.Fatalf("chips %d from %s, %d metadata requests", len(h.Chips), h.ChipsSource, md.total())
+	if len(h.tpu().Chips) != 8 || h.tpu().ChipsSource.Kind != FromDerived || md.total() != 0 {
+		t.Fatalf("chips %d from %s, %d metadata requests", len(h.tpu().Chips), h.tpu().ChipsSource, md.total())
 	}
 }
 

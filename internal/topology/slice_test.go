@@ -71,8 +71,8 @@ func TestHostnameOnlyEndpoints(t *testing.T) {
 	md := newMD(t, map[string]string{KeyTPUEnv: tpuEnvBody("v4-16", 1), KeyEndpoints: "t1v-n-w-0,t1v-n-w-1"}, nil)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 	must(t, err)
-	if !h.HostnameEndpoints || h.TorchXLAMetadata || strings.Join(h.Hostnames.V, ",") != "t1v-n-w-0,t1v-n-w-1" {
-		t.Fatalf("hosts %v, hostname endpoints %v, torch_xla may read metadata %v", h.Hostnames.V, h.HostnameEndpoints, h.TorchXLAMetadata)
+	if !h.tpu().HostnameEndpoints || h.tpu().TorchXLAMetadata || strings.Join(h.tpu().Hostnames.V, ",") != "t1v-n-w-0,t1v-n-w-1" {
+		t.Fatalf("hosts %v, hostname endpoints %v, torch_xla may read metadata %v", h.tpu().Hostnames.V, h.tpu().HostnameEndpoints, h.tpu().TorchXLAMetadata)
 	}
 	p, err := NewPlan(h, Request{})
 	must(t, err)

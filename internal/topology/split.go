@@ -53,6 +53,7 @@ type resolved struct {
 
 // resolve places this host: among the rendezvous's hosts, else the slice's (env or metadata), else alone.
 func (h *Host) resolve(req Request) (resolved, error) {
+	t := h.tpu()
 	r := resolved{req: req, spmd: req.SPMD, spmdSrc: Flag("spmd"), hosts: []string{"localhost"}, hostsSrc: Default()}
 	if !r.spmd && h.SPMD.V {
 		r.spmd, r.spmdSrc = true, h.SPMD.Source
@@ -60,8 +61,8 @@ func (h *Host) resolve(req Request) (resolved, error) {
 	switch {
 	case req.Hosts != nil:
 		r.hosts, r.hostsSrc, r.node = req.Hosts, Derived("rendezvous"), req.NodeRank
-	case h.Hostnames.IsSet():
-		r.hosts, r.hostsSrc, r.node = h.Hostnames.V, h.Hostnames.Source, h.WorkerID.V
+	case t.Hostnames.IsSet():
+		r.hosts, r.hostsSrc, r.node = t.Hostnames.V, t.Hostnames.Source, t.WorkerID.V
 	}
 	if err := h.checkHosts(r); err != nil {
 		return r, err
@@ -84,12 +85,12 @@ func (h *Host) checkHosts(r resolved) error {
 		return &ConfigError{Name: SettingNodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
 			Sources: []Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
 	}
-	if a := h.Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
+	if a := h.tpu().Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
 		return &ConfigError{Name: SettingAcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, r.hostsSrc},
 			Hint: "list every host of the slice, or fix the accelerator type"}
 	}
-	if hb := h.HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
+	if hb := h.tpu().HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
 		return &ConfigError{Name: hb.Source.Name, Value: hb.V.String(),
 			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
 			Sources: []Source{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
@@ -100,21 +101,22 @@ func (h *Host) checkHosts(r resolved) error {
 // newSlice is the slice of r before its processes are laid out: the hosts, the usable chips (a count that has a
 // chip grid), the host's bounds, and the env every worker gets as is.
 func (h *Host) newSlice(r resolved) (*Slice, error) {
-	n := len(h.Usable.V)
+	t := h.tpu()
+	n := len(t.Usable.V)
 	if n == 0 {
-		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: []Source{h.Usable.Source}}
+		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: []Source{t.Usable.Source}}
 	}
 	if _, err := ChipBounds(n); err != nil {
 		return nil, subsetError(h)
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
-		Accelerator: h.Accelerator.V.Type, Megascale: map[string]string{}}
+		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}}
 	s.SkipMDS, _ = h.workerSkipMDS(r.req)
-	for key, v := range h.Megascale {
+	for key, v := range t.Megascale {
 		s.Megascale[key] = v.V
 	}
-	s.ChipsPerHostBounds = h.ChipsPerHostBounds.V
-	s.HostBounds = h.HostBounds.V
+	s.ChipsPerHostBounds = t.ChipsPerHostBounds.V
+	s.HostBounds = t.HostBounds.V
 	if s.HostBounds == nil {
 		s.HostBounds = Bounds{1, 1, len(r.sliceHosts)}
 	}
@@ -126,18 +128,19 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 
 // spmdProcesses lays out SPMD: ONE process per host that sees every usable chip.
 func (h *Host) spmdProcesses(s *Slice, r resolved) error {
+	t := h.tpu()
 	if k := r.req.NProcs; k > 1 {
 		return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
 			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{r.req.NProcsSource, r.spmdSrc},
 			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
-	n := len(h.Usable.V)
+	n := len(t.Usable.V)
 	s.ProcsPerHost = 1
 	s.ChipsPerProcess, _ = ChipBounds(n)
-	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(h.Chips))
+	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, n, len(t.Chips))
 	// Every usable chip, always: under TORCHELASTIC_RUN_ID torch_xla's xla:// handler runs its one-process
 	// setup, which sets TPU_VISIBLE_CHIPS=0 when it is unset (tpu.py configure_one_chip_topology).
-	s.VisibleChips = h.Usable.V
+	s.VisibleChips = t.Usable.V
 	s.ProcessBounds = s.HostBounds
 	s.ReplicasPerProcess = 1
 	return nil
@@ -151,8 +154,8 @@ func (h *Host) chipProcesses(s *Slice, r resolved, givenPB Bounds, givenProcs in
 	}
 	s.ProcsPerHost = k
 	s.ChipsPerProcess = Bounds{1, 1, 1}
-	s.VisibleChips = h.Usable.V[:k]
-	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.Chips))
+	s.VisibleChips = h.tpu().Usable.V[:k]
+	s.ChipsPerHostBounds = subsetChipBounds(s.ChipsPerHostBounds, k, len(h.tpu().Chips))
 	s.ReplicasPerProcess = max(h.ReplicasPerChip, 1)
 	switch {
 	case r.single:
@@ -170,7 +173,7 @@ func (h *Host) chipProcesses(s *Slice, r resolved, givenPB Bounds, givenProcs in
 // TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes: min(local chips, its size)), else
 // one per usable chip. It must be a valid split of the chips that matches the env's limit and the other hosts.
 func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, error) {
-	n := len(h.Usable.V)
+	n := len(h.tpu().Usable.V)
 	k := r.req.NProcs
 	if k == 0 && givenPB != nil && len(r.hosts) == 1 && givenProcs < n {
 		if err := h.checkDerivedProcs(givenProcs, n, h.chipsDesc()); err != nil {
@@ -187,10 +190,11 @@ func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, er
 // checkProcs refuses a process count that is not a valid split of the usable chips, or differs from what the env
 // gives this launcher or what the other hosts of the slice run.
 func (h *Host) checkProcs(k int, r resolved) error {
-	n := len(h.Usable.V)
-	sources := []Source{h.Usable.Source}
+	t := h.tpu()
+	n := len(t.Usable.V)
+	sources := []Source{t.Usable.Source}
 	switch {
-	case (h.NumDevices.IsSet() || h.VisibleChips.IsSet()) && k != n:
+	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
 		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count. Compared
 		// once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a valid subset
 		// by the check before: nprocs must use exactly the chips the env gives.
@@ -211,24 +215,26 @@ func (h *Host) checkProcs(k int, r resolved) error {
 
 // envLimitError refuses nprocs k that differs from the chips TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS give.
 func (h *Host) envLimitError(k int, req Request) error {
-	n := len(h.Usable.V)
-	src := []Source{req.NProcsSource, h.Usable.Source}
-	if h.VisibleChips.IsSet() && h.NumDevices.IsSet() {
-		src = append(src, h.VisibleChips.Source)
+	t := h.tpu()
+	n := len(t.Usable.V)
+	src := []Source{req.NProcsSource, t.Usable.Source}
+	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
+		src = append(src, t.VisibleChips.Source)
 	}
 	return &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(k),
-		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", h.Usable.Source.Name, n), Sources: src,
-		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + h.Usable.Source.Name}
+		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n), Sources: src,
+		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 }
 
 // chipsDesc describes the usable chips for a message: "8 v5e chips".
 func (h *Host) chipsDesc() string {
-	return fmt.Sprintf("%d %s chips", len(h.Usable.V), familyLabel(h.Family))
+	return fmt.Sprintf("%d %s chips", len(h.tpu().Usable.V), familyLabel(h.tpu().Family))
 }
 
 // processBounds settles TPU_PROCESS_BOUNDS: a given grid must count the plan's processes and is kept as given;
 // otherwise tpu7x's whole-slice grid gets its core dimension where the workers read the metadata server.
 func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs int) error {
+	t := h.tpu()
 	if givenPB != nil {
 		// Compared with the plan by process count: a given grid of the same size is kept as given.
 		if want := s.ProcsPerHost * len(r.hosts); givenProcs != want {
@@ -236,11 +242,11 @@ func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs in
 		}
 		s.ProcessBounds = givenPB
 		if s.SkipMDS == "" {
-			s.ProcessBounds = h.ProcessBounds.V // as given: xmp.spawn's children keep it (setdefault)
+			s.ProcessBounds = t.ProcessBounds.V // as given: xmp.spawn's children keep it (setdefault)
 		}
 		return nil
 	}
-	if h.Family == "tpu7x" && !r.spmd && !r.single && s.SkipMDS == "" && s.ProcsPerHost == len(h.Chips) {
+	if t.Family == "tpu7x" && !r.spmd && !r.single && s.SkipMDS == "" && s.ProcsPerHost == len(t.Chips) {
 		// torch_xla's configure_topology appends a core dimension for generation 7 to the grid it computes for the
 		// whole slice (unverified in practice). Only where a worker reads the slice from the metadata server: under
 		// TPU_SKIP_MDS_QUERY the xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers (tpu.py
@@ -253,13 +259,14 @@ func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs in
 
 // processCountError refuses a given TPU_PROCESS_BOUNDS that counts other than the plan's processes.
 func (h *Host) processCountError(givenProcs, want, k, hosts int, req Request) error {
+	t := h.tpu()
 	core := ""
-	if len(h.ProcessBounds.V) == 4 {
+	if len(t.ProcessBounds.V) == 4 {
 		core = " (the trailing core dimension of tpu7x not counted)"
 	}
-	return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: h.ProcessBounds.V.String(),
+	return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: t.ProcessBounds.V.String(),
 		Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, hosts),
-		Sources: []Source{h.ProcessBounds.Source, req.NProcsSource, h.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
+		Sources: []Source{t.ProcessBounds.Source, req.NProcsSource, t.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
 }
 
 // given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
@@ -269,14 +276,15 @@ func given(s Source) bool { return s.IsSet() && s.Kind != FromDerived && s.Kind 
 // counts (nil when unset). tpu7x's trailing core dimension (torch_xla writes ",2") counts none and is dropped: the
 // plan decides it. A fourth number on any other generation is refused.
 func (h *Host) givenProcessBounds() (Bounds, int, error) {
-	if !h.ProcessBounds.IsSet() {
+	t := h.tpu()
+	if !t.ProcessBounds.IsSet() {
 		return nil, 0, nil
 	}
-	b := h.ProcessBounds.V
+	b := t.ProcessBounds.V
 	if len(b) == 4 {
-		if h.Family != "tpu7x" || b[3] != 2 {
+		if t.Family != "tpu7x" || b[3] != 2 {
 			return nil, 0, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: b.String(),
-				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: []Source{h.ProcessBounds.Source, h.ChipsSource},
+				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: []Source{t.ProcessBounds.Source, t.ChipsSource},
 				Hint: "use three numbers such as 2,2,1, or unset it (tpurun sets it per worker)"}
 		}
 		b = b[:3]
@@ -288,16 +296,17 @@ func (h *Host) givenProcessBounds() (Bounds, int, error) {
 // checkDerivedProcs checks the process count that a TPU_PROCESS_BOUNDS smaller than the chips gives when nprocs is
 // unset: a valid split, and the same count as a TPU_NUM_DEVICES / TPU_VISIBLE_CHIPS limit.
 func (h *Host) checkDerivedProcs(k, n int, desc string) error {
-	pb := h.ProcessBounds
-	if h.NumDevices.IsSet() || h.VisibleChips.IsSet() {
+	t := h.tpu()
+	pb := t.ProcessBounds
+	if t.NumDevices.IsSet() || t.VisibleChips.IsSet() {
 		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
-			Problem: fmt.Sprintf("asks for %d processes but %s gives this launcher %d chips", k, h.Usable.Source.Name, n),
-			Sources: []Source{pb.Source, h.Usable.Source}, Hint: "unset one of them"}
+			Problem: fmt.Sprintf("asks for %d processes but %s gives this launcher %d chips", k, t.Usable.Source.Name, n),
+			Sources: []Source{pb.Source, t.Usable.Source}, Hint: "unset one of them"}
 	}
 	if !validSplit(k, n) {
 		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
 			Problem: fmt.Sprintf("asks for %d processes, which is not a valid split of the %s on this host", k, desc),
-			Sources: []Source{pb.Source, h.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
+			Sources: []Source{pb.Source, t.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
 	}
 	return nil
 }
@@ -331,14 +340,15 @@ const (
 // (host_index() is then the host's WORKER_ID, as in xmp.spawn's children on GCE); else env, with "true" as GKE
 // writes it, when it can carry the accelerator type.
 func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
-	sliceHosts := max(len(h.Hostnames.V), 1)
-	metadataWorld := req.Hosts == nil || (len(req.Hosts) == sliceHosts && req.NodeRank == h.WorkerID.V)
+	t := h.tpu()
+	sliceHosts := max(len(t.Hostnames.V), 1)
+	metadataWorld := req.Hosts == nil || (len(req.Hosts) == sliceHosts && req.NodeRank == t.WorkerID.V)
 	switch {
-	case h.SkipMDS.IsSet():
-		return h.SkipMDS.V, skipFromParent
-	case h.TorchXLAMetadata && metadataWorld:
+	case t.SkipMDS.IsSet():
+		return t.SkipMDS.V, skipFromParent
+	case t.TorchXLAMetadata && metadataWorld:
 		return "", skipReadMetadata
-	case h.Accelerator.IsSet():
+	case t.Accelerator.IsSet():
 		return "true", skipSupplied
 	}
 	return "", skipUnknownType
@@ -367,7 +377,8 @@ func subsetChipBounds(host Bounds, used, total int) Bounds {
 // subsetError is the refusal of a usable chip count that has no chip grid, naming where the count came from and
 // the env settings that fix it.
 func subsetError(h *Host) error {
-	n, total := len(h.Usable.V), len(h.Chips)
+	t := h.tpu()
+	n, total := len(t.Usable.V), len(t.Chips)
 	var choices []string
 	fix := 0 // the largest valid subset below n, for the example
 	for _, c := range []int{1, 2, 4, 8} {
@@ -381,13 +392,13 @@ func subsetError(h *Host) error {
 	if fix == 0 {
 		fix = 1
 	}
-	keep := h.Usable.V
+	keep := t.Usable.V
 	if len(keep) > fix {
 		keep = keep[:fix]
 	}
-	sources := []Source{h.Usable.Source}
-	if h.NumDevices.IsSet() && h.VisibleChips.IsSet() {
-		sources = append(sources, h.VisibleChips.Source)
+	sources := []Source{t.Usable.Source}
+	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
+		sources = append(sources, t.VisibleChips.Source)
 	}
 	return &ConfigError{Name: fmt.Sprintf("%d usable chips", n),
 		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,

@@ -6,16 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
-)
-
-// PCI vendor ids.
-const (
-	vendorGoogle = "0x1ae0"
-	vendorNVIDIA = "0x10de"
 )
 
 // Chip is one accelerator chip (TPU or GPU) found on this host.
@@ -26,14 +19,16 @@ type Chip struct {
 	DevNode  string `json:"dev_node,omitempty"`  // the device node a holder opens, e.g. /dev/vfio/0
 }
 
-// pciScan is what the sysfs PCI scan found.
+// pciFunction is one PCI function as sysfs shows it: its address and its vendor, device and class ids (lower case).
+type pciFunction struct {
+	addr, vendor, device, class string
+}
+
+// pciScan is what the sysfs PCI scan found: every PCI function of the host, in PCI address order. Each kind picks
+// its own devices out of it (chips).
 type pciScan struct {
-	dir     string
-	tpus    []Chip
-	family  string // family of the TPUs ("v4", "v2/v3", ...), "" if none or unknown ids
-	unknown []string
-	google  int // Google PCI devices seen
-	gpus    []Chip
+	dir   string
+	funcs []pciFunction
 }
 
 // scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}. A missing directory is not an error (containers
@@ -53,49 +48,27 @@ func scanPCI(sysfsRoot string) (pciScan, error) {
 		names = append(names, e.Name())
 	}
 	sort.Strings(names) // PCI address order = chip index order
-	families := map[string]bool{}
 	for _, name := range names {
-		switch strings.ToLower(readTrim(filepath.Join(dir, name, "vendor"))) {
-		case vendorGoogle:
-			s.addGoogle(name, families)
-		case vendorNVIDIA:
-			s.addNVIDIA(name)
+		vendor := strings.ToLower(readTrim(filepath.Join(dir, name, "vendor")))
+		if vendor == "" {
+			continue
 		}
-	}
-	for i := range s.tpus {
-		s.tpus[i].Index = i
-	}
-	for i := range s.gpus {
-		s.gpus[i].Index = i
-	}
-	if len(families) == 1 && len(s.unknown) == 0 {
-		for f := range families {
-			s.family = f
-		}
+		s.funcs = append(s.funcs, pciFunction{addr: name, vendor: vendor,
+			device: strings.ToLower(readTrim(filepath.Join(dir, name, "device"))),
+			class:  strings.ToLower(readTrim(filepath.Join(dir, name, "class")))})
 	}
 	return s, nil
 }
 
-// addGoogle adds a Google PCI device: a TPU chip, whose family it notes, or one of unknown device id.
-func (s *pciScan) addGoogle(name string, families map[string]bool) {
-	s.google++
-	id := strings.ToLower(readTrim(filepath.Join(s.dir, name, "device")))
-	s.tpus = append(s.tpus, Chip{PCI: name, DeviceID: id})
-	if d, ok := pciDevices[id]; ok {
-		families[d.Family] = true
-	} else if !slices.Contains(s.unknown, id) {
-		s.unknown = append(s.unknown, id)
+// chips are the functions a kind's match accepts, as chips indexed in PCI address order.
+func (s pciScan) chips(match func(pciFunction) bool) []Chip {
+	var out []Chip
+	for _, f := range s.funcs {
+		if match(f) {
+			out = append(out, Chip{Index: len(out), PCI: f.addr, DeviceID: f.device})
+		}
 	}
-}
-
-// addNVIDIA adds an NVIDIA PCI function that is a GPU: only display/3D controllers (class 0x03xxxx) are; the same
-// card also shows audio and USB functions.
-func (s *pciScan) addNVIDIA(name string) {
-	class := readTrim(filepath.Join(s.dir, name, "class"))
-	if class != "" && !strings.HasPrefix(strings.ToLower(class), "0x03") {
-		return
-	}
-	s.gpus = append(s.gpus, Chip{PCI: name, DeviceID: strings.ToLower(readTrim(filepath.Join(s.dir, name, "device")))})
+	return out
 }
 
 func readTrim(path string) string {
@@ -106,20 +79,9 @@ func readTrim(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// devNodes lists numbered device nodes: /dev/accelN ("accel"), /dev/vfio/N ("vfio", never /dev/vfio/vfio), or
-// /dev/nvidiaN ("nvidia"), sorted by number.
-func devNodes(devRoot, style string) []string {
-	var dir, prefix string
-	switch style {
-	case "accel":
-		dir, prefix = devRoot, "accel"
-	case "vfio":
-		dir, prefix = filepath.Join(devRoot, "vfio"), ""
-	case "nvidia":
-		dir, prefix = devRoot, "nvidia"
-	default:
-		return nil
-	}
+// numberedNodes lists the device nodes in dir named prefix followed by a number (/dev/accelN: dev and "accel";
+// /dev/vfio/N: dev/vfio and "", never /dev/vfio/vfio), sorted by number. Each kind names its own.
+func numberedNodes(dir, prefix string) []string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil

@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +14,145 @@ import (
 const TPU Device = "tpu"
 
 func init() { register(tpu{}) }
+
+// vendorGoogle is the PCI vendor id of TPU chips.
+const vendorGoogle = "0x1ae0"
+
+// tpuTable is the one table of TPU generations (TPU_FACTS.md): how accelerator types count them, their hosts, the
+// replicas per chip, the device nodes and the PCI id. Entries marked unverified in TPU_FACTS.md are kept here, in
+// one place; families and pciDevices index it.
+var tpuTable = []Family{
+	{Name: "v2", Version: 2, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
+	{Name: "v3", Version: 3, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
+	{Name: "v4", Version: 4, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x005e"},
+	{Name: "v5litepod", Version: 5, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0063"},
+	{Name: "v5p", Version: 5, CountsCores: true, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0062"},
+	{Name: "v6e", Version: 6, ReplicasPerChip: 1, MaxSingleHost: 8, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x006f"},
+	{Name: "tpu7x", Version: 7, CountsCores: true, ReplicasPerChip: 2, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0076"},
+	{Name: "tpu8i", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x0083"},
+	{Name: "tpu8t", Version: 8, ReplicasPerChip: 1, ThreeD: true, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "vfio", PCIID: "0x007c"},
+	{Name: "test", ReplicasPerChip: 1, DevNodes: "vfio", PCIID: "0x0056", NoType: true},
+}
+
+// familyAliases maps other spellings seen in the wild to the canonical family name.
+var familyAliases = map[string]string{"v5e": "v5litepod", "v5lite": "v5litepod", "v6": "v6e", "v7x": "tpu7x", "tpu-v6e": "v6e"}
+
+// pciDevice is what a Google PCI device id says of its chip: the family ("v2/v3" when the id does not tell the
+// rows that share it apart), the replicas per chip and the device nodes, which such rows agree on.
+type pciDevice struct {
+	Family          string
+	ReplicasPerChip int
+	DevNodes        string
+}
+
+// families index tpuTable by accelerator-type name; pciDevices by PCI device id.
+var families, pciDevices = indexTPUTable(tpuTable)
+
+func indexTPUTable(rows []Family) (map[string]Family, map[string]pciDevice) {
+	byName, byID := map[string]Family{}, map[string]pciDevice{}
+	for _, f := range rows {
+		if !f.NoType {
+			byName[f.Name] = f
+		}
+		if d, seen := byID[f.PCIID]; seen {
+			d.Family += "/" + f.Name
+			byID[f.PCIID] = d
+		} else {
+			byID[f.PCIID] = pciDevice{Family: f.Name, ReplicasPerChip: f.ReplicasPerChip, DevNodes: f.DevNodes}
+		}
+	}
+	return byName, byID
+}
+
+// tpuScan is what the PCI scan says of TPU chips: every Google function is one chip, their family when all are of
+// one known generation, and the device ids no row of tpuTable has.
+type tpuScan struct {
+	chips   []Chip
+	family  string
+	unknown []string
+}
+
+func scanTPUs(scan pciScan) tpuScan {
+	t := tpuScan{chips: scan.chips(func(f pciFunction) bool { return f.vendor == vendorGoogle })}
+	seen := map[string]bool{}
+	for _, c := range t.chips {
+		if d, ok := pciDevices[c.DeviceID]; ok {
+			seen[d.Family] = true
+		} else if !slices.Contains(t.unknown, c.DeviceID) {
+			t.unknown = append(t.unknown, c.DeviceID)
+		}
+	}
+	if len(seen) == 1 && len(t.unknown) == 0 {
+		for f := range seen {
+			t.family = f
+		}
+	}
+	return t
+}
+
+// tpuNodes lists the TPU device nodes of a style: /dev/accelN ("accel") or /dev/vfio/N ("vfio").
+func tpuNodes(devRoot, style string) []string {
+	switch style {
+	case "accel":
+		return numberedNodes(devRoot, "accel")
+	case "vfio":
+		return numberedNodes(filepath.Join(devRoot, "vfio"), "")
+	}
+	return nil
+}
+
+// DefaultLockfile is where libtpu takes its lockf when one process uses all chips (doctor checks it, the
+// preloaded interpreter refuses to hold it).
+const DefaultLockfile = "/tmp/libtpu_lockfile"
+
+// tpuHost is what detection finds on a TPU host (Host's state): the chips present (PCI address order), the family,
+// the slice description.
+type tpuHost struct {
+	Chips       []Chip             `json:"chips,omitempty"`
+	ChipsSource Source             `json:"chips_source"`
+	Family      string             `json:"family,omitempty"` // "v4", "v5litepod", "v2/v3", ...
+	Accelerator Value[Accelerator] `json:"accelerator"`
+	// Usable are the chip indices this launcher may use: every chip, or the parent's TPU_VISIBLE_CHIPS, limited
+	// to the first TPU_NUM_DEVICES.
+	Usable             Value[[]int]    `json:"usable"`
+	NumDevices         Value[int]      `json:"num_devices"`   // TPU_NUM_DEVICES, when set
+	VisibleChips       Value[[]int]    `json:"visible_chips"` // the parent's TPU_VISIBLE_CHIPS, when set
+	HostBounds         Value[Bounds]   `json:"host_bounds"`
+	ChipsPerHostBounds Value[Bounds]   `json:"chips_per_host_bounds"`
+	ProcessBounds      Value[Bounds]   `json:"process_bounds"` // only when given (env or metadata)
+	WorkerID           Value[int]      `json:"worker_id"`
+	Hostnames          Value[[]string] `json:"hostnames"`
+	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
+	Megascale map[string]Value[string] `json:"megascale,omitempty"`
+	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
+	// reads the slice from env, never from the metadata server, and so do the workers, which keep the value.
+	SkipMDS Value[string] `json:"skip_mds"`
+	// TorchXLAMetadata reports that the metadata server answered with everything torch_xla's own topology code
+	// reads from it (tpu-env's ACCELERATOR_TYPE and WORKER_ID, and TPU_PROCESS_BOUNDS and
+	// TPU_CHIPS_PER_PROCESS_BOUNDS from v4 on; worker-network-endpoints as name:uid:ip on several hosts), so that
+	// workers may read the slice from it as xmp.spawn's children do (docs/TOPOLOGY.md).
+	TorchXLAMetadata bool `json:"torch_xla_metadata"`
+	// HostnameEndpoints reports that worker-network-endpoints listed host names only (the newer format, which JAX
+	// reads and torch_xla's get_worker_ips does not).
+	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
+}
+
+// tpu is the host's TPU state; a host of another kind has none (an empty one, which nothing keeps).
+func (h *Host) tpu() *tpuHost {
+	if t, ok := h.state.(*tpuHost); ok {
+		return t
+	}
+	return &tpuHost{}
+}
+
+// AcceleratorType is the TPU slice's accelerator type ("v4-16"), "" when none is known (and on other kinds).
+func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
+
+// Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
+func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
+
+// MultiHost reports whether the host is one of a TPU slice of several hosts.
+func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
 // expect (docs/TOPOLOGY.md): chips.go detects the chips, env.go and mdslice.go the slice, split.go checks the
@@ -26,27 +167,38 @@ func (tpu) NCCL() bool             { return false }
 func (tpu) preference() int        { return 2 }
 func (tpu) pjrt() []string         { return []string{"TPU"} }
 func (tpu) aliases() []string      { return nil }
-func (tpu) devices(h *Host) []Chip { return h.Chips }
+func (tpu) devices(h *Host) []Chip { return h.tpu().Chips }
+
+// perRank are the chip and the process of one worker within the slice (slice.go).
+func (tpu) perRank() []string {
+	return []string{"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}
+}
+
+// devNodeGlobs: /dev/accelN (v2-v4) and everything under /dev/vfio (v5e and later, the control node too).
+func (tpu) devNodeGlobs() []string { return []string{"accel*", "vfio/*"} }
 
 // claim finds Google PCI devices in sysfs, else /dev/accelN.
 func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	switch {
-	case scan.google > 0:
+	case len(scanTPUs(scan).chips) > 0:
 		return val(TPU, Sysfs(scan.dir)), true
-	case len(devNodes(d.h.DevRoot, "accel")) > 0:
+	case len(tpuNodes(d.h.DevRoot, "accel")) > 0:
 		return val(TPU, Dev(d.h.DevRoot+"/accel*")), true
 	}
 	return Value[Device]{}, false
 }
 
-func (tpu) detect(ctx context.Context, d *detector) error { return d.detectTPU(ctx) }
+func (tpu) detect(ctx context.Context, d *detector) error {
+	d.h.state = &tpuHost{}
+	return d.detectTPU(ctx)
+}
 
 // nodes are the slice's: its host list and this host's worker id, read (and checked) by detection; a host of no
 // described slice falls back to a batch scheduler's node list.
 func (tpu) nodes(d *detector) {
-	h := d.h
-	if h.Hostnames.IsSet() || h.WorkerID.IsSet() {
-		h.NodeHosts, h.NodeRank = h.Hostnames, h.WorkerID
+	h, t := d.h, d.h.tpu()
+	if t.Hostnames.IsSet() || t.WorkerID.IsSet() {
+		h.NodeHosts, h.NodeRank = t.Hostnames, t.WorkerID
 		return
 	}
 	d.slurmNodes()
@@ -72,8 +224,8 @@ func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error
 	if numSlices > 1 {
 		n /= numSlices // hosts per slice: each slice is planned on its own
 	}
-	if n < 1 && h.Hostnames.IsSet() {
-		n = len(h.Hostnames.V)
+	if n < 1 && h.tpu().Hostnames.IsSet() {
+		n = len(h.tpu().Hostnames.V)
 	}
 	n = max(n, 1)
 	pr := req
@@ -100,21 +252,22 @@ func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 
 // soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.
 func (tpu) soloNode(h *Host, req Request) int {
-	if !h.Hostnames.IsSet() {
+	if !h.tpu().Hostnames.IsSet() {
 		return 0
 	}
 	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
 		return 0
 	}
-	return h.WorkerID.V
+	return h.tpu().WorkerID.V
 }
 
 // usableNodes are the device nodes of the usable chips.
 func (tpu) usableNodes(h *Host) []string {
+	t := h.tpu()
 	var paths []string
-	for _, i := range h.Usable.V {
-		if i < len(h.Chips) && h.Chips[i].DevNode != "" {
-			paths = append(paths, h.Chips[i].DevNode)
+	for _, i := range t.Usable.V {
+		if i < len(t.Chips) && t.Chips[i].DevNode != "" {
+			paths = append(paths, t.Chips[i].DevNode)
 		}
 	}
 	return paths
@@ -125,29 +278,30 @@ func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 // settings are the chips and the slice description, each with its source, then the multislice values (secrets
 // redacted).
 func (tpu) settings(h *Host) []setting {
-	out := []setting{{"accelerator type", h.Accelerator.V.Type, h.Accelerator.Source}}
-	if h.Family != "" {
-		out = append(out, setting{"family", h.Family, h.ChipsSource})
+	t := h.tpu()
+	out := []setting{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
+	if t.Family != "" {
+		out = append(out, setting{"family", t.Family, t.ChipsSource})
 	}
 	out = append(out,
-		setting{"chips on host", fmt.Sprint(len(h.Chips)), h.ChipsSource},
-		setting{"usable chips", counted(len(h.Usable.V), "chip", h.Usable.V), h.Usable.Source},
-		setting{"TPU_NUM_DEVICES", fmt.Sprint(h.NumDevices.V), h.NumDevices.Source},
-		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(h.VisibleChips.V, ","), h.VisibleChips.Source},
-		setting{"host bounds", h.HostBounds.V.String(), h.HostBounds.Source},
-		setting{"chips per host bounds", h.ChipsPerHostBounds.V.String(), h.ChipsPerHostBounds.Source},
-		setting{"process bounds", h.ProcessBounds.V.String(), h.ProcessBounds.Source},
-		setting{"worker id", fmt.Sprint(h.WorkerID.V), h.WorkerID.Source},
-		setting{"worker hostnames", strings.Join(h.Hostnames.V, ","), h.Hostnames.Source},
+		setting{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
+		setting{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
+		setting{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
+		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
+		setting{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
+		setting{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
+		setting{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
+		setting{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
+		setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
-		setting{"TPU_SKIP_MDS_QUERY (parent)", h.SkipMDS.V, h.SkipMDS.Source})
-	keys := make([]string, 0, len(h.Megascale))
-	for k := range h.Megascale {
+		setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
+	keys := make([]string, 0, len(t.Megascale))
+	for k := range t.Megascale {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := h.Megascale[k]
+		v := t.Megascale[k]
 		if IsSecret(k) {
 			v.V = Redacted
 		}

@@ -29,13 +29,12 @@ type Runtime struct {
 // through from the launcher's environment, whether or not the plan sets it.
 func PerRank(key string) bool { return slices.Contains(perRank, key) }
 
-// perRank are the per-rank variables (see PerRank).
-var perRank = []string{
+// perRank are the per-rank variables (see PerRank): torchrun's and tpurun's, then the device kinds' (asked of
+// topology, where each kind names its own).
+var perRank = append([]string{
 	"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_ERROR_FILE",
-	"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID", "PJRT_LOCAL_PROCESS_RANK",
-	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag, worker.EnvResultID, topology.EnvJAXLocalDeviceIDs,
-	topology.EnvJAXProcessID, topology.EnvJAXNumProcesses, worker.EnvPreloaded,
-}
+	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag, worker.EnvResultID, worker.EnvPreloaded,
+}, topology.PerRankEnv()...)
 
 // For is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
 // every per-rank variable, then the plan's device env for w, then the torchrun and tpurun variables derived from

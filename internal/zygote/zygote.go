@@ -29,9 +29,12 @@ type Config struct {
 	Path0   string   // sys.path[0] while importing: the directory of the program file, or the working directory for -m
 	Env     []string // what every worker's environment shares
 	Dir     string   // working directory
-	// DevRoot ("/dev" when empty) holds the device nodes no descriptor may be open on (accel*, vfio/*, nvidia*),
-	// Lockfile ("/tmp/libtpu_lockfile" when empty) libtpu's lock: tests point them into a fake tree.
+	// DevRoot ("/dev" when empty) holds the device nodes no descriptor may be open on: those DeviceNodes match, as
+	// globs below it (topology.DeviceNodeGlobs: each device kind names its own). Lockfile is libtpu's lock
+	// (topology.DefaultLockfile), which no descriptor may be open on either. The caller hands them as data (none
+	// given: none checked); tests point them into a fake tree.
 	DevRoot, Lockfile string
+	DeviceNodes       []string
 	Stdout, Stderr    *os.File // the interpreter's own output (what the imports print), write ends
 	Reaper            *proc.Reaper
 	Log               *zap.Logger
@@ -113,7 +116,7 @@ func (z *Zygote) handshake(ctx context.Context, cfg Config) error {
 	stop := context.AfterFunc(ctx, func() { _ = z.conn.SetDeadline(time.Now()) })
 	defer stop()
 	hello := map[string]any{"preload": cfg.Preload, "path0": b64(cfg.Path0), "env": b64s(cfg.Env), "dev_root": cfg.DevRoot,
-		"lockfile": cfg.Lockfile}
+		"device_nodes": cfg.DeviceNodes, "lockfile": cfg.Lockfile}
 	if err := z.send(hello, nil); err != nil {
 		return z.gone("sending its configuration", err)
 	}

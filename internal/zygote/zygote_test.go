@@ -19,6 +19,7 @@ import (
 
 	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
+	"tpurun/internal/topology"
 	"tpurun/internal/zygote"
 	"tpurun/worker"
 )
@@ -65,7 +66,8 @@ func setup(t *testing.T, modules map[string]string, preload ...string) (zygote.C
 	t.Cleanup(func() { out.Close() })
 	env := append(os.Environ(), "PYTHONPATH="+mods)
 	return zygote.Config{Python: []string{python(t)}, Script: filepath.Join(dir, "tpurun", "_zygote.py"), Preload: preload,
-		Path0: mods, Env: env, Dir: mods, Stdout: out, Stderr: out, Reaper: rp}, mods
+		Path0: mods, Env: env, Dir: mods, Stdout: out, Stderr: out, Reaper: rp,
+		DeviceNodes: topology.DeviceNodeGlobs(), Lockfile: topology.DefaultLockfile}, mods
 }
 
 // refused starts a zygote that must refuse, and returns why.

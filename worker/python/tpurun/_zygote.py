@@ -9,7 +9,8 @@ The control socket carries messages of a 4-byte big-endian length and a JSON obj
 arrive unchanged (environment, arguments, paths) travel base64-encoded:
 
     tpurun -> zygote   {"preload": [names], "path0": b64, "env": [b64 of KEY=value], "dev_root": "/dev",
-                        "lockfile": "/tmp/libtpu_lockfile"}
+                        "device_nodes": [globs below dev_root], "lockfile": PATH}: the device nodes and libtpu's
+                        lockfile that make it unsafe to fork are tpurun's to say (each device kind names its own)
     zygote -> tpurun   {"kind": "ready", "pid": N, "python": "3.11.2", "seconds": S}
                     or {"kind": "refused", "module": NAME, "problem": "...", "hint": "..."}, and it exits 2
     tpurun -> zygote   {"op": "fork", "mode": "file"|"module", "target": b64, "argv": [b64], "orig_argv": [b64],
@@ -32,7 +33,9 @@ _finish). End of file on the socket ends the zygote.
 import array
 import base64
 import ctypes
+import fnmatch
 import gc
+import glob
 import json
 import os
 import signal
@@ -46,7 +49,6 @@ CTL_FD = 3
 MAX_FDS = 64
 PR_SET_PDEATHSIG = 1
 EXIT_REFUSED = 2
-DEVICE_PREFIXES = ("accel", "vfio/", "nvidia")  # below the device root
 HINT_TAIL = "(the preload list is --preload or TPURUN_PRELOAD; tpurun.spawn: start_method='spawn')"
 
 def _b(s):
@@ -169,7 +171,9 @@ class Zygote:
         self.preload = list(cfg.get("preload") or [])
         self.path0 = _s(cfg["path0"]) if cfg.get("path0") else None
         self.dev_root = (cfg.get("dev_root") or "/dev").rstrip("/")
-        self.lockfile = cfg.get("lockfile") or "/tmp/libtpu_lockfile"
+        root = glob.escape(self.dev_root) + "/"
+        self.device_nodes = tuple(root + g for g in cfg.get("device_nodes") or ())
+        self.lockfile = cfg.get("lockfile") or None
         self.parent = os.getppid()
         self.gc_enabled = gc_enabled
         self.env_in = dict(_b(kv).partition(b"=")[::2] for kv in cfg.get("env") or [])
@@ -185,13 +189,13 @@ class Zygote:
                        "forked it, so a lock any other thread held stays locked forever in it"
                        % (len(threads), "s" if len(threads) > 1 else "", ", ".join(threads[t] for t in sorted(threads))))
         files = _open_files()
-        prefixes = tuple(self.dev_root + "/" + p for p in DEVICE_PREFIXES)
-        devices = ["%s (fd %d)" % (path, fd) for fd, path in sorted(files.items()) if path.startswith(prefixes)]
+        devices = ["%s (fd %d)" % (path, fd) for fd, path in sorted(files.items())
+                   if any(fnmatch.fnmatchcase(path, g) for g in self.device_nodes)]
         if devices:
             out.append("opened the device node%s %s: every forked worker would share %s (one device, many "
                        "workers: \"4 results for replica 0\")" % ("s" if len(devices) > 1 else "", ", ".join(devices),
                                                                   "them" if len(devices) > 1 else "it"))
-        locks = ["fd %d" % fd for fd, path in sorted(files.items()) if path == self.lockfile]
+        locks = ["fd %d" % fd for fd, path in sorted(files.items()) if self.lockfile and path == self.lockfile]
         if locks:
             out.append("holds the libtpu lockfile %s (%s): libtpu was initialized in the preloaded interpreter"
                        % (self.lockfile, ", ".join(locks)))
