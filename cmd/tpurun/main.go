@@ -309,7 +309,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.StringVarP(&raw.tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&raw.filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&raw.stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
-	fs.StringVar(&o.spec.LogPrefix, "log-prefix", console.DefaultPrefix, "per-line prefix of worker output: {rank} {local_rank} {node} {role} (or torchrun's $rank...); '' for none")
+	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "", "prefix of each line of worker output, e.g. '[{rank}] ': {rank} {local_rank} {node} {role} (or torchrun's $rank...); default none, as torchrun (with --tee, torchrun's '"+console.TeePrefix+"')")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR given to the workers")
@@ -372,10 +372,15 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if err := o.streams(raw.redirects, raw.tee, raw.filter, raw.stdin); err != nil {
 		return err
 	}
-	if t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); t != "" && !fs.Changed("log-prefix") {
-		o.spec.LogPrefix = t // torchrun's template ($rank, $local_rank, $role_name); --log-prefix wins
+	if !fs.Changed("log-prefix") {
+		switch t := os.Getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); {
+		case t != "":
+			o.spec.LogPrefix = t // torchrun's template ($rank, $local_rank, $role_name); --log-prefix wins
+		case o.spec.Tee.Any():
+			o.spec.LogPrefix = console.TeePrefix // torchrun prefixes what it tees: [default0]:
+		}
 	}
-	o.spec.RawOutput = o.spec.LogPrefix == "" // --log-prefix '': the lines as the workers wrote them
+	o.spec.RawOutput = o.spec.LogPrefix == "" // the bytes as the workers wrote them, as torchrun shows them
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}

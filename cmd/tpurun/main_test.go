@@ -30,6 +30,13 @@ func init() {
 // test binary is a child subreaper so that workers orphaned by a SIGKILLed launcher can be reaped and proven gone.
 func TestMain(m *testing.M) {
 	testutil.Dispatch()
+	// Worker output is unprefixed by default, as torchrun's; most tests here tell the ranks' lines apart, so they run
+	// with torchrun's prefix template set to the rank (their Go workers' lines "[N] ..."). The tests of the default
+	// (output_test.go) set it empty, which is unset.
+	if err := os.Setenv(prefixTemplate, "[${rank}] "); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if err := testutil.SetSubreaper(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -56,6 +63,9 @@ func TestMain(m *testing.M) {
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+// prefixTemplate is torchrun's variable for a prefix of worker output lines, which tpurun honours too.
+const prefixTemplate = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 
 // upTimeout is a --timeout that fires once the workers are set up, even on a loaded machine (they take well under
 // a second on an idle one): for the tests of what a timeout does to running workers.

@@ -351,3 +351,109 @@ func TestOutputFullDisk(t *testing.T) {
 		_ = os.Remove(out.Name())
 	}
 }
+
+// TestOutputAsTorchrunShowsIt: without a prefix asked for, the workers' bytes reach tpurun's stdout as written, as
+// under torchrun (no "[0] "); --tee prefixes as torchrun does ("[default0]:"); torchrun's template or --log-prefix
+// give a prefix of one's own.
+func TestOutputAsTorchrunShowsIt(t *testing.T) {
+	t.Parallel()
+	say := []string{"--", "/bin/sh", "-c", `printf 'rank %s\r\n' "$RANK"; printf 'no newline %s' "$RANK"`}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		pre  string // rank N's prefix, with N for the rank
+	}{
+		{"default", nil, nil, ""},
+		{"tee", nil, []string{"--tee", "3", "--log-dir", "{dir}"}, "[defaultN]:"},
+		{"template", []string{prefixTemplate + "=<${local_rank}> "}, nil, "<N> "},
+		{"log-prefix", []string{prefixTemplate + "=<${local_rank}> "}, []string{"--log-prefix", "{rank}|"}, "N|"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			args := []string{"--nprocs", "2"}
+			for _, a := range tc.args {
+				args = append(args, strings.ReplaceAll(a, "{dir}", dir))
+			}
+			r := runCLI(t, "", append([]string{prefixTemplate + "="}, tc.env...), append(args, say...)...)
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s", r.code, r.stderr)
+			}
+			// Each rank's segments, in its order; the two ranks' segments may alternate, a segment is never split.
+			total := 0
+			for rank := range 2 {
+				pre := strings.ReplaceAll(tc.pre, "N", strconv.Itoa(rank))
+				segs := []string{pre + "rank " + strconv.Itoa(rank) + "\r", pre + "\n", pre + "no newline " + strconv.Itoa(rank)}
+				if tc.pre == "" {
+					segs = []string{"rank " + strconv.Itoa(rank) + "\r\n", "no newline " + strconv.Itoa(rank)}
+				} else {
+					segs[2] += "\n" // a prefixed stream's last line ends
+				}
+				at := 0
+				for _, seg := range segs {
+					i := strings.Index(r.stdout[at:], seg)
+					if i < 0 {
+						t.Fatalf("stdout lacks rank %d's %q after its earlier segments:\n%q", rank, seg, r.stdout)
+					}
+					at += i + len(seg)
+					total += len(seg)
+				}
+			}
+			if len(r.stdout) != total {
+				t.Errorf("stdout has %d bytes, not the %d of the workers' segments:\n%q", len(r.stdout), total, r.stdout)
+			}
+		})
+	}
+}
+
+// TestOutputProgressShownAsItComes: a worker that redraws a line with "\r" (tqdm's way) and has not written a newline
+// yet has its text on tpurun's stdout while it still runs: here it waits for the test to read the first update
+// before it writes the next.
+func TestOutputProgressShownAsItComes(t *testing.T) {
+	t.Parallel()
+	for _, prefix := range []string{"", "[{rank}] "} {
+		t.Run("prefix="+prefix, func(t *testing.T) {
+			t.Parallel()
+			script := `printf '\rstep 1/2' >&2; read -r go; printf '\rstep 2/2' >&2; read -r go; printf '\n' >&2`
+			cmd, _, _ := tpurun("", []string{prefixTemplate + "="}, "--nprocs", "1", "--log-prefix", prefix, "--", "/bin/sh", "-c", script)
+			cmd.Stderr = nil
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			pre := strings.ReplaceAll(prefix, "{rank}", "0")
+			var seen strings.Builder
+			buf := make([]byte, 4096)
+			for _, want := range []string{pre + "\r" + pre + "step 1/2", pre + "\r" + pre + "step 1/2\r" + pre + "step 2/2"} {
+				for !strings.Contains(seen.String(), want) {
+					n, err := stderr.Read(buf)
+					if err != nil {
+						t.Fatalf("stderr ended (%v) before %q showed; it has %q", err, want, seen.String())
+					}
+					seen.Write(buf[:n])
+				}
+				if _, err := io.WriteString(stdin, "go\n"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = stdin.Close()
+			rest, _ := io.ReadAll(stderr)
+			seen.Write(rest)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("%v\n%q", err, seen.String())
+			}
+			if !strings.Contains(seen.String(), pre+"step 2/2\n") {
+				t.Errorf("the bar's last state does not end its line: %q", seen.String())
+			}
+		})
+	}
+}

@@ -2,11 +2,13 @@ package console
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 const (
@@ -17,20 +19,36 @@ const (
 	maxLine = 1 << 20
 	// tailSize is how much of a worker's stderr is kept for the root-cause report.
 	tailSize = 8 << 10
+	// idleFlush is how long a partial segment (no newline or carriage return yet: a prompt, "loading...", the
+	// text of a progress bar that the next \r redraws) waits for more before it is shown as it is.
+	idleFlush = 100 * time.Millisecond
 )
 
-// DefaultPrefix is the line prefix of a worker's output when none is given (tpurun --log-prefix): its rank.
+// DefaultPrefix is the line prefix of a worker's output when a prefix is asked for without a template: its rank.
 const DefaultPrefix = "[{rank}] "
 
-// Forwarder copies one stream of one worker: prefixed, whole lines to the console, raw bytes to the log file,
-// and the last bytes into a tail for the report.
+// TeePrefix is torchrun's prefix of the lines it tees to its console: the role and the local rank
+// ("[default0]:"), as torch.distributed.elastic writes it.
+const TeePrefix = "[{role}{local_rank}]:"
+
+// Forwarder copies one stream of one worker: to the console in whole segments (a segment ends at a newline or a
+// carriage return, so a progress bar's redraws show as they come), each after Prefix when there is one, raw bytes
+// to the log file, and the last bytes into a tail for the report. A partial segment is shown after idleFlush
+// without more bytes; what follows continues it (no prefix). One console write per read: the segments of one
+// read are never split by another worker's.
 type Forwarder struct {
 	Prefix  []byte
 	Console io.Writer // nil: not shown on the console
 	File    io.Writer // nil: no log file
 	Tail    *Tail     // nil: not kept
-	pending []byte
+
+	mu      sync.Mutex // pending, midLine, out: the reader's feed against the idle flush
+	pending []byte     // the partial segment not yet shown
+	midLine bool       // the console shows a partial segment of this stream: what follows continues it
+	idle    *time.Timer
 	out     []byte
+
+	idleAfter time.Duration // idleFlush when 0 (a test sets another)
 }
 
 // readBufs are the read buffers of the forwarders. A forwarder of a worker's pipe (drainReader) holds one only
@@ -43,7 +61,7 @@ type pooledReader interface {
 }
 
 // Run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
-// flushes the last partial line.
+// flushes the last partial segment.
 func (f *Forwarder) Run(r io.Reader) error {
 	pr, pooled := r.(pooledReader)
 	for {
@@ -82,51 +100,121 @@ func (f *Forwarder) feed(chunk []byte) {
 	if f.Console == nil {
 		return
 	}
-	last := bytes.LastIndexByte(chunk, '\n')
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := max(bytes.LastIndexByte(chunk, '\n'), bytes.LastIndexByte(chunk, '\r'))
 	if last < 0 {
 		f.pending = append(f.pending, chunk...)
 		for len(f.pending) >= maxLine {
 			f.emit(f.pending[:maxLine], true)
 			f.pending = append(f.pending[:0], f.pending[maxLine:]...)
 		}
+		f.armIdle()
 		return
 	}
 	f.out = f.out[:0]
-	complete := chunk[:last+1]
-	first := true
-	for len(complete) > 0 {
-		i := bytes.IndexByte(complete, '\n')
-		f.out = append(f.out, f.Prefix...)
-		if first {
-			f.out = append(f.out, f.pending...)
-			f.pending = f.pending[:0]
-			first = false
+	eachSegment(chunk[:last+1], func(seg []byte) {
+		if !f.midLine {
+			f.out = append(f.out, f.Prefix...)
 		}
-		f.out = append(f.out, complete[:i+1]...)
-		complete = complete[i+1:]
-	}
+		f.out = append(append(f.out, f.pending...), seg...)
+		f.pending, f.midLine = f.pending[:0], false
+	})
 	_, _ = f.Console.Write(f.out)
-	f.pending = append(f.pending, chunk[last+1:]...)
+	if f.pending = append(f.pending, chunk[last+1:]...); len(f.pending) > 0 {
+		f.armIdle()
+	}
 	if cap(f.out) > 4*readSize {
 		f.out = nil // do not keep a huge buffer after one long line
 	}
 }
 
-// emit writes one prefixed line; newline adds the terminating newline the line lacks.
-func (f *Forwarder) emit(line []byte, newline bool) {
-	f.out = append(append(f.out[:0], f.Prefix...), line...)
-	if newline {
-		f.out = append(f.out, '\n')
+// eachSegment calls fn with each segment of b, which ends in a newline or a carriage return: every segment ends
+// in one of them except a last one that has neither. Two byte scans, not a scan per byte.
+func eachSegment(b []byte, fn func(seg []byte)) {
+	nl, cr := bytes.IndexByte(b, '\n'), bytes.IndexByte(b, '\r')
+	for len(b) > 0 {
+		i := nl
+		if i < 0 || cr >= 0 && cr < i {
+			i = cr
+		}
+		if i < 0 {
+			fn(b)
+			return
+		}
+		fn(b[:i+1])
+		b = b[i+1:]
+		nl, cr = nextAt(b, '\n', nl, i), nextAt(b, '\r', cr, i)
 	}
+}
+
+// nextAt is where c is in b, the rest after the segment that ended at i: at was where it was before (-1: absent for
+// good); only the terminator just consumed is looked for again.
+func nextAt(b []byte, c byte, at, i int) int {
+	switch {
+	case at < 0:
+		return -1
+	case at == i:
+		return bytes.IndexByte(b, c)
+	default:
+		return at - (i + 1)
+	}
+}
+
+// armIdle (f.mu held) shows the pending partial segment once idleFlush passes without more bytes.
+func (f *Forwarder) armIdle() {
+	d := cmp.Or(f.idleAfter, idleFlush)
+	if f.idle == nil {
+		f.idle = time.AfterFunc(d, f.showPartial)
+		return
+	}
+	f.idle.Reset(d)
+}
+
+// showPartial shows the pending partial segment as it is: the console's cursor stays after it, and the rest of
+// the segment continues it.
+func (f *Forwarder) showPartial() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.pending) == 0 {
+		return
+	}
+	f.out = f.out[:0]
+	if !f.midLine {
+		f.out = append(f.out, f.Prefix...)
+	}
+	f.out = append(f.out, f.pending...)
+	f.pending, f.midLine = f.pending[:0], true
 	_, _ = f.Console.Write(f.out)
 }
 
-func (f *Forwarder) flush() {
-	if f.Console != nil && len(f.pending) > 0 {
-		f.emit(f.pending, true)
+// emit (f.mu held) writes one prefixed piece of a line; newline adds the terminating newline the line lacks.
+func (f *Forwarder) emit(line []byte, newline bool) {
+	f.out = f.out[:0]
+	if !f.midLine {
+		f.out = append(f.out, f.Prefix...)
 	}
-	f.pending = nil
-	f.out = nil
+	f.out = append(f.out, line...)
+	if newline {
+		f.out = append(f.out, '\n')
+	}
+	f.midLine = false
+	_, _ = f.Console.Write(f.out)
+}
+
+// flush shows what is left at the stream's end. A prefixed stream ends its last line (the next one shown is
+// another worker's); raw output stays as the worker wrote it.
+func (f *Forwarder) flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.idle != nil {
+		f.idle.Stop()
+	}
+	prefixed := len(f.Prefix) > 0
+	if f.Console != nil && (len(f.pending) > 0 || f.midLine && prefixed) {
+		f.emit(f.pending, prefixed)
+	}
+	f.pending, f.out, f.midLine = nil, nil, false
 }
 
 // Tail keeps the last tailSize bytes written to it (a worker's stderr, for the report of its failure).

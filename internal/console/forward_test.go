@@ -4,16 +4,24 @@ import (
 	"bytes"
 	"io"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"tpurun/internal/testutil"
 )
 
-// checkForwarded feeds chunks through a forwarder and checks that the console got every line exactly once,
-// each with the prefix, with the final partial line flushed and terminated.
+// never is an idle flush that does not come within a test: the tests that feed chunks by hand see segments only.
+const never = time.Hour
+
+// checkForwarded feeds chunks through a forwarder and checks that the console got every segment (up to and
+// including a newline or a carriage return) exactly once, each after the prefix, with the final partial segment
+// flushed and terminated.
 func checkForwarded(t *testing.T, chunks [][]byte) {
 	t.Helper()
 	var console, file bytes.Buffer
 	var tl Tail
-	f := &Forwarder{Prefix: []byte("[7] "), Console: &console, File: &file, Tail: &tl}
+	f := &Forwarder{Prefix: []byte("[7] "), Console: &console, File: &file, Tail: &tl, idleAfter: never}
 	var in []byte
 	for _, c := range chunks {
 		f.feed(c)
@@ -24,25 +32,25 @@ func checkForwarded(t *testing.T, chunks [][]byte) {
 		t.Fatalf("log file got %d bytes, want the %d raw bytes", file.Len(), len(in))
 	}
 	want := in
-	if len(want) > 0 && want[len(want)-1] != '\n' {
+	if len(want) > 0 && want[len(want)-1] != '\n' && want[len(want)-1] != '\r' {
 		want = append(append([]byte(nil), want...), '\n')
 	}
 	var got []byte
 	out := console.Bytes()
 	for len(out) > 0 {
 		if !bytes.HasPrefix(out, []byte("[7] ")) {
-			t.Fatalf("console line without prefix: %q", out[:min(len(out), 40)])
+			t.Fatalf("console segment without prefix: %q", out[:min(len(out), 40)])
 		}
 		out = out[4:]
-		i := bytes.IndexByte(out, '\n')
+		i := bytes.IndexAny(out, "\r\n")
 		if i < 0 {
-			t.Fatalf("console output does not end in a newline")
+			t.Fatalf("console output does not end in a newline or a carriage return")
 		}
-		line := out[:i+1]
-		if len(line) > maxLine+1 {
-			t.Fatalf("line of %d bytes exceeds the %d cap", len(line), maxLine)
+		seg := out[:i+1]
+		if len(seg) > maxLine+1 {
+			t.Fatalf("segment of %d bytes exceeds the %d cap", len(seg), maxLine)
 		}
-		got = append(got, line...)
+		got = append(got, seg...)
 		out = out[i+1:]
 	}
 	if !bytes.Equal(got, want) && !longLinesSplit(in) {
@@ -50,9 +58,9 @@ func checkForwarded(t *testing.T, chunks [][]byte) {
 	}
 }
 
-// longLinesSplit reports whether in has a line longer than maxLine (those are emitted in capped pieces).
+// longLinesSplit reports whether in has a segment longer than maxLine (those are emitted in capped pieces).
 func longLinesSplit(in []byte) bool {
-	for _, l := range bytes.Split(in, []byte("\n")) {
+	for _, l := range bytes.FieldsFunc(in, func(r rune) bool { return r == '\n' || r == '\r' }) {
 		if len(l) >= maxLine {
 			return true
 		}
@@ -70,6 +78,9 @@ func TestForwarderLines(t *testing.T) {
 		"only newlines":    {"\n\n", "\n"},
 		"long line pieces": {long[:64<<10], long[64<<10:], "\nnext\n"},
 		"cr and nul":       {"a\r\x00b\n"},
+		"progress bar":     {"\r1", "0%", "\r20%\r", "30%\r100%\n"},
+		"crlf":             {"a\r\nb\r", "\n"},
+		"ends in cr":       {"a\rb\r"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var bs [][]byte
@@ -83,7 +94,7 @@ func TestForwarderLines(t *testing.T) {
 
 func TestForwarderCapsEndlessLine(t *testing.T) {
 	var console bytes.Buffer
-	f := &Forwarder{Prefix: []byte("[0] "), Console: &console}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: &console, idleAfter: never}
 	chunk := bytes.Repeat([]byte("z"), readSize)
 	for range 3 * maxLine / readSize {
 		f.feed(chunk)
@@ -94,6 +105,82 @@ func TestForwarderCapsEndlessLine(t *testing.T) {
 	if n := bytes.Count(console.Bytes(), []byte("[0] ")); n != 3 {
 		t.Fatalf("%d capped pieces emitted, want 3", n)
 	}
+}
+
+// TestForwarderCarriageReturnEndsASegment: a progress bar's redraws (tqdm writes "\r" and the new text) reach the
+// console as they come, each after the prefix, so the terminal shows the prefixed bar redrawn in place.
+func TestForwarderCarriageReturnEndsASegment(t *testing.T) {
+	var console bytes.Buffer
+	f := &Forwarder{Prefix: []byte("[0] "), Console: &console, idleAfter: never}
+	for i, c := range []string{"\r1/3", "\r2/3", "\r3/3\n"} {
+		f.feed([]byte(c))
+		want := []string{"[0] \r", "[0] \r[0] 1/3\r", "[0] \r[0] 1/3\r[0] 2/3\r[0] 3/3\n"}[i]
+		if console.String() != want {
+			t.Fatalf("after %q the console has %q, want %q", c, console.String(), want)
+		}
+	}
+}
+
+// TestForwarderShowsAPartialSegmentWhenIdle: a prompt or "loading..." without a newline is shown after idleFlush
+// without more bytes, and the rest of its line continues it, without a second prefix.
+func TestForwarderShowsAPartialSegmentWhenIdle(t *testing.T) {
+	console := &syncBuffer{wrote: make(chan struct{}, 1)}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: console}
+	written := time.Now()
+	f.feed([]byte("loading..."))
+	for console.String() != "[0] loading..." {
+		select {
+		case <-console.wrote:
+		case <-time.After(testutil.Deadline()):
+			t.Fatalf("the partial segment was not shown: console %q", console.String())
+		}
+	}
+	if waited := time.Since(written); waited < idleFlush {
+		t.Fatalf("shown after %s, before the idle flush (%s): a partial segment waits for more first", waited, idleFlush)
+	}
+	f.feed([]byte(" done\nnext"))
+	f.flush()
+	if got, want := console.String(), "[0] loading... done\n[0] next\n"; got != want {
+		t.Fatalf("console %q, want %q", got, want)
+	}
+}
+
+// TestForwarderRawKeepsTheBytes: without a prefix the console gets the worker's bytes as written, an unterminated
+// last line included (torchrun's workers write to the console directly).
+func TestForwarderRawKeepsTheBytes(t *testing.T) {
+	var console bytes.Buffer
+	f := &Forwarder{Console: &console, idleAfter: never}
+	in := "a\r\nb\rc\n\x00d"
+	for _, c := range []string{in[:3], in[3:6], in[6:]} {
+		f.feed([]byte(c))
+	}
+	f.flush()
+	if console.String() != in {
+		t.Fatalf("console %q, want the bytes as written %q", console.String(), in)
+	}
+}
+
+// syncBuffer is a console that tells each write on wrote (made by its maker, with room for one).
+type syncBuffer struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{}
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case s.wrote <- struct{}{}:
+	default:
+	}
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestTailLines(t *testing.T) {
@@ -134,7 +221,7 @@ func FuzzForwarder(f *testing.F) {
 // BenchmarkForwarder measures prefixing throughput for bursts of 80-byte lines (bytes/s of worker output).
 func BenchmarkForwarder(b *testing.B) {
 	chunk := bytes.Repeat([]byte(strings.Repeat("x", 79)+"\n"), readSize/80)
-	f := &Forwarder{Prefix: []byte("[12] "), Console: io.Discard}
+	f := &Forwarder{Prefix: []byte("[12] "), Console: io.Discard, idleAfter: never}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		f.feed(chunk)

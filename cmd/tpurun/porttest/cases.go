@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,6 +201,8 @@ func portCases() []portCase {
 		{from: tr("test_init_method_tcp_with_torchelastic"), torch: true, body: initCase("-", "tcp://localhost:{port}")},
 		{from: tr("test_init_method_env_with_torchelastic"), torch: true, body: initCase("-", "env://")},
 		{from: tr("test_capture_logs_using_default_logs_specs"), body: captureLogsCase},
+		{from: torchrunSays + "worker output without --tee: as written, unprefixed", body: outputCase(false)},
+		{from: torchrunSays + "worker output with --tee=3: TailLog's [default0]: prefix", body: outputCase(true)},
 
 		// run_test.py (torchrun 1.x: underscores, an etcd rendezvous)
 		pyCase(rt("test_launch_user_script_python"), etcd1, 4, true),
@@ -343,6 +346,33 @@ func initCase(u, method string) func(r *run) {
 	return func(r *run) {
 		r.ok(r.launch(nil, "--run"+u+"path", "--nnodes=1", "--nproc"+u+"per"+u+"node=4", "--master"+u+"addr=localhost",
 			"--master"+u+"port={port}", "--monitor"+u+"interval=1", initM, "--init"+u+"method="+method))
+	}
+}
+
+// torchrunSays names a case that holds tpurun to what torchrun does where no upstream test pins it down
+// (torch.distributed.elastic.multiprocessing: a stream neither redirected nor teed is the worker's own, a teed one
+// is copied to the console by TailLog after "[<role><local_rank>]:").
+const torchrunSays = "torchrun's behaviour:"
+
+// outputCase runs two shell workers with torchrun's line: each line they print reaches the console as written, or
+// with --tee=3 after torchrun's prefix.
+func outputCase(tee bool) func(r *run) {
+	return func(r *run) {
+		args := []string{"--nnodes=1", "--nproc-per-node=2", "--rdzv-id={id}", "--monitor-interval=1", "--start-method=spawn"}
+		if tee {
+			args = append(args, "--tee=3")
+		}
+		a := r.launch(nil, append(args, "--no-python", sh, "{dir}")...)
+		r.ok(a)
+		for i := range 2 {
+			line := "creating " + filepath.Join(r.dir, strconv.Itoa(i))
+			if tee {
+				line = "[default" + strconv.Itoa(i) + "]:" + line
+			}
+			if !slices.Contains(strings.Split(a.stdout.String(), "\n"), line) {
+				r.t.Fatalf("no line %q on the console:\n%s", line, a.stdout.String())
+			}
+		}
 	}
 }
 
