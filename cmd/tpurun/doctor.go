@@ -52,7 +52,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	req, _ := dev.Request()
 	rep.Notes = topology.Explain(h, req)
 	rep.SetJob(h.JobLayout(req))
-	if _, err := topology.NewPlan(h, req); err != nil {
+	if _, err := topology.NewPlan(h, req, topology.World{}); err != nil {
 		rep.PlanError = err.Error()
 	}
 	if sc.format == "json" {

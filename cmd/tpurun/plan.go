@@ -123,7 +123,7 @@ func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pf
 	if err != nil {
 		return nil, 0, err
 	}
-	if plan, err = topology.WorldPlan(h, req, l.World(k, topology.DefaultMegascalePort)); err != nil {
+	if plan, err = topology.NewPlan(h, req, l.World(k, topology.DefaultMegascalePort)); err != nil {
 		return nil, 0, err
 	}
 	if !fs.Changed("master-addr") {

@@ -210,7 +210,7 @@ func (p *Prepared) planLocal(h *topology.Host) error {
 		p.LocalWorkers, err = topology.LocalWorkers(h, p.Request, r.NNodes, r.NumSlices)
 		return err
 	}
-	plan, err := topology.NewPlan(h, p.Request)
+	plan, err := topology.NewPlan(h, p.Request, topology.World{})
 	if err != nil {
 		return err
 	}

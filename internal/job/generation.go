@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/host"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
@@ -27,14 +26,6 @@ const exitBarrierTimeout = 5 * time.Minute
 // stoppedExchangeSlack is how much longer than the grace period a node that was stopped (a signal, the timeout)
 // waits for the other nodes' outcome: they were told at once, and stop their workers within their grace.
 const stoppedExchangeSlack = 10 * time.Second
-
-// world is what a node of generation g runs: the agreed plan and its place in it.
-type world struct {
-	plan       *topology.Plan
-	nodeRank   int
-	masterAddr string
-	masterPort int
-}
 
 // ended is an attempt that ended, and the controller's count of job-wide causes then (attempt.Controller.StopSeq).
 type ended struct {
@@ -72,9 +63,9 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 			j.ctl.Stop(causeOf(f))
 		}
 	})
-	coll := j.newCollector(w.plan, w.nodeRank)
-	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.plan, NodeRank: w.nodeRank, MasterAddr: w.masterAddr,
-		MasterPort: w.masterPort, Sink: coll, Announce: func(c *attempt.Cause) {
+	coll := j.newCollector(w.Plan, w.NodeRank)
+	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.Plan, NodeRank: w.NodeRank, MasterAddr: w.MasterAddr,
+		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *attempt.Cause) {
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
@@ -95,21 +86,17 @@ func (j *job) announce(s rendezvous.Session, c *attempt.Cause) {
 	}
 }
 
-// agree is this node's part of the world of a: the world plan and the barrier before the start (a world of one
-// is this host's plan).
-func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (world, *attempt.Verdict) {
-	w := world{plan: j.host.Plan, nodeRank: j.host.NodeRank, masterAddr: j.spec.MasterAddr, masterPort: j.spec.MasterPort}
-	if j.spec.Rendezvous.Solo() {
-		return w, nil
-	}
-	j.log.Info("rendezvous agreed", zap.Int("generation", a.Generation), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", a.NNodes),
-		zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
-	plan, err := j.host.WorldPlan(a)
+// agree is this node's part of the world of a: its world (a world of one is this host's plan) and the barrier
+// before the start.
+func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (host.World, *attempt.Verdict) {
+	w, err := j.host.World(a)
 	if err != nil {
 		_ = s.Fail(j.ctl.JobContext(), rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
 		return w, verdictOf(err)
 	}
-	w = world{plan: plan, nodeRank: a.NodeRank, masterAddr: a.MasterAddr, masterPort: a.MasterPort()}
+	if w.Met { // the join's time, where nodes met (a world of one has none to report)
+		j.obs.Emit(spec.Event{Kind: spec.RendezvousDone, Attempt: a.Generation, Rendezvous: j.joined})
+	}
 	ctx := j.ctl.JobContext()
 	if err := s.Barrier(ctx, "start"); err != nil {
 		return w, j.stopVerdict(ctx, "the barrier before the start", verdictOf(rendezvousErr("barrier before the start", err)))
@@ -252,16 +239,16 @@ func (j *job) next(a *rendezvous.Assignment, att *attempt.Attempt, mine, final o
 	}
 	g := a.Generation
 	if failed && j.restartable(g, att) {
-		j.logRestart(g, fv.Node, fv.Code, v.Summary())
+		j.logRestart(a.NNodes, g, fv.Node, fv.Code, v.Summary())
 		return g + 1, nil
 	}
 	return -1, v
 }
 
-// logRestart says that generation g failed (node's worker, code, the verdict) and the next one starts: in a
-// world's words, or on one host in its own (no world, node or generation to speak of).
-func (j *job) logRestart(g, node, code int, verdict string) {
-	if j.spec.Rendezvous.Solo() {
+// logRestart says that generation g of a world of nnodes failed (node's worker, code, the verdict) and the next one
+// starts: in a world's words, or on one node in its own (no world, node or generation to speak of).
+func (j *job) logRestart(nnodes, g, node, code int, verdict string) {
+	if nnodes == 1 {
 		j.log.Warn("a worker failed: restarting the workers", zap.Int("failed_attempt", g), zap.Int("next_attempt", g+1),
 			zap.Int("max_restarts", j.spec.MaxRestarts), zap.Int("code", code), zap.String("verdict", verdict))
 		return
@@ -336,9 +323,7 @@ func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *attem
 		return nil, j.stopVerdict(ctx, "the rendezvous join",
 			verdictOf(rendezvousErr(fmt.Sprintf("join of generation %d (run %s, %s backend)", g, j.spec.RunID, j.spec.Rendezvous.Backend), err)))
 	}
-	if !j.spec.Rendezvous.Solo() { // a world of one does not rendezvous: its join is this host's plan
-		j.obs.Emit(spec.Event{Kind: spec.RendezvousDone, Attempt: g, Rendezvous: time.Since(start)})
-	}
+	j.joined = time.Since(start)
 	return s, nil
 }
 

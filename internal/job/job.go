@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -26,6 +27,7 @@ type job struct {
 
 	host   *host.Prepared      // this host made ready: detected, planned, ports, run directory, preload
 	runner *attempt.Runner     // runs one attempt of this node's workers (once the host is prepared)
+	joined time.Duration       // how long the last join took (reported as the rendezvous time where nodes met)
 	ctl    *attempt.Controller // the one stop controller of the run
 	term   *attempt.Terminal   // the terminal local rank 0 may get; nil without one
 	reaper *proc.Reaper        // the process's reaper, lent to the job (attempt.StartReaping); nil without one

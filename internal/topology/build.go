@@ -47,11 +47,21 @@ func validSplit(k, n int) bool {
 	return k == 1 || k == 2 || k == 4 || k == n
 }
 
-// NewPlan builds the plan for the detected host: one worker per chip by default (per GPU; one on CPU), every
-// worker's device and topology env, validated against the request. Multi-host slices (hosts from env, metadata or
-// req.Hosts) give a plan covering the whole slice. It is pure: TPU_PROCESS_PORTs are base + local rank, and
-// (*Plan).CheckPorts checks them before the start. Errors are *ConfigError.
-func NewPlan(h *Host, req Request) (*Plan, error) {
+// NewPlan is the one way to plan: the plan of the world w for the detected host and the request. The zero World is
+// this host alone, as detected: one worker per chip by default (per GPU; one on CPU), every worker's device and
+// topology env, validated against the request; a multi-host slice (hosts from env, metadata or req.Hosts) gives a
+// plan covering the whole slice. A world of several nodes (what a rendezvous agreed on) is planned as worldPlan
+// says. It is pure: TPU_PROCESS_PORTs are base + local rank, and (*Plan).CheckPorts checks them before the start.
+// Errors are *ConfigError.
+func NewPlan(h *Host, req Request, w World) (*Plan, error) {
+	if !w.Solo() {
+		return worldPlan(h, req, w)
+	}
+	return hostPlan(h, req)
+}
+
+// hostPlan is NewPlan's plan of this host alone.
+func hostPlan(h *Host, req Request) (*Plan, error) {
 	if !req.NProcsSource.IsSet() {
 		req.NProcsSource = Flag("nprocs")
 	}

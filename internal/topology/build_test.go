@@ -47,7 +47,7 @@ func TestNProcsValidation(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("nprocs=%d,spmd=%v", tc.nprocs, tc.spmd), func(t *testing.T) {
 			t.Parallel()
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd}, World{})
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrConfig) || err.Error() != tc.wantErr {
 					t.Fatalf("err =\n  %v\nwant\n  %s", err, tc.wantErr)
@@ -144,7 +144,7 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 			var p *Plan
 			if err == nil {
-				p, err = NewPlan(h, Request{NProcs: tc.nprocs})
+				p, err = NewPlan(h, Request{NProcs: tc.nprocs}, World{})
 			}
 			if tc.wantErr != nil {
 				if !errors.Is(err, ErrConfig) {
@@ -198,7 +198,7 @@ func TestMultiHost(t *testing.T) {
 			if md.total() != 0 {
 				t.Fatalf("metadata asked %d times though env describes the slice", md.total())
 			}
-			p, err := NewPlan(h, Request{})
+			p, err := NewPlan(h, Request{}, World{})
 			must(t, err)
 			if len(p.Nodes) != len(tc.hosts) || len(p.Workers) != 4*len(tc.hosts) {
 				t.Fatalf("nodes %d workers %d", len(p.Nodes), len(p.Workers))
@@ -255,7 +255,7 @@ func TestMultiHostFromMetadata(t *testing.T) {
 	if md.count(KeyTPUEnv) != 1 || md.count(KeyEndpoints) != 1 || md.total() != 2 {
 		t.Errorf("metadata requests %v, want tpu-env and endpoints once each", md.counts)
 	}
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	if got := p.Local(1)[0].Env["CLOUD_TPU_TASK_ID"]; got != "4" || len(p.Workers) != 8 {
 		t.Errorf("CLOUD_TPU_TASK_ID %s, %d workers", got, len(p.Workers))
@@ -284,7 +284,7 @@ func TestMultiHostMismatch(t *testing.T) {
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	if _, err := NewPlan(h, Request{NProcs: 2}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "use 4") {
+	if _, err := NewPlan(h, Request{NProcs: 2}, World{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "use 4") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -295,14 +295,14 @@ func TestSlicePlanFromRendezvous(t *testing.T) {
 	ft := newTree(t).tpu(t, "0x005e", 4)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	p, err := NewPlan(h, Request{Hosts: []string{"10.0.0.7", "10.0.0.9"}, NodeRank: 1})
+	p, err := NewPlan(h, Request{Hosts: []string{"10.0.0.7", "10.0.0.9"}, NodeRank: 1}, World{})
 	must(t, err)
 	w := p.Local(1)[3]
 	if w.Rank != 7 || w.Env["TPU_WORKER_ID"] != "1" || w.Env["CLOUD_TPU_TASK_ID"] != "7" ||
 		!strings.HasPrefix(w.Env["TPU_PROCESS_ADDRESSES"], "10.0.0.7:8476,") || w.Env["TPU_WORKER_HOSTNAMES"] != "10.0.0.7,10.0.0.9" {
 		t.Fatalf("worker %+v", w)
 	}
-	if _, err := NewPlan(h, Request{Hosts: []string{"a", "b", "c"}, NodeRank: 0}); !errors.Is(err, ErrConfig) {
+	if _, err := NewPlan(h, Request{Hosts: []string{"a", "b", "c"}, NodeRank: 0}, World{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("3 hosts for a v4-16: err = %v", err)
 	}
 }
@@ -313,7 +313,7 @@ func TestMegascale(t *testing.T) {
 	env := map[string]string{"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.1", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	for k, v := range env {
 		if p.Workers[5].Env[k] != v {
@@ -332,7 +332,7 @@ func TestPorts(t *testing.T) {
 	busy := l.Addr().(*net.TCPAddr).Port
 
 	h, _ := v5e8(t, map[string]string{"TPU_NUM_DEVICES": "2"})
-	p, err := NewPlan(h, Request{TPUPortBase: busy})
+	p, err := NewPlan(h, Request{TPUPortBase: busy}, World{})
 	must(t, err)
 	if got := p.Workers[0].Env["TPU_PROCESS_PORT"]; got != strconv.Itoa(busy) {
 		t.Fatalf("planned port %s, want the base %d: planning must not probe sockets", got, busy)
@@ -350,7 +350,7 @@ func TestPorts(t *testing.T) {
 	hm, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	pm, err := NewPlan(hm, Request{TPUPortBase: busy})
+	pm, err := NewPlan(hm, Request{TPUPortBase: busy}, World{})
 	must(t, err)
 	err = pm.CheckPorts(0, "/proc", nil)
 	var pe *PortBusyError
@@ -387,7 +387,7 @@ func TestSubsetBoundsAgree(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h, _ := v5e8(t, tc.env)
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs, SPMD: tc.spmd}, World{})
 			must(t, err)
 			env := p.Workers[0].Env
 			for k, want := range map[string]string{"TPU_HOST_BOUNDS": tc.host, "TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb,
@@ -453,7 +453,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			}
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 			must(t, err)
-			p, err := NewPlan(h, Request{NProcs: tc.nprocs})
+			p, err := NewPlan(h, Request{NProcs: tc.nprocs}, World{})
 			if tc.wantErr != "" {
 				if !errors.Is(err, ErrConfig) || !strings.HasPrefix(fmt.Sprint(err), tc.wantErr) {
 					t.Fatalf("err =\n  %v\nwant prefix\n  %s", err, tc.wantErr)
@@ -477,7 +477,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			env["TPU_PROCESS_BOUNDS"] = tc.wantBounds
 			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
 			must(t, err)
-			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs})
+			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs}, World{})
 			must(t, err)
 			if got := p2.Workers[0].Env["TPU_PROCESS_BOUNDS"]; got != tc.wantBounds {
 				t.Errorf("nested TPU_PROCESS_BOUNDS=%q, want %q", got, tc.wantBounds)
@@ -529,7 +529,7 @@ func TestRaySubsetBounds(t *testing.T) {
 				return
 			}
 			must(t, err)
-			p, err := NewPlan(h, Request{SPMD: tc.spmd})
+			p, err := NewPlan(h, Request{SPMD: tc.spmd}, World{})
 			must(t, err)
 			if len(p.Workers) != len(tc.workers) {
 				t.Fatalf("%d workers, want %d", len(p.Workers), len(tc.workers))

@@ -83,7 +83,7 @@ func TestDetectAndPlanSingleHost(t *testing.T) {
 			if got := md.total(); tc.md != nil && got != len(tc.wantMDKeys) {
 				t.Errorf("metadata asked %d times in all (%v), want %d", got, md.counts, len(tc.wantMDKeys))
 			}
-			p, err := NewPlan(h, Request{})
+			p, err := NewPlan(h, Request{}, World{})
 			if err != nil {
 				t.Fatalf("NewPlan: %v", err)
 			}
@@ -198,7 +198,7 @@ func TestDetectAutoPicksDevice(t *testing.T) {
 			if h.Device.V != tc.want || h.Device.Source.Kind != tc.kind {
 				t.Fatalf("device %s from %s, want %s from %s", h.Device.V, h.Device.Source, tc.want, tc.kind)
 			}
-			p, err := NewPlan(h, Request{})
+			p, err := NewPlan(h, Request{}, World{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -113,7 +113,7 @@ func checkFidelity(t *testing.T, fh fidelityHost, mode fidelityMode) {
 	}
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(parent), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: mdURL})
 	must(t, err)
-	plan, err := NewPlan(h, mode.req)
+	plan, err := NewPlan(h, mode.req, World{})
 	must(t, err)
 	node := SoloNode(h, mode.req)
 	local := plan.Local(node)

@@ -93,7 +93,7 @@ func TestGPUEnv(t *testing.T) {
 			h, err := Detect(context.Background(), Options{Device: "gpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev})
 			var p *Plan
 			if err == nil {
-				p, err = NewPlan(h, tc.req)
+				p, err = NewPlan(h, tc.req, World{})
 			}
 			if tc.wantErr != nil {
 				if !errors.Is(err, ErrConfig) {
@@ -136,7 +136,7 @@ func TestGPUWorkersWithJAX(t *testing.T) {
 	ft := h100Tree(t, 4)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	p.SetJAXCoordinator("127.0.0.1:8482")
 	for _, w := range p.Workers {
@@ -163,7 +163,7 @@ func TestCPUOnAGPUHost(t *testing.T) {
 		if err != nil || h.Device.V != CPU || h.Device.Source != Env("CUDA_VISIBLE_DEVICES") {
 			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: device %v, err %v; want cpu from the variable", cvd, h, err)
 		}
-		if p, err := NewPlan(h, Request{NProcs: 3}); err != nil || len(p.Workers) != 3 || p.Device != CPU {
+		if p, err := NewPlan(h, Request{NProcs: 3}, World{}); err != nil || len(p.Workers) != 3 || p.Device != CPU {
 			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: plan %+v, %v", cvd, p, err)
 		}
 	}

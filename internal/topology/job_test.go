@@ -45,7 +45,7 @@ func TestJobLayoutIsOneWorldOverEverySlice(t *testing.T) {
 	if !strings.Contains(b.String(), "job: this host is worker 1 of 2 (env TPU_WORKER_HOSTNAMES) in slice 2 of 3: node 5 of 6; a plain run meets the others at a0.js") {
 		t.Fatalf("doctor does not say where the host stands in the job:\n%s", b.String())
 	}
-	p, err := WorldPlan(v4Host(t, multi), Request{}, w)
+	p, err := NewPlan(v4Host(t, multi), Request{}, w)
 	must(t, err)
 	local := p.Local(5)
 	if len(p.Workers) != 24 || len(local) != 4 || local[0].Rank != 20 {
@@ -128,7 +128,7 @@ func TestAloneIsAOneHostSlice(t *testing.T) {
 	if l, err := h.JobLayout(Request{}); l != nil || err != nil {
 		t.Fatalf("alone, the host still describes a job: %+v %v", l, err)
 	}
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	e := p.Workers[3].Env
 	if len(p.Nodes) != 1 || len(p.Workers) != 4 || e["TPU_ACCELERATOR_TYPE"] != "v4-8" || e["TPU_HOST_BOUNDS"] != "1,1,1" ||

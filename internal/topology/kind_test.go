@@ -112,7 +112,7 @@ func TestKindIsOneFile(t *testing.T) {
 	}
 	opts := Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, ProcRoot: t.TempDir()}
 	h := checkFakeDetected(t, opts)
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	if err != nil || len(p.Workers) != 2 || p.Workers[1].Env["FAKE_VISIBLE_CARD"] != "1" || p.Device != fakeAccel {
 		t.Fatalf("plan %+v, %v: want the fake kind's two workers", p, err)
 	}

@@ -14,7 +14,7 @@ func TestPlanOutput(t *testing.T) {
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "ip0,ip1", "TPU_WORKER_ID": "1"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev})
 	must(t, err)
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	p.Workers[0].Env["HF_TOKEN"] = "hf_abc"
 	p.Workers[0].Env["MEGASCALE_SECRET_KEY"] = "s3cr3t"

@@ -58,7 +58,7 @@ func TestGivenBoundsContradictingTheHost(t *testing.T) {
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_HOST_BOUNDS": "1,1,2"}),
 		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
-	if _, err := NewPlan(h, Request{Hosts: []string{"a", "b", "c", "d"}}); !errors.Is(err, ErrConfig) {
+	if _, err := NewPlan(h, Request{Hosts: []string{"a", "b", "c", "d"}}, World{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("4 agreed hosts for TPU_HOST_BOUNDS=1,1,2: err = %v", err)
 	}
 }
@@ -74,7 +74,7 @@ func TestHostnameOnlyEndpoints(t *testing.T) {
 	if !h.tpu().HostnameEndpoints || h.tpu().TorchXLAMetadata || strings.Join(h.tpu().Hostnames.V, ",") != "t1v-n-w-0,t1v-n-w-1" {
 		t.Fatalf("hosts %v, hostname endpoints %v, torch_xla may read metadata %v", h.tpu().Hostnames.V, h.tpu().HostnameEndpoints, h.tpu().TorchXLAMetadata)
 	}
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	e := p.Local(1)[0].Env
 	if e["TPU_SKIP_MDS_QUERY"] != "true" || e["TPU_WORKER_HOSTNAMES"] != "t1v-n-w-0,t1v-n-w-1" || !strings.HasPrefix(e["TPU_PROCESS_ADDRESSES"], "t1v-n-w-0:8476,") {
@@ -129,7 +129,7 @@ func TestWorkerMetadataMode(t *testing.T) {
 			ft := newTree(t).tpu(t, tc.id, tc.n)
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL})
 			must(t, err)
-			p, err := NewPlan(h, tc.req)
+			p, err := NewPlan(h, tc.req, World{})
 			must(t, err)
 			for _, w := range p.Workers {
 				skip, ok := w.Env["TPU_SKIP_MDS_QUERY"]
@@ -167,7 +167,7 @@ func TestMetadata404OnV3(t *testing.T) {
 	for _, env := range []map[string]string{nil, {"TPU_ACCELERATOR_TYPE": "v3-8"}} {
 		h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 		must(t, err)
-		p, err := NewPlan(h, Request{})
+		p, err := NewPlan(h, Request{}, World{})
 		must(t, err)
 		md := gceMetadata{} // 404 for every key
 		child := tpurunChild(pyEnv(env), p, p.Workers[0])
@@ -214,7 +214,7 @@ func TestOneChipRun(t *testing.T) {
 			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 			must(t, err)
 			req := Request{NProcs: 1}
-			p, err := NewPlan(h, req)
+			p, err := NewPlan(h, req, World{})
 			must(t, err)
 			if len(p.Workers) != 1 || len(p.Nodes) != 1 || SoloNode(h, req) != 0 || len(p.Local(SoloNode(h, req))) != 1 || SoloNodeRank(h) != tc.solo {
 				t.Fatalf("plan %+v, node %d, default node %d", p, SoloNode(h, req), SoloNodeRank(h))
@@ -244,7 +244,7 @@ func TestSingleNamedHost(t *testing.T) {
 	env := map[string]string{"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "v6e-4", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "tpu-job-0-0.tpu-job"}
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
 	must(t, err)
-	p, err := NewPlan(h, Request{})
+	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	want := "localhost:8476,localhost:8477,localhost:8478,localhost:8479"
 	if got := p.Workers[2].Env["TPU_PROCESS_ADDRESSES"]; got != want {
@@ -273,7 +273,7 @@ func TestSetJAXCoordinator(t *testing.T) {
 		}
 	}
 	h, _ := v5e8(t, nil)
-	tp, err := NewPlan(h, Request{})
+	tp, err := NewPlan(h, Request{}, World{})
 	must(t, err)
 	tp.SetJAXCoordinator("10.0.0.1:8482")
 	if _, ok := tp.Workers[0].Env[EnvJAXCoordinator]; ok {

@@ -31,7 +31,7 @@ func TestConfigErrorNamesSourcesOnce(t *testing.T) {
 		{Request{NProcs: 3}, "nprocs 3 is not a valid split of the 4 v4 chips on this host (derived from env TPU_ACCELERATOR_TYPE); use 1, 2 or 4, or leave it unset"},
 		{Request{NProcs: 2, Hosts: []string{"a", "b"}}, "accelerator type v4-8 has 1 hosts but 2 are listed (from env TPU_ACCELERATOR_TYPE; derived from rendezvous); list every host of the slice, or fix the accelerator type"},
 	} {
-		if _, err := NewPlan(h, tc.req); !errors.Is(err, ErrConfig) || err.Error() != tc.want {
+		if _, err := NewPlan(h, tc.req, World{}); !errors.Is(err, ErrConfig) || err.Error() != tc.want {
 			t.Errorf("err =\n  %v\nwant\n  %s", err, tc.want)
 		}
 	}

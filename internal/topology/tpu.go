@@ -233,7 +233,7 @@ func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error
 	for i := range pr.Hosts {
 		pr.Hosts[i] = "node" + strconv.Itoa(i)
 	}
-	p, err := NewPlan(h, pr)
+	p, err := NewPlan(h, pr, World{})
 	if err != nil {
 		return 0, err
 	}
@@ -247,7 +247,7 @@ func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 		return multisliceWorld(h, req, w)
 	}
 	req.Hosts, req.NodeRank = w.addrs(), w.NodeRank
-	return NewPlan(h, req)
+	return NewPlan(h, req, World{})
 }
 
 // soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.

@@ -44,14 +44,11 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
 }
 
-// WorldPlan builds the plan of the agreed world w from this host's detection and request, purely: it opens no
-// socket (ports are checked before the start by (*Plan).CheckPorts). TPU slices are planned per slice (the
-// slice's hosts in node order); CPU and GPU worlds give node n's local rank lr the global rank FirstRank(n)+lr.
-// A multi-slice world gets MEGASCALE_* on every worker.
-func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
-	if w.Solo() {
-		return NewPlan(h, req)
-	}
+// worldPlan builds the plan of the agreed world w (NewPlan's part for a world of several nodes) from this host's
+// detection and request, purely: it opens no socket (ports are checked before the start by (*Plan).CheckPorts).
+// TPU slices are planned per slice (the slice's hosts in node order); CPU and GPU worlds give node n's local rank lr
+// the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
+func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
 		return nil, &ConfigError{Name: SettingNodeRank, Value: strconv.Itoa(w.NodeRank),
 			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
@@ -62,6 +59,34 @@ func WorldPlan(h *Host, req Request, w World) (*Plan, error) {
 	}
 	w.megascale(p)
 	return p, nil
+}
+
+// Spread is the plan of the agreed world w for a ready plan p (one made by hand, not detected): every node of w gets
+// the split of p's node nodeRank, with consecutive global ranks. The zero World is p itself.
+func (p *Plan) Spread(nodeRank int, w World) *Plan {
+	if w.Solo() {
+		return p
+	}
+	local := p.Local(nodeRank)
+	out := &Plan{Device: p.Device}
+	rank := 0
+	for n, node := range w.Nodes {
+		out.Nodes = append(out.Nodes, Node{Rank: n, Host: node.Addr, LocalWorkers: node.LocalWorkers})
+		for lr := 0; lr < node.LocalWorkers; lr++ {
+			out.Workers = append(out.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: localEnv(local, lr)})
+			rank++
+		}
+	}
+	return out
+}
+
+// localEnv is a copy of the env of local rank lr of local (empty past its end).
+func localEnv(local []Worker, lr int) map[string]string {
+	env := map[string]string{}
+	if lr < len(local) {
+		maps.Copy(env, local[lr].Env)
+	}
+	return env
 }
 
 // addrs are the agreed addresses of the nodes in node-rank order (the name where a node gave no address).
@@ -100,7 +125,7 @@ func (perHost) usableNodes(*Host) []string                   { return nil }
 func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
 
 func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
-	p, err := NewPlan(h, req)
+	p, err := NewPlan(h, req, World{})
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +133,7 @@ func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
 }
 
 func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
-	local, err := NewPlan(h, req)
+	local, err := NewPlan(h, req, World{})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +194,7 @@ func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 		}
 	}
 	req.Hosts, req.NodeRank = hosts, sliceRank
-	sp, err := NewPlan(h, req)
+	sp, err := NewPlan(h, req, World{})
 	if err != nil {
 		return nil, err
 	}

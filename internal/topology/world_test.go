@@ -15,7 +15,7 @@ func TestWorldPlanCPU(t *testing.T) {
 	for i, name := range []string{"a", "b", "c"} {
 		w.Nodes = append(w.Nodes, WorldNode{Host: name, Addr: "10.0.0." + string(rune('1'+i)), LocalWorkers: 2, SliceID: i})
 	}
-	p, err := WorldPlan(h, Request{NProcs: 2}, w)
+	p, err := NewPlan(h, Request{NProcs: 2}, w)
 	must(t, err)
 	if len(p.Nodes) != 3 || len(p.Workers) != 6 || p.Nodes[2].Host != "10.0.0.3" {
 		t.Fatalf("%d nodes %d workers (%+v), want 3 and 6", len(p.Nodes), len(p.Workers), p.Nodes)
@@ -35,7 +35,7 @@ func TestWorldPlanCPU(t *testing.T) {
 	if e := p.Workers[5].Env; e["MEGASCALE_SLICE_ID"] != "2" || e["MEGASCALE_NUM_SLICES"] != "3" || e["MEGASCALE_COORDINATOR_ADDRESS"] != "h0" || e["MEGASCALE_PORT"] != "8081" {
 		t.Fatalf("rank 5 megascale env: %v", e)
 	}
-	if _, err := WorldPlan(h, Request{NProcs: 2}, World{Nodes: w.Nodes, NodeRank: 3}); err == nil {
+	if _, err := NewPlan(h, Request{NProcs: 2}, World{Nodes: w.Nodes, NodeRank: 3}); err == nil {
 		t.Fatal("node rank 3 of 3 nodes was accepted")
 	}
 }
@@ -46,7 +46,7 @@ func TestWorldPlanUnevenNodes(t *testing.T) {
 	h, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(nil), SysfsRoot: t.TempDir(), DevRoot: t.TempDir()})
 	must(t, err)
 	w := World{NodeRank: 1, Nodes: []WorldNode{{Host: "a", LocalWorkers: 3}, {Host: "b", LocalWorkers: 1}, {Host: "c", LocalWorkers: 2}}}
-	p, err := WorldPlan(h, Request{NProcs: 1}, w)
+	p, err := NewPlan(h, Request{NProcs: 1}, w)
 	must(t, err)
 	var ranks []int
 	for _, wk := range p.Local(2) {
@@ -54,5 +54,40 @@ func TestWorldPlanUnevenNodes(t *testing.T) {
 	}
 	if len(p.Workers) != 6 || !slices.Equal(ranks, []int{4, 5}) || p.Local(1)[0].Rank != 3 {
 		t.Fatalf("workers %+v", p.Workers)
+	}
+}
+
+// TestSpreadGivesEveryNodeTheSplit: a ready plan (made by hand, not detected) spread over an agreed world gives
+// every node its agreed number of workers with consecutive global ranks and the split (env) of the plan's node;
+// the zero World is the plan itself.
+func TestSpreadGivesEveryNodeTheSplit(t *testing.T) {
+	p, err := CPUPlan(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Workers[1].Env["MARK"] = "second"
+	if got := p.Spread(0, World{}); got != p {
+		t.Fatal("the zero World is not the plan itself")
+	}
+	w := World{NodeRank: 1, Nodes: []WorldNode{{Host: "a", Addr: "10.0.0.1", LocalWorkers: 2}, {Host: "b", Addr: "10.0.0.2", LocalWorkers: 3}}}
+	got := p.Spread(0, w)
+	if len(got.Workers) != 5 || len(got.Nodes) != 2 || got.Nodes[1].Host != "10.0.0.2" {
+		t.Fatalf("spread over 2+3 workers: %d workers, nodes %+v", len(got.Workers), got.Nodes)
+	}
+	for i, wk := range got.Workers {
+		node, lr := 0, i
+		if i >= 2 {
+			node, lr = 1, i-2
+		}
+		if wk.Rank != i || wk.NodeRank != node || wk.LocalRank != lr || len(wk.Replicas) != 1 || wk.Replicas[0] != i {
+			t.Errorf("worker %d: %+v", i, wk)
+		}
+		if want := map[int]string{1: "second"}[lr]; wk.Env["MARK"] != want {
+			t.Errorf("worker %d (local rank %d): MARK=%q, want %q (its local rank's env in the plan)", i, lr, wk.Env["MARK"], want)
+		}
+	}
+	got.Workers[1].Env["MARK"] = "changed"
+	if p.Workers[1].Env["MARK"] != "second" {
+		t.Error("the spread plan shares its env maps with the ready plan")
 	}
 }

@@ -164,7 +164,7 @@ func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (*topology.Hos
 	if perCPU && h.Device.V.Kind().PerCore() {
 		req.NProcs = runtime.NumCPU()
 	}
-	plan, err := topology.NewPlan(h, req)
+	plan, err := topology.NewPlan(h, req, topology.World{})
 	if err != nil {
 		return h, nil, err
 	}
