@@ -11,6 +11,7 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/static"
 )
 
 // NoRunID is torchrun's run id of a multi-host job given none ("none"): every node of a world must have the same.
@@ -72,7 +73,7 @@ func (j *job) discover() error {
 	if r.Solo() || r.NodeRank < 0 { // a world of one has no rank to give (0 and -1 alike): the layout's
 		r.NodeRank = l.NodeRank()
 	}
-	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = rendezvous.BackendStatic, l.NNodes(), 0, true
+	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = static.Name, l.NNodes(), 0, true
 	r.NumSlices, r.SliceID = l.Slices, l.SliceID
 	if r.RunID == "" && j.spec.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
 		j.spec.RunID, j.spec.randomRunID = NoRunID, false
@@ -99,7 +100,7 @@ func (r RendezvousSpec) laidOutByHost() bool {
 		return r.NNodes <= 1 && r.NodeRank <= 0
 	}
 	conf, _ := rendezvous.ParseConf(r.Conf)
-	return r.Backend == rendezvous.BackendStatic && r.Endpoint == "" && conf["hosts"] == ""
+	return r.Backend == static.Name && r.Endpoint == "" && conf["hosts"] == ""
 }
 
 // rendezvousPort is the port of an endpoint laid out from a host list: the port option, else the default.

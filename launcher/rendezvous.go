@@ -16,6 +16,11 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
+
+	// The rendezvous backends tpurun links, each registering itself with package rendezvous: the one list.
+	_ "tpurun/rendezvous/etcd"
+	_ "tpurun/rendezvous/static"
+	_ "tpurun/rendezvous/tcp"
 )
 
 // RendezvousSpec says how this launcher meets the other nodes of a multi-host job. The zero value (no backend) is

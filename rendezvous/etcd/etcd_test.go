@@ -1,0 +1,36 @@
+package etcd
+
+import (
+	"testing"
+
+	"tpurun/internal/testutil/etcdtest"
+	"tpurun/internal/testutil/rdzvtest"
+	"tpurun/rendezvous"
+)
+
+// newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
+func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *rdzvtest.Cluster {
+	c := rdzvtest.NewCluster(t, Name, n)
+	c.Endpoint = ec.Endpoint()
+	c.Prefix = "/test/" + t.Name() + "/"
+	return c
+}
+
+// lossHeartbeat is the heartbeat of the etcd tests that wait for a dead node's lease to run out: a lease lives two
+// heartbeats, so half the default keeps that wait at the default heartbeat (5 s), renewed as often as before.
+const lossHeartbeat = rendezvous.DefaultHeartbeat / 2
+
+// TestEtcdForming runs the scenarios of how this backend forms a world (chunks, the counting node, departures, a
+// stalled node) against one real 3-member etcd cluster; the rendezvous package's TestEtcd runs the scenarios
+// every backend shares.
+func TestEtcdForming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("etcd cluster: not in -short")
+	}
+	ec := etcdtest.Start(t, 3) // heavy: takes the slot for the whole test
+	t.Run("AgreedWorld/Chunked", func(t *testing.T) { testChunkedWorld(t, newEtcdCluster(t, ec, 8)) })
+	t.Run("CounterGone", func(t *testing.T) { testCounterGone(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("CounterRetires", func(t *testing.T) { testCounterRetires(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
+}
