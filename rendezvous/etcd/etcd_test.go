@@ -5,7 +5,6 @@ import (
 
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/internal/testutil/rdzvtest"
-	"tpurun/rendezvous"
 )
 
 // newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
@@ -15,10 +14,6 @@ func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *rdzvtest.Cluster
 	c.Prefix = "/test/" + t.Name() + "/"
 	return c
 }
-
-// lossHeartbeat is the heartbeat of the etcd tests that wait for a dead node's lease to run out: a lease lives two
-// heartbeats, so half the default keeps that wait at the default heartbeat (5 s), renewed as often as before.
-const lossHeartbeat = rendezvous.DefaultHeartbeat / 2
 
 // TestEtcdForming runs the scenarios of how this backend forms a world (chunks, the counting node, departures, a
 // stalled node) against one real 3-member etcd cluster; the rendezvous package's TestEtcd runs the scenarios
