@@ -88,6 +88,14 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 		}
 	}
+	out = append(out, backendViolations(imports)...)
+	slices.Sort(out)
+	return out
+}
+
+// backendViolations lists "pkg (file) imports X: why" for every backendRules rule an import of code breaks.
+func backendViolations(imports map[[2]string][]string) []string {
+	var out []string
 	for key, list := range imports {
 		dir, file := key[0], key[1]
 		for _, r := range backendRules {
@@ -101,7 +109,6 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 		}
 	}
-	slices.Sort(out)
 	return out
 }
 

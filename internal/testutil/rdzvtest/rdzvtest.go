@@ -174,6 +174,24 @@ func (c *Cluster) MustJoin() {
 // CheckWorld asserts that every node holds the same world, with distinct ranks 0..n-1.
 func (c *Cluster) CheckWorld() {
 	c.t.Helper()
+	ref := c.sameWorld()
+	if ref.WorldSize != 4*c.N || len(ref.Nodes) != c.N || ref.NNodes != c.N || ref.RunID != "run-1" || ref.Accelerator != "v4-32" {
+		c.t.Fatalf("world %+v", ref)
+	}
+	for r, nd := range ref.AllNodes() {
+		if nd.Rank != r || nd.FirstRank != 4*r || nd.LocalWorkers != 4 {
+			c.t.Fatalf("node %d in world: %+v", r, nd)
+		}
+	}
+	if ref.MasterAddr != "127.0.0.1" || ref.MasterPort() <= 0 || ref.Ports[rendezvous.PortCoordinator] <= 0 {
+		c.t.Fatalf("master %s ports %v", ref.MasterAddr, ref.Ports)
+	}
+}
+
+// sameWorld asserts that every node holds itself at a distinct rank in the same world, and returns that world (as
+// node rank 0 sees it).
+func (c *Cluster) sameWorld() *rendezvous.Assignment {
+	c.t.Helper()
 	seen := map[int]bool{}
 	var ref *rendezvous.Assignment
 	for i, s := range c.Sess {
@@ -194,17 +212,7 @@ func (c *Cluster) CheckWorld() {
 			c.t.Fatalf("node %d disagrees:\n%+v\nwant\n%+v", i, a, ref)
 		}
 	}
-	if ref.WorldSize != 4*c.N || len(ref.Nodes) != c.N || ref.NNodes != c.N || ref.RunID != "run-1" || ref.Accelerator != "v4-32" {
-		c.t.Fatalf("world %+v", ref)
-	}
-	for r, nd := range ref.AllNodes() {
-		if nd.Rank != r || nd.FirstRank != 4*r || nd.LocalWorkers != 4 {
-			c.t.Fatalf("node %d in world: %+v", r, nd)
-		}
-	}
-	if ref.MasterAddr != "127.0.0.1" || ref.MasterPort() <= 0 || ref.Ports[rendezvous.PortCoordinator] <= 0 {
-		c.t.Fatalf("master %s ports %v", ref.MasterAddr, ref.Ports)
-	}
+	return ref
 }
 
 // RdzvErr asserts err is an *Error of kind and returns it.
