@@ -24,10 +24,11 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # built with -race already; a separate go vet would compile every package and dependency a second time (about 200
 # CPU-seconds of a 2-core CI machine's cold build).
 #
-# The CPU-host port of PyTorch's launcher tests (CPU-bound, outside the heavy slot) and the rendezvous tests (mostly
-# waits: etcd's elections, timeouts) are named first: go test starts packages in the order given, so those waits
+# The CPU-host port of PyTorch's launcher tests (CPU-bound, outside the heavy slot) and the rendezvous tests (the
+# API's scenarios on every backend, etcd's own, the tcp server's attacks; mostly waits: etcd's elections, timeouts)
+# are named first: go test starts packages in the order given, so those waits
 # overlap CPU-bound work instead of running alone at the end.
-FIRST     := ./cmd/tpurun/porttest ./rendezvous ./cmd/tpurun
+FIRST     := ./cmd/tpurun/porttest ./rendezvous ./rendezvous/etcd ./rendezvous/tcp ./cmd/tpurun
 test: ## run every test (race detector on, every go vet check), as CI does
 	$(GO) test -race -vet=all -count=1 -timeout 20m $(FIRST) $(PKGS)
 

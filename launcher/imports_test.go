@@ -55,6 +55,21 @@ var aboveRules = []struct{ pkg, forbidden, why string }{
 	{"launcher", "tpurun/cmd/tpurun/internal/summary", "the summary shows what the launcher reports; the launcher does not print"},
 }
 
+// backendRules keep the rendezvous API apart from its backends, in code (a test of the API runs it on the backends,
+// which it imports so that they register): the API and its agreement core import none of them, and a backend
+// imports the API and the backend it meets on (static: tcp's server), nothing of the launcher's internals. Each
+// rule is for the package pkg alone, not those under it.
+var backendRules = []struct{ pkg, forbidden, why string }{
+	{"rendezvous", "tpurun/rendezvous/", "the rendezvous API imports none of its backends: they register themselves"},
+	{"rendezvous/tcp", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
+	{"rendezvous/static", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
+	{"rendezvous/etcd", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
+	{"rendezvous/tcp", "tpurun/rendezvous/static", "static meets on tcp's server, not the other way round"},
+	{"rendezvous/tcp", "tpurun/rendezvous/etcd", "one rendezvous backend does not import another"},
+	{"rendezvous/etcd", "tpurun/rendezvous/tcp", "one rendezvous backend does not import another"},
+	{"rendezvous/etcd", "tpurun/rendezvous/static", "one rendezvous backend does not import another"},
+}
+
 // violations lists "pkg (file) imports X: why" for every rule an import breaks. imports maps a package directory
 // (relative to the module root, slash-separated) and file name to the file's imports.
 func violations(imports map[[2]string][]string, tests bool) []string {
@@ -79,7 +94,27 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 		}
 	}
+	out = append(out, backendViolations(imports)...)
 	slices.Sort(out)
+	return out
+}
+
+// backendViolations lists "pkg (file) imports X: why" for every backendRules rule an import of code breaks.
+func backendViolations(imports map[[2]string][]string) []string {
+	var out []string
+	for key, list := range imports {
+		dir, file := key[0], key[1]
+		for _, r := range backendRules {
+			if dir != r.pkg || strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			for _, imp := range list {
+				if imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden) {
+					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
+				}
+			}
+		}
+	}
 	return out
 }
 
@@ -148,8 +183,13 @@ func TestImportRules(t *testing.T) {
 		{"cmd/tpurun/internal/summary", "x.go"}: {"tpurun/internal/results"},            // allowed: main's rules are main's
 		{"launcher", "x_test.go"}:               {"tpurun/internal/testutil"},           // allowed
 		{"internal/testutil/etcdtest", "x.go"}:  {"tpurun/internal/testutil"},           // allowed: test plumbing
+		{"rendezvous", "x_test.go"}:             {"tpurun/launcher"},
+		{"rendezvous", "y.go"}:                  {"tpurun/rendezvous/tcp"},
+		{"rendezvous", "y_test.go"}:             {"tpurun/rendezvous/tcp", "tpurun/internal/testutil/rdzvtest"}, // allowed
+		{"rendezvous/etcd", "x.go"}:             {"tpurun/internal/failure", "tpurun/rendezvous/tcp", "tpurun/rendezvous"},
+		{"rendezvous/static", "x.go"}:           {"tpurun/rendezvous/tcp"}, // allowed
 	}
-	if v := violations(planted, true); len(v) != 11 {
-		t.Errorf("planted violations found: %d, want 11:\n%s", len(v), strings.Join(v, "\n"))
+	if v := violations(planted, true); len(v) != 14 {
+		t.Errorf("planted violations found: %d, want 14:\n%s", len(v), strings.Join(v, "\n"))
 	}
 }

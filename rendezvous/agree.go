@@ -1,5 +1,8 @@
 package rendezvous
 
+// The agreement core, shared by the backends that form a world of several nodes (tcp's server, etcd's counting
+// node): ranks, the checks every node must pass, the world laid out and each node's share of it. For backends.
+
 import (
 	"bytes"
 	"encoding/json"
@@ -10,18 +13,19 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"time"
 )
 
-// assignRanks gives requested ranks to their requesters and the free ranks to the others, ordered by slice then
+// AssignRanks gives requested ranks to their requesters and the free ranks to the others, ordered by slice then
 // arrival. members are in arrival order; the result is the rank of each.
-func assignRanks(members []Member, nnodes int) ([]int, error) {
+func AssignRanks(members []Member, nnodes int) ([]int, error) {
 	ranks := make([]int, len(members))
 	taken := map[int]int{}
 	for i, m := range members {
 		ranks[i] = -1
 		if m.Rank >= 0 {
 			if j, ok := taken[m.Rank]; ok {
-				return nil, newError(ErrDuplicateNode, fmt.Sprintf("node rank %d requested twice", m.Rank), m.ref(m.Rank), members[j].ref(m.Rank))
+				return nil, NewError(ErrDuplicateNode, fmt.Sprintf("node rank %d requested twice", m.Rank), m.Ref(m.Rank), members[j].Ref(m.Rank))
 			}
 			taken[m.Rank] = i
 			ranks[i] = m.Rank
@@ -48,17 +52,17 @@ func assignRanks(members []Member, nnodes int) ([]int, error) {
 	return ranks, nil
 }
 
-// agree checks that every member agrees on run id, accelerator type, workers per node (unless every member
+// Agree checks that every member agrees on run id, accelerator type, workers per node (unless every member
 // accepts uneven worlds) and slice count: otherwise a *MismatchError names the setting, each value and the nodes
 // that gave it (the odd ones: those that differ from the most common value).
-func agree(members []Member, ranks []int, gen int) error {
+func Agree(members []Member, ranks []int, gen int) error {
 	for _, f := range agreeFields(members) {
 		vals := make([]string, len(members))
 		refs := make([]NodeRef, len(members))
 		for i, m := range members {
-			vals[i], refs[i] = f.val(m), m.ref(ranks[i])
+			vals[i], refs[i] = f.val(m), m.Ref(ranks[i])
 		}
-		if err := disagreement(f.name, gen, vals, refs); err != nil {
+		if err := Disagreement(f.name, gen, vals, refs); err != nil {
 			return err
 		}
 	}
@@ -117,9 +121,9 @@ func (e *MismatchError) Odd() []NodeRef {
 	return out
 }
 
-// disagreement is nil when every node gave the same value of setting, else the *MismatchError naming each value
+// Disagreement is nil when every node gave the same value of setting, else the *MismatchError naming each value
 // and who gave it. vals[i] is the value refs[i] gave.
-func disagreement(setting string, gen int, vals []string, refs []NodeRef) *MismatchError {
+func Disagreement(setting string, gen int, vals []string, refs []NodeRef) *MismatchError {
 	var out []SettingValue
 	at := map[string]int{}
 	for i, v := range vals {
@@ -174,20 +178,20 @@ func agreeFields(members []Member) []agreeField {
 	return fields
 }
 
-// agreed is a world as the one who agrees it sees it: every node in rank order, computed once; each node receives
+// Agreed is a world as the one who agrees it sees it: every node in rank order, computed once; each node receives
 // its share of it (share).
-type agreed struct {
-	all   Assignment // what every node shares: NodeRank -1, Nodes nil
+type Agreed struct {
+	All   Assignment // what every node shares: NodeRank -1, Nodes nil
 	nodes []Node     // every node, by rank
 	// fixed: every node runs a fixed slice's share (no member accepts uneven worlds: TPU hosts), so a node needs the
 	// names and addresses of its slice's nodes; else only its own.
 	fixed bool
 }
 
-// agreeWorld lays out the world of members with their agreed ranks: node 0's run id, ports and address are the
+// AgreeWorld lays out the world of members with their agreed ranks: node 0's run id, ports and address are the
 // world's; the coordinator of a multislice job is the first node of slice 0.
-func agreeWorld(members []Member, ranks []int) *agreed {
-	w := &agreed{nodes: make([]Node, len(members)), fixed: true}
+func AgreeWorld(members []Member, ranks []int) *Agreed {
+	w := &Agreed{nodes: make([]Node, len(members)), fixed: true}
 	var m0 Member
 	for i, m := range members {
 		r := ranks[i]
@@ -220,18 +224,18 @@ func agreeWorld(members []Member, ranks []int) *agreed {
 	if p := ports[PortMegascale]; p != 0 && mega != "" {
 		mega = net.JoinHostPort(mega, fmt.Sprint(p))
 	}
-	w.all = Assignment{NodeRank: -1, RunID: m0.RunID, Generation: m0.Generation, Accelerator: m0.Accelerator, NNodes: len(w.nodes),
+	w.All = Assignment{NodeRank: -1, RunID: m0.RunID, Generation: m0.Generation, Accelerator: m0.Accelerator, NNodes: len(w.nodes),
 		WorldSize: first, NumSlices: max(m0.NumSlices, 1), MasterAddr: m0.Addr, Ports: ports, MegascaleCoordinator: mega, Layout: layout}
 	return w
 }
 
-// share is node rank's share of w: what every node shares, and the nodes it needs by name (its slice's in a world
+// Share is node rank's share of w: what every node shares, and the nodes it needs by name (its slice's in a world
 // of fixed slices, else itself). named: every node knows the nodes' names and addresses from the same host list
 // (a static world named by it), so the share leaves them out and the receiver fills them in (nameFrom).
-func (w *agreed) share(rank int, named bool) *Assignment {
-	a := w.all
+func (w *Agreed) Share(rank int, named bool) *Assignment {
+	a := w.All
 	a.NodeRank = rank
-	a.Ports = maps.Clone(w.all.Ports)
+	a.Ports = maps.Clone(w.All.Ports)
 	switch {
 	case named && w.fixed:
 		a.Nodes = nil
@@ -244,7 +248,7 @@ func (w *agreed) share(rank int, named bool) *Assignment {
 }
 
 // slice is the nodes of slice id, in rank order.
-func (w *agreed) slice(id int) []Node {
+func (w *Agreed) slice(id int) []Node {
 	var out []Node
 	for _, n := range w.nodes {
 		if n.SliceID == id {
@@ -254,15 +258,15 @@ func (w *agreed) slice(id int) []Node {
 	return out
 }
 
-// namedBy reports whether hosts names every node of w by rank, as a static world's host list does (a member
+// NamedBy reports whether hosts names every node of w by rank, as a static world's host list does (a member
 // without a name of its own takes hosts[rank] as name and address).
-func (w *agreed) namedBy(hosts []string) bool {
-	return w.namedBySum(hostsSum(hosts))
+func (w *Agreed) NamedBy(hosts []string) bool {
+	return w.NamedBySum(HostsSum(hosts))
 }
 
-// namedBySum reports whether the host list whose sum is sum (hostsSum) names every node of w by rank: the server
+// NamedBySum reports whether the host list whose sum is sum (hostsSum) names every node of w by rank: the server
 // checks the list every node names without receiving it.
-func (w *agreed) namedBySum(sum string) bool {
+func (w *Agreed) NamedBySum(sum string) bool {
 	if sum == "" {
 		return false
 	}
@@ -273,16 +277,16 @@ func (w *agreed) namedBySum(sum string) bool {
 		}
 		hosts[r] = n.Host
 	}
-	return hostsSum(hosts) == sum
+	return HostsSum(hosts) == sum
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// hostsSum is what a join carries instead of the host list: its length and CRC-32C ("4096:1b2c3d4e"), "" for no
+// HostsSum is what a join carries instead of the host list: its length and CRC-32C ("4096:1b2c3d4e"), "" for no
 // list. It checks that every node names the nodes from the same list, at the cost of reading it (a list of
 // 4096 pod names is about 100 KiB: what 4096 joins would have carried each). It is no defence: a node holding the
 // token is trusted.
-func hostsSum(hosts []string) string {
+func HostsSum(hosts []string) string {
 	if len(hosts) == 0 {
 		return ""
 	}
@@ -307,13 +311,13 @@ func hostsSum(hosts []string) string {
 	return fmt.Sprintf("%d:%08x", len(hosts), crc32.Update(sum, castagnoli, b))
 }
 
-// shares is every node's share of an agreed world, encoded once (JSON) for the server's replies: the part every
+// Shares is every node's share of an agreed world, encoded once (JSON) for the server's replies: the part every
 // node shares (common), and the nodes part of each slice of a world of fixed slices. A node's share is then
 // `{"node_rank":R,` common nodes tail, where nodes is its slice's part, its own node (a world of CPU or GPU hosts),
 // or null (named). Encoding a share per node would cost the server O(nodes) per node in a world of one slice,
 // and re-encode the common part as many times as there are nodes.
-type shares struct {
-	w      *agreed
+type Shares struct {
+	w      *Agreed
 	named  bool
 	common []byte         // the fields between node_rank and nodes, each with its comma: `"run_id":"r",...,`
 	tail   []byte         // what follows nodes: `}`
@@ -323,10 +327,10 @@ type shares struct {
 // nodesKey is the JSON key of Assignment.Nodes, the last field; node_rank is the first.
 const nodesKey = `"nodes":`
 
-// encode lays out every node's share of w, encoded once (see shares).
-func (w *agreed) encode(named bool) *shares {
-	sh := &shares{w: w, named: named}
-	all := w.all
+// Encode lays out every node's share of w, encoded once (see shares).
+func (w *Agreed) Encode(named bool) *Shares {
+	sh := &Shares{w: w, named: named}
+	all := w.All
 	all.NodeRank, all.Nodes = 0, nil
 	b, err := json.Marshal(&all)
 	head := []byte(`{"node_rank":0,`)
@@ -351,11 +355,14 @@ func (w *agreed) encode(named bool) *shares {
 	return sh
 }
 
-// value is node rank's share as JSON, in parts: its own (node_rank, its nodes) around those encoded once for
+// InParts reports whether the shares are laid out in parts (Value), as they are unless encoding failed.
+func (sh *Shares) InParts() bool { return sh.common != nil }
+
+// Value is node rank's share as JSON, in parts: its own (node_rank, its nodes) around those encoded once for
 // every node (common, the slice's nodes, tail).
-func (sh *shares) value(rank int) [][]byte {
+func (sh *Shares) Value(rank int) [][]byte {
 	if sh.common == nil { // not laid out in parts: the share encoded whole
-		b, err := json.Marshal(sh.w.share(rank, sh.named))
+		b, err := json.Marshal(sh.w.Share(rank, sh.named))
 		if err != nil {
 			b = []byte("null")
 		}
@@ -373,9 +380,9 @@ func (sh *shares) value(rank int) [][]byte {
 	return [][]byte{fmt.Appendf(nil, `{"node_rank":%d,`, rank), sh.common, []byte(nodesKey), nodes, sh.tail}
 }
 
-// nameFrom fills in the nodes of a's slice from the host list that names every node by rank, when the share left
+// NameFrom fills in the nodes of a's slice from the host list that names every node by rank, when the share left
 // them out (agreed.share with named).
-func (a *Assignment) nameFrom(hosts []string) {
+func (a *Assignment) NameFrom(hosts []string) {
 	if len(a.Nodes) > 0 || len(hosts) != a.NNodes {
 		return
 	}
@@ -390,4 +397,46 @@ func (a *Assignment) nameFrom(hosts []string) {
 			a.Nodes = append(a.Nodes, n)
 		}
 	}
+}
+
+// Missing is the ErrMissingNodes error of generation gen, a world of min..nnodes nodes whose join ended after waited
+// with only the members arrived: it names the ranks no member claimed (with their hosts when a host list names
+// the nodes), and who arrived. For backends.
+func Missing(gen, min, nnodes int, arrived []Member, hosts []string, waited time.Duration) error {
+	claimed := map[int]bool{}
+	var names []string
+	anyRank := 0
+	for _, m := range arrived {
+		if m.Rank >= 0 {
+			claimed[m.Rank] = true
+		} else {
+			anyRank++
+		}
+		names = append(names, m.Ref(m.Rank).String())
+	}
+	var nodes []NodeRef
+	for r := 0; r < min; r++ {
+		if claimed[r] {
+			continue
+		}
+		if anyRank > 0 {
+			anyRank--
+			continue
+		}
+		n := NodeRef{Rank: r}
+		if r < len(hosts) {
+			n.Host = hosts[r]
+		}
+		nodes = append(nodes, n)
+	}
+	return NewError(ErrMissingNodes, fmt.Sprintf("generation %d: %d of %s nodes arrived within %s (arrived: %s); start tpurun on the missing nodes or raise the join timeout",
+		gen, len(arrived), SizeRange(min, nnodes), waited.Round(time.Millisecond), shortList(names, 16)), nodes...)
+}
+
+// shortList joins the first n of l, and says how many more there are.
+func shortList(l []string, n int) string {
+	if len(l) <= n {
+		return strings.Join(l, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(l[:n], ", "), len(l)-n)
 }

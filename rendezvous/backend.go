@@ -2,14 +2,19 @@ package rendezvous
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// Backend is one kind of rendezvous: torchrun's static, tcp (c10d) and etcd, and the world of one. It says what it
-// asks of its caller and what it promises, so that a caller decides by asking it, never by its name. Lookup finds
-// one by name; New opens the one Config.Backend names.
+// Backend is one kind of rendezvous: torchrun's static, tcp (c10d) and etcd, each a package under this one that
+// registers itself (Register), and the world of one. It says what it asks of its caller and what it promises, so
+// that a caller decides by asking it, never by its name. Lookup finds one by name; New opens the one Config.Backend
+// names.
 type Backend interface {
 	// Solo reports whether the backend is the world of one: this node alone, known before any join, with no other
 	// node and no store. Every join agrees at once, the barrier is open, the exchange returns what this node
@@ -26,40 +31,100 @@ type Backend interface {
 	// several nodes without one.
 	NeedsHosts(cfg *Config) bool
 
-	// namesNodes reports whether, under cfg, Join names a member without a host after its entry in the host list
+	// The methods below are for Rendezvous, not for its callers: they ask them of the Rendezvous.
+
+	// NamesNodes reports whether, under cfg, Join names a member without a host after its entry in the host list
 	// (static without an endpoint).
-	namesNodes(cfg *Config) bool
-	// hostsServer reports whether the nodes meet on the embedded server (static, tcp), whose token is theirs.
-	hostsServer() bool
-	// port is the port an endpoint given without one gets.
-	port() int
-	// open prepares the backend for r (its Config and logger). linger: how long a closed job stays learnable
-	// after its last node (the hosted server waits for connected nodes that long at most; etcd keeps the job's
-	// keys that long).
-	open(ctx context.Context, r *Rendezvous, linger time.Duration) error
+	NamesNodes(cfg *Config) bool
+	// HostsServer reports whether the nodes meet on the embedded server (static, tcp), whose token is theirs.
+	HostsServer() bool
+	// Port is the port an endpoint given without one gets.
+	Port() int
+	// Open prepares the backend under cfg (which it may complete: a static world's node count) and returns the
+	// store a Rendezvous joins through. linger: how long a closed job stays learnable after its last node (the
+	// hosted server waits for connected nodes that long at most; etcd keeps the job's keys that long).
+	Open(ctx context.Context, cfg *Config, log *zap.Logger, linger time.Duration) (Store, error)
 }
 
-// store is an open backend: what a Rendezvous enters each generation through.
-type store interface {
-	join(ctx context.Context, m Member, log *zap.Logger) (Session, error)
-	close() error
+// Store is an open backend: what a Rendezvous enters each generation through. A backend implements it; callers
+// use Rendezvous.
+type Store interface {
+	// Join enters one generation with m, completed and checked by Rendezvous.Join.
+	Join(ctx context.Context, m Member, log *zap.Logger) (Session, error)
+	// Endpoint is the address of the server this node talks to (tcp, static), or the etcd endpoints.
+	Endpoint() string
+	// Hosts is the host list that names the nodes by rank, when the store has one (static).
+	Hosts() []string
+	// Close releases the store (see Rendezvous.Close).
+	Close() error
 }
 
-// backends are the backends by name, torchrun's aliases included; "" is the world of one.
-var backends = map[string]Backend{
-	"":            soloBackend{},
-	BackendStatic: staticBackend{},
-	BackendTCP:    tcpBackend{},
-	"c10d":        tcpBackend{},
-	BackendEtcd:   etcdBackend{},
-	"etcd-v2":     etcdBackend{},
+// Registration is one backend as it registers itself: its name, torchrun's other names for it, and the backend.
+type Registration struct {
+	Name    string
+	Aliases []string
+	Backend Backend
 }
 
-// Lookup is the backend named name: BackendStatic, BackendTCP (alias "c10d"), BackendEtcd (alias "etcd-v2"), or
-// "" for the world of one. An unknown name is an *Error matching ErrConfig with Field FieldBackend.
+var registry = struct {
+	sync.RWMutex
+	byName map[string]Backend // names and aliases; "" is the world of one
+	list   []Registration     // sorted by Name
+}{byName: map[string]Backend{"": soloBackend{}}}
+
+// Register adds a backend under its name and aliases: each backend package calls it from its init, and the
+// launcher imports the backends it links (launcher/rendezvous.go). A name taken twice panics: a programming error.
+func Register(r Registration) {
+	registry.Lock()
+	defer registry.Unlock()
+	names := append([]string{r.Name}, r.Aliases...)
+	for _, n := range names {
+		if _, dup := registry.byName[n]; dup {
+			panic(fmt.Sprintf("rendezvous: backend %q registered twice", n))
+		}
+	}
+	for _, n := range names {
+		registry.byName[n] = r.Backend
+	}
+	r.Aliases = slices.Clone(r.Aliases)
+	i, _ := slices.BinarySearchFunc(registry.list, r.Name, func(x Registration, n string) int { return strings.Compare(x.Name, n) })
+	registry.list = slices.Insert(registry.list, i, r)
+}
+
+// Backends are the registered backends, by name.
+func Backends() []Registration {
+	registry.RLock()
+	defer registry.RUnlock()
+	return slices.Clone(registry.list)
+}
+
+// Names says the registered backends in words, for help text and messages: "etcd (etcd-v2), static or tcp (c10d)".
+func Names() string {
+	var names []string
+	for _, r := range Backends() {
+		n := r.Name
+		if len(r.Aliases) > 0 {
+			n += " (" + strings.Join(r.Aliases, ", ") + ")"
+		}
+		names = append(names, n)
+	}
+	switch len(names) {
+	case 0:
+		return "none"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// Lookup is the backend named name, a registered name or alias (Backends), or "" for the world of one. An unknown
+// name is an *Error matching ErrConfig with Field FieldBackend.
 func Lookup(name string) (Backend, error) {
-	if b, ok := backends[name]; ok {
+	registry.RLock()
+	b, ok := registry.byName[name]
+	registry.RUnlock()
+	if ok {
 		return b, nil
 	}
-	return nil, configError(FieldBackend, name, "unknown; use static, tcp or etcd")
+	return nil, ConfigError(FieldBackend, name, "unknown; use "+Names())
 }

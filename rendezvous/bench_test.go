@@ -1,4 +1,4 @@
-package rendezvous
+package rendezvous_test
 
 import (
 	"bufio"
@@ -14,6 +14,11 @@ import (
 	"time"
 
 	"tpurun/internal/testutil/etcdtest"
+	"tpurun/internal/testutil/rdzvtest"
+	"tpurun/rendezvous"
+	"tpurun/rendezvous/etcd"
+	"tpurun/rendezvous/static"
+	"tpurun/rendezvous/tcp"
 )
 
 // The pod-scale benchmarks simulate every node of a world in this one process, through the public API (New, Join,
@@ -22,7 +27,7 @@ import (
 // cmd/tpurun-bench runs them for make bench (measureRendezvous).
 
 // benchNode is how one simulated node is set up: its configuration and what it brings to the join.
-type benchNode func(i int) (Config, Member)
+type benchNode func(i int) (rendezvous.Config, rendezvous.Member)
 
 // benchWorld joins n simulated nodes (goroutines) and has them all pass one barrier; it returns when every node
 // has its assignment and the barrier is done, and closes everything.
@@ -56,20 +61,20 @@ func (st *benchStats) report(b *testing.B) {
 }
 
 // formWorld creates n nodes (node 0 first: it hosts the server), joins them concurrently and passes one barrier.
-func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*Rendezvous, []Session) {
+func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*rendezvous.Rendezvous, []rendezvous.Session) {
 	needFiles(b, 2*n+256) // a client and a server end per node
 	before := listenDrops()
 	ctx := context.Background()
-	rs := make([]*Rendezvous, n)
+	rs := make([]*rendezvous.Rendezvous, n)
 	for i := range n {
 		cfg, _ := node(i)
-		r, err := New(ctx, cfg)
+		r, err := rendezvous.New(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
 		rs[i] = r
 	}
-	sess := make([]Session, n)
+	sess := make([]rendezvous.Session, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -91,7 +96,7 @@ func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*Rendezvo
 	} else {
 		st.drops = -1
 	}
-	if srv := rs[0].Server(); srv != nil {
+	if srv := tcp.HostedServer(rs[0]); srv != nil {
 		for why, k := range srv.Stats().Refused {
 			st.refused[why] += k
 		}
@@ -99,7 +104,7 @@ func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*Rendezvo
 	return rs, sess
 }
 
-func closeWorld(rs []*Rendezvous, sess []Session) {
+func closeWorld(rs []*rendezvous.Rendezvous, sess []rendezvous.Session) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for _, s := range sess {
@@ -159,24 +164,24 @@ func listenDrops() float64 {
 // tcpNode is a node of a tcp (torchrun c10d) world of CPU or GPU hosts: any rank, its own name, uneven workers
 // accepted; node 0 hosts the server.
 func tcpNode(ep string, n int, hb time.Duration) benchNode {
-	return func(i int) (Config, Member) {
+	return func(i int) (rendezvous.Config, rendezvous.Member) {
 		host := "false"
 		if i == 0 {
 			host = "true"
 		}
-		return Config{Backend: BackendTCP, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: time.Minute, Heartbeat: hb,
+		return rendezvous.Config{Backend: tcp.Name, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: time.Minute, Heartbeat: hb,
 				Conf: map[string]string{"is_host": host, "linger": "0.001"}},
-			Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 8, UnevenWorkers: true, Accelerator: "gpu", Rank: -1,
-				Ports: map[string]int{PortMaster: 29500}}
+			rendezvous.Member{Host: rdzvtest.HostName(i), Addr: "127.0.0.1", LocalWorkers: 8, UnevenWorkers: true, Accelerator: "gpu", Rank: -1,
+				Ports: map[string]int{rendezvous.PortMaster: 29500}}
 	}
 }
 
 // tpuTCPNode is a TPU host of one slice in a tcp world: every node's share names the slice's hosts.
 func tpuTCPNode(ep string, n int) benchNode {
-	return func(i int) (Config, Member) {
+	return func(i int) (rendezvous.Config, rendezvous.Member) {
 		cfg, _ := tcpNode(ep, n, 0)(i)
-		return cfg, Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: fmt.Sprintf("v4-%d", 8*n), Rank: -1,
-			Ports: map[string]int{PortMaster: 29500, PortCoordinator: 8482, PortMegascale: 8081}}
+		return cfg, rendezvous.Member{Host: rdzvtest.HostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: fmt.Sprintf("v4-%d", 8*n), Rank: -1,
+			Ports: map[string]int{rendezvous.PortMaster: 29500, rendezvous.PortCoordinator: 8482, rendezvous.PortMegascale: 8081}}
 	}
 }
 
@@ -192,18 +197,18 @@ func podHosts(n int) []string {
 // staticNode is a TPU host of a pod: the static backend, its rank and name from the host list (TPU_WORKER_ID,
 // TPU_WORKER_HOSTNAMES), node 0 hosting the server (on loopback here: the pod names do not resolve).
 func staticNode(ep string, hosts []string, hb time.Duration) benchNode {
-	return func(i int) (Config, Member) {
-		return Config{Backend: BackendStatic, Endpoint: ep, Hosts: hosts, NodeRank: i, RunID: "bench", Timeout: time.Minute, Heartbeat: hb,
+	return func(i int) (rendezvous.Config, rendezvous.Member) {
+		return rendezvous.Config{Backend: static.Name, Endpoint: ep, Hosts: hosts, NodeRank: i, RunID: "bench", Timeout: time.Minute, Heartbeat: hb,
 				Conf: map[string]string{"linger": "0.001"}},
-			Member{LocalWorkers: 4, Accelerator: fmt.Sprintf("v4-%d", 8*len(hosts)), Rank: -1,
-				Ports: map[string]int{PortMaster: 29500, PortCoordinator: 8482, PortMegascale: 8081}}
+			rendezvous.Member{LocalWorkers: 4, Accelerator: fmt.Sprintf("v4-%d", 8*len(hosts)), Rank: -1,
+				Ports: map[string]int{rendezvous.PortMaster: 29500, rendezvous.PortCoordinator: 8482, rendezvous.PortMegascale: 8081}}
 	}
 }
 
 func benchTCP(b *testing.B, n int) {
 	st := newBenchStats()
 	for range b.N {
-		benchWorld(b, n, tcpNode(freeAddr(b), n, 0), st)
+		benchWorld(b, n, tcpNode(rdzvtest.FreeAddr(b), n, 0), st)
 	}
 	st.report(b)
 }
@@ -212,7 +217,7 @@ func benchStatic(b *testing.B, n int) {
 	hosts := podHosts(n)
 	st := newBenchStats()
 	for range b.N {
-		benchWorld(b, n, staticNode(freeAddr(b), hosts, 0), st)
+		benchWorld(b, n, staticNode(rdzvtest.FreeAddr(b), hosts, 0), st)
 	}
 	st.report(b)
 }
@@ -226,7 +231,7 @@ func BenchmarkRendezvous4096TCP(b *testing.B) { benchTCP(b, 4096) }
 func BenchmarkRendezvous1024TPUTCP(b *testing.B) {
 	st := newBenchStats()
 	for range b.N {
-		benchWorld(b, 1024, tpuTCPNode(freeAddr(b), 1024), st)
+		benchWorld(b, 1024, tpuTCPNode(rdzvtest.FreeAddr(b), 1024), st)
 	}
 	st.report(b)
 }
@@ -251,7 +256,7 @@ func BenchmarkRendezvousHeld4096Static(b *testing.B) {
 	st := newBenchStats()
 	lost := 0
 	for range b.N {
-		rs, sess := formWorld(b, n, staticNode(freeAddr(b), hosts, 2*time.Second), st)
+		rs, sess := formWorld(b, n, staticNode(rdzvtest.FreeAddr(b), hosts, 2*time.Second), st)
 		formed := time.Now()
 		var mu sync.Mutex
 		var first string
@@ -290,11 +295,11 @@ func BenchmarkRendezvousHeld4096Static(b *testing.B) {
 // (it): any rank, its own name.
 func etcdNode(ep string, n, it int, heartbeat time.Duration) benchNode {
 	prefix := fmt.Sprintf("/bench/%d/", it)
-	return func(i int) (Config, Member) {
-		return Config{Backend: BackendEtcd, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: 2 * time.Minute,
+	return func(i int) (rendezvous.Config, rendezvous.Member) {
+		return rendezvous.Config{Backend: etcd.Name, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: 2 * time.Minute,
 				Heartbeat: heartbeat, Conf: map[string]string{"prefix": prefix}},
-			Member{Host: hostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-1024", Rank: -1,
-				Ports: map[string]int{PortMaster: 29500, PortCoordinator: 8482, PortMegascale: 8081}}
+			rendezvous.Member{Host: rdzvtest.HostName(i), Addr: "127.0.0.1", LocalWorkers: 4, Accelerator: "v4-1024", Rank: -1,
+				Ports: map[string]int{rendezvous.PortMaster: 29500, rendezvous.PortCoordinator: 8482, rendezvous.PortMegascale: 8081}}
 	}
 }
 
@@ -314,7 +319,7 @@ func benchEtcd(b *testing.B, n int) {
 	st := newBenchStats()
 	for it := 0; it < b.N; it++ {
 		settle(b)
-		benchWorld(b, n, etcdNode(ep, n, it, DefaultHeartbeat), st)
+		benchWorld(b, n, etcdNode(ep, n, it, rendezvous.DefaultHeartbeat), st)
 	}
 }
 

@@ -17,13 +17,6 @@ import (
 	"tpurun/internal/hostname"
 )
 
-// Backend names (torchrun's rendezvous backends).
-const (
-	BackendStatic = "static"
-	BackendTCP    = "tcp"
-	BackendEtcd   = "etcd"
-)
-
 // Defaults.
 const (
 	DefaultHeartbeat = 5 * time.Second
@@ -36,7 +29,7 @@ const (
 
 // Config selects and configures a backend; the field names follow torchrun's flags.
 type Config struct {
-	// Backend is BackendStatic, BackendTCP (alias "c10d"), BackendEtcd (alias "etcd-v2"), or "" for the world of
+	// Backend names a registered backend (Backends: static, tcp alias c10d, etcd alias etcd-v2), or "" for the world of
 	// one (Lookup).
 	Backend string
 	// Endpoint is host:port of the server (tcp, static) or a comma-separated list of etcd endpoints. Port 0 is
@@ -76,13 +69,13 @@ type Config struct {
 	// or the hosts option; this package reads no environment): the static world, and node 0's host for a tcp
 	// rendezvous without an endpoint.
 	Hosts []string
-	// MaxMessage, MaxConns, MaxUnauth and AuthTimeout configure a hosted server (ServerConfig); 0 for defaults.
+	// MaxMessage, MaxConns, MaxUnauth and AuthTimeout configure a hosted server (tcp.ServerConfig); 0 for defaults.
 	MaxMessage  int
 	MaxConns    int
 	MaxUnauth   int
 	AuthTimeout time.Duration
 	// Resolver looks up the endpoint's host name (tcp, static); nil means net.DefaultResolver. A name that does
-	// not resolve yet is waited for within Timeout (resolve.go).
+	// not resolve yet is waited for within Timeout (tcp/resolve.go).
 	Resolver *net.Resolver
 	Logger   *zap.Logger
 }
@@ -115,7 +108,7 @@ func ParseConf(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = unquote(k), unquote(v)
 		if !ok || k == "" {
-			return nil, configError(FieldOption, kv, "not key=value")
+			return nil, ConfigError(FieldOption, kv, "not key=value")
 		}
 		_, dup := out[k]
 		if to, ok := confAliases[k]; ok {
@@ -125,7 +118,7 @@ func ParseConf(s string) (map[string]string, error) {
 			out[k] = v
 		}
 		if dup {
-			return nil, configError(FieldOption, kv, fmt.Sprintf("key %q given twice", k))
+			return nil, ConfigError(FieldOption, kv, fmt.Sprintf("key %q given twice", k))
 		}
 	}
 	for key, v := range aliased {
@@ -165,7 +158,7 @@ func torchBool(v string) string {
 func WithDefaultPort(backend, endpoint string) string {
 	port := strconv.Itoa(DefaultPort)
 	if b, err := Lookup(backend); err == nil {
-		port = strconv.Itoa(b.port())
+		port = strconv.Itoa(b.Port())
 	}
 	parts := strings.Split(endpoint, ",")
 	for i, ep := range parts {
@@ -190,7 +183,7 @@ func checkConfKeys(conf map[string]string) error {
 	for k, v := range conf {
 		i := sort.SearchStrings(confKeys, k)
 		if i == len(confKeys) || confKeys[i] != k {
-			return configError(FieldOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+			return ConfigError(FieldOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
 		}
 	}
 	return nil
@@ -208,7 +201,7 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return d, nil
 	}
-	return 0, configError(FieldOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+	return 0, ConfigError(FieldOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
 // heartbeat is the time to declare a silent node lost: the heartbeat option, else torchrun's keep_alive_interval x
@@ -225,7 +218,7 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 	}
 	attempts, err := strconv.Atoi(cmp.Or(conf["keep_alive_max_attempt"], "3"))
 	if err != nil || attempts < 1 || attempts > 1000 {
-		return 0, configError(FieldOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
+		return 0, ConfigError(FieldOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
 	return interval * time.Duration(attempts), nil
 }
@@ -249,7 +242,7 @@ const MaxRunID = 128
 // white space, and not "." or "..". The error is an *Error matching ErrConfig with Field FieldRunID.
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
-		return configError(FieldRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+		return ConfigError(FieldRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
 	}
 	switch {
 	case id == "":
@@ -277,34 +270,34 @@ func ValidateRunID(id string) error {
 	return nil
 }
 
-// splitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
+// SplitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
 // the port a number 0..65535 (0 only where zeroOK).
-func splitEndpoint(field, ep string, zeroOK bool) (string, int, error) {
+func SplitEndpoint(field, ep string, zeroOK bool) (string, int, error) {
 	host, p, err := net.SplitHostPort(ep)
 	if err != nil {
-		return "", 0, configError(field, ep, "not host:port (for IPv6, [addr]:port)")
+		return "", 0, ConfigError(field, ep, "not host:port (for IPv6, [addr]:port)")
 	}
 	port, err := strconv.Atoi(p)
 	if err != nil {
-		return "", 0, configError(field, ep, fmt.Sprintf("port %q is not a number; use 1..65535", p))
+		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %q is not a number; use 1..65535", p))
 	}
 	if port < 0 || port > 65535 {
-		return "", 0, configError(field, ep, fmt.Sprintf("port %d is out of range; use 1..65535", port))
+		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %d is out of range; use 1..65535", port))
 	}
 	if port == 0 && !zeroOK {
-		return "", 0, configError(field, ep, "port 0 means any free port, which only the node hosting the server may ask for; give the port the server listens on (default "+strconv.Itoa(DefaultPort)+")")
+		return "", 0, ConfigError(field, ep, "port 0 means any free port, which only the node hosting the server may ask for; give the port the server listens on (default "+strconv.Itoa(DefaultPort)+")")
 	}
 	if host == "" {
 		return host, port, nil // every interface (listen) or this host (dial)
 	}
 	if err := hostname.Check(host); err != nil {
-		return "", 0, configError(field, ep, err.Error())
+		return "", 0, ConfigError(field, ep, err.Error())
 	}
 	return host, port, nil
 }
 
-// isLoopback reports whether host names only loopback addresses (an empty host means every interface).
-func isLoopback(host string) bool {
+// IsLoopback reports whether host names only loopback addresses (an empty host means every interface).
+func IsLoopback(host string) bool {
 	if host == "" {
 		return false
 	}
@@ -315,8 +308,8 @@ func isLoopback(host string) bool {
 	return err == nil && a.Unmap().IsLoopback()
 }
 
-// validate checks what a node brings to a join; also applied by the server to every join it receives.
-func (m *Member) validate() error {
+// Validate checks what a node brings to a join; also applied by the server to every join it receives.
+func (m *Member) Validate() error {
 	if err := m.checkInstance(); err != nil {
 		return err
 	}
@@ -325,7 +318,7 @@ func (m *Member) validate() error {
 	}
 	if m.Host != "" {
 		if why := hostProblem(m.Host); why != "" {
-			return configError(FieldHost, m.Host, why)
+			return ConfigError(FieldHost, m.Host, why)
 		}
 	}
 	if m.RunID != "" {
@@ -340,9 +333,9 @@ func (m *Member) validate() error {
 func (m *Member) checkInstance() error {
 	switch {
 	case m.Instance == "":
-		return configError("instance", "", "a member needs an instance id; use NewInstance()")
+		return ConfigError("instance", "", "a member needs an instance id; use NewInstance()")
 	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
-		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
+		return ConfigError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
 	}
 	return nil
 }
@@ -355,13 +348,24 @@ func (m *Member) checkCounts() error {
 	}
 	switch {
 	case m.LocalWorkers < 1:
-		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+		return NewError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
 	case m.Generation < LatestGeneration:
-		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+		return NewError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
 	case m.Rank < -1:
-		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+		return NewError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
 	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
-		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
+		return NewError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
 	}
 	return nil
+}
+
+// MaxNodes bounds the node count of one world.
+const MaxNodes = 65536
+
+// SizeRange says a world size (for backends' messages): "4", or "2..4" when elastic (min 0 means max).
+func SizeRange(min, max int) string {
+	if min == 0 || min == max {
+		return fmt.Sprint(max)
+	}
+	return fmt.Sprintf("%d..%d", min, max)
 }

@@ -108,9 +108,13 @@
 //   - "" (no backend): the world of one, this node alone. Nothing travels and nothing is checked against others:
 //     every join agrees at once on the member as given.
 //
-// Each backend is a Backend (backend.go), found by name with Lookup: callers decide by its capabilities (Solo,
-// Elastic, NeedsHosts), never by its name. The static and tcp backends share the embedded-server client (tcp.go);
-// New opens the backend once, and every backend's joins return the one Session interface.
+// Each backend is a Backend (backend.go) in a package of its own, which registers it (Register) under its name
+// and torchrun's aliases: rendezvous/static, rendezvous/tcp (the embedded server, its client, the wire format and
+// handshake, shared with static) and rendezvous/etcd. A program links the backends it imports (tpurun's launcher
+// imports all three: launcher/rendezvous.go); Lookup finds one by name, and callers decide by its capabilities
+// (Solo, Elastic, NeedsHosts), never by its name. This package holds the API, the configuration, the errors and
+// the agreement core the backends share (agree.go); it imports none of them. New opens the backend once, and
+// every backend's joins return the one Session interface.
 //
 // # Exactly once and agreement
 //
@@ -140,7 +144,7 @@
 // server of every node may stall longer than a node: a garbage collection of a large world, a loaded host). A side
 // whose deadline finds the peer's bytes waiting reads on, and one that runs late (its process not scheduled, a
 // loaded host; nodes report their lateness with their pings) gives the peer twice its lateness more, up to the
-// limit again, before it declares the peer lost (live.go): a slow process is not a dead one, and a dead one is
+// limit again, before it declares the peer lost (tcp/live.go): a slow process is not a dead one, and a dead one is
 // still lost within two limits.
 //
 // # Endpoint names
@@ -161,7 +165,7 @@
 //
 // # Wire protocol (embedded server), version 5
 //
-// TCP, one connection per node per generation. It opens with the handshake (handshake.go): a 40-byte hello from
+// TCP, one connection per node per generation. It opens with the handshake (tcp/handshake.go): a 40-byte hello from
 // the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
 // token), the client's 32-byte proof, and a 4-byte verdict; proofs are HMAC-SHA256 of the nonces keyed by the
 // token, so the token never crosses the wire and a node also knows the server holds it. Another version on
@@ -199,7 +203,7 @@
 // idle connections, however many and however fast re-opened, delay a real node (which sends its hello at once)
 // by at most the listen backlog drained at MaxUnauth per grace (a node keeps its place in the queue for up to 30 s),
 // and never lock it out. The grace of a connection that has sent its hello grows by four times the server's own
-// lag (lag.go: how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
+// lag (tcp/lag.go: how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
 // nodes connecting at once to a loaded server are not taken for silent ones. Authenticated connections have their
 // own cap (MaxConns, default 16384: a pod of 4096 hosts and its next generation; a node beyond it is told the
 // server is full and retries). Refused connections are logged at most once per WarnInterval (default 10 s), as

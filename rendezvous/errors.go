@@ -177,17 +177,18 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind}
 }
 
-func newError(kind error, detail string, nodes ...NodeRef) *Error {
+// NewError is an *Error of kind (one of the sentinels) about nodes: for backends, whose errors are the package's.
+func NewError(kind error, detail string, nodes ...NodeRef) *Error {
 	return &Error{Kind: kind, Nodes: nodes, Detail: detail}
 }
 
-// storeLost is an ErrStoreLost error naming the store's endpoint.
-func storeLost(endpoint, detail string, nodes ...NodeRef) *Error {
+// StoreLost is an ErrStoreLost error naming the store's endpoint.
+func StoreLost(endpoint, detail string, nodes ...NodeRef) *Error {
 	return &Error{Kind: ErrStoreLost, Nodes: nodes, Field: FieldEndpoint, Value: endpoint, Detail: detail}
 }
 
-// configError is an ErrConfig error naming the item at fault and its value.
-func configError(field, value, detail string) *Error {
+// ConfigError is an ErrConfig error naming the item at fault and its value.
+func ConfigError(field, value, detail string) *Error {
 	return &Error{Kind: ErrConfig, Field: field, Value: value, Detail: detail}
 }
 
@@ -211,8 +212,9 @@ func (e *NodeLostError) Error() string {
 // Is makes errors.Is(err, ErrNodeLost) true.
 func (e *NodeLostError) Is(target error) bool { return target == ErrNodeLost }
 
-// wireError is the form of an error on the wire.
-type wireError struct {
+// WireError is the form of an error on the wire (the tcp backend's messages) and in a store (etcd's world): for
+// backends. ToWire makes one of an error of the package, Err the error again.
+type WireError struct {
 	Code       string         `json:"code"`
 	Nodes      []NodeRef      `json:"nodes,omitempty"`
 	Field      string         `json:"field,omitempty"`
@@ -224,34 +226,34 @@ type wireError struct {
 	Detail     string         `json:"detail,omitempty"`
 }
 
-func toWire(err error) *wireError {
+func ToWire(err error) *WireError {
 	var lost *NodeLostError
 	var closed *JobClosedError
 	var mm *MismatchError
 	var e *Error
 	switch {
 	case errors.As(err, &lost):
-		return &wireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
+		return &WireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
 	case errors.As(err, &closed):
-		return &wireError{Code: "job_closed", RunID: closed.RunID, Generation: closed.Generation, ExitCode: closed.ExitCode}
+		return &WireError{Code: "job_closed", RunID: closed.RunID, Generation: closed.Generation, ExitCode: closed.ExitCode}
 	case errors.As(err, &mm):
-		return &wireError{Code: "mismatch", Field: mm.Setting, Generation: mm.Generation, Values: mm.Values, Detail: mm.Hint}
+		return &WireError{Code: "mismatch", Field: mm.Setting, Generation: mm.Generation, Values: mm.Values, Detail: mm.Hint}
 	case errors.As(err, &e):
 		for code, k := range kinds {
 			if k == e.Kind {
-				return &wireError{Code: code, Nodes: e.Nodes, Field: e.Field, Value: e.Value, Detail: e.Detail}
+				return &WireError{Code: code, Nodes: e.Nodes, Field: e.Field, Value: e.Value, Detail: e.Detail}
 			}
 		}
-		return &wireError{Code: "protocol", Nodes: e.Nodes, Detail: e.Error()}
+		return &WireError{Code: "protocol", Nodes: e.Nodes, Detail: e.Error()}
 	}
-	return &wireError{Code: "protocol", Detail: err.Error()}
+	return &WireError{Code: "protocol", Detail: err.Error()}
 }
 
-func (w *wireError) err() error {
+func (w *WireError) Err() error {
 	k, ok := kinds[w.Code]
 	switch {
 	case !ok:
-		return newError(ErrProtocol, fmt.Sprintf("server sent unknown error code %q: %s", w.Code, w.Detail), w.Nodes...)
+		return NewError(ErrProtocol, fmt.Sprintf("server sent unknown error code %q: %s", w.Code, w.Detail), w.Nodes...)
 	case k == ErrNodeLost && len(w.Nodes) == 1:
 		return &NodeLostError{Node: w.Nodes[0], Generation: w.Generation, Detail: w.Detail}
 	case k == ErrJobClosed:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/tcp"
 )
 
 // Two launchers agree on a world over tcp on loopback: node 0 hosts the embedded server on the endpoint, node 1
@@ -14,14 +15,14 @@ import (
 // pass a barrier and gather what every node published.
 func Example() {
 	ctx := context.Background()
-	host, err := rendezvous.New(ctx, rendezvous.Config{Backend: rendezvous.BackendTCP, Endpoint: "127.0.0.1:0", RunID: "example",
+	host, err := rendezvous.New(ctx, rendezvous.Config{Backend: tcp.Name, Endpoint: "127.0.0.1:0", RunID: "example",
 		NNodes: 2, NodeRank: -1, Timeout: 20 * time.Second, Conf: map[string]string{"is_host": "true"}})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer host.Close()
-	peer, err := rendezvous.New(ctx, rendezvous.Config{Backend: rendezvous.BackendTCP, Endpoint: host.Endpoint(), RunID: "example",
+	peer, err := rendezvous.New(ctx, rendezvous.Config{Backend: tcp.Name, Endpoint: host.Endpoint(), RunID: "example",
 		NNodes: 2, NodeRank: -1, Timeout: 20 * time.Second, Conf: map[string]string{"is_host": "false"}})
 	if err != nil {
 		fmt.Println(err)

@@ -51,7 +51,7 @@ const (
 	PortMegascale   = "megascale"   // MEGASCALE_PORT
 )
 
-func (m *Member) ref(rank int) NodeRef {
+func (m *Member) Ref(rank int) NodeRef {
 	return NodeRef{Rank: rank, Host: m.Host, Instance: m.Instance}
 }
 

@@ -24,13 +24,10 @@ func NewInstance() string {
 // Rendezvous is one node's handle on a backend, alive for the whole run (every generation). On the node that
 // hosts the embedded server it owns the server.
 type Rendezvous struct {
-	cfg      Config
-	log      *zap.Logger
-	backend  Backend
-	store    store
-	endpoint string
-	hosts    []string
-	server   *Server
+	cfg     Config
+	log     *zap.Logger
+	backend Backend
+	store   Store
 }
 
 // New validates cfg and prepares the backend: the static world from cfg, the embedded server on the hosting node,
@@ -93,20 +90,20 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 // checkNodes checks the node count, the minimum (0 becomes NNodes: a fixed size) and the requested node rank.
 func (cfg *Config) checkNodes() error {
 	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
-		return configError(FieldNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
+		return ConfigError(FieldNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
 	}
 	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
-		return configError(FieldMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
+		return ConfigError(FieldMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
 	}
 	if cfg.MinNodes == 0 {
 		cfg.MinNodes = cfg.NNodes
 	}
 	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
-		return configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
+		return ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
 	}
 	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
-		return configError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
-			sizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
+		return ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
+			SizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
 	}
 	return nil
 }
@@ -118,27 +115,28 @@ func (r *Rendezvous) open(ctx context.Context, linger time.Duration) error {
 		return err
 	}
 	r.backend = b
-	return b.open(ctx, r, linger)
+	r.store, err = b.Open(ctx, &r.cfg, r.log, linger)
+	return err
 }
 
-// Server is the embedded server this node hosts, or nil.
-func (r *Rendezvous) Server() *Server { return r.server }
+// Store is the open backend: for a backend's own helpers and tests (the tcp backend's HostedServer).
+func (r *Rendezvous) Store() Store { return r.store }
 
 // Endpoint is the address of the server this node talks to (tcp, static), or the etcd endpoints.
-func (r *Rendezvous) Endpoint() string { return r.endpoint }
+func (r *Rendezvous) Endpoint() string { return r.store.Endpoint() }
 
 // NamesNodes reports whether Join names a member without a host after its node's entry in the host list (a static
 // world without an endpoint): a node then brings no name or address of its own.
-func (r *Rendezvous) NamesNodes() bool { return r.backend.namesNodes(&r.cfg) }
+func (r *Rendezvous) NamesNodes() bool { return r.backend.NamesNodes(&r.cfg) }
 
 // Unauthenticated reports whether anyone who can reach this rendezvous could join it: a server (tcp, static) off
 // loopback without a token, as Config.AllowUnauthenticated permits. The caller warns; etcd has its own TLS and auth.
 func (r *Rendezvous) Unauthenticated() bool {
-	if r.cfg.Token != "" || !r.backend.hostsServer() {
+	if r.cfg.Token != "" || !r.backend.HostsServer() {
 		return false
 	}
-	host, _, err := net.SplitHostPort(r.endpoint)
-	return err != nil || !isLoopback(host)
+	host, _, err := net.SplitHostPort(r.Endpoint())
+	return err != nil || !IsLoopback(host)
 }
 
 // Join enters generation m.Generation (or, with LatestGeneration, the one being formed) and returns the agreed
@@ -154,7 +152,7 @@ func (r *Rendezvous) Join(ctx context.Context, m Member) (Session, error) {
 	}
 	// The generation asked for (LatestGeneration: -1); the lines of the join add the one agreed as "generation".
 	log := r.log.With(zap.String("host", m.Host), zap.String("instance", m.Instance), zap.Int("join_generation", m.Generation))
-	return r.store.join(ctx, m, log)
+	return r.store.Join(ctx, m, log)
 }
 
 // complete fills in what m leaves to the rendezvous (see Join) and checks it.
@@ -168,8 +166,8 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 	if m.Instance == "" {
 		m.Instance = NewInstance()
 	}
-	if m.Host == "" && m.Rank >= 0 && m.Rank < len(r.hosts) {
-		m.Host = r.hosts[m.Rank]
+	if hosts := r.store.Hosts(); m.Host == "" && m.Rank >= 0 && m.Rank < len(hosts) {
+		m.Host = hosts[m.Rank]
 	}
 	if m.Addr == "" {
 		m.Addr = m.Host
@@ -181,11 +179,11 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 		}
 		m.Ports = p
 	}
-	if err := m.validate(); err != nil {
+	if err := m.Validate(); err != nil {
 		return m, err
 	}
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
-		return m, configError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
+		return m, ConfigError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
 	return m, nil
 }
@@ -193,4 +191,4 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 // Close releases the backend. A node hosting the server first waits (up to the linger time, default one
 // heartbeat) for the other nodes to leave, so they can finish reading the verdict and learn that the job closed.
 // On etcd the node stops keeping the job alive: its keys vanish linger after its last node closed.
-func (r *Rendezvous) Close() error { return r.store.close() }
+func (r *Rendezvous) Close() error { return r.store.Close() }

@@ -1,4 +1,4 @@
-package rendezvous
+package rendezvous_test
 
 import (
 	"context"
@@ -11,124 +11,77 @@ import (
 	"time"
 
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/rdzvtest"
+	"tpurun/rendezvous"
+	"tpurun/rendezvous/etcd"
+	"tpurun/rendezvous/static"
+	"tpurun/rendezvous/tcp"
 )
 
 // embedded are the backends on the embedded server; etcd_test.go runs the same scenarios against etcd.
-var embedded = []string{BackendTCP, BackendStatic}
+var embedded = []string{tcp.Name, static.Name}
 
 func TestAgreedWorld(t *testing.T) {
 	for _, b := range embedded {
 		for _, n := range []int{2, 4, 8} {
-			t.Run(fmt.Sprintf("%s/%d", b, n), func(t *testing.T) { testAgreedWorld(t, newCluster(t, b, n)) })
-		}
-	}
-}
-
-func testAgreedWorld(t *testing.T, c *cluster) {
-	ctx := context.Background()
-	c.start(ctx, nil)
-	c.mustJoin()
-	c.checkWorld()
-	if c.backend == BackendStatic {
-		for i, s := range c.sess {
-			if s.Assignment().NodeRank != i {
-				t.Fatalf("static node %d got rank %d", i, s.Assignment().NodeRank)
-			}
-		}
-	}
-	// barrier, publish and gather across the world
-	var wg sync.WaitGroup
-	got := make([]map[int][]byte, c.n)
-	errs := make([]error, c.n)
-	for i, s := range c.sess {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[i] = s.Barrier(ctx, "start"); errs[i] != nil {
-				return
-			}
-			r := s.Assignment().NodeRank
-			if errs[i] = s.Publish(ctx, "results", []byte(fmt.Sprintf("from %d", r))); errs[i] != nil {
-				return
-			}
-			got[i], errs[i] = s.Gather(ctx, "results")
-		}()
-	}
-	wg.Wait()
-	for i := range c.sess {
-		if errs[i] != nil {
-			t.Fatalf("node %d: %v", i, errs[i])
-		}
-		if len(got[i]) != c.n {
-			t.Fatalf("node %d gathered %d results, want %d", i, len(got[i]), c.n)
-		}
-		for r, d := range got[i] {
-			if string(d) != fmt.Sprintf("from %d", r) {
-				t.Fatalf("node %d: result of rank %d is %q", i, r, d)
-			}
-		}
-	}
-	// everyone leaves: nobody is reported lost
-	for i, s := range c.sess {
-		if err := s.Leave(ctx); err != nil {
-			t.Fatalf("node %d leave: %v", i, err)
+			t.Run(fmt.Sprintf("%s/%d", b, n), func(t *testing.T) { rdzvtest.AgreedWorld(t, rdzvtest.NewCluster(t, b, n)) })
 		}
 	}
 }
 
 func TestMissingNodeTimesOut(t *testing.T) {
 	for _, b := range embedded {
-		t.Run(b, func(t *testing.T) { testMissingNode(t, newCluster(t, b, 4)) })
+		t.Run(b, func(t *testing.T) { testMissingNode(t, rdzvtest.NewCluster(t, b, 4)) })
 	}
 }
 
-func testMissingNode(t *testing.T, c *cluster) {
-	c.timeout = waitedOut() // the others join first, however loaded the machine
-	c.mutate = func(i int, cfg *Config, m *Member) {
-		if c.backend != BackendStatic {
+func testMissingNode(t *testing.T, c *rdzvtest.Cluster) {
+	c.Timeout = rdzvtest.WaitedOut() // the others join first, however loaded the machine
+	c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) {
+		if c.Backend != static.Name {
 			m.Rank = i // so the missing one can be named by rank
 		}
 	}
-	c.start(context.Background(), []int{0, 1, 3}) // bounded by the deadline: the timeout must end the join
+	c.Start(context.Background(), []int{0, 1, 3}) // bounded by the deadline: the timeout must end the join
 	for _, i := range []int{0, 1, 3} {
-		e := rdzvErr(t, c.errs[i], ErrMissingNodes)
+		e := rdzvtest.RdzvErr(t, c.Errs[i], rendezvous.ErrMissingNodes)
 		if len(e.Nodes) != 1 || e.Nodes[0].Rank != 2 {
 			t.Fatalf("node %d: missing %+v, want rank 2: %v", i, e.Nodes, e)
 		}
-		if c.backend == BackendStatic && e.Nodes[0].Host != "node-2" {
+		if c.Backend == static.Name && e.Nodes[0].Host != "node-2" {
 			t.Fatalf("node %d: missing host %q, want node-2", i, e.Nodes[0].Host)
 		}
-		rdzvErr(t, c.errs[i], ErrTimeout)
+		rdzvtest.RdzvErr(t, c.Errs[i], rendezvous.ErrTimeout)
 	}
 }
 
 func TestDuplicateJoinRejected(t *testing.T) {
 	for _, b := range embedded {
-		t.Run(b, func(t *testing.T) { testDuplicate(t, newCluster(t, b, 2)) })
+		t.Run(b, func(t *testing.T) { testDuplicate(t, rdzvtest.NewCluster(t, b, 2)) })
 	}
 }
 
-func testDuplicate(t *testing.T, c *cluster) {
+func testDuplicate(t *testing.T, c *rdzvtest.Cluster) {
 	ctx := context.Background()
-	c.start(ctx, nil)
-	c.mustJoin()
+	c.Start(ctx, nil)
+	c.MustJoin()
 	// a second launcher on node-1 (another instance, same host and rank)
-	cfg, m := c.config(1)
-	r, err := New(ctx, cfg)
+	cfg, m := c.Config(1)
+	r, err := rendezvous.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	m.Rank = c.sess[1].Assignment().NodeRank
+	m.Rank = c.Sess[1].Assignment().NodeRank
 	_, err = r.Join(ctx, m)
-	e := rdzvErr(t, err, ErrDuplicateNode)
-	if len(e.Nodes) != 2 || e.Nodes[0].Instance != m.Instance || e.Nodes[1].Instance != c.sess[1].Assignment().Nodes[m.Rank].Instance ||
+	e := rdzvtest.RdzvErr(t, err, rendezvous.ErrDuplicateNode)
+	if len(e.Nodes) != 2 || e.Nodes[0].Instance != m.Instance || e.Nodes[1].Instance != c.Sess[1].Assignment().Nodes[m.Rank].Instance ||
 		e.Nodes[0].Host != "node-1" || e.Nodes[1].Host != "node-1" {
 		t.Fatalf("duplicate error does not name both instances: %v", err)
 	}
 	// the world is intact
 	var wg sync.WaitGroup
-	for i, s := range c.sess {
+	for i, s := range c.Sess {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,9 +96,9 @@ func testDuplicate(t *testing.T, c *cluster) {
 func TestIdempotentRejoin(t *testing.T) {
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) {
-			c := newCluster(t, b, 2)
+			c := rdzvtest.NewCluster(t, b, 2)
 			var inst1 string
-			c.mutate = func(i int, cfg *Config, m *Member) {
+			c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) {
 				if i == 1 {
 					if inst1 == "" {
 						inst1 = m.Instance
@@ -154,10 +107,10 @@ func TestIdempotentRejoin(t *testing.T) {
 				}
 			}
 			ctx := context.Background()
-			c.start(ctx, nil)
-			c.mustJoin()
-			cfg, m := c.config(1)
-			r, err := New(ctx, cfg)
+			c.Start(ctx, nil)
+			c.MustJoin()
+			cfg, m := c.Config(1)
+			r, err := rendezvous.New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,15 +120,15 @@ func TestIdempotentRejoin(t *testing.T) {
 				t.Fatalf("rejoin of the same instance: %v", err)
 			}
 			defer s2.Close()
-			a1, a2 := c.sess[1].Assignment(), s2.Assignment()
+			a1, a2 := c.Sess[1].Assignment(), s2.Assignment()
 			if a1.NodeRank != a2.NodeRank || a1.Nodes[0].Instance != a2.Nodes[0].Instance {
 				t.Fatalf("rejoin got another world: %+v vs %+v", a2, a1)
 			}
 			// the replaced connection is not reported lost: the first thing node 0 hears is node 1's Fail.
-			if err := s2.Fail(ctx, Failure{WorkerRank: 5, Reason: "exit 1"}); err != nil {
+			if err := s2.Fail(ctx, rendezvous.Failure{WorkerRank: 5, Reason: "exit 1"}); err != nil {
 				t.Fatal(err)
 			}
-			f := waitFailure(t, c.sess[0])
+			f := rdzvtest.WaitFailure(t, c.Sess[0])
 			if f.Lost || f.WorkerRank != 5 || f.Node.Instance != inst1 {
 				t.Fatalf("node 0 heard %v first, want node 1's worker failure", f)
 			}
@@ -186,15 +139,15 @@ func TestIdempotentRejoin(t *testing.T) {
 func TestMismatchNamesOddNode(t *testing.T) {
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) {
-			c := newCluster(t, b, 4)
-			c.mutate = func(i int, cfg *Config, m *Member) {
+			c := rdzvtest.NewCluster(t, b, 4)
+			c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) {
 				if i == 2 {
 					m.Accelerator = "v4-16"
 				}
 			}
-			c.start(context.Background(), nil)
-			for i := range c.errs {
-				e := mismatchErr(t, c.errs[i], "accelerator type")
+			c.Start(context.Background(), nil)
+			for i := range c.Errs {
+				e := rdzvtest.MismatchErr(t, c.Errs[i], "accelerator type")
 				if odd := e.Odd(); len(odd) != 1 || odd[0].Host != "node-2" {
 					t.Fatalf("node %d: %v does not name node-2 alone", i, e)
 				}
@@ -205,46 +158,46 @@ func TestMismatchNamesOddNode(t *testing.T) {
 
 func TestFailSpreads(t *testing.T) {
 	for _, b := range embedded {
-		t.Run(b, func(t *testing.T) { testFailSpreads(t, newCluster(t, b, 4)) })
+		t.Run(b, func(t *testing.T) { testFailSpreads(t, rdzvtest.NewCluster(t, b, 4)) })
 	}
 }
 
-func testFailSpreads(t *testing.T, c *cluster) {
+func testFailSpreads(t *testing.T, c *rdzvtest.Cluster) {
 	ctx := context.Background()
-	c.hb = never() // the failure is pushed at once: nothing that waits for a heartbeat passes the wait
-	c.start(ctx, nil)
-	c.mustJoin()
-	if err := c.sess[2].Fail(ctx, Failure{WorkerRank: 9, Reason: "worker rank 9 exited with code 1"}); err != nil {
+	c.HB = rdzvtest.Never() // the failure is pushed at once: nothing that waits for a heartbeat passes the wait
+	c.Start(ctx, nil)
+	c.MustJoin()
+	if err := c.Sess[2].Fail(ctx, rendezvous.Failure{WorkerRank: 9, Reason: "worker rank 9 exited with code 1"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, i := range []int{0, 1, 3} {
-		f := waitFailure(t, c.sess[i])
-		if f.Lost || f.Node.Host != "node-2" || f.Node.Rank != c.sess[2].Assignment().NodeRank || f.WorkerRank != 9 {
+		f := rdzvtest.WaitFailure(t, c.Sess[i])
+		if f.Lost || f.Node.Host != "node-2" || f.Node.Rank != c.Sess[2].Assignment().NodeRank || f.WorkerRank != 9 {
 			t.Fatalf("node %d heard %+v", i, f)
 		}
 	}
 }
 
 func TestGenerations(t *testing.T) {
-	c := newCluster(t, BackendTCP, 2)
+	c := rdzvtest.NewCluster(t, tcp.Name, 2)
 	ctx := context.Background()
-	c.start(ctx, nil)
-	c.mustJoin()
-	for i, s := range c.sess {
+	c.Start(ctx, nil)
+	c.MustJoin()
+	for i, s := range c.Sess {
 		s.Leave(ctx)
 		s.Close()
-		c.sess[i] = nil
+		c.Sess[i] = nil
 	}
 	var wg sync.WaitGroup
-	sess := make([]Session, 2)
+	sess := make([]rendezvous.Session, 2)
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, m := c.config(i)
+			_, m := c.Config(i)
 			m.Generation = 1
-			sess[i], errs[i] = c.rdzv[i].Join(ctx, m)
+			sess[i], errs[i] = c.Rdzv[i].Join(ctx, m)
 		}()
 	}
 	wg.Wait()
@@ -262,11 +215,11 @@ func TestGenerations(t *testing.T) {
 // A static world from a host list end to end (the launcher takes it from SLURM_JOB_NODELIST and the like): node 0
 // (127.0.0.1) hosts the server on the port option and every node learns its rank from Config.NodeRank.
 func TestStaticHostList(t *testing.T) {
-	_, port, _ := strings.Cut(freeAddr(t), ":")
+	_, port, _ := strings.Cut(rdzvtest.FreeAddr(t), ":")
 	ctx := context.Background()
-	rs := make([]*Rendezvous, 2)
+	rs := make([]*rendezvous.Rendezvous, 2)
 	for i := range 2 {
-		r, err := New(ctx, Config{Backend: BackendStatic, NodeRank: i, Hosts: []string{"127.0.0.1", "127.0.0.2"},
+		r, err := rendezvous.New(ctx, rendezvous.Config{Backend: static.Name, NodeRank: i, Hosts: []string{"127.0.0.1", "127.0.0.2"},
 			Timeout: 10 * time.Second, RunID: "slurm", Conf: map[string]string{"port": port}})
 		if err != nil {
 			t.Fatal(err)
@@ -275,13 +228,13 @@ func TestStaticHostList(t *testing.T) {
 		rs[i] = r
 	}
 	var wg sync.WaitGroup
-	sess := make([]Session, 2)
+	sess := make([]rendezvous.Session, 2)
 	errs := make([]error, 2)
 	for i, r := range rs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sess[i], errs[i] = r.Join(ctx, Member{LocalWorkers: 1, Accelerator: "cpu", Rank: -1})
+			sess[i], errs[i] = r.Join(ctx, rendezvous.Member{LocalWorkers: 1, Accelerator: "cpu", Rank: -1})
 		}()
 	}
 	wg.Wait()
@@ -298,27 +251,27 @@ func TestStaticHostList(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	cases := []Config{
+	cases := []rendezvous.Config{
 		{Backend: "zookeeper", NNodes: 2, NodeRank: -1},
-		{Backend: BackendTCP, NNodes: 0, NodeRank: -1},
-		{Backend: BackendTCP, NNodes: 2, NodeRank: 2},
-		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"bogus": "1"}},
-		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"join_timeout": "-3"}},
-		{Backend: BackendTCP, NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "maybe"}},
-		{Backend: BackendStatic, NodeRank: -1},
-		{Backend: BackendStatic, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}},
-		{Backend: BackendStatic, NodeRank: 1, NNodes: 2},
-		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1},
-		{Backend: BackendEtcd, NNodes: 2, NodeRank: -1, Endpoint: "a:1,,b:2"},
+		{Backend: tcp.Name, NNodes: 0, NodeRank: -1},
+		{Backend: tcp.Name, NNodes: 2, NodeRank: 2},
+		{Backend: tcp.Name, NNodes: 2, NodeRank: -1, Conf: map[string]string{"bogus": "1"}},
+		{Backend: tcp.Name, NNodes: 2, NodeRank: -1, Conf: map[string]string{"join_timeout": "-3"}},
+		{Backend: tcp.Name, NNodes: 2, NodeRank: -1, Conf: map[string]string{"is_host": "maybe"}},
+		{Backend: static.Name, NodeRank: -1},
+		{Backend: static.Name, NodeRank: 0, NNodes: 3, Hosts: []string{"a", "b"}},
+		{Backend: static.Name, NodeRank: 1, NNodes: 2},
+		{Backend: etcd.Name, NNodes: 2, NodeRank: -1},
+		{Backend: etcd.Name, NNodes: 2, NodeRank: -1, Endpoint: "a:1,,b:2"},
 	}
 	for i, cfg := range cases {
-		r, err := New(context.Background(), cfg)
+		r, err := rendezvous.New(context.Background(), cfg)
 		if err == nil {
 			r.Close()
 			t.Errorf("case %d (%+v): no error", i, cfg)
 			continue
 		}
-		if !errors.Is(err, ErrConfig) {
+		if !errors.Is(err, rendezvous.ErrConfig) {
 			t.Errorf("case %d: %v is not ErrConfig", i, err)
 		}
 	}
@@ -326,21 +279,21 @@ func TestConfigErrors(t *testing.T) {
 
 // Nobody at the endpoint: Join fails within the timeout, never hangs.
 func TestNoServerIsBounded(t *testing.T) {
-	for _, b := range []string{BackendTCP, BackendEtcd} {
+	for _, b := range []string{tcp.Name, etcd.Name} {
 		t.Run(b, func(t *testing.T) {
-			cfg := Config{Backend: b, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 800 * time.Millisecond,
+			cfg := rendezvous.Config{Backend: b, Endpoint: rdzvtest.FreeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 800 * time.Millisecond,
 				Conf: map[string]string{}}
-			if b == BackendTCP {
+			if b == tcp.Name {
 				cfg.Conf["is_host"] = "false"
 			}
-			r, err := New(context.Background(), cfg)
+			r, err := rendezvous.New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
 			start := time.Now()
-			_, err = r.Join(context.Background(), Member{Host: "h", LocalWorkers: 1, Rank: -1})
-			if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrServerLost) {
+			_, err = r.Join(context.Background(), rendezvous.Member{Host: "h", LocalWorkers: 1, Rank: -1})
+			if !errors.Is(err, rendezvous.ErrTimeout) && !errors.Is(err, rendezvous.ErrServerLost) {
 				t.Fatalf("join with nobody at the endpoint: %v", err)
 			}
 			if el := time.Since(start); el > 5*time.Second {
@@ -356,14 +309,14 @@ func TestNoServerIsBounded(t *testing.T) {
 func TestJoinCancelled(t *testing.T) {
 	for _, tc := range []struct{ name, isHost string }{{"connecting", "false"}, {"waiting", "true"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			testJoinCancelled(t, Config{Backend: BackendTCP, Endpoint: freeAddr(t), NNodes: 2, NodeRank: -1, Timeout: never(),
+			testJoinCancelled(t, rendezvous.Config{Backend: tcp.Name, Endpoint: rdzvtest.FreeAddr(t), NNodes: 2, NodeRank: -1, Timeout: rdzvtest.Never(),
 				Conf: map[string]string{"is_host": tc.isHost}})
 		})
 	}
 }
 
-func testJoinCancelled(t *testing.T, cfg Config) {
-	r, err := New(context.Background(), cfg)
+func testJoinCancelled(t *testing.T, cfg rendezvous.Config) {
+	r, err := rendezvous.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,16 +325,16 @@ func testJoinCancelled(t *testing.T, cfg Config) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Join(ctx, Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1})
+		_, err := r.Join(ctx, rendezvous.Member{Host: "h", Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1})
 		done <- err
 	}()
-	if srv := r.Server(); srv != nil {
-		waitEntries(t, srv, 1) // waiting for the world on the server it hosts
+	if srv := tcp.HostedServer(r); srv != nil {
+		rdzvtest.WaitJoiners(t, srv, 1) // waiting for the world on the server it hosts
 	}
 	cancel() // otherwise: still connecting (tcp), or wherever the etcd join is
 	// The join timeout is past the deadline: only the cancel ends the join in time.
 	err = testutil.Done(t, "the cancelled join to return", done)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
+	if !errors.Is(err, context.Canceled) || errors.Is(err, rendezvous.ErrTimeout) {
 		t.Fatalf("cancelled join: %v, want context.Canceled", err)
 	}
 }
@@ -390,23 +343,25 @@ func testJoinCancelled(t *testing.T, cfg Config) {
 // environment) still learn every node's own name: the shares name the nodes when the lists' sums differ, instead
 // of each node naming them from its own list. The world's names are the ones each node has for itself.
 func TestStaticHostListsDisagree(t *testing.T) {
-	ep := freeAddr(t)
+	ep := rdzvtest.FreeAddr(t)
 	lists := [][]string{{"a", "b", "c"}, {"a", "b", "c"}, {"x", "y", "c"}}
 	ctx := context.Background()
-	rs := make([]*Rendezvous, 3)
+	rs := make([]*rendezvous.Rendezvous, 3)
 	for i := range rs {
-		r, err := New(ctx, Config{Backend: BackendStatic, Endpoint: ep, NodeRank: i, Hosts: lists[i], Timeout: never(), RunID: "r"})
+		r, err := rendezvous.New(ctx, rendezvous.Config{Backend: static.Name, Endpoint: ep, NodeRank: i, Hosts: lists[i], Timeout: rdzvtest.Never(), RunID: "r"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer r.Close()
 		rs[i] = r
 	}
-	sess := make([]Session, 3)
+	sess := make([]rendezvous.Session, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i, r := range rs {
-		wg.Go(func() { sess[i], errs[i] = r.Join(ctx, Member{LocalWorkers: 1, Accelerator: "v4-8", Rank: -1}) })
+		wg.Go(func() {
+			sess[i], errs[i] = r.Join(ctx, rendezvous.Member{LocalWorkers: 1, Accelerator: "v4-8", Rank: -1})
+		})
 	}
 	wg.Wait()
 	for i := range sess {

@@ -1,4 +1,4 @@
-package rendezvous
+package rendezvous_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/rdzvtest"
+	"tpurun/rendezvous"
+	"tpurun/rendezvous/tcp"
 )
 
 // TestWorldOfMany: 128 CPU or GPU hosts form a tcp world and pass two barriers; one whose launcher dies (its
@@ -21,16 +24,18 @@ import (
 func TestWorldOfMany(t *testing.T) {
 	testutil.Heavy(t) // a world of 128 nodes
 	const n = 128
-	c := newCluster(t, BackendTCP, n)
-	c.hb = never()
-	c.mutate = func(i int, cfg *Config, m *Member) { m.UnevenWorkers, m.LocalWorkers, m.Accelerator = true, 8, "gpu" }
+	c := rdzvtest.NewCluster(t, tcp.Name, n)
+	c.HB = rdzvtest.Never()
+	c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) {
+		m.UnevenWorkers, m.LocalWorkers, m.Accelerator = true, 8, "gpu"
+	}
 	ctx := context.Background()
-	c.start(ctx, nil)
-	c.mustJoin()
+	c.Start(ctx, nil)
+	c.MustJoin()
 	seen := map[int]bool{}
-	for i, s := range c.sess {
+	for i, s := range c.Sess {
 		a := s.Assignment()
-		if seen[a.NodeRank] || a.NNodes != n || a.Self().Host != hostName(i) {
+		if seen[a.NodeRank] || a.NNodes != n || a.Self().Host != rdzvtest.HostName(i) {
 			t.Fatalf("node %d: node rank %d (seen: %v), %d nodes, self %+v", i, a.NodeRank, seen[a.NodeRank], a.NNodes, a.Self())
 		}
 		seen[a.NodeRank] = true
@@ -39,7 +44,7 @@ func TestWorldOfMany(t *testing.T) {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for _, i := range who {
-			wg.Go(func() { errs[i] = c.sess[i].Barrier(ctx, name) })
+			wg.Go(func() { errs[i] = c.Sess[i].Barrier(ctx, name) })
 		}
 		wg.Wait()
 		return errs
@@ -56,8 +61,8 @@ func TestWorldOfMany(t *testing.T) {
 		}
 	}
 	const dead = n * 3 / 5 // neither the server's node nor the last to join
-	rank := c.sess[dead].Assignment().NodeRank
-	c.sess[dead].Close() // without Leave: its connection drops, as when its launcher is killed
+	rank := c.Sess[dead].Assignment().NodeRank
+	c.Sess[dead].Close() // without Leave: its connection drops, as when its launcher is killed
 	var rest []int
 	for i := range n {
 		if i != dead {
@@ -65,14 +70,14 @@ func TestWorldOfMany(t *testing.T) {
 		}
 	}
 	for _, i := range rest {
-		if f := waitFailure(t, c.sess[i]); !f.Lost || f.Node.Rank != rank || f.Node.Host != hostName(dead) {
-			t.Fatalf("node %d heard %+v, want node rank %d (%s) lost", i, f, rank, hostName(dead))
+		if f := rdzvtest.WaitFailure(t, c.Sess[i]); !f.Lost || f.Node.Rank != rank || f.Node.Host != rdzvtest.HostName(dead) {
+			t.Fatalf("node %d heard %+v, want node rank %d (%s) lost", i, f, rank, rdzvtest.HostName(dead))
 		}
 	}
 	errs := barrier("three", rest)
 	for _, i := range rest {
 		if err := errs[i]; err != nil {
-			if e := lostErr(t, err); e.Node.Rank != rank || e.Generation != 0 {
+			if e := rdzvtest.LostErr(t, err); e.Node.Rank != rank || e.Generation != 0 {
 				t.Fatalf("node %d, barrier after the loss: %v, want node rank %d lost", i, e, rank)
 			}
 			continue
@@ -82,7 +87,7 @@ func TestWorldOfMany(t *testing.T) {
 	// by the time the barrier failed, each node had heard one failure: the dead node's
 	for _, i := range rest {
 		select {
-		case f := <-c.sess[i].Failures():
+		case f := <-c.Sess[i].Failures():
 			t.Fatalf("node %d heard a second failure: %+v", i, f)
 		default:
 		}

@@ -46,8 +46,8 @@ type Session interface {
 	Close() error
 }
 
-// clone is a copy of a that its receiver may change.
-func (a *Assignment) clone() *Assignment {
+// Clone is a copy of a that its receiver may change.
+func (a *Assignment) Clone() *Assignment {
 	c := *a
 	c.Nodes = append([]Node(nil), a.Nodes...)
 	c.Layout = append([]Span(nil), a.Layout...)
@@ -58,8 +58,8 @@ func (a *Assignment) clone() *Assignment {
 	return &c
 }
 
-// stamped is f with its time set to now when it has none.
-func (f Failure) stamped() Failure {
+// Stamped is f with its time set to now when it has none.
+func (f Failure) Stamped() Failure {
 	if f.At.IsZero() {
 		f.At = time.Now()
 	}

@@ -17,33 +17,34 @@ type soloBackend struct{}
 func (soloBackend) Solo() bool              { return true }
 func (soloBackend) Elastic() bool           { return false }
 func (soloBackend) NeedsHosts(*Config) bool { return false }
-func (soloBackend) namesNodes(*Config) bool { return false }
-func (soloBackend) hostsServer() bool       { return false }
-func (soloBackend) port() int               { return DefaultPort }
+func (soloBackend) NamesNodes(*Config) bool { return false }
+func (soloBackend) HostsServer() bool       { return false }
+func (soloBackend) Port() int               { return DefaultPort }
 
-// open refuses a world of more than one node; there is nothing to prepare.
-func (soloBackend) open(_ context.Context, r *Rendezvous, _ time.Duration) error {
-	if r.cfg.NNodes > 1 {
-		return configError(FieldNodes, strconv.Itoa(r.cfg.NNodes), "a world of one node; name a backend (static, tcp or etcd) for more")
+// Open refuses a world of more than one node; there is nothing to prepare.
+func (soloBackend) Open(_ context.Context, cfg *Config, _ *zap.Logger, _ time.Duration) (Store, error) {
+	if cfg.NNodes > 1 {
+		return nil, ConfigError(FieldNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
 	}
-	if r.cfg.NodeRank > 0 {
-		return configError(FieldNodeRank, strconv.Itoa(r.cfg.NodeRank), "a world of one node has only node rank 0")
+	if cfg.NodeRank > 0 {
+		return nil, ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
 	}
-	r.store = soloStore{}
-	return nil
+	return soloStore{}, nil
 }
 
 // soloStore joins the world of one.
 type soloStore struct{}
 
-func (soloStore) join(_ context.Context, m Member, _ *zap.Logger) (Session, error) {
+func (soloStore) Join(_ context.Context, m Member, _ *zap.Logger) (Session, error) {
 	asg := &Assignment{NodeRank: 0, RunID: m.RunID, Generation: m.Generation, Accelerator: m.Accelerator,
 		NNodes: 1, WorldSize: m.LocalWorkers, NumSlices: 1, Layout: []Span{{Nodes: 1, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}},
 		Nodes: []Node{{Rank: 0, Host: m.Host, Addr: m.Addr, Instance: m.Instance, LocalWorkers: m.LocalWorkers, SliceID: m.SliceID, Role: m.Role}}}
 	return &soloSession{asg: asg, published: map[string][]byte{}, failures: make(chan Failure), done: make(chan struct{})}, nil
 }
 
-func (soloStore) close() error { return nil }
+func (soloStore) Endpoint() string { return "" }
+func (soloStore) Hosts() []string  { return nil }
+func (soloStore) Close() error     { return nil }
 
 // soloSession is one generation of the world of one.
 type soloSession struct {
@@ -55,7 +56,7 @@ type soloSession struct {
 	closeOnce sync.Once
 }
 
-func (s *soloSession) Assignment() *Assignment               { return s.asg.clone() }
+func (s *soloSession) Assignment() *Assignment               { return s.asg.Clone() }
 func (s *soloSession) Barrier(context.Context, string) error { return nil }
 func (s *soloSession) Fail(context.Context, Failure) error   { return nil }
 func (s *soloSession) Failures() <-chan Failure              { return s.failures }
@@ -80,7 +81,7 @@ func (s *soloSession) Gather(_ context.Context, key string) (map[int][]byte, err
 func (s *soloSession) Err() error {
 	select {
 	case <-s.done:
-		return newError(ErrClosed, "session closed")
+		return NewError(ErrClosed, "session closed")
 	default:
 		return nil
 	}

@@ -25,7 +25,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	r := &rdzvFlags{fs: fs}
 	fs.StringVar(&r.nnodes, "nnodes", "1", "number of nodes (hosts) of the job: N, or MIN:MAX for an elastic world that restarts with the nodes it has")
 	fs.IntVar(&r.nodeRank, "node-rank", -1, "this node's rank (default: assigned by the rendezvous, or from TPU_WORKER_ID / SLURM_NODEID)")
-	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: static, tcp (c10d) or etcd (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
+	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: "+cli.RendezvousBackends()+" (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
 	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")

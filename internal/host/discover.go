@@ -12,6 +12,7 @@ import (
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/static"
 )
 
 // discover makes the world the host's environment describes, once, before anything joins: on one host of a TPU
@@ -47,7 +48,7 @@ func (p *Prepared) discover() error {
 	if r.Solo() || r.NodeRank < 0 { // a world of one has no rank to give (0 and -1 alike): the layout's
 		r.NodeRank = l.NodeRank()
 	}
-	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = rendezvous.BackendStatic, l.NNodes(), 0, true
+	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = static.Name, l.NNodes(), 0, true
 	r.NumSlices, r.SliceID = l.Slices, l.SliceID
 	if r.RunID == "" && p.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
 		p.spec.RunID, p.randomRunID = spec.NoRunID, false
@@ -74,7 +75,7 @@ func laidOutByHost(r *spec.RendezvousSpec) bool {
 		return r.NNodes <= 1 && r.NodeRank <= 0
 	}
 	conf, _ := rendezvous.ParseConf(r.Conf)
-	return r.Backend == rendezvous.BackendStatic && r.Endpoint == "" && conf["hosts"] == ""
+	return r.Backend == static.Name && r.Endpoint == "" && conf["hosts"] == ""
 }
 
 // rendezvousPort is the port of an endpoint laid out from a host list: the port option, else the default.

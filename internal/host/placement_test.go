@@ -11,7 +11,7 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
-	"tpurun/rendezvous"
+	"tpurun/rendezvous/static"
 )
 
 // TestPlacement: the host list and node rank a rendezvous gets come from detection's one reading of the
@@ -49,7 +49,7 @@ func TestPlacement(t *testing.T) {
 			t.Fatalf("case %d: detect: %v", i, err)
 		}
 		r := spec.RendezvousSpec{Backend: tc.backend, NodeRank: tc.rank, NNodes: 2}
-		if tc.backend == rendezvous.BackendStatic {
+		if tc.backend == static.Name {
 			r.NNodes = 0
 		}
 		hosts, rank, err := placement(r, tc.conf, h)

@@ -15,6 +15,11 @@ import (
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
+
+	// The rendezvous backends tpurun links, each registering itself with package rendezvous: the one list.
+	_ "tpurun/rendezvous/etcd"
+	_ "tpurun/rendezvous/static"
+	_ "tpurun/rendezvous/tcp"
 )
 
 // resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the

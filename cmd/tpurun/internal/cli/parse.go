@@ -78,6 +78,10 @@ func ParseNNodes(v string) (min, max int, err error) {
 	return n, m, nil
 }
 
+// RendezvousBackends names the rendezvous backends the program links, as registered with package rendezvous (the
+// launcher imports them), for help text: "etcd (etcd-v2), static or tcp (c10d)".
+func RendezvousBackends() string { return rendezvous.Names() }
+
 // ParseSignals parses torchrun's signals-to-handle list: comma-separated names (SIGTERM or TERM) or numbers.
 // SIGKILL and SIGSTOP cannot be handled and are refused.
 func ParseSignals(s string) ([]os.Signal, error) {

@@ -1,0 +1,31 @@
+package etcd
+
+import (
+	"testing"
+
+	"tpurun/internal/testutil/etcdtest"
+	"tpurun/internal/testutil/rdzvtest"
+)
+
+// newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
+func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *rdzvtest.Cluster {
+	c := rdzvtest.NewCluster(t, Name, n)
+	c.Endpoint = ec.Endpoint()
+	c.Prefix = "/test/" + t.Name() + "/"
+	return c
+}
+
+// TestEtcdForming runs the scenarios of how this backend forms a world (chunks, the counting node, departures, a
+// stalled node) against one real 3-member etcd cluster; the rendezvous package's TestEtcd runs the scenarios
+// every backend shares.
+func TestEtcdForming(t *testing.T) {
+	if testing.Short() {
+		t.Skip("etcd cluster: not in -short")
+	}
+	ec := etcdtest.Start(t, 3) // heavy: takes the slot for the whole test
+	t.Run("AgreedWorld/Chunked", func(t *testing.T) { testChunkedWorld(t, newEtcdCluster(t, ec, 8)) })
+	t.Run("CounterGone", func(t *testing.T) { testCounterGone(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("CounterRetires", func(t *testing.T) { testCounterRetires(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
+}

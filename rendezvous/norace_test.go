@@ -1,5 +1,0 @@
-//go:build !race
-
-package rendezvous
-
-const raceEnabled = false

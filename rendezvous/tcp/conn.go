@@ -1,0 +1,264 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"tpurun/rendezvous"
+)
+
+// sconn is one authenticated client connection on the server.
+type sconn struct {
+	nc   net.Conn
+	wmu  sync.Mutex
+	done chan struct{}
+	// guarded by Server.mu
+	w    *world
+	ent  *entry
+	rank int
+}
+
+func (s *Server) send(c *sconn, m *message) {
+	f, err := encodeFrame(m, s.cfg.MaxMessage)
+	if err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", m.Type), zap.Error(err))
+		c.nc.Close()
+		return
+	}
+	s.write(c, m.Type, f)
+}
+
+// write writes one frame, given in parts (pre-encoded parts shared with other frames), with one writev. A
+// connection that cannot take it within the heartbeat is closed.
+func (s *Server) write(c *sconn, what string, parts ...[]byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(s.cfg.Heartbeat))
+	b := net.Buffers(parts)
+	if _, err := b.WriteTo(c.nc); err != nil {
+		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", what), zap.Error(err))
+		c.nc.Close()
+	}
+}
+
+func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
+	if m == nil {
+		m = &message{}
+	}
+	m.Type, m.ID = msgReply, id
+	if err != nil {
+		m.Error = rendezvous.ToWire(err)
+	}
+	s.send(c, m)
+}
+
+// sendReply answers request id with a reply whose field holds pre-encoded JSON (a gathered key's data).
+func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
+	head := replyHead(id, field)
+	n := len(head) + len(value) + 1
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the reply (%s) is %d bytes, over the limit of %d bytes", field, n, s.cfg.MaxMessage)))
+		return
+	}
+	s.write(c, field, frameHeader(n), head, value, closeBrace)
+}
+
+// sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares).
+func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int) {
+	head := replyHead(id, "assignment")
+	parts := append([][]byte{nil, head}, sh.Value(rank)...)
+	parts = append(parts, closeBrace)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > s.cfg.MaxMessage {
+		s.reply(c, id, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
+		return
+	}
+	parts[0] = frameHeader(n)
+	s.write(c, "assignment", parts...)
+}
+
+// serve reads c's messages until it ends; each request is handled on its own goroutine.
+func (s *Server) serve(c *sconn) {
+	var reqs sync.WaitGroup
+	defer func() {
+		c.nc.Close()
+		close(c.done)
+		reqs.Wait()
+		s.dropped(c)
+	}()
+	remote := c.nc.RemoteAddr().String()
+	fr := newFrameReader(c.nc, s.cfg.MaxMessage)
+	for {
+		m, err := live(c.nc, fr, s.cfg.Heartbeat, s.lag) // a node silent for a heartbeat is lost
+		if err != nil {
+			var e *rendezvous.Error
+			if errors.As(err, &e) {
+				s.log.Warn("rendezvous message refused", zap.String("remote", remote), zap.Error(err))
+				s.send(c, &message{Type: msgRejected, Error: rendezvous.ToWire(err)})
+			} else {
+				s.log.Debug("rendezvous connection ended", zap.String("remote", remote), zap.Error(err))
+			}
+			return
+		}
+		switch m.Type {
+		case msgPing:
+			if m.LateMS > 0 { // the node runs late: so may the others, on its host or in its process
+				s.lag.saw(time.Duration(m.LateMS)*time.Millisecond, time.Now())
+			}
+			if m.ID == 0 {
+				s.write(c, msgPong, pongFrame)
+			} else {
+				s.send(c, &message{Type: msgPong, ID: m.ID})
+			}
+			continue
+		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
+		default:
+			s.send(c, &message{Type: msgRejected, Error: rendezvous.ToWire(rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a client may not send a %q message", m.Type)))})
+			return
+		}
+		reqs.Add(1)
+		go func() {
+			defer reqs.Done()
+			s.handle(c, m)
+		}()
+	}
+}
+
+// timeout is the time a request may wait: its own, else the server's.
+func (s *Server) timeout(m *message) time.Duration {
+	if m.TimeoutMS > 0 {
+		return min(time.Duration(m.TimeoutMS)*time.Millisecond, 24*time.Hour)
+	}
+	return s.cfg.Timeout
+}
+
+// wait waits for done to close (true), the timeout to pass (false, nil) or the connection or server to end
+// (ErrClosed).
+func (s *Server) wait(c *sconn, done <-chan struct{}, timeout time.Duration) (bool, error) {
+	select {
+	case <-done:
+		return true, nil
+	default:
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-c.done:
+		return false, rendezvous.NewError(rendezvous.ErrClosed, "connection closed")
+	case <-s.done:
+		return false, rendezvous.NewError(rendezvous.ErrClosed, "server closed")
+	}
+}
+
+func (s *Server) handle(c *sconn, m *message) {
+	if m.Type == msgJoin {
+		s.join(c, m)
+		return
+	}
+	s.mu.Lock()
+	w, e, rank := c.w, c.ent, c.rank
+	s.mu.Unlock()
+	if w == nil || e == nil || rank < 0 {
+		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
+		return
+	}
+	switch m.Type {
+	case msgBarrier:
+		s.reply(c, m.ID, nil, s.barrier(c, w, rank, m))
+	case msgPublish:
+		s.mu.Lock()
+		w.publish(m.Name, rank, m.Data)
+		s.mu.Unlock()
+		s.reply(c, m.ID, nil, nil)
+	case msgGather:
+		s.gather(c, w, m)
+	case msgFail:
+		if m.Failure == nil {
+			s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, "fail message without a failure"))
+			return
+		}
+		f := *m.Failure
+		f.Node = e.m.Ref(rank)
+		f.Lost = false
+		s.spread(w, c, f)
+		s.reply(c, m.ID, nil, nil)
+	case msgLeave:
+		s.mu.Lock()
+		if !e.left && !e.lost {
+			e.left = true
+			w.nodeGone(e)
+		}
+		s.mu.Unlock()
+		s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
+		s.reply(c, m.ID, nil, nil)
+	case msgWaiting:
+		s.reply(c, m.ID, &message{Waiting: s.waiting(w.gen)}, nil)
+	case msgFinish:
+		s.closeJob(w, m.ExitCode)
+		s.reply(c, m.ID, nil, nil)
+	}
+}
+
+// spread records f and pushes it to every other connection of the world (encoded once).
+func (s *Server) spread(w *world, from *sconn, f rendezvous.Failure) {
+	frame, err := encodeFrame(&message{Type: msgFailure, Failure: &f}, s.cfg.MaxMessage)
+	s.mu.Lock()
+	w.failures = append(w.failures, f)
+	var to []*sconn
+	for _, e := range w.entries {
+		if e.conn != nil && e.conn != from && !e.left {
+			to = append(to, e.conn)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("rendezvous failure spread", zap.Stringer("failure", f), zap.Int("to", len(to)))
+	if err != nil {
+		s.log.Error("rendezvous failure not spread", zap.Error(err))
+		return
+	}
+	for _, c := range to {
+		s.write(c, msgFailure, frame)
+	}
+}
+
+// dropped handles a connection that ended: a node of a complete world that did not leave is lost.
+func (s *Server) dropped(c *sconn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	w, e := c.w, c.ent
+	if w == nil || e == nil || e.conn != c {
+		s.mu.Unlock()
+		return
+	}
+	e.conn = nil
+	if !w.complete {
+		w.remove(e)
+		s.progress(w)
+		s.mu.Unlock()
+		return
+	}
+	if e.left || e.lost {
+		s.mu.Unlock()
+		return
+	}
+	e.lost = true
+	w.nodeGone(e)
+	s.mu.Unlock()
+	f := rendezvous.Failure{Node: e.m.Ref(e.rank), WorkerRank: -1, Lost: true, At: time.Now(),
+		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", s.cfg.Heartbeat)}
+	s.spread(w, nil, f)
+}

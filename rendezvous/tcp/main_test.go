@@ -1,0 +1,15 @@
+package tcp
+
+import (
+	"testing"
+
+	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/rdzvtest"
+)
+
+// The test binary doubles as a server process (rdzvserver, attack_test.go).
+func init() {
+	testutil.Define(testutil.Verb{Name: "rdzvserver", Run: childServer})
+}
+
+func TestMain(m *testing.M) { rdzvtest.Main(m) }
