@@ -29,8 +29,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
 	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
-	r.timeout = cli.Seconds(5 * time.Minute)
-	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m")
+	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default "+cli.DefaultRendezvousTimeout.String()+", the rendezvous's own)")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
 	fs.StringVar(&r.localAddr, "local-addr", "", "torchrun's name for --node-addr")
@@ -50,7 +49,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 		return c, nil, err
 	}
 	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
-		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default 5m)"}
+		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default " + cli.DefaultRendezvousTimeout.String() + ")"}
 	}
 	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {

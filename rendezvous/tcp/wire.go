@@ -178,27 +178,35 @@ func decodeMessage(body []byte) (*message, error) {
 		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("unknown message type %q", m.Type))
 	}
 	if m.Type == msgJoin {
-		if m.Member == nil {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, "join message without a member")
-		}
-		if err := m.Member.Validate(); err != nil {
+		if err := checkJoin(&m); err != nil {
 			return nil, err
-		}
-		if m.NNodes < 1 || m.NNodes > rendezvous.MaxNodes {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with nnodes %d; need 1..%d", m.NNodes, rendezvous.MaxNodes))
-		}
-		if m.MinNodes < 0 || m.MinNodes > m.NNodes {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with min_nodes %d of %d", m.MinNodes, m.NNodes))
-		}
-		if limit := cmp.Or(m.MinNodes, m.NNodes); m.Member.Rank >= limit {
-			return nil, rendezvous.NewError(rendezvous.ErrConfig, fmt.Sprintf("host %q requests node rank %d of a world of %s nodes", m.Member.Host, m.Member.Rank, rendezvous.SizeRange(m.MinNodes, m.NNodes)))
-		}
-		if m.LastCallMS < 0 {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
 		}
 	}
 	if m.TimeoutMS < 0 || m.LateMS < 0 {
 		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative timeout %d ms or lateness %d ms", m.TimeoutMS, m.LateMS))
 	}
 	return &m, nil
+}
+
+// checkJoin checks what a join message carries: a valid member, a world size, and a node rank within it.
+func checkJoin(m *message) error {
+	if m.Member == nil {
+		return rendezvous.NewError(rendezvous.ErrProtocol, "join message without a member")
+	}
+	if err := m.Member.Validate(); err != nil {
+		return err
+	}
+	if m.NNodes < 1 || m.NNodes > rendezvous.MaxNodes {
+		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with nnodes %d; need 1..%d", m.NNodes, rendezvous.MaxNodes))
+	}
+	if m.MinNodes < 0 || m.MinNodes > m.NNodes {
+		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with min_nodes %d of %d", m.MinNodes, m.NNodes))
+	}
+	if limit := cmp.Or(m.MinNodes, m.NNodes); m.Member.Rank >= limit {
+		return rendezvous.NewError(rendezvous.ErrConfig, fmt.Sprintf("host %q requests node rank %d of a world of %s nodes", m.Member.Host, m.Member.Rank, rendezvous.SizeRange(m.MinNodes, m.NNodes)))
+	}
+	if m.LastCallMS < 0 {
+		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
+	}
+	return nil
 }

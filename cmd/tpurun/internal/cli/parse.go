@@ -82,6 +82,10 @@ func ParseNNodes(v string) (min, max int, err error) {
 // launcher imports them), for help text: "etcd (etcd-v2), static or tcp (c10d)".
 func RendezvousBackends() string { return rendezvous.Names() }
 
+// DefaultRendezvousTimeout is how long the rendezvous waits for every node when --rdzv-timeout is not given: its own
+// default (rendezvous.DefaultTimeout; 0 in the Spec means it), named here for help text.
+const DefaultRendezvousTimeout = rendezvous.DefaultTimeout
+
 // ParseSignals parses torchrun's signals-to-handle list: comma-separated names (SIGTERM or TERM) or numbers.
 // SIGKILL and SIGSTOP cannot be handled and are refused.
 func ParseSignals(s string) ([]os.Signal, error) {
