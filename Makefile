@@ -24,13 +24,16 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # built with -race already; a separate go vet would compile every package and dependency a second time (about 200
 # CPU-seconds of a 2-core CI machine's cold build).
 #
-# The CPU-host port of PyTorch's launcher tests (CPU-bound, outside the heavy slot) and the rendezvous tests (the
-# API's scenarios on every backend, etcd's own, the tcp server's attacks; mostly waits: etcd's elections, timeouts)
-# are named first: go test starts packages in the order given, so those waits
-# overlap CPU-bound work instead of running alone at the end.
-FIRST     := ./cmd/tpurun/porttest ./rendezvous ./rendezvous/etcd ./rendezvous/tcp ./cmd/tpurun
+# Packages start in the order given (go test runs -p, the number of cores, at a time): the longest first, cmd/tpurun
+# (the CLI's tests, mostly processes waiting on processes), then the CPU-host port of PyTorch's launcher tests
+# (CPU-bound, outside the heavy slot) and the rendezvous packages (mostly waits: etcd's elections, leases,
+# timeouts), so that the short packages fill in at the end instead of a long one running alone.
+#
+# -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the two
+# cores busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
+FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./rendezvous/etcd ./rendezvous/tcp
 test: ## run every test (race detector on, every go vet check), as CI does
-	$(GO) test -race -vet=all -count=1 -timeout 20m $(FIRST) $(PKGS)
+	$(GO) test -race -vet=all -count=1 -parallel 4 -timeout 20m $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -24,6 +24,7 @@ func elastic(min int, lastCall time.Duration) func(int, *rendezvous.Config, *ren
 }
 
 func TestElastic(t *testing.T) {
+	t.Parallel()
 	t.Run("LastCall", func(t *testing.T) { testElasticLastCall(t, rdzvtest.NewCluster(t, tcp.Name, 3)) })
 	t.Run("FullAtOnce", func(t *testing.T) { testElasticFull(t, rdzvtest.NewCluster(t, tcp.Name, 3)) })
 	t.Run("TooFew", func(t *testing.T) { testElasticTooFew(t, rdzvtest.NewCluster(t, tcp.Name, 3)) })

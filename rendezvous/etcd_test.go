@@ -36,13 +36,28 @@ func TestEtcd(t *testing.T) {
 		t.Skip("etcd cluster: not in -short")
 	}
 	ec := etcdtest.Start(t, 3) // heavy: takes the slot for the whole test
+	// The scenarios up to MemberStopped are independent (each its own key prefix) and mostly wait (leases, last
+	// calls): they run in parallel once the two that stop members (run first, each restoring the cluster) are done.
 	for _, n := range []int{2, 4, 8} {
-		t.Run(fmt.Sprintf("AgreedWorld/%d", n), func(t *testing.T) { rdzvtest.AgreedWorld(t, newEtcdCluster(t, ec, n)) })
+		t.Run(fmt.Sprintf("AgreedWorld/%d", n), func(t *testing.T) {
+			t.Parallel()
+			rdzvtest.AgreedWorld(t, newEtcdCluster(t, ec, n))
+		})
 	}
-	t.Run("MissingNode", func(t *testing.T) { testMissingNode(t, newEtcdCluster(t, ec, 4)) })
-	t.Run("Duplicate", func(t *testing.T) { testDuplicate(t, newEtcdCluster(t, ec, 2)) })
-	t.Run("FailSpreads", func(t *testing.T) { testFailSpreads(t, newEtcdCluster(t, ec, 4)) })
+	t.Run("MissingNode", func(t *testing.T) {
+		t.Parallel()
+		testMissingNode(t, newEtcdCluster(t, ec, 4))
+	})
+	t.Run("Duplicate", func(t *testing.T) {
+		t.Parallel()
+		testDuplicate(t, newEtcdCluster(t, ec, 2))
+	})
+	t.Run("FailSpreads", func(t *testing.T) {
+		t.Parallel()
+		testFailSpreads(t, newEtcdCluster(t, ec, 4))
+	})
 	t.Run("Mismatch", func(t *testing.T) {
+		t.Parallel()
 		c := newEtcdCluster(t, ec, 4)
 		c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) {
 			if i == 2 {
@@ -58,6 +73,7 @@ func TestEtcd(t *testing.T) {
 		}
 	})
 	t.Run("NodeProcessKilled", func(t *testing.T) {
+		t.Parallel()
 		c := newEtcdCluster(t, ec, 3)
 		c.HB = lossHeartbeat // a lease of 5 s: what the test waits for
 		c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) { m.Rank = i; m.RunID = "run" }
@@ -84,14 +100,25 @@ func TestEtcd(t *testing.T) {
 		}
 	})
 	t.Run("JoinCancelled", func(t *testing.T) {
+		t.Parallel()
 		c := newEtcdCluster(t, ec, 2)
 		testJoinCancelled(t, rendezvous.Config{Backend: etcd.Name, Endpoint: c.Endpoint, NNodes: 2, NodeRank: -1, Timeout: rdzvtest.Never(),
 			Heartbeat: c.HB, RunID: "cancel", Conf: map[string]string{"prefix": c.Prefix}})
 	})
-	t.Run("Elastic/LastCall", func(t *testing.T) { testElasticLastCall(t, newEtcdCluster(t, ec, 3)) })
-	t.Run("Elastic/FullAtOnce", func(t *testing.T) { testElasticFull(t, newEtcdCluster(t, ec, 3)) })
-	t.Run("Elastic/TooFew", func(t *testing.T) { testElasticTooFew(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("Elastic/LastCall", func(t *testing.T) {
+		t.Parallel()
+		testElasticLastCall(t, newEtcdCluster(t, ec, 3))
+	})
+	t.Run("Elastic/FullAtOnce", func(t *testing.T) {
+		t.Parallel()
+		testElasticFull(t, newEtcdCluster(t, ec, 3))
+	})
+	t.Run("Elastic/TooFew", func(t *testing.T) {
+		t.Parallel()
+		testElasticTooFew(t, newEtcdCluster(t, ec, 3))
+	})
 	t.Run("Elastic/NodeLostAndBack", func(t *testing.T) {
+		t.Parallel()
 		c := newEtcdCluster(t, ec, 3)
 		c.HB = lossHeartbeat
 		testNodeLostAndBack(t, c, "RDZV_TEST_PREFIX="+c.Prefix)

@@ -23,6 +23,7 @@ import (
 // server and on etcd (etcd_test.go runs these against a real etcd cluster).
 
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	t.Run("SizeMismatch/Fixed", func(t *testing.T) {
 		testSizeMismatch(t, rdzvtest.NewCluster(t, tcp.Name, 2), [2]int{0, 0}, [2]int{2, 3})
 	})

@@ -22,6 +22,7 @@ import (
 var embedded = []string{tcp.Name, static.Name}
 
 func TestAgreedWorld(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		for _, n := range []int{2, 4, 8} {
 			t.Run(fmt.Sprintf("%s/%d", b, n), func(t *testing.T) { rdzvtest.AgreedWorld(t, rdzvtest.NewCluster(t, b, n)) })
@@ -30,6 +31,7 @@ func TestAgreedWorld(t *testing.T) {
 }
 
 func TestMissingNodeTimesOut(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) { testMissingNode(t, rdzvtest.NewCluster(t, b, 4)) })
 	}
@@ -56,6 +58,7 @@ func testMissingNode(t *testing.T, c *rdzvtest.Cluster) {
 }
 
 func TestDuplicateJoinRejected(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) { testDuplicate(t, rdzvtest.NewCluster(t, b, 2)) })
 	}
@@ -94,6 +97,7 @@ func testDuplicate(t *testing.T, c *rdzvtest.Cluster) {
 }
 
 func TestIdempotentRejoin(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) {
 			c := rdzvtest.NewCluster(t, b, 2)
@@ -137,6 +141,7 @@ func TestIdempotentRejoin(t *testing.T) {
 }
 
 func TestMismatchNamesOddNode(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) {
 			c := rdzvtest.NewCluster(t, b, 4)
@@ -157,6 +162,7 @@ func TestMismatchNamesOddNode(t *testing.T) {
 }
 
 func TestFailSpreads(t *testing.T) {
+	t.Parallel()
 	for _, b := range embedded {
 		t.Run(b, func(t *testing.T) { testFailSpreads(t, rdzvtest.NewCluster(t, b, 4)) })
 	}
@@ -179,6 +185,7 @@ func testFailSpreads(t *testing.T, c *rdzvtest.Cluster) {
 }
 
 func TestGenerations(t *testing.T) {
+	t.Parallel()
 	c := rdzvtest.NewCluster(t, tcp.Name, 2)
 	ctx := context.Background()
 	c.Start(ctx, nil)
@@ -215,6 +222,7 @@ func TestGenerations(t *testing.T) {
 // A static world from a host list end to end (the launcher takes it from SLURM_JOB_NODELIST and the like): node 0
 // (127.0.0.1) hosts the server on the port option and every node learns its rank from Config.NodeRank.
 func TestStaticHostList(t *testing.T) {
+	t.Parallel()
 	_, port, _ := strings.Cut(rdzvtest.FreeAddr(t), ":")
 	ctx := context.Background()
 	rs := make([]*rendezvous.Rendezvous, 2)
@@ -251,6 +259,7 @@ func TestStaticHostList(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	cases := []rendezvous.Config{
 		{Backend: "zookeeper", NNodes: 2, NodeRank: -1},
 		{Backend: tcp.Name, NNodes: 0, NodeRank: -1},
@@ -279,6 +288,7 @@ func TestConfigErrors(t *testing.T) {
 
 // Nobody at the endpoint: Join fails within the timeout, never hangs.
 func TestNoServerIsBounded(t *testing.T) {
+	t.Parallel()
 	for _, b := range []string{tcp.Name, etcd.Name} {
 		t.Run(b, func(t *testing.T) {
 			cfg := rendezvous.Config{Backend: b, Endpoint: rdzvtest.FreeAddr(t), NNodes: 2, NodeRank: -1, Timeout: 800 * time.Millisecond,
@@ -307,6 +317,7 @@ func TestNoServerIsBounded(t *testing.T) {
 // TestJoinCancelled: a join whose context is cancelled (the launcher got SIGTERM) returns at once with an error
 // matching context.Canceled, not a timeout, whether it is still connecting or already waiting for the world.
 func TestJoinCancelled(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, isHost string }{{"connecting", "false"}, {"waiting", "true"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			testJoinCancelled(t, rendezvous.Config{Backend: tcp.Name, Endpoint: rdzvtest.FreeAddr(t), NNodes: 2, NodeRank: -1, Timeout: rdzvtest.Never(),
@@ -343,6 +354,7 @@ func testJoinCancelled(t *testing.T, cfg rendezvous.Config) {
 // environment) still learn every node's own name: the shares name the nodes when the lists' sums differ, instead
 // of each node naming them from its own list. The world's names are the ones each node has for itself.
 func TestStaticHostListsDisagree(t *testing.T) {
+	t.Parallel()
 	ep := rdzvtest.FreeAddr(t)
 	lists := [][]string{{"a", "b", "c"}, {"a", "b", "c"}, {"x", "y", "c"}}
 	ctx := context.Background()

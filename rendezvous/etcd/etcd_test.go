@@ -23,9 +23,20 @@ func TestEtcdForming(t *testing.T) {
 		t.Skip("etcd cluster: not in -short")
 	}
 	ec := etcdtest.Start(t, 3) // heavy: takes the slot for the whole test
-	t.Run("AgreedWorld/Chunked", func(t *testing.T) { testChunkedWorld(t, newEtcdCluster(t, ec, 8)) })
-	t.Run("CounterGone", func(t *testing.T) { testCounterGone(t, newEtcdCluster(t, ec, 3)) })
-	t.Run("CounterRetires", func(t *testing.T) { testCounterRetires(t, newEtcdCluster(t, ec, 3)) })
+	// Chunked and the counting node's scenarios are independent (each its own key prefix) and run in parallel once
+	// the two that cannot share the cluster are done: a compaction (global to etcd) and a stalled node.
+	t.Run("AgreedWorld/Chunked", func(t *testing.T) {
+		t.Parallel()
+		testChunkedWorld(t, newEtcdCluster(t, ec, 8))
+	})
+	t.Run("CounterGone", func(t *testing.T) {
+		t.Parallel()
+		testCounterGone(t, newEtcdCluster(t, ec, 3))
+	})
+	t.Run("CounterRetires", func(t *testing.T) {
+		t.Parallel()
+		testCounterRetires(t, newEtcdCluster(t, ec, 3))
+	})
 	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
 	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
 }
