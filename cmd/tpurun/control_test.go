@@ -331,8 +331,11 @@ func TestControlStopSignals(t *testing.T) {
 		// a preempted job does not look successful: 143 although every worker exits 0 on the SIGTERM
 		{"term-workers-exit-0", "15", "60s", []syscall.Signal{syscall.SIGTERM}, 143, []string{"15"}, "ok",
 			[]string{"signal: stopped by SIGTERM; every rank finished cleanly"}},
-		{"term-grace-expires", "none", "1s", []syscall.Signal{syscall.SIGTERM}, 143, []string{"15"}, "SIGKILL",
+		// a stop signal is followed by SIGCONT (a stopped worker then runs its handler): a worker that lives on
+		// through the grace gets both
+		{"term-grace-expires", "none", "1s", []syscall.Signal{syscall.SIGTERM}, 143, []string{"15", "18"}, "SIGKILL",
 			[]string{"stopped by SIGTERM; grace 1s expired, SIGKILL needed"}},
+		// (the SIGCONT after the first SIGINT may come before the second stop's SIGKILL or not: "18" is not counted)
 		{"int-twice", "none", "60s", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, 130, []string{"2"}, "SIGKILL",
 			[]string{"second stop signal SIGINT", "stopped by SIGINT; second SIGINT, SIGKILL needed"}},
 		// any stop signal once the grace began is a second stop
@@ -362,6 +365,9 @@ func TestControlStopSignals(t *testing.T) {
 			}
 			got, _ := ranks(l.lines, 2)
 			for r := range 2 {
+				if len(tc.sigs) > 1 && tc.ended == "SIGKILL" { // killed by a second stop: the first one's SIGCONT may not be printed yet
+					got[r] = slices.DeleteFunc(got[r], func(s string) bool { return s == "18" })
+				}
 				if !slices.Equal(got[r], tc.printed) {
 					t.Fatalf("rank %d received %v, want %v\n%s", r, got[r], tc.printed, out)
 				}
@@ -594,5 +600,46 @@ print("child ended by %d" % -p.returncode, flush=True)`
 	l.signal(syscall.SIGUSR1)
 	if code := l.wait(); code != 0 || !strings.Contains(l.output(), "[0] child ended by 10") {
 		t.Fatalf("exit %d, want 0 and the child ended by SIGUSR1\n%s", code, l.output())
+	}
+}
+
+// TestControlStoppedWorkerGetsItsStopSignal: a worker stopped from outside (kill -STOP; as after SIGTSTP to tpurun
+// as PID 1) keeps the stop signal pending, so tpurun continues it after the signal (SIGCONT, as Open MPI's launcher,
+// coreutils' timeout and systemd do): it runs its handler within the grace period instead of being SIGKILLed at
+// its end. The grace here is longer than the test's deadline: only the handler can end the worker in time. The
+// same for a --timeout and for another rank's failure, which stop the job the same way.
+func TestControlStoppedWorkerGetsItsStopSignal(t *testing.T) {
+	t.Parallel()
+	grace := (2 * testutil.Deadline()).String()
+	for _, tc := range []struct {
+		name string
+		args []string
+		stop func(l *launched)
+		code int
+	}{
+		{"SIGTERM", nil, func(l *launched) { l.signal(syscall.SIGTERM) }, 143},
+		{"timeout", []string{"--timeout", upTimeout}, func(*launched) {}, 124},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append(append([]string{"--nprocs", "1", "--grace", grace}, tc.args...), "--")
+			l := launch(t, false, nil, append(args, printSignals(t)...)...)
+			l.waitFor("the worker ready", readyAll(1))
+			pids := testutil.ChildrenOf(l.target)
+			if len(pids) != 1 {
+				t.Fatalf("tpurun (pid %d) has children %v, want its worker", l.target, pids)
+			}
+			if err := syscall.Kill(pids[0], syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			l.waitFor("the worker stopped", func([]string) bool { return procState(pids[0]) == "T" })
+			tc.stop(l)
+			if code := l.wait(); code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s", code, tc.code, l.output())
+			}
+			if !printedBy(1, "15", 1)(l.lines) {
+				t.Errorf("the stopped worker never ran its SIGTERM handler:\n%s", l.output())
+			}
+		})
 	}
 }

@@ -403,3 +403,18 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 		wantExit(t, strings.Join(args, " "), runCLI(t, "", nil, append(args, "--device", "cpu", "--", "true")...), exitcode.Usage, args[0])
 	}
 }
+
+// TestDropinMissingScriptRefusedBeforeStart: torchrun starts every worker to have Python say "can't open file", and
+// again on each restart; tpurun refuses a missing PROGRAM.py (or --run-path file) before anything starts: 127, as
+// a missing PROGRAM, naming the file, with no worker started and no restart.
+func TestDropinMissingScriptRefusedBeforeStart(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "missing.py")
+	for _, args := range [][]string{{missing}, {"--run-path", missing}} {
+		r := runCLI(t, "", nil, append([]string{"--nprocs", "2", "--max-restarts", "2"}, args...)...)
+		if r.code != 127 || !strings.Contains(r.stderr, missing) || strings.Contains(r.stderr, "workers started") ||
+			strings.Contains(r.stderr, "restarting") {
+			t.Errorf("%q: exit %d, want 127 naming %s with no worker started:\n%s", args, r.code, missing, r.stderr)
+		}
+	}
+}

@@ -316,15 +316,20 @@ func TestSpawnFromPython(t *testing.T) {
 	if _, err := worker.InstallPython(dir); err != nil {
 		t.Fatal(err)
 	}
-	script := `import sys, tpurun
+	// A success prints nothing of tpurun's own, as xmp.spawn prints nothing (the workers print nothing here); a
+	// failure shows tpurun's report on stderr besides the SpawnError.
+	script := `import io, sys, tpurun
 sys.path.insert(0, sys.argv[2])
 import fn_square
-res = tpurun.spawn(fn_square.square, args=(5,), nprocs=3, tpurun=sys.argv[1])
+quiet, loud = io.StringIO(), io.StringIO()
+res = tpurun.spawn(fn_square.square, args=(5,), nprocs=3, tpurun=sys.argv[1], stderr=quiet)
 print(sorted((k, v["square"]) for k, v in res.items()))
 try:
-    tpurun.spawn("fn_square:boom", nprocs=2, tpurun=sys.argv[1], env=dict(__import__("os").environ, PYTHONPATH=sys.argv[2]))
+    tpurun.spawn("fn_square:boom", nprocs=2, tpurun=sys.argv[1], env=dict(__import__("os").environ, PYTHONPATH=sys.argv[2]), stderr=loud)
 except tpurun.SpawnError as e:
     print("SpawnError", e.exit_code, str(e).splitlines()[0])
+print("success printed %r" % quiet.getvalue())
+print("failure printed the summary: %s" % ("tpurun: run " in loud.getvalue()))
 `
 	cmd := exec.Command(py, "-c", script, filepath.Join(bin, "tpurun"), examplesDir(t))
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir+string(os.PathListSeparator)+examplesDir(t))
@@ -334,7 +339,8 @@ except tpurun.SpawnError as e:
 		t.Fatalf("%v\n%s\n%s", err, out, ee.Stderr)
 	}
 	want := "[(0, 5), (1, 6), (2, 9)]\nSpawnError 1 replica 1 (rank 1, pid "
-	if !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), "raised ValueError: replica 1 diverged") {
+	if !strings.HasPrefix(string(out), want) || !strings.Contains(string(out), "raised ValueError: replica 1 diverged") ||
+		!strings.Contains(string(out), "success printed ''\n") || !strings.Contains(string(out), "failure printed the summary: True\n") {
 		t.Fatalf("spawn printed %q, want prefix %q", out, want)
 	}
 }

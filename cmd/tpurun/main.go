@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/cmd/tpurun/internal/status"
@@ -64,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			_ = console.Flush(outc, errc)
 		}
 	}()
-	log, err := console.NewLogger(o.logFormat, o.verbose, errc.LogWriter())
+	log, err := console.NewLogger(o.logFormat, o.logLevel(), errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(errc, "tpurun: %v\n", err)
 		return exitcode.Usage
@@ -84,9 +85,20 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	defer stop()
 	o.spec.Signals = sigs
-	sp := summary.NewPrinter(errc.LogWriter(), f.log) // each attempt's summary as it ends
+	sp := summary.NewPrinter(errc.LogWriter(), f.log, o.quiet) // each attempt's summary as it ends
 	o.spec.Observers = append(o.spec.Observers, sp)
 	return report(o, &o.spec, sp, f, outc, errc)
+}
+
+// logLevel is tpurun's own: debug with --verbose, warnings and errors with --quiet, else info.
+func (o *options) logLevel() zapcore.Level {
+	switch {
+	case o.verbose:
+		return zapcore.DebugLevel
+	case o.quiet:
+		return zapcore.WarnLevel
+	}
+	return zapcore.InfoLevel
 }
 
 // parseFailed answers a command line that was not run: 0 after --help (and --version, --python-path), else the
@@ -260,6 +272,7 @@ type options struct {
 	statusRemote   bool
 	logFormat      string
 	verbose        bool
+	quiet          bool
 }
 
 func parse(args []string, stdout io.Writer) (*options, error) {
@@ -316,6 +329,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
 	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
+	fs.BoolVarP(&o.quiet, "quiet", "q", false, "tpurun's own lines only when something fails: its warnings and errors, the summary of an attempt that did not end well (tpurun.spawn and run pass it)")
 	fs.BoolVarP(&raw.help, "help", "h", false, "show this help")
 	fs.BoolVar(&raw.version, "version", false, "print the version of tpurun and of its Python module")
 	fs.BoolVar(&raw.pyPath, "python-path", false, "install the tpurun Python module (once, in the user's cache) and print the directory to put on PYTHONPATH")

@@ -407,52 +407,23 @@ func TestOutputAsTorchrunShowsIt(t *testing.T) {
 	}
 }
 
-// TestOutputProgressShownAsItComes: a worker that redraws a line with "\r" (tqdm's way) and has not written a newline
-// yet has its text on tpurun's stdout while it still runs: here it waits for the test to read the first update
-// before it writes the next.
+// TestOutputProgressShownAsItComes: at a terminal, a worker that redraws a line with "\r" (tqdm's way) and has not
+// written a newline yet has its text on the terminal while it still runs: here it waits for the test to see each
+// update (typed on the terminal, which rank 0 reads) before it writes the next.
 func TestOutputProgressShownAsItComes(t *testing.T) {
 	t.Parallel()
 	for _, prefix := range []string{"", "[{rank}] "} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
 			t.Parallel()
 			script := `printf '\rstep 1/2' >&2; read -r go; printf '\rstep 2/2' >&2; read -r go; printf '\n' >&2`
-			cmd, _, _ := tpurun("", []string{prefixTemplate + "="}, "--nprocs", "1", "--log-prefix", prefix, "--", "/bin/sh", "-c", script)
-			cmd.Stderr = nil
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			p, cmd, _ := onPty(t, false, "--nprocs", "1", "--log-prefix", prefix, "--", "/bin/sh", "-c", script)
 			pre := strings.ReplaceAll(prefix, "{rank}", "0")
-			var seen strings.Builder
-			buf := make([]byte, 4096)
 			for _, want := range []string{pre + "\r" + pre + "step 1/2", pre + "\r" + pre + "step 1/2\r" + pre + "step 2/2"} {
-				for !strings.Contains(seen.String(), want) {
-					n, err := stderr.Read(buf)
-					if err != nil {
-						t.Fatalf("stderr ended (%v) before %q showed; it has %q", err, want, seen.String())
-					}
-					seen.Write(buf[:n])
-				}
-				if _, err := io.WriteString(stdin, "go\n"); err != nil {
-					t.Fatal(err)
-				}
+				p.waitFor(fmt.Sprintf("%q on the terminal", want), func(out string) bool { return strings.Contains(out, want) })
+				p.write("go\n")
 			}
-			_ = stdin.Close()
-			rest, _ := io.ReadAll(stderr)
-			seen.Write(rest)
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("%v\n%q", err, seen.String())
-			}
-			if !strings.Contains(seen.String(), pre+"step 2/2\n") {
-				t.Errorf("the bar's last state does not end its line: %q", seen.String())
+			if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), pre+"step 2/2\n") {
+				t.Fatalf("exit %d, want 0 and the bar's last state ending its line:\n%q", code, p.output())
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/console"
@@ -103,7 +104,11 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
 		return nil, exitcode.Usage, true
 	}
-	log, err := console.NewLogger("console", s.verbose, stderr)
+	level := zapcore.InfoLevel
+	if s.verbose {
+		level = zapcore.DebugLevel
+	}
+	log, err := console.NewLogger("console", level, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
 		return nil, exitcode.Usage, true

@@ -20,7 +20,7 @@ import (
 // renamed setting, or a new one, cannot silently lose its flag hint.
 func TestEverySettingHasItsFlag(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "launcher", "failure", "setting.go"), nil, 0)
+	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "internal", "failure", "setting.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

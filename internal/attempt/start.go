@@ -378,6 +378,9 @@ func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *conso
 	f := &console.Forwarder{Prefix: r.prefix(w)}
 	if shown && (r.Redirects.For(lr)&std == 0 || r.Tee.For(lr)&std != 0) {
 		f.Console = con
+		if con.Terminal() { // a person watches: a prompt or a progress bar's text shows before its line ends
+			f.ShowPartial = console.PartialAfter
+		}
 	}
 	if logRel == "" {
 		return f, nil

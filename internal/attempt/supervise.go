@@ -153,6 +153,12 @@ func (s *supervisor) stopSignal(act Action) {
 			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
 	}
 	s.signalAll(act.Signal, skip)
+	if act.Cause != nil && act.Signal != syscall.SIGKILL {
+		// A stopped worker (Ctrl-Z, SIGTSTP to tpurun as PID 1, kill -STOP) keeps the stop signal pending: continued,
+		// it runs its handler within the grace period instead of being SIGKILLed at its end (as Open MPI's launcher,
+		// coreutils' timeout and systemd do). A forwarded signal is the user's, stop signals included: not followed.
+		s.signalAll(syscall.SIGCONT, skip)
+	}
 }
 
 // signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.

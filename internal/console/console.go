@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"tpurun/internal/failure"
 )
 
@@ -52,6 +54,17 @@ func NewConsole(name string, w io.Writer) *Console {
 	c.more = sync.NewCond(&c.mu)
 	go c.run()
 	return c
+}
+
+// Terminal reports whether the console writes to a terminal (where a person watches: partial segments are shown,
+// see PartialAfter).
+func (c *Console) Terminal() bool {
+	f, ok := c.w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 // NewConsoles returns the consoles of a launcher's stdout and stderr: one console when both are the same open

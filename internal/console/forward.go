@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"io"
 	"strconv"
@@ -19,10 +18,14 @@ const (
 	maxLine = 1 << 20
 	// tailSize is how much of a worker's stderr is kept for the root-cause report.
 	tailSize = 8 << 10
-	// idleFlush is how long a partial segment (no newline or carriage return yet: a prompt, "loading...", the
-	// text of a progress bar that the next \r redraws) waits for more before it is shown as it is.
-	idleFlush = 100 * time.Millisecond
 )
+
+// PartialAfter is how long a partial segment (no newline or carriage return yet: a prompt, "loading...", the text of
+// a progress bar that the next \r redraws) waits for more before a forwarder to a terminal shows it as it is
+// (Forwarder.ShowPartial). Only to a terminal, where a person watches: under load a worker's long line can reach its
+// pipe in pieces more than this apart, and a partial shown would let another worker's line into it; a pipe or a file
+// keeps every line whole.
+const PartialAfter = 100 * time.Millisecond
 
 // DefaultPrefix is the line prefix of a worker's output when a prefix is asked for without a template: its rank.
 const DefaultPrefix = "[{rank}] "
@@ -33,9 +36,9 @@ const TeePrefix = "[{role}{local_rank}]:"
 
 // Forwarder copies one stream of one worker: to the console in whole segments (a segment ends at a newline or a
 // carriage return, so a progress bar's redraws show as they come), each after Prefix when there is one, raw bytes
-// to the log file, and the last bytes into a tail for the report. A partial segment is shown after idleFlush
-// without more bytes; what follows continues it (no prefix). One console write per read: the segments of one
-// read are never split by another worker's.
+// to the log file, and the last bytes into a tail for the report. With ShowPartial, a partial segment is shown
+// after that long without more bytes, and what follows continues it (no prefix). One console write per read: the
+// segments of one read are never split by another worker's.
 type Forwarder struct {
 	Prefix  []byte
 	Console io.Writer // nil: not shown on the console
@@ -48,7 +51,7 @@ type Forwarder struct {
 	idle    *time.Timer
 	out     []byte
 
-	idleAfter time.Duration // idleFlush when 0 (a test sets another)
+	ShowPartial time.Duration // 0: a partial segment waits for its end (PartialAfter for a terminal)
 }
 
 // readBufs are the read buffers of the forwarders. A forwarder of a worker's pipe (drainReader) holds one only
@@ -161,9 +164,12 @@ func nextAt(b []byte, c byte, at, i int) int {
 	}
 }
 
-// armIdle (f.mu held) shows the pending partial segment once idleFlush passes without more bytes.
+// armIdle (f.mu held) shows the pending partial segment once ShowPartial passes without more bytes.
 func (f *Forwarder) armIdle() {
-	d := cmp.Or(f.idleAfter, idleFlush)
+	d := f.ShowPartial
+	if d <= 0 {
+		return
+	}
 	if f.idle == nil {
 		f.idle = time.AfterFunc(d, f.showPartial)
 		return

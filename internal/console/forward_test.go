@@ -11,9 +11,6 @@ import (
 	"tpurun/internal/testutil"
 )
 
-// never is an idle flush that does not come within a test: the tests that feed chunks by hand see segments only.
-const never = time.Hour
-
 // checkForwarded feeds chunks through a forwarder and checks that the console got every segment (up to and
 // including a newline or a carriage return) exactly once, each after the prefix, with the final partial segment
 // flushed and terminated.
@@ -21,7 +18,7 @@ func checkForwarded(t *testing.T, chunks [][]byte) {
 	t.Helper()
 	var console, file bytes.Buffer
 	var tl Tail
-	f := &Forwarder{Prefix: []byte("[7] "), Console: &console, File: &file, Tail: &tl, idleAfter: never}
+	f := &Forwarder{Prefix: []byte("[7] "), Console: &console, File: &file, Tail: &tl}
 	var in []byte
 	for _, c := range chunks {
 		f.feed(c)
@@ -94,7 +91,7 @@ func TestForwarderLines(t *testing.T) {
 
 func TestForwarderCapsEndlessLine(t *testing.T) {
 	var console bytes.Buffer
-	f := &Forwarder{Prefix: []byte("[0] "), Console: &console, idleAfter: never}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: &console}
 	chunk := bytes.Repeat([]byte("z"), readSize)
 	for range 3 * maxLine / readSize {
 		f.feed(chunk)
@@ -111,7 +108,7 @@ func TestForwarderCapsEndlessLine(t *testing.T) {
 // console as they come, each after the prefix, so the terminal shows the prefixed bar redrawn in place.
 func TestForwarderCarriageReturnEndsASegment(t *testing.T) {
 	var console bytes.Buffer
-	f := &Forwarder{Prefix: []byte("[0] "), Console: &console, idleAfter: never}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: &console}
 	for i, c := range []string{"\r1/3", "\r2/3", "\r3/3\n"} {
 		f.feed([]byte(c))
 		want := []string{"[0] \r", "[0] \r[0] 1/3\r", "[0] \r[0] 1/3\r[0] 2/3\r[0] 3/3\n"}[i]
@@ -121,11 +118,12 @@ func TestForwarderCarriageReturnEndsASegment(t *testing.T) {
 	}
 }
 
-// TestForwarderShowsAPartialSegmentWhenIdle: a prompt or "loading..." without a newline is shown after idleFlush
-// without more bytes, and the rest of its line continues it, without a second prefix.
+// TestForwarderShowsAPartialSegmentWhenIdle: with ShowPartial (a terminal's console), a prompt or "loading..." without
+// a newline is shown after that long without more bytes, and the rest of its line continues it, without a second
+// prefix. Without it (a pipe or a file), the partial segment waits for its end: lines stay whole.
 func TestForwarderShowsAPartialSegmentWhenIdle(t *testing.T) {
 	console := &syncBuffer{wrote: make(chan struct{}, 1)}
-	f := &Forwarder{Prefix: []byte("[0] "), Console: console}
+	f := &Forwarder{Prefix: []byte("[0] "), Console: console, ShowPartial: PartialAfter}
 	written := time.Now()
 	f.feed([]byte("loading..."))
 	for console.String() != "[0] loading..." {
@@ -135,13 +133,24 @@ func TestForwarderShowsAPartialSegmentWhenIdle(t *testing.T) {
 			t.Fatalf("the partial segment was not shown: console %q", console.String())
 		}
 	}
-	if waited := time.Since(written); waited < idleFlush {
-		t.Fatalf("shown after %s, before the idle flush (%s): a partial segment waits for more first", waited, idleFlush)
+	if waited := time.Since(written); waited < PartialAfter {
+		t.Fatalf("shown after %s, before PartialAfter (%s): a partial segment waits for more first", waited, PartialAfter)
 	}
 	f.feed([]byte(" done\nnext"))
 	f.flush()
 	if got, want := console.String(), "[0] loading... done\n[0] next\n"; got != want {
 		t.Fatalf("console %q, want %q", got, want)
+	}
+
+	piped := &syncBuffer{wrote: make(chan struct{}, 1)}
+	f = &Forwarder{Prefix: []byte("[0] "), Console: piped}
+	f.feed([]byte("[a long line, the rest in the pipe yet"))
+	if f.idle != nil || piped.String() != "" {
+		t.Fatalf("without ShowPartial a partial segment was shown, or its flush armed: %q", piped.String())
+	}
+	f.feed([]byte("]\n"))
+	if got, want := piped.String(), "[0] [a long line, the rest in the pipe yet]\n"; got != want {
+		t.Fatalf("console %q, want the line whole %q", got, want)
 	}
 }
 
@@ -149,7 +158,7 @@ func TestForwarderShowsAPartialSegmentWhenIdle(t *testing.T) {
 // last line included (torchrun's workers write to the console directly).
 func TestForwarderRawKeepsTheBytes(t *testing.T) {
 	var console bytes.Buffer
-	f := &Forwarder{Console: &console, idleAfter: never}
+	f := &Forwarder{Console: &console}
 	in := "a\r\nb\rc\n\x00d"
 	for _, c := range []string{in[:3], in[3:6], in[6:]} {
 		f.feed([]byte(c))
@@ -221,7 +230,7 @@ func FuzzForwarder(f *testing.F) {
 // BenchmarkForwarder measures prefixing throughput for bursts of 80-byte lines (bytes/s of worker output).
 func BenchmarkForwarder(b *testing.B) {
 	chunk := bytes.Repeat([]byte(strings.Repeat("x", 79)+"\n"), readSize/80)
-	f := &Forwarder{Prefix: []byte("[12] "), Console: io.Discard, idleAfter: never}
+	f := &Forwarder{Prefix: []byte("[12] "), Console: io.Discard}
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
 		f.feed(chunk)

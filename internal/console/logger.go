@@ -9,8 +9,8 @@ import (
 	"tpurun/internal/failure"
 )
 
-// NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), debug when verbose.
-func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
+// NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), at level.
+func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, error) {
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
 	var enc zapcore.Encoder
@@ -24,10 +24,6 @@ func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
 		return nil, &failure.ConfigError{Field: failure.SettingLogFormat, Value: format, Hint: "use console or json"}
-	}
-	level := zapcore.InfoLevel
-	if verbose {
-		level = zapcore.DebugLevel
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)).Named("tpurun"), nil
 }

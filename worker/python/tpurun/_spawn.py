@@ -270,7 +270,7 @@ def find_binary(tpurun=None):
 
 
 _SPAWN_KEYWORDS = ("fn", "args", "nprocs", "join", "daemon", "start_method", "tpurun", "extra_args", "env", "timeout",
-                   "grace", "stderr")
+                   "grace", "stderr", "verbose")
 
 
 def _refuse_unknown(func, unknown, known):
@@ -318,7 +318,7 @@ def _fork_preload(main, target):
 
 
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn", *, tpurun=None, extra_args=(),
-          env=None, timeout=None, grace=None, stderr=None, **unknown):
+          env=None, timeout=None, grace=None, stderr=None, verbose=False, **unknown):
     """Run fn(index, *args) in one process per device under tpurun; return {ordinal: result}.
 
     The parameters up to start_method are torch_xla's xmp.spawn's, in its order, so a call written for xmp.spawn
@@ -346,6 +346,8 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     timeout      seconds; past it tpurun is stopped (see run) and SpawnTimeout raised.
     grace        seconds between SIGTERM and SIGKILL when stopping tpurun (default 15).
     stderr       where tpurun's and the workers' output goes (see run).
+    verbose      tpurun's own lines (its start, each attempt's summary) on success too; by default, as xmp.spawn,
+                 only the workers' output and, when something fails, tpurun's report (see run).
 
     Any other keyword is a TypeError naming it. A result whose class the worker's __mp_main__ defined is
     unpickled with this process's __main__. On failure it raises SpawnError carrying the root cause: a worker's
@@ -422,7 +424,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
             key_path = os.path.join(tmpdir, "authkey")
             _write_private(key_path, bytes(multiprocessing.current_process().authkey))
             run_env[ENV_FN_AUTHKEY_FILE] = key_path
-        doc = run(argv, tpurun=tpurun, env=run_env, timeout=timeout, grace=grace, stderr=stderr)
+        doc = run(argv, tpurun=tpurun, env=run_env, timeout=timeout, grace=grace, stderr=stderr, verbose=verbose)
     finally:
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -549,13 +551,15 @@ def _stop(proc, grace):
     return True
 
 
-def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
-    """Run `tpurun --json --exit-with-parent ARGV...` as a subprocess and return its results document (a dict).
+def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verbose=False):
+    """Run `tpurun --json --exit-with-parent --quiet ARGV...` as a subprocess and return its results document (a dict).
 
     For orchestrators such as a Ray actor on each host: no TTY, no stdin, callable from any thread, nothing that
     depends on being a session leader. stdout carries only the document; tpurun's report and the workers' output
     go to stderr, forwarded as they come to this process's sys.stderr, or to stderr= (a file object, a file
     descriptor, or subprocess.DEVNULL). --exit-with-parent makes tpurun stop its workers if this process dies.
+    --quiet keeps tpurun's own lines for a failure (its warnings and errors, the summary of an attempt that did not
+    end well): a run that succeeds prints only what the workers print, as under xmp.spawn; verbose=True drops it.
 
     timeout (seconds) bounds the whole run: past it tpurun gets SIGTERM (it stops its workers within its --grace),
     then SIGKILL after grace seconds (default 15, more than tpurun's own 10 s), and SpawnTimeout is raised with
@@ -567,7 +571,7 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None):
     carrying the reason tpurun printed."""
     timeout = _positive("timeout", timeout)
     grace = _positive("grace", grace, DEFAULT_GRACE)
-    cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + list(argv)
+    cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + ([] if verbose else ["--quiet"]) + list(argv)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=dict(os.environ) if env is None else env)
     out = []

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"tpurun/internal/failure"
@@ -17,14 +18,20 @@ type PythonMode struct {
 // PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and
 // --run-path under the interpreter with -u (--run-path wins over --no-python), anything else as is. torchrun runs
 // its own interpreter (sys.executable); tpurun has none and runs m.Python, else python3 from PATH. It refuses
-// what torchrun refuses (--no-python with -m), and an interpreter flag that would not apply: a PROGRAM that runs
-// as is would silently ignore it.
+// what torchrun refuses (--no-python with -m), an interpreter flag that would not apply (a PROGRAM that runs as is
+// would silently ignore it), and a script that is not there (a *failure.ProgramError, exit 127: torchrun starts
+// every worker, and again on each restart, to have Python say "can't open file").
 func PythonProgram(args []string, m PythonMode) ([]string, error) {
 	if m.NoPython && m.Module {
 		return nil, &failure.ConfigError{Field: "--no-python", Value: "true", Hint: "cannot be combined with -m/--module (as under torchrun): drop one of them"}
 	}
 	noPython := m.NoPython && !m.RunPath
 	cmd := pythonCommand(args, m.Module, noPython, m.RunPath, m.Python)
+	if len(cmd) > len(args) && !m.Module { // PROGRAM.py or --run-path, under the interpreter: the script must be there
+		if _, err := os.Stat(args[0]); err != nil { // before any worker starts, as a missing PROGRAM: 127, no restart
+			return nil, &failure.ProgramError{Program: args[0], Err: err}
+		}
+	}
 	if m.PythonFlag != "" && len(args) > 0 && cmd[0] != m.Python {
 		return nil, &failure.ConfigError{Field: failure.Setting(m.PythonFlag), Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
 			"(and --fn); PROGRAM %q runs as is: drop %s, or name the script, e.g. tpurun %s %s train.py", args[0], m.PythonFlag, m.PythonFlag, m.Python)}

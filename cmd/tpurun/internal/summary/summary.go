@@ -128,13 +128,15 @@ func LogAttempt(log *zap.Logger, r *launcher.Report, a *launcher.Attempt) {
 type Printer struct {
 	w       io.Writer
 	log     *zap.Logger // nil: text
+	quiet   bool        // only the attempts that did not end well
 	mu      sync.Mutex
 	printed map[*launcher.Attempt]bool
 }
 
-// NewPrinter prints summaries as text on w, or, when log is not nil, as log records.
-func NewPrinter(w io.Writer, log *zap.Logger) *Printer {
-	return &Printer{w: w, log: log, printed: map[*launcher.Attempt]bool{}}
+// NewPrinter prints summaries as text on w, or, when log is not nil, as log records; quiet: only those of the
+// attempts that did not end well (tpurun --quiet).
+func NewPrinter(w io.Writer, log *zap.Logger, quiet bool) *Printer {
+	return &Printer{w: w, log: log, quiet: quiet, printed: map[*launcher.Attempt]bool{}}
 }
 
 // Observe prints the attempt that just ended.
@@ -156,7 +158,7 @@ func (p *Printer) Finish(rep *launcher.Report) {
 func (p *Printer) print(rep *launcher.Report, a *launcher.Attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.printed[a] || a.Verdict == nil {
+	if p.printed[a] || a.Verdict == nil || p.quiet && a.Verdict.OK() {
 		return
 	}
 	p.printed[a] = true
