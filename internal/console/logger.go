@@ -2,6 +2,7 @@ package console
 
 import (
 	"io"
+	"maps"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,5 +26,53 @@ func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, er
 	default:
 		return nil, &failure.ConfigError{Field: failure.SettingLogFormat, Value: format, Hint: "use console or json"}
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), level)).Named("tpurun"), nil
+	return zap.New(uniqueKeys{Core: zapcore.NewCore(enc, zapcore.AddSync(w), level)}).Named("tpurun"), nil
+}
+
+// uniqueKeys is a core whose records have each key once: a field whose key the logger's context (With) or an
+// earlier field of the record already has is dropped, the first one kept. The layers log with the loggers they are
+// given and add what they know (the rendezvous's run id to a job's logger that has it already); a JSON record with
+// a key twice is one that decoders read differently (the last wins in most, an error in some). Fields after a
+// namespace are the namespace's own.
+type uniqueKeys struct {
+	zapcore.Core
+	keys map[string]bool // the context's keys
+}
+
+func (c uniqueKeys) With(fields []zapcore.Field) zapcore.Core {
+	kept, keys := c.unique(fields)
+	return uniqueKeys{Core: c.Core.With(kept), keys: keys}
+}
+
+func (c uniqueKeys) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c uniqueKeys) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	kept, _ := c.unique(fields)
+	return c.Core.Write(e, kept)
+}
+
+// unique is fields without those whose key came before (in the context or in fields), and the keys so far.
+func (c uniqueKeys) unique(fields []zapcore.Field) ([]zapcore.Field, map[string]bool) {
+	keys := maps.Clone(c.keys)
+	if keys == nil {
+		keys = map[string]bool{}
+	}
+	kept := make([]zapcore.Field, 0, len(fields))
+	for i, f := range fields {
+		if f.Type == zapcore.NamespaceType { // what follows is nested under f.Key
+			keys[f.Key] = true
+			return append(kept, fields[i:]...), keys
+		}
+		if keys[f.Key] && f.Type != zapcore.SkipType {
+			continue
+		}
+		keys[f.Key] = true
+		kept = append(kept, f)
+	}
+	return kept, keys
 }
