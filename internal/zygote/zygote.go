@@ -158,7 +158,7 @@ func (z *Zygote) gone(what string, err error) error {
 	select {
 	case <-z.exited:
 		ex := z.p.Wait()
-		how := fmt.Sprintf("exited with code %d", ex.Code)
+		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
 			how = "was killed by " + unix.SignalName(ex.Signal)
 		}
