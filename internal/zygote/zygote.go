@@ -160,7 +160,7 @@ func (z *Zygote) gone(what string, err error) error {
 		ex := z.p.Wait()
 		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
-			how = "was killed by " + unix.SignalName(ex.Signal)
+			how = "was killed by " + proc.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
 	default:
