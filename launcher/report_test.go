@@ -4,6 +4,7 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/launcher"
 )
@@ -11,10 +12,10 @@ import (
 func TestResultExitsInEndOrder(t *testing.T) {
 	a := &launcher.Attempt{
 		Ranks: []launcher.RankSummary{
-			{Rank: 0, PID: 10, ExitCode: 0},
-			{Rank: 1, PID: 11, ExitCode: -1, Signal: syscall.SIGKILL},
-			{Rank: 2, PID: 12, ExitCode: 3},
-			{Rank: 3, PID: 13, ExitCode: 0}, // never seen ending: goes last
+			{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 0}},
+			{Rank: 1, Exit: proc.Exit{PID: 11, ExitCode: -1, Signal: syscall.SIGKILL}},
+			{Rank: 2, Exit: proc.Exit{PID: 12, ExitCode: 3}},
+			{Rank: 3, Exit: proc.Exit{PID: 13, ExitCode: 0}}, // never seen ending: goes last
 		},
 		EndOrder: []int{2, 1, 0},
 	}

@@ -367,7 +367,7 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if fn.Target == "" && fn.ArgsJSON != "" {
 		return &failure.ConfigError{Field: "--fn-args-json", Value: fn.ArgsJSON, Hint: "only with --fn package.module:function"}
 	}
-	if n := o.spec.Results.MaxFrameBytes; n <= 0 {
+	if n := o.spec.Results.MaxFrameBytes; fs.Changed("max-result-bytes") && n <= 0 {
 		return &failure.ConfigError{Field: "--max-result-bytes", Value: strconv.FormatInt(n, 10), Hint: "must be at least 1 byte"}
 	}
 	switch {
@@ -434,7 +434,9 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
 	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
-	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", worker.DefaultMaxPayload, "largest accepted result frame payload in bytes")
+	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
+	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,
+		fmt.Sprintf("largest accepted result frame payload in bytes (default %d)", worker.DefaultMaxPayload))
 	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	return f

@@ -241,7 +241,7 @@ func (c *Controller) onSignal(sig os.Signal) {
 		c.onContinue()
 	case policyForward:
 		if c.att == nil {
-			c.log.Info("no worker to forward "+failure.SignalName(s)+" to: between attempts", zap.String("signal", failure.SignalName(s)))
+			c.log.Info("no worker to forward "+proc.SignalName(s)+" to: between attempts", zap.String("signal", proc.SignalName(s)))
 			return
 		}
 		c.att.feed(Event{Kind: EvForward, Signal: s})
@@ -266,14 +266,14 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 		}
 		return
 	}
-	c.log.Warn("second stop signal "+failure.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
-		zap.String("signal", failure.SignalName(s)))
+	c.log.Warn("second stop signal "+proc.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
+		zap.String("signal", proc.SignalName(s)))
 	c.mu.Lock()
 	c.hurried = true
 	c.mu.Unlock()
 	c.onCause(SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
 	if c.att != nil {
-		c.att.feed(Event{Kind: EvSecondStop, Signal: s, Why: "second " + failure.SignalName(s)})
+		c.att.feed(Event{Kind: EvSecondStop, Signal: s, Why: "second " + proc.SignalName(s)})
 	}
 	c.hurry()
 }
@@ -309,7 +309,7 @@ func (c *Controller) abandon() {
 // SIGTTIN and SIGTTOU while a worker holds the terminal come from tpurun's own background I/O: not job control.
 func (c *Controller) onJobStop(s syscall.Signal) {
 	if c.att != nil && s != syscall.SIGTSTP && c.att.holding() {
-		c.log.Debug("ignoring " + failure.SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
+		c.log.Debug("ignoring " + proc.SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
 		return
 	}
 	if c.cannotBeResumed(s) {
@@ -331,7 +331,7 @@ func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
 	if os.Getpid() == 1 || !proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()) {
 		return false
 	}
-	c.log.Warn("job control: " + failure.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
+	c.log.Warn("job control: " + proc.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
 		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
 		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
 	return true
@@ -343,10 +343,10 @@ func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
 // stopped for it are resumed here, since nothing else could resume them.
 func (c *Controller) stopSelf(s syscall.Signal) {
 	if os.Getpid() == 1 {
-		c.log.Warn("job control: " + failure.SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
+		c.log.Warn("job control: " + proc.SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
 		return
 	}
-	c.log.Info("job control: " + failure.SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
+	c.log.Info("job control: " + proc.SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
 	parentGone, err := proc.StopSelf()
 	switch {
 	case err != nil:

@@ -1,11 +1,6 @@
 package attempt
 
 import (
-	"fmt"
-	"syscall"
-	"time"
-
-	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 )
@@ -21,31 +16,16 @@ type Attempt struct {
 	EndOrder []int // ranks in the order their processes ended (for the results document's exit code)
 }
 
-// RankSummary is one worker of one attempt.
+// RankSummary is one worker of one attempt: how its process ended (the Exit: PID, ExitCode, Signal, Wall and the
+// resource usage from wait4's rusage; Ended says it as text) and what the launcher saw of it.
 type RankSummary struct {
-	Rank, LocalRank, PID int
-	ExitCode             int            // -1 when killed by a signal
-	Signal               syscall.Signal // 0 when it exited
-	Wall                 time.Duration
-	UserCPU, SysCPU      time.Duration // from wait4's rusage
-	MaxRSS               int64         // bytes, from wait4's rusage
-	Sampled              Sample        // last live sample (gopsutil)
-	StderrTail           []string
-	ErrorFile            string
-	Error                *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
-	ResultErr            error        // from the result sink
-}
-
-// Ended is how the rank ended, as text: "ok", "exit 85" or "SIGKILL".
-func (r RankSummary) Ended() string {
-	switch {
-	case r.Signal != 0:
-		return failure.SignalName(r.Signal)
-	case r.ExitCode == 0:
-		return "ok"
-	default:
-		return fmt.Sprintf("exit %d", r.ExitCode)
-	}
+	Rank, LocalRank int
+	proc.Exit
+	Sampled    Sample // last live sample (gopsutil)
+	StderrTail []string
+	ErrorFile  string
+	Error      *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
+	ResultErr  error        // from the result sink
 }
 
 // Failed is the summary of the rank whose failure ended the attempt, nil when no worker's failure did.
@@ -89,11 +69,5 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	return out
 }
 
-// resultExit is how the rank ended, for the results document: the exit status, or 128+N and the signal's name.
-func (s RankSummary) resultExit() results.RankExit {
-	e := results.RankExit{Rank: s.Rank, PID: s.PID, ExitCode: proc.Exit{Code: s.ExitCode, Signal: s.Signal}.ExitStatus()}
-	if s.Signal != 0 {
-		e.Signal = failure.SignalName(s.Signal)
-	}
-	return e
-}
+// resultExit is how the rank ended, for the results document.
+func (s RankSummary) resultExit() results.RankExit { return results.ExitOf(s.Rank, s.Exit) }

@@ -140,8 +140,7 @@ func (r *Runner) release(a *Attempt, ws []*child) {
 		}
 		ex := wk.exit
 		s := RankSummary{
-			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, PID: ex.PID, ExitCode: ex.Code, Signal: ex.Signal,
-			Wall: ex.Wall, UserCPU: ex.UserCPU, SysCPU: ex.SysCPU, MaxRSS: ex.MaxRSS,
+			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, Exit: ex,
 			Sampled: r.Sampler.remove(ex.PID), StderrTail: wk.errTail.Lines(stderrTailLines),
 			ErrorFile: wk.errFile, ResultErr: wk.resErr,
 		}
@@ -183,5 +182,5 @@ func sigText(s syscall.Signal) string {
 	if s == 0 {
 		return ""
 	}
-	return failure.SignalName(s)
+	return proc.SignalName(s)
 }

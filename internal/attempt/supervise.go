@@ -146,11 +146,11 @@ func (s *supervisor) doLate(act Action) {
 func (s *supervisor) stopSignal(act Action) {
 	skip := 0
 	if act.Cause == nil {
-		s.r.Log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.Signal)))
+		s.r.Log.Info("forwarding signal", zap.String("signal", proc.SignalName(act.Signal)))
 	} else {
 		skip = act.Cause.SkipGroup
 		s.r.Log.Info("stopping all workers: "+act.Cause.String(), zap.String("reason", string(act.Cause.Reason)),
-			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
+			zap.String("signal", proc.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
 	}
 	s.signalAll(act.Signal, skip)
 	if act.Cause != nil && act.Signal != syscall.SIGKILL {
@@ -223,7 +223,7 @@ func (s *supervisor) exited(m exitMsg) {
 	ex := wk.exit
 	s.a.EndOrder = append(s.a.EndOrder, wk.w.Rank)
 	s.r.Log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
-		zap.Int("code", ex.Code), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
+		zap.Int("code", ex.ExitCode), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
 	if wk == s.holder {
 		s.reclaimTerminal()
 		if ex.Signal == syscall.SIGINT || ex.Signal == syscall.SIGQUIT {
@@ -231,7 +231,7 @@ func (s *supervisor) exited(m exitMsg) {
 			c := SignalCause(ex.Signal)
 			c.SkipGroup = wk.p.PID()
 			s.c.seen[ex.Signal] = true
-			s.r.Log.Warn(failure.SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
+			s.r.Log.Warn(proc.SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
 			s.c.onCause(c)
 			s.feed(Event{Kind: EvExited})
 			return
@@ -239,7 +239,7 @@ func (s *supervisor) exited(m exitMsg) {
 	}
 	var failed *failure.WorkerError
 	if !ex.Success() {
-		failed = &failure.WorkerError{Rank: wk.w.Rank, PID: ex.PID, Attempt: s.as.N, ExitCode: ex.Code, Signal: ex.Signal, Wall: ex.Wall}
+		failed = &failure.WorkerError{Rank: wk.w.Rank, Attempt: s.as.N, Exit: ex}
 	}
 	s.feed(Event{Kind: EvExited, Failed: failed})
 }

@@ -7,6 +7,7 @@ import (
 
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 )
 
 // StopReason says what ended an attempt (or a job): the first cause of its stop, or StopDone.
@@ -84,7 +85,7 @@ func (v *Verdict) Summary() string {
 	var s string
 	switch {
 	case v.Reason == StopSignal:
-		s = "stopped by " + failure.SignalName(v.Signal)
+		s = "stopped by " + proc.SignalName(v.Signal)
 		if v.During != "" {
 			s += " during " + v.During
 		}
@@ -124,7 +125,7 @@ func (c *Cause) Announced() bool {
 func (c *Cause) String() string {
 	switch c.Reason {
 	case StopSignal:
-		return "received " + failure.SignalName(c.Signal)
+		return "received " + proc.SignalName(c.Signal)
 	case StopFailure:
 		return c.Failure.Error()
 	case StopRemote:

@@ -5,22 +5,12 @@ package exitcode
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"syscall"
 )
 
-// The exit codes of tpurun.
-//
-//	0      every worker exited 0 (and every expected result arrived), or a node came after its job ended
-//	1-125  the exit code of the first worker that failed; 1 also when only a replica reported an error (--fn)
-//	128+N  the first worker that failed was killed by signal N, or tpurun was stopped by signal N
-//	2      usage or configuration error, detected before anything started
-//	65     the result contract was violated (EX_DATAERR)
-//	69     the multi-host rendezvous failed at run time, or its store (node 0's server, etcd) was lost (EX_UNAVAILABLE)
-//	70     tpurun itself failed (EX_SOFTWARE)
-//	74     writing tpurun's output failed: its stdout or stderr (a full disk), --json, --results (EX_IOERR)
-//	124    the timeout expired (as timeout(1))
-//	126    PROGRAM was found but cannot be executed (as a shell)
-//	127    PROGRAM was not found (as a shell)
+// The exit codes of tpurun; Table says what each means.
 const (
 	OK            = 0
 	ReplicaError  = 1
@@ -34,18 +24,43 @@ const (
 	NotFound      = 127
 )
 
-// Help is the table as `tpurun --help` and the README show it.
-const Help = `  0      every worker exited 0 (and every expected result arrived), or a node came after its job ended
-  1-125  the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)
-  128+N  the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N
-  2      usage or configuration error, detected before anything started
-  65     result contract violated (--fn, --expect-results, --results, --json)
-  69     the multi-host rendezvous failed at run time, or its store (node 0's server, etcd) was lost
-  70     internal error of tpurun
-  74     writing the output failed (stdout or stderr on a full disk, --json, --results); a closed stdout is 141
-  124    --timeout expired
-  126    PROGRAM cannot be executed
-  127    PROGRAM not found`
+// Row is one line of the exit-code table: a code (a number, the range "1-125" or "128+N") and what it means.
+type Row struct {
+	Code string
+	// Help is the row's line in `tpurun --help`, "" where another row's line says it (1 in 1-125's, 141 in 74's).
+	Help string
+}
+
+// Table is tpurun's exit codes, the one list of them, in the order the README and `tpurun --help` show them: Help
+// is built from it, and a test holds the README's table to it (the same codes in the same order).
+var Table = []Row{
+	{"0", "every worker exited 0 (and every expected result arrived), or a node came after its job ended"},
+	{"1-125", "the exit code of the first worker that failed; 1 when only a replica reported an error (--fn)"},
+	{"1", ""},
+	{"128+N", "the first failed worker was killed by signal N (143 = SIGTERM, 137 = SIGKILL), or tpurun was stopped by N"},
+	{"141", ""},
+	{"2", "usage or configuration error, detected before anything started"},
+	{"65", "result contract violated (--fn, --expect-results, --results, --json)"},
+	{"69", "the multi-host rendezvous failed at run time, or its store (node 0's server, etcd) was lost"},
+	{"70", "internal error of tpurun"},
+	{"74", "writing the output failed (stdout or stderr on a full disk, --json, --results); a closed stdout is 141"},
+	{"124", "--timeout expired"},
+	{"126", "PROGRAM cannot be executed"},
+	{"127", "PROGRAM not found"},
+}
+
+// Help is the table as `tpurun --help` and `tpurun help exit-codes` show it.
+var Help = help(Table)
+
+func help(rows []Row) string {
+	var lines []string
+	for _, r := range rows {
+		if r.Help != "" {
+			lines = append(lines, fmt.Sprintf("  %-6s %s", r.Code, r.Help))
+		}
+	}
+	return strings.Join(lines, "\n")
+}
 
 // Signal is the exit code of a process killed by signal sig, and of tpurun stopped by it: 128+sig, as a shell
 // reports it (143 for SIGTERM).

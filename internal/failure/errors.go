@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"tpurun/internal/exitcode"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
@@ -30,28 +28,22 @@ var (
 	ErrNoToken       = rendezvous.ErrNoToken
 )
 
-// WorkerError is the first worker that failed: the root cause of a failed run.
+// WorkerError is the first worker that failed: the root cause of a failed run. Its Exit is how the worker ended
+// (PID, ExitCode: -1 when killed by a signal, Signal: 0 when it exited, Wall); its ExitStatus, the code tpurun
+// passes on, is the Exit's: the worker's code, or 128+N for signal N.
 type WorkerError struct {
-	Rank     int
-	PID      int
-	Attempt  int
-	ExitCode int            // -1 when killed by a signal
-	Signal   syscall.Signal // 0 when it exited
-	Wall     time.Duration
+	Rank    int
+	Attempt int
+	proc.Exit
 }
 
 func (e *WorkerError) Error() string {
 	if e.Signal != 0 {
 		return fmt.Sprintf("rank %d (pid %d, attempt %d) was killed by %s after %s",
-			e.Rank, e.PID, e.Attempt, SignalName(e.Signal), e.Wall.Round(time.Millisecond))
+			e.Rank, e.PID, e.Attempt, proc.SignalName(e.Signal), e.Wall.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("rank %d (pid %d, attempt %d) exited with code %d after %s",
 		e.Rank, e.PID, e.Attempt, e.ExitCode, e.Wall.Round(time.Millisecond))
-}
-
-// ExitStatus is the exit code tpurun passes on: the worker's code, or 128+N for signal N.
-func (e *WorkerError) ExitStatus() int {
-	return proc.Exit{Code: e.ExitCode, Signal: e.Signal}.ExitStatus()
 }
 
 // NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's
@@ -99,7 +91,7 @@ type SignalError struct {
 }
 
 func (e *SignalError) Error() string {
-	return fmt.Sprintf("received %s during %s; stopped", SignalName(e.Signal), e.During)
+	return fmt.Sprintf("received %s during %s; stopped", proc.SignalName(e.Signal), e.During)
 }
 
 // ExitStatus is 128+N for signal N, as a shell reports a process it killed.
@@ -208,12 +200,4 @@ func (e *OutputError) ExitStatus() int {
 		return exitcode.Signal(syscall.SIGPIPE)
 	}
 	return exitcode.IOError
-}
-
-// SignalName is the conventional name of sig, e.g. "SIGKILL" (or "signal 42" for one without a name).
-func SignalName(sig syscall.Signal) string {
-	if n := unix.SignalName(sig); n != "" {
-		return n
-	}
-	return fmt.Sprintf("signal %d", int(sig))
 }

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 )
 
 // ExitCode maps any error of a job, bare or wrapped, to tpurun's exit code: an error that carries its code (a
@@ -15,8 +16,8 @@ import (
 func ExampleExitCode() {
 	for _, err := range []error{
 		nil,
-		&failure.WorkerError{Rank: 1, ExitCode: 3},
-		&failure.WorkerError{Rank: 0, ExitCode: -1, Signal: syscall.SIGKILL},
+		&failure.WorkerError{Rank: 1, Exit: proc.Exit{ExitCode: 3}},
+		&failure.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}},
 		fmt.Errorf("attempt 0: %w", &failure.SignalError{Signal: syscall.SIGTERM, During: "the rendezvous join"}),
 		&failure.ConfigError{Field: failure.SettingGrace, Value: "-1s", Hint: "must not be negative"},
 		fmt.Errorf("%w: the timeout 5s expired", failure.ErrTimeout),

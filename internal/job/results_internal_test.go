@@ -9,6 +9,7 @@ import (
 	"tpurun/internal/attempt"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
 	"tpurun/worker"
@@ -19,7 +20,7 @@ import (
 // violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
 func TestFinishResultsPrecedence(t *testing.T) {
 	workerFailed := &attempt.Verdict{Reason: attempt.StopFailure, Code: 3, Node: -1,
-		Err: &failure.WorkerError{Rank: 0, PID: 10, ExitCode: 3}}
+		Err: &failure.WorkerError{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 3}}}
 	nodeFailed := &attempt.Verdict{Reason: attempt.StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
 	timedOut := &attempt.Verdict{Reason: attempt.StopTimeout, Code: exitcode.Timeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
 	sinkErr := &failure.ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}

@@ -97,7 +97,7 @@ func adoptMain() error {
 	if err != nil {
 		return err
 	}
-	if ex.PID != p.PID() || ex.Code != 9 {
+	if ex.PID != p.PID() || ex.ExitCode != 9 {
 		return fmt.Errorf("delivered exit %+v, want pid %d code 9", ex, p.PID())
 	}
 	if st := state(p.PID()); st != "Z" {
@@ -107,7 +107,7 @@ func adoptMain() error {
 		return fmt.Errorf("signal a held adopted zombie: %w", err)
 	}
 	ex = p.Release()
-	if ex.Code != 9 || ex.MaxRSS <= 0 {
+	if ex.ExitCode != 9 || ex.MaxRSS <= 0 {
 		return fmt.Errorf("released exit %+v, want code 9 with resource usage", ex)
 	}
 	if proc.Alive(p.PID()) {

@@ -30,7 +30,7 @@ func heldCheck(rp *proc.Reaper) error {
 	if err != nil {
 		return err
 	}
-	if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
+	if ex.PID != p.PID() || ex.ExitCode != 7 || ex.Signal != 0 || ex.Wall <= 0 {
 		return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
 	}
 	// The event after which a reap of the held child would have happened: the reaper reaped the orphan beside it
@@ -60,7 +60,7 @@ func heldCheck(rp *proc.Reaper) error {
 		return fmt.Errorf("signal a held zombie: %w", err)
 	}
 	ex = p.Release()
-	if ex.Code != 7 || ex.MaxRSS <= 0 || ex.UserCPU+ex.SysCPU <= 0 {
+	if ex.ExitCode != 7 || ex.MaxRSS <= 0 || ex.UserCPU+ex.SysCPU <= 0 {
 		return fmt.Errorf("released exit %+v, want code 7 with resource usage", ex)
 	}
 	if proc.Alive(p.PID()) {
@@ -117,14 +117,14 @@ func TestHeldStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := p.Status()
-		if st.Code != tc.code || st.Signal != tc.sig {
-			t.Errorf("%q: held status code %d signal %v, want %d %v", tc.script, st.Code, st.Signal, tc.code, tc.sig)
+		if st.ExitCode != tc.code || st.Signal != tc.sig {
+			t.Errorf("%q: held status code %d signal %v, want %d %v", tc.script, st.ExitCode, st.Signal, tc.code, tc.sig)
 		}
 		if s := state(p.PID()); s != "Z" {
 			t.Errorf("%q: state %q before Release, want a zombie (Z)", tc.script, s)
 		}
-		if ex := p.Release(); ex.Code != tc.code || ex.Signal != tc.sig {
-			t.Errorf("%q: released exit code %d signal %v, want %d %v", tc.script, ex.Code, ex.Signal, tc.code, tc.sig)
+		if ex := p.Release(); ex.ExitCode != tc.code || ex.Signal != tc.sig {
+			t.Errorf("%q: released exit code %d signal %v, want %d %v", tc.script, ex.ExitCode, ex.Signal, tc.code, tc.sig)
 		}
 	}
 }

@@ -54,7 +54,7 @@ func TestStartExitCodeAndRusage(t *testing.T) {
 		t.Fatalf("onExit got pid %d, want %d", pid, p.PID())
 	}
 	ex := p.Wait()
-	if ex.Code != 42 || ex.Signal != 0 || ex.ExitStatus() != 42 || ex.Success() {
+	if ex.ExitCode != 42 || ex.Signal != 0 || ex.ExitStatus() != 42 || ex.Success() {
 		t.Fatalf("exit %+v, want code 42", ex)
 	}
 	p, err = proc.Start(child(t, "burn"), nil)

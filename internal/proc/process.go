@@ -13,8 +13,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"tpurun/internal/exitcode"
 )
 
 // ErrNotStarted is returned by Start when the command could not be started.
@@ -47,30 +45,6 @@ type Process struct {
 	released  sync.Once
 	done      chan struct{} // closed once reaped
 	exit      Exit
-}
-
-// Exit is how a process ended, with its resource usage taken from wait4's rusage at exit.
-type Exit struct {
-	PID      int
-	Code     int            // exit code, or -1 when killed by a signal
-	Signal   syscall.Signal // the killing signal, 0 when it exited
-	Wall     time.Duration  // from Start to the exit being seen
-	MaxRSS   int64          // peak resident set size in bytes (ru_maxrss)
-	UserCPU  time.Duration
-	SysCPU   time.Duration
-	WaitErr  error // a wait error other than a non-zero exit (e.g. exec.ErrWaitDelay), nil normally
-	Finished time.Time
-}
-
-// Success reports whether the process exited with code 0.
-func (e Exit) Success() bool { return e.Signal == 0 && e.Code == 0 }
-
-// ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
-func (e Exit) ExitStatus() int {
-	if e.Signal != 0 {
-		return exitcode.Signal(e.Signal)
-	}
-	return e.Code
 }
 
 // Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL, so the child dies when the
@@ -154,7 +128,7 @@ func (p *Process) wait() {
 	awaitExit(p.pidfd)
 	code, sig, ok := peekExit(p.pid)
 	if p.hold && ok {
-		p.setExited(Exit{PID: p.pid, Code: code, Signal: sig})
+		p.setExited(Exit{PID: p.pid, ExitCode: code, Signal: sig})
 		<-p.release
 	}
 	p.mu.Lock()
@@ -167,10 +141,10 @@ func (p *Process) wait() {
 		e.WaitErr = err
 	}
 	if st := p.cmd.ProcessState; st != nil {
-		e.Code = st.ExitCode()
+		e.ExitCode = st.ExitCode()
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			e.Signal = ws.Signal()
-			e.Code = -1
+			e.ExitCode = -1
 		}
 		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
 			e.MaxRSS = ru.Maxrss * 1024
@@ -178,7 +152,7 @@ func (p *Process) wait() {
 			e.SysCPU = time.Duration(ru.Stime.Nano())
 		}
 	} else {
-		e.Code = -1
+		e.ExitCode = -1
 	}
 	p.finish(e)
 }

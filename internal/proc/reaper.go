@@ -273,7 +273,7 @@ func (r *Reaper) reapListed() bool {
 		r.mu.Unlock()
 		if deliver {
 			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, Code: code, Signal: sig})
+			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
 		}
 		if !held {
 			r.reapPID(pid)
@@ -312,7 +312,7 @@ func (r *Reaper) polled(pid int) {
 		r.mu.Unlock()
 		if deliver {
 			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, Code: code, Signal: sig})
+			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
 		}
 		return
 	}
@@ -356,9 +356,9 @@ func (r *Reaper) reapPID(pid int) bool {
 		r.orphanReaped(got, ws)
 		return true
 	}
-	e := Exit{PID: got, Code: ws.ExitStatus()}
+	e := Exit{PID: got, ExitCode: ws.ExitStatus()}
 	if ws.Signaled() {
-		e.Signal, e.Code = ws.Signal(), -1
+		e.Signal, e.ExitCode = ws.Signal(), -1
 	}
 	e.MaxRSS = ru.Maxrss * 1024
 	e.UserCPU = time.Duration(ru.Utime.Nano())

@@ -96,7 +96,7 @@ func reaperMain() error {
 	if err != nil {
 		return err
 	}
-	if ex.PID != p.PID() || ex.Code != 7 || ex.Signal != 0 || ex.Wall <= 0 {
+	if ex.PID != p.PID() || ex.ExitCode != 7 || ex.Signal != 0 || ex.Wall <= 0 {
 		return fmt.Errorf("delivered exit %+v, want pid %d code 7", ex, p.PID())
 	}
 	// The grandchild was reparented to us (subreaper) and must be reaped: no zombie left, counted as an orphan.
@@ -249,7 +249,7 @@ func checkForkingThreads(rp *proc.Reaper, sockets func() int) error {
 			return err
 		}
 		for _, p := range ps {
-			if ex := p.Release(); ex.Code != 0 {
+			if ex := p.Release(); ex.ExitCode != 0 {
 				return fmt.Errorf("/bin/true: %+v", ex)
 			}
 		}
@@ -410,7 +410,7 @@ func nullEMFILEMain() error {
 	if err != nil {
 		return err
 	}
-	if ex.Code != 5 {
+	if ex.ExitCode != 5 {
 		return fmt.Errorf("second start exited %+v, want code 5", ex)
 	}
 	return nil

@@ -36,7 +36,7 @@ func releaseRaceMain() error {
 			return err
 		}
 		for i, p := range ps {
-			if ex := p.Release(); ex.Code != 0 {
+			if ex := p.Release(); ex.ExitCode != 0 {
 				rp.Close()
 				return fmt.Errorf("child %d: %+v", i, ex)
 			}

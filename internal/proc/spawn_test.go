@@ -63,12 +63,12 @@ func openGates(ps []*proc.Process, gates []*os.File, got <-chan proc.Exit) error
 		if err != nil {
 			return err
 		}
-		if ex.PID != p.PID() || ex.Code != 3 || !p.Exited() {
+		if ex.PID != p.PID() || ex.ExitCode != 3 || !p.Exited() {
 			return fmt.Errorf("child %d: delivered exit %+v (Exited %v), want pid %d code 3", i, ex, p.Exited(), p.PID())
 		}
 	}
 	for _, p := range ps {
-		if ex := p.Release(); ex.Code != 3 || !p.Exited() {
+		if ex := p.Release(); ex.ExitCode != 3 || !p.Exited() {
 			return fmt.Errorf("released exit %+v (Exited %v), want code 3", ex, p.Exited())
 		}
 	}
@@ -207,7 +207,7 @@ func ownedAndOrphan(rp *proc.Reaper) error {
 	if err != nil {
 		return err
 	}
-	if ex, err := within(got, "the owned child's exit"); err != nil || ex.PID != p.PID() || ex.Code != 7 {
+	if ex, err := within(got, "the owned child's exit"); err != nil || ex.PID != p.PID() || ex.ExitCode != 7 {
 		return fmt.Errorf("delivered exit %+v (%v), want pid %d code 7", ex, err, p.PID())
 	}
 	return testutil.Poll(fmt.Sprintf("the orphan %d reaped", gpid), func() error {
@@ -261,10 +261,10 @@ func failMain() error {
 		if p == nil {
 			continue
 		}
-		if ex, err := within(got, "an exit"); err != nil || ex.Code != 4 {
+		if ex, err := within(got, "an exit"); err != nil || ex.ExitCode != 4 {
 			return fmt.Errorf("exit %+v (%v), want code 4", ex, err)
 		}
-		if ex := p.Release(); ex.Code != 4 {
+		if ex := p.Release(); ex.ExitCode != 4 {
 			return fmt.Errorf("released %+v, want code 4", ex)
 		}
 	}
@@ -495,12 +495,12 @@ func startWithTableFull(rp *proc.Reaper) error {
 		return err
 	}
 	for range ps {
-		if ex, err := within(got, "an exit"); err != nil || ex.Code != 0 {
+		if ex, err := within(got, "an exit"); err != nil || ex.ExitCode != 0 {
 			return fmt.Errorf("exit %+v (%v), want code 0", ex, err)
 		}
 	}
 	for _, p := range ps {
-		if ex := p.Release(); ex.Code != 0 {
+		if ex := p.Release(); ex.ExitCode != 0 {
 			return fmt.Errorf("released %+v, want code 0", ex)
 		}
 	}

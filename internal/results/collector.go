@@ -16,12 +16,9 @@ import (
 	"tpurun/worker"
 )
 
-// DefaultMaxFrameBytes is the payload limit of one frame unless Options.MaxFrameBytes says otherwise.
-const DefaultMaxFrameBytes = worker.DefaultMaxPayload
-
 // Options configure a Collector.
 type Options struct {
-	MaxFrameBytes int64 // payload limit of one frame (--max-result-bytes); 0 means DefaultMaxFrameBytes
+	MaxFrameBytes int64 // payload limit of one frame (--max-result-bytes); 0 means the decoder's, worker.DefaultMaxPayload
 	Required      bool  // a worker that exits 0 must have reported every replica it owns (--fn, --expect-results)
 	RunID         string
 	WorldSize     int // workers world-wide, for the document
@@ -70,9 +67,6 @@ type owner struct {
 
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
-	if opts.MaxFrameBytes <= 0 {
-		opts.MaxFrameBytes = DefaultMaxFrameBytes
-	}
 	if opts.BufferBytes <= 0 {
 		opts.BufferBytes = 64 << 10
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"tpurun/internal/exitcode"
+	"tpurun/internal/proc"
 )
 
 // Document is the results of one run, as written by --results and printed by --json.
@@ -88,6 +89,16 @@ type RankExit struct {
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
 	Err      string `json:"error,omitempty"`
+}
+
+// ExitOf is how a worker process ended, as the document records it: the one conversion from a proc.Exit. The exit
+// status, or 128+N and the signal's name for a worker killed by signal N.
+func ExitOf(rank int, e proc.Exit) RankExit {
+	x := RankExit{Rank: rank, PID: e.PID, ExitCode: e.ExitStatus()}
+	if e.Signal != 0 {
+		x.Signal = proc.SignalName(e.Signal)
+	}
+	return x
 }
 
 // Failed reports whether the worker did not end with exit code 0.

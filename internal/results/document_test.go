@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"tpurun/internal/proc"
 )
 
 func sampleDoc() *Document {
@@ -45,6 +49,30 @@ func TestDocumentShape(t *testing.T) {
 	rk := m["ranks"].([]any)[1].(map[string]any)
 	if rk["exit_code"] != float64(137) || rk["signal"] != "killed" || rk["rank"] != float64(1) {
 		t.Fatalf("ranks: %s", b)
+	}
+}
+
+// TestExitOf: the one conversion of a proc.Exit into the document's rank entry: the code, or 128+N and the
+// signal's name, with the rank and pid; the rest of the Exit (time, resource usage) stays out of the document.
+func TestExitOf(t *testing.T) {
+	for _, tc := range []struct {
+		ex   proc.Exit
+		want string
+	}{
+		{proc.Exit{PID: 41, Wall: time.Second, MaxRSS: 1 << 20}, `{"rank":3,"pid":41,"exit_code":0}`},
+		{proc.Exit{PID: 42, ExitCode: 85}, `{"rank":3,"pid":42,"exit_code":85}`},
+		{proc.Exit{PID: 43, ExitCode: -1, Signal: syscall.SIGKILL}, `{"rank":3,"pid":43,"exit_code":137,"signal":"SIGKILL"}`},
+		{proc.Exit{PID: 44, ExitCode: -1, Signal: 42}, `{"rank":3,"pid":44,"exit_code":170,"signal":"signal 42"}`},
+	} {
+		x := ExitOf(3, tc.ex)
+		b, err := json.Marshal(RankStatus{RankExit: x, OK: !x.Failed()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := strings.TrimSuffix(tc.want, "}") + `,"ok":` + strconv.FormatBool(tc.ex.Success()) + "}"
+		if string(b) != want || x.Failed() == tc.ex.Success() {
+			t.Errorf("ExitOf(%+v) = %s, want %s", tc.ex, b, want)
+		}
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
-	"tpurun/worker"
 )
 
 // The defaults of a Spec's zero fields that tpurun's flags show.
@@ -109,7 +108,7 @@ type Spec struct {
 // the results document goes.
 type ResultsSpec struct {
 	Required      bool   // every replica must report a result (implied by function mode)
-	MaxFrameBytes int64  // largest accepted payload; default results.DefaultMaxFrameBytes
+	MaxFrameBytes int64  // largest accepted payload; 0 means the frame decoder's default, worker.DefaultMaxPayload
 	File          string // write the document here atomically (on every node), also when the job fails; checked first
 	// Document: Report.Results is wanted on every node of a multi-host job, not only on node 0 (which builds it
 	// for the world); the other nodes receive it when the job ends. Implied by File.
@@ -142,7 +141,6 @@ func (s Spec) WithDefaults() (_ Spec, randomRunID bool, err error) {
 	s.Logger = cmp.Or(s.Logger, zap.NewNop())
 	s.SampleInterval = cmp.Or(s.SampleInterval, time.Second)
 	s.ProcRoot = cmp.Or(s.ProcRoot, "/proc")
-	s.Results.MaxFrameBytes = cmp.Or(s.Results.MaxFrameBytes, worker.DefaultMaxPayload)
 	s.Results.Required = s.Results.Required || s.Fn != nil
 	if randomRunID, err = s.defaultIDs(); err != nil {
 		return s, false, err

@@ -158,9 +158,9 @@ func (z *Zygote) gone(what string, err error) error {
 	select {
 	case <-z.exited:
 		ex := z.p.Wait()
-		how := fmt.Sprintf("exited with code %d", ex.Code)
+		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
-			how = "was killed by " + unix.SignalName(ex.Signal)
+			how = "was killed by " + proc.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
 	default:

@@ -230,10 +230,10 @@ func TestForkAdoptsWorker(t *testing.T) {
 	seen, p, got := forkProbe(t, z, mods)
 	checkIdentity(t, seen, p.PID(), mods)
 	checkDescriptors(t, seen)
-	if ex := testutil.Done(t, "the exit of the forked worker", got); ex.Code != 7 {
+	if ex := testutil.Done(t, "the exit of the forked worker", got); ex.ExitCode != 7 {
 		t.Errorf("exit %+v, want code 7", ex)
 	}
-	if ex := p.Release(); ex.Code != 7 || ex.MaxRSS <= 0 {
+	if ex := p.Release(); ex.ExitCode != 7 || ex.MaxRSS <= 0 {
 		t.Errorf("released %+v: want code 7 with resource usage", ex)
 	}
 	if !z.Alive() {
@@ -299,8 +299,8 @@ sys.exit(int(how))
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
 	seeds := map[string]bool{}
-	for how, want := range map[string]proc.Exit{"0": {Code: 0}, "5": {Code: 5}, "raise": {Code: 1}, "msg": {Code: 1},
-		"big": {Code: 44}, "kbd": {Code: -1, Signal: syscall.SIGINT}} {
+	for how, want := range map[string]proc.Exit{"0": {ExitCode: 0}, "5": {ExitCode: 5}, "raise": {ExitCode: 1}, "msg": {ExitCode: 1},
+		"big": {ExitCode: 44}, "kbd": {ExitCode: -1, Signal: syscall.SIGINT}} {
 		outR, outW, _ := os.Pipe()
 		errR, errW, _ := os.Pipe()
 		cmd := zygote.Command{Python: []string{python(t)}, Target: "end.py", Args: []string{how}}
@@ -319,8 +319,8 @@ sys.exit(int(how))
 		ex := testutil.Done(t, "the exit of the forked worker "+how, got)
 		p.Release()
 		seeds[strings.TrimSpace(string(out))] = true
-		if ex.Code != want.Code || ex.Signal != want.Signal {
-			t.Errorf("%s: exit %+v, want code %d signal %v; stderr:\n%s", how, ex, want.Code, want.Signal, stderr)
+		if ex.ExitCode != want.ExitCode || ex.Signal != want.Signal {
+			t.Errorf("%s: exit %+v, want code %d signal %v; stderr:\n%s", how, ex, want.ExitCode, want.Signal, stderr)
 		}
 		if how == "raise" && (!strings.Contains(string(stderr), "ValueError: boom") || strings.Contains(string(stderr), "_zygote")) {
 			t.Errorf("raise: stderr %q: want the traceback without the zygote's frames", stderr)

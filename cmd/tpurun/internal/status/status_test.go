@@ -11,6 +11,7 @@ import (
 
 	"tpurun/cmd/tpurun/internal/status"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/launcher"
 )
 
@@ -43,7 +44,7 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	st.Observe(launcher.Event{Kind: launcher.Sampled, Samples: []launcher.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}}})
 	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
 	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
-	st.Observe(launcher.Event{Kind: launcher.WorkerFailed, Failure: &failure.WorkerError{Rank: 1, PID: 41, ExitCode: 3}})
+	st.Observe(launcher.Event{Kind: launcher.WorkerFailed, Failure: &failure.WorkerError{Rank: 1, Exit: proc.Exit{PID: 41, ExitCode: 3}}})
 	code, body := get(t, base+"/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "rank 1") {
 		t.Fatalf("/healthz after a failure: %d %q, want 503 naming rank 1", code, body)

@@ -41,7 +41,7 @@ func WriteAttempt(w io.Writer, r *launcher.Report, a *launcher.Attempt) {
 	fmt.Fprintln(tw, "  RANK\tPID\tSTATUS\tWALL\tCPU\tPEAK RSS")
 	for _, s := range a.Ranks {
 		fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", s.Rank, s.PID, s.Ended(),
-			s.Wall.Round(time.Millisecond), (s.UserCPU + s.SysCPU).Round(time.Millisecond), bytesText(s.MaxRSS))
+			s.Wall.Round(time.Millisecond), s.CPU().Round(time.Millisecond), bytesText(s.MaxRSS))
 	}
 	_ = tw.Flush()
 	if len(a.Swept) > 0 {
@@ -99,7 +99,7 @@ func LogAttempt(log *zap.Logger, r *launcher.Report, a *launcher.Attempt) {
 	}
 	ranks := make([]rank, 0, len(a.Ranks))
 	for _, s := range a.Ranks {
-		rk := rank{Rank: s.Rank, PID: s.PID, Status: s.Ended(), WallMS: s.Wall.Milliseconds(), CPUMS: (s.UserCPU + s.SysCPU).Milliseconds(), PeakRSS: s.MaxRSS}
+		rk := rank{Rank: s.Rank, PID: s.PID, Status: s.Ended(), WallMS: s.Wall.Milliseconds(), CPUMS: s.CPU().Milliseconds(), PeakRSS: s.MaxRSS}
 		if s.ResultErr != nil {
 			rk.Results = s.ResultErr.Error()
 		}
@@ -198,7 +198,7 @@ func bytesText(n int64) string {
 func cleanRanks(ranks []launcher.RankSummary) string {
 	var ok []string
 	for _, r := range ranks {
-		if r.Signal == 0 && r.ExitCode == 0 {
+		if r.Success() {
 			ok = append(ok, fmt.Sprint(r.Rank))
 		}
 	}
