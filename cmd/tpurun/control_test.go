@@ -390,7 +390,8 @@ func TestControlStopSignals(t *testing.T) {
 var procState = testutil.ProcState
 
 // TestControlJobControl (dumb-init's test_shell_background_support_setsid): SIGTSTP, SIGTTIN and SIGTTOU stop every
-// worker and then tpurun itself, as a shell's job stops; SIGCONT resumes them all. As PID 1 tpurun cannot stop
+// worker and then tpurun itself, in that order (tpurun waits for its workers to stop), as a shell's job stops;
+// SIGCONT resumes them all. As PID 1 tpurun cannot stop
 // itself (the kernel ignores SIGSTOP for a namespace's init): the workers stop and resume all the same.
 func TestControlJobControl(t *testing.T) {
 	t.Parallel()
@@ -403,6 +404,12 @@ func TestControlJobControl(t *testing.T) {
 		}
 		for i, s := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU} {
 			l.signal(s)
+			if !pid1 { // in order, as a shell's job: once tpurun is stopped its workers are (they stay so until SIGCONT)
+				l.waitFor("tpurun stopped by "+unix.SignalName(s), func([]string) bool { return procState(l.target) == "T" })
+				if a, b := procState(pids[0]), procState(pids[1]); a != "T" || b != "T" {
+					t.Fatalf("tpurun stopped while its workers were %s and %s: it stops them first, then itself", a, b)
+				}
+			}
 			l.waitFor("the workers and tpurun stopped by "+unix.SignalName(s), func([]string) bool {
 				return procState(pids[0]) == "T" && procState(pids[1]) == "T" && (pid1 || procState(l.target) == "T")
 			})

@@ -170,6 +170,17 @@ func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
 	}
 }
 
+// waitStopped waits until every worker is stopped (a job-control stop took effect) or gone, bound at most: it reads
+// their state in /proc, every millisecond or so (the stop takes as long as the workers' scheduling).
+func (s *supervisor) waitStopped(procRoot string, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for _, wk := range s.ws {
+		for wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
 	if wk.p == nil {
 		return

@@ -115,3 +115,18 @@ func rtSigaction(sig syscall.Signal, act, old *sigaction) error {
 	}
 	return nil
 }
+
+// StoppedOrGone reports whether pid is stopped by a signal (state T or t in /proc/PID/stat) or has ended (a zombie,
+// or gone): what a job-control stop waits for before tpurun stops itself.
+func StoppedOrGone(procRoot string, pid int) bool {
+	b, _ := readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), nil)
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true // no stat: gone
+	}
+	switch b[i+2] { // field 3, after ") "
+	case 'T', 't', 'Z', 'X':
+		return true
+	}
+	return false
+}
