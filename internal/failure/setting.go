@@ -3,6 +3,7 @@ package failure
 import (
 	"errors"
 
+	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
@@ -50,23 +51,23 @@ const (
 	SettingNodeRank        Setting = topology.SettingNodeRank // the launcher's too
 )
 
-// The settings of the rendezvous's errors: "rendezvous " and the rendezvous.Error's field (see SettingOf).
+// The settings of the rendezvous's errors (rendezvous.Error.Field: see SettingOf).
 const (
-	SettingRendezvousBackend  Setting = "rendezvous " + rendezvous.FieldBackend
-	SettingRendezvousEndpoint Setting = "rendezvous " + rendezvous.FieldEndpoint // the launcher's too
-	SettingRendezvousRunID    Setting = "rendezvous " + rendezvous.FieldRunID    // the launcher's too
-	SettingRendezvousNodes    Setting = "rendezvous " + rendezvous.FieldNodes
-	SettingRendezvousMinNodes Setting = "rendezvous " + rendezvous.FieldMinNodes
-	SettingRendezvousNodeRank Setting = "rendezvous " + rendezvous.FieldNodeRank
-	SettingRendezvousOption   Setting = "rendezvous " + rendezvous.FieldOption
-	SettingRendezvousToken    Setting = "rendezvous " + rendezvous.FieldToken
-	SettingRendezvousListen   Setting = "rendezvous " + rendezvous.FieldListen
-	SettingRendezvousHostName Setting = "rendezvous " + rendezvous.FieldHost
-	SettingRendezvousHosts    Setting = "rendezvous " + rendezvous.FieldHosts
+	SettingRendezvousBackend  Setting = Setting(setting.RendezvousBackend)
+	SettingRendezvousEndpoint Setting = Setting(setting.RendezvousEndpoint) // the launcher's too
+	SettingRendezvousRunID    Setting = Setting(setting.RendezvousRunID)    // the launcher's too
+	SettingRendezvousNodes    Setting = Setting(setting.RendezvousNodes)
+	SettingRendezvousMinNodes Setting = Setting(setting.RendezvousMinNodes)
+	SettingRendezvousNodeRank Setting = Setting(setting.RendezvousNodeRank)
+	SettingRendezvousOption   Setting = Setting(setting.RendezvousOption)
+	SettingRendezvousToken    Setting = Setting(setting.RendezvousToken)
+	SettingRendezvousListen   Setting = Setting(setting.RendezvousListen)
+	SettingRendezvousHostName Setting = Setting(setting.RendezvousHostName)
+	SettingRendezvousHosts    Setting = Setting(setting.RendezvousHosts)
 )
 
 // SettingOf names the setting a configuration error is about ("" when err is not one): a *ConfigError's Field, a
-// detection error's variable or setting, or "rendezvous " and the rendezvous error's field.
+// detection error's variable or setting, or the rendezvous error's field.
 func SettingOf(err error) Setting {
 	var ce *ConfigError
 	var te *topology.ConfigError
@@ -75,7 +76,7 @@ func SettingOf(err error) Setting {
 	case errors.As(err, &ce):
 		return ce.Field
 	case errors.As(err, &re) && re.Field != "":
-		return "rendezvous " + Setting(re.Field)
+		return Setting(re.Field)
 	case errors.As(err, &te):
 		return Setting(te.Name)
 	}
