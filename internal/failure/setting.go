@@ -45,10 +45,10 @@ const (
 
 // The settings of topology's errors that are not variables (topology.ConfigError.Name).
 const (
-	SettingDevice          Setting = topology.SettingDevice
-	SettingAcceleratorType Setting = topology.SettingAcceleratorType
-	SettingNProcs          Setting = topology.SettingNProcs
-	SettingNodeRank        Setting = topology.SettingNodeRank // the launcher's too
+	SettingDevice          Setting = Setting(setting.Device)
+	SettingAcceleratorType Setting = Setting(setting.AcceleratorType)
+	SettingNProcs          Setting = Setting(setting.NProcs)
+	SettingNodeRank        Setting = Setting(setting.NodeRank) // the launcher's too
 )
 
 // The settings of the rendezvous's errors (rendezvous.Error.Field: see SettingOf).
