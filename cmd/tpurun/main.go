@@ -25,6 +25,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
@@ -210,7 +211,7 @@ func (f failer) fail(err error) int {
 	if f.log == nil || err == nil {
 		return fail(f.w, err)
 	}
-	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[failure.SettingOf(err)]), zap.Error(err))
+	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[setting.Of(err)]), zap.Error(err))
 	return code
 }
 
@@ -221,7 +222,7 @@ func fail(stderr io.Writer, err error) int {
 	if err == nil {
 		return code
 	}
-	if flag := flagOf[failure.SettingOf(err)]; flag != "" {
+	if flag := flagOf[setting.Of(err)]; flag != "" {
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
@@ -234,19 +235,19 @@ func fail(stderr io.Writer, err error) int {
 }
 
 // flagOf names the flag that sets each setting a configuration error can be about. TestEverySettingHasItsFlag holds
-// every failure.Setting to one, or to its reason to have none (flagless).
-var flagOf = map[failure.Setting]string{
-	failure.SettingFunction: "--fn", failure.SettingFunctionArgs: "--fn-args-json", failure.SettingGrace: "--grace",
-	failure.SettingTimeout: "--timeout", failure.SettingMaxRestarts: "--max-restarts", failure.SettingMasterPort: "--master-port",
-	failure.SettingMasterAddr: "--master-addr", failure.SettingRunID: "--run-id", failure.SettingRole: "--role",
-	failure.SettingMaxResultBytes: "--max-result-bytes", failure.SettingResultsFile: "--results", failure.SettingLogDir: "--log-dir",
-	failure.SettingStatusAddr: "--status-addr", failure.SettingStdin: "--stdin", failure.SettingNodeRank: "--node-rank",
-	failure.SettingSliceID: "--slice-id", failure.SettingNNodes: "--nnodes", failure.SettingRendezvousRunID: "--rdzv-id",
-	failure.SettingRendezvousEndpoint: "--rdzv-endpoint", failure.SettingRendezvousNodes: "--nnodes",
-	failure.SettingRendezvousMinNodes: "--nnodes", failure.SettingRendezvousNodeRank: "--node-rank",
-	failure.SettingRendezvousOption: "--rdzv-conf", failure.SettingRendezvousBackend: "--rdzv-backend",
-	failure.SettingRendezvousToken: "--rdzv-token", failure.SettingRendezvousHostName: "--node-name",
-	failure.SettingDevice: "--device", failure.SettingAcceleratorType: "--accelerator-type",
+// every setting.Setting to one, or to its reason to have none (flagless).
+var flagOf = map[setting.Setting]string{
+	setting.Function: "--fn", setting.FunctionArgs: "--fn-args-json", setting.Grace: "--grace",
+	setting.Timeout: "--timeout", setting.MaxRestarts: "--max-restarts", setting.MasterPort: "--master-port",
+	setting.MasterAddr: "--master-addr", setting.RunID: "--run-id", setting.Role: "--role",
+	setting.MaxResultBytes: "--max-result-bytes", setting.ResultsFile: "--results", setting.LogDir: "--log-dir",
+	setting.StatusAddr: "--status-addr", setting.Stdin: "--stdin", setting.NodeRank: "--node-rank",
+	setting.SliceID: "--slice-id", setting.NNodes: "--nnodes", setting.RendezvousRunID: "--rdzv-id",
+	setting.RendezvousEndpoint: "--rdzv-endpoint", setting.RendezvousNodes: "--nnodes",
+	setting.RendezvousMinNodes: "--nnodes", setting.RendezvousNodeRank: "--node-rank",
+	setting.RendezvousOption: "--rdzv-conf", setting.RendezvousBackend: "--rdzv-backend",
+	setting.RendezvousToken: "--rdzv-token", setting.RendezvousHostName: "--node-name",
+	setting.Device: "--device", setting.AcceleratorType: "--accelerator-type",
 }
 
 type options struct {
@@ -274,7 +275,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := cli.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
 		var pe *cli.PETError
 		errors.As(err, &pe)
-		return nil, &failure.ConfigError{Field: failure.Setting(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, &failure.ConfigError{Field: setting.Named(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	if raw.help || raw.version || raw.pyPath {
 		return nil, inform(stdout, fs, raw)

@@ -11,16 +11,16 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 )
 
-// TestEverySettingHasItsFlag: every setting a configuration error can name (a failure.Setting constant) has the flag
+// TestEverySettingHasItsFlag: every setting a configuration error can name (a setting.Setting constant) has the flag
 // that sets it in flagOf, or a reason in flagless, not both; every flag flagOf names is one of tpurun's; and no
 // configuration error of the module names its setting in free words (a string literal that is not a flag): a
 // renamed setting, or a new one, cannot silently lose its flag hint.
 func TestEverySettingHasItsFlag(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "launcher", "failure", "setting.go"), nil, 0)
+	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "internal", "setting", "setting.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 		return true
 	})
 	if len(settings) < 30 {
-		t.Fatalf("found %d Setting constants in internal/failure/setting.go: %v", len(settings), settings)
+		t.Fatalf("found %d Setting constants in internal/setting/setting.go: %v", len(settings), settings)
 	}
 	named := map[string]string{} // constant: the map that names it
 	for _, m := range []map[string]string{settingKeys(t, "main.go", "flagOf"), settingKeys(t, "settings_test.go", "flagless")} {
@@ -68,13 +68,13 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 }
 
 // flagless are the settings a message names without a flag: they have none, or their message names them well.
-var flagless = map[failure.Setting]string{
-	failure.SettingProgram: "the positional PROGRAM", failure.SettingPreload: "a flag already",
-	failure.SettingEnvironment: "the workers' whole environment", failure.SettingNumSlicesEnv: "a variable",
-	failure.SettingSliceIDEnv: "a variable", failure.SettingLogFormat: "parse checks --log-format first",
-	failure.SettingNProcs: "the message names the split and its sources", failure.SettingRendezvousTimeout: "a Spec's own",
-	failure.SettingRendezvousHostsOption: "the message names the option", failure.SettingRendezvousListen: "the endpoint's port",
-	failure.SettingRendezvousHosts: "the host list detected or given",
+var flagless = map[setting.Setting]string{
+	setting.Program: "the positional PROGRAM", setting.Preload: "a flag already",
+	setting.Environment: "the workers' whole environment",
+	setting.LogFormat:   "parse checks --log-format first",
+	setting.NProcs:      "the message names the split and its sources", setting.RendezvousTimeout: "a Spec's own",
+	setting.RendezvousHostsOption: "the message names the option", setting.RendezvousListen: "the endpoint's port",
+	setting.RendezvousHosts: "the host list detected or given",
 }
 
 // settingKeys are the failure.X keys of the map literal assigned to the package variable name in file.
@@ -94,7 +94,7 @@ func settingKeys(t *testing.T, file, name string) map[string]string {
 			if sel, ok := e.(*ast.KeyValueExpr).Key.(*ast.SelectorExpr); ok {
 				out[sel.Sel.Name] = name
 			} else {
-				t.Errorf("%s has a key that is not a failure.Setting constant", name)
+				t.Errorf("%s has a key that is not a setting.Setting constant", name)
 			}
 		}
 		return false
@@ -130,7 +130,7 @@ func freeWords(t *testing.T) {
 				}
 				if lit, ok := kv.Value.(*ast.BasicLit); ok {
 					if v, _ := strconv.Unquote(lit.Value); !strings.HasPrefix(v, "--") {
-						t.Errorf("%s: a ConfigError names its setting as %s: use a failure.Setting constant", path, lit.Value)
+						t.Errorf("%s: a ConfigError names its setting as %s: use a setting.Setting constant", path, lit.Value)
 					}
 				}
 			}

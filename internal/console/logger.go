@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 )
 
 // NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), debug when verbose.
@@ -23,7 +24,7 @@ func NewLogger(format string, verbose bool, w io.Writer) (*zap.Logger, error) {
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, &failure.ConfigError{Field: failure.SettingLogFormat, Value: format, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: setting.LogFormat, Value: format, Hint: "use console or json"}
 	}
 	level := zapcore.InfoLevel
 	if verbose {
