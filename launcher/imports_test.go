@@ -87,11 +87,7 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 			for _, imp := range list {
 				hit := imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden)
-				// internal/testutil is shared test plumbing: a test of any package may use it, and so may another
-				// test-plumbing package (internal/testutil/etcdtest).
-				plumbing := isTest || strings.HasSuffix(path.Base(dir), "test")
-				self := imp == "tpurun/"+dir // a package's external test imports the package
-				if hit && !self && !(plumbing && imp == "tpurun/internal/testutil") {
+				if hit && !excepted(dir, isTest, imp) {
 					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
 				}
 			}
@@ -100,6 +96,14 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 	out = append(out, backendViolations(imports)...)
 	slices.Sort(out)
 	return out
+}
+
+// excepted reports whether a file of package dir (a test, or not) may import imp whatever the rules say: a
+// package's external test imports the package, and internal/testutil is shared test plumbing: a test of any
+// package may use it, and so may another test-plumbing package (internal/testutil/etcdtest).
+func excepted(dir string, isTest bool, imp string) bool {
+	plumbing := isTest || strings.HasSuffix(path.Base(dir), "test")
+	return imp == "tpurun/"+dir || plumbing && imp == "tpurun/internal/testutil"
 }
 
 // leafShared are the packages under internal/ that import nothing of tpurun and that every layer may use: the
