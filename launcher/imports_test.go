@@ -40,6 +40,7 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"internal/spec", "tpurun/internal/host", "the Spec and the Report are below the host's preparation"},
 	{"internal/proc", "tpurun/internal/attempt", "imports point down: attempt -> proc"},
 	{"internal/proc", "tpurun/internal/job", "imports point down: job -> attempt -> proc"},
+	{"internal/setting", "tpurun/", "the vocabulary of settings is a leaf that every layer names its settings from"},
 	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; they do not run the launcher"},
 	// main itself ($: that package only; its packages below read the types a Spec and a Report name: the CLI a
 	// rendezvous bound, the summary a results document)
@@ -57,8 +58,9 @@ var aboveRules = []struct{ pkg, forbidden, why string }{
 
 // backendRules keep the rendezvous API apart from its backends, in code (a test of the API runs it on the backends,
 // which it imports so that they register): the API and its agreement core import none of them, and a backend
-// imports the API and the backend it meets on (static: tcp's server), nothing of the launcher's internals. Each
-// rule is for the package pkg alone, not those under it.
+// imports the API and the backend it meets on (static: tcp's server), nothing of the launcher's internals but the
+// leaf vocabulary of settings its configuration errors name (leafShared). Each rule is for the package pkg alone,
+// not those under it.
 var backendRules = []struct{ pkg, forbidden, why string }{
 	{"rendezvous", "tpurun/rendezvous/", "the rendezvous API imports none of its backends: they register themselves"},
 	{"rendezvous/tcp", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
@@ -85,10 +87,7 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 			}
 			for _, imp := range list {
 				hit := imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden)
-				// internal/testutil is shared test plumbing: a test of any package may use it, and so may another
-				// test-plumbing package (internal/testutil/etcdtest).
-				plumbing := isTest || strings.HasSuffix(path.Base(dir), "test")
-				if hit && !(plumbing && imp == "tpurun/internal/testutil") {
+				if hit && !excepted(dir, isTest, imp) {
 					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
 				}
 			}
@@ -98,6 +97,18 @@ func violations(imports map[[2]string][]string, tests bool) []string {
 	slices.Sort(out)
 	return out
 }
+
+// excepted reports whether a file of package dir (a test, or not) may import imp whatever the rules say: a
+// package's external test imports the package, and internal/testutil is shared test plumbing: a test of any
+// package may use it, and so may another test-plumbing package (internal/testutil/etcdtest).
+func excepted(dir string, isTest bool, imp string) bool {
+	plumbing := isTest || strings.HasSuffix(path.Base(dir), "test")
+	return imp == "tpurun/"+dir || plumbing && imp == "tpurun/internal/testutil"
+}
+
+// leafShared are the packages under internal/ that import nothing of tpurun and that every layer may use: the
+// vocabulary of settings a rendezvous backend's configuration errors name.
+var leafShared = []string{"tpurun/internal/setting"}
 
 // backendViolations lists "pkg (file) imports X: why" for every backendRules rule an import of code breaks.
 func backendViolations(imports map[[2]string][]string) []string {
@@ -109,7 +120,8 @@ func backendViolations(imports map[[2]string][]string) []string {
 				continue
 			}
 			for _, imp := range list {
-				if imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden) {
+				hit := imp == r.forbidden || strings.HasSuffix(r.forbidden, "/") && strings.HasPrefix(imp, r.forbidden)
+				if hit && !slices.Contains(leafShared, imp) {
 					out = append(out, dir+"/"+file+" imports "+imp+": "+r.why)
 				}
 			}
@@ -187,9 +199,11 @@ func TestImportRules(t *testing.T) {
 		{"rendezvous", "y.go"}:                  {"tpurun/rendezvous/tcp"},
 		{"rendezvous", "y_test.go"}:             {"tpurun/rendezvous/tcp", "tpurun/internal/testutil/rdzvtest"}, // allowed
 		{"rendezvous/etcd", "x.go"}:             {"tpurun/internal/failure", "tpurun/rendezvous/tcp", "tpurun/rendezvous"},
-		{"rendezvous/static", "x.go"}:           {"tpurun/rendezvous/tcp"}, // allowed
+		{"rendezvous/static", "x.go"}:           {"tpurun/rendezvous/tcp"},   // allowed
+		{"rendezvous/tcp", "y.go"}:              {"tpurun/internal/setting"}, // allowed: the leaf vocabulary
+		{"internal/setting", "x.go"}:            {"tpurun/internal/exitcode"},
 	}
-	if v := violations(planted, true); len(v) != 14 {
-		t.Errorf("planted violations found: %d, want 14:\n%s", len(v), strings.Join(v, "\n"))
+	if v := violations(planted, true); len(v) != 15 {
+		t.Errorf("planted violations found: %d, want 15:\n%s", len(v), strings.Join(v, "\n"))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"tpurun/internal/setting"
 )
 
 // Backend is one kind of rendezvous: torchrun's static, tcp (c10d) and etcd, each a package under this one that
@@ -118,7 +120,7 @@ func Names() string {
 }
 
 // Lookup is the backend named name, a registered name or alias (Backends), or "" for the world of one. An unknown
-// name is an *Error matching ErrConfig with Field FieldBackend.
+// name is an *Error matching ErrConfig with Field setting.RendezvousBackend.
 func Lookup(name string) (Backend, error) {
 	registry.RLock()
 	b, ok := registry.byName[name]
@@ -126,5 +128,5 @@ func Lookup(name string) (Backend, error) {
 	if ok {
 		return b, nil
 	}
-	return nil, ConfigError(FieldBackend, name, "unknown; use "+Names())
+	return nil, ConfigError(setting.RendezvousBackend, name, "unknown; use "+Names())
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/etcd"
 	"tpurun/rendezvous/static"
@@ -50,7 +51,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := rendezvous.Lookup("zookeeper")
 	var e *rendezvous.Error
-	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != rendezvous.FieldBackend || e.Value != "zookeeper" {
+	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != setting.RendezvousBackend || e.Value != "zookeeper" {
 		t.Errorf("unknown backend: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/hostname"
+	"tpurun/internal/setting"
 )
 
 // Defaults.
@@ -108,7 +109,7 @@ func ParseConf(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = unquote(k), unquote(v)
 		if !ok || k == "" {
-			return nil, ConfigError(FieldOption, kv, "not key=value")
+			return nil, ConfigError(setting.RendezvousOption, kv, "not key=value")
 		}
 		_, dup := out[k]
 		if to, ok := confAliases[k]; ok {
@@ -118,7 +119,7 @@ func ParseConf(s string) (map[string]string, error) {
 			out[k] = v
 		}
 		if dup {
-			return nil, ConfigError(FieldOption, kv, fmt.Sprintf("key %q given twice", k))
+			return nil, ConfigError(setting.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
 		}
 	}
 	for key, v := range aliased {
@@ -183,7 +184,7 @@ func checkConfKeys(conf map[string]string) error {
 	for k, v := range conf {
 		i := sort.SearchStrings(confKeys, k)
 		if i == len(confKeys) || confKeys[i] != k {
-			return ConfigError(FieldOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+			return ConfigError(setting.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
 		}
 	}
 	return nil
@@ -201,7 +202,7 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return d, nil
 	}
-	return 0, ConfigError(FieldOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+	return 0, ConfigError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
 // heartbeat is the time to declare a silent node lost: the heartbeat option, else torchrun's keep_alive_interval x
@@ -218,7 +219,7 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 	}
 	attempts, err := strconv.Atoi(cmp.Or(conf["keep_alive_max_attempt"], "3"))
 	if err != nil || attempts < 1 || attempts > 1000 {
-		return 0, ConfigError(FieldOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
+		return 0, ConfigError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
 	return interval * time.Duration(attempts), nil
 }
@@ -239,10 +240,10 @@ const MaxRunID = 128
 
 // ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
 // must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
-// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field FieldRunID.
+// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field setting.RendezvousRunID.
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
-		return ConfigError(FieldRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+		return ConfigError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
 	}
 	switch {
 	case id == "":
@@ -272,7 +273,7 @@ func ValidateRunID(id string) error {
 
 // SplitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
 // the port a number 0..65535 (0 only where zeroOK).
-func SplitEndpoint(field, ep string, zeroOK bool) (string, int, error) {
+func SplitEndpoint(field setting.Setting, ep string, zeroOK bool) (string, int, error) {
 	host, p, err := net.SplitHostPort(ep)
 	if err != nil {
 		return "", 0, ConfigError(field, ep, "not host:port (for IPv6, [addr]:port)")
@@ -318,7 +319,7 @@ func (m *Member) Validate() error {
 	}
 	if m.Host != "" {
 		if why := hostProblem(m.Host); why != "" {
-			return ConfigError(FieldHost, m.Host, why)
+			return ConfigError(setting.RendezvousHostName, m.Host, why)
 		}
 	}
 	if m.RunID != "" {

@@ -62,7 +62,7 @@
 //
 // Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
 // lease renewal unanswered for its TTL with no connection to etcd, or a broken watch) ends every call and join of the session
-// with an error matching ErrStoreLost that names the endpoint (an *Error with Field FieldEndpoint), closes
+// with an error matching ErrStoreLost that names the endpoint (an *Error with Field setting.RendezvousEndpoint), closes
 // Session.Done and is reported on Failures, within about two heartbeats.
 //
 // # Elastic worlds and lost nodes
@@ -152,16 +152,17 @@
 // An endpoint named by a host name that does not resolve yet (a pod is published in its headless service only as
 // it starts) is waited for within the join timeout (Config.Timeout), with one log line: by the node that hosts the
 // server on it, before it binds (New), and by a node dialling it (Join). A name that never resolves ends the wait
-// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field FieldEndpoint) and how
-// long it was tried. Config.Resolver replaces the resolver (tests).
+// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field
+// setting.RendezvousEndpoint) and how long it was tried. Config.Resolver replaces the resolver (tests).
 //
 // # Configuration errors
 //
 // New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,
 // has a port out of range, or port 0 on a node that does not host the server; an endpoint or listen address off
 // loopback without a token (ErrNoToken, which also matches ErrConfig); a run id ValidateRunID refuses; node
-// counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (FieldEndpoint,
-// FieldRunID, ...) and Value name the item in the package's words: a command line maps the field to its flag.
+// counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (a setting of the module's
+// one vocabulary, internal/setting: RendezvousEndpoint, RendezvousRunID, ...) and Value name the item; its message
+// names the item in the package's words ("endpoint"), and a command line names the flag bound to the setting.
 //
 // # Wire protocol (embedded server), version 5
 //

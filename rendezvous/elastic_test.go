@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/setting"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
@@ -204,7 +205,7 @@ func TestElasticMembersValidate(t *testing.T) {
 	}
 	defer r.Close()
 	_, err = r.Join(context.Background(), rendezvous.Member{Host: "h", LocalWorkers: 1, Rank: 3})
-	if e := rdzvtest.RdzvErr(t, err, rendezvous.ErrConfig); e.Field != rendezvous.FieldNodeRank {
+	if e := rdzvtest.RdzvErr(t, err, rendezvous.ErrConfig); e.Field != setting.RendezvousNodeRank {
 		t.Fatalf("%v", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"tpurun/internal/setting"
 )
 
 // Sentinels callers branch on with errors.Is. Every error the package returns for one of these conditions is an
@@ -16,7 +18,7 @@ var (
 	ErrMissingNodes = errors.New("nodes never arrived")
 	// ErrUnresolved: the endpoint's host name did not resolve within the join timeout (it was retried until then:
 	// a pod is published in its headless service only as it starts). The *Error names the endpoint (Field
-	// FieldEndpoint, Value) and says how long it was tried. It also matches ErrTimeout.
+	// setting.RendezvousEndpoint, Value) and says how long it was tried. It also matches ErrTimeout.
 	ErrUnresolved = errors.New("rendezvous endpoint does not resolve")
 	// ErrDuplicateNode: a different instance claims the identity (host) or rank of a live node; Nodes holds both.
 	ErrDuplicateNode = errors.New("duplicate node")
@@ -31,8 +33,8 @@ var (
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
 	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
-	// that could not be kept alive, a watch that broke). Such an error is an *Error whose Field is FieldEndpoint
-	// and Value the endpoint; Session.Done is closed and Session.Err returns it.
+	// that could not be kept alive, a watch that broke). Such an error is an *Error whose Field is
+	// setting.RendezvousEndpoint and Value the endpoint; Session.Done is closed and Session.Err returns it.
 	ErrStoreLost = errors.New("rendezvous store lost")
 	// ErrServerLost is the older name of ErrStoreLost (the same error).
 	ErrServerLost = ErrStoreLost
@@ -46,7 +48,7 @@ var (
 	// ErrVersion: the other side speaks another version of the wire protocol (another tpurun build). It also
 	// matches ErrProtocol.
 	ErrVersion = errors.New("rendezvous protocol version mismatch")
-	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the item.
+	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the setting.
 	ErrConfig error = &usageError{"bad rendezvous configuration"}
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
@@ -67,22 +69,6 @@ var kinds = map[string]error{
 	"world_full": ErrWorldFull, "protocol": ErrProtocol, "version": ErrVersion, "config": ErrConfig, "closed": ErrClosed,
 	"job_closed": ErrJobClosed,
 }
-
-// The configuration items an ErrConfig error names in Error.Field, in the package's words: a command line maps
-// them to its own flags.
-const (
-	FieldBackend  = "backend"
-	FieldEndpoint = "endpoint"
-	FieldRunID    = "run id"
-	FieldNodes    = "node count"
-	FieldMinNodes = "minimum node count"
-	FieldNodeRank = "node rank"
-	FieldOption   = "option" // a key=value of Config.Conf; Value is "key=value"
-	FieldToken    = "token"
-	FieldListen   = "listen address"
-	FieldHost     = "host name"
-	FieldHosts    = "host list"
-)
 
 // NodeRef names one node in an error or a failure. Rank is -1 when the node has no rank yet.
 type NodeRef struct {
@@ -108,12 +94,13 @@ func (n NodeRef) String() string {
 }
 
 // Error is the typed error of the package: the condition (Kind, one of the sentinels), the nodes concerned, for a
-// configuration error the item at fault (Field, one of the Field constants, and its Value), for a lost store its
-// endpoint (Field FieldEndpoint), and the details in words.
+// configuration error the setting at fault (Field, one of package setting's Rendezvous constants, and its Value),
+// for a lost store its endpoint (Field setting.RendezvousEndpoint), and the details in words. Its message names
+// the setting by the rendezvous's word for it ("endpoint"): it says "rendezvous" already.
 type Error struct {
 	Kind   error
 	Nodes  []NodeRef
-	Field  string
+	Field  setting.Setting
 	Value  string
 	Detail string
 }
@@ -148,7 +135,7 @@ func (e *Error) Error() string {
 	}
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field)
+		b.WriteString(e.Field.Word())
 		if e.Value != "" {
 			b.WriteString(" ")
 			b.WriteString(quote(e.Value))
@@ -160,6 +147,9 @@ func (e *Error) Error() string {
 	}
 	return b.String()
 }
+
+// Setting is the setting the error is about: Field ("" for an error that names none).
+func (e *Error) Setting() setting.Setting { return e.Field }
 
 // Unwrap returns the sentinel; a missing-nodes or unresolved error also matches ErrTimeout, a no-token error
 // ErrConfig and a version error ErrProtocol.
@@ -184,11 +174,11 @@ func NewError(kind error, detail string, nodes ...NodeRef) *Error {
 
 // StoreLost is an ErrStoreLost error naming the store's endpoint.
 func StoreLost(endpoint, detail string, nodes ...NodeRef) *Error {
-	return &Error{Kind: ErrStoreLost, Nodes: nodes, Field: FieldEndpoint, Value: endpoint, Detail: detail}
+	return &Error{Kind: ErrStoreLost, Nodes: nodes, Field: setting.RendezvousEndpoint, Value: endpoint, Detail: detail}
 }
 
-// ConfigError is an ErrConfig error naming the item at fault and its value.
-func ConfigError(field, value, detail string) *Error {
+// ConfigError is an ErrConfig error naming the setting at fault and its value.
+func ConfigError(field setting.Setting, value, detail string) *Error {
 	return &Error{Kind: ErrConfig, Field: field, Value: value, Detail: detail}
 }
 
@@ -241,7 +231,7 @@ func ToWire(err error) *WireError {
 	case errors.As(err, &e):
 		for code, k := range kinds {
 			if k == e.Kind {
-				return &WireError{Code: code, Nodes: e.Nodes, Field: e.Field, Value: e.Value, Detail: e.Detail}
+				return &WireError{Code: code, Nodes: e.Nodes, Field: string(e.Field), Value: e.Value, Detail: e.Detail}
 			}
 		}
 		return &WireError{Code: "protocol", Nodes: e.Nodes, Detail: e.Error()}
@@ -261,5 +251,5 @@ func (w *WireError) Err() error {
 	case k == ErrMismatch && len(w.Values) > 1:
 		return &MismatchError{Setting: w.Field, Generation: w.Generation, Values: w.Values, Hint: w.Detail}
 	}
-	return &Error{Kind: k, Nodes: w.Nodes, Field: w.Field, Value: w.Value, Detail: w.Detail}
+	return &Error{Kind: k, Nodes: w.Nodes, Field: setting.Named(w.Field), Value: w.Value, Detail: w.Detail} // as the other side named it
 }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"tpurun/internal/setting"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/internal/testutil/rdzvtest"
@@ -52,7 +53,7 @@ func testSizeMismatch(t *testing.T, c *rdzvtest.Cluster, mins, maxs [2]int) {
 	c.Start(context.Background(), nil)
 	want := [2]string{rendezvous.SizeRange(mins[0], maxs[0]), rendezvous.SizeRange(mins[1], maxs[1])}
 	for i, err := range c.Errs {
-		e := rdzvtest.MismatchErr(t, err, rendezvous.FieldNodes)
+		e := rdzvtest.MismatchErr(t, err, setting.RendezvousNodes.Word())
 		got := map[string]string{}
 		for _, v := range e.Values {
 			for _, n := range v.Nodes {
@@ -189,7 +190,7 @@ func TestEtcdProcessKilled(t *testing.T) {
 	lost := func(what string, err error) {
 		t.Helper()
 		e := rdzvtest.RdzvErr(t, err, rendezvous.ErrStoreLost)
-		if e.Field != rendezvous.FieldEndpoint || e.Value != ep {
+		if e.Field != setting.RendezvousEndpoint || e.Value != ep {
 			t.Fatalf("%s: %v does not name the endpoint %s", what, e, ep)
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"tpurun/internal/setting"
 )
 
 // NewInstance returns a random instance id for one launcher process.
@@ -90,19 +92,19 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 // checkNodes checks the node count, the minimum (0 becomes NNodes: a fixed size) and the requested node rank.
 func (cfg *Config) checkNodes() error {
 	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
-		return ConfigError(FieldNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
+		return ConfigError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
 	}
 	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
-		return ConfigError(FieldMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
+		return ConfigError(setting.RendezvousMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
 	}
 	if cfg.MinNodes == 0 {
 		cfg.MinNodes = cfg.NNodes
 	}
 	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
-		return ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
+		return ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
 	}
 	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
-		return ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
+		return ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
 			SizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
 	}
 	return nil
@@ -183,7 +185,7 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 		return m, err
 	}
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
-		return m, ConfigError(FieldNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
+		return m, ConfigError(setting.RendezvousNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
 	return m, nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"tpurun/internal/setting"
 )
 
 // soloBackend is the world of one (Config.Backend ""): this node alone. It has no store: every generation agrees at
@@ -24,10 +26,10 @@ func (soloBackend) Port() int               { return DefaultPort }
 // Open refuses a world of more than one node; there is nothing to prepare.
 func (soloBackend) Open(_ context.Context, cfg *Config, _ *zap.Logger, _ time.Duration) (Store, error) {
 	if cfg.NNodes > 1 {
-		return nil, ConfigError(FieldNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
+		return nil, ConfigError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
 	}
 	if cfg.NodeRank > 0 {
-		return nil, ConfigError(FieldNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
+		return nil, ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
 	}
 	return soloStore{}, nil
 }

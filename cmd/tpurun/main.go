@@ -26,6 +26,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
@@ -55,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
-	f := failer{w: errc, other: outc}
+	f := failer{w: errc, other: outc, flags: o.flags}
 	if o.json {
 		f.other = nil // stdout carries only the results document
 	}
@@ -207,33 +208,36 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 }
 
 // failer prints the error a run ends with on tpurun's stderr: a text line, or with --log-format json (log set) a log
-// record; on its stdout, as a text line, when stderr has failed (its reader went away).
+// record; on its stdout, as a text line, when stderr has failed (its reader went away). A configuration error
+// names the flag bound to the setting it is about (cli.Bind, beside each flag's definition).
 type failer struct {
 	w     *console.Console
 	other *console.Console // stdout
 	log   *zap.Logger
+	flags *pflag.FlagSet // tpurun's flags, each bound to the settings it sets
 }
 
 func (f failer) fail(err error) int {
 	code := failure.ExitCode(err)
+	flag := cli.FlagOf(f.flags, setting.Of(err))
 	if err != nil && f.w.Err() != nil && f.other != nil {
-		return fail(f.other, err) // the reason on the other stream
+		return fail(f.other, flag, err) // the reason on the other stream
 	}
 	if f.log == nil || err == nil {
-		return fail(f.w, err)
+		return fail(f.w, flag, err)
 	}
-	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flagOf[failure.SettingOf(err)]), zap.Error(err))
+	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flag), zap.Error(err))
 	return code
 }
 
-// fail prints err (if any) with its exit code and returns the code. A configuration error names the flag that
-// sets the setting it is about.
-func fail(stderr io.Writer, err error) int {
+// fail prints err (if any) with its exit code and returns the code. flag, when not "", is the flag that sets the
+// setting a configuration error is about: the line names it.
+func fail(stderr io.Writer, flag string, err error) int {
 	code := failure.ExitCode(err)
 	if err == nil {
 		return code
 	}
-	if flag := flagOf[failure.SettingOf(err)]; flag != "" {
+	if flag != "" {
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
@@ -245,23 +249,8 @@ func fail(stderr io.Writer, err error) int {
 	return code
 }
 
-// flagOf names the flag that sets each setting a configuration error can be about. TestEverySettingHasItsFlag holds
-// every failure.Setting to one, or to its reason to have none (flagless).
-var flagOf = map[failure.Setting]string{
-	failure.SettingFunction: "--fn", failure.SettingFunctionArgs: "--fn-args-json", failure.SettingGrace: "--grace",
-	failure.SettingTimeout: "--timeout", failure.SettingMaxRestarts: "--max-restarts", failure.SettingMasterPort: "--master-port",
-	failure.SettingMasterAddr: "--master-addr", failure.SettingRunID: "--run-id", failure.SettingRole: "--role",
-	failure.SettingMaxResultBytes: "--max-result-bytes", failure.SettingResultsFile: "--results", failure.SettingLogDir: "--log-dir",
-	failure.SettingStatusAddr: "--status-addr", failure.SettingStdin: "--stdin", failure.SettingNodeRank: "--node-rank",
-	failure.SettingSliceID: "--slice-id", failure.SettingNNodes: "--nnodes", failure.SettingRendezvousRunID: "--rdzv-id",
-	failure.SettingRendezvousEndpoint: "--rdzv-endpoint", failure.SettingRendezvousNodes: "--nnodes",
-	failure.SettingRendezvousMinNodes: "--nnodes", failure.SettingRendezvousNodeRank: "--node-rank",
-	failure.SettingRendezvousOption: "--rdzv-conf", failure.SettingRendezvousBackend: "--rdzv-backend",
-	failure.SettingRendezvousToken: "--rdzv-token", failure.SettingRendezvousHostName: "--node-name",
-	failure.SettingDevice: "--device", failure.SettingAcceleratorType: "--accelerator-type",
-}
-
 type options struct {
+	flags          *pflag.FlagSet // every flag, bound to the settings it sets (cli.Bind)
 	spec           launcher.Spec
 	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
 	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
@@ -287,7 +276,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := cli.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
 		var pe *cli.PETError
 		errors.As(err, &pe)
-		return nil, &failure.ConfigError{Field: failure.Setting(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, &failure.ConfigError{Field: setting.Named(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	if raw.help || raw.version || raw.pyPath {
 		return nil, inform(stdout, fs, raw)
@@ -309,25 +298,35 @@ type rawFlags struct {
 func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	o, raw := &options{}, &rawFlags{}
 	fs := pflag.NewFlagSet("tpurun", pflag.ContinueOnError)
+	o.flags = fs
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
 	fs.SetNormalizeFunc(cli.Dashes)
 	o.dev = cli.AddDevice(fs)
 	raw.fn = addResultFlags(fs, &o.spec, &o.json)
 	fs.DurationVar(&o.spec.Grace, "grace", spec.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
+	cli.Bind(fs, "grace", setting.Grace)
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
+	cli.Bind(fs, "timeout", setting.Timeout)
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
+	cli.Bind(fs, "max-restarts", setting.MaxRestarts)
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
+	cli.Bind(fs, "log-dir", setting.LogDir)
 	fs.StringVarP(&raw.redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVarP(&raw.tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&raw.filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&raw.stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
+	cli.Bind(fs, "stdin", setting.Stdin)
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "", "prefix of each line of worker output, e.g. '[{rank}] ': {rank} {local_rank} {node} {role} (or torchrun's $rank...); default none, as torchrun (with --tee, torchrun's '"+console.TeePrefix+"')")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
+	cli.Bind(fs, "run-id", setting.RunID)
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR given to the workers")
+	cli.Bind(fs, "master-addr", setting.MasterAddr)
 	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
+	cli.Bind(fs, "master-port", setting.MasterPort)
 	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
+	cli.Bind(fs, "role", setting.Role)
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "tpurun's own lines only when something fails: its warnings and errors, the summary of an attempt that did not end well (tpurun.spawn and run pass it)")
 	fs.BoolVarP(&raw.help, "help", "h", false, "show this help")
@@ -336,6 +335,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
+	cli.Bind(fs, "status-addr", setting.StatusAddr)
 	fs.StringVar(&raw.preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs)
@@ -431,13 +431,17 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launcher.FnSpec {
 	f := &launcher.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
+	cli.Bind(fs, "fn", setting.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
+	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
 	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
 	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,
 		fmt.Sprintf("largest accepted result frame payload in bytes (default %d)", worker.DefaultMaxPayload))
+	cli.Bind(fs, "max-result-bytes", setting.MaxResultBytes)
 	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
+	cli.Bind(fs, "results", setting.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	return f
 }

@@ -11,102 +11,104 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/failure"
+	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/internal/setting"
 )
 
-// TestEverySettingHasItsFlag: every setting a configuration error can name (a failure.Setting constant) has the flag
-// that sets it in flagOf, or a reason in flagless, not both; every flag flagOf names is one of tpurun's; and no
-// configuration error of the module names its setting in free words (a string literal that is not a flag): a
-// renamed setting, or a new one, cannot silently lose its flag hint.
+// TestEverySettingHasItsFlag: every setting a configuration error can name (a constant of internal/setting) is
+// bound to the flag that sets it, where the flag is defined (cli.Bind), or has a reason in flagless, not both;
+// every setting a flag is bound to is one of those constants, bound to that flag alone; every bound flag is one of
+// tpurun's in --help; no configuration error of the module names its setting in free words (a string literal that
+// is not a flag); and no code outside internal/setting casts a name into a Setting (a variable or a flag that names
+// itself is setting.Named): a renamed setting, or a new one, cannot silently lose its flag hint.
 func TestEverySettingHasItsFlag(t *testing.T) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "..", "internal", "failure", "setting.go"), nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var settings []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		if vs, ok := n.(*ast.ValueSpec); ok {
-			if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "Setting" {
-				for _, name := range vs.Names {
-					settings = append(settings, name.Name)
-				}
-			}
-		}
-		return true
-	})
+	settings := settingConstants(t)
 	if len(settings) < 30 {
-		t.Fatalf("found %d Setting constants in internal/failure/setting.go: %v", len(settings), settings)
+		t.Fatalf("found %d Setting constants in internal/setting/setting.go: %v", len(settings), settings)
 	}
-	named := map[string]string{} // constant: the map that names it
-	for _, m := range []map[string]string{settingKeys(t, "main.go", "flagOf"), settingKeys(t, "settings_test.go", "flagless")} {
-		for k, v := range m {
-			if prev, dup := named[k]; dup {
-				t.Errorf("failure.%s is in both %s and %s", k, prev, v)
+	o, _, _ := newFlags()
+	flagOf := map[string]string{} // a setting's value: the flag bound to it
+	for flag, bound := range cli.Bound(o.flags) {
+		for _, s := range bound {
+			if prev, dup := flagOf[s]; dup {
+				t.Errorf("setting %q is bound to both --%s and %s", s, flag, prev)
 			}
-			named[k] = v
+			flagOf[s] = "--" + flag
 		}
 	}
-	for _, s := range settings {
-		if named[s] == "" {
-			t.Errorf("failure.%s has no flag in flagOf and no reason in flagless", s)
+	consts := map[string]string{} // a setting's value: its constant's name
+	for name, v := range settings {
+		consts[v] = name
+		why := flagless[setting.Setting(v)]
+		switch {
+		case flagOf[v] == "" && why == "":
+			t.Errorf("setting.%s is bound to no flag (cli.Bind) and has no reason in flagless", name)
+		case flagOf[v] != "" && why != "":
+			t.Errorf("setting.%s is bound to %s and has a reason in flagless (%q): want one of them", name, flagOf[v], why)
 		}
 	}
-	for s, why := range flagless {
-		if why == "" || flagOf[s] != "" {
-			t.Errorf("flagless[%q] = %q, flagOf %q: want a reason, and no flag", s, why, flagOf[s])
+	for s := range flagless {
+		if consts[string(s)] == "" {
+			t.Errorf("flagless[%q]: not a constant of internal/setting", s)
 		}
 	}
 	var help, stderr bytes.Buffer
 	run([]string{"--help"}, &help, &stderr)
 	for s, flag := range flagOf {
+		if consts[s] == "" {
+			t.Errorf("%s is bound to %q, which is not a constant of internal/setting", flag, s)
+		}
 		if !strings.Contains(help.String(), "      "+flag+" ") {
-			t.Errorf("flagOf[%q] = %s: no such flag in --help", s, flag)
+			t.Errorf("setting %q is bound to %s: no such flag in --help", s, flag)
 		}
 	}
 	freeWords(t)
 }
 
 // flagless are the settings a message names without a flag: they have none, or their message names them well.
-var flagless = map[failure.Setting]string{
-	failure.SettingProgram: "the positional PROGRAM", failure.SettingPreload: "a flag already",
-	failure.SettingEnvironment: "the workers' whole environment", failure.SettingNumSlicesEnv: "a variable",
-	failure.SettingSliceIDEnv: "a variable", failure.SettingLogFormat: "parse checks --log-format first",
-	failure.SettingNProcs: "the message names the split and its sources", failure.SettingRendezvousTimeout: "a Spec's own",
-	failure.SettingRendezvousHostsOption: "the message names the option", failure.SettingRendezvousListen: "the endpoint's port",
-	failure.SettingRendezvousHosts: "the host list detected or given",
+var flagless = map[setting.Setting]string{
+	setting.Program: "the positional PROGRAM", setting.Preload: "a flag already",
+	setting.Environment: "the workers' whole environment", setting.LogFormat: "parse checks --log-format first",
+	setting.NProcs: "the message names the split and its sources", setting.RendezvousTimeout: "a Spec's own",
+	setting.RendezvousHostsOption: "the message names the option", setting.RendezvousListen: "the endpoint's port",
+	setting.RendezvousHosts: "the host list detected or given",
 }
 
-// settingKeys are the failure.X keys of the map literal assigned to the package variable name in file.
-func settingKeys(t *testing.T, file, name string) map[string]string {
+// settingConstants are the Setting constants of internal/setting/setting.go: each one's name and value.
+func settingConstants(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "internal", "setting", "setting.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
 	ast.Inspect(f, func(n ast.Node) bool {
 		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || vs.Names[0].Name != name || len(vs.Values) != 1 {
+		if !ok {
 			return true
 		}
-		for _, e := range vs.Values[0].(*ast.CompositeLit).Elts {
-			if sel, ok := e.(*ast.KeyValueExpr).Key.(*ast.SelectorExpr); ok {
-				out[sel.Sel.Name] = name
-			} else {
-				t.Errorf("%s has a key that is not a failure.Setting constant", name)
-			}
+		if id, _ := vs.Type.(*ast.Ident); id == nil || id.Name != "Setting" {
+			return true
 		}
-		return false
+		for i, name := range vs.Names {
+			lit, ok := vs.Values[i].(*ast.BasicLit)
+			if !ok {
+				t.Fatalf("setting.%s is not a string literal", name.Name)
+			}
+			v, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				t.Fatalf("setting.%s: %v", name.Name, err)
+			}
+			out[name.Name] = v
+		}
+		return true
 	})
-	if len(out) == 0 {
-		t.Fatalf("no map %s in %s", name, file)
-	}
 	return out
 }
 
-// freeWords fails for every ConfigError literal of the module (outside tests) whose Field is a string literal that
-// is not a flag.
+// freeWords fails for every configuration error of the module (outside tests) that names its setting as a string
+// literal that is not a flag (a failure.ConfigError's Field, rendezvous.ConfigError's first argument), and for
+// every conversion of a name into a setting.Setting outside internal/setting.
 func freeWords(t *testing.T) {
 	t.Helper()
 	root := filepath.Join("..", "..")
@@ -118,21 +120,10 @@ func freeWords(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		inSetting := filepath.Base(filepath.Dir(path)) == "setting" && f.Name.Name == "setting"
 		ast.Inspect(f, func(n ast.Node) bool {
-			cl, ok := n.(*ast.CompositeLit)
-			if !ok || !isConfigError(cl.Type) {
-				return true
-			}
-			for _, e := range cl.Elts {
-				kv, ok := e.(*ast.KeyValueExpr)
-				if k, _ := kv.Key.(*ast.Ident); !ok || k == nil || k.Name != "Field" {
-					continue
-				}
-				if lit, ok := kv.Value.(*ast.BasicLit); ok {
-					if v, _ := strconv.Unquote(lit.Value); !strings.HasPrefix(v, "--") {
-						t.Errorf("%s: a ConfigError names its setting as %s: use a failure.Setting constant", path, lit.Value)
-					}
-				}
+			for _, m := range settingWords(n, inSetting) {
+				t.Errorf("%s: %s", path, m)
 			}
 			return true
 		})
@@ -143,14 +134,93 @@ func freeWords(t *testing.T) {
 	}
 }
 
+// settingWords says what is wrong with how node n names a setting, if anything: a failure.ConfigError literal whose
+// Field is a literal that is not a flag, a rendezvous.ConfigError call whose setting is a literal, or (outside
+// package setting) a conversion into setting.Setting.
+func settingWords(n ast.Node, inSetting bool) []string {
+	var out []string
+	switch x := n.(type) {
+	case *ast.CompositeLit:
+		if !isConfigError(x.Type) {
+			return nil
+		}
+		for _, e := range x.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			k, _ := kv.Key.(*ast.Ident)
+			lit, isLit := kv.Value.(*ast.BasicLit)
+			if k == nil || k.Name != "Field" || !isLit {
+				continue
+			}
+			if v, _ := strconv.Unquote(lit.Value); !strings.HasPrefix(v, "--") {
+				out = append(out, "a ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
+			}
+		}
+	case *ast.CallExpr:
+		switch {
+		case isSelector(x.Fun, "setting", "Setting") && !inSetting:
+			out = append(out, "a name cast into a setting.Setting: use a constant of internal/setting, or setting.Named")
+		case isSelector(x.Fun, "rendezvous", "ConfigError") && len(x.Args) > 0:
+			if lit, ok := x.Args[0].(*ast.BasicLit); ok {
+				out = append(out, "a rendezvous.ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
+			}
+		}
+	}
+	return out
+}
+
+// isSelector reports whether e is pkg.name.
+func isSelector(e ast.Expr, pkg, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	id, _ := sel.X.(*ast.Ident)
+	return id != nil && id.Name == pkg && sel.Sel.Name == name
+}
+
 // isConfigError reports whether t is failure.ConfigError (or ConfigError inside package failure).
 func isConfigError(t ast.Expr) bool {
-	switch x := t.(type) {
-	case *ast.Ident:
-		return x.Name == "ConfigError"
-	case *ast.SelectorExpr:
-		pkg, _ := x.X.(*ast.Ident)
-		return x.Sel.Name == "ConfigError" && pkg != nil && pkg.Name == "failure"
+	if id, ok := t.(*ast.Ident); ok {
+		return id.Name == "ConfigError"
 	}
-	return false
+	return isSelector(t, "failure", "ConfigError")
+}
+
+// TestSettingWordsFindsThem: the scan finds a setting named in free words, in a literal or a call, and a cast into
+// a Setting; it leaves a flag, a constant, setting.Named and the casts of package setting itself.
+func TestSettingWordsFindsThem(t *testing.T) {
+	src := `package x
+
+var (
+	a = &failure.ConfigError{Field: "grace period", Value: "x"}
+	b = &failure.ConfigError{Field: "--redirects", Value: "x"}
+	c = &failure.ConfigError{Field: setting.Grace, Value: "x"}
+	d = rendezvous.ConfigError("endpoint", "x", "bad")
+	e = rendezvous.ConfigError(setting.RendezvousEndpoint, "x", "bad")
+	f = setting.Setting(name)
+	g = setting.Named(name)
+)
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		found = append(found, settingWords(n, false)...)
+		return true
+	})
+	if len(found) != 3 || !strings.Contains(found[0], `"grace period"`) || !strings.Contains(found[1], `"endpoint"`) ||
+		!strings.Contains(found[2], "cast") {
+		t.Errorf("found %q, want the lines of a, d and f", found)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if m := settingWords(n, true); len(m) > 0 && strings.Contains(m[0], "cast") {
+			t.Errorf("in package setting: %q", m)
+		}
+		return true
+	})
 }

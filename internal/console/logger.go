@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 )
 
 // NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), at level.
@@ -24,7 +25,7 @@ func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, er
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, &failure.ConfigError{Field: failure.SettingLogFormat, Value: format, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: setting.LogFormat, Value: format, Hint: "use console or json"}
 	}
 	return zap.New(uniqueKeys{Core: zapcore.NewCore(enc, zapcore.AddSync(w), level)}).Named("tpurun"), nil
 }

@@ -10,6 +10,7 @@ import (
 	"tpurun/internal/exitcode"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -99,7 +100,7 @@ func (e *SignalError) ExitStatus() int { return exitcode.Signal(e.Signal) }
 
 // ConfigError names the setting that is wrong and what to do about it.
 type ConfigError struct {
-	Field Setting // the setting, e.g. SettingGrace or SettingMasterPort ("MASTER_PORT")
+	Field setting.Setting // the setting, e.g. setting.Grace or setting.MasterPort ("MASTER_PORT")
 	Value string
 	Hint  string
 }
@@ -107,6 +108,9 @@ type ConfigError struct {
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("%s=%q: %s", e.Field, e.Value, e.Hint)
 }
+
+// Setting is the setting the error is about (Field).
+func (e *ConfigError) Setting() setting.Setting { return e.Field }
 
 // Unwrap makes errors.Is(err, ErrConfig) true.
 func (e *ConfigError) Unwrap() error { return ErrConfig }

@@ -10,6 +10,7 @@ import (
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/safepath"
+	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
@@ -24,8 +25,8 @@ func TestExitCodeUsageErrors(t *testing.T) {
 		topology.ErrChipBusy,
 		&failure.ConfigError{Field: "nprocs", Value: "x", Hint: "a number"},
 		&safepath.UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"},
-		&rendezvous.Error{Kind: rendezvous.ErrConfig, Field: rendezvous.FieldNodes},
-		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: rendezvous.FieldListen},
+		&rendezvous.Error{Kind: rendezvous.ErrConfig, Field: setting.RendezvousNodes},
+		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: setting.RendezvousListen},
 		&topology.ConfigError{Name: "TPU_NUM_DEVICES", Value: "x", Problem: "is not a number"},
 		&topology.UnknownDeviceError{Count: 1, IDs: []string{"0x0099"}},
 		&topology.MetadataError{URL: "http://metadata", Err: errors.New("refused")},

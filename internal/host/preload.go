@@ -16,6 +16,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
@@ -50,10 +51,10 @@ func (p *Prepared) startPreload(ctx context.Context) error {
 	}
 	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, "PYTHON_EXEC"))
 	if err != nil {
-		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: err.Error()}
+		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: err.Error()}
 	}
 	if slices.Contains(s.Preload, "__main__") && s.Fn == nil {
-		return &failure.ConfigError{Field: failure.SettingPreload, Value: list, Hint: "__main__ names the main module of the program that " +
+		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: "__main__ names the main module of the program that " +
 			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
 	}
 	devnull, err := os.Open(os.DevNull)
@@ -104,7 +105,7 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 	var refused *zygote.RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
 		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
 	case err != nil:
@@ -123,7 +124,7 @@ func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 		err = fmt.Errorf("the interpreter options %q of this worker differ from the preloaded interpreter's %q", c.Python, pl.cmd.Python)
 	}
 	if err != nil {
-		return nil, &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+		return nil, &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
 	}
 	if err := pl.ensure(context.Background()); err != nil {
 		return nil, err
@@ -145,7 +146,7 @@ func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 	}
 	var refused *zygote.RefusedError
 	if errors.As(err, &refused) {
-		return nil, &failure.ConfigError{Field: failure.SettingPreload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+		return nil, &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
 	}
 	return p, err
 }

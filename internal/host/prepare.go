@@ -16,6 +16,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
@@ -154,13 +155,13 @@ func (p *Prepared) makeRunDir() error {
 		return nil
 	}
 	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
-		return &failure.ConfigError{Field: failure.SettingLogDir, Value: s.LogDir, Hint: err.Error()}
+		return &failure.ConfigError{Field: setting.LogDir, Value: s.LogDir, Hint: err.Error()}
 	}
 	// A directory that no earlier run (or anyone else) can have prepared, created here exclusively (mkdir never
 	// follows a planted final symlink).
 	d, err := os.MkdirTemp(s.LogDir, s.RunID+"_")
 	if err != nil {
-		return &failure.ConfigError{Field: failure.SettingLogDir, Value: s.LogDir, Hint: err.Error()}
+		return &failure.ConfigError{Field: setting.LogDir, Value: s.LogDir, Hint: err.Error()}
 	}
 	p.RunLogs = filepath.Base(d)
 	p.Log.Info("worker logs", zap.String("dir", d))

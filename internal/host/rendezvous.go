@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
@@ -50,7 +51,7 @@ func (p *Prepared) resolveRendezvous() error {
 		if val, ok := p.Host.Megascale()[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
-				return &failure.ConfigError{Field: failure.Setting(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+				return &failure.ConfigError{Field: setting.Named(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n
 		}
@@ -117,7 +118,7 @@ func placement(r spec.RendezvousSpec, conf map[string]string, h *topology.Host) 
 	}
 	if v := conf["hosts"]; v != "" {
 		if hosts, err = topology.ParseHostList(v); err != nil {
-			return nil, 0, &failure.ConfigError{Field: failure.SettingRendezvousHostsOption, Value: v, Hint: err.Error()}
+			return nil, 0, &failure.ConfigError{Field: setting.RendezvousHostsOption, Value: v, Hint: err.Error()}
 		}
 	}
 	nodeRank := r.NodeRank

@@ -8,6 +8,7 @@ import (
 
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -29,7 +30,7 @@ func rendezvousErr(step string, err error) error {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound { // etcd's endpoints
-		return &failure.ConfigError{Field: failure.SettingRendezvousEndpoint, Value: dns.Name,
+		return &failure.ConfigError{Field: setting.RendezvousEndpoint, Value: dns.Name,
 			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
 	return fmt.Errorf("%w: %s: %w", failure.ErrRendezvous, step, err)

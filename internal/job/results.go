@@ -8,6 +8,7 @@ import (
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/results"
+	"tpurun/internal/setting"
 	"tpurun/worker"
 )
 
@@ -71,7 +72,7 @@ func (j *job) targetError(doc *results.Document) error {
 	}
 	for _, r := range doc.ReplicaErrors() {
 		if r.Error.Type == worker.TargetErrorType {
-			return &failure.ConfigError{Field: failure.SettingFunction, Value: j.spec.Fn.Target, Hint: r.Error.Message}
+			return &failure.ConfigError{Field: setting.Function, Value: j.spec.Fn.Target, Hint: r.Error.Message}
 		}
 	}
 	return nil

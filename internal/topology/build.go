@@ -2,6 +2,8 @@ package topology
 
 import (
 	"strconv"
+
+	"tpurun/internal/setting"
 )
 
 // DefaultTPUPortBase is the first TPU_PROCESS_PORT by convention.
@@ -66,7 +68,7 @@ func hostPlan(h *Host, req Request) (*Plan, error) {
 		req.NProcsSource = Flag("nprocs")
 	}
 	if req.NProcs < 0 {
-		return nil, &ConfigError{Name: SettingNProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
+		return nil, &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
 	return h.Device.V.Kind().plan(h, req)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"tpurun/internal/setting"
+
 	"go.uber.org/zap"
 )
 
@@ -148,7 +150,7 @@ func (d *detector) lookup(name string) (string, bool) {
 }
 
 func envErr(name, value string, err error, hint string) error {
-	return &ConfigError{Name: name, Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
+	return &ConfigError{Name: setting.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
 }
 
 // device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
@@ -156,7 +158,7 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &ConfigError{Name: SettingDevice, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+			return &ConfigError{Name: setting.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
 				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))

@@ -86,20 +86,20 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	return nil
 }
 
-// setting is one row of doctor's table: a detected value and where it came from (an unset source hides the row).
-type setting struct {
+// row is one row of doctor's table: a detected value and where it came from (an unset source hides the row).
+type row struct {
 	name, value string
 	src         Source
 }
 
 // spmdSetting is the row every kind shows: whether the run is SPMD.
-func spmdSetting(h *Host) setting { return setting{"SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source} }
+func spmdSetting(h *Host) row { return row{"SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source} }
 
 // writeSettings writes the device and the kind's settings, those with a source.
 func writeSettings(w io.Writer, h *Host) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SETTING\tVALUE\tSOURCE")
-	rows := append([]setting{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
+	rows := append([]row{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
 	for _, r := range rows {
 		if r.src.IsSet() {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.name, r.value, r.src)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"tpurun/internal/exitcode"
+	"tpurun/internal/setting"
 )
 
 // Sentinels callers branch on with errors.Is. Each is a usage error (exitcode.IsUsage: the CLI exits 2 on it), as
@@ -25,30 +26,21 @@ var (
 	ErrChipBusy = exitcode.NewUsage("TPU chip in use by another process")
 )
 
-// The settings a ConfigError names that are not variables (its Name otherwise is the variable, or the flag): the
-// launcher's CLI names the flag that sets each.
-const (
-	SettingDevice          = "device"
-	SettingAcceleratorType = "accelerator type"
-	SettingNProcs          = "nprocs"
-	SettingNodeRank        = "node rank"
-)
-
 // ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
 // choices. errors.Is(err, ErrConfig) is true; errors.Is(err, ErrParse) is true when the value did not parse.
 type ConfigError struct {
-	Name    string   // the setting or variable: "nprocs", "TPU_NUM_DEVICES"
-	Value   string   // the offending value as given
-	Problem string   // what is wrong, e.g. "is not a valid split of the 8 v5e chips on this host"
-	Sources []Source // where the conflicting facts came from
-	Choices []string // the valid choices, if a finite list
-	Hint    string   // what else to do, e.g. "or leave it unset"
-	Err     error    // the underlying cause, if any
+	Name    setting.Setting // the setting or variable: setting.NProcs, "TPU_NUM_DEVICES"
+	Value   string          // the offending value as given
+	Problem string          // what is wrong, e.g. "is not a valid split of the 8 v5e chips on this host"
+	Sources []Source        // where the conflicting facts came from
+	Choices []string        // the valid choices, if a finite list
+	Hint    string          // what else to do, e.g. "or leave it unset"
+	Err     error           // the underlying cause, if any
 }
 
 func (e *ConfigError) Error() string {
 	var b strings.Builder
-	b.WriteString(e.Name)
+	b.WriteString(string(e.Name))
 	if e.Value != "" {
 		b.WriteString(" ")
 		b.WriteString(e.Value)
@@ -78,6 +70,9 @@ func (e *ConfigError) Error() string {
 	}
 	return b.String()
 }
+
+// Setting is the setting the error is about (Name).
+func (e *ConfigError) Setting() setting.Setting { return e.Name }
 
 // Is makes errors.Is(err, ErrConfig) true.
 func (e *ConfigError) Is(target error) bool { return target == ErrConfig }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"tpurun/internal/setting"
 )
 
 // GPU is the kind of a host with NVIDIA GPUs, run through CUDA.
@@ -68,14 +70,14 @@ func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	return val(GPU, src), true
 }
 
-func (gpu) settings(h *Host) []setting {
+func (gpu) settings(h *Host) []row {
 	g := h.gpu()
-	out := []setting{spmdSetting(h)}
+	out := []row{spmdSetting(h)}
 	if len(g.GPUs) > 0 {
 		out = append(out,
-			setting{"GPUs", fmt.Sprint(len(g.GPUs)), g.GPUSource},
-			setting{"usable GPUs", counted(len(g.UsableGPUs.V), "GPU", g.UsableGPUs.V), g.UsableGPUs.Source},
-			setting{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(g.CUDAVisible.V, ","), g.CUDAVisible.Source})
+			row{"GPUs", fmt.Sprint(len(g.GPUs)), g.GPUSource},
+			row{"usable GPUs", counted(len(g.UsableGPUs.V), "GPU", g.UsableGPUs.V), g.UsableGPUs.Source},
+			row{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(g.CUDAVisible.V, ","), g.CUDAVisible.Source})
 	}
 	return out
 }
@@ -120,7 +122,7 @@ func (d *detector) gpu() error {
 	}
 	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
-		return &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
+		return &ConfigError{Name: setting.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
 			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
@@ -220,7 +222,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: SettingDevice, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &ConfigError{Name: setting.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
 	// i mod the GPU count, and GPUShareNote says which ranks share.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"tpurun/internal/setting"
 )
 
 // v4Host is one v4 host (4 chips) whose environment is env, detected without a metadata server.
@@ -106,7 +108,7 @@ func TestJobLayoutRefusesWhatCannotBeMadeConsistent(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		env  map[string]string
-		name string
+		name setting.Setting
 	}{
 		{base("MEGASCALE_NUM_SLICES", "2", "MEGASCALE_SLICE_ID", "1"), "MEGASCALE_COORDINATOR_ADDRESS"},
 		{base("MEGASCALE_NUM_SLICES", "2", "MEGASCALE_COORDINATOR_ADDRESS", "a0"), "MEGASCALE_SLICE_ID"},

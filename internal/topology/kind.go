@@ -57,7 +57,7 @@ type Kind interface {
 	// explain is Explain for a host of the kind.
 	explain(h *Host, req Request) []string
 	// settings are doctor's rows of the host after the device.
-	settings(h *Host) []setting
+	settings(h *Host) []row
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.
 	probe(ctx context.Context, h *Host, opts Options) *Probe
 	// perRank are the variables of the kind whose value belongs to one worker (PerRankEnv).

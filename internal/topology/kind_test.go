@@ -48,8 +48,8 @@ func (fakeKind) explain(*Host, Request) []string { return []string{"each worker 
 func (fakeKind) perRank() []string               { return []string{"FAKE_VISIBLE_CARD"} }
 func (fakeKind) devNodeGlobs() []string          { return []string{"fake*"} }
 func (fakeKind) usableNodes(h *Host) []string    { return h.DevNodes() }
-func (fakeKind) settings(h *Host) []setting {
-	return []setting{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
+func (fakeKind) settings(h *Host) []row {
+	return []row{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
 }
 func (fakeKind) probe(context.Context, *Host, Options) *Probe { return nil }
 

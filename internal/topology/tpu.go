@@ -277,24 +277,24 @@ func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 
 // settings are the chips and the slice description, each with its source, then the multislice values (secrets
 // redacted).
-func (tpu) settings(h *Host) []setting {
+func (tpu) settings(h *Host) []row {
 	t := h.tpu()
-	out := []setting{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
+	out := []row{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
 	if t.Family != "" {
-		out = append(out, setting{"family", t.Family, t.ChipsSource})
+		out = append(out, row{"family", t.Family, t.ChipsSource})
 	}
 	out = append(out,
-		setting{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
-		setting{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
-		setting{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
-		setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
-		setting{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
-		setting{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
-		setting{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
-		setting{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
-		setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
+		row{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
+		row{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
+		row{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
+		row{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
+		row{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
+		row{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
+		row{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
+		row{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
+		row{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
-		setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
+		row{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
 	keys := make([]string, 0, len(t.Megascale))
 	for k := range t.Megascale {
 		keys = append(keys, k)
@@ -305,7 +305,7 @@ func (tpu) settings(h *Host) []setting {
 		if IsSecret(k) {
 			v.V = Redacted
 		}
-		out = append(out, setting{k, v.V, v.Source})
+		out = append(out, row{k, v.V, v.Source})
 	}
 	return out
 }

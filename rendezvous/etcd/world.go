@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -332,7 +333,7 @@ func (w *etcdWorld) sameSize(g int, cfg *rendezvous.Config, members []rendezvous
 		vals, refs = append(vals, rendezvous.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(w.Ranks[i]))
 	}
 	vals, refs = append(vals, rendezvous.SizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
-	return rendezvous.Disagreement(rendezvous.FieldNodes, g, vals, refs)
+	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), g, vals, refs)
 }
 
 // sizeMismatch is the *MismatchError of a node that asks for another size range than the generation at dir was
@@ -357,7 +358,7 @@ func (e *etcdStore) sizeMismatch(ctx context.Context, j *etcdJob, m rendezvous.M
 		vals, refs = append(vals, rendezvous.SizeRange(reg.MinNodes, reg.NNodes)), append(refs, reg.Ref(reg.Rank))
 	}
 	vals, refs = append(vals, rendezvous.SizeRange(e.cfg.MinNodes, e.cfg.NNodes)), append(refs, m.Ref(m.Rank))
-	merr := rendezvous.Disagreement(rendezvous.FieldNodes, m.Generation, vals, refs)
+	merr := rendezvous.Disagreement(setting.RendezvousNodes.Word(), m.Generation, vals, refs)
 	b, _ := json.Marshal(etcdWorld{Error: rendezvous.ToWire(merr)}) // a head alone
 	key := dir + "all/world"
 	if _, err := e.txn(ctx, "fail the generation", func(t clientv3.Txn) clientv3.Txn {

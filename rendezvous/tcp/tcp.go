@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -80,13 +81,13 @@ func HostedServer(r *rendezvous.Rendezvous) *Server {
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
 func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger time.Duration) (*Store, error) {
 	if c.NNodes < 1 {
-		return nil, rendezvous.ConfigError(rendezvous.FieldNodes, "0", "tcp rendezvous needs a node count")
+		return nil, rendezvous.ConfigError(setting.RendezvousNodes, "0", "tcp rendezvous needs a node count")
 	}
 	isHost := c.Conf["is_host"]
 	switch isHost {
 	case "true", "1", "false", "0", "", "auto":
 	default:
-		return nil, rendezvous.ConfigError(rendezvous.FieldOption, "is_host="+isHost, "use true, false or auto")
+		return nil, rendezvous.ConfigError(setting.RendezvousOption, "is_host="+isHost, "use true, false or auto")
 	}
 	t := NewStore(c, log, c.Endpoint, nil, linger)
 	if t.endpoint == "" {
@@ -112,16 +113,16 @@ func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger t
 // CheckEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
 // where zeroOK: this node hosts and nobody else needs to find the port), and a token unless it is loopback.
 func (t *Store) CheckEndpoint(zeroOK bool) error {
-	host, _, err := rendezvous.SplitEndpoint(rendezvous.FieldEndpoint, t.endpoint, zeroOK)
+	host, _, err := rendezvous.SplitEndpoint(setting.RendezvousEndpoint, t.endpoint, zeroOK)
 	if err != nil {
 		return err
 	}
 	if t.cfg.Token == "" && !rendezvous.IsLoopback(host) && !t.cfg.AllowUnauthenticated {
-		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: rendezvous.FieldEndpoint, Value: t.endpoint,
+		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: setting.RendezvousEndpoint, Value: t.endpoint,
 			Detail: "not a loopback address, and there is no token (Config.Token): the rendezvous would be open to anyone who can reach it"}
 	}
 	if t.cfg.Listen != "" {
-		if _, _, err := rendezvous.SplitEndpoint(rendezvous.FieldListen, t.cfg.Listen, true); err != nil {
+		if _, _, err := rendezvous.SplitEndpoint(setting.RendezvousListen, t.cfg.Listen, true); err != nil {
 			return err
 		}
 	}
@@ -140,9 +141,9 @@ func (t *Store) defaultEndpoint() (string, error) {
 	hosts := t.cfg.Hosts
 	switch {
 	case len(hosts) == 0:
-		return "", rendezvous.ConfigError(rendezvous.FieldEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+		return "", rendezvous.ConfigError(setting.RendezvousEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	case len(hosts) != t.cfg.NNodes:
-		return "", rendezvous.ConfigError(rendezvous.FieldEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
+		return "", rendezvous.ConfigError(setting.RendezvousEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
 			need, len(hosts), t.cfg.NNodes))
 	}
 	t.log.Debug("tcp rendezvous endpoint from the host list", zap.String("host", hosts[0]))

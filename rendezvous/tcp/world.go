@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -320,7 +321,7 @@ func (w *world) sameSize(r *joinReq) error {
 		return rendezvous.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
 			w.gen, rendezvous.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
 	}
-	return rendezvous.Disagreement(rendezvous.FieldNodes, w.gen, vals, refs)
+	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
 }
 
 // claim enters mem into w: the same instance again takes its entry over (old is the connection it had); another

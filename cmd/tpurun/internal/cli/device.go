@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 )
 
@@ -36,6 +37,7 @@ type Device struct {
 func AddDevice(fs *pflag.FlagSet) *Device {
 	d := &Device{}
 	fs.StringVar(&d.device, "device", "auto", "device to run on: auto (TPU > GPU > CPU), cpu, gpu or tpu")
+	Bind(fs, "device", setting.Device)
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nprocs"}, "nprocs",
 		"number of worker processes on this host (default: one per chip or GPU; 1 on CPU)")
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nproc-per-node"}, "nproc-per-node",
@@ -46,6 +48,7 @@ func AddDevice(fs *pflag.FlagSet) *Device {
 	fs.DurationVar(&d.metadataTimeout, "metadata-timeout", topology.DefaultMetadataBudget,
 		"total time allowed for GCE metadata queries (only made when env and sysfs do not describe the TPU slice)")
 	fs.StringVar(&d.acceleratorType, "accelerator-type", "", "TPU accelerator type, e.g. v4-8 or v5litepod-8 (overrides TPU_ACCELERATOR_TYPE)")
+	Bind(fs, "accelerator-type", setting.AcceleratorType)
 	fs.BoolVar(&d.Force, "force", false, "start even when another process holds a chip's device node open")
 	fs.StringVar(&d.sysfsRoot, "sysfs-root", "", "root of sysfs (default /sys or TPURUN_SYSFS_ROOT)")
 	fs.StringVar(&d.devRoot, "dev-root", "", "root of the device nodes (default /dev or TPURUN_DEV_ROOT)")

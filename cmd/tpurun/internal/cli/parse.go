@@ -13,6 +13,7 @@ import (
 
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
@@ -58,7 +59,7 @@ func ParseNNodes(v string) (min, max int, err error) {
 		return 0, 1, nil
 	}
 	bad := func() (int, int, error) {
-		return 0, 0, &failure.ConfigError{Field: failure.SettingNNodes, Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", rendezvous.MaxNodes)}
+		return 0, 0, &failure.ConfigError{Field: setting.NNodes, Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", rendezvous.MaxNodes)}
 	}
 	lo, hi, ranged := strings.Cut(v, ":")
 	n, err := strconv.Atoi(lo)
@@ -137,16 +138,16 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s,
 				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
 		}
 		rank, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || rank < 0 {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s,
 				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
 		}
 		if _, dup := spec.PerRank[rank]; dup {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Setting(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
 		}
 		std, err := parseStd(flag, s, v)
 		if err != nil {
@@ -160,7 +161,7 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 func parseStd(flag, whole, v string) (console.Std, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 || n > 3 {
-		return 0, &failure.ConfigError{Field: failure.Setting(flag), Value: whole,
+		return 0, &failure.ConfigError{Field: setting.Named(flag), Value: whole,
 			Hint: fmt.Sprintf("%q is not a stream selector; use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)", v)}
 	}
 	return console.Std(n), nil
@@ -184,11 +185,11 @@ func ParseRanks(flag, s string) ([]int, error) {
 			b, err2 = strconv.Atoi(hi)
 		}
 		if err1 != nil || err2 != nil || a < 0 || b < a {
-			return nil, &failure.ConfigError{Field: failure.Setting(flag), Value: s,
+			return nil, &failure.ConfigError{Field: setting.Named(flag), Value: s,
 				Hint: fmt.Sprintf("%q is not a rank or range; write e.g. 0,2,4-7", part)}
 		}
 		if b-a > 1<<16 {
-			return nil, &failure.ConfigError{Field: failure.Setting(flag), Value: s, Hint: fmt.Sprintf("range %q is too large", part)}
+			return nil, &failure.ConfigError{Field: setting.Named(flag), Value: s, Hint: fmt.Sprintf("range %q is too large", part)}
 		}
 		for i := a; i <= b; i++ {
 			seen[i] = true
@@ -212,5 +213,5 @@ func ParseStdinMode(v string) (console.StdinMode, error) {
 	case console.StdinNone:
 		return m, nil
 	}
-	return "", &failure.ConfigError{Field: failure.SettingStdin, Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
+	return "", &failure.ConfigError{Field: setting.Stdin, Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
 }

@@ -12,6 +12,7 @@ import (
 	"tpurun/cmd/tpurun/internal/status"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/setting"
 	"tpurun/launcher"
 )
 
@@ -84,7 +85,7 @@ func TestStatusRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
 		_, _, err := st.Serve(context.Background(), addr, false, nil)
 		var ce *failure.ConfigError
-		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != failure.SettingStatusAddr {
+		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != setting.StatusAddr {
 			t.Errorf("Serve(%q): err %v, want ErrAddr and the status address's *ConfigError", addr, err)
 		}
 	}
