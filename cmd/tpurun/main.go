@@ -108,6 +108,10 @@ func parseFailed(stderr io.Writer, err error) int {
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
+	var pe *failure.ProgramError
+	if errors.As(err, &pe) { // PROGRAM.py or --run-path not there: not a usage error, a missing program (127)
+		return fail(stderr, "", err)
+	}
 	fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
 	if errors.Is(err, failure.ErrInternal) {
 		return exitcode.Internal

@@ -36,7 +36,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	cli.Bind(fs, "rdzv-id", setting.RendezvousRunID)
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
 	cli.Bind(fs, "rdzv-conf", setting.RendezvousOption)
-	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default "+cli.DefaultRendezvousTimeout.String()+", the rendezvous's own)")
+	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default "+cli.DefaultRendezvousTimeout.String()+")")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
 	cli.Bind(fs, "rdzv-token", setting.RendezvousToken)
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
