@@ -53,7 +53,7 @@ func fakeCLI(args []string) int {
 			return args[i]
 		}
 		switch a := args[i]; a {
-		case "--json", "--exit-with-parent":
+		case "--json", "--exit-with-parent", "--quiet":
 		case "--nprocs":
 			n, err := strconv.Atoi(value())
 			if err != nil || n < 1 {

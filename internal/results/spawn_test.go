@@ -135,7 +135,7 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("replica 0: %+v", o.Results["0"])
 		}
 		got := strings.Join(anyStrings(argv["argv"]), " ")
-		if got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
+		if got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
 		if py, _ := argv["python"].(string); py == "" {
@@ -150,7 +150,7 @@ func TestSpawn(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			o, argv := run(mode, okDoc, "0")
 			got := strings.Join(anyStrings(argv["argv"]), " ")
-			if !o.OK || got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
+			if !o.OK || got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
 				t.Fatalf("%+v; tpurun ran with %s", o, got)
 			}
 		})
@@ -158,7 +158,7 @@ func TestSpawn(t *testing.T) {
 	t.Run("an integer too long for JSON is pickled", func(t *testing.T) {
 		o, argv := run("bigint", okDoc, "0")
 		got := strings.Join(anyStrings(argv["argv"]), " ")
-		if !o.OK || got != "--json --exit-with-parent --nprocs 2 --fn fnmod:square" {
+		if !o.OK || got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square" {
 			t.Fatalf("%+v; tpurun ran with %s", o, got)
 		}
 	})
