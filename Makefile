@@ -24,16 +24,18 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # built with -race already; a separate go vet would compile every package and dependency a second time (about 200
 # CPU-seconds of a 2-core CI machine's cold build).
 #
-# Packages start in the order given (go test runs -p, the number of cores, at a time): the longest first, cmd/tpurun
-# (the CLI's tests, mostly processes waiting on processes), then the CPU-host port of PyTorch's launcher tests
-# (CPU-bound, outside the heavy slot) and the rendezvous packages (mostly waits: etcd's elections, leases,
-# timeouts), so that the short packages fill in at the end instead of a long one running alone.
+# Packages start in the order given, three at a time (-p 3: the packages' tests mostly wait on the processes they
+# start, and with two at a time the 2-core machine was busy 82% of the run): the longest first (cmd/tpurun, the
+# CLI's tests), then PyTorch's launcher tests on the CPU and the GPU host (torch imports, outside the heavy slot),
+# then the rendezvous packages (mostly waits: etcd's elections, leases, timeouts) and the other packages that take a
+# minute, so that the short packages fill in at the end instead of a long one running alone.
 #
-# -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the two
-# cores busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
-FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./rendezvous/etcd ./rendezvous/tcp
+# -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the cores
+# busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
+FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./cmd/tpurun/porttest/gpuhost ./rendezvous ./docs ./internal/results \
+             ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
 test: ## run every test (race detector on, every go vet check), as CI does
-	$(GO) test -race -vet=all -count=1 -parallel 4 -timeout 20m $(FIRST) $(PKGS)
+	$(GO) test -race -vet=all -count=1 -p 3 -parallel 4 -timeout 20m $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
