@@ -19,10 +19,7 @@ import (
 
 // newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
 func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *rdzvtest.Cluster {
-	c := rdzvtest.NewCluster(t, etcd.Name, n)
-	c.Endpoint = ec.Endpoint()
-	c.Prefix = "/test/" + t.Name() + "/"
-	return c
+	return rdzvtest.NewEtcdCluster(t, etcd.Name, ec.Endpoint(), n)
 }
 
 // lossHeartbeat is the heartbeat of the etcd tests that wait for a dead node's lease to run out: a lease lives two

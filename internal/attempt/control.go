@@ -325,7 +325,7 @@ func (c *Controller) onJobStop(s syscall.Signal) {
 
 // jobStopWait bounds how long a job-control stop waits for the workers to stop before tpurun stops itself: a worker
 // that takes the signal (a handler, a blocked signal taken later) may never stop, and the shell waits for tpurun.
-const jobStopWait = 2 * time.Second
+const jobStopWait = 5 * time.Second
 
 // cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is
 // orphaned: it leads its own session (setsid, a terminal of its own) or the shell that started it has exited, so

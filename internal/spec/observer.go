@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"strconv"
 	"time"
 
 	"tpurun/internal/attempt"
@@ -39,6 +40,19 @@ const (
 	// printed now, before a restart runs the next one).
 	AttemptEnded
 )
+
+// eventNames are the kinds' names, as the constants spell them.
+var eventNames = [...]string{AttemptStarted: "AttemptStarted", WorkerFailed: "WorkerFailed", Sampled: "Sampled",
+	ResultReceived: "ResultReceived", RendezvousDone: "RendezvousDone", AttemptEnded: "AttemptEnded"}
+
+// String is the kind's name ("AttemptEnded"), so that an Observer printing an Event shows what happened, not a
+// number; a kind this build does not know is "EventKind(N)".
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
 
 // Event is one thing that happened in a job; the fields that its Kind names are set.
 type Event struct {

@@ -9,10 +9,7 @@ import (
 
 // newEtcdCluster is a cluster of rendezvous nodes on etcd, with a key prefix of its own.
 func newEtcdCluster(t *testing.T, ec *etcdtest.Cluster, n int) *rdzvtest.Cluster {
-	c := rdzvtest.NewCluster(t, Name, n)
-	c.Endpoint = ec.Endpoint()
-	c.Prefix = "/test/" + t.Name() + "/"
-	return c
+	return rdzvtest.NewEtcdCluster(t, Name, ec.Endpoint(), n)
 }
 
 // TestEtcdForming runs the scenarios of how this backend forms a world (chunks, the counting node, departures, a

@@ -67,6 +67,14 @@ func NewCluster(t *testing.T, backend string, n int) *Cluster {
 	return &Cluster{t: t, Backend: backend, N: n, Endpoint: FreeAddr(t), Timeout: Never(), HB: rendezvous.DefaultHeartbeat}
 }
 
+// NewEtcdCluster is n nodes of backend (etcd's name, given: rendezvous/etcd's own tests use this package) on the etcd
+// at endpoint, under a key prefix of the test's own.
+func NewEtcdCluster(t *testing.T, backend, endpoint string, n int) *Cluster {
+	c := NewCluster(t, backend, n)
+	c.Endpoint, c.Prefix = endpoint, "/test/"+t.Name()+"/"
+	return c
+}
+
 // Config is node i's configuration and member: a static world named by a host list, a tcp world hosted by node 0,
 // an etcd world under the cluster's key prefix; then Mutate.
 func (c *Cluster) Config(i int) (rendezvous.Config, rendezvous.Member) {
