@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/cmd/tpurun/internal/status"
@@ -66,7 +65,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 			_ = console.Flush(outc, errc)
 		}
 	}()
-	log, err := console.NewLogger(o.logFormat, o.logLevel(), errc.LogWriter())
+	log, err := console.NewLogger(o.logFormat, console.Level(o.verbose, o.quiet), errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(errc, "tpurun: %v\n", err)
 		return exitcode.Usage
@@ -91,17 +90,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	return report(o, &o.spec, sp, f, outc, errc)
 }
 
-// logLevel is tpurun's own: debug with --verbose, warnings and errors with --quiet, else info.
-func (o *options) logLevel() zapcore.Level {
-	switch {
-	case o.verbose:
-		return zapcore.DebugLevel
-	case o.quiet:
-		return zapcore.WarnLevel
-	}
-	return zapcore.InfoLevel
-}
-
 // parseFailed answers a command line that was not run: 0 after --help (and --version, --python-path), else the
 // error and its code.
 func parseFailed(stderr io.Writer, err error) int {
@@ -110,7 +98,7 @@ func parseFailed(stderr io.Writer, err error) int {
 	}
 	var pe *failure.ProgramError
 	if errors.As(err, &pe) { // PROGRAM.py or --run-path not there: not a usage error, a missing program (127)
-		return fail(stderr, "", err)
+		return cli.Exit(stderr, "", err)
 	}
 	fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
 	if errors.Is(err, failure.ErrInternal) {
@@ -225,31 +213,12 @@ func (f failer) fail(err error) int {
 	code := failure.ExitCode(err)
 	flag := cli.FlagOf(f.flags, setting.Of(err))
 	if err != nil && f.w.Err() != nil && f.other != nil {
-		return fail(f.other, flag, err) // the reason on the other stream
+		return cli.Exit(f.other, flag, err) // the reason on the other stream
 	}
 	if f.log == nil || err == nil {
-		return fail(f.w, flag, err)
+		return cli.Exit(f.w, flag, err)
 	}
 	f.log.Error("tpurun exits", zap.Int("exit_code", code), zap.String("flag", flag), zap.Error(err))
-	return code
-}
-
-// fail prints err (if any) with its exit code and returns the code. flag, when not "", is the flag that sets the
-// setting a configuration error is about: the line names it.
-func fail(stderr io.Writer, flag string, err error) int {
-	code := failure.ExitCode(err)
-	if err == nil {
-		return code
-	}
-	if flag != "" {
-		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
-		return code
-	}
-	if code == exitcode.OK { // nothing failed: a late node of a job that had finished, say
-		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return code
-	}
-	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	return code
 }
 

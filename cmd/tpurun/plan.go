@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/console"
@@ -104,38 +103,12 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
 		return nil, exitcode.Usage, true
 	}
-	level := zapcore.InfoLevel
-	if s.verbose {
-		level = zapcore.DebugLevel
-	}
-	log, err := console.NewLogger("console", level, stderr)
+	log, err := console.NewLogger("console", console.Level(s.verbose, false), stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
 		return nil, exitcode.Usage, true
 	}
 	return log, 0, false
-}
-
-// jobPlan is the plan a run would follow and this host's node in it: on a host whose environment says it is one of
-// several (a TPU slice's, a multislice job's), the job-wide world that a plain run joins (launcher's discovery), with
-// node 0's address as MASTER_ADDR and the run id it would have unless flags show others; else the host's plan.
-func jobPlan(h *topology.Host, req topology.Request, plan *topology.Plan, fs *pflag.FlagSet, rt *workerenv.Runtime) (*topology.Plan, int, error) {
-	l, err := h.JobLayout(req)
-	if err != nil || l == nil {
-		return plan, topology.SoloNode(h, req), err
-	}
-	k, err := topology.LocalWorkers(h, req, l.NNodes(), l.Slices)
-	if err != nil {
-		return nil, 0, err
-	}
-	if plan, err = topology.NewPlan(h, req, l.World(k, topology.DefaultMegascalePort)); err != nil {
-		return nil, 0, err
-	}
-	if !fs.Changed("master-addr") {
-		rt.MasterAddr = l.Coordinator
-	}
-	rt.RunID = cmp.Or(rt.RunID, spec.JobSetRunID(os.Environ()), spec.NoRunID)
-	return plan, l.NodeRank(), nil
 }
 
 // planCmd is `tpurun plan [flags]`: detect the host, build the plan and print it with every worker's complete
@@ -157,11 +130,12 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
 		return exitcode.Usage
 	}
-	h, plan, err := dev.DetectPlan(context.Background(), log)
-	req, _ := dev.Request()
-	node := 0
-	if err == nil {
-		plan, node, err = jobPlan(h, req, plan, fs, &rt)
+	h, plan, node, l, err := dev.DetectPlan(context.Background(), log)
+	if l != nil { // the job-wide world a plain run joins: node 0's address, the run id it would have
+		if !fs.Changed("master-addr") {
+			rt.MasterAddr = l.Coordinator
+		}
+		rt.RunID = cmp.Or(rt.RunID, spec.JobSetRunID(os.Environ()), spec.NoRunID)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)

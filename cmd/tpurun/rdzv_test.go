@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
@@ -89,13 +90,13 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 func TestLateNodeLine(t *testing.T) {
 	var b strings.Builder
 	late := &failure.JobClosedError{JobClosedError: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}}
-	if code := fail(&b, "", late); code != 0 || !strings.HasPrefix(b.String(), "tpurun: job j already finished (generation 1, exit 3): ") ||
+	if code := cli.Exit(&b, "", late); code != 0 || !strings.HasPrefix(b.String(), "tpurun: job j already finished (generation 1, exit 3): ") ||
 		strings.Contains(b.String(), "(exit 0)") || strings.Count(b.String(), "\n") != 1 {
 		t.Fatalf("exit %d, printed %q", code, b.String())
 	}
 	b.Reset()
 	late.Ran = true
-	if code := fail(&b, "", late); code != 3 || !strings.HasSuffix(b.String(), "(exit 3)\n") {
+	if code := cli.Exit(&b, "", late); code != 3 || !strings.HasSuffix(b.String(), "(exit 3)\n") {
 		t.Fatalf("a node that ran the job: exit %d, printed %q", code, b.String())
 	}
 }

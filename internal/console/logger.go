@@ -11,6 +11,17 @@ import (
 	"tpurun/internal/setting"
 )
 
+// Level is tpurun's own log level: debug when verbose, warnings and errors when quiet (tpurun --quiet), else info.
+func Level(verbose, quiet bool) zapcore.Level {
+	switch {
+	case verbose:
+		return zapcore.DebugLevel
+	case quiet:
+		return zapcore.WarnLevel
+	}
+	return zapcore.InfoLevel
+}
+
 // NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), at level.
 func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, error) {
 	ec := zap.NewProductionEncoderConfig()

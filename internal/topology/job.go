@@ -164,3 +164,23 @@ func (l *JobLayout) World(localWorkers, megascalePort int) World {
 	}
 	return w
 }
+
+// JobPlan is the plan of the job-wide world this host's environment describes (JobLayout), as a plain run forms it
+// by rendezvous, and this host's node in it; l is that layout (its Coordinator is node 0's host). Where the host is
+// one alone (no layout), l is nil and the plan and node are NewPlan's for the host as detected.
+func (h *Host) JobPlan(req Request) (plan *Plan, node int, l *JobLayout, err error) {
+	if l, err = h.JobLayout(req); err != nil || l == nil {
+		if err == nil {
+			plan, err = NewPlan(h, req, World{})
+		}
+		return plan, SoloNode(h, req), nil, err
+	}
+	k, err := LocalWorkers(h, req, l.NNodes(), l.Slices)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if plan, err = NewPlan(h, req, l.World(k, DefaultMegascalePort)); err != nil {
+		return nil, 0, nil, err
+	}
+	return plan, l.NodeRank(), l, nil
+}

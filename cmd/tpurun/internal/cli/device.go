@@ -153,23 +153,21 @@ func Dashes(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 }
 
-// DetectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds its plan.
-func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (*topology.Host, *topology.Plan, error) {
+// DetectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds the plan a run would
+// follow (topology's Host.JobPlan): the job-wide world on a host whose environment says it is one of several, with
+// its layout (nil for a host alone), else the host's own; node is this host's in it.
+func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (h *topology.Host, plan *topology.Plan, node int, l *topology.JobLayout, err error) {
 	opts, err := d.Options(log)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, nil, err
 	}
-	h, err := topology.Detect(ctx, opts)
-	if err != nil {
-		return nil, nil, err
+	if h, err = topology.Detect(ctx, opts); err != nil {
+		return nil, nil, 0, nil, err
 	}
 	req, perCPU := d.Request()
 	if perCPU && h.Device.V.Kind().PerCore() {
 		req.NProcs = runtime.NumCPU()
 	}
-	plan, err := topology.NewPlan(h, req, topology.World{})
-	if err != nil {
-		return h, nil, err
-	}
-	return h, plan, nil
+	plan, node, l, err = h.JobPlan(req)
+	return h, plan, node, l, err
 }
