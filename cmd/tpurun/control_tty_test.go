@@ -1,8 +1,9 @@
 package main
 
-// dumb-init's tty tests (tests/tty_test.py), ported: tpurun runs on a real pseudo-terminal (/dev/ptmx), as the
-// session leader that owns it (an interactive shell's job, or PID 1 of `docker run -it`), and local rank 0's group
-// must get the terminal.
+// dumb-init's tty tests (tests/tty_test.py), ported, and the terminal model of docs/CONTROL.md: tpurun runs on a
+// real pseudo-terminal (/dev/ptmx), as the session leader that owns it (PID 1 of `docker run -it`) or as a job of an
+// interactive shell; each worker gets pseudo-terminals of its own, local rank 0 what is typed, and tpurun keeps the
+// terminal's foreground, so that Ctrl-C, Ctrl-\ and Ctrl-Z act on the whole job.
 
 import (
 	"bytes"
@@ -91,6 +92,14 @@ func (p *pty) write(s string) {
 	}
 }
 
+// resize sets the terminal's window size (the kernel sends SIGWINCH to its foreground group).
+func (p *pty) resize(rows, cols uint16) {
+	p.t.Helper()
+	if err := unix.IoctlSetWinsize(int(p.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
 // foreground is the terminal's foreground process group (TIOCGPGRP works on the master side).
 func (p *pty) foreground() int {
 	fg, _ := unix.IoctlGetInt(int(p.master.Fd()), unix.TIOCGPGRP)
@@ -112,6 +121,13 @@ func (p *pty) waitFor(what string, cond func(out string) bool) {
 func onPty(t *testing.T, pid1 bool, args ...string) (*pty, *exec.Cmd, int) {
 	t.Helper()
 	p, slave := openPty(t)
+	cmd, target := startOnPty(t, slave, pid1, args...)
+	return p, cmd, target
+}
+
+// startOnPty starts tpurun args as the leader of a new session whose controlling terminal is slave (see onPty).
+func startOnPty(t *testing.T, slave *os.File, pid1 bool, args ...string) (*exec.Cmd, int) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), args...)
 	if pid1 {
 		cmd = pid1Cmd(t, args...)
@@ -132,7 +148,7 @@ func onPty(t *testing.T, pid1 bool, args ...string) (*pty, *exec.Cmd, int) {
 	if pid1 {
 		target = childOf(t, cmd.Process.Pid)
 	}
-	return p, cmd, target
+	return cmd, target
 }
 
 // exitOf waits for cmd and returns its exit code (-1 when it did not end in time), with the terminal read to EOF.
@@ -165,9 +181,54 @@ func TestControlTerminalTac(t *testing.T) {
 	})
 }
 
+// ttyReport is a worker that prints whether its stdin, stdout and stderr are terminals and, at a terminal, the
+// window size its stdout and stderr see (stty size's "rows cols"), then at a terminal waits for a SIGWINCH and
+// prints it all again.
+const ttyReport = `
+import os, signal
+def size(fd):
+    return "%d %d" % os.get_terminal_size(fd)[::-1] if os.isatty(fd) else "-"
+def report():
+    print("tty %d%d%d size %s/%s" % (os.isatty(0), os.isatty(1), os.isatty(2), size(1), size(2)), flush=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})
+report()
+if os.isatty(1):
+    signal.sigwait({signal.SIGWINCH})
+    report()
+`
+
+// TestControlTerminalWorkersGetTerminals: at a terminal, every worker's stdout and stderr are terminals (local rank
+// 0's stdin too), of the terminal's window size, which follows a resize (SIGWINCH); through pipes none is.
+func TestControlTerminalWorkersGetTerminals(t *testing.T) {
+	t.Parallel()
+	py := pythonExe(t)
+	p, slave := openPty(t)
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 33, Col: 91}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := startOnPty(t, slave, false, "--nprocs", "2", "--", py, "-c", ttyReport)
+	p.waitFor("both ranks' first report", func(out string) bool {
+		return strings.Contains(out, "[0] tty 111 size 33 91/33 91\n") && strings.Contains(out, "[1] tty 011 size 33 91/33 91\n")
+	})
+	p.resize(40, 120)
+	p.waitFor("both ranks' report of the new size", func(out string) bool {
+		return strings.Contains(out, "[0] tty 111 size 40 120/40 120\n") && strings.Contains(out, "[1] tty 011 size 40 120/40 120\n")
+	})
+	if code := exitOf(t, p, cmd); code != 0 {
+		t.Fatalf("exit %d\nterminal:\n%q", code, p.output())
+	}
+
+	piped := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", "1", "--", py, "-c", ttyReport)
+	piped.Stdin = strings.NewReader("")
+	out, err := piped.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "[0] tty 000 size -/-\n") {
+		t.Fatalf("through pipes: %v, want no terminal:\n%s", err, out)
+	}
+}
+
 // TestControlTerminalShell (dumb-init's test_child_gets_controlling_tty_if_we_had_one): an interactive shell as
-// the worker has job control ("m" in $-) and exits when told: its group is the terminal's foreground group (it
-// stopped itself with SIGTTIN in a background group and tpurun waited forever, the `docker run -it` hang).
+// the worker reads what is typed, has job control ("m" in $-, without bash's "cannot set terminal process group":
+// its stderr is its controlling terminal, whose foreground group it is) and exits when told.
 func TestControlTerminalShell(t *testing.T) {
 	t.Parallel()
 	bash := testutil.Need(t, "bash")
@@ -177,44 +238,61 @@ func TestControlTerminalShell(t *testing.T) {
 		p.write("exit 0\n")
 		code := exitOf(t, p, cmd)
 		m := regexp.MustCompile(`\[0\] flags are: \[\[([a-zA-Z]+)\]\]`).FindStringSubmatch(p.output())
-		if code != 0 || m == nil || !strings.Contains(m[1], "m") || !strings.Contains(m[1], "i") {
+		if code != 0 || m == nil || !strings.Contains(m[1], "m") || !strings.Contains(m[1], "i") ||
+			strings.Contains(p.output(), "cannot set terminal process group") || strings.Contains(p.output(), "no job control") {
 			t.Fatalf("exit %d, flags %q: want 0 and an interactive shell with job control (i, m)\nterminal:\n%q", code, m, p.output())
 		}
 	})
 }
 
-// TestControlTerminalBackAfterTheHolder: when local rank 0 exits, the terminal comes back to tpurun, so that the
-// next attempt's rank 0 can have it again (and a later Ctrl-C reaches tpurun).
-func TestControlTerminalBackAfterTheHolder(t *testing.T) {
+// TestControlTerminalInputToTheNextAttempt: once local rank 0 has exited, what is typed goes to the next attempt's
+// rank 0 (tpurun relays what is typed as it comes, to the rank 0 of the moment).
+func TestControlTerminalInputToTheNextAttempt(t *testing.T) {
 	t.Parallel()
 	p, cmd, _ := onPty(t, false, "--nprocs", "1", "--max-restarts", "1", "--", "/bin/sh", "-c",
 		`if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; exec tac`)
+	p.waitFor("attempt 1 started", func(out string) bool { return strings.Count(out, "workers started") == 2 })
 	p.write("1\n2\n\x04\x04")
 	if code := exitOf(t, p, cmd); code != 0 || !strings.Contains(p.output(), "[0] 2\n[0] 1\n") {
 		t.Fatalf("exit %d, want 0 and attempt 1's tac reading the terminal\nterminal:\n%q", code, p.output())
 	}
 }
 
-// TestControlTerminalCtrlC: Ctrl-C reaches rank 0's group, which holds the terminal; rank 0 dies of it, and the
-// run stops as for SIGINT: the other rank gets SIGINT from tpurun, exactly once, and tpurun exits 130.
+// TestControlTerminalCtrlC: Ctrl-C and Ctrl-\ at the terminal reach tpurun (its group stays the foreground group;
+// the workers, each in a session of its own, get no signal from the terminal), which sends the signal once to every
+// worker, ranks that handle it included; a second Ctrl-C kills (as under torchrun, whose workers share its group).
 func TestControlTerminalCtrlC(t *testing.T) {
 	t.Parallel()
-	ps := printSignals(t)
-	p, cmd, _ := onPty(t, false, append([]string{"--nprocs", "2", "--", "/bin/sh", "-c",
-		`if [ "$LOCAL_RANK" = 0 ]; then exec sleep 1000; fi; exec "$@"`, "sh"}, ps...)...)
-	p.waitFor("rank 1 ready", func(out string) bool { return strings.Contains(out, "[1] ready ") })
-	p.write("\x03")
-	code := exitOf(t, p, cmd)
-	out := p.output()
-	if code != 130 || strings.Count(out, "[1] 2\n") != 1 || !strings.Contains(out, "SIGINT from the terminal ended rank 0") {
-		t.Fatalf("exit %d, want 130 with rank 1 given SIGINT once\nterminal:\n%q", code, out)
+	for _, c := range []struct {
+		name, key, exitOn string
+		sig, code         int
+	}{{"ctrl-c twice", "\x03", "none", 2, 130}, {"ctrl-backslash", "\x1c", "3", 3, 131}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--nprocs", "2", "--", "env", "PRINT_SIGNALS_EXIT=" + c.exitOn}, printSignals(t)...)
+			p, cmd, _ := onPty(t, false, args...)
+			p.waitFor("2 workers ready", func(out string) bool { return strings.Count(out, "] ready ") == 2 })
+			p.write(c.key)
+			got := fmt.Sprintf("%d\n", c.sig)
+			p.waitFor("both ranks got the signal", func(out string) bool {
+				return strings.Contains(out, "[0] "+got) && strings.Contains(out, "[1] "+got)
+			})
+			if c.exitOn == "none" { // the workers took it and run on: the second Ctrl-C kills
+				p.write(c.key)
+			}
+			code := exitOf(t, p, cmd)
+			out := p.output()
+			if code != c.code || strings.Count(out, "[0] "+got) != 1 || strings.Count(out, "[1] "+got) != 1 {
+				t.Fatalf("exit %d, want %d with each rank given signal %d once\nterminal:\n%q", code, c.code, c.sig, out)
+			}
+		})
 	}
 }
 
-// TestControlTerminalCtrlZ: tpurun as a job of an interactive shell. Ctrl-Z stops rank 0's group (the terminal's);
-// tpurun stops the other ranks, takes the terminal back and stops itself, as a shell's job does, and the shell
-// prints its prompt; fg (SIGCONT, the terminal to tpurun's group) gives the terminal to rank 0 again and resumes
-// every worker.
+// TestControlTerminalCtrlZ: tpurun as a job of an interactive shell, its group the terminal's foreground group.
+// Ctrl-Z reaches tpurun, which stops every worker and then itself, as a shell's job does, and the shell prints its
+// prompt; fg (SIGCONT) resumes every worker. Each worker, in a session of its own, gets SIGSTOP: its group is
+// orphaned, where the kernel would discard SIGTSTP (here the workers would take it: they print what they get).
 func TestControlTerminalCtrlZ(t *testing.T) {
 	t.Parallel()
 	p, sh := interactiveShell(t)
@@ -224,17 +302,17 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
 	})
 	_, ws := ranks(strings.Split(p.output(), "\n"), 2)
-	if fg := p.foreground(); fg != ws[0] {
-		t.Fatalf("the terminal's foreground group is %d, want rank 0's (%d)", fg, ws[0])
-	}
 	target := parentOf(ws[0])
+	if fg := p.foreground(); fg != target {
+		t.Fatalf("the terminal's foreground group is %d, want tpurun's (%d)", fg, target)
+	}
 	p.write("\x1a")
 	p.waitFor("every process stopped and the terminal back with the shell", func(string) bool {
 		return procState(ws[0]) == "T" && procState(ws[1]) == "T" && procState(target) == "T" && p.foreground() == sh.Process.Pid
 	})
 	p.write("fg\n")
 	p.waitFor("every process running, rank 0 in the foreground, SIGCONT printed", func(out string) bool {
-		return procState(ws[0]) != "T" && procState(ws[1]) != "T" && procState(target) != "T" && p.foreground() == ws[0] &&
+		return procState(ws[0]) != "T" && procState(ws[1]) != "T" && procState(target) != "T" && p.foreground() == target &&
 			strings.Contains(out, "[0] 18\n") && strings.Contains(out, "[1] 18\n")
 	})
 	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
@@ -243,10 +321,8 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	p.waitFor("tpurun's exit", func(out string) bool { return strings.Contains(out, "stopped by SIGTERM (exit 143)") })
 	p.write("echo \"fg returned $?\"\n") // $? of fg is the job's exit status
 	p.waitFor("fg returned 143", func(out string) bool { return strings.Contains(out, "fg returned 143") })
-	for _, w := range []string{"[0] 20\n", "[1] 20\n"} {
-		if !strings.Contains(p.output(), w) {
-			t.Fatalf("terminal lacks %q\n%q", w, p.output())
-		}
+	if strings.Contains(p.output(), "] 20\n") {
+		t.Fatalf("a worker was given SIGTSTP, not SIGSTOP\n%q", p.output())
 	}
 	p.write("exit 0\n")
 	if code := exitOf(t, p, sh); code != 0 {
@@ -254,10 +330,10 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	}
 }
 
-// TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does. Each fg must resume the
-// whole job for good: the SIGCHLD of a rank stopped by tpurun's own job stop can still be queued when SIGCONT
-// resumes tpurun, and it must not be taken for a new Ctrl-Z that stops everything again (seen: fg left the job
-// stopped, and the shell printed "Stopped" once more).
+// TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does, with workers that leave
+// SIGTSTP to its default action (which the kernel discards in their orphaned groups: tpurun stops them with
+// SIGSTOP). Each fg must resume the whole job for good, and each Ctrl-Z stop it once (the shell prints "Stopped"
+// once per stop of its job).
 func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 	t.Parallel()
 	p, sh := interactiveShell(t)
@@ -285,9 +361,9 @@ func TestControlTerminalCtrlZFgRepeated(t *testing.T) {
 			return nil
 		})
 		p.write("fg\n")
-		testutil.WaitFor(t, fmt.Sprintf("cycle %d: every process running, rank 0 in the foreground", i), func() error {
+		testutil.WaitFor(t, fmt.Sprintf("cycle %d: every process running, tpurun in the foreground", i), func() error {
 			for _, pid := range all {
-				if st := procState(pid); st == "T" || st == "gone" || p.foreground() != ws[0] {
+				if st := procState(pid); st == "T" || st == "gone" || p.foreground() != target {
 					return fmt.Errorf("%s\nterminal:\n%s", states(), p.output())
 				}
 			}
@@ -421,18 +497,15 @@ func signalState(pid int) string {
 }
 
 // TestControlTerminalCtrlZOrphaned: tpurun leads the terminal's session (as `setsid -c`, or a container's init with
-// `-t`): its group is orphaned, no shell could resume it. Ctrl-Z stops rank 0 (the terminal's group) as the kernel
-// does; tpurun resumes it at once and says why, stops nothing else and never itself; the run goes on and ends.
+// `-t`): its group is orphaned, no shell could resume it. Ctrl-Z reaches tpurun alone, which says why it ignores it:
+// no worker is stopped, tpurun never stops itself, and the run goes on and ends.
 func TestControlTerminalCtrlZOrphaned(t *testing.T) {
 	t.Parallel()
 	p, cmd, target := onPty(t, false, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
-	p.waitFor("2 workers ready", func(out string) bool {
-		return strings.Contains(out, "[0] ready ") && strings.Contains(out, "[1] ready ")
-	})
+	p.waitFor("2 workers ready", func(out string) bool { return strings.Count(out, "] ready ") == 2 })
 	p.write("\x1a")
-	p.waitFor("rank 0 resumed and the stop explained", func(out string) bool {
-		return strings.Contains(out, "[0] 20\n") && strings.Contains(out, "[0] 18\n") &&
-			strings.Contains(out, "SIGTSTP ignored: tpurun's process group is orphaned")
+	p.waitFor("the stop explained", func(out string) bool {
+		return strings.Contains(out, "SIGTSTP ignored: tpurun's process group is orphaned")
 	})
 	if st := procState(target); st == "T" {
 		t.Fatal("tpurun stopped itself")
@@ -440,8 +513,8 @@ func TestControlTerminalCtrlZOrphaned(t *testing.T) {
 	if err := syscall.Kill(target, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := exitOf(t, p, cmd); code != 143 || strings.Contains(p.output(), "[1] 20\n") {
-		t.Fatalf("exit %d, want 143 and rank 1 never stopped\nterminal:\n%q", code, p.output())
+	if code := exitOf(t, p, cmd); code != 143 || strings.Contains(p.output(), "] 20\n") {
+		t.Fatalf("exit %d, want 143 and no worker given SIGTSTP\nterminal:\n%q", code, p.output())
 	}
 }
 

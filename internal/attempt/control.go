@@ -39,7 +39,6 @@ type Controller struct {
 	timeoutC <-chan time.Time
 	timer    *time.Timer
 	consoles []*console.Console
-	term     *Terminal // nil without a terminal to hand over
 
 	mu      sync.Mutex
 	first   *Cause // the first job-wide cause
@@ -67,10 +66,10 @@ func StopOf(ctx context.Context) *Cause {
 
 // NewController starts the controller of a run: its timeout counts from now.
 func NewController(ctx context.Context, log *zap.Logger, timeout time.Duration, procRoot string, sigs <-chan os.Signal, outErr <-chan error,
-	consoles []*console.Console, term *Terminal) *Controller {
+	consoles []*console.Console) *Controller {
 	c := &Controller{log: log, timeout: timeout, procRoot: procRoot, ctx: ctx, sigs: sigs, outErr: outErr,
 		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
-		consoles: consoles, term: term, waiters: map[*context.CancelCauseFunc]struct{}{}}
+		consoles: consoles, waiters: map[*context.CancelCauseFunc]struct{}{}}
 	c.jobCtx, c.cancel = context.WithCancelCause(context.Background())
 	if timeout > 0 {
 		c.timer = time.NewTimer(timeout)
@@ -120,8 +119,6 @@ func (c *Controller) loop() {
 			c.att.checkOrphans()
 		case <-s.poll:
 			c.att.checkOrphans()
-		case <-s.chld:
-			c.att.checkHolder()
 		case <-c.quit:
 			return
 		}
@@ -240,6 +237,9 @@ func (c *Controller) onSignal(sig os.Signal) {
 	case policyContinue:
 		c.onContinue()
 	case policyForward:
+		if s == syscall.SIGWINCH && c.att != nil && c.att.resizeTerminals() {
+			return
+		}
 		if c.att == nil {
 			c.log.Info("no worker to forward "+proc.SignalName(s)+" to: between attempts", zap.String("signal", proc.SignalName(s)))
 			return
@@ -305,19 +305,14 @@ func (c *Controller) abandon() {
 	}
 }
 
-// onJobStop: SIGTSTP, SIGTTIN or SIGTTOU stop every worker group, then tpurun itself, as a shell's job stops.
-// SIGTTIN and SIGTTOU while a worker holds the terminal come from tpurun's own background I/O: not job control.
+// onJobStop: SIGTSTP (Ctrl-Z at tpurun's terminal), SIGTTIN or SIGTTOU stop every worker group, then tpurun
+// itself, as a shell's job stops.
 func (c *Controller) onJobStop(s syscall.Signal) {
-	if c.att != nil && s != syscall.SIGTSTP && c.att.holding() {
-		c.log.Debug("ignoring " + proc.SignalName(s) + ": tpurun's own I/O while a worker holds the terminal")
-		return
-	}
 	if c.cannotBeResumed(s) {
 		return
 	}
 	if c.att != nil {
-		c.att.signalAll(s, 0)
-		c.att.reclaimTerminal()
+		c.att.jobStop(s)
 		c.att.waitStopped(c.procRoot, jobStopWait) // the workers first, as a shell's job stops: tpurun last
 	}
 	c.stopSelf(s)
@@ -369,12 +364,10 @@ func (c *Controller) stopSelf(s syscall.Signal) {
 	}
 }
 
-// onContinue resumes every worker group; with a terminal, tpurun gives it back to the workers first when it is in
-// the foreground again (fg, not bg).
+// onContinue resumes every worker group.
 func (c *Controller) onContinue() {
 	if c.att == nil {
 		return
 	}
-	c.att.handTerminal()
 	c.att.signalAll(syscall.SIGCONT, 0)
 }

@@ -52,7 +52,7 @@ type Runner struct {
 	Starter Starter      // starts a worker otherwise than by exec (the preloaded interpreter); nil: exec
 	Reaper  *proc.Reaper // the process's reaper, lent to the run; nil without one
 	Sampler *Sampler
-	Term    *Terminal   // the terminal local rank 0 may get; nil without one
+	Term    *Terminal   // the terminal whose input goes to local rank 0; nil without one
 	Ctl     *Controller // the one stop controller of the run
 
 	OnStart  func(n int)                          // attempt n begins, before its workers start
@@ -74,11 +74,13 @@ type Spec struct {
 // child is one started worker process of one attempt.
 type child struct {
 	w       topology.Worker
-	p       *proc.Process        // set on the controller's goroutine
-	holder  bool                 // it holds the terminal (local rank 0 with a terminal)
-	readers []*os.File           // read ends: stdout, stderr, results
-	files   []*os.File           // log files
-	fwd     []*console.Forwarder // of stdout and stderr, attached once the worker started
+	p       *proc.Process // set on the controller's goroutine
+	readers []*os.File    // the launcher's ends: stdout, stderr, results (then local rank 0's terminal, see terminalInput)
+	files   []*os.File    // log files
+	fwd     []forward     // of stdout and stderr (and the terminal), attached once the worker started
+	masters []*os.File    // the readers that are pseudo-terminals (tpurun at a terminal): tpurun's window size follows
+	input   *os.File      // the pseudo-terminal that gets what is typed at tpurun's terminal, nil when none
+	session bool          // it leads a session of its own, with a pseudo-terminal as its controlling terminal
 	io      sync.WaitGroup
 	errTail console.Tail
 	errFile string
@@ -88,6 +90,12 @@ type child struct {
 	// drain reads the worker's pipes: once its subtree is gone, a pipe that stays idle for the drain timeout is
 	// given up (see console.Drain).
 	drain console.Drain
+}
+
+// forward is one forwarder of a worker's output and what it reads.
+type forward struct {
+	*console.Forwarder
+	from *os.File
 }
 
 // Run starts every local worker of as once and lets the controller supervise them (supervisor, machine.go)

@@ -21,8 +21,8 @@ type sigPolicy int
 const (
 	policyForward  sigPolicy = iota // sent once to every worker group; the run goes on
 	policyStop                      // the run stops: sent as is to every group, grace, SIGKILL
-	policyJobStop                   // job control: sent to every group, then tpurun stops itself
-	policyContinue                  // SIGCONT: the terminal back to the workers (fg), then sent to every group
+	policyJobStop                   // job control: every group stopped, then tpurun stops itself
+	policyContinue                  // SIGCONT: sent to every group
 	policyOwn                       // tpurun's own, never forwarded: SIGCHLD, SIGURG, SIGPIPE, SIGPROF
 	policyNone                      // cannot be caught: SIGKILL, SIGSTOP, and 32-34 (the C libraries')
 )

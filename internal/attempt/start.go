@@ -3,6 +3,7 @@ package attempt
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -10,10 +11,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
@@ -141,12 +144,15 @@ func (b *batch) discard() {
 // launch is what the start of every worker of one attempt shares, worked out once: the program (looked up in PATH
 // once), its arguments when they do not vary by rank, and the parts of the environment every worker gets.
 type launch struct {
-	sv      *supervisor
-	env     *workerenv.Builder
-	prog    *exec.Cmd // Path and Err of the program, as exec.Command found it
-	args    []string  // the worker's argv when no argument has ${local_rank}; nil otherwise
-	stdin   [2]*os.File
-	holder0 bool // local rank 0 takes the terminal
+	sv     *supervisor
+	env    *workerenv.Builder
+	prog   *exec.Cmd // Path and Err of the program, as exec.Command found it
+	args   []string  // the worker's argv when no argument has ${local_rank}; nil otherwise
+	stdin  [2]*os.File
+	relay0 bool          // local rank 0 reads the terminal, through a pseudo-terminal of its own (see Terminal)
+	tty    [2]bool       // tpurun's stdout, stderr are terminals: a shown stream gets a pseudo-terminal
+	ws     *unix.Winsize // tpurun's window size, for them
+	noPty  sync.Once     // the warning that a pseudo-terminal could not be made
 }
 
 func (r *Runner) newLaunch(sv *supervisor) *launch {
@@ -157,8 +163,14 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 	if !slices.ContainsFunc(r.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
 		l.args = append([]string{r.Program[0]}, r.Program[1:]...)
 	}
-	l.stdin[0], l.holder0 = r.stdinFor(topology.Worker{LocalRank: 0})
+	l.stdin[0], l.relay0 = r.stdinFor(topology.Worker{LocalRank: 0})
 	l.stdin[1], _ = r.stdinFor(topology.Worker{LocalRank: 1})
+	for i, c := range []*console.Console{r.Stdout, r.Stderr} {
+		l.tty[i] = c != nil && c.Terminal()
+	}
+	if l.relay0 || l.tty[0] || l.tty[1] {
+		l.ws = r.windowSize()
+	}
 	return l
 }
 
@@ -253,22 +265,25 @@ func (r *Runner) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
 	if sv.a.LogDir != "" {
 		logRel = r.rankLogDir(sv.as.N, wk.w)
 	}
-	writeEnds, fwd, err := r.streams(logRel, wk, cmd)
+	writeEnds, err := r.streams(l, logRel, wk, cmd)
 	if err != nil {
 		return nil, nil, err
 	}
-	wk.fwd = fwd
 	return cmd, writeEnds, nil
 }
 
 // attach starts the goroutines that read a started worker's pipes: its output forwarders and its result reader.
 // Each closes its pipe once it has read it to the end (or given up on it): the end of an attempt has that much
-// less to do, one worker after the other (release closes whatever is still open).
+// less to do, one worker after the other (release closes whatever is still open, pseudo-terminals among it).
 func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
-	for i, f := range wk.fwd {
+	for _, f := range wk.fwd {
 		wk.io.Go(func() {
-			_ = f.Run(wk.drain.Reader(wk.readers[i]))
-			_ = wk.readers[i].Close()
+			_ = f.Run(wk.drain.Reader(f.from))
+			if !slices.Contains(wk.masters, f.from) {
+				_ = f.from.Close()
+			}
+			// A pseudo-terminal's master stays open until the worker was reaped (release): closing it hangs up the
+			// worker's terminal, and a worker that has closed its stdio but not yet exited would die of SIGHUP.
 		})
 	}
 	wk.fwd = nil
@@ -299,8 +314,8 @@ func (r *Runner) makeLogDirs(n int, local []topology.Worker) error {
 	return nil
 }
 
-// command is the worker's command: program, environment, working directory, stdin and, for the holder of the
-// terminal (local rank 0 when tpurun holds one, see terminal.go), its foreground group.
+// command is the worker's command: program, environment, working directory and stdin (but a terminal's: see
+// terminalInput).
 func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
 	w, n := wk.w, l.sv.as.N
 	// Without a log dir the error files share the run's one scratch directory: a directory per rank would make
@@ -324,37 +339,38 @@ func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
 	if stdin != nil { // a nil *os.File in the io.Reader would be a bad descriptor, not /dev/null
 		cmd.Stdin = stdin
 	}
-	wk.holder = l.holder0 && w.LocalRank == 0
-	if wk.holder { // its group becomes the terminal's foreground group, in the child before exec (no SIGTTOU)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Foreground: true, Ctty: r.Term.fd}
-	}
 	return cmd, nil
 }
 
-// streams makes the worker's three pipes (stdout, stderr, results: fd 3) and its log files, and the forwarders of
-// stdout and stderr; it returns the write ends, which the caller closes once the worker started.
-func (r *Runner) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, []*console.Forwarder, error) {
+// streams makes the worker's stdout, stderr and results (fd 3) ends, its log files and the forwarders of stdout
+// and stderr: for a stream shown at a terminal a pseudo-terminal, else a pipe; the results a pipe. With one, the
+// worker leads a session of its own whose controlling terminal it is: its stderr's, else its stdout's (its stdin's
+// too when it reads the terminal). It returns the worker's ends, which the caller closes once the worker started.
+func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
 	w := wk.w
 	var writeEnds []*os.File
-	fail := func(err error) ([]*os.File, []*console.Forwarder, error) {
+	fail := func(err error) ([]*os.File, error) {
 		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {
 			_ = f.Close()
 		}
-		return nil, nil, err
+		return nil, err
 	}
-	for range 3 {
-		pr, pw, err := console.Pipe()
+	ctty := -1 // the worker's descriptor of its controlling terminal
+	for i, std := range []console.Std{console.StdOut, console.StdErr, console.StdNone} {
+		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
 		if err != nil {
 			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err)))
 		}
-		wk.readers = append(wk.readers, pr)
-		writeEnds = append(writeEnds, pw)
+		wk.readers, writeEnds = append(wk.readers, rd), append(writeEnds, wr)
+		if isPty {
+			wk.masters = append(wk.masters, rd)
+			ctty = i + 1 // stderr's rather than stdout's: a shell takes its terminal from fd 2 (bash's job control)
+		}
 	}
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
 	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
 		cmd.Env = append(cmd.Env, worker.EnvResultID+"="+id)
 	}
-	fwd := make([]*console.Forwarder, 2)
 	for i, s := range []struct {
 		std     console.Std
 		console *console.Console
@@ -364,19 +380,82 @@ func (r *Runner) streams(logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, [
 		if err != nil {
 			return fail(err)
 		}
-		fwd[i] = f
+		if i == 1 {
+			f.Tail = &wk.errTail
+		}
+		wk.fwd = append(wk.fwd, forward{f, wk.readers[i]})
 	}
-	fwd[1].Tail = &wk.errTail
-	return writeEnds, fwd, nil
+	if l.relay0 && w.LocalRank == 0 {
+		writeEnds = append(writeEnds, r.terminalInput(l, wk, cmd)...)
+		if cmd.Stdin != nil {
+			ctty = 0
+		}
+	}
+	if ctty >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: ctty}
+		wk.session = true
+	}
+	return writeEnds, nil
+}
+
+// streamEnds are the launcher's and the worker's ends of one stream: a pseudo-terminal's master and slave when tty
+// (isPty), else a pipe's (also when no pseudo-terminal can be made).
+func (r *Runner) streamEnds(l *launch, tty bool) (rd, wr *os.File, isPty bool, err error) {
+	if tty {
+		if m, s, ok := r.openPty(l); ok {
+			return m, s, true, nil
+		}
+	}
+	pr, pw, err := console.Pipe()
+	return pr, pw, false, err
+}
+
+// openPty makes a pseudo-terminal of tpurun's window size; when it cannot, a warning says so once per attempt.
+func (r *Runner) openPty(l *launch) (master, slave *os.File, ok bool) {
+	m, s, err := console.OpenPty(l.ws)
+	if err != nil {
+		l.noPty.Do(func() {
+			r.Log.Warn("no pseudo-terminal for the workers: they get pipes (and /dev/null as stdin), as when tpurun is not at a terminal",
+				zap.Error(err))
+		})
+		return nil, nil, false
+	}
+	return m, s, true
+}
+
+// terminalInput makes local rank 0's stdin its pseudo-terminal, the one that gets what is typed at tpurun's terminal
+// (Terminal): its stderr's or else its stdout's when that is one, else a pseudo-terminal of its own, whose output (what the worker writes
+// to /dev/tty: a password prompt) goes to tpurun's terminal as it is. It returns the worker's new ends. Without a
+// pseudo-terminal the worker reads /dev/null.
+func (r *Runner) terminalInput(l *launch, wk *child, cmd *exec.Cmd) []*os.File {
+	for i, std := range []io.Writer{cmd.Stderr, cmd.Stdout} { // the controlling terminal's (see streams)
+		if rd := wk.readers[1-i]; slices.Contains(wk.masters, rd) {
+			cmd.Stdin, wk.input = std.(*os.File), rd
+			return nil
+		}
+	}
+	m, s, ok := r.openPty(l)
+	if !ok {
+		return nil
+	}
+	wk.readers, wk.masters = append(wk.readers, m), append(wk.masters, m)
+	cmd.Stdin, wk.input = s, m
+	wk.fwd = append(wk.fwd, forward{&console.Forwarder{Console: r.Term.f, ShowPartial: console.PartialAfter}, m})
+	return []*os.File{s}
+}
+
+// shown reports whether local rank lr's stream std reaches the console (not redirected, not filtered out).
+func (r *Runner) shown(lr int, std console.Std) bool {
+	return (r.LocalRanksFilter == nil || slices.Contains(r.LocalRanksFilter, lr)) &&
+		(r.Redirects.For(lr)&std == 0 || r.Tee.For(lr)&std != 0)
 }
 
 // forwarder is the forwarder of one of the worker's streams: to the console unless redirected or filtered out,
 // to its log file below logRel with a log directory.
 func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *console.Console, name string) (*console.Forwarder, error) {
-	w, lr := wk.w, wk.w.LocalRank
-	shown := r.LocalRanksFilter == nil || slices.Contains(r.LocalRanksFilter, lr)
+	w := wk.w
 	f := &console.Forwarder{Prefix: r.prefix(w)}
-	if shown && (r.Redirects.For(lr)&std == 0 || r.Tee.For(lr)&std != 0) {
+	if r.shown(w.LocalRank, std) {
 		f.Console = con
 		if con.Terminal() { // a person watches: a prompt or a progress bar's text shows before its line ends
 			f.ShowPartial = console.PartialAfter

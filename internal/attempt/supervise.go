@@ -1,9 +1,6 @@
 package attempt
 
 import (
-	"os"
-	"os/signal"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,8 +28,6 @@ type supervisor struct {
 	graceC   <-chan time.Time
 	watch    <-chan struct{} // while sweeping: the reaper reaped an orphan (or a poll tick without a reaper)
 	poll     *time.Ticker
-	holder   *child         // the worker holding the terminal, nil when none
-	chld     chan os.Signal // SIGCHLD while a worker holds the terminal (job control)
 	queue    []Event
 	feeding  bool
 	stopping atomic.Bool   // the main goroutine starts no more workers
@@ -46,11 +41,10 @@ type supervisorChans struct {
 	grace <-chan time.Time
 	watch <-chan struct{}
 	poll  <-chan time.Time
-	chld  <-chan os.Signal
 }
 
 func (s *supervisor) chans() supervisorChans {
-	c := supervisorChans{exits: s.exits, grace: s.graceC, watch: s.watch, chld: s.chld}
+	c := supervisorChans{exits: s.exits, grace: s.graceC, watch: s.watch}
 	if s.poll != nil {
 		c.poll = s.poll.C
 	}
@@ -161,6 +155,20 @@ func (s *supervisor) stopSignal(act Action) {
 	}
 }
 
+// jobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops. A worker that leads
+// a session of its own (tpurun at a terminal: its pseudo-terminal is its controlling terminal) is in an orphaned
+// group, for which the kernel discards those signals where their default action would stop it: such a group gets
+// SIGSTOP instead, which stops it whatever it does with sig (docs/CONTROL.md).
+func (s *supervisor) jobStop(sig syscall.Signal) {
+	for _, wk := range s.ws {
+		if wk.session {
+			s.signalOne(wk, syscall.SIGSTOP)
+		} else {
+			s.signalOne(wk, sig)
+		}
+	}
+}
+
 // signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
 func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
 	for _, wk := range s.ws {
@@ -214,8 +222,8 @@ func (s *supervisor) started(wks []*child, ps []*proc.Process) {
 				wk.p = ps[i]
 			}
 			s.ws = append(s.ws, wk)
-			if wk.holder {
-				s.holdTerminal(wk)
+			if wk.input != nil {
+				s.r.Term.inputTo(wk.input)
 			}
 			s.feed(Event{Kind: EvAdded})
 		}
@@ -235,18 +243,8 @@ func (s *supervisor) exited(m exitMsg) {
 	s.a.EndOrder = append(s.a.EndOrder, wk.w.Rank)
 	s.r.Log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
 		zap.Int("code", ex.ExitCode), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
-	if wk == s.holder {
-		s.reclaimTerminal()
-		if ex.Signal == syscall.SIGINT || ex.Signal == syscall.SIGQUIT {
-			// the terminal's Ctrl-C (or Ctrl-\) reached the holder's group: that signal to the run, for the others once
-			c := SignalCause(ex.Signal)
-			c.SkipGroup = wk.p.PID()
-			s.c.seen[ex.Signal] = true
-			s.r.Log.Warn(proc.SignalName(ex.Signal) + " from the terminal ended rank " + sigRank(wk) + ", which held it: stopping the run")
-			s.c.onCause(c)
-			s.feed(Event{Kind: EvExited})
-			return
-		}
+	if wk.input != nil {
+		s.r.Term.inputEnd(wk.input)
 	}
 	var failed *failure.WorkerError
 	if !ex.Success() {
@@ -300,15 +298,18 @@ func (s *supervisor) stopWatch() {
 	}
 }
 
-// settle ends the attempt: the timer stops, the terminal is back, the main goroutine goes on.
+// settle ends the attempt: the timer stops, the terminal's input goes to no worker of it, the main goroutine goes on.
 func (s *supervisor) settle() {
 	if s.grace != nil {
 		s.grace.Stop()
 	}
 	s.graceC = nil
 	s.stopWatch()
-	s.reclaimTerminal()
-	s.releaseTerminal()
+	for _, wk := range s.ws {
+		if wk.input != nil {
+			s.r.Term.inputEnd(wk.input)
+		}
+	}
 	s.c.detach(s)
 	s.stopSeq = s.c.StopSeq()
 	close(s.settled)
@@ -324,41 +325,3 @@ func (r *Runner) drain(ws []*child) {
 		wk.io.Wait()
 	}
 }
-
-// checkHolder: on SIGCHLD, a holder of the terminal stopped by the terminal (Ctrl-Z) or by reading it in the
-// background stops the run as a shell's job stops: the other groups get SIGTSTP, the terminal comes back, tpurun
-// stops itself.
-func (s *supervisor) checkHolder() {
-	h := s.holder
-	if h == nil || h.exited || h.p == nil || !h.p.Stopped() {
-		return
-	}
-	if s.c.cannotBeResumed(syscall.SIGTSTP) {
-		s.signalOne(h, syscall.SIGCONT)
-		return
-	}
-	for _, wk := range s.ws {
-		if wk != h {
-			s.signalOne(wk, syscall.SIGTSTP)
-		}
-	}
-	s.reclaimTerminal()
-	s.c.stopSelf(syscall.SIGTSTP)
-}
-
-// installSignalWatch starts SIGCHLD notification for job control while a worker holds the terminal.
-func (s *supervisor) installSignalWatch() {
-	if s.chld == nil {
-		s.chld = make(chan os.Signal, 1)
-		signal.Notify(s.chld, syscall.SIGCHLD)
-	}
-}
-
-func (s *supervisor) removeSignalWatch() {
-	if s.chld != nil {
-		signal.Stop(s.chld)
-		s.chld = nil
-	}
-}
-
-func sigRank(wk *child) string { return strconv.Itoa(wk.w.Rank) }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"errors"
 	"io"
 	"os"
 	"sync/atomic"
@@ -55,7 +56,11 @@ type drainReader struct {
 
 func (d drainReader) Read(p []byte) (int, error) {
 	d.deadline()
-	return d.f.Read(p)
+	n, err := d.f.Read(p)
+	if errors.Is(err, syscall.EIO) { // a pseudo-terminal's master: the end of the output (see readPooled)
+		err = io.EOF
+	}
+	return n, err
 }
 
 func (d drainReader) deadline() {
@@ -87,6 +92,8 @@ func (d drainReader) readPooled() (buf *[]byte, n int, err error) {
 	switch {
 	case err != nil:
 		return buf, 0, err
+	case rerr == syscall.EIO: // a pseudo-terminal's master once every slave is closed and its data read (see OpenPty)
+		return buf, 0, io.EOF
 	case rerr != nil:
 		return buf, 0, &os.PathError{Op: "read", Path: d.f.Name(), Err: rerr}
 	case n <= 0:

@@ -29,7 +29,7 @@ type job struct {
 	runner *attempt.Runner     // runs one attempt of this node's workers (once the host is prepared)
 	joined time.Duration       // how long the last join took (reported as the rendezvous time where nodes met)
 	ctl    *attempt.Controller // the one stop controller of the run
-	term   *attempt.Terminal   // the terminal local rank 0 may get; nil without one
+	term   *attempt.Terminal   // the terminal whose input goes to local rank 0; nil without one
 	reaper *proc.Reaper        // the process's reaper, lent to the job (attempt.StartReaping); nil without one
 }
 
@@ -50,6 +50,9 @@ func newJob(s spec.Spec, outErr chan<- error) *job {
 }
 
 func (j *job) close() {
+	if j.term != nil {
+		j.term.Close()
+	}
 	if j.host != nil { // first: the preloaded interpreter forwards its output to the consoles
 		j.host.Close()
 	}

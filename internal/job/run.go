@@ -38,7 +38,7 @@ func Run(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	j.host = host.New(&j.spec, random, j.log, rp, j.stdout, j.stderr)
 	defer j.close()
 	j.ctl = attempt.NewController(ctx, s.Logger, s.Timeout, s.ProcRoot, attempt.Coalesce(sigs, relayDone), outErr,
-		[]*console.Console{j.stdout, j.stderr}, j.term)
+		[]*console.Console{j.stdout, j.stderr})
 	defer func() { // the run's signals end with its controller: one that comes later stays in sigs for the caller
 		j.ctl.Close()
 		close(relayDone)

@@ -82,13 +82,16 @@ func startOwn(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error)
 	return p, nil
 }
 
-// prepare makes cmd the leader of a new process group that is SIGKILLed when the thread starting it dies.
+// prepare makes cmd the leader of a new process group (of a new session with SysProcAttr.Setsid) that is SIGKILLed
+// when the thread starting it dies.
 func prepare(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pgid = 0
+	if !cmd.SysProcAttr.Setsid { // setsid made it a group's leader; setpgid would fail for a session leader
+		cmd.SysProcAttr.Setpgid = true
+		cmd.SysProcAttr.Pgid = 0
+	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
 

@@ -70,7 +70,7 @@ type Spec struct {
 	Stdout, Stderr   io.Writer
 	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
 	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
-	// tpurun's is, local rank 0's group gets the terminal and only it reads it (docs/CONTROL.md).
+	// tpurun's is, only local rank 0 reads it, through a pseudo-terminal tpurun relays it to (docs/CONTROL.md).
 	Stdin   *os.File
 	StdinTo console.StdinMode
 
