@@ -371,19 +371,8 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
 		cmd.Env = append(cmd.Env, worker.EnvResultID+"="+id)
 	}
-	for i, s := range []struct {
-		std     console.Std
-		console *console.Console
-		name    string
-	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
-		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
-		if err != nil {
-			return fail(err)
-		}
-		if i == 1 {
-			f.Tail = &wk.errTail
-		}
-		wk.fwd = append(wk.fwd, forward{f, wk.readers[i]})
+	if err := r.forwarders(logRel, wk); err != nil {
+		return fail(err)
 	}
 	if l.relay0 && w.LocalRank == 0 {
 		writeEnds = append(writeEnds, r.terminalInput(l, wk, cmd)...)
@@ -391,11 +380,30 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 			ctty = 0
 		}
 	}
-	if ctty >= 0 {
+	if ctty >= 0 && r.Starter == nil { // the preloaded interpreter forks its workers into a group of its session
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: ctty}
 		wk.session = true
 	}
 	return writeEnds, nil
+}
+
+// forwarders makes the forwarders of the worker's stdout and stderr (and opens their log files).
+func (r *Runner) forwarders(logRel string, wk *child) error {
+	for i, s := range []struct {
+		std     console.Std
+		console *console.Console
+		name    string
+	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
+		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
+		if err != nil {
+			return err
+		}
+		if i == 1 {
+			f.Tail = &wk.errTail
+		}
+		wk.fwd = append(wk.fwd, forward{f, wk.readers[i]})
+	}
+	return nil
 }
 
 // streamEnds are the launcher's and the worker's ends of one stream: a pseudo-terminal's master and slave when tty
