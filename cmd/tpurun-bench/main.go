@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, results")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
@@ -59,6 +59,15 @@ func main() {
 	}
 	if *only == "rendezvous" {
 		fmt.Print(renderMarkdown(measureRendezvous(&cfg), cfg))
+		return
+	}
+	if *only == "results" {
+		r, err := measureResults(&cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderMarkdown([]row{r}, cfg))
 		return
 	}
 	if *only == "preload" {
