@@ -34,6 +34,9 @@ const (
 	// EnvFnAuthkeyFile is a file of the caller's holding its multiprocessing authkey, set with EnvFnArgsFile, so
 	// that a multiprocessing.Manager() proxy among the pickled arguments connects.
 	EnvFnAuthkeyFile = "TPURUN_FN_AUTHKEY_FILE"
+	// EnvFnFunctionFile is a file of the caller's holding the function pickled by value (cloudpickle), for one the
+	// workers cannot import by name (a lambda, a nested function, one defined in a notebook or on stdin).
+	EnvFnFunctionFile = "TPURUN_FN_FUNCTION_FILE"
 )
 
 // TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target

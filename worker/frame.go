@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
+	"unsafe"
 )
 
 // Version is the protocol version this package writes and the only one it reads.
@@ -74,8 +76,7 @@ type Frame struct {
 }
 
 const (
-	cleanShift = 12        // 4 KiB blocks
-	readChunk  = 256 << 10 // read large JSON payloads in chunks of this size
+	cleanShift = 12 // 4 KiB blocks
 )
 
 // ValidJSON reports whether the payload is one valid JSON value; on frames from a Decoder it reuses what the
@@ -305,7 +306,9 @@ func (d *Decoder) Next() (Frame, error) {
 // nothing): a header that declares 64 MiB and then stops, or ends, costs nothing beyond the buffer the decoder
 // already has. Growing the payload's slice step by step with what arrives would bound the memory more tightly, but
 // it cost a third of the throughput of large results (the intermediate slices fragment the heap), so the slice is
-// allocated once, whole, and filled in place: each payload byte is copied once.
+// allocated once, whole, and filled in place: after what the read buffer holds, the rest is read straight from the
+// stream into it, so each payload byte is copied once (through the buffer, the tail of every read that fell short
+// of a full buffer was copied twice).
 func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 	if length > d.r.Size() {
 		if _, err := d.r.Peek(d.r.Size()); err != nil {
@@ -313,32 +316,70 @@ func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 			return n, err
 		}
 	}
-	// The payload starts at the same offset within a cache line as it lies in the stream, so that when the stream is
-	// a pipe written one frame per write (both shipped clients) the kernel copies it out cache-line aligned: about
-	// 3% of the throughput of large results. It changes nothing else.
-	pad := int(d.off % 64)
-	p := make([]byte, pad+length)[pad : pad+length : pad+length]
-	// Large JSON payloads are read in cache-sized chunks; the blocks that are plain string bytes are noted while
-	// they are still in cache, so validating the payload afterwards skips them (large results are mostly strings).
-	scan := f.Encoding == EncodingJSON && length >= 1<<cleanShift*4
-	step := length
-	if scan {
-		step = max(readChunk, d.r.Size())
-	}
-	n := 0
-	var err error
-	for n < length && err == nil {
-		var m int
-		m, err = io.ReadFull(d.r, p[n:min(length, n+step)])
-		if scan {
-			f.clean = cleanBlocks(f.clean, p[:n+m], n, cleanShift)
+	p := payloadSlice(d.off, length)
+	if length <= d.r.Size() { // a small payload: through the buffer, which holds the frames after it too
+		n, err := io.ReadFull(d.r, p)
+		if err == nil {
+			f.Payload = p
 		}
+		return n, err
+	}
+	// Large JSON payloads are scanned as they arrive, one read (at most a pipe's capacity) at a time: the blocks that
+	// are plain string bytes are noted while they are still in cache, so validating the payload afterwards skips them
+	// (large results are mostly strings).
+	scan := f.Encoding == EncodingJSON && length >= 1<<cleanShift*4
+	n, err := d.r.Read(p[:d.r.Buffered()])
+	scanned := 0
+	for err == nil && n < length {
+		var m int
+		m, err = d.src.Read(p[n:])
 		n += m
+		if scan {
+			f.clean = cleanBlocks(f.clean, p[:n], scanned, cleanShift)
+			scanned = n
+		}
+		if err == nil && m == 0 {
+			err = io.ErrNoProgress
+		}
 	}
-	if err == nil {
-		f.Payload = p
+	if n < length {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
 	}
-	return n, err
+	f.Payload = p
+	return n, nil
+}
+
+// hugeFrom is the payload size from which the payload's memory is asked to be backed by transparent huge pages
+// (madvise MADV_HUGEPAGE, where the kernel leaves it to the program): filling a 32 MiB payload otherwise takes 8192
+// page faults, which cost more than the copy itself (half of the launcher's time for 8 x 32 MiB of results).
+const hugeFrom = 4 << 20
+
+// payloadSlice allocates a payload of length bytes, starting at the same offset within a cache line as it lies in
+// the stream (off), so that when the stream is a pipe written one frame per write (both shipped clients) the kernel
+// copies it out cache-line aligned: about 3% of the throughput of large results.
+func payloadSlice(off int64, length int) []byte {
+	pad := int(off % 64)
+	b := make([]byte, pad+length)
+	if length >= hugeFrom {
+		adviseHuge(b)
+	}
+	return b[pad : pad+length : pad+length]
+}
+
+// adviseHuge asks for the 2 MiB-aligned part of b to be backed by huge pages; it is only advice (an error changes
+// nothing: a kernel without transparent huge pages, or with them disabled, faults 4 KiB pages in as before).
+func adviseHuge(b []byte) {
+	const huge = 2 << 20
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := (start + huge - 1) &^ (huge - 1)
+	hi := (start + uintptr(len(b))) &^ (huge - 1)
+	if hi <= lo {
+		return
+	}
+	_ = syscall.Madvise(b[lo-start:hi-start], syscall.MADV_HUGEPAGE)
 }
 
 func (d *Decoder) fail(fe *FrameError) error {

@@ -321,9 +321,14 @@ func TestDecodeSizes(t *testing.T) {
 				p[0], p[n-1] = '"', '"'
 			}
 			b := mustEncode(t, Frame{Kind: KindResult, Encoding: enc, Replica: 1, Payload: p})
-			f, err := NewDecoder(iotest.HalfReader(bytes.NewReader(b)), 16<<20, bufSize).Next()
+			next := mustEncode(t, Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: 2, Payload: []byte("[7]")})
+			d := NewDecoder(iotest.HalfReader(bytes.NewReader(append(slices.Clone(b), next...))), 16<<20, bufSize)
+			f, err := d.Next()
 			if err != nil || !bytes.Equal(f.Payload, p) {
 				t.Fatalf("%s payload of %d bytes: %v (got %d bytes)", enc, n, err, len(f.Payload))
+			}
+			if g, err := d.Next(); err != nil || g.Replica != 2 || string(g.Payload) != "[7]" {
+				t.Fatalf("the frame after a %s payload of %d bytes: %v, %+v", enc, n, err, g)
 			}
 			if enc == EncodingJSON && n >= 2 && !f.ValidJSON() {
 				t.Fatalf("json payload of %d bytes: not valid after decoding", n)

@@ -26,7 +26,7 @@ func main() {
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, results")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
@@ -42,29 +42,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
 	}
-	if *only == "launch" {
-		if *before != "" {
-			if *before, err = filepath.Abs(*before); err != nil {
-				fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
-				os.Exit(1)
-			}
-		}
-		runs, err := measureLaunch(&cfg, launchNs, *before)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
-			os.Exit(1)
-		}
-		renderLaunch(os.Stdout, runs, cfg, *before)
-		return
-	}
-	if *only == "rendezvous" {
-		fmt.Print(renderMarkdown(measureRendezvous(&cfg), cfg))
-		return
-	}
-	if *only == "preload" {
-		rows, err := measurePreload(&cfg)
-		fmt.Print(renderMarkdown(rows, cfg))
-		if err != nil {
+	if *only != "" {
+		if err := runOnly(&cfg, *only, *before); err != nil {
 			fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 			os.Exit(1)
 		}
@@ -82,6 +61,39 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s and %s\n", cfg.out, cfg.svg)
+}
+
+// runOnly measures only the rows of -only and prints them, writing no file.
+func runOnly(cfg *config, only, before string) error {
+	switch only {
+	case "launch":
+		if before != "" {
+			var err error
+			if before, err = filepath.Abs(before); err != nil {
+				return err
+			}
+		}
+		runs, err := measureLaunch(cfg, launchNs, before)
+		if err != nil {
+			return err
+		}
+		renderLaunch(os.Stdout, runs, *cfg, before)
+	case "rendezvous":
+		fmt.Print(renderMarkdown(measureRendezvous(cfg), *cfg))
+	case "results":
+		r, err := measureResults(cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Print(renderMarkdown([]row{r}, *cfg))
+	case "preload":
+		rows, err := measurePreload(cfg)
+		fmt.Print(renderMarkdown(rows, *cfg))
+		return err
+	default:
+		return fmt.Errorf("-only %q: want preload, launch, rendezvous or results", only)
+	}
+	return nil
 }
 
 // write writes the report to cfg.out, after it the old report's part measured by hand (keepByHand), and the chart

@@ -345,6 +345,78 @@ print("failure printed the summary: %s" % ("tpurun: run " in loud.getvalue()))
 	}
 }
 
+// byValueScript is a script read from stdin (`python3 - TPURUN <<EOF`), as a notebook's cell is: its functions
+// have no module the workers could import. With NO_CLOUDPICKLE set it makes cloudpickle unimportable, as Python
+// itself blocks an import (None in sys.modules).
+const byValueScript = `import os, sys
+if os.environ.get("NO_CLOUDPICKLE"):
+    sys.modules["cloudpickle"] = None
+import tpurun
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+def f(i, k):
+    return {"i": i, "k": k}
+
+def make():
+    base = 10
+    def inner(i, p):
+        return Point(base + i + p.x)
+    return inner
+
+for name, fn, args, how in [("stdin", f, (3,), "fork"), ("lambda", lambda i: (i, "t"), (), "spawn"),
+                            ("nested", make(), (Point(100),), "spawn")]:
+    try:
+        res = tpurun.spawn(fn, args=args, nprocs=2, start_method=how, tpurun=sys.argv[1])
+        print(name, sorted((k, "Point(%d)" % v.x if isinstance(v, Point) else v) for k, v in res.items()))
+    except Exception as e:
+        print(name, type(e).__name__, e)
+`
+
+// TestSpawnByValue: with Debian's cloudpickle, tpurun.spawn runs functions the workers cannot import by name (one
+// defined in a script on stdin, under start_method='fork' too; a lambda; a nested function taking and returning a
+// class of that script) by value, on 2 workers, and their results come back; without cloudpickle each is refused
+// before anything runs, with a message that names it (not the "<stdin> does not exist on this host" of before).
+func TestSpawnByValue(t *testing.T) {
+	t.Parallel()
+	py := testutil.Need(t, "cloudpickle")
+	dir := t.TempDir()
+	if _, err := worker.InstallPython(dir); err != nil {
+		t.Fatal(err)
+	}
+	run := func(extra ...string) string {
+		cmd := exec.Command(py, "-", filepath.Join(bin, "tpurun"))
+		cmd.Stdin = strings.NewReader(byValueScript)
+		cmd.Env = append(os.Environ(), append([]string{"PYTHONPATH=" + dir, "PYTHONDONTWRITEBYTECODE=1"}, extra...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, stderr.String())
+		}
+		return string(out)
+	}
+	want := "stdin [(0, {'i': 0, 'k': 3}), (1, {'i': 1, 'k': 3})]\n" +
+		"lambda [(0, (0, 't')), (1, (1, 't'))]\n" +
+		"nested [(0, 'Point(110)'), (1, 'Point(111)')]\n"
+	if got := run(); got != want {
+		t.Fatalf("with cloudpickle, spawn printed\n%s\nwant\n%s", got, want)
+	}
+	got := run("NO_CLOUDPICKLE=1")
+	for _, w := range []string{
+		"stdin ValueError spawn(fn): __main__.f is defined in an interactive __main__ (a notebook, the REPL, a script on stdin or python -c), which the workers cannot import by name.",
+		"lambda ValueError spawn(fn): __main__.<lambda> is a lambda, which the workers cannot import by name.",
+		"nested ValueError spawn(fn): __main__.make.<locals>.inner is a nested function, which the workers cannot import by name.",
+	} {
+		if !strings.Contains(got, w+" tpurun.spawn sends such a function by value with cloudpickle, which is not importable here: "+
+			"`pip install cloudpickle` (in the workers' Python too), or define the function with def at the top level of a module file\n") {
+			t.Errorf("without cloudpickle, spawn printed\n%s\nwant a line %q and what to do", got, w)
+		}
+	}
+}
+
 // TestRestartCollectsAfresh: with --max-restarts each attempt has its own collector, so the results of the failed
 // attempt 0 are neither duplicates nor in the document, which is the last attempt's.
 func TestRestartCollectsAfresh(t *testing.T) {

@@ -26,7 +26,7 @@ import (
 func fakeCLI(args []string) int {
 	if p := os.Getenv("FAKE_ARGV"); p != "" {
 		rec := map[string]any{"argv": args}
-		for _, k := range []string{worker.EnvFnArgsFile, worker.EnvFnMain, "PYTHON_EXEC"} {
+		for _, k := range []string{worker.EnvFnArgsFile, worker.EnvFnMain, worker.EnvFnFunctionFile, "PYTHON_EXEC"} {
 			rec[k] = os.Getenv(k)
 		}
 		if b, err := os.ReadFile(os.Getenv(worker.EnvFnArgsFile)); err == nil {

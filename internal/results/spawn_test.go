@@ -16,7 +16,8 @@ import (
 const fakeTpurun = `
 import json, os, sys
 with open(os.environ["FAKE_ARGV"], "w") as f:
-    json.dump({"argv": sys.argv[1:], "python": os.environ.get("PYTHON_EXEC")}, f)
+    json.dump({"argv": sys.argv[1:], "python": os.environ.get("PYTHON_EXEC"),
+               "function_file": os.environ.get("TPURUN_FN_FUNCTION_FILE")}, f)
 print("worker 0 says {not json")
 print("{\"results\": \"a decoy line that is not the last thing\"}")
 doc = os.environ.get("FAKE_DOC")
@@ -25,9 +26,12 @@ if doc:
 sys.exit(int(os.environ.get("FAKE_RC", "0")))
 `
 
-// spawnDriver calls tpurun.spawn in the ways a user would and prints one JSON line per case.
+// spawnDriver calls tpurun.spawn in the ways a user would and prints one JSON line per case. cloudpickle is made
+// unimportable (as Python itself blocks an import: None in sys.modules): functions go by name without it.
 const spawnDriver = `
-import json, os, sys, warnings, tpurun, fnmod
+import sys
+sys.modules["cloudpickle"] = None
+import json, os, warnings, tpurun, fnmod
 def case(name, call):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -141,6 +145,9 @@ func TestSpawn(t *testing.T) {
 		if py, _ := argv["python"].(string); py == "" {
 			t.Fatal("spawn did not pass PYTHON_EXEC (the interpreter the workers should use)")
 		}
+		if ff := argv["function_file"]; ff != nil {
+			t.Fatalf("a function importable by name was sent by value too (TPURUN_FN_FUNCTION_FILE=%v)", ff)
+		}
 		if len(o.Warnings) != 0 {
 			t.Fatalf("start_method='forkserver' warned: %q", o.Warnings)
 		}
@@ -206,8 +213,9 @@ func TestSpawn(t *testing.T) {
 		}
 	})
 	for _, tc := range []struct{ mode, want string }{
-		{"lambda", "ValueError: spawn(fn): "},
-		{"nested", "ValueError: spawn(fn): fnmod.outer.<locals>.inner is a nested function"},
+		{"lambda", "ValueError: spawn(fn): __main__.<lambda>.<locals>.<lambda> is a lambda, which the workers cannot import by name. " +
+			"tpurun.spawn sends such a function by value with cloudpickle, which is not importable here: `pip install cloudpickle`"},
+		{"nested", "ValueError: spawn(fn): fnmod.outer.<locals>.inner is a nested function, which the workers cannot import by name. "},
 		{"badargs", "TypeError: spawn: args[1] (a function) can be neither passed as JSON nor pickled"},
 		{"unknown", "TypeError: spawn() got unexpected keyword argument 'nproc' (did you mean 'nprocs'?)"},
 		{"unknown2", "TypeError: spawn() got unexpected keyword arguments 'bogus', 'timout' (did you mean 'timeout'?)"},

@@ -15,7 +15,8 @@ import (
 // EnvCI is set to "true" on CI, where every tool a test needs must be present: a test that lacks one fails there.
 const EnvCI = "CI"
 
-// TorchPython is the interpreter of Debian's python3-torch (a python3 earlier on PATH may lack torch).
+// TorchPython is the interpreter of Debian's python3-torch and python3-cloudpickle (a python3 earlier on PATH may
+// lack them).
 const TorchPython = "/usr/bin/python3"
 
 // needs are the requirements Need knows besides executables on PATH; each returns what it found (a path) or why
@@ -73,10 +74,19 @@ var needs = map[string]func() (string, error){
 		}
 		return TorchPython, nil
 	},
+	// cloudpickle: Debian's python3-cloudpickle under /usr/bin/python3 (.ci/deps installs it), with which
+	// tpurun.spawn sends functions by value.
+	"cloudpickle": func() (string, error) {
+		out, err := exec.Command(TorchPython, "-c", "import cloudpickle").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s -c 'import cloudpickle': %v: %s (apt-get install python3-cloudpickle)", TorchPython, err, out)
+		}
+		return TorchPython, nil
+	},
 }
 
 // Need returns what the test needs, tool: an executable on PATH ("python3", "unshare"; its path is returned) or
-// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch". When the machine lacks it the
+// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch", "cloudpickle". When the machine lacks it the
 // test fails under CI=true (CI must provide everything) and is skipped otherwise, saying "SKIPPED, NOT PASSED" and
 // why: a skipped test is never counted as passing.
 func Need(t testing.TB, tool string) string {

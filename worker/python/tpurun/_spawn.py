@@ -24,7 +24,7 @@ import time
 import warnings
 
 from . import _wire
-from ._wire import ENV_FN_ARGS_FILE, ENV_FN_AUTHKEY_FILE, ENV_FN_MAIN, TARGET_ERROR, json_exact, qualname_problem
+from ._wire import ENV_FN_ARGS_FILE, ENV_FN_AUTHKEY_FILE, ENV_FN_FUNCTION_FILE, ENV_FN_MAIN, TARGET_ERROR, json_exact
 
 # The start methods multiprocessing (and so xmp.spawn) accepts.
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -93,32 +93,71 @@ def main_reference(main=None):
     path = getattr(main, "__file__", None)
     if not path or os.path.splitext(os.path.basename(path))[0] == "ipython":
         return None
-    return os.path.abspath(path)
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):  # a script read from stdin (`python3 -`: "<stdin>"), or one since removed
+        return None
+    return path
 
 
 def target_of(fn):
-    """The 'module:qualname' of fn; raises ValueError for lambdas and nested functions, before anything runs."""
+    """The 'module:qualname' of fn, by which the workers import it; raises ValueError for a function they cannot
+    import by name (a lambda, a nested function, one defined in an interactive __main__), before anything runs.
+    spawn() sends those by value when cloudpickle is importable."""
+    target, problem = _target(fn)
+    if problem:
+        raise ValueError("spawn(fn): %s %s, which the workers cannot import by name; tpurun.spawn sends it by value "
+                         "when cloudpickle is importable, else define it with def at the top level of a module file"
+                         % (_dotted(fn), problem))
+    return target
+
+
+def _dotted(fn):
+    return "%s.%s" % (getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", "?"))
+
+
+def _target(fn):
+    """(target, problem): fn's 'module:qualname', and why the workers cannot import it by that name (a phrase),
+    or None when they can. The target of a function they cannot import is only its name, for messages."""
     if isinstance(fn, str):
-        return fn
+        return fn, None
     if not callable(fn):
         raise TypeError("spawn(fn): fn must be a function or a 'module:function' string, got %s" % type(fn).__name__)
     qual = getattr(fn, "__qualname__", None)
     mod = getattr(fn, "__module__", None)
     if not qual or not mod:
         raise ValueError("spawn(fn): %r has no __module__/__qualname__; pass a top-level function" % (fn,))
-    problem = qualname_problem(qual)
-    if problem:
-        raise ValueError("spawn(fn): %s.%s %s" % (mod, qual, problem))
+    if "<lambda>" in qual:
+        return mod + ":" + qual, "is a lambda"
+    if "<locals>" in qual:
+        return mod + ":" + qual, "is a nested function"
     if mod == "__main__":
         main = sys.modules.get("__main__")
         spec = getattr(main, "__spec__", None)
         if spec is not None and spec.name and spec.name != "__main__":
             mod = spec.name
-        elif getattr(main, "__file__", None):
-            mod = os.path.abspath(main.__file__)
         else:
-            raise ValueError("spawn(fn): %s is defined in an interactive __main__; put it in a module file" % qual)
-    return mod + ":" + qual
+            path = os.path.abspath(main.__file__) if getattr(main, "__file__", None) else None
+            if not path or not os.path.isfile(path):  # no file, or "<stdin>"
+                return "__main__:" + qual, ("is defined in an interactive __main__ (a notebook, the REPL, a script "
+                                            "on stdin or python -c)")
+            mod = path
+    return mod + ":" + qual, None
+
+
+def _by_value(fn, problem):
+    """fn pickled by value with cloudpickle, for workers that cannot import it by name (problem says why); without
+    cloudpickle a ValueError saying what to do."""
+    cp = _wire.cloudpickle()
+    if cp is None:
+        raise ValueError("spawn(fn): %s %s, which the workers cannot import by name. tpurun.spawn sends such a "
+                         "function by value with cloudpickle, which is not importable here: `pip install cloudpickle` "
+                         "(in the workers' Python too), or define the function with def at the top level of a module "
+                         "file" % (_dotted(fn), problem))
+    try:
+        return cp.dumps(fn, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise TypeError("spawn(fn): %s %s, which the workers cannot import by name, and cloudpickle cannot pickle it "
+                        "by value: %s: %s" % (_dotted(fn), problem, type(e).__name__, e)) from None
 
 
 def load_document(out):
@@ -282,14 +321,14 @@ def _refuse_unknown(func, unknown, known):
                     % (func, "s" if len(parts) > 1 else "", ", ".join(parts), ", ".join(known)))
 
 
-def _pickle_args(args):
+def _pickle_args(args, dumps=pickle.dumps):
     try:
-        return pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps(args, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         pass
     for i, a in enumerate(args):  # name the argument that cannot be pickled
         try:
-            pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL)
+            dumps(a, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:
             raise TypeError("spawn: args[%d] (a %s) can be neither passed as JSON nor pickled: %s: %s"
                             % (i, type(a).__name__, type(e).__name__, e)) from None
@@ -312,7 +351,7 @@ def _fork_preload(main, target):
     where the imports of a script are) and the module of the target when it is another importable module."""
     out = ["__main__"] if main else []
     mod = target.partition(":")[0]
-    if mod != main and not mod.endswith(".py") and os.sep not in mod:
+    if mod != main and mod != "__main__" and not mod.endswith(".py") and os.sep not in mod:
         out.append(mod)
     return out
 
@@ -326,7 +365,10 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
 
     fn           a top-level function (found by import path in the workers) or a 'module:function' string. A
                  function defined in the script run as __main__ is found: the workers import that script (or the
-                 `python -m` module) as __mp_main__, as multiprocessing's spawn does.
+                 `python -m` module) as __mp_main__, as multiprocessing's spawn does. One they cannot import by
+                 name (a lambda, a nested function, one defined in a notebook, the REPL or a script on stdin) is
+                 sent by value with cloudpickle, and its arguments with it, when cloudpickle is importable (it is
+                 then needed in the workers' Python too); without it such a function is a ValueError.
     args         passed after index: as JSON when JSON carries them unchanged, else pickled (an argparse
                  Namespace, tuples, objects arrive as they were sent).
     nprocs       --nprocs; None lets tpurun use every device, as xmp.spawn does.
@@ -375,7 +417,8 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     if daemon:
         warnings.warn("tpurun.spawn: daemon=True has no effect: tpurun stops every worker when the run ends, and "
                       "when this process dies", RuntimeWarning, stacklevel=2)
-    target = target_of(fn)
+    target, problem = _target(fn)
+    fn_pickle = _by_value(fn, problem) if problem else None
     if nprocs is not None:
         try:
             nprocs = operator.index(nprocs)
@@ -391,6 +434,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     run_env.pop(ENV_FN_ARGS_FILE, None)
     run_env.pop(ENV_FN_AUTHKEY_FILE, None)
     run_env.pop(ENV_FN_MAIN, None)
+    run_env.pop(ENV_FN_FUNCTION_FILE, None)
     main = main_reference()
     if main:
         run_env[ENV_FN_MAIN] = main
@@ -410,11 +454,17 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
             args_json = None
     tmpdir = None
     try:
+        if fn_pickle is not None:
+            tmpdir = tempfile.mkdtemp(prefix="tpurun-args-")  # mode 0700: only this user can reach the file
+            path = os.path.join(tmpdir, "function.pickle")
+            _write_private(path, fn_pickle)
+            run_env[ENV_FN_FUNCTION_FILE] = path
         if args_json is not None:
             argv += ["--fn-args-json", args_json]
         else:
-            data = _pickle_args(args)
-            tmpdir = tempfile.mkdtemp(prefix="tpurun-args-")  # mode 0700: only this user can reach the file
+            # With the function by value, its arguments too: what it defined beside it (a class) has no name either.
+            data = _pickle_args(args, _wire.cloudpickle().dumps if fn_pickle is not None else pickle.dumps)
+            tmpdir = tmpdir or tempfile.mkdtemp(prefix="tpurun-args-")
             path = os.path.join(tmpdir, "args.pickle")
             _write_private(path, data)
             run_env[ENV_FN_ARGS_FILE] = path

@@ -27,6 +27,7 @@ ENV_FN_ARGS_JSON = "TPURUN_FN_ARGS_JSON"  # the JSON list of arguments, when --a
 ENV_FN_ARGS_FILE = "TPURUN_FN_ARGS_FILE"  # a private file holding the pickled tuple of arguments
 ENV_FN_MAIN = "TPURUN_FN_MAIN"  # the caller's main module, imported as __mp_main__: a file's path or a module name
 ENV_FN_AUTHKEY_FILE = "TPURUN_FN_AUTHKEY_FILE"  # a private file holding the caller's multiprocessing authkey
+ENV_FN_FUNCTION_FILE = "TPURUN_FN_FUNCTION_FILE"  # a private file holding the function itself, pickled by value
 
 
 # The error type function mode reports for a target it cannot use, found before anything was called.
@@ -89,7 +90,25 @@ def encode_value(value):
             return ENC_JSON, json.dumps(value, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError, OverflowError, RecursionError):
         pass
-    return ENC_PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        return ENC_PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        cp = cloudpickle()
+        if cp is None:
+            raise
+    # What pickle cannot name (a class, a lambda of a function sent by value): by value, as it came. The caller
+    # unpickles it with pickle, which needs cloudpickle there too: it sent the function that way.
+    return ENC_PICKLE, cp.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def cloudpickle():
+    """The cloudpickle module when it is importable, else None: the only module tpurun uses beyond the stdlib, to
+    send functions the workers cannot import by name (a notebook's, a lambda, a nested function) by value."""
+    try:
+        import cloudpickle as cp
+    except ImportError:
+        return None
+    return cp
 
 
 def error_info(exc):

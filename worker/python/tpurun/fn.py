@@ -14,6 +14,10 @@ it): the absolute path of the script the caller ran, or the name of the module i
 imported first, as ``__mp_main__`` (its ``if __name__ == "__main__"`` block does not run), and becomes
 ``__main__`` too, so functions, classes and pickled arguments defined in the caller's script are found.
 
+TPURUN_FN_FUNCTION_FILE names a private file holding the function itself, pickled by value with cloudpickle
+(spawn() writes it for a function the workers cannot import by name: a lambda, a nested function, one defined in
+a notebook or a script on stdin); the target is then only the function's name, for messages.
+
 TPURUN_FN_AUTHKEY_FILE names a private file holding the caller's multiprocessing authkey (spawn() writes it
 with pickled arguments, as multiprocessing hands its authkey to the children it starts): it becomes this
 process's authkey before the arguments are unpickled, so a ``multiprocessing.Manager()`` proxy among them (the
@@ -46,6 +50,7 @@ ENV_ARGS = _wire.ENV_FN_ARGS_JSON
 ENV_ARGS_FILE = _wire.ENV_FN_ARGS_FILE
 ENV_MAIN = _wire.ENV_FN_MAIN
 ENV_AUTHKEY_FILE = _wire.ENV_FN_AUTHKEY_FILE
+ENV_FUNCTION_FILE = _wire.ENV_FN_FUNCTION_FILE
 TARGET_ERROR = _wire.TARGET_ERROR
 USAGE = "usage: python3 -m tpurun.fn [--args-json JSON] module:function [ARG...]"
 MAIN_NAME = "__mp_main__"
@@ -258,6 +263,28 @@ def load_args_file(path):
     return list(args)
 
 
+def load_function_file(path, target):
+    """The function spawn() pickled by value (cloudpickle) into path, for a target the workers cannot import by
+    name (a lambda, a nested function, one defined in a notebook or on stdin); the file is checked as the arguments'
+    is. Unpickling it needs cloudpickle here too."""
+    data = _read_private(path, ENV_FUNCTION_FILE, "the pickled function")
+    try:
+        fn = pickle.loads(data)
+    except Exception as e:
+        hint = ""
+        if isinstance(e, ImportError) and (getattr(e, "name", None) or "").partition(".")[0] == "cloudpickle":
+            hint = ("; the caller sent %s by value with cloudpickle, which this Python (%s) cannot import: `pip "
+                    "install cloudpickle` for it" % (target, sys.executable))
+        elif isinstance(e, ImportError):
+            hint = "; a module the function uses by name must be importable in the workers too"
+        raise TargetError("unpickling the function %s from %s=%s raised %s: %s%s"
+                          % (target, ENV_FUNCTION_FILE, path, type(e).__name__, e, hint),
+                          traceback.format_exc()) from None
+    if not callable(fn):
+        raise TargetError("%s=%s holds a %s, not a function" % (ENV_FUNCTION_FILE, path, type(fn).__name__))
+    return fn
+
+
 def _send_target_error(ch, replicas, err):
     info = {"type": TARGET_ERROR, "message": str(err), "traceback": err.tb}
     payload = json.dumps(info).encode("utf-8")
@@ -267,21 +294,24 @@ def _send_target_error(ch, replicas, err):
 
 def prepare(argv, environ):
     """(function, arguments) for argv: the caller's main module imported, the arguments decoded, the target
-    resolved; raises TargetError without calling anything. TPURUN_FN_MAIN, TPURUN_FN_ARGS_FILE and
-    TPURUN_FN_AUTHKEY_FILE are taken out of environ, so programs the function starts never read them."""
+    resolved (or, with TPURUN_FN_FUNCTION_FILE, unpickled: the target is then only its name); raises TargetError
+    without calling anything. TPURUN_FN_MAIN, TPURUN_FN_ARGS_FILE, TPURUN_FN_AUTHKEY_FILE and
+    TPURUN_FN_FUNCTION_FILE are taken out of environ, so programs the function starts never read them."""
     main_ref = environ.pop(ENV_MAIN, "")
     args_file = environ.pop(ENV_ARGS_FILE, "")
     authkey_file = environ.pop(ENV_AUTHKEY_FILE, "")
+    function_file = environ.pop(ENV_FUNCTION_FILE, "")
     target, args, extra = parse_args(argv, environ)
     if authkey_file.strip():
         load_authkey_file(authkey_file)
     load_main(main_ref)
+    fn = load_function_file(function_file, target) if function_file.strip() else None
     if args_file.strip():
         if args:
             raise TargetError("both --args-json %s and %s=%s give the arguments; pass one"
                               % (json.dumps(args)[:200], ENV_ARGS_FILE, args_file))
         args = load_args_file(args_file)
-    return resolve(target), target, args + extra
+    return resolve(target) if fn is None else fn, target, args + extra
 
 
 def _report_failure(ch, replica, target, exc):
