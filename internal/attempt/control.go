@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/topology"
 )
 
 // Controller is the one stop controller of a run (docs/CONTROL.md): its goroutine is the only reader of the
@@ -223,7 +228,7 @@ func (c *Controller) detach(s *supervisor) {
 	}
 }
 
-// onSignal applies the signal policy (signals.go) to one signal tpurun received.
+// onSignal applies the signal policy (policyOf, below) to one signal tpurun received.
 func (c *Controller) onSignal(sig os.Signal) {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
@@ -370,4 +375,368 @@ func (c *Controller) onContinue() {
 		return
 	}
 	c.att.signalAll(syscall.SIGCONT, 0)
+}
+
+// sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.
+type sigPolicy int
+
+// The signal policies.
+const (
+	policyForward  sigPolicy = iota // sent once to every worker group; the run goes on
+	policyStop                      // the run stops: sent as is to every group, grace, SIGKILL
+	policyJobStop                   // job control: every group stopped, then tpurun stops itself
+	policyContinue                  // SIGCONT: sent to every group
+	policyOwn                       // tpurun's own, never forwarded: SIGCHLD, SIGURG, SIGPIPE, SIGPROF
+	policyNone                      // cannot be caught: SIGKILL, SIGSTOP, and 32-34 (the C libraries')
+)
+
+// policyOf is the policy of s.
+func policyOf(s syscall.Signal) sigPolicy {
+	switch s {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT:
+		return policyStop
+	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		return policyJobStop
+	case syscall.SIGCONT:
+		return policyContinue
+	case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE, syscall.SIGPROF:
+		return policyOwn
+	case syscall.SIGKILL, syscall.SIGSTOP, 32, 33, 34: // 32-34: the C libraries' own; Go cannot catch them
+		return policyNone
+	}
+	if s < 1 || s > 64 {
+		return policyNone
+	}
+	return policyForward
+}
+
+// caughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
+// policyOf), except those this process inherited as ignored (SIG_IGN) and can still see as such — SIGHUP and
+// SIGINT (Go's runtime keeps them ignored), SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT (Go never touches them) —: left
+// uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
+// job). Call it before any signal.Notify of the process.
+func caughtSignals() []os.Signal {
+	ignored := ignoredAtStart()
+	var out []os.Signal
+	for n := 1; n <= 64; n++ {
+		s := syscall.Signal(n)
+		switch policyOf(s) {
+		case policyOwn, policyNone:
+			continue
+		}
+		if ignored&(1<<(n-1)) != 0 || signal.Ignored(s) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ignoredAtStart is the mask of this process's ignored signals (SigIgn of /proc/self/status); 0 when unreadable.
+func ignoredAtStart() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return m
+		}
+	}
+	return 0
+}
+
+// NotifySignals routes every caught signal (see caughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
+// nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which the run reports, instead of
+// the Go runtime killing tpurun without a teardown. stop undoes it.
+func NotifySignals() (sigs <-chan os.Signal, stop func()) {
+	c, pipe := make(chan os.Signal, 64), make(chan os.Signal, 1)
+	signal.Notify(c, caughtSignals()...)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	return c, func() { signal.Stop(c); signal.Stop(pipe) }
+}
+
+// HurryOnStop is what a stop signal from sigs does once the run is over (Run has returned): nothing is left to stop,
+// only writes of the output to wait for (the results, the document, the last flush), and from then on each write of
+// the consoles waits at most console.AfterStop for its reader (console.Stop); the exit is then 128+N if output was
+// dropped. Other signals are dropped: no worker is left to forward them to. It reads sigs until the process exits.
+func HurryOnStop(sigs <-chan os.Signal, consoles ...*console.Console) {
+	if sigs == nil {
+		return
+	}
+	go func() {
+		for s := range sigs {
+			if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+				console.Stop(sig, consoles...)
+			}
+		}
+	}()
+}
+
+// Coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
+// from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
+// pending once — a stop signal twice (the second one means "kill now") — in arrival order, until the controller
+// takes it. A storm of SIGUSR1 is one pending SIGUSR1, as the kernel merges a pending signal; the SIGTERM behind
+// it is still delivered. It returns when done is closed.
+func Coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
+	out := make(chan os.Signal)
+	go func() {
+		var pending []os.Signal
+		for {
+			var send chan os.Signal
+			var next os.Signal
+			if len(pending) > 0 {
+				send, next = out, pending[0]
+			}
+			select {
+			case s := <-in:
+				if pendingCount(pending, s) < repeats(s) {
+					pending = append(pending, s)
+				}
+			case send <- next:
+				pending = pending[1:]
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func pendingCount(pending []os.Signal, s os.Signal) int {
+	n := 0
+	for _, p := range pending {
+		if p == s {
+			n++
+		}
+	}
+	return n
+}
+
+// repeats is how many of s may be pending at once: a stop signal twice (a second SIGINT kills at once), any other
+// once.
+func repeats(s os.Signal) int {
+	if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+		return 2
+	}
+	return 1
+}
+
+// ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
+// launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
+// gone is a *failure.SignalError (exit 143).
+func ExitWithParent() error {
+	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
+		if errors.Is(err, proc.ErrParentGone) {
+			return &failure.SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
+		}
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
+	}
+	return nil
+}
+
+// Terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its
+// foreground group at the start (an interactive shell, docker run -it). tpurun keeps it: its group stays the
+// foreground group, so Ctrl-C, Ctrl-\ and Ctrl-Z reach tpurun, which acts on the whole job, and what is typed there
+// is relayed, a line at a time as the terminal (never put in raw mode) gives it, to local rank 0's pseudo-terminal
+// (docs/CONTROL.md, "Terminal and stdin").
+type Terminal struct {
+	f   *os.File
+	fd  int
+	own int // tpurun's process group
+
+	mu      sync.Mutex
+	to      *os.File // local rank 0's pseudo-terminal (its master), nil while none takes input
+	started bool
+	wake    [2]int        // a pipe: Close wakes the relay
+	done    chan struct{} // closed when the relay returned
+}
+
+// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil.
+func OpenTerminal(stdin *os.File) *Terminal {
+	if stdin == nil {
+		return nil
+	}
+	fd := int(stdin.Fd())
+	fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP) // ENOTTY: not a terminal, or not tpurun's controlling one
+	if err != nil || fg != syscall.Getpgrp() {
+		return nil
+	}
+	return &Terminal{f: stdin, fd: fd, own: fg, wake: [2]int{-1, -1}, done: make(chan struct{})}
+}
+
+// foreground is the terminal's foreground process group now (0 when it cannot be read).
+func (t *Terminal) foreground() int {
+	fg, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
+	if err != nil {
+		return 0
+	}
+	return fg
+}
+
+// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
+// with the first.
+func (t *Terminal) inputTo(m *os.File) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.to = m
+	if t.started {
+		return
+	}
+	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
+		t.to = nil // no relay without a way to end it: the worker reads nothing
+		return
+	}
+	t.started = true
+	go t.relay()
+}
+
+// inputEnd stops relaying to m (its worker exited, or its attempt is over): what is typed next stays in the terminal
+// for whoever reads it next.
+func (t *Terminal) inputEnd(m *os.File) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.to == m {
+		t.to = nil
+	}
+}
+
+func (t *Terminal) target() *os.File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.to
+}
+
+// Close ends the relay.
+func (t *Terminal) Close() {
+	t.mu.Lock()
+	started := t.started
+	t.mu.Unlock()
+	if !started {
+		return
+	}
+	_, _ = unix.Write(t.wake[1], []byte{0})
+	<-t.done
+	_, _ = unix.Close(t.wake[0]), unix.Close(t.wake[1])
+}
+
+// veof is the end of input a canonical terminal takes (Ctrl-D), sent on to the worker's terminal for each end of
+// input and each partial line (what Ctrl-D after some text gives) that tpurun's terminal gives.
+const veof = 4
+
+// relay copies what is typed at the terminal to the worker's terminal of the moment. It reads only when the
+// terminal has input, tpurun's group is its foreground group and a worker takes it: in the background (bg, Ctrl-Z)
+// a read would stop tpurun (SIGTTIN) or take the shell's input, and between attempts the input waits in the
+// terminal.
+func (t *Terminal) relay() {
+	defer close(t.done)
+	buf := make([]byte, 4096)
+	for {
+		fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake[0]), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 || fds[0].Revents&unix.POLLIN == 0 { // Close, or the terminal hung up
+			return
+		}
+		to := t.target()
+		if to == nil || t.foreground() != t.own {
+			if t.pause() {
+				return
+			}
+			continue
+		}
+		n, err := unix.Read(t.fd, buf)
+		switch {
+		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+			continue
+		case err != nil:
+			return // EIO: hung up
+		}
+		in := buf[:n]
+		if n == 0 || in[n-1] != '\n' {
+			in = append(in, veof) // Ctrl-D typed: an end of input, or a partial line pushed
+		}
+		_, _ = to.Write(in) // fails once the worker's terminal is closed: the input was for it
+	}
+}
+
+// pause waits a moment (input the relay does not take yet), or until Close (true).
+func (t *Terminal) pause() bool {
+	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, int(100*time.Millisecond/time.Millisecond))
+	return n > 0
+}
+
+// stdinFor is what worker w reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
+// terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read /dev/null, as the terminal
+// gives its input to one reader.
+func (r *Runner) stdinFor(w topology.Worker) (*os.File, bool) {
+	switch {
+	case r.Stdin == nil || r.StdinTo == console.StdinNone:
+		return nil, false
+	case r.Term != nil && r.Term.foreground() == r.Term.own:
+		return nil, w.LocalRank == 0
+	case r.Term != nil || isTerminal(r.Stdin):
+		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
+	case r.StdinTo == console.StdinFirst && w.LocalRank != 0:
+		return nil, false
+	}
+	return r.Stdin, false
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// windowSize is the size of tpurun's terminal (its stdout's, else its stderr's, else its stdin's), nil without one.
+func (r *Runner) windowSize() *unix.Winsize {
+	for _, c := range []*console.Console{r.Stdout, r.Stderr} {
+		if c != nil {
+			if ws := c.WindowSize(); ws != nil {
+				return ws
+			}
+		}
+	}
+	if r.Term != nil {
+		if ws, err := unix.IoctlGetWinsize(r.Term.fd, unix.TIOCGWINSZ); err == nil {
+			return ws
+		}
+	}
+	return nil
+}
+
+// resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH): the kernel sends SIGWINCH
+// to each one's foreground group when it changed; a worker without one gets the signal from tpurun. It reports
+// false when no worker has one (the signal is then forwarded as any other).
+func (s *supervisor) resizeTerminals() bool {
+	ws := s.r.windowSize()
+	some := false
+	for _, wk := range s.ws {
+		some = some || len(wk.masters) > 0
+	}
+	if !some {
+		return false
+	}
+	for _, wk := range s.ws {
+		if len(wk.masters) == 0 {
+			s.signalOne(wk, syscall.SIGWINCH)
+			continue
+		}
+		for _, m := range wk.masters {
+			if ws == nil {
+				break
+			}
+			if err := console.Resize(m, ws); err != nil && !errors.Is(err, os.ErrClosed) {
+				s.r.Log.Debug("window size not passed on", zap.Int("rank", wk.w.Rank), zap.Error(err))
+			}
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package attempt
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,13 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
+	"github.com/shirou/gopsutil/v3/process"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -22,6 +28,7 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/safepath"
+	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 	"tpurun/worker"
@@ -513,4 +520,233 @@ func (r *Runner) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 		return argListError(w.Rank, cmd.Args, cmd.Env)
 	}
 	return fmt.Errorf("%w: rank %d: %w%s%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err), proc.ForkLimitHint(err))
+}
+
+// maxArgStrlen is Linux's limit on one argument or environment string (MAX_ARG_STRLEN, 32 pages).
+const maxArgStrlen = 32 * 4096
+
+// argListError explains an execve that failed with E2BIG ("argument list too long") for rank: how big the
+// arguments and the environment are against the kernel's limits, and the largest variables to trim. Too big a
+// command line is the user's to fix, not a launcher bug: it is a *failure.ConfigError (exit 2).
+func argListError(rank int, argv, env []string) error {
+	size := func(ss []string) (n int) {
+		for _, s := range ss {
+			n += len(s) + 1 + 8 // the string, its NUL and its pointer
+		}
+		return n
+	}
+	limit := 0
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_STACK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
+		limit = int(rl.Cur / 4) // Linux allows a quarter of the stack for them
+	}
+	for _, s := range append(append([]string(nil), argv...), env...) {
+		if len(s) >= maxArgStrlen {
+			name, _, _ := strings.Cut(s, "=")
+			return &failure.ConfigError{Field: setting.Environment, Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
+				"over Linux's %d-byte limit for a single string; shorten it (or pass the data in a file)", rank, len(s), maxArgStrlen)}
+		}
+	}
+	vars := append([]string(nil), env...)
+	sort.Slice(vars, func(a, b int) bool { return len(vars[a]) > len(vars[b]) })
+	var big []string
+	for _, kv := range vars[:min(3, len(vars))] {
+		name, _, _ := strings.Cut(kv, "=")
+		big = append(big, fmt.Sprintf("%s (%d bytes)", name, len(kv)))
+	}
+	lim := "the kernel's limit"
+	if limit > 0 {
+		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", limit)
+	}
+	return &failure.ConfigError{Field: setting.Environment, Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
+		"arguments (%d bytes) and environment (%d bytes) exceed %s; unset or shorten the largest variables: %s, or raise ulimit -s",
+		rank, size(argv), size(env), lim, strings.Join(big, ", "))}
+}
+
+// logFileMode is the mode of every per-rank log file: readable by the run's user and group tools (0644, before
+// the umask), writable by the launcher only.
+const logFileMode = 0o644
+
+// logWriter is a per-rank log file that tells once when a write fails (a full disk, a quota) and then drops the
+// rest: a log file that cannot be written never stops or slows the run, and the console keeps every line.
+type logWriter struct {
+	f      *os.File
+	failed bool
+	warn   func(path string, err error)
+}
+
+func (l *logWriter) Write(p []byte) (int, error) {
+	if l.failed {
+		return len(p), nil
+	}
+	if _, err := l.f.Write(p); err != nil {
+		l.failed = true
+		l.warn(l.f.Name(), err)
+	}
+	return len(p), nil
+}
+
+// The garbage collector during a start burst: off, within a bound on the process's memory (quietGC).
+
+// memoryInUse is what the runtime counts against its memory limit: all it has mapped, less the heap it gave
+// back to the system. From runtime/metrics: runtime.ReadMemStats would stop the world at every start.
+func memoryInUse() int64 {
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64() - s[1].Value.Uint64())
+}
+
+// gcQuiet counts the start bursts under way (see quietGC) and keeps the collector's settings from before the first.
+var gcQuiet struct {
+	sync.Mutex
+	bursts  int
+	percent int
+	limit   int64
+}
+
+// quietHeadroom is how much the process's memory may grow during a start burst, at least, before the collector
+// runs: far more than a start of thousands of workers allocates.
+const quietHeadroom = 64 << 20
+
+// quietGC turns the garbage collector off until the returned function is called: a start burst allocates a little
+// for each of many workers, and a collection in the middle of it would only scan what is still in use. It stays off
+// while the process's memory at most doubles (by quietHeadroom at least; a memory limit): a long start (a slow
+// preloaded interpreter, a loaded host) does not keep every byte the started workers' output costs meanwhile.
+// Bursts may overlap (several jobs in one process): the collector runs again once the last one ends.
+func quietGC() (restore func()) {
+	gcQuiet.Lock()
+	if gcQuiet.bursts == 0 {
+		used := memoryInUse()
+		gcQuiet.limit = debug.SetMemoryLimit(-1)
+		debug.SetMemoryLimit(min(gcQuiet.limit, used+max(used, quietHeadroom)))
+		gcQuiet.percent = debug.SetGCPercent(-1)
+	}
+	gcQuiet.bursts++
+	gcQuiet.Unlock()
+	return func() {
+		gcQuiet.Lock()
+		defer gcQuiet.Unlock()
+		if gcQuiet.bursts--; gcQuiet.bursts == 0 {
+			debug.SetGCPercent(gcQuiet.percent)
+			debug.SetMemoryLimit(gcQuiet.limit)
+		}
+	}
+}
+
+// Sample is the live resource use of one worker, as last sampled.
+type Sample struct {
+	PID     int
+	Rank    int    // the worker's global rank
+	RSS     uint64 // bytes
+	PeakRSS uint64 // the largest RSS seen by the sampler
+	CPU     time.Duration
+	At      time.Time
+}
+
+// Sampler polls the live workers' RSS and CPU time with gopsutil every interval. It only starts sampling one
+// interval after start, so it never competes with starting the workers.
+type Sampler struct {
+	interval time.Duration
+	notify   func([]Sample)
+	mu       sync.Mutex
+	live     map[int]*Sample // by pid
+	gone     map[int]bool    // pids in live whose worker has exited: kept for remove, no longer sampled
+}
+
+func NewSampler(interval time.Duration, notify func([]Sample)) *Sampler {
+	return &Sampler{interval: interval, notify: notify, live: map[int]*Sample{}}
+}
+
+func (s *Sampler) add(pid, rank int) {
+	s.mu.Lock()
+	s.live[pid] = &Sample{PID: pid, Rank: rank}
+	s.mu.Unlock()
+}
+
+// remove stops sampling pid and returns its last sample.
+func (s *Sampler) remove(pid int) Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	smp := s.live[pid]
+	delete(s.live, pid)
+	delete(s.gone, pid)
+	if smp == nil {
+		return Sample{PID: pid}
+	}
+	return *smp
+}
+
+// exited stops sampling pid, whose worker has exited, but keeps its last sample for remove.
+func (s *Sampler) exited(pid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone == nil {
+		s.gone = map[int]bool{}
+	}
+	s.gone[pid] = true
+}
+
+// Snapshot returns the current samples of the live workers (not of those that have exited).
+func (s *Sampler) Snapshot() []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Sample, 0, len(s.live))
+	for pid, smp := range s.live {
+		if !s.gone[pid] {
+			out = append(out, *smp)
+		}
+	}
+	return out
+}
+
+func (s *Sampler) Run(ctx context.Context) {
+	if s.interval <= 0 {
+		return
+	}
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.once(ctx)
+			if s.notify != nil {
+				s.notify(s.Snapshot())
+			}
+		}
+	}
+}
+
+func (s *Sampler) once(ctx context.Context) {
+	s.mu.Lock()
+	pids := make([]int, 0, len(s.live))
+	for pid := range s.live {
+		if !s.gone[pid] {
+			pids = append(pids, pid)
+		}
+	}
+	s.mu.Unlock()
+	for _, pid := range pids {
+		// Not process.NewProcess: it checks the pid with os.FindProcess, whose pidfd stays open until a finalizer
+		// runs. The reads below go to /proc/PID alone; a worker that has gone fails them.
+		p := &process.Process{Pid: int32(pid)}
+		mem, err1 := p.MemoryInfoWithContext(ctx)
+		times, err2 := p.TimesWithContext(ctx)
+		if err1 != nil && err2 != nil {
+			continue
+		}
+		s.mu.Lock()
+		if smp := s.live[pid]; smp != nil {
+			smp.At = time.Now()
+			if err1 == nil {
+				smp.RSS = mem.RSS
+				smp.PeakRSS = max(smp.PeakRSS, mem.RSS)
+			}
+			if err2 == nil {
+				smp.CPU = time.Duration((times.User + times.System) * float64(time.Second))
+			}
+		}
+		s.mu.Unlock()
+	}
 }

@@ -1,6 +1,12 @@
 package attempt
 
 import (
+	"cmp"
+	"errors"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -9,6 +15,7 @@ import (
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/worker"
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
@@ -324,4 +331,178 @@ func (r *Runner) drain(ws []*child) {
 	for _, wk := range ws {
 		wk.io.Wait()
 	}
+}
+
+// sweep kills the orphans of the run. When the job may walk this process's subtree (the reaper's, see subtree)
+// every orphan is in it, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it
+// scans every process of the host for the run's sweep tag in its environment.
+func (r *Runner) sweep() ([]int, error) {
+	if rp, done := r.subtree(); rp != nil {
+		swept, err := rp.Sweep(r.ProcRoot)
+		done()
+		if !errors.Is(err, proc.ErrNoChildrenFile) {
+			return swept, err
+		}
+		r.Log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
+	}
+	return proc.Sweep(r.ProcRoot, worker.EnvSweepTag, r.SweepTag, syscall.SIGKILL, r.kept)
+}
+
+// termOutside sends SIGTERM once to every live process the workers left outside their own groups (a helper in a
+// new session), found as the sweep finds them, and returns their pids.
+func (r *Runner) termOutside(ws []*child) []int {
+	groups := map[int]bool{}
+	for _, wk := range ws {
+		if wk.p != nil {
+			groups[wk.p.PID()] = true
+		}
+	}
+	inGroups := func(pid int) bool {
+		pgid, err := syscall.Getpgid(pid)
+		return groups[pid] || err != nil || groups[pgid] || r.kept(pid)
+	}
+	if rp, done := r.subtree(); rp != nil {
+		hit, err := rp.SignalTree(r.ProcRoot, inGroups, syscall.SIGTERM)
+		done()
+		if !errors.Is(err, proc.ErrNoChildrenFile) {
+			return hit
+		}
+	}
+	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
+	var hit []int
+	for _, pid := range pids {
+		if !inGroups(pid) && syscall.Kill(pid, syscall.SIGTERM) == nil {
+			hit = append(hit, pid)
+		}
+	}
+	return hit
+}
+
+// liveOrphans counts the processes of the run still alive once every worker has exited.
+func (r *Runner) liveOrphans() int {
+	if rp, done := r.subtree(); rp != nil {
+		defer done()
+		if _, err := os.Stat(r.ProcRoot + "/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
+			return rp.LiveDescendants(r.ProcRoot, r.kept)
+		}
+	}
+	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
+	return len(slices.DeleteFunc(pids, r.kept))
+}
+
+// kept reports whether pid is a process of the job that outlives its attempts (the preloaded interpreter).
+func (r *Runner) kept(pid int) bool {
+	return r.Reaper != nil && r.Reaper.Kept(pid)
+}
+
+// killAndSweep sends SIGKILL to every group and sweeps the subtree; it returns the pids the sweep had to kill.
+func (r *Runner) killAndSweep(ws []*child) []int {
+	for _, wk := range ws {
+		if wk.p != nil {
+			_ = wk.p.Signal(syscall.SIGKILL)
+		}
+	}
+	swept, err := r.sweep()
+	if err != nil {
+		r.Log.Warn("orphan sweep incomplete", zap.Error(err))
+	}
+	if len(swept) > 0 {
+		r.Log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
+	}
+	return swept
+}
+
+// reaping is this process's reaper while it is in use: started by the first Run that reaps (or by Reap), shared
+// by the Runs in flight (a reaper waits for every child of the process: there is one or none), closed when the
+// last user is done.
+var reaping struct {
+	sync.Mutex
+	rp      *proc.Reaper
+	runs    int  // the Runs using rp: the subtree is a Run's to walk only while it is the only one
+	holders int  // the callers of Reap keeping rp
+	setSub  bool // this process became the child subreaper for rp, and stops being one when rp closes
+}
+
+// Reap makes this process reap its orphans until stop is called: it becomes the child subreaper (PID 1 reaps
+// anyway) and starts the reaper that the Runs of the process share (see Spec.NoReaper). Run does this itself for
+// as long as it runs; Reap keeps the reaper beyond one Run: across several, or until the program's last words
+// (tpurun's last line comes before the reaper's count of the orphans it reaped). It fails when the process cannot
+// become the subreaper.
+func Reap(log *zap.Logger) (stop func(), err error) {
+	_, stop, err = useReaper(log, &reaping.holders)
+	return stop, err
+}
+
+// useReaper lends the process's reaper to a user counted in count, starting it (and making this process the child
+// subreaper, unless it is PID 1 or one already) when nobody holds it; release gives it back.
+func useReaper(log *zap.Logger, count *int) (rp *proc.Reaper, release func(), err error) {
+	log = cmp.Or(log, zap.NewNop())
+	reaping.Lock()
+	defer reaping.Unlock()
+	if reaping.rp == nil {
+		set := os.Getpid() != 1 && !proc.IsSubreaper()
+		if set {
+			if err := proc.SetSubreaper(); err != nil {
+				return nil, nil, err
+			}
+		}
+		reaping.rp, reaping.setSub = proc.NewReaper(log), set
+	}
+	*count++
+	rp = reaping.rp
+	return rp, sync.OnceFunc(func() {
+		reaping.Lock()
+		defer reaping.Unlock()
+		if *count--; reaping.runs+reaping.holders > 0 {
+			return
+		}
+		rp.Close()
+		if reaping.setSub {
+			if err := proc.ClearSubreaper(); err != nil {
+				log.Warn("could not stop being the child subreaper", zap.Error(err))
+			}
+		}
+		reaping.rp = nil
+	}), nil
+}
+
+// StartReaping sets up what the job's Spec leaves to Run: the signals it catches (sigs nil, unless noSignals) and
+// the reaper (unless noReaper; PID 1 always reaps). It returns the run's signals, the reaper lent to the run (nil
+// without one) and stop, which undoes both once the job is over.
+func StartReaping(log *zap.Logger, sigs <-chan os.Signal, noSignals, noReaper bool) (_ <-chan os.Signal, rp *proc.Reaper, stop func()) {
+	var undo []func()
+	if sigs == nil && !noSignals {
+		var stopSigs func()
+		sigs, stopSigs = NotifySignals()
+		undo = append(undo, stopSigs)
+	}
+	if !noReaper || os.Getpid() == 1 {
+		r, release, err := useReaper(log.Named("reaper"), &reaping.runs)
+		if err != nil {
+			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
+		} else {
+			rp = r
+			undo = append(undo, release)
+		}
+	}
+	return sigs, rp, func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+}
+
+// subtree is the reaper when the job may walk the whole subtree of this process (see Spec.SweepSubtree): it runs
+// nothing but this job, the only Run that uses the reaper. done ends the walk; no other Run takes the reaper meanwhile.
+// nil: the job finds its processes by their environment.
+func (r *Runner) subtree() (rp *proc.Reaper, done func()) {
+	if r.Reaper == nil || !r.SweepSubtree {
+		return nil, nil
+	}
+	reaping.Lock()
+	if reaping.rp != r.Reaper || reaping.runs != 1 {
+		reaping.Unlock()
+		return nil, nil
+	}
+	return r.Reaper, reaping.Unlock
 }
