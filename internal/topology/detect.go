@@ -1,17 +1,24 @@
 package topology
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
-	"tpurun/internal/setting"
-
 	"go.uber.org/zap"
+
+	"tpurun/internal/setting"
 )
 
 // Options says what to detect and where to look. The zero value detects the real host with os env.
@@ -196,5 +203,436 @@ func (d *detector) spmd() error {
 		return nil
 	}
 	d.h.SPMD = val(false, Default())
+	return nil
+}
+
+// SourceKind says where a detected value came from, in precedence order: flags beat env, env beats sysfs/dev,
+// sysfs/dev beat the metadata server, which beats the defaults.
+type SourceKind string
+
+// The kinds of source a Value can have.
+const (
+	FromFlag     SourceKind = "flag"
+	FromEnv      SourceKind = "env"
+	FromSysfs    SourceKind = "sysfs"
+	FromDev      SourceKind = "dev"
+	FromMetadata SourceKind = "metadata"
+	FromDefault  SourceKind = "default"
+	FromDerived  SourceKind = "derived"
+)
+
+// Source names where a value came from: the flag, the env var, the sysfs file or directory, the metadata URL, or
+// "default". The zero Source means "not set".
+type Source struct {
+	Kind SourceKind `json:"kind"`
+	Name string     `json:"name,omitempty"`
+}
+
+// String renders "env TPU_NUM_DEVICES", "flag --nprocs", "sysfs /sys/bus/pci/devices", "default".
+func (s Source) String() string {
+	switch {
+	case s.Kind == "":
+		return "unset"
+	case s.Name == "":
+		return string(s.Kind)
+	case s.Kind == FromDerived:
+		return "derived from " + s.Name
+	default:
+		return fmt.Sprintf("%s %s", s.Kind, s.Name)
+	}
+}
+
+// IsSet reports whether the source is known, i.e. the value was given or detected.
+func (s Source) IsSet() bool { return s.Kind != "" }
+
+// Flag, Env, Sysfs, Dev, Metadata and Default build Sources.
+func Flag(name string) Source    { return Source{Kind: FromFlag, Name: "--" + name} }
+func Env(name string) Source     { return Source{Kind: FromEnv, Name: name} }
+func Sysfs(path string) Source   { return Source{Kind: FromSysfs, Name: path} }
+func Dev(path string) Source     { return Source{Kind: FromDev, Name: path} }
+func Metadata(url string) Source { return Source{Kind: FromMetadata, Name: url} }
+func Default() Source            { return Source{Kind: FromDefault} }
+func Derived(from string) Source { return Source{Kind: FromDerived, Name: from} }
+
+// DerivedFrom is the source of a value computed from another: it names the original source once, however long
+// the chain of derivations ("derived from sysfs /sys/bus/pci/devices", never "derived derived ...").
+func DerivedFrom(s Source) Source {
+	if s.Kind == FromDerived {
+		return s
+	}
+	return Derived(s.String())
+}
+
+// Value is one detected setting together with where it came from.
+type Value[T any] struct {
+	V      T      `json:"value"`
+	Source Source `json:"source"`
+}
+
+// IsSet reports whether the value was given or detected (its Source is known).
+func (v Value[T]) IsSet() bool { return v.Source.IsSet() }
+
+func val[T any](v T, s Source) Value[T] { return Value[T]{V: v, Source: s} }
+
+// Chip is one accelerator chip (TPU or GPU) found on this host.
+type Chip struct {
+	Index    int    `json:"index"`               // chip index: TPU_VISIBLE_CHIPS / CUDA_VISIBLE_DEVICES value
+	PCI      string `json:"pci,omitempty"`       // PCI address, e.g. 0000:00:04.0
+	DeviceID string `json:"device_id,omitempty"` // PCI device id, e.g. 0x005e
+	DevNode  string `json:"dev_node,omitempty"`  // the device node a holder opens, e.g. /dev/vfio/0
+}
+
+// pciFunction is one PCI function as sysfs shows it: its address and its vendor, device and class ids (lower case).
+type pciFunction struct {
+	addr, vendor, device, class string
+}
+
+// pciScan is what the sysfs PCI scan found: every PCI function of the host, in PCI address order. Each kind picks
+// its own devices out of it (chips).
+type pciScan struct {
+	dir   string
+	funcs []pciFunction
+}
+
+// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}. A missing directory is not an error (containers
+// often hide it); an unreadable entry is skipped.
+func scanPCI(sysfsRoot string) (pciScan, error) {
+	dir := filepath.Join(sysfsRoot, "bus", "pci", "devices")
+	s := pciScan{dir: dir}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("scan PCI devices in %s: %w", dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names) // PCI address order = chip index order
+	for _, name := range names {
+		vendor := strings.ToLower(readTrim(filepath.Join(dir, name, "vendor")))
+		if vendor == "" {
+			continue
+		}
+		s.funcs = append(s.funcs, pciFunction{addr: name, vendor: vendor,
+			device: strings.ToLower(readTrim(filepath.Join(dir, name, "device"))),
+			class:  strings.ToLower(readTrim(filepath.Join(dir, name, "class")))})
+	}
+	return s, nil
+}
+
+// chips are the functions a kind's match accepts, as chips indexed in PCI address order.
+func (s pciScan) chips(match func(pciFunction) bool) []Chip {
+	var out []Chip
+	for _, f := range s.funcs {
+		if match(f) {
+			out = append(out, Chip{Index: len(out), PCI: f.addr, DeviceID: f.device})
+		}
+	}
+	return out
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// numberedNodes lists the device nodes in dir named prefix followed by a number (/dev/accelN: dev and "accel";
+// /dev/vfio/N: dev/vfio and "", never /dev/vfio/vfio), sorted by number. Each kind names its own.
+func numberedNodes(dir, prefix string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type node struct {
+		n    int
+		path string
+	}
+	var nodes []node
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		num := name[len(prefix):]
+		if !isDigits(num) {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			continue
+		}
+		nodes = append(nodes, node{n, filepath.Join(dir, name)})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].n < nodes[j].n })
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.path
+	}
+	return out
+}
+
+// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from the same variables a TPU slice
+// is described by (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, JOB_COMPLETION_INDEX), else SLURM's. A malformed one is kept
+// in NodeErr for the run that needs it. (A TPU host has read them already, and malformed values failed detection.)
+func (d *detector) envNodes() {
+	h := d.h
+	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
+		hosts, err := ParseHostList(v)
+		if err != nil {
+			h.NodeErr = envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host, comma-separated, in node order")
+			return
+		}
+		h.NodeHosts = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
+		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+		return
+	}
+	if d.slurmNodes() {
+		return
+	}
+	h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+}
+
+// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether the list is
+// set.
+func (d *detector) slurmNodes() bool {
+	h := d.h
+	v, ok := d.lookup("SLURM_JOB_NODELIST")
+	if !ok {
+		return false
+	}
+	hosts, err := ParseSlurmNodelist(v)
+	if err != nil {
+		h.NodeErr = envErr("SLURM_JOB_NODELIST", v, err, "fix the node list, or name the hosts another way")
+		return true
+	}
+	h.NodeHosts = val(hosts, Env("SLURM_JOB_NODELIST"))
+	h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
+	return true
+}
+
+// index reads the first of names that is set as a node index.
+func (d *detector) index(names ...string) (Value[int], error) {
+	for _, name := range names {
+		if v, ok := d.lookup(name); ok {
+			n, err := ParseIndex(v)
+			if err != nil {
+				return Value[int]{}, envErr(name, v, err, "use this node's index, from 0")
+			}
+			return val(n, Env(name)), nil
+		}
+	}
+	return Value[int]{}, nil
+}
+
+// Holder is a process that has a device node (or other file) open.
+type Holder struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+	Path    string `json:"path"`
+}
+
+// Holders lists the processes that have any of paths open, by scanning <procRoot>/*/fd links (what libtpu and
+// tpu-info do). Processes that vanish or whose fds cannot be read (another user's, without privilege) are skipped.
+// The result is in pid order, one entry per (pid, path).
+func Holders(procRoot string, paths []string) ([]Holder, error) {
+	want := map[string]string{}
+	for _, p := range paths {
+		want[filepath.Clean(p)] = p
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			want[r] = p
+		}
+	}
+	var out []Holder
+	err := eachFD(procRoot, func(pid int, target string) bool {
+		if p, ok := want[target]; ok {
+			for _, h := range out {
+				if h.PID == pid && h.Path == p {
+					return true
+				}
+			}
+			out = append(out, Holder{PID: pid, Command: command(procRoot, pid), Path: p})
+		}
+		return true
+	})
+	return out, err
+}
+
+// eachFD calls fn with each open fd's link target of every process under procRoot, in pid order, until fn says stop.
+func eachFD(procRoot string, fn func(pid int, target string) bool) error {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return fmt.Errorf("list processes in %s: %w", procRoot, err)
+	}
+	var pids []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	// os.ReadDir sorts by name, so sort numerically.
+	sortInts(pids)
+	for _, pid := range pids {
+		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
+		fds, err := os.ReadDir(fdDir)
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		for _, fd := range fds {
+			target, err := os.Readlink(filepath.Join(fdDir, fd.Name()))
+			if err != nil {
+				continue
+			}
+			if !fn(pid, target) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func sortInts(xs []int) {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+}
+
+// command returns a process's command line (or its comm name when the command line is empty).
+func command(procRoot string, pid int) string {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
+	if err == nil && len(b) > 0 {
+		return strings.TrimSpace(strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " "))
+	}
+	return readTrim(filepath.Join(procRoot, strconv.Itoa(pid), "comm"))
+}
+
+// LockState is the state of the libtpu lockfile.
+type LockState struct {
+	Path    string `json:"path"`
+	Exists  bool   `json:"exists"`
+	Held    bool   `json:"held"`
+	PID     int    `json:"pid,omitempty"`
+	Command string `json:"command,omitempty"`
+	Stale   bool   `json:"stale"` // exists but nobody holds a lock on it: harmless, libtpu takes it again
+}
+
+// Lockfile reports whether path (normally /tmp/libtpu_lockfile) exists and who holds a lock on it: first from
+// <procRoot>/locks (matching the file's device and inode), then by asking the kernel (F_GETLK).
+func Lockfile(procRoot, path string) (LockState, error) {
+	st := LockState{Path: path}
+	var sys syscall.Stat_t
+	if err := syscall.Stat(path, &sys); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return st, nil
+		}
+		return st, fmt.Errorf("stat lockfile %s: %w", path, err)
+	}
+	st.Exists = true
+	if pid, err := lockHolder(filepath.Join(procRoot, "locks"), sys); err == nil && pid > 0 {
+		st.Held, st.PID = true, pid
+	} else if pid := getlk(path); pid > 0 {
+		st.Held, st.PID = true, pid
+	}
+	if st.Held {
+		st.Command = command(procRoot, st.PID)
+	} else {
+		st.Stale = true
+	}
+	return st, nil
+}
+
+// lockHolder finds the pid of a lock on the file with the given stat in a /proc/locks table. Lines look like
+// "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters have "->" and are skipped).
+func lockHolder(locksPath string, st syscall.Stat_t) (int, error) {
+	f, err := os.Open(locksPath)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	major, minor := (st.Dev>>8)&0xfff|((st.Dev>>32)&^0xfff), (st.Dev&0xff)|((st.Dev>>12)&^0xff)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || fields[1] == "->" {
+			continue
+		}
+		id := strings.Split(fields[5], ":")
+		if len(id) != 3 {
+			continue
+		}
+		ma, err1 := strconv.ParseUint(id[0], 16, 64)
+		mi, err2 := strconv.ParseUint(id[1], 16, 64)
+		ino, err3 := strconv.ParseUint(id[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		if ma == uint64(major) && mi == uint64(minor) && ino == st.Ino {
+			pid, err := strconv.Atoi(fields[4])
+			if err == nil {
+				return pid, nil
+			}
+		}
+	}
+	return 0, sc.Err()
+}
+
+// getlk asks the kernel whether a write lock on the whole file would conflict and with whose (another process's).
+func getlk(path string) int {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		if f, err = os.Open(path); err != nil {
+			return 0
+		}
+	}
+	defer f.Close()
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: 0, Len: 0}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil {
+		return 0
+	}
+	if lk.Type == syscall.F_UNLCK {
+		return 0
+	}
+	return int(lk.Pid)
+}
+
+// DevNodes lists the device nodes of the host's chips (or GPUs), for Holders.
+func (h *Host) DevNodes() []string {
+	var out []string
+	for _, c := range h.Device.V.Kind().devices(h) {
+		if c.DevNode != "" {
+			out = append(out, c.DevNode)
+		}
+	}
+	return out
+}
+
+// CheckFree is the pre-launch check: an error *BusyError (errors.Is ErrChipBusy) when another process holds one of
+// the usable chips' device nodes open.
+func (h *Host) CheckFree() error {
+	paths := h.Device.V.Kind().usableNodes(h)
+	if len(paths) == 0 {
+		return nil
+	}
+	holders, err := Holders(h.ProcRoot, paths)
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	var others []Holder
+	for _, x := range holders {
+		if x.PID != self {
+			others = append(others, x)
+		}
+	}
+	if len(others) > 0 {
+		return &BusyError{Holders: others}
+	}
 	return nil
 }

@@ -1,9 +1,13 @@
 package topology
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -284,5 +288,133 @@ func TestMetadataBudgetHonoredByDetect(t *testing.T) {
 	}
 	if h.tpu().Accelerator.V.Type != "v4-8" || h.tpu().Accelerator.Source.Kind != FromDerived {
 		t.Errorf("accelerator %q from %s", h.tpu().Accelerator.V.Type, h.tpu().Accelerator.Source)
+	}
+}
+
+// TestHolders: a real process (the test binary as a helper) holds a fake device node open; Holders finds its pid and
+// command, CheckFree refuses the launch naming it, and doctor shows it.
+func TestHolders(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t).tpu(t, "0x006f", 4)
+	node := filepath.Join(ft.dev, "vfio", "2")
+	pid := startHolder(t, node, false)
+
+	hs, err := Holders("/proc", []string{node, filepath.Join(ft.dev, "vfio", "0")})
+	must(t, err)
+	if len(hs) != 1 || hs[0].PID != pid || hs[0].Path != node || !strings.Contains(hs[0].Command, "topology.test") {
+		t.Fatalf("holders %+v, want pid %d holding %s", hs, pid, node)
+	}
+
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-4"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	must(t, err)
+	err = h.CheckFree()
+	var be *BusyError
+	if !errors.Is(err, ErrChipBusy) || !errors.As(err, &be) || be.Holders[0].PID != pid {
+		t.Fatalf("CheckFree = %v", err)
+	}
+	if !strings.Contains(err.Error(), "pid "+strconv.Itoa(pid)) || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("message %q", err)
+	}
+
+	md := newMD(t, map[string]string{KeyAcceleratorType: "v6e-4"}, nil)
+	d := Diagnose(context.Background(), h, Options{MetadataURL: md.URL}, filepath.Join(t.TempDir(), "libtpu_lockfile"))
+	var out bytes.Buffer
+	must(t, WriteDoctor(&out, d))
+	js, err := json.Marshal(d)
+	if err != nil || !strings.Contains(string(js), `"pid":`+strconv.Itoa(pid)) || !strings.Contains(string(js), `"v6e-4"`) {
+		t.Errorf("doctor json %s: %v", js, err)
+	}
+	for _, s := range []string{"accelerator type", "v6e-4", "env TPU_ACCELERATOR_TYPE", node, "pid " + strconv.Itoa(pid), "lockfile", "absent", "reachable"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("doctor output lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestHoldersNone(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t).tpu(t, "0x006f", 1)
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	must(t, err)
+	if err := h.CheckFree(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockfile: a real helper process holds a lockf on the lockfile: held, with its pid; after it exits, stale.
+func TestLockfile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "libtpu_lockfile")
+	st, err := Lockfile("/proc", path)
+	must(t, err)
+	if st.Exists || st.Held {
+		t.Fatalf("absent lockfile: %+v", st)
+	}
+	must(t, os.WriteFile(path, nil, 0o644))
+	st, err = Lockfile("/proc", path)
+	must(t, err)
+	if !st.Exists || st.Held || !st.Stale {
+		t.Fatalf("unlocked lockfile: %+v", st)
+	}
+	pid := startHolder(t, path, true)
+	st, err = Lockfile("/proc", path)
+	must(t, err)
+	if !st.Held || st.PID != pid || st.Stale {
+		t.Fatalf("locked lockfile: %+v, want held by %d", st, pid)
+	}
+	// Without /proc/locks the kernel is asked directly (F_GETLK).
+	st, err = Lockfile(t.TempDir(), path)
+	must(t, err)
+	if !st.Held || st.PID != pid {
+		t.Fatalf("F_GETLK: %+v, want held by %d", st, pid)
+	}
+}
+
+func TestPortHolderNone(t *testing.T) {
+	t.Parallel()
+	if _, _, err := PortHolder("/proc", 1); err == nil {
+		t.Fatal("port 1 has a holder?")
+	}
+}
+
+func TestDerivedFromNamesTheOriginalSourceOnce(t *testing.T) {
+	s := DerivedFrom(DerivedFrom(Sysfs("/sys/bus/pci/devices")))
+	if got, want := s.String(), "derived from sysfs /sys/bus/pci/devices"; got != want {
+		t.Fatalf("DerivedFrom twice = %q, want %q", got, want)
+	}
+	if got, want := DerivedFrom(Env("TPU_ACCELERATOR_TYPE")).String(), "derived from env TPU_ACCELERATOR_TYPE"; got != want {
+		t.Fatalf("DerivedFrom(env) = %q, want %q", got, want)
+	}
+}
+
+// TestConfigErrorNamesSourcesOnce: a derived source reads "derived from ...", never "from derived from ...", and a
+// malformed value says so once.
+func TestConfigErrorNamesSourcesOnce(t *testing.T) {
+	t.Parallel()
+	ft := newTree(t) // chips hidden from the container: the accelerator type describes them
+	h, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-8"}),
+		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+	must(t, err)
+	for _, tc := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{NProcs: 3}, "nprocs 3 is not a valid split of the 4 v4 chips on this host (derived from env TPU_ACCELERATOR_TYPE); use 1, 2 or 4, or leave it unset"},
+		{Request{NProcs: 2, Hosts: []string{"a", "b"}}, "accelerator type v4-8 has 1 hosts but 2 are listed (from env TPU_ACCELERATOR_TYPE; derived from rendezvous); list every host of the slice, or fix the accelerator type"},
+	} {
+		if _, err := NewPlan(h, tc.req, World{}); !errors.Is(err, ErrConfig) || err.Error() != tc.want {
+			t.Errorf("err =\n  %v\nwant\n  %s", err, tc.want)
+		}
+	}
+	mixed := &ConfigError{Name: "nprocs", Value: "3", Problem: "is wrong", Sources: []Source{Flag("nprocs"), DerivedFrom(Env("TPU_ACCELERATOR_TYPE")), Flag("nprocs")}}
+	if got, want := mixed.Error(), "nprocs 3 is wrong (from flag --nprocs; derived from env TPU_ACCELERATOR_TYPE)"; got != want {
+		t.Errorf("mixed sources: %q, want %q", got, want)
+	}
+
+	ft8 := newTree(t).tpu(t, "0x0063", 8)
+	_, err = Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_NUM_DEVICES": "abc"}), SysfsRoot: ft8.sys, DevRoot: ft8.dev, MetadataURL: refusedURL(t)})
+	want := `TPU_NUM_DEVICES "abc" is malformed (from env TPU_NUM_DEVICES): "abc" is not a positive whole number; set it to the number of local chips to use (1, 2, 4 or all), or unset it`
+	if !errors.Is(err, ErrParse) || !errors.Is(err, ErrConfig) || err.Error() != want {
+		t.Errorf("err =\n  %v\nwant\n  %s", err, want)
 	}
 }

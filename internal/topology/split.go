@@ -356,11 +356,6 @@ func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
 	return "", skipUnknownType
 }
 
-// SoloNode is this host's node in NewPlan(h, req) (a plan built from the detected host alone): TPU_WORKER_ID on
-// an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run (--nprocs 1), which is this
-// host alone.
-func SoloNode(h *Host, req Request) int { return h.Device.V.Kind().soloNode(h, req) }
-
 // subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
 // bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x
 // chips-per-host bounds holds for subsets too (TPU_FACTS.md), as Ray describes a subset of a host. Unverified
