@@ -1,3 +1,9 @@
+// Package host owns this host's preparation for a run, before the first join (Prepared), in this file: detect
+// once, discover a job the host's environment lays out, plan this host, check the chips and the master port, pick
+// the ports, make the run's directory, put the Python module on the workers' path and set up function mode, start
+// the preloaded interpreter the workers are forked from, and the checks of a Spec that need the host; then, in
+// rendezvous.go, what the job asks of the host at each join: the rendezvous opened, this node's Member, and the plan
+// of the agreed world. It knows no attempt and no job.
 package host
 
 import (
@@ -7,9 +13,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -19,7 +30,11 @@ import (
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
+	"tpurun/internal/workerenv"
+	"tpurun/internal/zygote"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/static"
+	"tpurun/worker"
 )
 
 // Prepared is this host made ready for a run, before the first join: detected once, planned, its chips checked,
@@ -242,4 +257,405 @@ func warnIf(log *zap.Logger, note string) {
 	if note != "" {
 		log.Warn(note)
 	}
+}
+
+// CheckOutputs refuses, before anything starts, a results file or log directory that cannot be written.
+func CheckOutputs(s *spec.Spec) error {
+	if f := s.Results.File; f != "" {
+		dir := f[:strings.LastIndexByte("/"+f, '/')]
+		if dir == "" {
+			dir = "."
+		}
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return &failure.ConfigError{Field: setting.ResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
+		}
+		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
+			return &failure.ConfigError{Field: setting.ResultsFile, Value: f, Hint: "exists and is not a regular file"}
+		}
+	}
+	if d := s.LogDir; d != "" {
+		if st, err := os.Stat(d); err == nil && !st.IsDir() {
+			return &failure.ConfigError{Field: setting.LogDir, Value: d, Hint: "exists and is not a directory"}
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return &failure.ConfigError{Field: setting.LogDir, Value: d, Hint: err.Error()}
+		}
+	}
+	return nil
+}
+
+// checkMasterPort refuses a MASTER_PORT that another process already listens on, before any worker starts:
+// torchrun binds it for its store and fails at once, and without this check rank 0's TCPStore would fail later
+// with a bare EADDRINUSE. The check binds and releases addr:port; an address that is not this host's
+// (EADDRNOTAVAIL) is left to the workers. The error is a *failure.ConfigError naming the port, the address and the
+// holder's pid when procRoot shows it.
+func checkMasterPort(addr string, port int, procRoot string) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+	if err == nil {
+		return l.Close()
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil
+	}
+	holder := "a process tpurun could not identify"
+	if pid, cmd, herr := topology.PortHolder(procRoot, port); herr == nil {
+		holder = fmt.Sprintf("pid %d (%s)", pid, cmd)
+	}
+	return &failure.ConfigError{Field: setting.MasterPort, Value: strconv.Itoa(port),
+		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
+}
+
+// CheckMasterAddr refuses, on a world of one node, a MASTER_ADDR that does not name this host: rank 0's store
+// listens here, so the other ranks would look for it elsewhere and hang until torch's timeout. A name that does
+// not resolve, or resolves only to addresses of other hosts, is a *failure.ConfigError naming this host's addresses.
+func CheckMasterAddr(s *spec.Spec) error {
+	addr := s.MasterAddr
+	if !s.Rendezvous.Solo() || s.Plan != nil {
+		return nil
+	}
+	ips, err := net.LookupHost(addr)
+	if err != nil {
+		return &failure.ConfigError{Field: setting.MasterAddr, Value: addr,
+			Hint: fmt.Sprintf("does not resolve (%v); give an IP address or a name of this host, or leave it unset (127.0.0.1)", err)}
+	}
+	for _, ip := range ips {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err == nil {
+			return l.Close()
+		}
+		if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return nil // not a verdict about the address (a full fd table, say): the workers will tell
+		}
+	}
+	var mine []string
+	if as, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				mine = append(mine, n.IP.String())
+			}
+		}
+	}
+	return &failure.ConfigError{Field: setting.MasterAddr, Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
+		"hosts rank 0's store here: leave it unset (127.0.0.1) or give one of this host's addresses; for several nodes give each "+
+		"--nnodes N and --node-rank R with node 0's address", strings.Join(mine, ", "))}
+}
+
+// discover makes the world the host's environment describes, once, before anything joins: on one host of a TPU
+// slice of several hosts, or of a multislice job (topology.JobLayout), a run that asks for no world of its own (no
+// backend, or the static backend without an endpoint or host list) joins the others as one static world over every
+// slice: node rank = slice id x hosts per slice + worker id, node 0 the coordinator's host (slice 0's first), whose
+// server every node meets on the rendezvous port (29400, or the port option). A run on purpose alone
+// (RendezvousSpec.Alone: --nnodes 1, --standalone) plans this host as a one-host slice and says so. The world laid
+// out this way needs no token off loopback, as torchrun's static world does not (one warning says so).
+func (p *Prepared) discover() error {
+	r := &p.spec.Rendezvous
+	if p.Host == nil || !laidOutByHost(r) {
+		return nil
+	}
+	l, err := p.Host.JobLayout(p.Request)
+	if err != nil || l == nil {
+		return err
+	}
+	if r.Alone {
+		p.Log.Info("this host is one of several, but runs alone as asked: a world of one host", zap.Stringer("host", l),
+			zap.Int("job_nodes", l.NNodes()))
+		p.Host = p.Host.Alone()
+		for _, k := range topology.JobEnv() {
+			p.spec.Env = spec.WithoutEnv(p.spec.Env, k)
+		}
+		return nil
+	}
+	if r.NNodes > 0 && r.NNodes != l.NNodes() {
+		return &failure.ConfigError{Field: setting.NNodes, Value: strconv.Itoa(r.NNodes),
+			Hint: fmt.Sprintf("this host is %s: the job has %d nodes; give --nnodes %d, or leave it out", l, l.NNodes(), l.NNodes())}
+	}
+	p.Layout = l
+	if r.Solo() || r.NodeRank < 0 { // a world of one has no rank to give (0 and -1 alike): the layout's
+		r.NodeRank = l.NodeRank()
+	}
+	r.Backend, r.NNodes, r.MinNodes, r.AllowUnauthenticated = static.Name, l.NNodes(), 0, true
+	r.NumSlices, r.SliceID = l.Slices, l.SliceID
+	if r.RunID == "" && p.randomRunID { // every node must have the same: torchrun's, as under --rdzv-backend static
+		p.spec.RunID, p.randomRunID = spec.NoRunID, false
+		p.Log = p.spec.Logger.With(zap.String("run_id", spec.NoRunID))
+	}
+	r.RunID = cmp.Or(r.RunID, p.spec.RunID)
+	if l.Slices > 1 { // no host list names every node: each names itself, and node 0's endpoint is the coordinator's
+		port, err := rendezvousPort(r.Conf)
+		if err != nil {
+			return err
+		}
+		r.Endpoint = net.JoinHostPort(l.Coordinator, port)
+		r.NodeName, r.NodeAddr = cmp.Or(r.NodeName, l.Self()), cmp.Or(r.NodeAddr, l.Self())
+	}
+	p.Log.Info("this host is one of several: joining them as one world", zap.Stringer("host", l), zap.Int("node_rank", r.NodeRank),
+		zap.Int("nnodes", r.NNodes), zap.String("coordinator", l.Coordinator))
+	return nil
+}
+
+// laidOutByHost reports whether the world of r is the host's to lay out: no backend (and not alone on purpose:
+// that is checked by the caller, who says so), or the static backend with neither an endpoint nor a host list.
+func laidOutByHost(r *spec.RendezvousSpec) bool {
+	if r.Solo() { // --node-rank 0 of one node is the zero spec's; another rank is refused by validateSolo
+		return r.NNodes <= 1 && r.NodeRank <= 0
+	}
+	conf, _ := rendezvous.ParseConf(r.Conf)
+	return r.Backend == static.Name && r.Endpoint == "" && conf["hosts"] == ""
+}
+
+// rendezvousPort is the port of an endpoint laid out from a host list: the port option, else the default.
+func rendezvousPort(conf string) (string, error) {
+	c, err := rendezvous.ParseConf(conf)
+	if err != nil {
+		return "", err
+	}
+	return cmp.Or(c["port"], strconv.Itoa(rendezvous.DefaultPort)), nil
+}
+
+// pythonPath puts the embedded Python module on every worker's PYTHONPATH, so `import tpurun` works in every
+// mode: the shared copy in the user's cache (installed once, a stat afterwards), or a private temporary copy when
+// the cache cannot be used. Function mode puts it first (its runner must be this version); otherwise it comes last,
+// after whatever the user put there.
+func (p *Prepared) pythonPath() error {
+	s := p.spec
+	dir, err := worker.PythonPath("")
+	if err != nil {
+		p.Log.Debug("no shared copy of the Python module; using a private one", zap.Error(err))
+		d, terr := os.MkdirTemp("", "tpurun-py-")
+		if terr != nil {
+			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", failure.ErrInternal, terr, err)
+		}
+		p.pyDir = d
+		if dir, err = worker.InstallPython(d); err != nil {
+			return fmt.Errorf("%w: install the Python module into %s: %w", failure.ErrInternal, d, err)
+		}
+	}
+	p.PyModule = dir
+	parts := []string{dir, spec.LookupEnv(s.Env, "PYTHONPATH")}
+	if s.Fn == nil {
+		parts[0], parts[1] = parts[1], parts[0]
+	}
+	pp := strings.Trim(strings.Join(parts, string(os.PathListSeparator)), string(os.PathListSeparator))
+	s.Env = append(spec.WithoutEnv(s.Env, "PYTHONPATH"), "PYTHONPATH="+pp)
+	return nil
+}
+
+// setupFn makes the program the function runner: python -u -m tpurun.fn --args-json ARGS TARGET [ARGS...].
+func (p *Prepared) setupFn() error {
+	f, s := p.spec.Fn, p.spec
+	if err := f.Check(); err != nil {
+		return err
+	}
+	python := f.Python
+	if python == "" {
+		python = spec.LookupEnv(s.Env, "PYTHON_EXEC")
+	}
+	if python == "" {
+		python = "python3"
+	}
+	if _, err := exec.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
+		return &failure.ProgramError{Program: python, Err: err}
+	}
+	args := f.ArgsJSON
+	if args == "" {
+		args = "[]"
+	}
+	s.Program = append([]string{python, "-u", "-m", "tpurun.fn", "--args-json", args, f.Target}, f.Args...)
+	return nil
+}
+
+// Preloader forks the workers from the job's preloaded interpreter, started once (and again only if it died): the
+// attempt's starter (attempt.Starter) with --preload.
+type Preloader struct {
+	p       *Prepared
+	cfg     zygote.Config
+	cmd     zygote.Command
+	z       *zygote.Zygote
+	devnull *os.File
+	marker  string
+	out     sync.WaitGroup // the forwarders of the interpreter's own output
+}
+
+// startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any worker:
+// it imports the modules and proves it safe to fork, or the job ends with a *failure.ConfigError naming what made it
+// unsafe (exit 2). ctx is the job's: a stop signal or the timeout meanwhile kills the interpreter and ends the job.
+// From then on the workers are forked from it.
+func (p *Prepared) startPreload(ctx context.Context) error {
+	s := p.spec
+	if len(s.Preload) == 0 {
+		return nil
+	}
+	list := strings.Join(s.Preload, ",")
+	if p.reaper == nil { // the subreaper could not be had
+		return spec.PreloadReaperError(list)
+	}
+	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, "PYTHON_EXEC"))
+	if err != nil {
+		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: err.Error()}
+	}
+	if slices.Contains(s.Preload, "__main__") && s.Fn == nil {
+		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: "__main__ names the main module of the program that " +
+			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", failure.ErrInternal, os.DevNull, err)
+	}
+	pl := &Preloader{p: p, cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + list}
+	p.preload = pl
+	pl.cfg = zygote.Config{Python: cmd.Python, Script: filepath.Join(p.PyModule, "tpurun", "_zygote.py"),
+		Preload: s.Preload, Path0: path0(cmd, s.Dir), Env: p.sharedEnv(), Dir: s.Dir, Reaper: p.reaper,
+		Log: p.Log.Named("preload"), Lockfile: topology.DefaultLockfile, DeviceNodes: topology.DeviceNodeGlobs()}
+	if p.Host != nil {
+		pl.cfg.DevRoot = p.Host.DevRoot
+	}
+	return pl.ensure(ctx)
+}
+
+// ensure starts the interpreter unless it is running.
+func (pl *Preloader) ensure(ctx context.Context) error {
+	if pl.z != nil && pl.z.Alive() {
+		return nil
+	}
+	if pl.z != nil {
+		pl.p.Log.Warn("the preloaded interpreter is gone: starting it again", zap.Int("pid", pl.z.PID()))
+		pl.z.Close()
+	}
+	for _, std := range []struct {
+		console *console.Console
+		into    **os.File
+	}{{pl.p.stdout, &pl.cfg.Stdout}, {pl.p.stderr, &pl.cfg.Stderr}} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			if std.into == &pl.cfg.Stderr { // the stdout pipe's forwarder ends with its write end
+				pl.cfg.Stdout.Close()
+			}
+			return fmt.Errorf("%w: pipe: %w%s", failure.ErrInternal, err, proc.FDLimitHint(err))
+		}
+		*std.into = w
+		f := &console.Forwarder{Prefix: []byte("[preload] "), Console: std.console}
+		pl.out.Go(func() {
+			_ = f.Run(r)
+			r.Close()
+		})
+	}
+	z, err := zygote.Start(ctx, pl.cfg)
+	pl.cfg.Stdout.Close()
+	pl.cfg.Stderr.Close()
+	var refused *zygote.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		return &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
+		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
+	case err != nil:
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
+	}
+	pl.z = z
+	pl.p.Log.Info("preloaded interpreter ready", zap.Int("pid", z.PID()), zap.String("python", z.Python),
+		zap.Strings("modules", pl.cfg.Preload), zap.Float64("import_seconds", z.Seconds))
+	return nil
+}
+
+// Start forks one worker from the interpreter in place of exec'ing cmd (see attempt.Starter).
+func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Process)) (*proc.Process, error) {
+	c, err := zygote.ParseCommand(cmd.Args, pl.cmd.Python[0])
+	if err == nil && !slices.Equal(c.Python, pl.cmd.Python) {
+		err = fmt.Errorf("the interpreter options %q of this worker differ from the preloaded interpreter's %q", c.Python, pl.cmd.Python)
+	}
+	if err != nil {
+		return nil, &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+	}
+	if err := pl.ensure(context.Background()); err != nil {
+		return nil, err
+	}
+	stdin, ok := cmd.Stdin.(*os.File)
+	if !ok {
+		stdin = pl.devnull // what os/exec gives a nil Stdin
+	}
+	files := append([]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}, cmd.ExtraFiles...)
+	req := zygote.Request{Command: c, Argv: cmd.Args, Env: append(slices.Clone(cmd.Env), pl.marker), Dir: cmd.Dir, Files: files}
+	p, err := pl.z.Fork(rp, req, onExit)
+	if errors.Is(err, zygote.ErrGone) {
+		// It died after ensure looked (killed between attempts, its exit not delivered yet): no worker of this
+		// request runs (a forked one exits without its go byte). Started again, once.
+		if err := pl.ensure(context.Background()); err != nil {
+			return nil, err
+		}
+		p, err = pl.z.Fork(rp, req, onExit)
+	}
+	var refused *zygote.RefusedError
+	if errors.As(err, &refused) {
+		return nil, &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: refused.Error()}
+	}
+	return p, err
+}
+
+// close ends the interpreter and waits for its output to be forwarded.
+func (pl *Preloader) close() {
+	if pl.z != nil {
+		pl.z.Close()
+	}
+	pl.out.Wait()
+	pl.devnull.Close()
+}
+
+// path0 is what the interpreter puts first on sys.path for c: the directory of its program file (links
+// resolved), or the working directory for -m.
+func path0(c zygote.Command, dir string) string {
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	if c.Module {
+		return dir
+	}
+	p := c.Target
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return p
+	}
+	return filepath.Dir(p)
+}
+
+// sharedEnv is the environment of the preloaded interpreter: what every local worker's environment holds with
+// the same value (from the first attempt's plan), without any per-rank variable. What a module reads from the
+// environment while it is imported is read there, once.
+func (p *Prepared) sharedEnv() []string {
+	s := p.spec
+	rt := workerenv.Runtime{RunID: s.RunID, Role: s.Role, MaxRestarts: s.MaxRestarts, MasterAddr: s.MasterAddr,
+		MasterPort: s.MasterPort, SweepTag: s.SweepTag}
+	var local []topology.Worker
+	if p.Plan != nil && s.Rendezvous.Solo() {
+		local = p.Plan.Local(p.NodeRank)
+	}
+	if len(local) == 0 { // a multi-host world is planned at its join: the inherited environment then
+		out := []string{worker.EnvRunID + "=" + s.RunID, worker.EnvSweepTag + "=" + s.SweepTag}
+		if p.LocalWorkers > 1 && spec.LookupEnv(s.Env, "OMP_NUM_THREADS") == "" {
+			out = append(out, "OMP_NUM_THREADS=1") // as every worker gets it
+		}
+		for _, kv := range s.Env {
+			if k, _, _ := strings.Cut(kv, "="); !workerenv.PerRank(k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
+				out = append(out, kv)
+			}
+		}
+		return out
+	}
+	count := map[string]int{}
+	for _, w := range local {
+		for _, kv := range workerenv.For(s.Env, p.Plan, w, rt) {
+			count[kv]++
+		}
+	}
+	var out []string
+	for kv, n := range count {
+		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !workerenv.PerRank(k) {
+			out = append(out, kv)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
