@@ -1,17 +1,29 @@
+// Package console owns what the launcher writes for people and reads from its workers: a Console is one output
+// file (stdout or stderr) with one writer goroutine, so lines of different workers, of both streams and of tpurun's
+// own log never splice and a slow reader slows the workers instead of losing their lines; a Forwarder copies one
+// stream of one worker to it, whole lines with the worker's prefix (Prefix), raw bytes to its log file and the last
+// ones into a Tail; the workers' pipes are made (Pipe) and read to their end, bounded once the workers are gone
+// (Drain). Std, StdSpec and StdinMode say which streams go where and which workers read stdin. This file is the
+// Console, the streams and tpurun's own log on it; forward.go the Forwarder, the pipes and their drain; pty.go a
+// worker's own terminal.
 package console
 
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"sync"
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/setting"
 )
 
 // consoleQueue is how many bytes a console holds for a slow reader before the workers' output waits (backpressure,
@@ -336,4 +348,131 @@ func sameWriter(a, b io.Writer) bool {
 	}
 	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
 	return ta == tb && ta.Comparable() && a == b
+}
+
+// Std selects standard streams, with torchrun's numbers: 0 none, 1 stdout, 2 stderr, 3 both.
+type Std int
+
+// The values of Std.
+const (
+	StdNone Std = 0
+	StdOut  Std = 1
+	StdErr  Std = 2
+	StdAll  Std = 3
+)
+
+// StdSpec is a --redirects or --tee value: one Std for every local rank, or a per-local-rank map
+// ("0:1,1:2"; ranks not listed get StdNone).
+type StdSpec struct {
+	All     Std
+	PerRank map[int]Std
+}
+
+// For returns the streams selected for localRank.
+func (s StdSpec) For(localRank int) Std {
+	if s.PerRank != nil {
+		return s.PerRank[localRank]
+	}
+	return s.All
+}
+
+// Any reports whether some rank selects some stream.
+func (s StdSpec) Any() bool {
+	if s.PerRank != nil {
+		for _, v := range s.PerRank {
+			if v != StdNone {
+				return true
+			}
+		}
+		return false
+	}
+	return s.All != StdNone
+}
+
+// StdinMode says which workers read tpurun's stdin (Spec.Stdin); the others read /dev/null.
+type StdinMode string
+
+// The stdin modes (--stdin).
+const (
+	StdinAll   StdinMode = "all"  // every worker, as torchrun's workers inherit its stdin (the default)
+	StdinFirst StdinMode = "0"    // local rank 0 only
+	StdinNone  StdinMode = "none" // no worker: /dev/null for all
+)
+
+// Level is tpurun's own log level: debug when verbose, warnings and errors when quiet (tpurun --quiet), else info.
+func Level(verbose, quiet bool) zapcore.Level {
+	switch {
+	case verbose:
+		return zapcore.DebugLevel
+	case quiet:
+		return zapcore.WarnLevel
+	}
+	return zapcore.InfoLevel
+}
+
+// NewLogger is tpurun's own logger on w: "console" (human) or "json" (machines), at level.
+func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, error) {
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	switch format {
+	case "json":
+		enc = zapcore.NewJSONEncoder(ec)
+	case "console":
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		ec.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
+		ec.EncodeCaller = nil
+		enc = zapcore.NewConsoleEncoder(ec)
+	default:
+		return nil, &failure.ConfigError{Field: setting.LogFormat, Value: format, Hint: "use console or json"}
+	}
+	return zap.New(uniqueKeys{Core: zapcore.NewCore(enc, zapcore.AddSync(w), level)}).Named("tpurun"), nil
+}
+
+// uniqueKeys is a core whose records have each key once: a field whose key the logger's context (With) or an
+// earlier field of the record already has is dropped, the first one kept. The layers log with the loggers they are
+// given and add what they know (the rendezvous's run id to a job's logger that has it already); a JSON record with
+// a key twice is one that decoders read differently (the last wins in most, an error in some). Fields after a
+// namespace are the namespace's own.
+type uniqueKeys struct {
+	zapcore.Core
+	keys map[string]bool // the context's keys
+}
+
+func (c uniqueKeys) With(fields []zapcore.Field) zapcore.Core {
+	kept, keys := c.unique(fields)
+	return uniqueKeys{Core: c.Core.With(kept), keys: keys}
+}
+
+func (c uniqueKeys) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c uniqueKeys) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	kept, _ := c.unique(fields)
+	return c.Core.Write(e, kept)
+}
+
+// unique is fields without those whose key came before (in the context or in fields), and the keys so far.
+func (c uniqueKeys) unique(fields []zapcore.Field) ([]zapcore.Field, map[string]bool) {
+	keys := maps.Clone(c.keys)
+	if keys == nil {
+		keys = map[string]bool{}
+	}
+	kept := make([]zapcore.Field, 0, len(fields))
+	for i, f := range fields {
+		if f.Type == zapcore.NamespaceType { // what follows is nested under f.Key
+			keys[f.Key] = true
+			return append(kept, fields[i:]...), keys
+		}
+		if keys[f.Key] && f.Type != zapcore.SkipType {
+			continue
+		}
+		keys[f.Key] = true
+		kept = append(kept, f)
+	}
+	return kept, keys
 }
