@@ -1,8 +1,8 @@
-// Package host owns this host's preparation for a run, before the first join (Prepared), in this file: detect
+// Package host owns this host's preparation for a run, before the first join (Prepared), in this one file: detect
 // once, discover a job the host's environment lays out, plan this host, check the chips and the master port, pick
 // the ports, make the run's directory, put the Python module on the workers' path and set up function mode, start
-// the preloaded interpreter the workers are forked from, and the checks of a Spec that need the host; then, in
-// rendezvous.go, what the job asks of the host at each join: the rendezvous opened, this node's Member, and the plan
+// the preloaded interpreter the workers are forked from, and the checks of a Spec that need the host; then, at the
+// end of the file, what the job asks of the host at each join: the rendezvous opened, this node's Member, and the plan
 // of the agreed world. It knows no attempt and no job.
 package host
 
@@ -33,7 +33,11 @@ import (
 	"tpurun/internal/workerenv"
 	"tpurun/internal/zygote"
 	"tpurun/rendezvous"
-	"tpurun/rendezvous/static"
+
+	// The rendezvous backends tpurun links, each registering itself with package rendezvous: the one list.
+	_ "tpurun/rendezvous/etcd"
+	"tpurun/rendezvous/static" // also named below: discovery lays a host-described job out as a static world
+	_ "tpurun/rendezvous/tcp"
 	"tpurun/worker"
 )
 
@@ -658,4 +662,206 @@ func (p *Prepared) sharedEnv() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the
+// slice setting (MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID) and the token (TPURUN_RDZV_TOKEN).
+func (p *Prepared) resolveRendezvous() error {
+	if err := p.discover(); err != nil {
+		return err
+	}
+	r := &p.spec.Rendezvous
+	if r.Solo() {
+		return nil
+	}
+	if r.Token == "" {
+		r.Token = spec.LookupEnv(p.spec.Env, "TPURUN_RDZV_TOKEN")
+	}
+	for _, v := range []struct {
+		name       string
+		dst        *int
+		unset, def int
+	}{{topology.EnvMegascaleNumSlices, &r.NumSlices, 0, 1}, {topology.EnvMegascaleSliceID, &r.SliceID, -1, 0}} {
+		if *v.dst != v.unset {
+			continue
+		}
+		*v.dst = v.def
+		if p.Host == nil {
+			continue
+		}
+		if val, ok := p.Host.Megascale()[v.name]; ok {
+			n, err := topology.ParseMegascale(v.name, val.V)
+			if err != nil {
+				return &failure.ConfigError{Field: setting.Named(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+			}
+			*v.dst = n
+		}
+	}
+	return r.Validate()
+}
+
+// OpenRendezvous opens the backend of the job's rendezvous spec as Prepare resolved it (discovery, the token from
+// the environment): the world of one, or the real one configured from it and the hosts detection found (static).
+func (p *Prepared) OpenRendezvous(ctx context.Context) (*rendezvous.Rendezvous, error) {
+	r, runID, h := p.spec.Rendezvous, p.spec.RunID, p.Host
+	if r.Solo() { // it reads none of the settings: validateSolo checked those a world of one keeps
+		return rendezvous.New(ctx, rendezvous.Config{Backend: r.Backend, Logger: p.Log})
+	}
+	conf, err := rendezvous.ParseConf(r.Conf)
+	if err != nil {
+		return nil, err
+	}
+	c := config(r, conf)
+	c.Logger = p.Log
+	if c.RunID == "" {
+		c.RunID = runID
+	}
+	if c.Hosts, c.NodeRank, err = placement(r, conf, h); err != nil {
+		return nil, err
+	}
+	if p.Layout != nil && p.Layout.Slices > 1 { // a slice's host list names only that slice's nodes: no host list
+		c.Hosts = nil
+	}
+	rz, err := rendezvous.New(ctx, c)
+	if errors.Is(err, rendezvous.ErrNoToken) {
+		return nil, fmt.Errorf("%w; give every node the same secret: TPURUN_RDZV_TOKEN=SECRET in its environment, or --rdzv-token SECRET "+
+			"(tpurun asks for one on an endpoint you name; torchrun's --master-addr line, and a TPU slice's hosts meeting by themselves, run without one, with a warning)", err)
+	}
+	if err == nil && rz.Unauthenticated() {
+		p.Log.Warn("the rendezvous runs without a token, as torchrun's does: anyone who can reach "+rz.Endpoint()+" can join this job; "+
+			"give every node the same TPURUN_RDZV_TOKEN=SECRET (or --rdzv-token SECRET) to require one", zap.String("endpoint", rz.Endpoint()))
+	}
+	return rz, err
+}
+
+// config is r as the rendezvous package takes it, before placement adds the host list and the node rank.
+func config(r spec.RendezvousSpec, conf map[string]string) rendezvous.Config {
+	return rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
+		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, AllowUnauthenticated: r.AllowUnauthenticated}
+}
+
+// placement is the host list the rendezvous gets and the node rank of a fixed (static) world: the hosts option,
+// else what detection read (Host.NodeHosts, Host.NodeRank: TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST, ...). A node
+// rank that was set wins. An elastic backend (tcp, etcd) takes only the host list (its first host names the
+// default tcp endpoint) and assigns ranks itself. A malformed host list stops only a run whose backend needs it.
+func placement(r spec.RendezvousSpec, conf map[string]string, h *topology.Host) ([]string, int, error) {
+	b, err := rendezvous.Lookup(r.Backend)
+	if err != nil {
+		return nil, 0, err
+	}
+	var hosts []string
+	var rank topology.Value[int]
+	if h != nil {
+		hosts, rank = h.NodeHosts.V, h.NodeRank
+		if c := config(r, conf); h.NodeErr != nil && b.NeedsHosts(&c) && conf["hosts"] == "" {
+			return nil, 0, h.NodeErr
+		}
+	}
+	if v := conf["hosts"]; v != "" {
+		if hosts, err = topology.ParseHostList(v); err != nil {
+			return nil, 0, &failure.ConfigError{Field: setting.RendezvousHostsOption, Value: v, Hint: err.Error()}
+		}
+	}
+	nodeRank := r.NodeRank
+	if nodeRank < 0 && rank.IsSet() && !b.Elastic() { // a fixed world's ranks come with the launch
+		nodeRank = rank.V
+	}
+	return hosts, nodeRank, nil
+}
+
+// Member is what this node brings to the join of generation g.
+func (p *Prepared) Member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, error) {
+	r := p.spec.Rendezvous
+	slice := p.device().Kind().FixedSlice()
+	m := rendezvous.Member{Instance: p.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: p.LocalWorkers,
+		Accelerator: p.Accelerator, RunID: p.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
+		Rank: r.NodeRank, Generation: g, Ports: p.Ports, UnevenWorkers: !slice, Role: p.spec.Role}
+	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, a
+	// static world named by its endpoint, torchrun's --master_addr line, or the world of one) a node names itself.
+	if !rz.NamesNodes() {
+		if m.Host == "" {
+			var err error
+			if m.Host, err = os.Hostname(); err != nil {
+				return m, fmt.Errorf("%w: hostname: %w; give the node a name", failure.ErrInternal, err)
+			}
+			switch {
+			case r.NodeRank >= 0: // several agents on one host, told apart by their ranks (torchrun's usage)
+				m.Host += "#" + strconv.Itoa(r.NodeRank)
+			case !slice && !r.Solo(): // several agents on one CPU/GPU host (tests, host-network pods): torchrun's node id has the pid
+				m.Host += "_" + strconv.Itoa(os.Getpid())
+			}
+		}
+		if m.Addr == "" {
+			m.Addr = localAddr(rz.Endpoint())
+		}
+	}
+	return m, nil
+}
+
+// device is what this node runs on: the detected device, or a ready plan's.
+func (p *Prepared) device() topology.Device {
+	if p.Host != nil {
+		return p.Host.Device.V
+	}
+	return p.Plan.Device
+}
+
+// localAddr is the address of this host that reaches endpoint: loopback for a loopback (or empty) endpoint.
+func localAddr(endpoint string) string {
+	first := strings.Split(endpoint, ",")[0]
+	h, _, err := net.SplitHostPort(first)
+	if err != nil || h == "" {
+		return "127.0.0.1"
+	}
+	if ip := net.ParseIP(h); (ip != nil && ip.IsLoopback()) || h == "localhost" {
+		return "127.0.0.1"
+	}
+	c, err := net.Dial("udp", first) // no packet is sent: this only asks the kernel for the route
+	if err != nil {
+		return "127.0.0.1"
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// World is what this node runs in one generation: the agreed plan, its place in it and the master the workers meet
+// at. Met says the nodes met in a rendezvous to agree on it (a world of one agrees with itself: nothing to wait for,
+// no rendezvous time to report).
+type World struct {
+	Plan       *topology.Plan
+	NodeRank   int
+	NNodes     int
+	MasterAddr string
+	MasterPort int
+	Met        bool
+}
+
+// World is the world the assignment a describes: for a world of one, this host's plan as prepared and the master
+// the spec gives; for a world of several, the plan of every node (checked for busy ports on this node) with node
+// 0's master.
+func (p *Prepared) World(a *rendezvous.Assignment) (World, error) {
+	if p.spec.Rendezvous.Solo() {
+		return World{Plan: p.Plan, NodeRank: p.NodeRank, NNodes: 1, MasterAddr: p.spec.MasterAddr, MasterPort: p.spec.MasterPort}, nil
+	}
+	p.Log.Info("rendezvous agreed", zap.Int("generation", a.Generation), zap.Int("node_rank", a.NodeRank), zap.Int("nnodes", a.NNodes),
+		zap.Int("world_size", a.WorldSize), zap.String("master", net.JoinHostPort(a.MasterAddr, strconv.Itoa(a.MasterPort()))))
+	w := topology.World{NodeRank: a.NodeRank, NumSlices: a.NumSlices, MegascaleCoordinator: a.MegascaleCoordinator,
+		MegascalePort: a.Ports[rendezvous.PortMegascale]}
+	for _, n := range a.AllNodes() { // names and addresses of the nodes this node needs: its slice's on TPU
+		w.Nodes = append(w.Nodes, topology.WorldNode{Host: n.Host, Addr: n.Addr, LocalWorkers: n.LocalWorkers, SliceID: n.SliceID, Role: n.Role})
+	}
+	var plan *topology.Plan
+	var err error
+	if p.Host == nil { // a ready plan (Spec.Plan): its host split, spread over the agreed world
+		plan = p.Plan.Spread(p.NodeRank, w)
+	} else if plan, err = topology.NewPlan(p.Host, p.Request, w); err == nil {
+		err = plan.CheckPorts(a.NodeRank, p.Host.ProcRoot, nil)
+	}
+	if err != nil {
+		return World{}, err
+	}
+	if port := a.Ports[rendezvous.PortCoordinator]; port != 0 { // node 0's pick, shared by every node
+		plan.SetJAXCoordinator(net.JoinHostPort(a.MasterAddr, strconv.Itoa(port)))
+	}
+	return World{Plan: plan, NodeRank: a.NodeRank, NNodes: a.NNodes, MasterAddr: a.MasterAddr, MasterPort: a.MasterPort(), Met: true}, nil
 }
