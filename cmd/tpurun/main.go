@@ -5,15 +5,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -226,8 +230,8 @@ type options struct {
 	flags          *pflag.FlagSet // every flag, bound to the settings it sets (cli.Bind)
 	spec           launcher.Spec
 	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
-	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzv.go)
-	tr             *torchFlags // torchrun's remaining flags and the container flags (torchrun.go)
+	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzvFlags, below)
+	tr             *torchFlags // torchrun's remaining flags and the container flags (torchFlags, below)
 	json           bool        // --json: the results document on stdout
 	exitWithParent bool
 	statusAddr     string
@@ -417,4 +421,226 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	cli.Bind(fs, "results", setting.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	return f
+}
+
+// subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
+// still runs as `tpurun -- plan`).
+func subcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "plan":
+		return planCmd(args[1:], stdout, stderr), true
+	case "doctor":
+		return doctorCmd(args[1:], stdout, stderr), true
+	case "help":
+		return helpCmd(args[1:], stdout, stderr), true
+	}
+	return 0, false
+}
+
+// rdzvFlags are the multi-host flags (torchrun's names plus tpurun's).
+type rdzvFlags struct {
+	fs                                                                        *pflag.FlagSet
+	nnodes, backend, endpoint, id, conf, token, nodeName, nodeAddr, localAddr string
+	nodeRank, numSlices, sliceID                                              int
+	timeout                                                                   cli.Seconds
+}
+
+func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
+	r := &rdzvFlags{fs: fs}
+	fs.StringVar(&r.nnodes, "nnodes", "1", "number of nodes (hosts) of the job: N, or MIN:MAX for an elastic world that restarts with the nodes it has")
+	cli.Bind(fs, "nnodes", setting.NNodes, setting.RendezvousNodes, setting.RendezvousMinNodes)
+	fs.IntVar(&r.nodeRank, "node-rank", -1, "this node's rank (default: assigned by the rendezvous, or from TPU_WORKER_ID / SLURM_NODEID)")
+	cli.Bind(fs, "node-rank", setting.NodeRank, setting.RendezvousNodeRank)
+	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: "+cli.RendezvousBackends()+" (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
+	cli.Bind(fs, "rdzv-backend", setting.RendezvousBackend)
+	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
+	cli.Bind(fs, "rdzv-endpoint", setting.RendezvousEndpoint)
+	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
+	cli.Bind(fs, "rdzv-id", setting.RendezvousRunID)
+	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
+	cli.Bind(fs, "rdzv-conf", setting.RendezvousOption)
+	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default "+cli.DefaultRendezvousTimeout.String()+")")
+	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
+	cli.Bind(fs, "rdzv-token", setting.RendezvousToken)
+	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
+	cli.Bind(fs, "node-name", setting.RendezvousHostName)
+	fs.StringVar(&r.localAddr, "local-addr", "", "torchrun's name for --node-addr")
+	fs.StringVar(&r.nodeAddr, "node-addr", "", "the address other nodes reach this node at (default: the local address toward the endpoint)")
+	fs.IntVar(&r.numSlices, "num-slices", 0, "multi-slice: number of slices (default MEGASCALE_NUM_SLICES, else 1)")
+	fs.IntVar(&r.sliceID, "slice-id", -1, "multi-slice: this node's slice (default MEGASCALE_SLICE_ID, else 0)")
+	cli.Bind(fs, "slice-id", setting.SliceID)
+	return r
+}
+
+// spec is the rendezvous of the job: a world of one (no backend; its node rank, slice, options and run id still
+// checked and used) unless a backend, an endpoint or more than one node was asked for. runID is --run-id, the
+// default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
+// torchrun's. notes are warnings for the log.
+func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
+	lo, n, err := cli.ParseNNodes(r.nnodes)
+	if err != nil {
+		return c, nil, err
+	}
+	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
+		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default " + cli.DefaultRendezvousTimeout.String() + ")"}
+	}
+	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
+	if r.backend == "" && r.endpoint == "" && n <= 1 {
+		// --nnodes 1 (--standalone sets it) is one node on purpose; without it, a host whose environment says it is
+		// one of several joins them (launcher: discover)
+		c.Alone = r.fs.Changed("nnodes")
+		return c, nil, nil
+	}
+	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
+	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
+	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
+	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (launcher.Spec)
+	if !c.Elastic() && !r.fs.Changed("nnodes") {
+		c.NNodes = 0 // a fixed world's size: from the host list
+	}
+	return c, r.master(&c, masterAddr, masterPort), nil
+}
+
+// defaultBackend is the backend of a multi-host launch without --rdzv-backend: tcp (c10d) on the endpoint given,
+// else static (node 0 from the host list, or --master-addr).
+func defaultBackend(endpoint string) string {
+	if endpoint != "" {
+		return "tcp"
+	}
+	return "static"
+}
+
+// master applies --master-addr and --master-port to the rendezvous c as torchrun does: the endpoint of a fixed
+// world (static), which the launch lays out; under an elastic backend --master-addr is ignored with torchrun's
+// warning (the notes returned).
+func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
+	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
+	switch {
+	case c.Elastic() && r.fs.Changed("master-addr"):
+		notes = append(notes, "--master-addr is only used by the static rendezvous (as under torchrun): under "+c.Backend+
+			" every worker's MASTER_ADDR is node 0's address (give node 0 --node-addr to choose it); --master-port is node 0's MASTER_PORT")
+	case !c.Elastic() && c.Endpoint == "" && given:
+		// torchrun's classic multi-node line: every node names node 0 by --master-addr/--master-port. The workers'
+		// store takes MASTER_PORT (29500 unless given), so tpurun's rendezvous server listens on the port above it.
+		*masterPort = cmp.Or(*masterPort, 29500)
+		c.Endpoint = net.JoinHostPort(masterAddr, strconv.Itoa(*masterPort+1))
+		c.AllowUnauthenticated = true // as torchrun's line: its store on MASTER_PORT has no token either (one warning)
+	}
+	return notes
+}
+
+// torchFlags are torchrun's flags that tpurun accepts with the same meaning (the ones shared with tpurun's own,
+// like --max-restarts or --log-dir, are registered with the others above), plus the container flags.
+type torchFlags struct {
+	standalone bool
+	module     bool
+	noPython   bool
+	runPath    bool
+	monitor    cli.Seconds
+	shutdown   cli.Seconds
+	signals    string
+	logsSpec   string
+	subreaper  bool // --subreaper: accepted for compatibility, the default
+	noReaper   bool // --no-subreaper
+	handled    []os.Signal
+	noEffect   []string // torchrun flags given that have no meaning under tpurun: each gets a one-line note
+}
+
+func addTorchFlags(fs *pflag.FlagSet) *torchFlags {
+	t := &torchFlags{}
+	fs.BoolVar(&t.standalone, "standalone", false, "torchrun's single-node mode: --nnodes 1 and no rendezvous backend")
+	fs.BoolVarP(&t.module, "module", "m", false, "run PROGRAM as a Python module: $PYTHON_EXEC -u -m PROGRAM ARGS")
+	fs.BoolVar(&t.noPython, "no-python", false, "run PROGRAM as is, even when it ends in .py")
+	fs.BoolVar(&t.runPath, "run-path", false, "run PROGRAM as a Python script whatever its name: $PYTHON_EXEC -u PROGRAM ARGS")
+	t.monitor = cli.Seconds(100 * time.Millisecond)
+	fs.Var(&t.monitor, "monitor-interval", "accepted for torchrun compatibility (seconds or a duration); no effect: tpurun learns of exits at once")
+	t.shutdown = cli.Seconds(spec.DefaultGrace) // shown by --help; applied only when given
+	fs.Var(&t.shutdown, "shutdown-timeout", "torchrun's name for --grace (seconds or a duration): time between SIGTERM and SIGKILL")
+	fs.StringVar(&t.signals, "signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "accepted for torchrun compatibility; tpurun forwards every catchable signal once to every worker group (see docs/CONTROL.md)")
+	fs.BoolVar(&t.subreaper, "subreaper", false, "accepted for compatibility; no effect: tpurun is the child subreaper by default")
+	for _, f := range [][2]string{
+		{"start-method", "accepted for torchrun compatibility: every worker is a fresh exec of PROGRAM (torchrun's spawn)"},
+		{"event-log-handler", "accepted for torchrun compatibility; tpurun logs events through its own logger"},
+		{"numa-binding", "accepted for torchrun compatibility; not applied (workers are not pinned)"},
+	} {
+		fs.Var(&noteFlag{name: f[0], t: t}, f[0], f[1])
+	}
+	fs.StringVar(&t.logsSpec, "logs-specs", "", "torchrun's log layout plugin: only \"default\" (torchrun's own layout, which --log-dir writes)")
+	fs.BoolVar(&t.noReaper, "no-subreaper", false, "do not become the child subreaper (ignored as PID 1): orphans go to PID 1 and the orphan sweep scans every process's environment for the run id")
+	return t
+}
+
+// noteFlag is a torchrun flag that tpurun accepts without a meaning; giving it records a note.
+type noteFlag struct {
+	name, v string
+	t       *torchFlags
+}
+
+func (f *noteFlag) Set(v string) error {
+	f.v = v
+	f.t.noEffect = append(f.t.noEffect, "--"+f.name+"="+v)
+	return nil
+}
+func (f *noteFlag) String() string { return f.v }
+func (f *noteFlag) Type() string   { return "string" }
+
+// aliases are the groups of flags that spell one setting: a flag given on the command line also keeps the PET_*
+// variables of its aliases from overriding it (PET_NPROC_PER_NODE does not beat --nprocs).
+var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeout"}, {"node-addr", "local-addr"}}
+
+// apply turns the torchrun-style choices into the launcher config: the Python command line (python: --python),
+// the grace period and the handled signals. args are the positional arguments (PROGRAM ARGS...).
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
+	if t.standalone {
+		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
+			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
+				Hint: "runs one node on its own; for several nodes drop --standalone and give every node --rdzv-backend c10d --rdzv-endpoint HOST:PORT"}
+		}
+		for _, f := range []string{"nnodes=1", "rdzv-backend=", "rdzv-endpoint="} { // torchrun ignores the rdzv flags given with it
+			name, v, _ := strings.Cut(f, "=")
+			_ = fs.Set(name, v)
+		}
+	}
+	if f := fs.Lookup("shutdown-timeout"); f.Changed {
+		if fs.Lookup("grace").Changed && cfg.Grace != time.Duration(t.shutdown) {
+			return &failure.ConfigError{Field: "--shutdown-timeout", Value: t.shutdown.String(),
+				Hint: fmt.Sprintf("conflicts with --grace %s; give one of them", cfg.Grace)}
+		}
+		cfg.Grace = time.Duration(t.shutdown)
+	}
+	if f := map[bool]string{true: "--grace", false: "--shutdown-timeout"}[fs.Changed("grace")]; cfg.Grace <= 0 && fs.Changed(f[2:]) {
+		return &failure.ConfigError{Field: setting.Named(f), Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
+	}
+	if err := t.logsSpecs(); err != nil {
+		return err
+	}
+	sigs, err := cli.ParseSignals(t.signals)
+	if err != nil {
+		return &failure.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
+	}
+	t.handled = sigs
+	if fs.Lookup("signals-to-handle").Changed {
+		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
+	}
+	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
+	if python != "" {
+		m.PythonFlag = "--python"
+	}
+	if len(args) > 0 {
+		cfg.Program, err = cli.PythonProgram(args, m)
+	}
+	return err
+}
+
+// logsSpecs checks --logs-specs: torchrun loads a torchrun.logs_specs entry point by that name; tpurun has one,
+// "default", torchrun's own layout.
+func (t *torchFlags) logsSpecs() error {
+	if t.logsSpec != "" && t.logsSpec != "default" {
+		return &failure.ConfigError{Field: "--logs-specs", Value: t.logsSpec,
+			Hint: "tpurun writes torchrun's default log layout only: use --logs-specs default, or leave it out"}
+	}
+	return nil
 }

@@ -22,23 +22,6 @@ import (
 	"tpurun/internal/workerenv"
 )
 
-// subcommand runs `tpurun plan` and `tpurun doctor`; ok is false when args name neither (a program named plan
-// still runs as `tpurun -- plan`).
-func subcommand(args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	if len(args) == 0 {
-		return 0, false
-	}
-	switch args[0] {
-	case "plan":
-		return planCmd(args[1:], stdout, stderr), true
-	case "doctor":
-		return doctorCmd(args[1:], stdout, stderr), true
-	case "help":
-		return helpCmd(args[1:], stdout, stderr), true
-	}
-	return 0, false
-}
-
 // helpTopics are the texts of `tpurun help TOPIC`; exit-codes is the launcher's table.
 //
 //go:embed help/*.txt
