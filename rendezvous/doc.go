@@ -111,7 +111,7 @@
 // Each backend is a Backend (backend.go) in a package of its own, which registers it (Register) under its name
 // and torchrun's aliases: rendezvous/static, rendezvous/tcp (the embedded server, its client, the wire format and
 // handshake, shared with static) and rendezvous/etcd. A program links the backends it imports (tpurun's launcher
-// imports all three: launcher/rendezvous.go); Lookup finds one by name, and callers decide by its capabilities
+// imports all three: internal/host/host.go); Lookup finds one by name, and callers decide by its capabilities
 // (Solo, Elastic, NeedsHosts), never by its name. This package holds the API, the configuration, the errors and
 // the agreement core the backends share (agree.go); it imports none of them. New opens the backend once, and
 // every backend's joins return the one Session interface.

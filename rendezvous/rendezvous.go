@@ -1,16 +1,23 @@
 package rendezvous
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/hostname"
 	"tpurun/internal/setting"
 )
 
@@ -194,3 +201,449 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 // heartbeat) for the other nodes to leave, so they can finish reading the verdict and learn that the job closed.
 // On etcd the node stops keeping the job alive: its keys vanish linger after its last node closed.
 func (r *Rendezvous) Close() error { return r.store.Close() }
+
+// Session is one node's membership in one generation, as Rendezvous.Join returns it on every backend: the agreed
+// world, barriers, an exchange of data, failures both ways, and the close of the job.
+type Session interface {
+	// Assignment is the agreed world (a copy).
+	Assignment() *Assignment
+	// Barrier returns when every node has reached the barrier name, or fails with a *NodeLostError or ErrTimeout
+	// naming the nodes concerned.
+	Barrier(ctx context.Context, name string) error
+	// Publish stores data under key for this node.
+	Publish(ctx context.Context, key string, data []byte) error
+	// Gather waits until every node has published key and returns the data by node rank; a node gone without
+	// publishing fails it with a *NodeLostError.
+	Gather(ctx context.Context, key string) (map[int][]byte, error)
+	// Fail tells every other node that this node failed (At defaults to now); they hear it on Failures.
+	Fail(ctx context.Context, f Failure) error
+	// Failures delivers the failures of other nodes and the loss of nodes (or of the server). It is closed when the
+	// session ends.
+	Failures() <-chan Failure
+	// Waiting is the number of nodes already in the next generation, waiting for this one to restart: a node that
+	// came back or a new one (joined with LatestGeneration), or one of this world that restarted first. An elastic
+	// launcher whose world is below its maximum may restart to take them in.
+	Waiting(ctx context.Context) (int, error)
+	// Finish closes the job (see the package doc's lifecycle): this session's generation is the job's last, and it
+	// ended with exit code code, the world's verdict. Every node of the final world calls it once the verdict is
+	// agreed and no restart follows, before Leave: the first call records the close, the others find it recorded.
+	// From then on every node waiting for a later generation, and every node that joins while the record lasts,
+	// gets a *JobClosedError.
+	Finish(ctx context.Context, code int) error
+	// Done is closed when the session can no longer work: the rendezvous store is lost (the embedded server gone,
+	// etcd unreachable: within about two heartbeats) or the session was closed. Every call of the session waiting
+	// on the store returns then.
+	Done() <-chan struct{}
+	// Err is nil until Done is closed; then it says why: an error matching ErrStoreLost that names the store's
+	// endpoint, or ErrClosed.
+	Err() error
+	// Leave tells the others this node is done; its disappearance afterwards is not a failure.
+	Leave(ctx context.Context) error
+	// Close ends the session (without Leave, the others see this node as lost). Calling it again does nothing.
+	Close() error
+}
+
+// Clone is a copy of a that its receiver may change.
+func (a *Assignment) Clone() *Assignment {
+	c := *a
+	c.Nodes = append([]Node(nil), a.Nodes...)
+	c.Layout = append([]Span(nil), a.Layout...)
+	c.Ports = map[string]int{}
+	for k, v := range a.Ports {
+		c.Ports[k] = v
+	}
+	return &c
+}
+
+// Stamped is f with its time set to now when it has none.
+func (f Failure) Stamped() Failure {
+	if f.At.IsZero() {
+		f.At = time.Now()
+	}
+	return f
+}
+
+// FreePort asks the kernel for a TCP port that is free on host ("" for every interface). The port is free when
+// FreePort returns; the caller should bind it soon.
+func FreePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port on %s: %w", cmp.Or(host, "every interface"), err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// PickPorts picks the ports node 0 shares if it becomes node 0: a free MASTER_PORT and coordinator port. (The
+// MegaScale port is the launcher's to add: a TPU convention, not a free port.)
+func PickPorts() (map[string]int, error) {
+	out := map[string]int{}
+	for _, k := range []string{PortMaster, PortCoordinator} {
+		p, err := FreePort("")
+		if err != nil {
+			return nil, err
+		}
+		out[k] = p
+	}
+	if out[PortMaster] == out[PortCoordinator] {
+		p, err := FreePort("")
+		if err != nil {
+			return nil, err
+		}
+		out[PortCoordinator] = p
+	}
+	return out, nil
+}
+
+// Defaults.
+const (
+	DefaultHeartbeat = 5 * time.Second
+	DefaultTimeout   = 5 * time.Minute
+	// DefaultLastCall is how long an elastic join waits for more nodes once it has MinNodes (torchrun's
+	// last_call_timeout).
+	DefaultLastCall = 30 * time.Second
+	DefaultPort     = 29400
+)
+
+// Config selects and configures a backend; the field names follow torchrun's flags.
+type Config struct {
+	// Backend names a registered backend (Backends: static, tcp alias c10d, etcd alias etcd-v2), or "" for the world of
+	// one (Lookup).
+	Backend string
+	// Endpoint is host:port of the server (tcp, static) or a comma-separated list of etcd endpoints. Port 0 is
+	// accepted only on the node that hosts the server (is_host=true, or a world of one node).
+	Endpoint string
+	// RunID names the job (ValidateRunID); a Member without one gets it.
+	RunID string
+	// Conf holds key=value options (ParseConf): join_timeout, last_call_timeout, heartbeat, is_host, port, hosts,
+	// prefix, linger.
+	Conf map[string]string
+	// NNodes is the number of nodes, the most nodes of an elastic world. Static: taken from the host list when 0.
+	NNodes int
+	// MinNodes is the fewest nodes of an elastic world (tcp, etcd): a join completes with MinNodes..NNodes nodes
+	// (see LastCall). 0 means NNodes: a fixed size.
+	MinNodes int
+	// NodeRank is the requested node rank, -1 for any. Static: taken from the environment when -1. In an elastic
+	// world it must be below MinNodes.
+	NodeRank int
+	// Timeout bounds the join (join_timeout) and each barrier or gather without a context deadline.
+	Timeout time.Duration
+	// LastCall: once an elastic join has MinNodes nodes, it waits this much longer for more (up to NNodes), then
+	// completes with those present (last_call_timeout). Default DefaultLastCall.
+	LastCall time.Duration
+	// Heartbeat is how long a silent node takes to be reported lost (on etcd, a node's lease lives two heartbeats
+	// after its last renewal).
+	Heartbeat time.Duration
+	// Token is the shared secret; required when the endpoint or the listen address is not loopback, unless
+	// AllowUnauthenticated.
+	Token string
+	// AllowUnauthenticated lets a world without a Token meet off loopback: for a world its launch lays out
+	// (torchrun's static line, a slice described by its hosts' environment), whose workers' store on MASTER_PORT has
+	// no authentication either. Rendezvous.Unauthenticated then reports it, for the caller to warn.
+	AllowUnauthenticated bool
+	// Listen is where a node hosting the server binds; default the endpoint.
+	Listen string
+	// Hosts is the job's host list in node order, when the caller knows one (the launcher takes it from detection
+	// or the hosts option; this package reads no environment): the static world, and node 0's host for a tcp
+	// rendezvous without an endpoint.
+	Hosts []string
+	// MaxMessage, MaxConns, MaxUnauth and AuthTimeout configure a hosted server (tcp.ServerConfig); 0 for defaults.
+	MaxMessage  int
+	MaxConns    int
+	MaxUnauth   int
+	AuthTimeout time.Duration
+	// Resolver looks up the endpoint's host name (tcp, static); nil means net.DefaultResolver. A name that does
+	// not resolve yet is waited for within Timeout (tcp/resolve.go).
+	Resolver *net.Resolver
+	Logger   *zap.Logger
+}
+
+// confKeys are the Conf keys understood, sorted: tpurun's, and torchrun's (c10d and etcd) that ParseConf keeps.
+var confKeys = []string{"close_timeout", "heartbeat", "hosts", "is_host", "join_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+	"last_call_timeout", "linger", "port", "prefix", "read_timeout", "store_type", "use_libuv"}
+
+// confAliases are torchrun's keys that mean one of tpurun's: its etcd backend's "timeout" is the join timeout,
+// heartbeat_timeout the time after which a silent node is lost, etcd_prefix the key prefix.
+var confAliases = map[string]string{"timeout": "join_timeout", "heartbeat_timeout": "heartbeat", "etcd_prefix": "prefix"}
+
+// NoEffectConf are torchrun's keys that are accepted and do nothing under tpurun (its messages have their own
+// bounds, and it has no TCPStore to tune).
+var NoEffectConf = []string{"close_timeout", "read_timeout", "store_type", "use_libuv"}
+
+// ParseConf parses options given as comma-separated key=value pairs ("join_timeout=60,is_host=true"), as torchrun
+// takes --rdzv-conf: white space and quotes around the whole list, a key or a value are dropped (a shell that kept
+// them, or a test that passes "'timeout=5'"), torchrun's aliases become tpurun's keys (timeout: join_timeout,
+// heartbeat_timeout: heartbeat, etcd_prefix: prefix; the tpurun key wins when both are given), and is_host takes
+// torchrun's booleans (yes, no, t, f, ...). Unknown keys are refused later, by New or CheckConf.
+func ParseConf(s string) (map[string]string, error) {
+	out := map[string]string{}
+	s = unquote(s)
+	if s == "" {
+		return out, nil
+	}
+	aliased := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = unquote(k), unquote(v)
+		if !ok || k == "" {
+			return nil, ConfigError(setting.RendezvousOption, kv, "not key=value")
+		}
+		_, dup := out[k]
+		if to, ok := confAliases[k]; ok {
+			_, dup = aliased[to+"\x00"+k]
+			aliased[to+"\x00"+k] = v
+		} else {
+			out[k] = v
+		}
+		if dup {
+			return nil, ConfigError(setting.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
+		}
+	}
+	for key, v := range aliased {
+		if to, _, _ := strings.Cut(key, "\x00"); out[to] == "" {
+			out[to] = v
+		}
+	}
+	if v, ok := out["is_host"]; ok {
+		out["is_host"] = torchBool(v)
+	}
+	return out, nil
+}
+
+// CheckConf refuses a key that neither tpurun nor torchrun knows, naming the known keys.
+func CheckConf(conf map[string]string) error { return checkConfKeys(conf) }
+
+// unquote drops white space and quotes around s.
+func unquote(s string) string {
+	return strings.TrimSpace(strings.Trim(strings.TrimSpace(s), `'"`))
+}
+
+// torchBool maps torchrun's booleans (RendezvousParameters.get_as_bool) to "true" and "false"; anything else is
+// kept for the backend to refuse.
+func torchBool(v string) string {
+	switch strings.ToLower(v) {
+	case "1", "true", "t", "yes", "y", "on":
+		return "true"
+	case "0", "false", "f", "no", "n", "off":
+		return "false"
+	}
+	return v
+}
+
+// WithDefaultPort is endpoint with the backend's default port added where a host is given without one, as
+// torchrun's parse_rendezvous_endpoint does: DefaultPort (tcp, c10d, static), 2379 for each etcd endpoint. An
+// IPv6 address may be given bare or in brackets.
+func WithDefaultPort(backend, endpoint string) string {
+	port := strconv.Itoa(DefaultPort)
+	if b, err := Lookup(backend); err == nil {
+		port = strconv.Itoa(b.Port())
+	}
+	parts := strings.Split(endpoint, ",")
+	for i, ep := range parts {
+		ep = strings.TrimSpace(ep)
+		if ep == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(ep); err == nil {
+			continue
+		}
+		host := strings.TrimSuffix(strings.TrimPrefix(ep, "["), "]")
+		if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+			continue // neither a host nor an IPv6 address: left for the endpoint check to refuse
+		}
+		parts[i] = net.JoinHostPort(host, port)
+	}
+	return strings.Join(parts, ",")
+}
+
+// checkConfKeys refuses an unknown key.
+func checkConfKeys(conf map[string]string) error {
+	for k, v := range conf {
+		i := sort.SearchStrings(confKeys, k)
+		if i == len(confKeys) || confKeys[i] != k {
+			return ConfigError(setting.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+		}
+	}
+	return nil
+}
+
+// confDuration reads a duration given as seconds ("30", "0.5") or a Go duration ("30s").
+func confDuration(conf map[string]string, key string, def time.Duration) (time.Duration, error) {
+	v, ok := conf[key]
+	if !ok {
+		return def, nil
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 && f < 1e6 {
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d, nil
+	}
+	return 0, ConfigError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+}
+
+// heartbeat is the time to declare a silent node lost: the heartbeat option, else torchrun's keep_alive_interval x
+// keep_alive_max_attempt (5 s x 3 by default there) when either is given, else def.
+func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error) {
+	_, i := conf["keep_alive_interval"]
+	_, n := conf["keep_alive_max_attempt"]
+	if _, hb := conf["heartbeat"]; hb || !i && !n {
+		return confDuration(conf, "heartbeat", def)
+	}
+	interval, err := confDuration(conf, "keep_alive_interval", 5*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	attempts, err := strconv.Atoi(cmp.Or(conf["keep_alive_max_attempt"], "3"))
+	if err != nil || attempts < 1 || attempts > 1000 {
+		return 0, ConfigError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
+	}
+	return interval * time.Duration(attempts), nil
+}
+
+// torchrunConf applies what torchrun's settings mean beyond the options' values: an endpoint without a port gets
+// the default one, and the keys that have no effect here are logged.
+func torchrunConf(cfg *Config) {
+	for _, k := range NoEffectConf {
+		if v, ok := cfg.Conf[k]; ok {
+			cfg.Logger.Info("torchrun rendezvous option accepted with no effect under tpurun", zap.String("option", k+"="+v))
+		}
+	}
+	cfg.Endpoint = WithDefaultPort(cfg.Backend, cfg.Endpoint)
+}
+
+// MaxRunID is the longest run id accepted, in bytes.
+const MaxRunID = 128
+
+// ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
+// must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
+// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field setting.RendezvousRunID.
+func ValidateRunID(id string) error {
+	bad := func(why string) error {
+		return ConfigError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+	}
+	switch {
+	case id == "":
+		return bad("empty")
+	case len(id) > MaxRunID:
+		return bad(fmt.Sprintf("%d bytes long", len(id)))
+	case !utf8.ValidString(id):
+		return bad("not valid UTF-8")
+	case id == "." || id == "..":
+		return bad("a relative directory name")
+	}
+	for _, r := range id {
+		switch {
+		case r == '/' || r == '\\':
+			return bad(fmt.Sprintf("holds the path separator %q", r))
+		case r == '=':
+			return bad("holds '=' (it is carried in KEY=value environment entries)")
+		case unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029':
+			return bad(fmt.Sprintf("holds the control character %U", r))
+		}
+	}
+	if strings.TrimSpace(id) != id {
+		return bad("starts or ends with white space")
+	}
+	return nil
+}
+
+// SplitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
+// the port a number 0..65535 (0 only where zeroOK).
+func SplitEndpoint(field setting.Setting, ep string, zeroOK bool) (string, int, error) {
+	host, p, err := net.SplitHostPort(ep)
+	if err != nil {
+		return "", 0, ConfigError(field, ep, "not host:port (for IPv6, [addr]:port)")
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %q is not a number; use 1..65535", p))
+	}
+	if port < 0 || port > 65535 {
+		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %d is out of range; use 1..65535", port))
+	}
+	if port == 0 && !zeroOK {
+		return "", 0, ConfigError(field, ep, "port 0 means any free port, which only the node hosting the server may ask for; give the port the server listens on (default "+strconv.Itoa(DefaultPort)+")")
+	}
+	if host == "" {
+		return host, port, nil // every interface (listen) or this host (dial)
+	}
+	if err := hostname.Check(host); err != nil {
+		return "", 0, ConfigError(field, ep, err.Error())
+	}
+	return host, port, nil
+}
+
+// IsLoopback reports whether host names only loopback addresses (an empty host means every interface).
+func IsLoopback(host string) bool {
+	if host == "" {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// Validate checks what a node brings to a join; also applied by the server to every join it receives.
+func (m *Member) Validate() error {
+	if err := m.checkInstance(); err != nil {
+		return err
+	}
+	if err := m.checkCounts(); err != nil {
+		return err
+	}
+	if m.Host != "" {
+		if why := hostProblem(m.Host); why != "" {
+			return ConfigError(setting.RendezvousHostName, m.Host, why)
+		}
+	}
+	if m.RunID != "" {
+		if err := ValidateRunID(m.RunID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkInstance checks the member's instance id: 1..64 printable characters without '/'.
+func (m *Member) checkInstance() error {
+	switch {
+	case m.Instance == "":
+		return ConfigError("instance", "", "a member needs an instance id; use NewInstance()")
+	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
+		return ConfigError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
+	}
+	return nil
+}
+
+// checkCounts checks the member's numbers: its workers, generation, requested rank and slice.
+func (m *Member) checkCounts() error {
+	ref := m.Host
+	if ref == "" {
+		ref = m.Instance
+	}
+	switch {
+	case m.LocalWorkers < 1:
+		return NewError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+	case m.Generation < LatestGeneration:
+		return NewError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+	case m.Rank < -1:
+		return NewError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
+		return NewError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
+	}
+	return nil
+}
+
+// MaxNodes bounds the node count of one world.
+const MaxNodes = 65536
+
+// SizeRange says a world size (for backends' messages): "4", or "2..4" when elastic (min 0 means max).
+func SizeRange(min, max int) string {
+	if min == 0 || min == max {
+		return fmt.Sprint(max)
+	}
+	return fmt.Sprintf("%d..%d", min, max)
+}

@@ -21,9 +21,8 @@ import (
 // Name is the backend's name (Config.Backend); torchrun's older etcd backend is etcd-v2.
 const Name = "etcd"
 
-func init() {
-	rendezvous.Register(rendezvous.Registration{Name: Name, Aliases: []string{"etcd-v2"}, Backend: backend{}})
-}
+// The backend registers itself when a program links the package.
+var _ = rendezvous.Register(rendezvous.Registration{Name: Name, Aliases: []string{"etcd-v2"}, Backend: backend{}})
 
 // backend is torchrun's etcd rendezvous: an elastic world met on a real etcd v3 cluster, without a leader.
 type backend struct{}

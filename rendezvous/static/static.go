@@ -21,9 +21,8 @@ import (
 // Name is the backend's name (Config.Backend).
 const Name = "static"
 
-func init() {
-	rendezvous.Register(rendezvous.Registration{Name: Name, Backend: backend{}})
-}
+// The backend registers itself when a program links the package.
+var _ = rendezvous.Register(rendezvous.Registration{Name: Name, Backend: backend{}})
 
 // backend is the static rendezvous.
 type backend struct{}

@@ -114,7 +114,7 @@ func (s *Server) serve(c *sconn) {
 				s.lag.saw(time.Duration(m.LateMS)*time.Millisecond, time.Now())
 			}
 			if m.ID == 0 {
-				s.write(c, msgPong, pongFrame)
+				s.write(c, msgPong, pongFrame())
 			} else {
 				s.send(c, &message{Type: msgPong, ID: m.ID})
 			}

@@ -18,9 +18,8 @@ import (
 // Name is the backend's name (Config.Backend); torchrun calls it c10d.
 const Name = "tcp"
 
-func init() {
-	rendezvous.Register(rendezvous.Registration{Name: Name, Aliases: []string{"c10d"}, Backend: backend{}})
-}
+// The backend registers itself when a program links the package.
+var _ = rendezvous.Register(rendezvous.Registration{Name: Name, Aliases: []string{"c10d"}, Backend: backend{}})
 
 // backend is torchrun's c10d rendezvous: an elastic world met on the embedded server at the endpoint, hosted
 // by the node that can bind it (or the one told to).

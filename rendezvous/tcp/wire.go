@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 
 	"tpurun/rendezvous"
 )
@@ -123,14 +124,14 @@ func replyHead(id uint64, field string) []byte {
 
 var closeBrace = []byte("}")
 
-// pongFrame answers every ping: encoded once.
-var pongFrame = func() []byte {
+// pongFrame answers every ping: encoded once, when a server first answers one.
+var pongFrame = sync.OnceValue(func() []byte {
 	f, err := encodeFrame(&message{Type: msgPong}, DefaultMaxMessage)
 	if err != nil {
 		panic(err)
 	}
 	return f
-}()
+})
 
 // readMessage reads one frame; it refuses a body longer than max before reading it, and allocates the body as it
 // arrives, not as announced, so a peer announcing a large frame and sending little costs little. io.EOF is
