@@ -3,5 +3,5 @@
 // format (wire.go), the HMAC handshake (handshake.go), liveness and lag (live.go, lag.go) and the retry of an
 // endpoint whose name does not resolve yet (resolve.go). The static backend (package static) meets on the same
 // server through Store. The agreement itself (ranks, checks, shares) is the rendezvous package's; the protocol is
-// described in its doc. The package registers itself; the launcher imports it (launcher/rendezvous.go).
+// described in its doc. The package registers itself; the launcher imports it (internal/host/host.go).
 package tcp
