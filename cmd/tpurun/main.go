@@ -321,7 +321,7 @@ func inform(stdout io.Writer, fs *pflag.FlagSet, raw *rawFlags) error {
 	case raw.help:
 		usage(stdout, fs)
 	case raw.version:
-		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
+		fmt.Fprintf(stdout, "tpurun %s (%s)\n", launcher.Version, runtime.Version())
 	default:
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
 		dir, err := worker.PythonPath("", worker.WithExecutable())
@@ -352,7 +352,8 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	default:
 		o.spec.Program = fs.Args()
 	}
-	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
+	fn.Python = cli.WorkersPython(fn.Python, os.Getenv).Path // also --fn's: the host alone knows no tpurun binary
+	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python); err != nil {
 		return err
 	}
 	o.spec.Preload = cli.ParseList(raw.preload)
@@ -407,7 +408,7 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	cli.Bind(fs, "fn", setting.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
 	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
-	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
+	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else tpurun.spawn's caller, else the python3 beside tpurun, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
 	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,

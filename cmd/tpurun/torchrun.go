@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"os"
 	"strings"
@@ -75,9 +74,9 @@ func (f *noteFlag) Type() string   { return "string" }
 // variables of its aliases from overriding it (PET_NPROC_PER_NODE does not beat --nprocs).
 var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeout"}, {"node-addr", "local-addr"}}
 
-// apply turns the torchrun-style choices into the launcher config: the Python command line (python: --python),
-// the grace period and the handled signals. args are the positional arguments (PROGRAM ARGS...).
-func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
+// apply turns the torchrun-style choices into the launcher config: the Python command line (python: the workers'
+// interpreter, cli.WorkersPython's), the grace period and the handled signals. args are PROGRAM ARGS....
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string) error {
 	if t.standalone {
 		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
@@ -109,8 +108,8 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if fs.Lookup("signals-to-handle").Changed {
 		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
 	}
-	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
-	if python != "" {
+	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: python}
+	if fs.Changed("python") {
 		m.PythonFlag = "--python"
 	}
 	if len(args) > 0 {

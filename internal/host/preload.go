@@ -49,7 +49,7 @@ func (p *Prepared) startPreload(ctx context.Context) error {
 	if p.reaper == nil { // the subreaper could not be had
 		return spec.PreloadReaperError(list)
 	}
-	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, "PYTHON_EXEC"))
+	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, spec.EnvPythonExec))
 	if err != nil {
 		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: err.Error()}
 	}
