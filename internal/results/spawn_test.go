@@ -16,7 +16,7 @@ import (
 const fakeTpurun = `
 import json, os, sys
 with open(os.environ["FAKE_ARGV"], "w") as f:
-    json.dump({"argv": sys.argv[1:], "python": os.environ.get("PYTHON_EXEC")}, f)
+    json.dump({"argv": sys.argv[1:], "python": os.environ.get("TPURUN_CALLER_PYTHON")}, f)
 print("worker 0 says {not json")
 print("{\"results\": \"a decoy line that is not the last thing\"}")
 doc = os.environ.get("FAKE_DOC")
@@ -138,8 +138,8 @@ func TestSpawn(t *testing.T) {
 		if got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
-		if py, _ := argv["python"].(string); py == "" {
-			t.Fatal("spawn did not pass PYTHON_EXEC (the interpreter the workers should use)")
+		if py, _ := argv["python"].(string); !filepath.IsAbs(py) {
+			t.Fatalf("spawn passed TPURUN_CALLER_PYTHON=%q, want its sys.executable (the workers' interpreter)", py)
 		}
 		if len(o.Warnings) != 0 {
 			t.Fatalf("start_method='forkserver' warned: %q", o.Warnings)

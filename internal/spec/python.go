@@ -5,16 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"tpurun/worker"
 )
 
-// The environment variables that name the workers' interpreter.
-const (
-	// EnvPythonExec is torchrun's: the interpreter for PROGRAM.py, -m and --run-path.
-	EnvPythonExec = "PYTHON_EXEC"
-	// EnvCallerPython is set by tpurun.spawn() and tpurun.run() (worker/python/tpurun/_spawn.py) to the calling
-	// interpreter's sys.executable, as xmp.spawn's children run the caller's interpreter.
-	EnvCallerPython = "TPURUN_CALLER_PYTHON"
-)
+// EnvPythonExec is torchrun's variable for the workers' interpreter (PROGRAM.py, -m and --run-path); tpurun.spawn's
+// is worker.EnvCallerPython.
+const EnvPythonExec = "PYTHON_EXEC"
 
 // PythonRule names the rule that chose the workers' interpreter, in the order they are tried.
 type PythonRule int
@@ -44,8 +41,8 @@ func ResolvePython(flag string, getenv func(string) string, exe string) Python {
 		return Python{flag, PythonFlag}
 	case getenv(EnvPythonExec) != "":
 		return Python{getenv(EnvPythonExec), PythonEnv}
-	case getenv(EnvCallerPython) != "":
-		return Python{getenv(EnvCallerPython), PythonCaller}
+	case getenv(worker.EnvCallerPython) != "":
+		return Python{getenv(worker.EnvCallerPython), PythonCaller}
 	}
 	if exe != "" {
 		beside := filepath.Join(filepath.Dir(exe), "python3")
@@ -65,7 +62,7 @@ func (p Python) String() string {
 	case PythonEnv:
 		return p.Path + " ($" + EnvPythonExec + ")"
 	case PythonCaller:
-		return p.Path + " (the interpreter that called tpurun.spawn or tpurun.run: $" + EnvCallerPython + ")"
+		return p.Path + " (the interpreter that called tpurun.spawn or tpurun.run: $" + worker.EnvCallerPython + ")"
 	case PythonBeside:
 		return fmt.Sprintf("%s (beside the tpurun binary: the Python it was installed into; --python or $%s to change)", p.Path, EnvPythonExec)
 	}

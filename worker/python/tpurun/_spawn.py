@@ -246,7 +246,7 @@ def installed_binary():
 
 
 # The variable run() sets for tpurun to the calling interpreter (sys.executable), which the workers run unless
-# --python or $PYTHON_EXEC names another (Go: spec.EnvCallerPython, the owner of the rule).
+# --python or $PYTHON_EXEC names another (Go: worker.EnvCallerPython; spec.ResolvePython owns the rule).
 ENV_CALLER_PYTHON = "TPURUN_CALLER_PYTHON"
 
 
