@@ -147,7 +147,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); python %s\n", node, h.Device.V, h.Device.Source, cli.WorkersPython(*sc.python, os.Getenv))
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", node, h.Device.V, h.Device.Source, cli.WorkersPython(*sc.python, os.Getenv))
 		err = full.WriteTable(stdout)
 	}
 	if err != nil {

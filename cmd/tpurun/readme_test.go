@@ -59,6 +59,7 @@ func TestREADMESpawnExampleAsWritten(t *testing.T) {
 // binary's --version and whose module files are the ones the binary embeds.
 func TestREADMEWheelAsWritten(t *testing.T) {
 	t.Parallel()
+	testutil.Heavy(t) // a go build of tpurun in a copy of the repository, and a venv
 	testutil.Need(t, "wheel")
 	testutil.Need(t, "make")
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
@@ -122,6 +123,25 @@ print(json.dumps({"binary": s.find_binary(), "version": m.version("tpurun"), "mo
 		t.Errorf("the wheel's version is %s, its tpurun --version says %q, want both %s", p.Version, ver, launcher.Version)
 	case len(whl) != 1 || filepath.Base(whl[0]) != want:
 		t.Errorf("make wheel built %q, want dist/%s", whl, want)
+	}
+	// tpurun plan and doctor, run by the venv's tpurun off PATH, say which interpreter a run takes and why: the
+	// python3 beside it; a run's --python or $PYTHON_EXEC, when given, wins.
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"plan", "--device", "cpu"}, "", filepath.Join(venv, "bin", "python3") + " (beside the tpurun binary"},
+		{[]string{"doctor", "--device", "cpu"}, "", "note: the workers' Python: " + filepath.Join(venv, "bin", "python3") + " (beside the tpurun binary"},
+		{[]string{"plan", "--device", "cpu", "--python", "/opt/py"}, "PYTHON_EXEC=/usr/bin/python3", "the workers' Python: /opt/py (--python)"},
+		{[]string{"doctor", "--device", "cpu"}, "PYTHON_EXEC=/usr/bin/python3", "the workers' Python: /usr/bin/python3 ($PYTHON_EXEC)"},
+	} {
+		cmd := exec.Command(filepath.Join(venv, "bin", "tpurun"), c.args...)
+		cmd.Env = append(append([]string(nil), env...), c.env)
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s tpurun %s: %v, want %q in:\n%s", c.env, strings.Join(c.args, " "), err, c.want, out)
+		}
 	}
 	files, _ := filepath.Glob(filepath.Join(root, "worker", "python", "tpurun", "*.py"))
 	for _, f := range files {
