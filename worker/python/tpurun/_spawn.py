@@ -587,8 +587,10 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     depends on being a session leader. stdout carries only the document; tpurun's report and the workers' output
     go to stderr, forwarded as they come to this process's sys.stderr, or to stderr= (a file object, a file
     descriptor, or subprocess.DEVNULL). --exit-with-parent makes tpurun stop its workers if this process dies.
-    --quiet keeps tpurun's own lines for a failure (its warnings and errors, the summary of an attempt that did not
-    end well): a run that succeeds prints only what the workers print, as under xmp.spawn; verbose=True drops it.
+    The workers run this interpreter (sys.executable, passed as $TPURUN_CALLER_PYTHON) unless --python or
+    $PYTHON_EXEC names another. --quiet keeps tpurun's own lines for a failure (its warnings and errors, the
+    summary of an attempt that did not end well): a run that succeeds prints only what the workers print, as under
+    xmp.spawn; verbose=True drops it.
 
     timeout (seconds) bounds the whole run: past it tpurun gets SIGTERM (it stops its workers within its --grace),
     then SIGKILL after grace seconds (default 15, more than tpurun's own 10 s), and SpawnTimeout is raised with
