@@ -5,7 +5,9 @@ TPURUN    := $(BIN)/tpurun
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-.PHONY: help build demo test lint bench fuzz clean
+PYTHON    ?= python3
+
+.PHONY: help build wheel demo test lint bench fuzz clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -16,6 +18,13 @@ help: ## list the targets
 build: ## build bin/tpurun and the example workers
 	CGO_ENABLED=0 $(GO) build -o $(TPURUN) ./cmd/tpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/hello ./examples/hello
+
+# The platform wheel: the static binary (for GOOS/GOARCH, this machine's unless set) and the tpurun Python package,
+# built offline by setuptools (pyproject.toml, setup.py) under PyPA's frontend with the installed backend
+# (Debian: python3-build, python3-setuptools, python3-wheel; .ci/deps installs them).
+wheel: ## build dist/tpurun-VERSION-py3-none-PLATFORM.whl (binary + Python module): pip install --no-index dist/tpurun-*.whl
+	rm -rf build # setuptools would add what an earlier build left there (a module since removed)
+	$(PYTHON) -m build --wheel --no-isolation --outdir dist .
 
 demo: build ## run the example on 4 CPU workers (no TPU needed)
 	$(TPURUN) --nprocs 4 -- $(BIN)/hello
@@ -59,4 +68,4 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	echo "fuzz: $$n targets ran $(FUZZTIME) each without a crash"
 
 clean: ## remove build output
-	rm -rf $(BIN)
+	rm -rf $(BIN) build dist

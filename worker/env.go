@@ -39,6 +39,11 @@ const (
 	EnvFnFunctionFile = "TPURUN_FN_FUNCTION_FILE"
 )
 
+// EnvCallerPython is set by tpurun.spawn() and tpurun.run() for the tpurun they start: the calling interpreter's
+// sys.executable, which the workers run unless --python or $PYTHON_EXEC names another (as xmp.spawn's children
+// run the caller's interpreter; the rule is spec.ResolvePython's).
+const EnvCallerPython = "TPURUN_CALLER_PYTHON"
+
 // TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target
 // cannot be used (no such module or function, an import that raised): a configuration error, not a replica's.
 const TargetErrorType = "tpurun.TargetError"

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
@@ -50,7 +51,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
 	req, _ := dev.Request()
-	rep.Notes = topology.Explain(h, req)
+	rep.Notes = append(topology.Explain(h, req), "the workers' Python: "+cli.WorkersPython(*sc.python, os.Getenv).String())
 	rep.SetJob(h.JobLayout(req))
 	if _, err := topology.NewPlan(h, req, topology.World{}); err != nil {
 		rep.PlanError = err.Error()

@@ -325,7 +325,7 @@ func inform(stdout io.Writer, fs *pflag.FlagSet, raw *rawFlags) error {
 	case raw.help:
 		usage(stdout, fs)
 	case raw.version:
-		fmt.Fprintf(stdout, "tpurun %s (Python module %s, %s)\n", launcher.Version, worker.PythonVersion(), runtime.Version())
+		fmt.Fprintf(stdout, "tpurun %s (%s)\n", launcher.Version, runtime.Version())
 	default:
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
 		dir, err := worker.PythonPath("", worker.WithExecutable())
@@ -356,7 +356,8 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	default:
 		o.spec.Program = fs.Args()
 	}
-	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python, os.Getenv); err != nil {
+	fn.Python = cli.WorkersPython(fn.Python, os.Getenv).Path // also --fn's: the host alone knows no tpurun binary
+	if err := o.tr.apply(fs, &o.spec, o.spec.Program, fn.Python); err != nil {
 		return err
 	}
 	o.spec.Preload = cli.ParseList(raw.preload)
@@ -411,7 +412,7 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	cli.Bind(fs, "fn", setting.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
 	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
-	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else python3 from PATH)")
+	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else tpurun.spawn's caller, else the python3 beside tpurun, else python3 from PATH)")
 	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
 	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,
@@ -591,9 +592,9 @@ func (f *noteFlag) Type() string   { return "string" }
 // variables of its aliases from overriding it (PET_NPROC_PER_NODE does not beat --nprocs).
 var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeout"}, {"node-addr", "local-addr"}}
 
-// apply turns the torchrun-style choices into the launcher config: the Python command line (python: --python),
-// the grace period and the handled signals. args are the positional arguments (PROGRAM ARGS...).
-func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string, getenv func(string) string) error {
+// apply turns the torchrun-style choices into the launcher config: the Python command line (python: the workers'
+// interpreter, cli.WorkersPython's), the grace period and the handled signals. args are PROGRAM ARGS....
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string) error {
 	if t.standalone {
 		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),
@@ -625,8 +626,8 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string,
 	if fs.Lookup("signals-to-handle").Changed {
 		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
 	}
-	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: cmp.Or(python, getenv("PYTHON_EXEC"))}
-	if python != "" {
+	m := cli.PythonMode{Module: t.module, NoPython: t.noPython, RunPath: t.runPath, Python: python}
+	if fs.Changed("python") {
 		m.PythonFlag = "--python"
 	}
 	if len(args) > 0 {

@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"tpurun/internal/testutil"
+	"tpurun/launcher"
+	"tpurun/worker"
 )
 
 // bin holds the tpurun and hello binaries built once by TestMain.
@@ -270,7 +273,7 @@ func TestConfigMistakesExit2(t *testing.T) {
 }
 
 // TestHelpVersionPythonPath: `tpurun help TOPIC` prints each topic (exit 2 for an unknown one), --version names
-// both versions, and --python-path prints a directory from which `import tpurun` works in a real Python.
+// the one version (the Python module's is the binary's), and --python-path prints a directory from which `import tpurun` works in a real Python.
 func TestHelpVersionPythonPath(t *testing.T) {
 	t.Parallel()
 	for topic, want := range map[string]string{"env": "TPURUN_RESULT_ID", "exit-codes": "127", "multihost": "--master_addr", "python": "tpurun.spawn"} {
@@ -281,8 +284,10 @@ func TestHelpVersionPythonPath(t *testing.T) {
 	if r := runCLI(t, t.TempDir(), nil, "help", "nope"); r.code != 2 || !strings.Contains(r.stderr, "topics: env") {
 		t.Errorf("help nope: exit %d, %s", r.code, r.stderr)
 	}
-	if r := runCLI(t, t.TempDir(), nil, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "tpurun ") || !strings.Contains(r.stdout, "Python module") {
-		t.Errorf("--version: exit %d, %q", r.code, r.stdout)
+	// One version: the embedded module's __version__ (what pip and make wheel install) is the binary's.
+	if r := runCLI(t, t.TempDir(), nil, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "tpurun "+worker.PythonVersion()+" (go") ||
+		launcher.Version != worker.PythonVersion() || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(launcher.Version) {
+		t.Errorf("--version: exit %d, %q; launcher.Version %q, the Python module's %q: want one version", r.code, r.stdout, launcher.Version, worker.PythonVersion())
 	}
 	home := t.TempDir()
 	r := runCLI(t, t.TempDir(), []string{"HOME=" + home, "XDG_CACHE_HOME="}, "--python-path")

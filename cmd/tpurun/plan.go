@@ -54,6 +54,7 @@ type subcmdFlags struct {
 	format      string
 	verbose     bool
 	help        bool
+	python      *string // --python: the workers' interpreter, shown with the rule that chose it
 }
 
 func newSubcmdFlags(name, about string) *subcmdFlags {
@@ -61,6 +62,7 @@ func newSubcmdFlags(name, about string) *subcmdFlags {
 	s.fs.SetOutput(io.Discard)
 	s.fs.SetNormalizeFunc(cli.Dashes)
 	s.dev = cli.AddDevice(s.fs)
+	s.python = cli.AddPythonFlag(s.fs)
 	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
 	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
 	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")
@@ -128,7 +130,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if sc.format == "json" {
 		err = full.WriteJSON(stdout)
 	} else {
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s)\n", node, h.Device.V, h.Device.Source)
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", node, h.Device.V, h.Device.Source, cli.WorkersPython(*sc.python, os.Getenv))
 		err = full.WriteTable(stdout)
 	}
 	if err != nil {

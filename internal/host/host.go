@@ -449,13 +449,8 @@ func (p *Prepared) setupFn() error {
 	if err := f.Check(); err != nil {
 		return err
 	}
-	python := f.Python
-	if python == "" {
-		python = spec.LookupEnv(s.Env, "PYTHON_EXEC")
-	}
-	if python == "" {
-		python = "python3"
-	}
+	// f.Python is the CLI's choice (cli.WorkersPython); a launcher library caller has no tpurun binary beside a python3
+	python := spec.ResolvePython(f.Python, func(k string) string { return spec.LookupEnv(s.Env, k) }, "").Path
 	if _, err := exec.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
 		return &failure.ProgramError{Program: python, Err: err}
 	}
@@ -492,7 +487,7 @@ func (p *Prepared) startPreload(ctx context.Context) error {
 	if p.reaper == nil { // the subreaper could not be had
 		return spec.PreloadReaperError(list)
 	}
-	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, "PYTHON_EXEC"))
+	cmd, err := zygote.ParseCommand(s.Program, spec.LookupEnv(s.Env, spec.EnvPythonExec))
 	if err != nil {
 		return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: err.Error()}
 	}

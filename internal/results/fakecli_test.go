@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ import (
 func fakeCLI(args []string) int {
 	if p := os.Getenv("FAKE_ARGV"); p != "" {
 		rec := map[string]any{"argv": args}
-		for _, k := range []string{worker.EnvFnArgsFile, worker.EnvFnMain, worker.EnvFnFunctionFile, "PYTHON_EXEC"} {
+		for _, k := range []string{worker.EnvFnArgsFile, worker.EnvFnMain, worker.EnvFnFunctionFile, worker.EnvCallerPython} {
 			rec[k] = os.Getenv(k)
 		}
 		if b, err := os.ReadFile(os.Getenv(worker.EnvFnArgsFile)); err == nil {
@@ -95,7 +96,7 @@ func fakeCLI(args []string) int {
 			fmt.Fprintf(os.Stderr, "tpurun: %v\n", err)
 			return 70
 		}
-		cmd := exec.Command(os.Getenv("PYTHON_EXEC"), "-u", "-m", "tpurun.fn", "--args-json", fnArgs, fn)
+		cmd := exec.Command(cmp.Or(os.Getenv("PYTHON_EXEC"), os.Getenv(worker.EnvCallerPython)), "-u", "-m", "tpurun.fn", "--args-json", fnArgs, fn)
 		cmd.Env = append(os.Environ(), worker.EnvResultFD+"=3", worker.EnvResultID+"="+id,
 			worker.EnvReplicas+"="+strconv.Itoa(rank), "RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank),
 			"WORLD_SIZE="+strconv.Itoa(nprocs), "LOCAL_WORLD_SIZE="+strconv.Itoa(nprocs))

@@ -16,7 +16,7 @@ import (
 const fakeTpurun = `
 import json, os, sys
 with open(os.environ["FAKE_ARGV"], "w") as f:
-    json.dump({"argv": sys.argv[1:], "python": os.environ.get("PYTHON_EXEC"),
+    json.dump({"argv": sys.argv[1:], "python": os.environ.get("TPURUN_CALLER_PYTHON"),
                "function_file": os.environ.get("TPURUN_FN_FUNCTION_FILE")}, f)
 print("worker 0 says {not json")
 print("{\"results\": \"a decoy line that is not the last thing\"}")
@@ -142,8 +142,8 @@ func TestSpawn(t *testing.T) {
 		if got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
-		if py, _ := argv["python"].(string); py == "" {
-			t.Fatal("spawn did not pass PYTHON_EXEC (the interpreter the workers should use)")
+		if py, _ := argv["python"].(string); !filepath.IsAbs(py) {
+			t.Fatalf("spawn passed TPURUN_CALLER_PYTHON=%q, want its sys.executable (the workers' interpreter)", py)
 		}
 		if ff := argv["function_file"]; ff != nil {
 			t.Fatalf("a function importable by name was sent by value too (TPURUN_FN_FUNCTION_FILE=%v)", ff)

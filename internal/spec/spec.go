@@ -134,7 +134,7 @@ type FnSpec struct {
 	Target   string   // package.module:function or path/to/file.py:function
 	ArgsJSON string   // JSON list of the first arguments after index; "" is []
 	Args     []string // further arguments, passed as strings
-	Python   string   // interpreter; default $PYTHON_EXEC, else python3
+	Python   string   // interpreter; default ResolvePython's (without the tpurun binary's rule)
 }
 
 // WithDefaults returns s with the defaults filled in; randomRunID says that its RunID was made up at random (a

@@ -83,12 +83,22 @@ var needs = map[string]func() (string, error){
 		}
 		return TorchPython, nil
 	},
+	// wheel: what `make wheel` and a venv to install it into need: Debian's python3 with PyPA's build, setuptools,
+	// wheel and venv/ensurepip (.ci/deps installs python3-build, python3-setuptools, python3-wheel, python3-venv).
+	"wheel": func() (string, error) {
+		out, err := exec.Command(TorchPython, "-c", "import build, setuptools, wheel, venv, ensurepip").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s cannot build or install a wheel: %v: %s (apt-get install python3-build python3-setuptools "+
+				"python3-wheel python3-venv)", TorchPython, err, out)
+		}
+		return TorchPython, nil
+	},
 }
 
 // Need returns what the test needs, tool: an executable on PATH ("python3", "unshare"; its path is returned) or
-// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch", "cloudpickle". When the machine lacks it the
-// test fails under CI=true (CI must provide everything) and is skipped otherwise, saying "SKIPPED, NOT PASSED" and
-// why: a skipped test is never counted as passing.
+// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch", "cloudpickle", "wheel". When the
+// machine lacks it the test fails under CI=true (CI must provide everything) and is skipped otherwise, saying
+// "SKIPPED, NOT PASSED" and why: a skipped test is never counted as passing.
 func Need(t testing.TB, tool string) string {
 	t.Helper()
 	var got string

@@ -4,11 +4,15 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"tpurun/internal/testutil"
 )
 
 var netSplit = net.SplitHostPort
@@ -203,6 +207,7 @@ func portCases() []portCase {
 		{from: tr("test_capture_logs_using_default_logs_specs"), body: captureLogsCase},
 		{from: torchrunSays + "worker output without --tee: as written, unprefixed", body: outputCase(false)},
 		{from: torchrunSays + "worker output with --tee=3: TailLog's [default0]: prefix", body: outputCase(true)},
+		{from: torchrunSays + "worker interpreter = launcher's sys.executable", torch: true, cpuOnly: true, body: interpreterCase},
 
 		// run_test.py (torchrun 1.x: underscores, an etcd rendezvous)
 		pyCase(rt("test_launch_user_script_python"), etcd1, 4, true),
@@ -552,6 +557,44 @@ func driftCase(sec int) func(r *run) {
 		}
 		if o := r.outputs(); string(o["0"]) != "0" || string(o["1"]) != "1" {
 			r.t.Fatalf("return values %s", o)
+		}
+	}
+}
+
+// interpreterCase: torchrun runs PROGRAM.py with its own interpreter (sys.executable), so a venv's torchrun, called
+// by its path without the venv on PATH (cron, a systemd unit, a Slurm script), runs the venv's python. Here tpurun
+// is installed from the wheel (make wheel) into a venv over Debian's python3 with its torch, PATH's python3 is
+// another venv's, without torch, and neither PYTHON_EXEC nor --python is given: every worker must import torch
+// and run with the venv's python3, the one beside the tpurun the wheel installed.
+func interpreterCase(r *run) {
+	_, file, _, _ := runtime.Caller(0)
+	whl := testutil.Wheel(r.t, filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	top := r.t.TempDir()
+	venv, other := filepath.Join(top, "venv"), filepath.Join(top, "other")
+	testutil.InstallWheel(r.t, whl, venv, true)
+	if out, err := exec.Command(torchPython, "-m", "venv", "--without-pip", other).CombinedOutput(); err != nil {
+		r.t.Fatalf("a venv without torch: %v\n%s", err, out)
+	}
+	var env []string
+	for _, kv := range r.env(nil) {
+		if k, _, _ := strings.Cut(kv, "="); k != "PYTHON_EXEC" && k != "PATH" && k != "VIRTUAL_ENV" {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+filepath.Join(other, "bin")+":/usr/bin:/bin")
+	a := &agent{}
+	a.cmd = exec.Command(filepath.Join(venv, "bin", "tpurun"), "--nnodes=1", "--nproc-per-node=2", "--rdzv-id="+r.id,
+		"--monitor-interval=1", "--start-method=spawn", filepath.Join(r.bin, "interpreter.py"), r.dir)
+	a.cmd.Env, a.cmd.Stdout, a.cmd.Stderr = env, &a.stdout, &a.stderr
+	must(r.t, a.cmd.Start())
+	r.wait(a)
+	r.ok(a)
+	r.touched(2)
+	for i := range 2 {
+		b, err := os.ReadFile(filepath.Join(r.dir, strconv.Itoa(i)))
+		must(r.t, err)
+		if want := filepath.Join(venv, "bin", "python3"); string(b) != want {
+			r.t.Fatalf("rank %d ran %s, want the venv's %s (the python3 beside its tpurun)", i, b, want)
 		}
 	}
 }

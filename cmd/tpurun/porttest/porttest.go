@@ -4,8 +4,8 @@
 // unchanged, against the real tpurun binary; the local_elastic_agent entry points, which that test hands to the agent
 // API, run under the torchrun command line that configures the same agent (nproc, nnodes, rendezvous, restarts,
 // role, tee). The workers are testdata/bin, written for this port to do what PyTorch's bin/ scripts and entry
-// points do, run by Debian's PyTorch (/usr/bin/python3, given as PYTHON_EXEC, which torchrun also honours: tpurun
-// runs python3 from PATH where torchrun runs its own interpreter).
+// points do, run by Debian's PyTorch (/usr/bin/python3, given as PYTHON_EXEC, which torchrun also honours; the case
+// of the workers' interpreter gives none, and runs tpurun installed from the wheel into a venv over it).
 //
 // Each case runs on a CPU host (this package's test) and on a GPU host (package gpuhost: a fake sysfs/dev tree of one
 // NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command lines stay unchanged; nearly every case
@@ -56,6 +56,7 @@ func Main(m *testing.M) {
 	tpurunBin = filepath.Join(dir, "tpurun")
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	testutil.RemoveWheel()
 	os.Exit(code)
 }
 
@@ -268,7 +269,10 @@ type portCase struct {
 	from  string
 	torch bool // its workers import torch
 	etcd  bool // it needs an etcd server
-	body  func(r *run)
+	// cpuOnly: it runs on the CPU host only: nothing in it depends on the devices (the GPU host's binary would
+	// build the wheel a second time for it).
+	cpuOnly bool
+	body    func(r *run)
 }
 
 // The files ported: test/distributed/launcher/test_run.py and run_test.py, and
@@ -286,6 +290,9 @@ const (
 func Run(t *testing.T, name string, gpus int) {
 	var withEtcd []portCase
 	for _, c := range portCases() {
+		if c.cpuOnly && gpus > 0 {
+			continue
+		}
 		if c.etcd {
 			withEtcd = append(withEtcd, c)
 			continue

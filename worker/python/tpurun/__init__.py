@@ -15,8 +15,9 @@ returns {ordinal: result}; ``tpurun.run(argv)`` runs any tpurun command line and
 JAX: ``tpurun.jax_initialize()`` calls jax.distributed.initialize with the process id, process count and
 coordinator that tpurun's environment gives.
 
-Install: ``pip install <tpurun checkout>/worker/python`` (stdlib only, works offline), or put the directory
-``tpurun --python-path`` prints on PYTHONPATH.
+Install: ``make wheel && pip install --no-index dist/tpurun-*.whl`` in a tpurun checkout (the binary and this module
+in one wheel), or ``pip install <tpurun checkout>/worker/python`` (this module alone, stdlib only, works offline), or
+put the directory ``tpurun --python-path`` prints on PYTHONPATH.
 
 Importing this module marks the inherited result descriptor non-inheritable, so subprocesses never get it.
 """
@@ -27,7 +28,8 @@ from ._spawn import (SpawnConfigError, SpawnError, SpawnTimeout, decode_results,
 from ._jax import jax_initialize
 from ._lock import Lock
 
-__version__ = "0.1.0"
+# tpurun's one version: the binary's --version (launcher.Version) and the wheel's (make wheel) are this line.
+__version__ = "0.2.0"
 
 __all__ = ["report", "fail", "replicas", "spawn", "run", "SpawnError", "SpawnConfigError", "SpawnTimeout",
            "ChannelError", "target_of", "load_document", "decode_results", "main_reference", "jax_initialize", "Lock",

@@ -284,28 +284,58 @@ def installed_binary():
     return path if os.path.isabs(path) else None
 
 
+# The variable run() sets for tpurun to the calling interpreter (sys.executable), which the workers run unless
+# --python or $PYTHON_EXEC names another (Go: worker.EnvCallerPython; spec.ResolvePython owns the rule).
+ENV_CALLER_PYTHON = "TPURUN_CALLER_PYTHON"
+
+
+def _executable(path):
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def wheel_binary():
+    """The tpurun binary the wheel (`make wheel`) installed beside this copy of the module: in the scripts directory
+    of the install scheme whose site-packages holds it (a venv's bin/, ~/.local/bin for --user), or None."""
+    import sysconfig  # here: importing it costs every worker that imports tpurun
+    site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    schemes = [sysconfig.get_default_scheme() if hasattr(sysconfig, "get_default_scheme") else None]
+    user = os.name + "_user"
+    if user in sysconfig.get_scheme_names():
+        schemes.append(user)
+    for scheme in schemes:
+        paths = sysconfig.get_paths(scheme) if scheme else sysconfig.get_paths()
+        libs = {os.path.realpath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
+        path = os.path.join(paths.get("scripts", ""), "tpurun")
+        if os.path.realpath(site) in libs and _executable(path):
+            return path
+    return None
+
+
 def find_binary(tpurun=None):
     """The tpurun binary run() and spawn() start: tpurun= when given, else $TPURUN, else the binary that installed
-    this copy of the module (PYTHONPATH from `tpurun --python-path`) while it is there, else tpurun on PATH."""
+    this copy of the module (PYTHONPATH from `tpurun --python-path`) while it is there, else the binary the same
+    wheel installed (`pip install dist/tpurun-*.whl`: the venv's bin/tpurun), else tpurun on PATH."""
     path = tpurun or os.environ.get("TPURUN")
     if path:
         return path
     installed = installed_binary()
-    if installed and os.access(installed, os.X_OK) and os.path.isfile(installed):
+    if _executable(installed):
         return installed
-    path = shutil.which("tpurun")
+    path = wheel_binary() or shutil.which("tpurun")
     if path:
         return path
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if installed:
         copy = "this copy of the module (%s) was installed by %s, which is no longer there" % (here, installed)
     else:
-        copy = "this copy of the module (%s) names no binary (pip installs, and checkouts, cannot)" % here
+        copy = ("this copy of the module (%s) names no binary and no tpurun is installed beside it (the module "
+                "alone: pip install worker/python, or a checkout)" % here)
     raise FileNotFoundError(
         "tpurun: the tpurun binary was not found: no tpurun= argument, TPURUN is not set, %s, and no tpurun is on "
-        "PATH (%s). Pass tpurun='/path/to/tpurun', or `export TPURUN=/path/to/tpurun`, or "
-        "`export PATH=/dir/of/tpurun:$PATH`, or use the binary's own copy of this module: "
-        "`export PYTHONPATH=$(/path/to/tpurun --python-path)`" % (copy, os.environ.get("PATH", "")))
+        "PATH (%s). Install both halves: `make wheel && pip install --no-index dist/tpurun-*.whl`, or pass "
+        "tpurun='/path/to/tpurun', or `export TPURUN=/path/to/tpurun`, or `export PATH=/dir/of/tpurun:$PATH`, or use "
+        "the binary's own copy of this module: `export PYTHONPATH=$(/path/to/tpurun --python-path)`"
+        % (copy, os.environ.get("PATH", "")))
 
 
 _SPAWN_KEYWORDS = ("fn", "args", "nprocs", "join", "daemon", "start_method", "tpurun", "extra_args", "env", "timeout",
@@ -382,7 +412,7 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
                  it built before the call is not inherited. An import that starts a thread or opens a device is
                  refused (SpawnConfigError, exit code 2) naming it: import it inside fn, or use 'spawn'.
     tpurun       path of the binary (default $TPURUN, then the binary whose `tpurun --python-path` gave this
-                 copy of the module, then PATH).
+                 copy of the module, then the one the wheel installed beside it, then PATH: find_binary).
     extra_args   more tpurun flags, e.g. ['--grace', '30s'].
     env          the environment for tpurun and the workers (default os.environ).
     timeout      seconds; past it tpurun is stopped (see run) and SpawnTimeout raised.
@@ -430,7 +460,6 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
         raise TypeError("spawn: args must be a tuple (or another sequence) of arguments, got %s"
                         % type(args).__name__) from None
     run_env = dict(os.environ if env is None else env)
-    run_env.setdefault("PYTHON_EXEC", sys.executable or "python3")
     run_env.pop(ENV_FN_ARGS_FILE, None)
     run_env.pop(ENV_FN_AUTHKEY_FILE, None)
     run_env.pop(ENV_FN_MAIN, None)
@@ -608,8 +637,10 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     depends on being a session leader. stdout carries only the document; tpurun's report and the workers' output
     go to stderr, forwarded as they come to this process's sys.stderr, or to stderr= (a file object, a file
     descriptor, or subprocess.DEVNULL). --exit-with-parent makes tpurun stop its workers if this process dies.
-    --quiet keeps tpurun's own lines for a failure (its warnings and errors, the summary of an attempt that did not
-    end well): a run that succeeds prints only what the workers print, as under xmp.spawn; verbose=True drops it.
+    The workers run this interpreter (sys.executable, passed as $TPURUN_CALLER_PYTHON) unless --python or
+    $PYTHON_EXEC names another. --quiet keeps tpurun's own lines for a failure (its warnings and errors, the
+    summary of an attempt that did not end well): a run that succeeds prints only what the workers print, as under
+    xmp.spawn; verbose=True drops it.
 
     timeout (seconds) bounds the whole run: past it tpurun gets SIGTERM (it stops its workers within its --grace),
     then SIGKILL after grace seconds (default 15, more than tpurun's own 10 s), and SpawnTimeout is raised with
@@ -622,8 +653,10 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     timeout = _positive("timeout", timeout)
     grace = _positive("grace", grace, DEFAULT_GRACE)
     cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + ([] if verbose else ["--quiet"]) + list(argv)
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ) if env is None else env)
+    env = dict(os.environ if env is None else env)
+    if sys.executable:  # the workers' interpreter, unless --python or $PYTHON_EXEC names one (as xmp.spawn's children)
+        env[ENV_CALLER_PYTHON] = sys.executable
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out = []
     err = _Stderr(proc.stderr, _sink(stderr))
     readers = [threading.Thread(target=_read_all, args=(proc.stdout, out), name="tpurun-stdout", daemon=True),

@@ -5,20 +5,41 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"tpurun/internal/failure"
 	"tpurun/internal/setting"
+	"tpurun/internal/spec"
 )
 
 // PythonMode is how torchrun's flags say to run PROGRAM: -m, --no-python, --run-path, and the interpreter.
 type PythonMode struct {
 	Module, NoPython, RunPath bool
-	Python                    string // the interpreter: --python, else $PYTHON_EXEC; "" is python3 from PATH
+	Python                    string // the interpreter (WorkersPython's Path); "" is python3 from PATH
 	PythonFlag                string // the flag that named Python ("--python"), "" when it came from the environment
+}
+
+// WorkersPython is the workers' interpreter for a tpurun command line whose --python is flag ("" when not given):
+// spec.ResolvePython with this binary as the tpurun whose beside-it python3 is the Python it was installed into.
+func WorkersPython(flag string, getenv func(string) string) spec.Python {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = ""
+	}
+	return spec.ResolvePython(flag, getenv, exe)
+}
+
+// AddPythonFlag registers --python on the flags of tpurun plan and doctor, which say which interpreter a run with
+// the same flags would start, and why (WorkersPython).
+func AddPythonFlag(fs *pflag.FlagSet) *string {
+	p := new(string)
+	fs.StringVar(p, "python", "", "the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
+	return p
 }
 
 // PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and
 // --run-path under the interpreter with -u (--run-path wins over --no-python), anything else as is. torchrun runs
-// its own interpreter (sys.executable); tpurun has none and runs m.Python, else python3 from PATH. It refuses
+// its own interpreter (sys.executable); tpurun runs m.Python (WorkersPython), else python3 from PATH. It refuses
 // what torchrun refuses (--no-python with -m), an interpreter flag that would not apply (a PROGRAM that runs as is
 // would silently ignore it), and a script that is not there (a *failure.ProgramError, exit 127: torchrun starts
 // every worker, and again on each restart, to have Python say "can't open file").
@@ -41,7 +62,7 @@ func PythonProgram(args []string, m PythonMode) ([]string, error) {
 }
 
 // pythonCommand is the command line torchrun would run for args: PROGRAM.py and runPath run under python -u
-// (python is $PYTHON_EXEC or python3), module as -m, noPython and everything else as is.
+// (python is WorkersPython's, or python3), module as -m, noPython and everything else as is.
 func pythonCommand(args []string, module, noPython, runPath bool, python string) []string {
 	if noPython || len(args) == 0 {
 		return args

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
+	"tpurun/worker"
 )
 
 func TestPythonProgramLikeTorchrun(t *testing.T) {
@@ -55,5 +57,55 @@ func TestPythonProgramRefusesAMissingScript(t *testing.T) {
 		if _, err := PythonProgram(c.args, c.m); err != nil {
 			t.Errorf("%q under %+v: %v", c.args, c.m, err)
 		}
+	}
+}
+
+// TestWorkersPythonRules walks the workers' interpreter rule (spec.ResolvePython, which WorkersPython applies with
+// this binary) from the first rule to the last: each holds while it applies and gives way to the next when its
+// input goes, and each says its rule (what tpurun plan and doctor print).
+func TestWorkersPythonRules(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "tpurun")
+	beside := filepath.Join(dir, "python3")
+	for _, f := range []string{exe, beside} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"PYTHON_EXEC": "/opt/exec/python", worker.EnvCallerPython: "/opt/caller/python"}
+	getenv := func(k string) string { return env[k] }
+	steps := []struct {
+		flag, exe string
+		drop      func()
+		want      spec.Python
+		says      string
+	}{
+		{"/opt/flag/python", exe, nil, spec.Python{Path: "/opt/flag/python", Rule: spec.PythonFlag}, "(--python)"},
+		{"", exe, nil, spec.Python{Path: "/opt/exec/python", Rule: spec.PythonEnv}, "($PYTHON_EXEC)"},
+		{"", exe, func() { delete(env, "PYTHON_EXEC") }, spec.Python{Path: "/opt/caller/python", Rule: spec.PythonCaller}, "tpurun.spawn"},
+		{"", exe, func() { delete(env, worker.EnvCallerPython) }, spec.Python{Path: beside, Rule: spec.PythonBeside}, "beside the tpurun binary"},
+		{"", exe, func() { must(t, os.Chmod(beside, 0o644)) }, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"}, // not executable
+		{"", exe, func() { must(t, os.Remove(beside)); must(t, os.Mkdir(beside, 0o755)) }, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"},
+		{"", "", nil, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"}, // a launcher that is no tpurun binary
+	}
+	for i, s := range steps {
+		if s.drop != nil {
+			s.drop()
+		}
+		got := spec.ResolvePython(s.flag, getenv, s.exe)
+		if got != s.want || !strings.Contains(got.String(), s.says) || !strings.HasPrefix(got.String(), got.Path+" ") {
+			t.Errorf("step %d: %+v, says %q; want %+v, saying %q", i, got, got.String(), s.want, s.says)
+		}
+	}
+	// The CLI's own: this test binary has no python3 beside it, so python3 from PATH, unless named.
+	if got := WorkersPython("", func(string) string { return "" }); got.Rule != spec.PythonPATH {
+		t.Errorf("WorkersPython with nothing set: %+v", got)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
