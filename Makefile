@@ -41,7 +41,7 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 #
 # -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the cores
 # busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
-FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./cmd/tpurun/porttest/gpuhost ./rendezvous ./docs ./internal/results \
+FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./docs ./internal/results \
              ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
 test: ## run every test (race detector on, every go vet check), as CI does
 	$(GO) test -race -vet=all -count=1 -p 3 -parallel 4 -timeout 20m $(FIRST) $(PKGS)

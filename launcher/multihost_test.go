@@ -49,7 +49,7 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 		sig := make(chan os.Signal, 4)
 		w.sigs = append(w.sigs, sig)
 		w.specs = append(w.specs, launcher.Spec{
-			Program: []string{os.Args[0]},
+			Program: []string{testutil.Program(t)},
 			Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, testutil.Fake(behaviour)), extra...),
 			Detect:  topology.Options{Device: "cpu"}, Request: topology.Request{NProcs: 2},
 			Rendezvous: launcher.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,

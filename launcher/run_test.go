@@ -33,7 +33,7 @@ func config(t *testing.T, n int, dir string, behaviour string, extra ...string) 
 	var out, errb testutil.Buffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake(behaviour))
 	return launcher.Spec{
-		Plan: plan, Program: []string{os.Args[0]}, Env: append(env, extra...),
+		Plan: plan, Program: []string{testutil.Program(t)}, Env: append(env, extra...),
 		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb,
 	}, &out, &errb
 }
@@ -558,8 +558,8 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 	plan, _ := topology.CPUPlan(1)
 	for name, cfg := range map[string]launcher.Spec{
 		"no program":    {Plan: plan},
-		"negative":      {Plan: plan, Program: []string{os.Args[0]}, Grace: -time.Second},
-		"bad node rank": {Plan: plan, Program: []string{os.Args[0]}, NodeRank: 3},
+		"negative":      {Plan: plan, Program: []string{testutil.Program(t)}, Grace: -time.Second},
+		"bad node rank": {Plan: plan, Program: []string{testutil.Program(t)}, NodeRank: 3},
 	} {
 		_, err := launcher.Run(context.Background(), cfg)
 		var ce *failure.ConfigError

@@ -41,19 +41,19 @@ func wantExit(t *testing.T, what string, r result, code int, wants ...string) {
 func TestDropinGPUHostRunsMoreWorkersThanGPUs(t *testing.T) {
 	t.Parallel()
 	h := newGPUHost(t, 1)
-	r := h.cli(t, nil, "--nproc-per-node", "4", "--", os.Args[0])
+	r := h.cli(t, nil, "--nproc-per-node", "4", "--", testutil.Program(t))
 	wantExit(t, "--nproc-per-node 4 on one GPU", r, 0, "4 workers share the 1 usable GPU(s)", "local ranks 1..3 have no GPU of their own")
 	if d := h.dumped(t); len(d) != 4 || d["3"]["PJRT_DEVICE"] != "CUDA" || d["3"]["LOCAL_WORLD_SIZE"] != "4" {
 		t.Errorf("%d workers ran; rank 3's env %v", len(d), d["3"])
 	}
 	for _, cvd := range []string{"", "-1"} {
 		h := newGPUHost(t, 1)
-		r := h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--nproc-per-node", "2", "--", os.Args[0])
+		r := h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--nproc-per-node", "2", "--", testutil.Program(t))
 		wantExit(t, "CUDA_VISIBLE_DEVICES="+cvd, r, 0)
 		if d := h.dumped(t); len(d) != 2 || d["1"]["PJRT_DEVICE"] != "CPU" || d["1"]["CUDA_VISIBLE_DEVICES"] != cvd {
 			t.Errorf("CUDA_VISIBLE_DEVICES=%q: %d workers; rank 1's env %v, want the CPU and the variable kept", cvd, len(d), d["1"])
 		}
-		r = h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--device", "gpu", "--", os.Args[0])
+		r = h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--device", "gpu", "--", testutil.Program(t))
 		wantExit(t, "--device gpu with CUDA_VISIBLE_DEVICES="+cvd, r, exitcode.Usage, "hides every GPU", "--device cpu")
 	}
 	for word, n := range map[string]int{"auto": 1, "gpu": 1, "cpu": runtime.NumCPU()} {
@@ -156,7 +156,7 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 	t.Parallel()
 	run := func(args ...string) result {
 		t.Helper()
-		return runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, append(append([]string{"--device", "cpu"}, args...), "--", os.Args[0])...)
+		return runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, append(append([]string{"--device", "cpu"}, args...), "--", testutil.Program(t))...)
 	}
 	c10d := func(extra ...string) []string {
 		return append([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:" + strconv.Itoa(portBase(t))}, extra...)
@@ -299,23 +299,23 @@ func TestDropinPythonInterpreter(t *testing.T) {
 func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, idV4, 0)
-	wantExit(t, "cpu", h.cli(t, nil, "--nprocs", "1", "--", os.Args[0]), 0)
+	wantExit(t, "cpu", h.cli(t, nil, "--nprocs", "1", "--", testutil.Program(t)), 0)
 	if env := h.dumped(t)["0"]; env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] != "1" || env["TORCHELASTIC_USE_AGENT_STORE"] != "False" {
 		t.Errorf("CPU worker: TORCH_NCCL_ASYNC_ERROR_HANDLING %q TORCHELASTIC_USE_AGENT_STORE %q", env["TORCH_NCCL_ASYNC_ERROR_HANDLING"],
 			env["TORCHELASTIC_USE_AGENT_STORE"])
 	}
-	wantExit(t, "set by the user", h.cli(t, []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING=0"}, "--nprocs", "1", "--", os.Args[0]), 0)
+	wantExit(t, "set by the user", h.cli(t, []string{"TORCH_NCCL_ASYNC_ERROR_HANDLING=0"}, "--nprocs", "1", "--", testutil.Program(t)), 0)
 	if env := h.dumped(t)["0"]; env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] != "0" {
 		t.Errorf("inherited TORCH_NCCL_ASYNC_ERROR_HANDLING=0 became %q", env["TORCH_NCCL_ASYNC_ERROR_HANDLING"])
 	}
 	g := newGPUHost(t, 1)
-	wantExit(t, "gpu", g.cli(t, nil, "--", os.Args[0]), 0)
+	wantExit(t, "gpu", g.cli(t, nil, "--", testutil.Program(t)), 0)
 	if env := g.dumped(t)["0"]; env["NCCL_ASYNC_ERROR_HANDLING"] != "1" || env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] != "1" {
 		t.Errorf("GPU worker: NCCL_ASYNC_ERROR_HANDLING %q TORCH_NCCL_ASYNC_ERROR_HANDLING %q", env["NCCL_ASYNC_ERROR_HANDLING"], env["TORCH_NCCL_ASYNC_ERROR_HANDLING"])
 	}
 
 	parent := filepath.Join(t.TempDir(), "parent-error.json")
-	r := runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("record:3"), "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r := runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("record:3"), "TORCHELASTIC_ERROR_FILE=" + parent}, "--nprocs", "1", "--device", "cpu", "--", testutil.Program(t))
 	wantExit(t, "a failing rank under a parent's TORCHELASTIC_ERROR_FILE", r, 3)
 	var doc struct {
 		Message struct {
@@ -330,12 +330,12 @@ func TestDropinTorchrunEnvAndFiles(t *testing.T) {
 	}
 
 	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${role_name}-$local_rank:${rank}]: "},
-		"--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+		"--nprocs", "2", "--device", "cpu", "--", testutil.Program(t))
 	wantExit(t, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", r, 0)
 	if !strings.Contains(r.stdout, "[default-1:1]: rank 1 exits 0\n") {
 		t.Errorf("no line with torchrun's template prefix:\n%s", r.stdout)
 	}
-	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0")}, "--log-prefix", "", "--nprocs", "1", "--device", "cpu", "--", testutil.Program(t))
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "rank 0 exits 0\n") {
 		t.Errorf("--log-prefix '': exit %d, stdout %q, want the raw line", r.code, r.stdout)
 	}
@@ -356,7 +356,7 @@ func TestDropinHelpAndLogs(t *testing.T) {
 
 	dir := testutil.FakeDir(t)
 	r = runCLI(t, dir, []string{testutil.Fake("failuntil:5")}, "--log-format", "json", "--max-restarts", "1", "--nprocs", "2", "--device", "cpu",
-		"--", os.Args[0])
+		"--", testutil.Program(t))
 	wantExit(t, "--log-format json", r, 3)
 	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
 		var rec map[string]any
@@ -368,7 +368,7 @@ func TestDropinHelpAndLogs(t *testing.T) {
 		t.Errorf("no summary or last record:\n%s", r.stderr)
 	}
 
-	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("failuntil:5")}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("failuntil:5")}, "--max-restarts", "1", "--nprocs", "2", "--device", "cpu", "--", testutil.Program(t))
 	wantExit(t, "a restarted run", r, 3, "restarting the workers")
 	sum0, start1 := strings.Index(r.stderr, "attempt 0: failure"), strings.Index(r.stderr, `"attempt": 1`)
 	if sum0 < 0 || start1 < 0 || sum0 > start1 {
@@ -392,7 +392,7 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 	// PYTHONPATH just under Linux's limit for one string: tpurun starts, its workers' PYTHONPATH (with the module
 	// appended) cannot.
 	long := "/" + strings.Repeat("p", 32*4096-len("PYTHONPATH=")-8)
-	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", os.Args[0])
+	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", testutil.Program(t))
 	wantExit(t, "a PYTHONPATH near the limit", r, exitcode.Usage, "PYTHONPATH", "over Linux's 131072-byte limit")
 	r = runCLI(t, "", nil, "--master-addr", "10.255.255.254", "--device", "cpu", "--", "true")
 	wantExit(t, "a MASTER_ADDR of another host", r, exitcode.Usage, "is not an address of this host", "leave it unset")

@@ -125,7 +125,7 @@ func TestFaultWorker(t *testing.T) {
 				others = "ignore:15"
 			}
 			env := []string{testutil.Fake(others), testutil.FakeRank(1, tc.fault)}
-			args := append(append([]string{"--nprocs", strconv.Itoa(tc.nprocs)}, tc.args...), "--", os.Args[0])
+			args := append(append([]string{"--nprocs", strconv.Itoa(tc.nprocs)}, tc.args...), "--", testutil.Program(t))
 			r := runCLI(t, dir, env, args...) // bounded by the deadline: a teardown that hangs fails there
 			wantStderr(t, r, tc.code, tc.fragments...)
 			if tc.name == "exits-during-start-up" {
@@ -145,7 +145,7 @@ func TestFaultWorkerOutput(t *testing.T) {
 	t.Run("closes-stdout-early", func(t *testing.T) {
 		t.Parallel()
 		dir := testutil.FakeDir(t)
-		r := runCLI(t, dir, []string{testutil.Fake("closeout")}, "--nprocs", "2", "--", os.Args[0])
+		r := runCLI(t, dir, []string{testutil.Fake("closeout")}, "--nprocs", "2", "--", testutil.Program(t))
 		wantStderr(t, r, 0, "[0] rank 0 still alive after closing stdout", "[1] rank 1 still alive after closing stdout")
 		if !strings.Contains(r.stdout, "[1] rank 1 closes stdout") {
 			t.Fatalf("stdout lacks the line written before closing:\n%s", r.stdout)
@@ -158,7 +158,7 @@ func TestFaultWorkerOutput(t *testing.T) {
 		dir := testutil.FakeDir(t)
 		const lines = 100_000
 		start := time.Now()
-		r := runCLI(t, dir, []string{testutil.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--", os.Args[0])
+		r := runCLI(t, dir, []string{testutil.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--", testutil.Program(t))
 		wantStderr(t, r, 0)
 		for rank := range 2 {
 			whole := fmt.Sprintf("[%d] %s rank %d flood\n", rank, strings.Repeat("x", 50), rank)
@@ -199,7 +199,7 @@ func TestFaultLauncherSignals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := testutil.FakeDir(t)
-			args := append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])
+			args := append(append([]string{"--nprocs", "2"}, tc.args...), "--", testutil.Program(t))
 			cmd, out, _ := tpurun(dir, []string{testutil.Fake(tc.fault)}, args...)
 			errb := &testutil.Buffer{}
 			cmd.Stderr = errb
@@ -232,7 +232,7 @@ func TestFaultLauncherSignals(t *testing.T) {
 func TestFaultFDLimit(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	cmd := testutil.Command("nofile:40", filepath.Join(bin, "tpurun"), "--nprocs", "64", "--", os.Args[0])
+	cmd := testutil.Command("nofile:40", filepath.Join(bin, "tpurun"), "--nprocs", "64", "--", testutil.Program(t))
 	cmd.Env = append(cmd.Env, "FAKE_DIR="+dir, testutil.Fake("hang"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -274,7 +274,7 @@ echo "attempt $TORCHELASTIC_RESTART_COUNT ran" >> "$FAKE_DIR/ran"`
 	}
 
 	// Without a planted link the log files are regular files of mode 0644 (umask aside), in a new run directory.
-	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", os.Args[0])
+	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--log-dir", logs, "--run-id", "planted", "--", testutil.Program(t))
 	wantStderr(t, r, 0)
 	runs, _ := filepath.Glob(filepath.Join(logs, "planted_*"))
 	if len(runs) != 2 {
@@ -309,7 +309,7 @@ func TestFaultLogDirOutOfDisk(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Unmount(logs, syscall.MNT_DETACH) })
 	const lines = 20_000 // 2 x 1.2 MB of output for 64 KiB of disk
 	r := runCLI(t, dir, []string{testutil.Fake("flood:" + strconv.Itoa(lines))}, "--nprocs", "2", "--log-dir", logs,
-		"--tee", "3", "--", os.Args[0])
+		"--tee", "3", "--", testutil.Program(t))
 	wantStderr(t, r, 0, "log file write failed", "no space left on device", filepath.Join(logs, ""))
 	for rank := range 2 {
 		if !strings.Contains(r.stdout, fmt.Sprintf("[%d] rank %d flood done\n", rank, rank)) {
@@ -331,7 +331,7 @@ func TestFaultSecretsNotLogged(t *testing.T) {
 	env := []string{testutil.Fake("exitready:3"), "HF_TOKEN=" + secret, "MY_API_KEY=" + secret, "DB_PASSWORD=" + secret, "AWS_SECRET_ACCESS_KEY=" + secret}
 	for _, format := range []string{"console", "json"} {
 		dir := testutil.FakeDir(t)
-		r := runCLI(t, dir, env, "-v", "--log-format", format, "--nprocs", "2", "--", os.Args[0])
+		r := runCLI(t, dir, env, "-v", "--log-format", format, "--nprocs", "2", "--", testutil.Program(t))
 		wantStderr(t, r, 3, "rank")
 		if strings.Contains(r.stderr, secret) || strings.Contains(r.stdout, secret) {
 			t.Fatalf("--log-format %s: the secret value appears in tpurun's output:\n%s\n%s", format, r.stderr, r.stdout)
@@ -355,7 +355,7 @@ func TestFaultReportThenCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, dir, []string{testutil.Fake("reporthang"), testutil.FakeRank(1, "reportcrash")},
-		"--nprocs", "3", "--results", doc, "--", os.Args[0])
+		"--nprocs", "3", "--results", doc, "--", testutil.Program(t))
 	wantStderr(t, r, 137, "rank 1", "SIGKILL")
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious\n" {
 		t.Fatalf("--results wrote through a planted symlink: victim now %q, %v", b, err)
@@ -412,7 +412,7 @@ func TestFaultResultsOutOfDisk(t *testing.T) {
 	}
 	dir := testutil.FakeDir(t)
 	doc := filepath.Join(mnt, "results.json")
-	r := runCLI(t, dir, []string{testutil.Fake("report")}, "--nprocs", "2", "--results", doc, "--", os.Args[0])
+	r := runCLI(t, dir, []string{testutil.Fake("report")}, "--nprocs", "2", "--results", doc, "--", testutil.Program(t))
 	wantStderr(t, r, 74, "results file "+doc, "no space left on device")
 	if es, _ := os.ReadDir(mnt); len(es) != 1 {
 		t.Fatalf("%d files in the full file system, want only the filler: a partial document or temp file was left", len(es))
@@ -431,13 +431,13 @@ func TestFaultMasterPortInUse(t *testing.T) {
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 	dir := testutil.FakeDir(t)
-	r := runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
+	r := runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", testutil.Program(t))
 	wantStderr(t, r, 2, fmt.Sprintf("MASTER_PORT=\"%d\"", port), "already in use", fmt.Sprintf("pid %d", os.Getpid()), "--master-port")
 	if es, _ := os.ReadDir(filepath.Join(dir, "pids")); len(es) != 0 {
 		t.Fatalf("%d workers started despite the busy MASTER_PORT", len(es))
 	}
 	l.Close()
-	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", os.Args[0])
+	r = runCLI(t, dir, []string{testutil.Fake("exitready:0")}, "--nprocs", "2", "--master-port", strconv.Itoa(port), "--", testutil.Program(t))
 	wantStderr(t, r, 0)
 	assertNothingLeft(t, dir, 2)
 }
@@ -450,7 +450,7 @@ func TestFaultMasterPortInUse(t *testing.T) {
 func TestFaultLauncherSIGKILLWithGrandchildren(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--", testutil.Program(t))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +510,7 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 			// each worker is sh, with every default action, around a fake worker that exits 0 (rank 1's once it
 			// started two grandchildren that ignore SIGTERM)
 			cmd, _, _ := tpurun(dir, []string{testutil.Fake("exit:0"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--",
-				"/bin/sh", "-c", `"$0"; while :; do sleep 1; done`, os.Args[0])
+				"/bin/sh", "-c", `"$0"; while :; do sleep 1; done`, testutil.Program(t))
 			errb := &testutil.Buffer{}
 			cmd.Stderr = errb
 			if err := cmd.Start(); err != nil {
@@ -553,7 +553,7 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 func TestFaultSignalStorm(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("ignore:10")}, "--nprocs", "2", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("ignore:10")}, "--nprocs", "2", "--", testutil.Program(t))
 	errb := &testutil.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {

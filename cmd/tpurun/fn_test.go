@@ -57,7 +57,7 @@ func runResults(t *testing.T, mode string, n int, extra ...string) (result, *res
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "results.json")
 	args := append([]string{"--nprocs", strconv.Itoa(n), "--results", file, "--json"}, extra...)
-	args = append(args, "--", os.Args[0])
+	args = append(args, "--", testutil.Program(t))
 	r := runCLI(t, t.TempDir(), resultWorkers(mode), args...)
 	var fromFile, fromJSON results.Document
 	b, err := os.ReadFile(file)
@@ -132,7 +132,7 @@ func TestSeedScenarioDuplicateExit65(t *testing.T) {
 // scenario is never dropped silently.
 func TestResultsCheckedWithoutFlags(t *testing.T) {
 	t.Parallel()
-	r := runCLI(t, t.TempDir(), resultWorkers("seed"), "--nprocs", "3", "--", os.Args[0])
+	r := runCLI(t, t.TempDir(), resultWorkers("seed"), "--nprocs", "3", "--", testutil.Program(t))
 	if r.code != exitcode.Results || !strings.Contains(r.stderr, "duplicate_result: 3 results for replica 0") {
 		t.Fatalf("exit %d, want %d naming the duplicate\n%s", r.code, exitcode.Results, r.stderr)
 	}

@@ -18,29 +18,11 @@ import (
 	"tpurun/internal/testutil"
 )
 
-// Two verbs of this package's own:
-//   - envdump:DIR, a worker that writes its whole environment as JSON to DIR/<RANK>.json and exits 0;
+// The hosts' workers are testutil's envdump:DIR (each writes its whole environment as JSON to DIR/<RANK>.json);
+// one verb is this package's own:
 //   - hold:PATH, a process that holds PATH open (like a TPU runtime holding /dev/vfio/N) until its stdin closes.
 func init() {
-	testutil.Define(testutil.Verb{Name: "envdump", Run: func(w *testutil.Worker) int {
-		env := map[string]string{}
-		for _, kv := range os.Environ() {
-			k, v, _ := strings.Cut(kv, "=")
-			env[k] = v
-		}
-		b, err := json.Marshal(env)
-		if err == nil {
-			tmp := filepath.Join(w.Arg, "."+w.Rank+".tmp")
-			if err = os.WriteFile(tmp, b, 0o644); err == nil {
-				err = os.Rename(tmp, filepath.Join(w.Arg, w.Rank+".json"))
-			}
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "envdump:", err)
-			return 97
-		}
-		return 0
-	}})
+	testutil.Register("envdump")
 	testutil.Define(testutil.Verb{Name: "hold", Run: func(w *testutil.Worker) int {
 		f, err := os.Open(w.Arg)
 		if err != nil {

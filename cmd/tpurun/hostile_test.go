@@ -141,7 +141,7 @@ func TestHostileStalledStderr(t *testing.T) {
 			dir := testutil.FakeDir(t)
 			env := append([]string{testutil.Fake("errflood:9000")}, tc.env...)
 			nprocs := 2 + len(tc.env) // a failing rank is a third one
-			s := startStalled(t, dir, env, append(append([]string{"--nprocs", strconv.Itoa(nprocs)}, tc.args...), "--", os.Args[0])...)
+			s := startStalled(t, dir, env, append(append([]string{"--nprocs", strconv.Itoa(nprocs)}, tc.args...), "--", testutil.Program(t))...)
 			testutil.WaitReady(t, dir, nprocs)
 			var except []string
 			if len(tc.env) > 0 {
@@ -187,7 +187,7 @@ func TestHostileSecondSignalDuringStalledDrain(t *testing.T) {
 		t.Run(when, func(t *testing.T) {
 			t.Parallel()
 			dir := testutil.FakeDir(t)
-			s := startStalled(t, dir, []string{testutil.Fake("errflood:9000")}, "--nprocs", "2", "--", os.Args[0])
+			s := startStalled(t, dir, []string{testutil.Fake("errflood:9000")}, "--nprocs", "2", "--", testutil.Program(t))
 			testutil.WaitReady(t, dir, 2)
 			waitWorkersBlocked(t, dir, 2)
 			_ = s.cmd.Process.Signal(syscall.SIGTERM)
@@ -238,7 +238,7 @@ func TestHostileErrorFile(t *testing.T) {
 			if tc.logDir {
 				args = append(args, "--log-dir", filepath.Join(dir, "logs"))
 			}
-			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(args, "--", os.Args[0])...)
+			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(args, "--", testutil.Program(t))...)
 			code := testutil.WaitExit(t, cmd) // a tpurun hung on the error file is killed and fails here
 			if code != 5 || !strings.Contains(errb.String(), tc.says) || strings.Contains(errb.String(), "read through a symlink") {
 				t.Fatalf("exit %d, want 5, saying %q and not showing the symlink's target:\n%s", code, tc.says, errb)
@@ -253,7 +253,7 @@ func TestHostileErrorFile(t *testing.T) {
 func TestHostileEscapedWorker(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	r := runCLI(t, dir, []string{testutil.Fake("leavegroup")}, "--nprocs", "2", "--timeout", upTimeout, "--grace", "500ms", "--", os.Args[0])
+	r := runCLI(t, dir, []string{testutil.Fake("leavegroup")}, "--nprocs", "2", "--timeout", upTimeout, "--grace", "500ms", "--", testutil.Program(t))
 	if es, _ := os.ReadDir(filepath.Join(dir, "gc")); len(es) != 2 {
 		t.Fatalf("%d workers left their process group, want 2:\n%s", len(es), r.stderr)
 	}
@@ -293,7 +293,7 @@ func TestHostilePidReuse(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	lastPID := testutil.Need(t, "ns_last_pid")
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "exitready:0")}, "-v", "--nprocs", "2", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "exitready:0")}, "-v", "--nprocs", "2", "--", testutil.Program(t))
 	errb := &testutil.Buffer{}
 	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
@@ -383,7 +383,7 @@ func TestHostileResultFloods(t *testing.T) {
 			testutil.Heavy(t) // a flood and a memory figure
 			dir := testutil.FakeDir(t)
 			doc := filepath.Join(dir, "results.json")
-			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, "--nprocs", "1", "--results", doc, "--", os.Args[0])
+			cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, "--nprocs", "1", "--results", doc, "--", testutil.Program(t))
 			// Through the rusage wrapper, a child whose only job is the measurement: the peak RSS of tpurun and
 			// its worker, without this test binary's.
 			rssFile := filepath.Join(dir, "rss")
@@ -435,7 +435,7 @@ func TestHostileMalformedThenGood(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	doc := filepath.Join(dir, "results.json")
-	s := startStalled(t, dir, []string{testutil.Fake("badthengood")}, "--nprocs", "2", "--expect-results", "--results", doc, "--", os.Args[0])
+	s := startStalled(t, dir, []string{testutil.Fake("badthengood")}, "--nprocs", "2", "--expect-results", "--results", doc, "--", testutil.Program(t))
 	// Both workers wrote their frames and exited; then tpurun did all it could without a reader of its stderr.
 	assertAllDead(t, dir, 2)
 	s.waitStalled(t)
@@ -476,7 +476,7 @@ func TestHostileStatusClientNeverReads(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	s := startStalled(t, dir, []string{testutil.Fake("hang"), testutil.FakeRank(1, "exitongo:3")}, "--nprocs", "2",
-		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
+		"--status-addr", "127.0.0.1:0", "--", testutil.Program(t))
 	addr, stderr := watchStatusAddr(t, s.errR)
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -519,7 +519,7 @@ func floodStatusRequests(conn net.Conn) {
 func TestHostileCallerKilled(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	caller := exec.Command("sh", "-c", `"$0" --exit-with-parent --nprocs 2 -- "$1" & wait`, filepath.Join(bin, "tpurun"), os.Args[0])
+	caller := exec.Command("sh", "-c", `"$0" --exit-with-parent --nprocs 2 -- "$1" & wait`, filepath.Join(bin, "tpurun"), testutil.Program(t))
 	caller.Env = append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake("hang"))
 	if err := caller.Start(); err != nil {
 		t.Fatal(err)

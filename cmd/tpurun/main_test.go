@@ -166,7 +166,7 @@ func TestTorchrunSpellingAndExitCode(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	r := runCLI(t, dir, []string{testutil.Fake("hang"), testutil.FakeRank(2, "exitready:85")},
-		"--nproc_per_node", "3", "--log_format", "json", "--", os.Args[0])
+		"--nproc_per_node", "3", "--log_format", "json", "--", testutil.Program(t))
 	if r.code != 85 {
 		t.Fatalf("exit %d, want rank 2's 85\n%s", r.code, r.stderr)
 	}
@@ -179,7 +179,7 @@ func TestTorchrunSpellingAndExitCode(t *testing.T) {
 func TestTimeoutExit124(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	r := runCLI(t, dir, []string{testutil.Fake("hang")}, "--nprocs", "2", "--timeout", upTimeout, "--", os.Args[0])
+	r := runCLI(t, dir, []string{testutil.Fake("hang")}, "--nprocs", "2", "--timeout", upTimeout, "--", testutil.Program(t))
 	if r.code != 124 || !strings.Contains(r.stderr, "timeout "+upTimeout+" expired") {
 		t.Fatalf("exit %d, want 124\n%s", r.code, r.stderr)
 	}
@@ -195,7 +195,7 @@ func TestSIGTERMToLauncher(t *testing.T) {
 		t.Run(tc.behaviour, func(t *testing.T) {
 			t.Parallel()
 			dir := testutil.FakeDir(t)
-			cmd, out, errb := tpurun(dir, []string{testutil.Fake(tc.behaviour)}, "--nprocs", "2", "--", os.Args[0])
+			cmd, out, errb := tpurun(dir, []string{testutil.Fake(tc.behaviour)}, "--nprocs", "2", "--", testutil.Program(t))
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +221,7 @@ func TestSIGTERMToLauncher(t *testing.T) {
 func TestSIGKILLedLauncherLeavesNoWorker(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang")}, "--nprocs", "4", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("hang")}, "--nprocs", "4", "--", testutil.Program(t))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestConfigMistakesExit2(t *testing.T) {
 	} {
 		dir := testutil.FakeDir(t)
 		// runCLI is bounded by the deadline: a mistake found only by a rendezvous timeout (5 min) fails there.
-		r := runCLI(t, dir, append([]string{testutil.Fake("exit:0")}, tc.env...), append(append([]string{"--nprocs", "1"}, tc.args...), "--", os.Args[0])...)
+		r := runCLI(t, dir, append([]string{testutil.Fake("exit:0")}, tc.env...), append(append([]string{"--nprocs", "1"}, tc.args...), "--", testutil.Program(t))...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.name) {
 			t.Errorf("%q %q: exit %d, want 2 naming %s:\n%s", tc.env, tc.args, r.code, tc.name, r.stderr)
 		}

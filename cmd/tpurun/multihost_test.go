@@ -84,12 +84,10 @@ var (
 	shortTimeout = testutil.Scaled(8 * time.Second).String()
 )
 
-// self is the path of the test binary, which plays the workers (envdump, fake).
+// self is the program that plays the workers (envdump, fake): testutil's fake worker program.
 func self(t *testing.T) string {
 	t.Helper()
-	exe, err := os.Executable()
-	mustDo(t, err)
-	return exe
+	return testutil.Program(t)
 }
 
 // runtimeKeys are the env vars a plan cannot know: picked at launch.

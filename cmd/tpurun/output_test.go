@@ -104,7 +104,7 @@ func TestOutputOneFileKeepsLinesWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ranks, n = 4, 100
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:" + strconv.Itoa(n))}, "-v", "--nprocs", strconv.Itoa(ranks), "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:" + strconv.Itoa(n))}, "-v", "--nprocs", strconv.Itoa(ranks), "--", testutil.Program(t))
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestOutputClosedStdout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:10000000"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:10000000"), testutil.FakeRank(1, "grandkids:0")}, "--nprocs", "2", "--grace", "1s", "--", testutil.Program(t))
 	errb := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = pw, errb
 	if err := cmd.Start(); err != nil {
@@ -198,7 +198,7 @@ func TestOutputLastFlush(t *testing.T) {
 			}
 			t.Cleanup(func() { pr.Close() })
 			// 192 KB of lines: more than the pipe holds, less than tpurun queues, so that the worker exits.
-			cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:3000")}, append(tc.args, "--nprocs", "1", "--", os.Args[0])...)
+			cmd, _, _ := tpurun(dir, []string{testutil.Fake("flood:3000")}, append(tc.args, "--nprocs", "1", "--", testutil.Program(t))...)
 			errb := &testutil.Buffer{}
 			cmd.Stdout, cmd.Stderr = pw, errb
 			if err := cmd.Start(); err != nil {
@@ -246,7 +246,7 @@ func TestOutputBothStalledOneStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { outR.Close(); errR.Close() })
-	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:10")}, "--nprocs", "1", "--", os.Args[0])
+	cmd, _, _ := tpurun(dir, []string{testutil.Fake("long:10")}, "--nprocs", "1", "--", testutil.Program(t))
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestOutputClosedStderr(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"--nprocs", "1", "--grace", "1s", "--", os.Args[0]}
+			args := []string{"--nprocs", "1", "--grace", "1s", "--", testutil.Program(t)}
 			if json {
 				args = append([]string{"--json"}, args...)
 			}
@@ -340,7 +340,7 @@ func TestOutputFullDisk(t *testing.T) {
 		if tc.fault != "flood:100000" { // fill the disk first
 			_, _ = out.Write(make([]byte, 128<<10))
 		}
-		cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", os.Args[0])...)
+		cmd, _, errb := tpurun(dir, []string{testutil.Fake(tc.fault)}, append(append([]string{"--nprocs", "2"}, tc.args...), "--", testutil.Program(t))...)
 		cmd.Stdout = out
 		testutil.WaitExit(t, cmd)
 		out.Close()

@@ -21,7 +21,7 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	// At once: runCLI's deadline comes long before the rendezvous timeout.
 	r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
-		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", os.Args[0])
+		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", testutil.Program(t))
 	if r.code != exitcode.Usage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
 		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
 		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, exitcode.Usage, r.stderr)

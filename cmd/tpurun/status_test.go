@@ -48,7 +48,7 @@ func watchStatusAddr(t *testing.T, r io.Reader) (string, func() string) {
 func startWithStatus(t *testing.T, nprocs string) (*exec.Cmd, string, func() string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--nprocs", nprocs, "--device", "cpu", "--grace", "2s",
-		"--status-addr", "127.0.0.1:0", "--", os.Args[0])
+		"--status-addr", "127.0.0.1:0", "--", testutil.Program(t))
 	cmd.Env = append(os.Environ(), testutil.Fake("hang"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -100,7 +100,7 @@ func TestStatusEndpointDuringRun(t *testing.T) {
 }
 
 func TestStatusAddrNonLoopbackRefused(t *testing.T) {
-	r := runCLI(t, "", nil, "--nprocs", "1", "--device", "cpu", "--status-addr", "0.0.0.0:0", "--", os.Args[0])
+	r := runCLI(t, "", nil, "--nprocs", "1", "--device", "cpu", "--status-addr", "0.0.0.0:0", "--", testutil.Program(t))
 	if r.code != 2 || !strings.Contains(r.stderr, "--status-allow-remote") {
 		t.Fatalf("exit %d, stderr %q: want 2 and the --status-allow-remote remedy", r.code, r.stderr)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"tpurun/internal/testutil"
 	"tpurun/internal/workerenv"
 )
 
@@ -97,7 +97,7 @@ func TestRunChildSeesExactlyThePlanEnv(t *testing.T) {
 			if len(p.Workers) != tc.workers {
 				t.Fatalf("plan has %d workers, want %d", len(p.Workers), tc.workers)
 			}
-			r := h.cli(t, parent, append(args, "--", os.Args[0])...)
+			r := h.cli(t, parent, append(args, "--", testutil.Program(t))...)
 			if r.code != 0 {
 				t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
 			}
@@ -173,7 +173,7 @@ func TestRaySubsetAndNestedRun(t *testing.T) {
 			t.Parallel()
 			h := newHost(t, idV5e, 8)
 			args := append([]string{"--tpu-port-base", strconv.Itoa(portBase(t))}, tc.args...)
-			args = append(args, "--", os.Args[0])
+			args = append(args, "--", testutil.Program(t))
 			if tc.nested {
 				inner := append([]string{filepath.Join(bin, "tpurun"), "--sysfs-root", h.sys, "--dev-root", h.dev}, args...)
 				args = append([]string{"--nprocs", "1", "--tpu-port-base", strconv.Itoa(portBase(t)), "--"}, inner...)
@@ -223,7 +223,7 @@ func TestConfigErrorsExit2BeforeStarting(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHost(t, tc.id, 8)
-			for _, mode := range [][]string{append(tc.args, "--", os.Args[0]), append([]string{"plan"}, tc.args...)} {
+			for _, mode := range [][]string{append(tc.args, "--", testutil.Program(t)), append([]string{"plan"}, tc.args...)} {
 				r := h.cli(t, tc.env, mode...) // at once: h.cli fails at the deadline
 				if r.code != 2 {
 					t.Fatalf("tpurun %q: exit %d, want 2\n%s", mode, r.code, r.stderr)
@@ -247,7 +247,7 @@ func TestHeldChipRefusesUnlessForce(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, idV5e, 8)
 	pid := hold(t, filepath.Join(h.dev, "vfio", "3"))
-	args := []string{"--tpu-port-base", strconv.Itoa(portBase(t)), "--", os.Args[0]}
+	args := []string{"--tpu-port-base", strconv.Itoa(portBase(t)), "--", testutil.Program(t)}
 	r := h.cli(t, nil, args...)
 	if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("pid %d", pid)) || !strings.Contains(r.stderr, "vfio/3") ||
 		!strings.Contains(r.stderr, "--force") {
@@ -282,13 +282,13 @@ func TestMetadataRefused(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, idV4, 0)
 	// Within the budget: h.cli fails at the deadline, long before a tpurun that ignores it would give up.
-	r := h.cli(t, nil, "--device", "tpu", "--metadata-timeout", "1s", "--", os.Args[0])
+	r := h.cli(t, nil, "--device", "tpu", "--metadata-timeout", "1s", "--", testutil.Program(t))
 	if r.code != 2 || !strings.Contains(r.stderr, "computeMetadata/v1/instance/attributes/") ||
 		!strings.Contains(r.stderr, "TPU_ACCELERATOR_TYPE") {
 		t.Fatalf("refused metadata: exit %d, want 2 naming the URL and the remedy:\n%s", r.code, r.stderr)
 	}
 	v4 := newHost(t, idV4, 4)
-	r = v4.cli(t, nil, "--metadata-timeout", "1s", "--tpu-port-base", strconv.Itoa(portBase(t)), "--", os.Args[0])
+	r = v4.cli(t, nil, "--metadata-timeout", "1s", "--tpu-port-base", strconv.Itoa(portBase(t)), "--", testutil.Program(t))
 	if r.code != 0 || len(v4.dumped(t)) != 4 {
 		t.Fatalf("v4 host with refused metadata: exit %d, %d workers; want 0 and 4 from sysfs:\n%s", r.code, len(v4.dumped(t)), r.stderr)
 	}
@@ -445,7 +445,7 @@ func TestMetadataAskedOncePerRun(t *testing.T) {
 	defer srv.Close()
 	h := newHost(t, idV4, 4)
 	r := h.cli(t, []string{"GCE_METADATA_HOST=" + srv.Listener.Addr().String()},
-		"--tpu-port-base", strconv.Itoa(portBase(t)), "--", os.Args[0])
+		"--tpu-port-base", strconv.Itoa(portBase(t)), "--", testutil.Program(t))
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}

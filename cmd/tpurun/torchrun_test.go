@@ -58,7 +58,7 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 	t.Run("PET_NPROC_PER_NODE vs --nprocs", func(t *testing.T) {
 		t.Parallel()
 		dir := testutil.FakeDir(t)
-		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", os.Args[0])
+		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_NPROC_PER_NODE=3"}, "--nprocs", "2", "--device", "cpu", "--", testutil.Program(t))
 		if r.code != 0 {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
 		}
@@ -70,7 +70,7 @@ func TestPETEnvDoesNotBeatAnAliasFlag(t *testing.T) {
 	t.Run("PET_SHUTDOWN_TIMEOUT vs --grace", func(t *testing.T) {
 		t.Parallel()
 		dir := testutil.FakeDir(t)
-		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", os.Args[0])
+		r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "PET_SHUTDOWN_TIMEOUT=5"}, "--grace", "1s", "--nprocs", "1", "--device", "cpu", "--", testutil.Program(t))
 		if r.code != 0 {
 			t.Fatalf("exit %d, want 0: --grace given, PET_SHUTDOWN_TIMEOUT ignored\n%s", r.code, r.stderr)
 		}

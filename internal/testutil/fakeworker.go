@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The fake worker is the test binary re-executed to play a worker (or a helper process) doing one verb. The
@@ -172,6 +173,65 @@ func Dispatch() {
 	}
 }
 
+// DispatchBuiltin is the main function of the fake worker program (package fakeworker, see Program): every built-in
+// verb registered, it runs the selected one and exits with its code; with none selected it exits 98.
+func DispatchBuiltin() {
+	for n := range builtin() {
+		Register(n)
+	}
+	// A verb that blocks for good (select {}) must block, as in a test binary, whose other goroutines keep the
+	// runtime from calling it a deadlock ("all goroutines are asleep", exit 2): a pending timer does the same here.
+	go func() {
+		for {
+			time.Sleep(time.Hour)
+		}
+	}()
+	spec, ok := selected()
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fake worker: no verb selected (%s, %s or %s<RANK>)\n", EnvVerb, EnvFake, envFakeRank)
+		os.Exit(98)
+	}
+	os.Exit(runVerb(spec))
+}
+
+// Program is the fake worker program (package fakeworker): the built-in verbs at a hundredth of the start-up cost
+// of the race-built test binary (Executable). It is built once per test binary, on first use, without the race
+// detector and statically (CGO_ENABLED=0, as tpurun), into a directory that Run removes. A test gives it as the
+// workers' PROGRAM wherever they do built-in verbs; a verb of the package's own (Define) needs Executable.
+func Program(t testing.TB) string {
+	t.Helper()
+	p, err := program()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var programDir string
+
+var program = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "tpurun-fakeworker-")
+	if err != nil {
+		return "", err
+	}
+	programDir = dir
+	out := filepath.Join(dir, "fakeworker")
+	build := exec.Command(goTool(), "build", "-o", out, "tpurun/internal/testutil/fakeworker")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build the fake worker: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+// goTool is the go command that runs the tests (GOROOT/bin is on its PATH), else "go".
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "go"
+}
+
 // QuickExit makes the test binaries that this one starts (fake workers, helper processes) exit at once when they
 // are built with -race: the race runtime otherwise sleeps a second at every exit (GORACE's atexit_sleep_ms,
 // default 1000) to let other goroutines report, which a fake worker does not need and which made every worker of
@@ -186,6 +246,9 @@ func QuickExit() {
 // was never used. It returns the exit code for os.Exit.
 func Run(m *testing.M) int {
 	code := m.Run()
+	if programDir != "" {
+		_ = os.RemoveAll(programDir)
+	}
 	if left := SweepChildren(); len(left) > 0 {
 		// A failed test (or one that let its processes go) must not leave them running past the suite: a tpurun and
 		// its workers asleep for the rest of the machine's day. After tests that all passed, a process left behind

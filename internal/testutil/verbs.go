@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ var builtin = sync.OnceValue(func() map[string]Verb {
 		{Name: "fifoerr", Run: fifoErrVerb},                               // a FIFO at TORCHELASTIC_ERROR_FILE, exit N
 		{Name: "linkerr", Run: linkErrVerb},                               // a symlink at TORCHELASTIC_ERROR_FILE, exit N
 		{Name: "hang", Run: func(w *Worker) int { w.Ready(); select {} }}, // ready, block until killed
+		{Name: "envdump", Run: envDumpVerb},                               // its whole env as JSON to N=DIR/<RANK>.json, exit 0
 		// signals
 		{Name: "ignore", Run: ignoreVerb}, // ignore signal N, ready, block
 		{Name: "catch", Run: catchVerb},   // ready; on signal N print "rank R caught SIGNAME" and exit 0
@@ -79,6 +81,28 @@ var builtin = sync.OnceValue(func() map[string]Verb {
 	}
 	return m
 })
+
+// envDumpVerb writes the worker's whole environment as a JSON object to Arg/<RANK>.json (whole: through a
+// temporary file beside it and a rename) and exits 0; 97 when it cannot.
+func envDumpVerb(w *Worker) int {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	b, err := json.Marshal(env)
+	if err == nil {
+		tmp := filepath.Join(w.Arg, "."+w.Rank+".tmp")
+		if err = os.WriteFile(tmp, b, 0o644); err == nil {
+			err = os.Rename(tmp, filepath.Join(w.Arg, w.Rank+".json"))
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envdump:", err)
+		return 97
+	}
+	return 0
+}
 
 func exitVerb(w *Worker) int {
 	w.Ready()

@@ -49,7 +49,7 @@ var NotPorted = map[string]string{
 // nprocCase is test_run.py's _test_nproc_launch_configuration: --nproc-per-node V, then n files. Each call has a
 // run id of its own (upstream: uuid4), so a second call in one case is a new job, not the finished one.
 func nprocCase(from, v string, want func(h host) int, dashes bool, etcd bool) portCase {
-	return portCase{from: from, etcd: etcd, body: func(r *run) {
+	return portCase{from: from, etcd: etcd, perHost: true, body: func(r *run) {
 		r.id = newRunID()
 		args := []string{"--nnodes=1", "--nproc-per-node=" + v, "--rdzv-id={id}", "--monitor-interval=1", "--start-method=spawn", "--no-python"}
 		if !dashes {
@@ -207,7 +207,7 @@ func portCases() []portCase {
 		{from: tr("test_capture_logs_using_default_logs_specs"), body: captureLogsCase},
 		{from: torchrunSays + "worker output without --tee: as written, unprefixed", body: outputCase(false)},
 		{from: torchrunSays + "worker output with --tee=3: TailLog's [default0]: prefix", body: outputCase(true)},
-		{from: torchrunSays + "worker interpreter = launcher's sys.executable", torch: true, cpuOnly: true, body: interpreterCase},
+		{from: torchrunSays + "worker interpreter = launcher's sys.executable", torch: true, body: interpreterCase},
 
 		// run_test.py (torchrun 1.x: underscores, an etcd rendezvous)
 		pyCase(rt("test_launch_user_script_python"), etcd1, 4, true),
@@ -299,7 +299,7 @@ func envVarsCase(etcd bool) func(r *run) {
 // gpuCase is test_nproc_gpu_launch_configurations: on a host with three GPUs, auto and gpu mean three workers. On
 // the CPU host (the test mocks CUDA) torchrun's gpu raises "Cuda is not available": tpurun refuses it too.
 func gpuCase(from string, dashes bool) portCase {
-	return portCase{from: from, etcd: !dashes, body: func(r *run) {
+	return portCase{from: from, etcd: !dashes, perHost: true, body: func(r *run) {
 		for _, v := range []string{"auto", "gpu"} {
 			_ = os.RemoveAll(r.dir)
 			must(r.t, os.Mkdir(r.dir, 0o755))

@@ -7,15 +7,13 @@
 // points do, run by Debian's PyTorch (/usr/bin/python3, given as PYTHON_EXEC, which torchrun also honours; the case
 // of the workers' interpreter gives none, and runs tpurun installed from the wheel into a venv over it).
 //
-// Each case runs on a CPU host (this package's test) and on a GPU host (package gpuhost: a fake sysfs/dev tree of one
-// NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command lines stay unchanged; nearly every case
-// asks for 2 or 4 workers, more than the GPU count, which tpurun refused before issue 24). On the GPU host the cases
-// whose workers import torch run with TPURUN_PRELOAD=torch (the command lines unchanged): PyTorch's own tests then
-// also pass through the preloaded interpreter, which forks every worker from one that imported torch, and the
-// suite's costliest part (some 70 imports of torch per host, two CPU-seconds each) is paid about once per agent
-// there. The CPU host runs every worker by exec, as torchrun does. Two test binaries, so that each fits go test's
-// time limit. The cases PyTorch's tests run only through mocks or the Python API are NotPorted,
-// with the reason; the deliberate differences are in README.md ("torchrun compatibility").
+// Every case runs on a CPU host, by exec, as torchrun runs its workers; the cases whose outcome depends on the host
+// (--nproc-per-node auto, gpu, and a count above the host's GPUs, which tpurun refused before issue 24) run on a GPU
+// host too: a fake sysfs/dev tree of one NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command
+// lines stay unchanged. The other cases ran on the GPU host too until the suite had to fit ten minutes of two cores:
+// they give the worker count, and check nothing of the devices, so they come to the same end on any host, and each
+// of their torch workers costs two CPU-seconds of imports. The cases PyTorch's tests run only through mocks or the
+// Python API are NotPorted, with the reason; the deliberate differences are in README.md ("torchrun compatibility").
 package porttest
 
 import (
@@ -108,7 +106,6 @@ type run struct {
 	port, etcd string
 	id         string
 	bin        string
-	preload    string // TPURUN_PRELOAD: the modules the case's preloaded interpreter imports ("": none)
 }
 
 // expand fills a command-line template: {bin} the workers, {dir} the touch directory, {out} the return values,
@@ -151,9 +148,6 @@ func (r *run) env(extra []string) []string {
 		}
 	}
 	out = append(out, "TEST_SENTINEL_PARENT=FOOBAR", "PYTHON_EXEC="+torchPython, "TPURUN_SYSFS_ROOT="+r.host.sys, "TPURUN_DEV_ROOT="+r.host.dev)
-	if r.preload != "" {
-		out = append(out, "TPURUN_PRELOAD="+r.preload)
-	}
 	for _, kv := range extra {
 		out = append(out, r.expand(kv))
 	}
@@ -266,12 +260,10 @@ func names(es []os.DirEntry) []string {
 
 // portCase is one PyTorch test, as run here: from is its file and name; body runs it.
 type portCase struct {
-	from  string
-	torch bool // its workers import torch
-	etcd  bool // it needs an etcd server
-	// cpuOnly: it runs on the CPU host only: nothing in it depends on the devices (the GPU host's binary would
-	// build the wheel a second time for it).
-	cpuOnly bool
+	from    string
+	torch   bool // its workers import torch
+	etcd    bool // it needs an etcd server
+	perHost bool // what it asks for depends on the host (--nproc-per-node): it runs on the GPU host too
 	body    func(r *run)
 }
 
@@ -283,14 +275,15 @@ const (
 	lea     = "local_elastic_agent_test.py"
 )
 
-// Run runs every ported case on a host with gpus GPUs (a fake sysfs and /dev; 0 is a CPU host). The case that asks
-// for one worker per GPU gets a host of three. The cases that need etcd run under one subtest that starts one
+// Run runs the ported cases on a host with gpus GPUs (a fake sysfs and /dev; 0 is a CPU host): every case on the CPU
+// host, on a GPU host the cases whose outcome depends on the host (perHost: the rest run the same command line to
+// the same end on any host, and ran on the CPU host). The case that asks for one worker per GPU gets a host of three. The cases that need etcd run under one subtest that starts one
 // embedded etcd, outside the suite's heavy slot: this binary bounds its own load (torchSlots), and queueing behind
 // the suite's other heavy tests would push the port past go test's time limit.
 func Run(t *testing.T, name string, gpus int) {
 	var withEtcd []portCase
 	for _, c := range portCases() {
-		if c.cpuOnly && gpus > 0 {
+		if gpus > 0 && !c.perHost {
 			continue
 		}
 		if c.etcd {
@@ -323,9 +316,6 @@ func runCase(t *testing.T, c portCase, name string, gpus int, etcd string) {
 		}
 		r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
 			id: newRunID(), bin: binDir(t)}
-		if c.torch && gpus > 0 {
-			r.preload = "torch"
-		}
 		c.body(r)
 	})
 }
