@@ -108,7 +108,7 @@
 //   - "" (no backend): the world of one, this node alone. Nothing travels and nothing is checked against others:
 //     every join agrees at once on the member as given.
 //
-// Each backend is a Backend (backend.go) in a package of its own, which registers it (Register) under its name
+// Each backend is a Backend (rendezvous.go) in a package of its own, which registers it (Register) under its name
 // and torchrun's aliases: rendezvous/static, rendezvous/tcp (the embedded server, its client, the wire format and
 // handshake, shared with static) and rendezvous/etcd. A program links the backends it imports (tpurun's launcher
 // imports all three: internal/host/host.go); Lookup finds one by name, and callers decide by its capabilities

@@ -1,134 +1,106 @@
-package cli_test
+package cli
 
 import (
 	"errors"
-	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/spf13/pflag"
-
-	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/internal/failure"
+	"tpurun/internal/spec"
+	"tpurun/worker"
 )
 
-// flagSet is a few of tpurun's flags, as cmd/tpurun registers them ('_' spells '-').
-func flagSet() *pflag.FlagSet {
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, n string) pflag.NormalizedName {
-		return pflag.NormalizedName(strings.ReplaceAll(n, "_", "-"))
-	})
-	fs.String("redirects", "", "")
-	fs.StringP("tee", "t", "", "")
-	fs.String("nproc-per-node", "", "")
-	fs.Int("nprocs", 0, "")
-	fs.String("rdzv-backend", "", "")
-	fs.String("rdzv-endpoint", "", "")
-	fs.String("rdzv-id", "", "")
-	fs.String("rdzv-conf", "", "")
-	fs.String("rdzv-token", "", "")
-	fs.Bool("standalone", false, "")
-	fs.BoolP("module", "m", false, "")
-	fs.Int("max-restarts", 0, "")
-	fs.Int64("max-result-bytes", 0, "")
-	fs.String("hidden-root", "", "")
-	_ = fs.MarkHidden("hidden-root")
-	return fs
-}
-
-// TestExpand: a unique prefix of one of torchrun's flags is spelled out, as argparse takes it (--redirect=3,
-// --nproc 4, --max_rest=1), only before PROGRAM and never in a flag's value; an ambiguous or unknown one is an
-// error naming the choices or the nearest flag.
-func TestExpand(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"--redirect=3 --tee 3 prog --redirect=3", "--redirects=3 --tee 3 prog --redirect=3"},
-		{"--nproc 4 --max_rest=1 --stand -- --nproc", "--nproc-per-node 4 --max-restarts=1 --standalone -- --nproc"},
-		{"--rdzv-id --redir prog", "--rdzv-id --redir prog"}, // --redir is --rdzv-id's value
-		{"-t --redir -m --redir=1 prog", "-t --redir -m --redirects=1 prog"},
-		{"--rdzv_endp=h:1 x", "--rdzv-endpoint=h:1 x"},
+func TestPythonProgramLikeTorchrun(t *testing.T) {
+	env, noEnv := "/opt/py", ""
+	for _, c := range []struct {
+		args                      []string
+		module, noPython, runPath bool
+		getenv                    string
+		want                      string
+	}{
+		{[]string{"train.py", "--lr", "3"}, false, false, false, noEnv, "python3 -u train.py --lr 3"},
+		{[]string{"train.py"}, false, false, false, env, "/opt/py -u train.py"},
+		{[]string{"pkg.train", "x"}, true, false, false, env, "/opt/py -u -m pkg.train x"},
+		{[]string{"train.py"}, false, true, false, env, "train.py"},
+		{[]string{"./bin/worker"}, false, false, false, env, "./bin/worker"},
+		{[]string{"script"}, false, false, true, noEnv, "python3 -u script"},
 	} {
-		got, err := cli.Expand(flagSet(), strings.Fields(c.in), cli.Flags)
-		if err != nil || strings.Join(got, " ") != c.want {
-			t.Errorf("Expand(%q) = %q, %v; want %q", c.in, got, err, c.want)
-		}
-	}
-	for in, want := range map[string]string{
-		"--rdzv=x prog":            "flag --rdzv is ambiguous: it could be --rdzv-backend, --rdzv-conf, --rdzv-endpoint, --rdzv-id; spell it out",
-		"--nprocs-per-node=2 prog": "unknown flag: --nprocs-per-node; did you mean --nproc-per-node?",
-		"--max-result 1 prog":      "unknown flag: --max-result; did you mean --max-result-bytes?",
-		"--zzzzzzzz prog":          "unknown flag: --zzzzzzzz",
-		"--hidden-rot x":           "unknown flag: --hidden-rot",
-	} {
-		_, err := cli.Expand(flagSet(), strings.Fields(in), cli.Flags)
-		var ue *cli.UnknownFlagError
-		if !errors.As(err, &ue) || err.Error() != want {
-			t.Errorf("Expand(%q): %v, want %q", in, err, want)
+		got := strings.Join(pythonCommand(c.args, c.module, c.noPython, c.runPath, c.getenv), " ")
+		if got != c.want {
+			t.Errorf("pythonCommand(%q, m=%v, no-python=%v, run-path=%v) = %q, want %q", c.args, c.module, c.noPython, c.runPath, got, c.want)
 		}
 	}
 }
 
-// TestApplyPET: PET_<FLAG> fills what the command line did not set, not through an alias either, and a bad value
-// names the variable.
-func TestApplyPET(t *testing.T) {
-	fs := flagSet()
-	must(t, fs.Parse([]string{"--nprocs", "2"}))
-	env := map[string]string{"PET_NPROC_PER_NODE": "4", "PET_MAX_RESTARTS": "3", "PET_RDZV_ID": ""}
-	must(t, cli.ApplyPET(fs, func(k string) string { return env[k] }, [][]string{{"nprocs", "nproc-per-node"}}))
-	if v := fs.Lookup("nproc-per-node").Value.String(); v != "" {
-		t.Errorf("PET_NPROC_PER_NODE beat --nprocs: %q", v)
+// TestPythonProgramRefusesAMissingScript: a PROGRAM.py or --run-path file that is not there is refused before any
+// worker starts, as a missing PROGRAM is (127); a module (-m) and a PROGRAM run as is are not files to check.
+func TestPythonProgramRefusesAMissingScript(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.py")
+	for _, m := range []PythonMode{{}, {RunPath: true}, {RunPath: true, NoPython: true}} {
+		_, err := PythonProgram([]string{missing, "--lr", "3e-4"}, m)
+		var pe *failure.ProgramError
+		if !errors.As(err, &pe) || pe.Program != missing || failure.ExitCode(err) != 127 || !strings.Contains(err.Error(), missing) {
+			t.Errorf("%+v: %v (exit %d), want a ProgramError naming %s, exit 127", m, err, failure.ExitCode(err), missing)
+		}
 	}
-	if v := fs.Lookup("max-restarts").Value.String(); v != "3" {
-		t.Errorf("max-restarts %q, want PET_MAX_RESTARTS's 3", v)
+	script := filepath.Join(dir, "train.py")
+	if err := os.WriteFile(script, nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	env["PET_MAX_RESTARTS"] = "many"
-	var pe *cli.PETError
-	if err := cli.ApplyPET(flagSet(), func(k string) string { return env[k] }, nil); !errors.As(err, &pe) || pe.Var != "PET_MAX_RESTARTS" {
-		t.Errorf("bad PET_MAX_RESTARTS: %v", err)
+	for _, c := range []struct {
+		args []string
+		m    PythonMode
+	}{{[]string{script}, PythonMode{}}, {[]string{"pkg.train"}, PythonMode{Module: true}}, {[]string{"missing.py"}, PythonMode{NoPython: true}}} {
+		if _, err := PythonProgram(c.args, c.m); err != nil {
+			t.Errorf("%q under %+v: %v", c.args, c.m, err)
+		}
 	}
 }
 
-// TestSeconds: torchrun's plain seconds and Go durations; negative refused; zero prints as no default.
-func TestSeconds(t *testing.T) {
-	for in, want := range map[string]time.Duration{"30": 30 * time.Second, "0.5": 500 * time.Millisecond, "1m": time.Minute, " 2 ": 2 * time.Second} {
-		var s cli.Seconds
-		if err := s.Set(in); err != nil || time.Duration(s) != want {
-			t.Errorf("Set(%q) = %v, %v; want %v", in, time.Duration(s), err, want)
+// TestWorkersPythonRules walks the workers' interpreter rule (spec.ResolvePython, which WorkersPython applies with
+// this binary) from the first rule to the last: each holds while it applies and gives way to the next when its
+// input goes, and each says its rule (what tpurun plan and doctor print).
+func TestWorkersPythonRules(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "tpurun")
+	beside := filepath.Join(dir, "python3")
+	for _, f := range []string{exe, beside} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
-	for _, in := range []string{"-1", "soon", "-3s", ""} {
-		var s cli.Seconds
-		if err := s.Set(in); err == nil {
-			t.Errorf("Set(%q) accepted", in)
+	env := map[string]string{"PYTHON_EXEC": "/opt/exec/python", worker.EnvCallerPython: "/opt/caller/python"}
+	getenv := func(k string) string { return env[k] }
+	steps := []struct {
+		flag, exe string
+		drop      func()
+		want      spec.Python
+		says      string
+	}{
+		{"/opt/flag/python", exe, nil, spec.Python{Path: "/opt/flag/python", Rule: spec.PythonFlag}, "(--python)"},
+		{"", exe, nil, spec.Python{Path: "/opt/exec/python", Rule: spec.PythonEnv}, "($PYTHON_EXEC)"},
+		{"", exe, func() { delete(env, "PYTHON_EXEC") }, spec.Python{Path: "/opt/caller/python", Rule: spec.PythonCaller}, "tpurun.spawn"},
+		{"", exe, func() { delete(env, worker.EnvCallerPython) }, spec.Python{Path: beside, Rule: spec.PythonBeside}, "beside the tpurun binary"},
+		{"", exe, func() { must(t, os.Chmod(beside, 0o644)) }, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"}, // not executable
+		{"", exe, func() { must(t, os.Remove(beside)); must(t, os.Mkdir(beside, 0o755)) }, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"},
+		{"", "", nil, spec.Python{Path: "python3", Rule: spec.PythonPATH}, "from PATH"}, // a launcher that is no tpurun binary
+	}
+	for i, s := range steps {
+		if s.drop != nil {
+			s.drop()
+		}
+		got := spec.ResolvePython(s.flag, getenv, s.exe)
+		if got != s.want || !strings.Contains(got.String(), s.says) || !strings.HasPrefix(got.String(), got.Path+" ") {
+			t.Errorf("step %d: %+v, says %q; want %+v, saying %q", i, got, got.String(), s.want, s.says)
 		}
 	}
-	var zero cli.Seconds
-	if zero.String() != "0" {
-		t.Errorf("zero prints %q", zero.String())
+	// The CLI's own: this test binary has no python3 beside it, so python3 from PATH, unless named.
+	if got := WorkersPython("", func(string) string { return "" }); got.Rule != spec.PythonPATH {
+		t.Errorf("WorkersPython with nothing set: %+v", got)
 	}
-}
-
-// FuzzExpand: any arguments: no panic, and a result never longer or shorter than the input, flags only rewritten
-// to longer spellings of themselves.
-func FuzzExpand(f *testing.F) {
-	for _, s := range []string{"--redirect=3 prog", "--rdzv", "-t", "--", "--=x", "---x", "-", "--nproc\x00=1", "--max_rest"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		args := strings.Split(s, " ")
-		got, err := cli.Expand(flagSet(), args, cli.Flags)
-		if err != nil {
-			return
-		}
-		if len(got) != len(args) {
-			t.Fatalf("%q became %q", args, got)
-		}
-		for i := range got {
-			if got[i] != args[i] && !strings.HasPrefix(got[i], "--") {
-				t.Fatalf("%q rewritten to %q", args[i], got[i])
-			}
-		}
-	})
 }
 
 func must(t *testing.T, err error) {
