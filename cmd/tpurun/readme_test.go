@@ -150,6 +150,47 @@ print(json.dumps({"binary": s.find_binary(), "version": m.version("tpurun"), "mo
 			t.Errorf("the wheel installed %s unlike the checkout's (%v)", filepath.Base(f), err)
 		}
 	}
+	stdinFunctionFromTheWheel(t, venv, env)
+}
+
+// stdinScript defines its function on stdin, where the workers cannot import it by name, and spawns it.
+const stdinScript = `import tpurun
+def f(i, k):
+    return {"i": i, "k": k}
+try:
+    print(sorted(tpurun.spawn(f, args=(3,), nprocs=2, start_method="fork").items()))
+except ValueError as e:
+    print("refused:", e)
+`
+
+// stdinFunctionFromTheWheel: a function defined on stdin, spawned by the venv's python (off PATH) with the wheel's
+// tpurun: refused by the README's plain venv, naming what to install; run by value once cloudpickle is installed
+// in the venv (Debian's, pure Python, copied into its site-packages as pip would: no index here).
+func stdinFunctionFromTheWheel(t *testing.T, venv string, env []string) {
+	t.Helper()
+	run := func() string {
+		cmd := exec.Command(filepath.Join(venv, "bin", "python"), "-")
+		cmd.Dir, cmd.Env, cmd.Stdin = t.TempDir(), env, strings.NewReader(stdinScript)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the venv's python - (a function on stdin): %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := run(); !strings.Contains(out, "refused: ") || !strings.Contains(out, "`pip install cloudpickle`") {
+		t.Fatalf("a function on stdin, no cloudpickle in the venv: printed %q, want a refusal naming pip install cloudpickle", out)
+	}
+	py := testutil.Need(t, "cloudpickle")
+	src, err := exec.Command(py, "-c", "import cloudpickle, os; print(os.path.dirname(cloudpickle.__file__))").Output()
+	mustDo(t, err)
+	site, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
+	if len(site) != 1 {
+		t.Fatalf("the venv's site-packages: %v", site)
+	}
+	mustDo(t, os.CopyFS(filepath.Join(site[0], "cloudpickle"), os.DirFS(strings.TrimSpace(string(src)))))
+	if out, want := run(), "[(0, {'i': 0, 'k': 3}), (1, {'i': 1, 'k': 3})]"; !strings.Contains(out, want) {
+		t.Fatalf("a function on stdin, cloudpickle in the venv: printed %q, want %q", out, want)
+	}
 }
 
 // wheelPlatform is the platform tag make wheel gives a static binary for goarch: every glibc and musl Linux.

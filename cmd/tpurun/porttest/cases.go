@@ -207,7 +207,7 @@ func portCases() []portCase {
 		{from: tr("test_capture_logs_using_default_logs_specs"), body: captureLogsCase},
 		{from: torchrunSays + "worker output without --tee: as written, unprefixed", body: outputCase(false)},
 		{from: torchrunSays + "worker output with --tee=3: TailLog's [default0]: prefix", body: outputCase(true)},
-		{from: torchrunSays + "worker interpreter = launcher's sys.executable", torch: true, body: interpreterCase},
+		{from: torchrunSays + "worker interpreter = launcher's sys.executable", torch: true, exec: true, body: interpreterCase},
 
 		// run_test.py (torchrun 1.x: underscores, an etcd rendezvous)
 		pyCase(rt("test_launch_user_script_python"), etcd1, 4, true),

@@ -7,13 +7,17 @@
 // points do, run by Debian's PyTorch (/usr/bin/python3, given as PYTHON_EXEC, which torchrun also honours; the case
 // of the workers' interpreter gives none, and runs tpurun installed from the wheel into a venv over it).
 //
-// Every case runs on a CPU host, by exec, as torchrun runs its workers; the cases whose outcome depends on the host
-// (--nproc-per-node auto, gpu, and a count above the host's GPUs, which tpurun refused before issue 24) run on a GPU
-// host too: a fake sysfs/dev tree of one NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command
-// lines stay unchanged. The other cases ran on the GPU host too until the suite had to fit ten minutes of two cores:
-// they give the worker count, and check nothing of the devices, so they come to the same end on any host, and each
-// of their torch workers costs two CPU-seconds of imports. The cases PyTorch's tests run only through mocks or the
-// Python API are NotPorted, with the reason; the deliberate differences are in README.md ("torchrun compatibility").
+// Every case runs on a CPU host; the cases whose outcome depends on the host (--nproc-per-node auto, gpu, and a
+// count above the host's GPUs, which tpurun refused before issue 24) run on a GPU host too: a fake sysfs/dev tree of
+// one NVIDIA H100, given by TPURUN_SYSFS_ROOT and TPURUN_DEV_ROOT so the command lines stay unchanged. The other
+// cases give the worker count and check nothing of the devices, so they come to the same end on any host. The cases
+// whose workers import torch run with TPURUN_PRELOAD=torch (the command lines unchanged): every worker is forked from
+// one interpreter that imported torch, so PyTorch's own tests also pass through the preloaded interpreter, and the
+// suite's costliest part (some 70 imports of torch, two CPU-seconds each) is paid about once per agent. Workers that
+// import torch start by exec, as torchrun starts them, in the case of the workers' interpreter here and in
+// cmd/tpurun's torch tests (TestTorchAllReduceFourCPUWorkers, TestMultihostTorchAllReduce, ...). The cases
+// PyTorch's tests run only through mocks or the Python API are NotPorted, with the reason; the deliberate
+// differences are in README.md ("torchrun compatibility").
 package porttest
 
 import (
@@ -106,6 +110,7 @@ type run struct {
 	port, etcd string
 	id         string
 	bin        string
+	preload    string // TPURUN_PRELOAD: the modules the case's preloaded interpreter imports ("": none)
 }
 
 // expand fills a command-line template: {bin} the workers, {dir} the touch directory, {out} the return values,
@@ -148,6 +153,9 @@ func (r *run) env(extra []string) []string {
 		}
 	}
 	out = append(out, "TEST_SENTINEL_PARENT=FOOBAR", "PYTHON_EXEC="+torchPython, "TPURUN_SYSFS_ROOT="+r.host.sys, "TPURUN_DEV_ROOT="+r.host.dev)
+	if r.preload != "" {
+		out = append(out, "TPURUN_PRELOAD="+r.preload)
+	}
 	for _, kv := range extra {
 		out = append(out, r.expand(kv))
 	}
@@ -264,6 +272,7 @@ type portCase struct {
 	torch   bool // its workers import torch
 	etcd    bool // it needs an etcd server
 	perHost bool // what it asks for depends on the host (--nproc-per-node): it runs on the GPU host too
+	exec    bool // its torch workers start by exec, not from the preloaded interpreter (see Run)
 	body    func(r *run)
 }
 
@@ -316,6 +325,9 @@ func runCase(t *testing.T, c portCase, name string, gpus int, etcd string) {
 		}
 		r := &run{t: t, host: h, dir: t.TempDir(), out: t.TempDir(), port: freePort(t), etcd: etcd,
 			id: newRunID(), bin: binDir(t)}
+		if c.torch && !c.exec {
+			r.preload = "torch"
+		}
 		c.body(r)
 	})
 }
