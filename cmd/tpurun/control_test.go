@@ -337,10 +337,10 @@ func TestControlStopSignals(t *testing.T) {
 			[]string{"stopped by SIGTERM; grace 1s expired, SIGKILL needed"}},
 		// (the SIGCONT after the first SIGINT may come before the second stop's SIGKILL or not: "18" is not counted)
 		{"int-twice", "none", "60s", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, 130, []string{"2"}, "SIGKILL",
-			[]string{"second stop signal SIGINT", "stopped by SIGINT; second SIGINT, SIGKILL needed"}},
+			[]string{"second SIGINT: SIGKILL to every worker group", "stopped by SIGINT; second SIGINT, SIGKILL needed"}},
 		// any stop signal once the grace began is a second stop
 		{"int-then-term", "none", "60s", []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}, 130, []string{"2"}, "SIGKILL",
-			[]string{"second stop signal SIGTERM", "stopped by SIGINT; second SIGTERM, SIGKILL needed"}},
+			[]string{"second SIGTERM: SIGKILL to every worker group", "stopped by SIGINT; second SIGTERM, SIGKILL needed"}},
 		{"quit", "3", "60s", []syscall.Signal{syscall.SIGQUIT}, 131, []string{"3"}, "ok", []string{"stopped by SIGQUIT"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -381,6 +381,9 @@ func TestControlStopSignals(t *testing.T) {
 				if strings.Contains(out, f) {
 					t.Fatalf("a deliberate stop shown as a failure (%q):\n%s", f, out)
 				}
+			}
+			if n := strings.Count(out, "SIGKILL to every worker group"); n > 1 {
+				t.Fatalf("the SIGKILL said %d times, want once:\n%s", n, out)
 			}
 		})
 	}

@@ -330,6 +330,40 @@ func TestControlTerminalCtrlZ(t *testing.T) {
 	}
 }
 
+// TestControlTerminalShellJob: a job that a worker's interactive shell runs in the foreground of the worker's
+// pseudo-terminal (its own process group, not the worker's) gets the keystrokes too, as at a terminal: Ctrl-Z stops
+// it with the workers and tpurun, fg resumes it, Ctrl-C reaches its handler (and stops the run: the shell, which an
+// interactive bash makes deaf to SIGINT, is killed after the grace).
+func TestControlTerminalShellJob(t *testing.T) {
+	t.Parallel()
+	bash := testutil.Need(t, "bash")
+	p, sh := interactiveShell(t)
+	p.write(filepath.Join(bin, "tpurun") + " --nprocs 1 --grace 1s -- " + bash + " --norc --noprofile -i\n")
+	p.write(`sh -c 'trap "echo INT-$$; exit 0" INT; echo "job $$"; while :; do sleep 0.05; done'` + "\n")
+	job := regexp.MustCompile(`\[0\] job (\d+)`)
+	var pid int
+	p.waitFor("the inner job running", func(out string) bool {
+		if m := job.FindStringSubmatch(out); m != nil {
+			pid, _ = strconv.Atoi(m[1])
+		}
+		return pid > 0
+	})
+	p.write("\x1a")
+	p.waitFor("the inner job stopped, the terminal back with the shell", func(string) bool {
+		return procState(pid) == "T" && p.foreground() == sh.Process.Pid
+	})
+	p.write("fg\n")
+	p.waitFor("the inner job resumed", func(string) bool { return procState(pid) != "T" && p.foreground() != sh.Process.Pid })
+	p.write("\x03")
+	p.waitFor("the inner job's handler, and tpurun's exit", func(out string) bool {
+		return strings.Contains(out, "[0] INT-"+strconv.Itoa(pid)) && strings.Contains(out, "(exit 130)")
+	})
+	p.write("exit 0\n")
+	if code := exitOf(t, p, sh); code != 0 {
+		t.Fatalf("the shell exited %d\n%q", code, p.output())
+	}
+}
+
 // TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does, with workers that leave
 // SIGTSTP to its default action (which the kernel discards in their orphaned groups: tpurun stops them with
 // SIGSTOP). Each fg must resume the whole job for good, and each Ctrl-Z stop it once (the shell prints "Stopped"

@@ -271,8 +271,10 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 		}
 		return
 	}
-	c.log.Warn("second stop signal "+proc.SignalName(s)+": SIGKILL to every worker group now; not waiting for a reader of the output or for the other nodes",
-		zap.String("signal", proc.SignalName(s)))
+	if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
+		c.log.Warn("second stop signal "+proc.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
+			zap.String("signal", proc.SignalName(s)))
+	}
 	c.mu.Lock()
 	c.hurried = true
 	c.mu.Unlock()
@@ -369,12 +371,13 @@ func (c *Controller) stopSelf(s syscall.Signal) {
 	}
 }
 
-// onContinue resumes every worker group.
+// onContinue resumes every worker group, and gives their pseudo-terminals the terminal's size of now.
 func (c *Controller) onContinue() {
 	if c.att == nil {
 		return
 	}
 	c.att.signalAll(syscall.SIGCONT, 0)
+	c.att.resizeMasters(c.att.r.windowSize())
 }
 
 // sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.
@@ -727,16 +730,24 @@ func (s *supervisor) resizeTerminals() bool {
 	for _, wk := range s.ws {
 		if len(wk.masters) == 0 {
 			s.signalOne(wk, syscall.SIGWINCH)
-			continue
 		}
+	}
+	s.resizeMasters(ws)
+	return true
+}
+
+// resizeMasters gives every worker's pseudo-terminal the window size ws (nil: none known); the kernel signals the
+// foreground group of each one whose size changed. After a resume too: the terminal may have been resized while
+// the job was stopped or in the background, when the SIGWINCH went to the shell.
+func (s *supervisor) resizeMasters(ws *unix.Winsize) {
+	for _, wk := range s.ws {
 		for _, m := range wk.masters {
 			if ws == nil {
-				break
+				return
 			}
 			if err := console.Resize(m, ws); err != nil && !errors.Is(err, os.ErrClosed) {
 				s.r.Log.Debug("window size not passed on", zap.Int("rank", wk.w.Rank), zap.Error(err))
 			}
 		}
 	}
-	return true
 }

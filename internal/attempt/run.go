@@ -99,7 +99,7 @@ type child struct {
 	fwd     []forward     // of stdout and stderr (and the terminal), attached once the worker started
 	masters []*os.File    // the readers that are pseudo-terminals (tpurun at a terminal): tpurun's window size follows
 	input   *os.File      // the pseudo-terminal that gets what is typed at tpurun's terminal, nil when none
-	session bool          // it leads a session of its own, with a pseudo-terminal as its controlling terminal
+	ctty    *os.File      // the master of its controlling terminal when it leads a session of its own, else nil
 	io      sync.WaitGroup
 	errTail console.Tail
 	errFile string

@@ -362,7 +362,8 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 		}
 		return nil, err
 	}
-	ctty := -1 // the worker's descriptor of its controlling terminal
+	ctty := -1          // the worker's descriptor of its controlling terminal
+	var master *os.File // and tpurun's end of it
 	for i, std := range []console.Std{console.StdOut, console.StdErr, console.StdNone} {
 		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
 		if err != nil {
@@ -371,7 +372,7 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 		wk.readers, writeEnds = append(wk.readers, rd), append(writeEnds, wr)
 		if isPty {
 			wk.masters = append(wk.masters, rd)
-			ctty = i + 1 // stderr's rather than stdout's: a shell takes its terminal from fd 2 (bash's job control)
+			ctty, master = i+1, rd // stderr's rather than stdout's: a shell takes its terminal from fd 2 (bash's job control)
 		}
 	}
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
@@ -384,12 +385,12 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 	if l.relay0 && w.LocalRank == 0 {
 		writeEnds = append(writeEnds, r.terminalInput(l, wk, cmd)...)
 		if cmd.Stdin != nil {
-			ctty = 0
+			ctty, master = 0, wk.input
 		}
 	}
 	if ctty >= 0 && r.Starter == nil { // the preloaded interpreter forks its workers into a group of its session
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: ctty}
-		wk.session = true
+		wk.ctty = master
 	}
 	return writeEnds, nil
 }

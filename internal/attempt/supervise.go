@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
@@ -168,7 +169,7 @@ func (s *supervisor) stopSignal(act Action) {
 // SIGSTOP instead, which stops it whatever it does with sig (docs/CONTROL.md).
 func (s *supervisor) jobStop(sig syscall.Signal) {
 	for _, wk := range s.ws {
-		if wk.session {
+		if wk.ctty != nil {
 			s.signalOne(wk, syscall.SIGSTOP)
 		} else {
 			s.signalOne(wk, sig)
@@ -196,12 +197,22 @@ func (s *supervisor) waitStopped(procRoot string, bound time.Duration) {
 	}
 }
 
+// signalOne sends sig to wk's group (proc.Process.Signal) and, when wk leads a session whose controlling terminal
+// is a pseudo-terminal, to that terminal's foreground group when it is another (a job a worker's shell runs, as a
+// terminal's keystroke reaches it): Ctrl-C, Ctrl-Z and fg at tpurun's terminal reach what runs in the foreground
+// of the worker's. SIGWINCH is the kernel's to send there (on a resize).
 func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
 	if wk.p == nil {
 		return
 	}
 	if err := wk.p.Signal(sig); err != nil {
 		s.r.Log.Warn("signal failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", wk.p.PID()), zap.Error(err))
+	}
+	if wk.ctty == nil || sig == syscall.SIGWINCH {
+		return
+	}
+	if fg, err := unix.IoctlGetInt(int(wk.ctty.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 && fg != wk.p.PID() {
+		_ = syscall.Kill(-fg, sig) // gone meanwhile (ESRCH): nothing left to signal
 	}
 }
 
