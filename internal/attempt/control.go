@@ -319,7 +319,7 @@ func (c *Controller) onJobStop(s syscall.Signal) {
 		return
 	}
 	if c.att != nil {
-		c.att.jobStop(s)
+		c.att.jobStop(s, c.procRoot)
 		c.att.waitStopped(c.procRoot, jobStopWait) // the workers first, as a shell's job stops: tpurun last
 	}
 	c.stopSelf(s)

@@ -166,13 +166,26 @@ func (s *supervisor) stopSignal(act Action) {
 // jobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops. A worker that leads
 // a session of its own (tpurun at a terminal: its pseudo-terminal is its controlling terminal) is in an orphaned
 // group, for which the kernel discards those signals where their default action would stop it: such a group gets
-// SIGSTOP instead, which stops it whatever it does with sig (docs/CONTROL.md).
-func (s *supervisor) jobStop(sig syscall.Signal) {
+// SIGSTOP instead, which stops it whatever it does with sig (docs/CONTROL.md); and once it is stopped (procRoot,
+// bounded), the job in the foreground of its terminal, if another group: a job-control shell that saw its job stop
+// before it stopped itself would call the job "Stopped" and take the terminal back, and fg would not resume it.
+func (s *supervisor) jobStop(sig syscall.Signal, procRoot string) {
+	terminals := false
 	for _, wk := range s.ws {
 		if wk.ctty != nil {
-			s.signalOne(wk, syscall.SIGSTOP)
+			s.signalGroup(wk, syscall.SIGSTOP)
+			terminals = true
 		} else {
 			s.signalOne(wk, sig)
+		}
+	}
+	if !terminals {
+		return
+	}
+	s.waitStopped(procRoot, jobStopWait)
+	for _, wk := range s.ws {
+		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
+			_ = syscall.Kill(-fg, syscall.SIGSTOP)
 		}
 	}
 }
@@ -197,22 +210,41 @@ func (s *supervisor) waitStopped(procRoot string, bound time.Duration) {
 	}
 }
 
-// signalOne sends sig to wk's group (proc.Process.Signal) and, when wk leads a session whose controlling terminal
-// is a pseudo-terminal, to that terminal's foreground group when it is another (a job a worker's shell runs, as a
+// signalOne sends sig to wk's group (signalGroup) and, when wk leads a session whose controlling terminal is a
+// pseudo-terminal, to that terminal's foreground group when it is another (a job a worker's shell runs, as a
 // terminal's keystroke reaches it): Ctrl-C, Ctrl-Z and fg at tpurun's terminal reach what runs in the foreground
-// of the worker's. SIGWINCH is the kernel's to send there (on a resize).
+// of the worker's. A SIGCONT reaches the job first: a job-control shell resumed first would find it stopped and
+// call it "Stopped".
 func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
+	fg := s.foreground(wk, sig)
+	if fg > 0 && sig == syscall.SIGCONT {
+		_ = syscall.Kill(-fg, sig) // gone meanwhile (ESRCH): nothing left to signal
+	}
+	s.signalGroup(wk, sig)
+	if fg > 0 && sig != syscall.SIGCONT {
+		_ = syscall.Kill(-fg, sig)
+	}
+}
+
+// foreground is the foreground process group of wk's controlling pseudo-terminal when it is not wk's own group, to
+// which sig goes too; 0 when none (no such terminal, or SIGWINCH: the kernel's to send there on a resize).
+func (s *supervisor) foreground(wk *child, sig syscall.Signal) int {
+	if wk.p == nil || wk.ctty == nil || sig == syscall.SIGWINCH {
+		return 0
+	}
+	if g, err := unix.IoctlGetInt(int(wk.ctty.Fd()), unix.TIOCGPGRP); err == nil && g > 0 && g != wk.p.PID() {
+		return g
+	}
+	return 0
+}
+
+// signalGroup sends sig to wk's group (proc.Process.Signal), once.
+func (s *supervisor) signalGroup(wk *child, sig syscall.Signal) {
 	if wk.p == nil {
 		return
 	}
 	if err := wk.p.Signal(sig); err != nil {
 		s.r.Log.Warn("signal failed", zap.Int("rank", wk.w.Rank), zap.Int("pid", wk.p.PID()), zap.Error(err))
-	}
-	if wk.ctty == nil || sig == syscall.SIGWINCH {
-		return
-	}
-	if fg, err := unix.IoctlGetInt(int(wk.ctty.Fd()), unix.TIOCGPGRP); err == nil && fg > 0 && fg != wk.p.PID() {
-		_ = syscall.Kill(-fg, sig) // gone meanwhile (ESRCH): nothing left to signal
 	}
 }
 
