@@ -24,9 +24,10 @@ func main() {
 	flag.StringVar(&cfg.python, "python", "/usr/bin/python3", "the Python with torch, for the all_reduce job")
 	flag.StringVar(&cfg.out, "out", "docs/BENCHMARKS.md", "markdown report")
 	flag.StringVar(&cfg.svg, "svg", "docs/launch.svg", "SVG chart of launch time against N")
+	flag.StringVar(&cfg.pymodule, "pymodule", "worker/python", "the directory holding the tpurun Python module, for the spawn row")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, results")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, results, spawn")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
@@ -39,6 +40,10 @@ func main() {
 	}
 	cfg.self = self
 	if cfg.tpurun, err = filepath.Abs(cfg.tpurun); err != nil {
+		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
+		os.Exit(1)
+	}
+	if cfg.pymodule, err = filepath.Abs(cfg.pymodule); err != nil {
 		fmt.Fprintln(os.Stderr, "tpurun-bench:", err)
 		os.Exit(1)
 	}
@@ -86,12 +91,18 @@ func runOnly(cfg *config, only, before string) error {
 			return err
 		}
 		fmt.Print(renderMarkdown([]row{r}, *cfg))
+	case "spawn":
+		r, err := measureSpawn(cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Print(renderMarkdown([]row{r}, *cfg))
 	case "preload":
 		rows, err := measurePreload(cfg)
 		fmt.Print(renderMarkdown(rows, *cfg))
 		return err
 	default:
-		return fmt.Errorf("-only %q: want preload, launch, rendezvous or results", only)
+		return fmt.Errorf("-only %q: want preload, launch, rendezvous, results or spawn", only)
 	}
 	return nil
 }
@@ -110,6 +121,7 @@ func write(cfg config, report, svg string) error {
 
 type config struct {
 	self, tpurun, torchrun, python string
+	pymodule                       string // the directory holding the tpurun Python module (for tpurun.spawn)
 	out, svg                       string
 	runs                           int
 	quick                          bool

@@ -118,7 +118,7 @@ func measureAll(cfg *config) ([]row, []launchPoint, error) {
 	for _, m := range []struct {
 		name string
 		f    func(*config) (row, error)
-	}{{"output", measureOutput}, {"results", measureResults}, {"rendezvous", nil}} {
+	}{{"output", measureOutput}, {"results", measureResults}, {"spawn", measureSpawn}, {"rendezvous", nil}} {
 		if m.f == nil {
 			rows = append(rows, measureRendezvous(cfg)...)
 			continue

@@ -5,10 +5,10 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +29,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/results"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
@@ -192,15 +193,28 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 				summary.WriteResults(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
 			}
 			if o.json {
-				b, jerr := json.Marshal(doc)
-				if jerr != nil {
+				if jerr := printDocument(doc, stdout, stderr); jerr != nil {
 					return f.fail(fmt.Errorf("%w: results document: %w", failure.ErrInternal, jerr))
 				}
-				_, _ = stdout.Write(append(b, '\n')) // a write error is the console's, reported by the caller's Flush
 			}
 		}
 	}
 	return f.fail(err)
+}
+
+// printDocument prints --json's document on stdout, streamed (Document.Encode) in pieces the console copies one at a
+// time; on one console with stderr (2>&1) in one write, so that no line of tpurun's log splits it. A write error is
+// the console's, reported by the caller's Flush: the error returned is the encoder's.
+func printDocument(doc *results.Document, stdout, stderr *console.Console) error {
+	if stdout != stderr {
+		return doc.Encode(stdout)
+	}
+	var b bytes.Buffer
+	if err := doc.Encode(&b); err != nil {
+		return err
+	}
+	_, _ = stdout.Write(b.Bytes())
+	return nil
 }
 
 // failer prints the error a run ends with on tpurun's stderr: a text line, or with --log-format json (log set) a log

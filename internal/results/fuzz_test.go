@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzConsume feeds arbitrary streams to a collector: it must never panic, every error must be a named
-// *ContractError, and the document must always encode as valid JSON (no invalid payload slips through).
+// *ContractError, and the document must always encode as valid JSON (no invalid payload slips through), streamed as one line too.
 func FuzzConsume(f *testing.F) {
 	frame := func(k worker.Kind, e worker.Encoding, rep int, p string) []byte {
 		return append(worker.AppendHeader(nil, k, e, rep, len(p)), p...)
@@ -43,6 +43,7 @@ func FuzzConsume(f *testing.F) {
 		if merr != nil || !json.Valid(b) {
 			t.Fatalf("document does not encode: %v", merr)
 		}
+		checkEncode(t, doc)
 		if doc.OK != (ferr == nil && doc.ExitCode == 0) {
 			t.Fatalf("ok=%v with exit %d and %v", doc.OK, doc.ExitCode, ferr)
 		}
@@ -50,7 +51,7 @@ func FuzzConsume(f *testing.F) {
 }
 
 // FuzzAdd merges arbitrary shares (as another node's rendezvous message carries them) into node 0's collector:
-// it must never panic, every violation a share brings stays in the document, and the document always encodes.
+// it must never panic, every violation a share brings stays in the document, and the document always encodes (streamed too).
 func FuzzAdd(f *testing.F) {
 	f.Add([]byte(`{"workers":[{"rank":1,"pid":5,"replicas":[1]}],"violations":[{"kind":"malformed_frame","replica":-1,"rank":1,"pid":5,"message":"m","hint":"h"}]}`))
 	f.Add([]byte(`{"workers":[{"rank":1,"pid":5,"replicas":[0,1]}],"results":[{"replica":0,"rank":1,"pid":5,"ok":true,"encoding":"json","value":1}],"violations":[{"kind":"foreign_replica","replica":0,"rank":1,"pid":5,"message":"m"}]}`))
@@ -78,6 +79,7 @@ func FuzzAdd(f *testing.F) {
 		if merr != nil || !json.Valid(b) {
 			t.Fatalf("document does not encode: %v", merr)
 		}
+		checkEncode(t, doc)
 	})
 }
 

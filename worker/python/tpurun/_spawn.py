@@ -161,25 +161,44 @@ def _by_value(fn, problem):
 
 
 def load_document(out):
-    """The results document tpurun printed as the last thing on stdout, or None."""
-    if isinstance(out, bytes):
-        out = out.decode("utf-8", "replace")
-    text = out.rstrip()
-    dec = json.JSONDecoder()
-    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
-    for s in reversed(starts):
-        j = s
-        while j < len(text) and text[j] in " \t\r":
+    """The results document tpurun printed as the last thing on stdout, or None. out is bytes or a bytearray (or
+    str).
+
+    The document is the last line; the lines are tried from the end (found with rfind, not by scanning the
+    output), and only one that starts with "{" is decoded, from its start to the end of the output, once: a
+    document of hundreds of MiB (large results) costs one UTF-8 decode and one JSON decode."""
+    if isinstance(out, str):
+        out = out.encode("utf-8", "surrogatepass")
+    view = memoryview(out)
+    end = len(out)
+    while end > 0 and out[end - 1] in b" \t\r\n":
+        end -= 1
+    stop = end
+    while stop > 0:
+        start = out.rfind(b"\n", 0, stop) + 1
+        j = start
+        while j < stop and out[j] in b" \t\r":
             j += 1
-        if j >= len(text) or text[j] != "{":
-            continue
-        try:
-            doc, end = dec.raw_decode(text, j)
-        except ValueError:
-            continue
-        if (text[end:].strip() == "" and isinstance(doc, dict) and isinstance(doc.get("results"), list)
-                and "ok" in doc):
-            return doc
+        if j < stop and out[j] == 0x7B:  # "{"
+            doc = _document_at(view[j:end])
+            if doc is not None:
+                return doc
+        stop = start - 1
+    return None
+
+
+def _document_at(view):
+    """The results document that view holds (and nothing else but whitespace), or None."""
+    try:
+        text = str(view, "utf-8")
+    except UnicodeDecodeError:
+        text = str(view, "utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("results"), list) and "ok" in doc:
+        return doc
     return None
 
 
@@ -589,13 +608,15 @@ class _Stderr:
 
 
 def _read_all(pipe, out):
+    """Reads pipe to its end into out, a bytearray: it grows in place (realloc, no copy of what it holds), so a
+    document of hundreds of MiB is in memory once, not as chunks and then joined."""
     try:
         fd = pipe.fileno()
         while True:
             b = os.read(fd, 1 << 16)
             if not b:
                 break
-            out.append(b)
+            out += b
     except OSError:
         pass
     finally:
@@ -657,7 +678,7 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     if sys.executable:  # the workers' interpreter, unless --python or $PYTHON_EXEC names one (as xmp.spawn's children)
         env[ENV_CALLER_PYTHON] = sys.executable
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    out = []
+    out = bytearray()
     err = _Stderr(proc.stderr, _sink(stderr))
     readers = [threading.Thread(target=_read_all, args=(proc.stdout, out), name="tpurun-stdout", daemon=True),
                threading.Thread(target=err.run, name="tpurun-stderr", daemon=True)]
@@ -678,10 +699,12 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     deadline = time.monotonic() + DRAIN_SECONDS
     for t in readers:
         t.join(max(0.0, deadline - time.monotonic()))
-    doc = load_document(b"".join(out))
+    doc = load_document(out)
     code = proc.returncode
     messages = list(err.own)
-    results = _decode_some(doc) if doc is not None else {}
+    results = {}
+    if doc is not None and (timed_out or code != 0 or not doc.get("ok", False)):  # a success decodes them once: spawn
+        results = _decode_some(doc)
     if timed_out:
         how = ("it did not exit within grace=%gs of SIGTERM, so it was killed with SIGKILL" % grace if killed
                else "it stopped on SIGTERM and exited with code %d" % code)

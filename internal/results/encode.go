@@ -1,0 +1,140 @@
+package results
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+)
+
+// encodeChunk is how many bytes of a value Encode hands its writer at a time: large values go through in pieces,
+// so a writer that copies what it is given (a console) never holds a whole value twice.
+const encodeChunk = 256 << 10
+
+// Encode writes d to w as one line of compact JSON ending in a newline: the document json.Marshal writes (the same
+// fields and values; json.Unmarshal of either gives the same Document), streamed. The values are not encoded
+// again: a JSON value goes as the collector checked it (Consume: valid JSON in UTF-8; Add: decoded from a node's
+// share), compacted only when it holds a line break (the document is one line), and a pickled value is base64 in
+// pieces. Memory beyond d is a fixed buffer, whatever the size of the values.
+func (d *Document) Encode(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, encodeChunk)
+	e := encoder{w: bw}
+	e.raw(`{"run_id":`)
+	e.json(d.RunID)
+	e.raw(`,"world":`)
+	e.json(d.World)
+	e.raw(`,"results":`)
+	e.results(d.Results)
+	e.raw(`,"ranks":`)
+	e.json(d.Ranks)
+	e.raw(`,"violations":`)
+	e.json(d.Violations)
+	e.raw(`,"ok":`)
+	e.json(d.OK)
+	e.raw(`,"exit_code":`)
+	e.json(d.ExitCode)
+	e.raw("}\n")
+	if e.err != nil {
+		return e.err
+	}
+	return bw.Flush()
+}
+
+// encoder writes to w and keeps the first error; after it, it writes nothing.
+type encoder struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (e *encoder) raw(s string) {
+	if e.err == nil {
+		_, e.err = e.w.WriteString(s)
+	}
+}
+
+func (e *encoder) bytes(p []byte) {
+	for len(p) > 0 && e.err == nil {
+		n := min(len(p), encodeChunk)
+		_, e.err = e.w.Write(p[:n])
+		p = p[n:]
+	}
+}
+
+// json writes v as json.Marshal does: for the small parts of the document.
+func (e *encoder) json(v any) {
+	if e.err != nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.bytes(b)
+}
+
+func (e *encoder) results(rs []Result) {
+	if rs == nil {
+		e.raw("null")
+		return
+	}
+	e.raw("[")
+	for i := range rs {
+		if i > 0 {
+			e.raw(",")
+		}
+		e.result(&rs[i])
+	}
+	e.raw("]")
+}
+
+// result writes r: its fields but the value as json.Marshal writes them, then the value.
+func (e *encoder) result(r *Result) {
+	meta := *r
+	meta.Value, meta.ValueB64 = nil, nil
+	b, err := json.Marshal(meta)
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.bytes(b[:len(b)-1]) // without its closing brace: the value follows
+	switch {
+	case len(r.Value) > 0:
+		e.raw(`,"value":`)
+		e.value(r.Value)
+	case len(r.ValueB64) > 0:
+		e.raw(`,"value_b64":"`)
+		e.base64(r.ValueB64)
+		e.raw(`"`)
+	}
+	e.raw("}")
+}
+
+// value writes a checked JSON value as it is, or compacted when it holds a line break (whitespace between its
+// tokens: inside a JSON string a line break is escaped).
+func (e *encoder) value(v json.RawMessage) {
+	if bytes.IndexByte(v, '\n') < 0 && bytes.IndexByte(v, '\r') < 0 {
+		e.bytes(v)
+		return
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, v); err != nil {
+		e.err = err
+		return
+	}
+	e.bytes(buf.Bytes())
+}
+
+// base64 writes p in standard base64, in pieces of encodeChunk bytes.
+func (e *encoder) base64(p []byte) {
+	const in = encodeChunk / 4 * 3
+	out := make([]byte, base64.StdEncoding.EncodedLen(min(len(p), in)))
+	for len(p) > 0 && e.err == nil {
+		n := min(len(p), in)
+		m := base64.StdEncoding.EncodedLen(n)
+		base64.StdEncoding.Encode(out[:m], p[:n])
+		_, e.err = e.w.Write(out[:m])
+		p = p[n:]
+	}
+}
