@@ -29,7 +29,6 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/internal/results"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
@@ -205,7 +204,7 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 // printDocument prints --json's document on stdout, streamed (Document.Encode) in pieces the console copies one at a
 // time; on one console with stderr (2>&1) in one write, so that no line of tpurun's log splits it. A write error is
 // the console's, reported by the caller's Flush: the error returned is the encoder's.
-func printDocument(doc *results.Document, stdout, stderr *console.Console) error {
+func printDocument(doc interface{ Encode(io.Writer) error }, stdout, stderr *console.Console) error {
 	if stdout != stderr {
 		return doc.Encode(stdout)
 	}
