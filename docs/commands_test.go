@@ -39,18 +39,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = dir
-	goTool, err := exec.LookPath("go")
-	if err != nil {
+	if err := testutil.BuildStatic(dir, "tpurun/cmd/tpurun", "tpurun/examples/hello"); err != nil {
 		fmt.Fprintln(os.Stderr, "the doc test builds tpurun with the go tool:", err)
 		os.Exit(1)
-	}
-	for _, pkg := range []string{"tpurun/cmd/tpurun", "tpurun/examples/hello"} {
-		build := exec.Command(goTool, "build", "-o", dir, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: the static binary users get
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)

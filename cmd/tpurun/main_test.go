@@ -50,17 +50,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = dir
-	goTool := "go" // the go command that runs the tests: GOROOT/bin is on its PATH
-	if p, err := exec.LookPath("go"); err == nil {
-		goTool = p
-	}
-	for _, pkg := range []string{"tpurun/cmd/tpurun", "tpurun/examples/hello"} {
-		build := exec.Command(goTool, "build", "-o", dir, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: the static binary users get
-		if out, err := build.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
+	if err := testutil.BuildStatic(dir, "tpurun/cmd/tpurun", "tpurun/examples/hello"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := testutil.Run(m)
 	_ = os.RemoveAll(dir)

@@ -215,21 +215,28 @@ var program = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	programDir = dir
-	out := filepath.Join(dir, "fakeworker")
-	build := exec.Command(goTool(), "build", "-o", out, "tpurun/internal/testutil/fakeworker")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build the fake worker: %v\n%s", err, b)
+	if err := BuildStatic(dir, "tpurun/internal/testutil/fakeworker"); err != nil {
+		return "", err
 	}
-	return out, nil
+	return filepath.Join(dir, "fakeworker"), nil
 })
 
-// goTool is the go command that runs the tests (GOROOT/bin is on its PATH), else "go".
-func goTool() string {
+// BuildStatic builds the main packages pkgs into dir as `make build` does (CGO_ENABLED=0: the static binary users
+// get), with the go command that runs the tests (GOROOT/bin is on its PATH). The error holds the go command's
+// output.
+func BuildStatic(dir string, pkgs ...string) error {
+	goTool := "go"
 	if p, err := exec.LookPath("go"); err == nil {
-		return p
+		goTool = p
 	}
-	return "go"
+	for _, pkg := range pkgs {
+		build := exec.Command(goTool, "build", "-o", dir, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return nil
 }
 
 // QuickExit makes the test binaries that this one starts (fake workers, helper processes) exit at once when they

@@ -49,10 +49,8 @@ func Main(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", dir, "tpurun/cmd/tpurun")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: the static binary users get
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build tpurun: %v\n%s", err, out)
+	if err := testutil.BuildStatic(dir, "tpurun/cmd/tpurun"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	tpurunBin = filepath.Join(dir, "tpurun")
