@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
+	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/worker"
@@ -232,7 +232,7 @@ func (s *supervisor) foreground(wk *child, sig syscall.Signal) int {
 	if wk.p == nil || wk.ctty == nil || sig == syscall.SIGWINCH {
 		return 0
 	}
-	if g, err := unix.IoctlGetInt(int(wk.ctty.Fd()), unix.TIOCGPGRP); err == nil && g > 0 && g != wk.p.PID() {
+	if g := console.ForegroundGroup(wk.ctty); g > 0 && g != wk.p.PID() {
 		return g
 	}
 	return 0

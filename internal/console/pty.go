@@ -90,6 +90,22 @@ func Resize(m *os.File, ws *unix.Winsize) error {
 	return err
 }
 
+// ForegroundGroup is the foreground process group of the pseudo-terminal whose master is m (from OpenPty: read
+// without taking it out of the poller, as m.Fd would), 0 when it has none or cannot be read.
+func ForegroundGroup(m *os.File) int {
+	rc, err := m.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	g := 0
+	_ = rc.Control(func(fd uintptr) {
+		if v, err := unix.IoctlGetInt(int(fd), unix.TIOCGPGRP); err == nil {
+			g = v
+		}
+	})
+	return g
+}
+
 // WindowSize is the window size of the console's terminal; nil when it is no terminal.
 func (c *Console) WindowSize() *unix.Winsize {
 	f, ok := c.w.(*os.File)
