@@ -116,17 +116,49 @@ func rtSigaction(sig syscall.Signal, act, old *sigaction) error {
 	return nil
 }
 
-// StoppedOrGone reports whether pid is stopped by a signal (state T or t in /proc/PID/stat) or has ended (a zombie,
-// or gone): what a job-control stop waits for before tpurun stops itself.
+// StoppedOrGone reports whether pid is stopped (Stopped) or has ended (a zombie, or gone): what a job-control stop
+// waits for before tpurun stops itself.
 func StoppedOrGone(procRoot string, pid int) bool {
+	switch state(procRoot, pid) {
+	case 0, 'Z', 'X':
+		return true
+	}
+	return Stopped(procRoot, pid)
+}
+
+// Stopped reports whether pid is stopped by a signal: state T or t in /proc/PID/stat, or D (an uninterruptible wait)
+// with a stopped child. The latter is a parent in vfork whose child a stop signal reached before its exec (dash,
+// Debian's /bin/sh, and Go's os/exec start commands with vfork): the parent waits for that exec, its own stop pending,
+// until the child is continued; the job is stopped all the same, and SIGCONT resumes both.
+func Stopped(procRoot string, pid int) bool {
+	switch state(procRoot, pid) {
+	case 'T', 't':
+		return true
+	case 'D':
+	default:
+		return false
+	}
+	dir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
+	tasks, _ := os.ReadDir(dir) // the thread that called vfork need not be the first
+	for _, task := range tasks {
+		b, _ := readSmall(filepath.Join(dir, task.Name(), "children"), nil)
+		for _, f := range bytes.Fields(b) {
+			if kid, err := strconv.Atoi(string(f)); err == nil {
+				if st := state(procRoot, kid); st == 'T' || st == 't' {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// state is the state letter of /proc/PID/stat (field 3: R, S, D, T, t, Z, X, ...), 0 when pid is gone.
+func state(procRoot string, pid int) byte {
 	b, _ := readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), nil)
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
-		return true // no stat: gone
+		return 0
 	}
-	switch b[i+2] { // field 3, after ") "
-	case 'T', 't', 'Z', 'X':
-		return true
-	}
-	return false
+	return b[i+2] // after ") "
 }
