@@ -55,17 +55,28 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 // ends the run instead of restarting without a timeout; the verdict is the first cause's, rank 0's failure.
 func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	t.Parallel()
-	dir := testutil.FakeDir(t)
-	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
-	cfg.MaxRestarts = 1
 	// The failure must come first and the timeout fire in the grace period: rank 0 fails as soon as both workers
 	// are set up, which takes far less than the timeout even on a loaded machine (scale it with the knob), and the
-	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the timeout, in the grace, kills it.
-	cfg.Timeout = testutil.Scaled(4 * time.Second)
-	cfg.Grace = cfg.Timeout
-	rep, err := launcher.Run(context.Background(), cfg)
-	if v := rep.Attempts[0].Verdict; v.Reason != attempt.StopFailure || v.Failure == nil || v.Failure.Rank != 0 {
-		t.Fatalf("attempt 0: verdict %+v; the case needs rank 0 to fail before the timeout", v)
+	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the timeout, in the grace, kills it. On a
+	// machine so loaded that the set-up outlasts the timeout, the case is not met: again with twice the timeout.
+	var rep *launcher.Report
+	var dir string
+	var err error
+	for timeout := testutil.Scaled(4 * time.Second); ; timeout *= 2 {
+		dir = testutil.FakeDir(t)
+		cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
+		cfg.MaxRestarts = 1
+		cfg.Timeout = timeout
+		cfg.Grace = cfg.Timeout
+		rep, err = launcher.Run(context.Background(), cfg)
+		v := rep.Attempts[0].Verdict
+		if v.Reason == attempt.StopFailure && v.Failure != nil && v.Failure.Rank == 0 {
+			break
+		}
+		if v.Reason != attempt.StopTimeout || timeout > testutil.Scaled(16*time.Second) {
+			t.Fatalf("attempt 0 with --timeout %s: verdict %+v; the case needs rank 0 to fail before the timeout", timeout, v)
+		}
+		testutil.AssertAllGone(t, dir, 0)
 	}
 	var we *failure.WorkerError
 	if !errors.As(err, &we) || failure.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
