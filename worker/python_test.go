@@ -57,8 +57,12 @@ VALUES = [
     {"x": [1, 2.5, None, True, "s", -0.0, 10**30], "y": {"z": []}},
     [],
     "plain",
+    # Large bytes-like objects, which the pickler passes apart from its frames and the client sends from their own
+    # memory (os.writev of the pieces): alone, nested among copied pieces, and one byte short of a frame's size.
+    b"\x00\x01" * (1 << 19),
+    [bytearray(range(256)) * 1024, "s" * 70000, (b"b" * 100000, 7), b"c" * 65535],
 ]
-ENCODINGS = ["pickle", "pickle", "pickle", "pickle", "pickle", "pickle", "json", "json", "json"]
+ENCODINGS = ["pickle", "pickle", "pickle", "pickle", "pickle", "pickle", "json", "json", "json", "pickle", "pickle"]
 
 def same(a, b):
     """Equal with the same types all the way down (NaN equals NaN)."""
@@ -186,12 +190,12 @@ func TestPythonChannelBroken(t *testing.T) {
 	out := runPython(t, `
 import json, os, tpurun, tpurun._wire as w
 writes = []
-def flaky(fd, data):
-    writes.append(bytes(data))
+def flaky(fd, pieces):
+    writes.append(b"".join(pieces))
     if len(writes) == 2:
         raise BlockingIOError(11, "write would block")
-    return len(data)
-w.os.write = flaky
+    return len(writes[-1])
+w.os.writev = flaky
 ch = w.Channel(9, None)
 ch.report(0, "first")
 errs = []
@@ -211,6 +215,42 @@ print(json.dumps({"writes": len(writes), "errors": errs}))
 	}
 	if got.Writes != 2 || len(got.Errors) != 2 || !strings.Contains(got.Errors[1], "not sent") {
 		t.Fatalf("after a failed write: %d writes, errors %q; want 2 writes and the later send refused", got.Writes, got.Errors)
+	}
+}
+
+// TestPythonPartialWrites: a frame the pipe takes a piece at a time (os.writev writing less than it was given,
+// splitting pieces and the header anywhere) arrives whole and in order: the bytes are the header and pickle.dumps's,
+// for large objects the pickler passes apart (bytes, bytearray, a two-dimensional PickleBuffer) too.
+func TestPythonPartialWrites(t *testing.T) {
+	out := runPython(t, `
+import json, pickle, tpurun._wire as w
+got = bytearray()
+calls = []
+def partial(fd, pieces):
+    data = b"".join(pieces)[:[5, 7777, 65536, 1][len(calls) % 4]]
+    calls.append(len(pieces))
+    got.extend(data)
+    return len(data)
+w.os.writev = partial
+# PickleBuffers (a NumPy array's memory, of any shape) are written apart too, as buffers with no len().
+values = [b"\x07" * 300000, [bytearray(b"x" * 70000), "y" * 1000, b"z" * 90000], {"k": (1, 2)},
+          pickle.PickleBuffer(memoryview(bytearray(b"r" * 80000)).cast("B", (200, 400)))]
+ch = w.Channel(9, None)
+want = bytearray()
+for i, v in enumerate(values):
+    ch.report(i, v)
+    want += w.encode(w.KIND_RESULT, w.ENC_PICKLE, i, pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))
+print(json.dumps({"same": bytes(got) == bytes(want), "got": len(got), "want": len(want), "calls": len(calls)}))
+`, nil)
+	var got struct {
+		Same             bool
+		Got, Want, Calls int
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("python said %q: %v", out, err)
+	}
+	if !got.Same || got.Calls < 4 {
+		t.Fatalf("partial writes: %+v; want the frames' bytes whole, in order, over several calls", got)
 	}
 }
 

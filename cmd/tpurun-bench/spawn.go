@@ -41,9 +41,9 @@ bad = [i for i in range(8) if not (len(res[i]) == n and res[i][:1] == res[i][-1:
 sys.exit("exit codes %s, wrong results for replicas %s" % (codes, bad) if bad or any(codes) else 0)
 `
 
-// measureSpawn returns 8 × 32 MiB of bytes from 8 workers to a Python caller through tpurun.spawn (tpurun --json,
-// the results document on its stdout, decoded by the module), against the same interpreter reading the same bytes
-// from 8 pipes of 8 children of its own.
+// measureSpawn returns 8 × 32 MiB of bytes from 8 workers to a Python caller through tpurun.spawn (tpurun
+// --json-frames: each pickled value as a frame before the results document on its stdout, unpickled by the module
+// from the pipe), against the same interpreter reading the same bytes from 8 pipes of 8 children of its own.
 func measureSpawn(cfg *config) (row, error) {
 	per := int64(32 << 20)
 	if cfg.quick {
@@ -77,7 +77,7 @@ func measureSpawn(cfg *config) (row, error) {
 		name: fmt.Sprintf("spawn results 8 × %d MiB bytes", per>>20), figure: fmt.Sprintf("%.0f MB/s", mbps(tp.wall)),
 		baseline: fmt.Sprintf("Python reading pipes: %.0f MB/s", mbps(base.wall)), ratio: ratio, target: "≥ 0.8",
 		pass: ratio >= 0.8,
-		note: fmt.Sprintf("tpurun.spawn in %s (--json document, pickled values) against the same interpreter reading "+
+		note: fmt.Sprintf("tpurun.spawn in %s (--json-frames: pickled values as frames before the document) against the same interpreter reading "+
 			"8 children's pipes; both include the workers' start and check every value", cfg.python),
 	}, nil
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -290,6 +292,48 @@ func TestFnPickledReturn(t *testing.T) {
 		if res.Encoding != "pickle" || len(res.ValueB64) == 0 || !strings.Contains(string(res.ValueB64), "Point") {
 			t.Fatalf("replica %d: %+v (%s)", res.Replica, res, base64.StdEncoding.EncodeToString(res.ValueB64))
 		}
+	}
+}
+
+// TestFnJSONFrames: --json-frames prints each pickled value raw, as a result frame of worker/PROTOCOL.md, before
+// the document, which marks those results "framed" instead of carrying them in base64 (what tpurun.spawn reads):
+// the frames hold the pickles --json carries, a replica each, and the rest of the document is --json's.
+func TestFnJSONFrames(t *testing.T) {
+	t.Parallel()
+	_, plain := runFn(t, "point")
+	r := runCLI(t, t.TempDir(), nil, "--nprocs", "3", "--json-frames", "--python", python(t), "--fn",
+		filepath.Join(examplesDir(t), "fn_square.py")+":point")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	dec := worker.NewDecoder(strings.NewReader(r.stdout), 0, 0)
+	frames := map[int][]byte{}
+	for len(frames) < 3 {
+		f, err := dec.Next()
+		if err != nil || f.Kind != worker.KindResult || f.Encoding != worker.EncodingPickle {
+			t.Fatalf("frame %d: %v %v %v\nstdout: %.300q", len(frames), f.Kind, f.Encoding, err, r.stdout)
+		}
+		frames[f.Replica] = f.Payload
+	}
+	var doc results.Document
+	var raw struct {
+		Results []map[string]any
+	}
+	rest := []byte(r.stdout[dec.Offset():])
+	if err := json.Unmarshal(rest, &doc); err != nil || json.Unmarshal(rest, &raw) != nil || rest[0] != '\n' {
+		t.Fatalf("after the frames: %v\n%.300q", err, rest)
+	}
+	for i, res := range plain.Results {
+		if !bytes.Equal(frames[res.Replica], res.ValueB64) || raw.Results[i]["framed"] != true || doc.Results[i].ValueB64 != nil {
+			t.Fatalf("replica %d: frame %q, document %v; want --json's pickle %q in the frame, and framed", res.Replica,
+				frames[res.Replica], raw.Results[i], res.ValueB64)
+		}
+		doc.Results[i].ValueB64 = res.ValueB64
+		doc.Results[i].PID, doc.Ranks[i].PID = res.PID, plain.Ranks[i].PID
+	}
+	doc.RunID = plain.RunID
+	if a, b := fmt.Sprintf("%+v", doc), fmt.Sprintf("%+v", *plain); a != b {
+		t.Fatalf("the framed document, values put back:\n%s\nwant --json's:\n%s", a, b)
 	}
 }
 

@@ -192,7 +192,11 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 				summary.WriteResults(stderr, f.log, doc, !o.json) // --json: the document has the tracebacks
 			}
 			if o.json {
-				if jerr := printDocument(doc, stdout, stderr); jerr != nil {
+				encode := doc.Encode
+				if o.jsonFrames {
+					encode = doc.EncodeFramed
+				}
+				if jerr := printDocument(encode, stdout, stderr); jerr != nil {
 					return f.fail(fmt.Errorf("%w: results document: %w", failure.ErrInternal, jerr))
 				}
 			}
@@ -204,12 +208,12 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 // printDocument prints --json's document on stdout, streamed (Document.Encode) in pieces the console copies one at a
 // time; on one console with stderr (2>&1) in one write, so that no line of tpurun's log splits it. A write error is
 // the console's, reported by the caller's Flush: the error returned is the encoder's.
-func printDocument(doc interface{ Encode(io.Writer) error }, stdout, stderr *console.Console) error {
+func printDocument(encode func(io.Writer) error, stdout, stderr *console.Console) error {
 	if stdout != stderr {
-		return doc.Encode(stdout)
+		return encode(stdout)
 	}
 	var b bytes.Buffer
-	if err := doc.Encode(&b); err != nil {
+	if err := encode(&b); err != nil {
 		return err
 	}
 	_, _ = stdout.Write(b.Bytes())
@@ -245,7 +249,8 @@ type options struct {
 	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
 	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzvFlags, below)
 	tr             *torchFlags // torchrun's remaining flags and the container flags (torchFlags, below)
-	json           bool        // --json: the results document on stdout
+	json           bool        // --json (or --json-frames): the results document on stdout
+	jsonFrames     bool        // --json-frames: pickled values as frames before it
 	exitWithParent bool
 	statusAddr     string
 	statusRemote   bool
@@ -293,7 +298,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.SetInterspersed(false) // everything after PROGRAM belongs to PROGRAM
 	fs.SetNormalizeFunc(cli.Dashes)
 	o.dev = cli.AddDevice(fs)
-	raw.fn = addResultFlags(fs, &o.spec, &o.json)
+	raw.fn = addResultFlags(fs, &o.spec, &o.json, &o.jsonFrames)
 	fs.DurationVar(&o.spec.Grace, "grace", spec.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	cli.Bind(fs, "grace", setting.Grace)
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
@@ -389,6 +394,7 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
+	o.json = o.json || o.jsonFrames
 	return nil
 }
 
@@ -419,7 +425,7 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
 // used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results) and --json.
-func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launcher.FnSpec {
+func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json, frames *bool) *launcher.FnSpec {
 	f := &launcher.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
 	cli.Bind(fs, "fn", setting.Function)
@@ -434,6 +440,7 @@ func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json *bool) *launche
 	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
 	cli.Bind(fs, "results", setting.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
+	fs.BoolVar(frames, "json-frames", false, "--json, with each pickled value raw before the document, as a result frame (worker/PROTOCOL.md): what tpurun.spawn reads")
 	return f
 }
 

@@ -53,6 +53,8 @@ type Console struct {
 	more      *sync.Cond // the writer: something queued; writers: room in the queue, or the queue is empty
 	q         [][]byte
 	queued    int
+	spare     [][]byte // buffers the writer is done with, for push to copy into (at most consoleQueue bytes)
+	spareCap  int
 	writing   bool
 	since     time.Time // when the write in progress began
 	hurriedAt time.Time // when Hurry was called (zero: not hurried)
@@ -165,8 +167,18 @@ func (l logWriterOf) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// push queues a copy of p, in a spare buffer when the last one is large enough: output at hundreds of MB/s (a
+// worker's, a results document of large values) then reuses the queue's memory instead of fresh pages, whose
+// first touch costs more than the copy (docs/BENCHMARKS.md, "Results at pipe speed").
 func (c *Console) push(p []byte) {
-	c.q = append(c.q, append([]byte(nil), p...))
+	var b []byte
+	if n := len(c.spare); n > 0 && cap(c.spare[n-1]) >= len(p) {
+		b = c.spare[n-1][:0]
+		c.spare[n-1] = nil
+		c.spare = c.spare[:n-1]
+		c.spareCap -= cap(b)
+	}
+	c.q = append(c.q, append(b, p...))
 	c.queued += len(p)
 	c.more.Broadcast()
 }
@@ -207,6 +219,12 @@ func (c *Console) run() {
 			n += len(b)
 		}
 		c.mu.Lock()
+		for _, b := range batch {
+			if c.spareCap+cap(b) <= consoleQueue {
+				c.spare = append(c.spare, b)
+				c.spareCap += cap(b)
+			}
+		}
 		c.writing = false
 		c.queued = max(c.queued-n, 0) // Abandon may have emptied the queue meanwhile
 		if err != nil && c.err == nil {

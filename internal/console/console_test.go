@@ -428,3 +428,51 @@ func TestIdleForwardersHoldNoBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleReusesOnlyWrittenBuffers: the queue copies writes into buffers the writer is done with; nothing is
+// reused while it is queued or being written. Writes of every size (a byte to 300 KiB, each its own bytes) through
+// a reader that takes them one small piece at a time arrive exactly, in order.
+func TestConsoleReusesOnlyWrittenBuffers(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		buf := make([]byte, 4093)
+		for {
+			n, err := r.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				got <- b.Bytes()
+				return
+			}
+		}
+	}()
+	c := NewConsole("stdout", w)
+	var want bytes.Buffer
+	pattern := make([]byte, 300<<10+251)
+	for j := range pattern {
+		pattern[j] = byte(j*31 + j/7)
+	}
+	for i := range 400 {
+		p := pattern[i%251:][:1+i*i*7919%(300<<10)] // its own bytes: a reused buffer not yet written shows
+		want.Write(p)
+		if _, err := c.Write(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	w.Close()
+	if b := <-got; !bytes.Equal(b, want.Bytes()) {
+		i := 0
+		for i < min(len(b), want.Len()) && b[i] == want.Bytes()[i] {
+			i++
+		}
+		t.Fatalf("%d bytes arrived, %d written; they differ from byte %d", len(b), want.Len(), i)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+
+	"tpurun/worker"
 )
 
 // encodeChunk is how many bytes of a value Encode hands its writer at a time: large values go through in pieces,
@@ -17,9 +19,21 @@ const encodeChunk = 256 << 10
 // again: a JSON value goes as the collector checked it (Consume: valid JSON in UTF-8; Add: decoded from a node's
 // share), compacted only when it holds a line break (the document is one line), and a pickled value is base64 in
 // pieces. Memory beyond d is a fixed buffer, whatever the size of the values.
-func (d *Document) Encode(w io.Writer) error {
+func (d *Document) Encode(w io.Writer) error { return d.encode(w, false) }
+
+// EncodeFramed writes d as Encode does, but each pickled value goes before the document, raw, as a result frame of
+// worker/PROTOCOL.md (header, then the pickle's bytes as the worker sent them), in the order of d.Results; a
+// newline follows the last frame, and in the document such a result carries "framed": true instead of "value_b64".
+// It is tpurun --json-frames, for a reader that unpickles each value from the stream as it comes (tpurun.spawn):
+// base64 inside JSON costs the reader five copies of every value (docs/BENCHMARKS.md, "Results at pipe speed").
+func (d *Document) EncodeFramed(w io.Writer) error { return d.encode(w, true) }
+
+func (d *Document) encode(w io.Writer, framed bool) error {
 	bw := bufio.NewWriterSize(w, encodeChunk)
-	e := encoder{w: bw}
+	e := encoder{w: bw, framed: framed}
+	if framed {
+		e.frames(d.Results)
+	}
 	e.raw(`{"run_id":`)
 	e.json(d.RunID)
 	e.raw(`,"world":`)
@@ -43,8 +57,24 @@ func (d *Document) Encode(w io.Writer) error {
 
 // encoder writes to w and keeps the first error; after it, it writes nothing.
 type encoder struct {
-	w   *bufio.Writer
-	err error
+	w      *bufio.Writer
+	framed bool // pickled values go as frames before the document (EncodeFramed)
+	err    error
+}
+
+// frames writes a result frame for each pickled value of rs, then a newline when there was one.
+func (e *encoder) frames(rs []Result) {
+	var head []byte
+	for i := range rs {
+		if r := &rs[i]; len(r.ValueB64) > 0 {
+			head = worker.AppendHeader(head[:0], worker.KindResult, worker.EncodingPickle, r.Replica, len(r.ValueB64))
+			e.bytes(head)
+			e.bytes(r.ValueB64)
+		}
+	}
+	if head != nil {
+		e.raw("\n")
+	}
 }
 
 func (e *encoder) raw(s string) {
@@ -103,6 +133,8 @@ func (e *encoder) result(r *Result) {
 	case len(r.Value) > 0:
 		e.raw(`,"value":`)
 		e.value(r.Value)
+	case len(r.ValueB64) > 0 && e.framed:
+		e.raw(`,"framed":true`)
 	case len(r.ValueB64) > 0:
 		e.raw(`,"value_b64":"`)
 		e.base64(r.ValueB64)

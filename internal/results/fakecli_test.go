@@ -18,7 +18,8 @@ import (
 // (package results cannot build cmd/tpurun): it takes the flags spawn() passes, starts the function-mode Python
 // workers as the launcher does (the write end of a pipe on fd 3, TPURUN_RESULT_ID, the per-rank variables, a
 // parent-death signal), collects their frames with the real Collector and prints the real document as the last
-// thing on stdout; worker output goes to stderr, as with --json.
+// thing on stdout (with --json-frames, after its pickled values as frames, as the real one does); worker output goes
+// to stderr, as with --json.
 //
 // The environment steers it: FAKE_ARGV (a file to record argv and the function-mode variables in),
 // FAKE_CONFIG_ERROR (print it as tpurun prints a configuration error and exit 2 before starting anything),
@@ -44,7 +45,7 @@ func fakeCLI(args []string) int {
 		fmt.Fprintf(os.Stderr, "tpurun: %s\nRun 'tpurun --help' for usage.\n", msg)
 		return 2
 	}
-	nprocs, fn, fnArgs := 1, "", "[]"
+	nprocs, fn, fnArgs, framed := 1, "", "[]", false
 	for i := 0; i < len(args); i++ {
 		value := func() string {
 			if i+1 >= len(args) {
@@ -55,6 +56,8 @@ func fakeCLI(args []string) int {
 		}
 		switch a := args[i]; a {
 		case "--json", "--exit-with-parent", "--quiet":
+		case "--json-frames":
+			framed = true
 		case "--nprocs":
 			n, err := strconv.Atoi(value())
 			if err != nil || n < 1 {
@@ -138,12 +141,14 @@ func fakeCLI(args []string) int {
 		<-done
 	}
 	doc, _ := c.Finish(exits)
-	b, err := json.Marshal(doc)
-	if err != nil {
+	encode := doc.Encode
+	if framed {
+		encode = doc.EncodeFramed
+	}
+	if err := encode(os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "tpurun: --json: %v\n", err)
 		return 70
 	}
-	os.Stdout.Write(append(b, '\n'))
 	if stopped {
 		return 128 + int(syscall.SIGTERM)
 	}

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -11,18 +12,20 @@ import (
 )
 
 // fakeTpurun stands in for the tpurun binary (the end-to-end test with the real binary comes with the CLI): it
-// records its argv, prints worker noise and then the document in $FAKE_DOC as the last thing on stdout, and exits
+// records its argv, prints worker noise (unless $FAKE_QUIET: tpurun --json-frames prints nothing before its
+// frames) and then the file $FAKE_DOC (a document, or frames and a document) as the last thing on stdout, and exits
 // with $FAKE_RC.
 const fakeTpurun = `
 import json, os, sys
 with open(os.environ["FAKE_ARGV"], "w") as f:
     json.dump({"argv": sys.argv[1:], "python": os.environ.get("TPURUN_CALLER_PYTHON"),
                "function_file": os.environ.get("TPURUN_FN_FUNCTION_FILE")}, f)
-print("worker 0 says {not json")
-print("{\"results\": \"a decoy line that is not the last thing\"}")
+if not os.environ.get("FAKE_QUIET"):
+    print("worker 0 says {not json")
+    print("{\"results\": \"a decoy line that is not the last thing\"}", flush=True)
 doc = os.environ.get("FAKE_DOC")
 if doc:
-    sys.stdout.write(open(doc).read())
+    sys.stdout.buffer.write(open(doc, "rb").read())
 sys.exit(int(os.environ.get("FAKE_RC", "0")))
 `
 
@@ -84,6 +87,7 @@ func TestSpawn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Real documents, produced by the collector from real Python function-mode workers.
+	docs := map[string]*Document{}
 	docOf := func(name string, specs []spec, required bool) string {
 		c := NewCollector(Options{Required: required, RunID: name})
 		runs := runWorld(t, c, specs)
@@ -92,9 +96,37 @@ func TestSpawn(t *testing.T) {
 		if err := WriteFile(path, doc); err != nil {
 			t.Fatal(err)
 		}
+		docs[name] = doc
 		return path
 	}
 	okDoc := docOf("ok", []spec{{[]int{0}, p.fn("--args-json", "[3]", "fnmod:square")}, {[]int{1}, p.fn("fnmod:point")}}, true)
+	// What tpurun --json-frames prints for the ok document: replica 1's Point as a frame before the document; with
+	// its pickle cut short; and the document without the frames before it.
+	framedOf := func(name string, edit func(pickle []byte) []byte, cut bool) string {
+		doc := *docs["ok"]
+		doc.Results = slices.Clone(doc.Results)
+		var b bytes.Buffer
+		for i := range doc.Results {
+			if r := &doc.Results[i]; r.Encoding == "pickle" && edit != nil {
+				r.ValueB64 = edit(r.ValueB64)
+			}
+		}
+		if err := doc.EncodeFramed(&b); err != nil {
+			t.Fatal(err)
+		}
+		out := b.Bytes()
+		if cut {
+			out = out[bytes.LastIndexByte(out[:len(out)-1], '\n')+1:]
+		}
+		path := filepath.Join(dir, name+".framed")
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	okFramed := framedOf("ok", nil, false)
+	shortFramed := framedOf("short", func(p []byte) []byte { return p[:len(p)-1] }, false) // no STOP opcode
+	noFrames := framedOf("noframes", nil, true)
 	boomDoc := docOf("boom", []spec{{[]int{0}, p.fn("fnmod:square")}, {[]int{1}, p.fn("fnmod:boom")}}, true)
 	dupDoc := docOf("dup", []spec{{[]int{0}, p.fn("fnmod:square")}, {[]int{0}, p.fn("fnmod:square")}}, true)
 
@@ -110,11 +142,12 @@ func TestSpawn(t *testing.T) {
 		Messages   []string
 		Warnings   []string
 	}
-	run := func(mode, doc, rc string) (outcome, map[string]any) {
+	run := func(mode, doc, rc string, env ...string) (outcome, map[string]any) {
 		t.Helper()
 		argvFile := filepath.Join(t.TempDir(), "argv.json")
 		cmd := exec.Command(p.py, "-c", spawnDriver, mode)
 		cmd.Env = append(slices.Clone(p.env), "FAKE="+fake, "FAKE_ARGV="+argvFile, "FAKE_DOC="+doc, "FAKE_RC="+rc)
+		cmd.Env = append(cmd.Env, env...)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("%s: driver failed: %v\n%s", mode, err, out)
@@ -139,7 +172,7 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("replica 0: %+v", o.Results["0"])
 		}
 		got := strings.Join(anyStrings(argv["argv"]), " ")
-		if got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
+		if got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
 		if py, _ := argv["python"].(string); !filepath.IsAbs(py) {
@@ -152,12 +185,33 @@ func TestSpawn(t *testing.T) {
 			t.Fatalf("start_method='forkserver' warned: %q", o.Warnings)
 		}
 	})
+	// --json-frames: a pickled value comes as a frame before the document, unpickled from the pipe; one that does not
+	// unpickle, or never came, is a SpawnError naming its replica.
+	t.Run("framed results", func(t *testing.T) {
+		o, _ := run("fn", okFramed, "0", "FAKE_QUIET=1")
+		if r0, _ := o.Results["0"].(map[string]any); !o.OK || len(o.Results) != 2 || o.Results["1"] != "Point(1)" || r0["sq"] != float64(0) {
+			t.Fatalf("%+v", o)
+		}
+	})
+	t.Run("a framed pickle cut short", func(t *testing.T) {
+		o, _ := run("fn", shortFramed, "0", "FAKE_QUIET=1")
+		if o.OK || !strings.HasPrefix(o.SpawnError, "the result of replica 1 (rank 1, pid ") || !strings.Contains(o.SpawnError, "cannot be unpickled in this process") {
+			t.Fatalf("%+v", o)
+		}
+	})
+	t.Run("no frame for a framed result", func(t *testing.T) {
+		o, _ := run("fn", noFrames, "0", "FAKE_QUIET=1")
+		if o.OK || !strings.HasPrefix(o.SpawnError, "the result of replica 1 (rank 1, pid ") ||
+			!strings.HasSuffix(o.SpawnError, "was lost on its way from tpurun: tpurun's output carried no frame for it") {
+			t.Fatalf("%+v", o)
+		}
+	})
 	// xmp.spawn(fn, args, nprocs, join, daemon, start_method), positionally: the 4th is join, not a tpurun path.
 	for _, mode := range []string{"positional", "positional6"} {
 		t.Run(mode, func(t *testing.T) {
 			o, argv := run(mode, okDoc, "0")
 			got := strings.Join(anyStrings(argv["argv"]), " ")
-			if !o.OK || got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
+			if !o.OK || got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
 				t.Fatalf("%+v; tpurun ran with %s", o, got)
 			}
 		})
@@ -165,7 +219,7 @@ func TestSpawn(t *testing.T) {
 	t.Run("an integer too long for JSON is pickled", func(t *testing.T) {
 		o, argv := run("bigint", okDoc, "0")
 		got := strings.Join(anyStrings(argv["argv"]), " ")
-		if !o.OK || got != "--json --exit-with-parent --quiet --nprocs 2 --fn fnmod:square" {
+		if !o.OK || got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square" {
 			t.Fatalf("%+v; tpurun ran with %s", o, got)
 		}
 	})

@@ -130,7 +130,7 @@ func TestSpawnPicklesBothWays(t *testing.T) {
 	}
 	rec := readRecord(t, record)
 	argv := strings.Join(anyStrings(rec["argv"]), " ")
-	if argv != "--json --exit-with-parent --quiet --nprocs 2 --fn "+script+":_mp_fn" {
+	if argv != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn "+script+":_mp_fn" {
 		t.Errorf("tpurun ran with %s; want no --fn-args-json (the arguments are pickled)", argv)
 	}
 	if rec["TPURUN_FN_MAIN"] != script {
@@ -230,7 +230,7 @@ print(json.dumps({"sq": res[0]["sq"], "rest": [len(r) for r in res[0]["rest"]]})
 		t.Fatalf("got %s", out)
 	}
 	rec := readRecord(t, record)
-	if argv := strings.Join(anyStrings(rec["argv"]), " "); argv != "--json --exit-with-parent --quiet --nprocs 1 --fn fnmod:square" {
+	if argv := strings.Join(anyStrings(rec["argv"]), " "); argv != "--json-frames --exit-with-parent --quiet --nprocs 1 --fn fnmod:square" {
 		t.Fatalf("tpurun ran with %.200s", argv)
 	}
 	if n, _ := rec["args_file_bytes"].(float64); n < 300000 {

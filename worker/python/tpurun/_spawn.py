@@ -216,22 +216,104 @@ def _unpickle(data):
     return _Unpickler(io.BytesIO(data)).load()
 
 
-def _decode_one(r):
+class _Payload:
+    """The payload of one frame of a stream, as the file pickle reads: reads end at its end. A bytes or bytearray
+    in the pickle is read from the stream straight into the object that holds it (readinto), with no copy between."""
+
+    def __init__(self, f, n):
+        self.f, self.left = f, n
+
+    def read(self, n=-1):
+        b = self.f.read(self.left if n is None or n < 0 else min(n, self.left))
+        self.left -= len(b)
+        return b
+
+    def readinto(self, b):
+        n = self.f.readinto(memoryview(b).cast("B")[:self.left])
+        self.left -= n
+        return n
+
+    def readline(self, size=-1):
+        b = self.f.readline(self.left if size is None or size < 0 else min(size, self.left))
+        self.left -= len(b)
+        return b
+
+    def skip(self):
+        while self.left and self.read(1 << 20):
+            pass
+
+
+class _Unframed:
+    """In place of a value whose frame could not be unpickled: its error, raised by decode_results for its
+    replica."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+class _Lost(Exception):
+    """A framed value that never arrived: tpurun's output ended first, or carried something other than a frame."""
+
+
+def _read_framed(pipe, values, out):
+    """Reads tpurun --json-frames's stdout: a result frame per pickled value (worker/PROTOCOL.md), each unpickled
+    from the pipe as it comes into values[replica] (or an _Unframed), then the document, read into out."""
+    try:
+        while True:
+            head = pipe.read(_wire.HEADER.size)
+            if len(head) < _wire.HEADER.size or head[:4] != _wire.MAGIC:
+                out += head  # the document (after a newline) or the end of the output
+                break
+            _, version, kind, enc, _, replica, n = _wire.HEADER.unpack(head)
+            if (version, kind, enc) != (_wire.VERSION, _wire.KIND_RESULT, _wire.ENC_PICKLE):
+                values[replica] = _Unframed(_Lost("a frame of version %d, kind %d, encoding %d came in its place"
+                                                  % (version, kind, enc)))
+                break
+            payload = _Payload(pipe, n)
+            try:
+                values[replica] = _Unpickler(payload).load()
+                if payload.left:
+                    raise pickle.UnpicklingError("the pickle ended %d bytes before its frame" % payload.left)
+            except Exception as e:
+                values[replica] = _Unframed(e)
+            payload.skip()
+        while True:
+            b = pipe.read1(1 << 16)  # what the reader holds, then the pipe
+            if not b:
+                break
+            out += b
+    except OSError:
+        pass
+    finally:
+        pipe.close()
+
+
+def _decode_one(r, framed=None):
+    if r.get("framed"):
+        v = (framed or {}).get(r.get("replica"), _Unframed(_Lost("tpurun's output carried no frame for it")))
+        if isinstance(v, _Unframed):
+            raise v.error
+        return v
     if r.get("encoding") == "pickle":
         return _unpickle(base64.b64decode(r["value_b64"]))
     return r.get("value")
 
 
-def decode_results(doc):
+def decode_results(doc, framed=None):
     """{replica: value} of the successful results of a document, unpickling values marked as pickle (a class of
-    the worker's __mp_main__ is looked up in this process's __main__). Raises SpawnError naming the replica when a
-    pickled value cannot be unpickled here."""
+    the worker's __mp_main__ is looked up in this process's __main__); a result marked "framed" (tpurun
+    --json-frames) takes its value from framed, {replica: value} as read from the frames before the document.
+    Raises SpawnError naming the replica when a pickled value cannot be unpickled here."""
     out = {}
     for r in doc.get("results") or []:
         if not r.get("ok"):
             continue
         try:
-            out[r["replica"]] = _decode_one(r)
+            out[r["replica"]] = _decode_one(r, framed)
+        except _Lost as e:
+            raise SpawnError("the result of replica %s (rank %s, pid %s) was lost on its way from tpurun: %s"
+                             % (r.get("replica"), r.get("rank"), r.get("pid"), e),
+                             document=doc, exit_code=doc.get("exit_code"), results=out) from None
         except Exception as e:
             raise SpawnError("the result of replica %s (rank %s, pid %s) was pickled by the worker but cannot be "
                              "unpickled in this process: %s: %s; make its class importable here (define it in a "
@@ -241,13 +323,13 @@ def decode_results(doc):
     return out
 
 
-def _decode_some(doc):
+def _decode_some(doc, framed=None):
     """decode_results, keeping what decodes: for the results attached to a SpawnError."""
     out = {}
     for r in doc.get("results") or []:
         if r.get("ok"):
             try:
-                out[r["replica"]] = _decode_one(r)
+                out[r["replica"]] = _decode_one(r, framed)
             except Exception:
                 pass
     return out
@@ -522,11 +604,12 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
             key_path = os.path.join(tmpdir, "authkey")
             _write_private(key_path, bytes(multiprocessing.current_process().authkey))
             run_env[ENV_FN_AUTHKEY_FILE] = key_path
-        doc = run(argv, tpurun=tpurun, env=run_env, timeout=timeout, grace=grace, stderr=stderr, verbose=verbose)
+        framed = {}
+        doc = _run(argv, tpurun, run_env, timeout, stderr, grace, verbose, framed)
     finally:
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
-    return decode_results(doc)
+    return decode_results(doc, framed)
 
 
 def _sink(stderr):
@@ -671,16 +754,24 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     On a non-zero exit, or a document that is not ok, it raises SpawnError with the root cause, the exit code, the
     document and tpurun's own messages: a configuration error (exit 2) is a SpawnConfigError, a ValueError too,
     carrying the reason tpurun printed."""
+    return _run(argv, tpurun, env, timeout, stderr, grace, verbose, None)
+
+
+def _run(argv, tpurun, env, timeout, stderr, grace, verbose, framed):
+    """run; with framed (a dict), as tpurun --json-frames: each pickled value comes before the document as a frame,
+    unpickled from the pipe into framed[replica] as it comes (what spawn does: no base64 in JSON to decode)."""
     timeout = _positive("timeout", timeout)
     grace = _positive("grace", grace, DEFAULT_GRACE)
-    cmd = [find_binary(tpurun), "--json", "--exit-with-parent"] + ([] if verbose else ["--quiet"]) + list(argv)
+    json_flag = "--json" if framed is None else "--json-frames"
+    cmd = [find_binary(tpurun), json_flag, "--exit-with-parent"] + ([] if verbose else ["--quiet"]) + list(argv)
     env = dict(os.environ if env is None else env)
     if sys.executable:  # the workers' interpreter, unless --python or $PYTHON_EXEC names one (as xmp.spawn's children)
         env[ENV_CALLER_PYTHON] = sys.executable
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out = bytearray()
     err = _Stderr(proc.stderr, _sink(stderr))
-    readers = [threading.Thread(target=_read_all, args=(proc.stdout, out), name="tpurun-stdout", daemon=True),
+    read = (_read_all, (proc.stdout, out)) if framed is None else (_read_framed, (proc.stdout, framed, out))
+    readers = [threading.Thread(target=read[0], args=read[1], name="tpurun-stdout", daemon=True),
                threading.Thread(target=err.run, name="tpurun-stderr", daemon=True)]
     for t in readers:
         t.start()
@@ -704,7 +795,7 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     messages = list(err.own)
     results = {}
     if doc is not None and (timed_out or code != 0 or not doc.get("ok", False)):  # a success decodes them once: spawn
-        results = _decode_some(doc)
+        results = _decode_some(doc, framed)
     if timed_out:
         how = ("it did not exit within grace=%gs of SIGTERM, so it was killed with SIGKILL" % grace if killed
                else "it stopped on SIGTERM and exited with code %d" % code)

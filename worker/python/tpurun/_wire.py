@@ -46,14 +46,40 @@ class ChannelError(RuntimeError):
     """The result channel is missing, misconfigured or refused a frame."""
 
 
-def encode(kind, encoding, replica, payload):
-    """Return the wire form of one frame."""
+def encode(kind, encoding, replica, payload, size=None):
+    """Return the wire form of one frame: the header for a payload of size bytes (by default len(payload)), then
+    payload (Channel.send passes b"" and writes the payload's pieces after the header)."""
+    if size is None:
+        size = len(payload)
     if not 0 <= replica <= (1 << 31) - 1:
         raise ValueError("replica %r: must be between 0 and 2^31-1" % (replica,))
-    if len(payload) > MAX_PAYLOAD:
+    if size > MAX_PAYLOAD:
         raise ValueError("payload of %d bytes for replica %d: the wire format carries at most %d"
-                         % (len(payload), replica, MAX_PAYLOAD))
-    return HEADER.pack(MAGIC, VERSION, kind, encoding, 0, replica, len(payload)) + payload
+                         % (size, replica, MAX_PAYLOAD))
+    return HEADER.pack(MAGIC, VERSION, kind, encoding, 0, replica, size) + payload
+
+
+# The most pieces one os.writev takes (Linux's UIO_MAXIOV).
+IOV_MAX = 1024
+
+
+class _Pieces(list):
+    """A pickle as the pieces its pickler wrote, each a flat memoryview: with a file, protocol 4 and later write each
+    frame (about 64 KiB, a copy) and pass a large bytes, bytearray or PickleBuffer (a NumPy array's memory) apart as
+    the object itself, so a 32 MiB value is sent from its own memory, not copied once by pickle.dumps and again by
+    the frame's header."""
+
+    def write(self, b):
+        m = pickle.PickleBuffer(b).raw()  # one dimension of bytes, whatever the buffer's shape and format
+        self.append(m)
+        return m.nbytes
+
+
+def pickled(value, pickler=pickle.Pickler):
+    """value pickled with the highest protocol, as a list of the pieces the pickler wrote (memoryviews)."""
+    out = _Pieces()
+    pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return out
 
 
 # Integers of more than MAX_JSON_INT_DIGITS decimal digits are not carried as JSON: Python's json refuses to read
@@ -91,14 +117,14 @@ def encode_value(value):
     except (TypeError, ValueError, OverflowError, RecursionError):
         pass
     try:
-        return ENC_PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return ENC_PICKLE, pickled(value)
     except Exception:
         cp = cloudpickle()
         if cp is None:
             raise
     # What pickle cannot name (a class, a lambda of a function sent by value): by value, as it came. The caller
     # unpickles it with pickle, which needs cloudpickle there too: it sent the function that way.
-    return ENC_PICKLE, cp.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return ENC_PICKLE, pickled(value, cp.Pickler)
 
 
 def cloudpickle():
@@ -159,21 +185,30 @@ class Channel:
         self._broken = None
 
     def send(self, kind, encoding, replica, payload):
+        """Writes one frame: its header and payload (bytes-like, or a list of bytes-like pieces: pickled's) in one
+        os.writev, more when the pipe takes part of it."""
         if kind != KIND_HELLO and self.replicas is not None and replica not in self.replicas:
             raise ChannelError("replica %d is not owned by this worker: it owns %s (%s)"
                                % (replica, ",".join(map(str, self.replicas)), ENV_REPLICAS))
-        data = memoryview(encode(kind, encoding, replica, payload))
+        pieces = payload if isinstance(payload, list) else [pickle.PickleBuffer(payload).raw()]
+        size = sum(p.nbytes for p in pieces)
+        data = [memoryview(encode(kind, encoding, replica, b"", size))] + pieces
         with self._lock:
             if self._broken is not None:
                 raise ChannelError("frame for replica %d not sent: %s" % (replica, self._broken))
-            total = len(data)
+            total = left = HEADER.size + size
+            data.reverse()  # taken from the end as they are written
             try:
                 while data:
-                    n = os.write(self.fd, data)
-                    data = data[n:]
+                    n = os.writev(self.fd, data[:-IOV_MAX - 1:-1])
+                    left -= n
+                    while data and n >= data[-1].nbytes:
+                        n -= data.pop().nbytes
+                    if n:
+                        data[-1] = data[-1][n:]
             except OSError as e:
                 self._broken = ("the result channel broke when a write failed after %d of %d bytes (%s)"
-                                % (total - len(data), total, e))
+                                % (total - left, total, e))
                 raise ChannelError("frame for replica %d: %s; nothing more is sent on it"
                                    % (replica, self._broken)) from e
 
