@@ -367,6 +367,30 @@ func TestControlTerminalShellJob(t *testing.T) {
 	}
 }
 
+// TestControlTerminalResizeWhileStopped: the terminal is resized while the job is stopped (Ctrl-Z), when its
+// SIGWINCH reaches the shell, not tpurun: on fg, tpurun gives the workers' terminals the size of now, and the
+// worker sees the change (its SIGWINCH) as it would have in the foreground.
+func TestControlTerminalResizeWhileStopped(t *testing.T) {
+	t.Parallel()
+	script := filepath.Join(t.TempDir(), "tty_report.py")
+	if err := os.WriteFile(script, []byte(ttyReport), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, sh := interactiveShell(t)
+	p.resize(33, 91)
+	p.write(filepath.Join(bin, "tpurun") + " --nprocs 1 -- " + pythonExe(t) + " " + script + "\n")
+	p.waitFor("the first report", func(out string) bool { return strings.Contains(out, "[0] tty 111 size 33 91/33 91\n") })
+	p.write("\x1a")
+	p.waitFor("the job stopped, the shell's prompt back", func(out string) bool {
+		return strings.Contains(out, "Stopped") && p.foreground() == sh.Process.Pid
+	})
+	p.resize(50, 132)
+	p.write("fg\n")
+	p.waitFor("the worker's report of the size of now", func(out string) bool {
+		return strings.Contains(out, "[0] tty 111 size 50 132/50 132\n")
+	})
+}
+
 // TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does, with workers that leave
 // SIGTSTP to its default action (which the kernel discards in their orphaned groups: tpurun stops them with
 // SIGSTOP). Each fg must resume the whole job for good, and each Ctrl-Z stop it once (the shell prints "Stopped"
