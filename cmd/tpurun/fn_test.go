@@ -335,6 +335,13 @@ func TestFnJSONFrames(t *testing.T) {
 	if a, b := fmt.Sprintf("%+v", doc), fmt.Sprintf("%+v", *plain); a != b {
 		t.Fatalf("the framed document, values put back:\n%s\nwant --json's:\n%s", a, b)
 	}
+
+	// stdout and stderr one file (2>&1): the frames would be lost among the workers' lines; refused, saying so.
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--json-frames", "--", "true")
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != exitcode.Usage || !strings.Contains(string(out), "stdout and stderr are one file (2>&1)") {
+		t.Fatalf("--json-frames 2>&1: exit %d (%v), want %d and why\n%s", code, err, exitcode.Usage, out)
+	}
 }
 
 func TestFnBadFlagsExit2(t *testing.T) {

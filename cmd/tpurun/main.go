@@ -77,6 +77,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
 		f.log = log
 	}
+	if o.jsonFrames && outc == errc { // raw frames among the workers' lines could not be found again
+		return f.fail(&failure.ConfigError{Field: "--json-frames", Value: "true", Hint: "stdout and stderr are one file (2>&1): give stdout a file or pipe of its own, or use --json"})
+	}
 	if err := o.describe(outc, errc, log); err != nil {
 		return f.fail(err)
 	}

@@ -238,6 +238,35 @@ print(json.dumps({"sq": res[0]["sq"], "rest": [len(r) for r in res[0]["rest"]]})
 	}
 }
 
+// TestSpawnAtImportTime: spawn() called at a module's top level (its import holds the module's import lock)
+// returning objects of that module's class: the values come back, as through the document, instead of the thread
+// that unpickles frames waiting for that lock while the import waits for tpurun (seen: "printed no results
+// document" after the drain, or a hang once the frames outgrow the pipe).
+func TestSpawnAtImportTime(t *testing.T) {
+	p := newPy(t)
+	if err := os.WriteFile(filepath.Join(p.mod, "impmod.py"), []byte(`
+import os, tpurun
+class Point:
+    def __init__(self, x):
+        self.x = x
+def f(index):
+    return Point(index * 10)
+if "TPURUN_RESULT_FD" not in os.environ:  # the caller, not a worker importing this module for f
+    RESULT = sorted((k, type(v) is Point, v.x) for k, v in tpurun.spawn(f, nprocs=2).items())
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	record := filepath.Join(t.TempDir(), "argv.json")
+	out, _ := runDriver(t, t.TempDir(), cliEnv(t, p, "FAKE_ARGV="+record), p.py, "-c", "import impmod; print(impmod.RESULT)")
+	if strings.TrimSpace(out) != "[(0, True, 0), (1, True, 10)]" {
+		t.Fatalf("got %s", out)
+	}
+	rec := readRecord(t, record)
+	if argv := strings.Join(anyStrings(rec["argv"]), " "); argv != "--json --exit-with-parent --quiet --nprocs 2 --fn impmod:f --fn-args-json []" {
+		t.Fatalf("tpurun ran with %.200s; want --json: the values decoded once the import's thread has them", argv)
+	}
+}
+
 // TestSpawnUnguardedMain: a script that calls spawn() at import time (no `if __name__ == "__main__":`) would
 // start the run again in every worker that imports it; there the call raises, and the caller's SpawnError says
 // how to fix the script.

@@ -274,7 +274,7 @@ def _read_framed(pipe, values, out):
                 values[replica] = _Unpickler(payload).load()
                 if payload.left:
                     raise pickle.UnpicklingError("the pickle ended %d bytes before its frame" % payload.left)
-            except Exception as e:
+            except BaseException as e:  # SystemExit from a __setstate__ too: the document must still be read
                 values[replica] = _Unframed(e)
             payload.skip()
         while True:
@@ -286,6 +286,18 @@ def _read_framed(pipe, values, out):
         pass
     finally:
         pipe.close()
+
+
+def _importing():
+    """Whether this thread is importing a module (spawn called at a module's top level): it then holds that
+    module's import lock, which the thread that unpickles framed values would wait for (a class of that module)
+    while this thread waits for tpurun, which waits for the frames to be read."""
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_globals.get("__name__") == "importlib._bootstrap":  # frozen or not
+            return True
+        f = f.f_back
+    return False
 
 
 def _decode_one(r, framed=None):
@@ -604,7 +616,9 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
             key_path = os.path.join(tmpdir, "authkey")
             _write_private(key_path, bytes(multiprocessing.current_process().authkey))
             run_env[ENV_FN_AUTHKEY_FILE] = key_path
-        framed = {}
+        # Values as frames, unpickled as they come by the thread that reads them; from a module being imported, in
+        # the document (base64), decoded here once tpurun has exited (_importing).
+        framed = None if _importing() else {}
         doc = _run(argv, tpurun, run_env, timeout, stderr, grace, verbose, framed)
     finally:
         if tmpdir:
