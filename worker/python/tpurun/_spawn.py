@@ -277,15 +277,9 @@ def _read_framed(pipe, values, out):
             except BaseException as e:  # SystemExit from a __setstate__ too: the document must still be read
                 values[replica] = _Unframed(e)
             payload.skip()
-        while True:
-            b = pipe.read1(1 << 16)  # what the reader holds, then the pipe
-            if not b:
-                break
-            out += b
     except OSError:
         pass
-    finally:
-        pipe.close()
+    _read_all(pipe, out)
 
 
 def _importing():
@@ -705,12 +699,11 @@ class _Stderr:
 
 
 def _read_all(pipe, out):
-    """Reads pipe to its end into out, a bytearray: it grows in place (realloc, no copy of what it holds), so a
-    document of hundreds of MiB is in memory once, not as chunks and then joined."""
+    """Reads pipe (a buffered reader) to its end into out, a bytearray, and closes it: out grows in place (realloc,
+    no copy of what it holds), so a document of hundreds of MiB is in memory once, not as chunks and then joined."""
     try:
-        fd = pipe.fileno()
         while True:
-            b = os.read(fd, 1 << 16)
+            b = pipe.read1(1 << 16)  # what the reader holds (after the frames), then one read of the pipe
             if not b:
                 break
             out += b
