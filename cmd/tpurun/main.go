@@ -427,7 +427,8 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 }
 
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
-// used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results) and --json.
+// used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results), --json and
+// --json-frames.
 func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json, frames *bool) *launcher.FnSpec {
 	f := &launcher.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
