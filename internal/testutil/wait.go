@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/internal/freeport"
 
 	"golang.org/x/sys/unix"
 )
@@ -136,15 +137,15 @@ func procState(pid int) string {
 	return "unreadable"
 }
 
-// FreeEndpoint is a loopback host:port that was free a moment ago.
+// FreeEndpoint is a loopback host:port that was free a moment ago, below the ephemeral range (freeport.Pick): no
+// outgoing connection of a test running beside takes it before the test binds it.
 func FreeEndpoint(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // Done waits for ch to be closed (or to deliver) and fails the test naming what when Deadline passes first.

@@ -1,4 +1,4 @@
-package rendezvous
+package freeport
 
 import (
 	"net"
@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// TestFreePortOutsideTheEphemeralRange: the ports FreePort picks are free, outside the kernel's range for outgoing
+// TestPickOutsideTheEphemeralRange: the ports Pick picks are free, outside the kernel's range for outgoing
 // connections (which can take such a port before the worker binds it) and torch's defaults; above the range when
 // nothing is left below it, and the kernel's choice when the range is everything.
-func TestFreePortOutsideTheEphemeralRange(t *testing.T) {
+func TestPickOutsideTheEphemeralRange(t *testing.T) {
 	lo, hi := ephemeralPorts()
 	bindable := func(port int) bool {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -20,12 +20,12 @@ func TestFreePortOutsideTheEphemeralRange(t *testing.T) {
 		return true
 	}
 	for range 20 {
-		p, err := FreePort("127.0.0.1")
+		p, err := Pick("127.0.0.1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p >= lo && p <= hi || p < 10000 || p >= 29400 && p < 29600 || p >= 30000 && p < 32768 || !bindable(p) {
-			t.Fatalf("FreePort = %d: want a free port in [10000, %d) or above %d, not 29400-29599 (torch's) nor 30000-32767 (NodePorts)", p, lo, hi)
+			t.Fatalf("Pick = %d: want a free port in [10000, %d) or above %d, not 29400-29599 (torch's) nor 30000-32767 (NodePorts)", p, lo, hi)
 		}
 	}
 	for _, c := range []struct {
