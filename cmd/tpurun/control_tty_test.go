@@ -386,9 +386,13 @@ func TestControlTerminalResizeWhileStopped(t *testing.T) {
 	})
 	p.resize(50, 132)
 	p.write("fg\n")
-	p.waitFor("the worker's report of the size of now", func(out string) bool {
-		return strings.Contains(out, "[0] tty 111 size 50 132/50 132\n")
+	p.waitFor("the worker's report of the size of now, the job's end and the shell's prompt", func(out string) bool {
+		return strings.Contains(out, "[0] tty 111 size 50 132/50 132\n") && p.foreground() == sh.Process.Pid
 	})
+	p.write("exit 0\n")
+	if code := exitOf(t, p, sh); code != 0 { // tpurun and its worker reaped, not left to this binary
+		t.Fatalf("the shell exited %d\n%q", code, p.output())
+	}
 }
 
 // TestControlTerminalCtrlZFgRepeated: Ctrl-Z and fg, again and again, as a user does, with workers that leave
