@@ -75,12 +75,13 @@ func (s *stalled) waitStalled(t *testing.T) {
 }
 
 // waitWorkersBlocked waits until every errflood worker of the run (all but the ranks in except) wrote all it can:
-// it is blocked writing its stderr (tpurun stopped reading it: the stall reached it), or it wrote every line
-// (tpurun's queue took them all).
+// it is blocked writing its stderr, or it wrote every line (tpurun's queue took them all); and together they wrote
+// more than tpurun's console queues (1 MiB), so the stall reached them: a worker blocked a moment on a pipe that
+// tpurun's forwarder had not read yet (a loaded machine) is not enough (seen: SIGTERM then, 2 911 lines).
 func waitWorkersBlocked(t *testing.T, dir string, n int, except ...string) {
 	t.Helper()
-	testutil.WaitFor(t, fmt.Sprintf("%d workers blocked writing their stderr, or done", n-len(except)), func() error {
-		blocked := 0
+	testutil.WaitFor(t, fmt.Sprintf("%d workers blocked writing their stderr, or done, past tpurun's queue", n-len(except)), func() error {
+		blocked, total := 0, int64(0)
 		for _, pid := range testutil.PIDs(t, dir) {
 			rank := envOf(pid, "RANK")
 			if slices.Contains(except, rank) {
@@ -90,12 +91,28 @@ func waitWorkersBlocked(t *testing.T, dir string, n int, except ...string) {
 				return fmt.Errorf("pid %d (rank %s, state %s) is not: %s", pid, envOf(pid, "RANK"), testutil.ProcState(pid), testutil.Syscalls(pid))
 			}
 			blocked++
+			total += written(pid)
 		}
 		if blocked < n-len(except) {
 			return fmt.Errorf("%d are", blocked)
 		}
+		if total <= 1<<20 {
+			return fmt.Errorf("they are, but wrote %d bytes: no more than tpurun's queue holds", total)
+		}
 		return nil
 	})
+}
+
+// written is how many bytes pid has written (wchar in /proc/PID/io), 0 when unreadable.
+func written(pid int) int64 {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // envOf is the value of key in the environment of process pid ("" when unreadable).
