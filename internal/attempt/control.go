@@ -44,6 +44,7 @@ type Controller struct {
 	timeoutC <-chan time.Time
 	timer    *time.Timer
 	consoles []*console.Console
+	job      jobControl // job control: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT
 
 	mu      sync.Mutex
 	first   *Cause // the first job-wide cause
@@ -88,6 +89,7 @@ func NewController(ctx context.Context, log *zap.Logger, timeout time.Duration, 
 func (c *Controller) Close() {
 	close(c.quit)
 	<-c.done
+	c.closeJob()
 	if c.timer != nil {
 		c.timer.Stop()
 	}
@@ -124,6 +126,8 @@ func (c *Controller) loop() {
 			c.att.checkOrphans()
 		case <-s.poll:
 			c.att.checkOrphans()
+		case <-c.job.tick():
+			c.jobEvent(jobTick, 0)
 		case <-c.quit:
 			return
 		}
@@ -204,6 +208,9 @@ func (c *Controller) onCause(x *Cause) {
 	case c.pending == nil:
 		c.pending = x
 	}
+	if c.job.phase == jobStopping || c.job.phase == jobHeld { // the stop resumes the workers (SIGCONT after the stop signal): so does job control
+		c.jobEvent(jobCancel, 0)
+	}
 }
 
 // BeginGeneration forgets the causes that were for the last generation's attempt.
@@ -238,9 +245,9 @@ func (c *Controller) onSignal(sig os.Signal) {
 	case policyStop:
 		c.onStopSignal(s)
 	case policyJobStop:
-		c.onJobStop(s)
+		c.jobEvent(jobStopSignal, s)
 	case policyContinue:
-		c.onContinue()
+		c.jobEvent(jobContinue, 0)
 	case policyForward:
 		if s == syscall.SIGWINCH && c.att != nil && c.att.resizeTerminals() {
 			return
@@ -310,74 +317,6 @@ func (c *Controller) abandon() {
 	for _, con := range c.consoles {
 		con.Abandon()
 	}
-}
-
-// onJobStop: SIGTSTP (Ctrl-Z at tpurun's terminal), SIGTTIN or SIGTTOU stop every worker group, then tpurun
-// itself, as a shell's job stops.
-func (c *Controller) onJobStop(s syscall.Signal) {
-	if c.cannotBeResumed(s) {
-		return
-	}
-	if c.att != nil {
-		c.att.jobStop(s, c.procRoot)
-		c.att.waitStopped(c.procRoot, jobStopWait) // the workers first, as a shell's job stops: tpurun last
-	}
-	c.stopSelf(s)
-}
-
-// jobStopWait bounds how long a job-control stop waits for the workers to stop before tpurun stops itself: a worker
-// that takes the signal (a handler, a blocked signal taken later) may never stop, and the shell waits for tpurun.
-const jobStopWait = 5 * time.Second
-
-// cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is
-// orphaned: it leads its own session (setsid, a terminal of its own) or the shell that started it has exited, so
-// nothing would ever send the SIGCONT; stopped, tpurun and its workers would wait forever. The kernel discards
-// SIGTSTP, SIGTTIN and SIGTTOU for such a group for that reason; tpurun does the same for its workers' groups. As
-// PID 1 (never stopped itself, as with tini and dumb-init) the workers are stopped all the same.
-func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
-	if os.Getpid() == 1 || !proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()) {
-		return false
-	}
-	c.log.Warn("job control: " + proc.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
-		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
-		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
-	return true
-}
-
-// stopSelf stops tpurun as a job-control stop, so that the shell that started it sees it stopped; as PID 1 it does
-// not stop itself (the kernel would ignore it): the workers then stay stopped until SIGCONT. The shell can die
-// between cannotBeResumed's look and the stop: the kernel then discards the stop (proc.StopSelf), and the workers
-// stopped for it are resumed here, since nothing else could resume them.
-func (c *Controller) stopSelf(s syscall.Signal) {
-	if os.Getpid() == 1 {
-		c.log.Warn("job control: " + proc.SignalName(s) + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
-		return
-	}
-	c.log.Info("job control: " + proc.SignalName(s) + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
-	parentGone, err := proc.StopSelf()
-	switch {
-	case err != nil:
-		c.log.Warn("job control: tpurun could not stop itself; resuming the workers", zap.Error(err))
-		c.onContinue()
-	case parentGone || proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()):
-		// The shell is gone: the job is hung up as the kernel hangs up a stopped group that loses its shell
-		// (SIGHUP, then SIGCONT), whether the kernel's own SIGHUP reached tpurun or the stop raced the shell's exit.
-		c.log.Warn("job control: the shell that started tpurun exited while the job stopped; SIGHUP and SIGCONT to every worker, " +
-			"as the kernel does for a stopped job that loses its shell")
-		if c.att != nil {
-			c.att.signalAll(syscall.SIGHUP, 0)
-		}
-		c.onContinue()
-	}
-}
-
-// onContinue resumes every worker group, and gives their pseudo-terminals the terminal's size of now.
-func (c *Controller) onContinue() {
-	if c.att == nil {
-		return
-	}
-	c.att.signalAll(syscall.SIGCONT, 0)
-	c.att.resizeMasters(c.att.r.windowSize())
 }
 
 // sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.

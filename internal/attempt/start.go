@@ -207,6 +207,8 @@ func (r *Runner) startPrepared(l *launch, b *batch) (int, error) {
 	for i, wk := range b.wks {
 		onExit[i] = func(p *proc.Process) { sv.exits <- exitMsg{wk, p} }
 	}
+	forked := r.Ctl.startGate(sv.stopping.Load) // not while job control holds the job stopped
+	defer forked()                              // once the supervisor has them: a job-control stop stops them
 	ps, err := r.startCmds(b.cmds, onExit, func() bool { return !sv.stopping.Load() })
 	for _, f := range b.writeEnds {
 		_ = f.Close()

@@ -163,26 +163,30 @@ func (s *supervisor) stopSignal(act Action) {
 	}
 }
 
-// jobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops. A worker that leads
-// a session of its own (tpurun at a terminal: its pseudo-terminal is its controlling terminal) is in an orphaned
-// group, for which the kernel discards those signals where their default action would stop it: such a group gets
-// SIGSTOP instead, which stops it whatever it does with sig (docs/CONTROL.md); and once it is stopped (procRoot,
-// bounded), the job in the foreground of its terminal, if another group: a job-control shell that saw its job stop
-// before it stopped itself would call the job "Stopped" and take the terminal back, and fg would not resume it.
-func (s *supervisor) jobStop(sig syscall.Signal, procRoot string) {
-	terminals := false
+// jobStopSignal stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops (jobStopOne).
+func (s *supervisor) jobStopSignal(sig syscall.Signal) {
 	for _, wk := range s.ws {
-		if wk.ctty != nil {
-			s.signalGroup(wk, syscall.SIGSTOP)
-			terminals = true
-		} else {
-			s.signalOne(wk, sig)
-		}
+		s.jobStopOne(wk, sig)
 	}
-	if !terminals {
+}
+
+// jobStopOne stops wk's group with sig. A worker that leads a session of its own (tpurun at a terminal: its
+// pseudo-terminal is its controlling terminal) is in an orphaned group, for which the kernel discards those signals
+// where their default action would stop it: such a group gets SIGSTOP instead, which stops it whatever it does with
+// sig (docs/CONTROL.md); the job in the foreground of its terminal is stopped once the workers are
+// (stopForegroundJobs).
+func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
+	if wk.ctty != nil {
+		s.signalGroup(wk, syscall.SIGSTOP)
 		return
 	}
-	s.waitStopped(procRoot, jobStopWait)
+	s.signalOne(wk, sig)
+}
+
+// stopForegroundJobs stops the job in the foreground of each worker's terminal, if another group than the worker's,
+// once the workers are stopped: a job-control shell that saw its job stop before it stopped itself would call the
+// job "Stopped" and take the terminal back, and fg would not resume it.
+func (s *supervisor) stopForegroundJobs() {
 	for _, wk := range s.ws {
 		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
 			_ = syscall.Kill(-fg, syscall.SIGSTOP)
@@ -190,22 +194,23 @@ func (s *supervisor) jobStop(sig syscall.Signal, procRoot string) {
 	}
 }
 
+// unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc), what a job-control stop waits
+// for before tpurun stops itself.
+func (s *supervisor) unstopped(procRoot string) []int {
+	var left []int
+	for _, wk := range s.ws {
+		if wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) {
+			left = append(left, wk.w.Rank)
+		}
+	}
+	return left
+}
+
 // signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
 func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
 	for _, wk := range s.ws {
 		if wk.p != nil && wk.p.PID() != skip {
 			s.signalOne(wk, sig)
-		}
-	}
-}
-
-// waitStopped waits until every worker is stopped (a job-control stop took effect) or gone, bound at most: it reads
-// their state in /proc, every millisecond or so (the stop takes as long as the workers' scheduling).
-func (s *supervisor) waitStopped(procRoot string, bound time.Duration) {
-	deadline := time.Now().Add(bound)
-	for _, wk := range s.ws {
-		for wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
 		}
 	}
 }
@@ -276,6 +281,7 @@ func (s *supervisor) started(wks []*child, ps []*proc.Process) {
 				s.r.Term.inputTo(wk.input)
 			}
 			s.feed(Event{Kind: EvAdded})
+			s.c.jobAdded(wk)
 		}
 	})
 }

@@ -2,10 +2,8 @@ package proc
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -59,49 +57,18 @@ func statIDs(procRoot string, pid int, buf *[]byte) (ppid, pgid, sid int, ok boo
 }
 
 // StopSelf stops this process as a job-control stop (SIGTSTP's default action), so that the shell that started it
-// sees its job stopped, and returns once SIGCONT continues it. It reports parentGone when the process that started
-// this one exited meanwhile (before the stop, or while stopped): then nothing that does job control is left to
-// continue the job, and the caller should resume what it stopped.
-//
-// A look at GroupOrphaned followed by SIGSTOP cannot be made safe, and the kernel's own guards do not close the
-// window for a process of many threads: it discards a job-control stop for an orphaned group, and continues a
-// stopped group that becomes orphaned, but a shell that dies while this process's threads are still entering the
-// stop leaves it stopped forever. So for the moment of the stop the parent's death is made to send SIGCONT
-// (PR_SET_PDEATHSIG on this thread, the earlier setting put back after; if that was a signal, as with
-// ExitWithParent, and the parent died, it is raised then), and SIGTSTP's disposition is the default one, sent to
-// this locked thread alone so that the kernel acts on it before tgkill returns.
+// sees its job stopped, and returns once SIGCONT continues it: a Stopper's Stop, for a process that keeps no Stopper
+// (see there: parentGone, and why the parent's death sends SIGCONT for the moment of the stop).
 func StopSelf() (parentGone bool, err error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var cur int32 // PR_GET_PDEATHSIG writes the signal to the address it is given
-	if _, _, errno := unix.RawSyscall6(unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&cur)), 0, 0, 0, 0); errno != 0 {
-		return false, fmt.Errorf("stop: prctl(PR_GET_PDEATHSIG): %w", errno)
-	}
-	parent := os.Getppid()
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGCONT), 0, 0, 0); err != nil {
-		return false, fmt.Errorf("stop: prctl(PR_SET_PDEATHSIG): %w", err)
-	}
-	defer func() {
-		_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(cur), 0, 0, 0)
-		if parentGone = os.Getppid() != parent; parentGone && cur != 0 {
-			_ = syscall.Kill(os.Getpid(), syscall.Signal(cur)) // what the parent's death would have sent
-		}
-	}()
-	if os.Getppid() != parent {
-		return true, nil // gone already: nothing to stop for
-	}
-	var dfl, old sigaction // zero: SIG_DFL, no flags, an empty mask, whatever the architecture's layout
-	if err := rtSigaction(syscall.SIGTSTP, &dfl, &old); err != nil {
-		return false, fmt.Errorf("stop: sigaction(SIGTSTP, SIG_DFL): %w", err)
-	}
-	err = unix.Tgkill(os.Getpid(), unix.Gettid(), syscall.SIGTSTP)
-	if rerr := rtSigaction(syscall.SIGTSTP, &old, nil); rerr != nil {
-		return false, fmt.Errorf("stop: restoring the SIGTSTP handler: %w", rerr)
-	}
+	s, err := NewStopper()
 	if err != nil {
-		return false, fmt.Errorf("stop: tgkill(SIGTSTP): %w", err)
+		return false, err
 	}
-	return false, nil
+	defer s.Close()
+	if err := s.WatchContinues(); err != nil {
+		return false, err
+	}
+	return s.Stop()
 }
 
 // sigaction is the kernel's struct sigaction on 64-bit Linux (handler, flags, restorer, mask), copied as it is.
