@@ -4,7 +4,8 @@ Every signal is blocked and taken with sigwaitinfo, one delivery at a time, so a
 (a real-time signal always; a standard one unless the second came while the first was still pending). Prints
 "ready <pid>" first. SIGTSTP, SIGTTIN and SIGTTOU are printed and then stop the process (SIGSTOP), as their
 default action would. PRINT_SIGNALS_EXIT lists the signals after which it exits 0 (default "2,3,15": SIGINT,
-SIGQUIT, SIGTERM; "none": never). With PRINT_SIGNALS_CHILD=group or =setsid it first starts a copy of itself (in
+SIGQUIT, SIGTERM; "none": never). With PRINT_SIGNALS_TSTP=keep it prints SIGTSTP, SIGTTIN and SIGTTOU and goes on,
+as a program that takes them itself and never stops. With PRINT_SIGNALS_CHILD=group or =setsid it first starts a copy of itself (in
 its process group, or in a new session), waits until that copy is ready, prints "child <pid>" and exits 0: a
 finished worker that leaves a helper behind (the helper prints to the same stdout). Stdlib only.
 """
@@ -37,6 +38,7 @@ def main():
         start_child(mode)
     exit_on = os.environ.get("PRINT_SIGNALS_EXIT", "2,3,15")
     exit_on = set() if exit_on == "none" else {int(s) for s in exit_on.split(",")}
+    keep = os.environ.get("PRINT_SIGNALS_TSTP")
     every = set(range(1, signal.NSIG)) - {signal.SIGKILL, signal.SIGSTOP, 32, 33}
     for s in every:
         try:
@@ -54,7 +56,7 @@ def main():
         out(str(info.si_signo))
         if info.si_signo in exit_on:
             return 0
-        if info.si_signo in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
+        if info.si_signo in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU) and keep != "keep":
             os.kill(os.getpid(), signal.SIGSTOP)
 
 
