@@ -4,7 +4,7 @@
 // stream of one worker to it, whole lines with the worker's prefix (Prefix), raw bytes to its log file and the last
 // ones into a Tail; the workers' pipes are made (Pipe) and read to their end, bounded once the workers are gone
 // (Drain). Std, StdSpec and StdinMode say which streams go where and which workers read stdin. This file is the
-// Console, the streams and tpurun's own log on it, the Forwarder, the pipes and their drain; pty.go a
+// Console, the streams and tpurun's own log on it, the pipes and their drain; the others the Forwarder and a
 // worker's own terminal.
 package console
 
@@ -62,6 +62,9 @@ type Console struct {
 	closed    bool
 	dropped   int
 	onErr     []chan<- error
+	owner     *Forwarder // the forwarder that holds the console for a line it has not ended yet: other writes wait
+	held      [][]byte   // tpurun's log records written while the console is held: queued when it is let go
+	heldBytes int
 }
 
 // NewConsole starts the writer of w, named name ("stdout", "stderr") in messages.
@@ -130,18 +133,55 @@ func sameFile(a, b io.Writer) bool {
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 
-// Write queues a copy of p, waiting while the queue is full. After a write error, or once abandoned, it discards p.
+// Write queues a copy of p, waiting while the queue is full or a forwarder holds the console (writeFor). After a
+// write error, or once abandoned, it discards p.
 func (c *Console) Write(p []byte) (int, error) {
+	c.writeFor(nil, p, false)
+	return len(p), nil
+}
+
+// writeFor queues a copy of p written by the forwarder by (nil: any other writer), waiting while the queue is full
+// or another forwarder holds the console. With hold, by holds the console from now on (p leaves its line open: the
+// pieces of a long line, see Forwarder); without, a hold by by ends. After a write error, or once abandoned, it
+// discards p and holds nothing.
+func (c *Console) writeFor(by *Forwarder, p []byte, hold bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.queued >= consoleQueue && c.err == nil && !c.abandoned {
+	for (c.queued >= consoleQueue || c.owner != nil && c.owner != by) && c.err == nil && !c.abandoned {
 		c.more.Wait()
 	}
 	if c.err != nil || c.abandoned {
-		return len(p), nil
+		c.owner = nil
+		return
 	}
 	c.push(p)
-	return len(p), nil
+	switch {
+	case hold && by != nil:
+		c.owner = by
+	case c.owner == by:
+		c.letGo()
+	}
+}
+
+// release ends the hold of by, if it holds the console.
+func (c *Console) release(by *Forwarder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owner == by {
+		c.letGo()
+	}
+}
+
+// letGo (c.mu held) ends the hold: tpurun's log records written meanwhile are queued, and the waiting writes go on.
+func (c *Console) letGo() {
+	c.owner = nil
+	for _, r := range c.held {
+		if c.err == nil && !c.abandoned {
+			c.push(r)
+		}
+	}
+	c.held, c.heldBytes = nil, 0
+	c.more.Broadcast()
 }
 
 // LogWriter is a writer for tpurun's own logger on c: it never waits; past the queue's slack a record is counted
@@ -156,8 +196,11 @@ func (l logWriterOf) Write(p []byte) (int, error) {
 	defer c.mu.Unlock()
 	switch {
 	case c.err != nil || c.abandoned:
-	case c.queued >= consoleQueue+logSlack:
+	case c.queued+c.heldBytes >= consoleQueue+logSlack:
 		c.dropped++
+	case c.owner != nil: // a worker's line is open on the console: the record follows it
+		c.held = append(c.held, append([]byte(nil), p...))
+		c.heldBytes += len(p)
 	default:
 		c.push(p)
 	}
@@ -243,6 +286,9 @@ func (c *Console) run() {
 func (c *Console) Flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.owner != nil { // the last words: a line left open is not waited for
+		c.letGo()
+	}
 	if c.dropped > 0 && c.err == nil && !c.abandoned {
 		c.push(fmt.Appendf(nil, "tpurun: %d log records were dropped while %s was not read\n", c.dropped, c.name))
 		c.dropped = 0
@@ -299,8 +345,9 @@ func (c *Console) Abandon() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.abandoned = true
-	c.lost += c.queued
+	c.lost += c.queued + c.heldBytes
 	c.q, c.queued = nil, 0
+	c.owner, c.held, c.heldBytes = nil, nil, 0
 	c.more.Broadcast()
 }
 
