@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -57,18 +58,19 @@ func TestForwarderRawLongLineIsTheBytes(t *testing.T) {
 	// A long wait before a pause lets the console go: the test is about the pieces, not about a loaded machine.
 	a := &Forwarder{Console: c, ShowPartial: testutil.Deadline()}
 	b := &Forwarder{Console: c, ShowPartial: testutil.Deadline()}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		feedIn(a, long)
-		a.flush()
-	})
-	wg.Go(func() {
+	bDone := make(chan struct{})
+	feedIn(a, long[:maxLine]) // what a forwarder holds back: from here on the line goes on as it comes
+	go func() {
+		defer close(bDone)
 		for i := range 2000 {
 			b.feed(fmt.Appendf(nil, "short %d\n", i))
 		}
 		b.flush()
-	})
-	wg.Wait()
+	}()
+	blockedOrDone(t, c, bDone)
+	feedIn(a, long[maxLine:])
+	a.flush()
+	<-bDone
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +90,30 @@ func TestForwarderRawLongLineIsTheBytes(t *testing.T) {
 	if len(rest) != shortBytes(2000) {
 		t.Fatalf("%d bytes besides the long line, want the other worker's %d", len(rest), shortBytes(2000))
 	}
+}
+
+// blockedOrDone waits until done is closed or, with everything queued on c written, a writer waits in c (for a
+// hold: the queue has room).
+func blockedOrDone(t *testing.T, c *Console, done <-chan struct{}) {
+	t.Helper()
+	testutil.Eventually(t, "the other writer done, or waiting for the console", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		c.mu.Lock()
+		empty := len(c.q) == 0 && !c.writing
+		c.mu.Unlock()
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range bytes.Split(buf, []byte("\n\n")) {
+			if empty && bytes.Contains(g, []byte("[sync.Cond.Wait")) && bytes.Contains(g, []byte("(*Console).writeFor")) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // shortBytes is how many bytes the lines "short 0\n" ... "short n-1\n" have.
@@ -144,26 +170,23 @@ func TestForwarderTerminalLongLineHolds(t *testing.T) {
 	long := jsonLine(200 << 10)
 	a := &Forwarder{Console: c, Terminal: true, ShowPartial: testutil.Deadline()}
 	b := &Forwarder{Console: c, Terminal: true}
-	started := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		a.feed(long[:4095])
-		close(started)
-		for p := long[4095:]; len(p) > 0; {
-			n := min(4095, len(p))
-			a.feed(p[:n])
-			p = p[n:]
-		}
-		a.flush()
-	})
-	wg.Go(func() {
-		<-started
+	bDone := make(chan struct{})
+	a.feed(long[:4095])
+	go func() {
+		defer close(bDone)
 		for i := range 200 {
 			b.feed(fmt.Appendf(nil, "short %d\n", i))
 		}
 		b.flush()
-	})
-	wg.Wait()
+	}()
+	blockedOrDone(t, c, bDone)
+	for p := long[4095:]; len(p) > 0; {
+		n := min(4095, len(p))
+		a.feed(p[:n])
+		p = p[n:]
+	}
+	a.flush()
+	<-bDone
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
