@@ -94,7 +94,8 @@ type Spec struct {
 type child struct {
 	w       topology.Worker
 	p       *proc.Process // set on the controller's goroutine
-	readers []*os.File    // the launcher's ends: stdout, stderr, results (then local rank 0's terminal, see terminalInput)
+	readers []*os.File    // the launcher's ends: stdout, stderr (stdout's when oneStream), results (then local rank 0's terminal, see terminalInput)
+	one     bool          // stdout and stderr are one pipe or pseudo-terminal (see oneStream): errTail holds both
 	files   []*os.File    // log files
 	fwd     []forward     // of stdout and stderr (and the terminal), attached once the worker started
 	masters []*os.File    // the readers that are pseudo-terminals (tpurun at a terminal): tpurun's window size follows
@@ -168,7 +169,7 @@ func (r *Runner) release(a *Attempt, ws []*child) {
 		ex := wk.exit
 		s := RankSummary{
 			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, Exit: ex,
-			Sampled: r.Sampler.remove(ex.PID), StderrTail: wk.errTail.Lines(stderrTailLines),
+			Sampled: r.Sampler.remove(ex.PID), StderrTail: wk.errTail.Lines(stderrTailLines), TailHasStdout: wk.one,
 			ErrorFile: wk.errFile, ResultErr: wk.resErr,
 		}
 		if r.LogDir == "" {
@@ -673,9 +674,12 @@ type RankSummary struct {
 	proc.Exit
 	Sampled    Sample // last live sample (gopsutil)
 	StderrTail []string
-	ErrorFile  string
-	Error      *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
-	ResultErr  error        // from the result sink
+	// TailHasStdout says that StderrTail holds the worker's stdout too: its stdout and stderr were one stream,
+	// in the order it wrote them (see Runner's oneStream).
+	TailHasStdout bool
+	ErrorFile     string
+	Error         *ErrorRecord // parsed ErrorFile, nil if the worker wrote none
+	ResultErr     error        // from the result sink
 }
 
 // Failed is the summary of the rank whose failure ended the attempt, nil when no worker's failure did.

@@ -366,7 +366,12 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 	}
 	ctty := -1          // the worker's descriptor of its controlling terminal
 	var master *os.File // and tpurun's end of it
+	wk.one = r.oneStream(w.LocalRank)
 	for i, std := range []console.Std{console.StdOut, console.StdErr, console.StdNone} {
+		if i == 1 && wk.one { // the worker's stderr is its stdout's pipe or terminal
+			wk.readers, writeEnds = append(wk.readers, wk.readers[0]), append(writeEnds, writeEnds[0])
+			continue
+		}
 		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
 		if err != nil {
 			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err)))
@@ -397,13 +402,28 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 	return writeEnds, nil
 }
 
-// forwarders makes the forwarders of the worker's stdout and stderr (and opens their log files).
+// oneStream reports whether the worker of local rank lr gets one pipe (or pseudo-terminal) for its stdout and its
+// stderr, as a worker of torchrun writes both to the one file that torchrun's stdout and stderr are: when tpurun's
+// are one file (2>&1, a terminal, a notebook's pipe), both streams are shown there and no log file needs them
+// apart. What the worker writes then reaches the file in the order it wrote it (two pipes cannot keep it: which
+// one tpurun reads first is the scheduler's choice); the root cause's tail holds both streams.
+func (r *Runner) oneStream(lr int) bool {
+	return r.Stdout != nil && r.Stdout == r.Stderr && r.LogDir == "" &&
+		r.shown(lr, console.StdOut) && r.shown(lr, console.StdErr)
+}
+
+// forwarders makes the forwarders of the worker's stdout and stderr (and opens their log files): one when they
+// are one stream (oneStream).
 func (r *Runner) forwarders(logRel string, wk *child) error {
 	for i, s := range []struct {
 		std     console.Std
 		console *console.Console
 		name    string
 	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
+		if i == 1 && wk.one {
+			wk.fwd[0].Tail = &wk.errTail
+			break
+		}
 		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
 		if err != nil {
 			return err
@@ -458,7 +478,7 @@ func (r *Runner) terminalInput(l *launch, wk *child, cmd *exec.Cmd) []*os.File {
 	}
 	wk.readers, wk.masters = append(wk.readers, m), append(wk.masters, m)
 	cmd.Stdin, wk.input = s, m
-	wk.fwd = append(wk.fwd, forward{&console.Forwarder{Console: r.Term.f, ShowPartial: console.PartialAfter}, m})
+	wk.fwd = append(wk.fwd, forward{&console.Forwarder{Console: r.Term.f, Terminal: true}, m})
 	return []*os.File{s}
 }
 
@@ -475,7 +495,10 @@ func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *conso
 	f := &console.Forwarder{Prefix: r.prefix(w)}
 	if r.shown(w.LocalRank, std) {
 		f.Console = con
-		if con.Terminal() { // a person watches: a prompt or a progress bar's text shows before its line ends
+		// At a terminal each read goes out whole (a progress bar's frame); into a pipe or a file a prompt or
+		// "Downloading... " shows once the worker has paused a moment in its line.
+		f.Terminal = con.Terminal()
+		if !f.Terminal {
 			f.ShowPartial = console.PartialAfter
 		}
 	}

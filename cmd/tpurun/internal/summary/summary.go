@@ -66,7 +66,11 @@ func writeRootCause(w io.Writer, r *launcher.Report, s *launcher.RankSummary) {
 		fmt.Fprintf(w, "  program: %s\n", programText(r.Program))
 	}
 	if len(s.StderrTail) > 0 {
-		fmt.Fprintf(w, "  last stderr lines of rank %d:\n", s.Rank)
+		stream := "stderr"
+		if s.TailHasStdout {
+			stream = "output" // stdout and stderr were one stream, in the order the worker wrote them
+		}
+		fmt.Fprintf(w, "  last %s lines of rank %d:\n", stream, s.Rank)
 		for _, l := range s.StderrTail {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
