@@ -122,6 +122,12 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 			return err
 		}
 	}
+	if o.spec.Env == nil {
+		o.spec.Env = os.Environ() // the workers' environment: as inherited, before tpurun's own TMPDIR below
+	}
+	if w := ownTmpdir(); w != "" {
+		log.Warn(w)
+	}
 	for _, f := range o.tr.noEffect {
 		log.Info("torchrun flag accepted with no effect under tpurun (see --help)", zap.String("flag", f))
 	}
