@@ -122,6 +122,12 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 			return err
 		}
 	}
+	if o.spec.Env == nil {
+		o.spec.Env = os.Environ() // the workers' environment: as inherited, before tpurun's own TMPDIR below
+	}
+	if w := ownTmpdir(); w != "" {
+		log.Warn(w)
+	}
 	for _, f := range o.tr.noEffect {
 		log.Info("torchrun flag accepted with no effect under tpurun (see --help)", zap.String("flag", f))
 	}
@@ -330,7 +336,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.BoolVarP(&raw.help, "help", "h", false, "show this help")
 	fs.BoolVar(&raw.version, "version", false, "print the version of tpurun and of its Python module")
 	fs.BoolVar(&raw.pyPath, "python-path", false, "install the tpurun Python module (once, in the user's cache) and print the directory to put on PYTHONPATH")
-	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits (tpurun.run and spawn set it)")
+	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits, not a thread of it (tpurun.run and spawn set it)")
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
 	cli.Bind(fs, "status-addr", setting.StatusAddr)

@@ -166,7 +166,7 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 	as := sv.as
 	rt := workerenv.Runtime{RunID: r.RunID, Role: r.Role, RestartCount: as.N, MaxRestarts: r.MaxRestarts,
 		MasterAddr: as.MasterAddr, MasterPort: as.MasterPort, SweepTag: r.SweepTag}
-	l := &launch{sv: sv, env: workerenv.NewBuilder(r.Env, as.Plan, rt), prog: exec.Command(r.Program[0])}
+	l := &launch{sv: sv, env: workerenv.NewBuilder(r.Env, as.Plan, rt), prog: proc.Command(r.Program[0])}
 	if !slices.ContainsFunc(r.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
 		l.args = append([]string{r.Program[0]}, r.Program[1:]...)
 	}

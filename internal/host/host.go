@@ -451,7 +451,7 @@ func (p *Prepared) setupFn() error {
 	}
 	// f.Python is the CLI's choice (cli.WorkersPython); a launcher library caller has no tpurun binary beside a python3
 	python := spec.ResolvePython(f.Python, func(k string) string { return spec.LookupEnv(s.Env, k) }, "").Path
-	if _, err := exec.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
+	if _, err := proc.LookPath(python); err != nil { // 127 or 126 before anything starts, as for a PROGRAM
 		return &failure.ProgramError{Program: python, Err: err}
 	}
 	args := f.ArgsJSON

@@ -433,23 +433,6 @@ func Alive(pid int) bool {
 // Self is this process's pid; Sweep never signals it.
 func self() int { return os.Getpid() }
 
-// ExitWithParent asks the kernel to send sig to this process when its parent exits (PR_SET_PDEATHSIG), so a
-// launcher started by a program that is killed (a Ray actor, a notebook) stops its workers instead of running on.
-// A parent that already exited (this process was re-parented before the call) is reported as ErrParentGone.
-func ExitWithParent(sig syscall.Signal) error {
-	parent := os.Getppid()
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(sig), 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %w", err)
-	}
-	if os.Getppid() != parent {
-		return ErrParentGone
-	}
-	return nil
-}
-
-// ErrParentGone: the process that started this one has already exited.
-var ErrParentGone = errors.New("the parent process has already exited")
-
 // Exit is how a process ended, with its resource usage taken from wait4's rusage at exit: the one value for it.
 // The attempt's per-rank summary and a failed worker's error hold it, and the results document takes it through one
 // conversion (results.ExitOf). Its JSON (a failed worker travels in the outcome nodes exchange) has the fields by

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/hostname"
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/setting"
 	"tpurun/internal/topology"
@@ -226,7 +226,7 @@ func (s *Spec) checkProgram() error {
 	case len(s.Program) == 0 || s.Program[0] == "":
 		return &failure.ConfigError{Field: setting.Program, Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
 	}
-	if _, err := exec.LookPath(s.Program[0]); err != nil {
+	if _, err := proc.LookPath(s.Program[0]); err != nil {
 		return &failure.ProgramError{Program: s.Program[0], Err: err}
 	}
 	return nil
@@ -646,7 +646,7 @@ func (p Python) String() string {
 	case PythonBeside:
 		return fmt.Sprintf("%s (beside the tpurun binary: the Python it was installed into; --python or $%s to change)", p.Path, EnvPythonExec)
 	}
-	found, err := exec.LookPath(p.Path)
+	found, err := proc.LookPath(p.Path)
 	if err != nil {
 		found = "not found on PATH"
 	}

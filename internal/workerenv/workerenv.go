@@ -26,8 +26,9 @@ type Runtime struct {
 }
 
 // PerRank reports whether key is a variable whose inherited value belongs to one process only: it is never passed
-// through from the launcher's environment, whether or not the plan sets it.
-func PerRank(key string) bool { return slices.Contains(perRank, key) }
+// through from the launcher's environment, whether or not the plan sets it. That is torchrun's and tpurun's
+// per-rank variables, the device kinds', and an outer launcher's per-task ones (OuterTask).
+func PerRank(key string) bool { return slices.Contains(perRank, key) || OuterTask(key) }
 
 // perRank are the per-rank variables (see PerRank): torchrun's and tpurun's, then the device kinds' (asked of
 // topology, where each kind names its own).
@@ -74,8 +75,10 @@ func NewBuilder(base []string, plan *topology.Plan, rt Runtime) *Builder {
 		}
 		env[k] = v
 	}
-	for _, k := range perRank {
-		delete(env, k)
+	for k := range env {
+		if PerRank(k) {
+			delete(env, k)
+		}
 	}
 	b := &Builder{plan: plan, rt: rt, inherited: env, local: map[int]int{}, nodes: map[int]nodeEnv{}}
 	_, b.ompInherited = env["OMP_NUM_THREADS"]

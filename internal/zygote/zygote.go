@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"sync"
 	"syscall"
 	"time"
@@ -94,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Zygote, error) {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	z := &Zygote{conn: c.(*net.UnixConn), log: cfg.Log, exited: make(chan struct{})}
-	cmd := exec.Command(cfg.Python[0], append(append([]string{}, cfg.Python[1:]...), cfg.Script)...)
+	cmd := proc.Command(cfg.Python[0], append(append([]string{}, cfg.Python[1:]...), cfg.Script)...)
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = cfg.Env, cfg.Dir, cfg.Stdout, cfg.Stderr
 	cmd.ExtraFiles = []*os.File{theirs}
 	p, err := cfg.Reaper.Start(cmd, func(*proc.Process) { close(z.exited) })

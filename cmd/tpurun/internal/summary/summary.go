@@ -3,7 +3,6 @@ package summary
 import (
 	"fmt"
 	"io"
-	"os/exec"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/attempt"
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/launcher"
 )
@@ -181,7 +181,7 @@ func programText(p []string) string {
 		args = args[:200] + "..."
 	}
 	first := p[0]
-	if path, err := exec.LookPath(first); err == nil && path != first {
+	if path, err := proc.LookPath(first); err == nil && path != first {
 		first += " (" + path + ")"
 	}
 	return strings.TrimSpace(first + " " + args)
