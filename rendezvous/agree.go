@@ -312,16 +312,17 @@ func HostsSum(hosts []string) string {
 }
 
 // Shares is every node's share of an agreed world, encoded once (JSON) for the server's replies: the part every
-// node shares (common), and the nodes part of each slice of a world of fixed slices. A node's share is then
-// `{"node_rank":R,` common nodes tail, where nodes is its slice's part, its own node (a world of CPU or GPU hosts),
-// or null (named). Encoding a share per node would cost the server O(nodes) per node in a world of one slice,
-// and re-encode the common part as many times as there are nodes.
+// node shares (common), and the table of each slice of a world of fixed slices (SliceTable, sent beside the
+// share: Table). A node's share is then `{"node_rank":R,` common nodes tail, where nodes is its own node (a world
+// of CPU or GPU hosts) or null (named, or its slice's table). Encoding a share per node would cost the server
+// O(nodes) per node in a world of one slice, and re-encode the common part as many times as there are nodes.
 type Shares struct {
 	w      *Agreed
 	named  bool
 	common []byte         // the fields between node_rank and nodes, each with its comma: `"run_id":"r",...,`
 	tail   []byte         // what follows nodes: `}`
-	slices map[int][]byte // the nodes of each slice (fixed, not named), a JSON array
+	slices map[int][]byte // the nodes of each slice (fixed, not named) whose table cannot be made, a JSON array
+	tables map[int][]byte // the table of each other slice (fixed, not named), a JSON SliceTable
 }
 
 // nodesKey is the JSON key of Assignment.Nodes, the last field; node_rank is the first.
@@ -340,19 +341,33 @@ func (w *Agreed) Encode(named bool) *Shares {
 	}
 	sh.common, sh.tail = b[len(head):i], b[i+len(nodesKey+"null"):]
 	if w.fixed && !named {
-		sh.slices = map[int][]byte{}
+		sh.slices, sh.tables = map[int][]byte{}, map[int][]byte{}
 		by := map[int][]Node{}
 		for _, n := range w.nodes {
 			by[n.SliceID] = append(by[n.SliceID], n)
 		}
 		for id, nodes := range by {
-			if sh.slices[id], err = json.Marshal(nodes); err != nil {
+			if t := sliceTable(nodes); t != nil {
+				sh.tables[id], err = json.Marshal(t)
+			} else {
+				sh.slices[id], err = json.Marshal(nodes)
+			}
+			if err != nil {
 				sh.common = nil
 				return sh
 			}
 		}
 	}
 	return sh
+}
+
+// Table is the table of node rank's slice, encoded once for every host of it, to send beside its share (whose
+// nodes are then null): nil when its share names its nodes itself. The receiver fills them in (SliceTable.Fill).
+func (sh *Shares) Table(rank int) []byte {
+	if sh.common == nil || sh.tables == nil {
+		return nil
+	}
+	return sh.tables[sh.w.nodes[rank].SliceID]
 }
 
 // InParts reports whether the shares are laid out in parts (Value), as they are unless encoding failed.
@@ -372,6 +387,8 @@ func (sh *Shares) Value(rank int) [][]byte {
 	switch {
 	case sh.named && sh.w.fixed:
 		nodes = []byte("null")
+	case sh.w.fixed && sh.tables[sh.w.nodes[rank].SliceID] != nil:
+		nodes = []byte("null") // the table beside the share names them
 	case sh.w.fixed:
 		nodes = sh.slices[sh.w.nodes[rank].SliceID]
 	default:

@@ -62,12 +62,19 @@ func (st *benchStats) report(b *testing.B) {
 
 // formWorld creates n nodes (node 0 first: it hosts the server), joins them concurrently and passes one barrier.
 func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*rendezvous.Rendezvous, []rendezvous.Session) {
+	return formWorldAs(b, n, node, nil, st)
+}
+
+// formWorldAs is formWorld with each node's member completed by self (nil: as node gives it) on its Rendezvous.
+func formWorldAs(b *testing.B, n int, node benchNode, self func(r *rendezvous.Rendezvous, i int, m rendezvous.Member) (rendezvous.Member, error),
+	st *benchStats) ([]*rendezvous.Rendezvous, []rendezvous.Session) {
 	needFiles(b, 2*n+256) // a client and a server end per node
 	before := listenDrops()
 	ctx := context.Background()
 	rs := make([]*rendezvous.Rendezvous, n)
 	for i := range n {
 		cfg, _ := node(i)
+		cfg.Logger = benchLogger(b)
 		r, err := rendezvous.New(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -80,16 +87,27 @@ func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*rendezvo
 	for i := range n {
 		wg.Go(func() {
 			_, m := node(i)
+			if self != nil {
+				if m, errs[i] = self(rs[i], i, m); errs[i] != nil {
+					return
+				}
+			}
 			if sess[i], errs[i] = rs[i].Join(ctx, m); errs[i] == nil {
 				errs[i] = sess[i].Barrier(ctx, "ready")
 			}
 		})
 	}
 	wg.Wait()
+	failed := map[string]bool{} // each kind of failure once: the first node's, and any other node's of another kind
+	var msgs []string
 	for i, err := range errs {
-		if err != nil {
-			b.Fatalf("node %d: %v", i, err)
+		if err != nil && !failed[errorKind(err)] {
+			failed[errorKind(err)] = true
+			msgs = append(msgs, fmt.Sprintf("node %d: %v", i, err))
 		}
+	}
+	if len(msgs) > 0 {
+		b.Fatal(strings.Join(msgs, "\n"))
 	}
 	if after := listenDrops(); before >= 0 && after >= 0 {
 		st.drops += after - before
@@ -102,6 +120,12 @@ func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*rendezvo
 		}
 	}
 	return rs, sess
+}
+
+// errorKind tells failures apart for a report: the error's words up to its first colon past "rendezvous: ".
+func errorKind(err error) string {
+	k, _, _ := strings.Cut(strings.TrimPrefix(err.Error(), "rendezvous: "), ":")
+	return k
 }
 
 func closeWorld(rs []*rendezvous.Rendezvous, sess []rendezvous.Session) {
@@ -129,6 +153,12 @@ func needFiles(b *testing.B, n int) {
 	}
 	if lim.Cur >= uint64(n) {
 		return
+	}
+	if lim.Max < uint64(n) { // raising the hard limit needs CAP_SYS_RESOURCE: root may, anyone else is told below
+		raised := syscall.Rlimit{Cur: uint64(n), Max: uint64(n)}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			return
+		}
 	}
 	lim.Cur = min(lim.Max, uint64(n))
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur < uint64(n) {

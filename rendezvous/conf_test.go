@@ -55,8 +55,8 @@ func TestParseConfTorchrunKeys(t *testing.T) {
 			t.Errorf("%q: %v, want a config error", in, err)
 		}
 	}
-	if hb, err := heartbeat(map[string]string{"keep_alive_interval": "2", "keep_alive_max_attempt": "4"}, time.Second); err != nil || hb != 8*time.Second {
-		t.Errorf("keep_alive 2 x 4: %s %v, want 8s", hb, err)
+	if hb, err := heartbeat(map[string]string{"keep_alive_interval": "2", "keep_alive_max_attempt": "4"}, time.Second); err != nil || hb != 8*time.Second/SilentBeats {
+		t.Errorf("keep_alive 2 x 4: heartbeat %s %v, want a silence limit of 8s", hb, err)
 	}
 	if hb, err := heartbeat(map[string]string{"keep_alive_interval": "2", "heartbeat": "3"}, time.Second); err != nil || hb != 3*time.Second {
 		t.Errorf("heartbeat 3 beside keep_alive_interval 2: %s %v, want 3s", hb, err)

@@ -328,8 +328,9 @@ type Config struct {
 	// LastCall: once an elastic join has MinNodes nodes, it waits this much longer for more (up to NNodes), then
 	// completes with those present (last_call_timeout). Default DefaultLastCall.
 	LastCall time.Duration
-	// Heartbeat is how long a silent node takes to be reported lost (on etcd, a node's lease lives two heartbeats
-	// after its last renewal).
+	// Heartbeat is how often a node proves it lives (a ping; on etcd, its lease's renewal): a node silent for
+	// SilentBeats heartbeats is reported lost (SilenceLimit; on etcd, its lease lives that long after its last
+	// renewal).
 	Heartbeat time.Duration
 	// Token is the shared secret; required when the endpoint or the listen address is not loopback, unless
 	// AllowUnauthenticated.
@@ -479,8 +480,9 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	return 0, ConfigError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
-// heartbeat is the time to declare a silent node lost: the heartbeat option, else torchrun's keep_alive_interval x
-// keep_alive_max_attempt (5 s x 3 by default there) when either is given, else def.
+// heartbeat is the heartbeat: the heartbeat option, else the one whose SilenceLimit is torchrun's
+// keep_alive_interval x keep_alive_max_attempt (5 s x 3 by default there: a heartbeat of 5 s) when either is given,
+// else def.
 func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error) {
 	_, i := conf["keep_alive_interval"]
 	_, n := conf["keep_alive_max_attempt"]
@@ -495,7 +497,7 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 	if err != nil || attempts < 1 || attempts > 1000 {
 		return 0, ConfigError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
-	return interval * time.Duration(attempts), nil
+	return interval * time.Duration(attempts) / SilentBeats, nil
 }
 
 // torchrunConf applies what torchrun's settings mean beyond the options' values: an endpoint without a port gets

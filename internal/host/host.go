@@ -771,24 +771,11 @@ func (p *Prepared) Member(rz *rendezvous.Rendezvous, g int) (rendezvous.Member, 
 	m := rendezvous.Member{Instance: p.instance, Host: r.NodeName, Addr: r.NodeAddr, LocalWorkers: p.LocalWorkers,
 		Accelerator: p.Accelerator, RunID: p.spec.RunID, SliceID: r.SliceID, NumSlices: max(r.NumSlices, 1),
 		Rank: r.NodeRank, Generation: g, Ports: p.Ports, UnevenWorkers: !slice, Role: p.spec.Role}
-	// A static world named by a host list takes each node's name and address from it; otherwise (tcp, etcd, a
-	// static world named by its endpoint, torchrun's --master_addr line, or the world of one) a node names itself.
-	if !rz.NamesNodes() {
-		if m.Host == "" {
-			var err error
-			if m.Host, err = os.Hostname(); err != nil {
-				return m, fmt.Errorf("%w: hostname: %w; give the node a name", failure.ErrInternal, err)
-			}
-			switch {
-			case r.NodeRank >= 0: // several agents on one host, told apart by their ranks (torchrun's usage)
-				m.Host += "#" + strconv.Itoa(r.NodeRank)
-			case !slice && !r.Solo(): // several agents on one CPU/GPU host (tests, host-network pods): torchrun's node id has the pid
-				m.Host += "_" + strconv.Itoa(os.Getpid())
-			}
-		}
-		if m.Addr == "" {
-			m.Addr = localAddr(rz.Endpoint())
-		}
+	// A static world named by a host list takes each node's name and address from it; otherwise a node names itself
+	// (rendezvous.Self: the benchmark's nodes are named by the same code).
+	m, err := rz.Self(m, os.Hostname, os.Getpid())
+	if err != nil {
+		return m, fmt.Errorf("%w: %w", failure.ErrInternal, err)
 	}
 	return m, nil
 }
@@ -799,24 +786,6 @@ func (p *Prepared) device() topology.Device {
 		return p.Host.Device.V
 	}
 	return p.Plan.Device
-}
-
-// localAddr is the address of this host that reaches endpoint: loopback for a loopback (or empty) endpoint.
-func localAddr(endpoint string) string {
-	first := strings.Split(endpoint, ",")[0]
-	h, _, err := net.SplitHostPort(first)
-	if err != nil || h == "" {
-		return "127.0.0.1"
-	}
-	if ip := net.ParseIP(h); (ip != nil && ip.IsLoopback()) || h == "localhost" {
-		return "127.0.0.1"
-	}
-	c, err := net.Dial("udp", first) // no packet is sent: this only asks the kernel for the route
-	if err != nil {
-		return "127.0.0.1"
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String()
 }
 
 // World is what this node runs in one generation: the agreed plan, its place in it and the master the workers meet

@@ -88,12 +88,12 @@ func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etc
 		jobs: map[string]*etcdJob{}}, nil
 }
 
-// nodeTTL is the TTL of a node's lease: two heartbeats. Renewed every third of it (the client's stream, etcd's
-// guidance), the lease outlives a node, or an etcd, that is busy for over a heartbeat (a loaded host, a GC pause,
-// a thousand nodes joining at once), and a node really gone is reported lost about two heartbeats after its last
-// renewal. The job's lease lives as long at least (linger when longer): an etcd stopped for a heartbeat expires
+// nodeTTL is the TTL of a node's lease: the silence limit, rendezvous.SilentBeats heartbeats. Renewed every third
+// of it (the client's stream, etcd's guidance: every heartbeat), the lease outlives a node, or an etcd, that is
+// busy for two heartbeats (a loaded host, a GC pause, a thousand nodes joining at once), and a node really gone is
+// reported lost about three heartbeats after its last renewal. The job's lease lives as long at least (linger when longer): an etcd stopped for a heartbeat expires
 // on its return every lease whose TTL it outlasted, the job's as well as a node's.
-func nodeTTL(heartbeat time.Duration) time.Duration { return 2 * heartbeat }
+func nodeTTL(heartbeat time.Duration) time.Duration { return rendezvous.SilenceLimit(heartbeat) }
 
 // dialKeepAliveTimeout is how long the client waits for etcd to answer a ping of the connection (sent when it
 // has been idle for a heartbeat, every 10 s at most often) before it drops the connection. Generous: a loaded

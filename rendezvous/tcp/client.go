@@ -16,7 +16,7 @@ import (
 )
 
 // client is one node's connection to the embedded server: the handshake, then requests with ids, replies
-// dispatched by id, failures pushed by the server, pings every third of the heartbeat.
+// dispatched by id, failures pushed by the server, a ping every heartbeat.
 type client struct {
 	addr string
 	nc   net.Conn
@@ -39,10 +39,10 @@ type client struct {
 	wg   sync.WaitGroup
 }
 
-// serverSilence is how many heartbeats of silence lose the server (see Liveness in live.go): more than the one
-// that loses a node, since the one server of every node may stall longer than a node, and a node that gives up
-// on it ends its part of the job.
-const serverSilence = 2
+// serverSilence is how many heartbeats of silence lose the server (see Liveness in live.go): one more than the
+// rendezvous.SilentBeats that lose a node, since the one server of every node may stall longer than a node (it
+// answers every node's ping), and a node that gives up on it ends its part of the job.
+const serverSilence = rendezvous.SilentBeats + 1
 
 // handshakeTimeout bounds one handshake attempt from the connect, the wait in the server's listen queue included:
 // a node keeps its place in the queue rather than going to its back. A flood of idle connections ahead of it is
@@ -123,13 +123,13 @@ func handshake(ctx context.Context, nc net.Conn, addr, token string, hb time.Dur
 func (c *client) write(m *message) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(c.hb))
+	c.nc.SetWriteDeadline(time.Now().Add(rendezvous.SilenceLimit(c.hb)))
 	return writeMessage(c.nc, m, c.max)
 }
 
 func (c *client) ping() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.hb / 3)
+	t := time.NewTicker(c.hb)
 	defer t.Stop()
 	for {
 		select {

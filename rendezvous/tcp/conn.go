@@ -34,11 +34,12 @@ func (s *Server) send(c *sconn, m *message) {
 }
 
 // write writes one frame, given in parts (pre-encoded parts shared with other frames), with one writev. A
-// connection that cannot take it within the heartbeat is closed.
+// connection that cannot take it within the silence limit (rendezvous.SilenceLimit: a node busy reading a world's
+// worth of shares is not a lost one) is closed.
 func (s *Server) write(c *sconn, what string, parts ...[]byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(s.cfg.Heartbeat))
+	c.nc.SetWriteDeadline(time.Now().Add(rendezvous.SilenceLimit(s.cfg.Heartbeat)))
 	b := net.Buffers(parts)
 	if _, err := b.WriteTo(c.nc); err != nil {
 		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", what), zap.Error(err))
@@ -68,11 +69,10 @@ func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
 	s.write(c, field, frameHeader(n), head, value, closeBrace)
 }
 
-// sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares).
+// sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares),
+// and its slice's table beside it when it has one: the same bytes for every host of the slice.
 func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int) {
-	head := replyHead(id, "assignment")
-	parts := append([][]byte{nil, head}, sh.Value(rank)...)
-	parts = append(parts, closeBrace)
+	parts := append([][]byte{nil}, shareParts(id, sh, rank)...)
 	n := 0
 	for _, p := range parts {
 		n += len(p)
@@ -83,6 +83,16 @@ func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int)
 	}
 	parts[0] = frameHeader(n)
 	s.write(c, "assignment", parts...)
+}
+
+// shareParts is the body of the reply to join id that carries node rank's share, in parts: those encoded once
+// for every node (the common part, the slice's table) are shared, not copied.
+func shareParts(id uint64, sh *rendezvous.Shares, rank int) [][]byte {
+	parts := append([][]byte{replyHead(id, "assignment")}, sh.Value(rank)...)
+	if t := sh.Table(rank); t != nil {
+		parts = append(parts, tableKey, t)
+	}
+	return append(parts, closeBrace)
 }
 
 // serve reads c's messages until it ends; each request is handled on its own goroutine.
@@ -97,7 +107,7 @@ func (s *Server) serve(c *sconn) {
 	remote := c.nc.RemoteAddr().String()
 	fr := newFrameReader(c.nc, s.cfg.MaxMessage)
 	for {
-		m, err := live(c.nc, fr, s.cfg.Heartbeat, s.lag) // a node silent for a heartbeat is lost
+		m, err := live(c.nc, fr, rendezvous.SilenceLimit(s.cfg.Heartbeat), s.lag) // a node silent for SilentBeats heartbeats is lost
 		if err != nil {
 			var e *rendezvous.Error
 			if errors.As(err, &e) {
@@ -259,6 +269,6 @@ func (s *Server) dropped(c *sconn) {
 	w.nodeGone(e)
 	s.mu.Unlock()
 	f := rendezvous.Failure{Node: e.m.Ref(e.rank), WorkerRank: -1, Lost: true, At: time.Now(),
-		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", s.cfg.Heartbeat)}
+		Reason: fmt.Sprintf("its connection to the rendezvous server dropped or stayed silent for %s (launcher killed or host down)", rendezvous.SilenceLimit(s.cfg.Heartbeat))}
 	s.spread(w, nil, f)
 }

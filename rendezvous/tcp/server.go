@@ -23,7 +23,7 @@ type ServerConfig struct {
 	Token string
 	// AllowUnauthenticated lets a server without a Token listen off loopback (Config.AllowUnauthenticated).
 	AllowUnauthenticated bool
-	// Heartbeat: a client silent this long is dropped and reported lost. Default DefaultHeartbeat.
+	// Heartbeat: a client silent rendezvous.SilentBeats heartbeats is dropped and reported lost. Default DefaultHeartbeat.
 	Heartbeat time.Duration
 	// AuthTimeout: a connection must complete the handshake this soon after it is accepted, or it is dropped.
 	// Default DefaultAuthTimeout.

@@ -200,16 +200,30 @@ func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) 
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)
 	}
 	resp, err := c.call(ctx, req, time.Until(deadline))
-	if err == nil && resp.Assignment == nil {
-		err = rendezvous.NewError(rendezvous.ErrProtocol, "join reply without an assignment")
+	var asg *rendezvous.Assignment
+	if err == nil {
+		asg, err = received(resp)
 	}
 	if err != nil {
 		c.close()
 		return nil, err
 	}
-	log.Info("rendezvous joined", zap.Int("node_rank", resp.Assignment.NodeRank), zap.Int("nnodes", resp.Assignment.NNodes),
-		zap.Int("generation", resp.Assignment.Generation))
-	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: resp.Assignment, hosts: t.hosts}, nil
+	log.Info("rendezvous joined", zap.Int("node_rank", asg.NodeRank), zap.Int("nnodes", asg.NNodes), zap.Int("generation", asg.Generation))
+	return &tcpSession{c: c, timeout: t.cfg.Timeout, asg: asg, table: resp.Table, hosts: t.hosts}, nil
+}
+
+// received is the share a join's reply carries, checked against the table of its slice beside it (Assignment
+// fills its nodes in from it).
+func received(resp *message) (*rendezvous.Assignment, error) {
+	if resp.Assignment == nil {
+		return nil, rendezvous.NewError(rendezvous.ErrProtocol, "join reply without an assignment")
+	}
+	if resp.Table != nil {
+		if err := resp.Table.Check(resp.Assignment); err != nil {
+			return nil, err
+		}
+	}
+	return resp.Assignment, nil
 }
 
 func (t *Store) resolver() *net.Resolver {
@@ -241,13 +255,18 @@ type tcpSession struct {
 	c       *client
 	timeout time.Duration
 	asg     *rendezvous.Assignment // the share as received
+	table   *rendezvous.SliceTable // its slice's nodes, when they came beside it (checked: Fill cannot fail)
 	hosts   []string               // names its nodes when the share leaves them out (nameFrom)
 }
 
-// Assignment is the share received, its nodes named from the host list when the share left them out: a node of a
-// pod of 4096 hosts receives a few hundred bytes and names its slice's hosts here, when they are needed.
+// Assignment is the share received, its nodes named from the host list when the share left them out, or from its
+// slice's table: a node of a pod of 4096 hosts receives a few hundred bytes, or its slice's table as three strings,
+// and lays its slice's hosts out here, when they are needed.
 func (t *tcpSession) Assignment() *rendezvous.Assignment {
 	a := t.asg.Clone()
+	if t.table != nil {
+		_ = t.table.Fill(a) // checked as it was received
+	}
 	a.NameFrom(t.hosts)
 	return a
 }

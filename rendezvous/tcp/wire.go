@@ -16,8 +16,9 @@ import (
 // Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
 // handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
 // mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment;
-// version 4 sent the whole host list in every join (version 5 its sum).
-const Version = 5
+// version 4 sent the whole host list in every join (version 5 its sum); version 5 sent a slice's hosts as an array
+// of objects in each share (version 6 sends the slice's table beside it: rendezvous.SliceTable).
+const Version = 6
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
 const DefaultMaxMessage = 4 << 20
@@ -57,6 +58,7 @@ type message struct {
 	ExitCode   int                    `json:"exit_code,omitempty"`
 	LateMS     int64                  `json:"late_ms,omitempty"` // ping: how late the node sends it (its own lag)
 	Assignment *rendezvous.Assignment `json:"assignment,omitempty"`
+	Table      *rendezvous.SliceTable `json:"table,omitempty"` // beside a share whose slice it names
 	Failure    *rendezvous.Failure    `json:"failure,omitempty"`
 	Error      *rendezvous.WireError  `json:"error,omitempty"`
 	Extra      map[string]string      `json:"extra,omitempty"`
@@ -123,6 +125,9 @@ func replyHead(id uint64, field string) []byte {
 }
 
 var closeBrace = []byte("}")
+
+// tableKey follows a share with its slice's table (message.Table).
+var tableKey = []byte(`,"table":`)
 
 // pongFrame answers every ping: encoded once, when a server first answers one.
 var pongFrame = sync.OnceValue(func() []byte {

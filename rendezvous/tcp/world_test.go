@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"tpurun/rendezvous"
 )
 
 // TestSharesEncodedOnce: every node's share as the server sends it, from the parts encoded once for the whole
-// world (the common part, each slice's nodes), is the share itself: in a world of CPU or GPU hosts (its own node),
-// of two TPU slices (its slice's nodes) and of a pod named by its host list (no nodes).
+// world (the common part, each slice's table), is the share itself once received: in a world of CPU or GPU hosts
+// (its own node), of two TPU slices (its slice's nodes, from the slice's table) and of a pod named by its host list
+// (no nodes). Every host of a slice is sent the same bytes of its table (one encoding, shared), and no host is
+// sent its slice as objects (a host of a pod of 2240 would decode 2240 of them: the square of the slice in all).
 func TestSharesEncodedOnce(t *testing.T) {
 	mk := func(i, slice int, uneven bool) rendezvous.Member {
 		h := fmt.Sprintf("h%d", i)
@@ -38,14 +41,38 @@ func TestSharesEncodedOnce(t *testing.T) {
 			if !sh.InParts() {
 				t.Fatal("the shares are not laid out in parts")
 			}
+			tables := map[int]*byte{} // the first byte of each slice's table as sent: one encoding per slice
 			for r := range n {
-				body := append(replyHead(uint64(r+1), "assignment"), bytes.Join(sh.Value(r), nil)...)
-				m, err := decodeMessage(append(body, closeBrace...))
+				parts := shareParts(uint64(r+1), sh, r)
+				body := bytes.Join(parts, nil)
+				m, err := decodeMessage(body)
 				if err != nil {
 					t.Fatalf("node rank %d: %v\n%s", r, err, body)
 				}
-				if want := w.Share(r, named); m.ID != uint64(r+1) || !reflect.DeepEqual(m.Assignment, want) {
-					t.Fatalf("node rank %d received\n%+v\nwant\n%+v", r, m.Assignment, want)
+				got, err := received(m)
+				if err == nil && m.Table != nil {
+					err = m.Table.Fill(got)
+				}
+				if want := w.Share(r, named); err != nil || m.ID != uint64(r+1) || !reflect.DeepEqual(got, want) {
+					t.Fatalf("node rank %d received (%v)\n%+v\nwant\n%+v", r, err, got, want)
+				}
+				if bytes.Contains(body, []byte(`"nodes":[{`)) != tc.uneven {
+					t.Fatalf("node rank %d was sent nodes as objects: %v, want %v (only its own node, in a world of CPU or GPU hosts)\n%s", r, !tc.uneven, tc.uneven, body)
+				}
+				table := sh.Table(r)
+				if (table != nil) != (tc.name == "slices") {
+					t.Fatalf("node rank %d: table %q", r, table)
+				}
+				if table == nil {
+					continue
+				}
+				slice := r / 4
+				if first, ok := tables[slice]; ok && first != &table[0] {
+					t.Fatalf("node rank %d was sent a table of slice %d encoded apart from its slice's first host's", r, slice)
+				}
+				tables[slice] = &table[0]
+				if !slices.ContainsFunc(parts, func(p []byte) bool { return len(p) > 0 && &p[0] == &table[0] }) {
+					t.Fatalf("node rank %d: its slice's table is not among the parts sent (copied?)", r)
 				}
 			}
 		})
