@@ -52,7 +52,10 @@ type ServerConfig struct {
 	// Hosts is the job's host list in node order, when the node hosting the server knows one (Config.Hosts): a
 	// join carries only its sum (hostsSum), and a join that times out names the hosts of the ranks that never
 	// arrived when the joiners' list is this one.
-	Hosts  []string
+	Hosts []string
+	// RunID is the run id of the job the server serves (its node 0's; Config.RunID): a node that joins with
+	// another is refused alone. The run id its own node joins with replaces it; "" until then: any.
+	RunID  string
 	Logger *zap.Logger
 }
 
@@ -117,6 +120,7 @@ type Server struct {
 	conns   map[*sconn]struct{}
 	worlds  map[int]*world
 	latest  int                        // the highest generation any node joined
+	runID   string                     // the run id of the job served: a node of another is refused (straggler)
 	ended   *rendezvous.JobClosedError // the job is closed (Session.Finish): every join is refused with it
 	changed chan struct{}              // closed and replaced when conns change
 	closed  bool
@@ -142,7 +146,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts),
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts), runID: cfg.RunID,
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
 		freed: make(chan struct{}, 1), lag: newLagMeter(),
 	}

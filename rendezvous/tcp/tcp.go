@@ -167,7 +167,7 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 		return err
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, RunID: c.RunID, Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
@@ -188,6 +188,9 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 
 // Join enters one generation through the embedded server.
 func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) (rendezvous.Session, error) {
+	if t.server != nil {
+		t.server.serveRunID(m.RunID) // this node is node 0 of the job the server serves
+	}
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
