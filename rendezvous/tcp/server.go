@@ -12,6 +12,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/progress"
 )
 
 // ServerConfig configures the embedded rendezvous server.
@@ -55,8 +56,11 @@ type ServerConfig struct {
 	Hosts []string
 	// RunID is the run id of the job the server serves (its node 0's; Config.RunID): a node that joins with
 	// another is refused alone. The run id its own node joins with replaces it; "" until then: any.
-	RunID  string
-	Logger *zap.Logger
+	RunID string
+	// Progress: while a world forms, who has arrived and who is missing are logged once per Progress. Default
+	// 5 s (the option progress_interval).
+	Progress time.Duration
+	Logger   *zap.Logger
 }
 
 // Server defaults.
@@ -93,6 +97,9 @@ func (c *ServerConfig) defaults() {
 	}
 	if c.EvictGrace <= 0 {
 		c.EvictGrace = min(c.AuthTimeout/4, graceMax)
+	}
+	if c.Progress <= 0 {
+		c.Progress = progress.Default
 	}
 	if c.WarnInterval <= 0 {
 		c.WarnInterval = DefaultWarnInterval

@@ -253,6 +253,7 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	c.w, c.ent = w, e
 	if w.deadline.IsZero() {
 		w.started, w.deadline = time.Now(), time.Now().Add(r.timeout)
+		s.watchForming(w)
 	}
 	s.progress(w)
 	if old != nil && old != c {
