@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/etcdtest"
 )
 
 // TestWaitingNodeSaysWhoIsMissing: a static node 0 whose peer never comes says, every progress interval (the
@@ -49,6 +50,40 @@ func TestWaitingNodeSaysWhoIsMissing(t *testing.T) {
 			t.Fatalf("the progress line does not name the endpoint %s and the time left:\n%s", ep, line)
 		}
 		t.Log(line)
+	})
+	t.Run("etcd, 2 of 3 nodes", func(t *testing.T) {
+		t.Parallel()
+		ep := etcdtest.StartOne(t)
+		var nodes []*node
+		for i := range 2 {
+			nodes = append(nodes, startNode(t, append(os.Environ(), testutil.Fake("exit:0")), "--device", "cpu", "--nnodes", "3", "--rdzv-backend", "etcd",
+				"--rdzv-endpoint", ep, "--rdzv-id", "progress", "--rdzv-conf", "progress_interval=1", "--rdzv-timeout", neverTimeout,
+				"--node-name", fmt.Sprintf("e%d", i), "--", self(t)))
+		}
+		// The node counting the registrations names them; the other counts them.
+		var named, counted string
+		testutil.WaitFor(t, "a progress line from each node, one naming the missing node", func() error {
+			named, counted = "", ""
+			for _, n := range nodes {
+				s := n.stderr.String()
+				if l := lineWith(s, "missing: node rank 2;"); l != "" && strings.Contains(l, "2 of 3 arrived") {
+					named = l
+				} else if l := lineWith(s, "2 of 3 registered"); l != "" {
+					counted = l
+				}
+			}
+			if named == "" || counted == "" {
+				return fmt.Errorf("named %q, counted %q; node 0:\n%s\nnode 1:\n%s", named, counted, nodes[0].stderr.String(), nodes[1].stderr.String())
+			}
+			return nil
+		})
+		for _, l := range []string{named, counted} {
+			if !strings.Contains(l, "the join times out in ") {
+				t.Fatalf("the progress line does not say how long the join still waits:\n%s", l)
+			}
+		}
+		t.Log(named)
+		t.Log(counted)
 	})
 }
 

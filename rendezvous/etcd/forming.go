@@ -191,6 +191,7 @@ func (s *etcdSession) await(ctx context.Context) (*rendezvous.Assignment, error)
 	start := time.Now()
 	var lc lastCall
 	defer lc.stop()
+	defer s.progress(ctx)()
 	defer func() {
 		s.mu.Lock()
 		s.stopCounting()
