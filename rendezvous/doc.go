@@ -125,10 +125,22 @@
 // and one that would wait for the next generation of a running world of another size is refused at once. When
 // the world is complete, its run id, accelerator type, workers per node and slice count must agree. A
 // disagreement is a *MismatchError (errors.Is ErrMismatch) on every node, naming the setting, each value and
-// the nodes that gave it (Odd: those differing from the most common value). Ranks: requested ranks are kept; the others fill the free ranks
-// by slice, then arrival. Node 0's Ports (MASTER_PORT, coordinator, MegaScale) are shared with all. Join is
+// the nodes that gave it (Odd: those differing from the most common value). Ranks: requested ranks are kept; the
+// others fill the free ranks by slice, then arrival. Node 0's Ports (MASTER_PORT, coordinator, MegaScale) are shared with all. Join is
 // bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names the
 // ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
+//
+// A node of another job is no member of the world: the embedded server (tcp, static) serves the run id of the
+// node hosting it (Config.RunID until that node joins) and refuses at once, alone, a node with another run id (a
+// straggler of a restarted JobSet's previous attempt) with an ErrMismatch error naming both run ids (Field
+// setting.RendezvousRunID), and a node asking for a generation the job left behind with ErrWorldFull: the world
+// forms without it. On etcd each run id has keys of its own: the straggler waits alone, and its join's
+// ErrMissingNodes names the run ids of the jobs open under the prefix beside its own.
+//
+// While a join waits, the node says so every progress_interval (option, default 5 s), one line at a time: the
+// server (on the node hosting it), and on etcd the node counting the registrations, name who has arrived and who
+// is missing; the other nodes say whether they reached the server, or how many registered; each says how long
+// its join will still wait.
 //
 // # Failures
 //
@@ -211,5 +223,8 @@
 // one line with counts per reason; Server.Stats has the totals. A joined node silent for Heartbeat is dropped and
 // reported lost. The listen backlog is the kernel's net.core.somaxconn (Go asks for the most it allows): when it
 // is below the number of nodes joining at once, a dropped SYN costs a node a retransmit (a second or more), not
-// its join. The etcd backend relies on etcd's own transport security and auth.
+// its join. The etcd backend relies on etcd's own transport security and auth: torchrun's options protocol=https
+// (or https:// endpoints), cacert (the CA of etcd's certificate; default the system's roots), cert and key (the
+// node's client certificate and key; cert alone may hold both); a join that times out because etcd refuses the
+// node's certificate, or the node does not trust etcd's, names the TLS error and the endpoint.
 package rendezvous

@@ -96,6 +96,9 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 		return 0, err
 	}
 	torchrunConf(cfg)
+	if _, err := confDuration(cfg.Conf, "progress_interval", 0); err != nil { // read by the backends
+		return 0, err
+	}
 	return confDuration(cfg.Conf, "linger", cfg.Heartbeat)
 }
 
@@ -313,7 +316,8 @@ type Config struct {
 	// RunID names the job (ValidateRunID); a Member without one gets it.
 	RunID string
 	// Conf holds key=value options (ParseConf): join_timeout, last_call_timeout, heartbeat, is_host, port, hosts,
-	// prefix, linger.
+	// prefix, linger, progress_interval (how often a waiting node says who has arrived and who is missing, default
+	// 5 s); etcd over TLS, as torchrun's: protocol (http or https), cacert, cert, key.
 	Conf map[string]string
 	// NNodes is the number of nodes, the most nodes of an elastic world. Static: taken from the host list when 0.
 	NNodes int
@@ -357,8 +361,8 @@ type Config struct {
 }
 
 // confKeys are the Conf keys understood, sorted: tpurun's, and torchrun's (c10d and etcd) that ParseConf keeps.
-var confKeys = []string{"close_timeout", "heartbeat", "hosts", "is_host", "join_timeout", "keep_alive_interval", "keep_alive_max_attempt",
-	"last_call_timeout", "linger", "port", "prefix", "read_timeout", "store_type", "use_libuv"}
+var confKeys = []string{"cacert", "cert", "close_timeout", "heartbeat", "hosts", "is_host", "join_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+	"key", "last_call_timeout", "linger", "port", "prefix", "progress_interval", "protocol", "read_timeout", "store_type", "use_libuv"}
 
 // confAliases are torchrun's keys that mean one of tpurun's: its etcd backend's "timeout" is the join timeout,
 // heartbeat_timeout the time after which a silent node is lost, etcd_prefix the key prefix.

@@ -465,3 +465,39 @@ func TestMetadataAskedOncePerRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMultisliceEverySlice: `tpurun plan` on host 1 of slice 0 of a multislice job (2 slices of a v4-16, 2
+// hosts of 4 chips each) lists the whole job's 16 workers, and every one with what it will get: the per-slice
+// TPU_WORKER_ID, CLOUD_TPU_TASK_ID, TPU_PROCESS_ADDRESSES and MEGASCALE_SLICE_ID of its own slice (the other
+// slice's hosts by placeholder, without a comma: only they list their names), the job-wide RANK and WORLD_SIZE.
+func TestPlanMultisliceEverySlice(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, idV4, 4)
+	env := []string{"TPU_ACCELERATOR_TYPE=v4-16", "TPU_WORKER_ID=1", "TPU_WORKER_HOSTNAMES=ip0,ip1", "MEGASCALE_NUM_SLICES=2",
+		"MEGASCALE_SLICE_ID=0", "MEGASCALE_COORDINATOR_ADDRESS=ip0"}
+	b := portBase(t)
+	p := h.plan(t, env, "--tpu-port-base", strconv.Itoa(b))
+	if len(p.Workers) != 16 || len(p.Nodes) != 4 {
+		t.Fatalf("2 slices of a v4-16: %d workers on %d nodes, want 16 on 4", len(p.Workers), len(p.Nodes))
+	}
+	for _, w := range p.Workers {
+		slice, worker := w.NodeRank/2, w.NodeRank%2
+		want := map[string]string{"RANK": strconv.Itoa(w.Rank), "WORLD_SIZE": "16", "GROUP_RANK": strconv.Itoa(w.NodeRank),
+			"TPU_WORKER_ID": strconv.Itoa(worker), "CLOUD_TPU_TASK_ID": strconv.Itoa(worker*4 + w.LocalRank),
+			"MEGASCALE_SLICE_ID": strconv.Itoa(slice), "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_COORDINATOR_ADDRESS": "ip0",
+			"TPU_VISIBLE_CHIPS": strconv.Itoa(w.LocalRank), "TPU_PROCESS_BOUNDS": "2,2,2"}
+		for k, v := range want {
+			if w.Env[k] != v {
+				t.Errorf("rank %d (slice %d, worker %d): %s=%q, want %q", w.Rank, slice, worker, k, w.Env[k], v)
+			}
+		}
+		addrs := w.Env["TPU_PROCESS_ADDRESSES"]
+		first := "ip0:"
+		if slice == 1 {
+			first = "<slice-1-worker-0>:"
+		}
+		if n := len(strings.Split(addrs, ",")); n != 8 || !strings.HasPrefix(addrs, first) {
+			t.Errorf("rank %d (slice %d): TPU_PROCESS_ADDRESSES=%q, want its slice's 8 processes", w.Rank, slice, addrs)
+		}
+	}
+}

@@ -159,6 +159,9 @@ type World struct {
 	NumSlices            int    // > 1: a multi-slice job (MEGASCALE_*)
 	MegascaleCoordinator string // host 0 of slice 0, the address alone
 	MegascalePort        int
+	// EverySlice plans the workers of every slice with their env, not only this node's slice's: what a plan
+	// shown for the whole job needs (JobLayout.World), and a run does not.
+	EverySlice bool
 }
 
 // Solo reports whether w is the zero World: no rendezvous, the host as detected.
@@ -310,7 +313,7 @@ func spreadWorld(local *Plan, w World) *Plan {
 // multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
 // slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
 // end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
-// their ranks: a node starts its own workers only.
+// their ranks (a node starts its own workers only), unless w.EverySlice (a plan shown: otherSlices).
 func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 	self := w.Nodes[w.NodeRank]
 	addrs := w.addrs()
@@ -331,13 +334,16 @@ func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 	}
 	first := w.firstRanks()
 	world := &Plan{Device: sp.Device}
+	others := newOtherSlices(h, req, w, addrs, first)
 	sliceFirst, inSlice := -1, 0
 	for i, n := range w.Nodes {
 		world.Nodes = append(world.Nodes, Node{Rank: i, Host: n.Host, LocalWorkers: n.LocalWorkers})
 		if n.SliceID != self.SliceID {
-			for lr := 0; lr < n.LocalWorkers; lr++ {
-				world.Workers = append(world.Workers, Worker{Rank: first[i] + lr, LocalRank: lr, NodeRank: i})
+			wks, err := others.workers(i, first[i])
+			if err != nil {
+				return nil, err
 			}
+			world.Workers = append(world.Workers, wks...)
 			continue
 		}
 		if sliceFirst < 0 {
@@ -666,16 +672,17 @@ func JobEnv() []string {
 
 // World is the job's world as this host alone can lay it out, before any rendezvous: every node of every slice
 // with localWorkers workers each, this host's slice named by its host list (the other slices' hosts are named by
-// their slice and worker id: only they list them), and the multislice coordinator. What `tpurun plan` shows.
+// their slice and worker id, <slice-S-worker-W>: only they list them), and the multislice coordinator; every
+// slice's workers with the env each will get (EverySlice). What `tpurun plan` shows.
 func (l *JobLayout) World(localWorkers, megascalePort int) World {
-	w := World{NodeRank: l.NodeRank(), MegascaleCoordinator: l.Coordinator, MegascalePort: megascalePort}
+	w := World{NodeRank: l.NodeRank(), MegascaleCoordinator: l.Coordinator, MegascalePort: megascalePort, EverySlice: true}
 	if l.Slices > 1 {
 		w.NumSlices = l.Slices
 	}
 	per := l.HostsPerSlice()
 	for n := range l.NNodes() {
 		slice, worker := n/per, n%per
-		host := fmt.Sprintf("(slice %d, worker %d)", slice, worker)
+		host := fmt.Sprintf("<slice-%d-worker-%d>", slice, worker) // no comma: it is listed in TPU_WORKER_HOSTNAMES
 		if slice == l.SliceID && worker < len(l.Hosts) {
 			host = l.Hosts[worker]
 		}

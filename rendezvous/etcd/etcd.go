@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,8 +51,9 @@ type etcdStore struct {
 	cfg    *rendezvous.Config
 	log    *zap.Logger
 	prefix string
-	ttl    int64 // the TTL of a node's lease, in seconds: two heartbeats (nodeTTL)
-	jobTTL int64 // the TTL of the job's lease: how long the job outlives its last node (linger, a node's TTL at least)
+	ttl    int64       // the TTL of a node's lease, in seconds: two heartbeats (nodeTTL)
+	jobTTL int64       // the TTL of the job's lease: how long the job outlives its last node (linger, a node's TTL at least)
+	tls    *tls.Config // nil without TLS
 
 	mu   sync.Mutex
 	jobs map[string]*etcdJob // the job this node takes part in, by run id
@@ -75,7 +77,11 @@ func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etc
 		}
 		eps = append(eps, e)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: log.Named("etcd"),
+	eps, tlsCfg, err := tlsEndpoints(cfg.Conf, eps)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: log.Named("etcd"), TLS: tlsCfg,
 		DialKeepAliveTime: cfg.Heartbeat, DialKeepAliveTimeout: dialKeepAliveTimeout, Context: context.WithoutCancel(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: etcd client for %s: %w", cfg.Endpoint, err)
@@ -84,7 +90,7 @@ func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etc
 	if prefix == "" {
 		prefix = "/tpurun/rdzv/"
 	}
-	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, ttl: ttlOf(nodeTTL(cfg.Heartbeat)), jobTTL: ttlOf(nodeTTL(cfg.Heartbeat)),
+	return &etcdStore{cli: cli, cfg: cfg, log: log, prefix: prefix, tls: tlsCfg, ttl: ttlOf(nodeTTL(cfg.Heartbeat)), jobTTL: ttlOf(nodeTTL(cfg.Heartbeat)),
 		jobs: map[string]*etcdJob{}}, nil
 }
 
@@ -130,6 +136,9 @@ func (e *etcdStore) unreachable(what string, err error) error {
 		return fmt.Errorf("rendezvous: etcd at %s: %s: %w", e.cfg.Endpoint, what, context.Canceled)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
+		if why := tlsTrouble(e.tls, e.cli.Endpoints(), min(e.cfg.Heartbeat, 2*time.Second)); why != "" {
+			return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v: %s", e.cfg.Endpoint, what, err, why))
+		}
 		return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
 	}
 	return e.lost(fmt.Sprintf("%s: %v", what, err))

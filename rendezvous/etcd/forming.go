@@ -191,6 +191,7 @@ func (s *etcdSession) await(ctx context.Context) (*rendezvous.Assignment, error)
 	start := time.Now()
 	var lc lastCall
 	defer lc.stop()
+	defer s.progress(ctx)()
 	defer func() {
 		s.mu.Lock()
 		s.stopCounting()
@@ -434,7 +435,7 @@ func (s *etcdSession) joinTimedOut(ctx context.Context, start time.Time) error {
 		arrived = append(arrived, s.self)
 	}
 	sort.Slice(arrived, func(i, j int) bool { return arrived[i].Host < arrived[j].Host })
-	return rendezvous.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start))
+	return s.e.otherJobs(rctx, s.self.RunID, rendezvous.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start)))
 }
 
 // lastCall is the timer of an elastic join's last call: it runs while min..max-1 nodes are registered.

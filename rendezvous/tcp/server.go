@@ -12,6 +12,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/progress"
 )
 
 // ServerConfig configures the embedded rendezvous server.
@@ -52,8 +53,14 @@ type ServerConfig struct {
 	// Hosts is the job's host list in node order, when the node hosting the server knows one (Config.Hosts): a
 	// join carries only its sum (hostsSum), and a join that times out names the hosts of the ranks that never
 	// arrived when the joiners' list is this one.
-	Hosts  []string
-	Logger *zap.Logger
+	Hosts []string
+	// RunID is the run id of the job the server serves (its node 0's; Config.RunID): a node that joins with
+	// another is refused alone. The run id its own node joins with replaces it; "" until then: any.
+	RunID string
+	// Progress: while a world forms, who has arrived and who is missing are logged once per Progress. Default
+	// 5 s (the option progress_interval).
+	Progress time.Duration
+	Logger   *zap.Logger
 }
 
 // Server defaults.
@@ -91,6 +98,9 @@ func (c *ServerConfig) defaults() {
 	if c.EvictGrace <= 0 {
 		c.EvictGrace = min(c.AuthTimeout/4, graceMax)
 	}
+	if c.Progress <= 0 {
+		c.Progress = progress.Default
+	}
 	if c.WarnInterval <= 0 {
 		c.WarnInterval = DefaultWarnInterval
 	}
@@ -117,6 +127,7 @@ type Server struct {
 	conns   map[*sconn]struct{}
 	worlds  map[int]*world
 	latest  int                        // the highest generation any node joined
+	runID   string                     // the run id of the job served: a node of another is refused (straggler)
 	ended   *rendezvous.JobClosedError // the job is closed (Session.Finish): every join is refused with it
 	changed chan struct{}              // closed and replaced when conns change
 	closed  bool
@@ -142,7 +153,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts),
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts), runID: cfg.RunID,
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
 		freed: make(chan struct{}, 1), lag: newLagMeter(),
 	}

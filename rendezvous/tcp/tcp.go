@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/progress"
 )
 
 // Name is the backend's name (Config.Backend); torchrun calls it c10d.
@@ -167,7 +169,7 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 		return err
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, RunID: c.RunID, Progress: progress.Interval(c.Conf), Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
@@ -188,13 +190,20 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 
 // Join enters one generation through the embedded server.
 func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) (rendezvous.Session, error) {
+	if t.server != nil {
+		t.server.serveRunID(m.RunID) // this node is node 0 of the job the server serves
+	}
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	var reached atomic.Bool
+	stop := t.joinProgress(m.Generation, deadline, &reached, log)
+	defer stop()
 	c, err := dial(dctx, t.resolver(), t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
 	if err != nil {
 		return nil, err
 	}
+	reached.Store(true)
 	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, HostsSum: t.hostsSum}
 	if t.cfg.MinNodes != t.cfg.NNodes {
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)

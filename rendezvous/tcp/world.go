@@ -223,6 +223,10 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 		s.mu.Unlock()
 		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, "a second join on one connection; open a new connection per generation")
 	}
+	if err := s.straggler(&r.mem); err != nil {
+		s.mu.Unlock()
+		return nil, nil, err
+	}
 	if s.ended != nil {
 		s.mu.Unlock()
 		return nil, nil, s.ended
@@ -249,6 +253,7 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	c.w, c.ent = w, e
 	if w.deadline.IsZero() {
 		w.started, w.deadline = time.Now(), time.Now().Add(r.timeout)
+		s.watchForming(w)
 	}
 	s.progress(w)
 	if old != nil && old != c {
