@@ -54,7 +54,11 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
 FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./docs ./internal/results \
              ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
-test: ## run every test (race detector on, every go vet check), as CI does
+# .ci/deps first: it installs, with apt, the Debian packages the tests use (PyTorch, etcd, Jupyter, PyPA's build...)
+# when one is missing (as root, or through sudo when it asks no password; else it fails naming the apt-get command),
+# and downloads the modules; it does nothing when all are there. A fresh machine needs only Go, make and apt.
+test: ## install what the tests use when missing (.ci/deps: apt), then run every test (race detector, every go vet check), as CI does
+	.ci/deps
 	$(GO) test -race -vet=all -count=1 -p 3 -parallel 4 -timeout 20m $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet
