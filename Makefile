@@ -5,7 +5,13 @@ TPURUN    := $(BIN)/tpurun
 PKGS      := ./...
 FUZZTIME  ?= 20s
 
-PYTHON    ?= python3
+# The interpreter make wheel builds with: `make wheel PYTHON=/path/to/python3` names one; unset, the first of PATH's
+# python3 and /usr/bin/python3 that imports PyPA's build, setuptools and wheel (a pyenv, conda or venv python3 first
+# on PATH often lacks them, Debian's has them once python3-build is installed), else PATH's python3, which the wheel
+# target's check then names with the command that fixes it.
+WHEEL_DEPS := import build, setuptools, wheel.bdist_wheel
+PYTHON    ?= $(shell for p in python3 /usr/bin/python3; do \
+                 if $$p -c '$(WHEEL_DEPS)' >/dev/null 2>&1; then command -v $$p; exit; fi; done; echo python3)
 
 .PHONY: help build wheel demo test lint bench fuzz clean
 
@@ -23,6 +29,11 @@ build: ## build bin/tpurun and the example workers
 # built offline by setuptools (pyproject.toml, setup.py) under PyPA's frontend with the installed backend
 # (Debian: python3-build, python3-setuptools, python3-wheel; .ci/deps installs them).
 wheel: ## build dist/tpurun-VERSION-py3-none-PLATFORM.whl (binary + Python module): pip install --no-index dist/tpurun-*.whl
+	@$(PYTHON) -c '$(WHEEL_DEPS)' >/dev/null 2>&1 || { \
+	  echo "make wheel: $$(command -v $(PYTHON) || echo $(PYTHON)) cannot build the wheel: $$($(PYTHON) -c '$(WHEEL_DEPS)' 2>&1 | tail -n 1)"; \
+	  echo "  fix: apt-get install -y python3-build python3-setuptools python3-wheel, then make wheel PYTHON=/usr/bin/python3"; \
+	  echo "  (Debian's python3; unset, PYTHON is the first python3 that has them), or: $(PYTHON) -m pip install build setuptools wheel"; \
+	  exit 1; } >&2
 	rm -rf build # setuptools would add what an earlier build left there (a module since removed)
 	$(PYTHON) -m build --wheel --no-isolation --outdir dist .
 
@@ -43,7 +54,11 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 # busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
 FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./docs ./internal/results \
              ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
-test: ## run every test (race detector on, every go vet check), as CI does
+# .ci/deps first: it installs, with apt, the Debian packages the tests use (PyTorch, etcd, Jupyter, PyPA's build...)
+# when one is missing (as root, or through sudo when it asks no password; else it fails naming the apt-get command),
+# and downloads the modules; it does nothing when all are there. A fresh machine needs only Go, make and apt.
+test: ## install what the tests use when missing (.ci/deps: apt), then run every test (race detector, every go vet check), as CI does
+	.ci/deps
 	$(GO) test -race -vet=all -count=1 -p 3 -parallel 4 -timeout 20m $(FIRST) $(PKGS)
 
 lint: ## gofmt and go vet

@@ -611,7 +611,8 @@ func (sb *docSandbox) runNodes(t *testing.T, l docLine, etcd func() string) {
 func TestDocCommandsAsWritten(t *testing.T) {
 	t.Parallel()
 	testutil.Need(t, "python3")
-	testutil.Need(t, "torch") // the README's torch example
+	testutil.Need(t, "torch")   // the README's torch example
+	testutil.Need(t, "jupyter") // the README's notebook line
 	sb := newDocSandbox(t)
 	sb.baseline(t)
 	blocks := allDocBlocks(t, sb.root)

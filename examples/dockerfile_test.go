@@ -34,7 +34,7 @@ func parseDockerfile(t *testing.T) *dockertest.File {
 }
 
 // TestDockerIgnore: the context a build of the repository sends leaves out bin/, .git (a clone's directory and a
-// worktree's file alike) and test and build output at any depth, and keeps every source the build needs; the
+// worktree's file alike), make wheel's dist/ and build/, and test and build output at any depth, and keeps every source the build needs; the
 // repository's own .dockerignore, matched by Docker's own matcher, on a context planted with each of them.
 func TestDockerIgnore(t *testing.T) {
 	t.Parallel()
@@ -48,7 +48,8 @@ func TestDockerIgnore(t *testing.T) {
 	left := []string{"bin/tpurun", "bin/hello", ".git/HEAD", ".git/objects/ab/cdef0123", "tpurun", "out.json",
 		"logs/4721aacd4b76_1/attempt_0/0/stdout.log", "tpurun.test", "cmd/tpurun/tpurun.test", "launcher/cpu.prof",
 		"c.out", "rendezvous/c.out", "worker/python/tpurun/__pycache__/fn.cpython-311.pyc", "examples/fn_square.pyc",
-		"launcher/testdata/fuzz/FuzzX/corpus-cache/00ff"}
+		"launcher/testdata/fuzz/FuzzX/corpus-cache/00ff",
+		"dist/tpurun-0.2.0-py3-none-manylinux_2_17_x86_64.whl", "build/lib/tpurun/__init__.py", "build/scripts-3.11/tpurun"}
 	for _, worktree := range []bool{false, true} {
 		dir := t.TempDir()
 		files := slices.Concat(kept, left)
@@ -93,8 +94,8 @@ func TestDockerfileBuildStage(t *testing.T) {
 	sent, err := dockertest.SendContext(repoRoot, buildContext)
 	mustDo(t, err)
 	for _, f := range sent {
-		if f == ".git" || strings.HasPrefix(f, ".git/") || strings.HasPrefix(f, "bin/") {
-			t.Errorf("the build context holds %s: .dockerignore must leave bin/ and .git out", f)
+		if f == ".git" || strings.HasPrefix(f, ".git/") || strings.HasPrefix(f, "bin/") || strings.HasPrefix(f, "dist/") || strings.HasPrefix(f, "build/") {
+			t.Errorf("the build context holds %s: .dockerignore must leave bin/, dist/, build/ and .git out", f)
 		}
 	}
 	env := []string{"PATH=" + filepath.Dir(goTool) + ":/usr/bin:/bin", "HOME=" + t.TempDir(), "GOPROXY=off", "GOTOOLCHAIN=local"}

@@ -54,9 +54,10 @@ func TestREADMESpawnExampleAsWritten(t *testing.T) {
 // TestREADMEWheelAsWritten runs the README's block for Python users as written (make wheel; a fresh venv with the
 // wheel installed offline; the spawn example with the venv's python by its path) in a copy of the repository, from
 // a shell whose PATH has neither tpurun nor the venv (go's directory and /usr/bin:/bin: Debian's python3 with
-// build, setuptools, wheel and venv). Every replica's square comes back, from workers that the venv's tpurun
-// started with the venv's python (the calling interpreter); the wheel is a platform wheel whose version is the
-// binary's --version and whose module files are the ones the binary embeds.
+// build, setuptools, wheel and venv), with a python3 that lacks build before them, as a pyenv one would be: make
+// wheel takes Debian's. Every replica's square comes back, from workers that the venv's tpurun started with the
+// venv's python (the calling interpreter); the wheel is a platform wheel whose version is the binary's --version
+// and whose module files are the ones the binary embeds.
 func TestREADMEWheelAsWritten(t *testing.T) {
 	t.Parallel()
 	testutil.Heavy(t) // a go build of tpurun in a copy of the repository, and a venv
@@ -74,6 +75,17 @@ func TestREADMEWheelAsWritten(t *testing.T) {
 	root, home := filepath.Join(top, "tpurun"), filepath.Join(top, "home")
 	mustDo(t, testutil.CopyRepo(filepath.Join("..", ".."), root))
 	env := testutil.WheelEnv(t, home)
+	// First on PATH, a python3 without PyPA's build (as a pyenv, conda or venv python3 often is): a venv of
+	// Debian's python3 without its dist-packages. make wheel takes /usr/bin/python3, which has build, instead.
+	noBuild := filepath.Join(top, "nobuild")
+	if out, err := exec.Command(testutil.TorchPython, "-m", "venv", "--without-pip", noBuild).CombinedOutput(); err != nil {
+		t.Fatalf("a python3 without build: %v\n%s", err, out)
+	}
+	for i, kv := range env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			env[i] = "PATH=" + filepath.Join(noBuild, "bin") + ":" + path
+		}
+	}
 	shell := func(script string) (string, error) {
 		cmd := exec.Command("sh", "-e", "-c", script)
 		cmd.Dir, cmd.Env = root, env
@@ -83,9 +95,13 @@ func TestREADMEWheelAsWritten(t *testing.T) {
 	if out, err := shell("command -v tpurun || command -v python | grep venv"); err == nil {
 		t.Fatalf("the shell finds %s: the test would not prove that the wheel's tpurun and python are used", out)
 	}
+	wheelNamesPython(t, shell, filepath.Join(noBuild, "bin", "python3"))
 	out, err := shell(block)
 	if err != nil {
 		t.Fatalf("the README's lines\n%s\nfailed: %v\n%s", block, err, out)
+	}
+	if !strings.Contains(out, testutil.TorchPython+" -m build --wheel") {
+		t.Errorf("make wheel, with a python3 without build first on PATH, did not build with %s:\n%s", testutil.TorchPython, out)
 	}
 	for _, want := range []string{"0: {'index': 0, 'square': 10,", "3: {'index': 3, 'square': 19,"} {
 		if !strings.Contains(out, want) {
@@ -151,6 +167,24 @@ print(json.dumps({"binary": s.find_binary(), "version": m.version("tpurun"), "mo
 		}
 	}
 	stdinFunctionFromTheWheel(t, venv, env)
+}
+
+// wheelNamesPython: make wheel with PYTHON= an interpreter without PyPA's build fails before it builds anything,
+// naming that interpreter, what it lacks and the commands that fix it.
+func wheelNamesPython(t *testing.T, shell func(string) (string, error), python string) {
+	t.Helper()
+	out, err := shell("make wheel PYTHON=" + python)
+	want := []string{"make wheel: " + python + " cannot build the wheel: ModuleNotFoundError: No module named 'build'",
+		"apt-get install -y python3-build python3-setuptools python3-wheel, then make wheel PYTHON=/usr/bin/python3",
+		python + " -m pip install build setuptools wheel"}
+	for _, w := range want {
+		if err == nil || !strings.Contains(out, w) {
+			t.Errorf("make wheel PYTHON=%s (no build there): %v, want a failure saying %q:\n%s", python, err, w, out)
+		}
+	}
+	if strings.Contains(out, "go build") || strings.Contains(out, "-m build") {
+		t.Errorf("make wheel PYTHON=%s (no build there) went on to build:\n%s", python, out)
+	}
 }
 
 // stdinScript defines its function on stdin, where the workers cannot import it by name, and spawns it.

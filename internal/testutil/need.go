@@ -93,12 +93,27 @@ var needs = map[string]func() (string, error){
 		}
 		return TorchPython, nil
 	},
+	// jupyter: Debian's jupyter-nbconvert on PATH and its python3 kernel (ipykernel, jupyter_client, cloudpickle
+	// for the cells' functions) under /usr/bin/python3 (.ci/deps installs jupyter-nbconvert, python3-ipykernel,
+	// jupyter-client, python3-cloudpickle); the path of jupyter-nbconvert.
+	"jupyter": func() (string, error) {
+		nbconvert, err := exec.LookPath("jupyter-nbconvert")
+		if err != nil {
+			return "", fmt.Errorf("%w (apt-get install jupyter-nbconvert)", err)
+		}
+		out, err := exec.Command(TorchPython, "-c", "import ipykernel, jupyter_client, cloudpickle").CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("%s has no Jupyter kernel: %v: %s (apt-get install python3-ipykernel jupyter-client "+
+				"python3-cloudpickle)", TorchPython, err, out)
+		}
+		return nbconvert, nil
+	},
 }
 
 // Need returns what the test needs, tool: an executable on PATH ("python3", "unshare"; its path is returned) or
-// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch", "cloudpickle", "wheel". When the
-// machine lacks it the test fails under CI=true (CI must provide everything) and is skipped otherwise, saying
-// "SKIPPED, NOT PASSED" and why: a skipped test is never counted as passing.
+// one of the requirements "root", "tmpfs", "namespaces", "ns_last_pid", "torch", "cloudpickle", "wheel",
+// "jupyter". When the machine lacks it the test fails under CI=true (CI must provide everything) and is skipped
+// otherwise, saying "SKIPPED, NOT PASSED" and why: a skipped test is never counted as passing.
 func Need(t testing.TB, tool string) string {
 	t.Helper()
 	var got string
