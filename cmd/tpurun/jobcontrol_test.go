@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +37,7 @@ func TestJobControlWorkerThatWillNotStop(t *testing.T) {
 			t.Parallel()
 			l := launch(t, false, nil, append([]string{"--nprocs", "2", "--"}, keepTSTPRank0(t)...)...)
 			l.waitFor("2 workers ready", readyAll(2))
-			_, pids := ranks(l.lines, 2)
+			_, pids := ranks(l.snapshot(), 2)
 			l.signal(syscall.SIGTSTP)
 			l.waitFor("both ranks got SIGTSTP, rank 1 stopped, rank 0 running", func(lines []string) bool {
 				return printedBy(2, "20", 1)(lines) && procState(pids[1]) == "T" && procState(pids[0]) != "T"
@@ -60,16 +61,26 @@ func TestJobControlWorkerThatWillNotStop(t *testing.T) {
 	}
 }
 
+// winchWorker prints "ready PID", then "28" for each SIGWINCH (taken with sigwaitinfo: pause() can miss one), and
+// leaves every other signal to its default action: SIGTSTP stops it and SIGCONT continues it as the kernel does, the
+// last of the two winning.
+const winchWorker = `import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})
+print("ready %d" % os.getpid(), flush=True)
+while True:
+    signal.sigwaitinfo({signal.SIGWINCH})
+    print("28", flush=True)`
+
 // TestJobControlStopThenContinueBackToBack: `kill -TSTP p; kill -CONT p`, as fast as a script sends them: the last of
 // a stop and a continue wins, so tpurun and every worker run on. The SIGWINCH sent after them is the event to wait
 // for: the workers print it only once they run. Before, the continue was lost (os/signal hands both, read at once,
 // SIGCONT first) and the job stayed stopped for good.
 func TestJobControlStopThenContinueBackToBack(t *testing.T) {
 	t.Parallel()
-	l := launch(t, false, nil, append([]string{"--nprocs", "2", "--"}, printSignals(t)...)...)
+	l := launch(t, false, nil, "--nprocs", "2", "--", pythonExe(t), "-c", winchWorker)
 	l.waitFor("2 workers ready", readyAll(2))
-	_, pids := ranks(l.lines, 2)
-	for i := range 5 {
+	_, pids := ranks(l.snapshot(), 2)
+	for i := range 8 {
 		for _, s := range []syscall.Signal{syscall.SIGTSTP, syscall.SIGCONT, syscall.SIGWINCH} {
 			l.signal(s)
 		}
@@ -142,4 +153,11 @@ func TestJobControlTostop(t *testing.T) {
 	if code := exitOf(t, p, sh); code != 0 {
 		t.Fatalf("the shell exited %d\n%q", code, p.output())
 	}
+}
+
+// snapshot is the lines read so far.
+func (l *launched) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
 }

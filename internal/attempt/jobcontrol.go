@@ -40,6 +40,12 @@ const (
 // that takes the signal (a handler, a blocked signal taken later) may never stop, and the shell waits for tpurun.
 const jobStopWait = 5 * time.Second
 
+// jobStopSettle is the least time between a stop signal read and tpurun's own stop. The latch covers every SIGCONT
+// sent after the stop signal was read; one sent between the stop signal and its reading (a script's `kill -TSTP p;
+// kill -CONT p`) is known only once os/signal hands it over, which takes a moment more for a signal that another
+// thread took: tpurun waits that moment, reading signals, before it stops.
+const jobStopSettle = 100 * time.Millisecond
+
 // jobControl is the job-control state of a run. The Stopper (created at the first job-control signal) tells what
 // os/signal cannot: whether a SIGCONT came after a stop signal (os/signal hands a SIGTSTP and a SIGCONT pending
 // together in numeric order, SIGCONT first), and it stops tpurun so that a SIGCONT sent at any moment before the
@@ -48,6 +54,7 @@ type jobControl struct {
 	phase    jobPhase
 	sig      syscall.Signal // the stop signal being applied (stopping, held)
 	deadline time.Time      // stopping: tpurun stops itself then, stopped workers or not
+	settled  time.Time      // stopping: tpurun stops itself not before (jobStopSettle)
 	ticker   *time.Ticker   // stopping, held: the looks at the workers and the latch
 	stopper  *proc.Stopper  // nil until the first job-control signal, or when it could not be made
 	broken   bool           // the Stopper could not be made: job-control stops are discarded
@@ -105,14 +112,18 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 		c.log.Debug("job control: " + proc.SignalName(s) + " discarded: a SIGCONT came after it (the last of a stop and a continue wins)")
 		return
 	}
-	if err := j.stopper.WatchContinues(); err != nil {
+	switch armed, err := j.stopper.WatchContinues(); {
+	case err != nil:
 		c.log.Warn("job control: "+proc.SignalName(s)+" discarded", zap.Error(err))
+		return
+	case !armed:
+		c.log.Debug("job control: " + proc.SignalName(s) + " discarded: a SIGCONT is under way after it (the last of a stop and a continue wins)")
 		return
 	}
 	j.mu.Lock()
 	j.phase, j.sig, j.held = jobStopping, s, make(chan struct{})
 	j.mu.Unlock()
-	j.deadline = time.Now().Add(jobStopWait)
+	j.deadline, j.settled = time.Now().Add(jobStopWait), time.Now().Add(jobStopSettle)
 	j.ticker = time.NewTicker(2 * time.Millisecond) // the stop takes as long as the workers' scheduling
 	if c.att != nil {
 		c.att.jobStopSignal(s)
@@ -159,7 +170,7 @@ func (c *Controller) watchStops() {
 		j.stopper = st
 	}
 	if j.stopper != nil {
-		if err := j.stopper.WatchStops(); err != nil {
+		if _, err := j.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
 			c.log.Debug("job control: latch not set", zap.Error(err))
 		}
 	}
@@ -170,8 +181,8 @@ func (c *Controller) continueCame() bool {
 	return c.job.stopper != nil && c.job.stopper.ContinueCame()
 }
 
-// checkJobStop looks whether tpurun may stop itself now: every worker stopped (or gone) and no worker being forked,
-// or the wait is over.
+// checkJobStop looks whether tpurun may stop itself now: every worker stopped (or gone), no worker being forked and
+// the moment of jobStopSettle passed, or the wait is over.
 func (c *Controller) checkJobStop() {
 	j := &c.job
 	j.mu.Lock()
@@ -182,7 +193,7 @@ func (c *Controller) checkJobStop() {
 	if c.att != nil {
 		left = c.att.unstopped(c.procRoot)
 	}
-	if !waited && (forking || len(left) > 0) {
+	if !waited && (forking || len(left) > 0 || time.Now().Before(j.settled)) {
 		return
 	}
 	if len(left) > 0 {

@@ -65,7 +65,7 @@ func StopSelf() (parentGone bool, err error) {
 		return false, err
 	}
 	defer s.Close()
-	if err := s.WatchContinues(); err != nil {
+	if _, err := s.WatchContinues(); err != nil { // not armed: a SIGCONT came, Stop returns at once
 		return false, err
 	}
 	return s.Stop()

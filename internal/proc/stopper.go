@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
@@ -69,12 +71,17 @@ func (s *Stopper) on(f func()) {
 	<-ran
 }
 
-// WatchStops sets the latch so that StopCame reports whether a stop signal was sent to this process since.
-func (s *Stopper) WatchStops() error { return s.arm(syscall.SIGCONT) }
+// WatchStops sets the latch so that StopCame reports whether a stop signal was sent to this process since. Setting
+// it is a SIGCONT of this process as far as the kernel goes, which would discard a stop signal sent to the process
+// and not yet taken by a thread: with one of those under way it is not set (armed false; the latch stays as that
+// stop signal left it: cleared).
+func (s *Stopper) WatchStops() (armed bool, err error) { return s.arm(syscall.SIGCONT) }
 
 // WatchContinues sets the latch so that ContinueCame reports whether SIGCONT was sent to this process since; Stop
-// stops the process only while none was.
-func (s *Stopper) WatchContinues() error { return s.arm(syscall.SIGTSTP) }
+// stops the process only while none was. Setting it is a stop signal of this process as far as the kernel goes,
+// which would discard a SIGCONT sent to the process and not yet taken by a thread: with one under way it is not set
+// (armed false: a continue came).
+func (s *Stopper) WatchContinues() (armed bool, err error) { return s.arm(syscall.SIGTSTP) }
 
 // StopCame reports whether a stop signal came since WatchStops (and no WatchContinues since).
 func (s *Stopper) StopCame() bool { return !s.pending(syscall.SIGCONT) }
@@ -82,17 +89,45 @@ func (s *Stopper) StopCame() bool { return !s.pending(syscall.SIGCONT) }
 // ContinueCame reports whether SIGCONT came since WatchContinues (and no WatchStops since).
 func (s *Stopper) ContinueCame() bool { return !s.pending(syscall.SIGTSTP) }
 
-func (s *Stopper) arm(sig syscall.Signal) error {
-	var err error
+// stopSignals are the signals a SIGCONT discards (SIGSTOP is never left pending).
+var stopSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
+
+func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 	s.on(func() {
 		if s.pendingHere(sig) {
+			armed = true
 			return
+		}
+		other := []syscall.Signal{syscall.SIGCONT} // what sending sig would discard, if sent to the process
+		if sig == syscall.SIGCONT {
+			other = stopSignals
+		}
+		shared := s.sharedPending()
+		for _, o := range other {
+			if shared&(1<<(o-1)) != 0 {
+				return
+			}
 		}
 		if e := unix.Tgkill(os.Getpid(), s.tid, sig); e != nil {
 			err = fmt.Errorf("job-control stopper: tgkill(%s): %w", SignalName(sig), e)
+			return
 		}
+		armed = true
 	})
-	return err
+	return armed, err
+}
+
+// sharedPending is the set of signals pending for the whole process (ShdPnd in /proc/thread-self/status), sent to it
+// and not yet taken by one of its threads; 0 when unreadable.
+func (s *Stopper) sharedPending() uint64 {
+	b, _ := readSmall("/proc/thread-self/status", nil)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return m
+		}
+	}
+	return 0
 }
 
 func (s *Stopper) pending(sig syscall.Signal) bool {

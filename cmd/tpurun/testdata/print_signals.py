@@ -57,7 +57,10 @@ def main():
         if info.si_signo in exit_on:
             return 0
         if info.si_signo in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU) and keep != "keep":
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # a SIGCONT sent since the stop signal cancels it, as the kernel's last of a stop and a continue wins
+            # (one sent between this look and the SIGSTOP is lost: a worker that takes SIGTSTP itself has that window)
+            if signal.SIGCONT not in signal.sigpending():
+                os.kill(os.getpid(), signal.SIGSTOP)
 
 
 if __name__ == "__main__":
