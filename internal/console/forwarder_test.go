@@ -39,12 +39,6 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *recorder) all() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.writes, "")
-}
-
 // TestForwarderRawLongLineIsTheBytes: without a prefix, a line of 3,000,012 bytes (three times what a forwarder
 // holds back) reaches the console as written, with no newline added (one was added per 1 MiB), and the lines that
 // another worker writes meanwhile to the same console never get into it: the long line holds the console until
