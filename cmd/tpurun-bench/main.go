@@ -27,7 +27,7 @@ func main() {
 	flag.StringVar(&cfg.pymodule, "pymodule", "worker/python", "the directory holding the tpurun Python module, for the spawn row")
 	flag.IntVar(&cfg.runs, "runs", 7, "runs per figure (the median is reported)")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
-	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, results, spawn")
+	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, output, results, spawn")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
 	flag.Parse()
 	if cfg.quick {
@@ -85,6 +85,12 @@ func runOnly(cfg *config, only, before string) error {
 		renderLaunch(os.Stdout, runs, *cfg, before)
 	case "rendezvous":
 		fmt.Print(renderMarkdown(measureRendezvous(cfg), *cfg))
+	case "output":
+		r, err := measureOutput(cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Print(renderMarkdown([]row{r}, *cfg))
 	case "results":
 		r, err := measureResults(cfg)
 		if err != nil {
@@ -102,7 +108,7 @@ func runOnly(cfg *config, only, before string) error {
 		fmt.Print(renderMarkdown(rows, *cfg))
 		return err
 	default:
-		return fmt.Errorf("-only %q: want preload, launch, rendezvous, results or spawn", only)
+		return fmt.Errorf("-only %q: want preload, launch, rendezvous, output, results or spawn", only)
 	}
 	return nil
 }

@@ -364,23 +364,9 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 		}
 		return nil, err
 	}
-	ctty := -1          // the worker's descriptor of its controlling terminal
-	var master *os.File // and tpurun's end of it
-	wk.one = r.oneStream(w.LocalRank)
-	for i, std := range []console.Std{console.StdOut, console.StdErr, console.StdNone} {
-		if i == 1 && wk.one { // the worker's stderr is its stdout's pipe or terminal
-			wk.readers, writeEnds = append(wk.readers, wk.readers[0]), append(writeEnds, writeEnds[0])
-			continue
-		}
-		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
-		if err != nil {
-			return fail(fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err)))
-		}
-		wk.readers, writeEnds = append(wk.readers, rd), append(writeEnds, wr)
-		if isPty {
-			wk.masters = append(wk.masters, rd)
-			ctty, master = i+1, rd // stderr's rather than stdout's: a shell takes its terminal from fd 2 (bash's job control)
-		}
+	writeEnds, ctty, master, err := r.outputEnds(l, wk)
+	if err != nil {
+		return fail(err)
 	}
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles = writeEnds[0], writeEnds[1], []*os.File{writeEnds[2]}
 	if id, err := worker.ChannelID(writeEnds[2]); err == nil { // the clients refuse an fd 3 that is not this pipe
@@ -400,6 +386,30 @@ func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]
 		wk.ctty = master
 	}
 	return writeEnds, nil
+}
+
+// outputEnds makes the worker's stdout, stderr and results ends (see streams), the launcher's in wk.readers; ctty
+// is the worker's descriptor of its controlling terminal (-1: none) and master tpurun's end of it.
+func (r *Runner) outputEnds(l *launch, wk *child) (writeEnds []*os.File, ctty int, master *os.File, err error) {
+	w := wk.w
+	ctty = -1
+	wk.one = r.oneStream(w.LocalRank)
+	for i, std := range []console.Std{console.StdOut, console.StdErr, console.StdNone} {
+		if i == 1 && wk.one { // the worker's stderr is its stdout's pipe or terminal
+			wk.readers, writeEnds = append(wk.readers, wk.readers[0]), append(writeEnds, writeEnds[0])
+			continue
+		}
+		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
+		if err != nil {
+			return writeEnds, -1, nil, fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err))
+		}
+		wk.readers, writeEnds = append(wk.readers, rd), append(writeEnds, wr)
+		if isPty {
+			wk.masters = append(wk.masters, rd)
+			ctty, master = i+1, rd // stderr's rather than stdout's: a shell takes its terminal from fd 2 (bash's job control)
+		}
+	}
+	return writeEnds, ctty, master, nil
 }
 
 // oneStream reports whether the worker of local rank lr gets one pipe (or pseudo-terminal) for its stdout and its

@@ -233,9 +233,9 @@ func TestForwarderCarriageReturnEndsASegment(t *testing.T) {
 	}
 }
 
-// TestForwarderShowsAPartialSegmentWhenIdle: with ShowPartial (a terminal's console), a prompt or "loading..." without
-// a newline is shown after that long without more bytes, and the rest of its line continues it, without a second
-// prefix. Without it (a pipe or a file), the partial segment waits for its end: lines stay whole.
+// TestForwarderShowsAPartialSegmentWhenIdle: with ShowPartial (a pipe's or a file's console), a prompt or
+// "loading..." without a newline is shown after that long without more bytes, and the rest of its line continues
+// it, without a second prefix. Without it, the partial segment waits for its end: lines stay whole.
 func TestForwarderShowsAPartialSegmentWhenIdle(t *testing.T) {
 	console := &syncBuffer{wrote: make(chan struct{}, 1)}
 	f := &Forwarder{Prefix: []byte("[0] "), Console: console, ShowPartial: PartialAfter}

@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"io"
 	"strconv"
@@ -23,15 +22,16 @@ const (
 
 // PartialAfter is how long a partial segment (no newline or carriage return yet: a prompt, "Downloading... ", the
 // text of a progress bar that the next \r redraws) waits for more before a forwarder to a pipe or a file shows it
-// as it is (Forwarder.ShowPartial), and how long a line a forwarder holds the console for may pause before the
-// console is let go (see Forwarder). A second: a prompt behind `| tee` shows while it waits, and a long line that
+// as it is (Forwarder.ShowPartial), and how long a long line a forwarder to a pipe or a file holds the console
+// for may pause before the console is let go (see Forwarder). A second: a prompt behind `| tee` shows while it waits, and a long line that
 // reaches its pipe in pieces, which come microseconds apart (or, under load, milliseconds), stays whole.
 const PartialAfter = time.Second
 
-// holdAt is how long the open line of a forwarder to a terminal must grow before its console is held for the rest
-// of it: past a frame that redraws a terminal line (a progress bar's, with its escapes), below the 4 KiB a
-// pseudo-terminal gives one read, so that a long line's first piece holds it.
-const holdAt = 2 << 10
+// TerminalPause is how long a line a forwarder to a terminal holds the console for may pause before the console
+// is let go (see Forwarder): a program at a terminal writes a line in pieces microseconds apart (Python's print
+// writes the text, then the newline; a long line comes in the pseudo-terminal's 4 KiB reads), while a prompt waits
+// for a person and a row of dots comes one by one: the other workers' output waits at most this long for them.
+const TerminalPause = 50 * time.Millisecond
 
 // DefaultPrefix is the line prefix of a worker's output when a prefix is asked for without a template: its rank.
 const DefaultPrefix = "[{rank}] "
@@ -46,12 +46,13 @@ const TeePrefix = "[{role}{local_rank}]:"
 // removed. One console write per read: the segments of one read are never split by another worker's.
 //
 // To a terminal (Terminal) each read goes out whole, its partial segment with it: what the worker wrote in one
-// write (a progress bar's frame of \r and cursor movements) reaches the terminal in one piece. To a pipe or a file
-// a partial segment waits for its end, so that lines of different workers never splice, or ShowPartial without
-// more bytes. A line that outgrows what is held back (maxLine into a pipe or a file, holdAt at a terminal) goes on
-// as it comes and holds the console (a *Console) until it ends: the other writers wait, and no line of theirs gets
-// into it; a pause of PartialAfter in it lets them go on. A prefixed line into a pipe or a file is cut instead, in
-// pieces of maxLine, each with its prefix and a newline.
+// write (a progress bar's frame of \r and cursor movements) reaches the terminal in one piece. A read that leaves a
+// line open (but a redraw: what follows a carriage return) holds the console (a *Console) until the line ends: the
+// other writers wait, so that a line written in pieces stays whole; a pause of TerminalPause in it lets them go on.
+// To a pipe or a file a partial segment waits for its end, so that lines of different workers never splice, or
+// ShowPartial without more bytes; a line longer than what is held back (maxLine) goes on as it comes, holding the
+// console until it ends, and a pause of PartialAfter in it lets the others go on. A prefixed line into a pipe or a
+// file is cut instead, in pieces of maxLine, each with its prefix and a newline.
 type Forwarder struct {
 	Prefix  []byte
 	Console io.Writer // nil: not shown on the console
@@ -68,7 +69,8 @@ type Forwarder struct {
 	pending []byte     // the partial segment not yet shown
 	midLine bool       // the console shows a partial segment of this stream: what follows continues it
 	held    bool       // this forwarder holds its console for its open line
-	open    int        // to a terminal: how much of the line the console shows is open (no newline nor \r yet)
+	open    int        // how much of the line the console shows is open (no newline nor \r yet), when written through
+	redraw  bool       // to a terminal: the open line follows a carriage return (a progress bar's text)
 	fed     time.Time  // when the last read was fed, while the idle timer may run
 	idle    *time.Timer
 	armed   bool
@@ -179,8 +181,8 @@ func (f *Forwarder) overflow() {
 }
 
 // through (f.mu held) writes chunk as it comes: all of it to a terminal; into a pipe or a file (a long line goes
-// on) up to the end of its line, the rest pending (lines). The console is held while the line stays open and is
-// long.
+// on) up to the end of its line, the rest pending (lines). The console is held while the line stays open, but for
+// a terminal's redraw.
 func (f *Forwarder) through(chunk []byte) {
 	last := lastEnd(chunk)
 	if !f.Terminal && last >= 0 {
@@ -192,9 +194,9 @@ func (f *Forwarder) through(chunk []byte) {
 	if last < 0 {
 		f.open += len(chunk)
 	} else {
-		f.open = len(chunk) - 1 - last
+		f.open, f.redraw = len(chunk)-1-last, chunk[last] == '\r'
 	}
-	hold := f.open > 0 && (f.held && last < 0 || f.open >= holdAt) // a line that ended ends its hold
+	hold := f.open > 0 && !(f.Terminal && f.redraw)
 	if len(f.Prefix) == 0 {
 		f.write(chunk, hold)
 		return
@@ -265,20 +267,31 @@ func nextAt(b []byte, c byte, at, i int) int {
 	}
 }
 
-// armIdle (f.mu held) has onIdle run once the stream has been idle long enough: ShowPartial for a pending
-// partial segment, PartialAfter (or ShowPartial) for a hold. A timer that runs already is left as it is: onIdle
-// counts from the last feed.
+// armIdle (f.mu held) has onIdle run once the stream has been idle long enough (pause). A timer that runs already
+// is left as it is: onIdle counts from the last feed.
 func (f *Forwarder) armIdle() {
 	if f.armed {
 		return
 	}
 	f.armed = true
-	d := cmp.Or(f.ShowPartial, PartialAfter)
+	d := f.pause()
 	if f.idle == nil {
 		f.idle = time.AfterFunc(d, f.onIdle)
 		return
 	}
 	f.idle.Reset(d)
+}
+
+// pause is how long the stream may be idle before onIdle acts: ShowPartial when set, else TerminalPause to a
+// terminal and PartialAfter to a pipe or a file.
+func (f *Forwarder) pause() time.Duration {
+	switch {
+	case f.ShowPartial > 0:
+		return f.ShowPartial
+	case f.Terminal:
+		return TerminalPause
+	}
+	return PartialAfter
 }
 
 // onIdle shows the pending partial segment as it is (the console's cursor stays after it, and the rest of the
@@ -292,7 +305,7 @@ func (f *Forwarder) onIdle() {
 	if !show && !f.held || f.Console == nil {
 		return
 	}
-	if wait := cmp.Or(f.ShowPartial, PartialAfter) - time.Since(f.fed); wait > 0 {
+	if wait := f.pause() - time.Since(f.fed); wait > 0 {
 		f.armed = true
 		f.idle.Reset(wait)
 		return
@@ -342,7 +355,7 @@ func (f *Forwarder) flush() {
 	case f.held:
 		f.letGo()
 	}
-	f.pending, f.out, f.midLine, f.held, f.open, f.armed = nil, nil, false, false, 0, false
+	f.pending, f.out, f.midLine, f.held, f.open, f.redraw, f.armed = nil, nil, false, false, 0, false, false
 }
 
 // Tail keeps the last tailSize bytes written to it (a worker's stderr, for the report of its failure).

@@ -39,12 +39,6 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *recorder) all() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.writes, "")
-}
-
 // TestForwarderRawLongLineIsTheBytes: without a prefix, a line of 3,000,012 bytes (three times what a forwarder
 // holds back) reaches the console as written, with no newline added (one was added per 1 MiB), and the lines that
 // another worker writes meanwhile to the same console never get into it: the long line holds the console until
@@ -230,5 +224,42 @@ func TestForwarderHoldIsLetGoWhenThePieceStops(t *testing.T) {
 	want := string(long[:maxLine]) + "tpurun log\nother\n" + string(long[maxLine:])
 	if got := out.String(); got != want {
 		t.Fatalf("console has %d bytes (%q...), want the piece, the log record, the other line, the rest", len(got), got[maxLine-5:min(len(got), maxLine+30)])
+	}
+}
+
+// TestForwarderTerminalLineInTwoWrites: at a terminal Python's print writes its text, then the newline, in two
+// writes: the open line holds the console, so another worker's line written between them waits for the newline
+// instead of splitting the line; a progress bar's redraw (what follows a carriage return) holds nothing.
+func TestForwarderTerminalLineInTwoWrites(t *testing.T) {
+	var out syncBuffer
+	out.wrote = make(chan struct{}, 1)
+	c := NewConsole("stdout", &out)
+	defer c.Close()
+	a := &Forwarder{Console: c, Terminal: true, ShowPartial: testutil.Deadline()}
+	b := &Forwarder{Console: c, Terminal: true}
+	a.feed([]byte("tty 111 size 33 91/33 91"))
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		b.feed([]byte("other\n"))
+	}()
+	blockedOrDone(t, c, bDone)
+	a.feed([]byte("\n"))
+	<-bDone
+	a.feed([]byte("\r 10%|#"))
+	c.mu.Lock()
+	owner := c.owner
+	c.mu.Unlock()
+	if owner != nil {
+		t.Fatal("a progress bar's redraw holds the console")
+	}
+	b.feed([]byte("more\n"))
+	a.flush()
+	b.flush()
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "tty 111 size 33 91/33 91\nother\n\r 10%|#more\n"; got != want {
+		t.Fatalf("console %q, want %q", got, want)
 	}
 }

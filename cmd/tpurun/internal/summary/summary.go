@@ -120,6 +120,9 @@ func LogAttempt(log *zap.Logger, r *launcher.Report, a *launcher.Attempt) {
 		return
 	}
 	fields = append(fields, zap.Int("root_cause_rank", s.Rank), zap.Strings("program", r.Program), zap.Strings("stderr_tail", s.StderrTail))
+	if s.TailHasStdout {
+		fields = append(fields, zap.Bool("tail_has_stdout", true)) // stdout and stderr were one stream
+	}
 	if s.Error != nil {
 		fields = append(fields, zap.String("error", s.Error.Message), zap.String("traceback", s.Error.Traceback))
 	}
