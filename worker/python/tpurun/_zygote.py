@@ -165,6 +165,19 @@ def _runtimes():
     return out
 
 
+def _load_sibling(name):
+    """The names of a module of this file's directory, run by path: with -I or -P the directory is not on sys.path,
+    and nothing is imported for it (the workers' sys.modules stay as the exec'd program's)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    ns = {"__name__": "tpurun." + name, "__file__": path}
+    with open(path, "rb") as f:
+        exec(compile(f.read(), path, "exec", dont_inherit=True), ns)
+    return ns
+
+
+_pools = _load_sibling("_pools")
+
+
 class Zygote:
     def __init__(self, ctl, cfg, gc_enabled):
         self.ctl = ctl
@@ -179,6 +192,7 @@ class Zygote:
         self.env_in = dict(_b(kv).partition(b"=")[::2] for kv in cfg.get("env") or [])
         self.env_set, self.env_unset = {}, []
         self.safe_path = bool(getattr(sys.flags, "safe_path", False))
+        self.blas = []  # every OpenBLAS the imports loaded (see _pools["BLAS_VAR"])
 
     def problems(self):
         """What makes this process unsafe to fork, as phrases ("started 2 threads: ...")."""
@@ -211,8 +225,12 @@ class Zygote:
     def hint(self, module):
         rest = [m for m in self.preload if m != module]
         drop = "--preload %s" % ",".join(rest) if rest else "nothing is left: leave --preload out"
-        return ("import %s inside the worker instead: drop it from the preload list (%s) %s"
-                % (module, drop, HINT_TAIL))
+        native = any("native thread" in d for d in _threads().values())
+        pools = _pools["pool_vars"]() if native else []
+        pool = ("if the thread is a pool's (%s), set %s in tpurun's environment; else " % (
+            ", ".join(sorted({lib for lib, _ in pools})), " and ".join(sorted({v for _, v in pools})))) if pools else ""
+        return ("%simport %s inside the worker instead: drop it from the preload list (%s) %s"
+                % (pool, module, drop, HINT_TAIL))
 
     def load(self):
         """Import every preloaded module, one at a time, refusing at the first that makes forking unsafe."""
@@ -227,6 +245,8 @@ class Zygote:
             self.refuse("", "the interpreter, before importing anything of the preload list, " + "; ".join(problems),
                         "find what starts it at interpreter start (sitecustomize, usercustomize, a .pth file, "
                         "PYTHONSTARTUP) or run without --preload " + HINT_TAIL)
+        user_blas = os.environ.get(_pools["BLAS_VAR"])
+        os.environ[_pools["BLAS_VAR"]] = "1"
         for name in self.preload:
             try:
                 self.import_one(name)
@@ -239,6 +259,11 @@ class Zygote:
             problems = self.problems()
             if problems:
                 self.refuse(name, "importing %s %s" % (name, "; and ".join(problems)), self.hint(name))
+        if user_blas is None:
+            del os.environ[_pools["BLAS_VAR"]]
+        else:
+            os.environ[_pools["BLAS_VAR"]] = user_blas
+        self.blas = _pools["openblas"]()
         # What the interpreter's wrapper (a pyenv shim) and the imports did to the environment tpurun gave: done again
         # in every worker, where its environment had the same input.
         actual = dict(os.environb)
@@ -400,6 +425,7 @@ def _worker(z, req, fds, w):
     env = os.environb
     env.clear()
     env.update(given)
+    _pools["size_openblas"](z.blas, given)
     argv = [_s(a) for a in req.get("argv") or []]
     if getattr(sys, "orig_argv", None):  # the interpreter as exec'd (a shim may have resolved it), the rest as given
         sys.orig_argv = sys.orig_argv[:1] + [_s(a) for a in (req.get("orig_argv") or [])[1:]]
