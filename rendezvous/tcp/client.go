@@ -17,7 +17,7 @@ import (
 )
 
 // client is one node's connection to the embedded server: the handshake, then requests with ids, replies
-// dispatched by id, failures pushed by the server, a ping every heartbeat.
+// dispatched by id, failures pushed by the server, a ping every half heartbeat.
 type client struct {
 	addr string
 	nc   net.Conn
@@ -132,7 +132,7 @@ func (c *client) write(m *message) error {
 
 func (c *client) ping() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.hb)
+	t := time.NewTicker(c.hb / 2)
 	defer t.Stop()
 	for {
 		select {
