@@ -143,12 +143,12 @@ func (c *client) ping() {
 			now := time.Now()
 			late := now.Sub(tick)
 			c.lag.saw(late, now)
+			c.owed.CompareAndSwap(0, time.Now().UnixNano()) // the server owes an answer from now (before its answer can come)
 			if err := c.write(&message{Type: msgPing, LateMS: late.Milliseconds()}); err != nil {
 				c.log.Debug("rendezvous ping failed", zap.Error(err))
 				c.nc.Close()
 				return
 			}
-			c.owed.CompareAndSwap(0, time.Now().UnixNano()) // the server owes an answer from now
 		}
 	}
 }
