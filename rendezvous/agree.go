@@ -322,7 +322,7 @@ type Shares struct {
 	common []byte         // the fields between node_rank and nodes, each with its comma: `"run_id":"r",...,`
 	tail   []byte         // what follows nodes: `}`
 	slices map[int][]byte // the nodes of each slice (fixed, not named) whose table cannot be made, a JSON array
-	tables map[int][]byte // the table of each other slice (fixed, not named), a JSON SliceTable
+	tables map[int][]byte // the table of each other slice (fixed, not named), in its binary form
 }
 
 // nodesKey is the JSON key of Assignment.Nodes, the last field; node_rank is the first.
@@ -348,7 +348,7 @@ func (w *Agreed) Encode(named bool) *Shares {
 		}
 		for id, nodes := range by {
 			if t := sliceTable(nodes); t != nil {
-				sh.tables[id], err = json.Marshal(t)
+				sh.tables[id], err = t.MarshalBinary()
 			} else {
 				sh.slices[id], err = json.Marshal(nodes)
 			}
@@ -361,8 +361,9 @@ func (w *Agreed) Encode(named bool) *Shares {
 	return sh
 }
 
-// Table is the table of node rank's slice, encoded once for every host of it, to send beside its share (whose
-// nodes are then null): nil when its share names its nodes itself. The receiver fills them in (SliceTable.Fill).
+// Table is the table of node rank's slice in its binary form (SliceTable.MarshalBinary), encoded once for every
+// host of it, to send beside its share (whose nodes are then null): nil when its share names its nodes itself. The
+// receiver fills them in (SliceTable.Fill).
 func (sh *Shares) Table(rank int) []byte {
 	if sh.common == nil || sh.tables == nil {
 		return nil

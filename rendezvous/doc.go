@@ -50,7 +50,7 @@
 //     go. tcp: node 0's server answers with it while nodes are still connected, for at most linger, then stops
 //     (a node that comes later cannot reach it: ErrTimeout after the join timeout). etcd: every key of the job is
 //     tied to the job's lease, which every node keeps alive from its first join until Rendezvous.Close; linger
-//     (two heartbeats at least, as a node's lease) after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
+//     (SilentBeats heartbeats at least, as a node's lease) after the last one stops, or dies, they vanish. Then the run id is free: a job started with it begins
 //     again at generation 0.
 //
 // "Later", for a reused run id, is a matter of the store's state, not of intent: a node belongs to the job open
@@ -63,7 +63,7 @@
 // Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
 // lease renewal unanswered for its TTL with no connection to etcd, or a broken watch) ends every call and join of the session
 // with an error matching ErrStoreLost that names the endpoint (an *Error with Field setting.RendezvousEndpoint), closes
-// Session.Done and is reported on Failures, within about two heartbeats.
+// Session.Done and is reported on Failures, within about four heartbeats.
 //
 // # Elastic worlds and lost nodes
 //
@@ -92,7 +92,7 @@
 //     "open" marks its start and holds the size range its first node asked for (a node asking for another fails
 //     the generation); hosts/<host> and ranks/<r> are claimed by transactions; members/<instance> registers a
 //     node (and the size range it asks for); all three, and barriers/<name>/<rank>, are tied to the node's lease,
-//     whose TTL is two heartbeats (renewed every third of it), so a dead node's keys vanish and every node
+//     whose TTL is SilentBeats (3) heartbeats (renewed every heartbeat), so a dead node's keys vanish and every node
 //     reports it lost; Leave ties the node's registration to the job's lease, and its departure then goes
 //     unreported; arrived/<instance> records on the job's lease that a node registered (a join that times out
 //     names who never did). No node hears every other: the node holding the first registration key (the lowest instance)
@@ -145,15 +145,20 @@
 // # Failures
 //
 // Fail is pushed by the server (or the etcd watch) to every other node at once. A node whose connection drops, or
-// that sends nothing for Heartbeat (clients ping every Heartbeat/3), or whose etcd lease expires (two heartbeats
-// after its last renewal: a node busy for a heartbeat is not lost), is reported on
+// that sends nothing for SilentBeats (3) heartbeats (torch's keep-alive; clients ping every half heartbeat), or
+// whose etcd lease expires (three heartbeats after its last renewal: a node busy for two is not lost), is reported on
 // every other node's Failures with Lost set, naming it; barriers and gathers waiting for it fail with a
 // *NodeLostError. If the store itself goes (node 0 killed, etcd down), every pending call fails with ErrStoreLost
 // naming its endpoint, Session.Done is closed and Failures reports it. Leave first, and a node's departure is not
 // a failure.
 //
-// Silence is counted from the last byte received, and a node gives the embedded server two heartbeats (the one
-// server of every node may stall longer than a node: a garbage collection of a large world, a loaded host). A side
+// Loss needs evidence (a connection closed: the process gone) or a silence long against the heartbeat. Silence is
+// counted from the last byte received (a node counts the server's from its first ping left unanswered: a server
+// owes nothing to a node whose own pings were late), and a node gives the embedded server SilentBeats+1 heartbeats
+// (the one server of every node may stall longer than a node: a garbage collection of a large world, a loaded
+// host). While a join is under way (the world forming: thousands of joins, a slice's table to send and read),
+// neither side counts the other's silence: the join's timeout bounds the wait. A write that progresses is no
+// stall, and a slice's table travels raw beside each share, encoded once (SliceTable). A side
 // whose deadline finds the peer's bytes waiting reads on, and one that runs late (its process not scheduled, a
 // loaded host; nodes report their lateness with their pings) gives the peer twice its lateness more, up to the
 // limit again, before it declares the peer lost (tcp/live.go): a slow process is not a dead one, and a dead one is
@@ -220,7 +225,7 @@
 // nodes connecting at once to a loaded server are not taken for silent ones. Authenticated connections have their
 // own cap (MaxConns, default 16384: a pod of 4096 hosts and its next generation; a node beyond it is told the
 // server is full and retries). Refused connections are logged at most once per WarnInterval (default 10 s), as
-// one line with counts per reason; Server.Stats has the totals. A joined node silent for Heartbeat is dropped and
+// one line with counts per reason; Server.Stats has the totals. A joined node silent for SilentBeats heartbeats is dropped and
 // reported lost. The listen backlog is the kernel's net.core.somaxconn (Go asks for the most it allows): when it
 // is below the number of nodes joining at once, a dropped SYN costs a node a retransmit (a second or more), not
 // its join. The etcd backend relies on etcd's own transport security and auth: torchrun's options protocol=https

@@ -291,4 +291,3 @@ func startEtcdServer(b *testing.B) string {
 		}
 	}
 }
-

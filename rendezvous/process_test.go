@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/tcp"
@@ -113,4 +114,37 @@ func TestNodeProcessFrozen(t *testing.T) {
 		t.Fatalf("frozen node reported after %s, before the heartbeat %s", el, hb)
 	}
 	rdzvtest.Killed(t, cmd)
+}
+
+// A node whose launcher is busy (SIGSTOP for two heartbeats: a loaded host, a long garbage collection, thousands of
+// joins to serve) past one heartbeat but within the SilentBeats (3) that lose it, is not declared lost: it is
+// waited for. Killed afterwards, it is lost then, once, at its connection's drop.
+func TestNodeProcessBusy(t *testing.T) {
+	hb := testutil.Scaled(2 * time.Second)
+	c := rdzvtest.NewCluster(t, tcp.Name, 2)
+	c.HB = hb
+	c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) { m.Rank = i; m.RunID = "run" }
+	ctx := context.Background()
+	cmd, lines := rdzvtest.StartNodeProcess(t, tcp.Name, c.Endpoint, 2, 1, hb)
+	c.Start(ctx, []int{0})
+	if c.Errs[0] != nil {
+		t.Fatal(c.Errs[0])
+	}
+	rdzvtest.WaitLine(t, lines, "joined 1")
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * hb) // the case under test: a node busy for two heartbeats
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	rdzvtest.Killed(t, cmd)
+	f := rdzvtest.WaitFailure(t, c.Sess[0])
+	if !f.Lost || f.Node.Rank != 1 {
+		t.Fatalf("heard %+v, want node 1 lost once killed", f)
+	}
+	if f.At.Before(killed) {
+		t.Fatalf("node 1 was declared lost %s before it was killed, busy for two heartbeats of %s: %v", killed.Sub(f.At), hb, f)
+	}
 }

@@ -19,16 +19,40 @@ type SliceTable struct {
 	Instances string `json:"instances"`
 }
 
-// tableSep separates a table's entries: no host name or instance holds it (Member.Validate), and a slice whose
-// addresses do is sent as nodes (sliceTable).
-const tableSep = "\n"
+// tableSep separates a table's entries, and tableEnd its three lists in its binary form: no host name or instance
+// holds either (Member.Validate), and a slice whose addresses do is sent as nodes (sliceTable).
+const (
+	tableSep = "\n"
+	tableEnd = "\x00"
+)
+
+// MarshalBinary is t as it travels: 's' (every address is its host's name) or 'a', then the hosts, the addresses
+// and the instances, each list ended by a NUL. A host reads it without decoding anything (UnmarshalBinary).
+func (t *SliceTable) MarshalBinary() ([]byte, error) {
+	kind := "a"
+	if t.SameAddrs {
+		kind = "s"
+	}
+	return []byte(kind + t.Hosts + tableEnd + t.Addrs + tableEnd + t.Instances + tableEnd), nil
+}
+
+// UnmarshalBinary reads t from its binary form (MarshalBinary); a malformed one is an ErrProtocol error.
+func (t *SliceTable) UnmarshalBinary(b []byte) error {
+	s := string(b)
+	parts := strings.Split(strings.TrimSuffix(s[min(1, len(s)):], tableEnd), tableEnd)
+	if len(s) < 1 || (s[0] != 's' && s[0] != 'a') || len(parts) != 3 {
+		return NewError(ErrProtocol, fmt.Sprintf("a slice table of %d bytes is malformed", len(b)))
+	}
+	*t = SliceTable{SameAddrs: s[0] == 's', Hosts: parts[0], Addrs: parts[1], Instances: parts[2]}
+	return nil
+}
 
 // sliceTable is the table of nodes (one slice, in rank order), or nil when a field holds tableSep.
 func sliceTable(nodes []Node) *SliceTable {
 	hosts, addrs, insts := make([]string, len(nodes)), make([]string, len(nodes)), make([]string, len(nodes))
 	named := true
 	for i, n := range nodes {
-		if strings.Contains(n.Host+n.Addr+n.Instance, tableSep) {
+		if strings.ContainsAny(n.Host+n.Addr+n.Instance, tableSep+tableEnd) {
 			return nil
 		}
 		hosts[i], addrs[i], insts[i] = n.Host, n.Addr, n.Instance

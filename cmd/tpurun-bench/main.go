@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -29,7 +30,16 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer runs and smaller payloads (a smoke test of the harness)")
 	only := flag.String("only", "", "run only these rows and print them, writing no file: preload, launch, rendezvous, output, results, spawn")
 	before := flag.String("before", "", "with -only launch: an older tpurun binary, measured in the same runs for comparison")
+	rowsRE := flag.String("rows", "", "with -only rendezvous: run only the rows whose benchmark matches this regular expression (Pod: issue 46's pods)")
 	flag.Parse()
+	if *rowsRE != "" {
+		re, err := regexp.Compile(*rowsRE)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tpurun-bench: -rows:", err)
+			os.Exit(2)
+		}
+		cfg.rows = re
+	}
 	if cfg.quick {
 		cfg.runs = 3
 	}
@@ -131,6 +141,7 @@ type config struct {
 	out, svg                       string
 	runs                           int
 	quick                          bool
+	rows                           *regexp.Regexp // -rows: the rendezvous rows to run (nil: all)
 }
 
 // row is one line of the report: a figure, its baseline, their ratio and the target it is held to.

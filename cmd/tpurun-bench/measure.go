@@ -351,6 +351,16 @@ var rendezvousBenches = []rendezvousBench{
 	{bench: "BenchmarkRendezvous256Etcd", name: "rendezvous of 256 nodes, etcd", target: 3 * time.Second},
 	{bench: "BenchmarkRendezvous1024Etcd", name: "rendezvous of 1024 nodes, etcd", target: 10 * time.Second},
 	{bench: "BenchmarkRendezvousHeld1024Etcd", name: "world of 1024 etcd nodes held 60 s, heartbeat 2 s", held: true},
+	// issue 46: the pods users run, each node's Member as tpurun fills it (rendezvous.Self), a 2 s heartbeat
+	// (rendezvous/pods_bench_test.go)
+	{bench: "BenchmarkRendezvousPodGPU4096", name: "pod: 4096 GPU hosts, tcp, tpurun's Member, heartbeat 2 s", target: 5 * time.Second},
+	{bench: "BenchmarkRendezvousPodSlices64x64", name: "pod: 64 slices x 64 TPU hosts (4096), static, heartbeat 2 s", target: 5 * time.Second},
+	{bench: "BenchmarkRendezvousPodHeldSlices64x64", name: "pod: 64 slices x 64 TPU hosts held 60 s, heartbeat 2 s", held: true},
+	{bench: "BenchmarkRendezvousPodV5pStatic", name: "pod: full v5p pod, 2240 hosts in one slice, static (TPU default)", target: 5 * time.Second},
+	{bench: "BenchmarkRendezvousPodV5pTCP", name: "pod: full v5p pod, 2240 hosts in one slice, tcp", target: 5 * time.Second},
+	{bench: "BenchmarkRendezvousPodEtcdServer1024", name: "pod: 1024 CPU hosts on Debian's etcd-server (its own process)", target: 10 * time.Second},
+	{bench: "BenchmarkRendezvousPodHeldEtcdServer1024", name: "pod: 1024 hosts on Debian's etcd-server held 60 s, heartbeat 2 s", held: true},
+	{bench: "BenchmarkRendezvousPodSlices256x64", name: "pod: moonshot, 256 slices x 64 TPU hosts (16,384), static", target: 15 * time.Second},
 }
 
 // benchResult is one benchmark's runs: the time of each (one rendezvous each) and its other metrics (the last
@@ -388,6 +398,9 @@ func goBench(pattern string, count int) (map[string]*benchResult, string, error)
 func measureRendezvous(cfg *config) []row {
 	var rows []row
 	for _, rb := range rendezvousBenches {
+		if cfg.rows != nil && !cfg.rows.MatchString(rb.bench) {
+			continue
+		}
 		// One go test process per benchmark: a world of 4096 nodes leaves its sockets and its heap behind, which the
 		// next benchmark in the same process would pay for (1024 static nodes: 0.25 s alone, 1 s after the 4096s).
 		count := max(3, cfg.runs/2)

@@ -247,6 +247,8 @@ func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m rendezvous
 // it (a node that claims them again, or finds them taken, goes the long way: claim).
 func (e *etcdStore) joinGeneration(ctx, jctx context.Context, j *etcdJob, m rendezvous.Member, log *zap.Logger) (rendezvous.Session, error) {
 	s := newEtcdSession(e, j, log, j.genDir(m.Generation), m)
+	s.forming.Store(true) // until the world is agreed, within the join's timeout
+	defer s.forming.Store(false)
 	var wg sync.WaitGroup
 	var lg *clientv3.LeaseGrantResponse
 	var gerr, werr error

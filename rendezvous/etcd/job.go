@@ -118,7 +118,7 @@ func (e *etcdStore) findJob(ctx context.Context, runID string) (*etcdJob, error)
 	j := &etcdJob{runID: runID, id: rec.ID, rev: created, lease: clientv3.LeaseID(rec.Lease), dir: fmt.Sprintf("%s%s/%s/", e.prefix, runID, rec.ID),
 		key: key, h: newHealth()}
 	var wg sync.WaitGroup
-	unkeep := e.keep(ctx, &wg, j.lease, e.jobTTL, false, "the job's", e.log, func(err error) {
+	unkeep := e.keep(ctx, &wg, j.lease, e.jobTTL, nil, "the job's", e.log, func(err error) {
 		e.log.Warn("rendezvous store lost", zap.Error(err))
 		j.h.end(err)
 	})

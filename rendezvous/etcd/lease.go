@@ -31,7 +31,7 @@ var errLeaseExpired = errors.New("the lease expired")
 // keep keeps lease (of ttl seconds; whose, in words: "the job's", "this node's") alive in a goroutine of wg until
 // the function returned is called; when it cannot (keepAlive), it calls lost with the ErrStoreLost error. The
 // job's lease and each node's are kept by it: the one keeper.
-func (e *etcdStore) keep(ctx context.Context, wg *sync.WaitGroup, lease clientv3.LeaseID, ttl int64, silence bool, whose string, log *zap.Logger,
+func (e *etcdStore) keep(ctx context.Context, wg *sync.WaitGroup, lease clientv3.LeaseID, ttl int64, silence func() bool, whose string, log *zap.Logger,
 	lost func(error)) context.CancelFunc {
 	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Go(func() {
@@ -43,8 +43,10 @@ func (e *etcdStore) keep(ctx context.Context, wg *sync.WaitGroup, lease clientv3
 }
 
 // keepAlive keeps lease (of ttl) alive until ctx ends (nil), or until it cannot (see above). silence: whether a
-// connected etcd that answers nothing is lost (a node's lease); the job's lease waits for its nodes' to say so.
-func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration, silence bool, log *zap.Logger) error {
+// connected etcd that answers nothing is lost now (a node's lease, unless its world is forming: an etcd busy with a
+// thousand joins is waited for, within the join's timeout); nil: never (the job's lease waits for its nodes' to
+// say so).
+func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl time.Duration, silence func() bool, log *zap.Logger) error {
 	last := time.Now()                 // etcd's last answer: the lease was just granted, or read
 	limit := 2*ttl + 2*e.cfg.Heartbeat // how long a connected etcd may be silent
 	check := time.NewTicker(min(e.cfg.Heartbeat, ttl) / 2)
@@ -69,7 +71,7 @@ func (e *etcdStore) keepAlive(ctx context.Context, lease clientv3.LeaseID, ttl t
 		case err != nil:
 		case silent > ttl && !e.connected():
 			err = fmt.Errorf("etcd did not answer for %s and the client has no connection to it", silent.Round(time.Millisecond))
-		case silent > limit && silence:
+		case silent > limit && silence != nil && silence():
 			err = fmt.Errorf("etcd did not answer for %s", silent.Round(time.Millisecond))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -26,6 +27,7 @@ type etcdSession struct {
 	log      *zap.Logger
 	dir      string
 	lease    clientv3.LeaseID
+	forming  atomic.Bool // the join is under way: etcd busy with it is waited for (keepAlive)
 	self     rendezvous.Member
 	reg      etcdRegistration
 	min, max int                // the world's size range
@@ -85,7 +87,7 @@ func (s *etcdSession) watchAll(ctx, jctx context.Context) error {
 // keep keeps the session's lease alive until the session closes: when it cannot, etcd is lost.
 func (s *etcdSession) keep(ctx context.Context, lease clientv3.LeaseID) {
 	s.lease = lease
-	s.unkeep = s.e.keep(ctx, &s.wg, lease, s.e.ttl, true, "this node's", s.log, s.lose)
+	s.unkeep = s.e.keep(ctx, &s.wg, lease, s.e.ttl, func() bool { return !s.forming.Load() }, "this node's", s.log, s.lose)
 }
 
 // register claims the node's host name and requested rank and writes its registration, all tied to its lease

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,7 +17,7 @@ import (
 )
 
 // client is one node's connection to the embedded server: the handshake, then requests with ids, replies
-// dispatched by id, failures pushed by the server, a ping every heartbeat.
+// dispatched by id, failures pushed by the server, a ping every half heartbeat.
 type client struct {
 	addr string
 	nc   net.Conn
@@ -33,7 +34,9 @@ type client struct {
 	closing  bool
 	left     bool
 	failures chan rendezvous.Failure
-	lag      *lagMeter // how late this node runs: its pings and reads (a node's silence limit grows with it)
+	lag      *lagMeter    // how late this node runs: its pings and reads (a node's silence limit grows with it)
+	owed     atomic.Int64 // when the first ping the server has not answered yet was sent (frameReader.owed)
+	joining  atomic.Int32 // joins under way (frameReader.joining)
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -129,7 +132,7 @@ func (c *client) write(m *message) error {
 
 func (c *client) ping() {
 	defer c.wg.Done()
-	t := time.NewTicker(c.hb)
+	t := time.NewTicker(c.hb / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -140,7 +143,9 @@ func (c *client) ping() {
 			now := time.Now()
 			late := now.Sub(tick)
 			c.lag.saw(late, now)
+			c.owed.CompareAndSwap(0, time.Now().UnixNano()) // the server owes an answer from now (before its answer can come)
 			if err := c.write(&message{Type: msgPing, LateMS: late.Milliseconds()}); err != nil {
+				c.log.Debug("rendezvous ping failed", zap.Error(err))
 				c.nc.Close()
 				return
 			}
@@ -153,6 +158,7 @@ func (c *client) read() {
 	defer c.wg.Done()
 	var end error
 	fr := newFrameReader(c.nc, c.max)
+	fr.owed, fr.joining = &c.owed, &c.joining
 	for end == nil {
 		m, err := live(c.nc, fr, serverSilence*c.hb, c.lag)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,6 +18,9 @@ type sconn struct {
 	nc   net.Conn
 	wmu  sync.Mutex
 	done chan struct{}
+	// joining counts the joins under way on the connection (frameReader.joining): while its world forms, the node
+	// is waited for, within the join's timeout.
+	joining atomic.Int32
 	// guarded by Server.mu
 	w    *world
 	ent  *entry
@@ -34,17 +38,46 @@ func (s *Server) send(c *sconn, m *message) {
 }
 
 // write writes one frame, given in parts (pre-encoded parts shared with other frames), with one writev. A
-// connection that cannot take it within the silence limit (rendezvous.SilenceLimit: a node busy reading a world's
-// worth of shares is not a lost one) is closed.
+// connection that takes none of it for the silence limit (rendezvous.SilenceLimit) is closed; one that takes it
+// slowly is written on (a node busy reading its share of a pod, in a process or on a host that runs late, is not a
+// lost one).
 func (s *Server) write(c *sconn, what string, parts ...[]byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(rendezvous.SilenceLimit(s.cfg.Heartbeat)))
+	s.writeLocked(c, what, parts)
+}
+
+func (s *Server) writeLocked(c *sconn, what string, parts [][]byte) {
 	b := net.Buffers(parts)
-	if _, err := b.WriteTo(c.nc); err != nil {
+	for {
+		c.nc.SetWriteDeadline(time.Now().Add(rendezvous.SilenceLimit(s.cfg.Heartbeat)))
+		n, err := b.WriteTo(c.nc) // consumes what it wrote
+		var ne net.Error
+		if err == nil || (n > 0 && errors.As(err, &ne) && ne.Timeout()) {
+			if err == nil {
+				return
+			}
+			continue // the node reads, slowly
+		}
 		s.log.Debug("rendezvous send failed", zap.String("remote", c.nc.RemoteAddr().String()), zap.String("type", what), zap.Error(err))
 		c.nc.Close()
+		return
 	}
+}
+
+// pong answers a ping. A node's heartbeat (a ping without an id) is not answered while a frame is being written to
+// the node already: those bytes tell it the server lives, and the reader of its pings does not wait behind a share
+// of a pod written to a node that reads it slowly. A ping with an id is a request, always answered.
+func (s *Server) pong(c *sconn, m *message) {
+	if m.ID != 0 {
+		s.send(c, &message{Type: msgPong, ID: m.ID})
+		return
+	}
+	if !c.wmu.TryLock() {
+		return
+	}
+	defer c.wmu.Unlock()
+	s.writeLocked(c, msgPong, [][]byte{pongFrame()})
 }
 
 func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
@@ -72,7 +105,7 @@ func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
 // sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares),
 // and its slice's table beside it when it has one: the same bytes for every host of the slice.
 func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int) {
-	parts := append([][]byte{nil}, shareParts(id, sh, rank)...)
+	parts := shareParts(id, sh, rank)
 	n := 0
 	for _, p := range parts {
 		n += len(p)
@@ -81,18 +114,24 @@ func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int)
 		s.reply(c, id, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
 		return
 	}
-	parts[0] = frameHeader(n)
 	s.write(c, "assignment", parts...)
 }
 
-// shareParts is the body of the reply to join id that carries node rank's share, in parts: those encoded once
-// for every node (the common part, the slice's table) are shared, not copied.
+// shareParts is the frame of the reply to join id that carries node rank's share, in parts: those encoded once
+// for every node (the common part, the slice's table, attached raw: attached) are shared, not copied.
 func shareParts(id uint64, sh *rendezvous.Shares, rank int) [][]byte {
-	parts := append([][]byte{replyHead(id, "assignment")}, sh.Value(rank)...)
-	if t := sh.Table(rank); t != nil {
-		parts = append(parts, tableKey, t)
+	parts := append([][]byte{nil, replyHead(id, "assignment")}, sh.Value(rank)...)
+	parts = append(parts, closeBrace)
+	n := 0
+	for _, p := range parts {
+		n += len(p)
 	}
-	return append(parts, closeBrace)
+	if t := sh.Table(rank); t != nil {
+		parts[0] = attachedHeader(n, len(t))
+		return append(parts, t)
+	}
+	parts[0] = frameHeader(n)
+	return parts
 }
 
 // serve reads c's messages until it ends; each request is handled on its own goroutine.
@@ -106,6 +145,7 @@ func (s *Server) serve(c *sconn) {
 	}()
 	remote := c.nc.RemoteAddr().String()
 	fr := newFrameReader(c.nc, s.cfg.MaxMessage)
+	fr.joining = &c.joining
 	for {
 		m, err := live(c.nc, fr, rendezvous.SilenceLimit(s.cfg.Heartbeat), s.lag) // a node silent for SilentBeats heartbeats is lost
 		if err != nil {
@@ -123,11 +163,7 @@ func (s *Server) serve(c *sconn) {
 			if m.LateMS > 0 { // the node runs late: so may the others, on its host or in its process
 				s.lag.saw(time.Duration(m.LateMS)*time.Millisecond, time.Now())
 			}
-			if m.ID == 0 {
-				s.write(c, msgPong, pongFrame())
-			} else {
-				s.send(c, &message{Type: msgPong, ID: m.ID})
-			}
+			s.pong(c, m)
 			continue
 		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
 		default:

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"tpurun/rendezvous"
@@ -42,7 +43,16 @@ type frameReader struct {
 	body []byte // the body so far, once the header is complete
 	in   bool   // reading a body
 	want int    // its length
+	att  bool   // the frame has an attachment (attached)
 	last time.Time
+	// owed, on a node's side, is when the first ping not followed by any byte from the server was sent (unix
+	// nanoseconds; 0: none): the server's silence counts from then, since a server owes nothing to a node that
+	// asked nothing (whose own pings were late: its process or host busy). nil on the server's side.
+	owed *atomic.Int64
+	// joining counts this side's joins under way on the connection: while the world forms (thousands of joins, a
+	// share of a pod to send or read), a side busy with it is waited for, not lost; the join's own timeout (the
+	// rendezvous timeout) bounds the wait. nil: none.
+	joining *atomic.Int32
 }
 
 func newFrameReader(r io.Reader, max int) *frameReader {
@@ -56,13 +66,31 @@ func (f *frameReader) next() (*message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return decodeMessage(body)
+	if !f.att {
+		return decodeMessage(body)
+	}
+	if len(body) < 4 || uint64(binary.BigEndian.Uint32(body)) > uint64(len(body)-4) {
+		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a frame of %d bytes with an attachment is malformed", len(body)))
+	}
+	n := 4 + int(binary.BigEndian.Uint32(body))
+	m, err := decodeMessage(body[4:n])
+	if err != nil {
+		return nil, err
+	}
+	m.Table = &rendezvous.SliceTable{}
+	if err := m.Table.UnmarshalBinary(body[n:]); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func (f *frameReader) read(b []byte) (int, error) {
 	n, err := f.r.Read(b)
 	if n > 0 {
 		f.last = time.Now()
+		if f.owed != nil {
+			f.owed.Store(0)
+		}
 	}
 	if errors.Is(err, io.EOF) && (f.nh > 0 || f.in) {
 		err = io.ErrUnexpectedEOF
@@ -80,6 +108,7 @@ func (f *frameReader) frame() ([]byte, error) {
 	}
 	if !f.in {
 		n := binary.BigEndian.Uint32(f.hdr[:])
+		f.att, n = n&attached != 0, n&^attached
 		if uint64(n) > uint64(f.max) {
 			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, f.max))
 		}
@@ -100,6 +129,22 @@ func (f *frameReader) frame() ([]byte, error) {
 	return body, nil
 }
 
+// silentSince is when the peer's silence began, as of now: its last byte; on a node's side, the first ping it
+// left unanswered since (none: now, it owes nothing); now while a join is under way.
+func (f *frameReader) silentSince(now time.Time) time.Time {
+	if f.joining != nil && f.joining.Load() > 0 {
+		return now // the world forms: waited for, within the join's timeout
+	}
+	if f.owed == nil {
+		return f.last
+	}
+	owed := f.owed.Load()
+	if owed == 0 {
+		return now
+	}
+	return time.Unix(0, max(owed, f.last.UnixNano()))
+}
+
 // live reads the next message from fr on nc, which loses its peer after limit of silence, and twice lag's more
 // (up to the limit again; see Liveness above): an expired deadline ends the read only when the peer was silent.
 // The error is then the deadline's (a net.Error whose Timeout is true).
@@ -107,7 +152,7 @@ func live(nc net.Conn, fr *frameReader, limit time.Duration, lag *lagMeter) (*me
 	allowed := func(now time.Time) time.Duration { return limit + min(2*lag.over(limit, now), limit) }
 	var grace time.Time // bytes waiting: a deadline to read them by
 	for {
-		deadline := fr.last.Add(allowed(time.Now()))
+		deadline := fr.silentSince(time.Now()).Add(allowed(time.Now()))
 		if grace.After(deadline) {
 			deadline = grace
 		}
@@ -119,7 +164,7 @@ func live(nc net.Conn, fr *frameReader, limit time.Duration, lag *lagMeter) (*me
 		now := time.Now()
 		lag.saw(now.Sub(deadline), now) // how late this side woke: its own lag
 		switch {
-		case now.Sub(fr.last) < allowed(now):
+		case now.Sub(fr.silentSince(now)) < allowed(now):
 			continue // the peer spoke meanwhile, or this side was late
 		case bytesWaiting(nc):
 			grace = now.Add(limit / 4) // the peer spoke: this side was late to read it

@@ -66,9 +66,9 @@ type ServerConfig struct {
 // Server defaults.
 const (
 	DefaultAuthTimeout = 5 * time.Second
-	// DefaultMaxConns is room for a pod of 4096 hosts twice over: each node's connection to a generation and to the
-	// next, which it opens before it closes the old one, and nodes waiting for a restart.
-	DefaultMaxConns     = 16384
+	// DefaultMaxConns is room for a job of 256 slices of 64 hosts (16,384) twice over: each node's connection to a
+	// generation and to the next, which it opens before it closes the old one, and nodes waiting for a restart.
+	DefaultMaxConns     = 32768
 	DefaultMaxUnauth    = 64
 	DefaultWarnInterval = 10 * time.Second
 )

@@ -208,7 +208,9 @@ func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) 
 	if t.cfg.MinNodes != t.cfg.NNodes {
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)
 	}
+	c.joining.Add(1) // the server forms the world meanwhile: waited for, within the call's timeout
 	resp, err := c.call(ctx, req, time.Until(deadline))
+	c.joining.Add(-1)
 	var asg *rendezvous.Assignment
 	if err == nil {
 		asg, err = received(resp)

@@ -58,7 +58,7 @@ type message struct {
 	ExitCode   int                    `json:"exit_code,omitempty"`
 	LateMS     int64                  `json:"late_ms,omitempty"` // ping: how late the node sends it (its own lag)
 	Assignment *rendezvous.Assignment `json:"assignment,omitempty"`
-	Table      *rendezvous.SliceTable `json:"table,omitempty"` // beside a share whose slice it names
+	Table      *rendezvous.SliceTable `json:"-"` // beside a share whose slice it names: the frame's attachment
 	Failure    *rendezvous.Failure    `json:"failure,omitempty"`
 	Error      *rendezvous.WireError  `json:"error,omitempty"`
 	Extra      map[string]string      `json:"extra,omitempty"`
@@ -114,6 +114,18 @@ func frameHeader(n int) []byte {
 	return binary.BigEndian.AppendUint32(nil, uint32(n))
 }
 
+// attached is the flag of a frame header (its high bit) whose body is a JSON message with an attachment: the
+// message's length (4 bytes, big-endian), the message, then the attachment, raw bytes read without decoding (a
+// slice's table beside a share: rendezvous.SliceTable's binary form).
+const attached = 1 << 31
+
+// attachedHeader opens a frame of a message of msgLen bytes and an attachment of n bytes: the frame header and
+// the message's length.
+func attachedHeader(msgLen, n int) []byte {
+	h := binary.BigEndian.AppendUint32(nil, uint32(4+msgLen+n)|attached)
+	return binary.BigEndian.AppendUint32(h, uint32(msgLen))
+}
+
 // replyHead opens a reply to request id whose field follows: `{"v":5,"type":"reply","id":7,"field":`. The value
 // and closeBrace complete it (the server's replies made of parts encoded once: a share, gathered data).
 func replyHead(id uint64, field string) []byte {
@@ -125,9 +137,6 @@ func replyHead(id uint64, field string) []byte {
 }
 
 var closeBrace = []byte("}")
-
-// tableKey follows a share with its slice's table (message.Table).
-var tableKey = []byte(`,"table":`)
 
 // pongFrame answers every ping: encoded once, when a server first answers one.
 var pongFrame = sync.OnceValue(func() []byte {

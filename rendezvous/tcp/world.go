@@ -196,6 +196,8 @@ func (s *Server) join(c *sconn, m *message) {
 	if m.LastCallMS > 0 {
 		r.lastCall = time.Duration(m.LastCallMS) * time.Millisecond
 	}
+	c.joining.Add(1) // the world forms: the node is waited for, within its timeout (awaitWorld)
+	defer c.joining.Add(-1)
 	w, e, err := s.enter(c, r)
 	if err != nil {
 		if !errors.Is(err, rendezvous.ErrJobClosed) {

@@ -13,8 +13,9 @@ import (
 // TestSharesEncodedOnce: every node's share as the server sends it, from the parts encoded once for the whole
 // world (the common part, each slice's table), is the share itself once received: in a world of CPU or GPU hosts
 // (its own node), of two TPU slices (its slice's nodes, from the slice's table) and of a pod named by its host list
-// (no nodes). Every host of a slice is sent the same bytes of its table (one encoding, shared), and no host is
-// sent its slice as objects (a host of a pod of 2240 would decode 2240 of them: the square of the slice in all).
+// (no nodes). Every host of a slice is sent the same bytes of its table (one encoding, shared, attached raw to the
+// frame), and no host is sent its slice as objects (a host of a pod of 2240 would decode 2240 of them: the square
+// of the slice in all).
 func TestSharesEncodedOnce(t *testing.T) {
 	mk := func(i, slice int, uneven bool) rendezvous.Member {
 		h := fmt.Sprintf("h%d", i)
@@ -45,7 +46,7 @@ func TestSharesEncodedOnce(t *testing.T) {
 			for r := range n {
 				parts := shareParts(uint64(r+1), sh, r)
 				body := bytes.Join(parts, nil)
-				m, err := decodeMessage(body)
+				m, err := readMessage(bytes.NewReader(body), DefaultMaxMessage)
 				if err != nil {
 					t.Fatalf("node rank %d: %v\n%s", r, err, body)
 				}
