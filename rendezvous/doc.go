@@ -130,8 +130,8 @@
 // bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names the
 // ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
 //
-// A node of another job is no member of the world: the embedded server (tcp, static) serves the run id of the
-// node hosting it (Config.RunID until that node joins) and refuses at once, alone, a node with another run id (a
+// A node of another job is no member of the world: the embedded server (tcp, static) serves the run id the node
+// hosting it joins with, from that node's first join, and refuses at once, alone, a node with another run id (a
 // straggler of a restarted JobSet's previous attempt) with an ErrMismatch error naming both run ids (Field
 // setting.RendezvousRunID), and a node asking for a generation the job left behind with ErrWorldFull: the world
 // forms without it. On etcd each run id has keys of its own: the straggler waits alone, and its join's

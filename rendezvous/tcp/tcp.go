@@ -169,7 +169,7 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 		return err
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, RunID: c.RunID, Progress: progress.Interval(c.Conf), Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Progress: progress.Interval(c.Conf), Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
