@@ -189,6 +189,9 @@
 // fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
 // {"type":"rejected","error":{...}} and hangs up.
 //
+// A waiting request sent while the node's join is under way is answered with extra {"progress": "..."}: the
+// server's line of who has arrived and who is missing, which the node logs as its own progress line.
+//
 // A join carries the sum of the node's host list (hosts_sum: its length and CRC-32C), not the list: the server
 // lays the shares out without names when every node's sum is that of the nodes' own names in rank order (a static
 // world named by its host list), and each node names them from its list. The assignment in a join's reply is the
@@ -199,7 +202,7 @@
 //	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts_sum?, timeout_ms}; barrier {id,
 //	                  name, timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
 //	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping {late_ms?}
-//	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
+//	server -> client: reply {id, assignment? | gathered? | waiting? | extra? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|
 //	        protocol|version|config|closed|job_closed, "nodes": [{rank, host, instance}], "field", "value",

@@ -13,12 +13,12 @@ import (
 
 // TestWaitingNodeSaysWhoIsMissing: a static node 0 whose peer never comes says, every progress interval (the
 // default, 5 s), who has arrived, who is missing and how long it will still wait: one line per interval, not a
-// flood. A tcp node whose endpoint nobody serves says so the same way (progress_interval=1), and so do two of
+// flood. A tcp node says so the same way (progress_interval=1), before it reaches node 0's server and after, and so do two of
 // three nodes on etcd: the one counting the registrations names them and the missing node, the other counts them.
 func TestWaitingNodeSaysWhoIsMissing(t *testing.T) {
 	t.Parallel()
 	t.Run("static node 0, peer never comes", testProgressStatic)
-	t.Run("tcp node, nobody serves the endpoint", testProgressTCPClient)
+	t.Run("tcp node, before and after node 0 serves", testProgressTCPClient)
 	t.Run("etcd, 2 of 3 nodes", testProgressEtcd)
 }
 
@@ -48,15 +48,28 @@ func testProgressStatic(t *testing.T) {
 	}
 }
 
-// testProgressTCPClient: a tcp node that does not host, with nobody serving its endpoint.
+// testProgressTCPClient: a tcp node that does not host, of a world of 3, with nobody serving its endpoint yet: it
+// says it has not reached the server; once node 0 serves it (and the third node never comes), it says what the
+// server says: who has arrived and who is missing.
 func testProgressTCPClient(t *testing.T) {
 	t.Parallel()
 	ep := testutil.FreeEndpoint(t)
-	n := startNode(t, append(os.Environ(), testutil.Fake("exit:0")), "--device", "cpu", "--nnodes", "2", "--rdzv-backend", "tcp",
-		"--rdzv-endpoint", ep, "--rdzv-conf", "is_host=false,progress_interval=1", "--rdzv-timeout", neverTimeout, "--", self(t))
+	args := func(isHost, name string) []string {
+		return []string{"--device", "cpu", "--nnodes", "3", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "progress",
+			"--rdzv-conf", "is_host=" + isHost + ",progress_interval=1", "--rdzv-timeout", neverTimeout, "--node-name", name, "--", self(t)}
+	}
+	n := startNode(t, append(os.Environ(), testutil.Fake("exit:0")), args("false", "client")...)
 	line := lineWith(n.stderr.WaitFor(t, "has not reached the rendezvous server yet"), "has not reached")
 	if !strings.Contains(line, ep) || !strings.Contains(line, "the join times out in ") {
 		t.Fatalf("the progress line does not name the endpoint %s and the time left:\n%s", ep, line)
+	}
+	t.Log(line)
+	startNode(t, append(os.Environ(), testutil.Fake("exit:0")), args("true", "host")...)
+	line = lineWith(n.stderr.WaitFor(t, "(as node 0's server sees it)"), "(as node 0's server sees it)")
+	for _, want := range []string{"2 of 3 arrived", `host "client"`, `host "host"`, "missing: node rank 2", "the join times out in "} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the joined node's progress line does not say %q:\n%s", want, line)
+		}
 	}
 	t.Log(line)
 }
