@@ -138,9 +138,9 @@
 // ErrMissingNodes names the run ids of the jobs open under the prefix beside its own.
 //
 // While a join waits, the node says so every progress_interval (option, default 5 s), one line at a time: the
-// server (on the node hosting it), and on etcd the node counting the registrations, name who has arrived and who
-// is missing; the other nodes say whether they reached the server, or how many registered; each says how long
-// its join will still wait.
+// server (on the node hosting it) names who has arrived and who is missing, and every node that reached it says
+// the same, as the server answers its waiting request (one that has not yet says so); on etcd the node counting
+// the registrations names them, and the others count them. Each says how long its join will still wait.
 //
 // # Failures
 //
