@@ -23,16 +23,7 @@ func TestStragglersRefusedAlone(t *testing.T) {
 	defer cancel()
 	ep := rdzvtest.FreeAddr(t)
 	node := func(host, runID string, isHost bool) (*rendezvous.Rendezvous, rendezvous.Member) {
-		conf := map[string]string{"is_host": "false"}
-		if isHost {
-			conf["is_host"] = "true"
-		}
-		r, err := rendezvous.New(ctx, rendezvous.Config{Backend: Name, Endpoint: ep, NNodes: 2, NodeRank: -1, RunID: runID, Timeout: rdzvtest.Never(), Conf: conf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r, rendezvous.Member{Instance: rendezvous.NewInstance(), Host: host, Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1, Generation: 1}
+		return stragglerNode(ctx, t, ep, host, runID, isHost)
 	}
 	host, hm := node("new-0", "new", true)
 	joined := make(chan error, 1)
@@ -53,9 +44,7 @@ func TestStragglersRefusedAlone(t *testing.T) {
 
 	old, om := node("old-1", "old", false)
 	_, err := old.Join(ctx, om)
-	var re *rendezvous.Error
-	if !errors.As(err, &re) || !errors.Is(err, rendezvous.ErrMismatch) || re.Field != setting.RendezvousRunID ||
-		!strings.Contains(err.Error(), `"old"`) || !strings.Contains(err.Error(), `"new"`) {
+	if !runIDRefusal(err) {
 		t.Fatalf("a node of another run id: %v; want an ErrMismatch about the run id naming \"old\" and \"new\"", err)
 	}
 	stale, sm := node("new-1", "new", false)
@@ -76,4 +65,27 @@ func TestStragglersRefusedAlone(t *testing.T) {
 	if a := s.Assignment(); a.NNodes != 2 || a.RunID != "new" || a.Generation != 1 {
 		t.Fatalf("world %+v, want the 2 nodes of job new in generation 1", a)
 	}
+}
+
+// stragglerNode is a node of TestStragglersRefusedAlone: its Rendezvous on ep (hosting the server when isHost),
+// closed at the test's end, and its member for generation 1.
+func stragglerNode(ctx context.Context, t *testing.T, ep, host, runID string, isHost bool) (*rendezvous.Rendezvous, rendezvous.Member) {
+	t.Helper()
+	conf := map[string]string{"is_host": "false"}
+	if isHost {
+		conf["is_host"] = "true"
+	}
+	r, err := rendezvous.New(ctx, rendezvous.Config{Backend: Name, Endpoint: ep, NNodes: 2, NodeRank: -1, RunID: runID, Timeout: rdzvtest.Never(), Conf: conf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, rendezvous.Member{Instance: rendezvous.NewInstance(), Host: host, Addr: "127.0.0.1", LocalWorkers: 1, Rank: -1, Generation: 1}
+}
+
+// runIDRefusal reports whether err refuses a node of run id "old" at the server of job "new", naming both.
+func runIDRefusal(err error) bool {
+	var re *rendezvous.Error
+	return errors.As(err, &re) && errors.Is(err, rendezvous.ErrMismatch) && re.Field == setting.RendezvousRunID &&
+		strings.Contains(err.Error(), `"old"`) && strings.Contains(err.Error(), `"new"`)
 }
