@@ -130,17 +130,17 @@
 // bounded by Config.Timeout from the first arrival: ErrMissingNodes (which also matches ErrTimeout) names the
 // ranks, and hosts when a host list is known, that never arrived. All timeouts use the monotonic clock.
 //
-// A node of another job is no member of the world: the embedded server (tcp, static) serves the run id of the
-// node hosting it (Config.RunID until that node joins) and refuses at once, alone, a node with another run id (a
+// A node of another job is no member of the world: the embedded server (tcp, static) serves the run id the node
+// hosting it joins with, from that node's first join, and refuses at once, alone, a node with another run id (a
 // straggler of a restarted JobSet's previous attempt) with an ErrMismatch error naming both run ids (Field
 // setting.RendezvousRunID), and a node asking for a generation the job left behind with ErrWorldFull: the world
 // forms without it. On etcd each run id has keys of its own: the straggler waits alone, and its join's
 // ErrMissingNodes names the run ids of the jobs open under the prefix beside its own.
 //
 // While a join waits, the node says so every progress_interval (option, default 5 s), one line at a time: the
-// server (on the node hosting it), and on etcd the node counting the registrations, name who has arrived and who
-// is missing; the other nodes say whether they reached the server, or how many registered; each says how long
-// its join will still wait.
+// server (on the node hosting it) names who has arrived and who is missing, and every node that reached it says
+// the same, as the server answers its waiting request (one that has not yet says so); on etcd the node counting
+// the registrations names them, and the others count them. Each says how long its join will still wait.
 //
 // # Failures
 //
@@ -194,6 +194,9 @@
 // fields, unknown types, other versions, trailing data and invalid values are protocol errors: the server answers
 // {"type":"rejected","error":{...}} and hangs up.
 //
+// A waiting request sent while the node's join is under way is answered with extra {"progress": "..."}: the
+// server's line of who has arrived and who is missing, which the node logs as its own progress line.
+//
 // A join carries the sum of the node's host list (hosts_sum: its length and CRC-32C), not the list: the server
 // lays the shares out without names when every node's sum is that of the nodes' own names in rank order (a static
 // world named by its host list), and each node names them from its list. The assignment in a join's reply is the
@@ -204,7 +207,7 @@
 //	client -> server: join {id, member, nnodes, min_nodes?, last_call_ms?, hosts_sum?, timeout_ms}; barrier {id,
 //	                  name, timeout_ms}; publish {id, name, data(base64)}; gather {id, name, timeout_ms}; fail {id,
 //	                  failure}; leave {id}; waiting {id}; finish {id, exit_code}; ping {late_ms?}
-//	server -> client: reply {id, assignment? | gathered? | waiting? | error?}; pong; failure {failure} (pushed);
+//	server -> client: reply {id, assignment? | gathered? | waiting? | extra? | error?}; pong; failure {failure} (pushed);
 //	                  rejected {error}
 //	error: {"code": timeout|missing|duplicate|mismatch|bad_token|no_token|node_lost|server_lost|world_full|
 //	        protocol|version|config|closed|job_closed, "nodes": [{rank, host, instance}], "field", "value",

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -180,4 +181,34 @@ func startTLSEtcd(t *testing.T, bin, dir string, p *pki) string {
 	})
 	out.WaitFor(t, "ready to serve client requests")
 	return client
+}
+
+// TestEtcdTLSConfigErrors: what the TLS keys cannot mean is a configuration error naming the key, before any
+// connection: a protocol other than http or https, a certificate without TLS, a key without its certificate, a
+// file that does not load, endpoints of both schemes.
+func TestEtcdTLSConfigErrors(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "absent.pem")
+	for _, tc := range []struct {
+		endpoint string
+		conf     map[string]string
+		want     string
+	}{
+		{"127.0.0.1:2379", map[string]string{"protocol": "ftp"}, "must be http or https"},
+		{"127.0.0.1:2379", map[string]string{"cacert": missing}, "without TLS"},
+		{"127.0.0.1:2379", map[string]string{"protocol": "https", "key": missing}, "without its certificate"},
+		{"127.0.0.1:2379", map[string]string{"protocol": "https", "cacert": missing}, "cannot read the CA certificate"},
+		{"127.0.0.1:2379", map[string]string{"protocol": "https", "cert": missing}, "cannot load the client certificate"},
+		{"https://127.0.0.1:2379,http://127.0.0.1:2380", nil, "both http:// and https://"},
+		{"https://127.0.0.1:2379", map[string]string{"protocol": "http"}, "with protocol=http"},
+	} {
+		conf := map[string]string{}
+		for k, v := range tc.conf {
+			conf[k] = v
+		}
+		_, err := rendezvous.New(context.Background(), rendezvous.Config{Backend: Name, Endpoint: tc.endpoint, NNodes: 2, NodeRank: -1, Conf: conf})
+		if !errors.Is(err, rendezvous.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: %v; want an ErrConfig saying %q", tc.endpoint, tc.conf, err, tc.want)
+		}
+	}
 }

@@ -216,6 +216,10 @@ func (s *Server) handle(c *sconn, m *message) {
 	s.mu.Lock()
 	w, e, rank := c.w, c.ent, c.rank
 	s.mu.Unlock()
+	if m.Type == msgWaiting && w != nil && e != nil && rank < 0 { // its join under way: how the world forms
+		s.reply(c, m.ID, s.formingProgress(w), nil)
+		return
+	}
 	if w == nil || e == nil || rank < 0 {
 		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
 		return

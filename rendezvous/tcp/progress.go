@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -30,12 +31,12 @@ func (s *Server) watchForming(w *world) {
 		if s.closed || w.ended || w.complete || s.worlds[w.gen] != w || len(w.entries) == 0 {
 			return
 		}
-		s.log.Info(w.progressLine())
+		s.log.Info(w.progressLine() + "; " + w.waitLine())
 		t.Reset(s.cfg.Progress)
 	})
 }
 
-// progressLine says who has arrived in w, who is missing and how long the join still waits. With s.mu held.
+// progressLine says who has arrived in w and who is missing. With s.mu held.
 func (w *world) progressLine() string {
 	arrived := make([]rendezvous.Member, len(w.entries))
 	names := make([]string, len(w.entries))
@@ -49,30 +50,58 @@ func (w *world) progressLine() string {
 			missing = append(missing, n.String())
 		}
 	}
-	wait := fmt.Sprintf("the join times out in %s", progress.Left(w.deadline))
-	if !w.lastCallEnd.IsZero() {
-		wait = fmt.Sprintf("the last call ends in %s", progress.Left(w.lastCallEnd))
-	}
-	return fmt.Sprintf("rendezvous: generation %d waits for nodes: %d of %s arrived (%s); missing: %s; %s",
-		w.gen, len(w.entries), rendezvous.SizeRange(w.min, w.nnodes), progress.List(names, maxNamed), progress.List(missing, maxNamed), wait)
+	return fmt.Sprintf("rendezvous: generation %d waits for nodes: %d of %s arrived (%s); missing: %s",
+		w.gen, len(w.entries), rendezvous.SizeRange(w.min, w.nnodes), progress.List(names, maxNamed), progress.List(missing, maxNamed))
 }
 
-// joinProgress logs, every progress interval until stop, that this node waits for the world at the endpoint:
-// whether it has reached the server (reached), and how long it will still wait. The node hosting the server says
-// nothing here: the server's own lines say more.
-func (t *Store) joinProgress(gen int, deadline time.Time, reached *atomic.Bool, log *zap.Logger) (stop func()) {
+// waitLine says how long w's join still waits: until its timeout, or the end of its last call. With s.mu held.
+func (w *world) waitLine() string {
+	if !w.lastCallEnd.IsZero() {
+		return fmt.Sprintf("the last call ends in %s", progress.Left(w.lastCallEnd))
+	}
+	return fmt.Sprintf("the join times out in %s", progress.Left(w.deadline))
+}
+
+// progressKey is the key of the line a waiting request answers while its node's join is under way (message.Extra):
+// the server's progress line of the forming world.
+const progressKey = "progress"
+
+// formingProgress is the answer to a waiting request of a node whose join is under way: w's progress line. Takes
+// s.mu.
+func (s *Server) formingProgress(w *world) *message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.complete || w.ended {
+		return &message{}
+	}
+	return &message{Extra: map[string]string{progressKey: w.progressLine()}}
+}
+
+// joinProgress logs, every progress interval until stop, that this node waits for the world at the endpoint: once
+// it reached the server (joined holds its connection), the server's line of who has arrived and who is missing,
+// asked for with a waiting request; before, that it has not reached it; and how long it will still wait. The node
+// hosting the server says nothing here: the server's own lines say it.
+func (t *Store) joinProgress(gen int, deadline time.Time, joined *atomic.Pointer[client], log *zap.Logger) (stop func()) {
 	if t.server != nil {
 		return func() {}
 	}
-	return progress.Every(progress.Interval(t.cfg.Conf), func() {
-		what := "has not reached the rendezvous server yet (node 0, or the endpoint's host, hosts it)"
-		if reached.Load() {
-			what = "has joined; node 0's server waits for the other nodes (its log names who is missing)"
+	every := progress.Interval(t.cfg.Conf)
+	return progress.Every(every, func() {
+		wait := fmt.Sprintf("the join times out in %s", progress.Left(deadline))
+		c := joined.Load()
+		if c == nil {
+			g := "the latest generation"
+			if gen >= 0 {
+				g = fmt.Sprintf("generation %d", gen)
+			}
+			log.Info(fmt.Sprintf("rendezvous: waiting to join %s at %s: this node has not reached the rendezvous server yet (node 0, or the endpoint's host, hosts it); %s",
+				g, t.endpoint, wait))
+			return
 		}
-		g := "the latest generation"
-		if gen >= 0 {
-			g = fmt.Sprintf("generation %d", gen)
+		line := fmt.Sprintf("rendezvous: joined at %s, waiting for the other nodes", t.endpoint)
+		if r, err := c.call(context.Background(), &message{Type: msgWaiting}, min(every, time.Second)); err == nil && r.Extra[progressKey] != "" {
+			line = r.Extra[progressKey] + " (as node 0's server sees it)"
 		}
-		log.Info(fmt.Sprintf("rendezvous: waiting to join %s at %s: this node %s; the join times out in %s", g, t.endpoint, what, progress.Left(deadline)))
+		log.Info(line + "; " + wait)
 	})
 }

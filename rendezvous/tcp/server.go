@@ -54,9 +54,6 @@ type ServerConfig struct {
 	// join carries only its sum (hostsSum), and a join that times out names the hosts of the ranks that never
 	// arrived when the joiners' list is this one.
 	Hosts []string
-	// RunID is the run id of the job the server serves (its node 0's; Config.RunID): a node that joins with
-	// another is refused alone. The run id its own node joins with replaces it; "" until then: any.
-	RunID string
 	// Progress: while a world forms, who has arrived and who is missing are logged once per Progress. Default
 	// 5 s (the option progress_interval).
 	Progress time.Duration
@@ -127,7 +124,7 @@ type Server struct {
 	conns   map[*sconn]struct{}
 	worlds  map[int]*world
 	latest  int                        // the highest generation any node joined
-	runID   string                     // the run id of the job served: a node of another is refused (straggler)
+	runID   string                     // the run id of the job served, once its node joined: a node of another is refused (straggler)
 	ended   *rendezvous.JobClosedError // the job is closed (Session.Finish): every join is refused with it
 	changed chan struct{}              // closed and replaced when conns change
 	closed  bool
@@ -153,7 +150,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts), runID: cfg.RunID,
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts),
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
 		freed: make(chan struct{}, 1), lag: newLagMeter(),
 	}

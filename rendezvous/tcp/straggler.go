@@ -9,8 +9,8 @@ import (
 	"tpurun/rendezvous"
 )
 
-// The job a server serves, and the nodes of another: a server is hosted by node 0 of one job, whose run id it
-// serves (ServerConfig.RunID, then the run id its own node joins with). A node that reaches it with another run id
+// The job a server serves, and the nodes of another: a server is hosted by a node of one job (node 0), whose run
+// id it serves from the node's first join (before it, any). A node that reaches it with another run id
 // (a node of a previous attempt of a restarted JobSet, or one left over from an earlier run), or asks for a
 // generation the job has left behind, is a straggler: it is refused alone, at once, and the world of the job
 // forms without it, as torchrun's c10d lets the job's nodes form their world and fails only the straggler.

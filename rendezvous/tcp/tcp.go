@@ -169,7 +169,7 @@ func (t *Store) Host(ctx context.Context, must bool) error {
 		return err
 	}
 	s, err := Listen(ServerConfig{Addr: addr, Token: c.Token, AllowUnauthenticated: c.AllowUnauthenticated, Heartbeat: c.Heartbeat, Timeout: c.Timeout,
-		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, RunID: c.RunID, Progress: progress.Interval(c.Conf), Logger: c.Logger})
+		MaxMessage: c.MaxMessage, MaxConns: c.MaxConns, MaxUnauth: c.MaxUnauth, AuthTimeout: c.AuthTimeout, Hosts: t.hosts, Progress: progress.Interval(c.Conf), Logger: c.Logger})
 	if err != nil {
 		if !must && (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EADDRNOTAVAIL)) {
 			t.log.Debug("rendezvous server hosted elsewhere", zap.String("endpoint", t.endpoint), zap.Error(err))
@@ -196,14 +196,14 @@ func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) 
 	deadline := time.Now().Add(t.cfg.Timeout)
 	dctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	var reached atomic.Bool
-	stop := t.joinProgress(m.Generation, deadline, &reached, log)
+	var joined atomic.Pointer[client]
+	stop := t.joinProgress(m.Generation, deadline, &joined, log)
 	defer stop()
 	c, err := dial(dctx, t.resolver(), t.endpoint, t.cfg.Token, t.cfg.Heartbeat, maxOr(t.cfg.MaxMessage), log)
 	if err != nil {
 		return nil, err
 	}
-	reached.Store(true)
+	joined.Store(c)
 	req := &message{Type: msgJoin, Member: &m, NNodes: t.cfg.NNodes, HostsSum: t.hostsSum}
 	if t.cfg.MinNodes != t.cfg.NNodes {
 		req.MinNodes, req.LastCallMS = t.cfg.MinNodes, max(t.cfg.LastCall.Milliseconds(), 1)
