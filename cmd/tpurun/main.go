@@ -5,7 +5,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	_ "embed"
@@ -60,13 +59,14 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
 	f := failer{w: errc, other: outc, flags: o.flags}
-	if o.json {
+	docc := o.documentConsole(outc)
+	if docc == outc && o.json {
 		f.other = nil // stdout carries only the results document
 	}
 	defer func() { // the last flush: a stop signal bounds it (see report)
-		if err := console.Flush(outc, errc); err != nil && code == 0 { // --json into a full disk, say
+		if err := console.Flush(outc, errc, docc); err != nil && code == 0 { // --json into a full disk, say
 			code = f.fail(err)
-			_ = console.Flush(outc, errc)
+			_ = console.Flush(outc, errc, docc)
 		}
 	}()
 	log, err := console.NewLogger(o.logFormat, console.Level(o.verbose, o.quiet), errc.LogWriter())
@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
 		f.log = log
 	}
-	if o.jsonFrames && outc == errc { // raw frames among the workers' lines could not be found again
+	if o.jsonFrames && docc == errc { // raw frames among the workers' lines could not be found again
 		return f.fail(&failure.ConfigError{Field: "--json-frames", Value: "true", Hint: "stdout and stderr are one file (2>&1): give stdout a file or pipe of its own, or use --json"})
 	}
 	if err := o.describe(outc, errc, log); err != nil {
@@ -94,7 +94,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	o.spec.Signals = sigs
 	sp := summary.NewPrinter(errc.LogWriter(), f.log, o.quiet) // each attempt's summary as it ends
 	o.spec.Observers = append(o.spec.Observers, sp)
-	return report(o, &o.spec, sp, f, outc, errc)
+	return report(o, &o.spec, sp, f, consoles{out: outc, err: errc, doc: docc})
 }
 
 // parseFailed answers a command line that was not run: 0 after --help (and --version, --python-path), else the
@@ -135,7 +135,7 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	spec.Logger = log
 	spec.Stdout, spec.Stderr = stdout, stderr
 	spec.Stdin = os.Stdin // the workers read it, as torchrun's do (--stdin)
-	if spec.Results.Document = o.json; o.json {
+	if spec.Results.Document = o.json; o.json && o.jsonFD < 0 {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
 	var err error
@@ -190,9 +190,10 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdout, stderr *console.Console) int {
+func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, c consoles) int {
 	rep, err := launcher.Run(context.Background(), *spec)
-	attempt.HurryOnStop(spec.Signals, stdout, stderr) // from here to the exit
+	attempt.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
+	stderr := c.err
 	if rep != nil {
 		sp.Finish(rep)
 		if doc := rep.Results; doc != nil {
@@ -205,28 +206,13 @@ func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, stdo
 				if o.jsonFrames {
 					encode = doc.EncodeFramed
 				}
-				if jerr := printDocument(encode, stdout, stderr); jerr != nil {
+				if jerr := printDocument(encode, c.doc, stderr); jerr != nil {
 					return f.fail(fmt.Errorf("%w: results document: %w", failure.ErrInternal, jerr))
 				}
 			}
 		}
 	}
 	return f.fail(err)
-}
-
-// printDocument prints --json's document on stdout, streamed (Document.Encode) in pieces the console copies one at a
-// time; on one console with stderr (2>&1) in one write, so that no line of tpurun's log splits it. A write error is
-// the console's, reported by the caller's Flush: the error returned is the encoder's.
-func printDocument(encode func(io.Writer) error, stdout, stderr *console.Console) error {
-	if stdout != stderr {
-		return encode(stdout)
-	}
-	var b bytes.Buffer
-	if err := encode(&b); err != nil {
-		return err
-	}
-	_, _ = stdout.Write(b.Bytes())
-	return nil
 }
 
 // failer prints the error a run ends with on tpurun's stderr: a text line, or with --log-format json (log set) a log
@@ -260,6 +246,7 @@ type options struct {
 	tr             *torchFlags // torchrun's remaining flags and the container flags (torchFlags, below)
 	json           bool        // --json (or --json-frames): the results document on stdout
 	jsonFrames     bool        // --json-frames: pickled values as frames before it
+	jsonFD         int         // --json-fd: the document on this inherited descriptor instead of stdout; -1: stdout
 	exitWithParent bool
 	statusAddr     string
 	statusRemote   bool
@@ -308,6 +295,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.SetNormalizeFunc(cli.Dashes)
 	o.dev = cli.AddDevice(fs)
 	raw.fn = addResultFlags(fs, &o.spec, &o.json, &o.jsonFrames)
+	fs.IntVar(&o.jsonFD, "json-fd", -1, "--json's document (and --json-frames's frames) on this file descriptor, inherited from the caller, instead of stdout: the workers' stdout stays on stdout (what tpurun.spawn uses)")
 	fs.DurationVar(&o.spec.Grace, "grace", spec.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
 	cli.Bind(fs, "grace", setting.Grace)
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
@@ -403,8 +391,8 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
-	o.json = o.json || o.jsonFrames
-	return nil
+	o.json = o.json || o.jsonFrames || fs.Changed("json-fd")
+	return o.checkJSONFD(fs.Changed("json-fd"))
 }
 
 // streams parses the flags that say where the workers' streams go and which of them read stdin.

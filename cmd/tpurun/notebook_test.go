@@ -40,7 +40,8 @@ func notebookText(t *testing.T, raw json.RawMessage) string {
 // Debian's jupyter nbconvert executing examples/spawn.ipynb in the default python3 kernel, /usr/bin/python3), from
 // a copy of examples/ in a shell with tpurun on PATH, and reads the executed notebook back: the function, the lambda
 // and the closure defined in its cells ran in the workers and their results came back; what the workers printed
-// is the cell's stderr stream, or its stdout with stderr=sys.stdout; no cell raised.
+// on stdout is the cell's output, on stderr its stderr stream, or both its output with stderr=sys.stdout; no cell
+// raised.
 func TestNotebookAsWritten(t *testing.T) {
 	t.Parallel()
 	testutil.Need(t, "jupyter")
@@ -88,11 +89,13 @@ func TestNotebookAsWritten(t *testing.T) {
 	for _, w := range []struct{ cell, stream, want string }{
 		{"def square(index, k):", "stdout", "function: {0: 10, 1: 11, 2: 14, 3: 19}\n"},
 		{`print("lambda:", tpurun.spawn(lambda index: index + 100, nprocs=2))`, "stdout", "lambda: {0: 100, 1: 101}\n"},
-		{"def scaler(factor):", "stdout", "closure: {0: 0, 1: 3}\n"},
-		{"def scaler(factor):", "stderr", "worker 0 scales by 3\n"},
-		{"def scaler(factor):", "stderr", "worker 1 scales by 3\n"},
-		{"import sys", "stdout", "worker 1 scales by 5\n"},
-		{"import sys", "stdout", "to stdout: {0: 0, 1: 5}\n"},
+		{"import sys", "stdout", "closure: {0: 0, 1: 3}\n"},
+		{"import sys", "stdout", "worker 0 scales by 3\n"}, // the workers' stdout: the cell's output
+		{"import sys", "stdout", "worker 1 scales by 3\n"},
+		{"import sys", "stderr", "worker 0 on stderr\n"}, // their stderr: the cell's stderr stream
+		{"import sys", "stderr", "worker 1 on stderr\n"},
+		{`print("to stdout:", tpurun.spawn(scaler(5), nprocs=2, stderr=sys.stdout))`, "stdout", "worker 1 on stderr\n"},
+		{`print("to stdout:", tpurun.spawn(scaler(5), nprocs=2, stderr=sys.stdout))`, "stdout", "to stdout: {0: 0, 1: 5}\n"},
 	} {
 		if got := streams[w.cell+" "+w.stream]; !strings.Contains(got, w.want) {
 			t.Errorf("the cell %q printed %q on %s, want %q in it (every cell's streams: %q)", w.cell, got, w.stream, w.want, streams)

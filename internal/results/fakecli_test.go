@@ -19,7 +19,7 @@ import (
 // workers as the launcher does (the write end of a pipe on fd 3, TPURUN_RESULT_ID, the per-rank variables, a
 // parent-death signal), collects their frames with the real Collector and prints the real document as the last
 // thing on stdout (with --json-frames, after its pickled values as frames, as the real one does); worker output goes
-// to stderr, as with --json.
+// to stderr, as with --json. With --json-fd N the document goes to descriptor N and the workers' stdout to stdout.
 //
 // The environment steers it: FAKE_ARGV (a file to record argv and the function-mode variables in),
 // FAKE_CONFIG_ERROR (print it as tpurun prints a configuration error and exit 2 before starting anything),
@@ -46,6 +46,7 @@ func fakeCLI(args []string) int {
 		return 2
 	}
 	nprocs, fn, fnArgs, framed := 1, "", "[]", false
+	docOut, workersOut := os.Stdout, os.Stderr
 	for i := 0; i < len(args); i++ {
 		value := func() string {
 			if i+1 >= len(args) {
@@ -69,6 +70,14 @@ func fakeCLI(args []string) int {
 			fn = value()
 		case "--fn-args-json":
 			fnArgs = value()
+		case "--json-fd":
+			fd, err := strconv.Atoi(value())
+			if err != nil || fd < 3 {
+				fmt.Fprintf(os.Stderr, "tpurun: --json-fd %q: want a descriptor from 3 up\n", args[i])
+				return 2
+			}
+			docOut, workersOut = os.NewFile(uintptr(fd), "json-fd"), os.Stdout
+			syscall.CloseOnExec(fd)
 		default:
 			fmt.Fprintf(os.Stderr, "tpurun: unknown flag: %s\n", a)
 			return 2
@@ -104,7 +113,7 @@ func fakeCLI(args []string) int {
 			worker.EnvReplicas+"="+strconv.Itoa(rank), "RANK="+strconv.Itoa(rank), "LOCAL_RANK="+strconv.Itoa(rank),
 			"WORLD_SIZE="+strconv.Itoa(nprocs), "LOCAL_WORLD_SIZE="+strconv.Itoa(nprocs))
 		cmd.ExtraFiles = []*os.File{w}
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmd.Stdout, cmd.Stderr = workersOut, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			fmt.Fprintf(os.Stderr, "tpurun: start rank %d: %v\n", rank, err)
@@ -145,7 +154,7 @@ func fakeCLI(args []string) int {
 	if framed {
 		encode = doc.EncodeFramed
 	}
-	if err := encode(os.Stdout); err != nil {
+	if err := encode(docOut); err != nil {
 		fmt.Fprintf(os.Stderr, "tpurun: --json: %v\n", err)
 		return 70
 	}

@@ -25,7 +25,11 @@ if not os.environ.get("FAKE_QUIET"):
     print("{\"results\": \"a decoy line that is not the last thing\"}", flush=True)
 doc = os.environ.get("FAKE_DOC")
 if doc:
-    sys.stdout.buffer.write(open(doc, "rb").read())
+    out = sys.stdout.buffer
+    if "--json-fd" in sys.argv:  # the document on the caller's pipe, as tpurun --json-fd writes it
+        out = os.fdopen(int(sys.argv[sys.argv.index("--json-fd") + 1]), "wb")
+    out.write(open(doc, "rb").read())
+    out.flush()
 sys.exit(int(os.environ.get("FAKE_RC", "0")))
 `
 
@@ -152,9 +156,16 @@ func TestSpawn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: driver failed: %v\n%s", mode, err, out)
 		}
+		// the driver's line is its last: what the fake's workers printed on stdout comes before it (spawn forwards
+		// tpurun's stdout to sys.stdout, the document coming on a pipe of its own)
+		lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
 		var o outcome
-		if err := json.Unmarshal(out, &o); err != nil {
+		if err := json.Unmarshal(lines[len(lines)-1], &o); err != nil {
 			t.Fatalf("%s: %v: %s", mode, err, out)
+		}
+		if wantNoise := os.Getenv("FAKE_QUIET") == "" && !slices.Contains(env, "FAKE_QUIET=1"); wantNoise && mode == "fn" &&
+			!bytes.Contains(out, []byte("worker 0 says {not json\n")) {
+			t.Fatalf("%s: the fake's stdout did not reach the caller's stdout:\n%s", mode, out)
 		}
 		var argv map[string]any
 		if b, err := os.ReadFile(argvFile); err == nil {
@@ -171,7 +182,7 @@ func TestSpawn(t *testing.T) {
 		if r0, _ := o.Results["0"].(map[string]any); r0["sq"] != float64(0) || r0["index"] != float64(0) {
 			t.Fatalf("replica 0: %+v", o.Results["0"])
 		}
-		got := strings.Join(anyStrings(argv["argv"]), " ")
+		got := withoutJSONFD(anyStrings(argv["argv"]))
 		if got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [3]" {
 			t.Fatalf("spawn ran tpurun %s", got)
 		}
@@ -210,7 +221,7 @@ func TestSpawn(t *testing.T) {
 	for _, mode := range []string{"positional", "positional6"} {
 		t.Run(mode, func(t *testing.T) {
 			o, argv := run(mode, okDoc, "0")
-			got := strings.Join(anyStrings(argv["argv"]), " ")
+			got := withoutJSONFD(anyStrings(argv["argv"]))
 			if !o.OK || got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square --fn-args-json [5]" || len(o.Warnings) != 0 {
 				t.Fatalf("%+v; tpurun ran with %s", o, got)
 			}
@@ -218,7 +229,7 @@ func TestSpawn(t *testing.T) {
 	}
 	t.Run("an integer too long for JSON is pickled", func(t *testing.T) {
 		o, argv := run("bigint", okDoc, "0")
-		got := strings.Join(anyStrings(argv["argv"]), " ")
+		got := withoutJSONFD(anyStrings(argv["argv"]))
 		if !o.OK || got != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn fnmod:square" {
 			t.Fatalf("%+v; tpurun ran with %s", o, got)
 		}
@@ -226,7 +237,7 @@ func TestSpawn(t *testing.T) {
 	t.Run("join and daemon have no effect and say so; fork preloads", func(t *testing.T) {
 		o, argv := run("noop-options", okDoc, "0")
 		w := strings.Join(o.Warnings, "\n")
-		got := strings.Join(anyStrings(argv["argv"]), " ")
+		got := withoutJSONFD(anyStrings(argv["argv"]))
 		if !o.OK || argv == nil || len(o.Warnings) != 2 || !strings.Contains(w, "join=False has no effect") ||
 			!strings.Contains(w, "daemon=True has no effect") || !strings.Contains(got, "--preload fnmod --fn fnmod:square") {
 			t.Fatalf("%+v; tpurun ran with %s", o, got)

@@ -129,7 +129,7 @@ func TestSpawnPicklesBothWays(t *testing.T) {
 		}
 	}
 	rec := readRecord(t, record)
-	argv := strings.Join(anyStrings(rec["argv"]), " ")
+	argv := withoutJSONFD(anyStrings(rec["argv"]))
 	if argv != "--json-frames --exit-with-parent --quiet --nprocs 2 --fn "+script+":_mp_fn" {
 		t.Errorf("tpurun ran with %s; want no --fn-args-json (the arguments are pickled)", argv)
 	}
@@ -230,7 +230,7 @@ print(json.dumps({"sq": res[0]["sq"], "rest": [len(r) for r in res[0]["rest"]]})
 		t.Fatalf("got %s", out)
 	}
 	rec := readRecord(t, record)
-	if argv := strings.Join(anyStrings(rec["argv"]), " "); argv != "--json-frames --exit-with-parent --quiet --nprocs 1 --fn fnmod:square" {
+	if argv := withoutJSONFD(anyStrings(rec["argv"])); argv != "--json-frames --exit-with-parent --quiet --nprocs 1 --fn fnmod:square" {
 		t.Fatalf("tpurun ran with %.200s", argv)
 	}
 	if n, _ := rec["args_file_bytes"].(float64); n < 300000 {
@@ -262,7 +262,7 @@ if "TPURUN_RESULT_FD" not in os.environ:  # the caller, not a worker importing t
 		t.Fatalf("got %s", out)
 	}
 	rec := readRecord(t, record)
-	if argv := strings.Join(anyStrings(rec["argv"]), " "); argv != "--json --exit-with-parent --quiet --nprocs 2 --fn impmod:f --fn-args-json []" {
+	if argv := withoutJSONFD(anyStrings(rec["argv"])); argv != "--json --exit-with-parent --quiet --nprocs 2 --fn impmod:f --fn-args-json []" {
 		t.Fatalf("tpurun ran with %.200s; want --json: the values decoded once the import's thread has them", argv)
 	}
 }
@@ -450,4 +450,18 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// withoutJSONFD is tpurun's argv as spawn passed it, joined by spaces, without --json-fd and its descriptor (a
+// number the caller's process chose): spawn passes it unless stderr= is given, and the document comes on that pipe.
+func withoutJSONFD(argv []string) string {
+	var kept []string
+	for i := 0; i < len(argv); i++ {
+		if argv[i] == "--json-fd" && i+1 < len(argv) {
+			i++
+			continue
+		}
+		kept = append(kept, argv[i])
+	}
+	return strings.Join(kept, " ")
 }

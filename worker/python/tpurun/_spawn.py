@@ -6,6 +6,7 @@ then tpurun's own, keyword-only. See spawn's docstring for what each one does he
 """
 
 import base64
+import codecs
 import collections
 import difflib
 import io
@@ -524,7 +525,10 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
     env          the environment for tpurun and the workers (default os.environ).
     timeout      seconds; past it tpurun is stopped (see run) and SpawnTimeout raised.
     grace        seconds between SIGTERM and SIGKILL when stopping tpurun (default 15).
-    stderr       where tpurun's and the workers' output goes (see run).
+    stderr       None (the default): the workers' stdout goes to this process's sys.stdout, their stderr and
+                 tpurun's own lines to sys.stderr, as they come (in a notebook, the cell's output and its stderr
+                 stream); tpurun writes the results on a pipe of their own (tpurun --json-fd). A file object, a file
+                 descriptor or subprocess.DEVNULL: all of it goes there, as with run.
     verbose      tpurun's own lines (its start, each attempt's summary) on success too; by default, as xmp.spawn,
                  only the workers' output and, when something fails, tpurun's report (see run).
 
@@ -613,20 +617,24 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
         # Values as frames, unpickled as they come by the thread that reads them; from a module being imported, in
         # the document (base64), decoded here once tpurun has exited (_importing).
         framed = None if _importing() else {}
-        doc = _run(argv, tpurun, run_env, timeout, stderr, grace, verbose, framed)
+        doc = _run(argv, tpurun, run_env, timeout, stderr, grace, verbose, framed, own_stdout=stderr is None)
     finally:
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
     return decode_results(doc, framed)
 
 
-def _sink(stderr):
-    """A function that writes bytes where stderr (run's parameter) says, or None to discard them."""
+def _sink(stderr, default="stderr"):
+    """A function that writes bytes where stderr (run's parameter) says, or None to discard them; stderr None: to
+    sys.<default> as it is when each piece comes (a notebook replaces it per cell), text streams through one
+    incremental decoder, so that a character cut between two reads arrives whole."""
     if stderr == subprocess.DEVNULL:
         return None
     if stderr is None:
+        text = codecs.getincrementaldecoder("utf-8")("replace")
+
         def write(b):
-            s = sys.stderr
+            s = getattr(sys, default)
             if s is None:
                 return
             buf = getattr(s, "buffer", None)
@@ -635,7 +643,7 @@ def _sink(stderr):
                 buf.write(b)
                 buf.flush()
             else:
-                s.write(b.decode("utf-8", "replace"))
+                s.write(text.decode(b))
                 s.flush()
         return write
     if isinstance(stderr, int):
@@ -696,6 +704,27 @@ class _Stderr:
     def _line(self, line):
         if _OWN_LINE.match(line):
             self.own.append(line.rstrip(b"\r").decode("utf-8", "replace"))
+
+
+def _forward(pipe, sink):
+    """Copies pipe (a raw or buffered reader) to sink as it comes, until its end, and closes it: tpurun's stdout when
+    the document comes on a pipe of its own (spawn's default). A failed sink stops the writing, not the reading, so
+    that tpurun never blocks on a pipe nobody reads."""
+    fd = pipe.fileno()
+    try:
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            if sink is not None:
+                try:
+                    sink(b)
+                except (OSError, ValueError):
+                    sink = None
+    except OSError:
+        pass
+    finally:
+        pipe.close()
 
 
 def _read_all(pipe, out):
@@ -764,22 +793,42 @@ def run(argv, tpurun=None, env=None, timeout=None, stderr=None, grace=None, verb
     return _run(argv, tpurun, env, timeout, stderr, grace, verbose, None)
 
 
-def _run(argv, tpurun, env, timeout, stderr, grace, verbose, framed):
+def _run(argv, tpurun, env, timeout, stderr, grace, verbose, framed, own_stdout=False):
     """run; with framed (a dict), as tpurun --json-frames: each pickled value comes before the document as a frame,
-    unpickled from the pipe into framed[replica] as it comes (what spawn does: no base64 in JSON to decode)."""
+    unpickled from the pipe into framed[replica] as it comes (what spawn does: no base64 in JSON to decode). With
+    own_stdout, the document (and the frames) come on a pipe of their own (tpurun --json-fd) and tpurun's stdout,
+    the workers' stdout, is forwarded to sys.stdout."""
     timeout = _positive("timeout", timeout)
     grace = _positive("grace", grace, DEFAULT_GRACE)
     json_flag = "--json" if framed is None else "--json-frames"
-    cmd = [find_binary(tpurun), json_flag, "--exit-with-parent"] + ([] if verbose else ["--quiet"]) + list(argv)
     env = dict(os.environ if env is None else env)
     if sys.executable:  # the workers' interpreter, unless --python or $PYTHON_EXEC names one (as xmp.spawn's children)
         env[ENV_CALLER_PYTHON] = sys.executable
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    flags = [json_flag, "--exit-with-parent"] + ([] if verbose else ["--quiet"])
+    doc_r = doc_w = None
+    if own_stdout:
+        doc_r, doc_w = os.pipe()
+        flags += ["--json-fd", str(doc_w)]
+    cmd = [find_binary(tpurun)] + flags + list(argv)
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                pass_fds=() if doc_w is None else (doc_w,))
+    except BaseException:
+        if doc_r is not None:
+            os.close(doc_r)
+        raise
+    finally:
+        if doc_w is not None:
+            os.close(doc_w)  # tpurun holds it now: the end of file comes when tpurun exits
     out = bytearray()
     err = _Stderr(proc.stderr, _sink(stderr))
-    read = (_read_all, (proc.stdout, out)) if framed is None else (_read_framed, (proc.stdout, framed, out))
-    readers = [threading.Thread(target=read[0], args=read[1], name="tpurun-stdout", daemon=True),
+    doc_pipe = proc.stdout if doc_r is None else open(doc_r, "rb")
+    read = (_read_all, (doc_pipe, out)) if framed is None else (_read_framed, (doc_pipe, framed, out))
+    readers = [threading.Thread(target=read[0], args=read[1], name="tpurun-document", daemon=True),
                threading.Thread(target=err.run, name="tpurun-stderr", daemon=True)]
+    if doc_r is not None:
+        readers.append(threading.Thread(target=_forward, args=(proc.stdout, _sink(None, "stdout")),
+                                        name="tpurun-stdout", daemon=True))
     for t in readers:
         t.start()
     timed_out = killed = False
@@ -816,8 +865,8 @@ def _run(argv, tpurun, env, timeout, stderr, grace, verbose, framed):
             msg = ("%s refused the run with exit code 2 (a usage or configuration error) and printed no results "
                    "document" % cmd[0])
         else:
-            msg = "%s exited with code %d after %.1fs and printed no results document on stdout" % (cmd[0], code,
-                                                                                                     elapsed)
+            msg = "%s exited with code %d after %.1fs and printed no results document %s" % (
+                cmd[0], code, elapsed, "on stdout" if doc_r is None else "on its results pipe (--json-fd)")
         if messages:
             msg += ": " + " | ".join(messages)
         else:

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+)
+
+// consoles are the files tpurun writes: its stdout and stderr (one Console when they are one file), and where
+// --json's document goes (stdout's Console, or --json-fd's).
+type consoles struct {
+	out, err, doc *console.Console
+}
+
+// checkJSONFD checks --json-fd's descriptor when the flag was given: an open descriptor from 3 up, inherited from
+// the caller (0, 1 and 2 are stdin, stdout and stderr: --json alone prints on stdout). It is marked close-on-exec,
+// so that no worker inherits the write end of the caller's pipe (the caller would then wait for the workers' exit
+// for its end of file).
+func (o *options) checkJSONFD(given bool) error {
+	if !given {
+		o.jsonFD = -1
+		return nil
+	}
+	fd := o.jsonFD
+	if fd < 3 {
+		return &failure.ConfigError{Field: "--json-fd", Value: strconv.Itoa(fd), Hint: "use a descriptor from 3 up that the caller left open (subprocess.Popen's pass_fds); --json alone prints on stdout"}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &failure.ConfigError{Field: "--json-fd", Value: strconv.Itoa(fd), Hint: "no such open descriptor in tpurun (" + err.Error() + "): pass it to tpurun open and inheritable (pass_fds)"}
+	}
+	unix.CloseOnExec(fd)
+	return nil
+}
+
+// documentConsole is the Console --json's document goes to: outc (stdout's) unless --json-fd names a descriptor.
+func (o *options) documentConsole(outc *console.Console) *console.Console {
+	if o.jsonFD < 0 {
+		return outc
+	}
+	return console.NewConsole("--json-fd "+strconv.Itoa(o.jsonFD), os.NewFile(uintptr(o.jsonFD), "json-fd"))
+}
+
+// printDocument prints --json's document on its console, streamed (Document.Encode) in pieces the console copies
+// one at a time; on one console with stderr (2>&1) in one write, so that no line of tpurun's log splits it. A write
+// error is the console's, reported by the caller's Flush: the error returned is the encoder's.
+func printDocument(encode func(io.Writer) error, doc, stderr *console.Console) error {
+	if doc != stderr {
+		return encode(doc)
+	}
+	var b bytes.Buffer
+	if err := encode(&b); err != nil {
+		return err
+	}
+	_, _ = doc.Write(b.Bytes())
+	return nil
+}
