@@ -19,7 +19,7 @@ func TestParseConf(t *testing.T) {
 }
 
 // TestParseConfTorchrunKeys: torchrun's own --rdzv-conf lines are accepted: its keys with their meaning where
-// tpurun has one (timeout and heartbeat_timeout alias join_timeout and heartbeat, keep_alive_* make the heartbeat),
+// tpurun has one (timeout aliases join_timeout, heartbeat_timeout and keep_alive_* make the heartbeat),
 // the rest kept and checked as known, quotes a test or a shell left around the list or a value dropped, and
 // torchrun's booleans for is_host. Unknown keys are still refused.
 func TestParseConfTorchrunKeys(t *testing.T) {
@@ -27,7 +27,7 @@ func TestParseConfTorchrunKeys(t *testing.T) {
 		"'join_timeout=5,last_call_timeout=1,timeout=5'": {"join_timeout": "5", "last_call_timeout": "1"},
 		"timeout=5": {"join_timeout": "5"},
 		`read_timeout="60", close_timeout=10 , is_host=True`: {"read_timeout": "60", "close_timeout": "10", "is_host": "true"},
-		"heartbeat_timeout=7,etcd_prefix=/x,is_host=no":      {"heartbeat": "7", "prefix": "/x", "is_host": "false"},
+		"heartbeat_timeout=7,etcd_prefix=/x,is_host=no":      {"heartbeat_timeout": "7", "prefix": "/x", "is_host": "false"},
 		"keep_alive_interval=2,keep_alive_max_attempt=4":     {"keep_alive_interval": "2", "keep_alive_max_attempt": "4"},
 		"use_libuv=1,store_type=tcp":                         {"use_libuv": "1", "store_type": "tcp"},
 		"join_timeout=9,timeout=5":                           {"join_timeout": "9"},
@@ -57,6 +57,12 @@ func TestParseConfTorchrunKeys(t *testing.T) {
 	}
 	if hb, err := heartbeat(map[string]string{"keep_alive_interval": "2", "keep_alive_max_attempt": "4"}, time.Second); err != nil || hb != 8*time.Second/SilentBeats {
 		t.Errorf("keep_alive 2 x 4: heartbeat %s %v, want a silence limit of 8s", hb, err)
+	}
+	if hb, err := heartbeat(map[string]string{"heartbeat_timeout": "9"}, time.Second); err != nil || hb != 9*time.Second/SilentBeats {
+		t.Errorf("heartbeat_timeout 9: heartbeat %s %v, want a silence limit of 9s", hb, err)
+	}
+	if hb, err := heartbeat(map[string]string{"heartbeat_timeout": "9", "heartbeat": "2"}, time.Second); err != nil || hb != 2*time.Second {
+		t.Errorf("heartbeat 2 beside heartbeat_timeout 9: %s %v, want 2s", hb, err)
 	}
 	if hb, err := heartbeat(map[string]string{"keep_alive_interval": "2", "heartbeat": "3"}, time.Second); err != nil || hb != 3*time.Second {
 		t.Errorf("heartbeat 3 beside keep_alive_interval 2: %s %v, want 3s", hb, err)

@@ -361,12 +361,13 @@ type Config struct {
 }
 
 // confKeys are the Conf keys understood, sorted: tpurun's, and torchrun's (c10d and etcd) that ParseConf keeps.
-var confKeys = []string{"cacert", "cert", "close_timeout", "heartbeat", "hosts", "is_host", "join_timeout", "keep_alive_interval", "keep_alive_max_attempt",
+var confKeys = []string{"cacert", "cert", "close_timeout", "heartbeat", "heartbeat_timeout", "hosts", "is_host", "join_timeout", "keep_alive_interval", "keep_alive_max_attempt",
 	"key", "last_call_timeout", "linger", "port", "prefix", "progress_interval", "protocol", "read_timeout", "store_type", "use_libuv"}
 
 // confAliases are torchrun's keys that mean one of tpurun's: its etcd backend's "timeout" is the join timeout,
-// heartbeat_timeout the time after which a silent node is lost, etcd_prefix the key prefix.
-var confAliases = map[string]string{"timeout": "join_timeout", "heartbeat_timeout": "heartbeat", "etcd_prefix": "prefix"}
+// etcd_prefix the key prefix. (heartbeat_timeout, the time after which a silent node is lost, is SilentBeats
+// heartbeats: see heartbeat.)
+var confAliases = map[string]string{"timeout": "join_timeout", "etcd_prefix": "prefix"}
 
 // NoEffectConf are torchrun's keys that are accepted and do nothing under tpurun (its messages have their own
 // bounds, and it has no TCPStore to tune).
@@ -375,7 +376,7 @@ var NoEffectConf = []string{"close_timeout", "read_timeout", "store_type", "use_
 // ParseConf parses options given as comma-separated key=value pairs ("join_timeout=60,is_host=true"), as torchrun
 // takes --rdzv-conf: white space and quotes around the whole list, a key or a value are dropped (a shell that kept
 // them, or a test that passes "'timeout=5'"), torchrun's aliases become tpurun's keys (timeout: join_timeout,
-// heartbeat_timeout: heartbeat, etcd_prefix: prefix; the tpurun key wins when both are given), and is_host takes
+// etcd_prefix: prefix; the tpurun key wins when both are given), and is_host takes
 // torchrun's booleans (yes, no, t, f, ...). Unknown keys are refused later, by New or CheckConf.
 func ParseConf(s string) (map[string]string, error) {
 	out := map[string]string{}
@@ -484,14 +485,19 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	return 0, ConfigError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
-// heartbeat is the heartbeat: the heartbeat option, else the one whose SilenceLimit is torchrun's
-// keep_alive_interval x keep_alive_max_attempt (5 s x 3 by default there: a heartbeat of 5 s) when either is given,
-// else def.
+// heartbeat is the heartbeat: the heartbeat option, else the one whose silence limit (SilentBeats heartbeats) is
+// torchrun's heartbeat_timeout, else torchrun's keep_alive_interval x keep_alive_max_attempt (5 s x 3 by default
+// there: a heartbeat of 5 s) when either is given, else def.
 func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error) {
 	_, i := conf["keep_alive_interval"]
 	_, n := conf["keep_alive_max_attempt"]
-	if _, hb := conf["heartbeat"]; hb || !i && !n {
+	_, limit := conf["heartbeat_timeout"]
+	if _, hb := conf["heartbeat"]; hb || !i && !n && !limit {
 		return confDuration(conf, "heartbeat", def)
+	}
+	if limit {
+		d, err := confDuration(conf, "heartbeat_timeout", def)
+		return d / SilentBeats, err
 	}
 	interval, err := confDuration(conf, "keep_alive_interval", 5*time.Second)
 	if err != nil {
