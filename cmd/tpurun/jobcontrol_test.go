@@ -94,29 +94,37 @@ func TestJobControlStopThenContinueBackToBack(t *testing.T) {
 	}
 }
 
-// TestJobControlStopDuringTheStart: SIGTSTP while 32 workers are still being started. Once tpurun is stopped, every
-// worker it started is stopped too (before, the workers started after the signal ran on and wrote), and SIGCONT
-// resumes the start: all 32 come up.
+// TestJobControlStopDuringTheStart: SIGTSTP while 32 workers are still being started, at the first start and at a
+// restart's (attempt 0's workers exit 3). Once tpurun is stopped, every worker it started is stopped too (before,
+// the workers started after the signal ran on and wrote), and SIGCONT resumes the start: all 32 come up.
 func TestJobControlStopDuringTheStart(t *testing.T) {
 	t.Parallel()
 	const n = 32
-	l := launch(t, false, nil, "--nprocs", strconv.Itoa(n), "--", "/bin/sh", "-c", `echo "ready $$"; exec sleep 1000`)
-	l.waitFor("the first worker ready", func(lines []string) bool {
-		return strings.Contains(strings.Join(lines, "\n"), "] ready ")
-	})
-	l.signal(syscall.SIGTSTP)
-	l.waitFor("tpurun stopped", func([]string) bool { return procState(l.target) == "T" })
-	kids := testutil.ChildrenOf(l.target)
-	for _, pid := range kids {
-		if st := procState(pid); st != "T" {
-			t.Fatalf("tpurun is stopped, its worker %d is %q (of %d started): %s\n%s", pid, st, len(kids), signalState(pid), l.output())
-		}
-	}
-	l.signal(syscall.SIGCONT)
-	l.waitFor(fmt.Sprintf("all %d workers ready", n), readyAll(n))
-	l.signal(syscall.SIGTERM)
-	if code := l.wait(); code != 143 {
-		t.Fatalf("exit %d, want 143\n%s", code, l.output())
+	for _, tc := range []struct{ name, script string }{
+		{"start", `echo "ready $$"; exec sleep 1000`},
+		{"restart", `if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then exit 3; fi; echo "ready $$"; exec sleep 1000`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := launch(t, false, nil, "--nprocs", strconv.Itoa(n), "--max-restarts", "1", "--", "/bin/sh", "-c", tc.script)
+			l.waitFor("the first worker ready", func(lines []string) bool {
+				return strings.Contains(strings.Join(lines, "\n"), "] ready ")
+			})
+			l.signal(syscall.SIGTSTP)
+			l.waitFor("tpurun stopped", func([]string) bool { return procState(l.target) == "T" })
+			kids := testutil.ChildrenOf(l.target)
+			for _, pid := range kids {
+				if st := procState(pid); st != "T" && st != "Z" {
+					t.Fatalf("tpurun is stopped, its worker %d is %q (of %d started): %s\n%s", pid, st, len(kids), signalState(pid), l.output())
+				}
+			}
+			l.signal(syscall.SIGCONT)
+			l.waitFor(fmt.Sprintf("all %d workers ready", n), readyAll(n))
+			l.signal(syscall.SIGTERM)
+			if code := l.wait(); code != 143 {
+				t.Fatalf("exit %d, want 143\n%s", code, l.output())
+			}
+		})
 	}
 }
 
