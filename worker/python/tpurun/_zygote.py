@@ -3,7 +3,7 @@ safe to fork, then fork one worker per request, each becoming exactly the progra
 
 tpurun runs it as ``PYTHON [the program's interpreter flags] .../tpurun/_zygote.py`` with its control socket on
 descriptor 3, in the environment that every local worker shares. It is self-contained (stdlib only, nothing of
-tpurun is imported): with -I or -P its directory is not on sys.path.
+tpurun is imported): with -I or -P its directory is not on sys.path; its sibling _pools.py is run by path.
 
 The control socket carries messages of a 4-byte big-endian length and a JSON object; byte strings that must
 arrive unchanged (environment, arguments, paths) travel base64-encoded:
