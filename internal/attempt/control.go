@@ -465,8 +465,9 @@ func repeats(s os.Signal) int {
 	return 1
 }
 
-// ExitWithParent makes the kernel send this process SIGTERM when the process that started it exits, so a
-// launcher whose caller was killed stops its workers gracefully instead of running on. A caller that is already
+// ExitWithParent makes this process send itself SIGTERM when the process that started it exits (the process, not
+// the thread that forked it: proc.ExitWithParent), so a launcher whose caller was killed stops its workers
+// gracefully instead of running on. A caller that is already
 // gone is a *failure.SignalError (exit 143).
 func ExitWithParent() error {
 	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
