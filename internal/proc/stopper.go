@@ -154,7 +154,8 @@ func (s *Stopper) pendingHere(sig syscall.Signal) bool {
 //
 // The parent's death is made to send SIGCONT for the moment of the stop (PR_SET_PDEATHSIG on this thread, the
 // earlier setting put back after; if that was a signal and the parent died, it is raised then): a look at
-// GroupOrphaned followed by the stop cannot be made safe, and the kernel does not continue a process of many threads whose shell dies while its threads are still entering the stop.
+// GroupOrphaned followed by the stop cannot be made safe, and the kernel does not continue a process of many
+// threads whose shell dies while its threads are still entering the stop.
 func (s *Stopper) Stop() (parentGone bool, err error) {
 	s.on(func() { parentGone, err = s.stopHere() })
 	return parentGone, err
