@@ -18,12 +18,14 @@ type consoles struct {
 	out, err, doc *console.Console
 }
 
-// checkJSONFD checks --json-fd's descriptor when the flag was given: an open descriptor from 3 up, inherited from
-// the caller (0, 1 and 2 are stdin, stdout and stderr: --json alone prints on stdout). It is marked close-on-exec,
-// so that no worker inherits the write end of the caller's pipe (the caller would then wait for the workers' exit
-// for its end of file).
-func (o *options) checkJSONFD(given bool) error {
-	if !given {
+// documentFlags settles where the results document goes: --json, --json-frames and --json-fd each ask for it;
+// --json-fd's descriptor, when the flag was given (fdGiven), must be open and from 3 up, inherited from the caller
+// (0, 1 and 2 are stdin, stdout and stderr: --json alone prints on stdout). It is marked close-on-exec, so that no
+// worker inherits the write end of the caller's pipe (the caller would then wait for the workers' exit for its end
+// of file).
+func (o *options) documentFlags(fdGiven bool) error {
+	o.json = o.json || o.jsonFrames || fdGiven
+	if !fdGiven {
 		o.jsonFD = -1
 		return nil
 	}

@@ -391,8 +391,7 @@ func (o *options) finish(fs *pflag.FlagSet, raw *rawFlags) error {
 	if o.logFormat != "console" && o.logFormat != "json" {
 		return &failure.ConfigError{Field: "--log-format", Value: o.logFormat, Hint: "use console or json"}
 	}
-	o.json = o.json || o.jsonFrames || fs.Changed("json-fd")
-	return o.checkJSONFD(fs.Changed("json-fd"))
+	return o.documentFlags(fs.Changed("json-fd"))
 }
 
 // streams parses the flags that say where the workers' streams go and which of them read stdin.

@@ -216,12 +216,8 @@ func (s *Server) handle(c *sconn, m *message) {
 	s.mu.Lock()
 	w, e, rank := c.w, c.ent, c.rank
 	s.mu.Unlock()
-	if m.Type == msgWaiting && w != nil && e != nil && rank < 0 { // its join under way: how the world forms
-		s.reply(c, m.ID, s.formingProgress(w), nil)
-		return
-	}
 	if w == nil || e == nil || rank < 0 {
-		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
+		s.beforeJoined(c, m, w, e)
 		return
 	}
 	switch m.Type {
@@ -235,30 +231,50 @@ func (s *Server) handle(c *sconn, m *message) {
 	case msgGather:
 		s.gather(c, w, m)
 	case msgFail:
-		if m.Failure == nil {
-			s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, "fail message without a failure"))
-			return
-		}
-		f := *m.Failure
-		f.Node = e.m.Ref(rank)
-		f.Lost = false
-		s.spread(w, c, f)
-		s.reply(c, m.ID, nil, nil)
+		s.failed(c, w, e, rank, m)
 	case msgLeave:
-		s.mu.Lock()
-		if !e.left && !e.lost {
-			e.left = true
-			w.nodeGone(e)
-		}
-		s.mu.Unlock()
-		s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
-		s.reply(c, m.ID, nil, nil)
+		s.left(c, w, e, rank, m)
 	case msgWaiting:
 		s.reply(c, m.ID, &message{Waiting: s.waiting(w.gen)}, nil)
 	case msgFinish:
 		s.closeJob(w, m.ExitCode)
 		s.reply(c, m.ID, nil, nil)
 	}
+}
+
+// beforeJoined answers a message of a connection whose join has not completed: a waiting node asking how the world
+// forms (its join under way: w and e set), else a protocol error.
+func (s *Server) beforeJoined(c *sconn, m *message, w *world, e *entry) {
+	if m.Type == msgWaiting && w != nil && e != nil {
+		s.reply(c, m.ID, s.formingProgress(w), nil)
+		return
+	}
+	s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
+}
+
+// failed spreads the failure node rank reported (msgFail) to the rest of its world.
+func (s *Server) failed(c *sconn, w *world, e *entry, rank int, m *message) {
+	if m.Failure == nil {
+		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, "fail message without a failure"))
+		return
+	}
+	f := *m.Failure
+	f.Node = e.m.Ref(rank)
+	f.Lost = false
+	s.spread(w, c, f)
+	s.reply(c, m.ID, nil, nil)
+}
+
+// left records that node rank left its world on purpose (msgLeave): it is gone, not lost.
+func (s *Server) left(c *sconn, w *world, e *entry, rank int, m *message) {
+	s.mu.Lock()
+	if !e.left && !e.lost {
+		e.left = true
+		w.nodeGone(e)
+	}
+	s.mu.Unlock()
+	s.log.Debug("node left", zap.Int("node_rank", rank), zap.String("host", e.m.Host))
+	s.reply(c, m.ID, nil, nil)
 }
 
 // spread records f and pushes it to every other connection of the world (encoded once).
