@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,12 @@ func sliceHostVerb(*testutil.Worker) int {
 	hosts, _ := strconv.Atoi(os.Getenv("RDZV_HOSTS"))
 	cfg, m := sliceNode(os.Getenv("RDZV_SLICE_EP"), slices, hosts)(0)
 	cfg.Logger = benchLog()
+	if p := os.Getenv("RDZV_SLICEHOST_CPUPROFILE"); p != "" { // where node 0's process writes its CPU profile
+		if f, err := os.Create(p); err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	ctx := context.Background()
 	r, err := rendezvous.New(ctx, cfg)
 	if err != nil {
@@ -126,12 +133,17 @@ func formSplit(t testing.TB, slices, hosts int, st *benchStats) (*sliceHost, []*
 }
 
 // BenchmarkRendezvousPodSlices256x64: the moonshot, 256 slices of 64 hosts, 16,384 hosts, node 0 (the server's
-// host) a process of its own.
+// host) a process of its own. For a diagnosis: RDZV_MOON_SLICES sets another number of slices of 64 hosts, and
+// RDZV_SLICEHOST_CPUPROFILE is where node 0's process writes its CPU profile.
 func BenchmarkRendezvousPodSlices256x64(b *testing.B) {
 	st := newBenchStats()
 	for range b.N {
 		settle(b)
-		h, rs, sess := formSplit(b, 256, 64, st)
+		slices := 256
+		if v := os.Getenv("RDZV_MOON_SLICES"); v != "" {
+			slices, _ = strconv.Atoi(v)
+		}
+		h, rs, sess := formSplit(b, slices, 64, st)
 		b.StopTimer()
 		closeWorld(rs, sess)
 		h.stop()
