@@ -68,12 +68,20 @@ func formWorld(b *testing.B, n int, node benchNode, st *benchStats) ([]*rendezvo
 // formWorldAs is formWorld with each node's member completed by self (nil: as node gives it) on its Rendezvous.
 func formWorldAs(b *testing.B, n int, node benchNode, self func(r *rendezvous.Rendezvous, i int, m rendezvous.Member) (rendezvous.Member, error),
 	st *benchStats) ([]*rendezvous.Rendezvous, []rendezvous.Session) {
-	needFiles(b, 2*n+256) // a client and a server end per node
+	return formNodes(b, 0, n, node, self, st, 2*n+256) // a client and a server end per node
+}
+
+// formNodes is formWorldAs for nodes from..n-1 (node from's server, if it hosts one, in this process), with files
+// open files allowed.
+func formNodes(b testing.TB, from, n int, node benchNode, self func(r *rendezvous.Rendezvous, i int, m rendezvous.Member) (rendezvous.Member, error),
+	st *benchStats, files int) ([]*rendezvous.Rendezvous, []rendezvous.Session) {
+	needFiles(b, files)
 	before := listenDrops()
 	ctx := context.Background()
+	n -= from
 	rs := make([]*rendezvous.Rendezvous, n)
 	for i := range n {
-		cfg, _ := node(i)
+		cfg, _ := node(from + i)
 		cfg.Logger = benchLogger(b)
 		r, err := rendezvous.New(ctx, cfg)
 		if err != nil {
@@ -86,9 +94,9 @@ func formWorldAs(b *testing.B, n int, node benchNode, self func(r *rendezvous.Re
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, m := node(i)
+			_, m := node(from + i)
 			if self != nil {
-				if m, errs[i] = self(rs[i], i, m); errs[i] != nil {
+				if m, errs[i] = self(rs[i], from+i, m); errs[i] != nil {
 					return
 				}
 			}
@@ -103,7 +111,7 @@ func formWorldAs(b *testing.B, n int, node benchNode, self func(r *rendezvous.Re
 	for i, err := range errs {
 		if err != nil && !failed[errorKind(err)] {
 			failed[errorKind(err)] = true
-			msgs = append(msgs, fmt.Sprintf("node %d: %v", i, err))
+			msgs = append(msgs, fmt.Sprintf("node %d: %v", from+i, err))
 		}
 	}
 	if len(msgs) > 0 {
@@ -145,7 +153,7 @@ func closeWorld(rs []*rendezvous.Rendezvous, sess []rendezvous.Session) {
 
 // needFiles makes sure this process may open n files, raising its soft limit to the hard one if needed (Go raises
 // it at start, but a parent may have lowered it since).
-func needFiles(b *testing.B, n int) {
+func needFiles(b testing.TB, n int) {
 	b.Helper()
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {

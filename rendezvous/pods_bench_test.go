@@ -198,9 +198,6 @@ func BenchmarkRendezvousPodSlices64x64(b *testing.B) { slicesRow(b, 64, 0) }
 // BenchmarkRendezvousPodHeldSlices64x64: the same job held a minute, no node lost.
 func BenchmarkRendezvousPodHeldSlices64x64(b *testing.B) { slicesRow(b, 64, podHold(b)) }
 
-// BenchmarkRendezvousPodSlices256x64: the moonshot, 256 slices of 64 hosts, 16,384 hosts.
-func BenchmarkRendezvousPodSlices256x64(b *testing.B) { slicesRow(b, 256, 0) }
-
 // v5pHosts is a full v5p pod's hosts: 8960 chips, 4 per host, in one slice.
 const v5pHosts = 2240
 

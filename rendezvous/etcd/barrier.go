@@ -81,6 +81,9 @@ func (s *etcdSession) late(kind, name string, detail string) error {
 	ctx, cancelRead := context.WithTimeout(ctx, s.e.cfg.Heartbeat)
 	defer cancelRead()
 	present, err := s.present(ctx, kind, name, false)
+	if err == nil {
+		err = s.needNodes(ctx)
+	}
 	if err != nil {
 		return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("%s %q: %s (which did not, etcd did not say: %v)", strings.TrimSuffix(kind, "s"), name, detail, err))
 	}

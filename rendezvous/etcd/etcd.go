@@ -229,14 +229,18 @@ func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m rendezvous
 	if len(w.Kvs) == 0 {
 		return g, nil
 	}
-	world, members, err := e.readWorld(ctx, dir, w.Kvs[0].Value)
+	world, err := parseWorld(dir, w.Kvs[0].Value)
 	switch {
 	case err != nil:
 		return 0, err
 	case world.Error != nil:
 		return g, nil // the generation failed: joining it says why
 	case world.NNodes != e.cfg.NNodes || world.MinNodes != e.cfg.MinNodes:
-		return 0, world.sameSize(g, e.cfg, members, m.Ref(m.Rank))
+		members, ranks, err := e.readWorld(ctx, dir, world)
+		if err != nil {
+			return 0, err
+		}
+		return 0, world.sameSize(g, e.cfg, members, ranks, m.Ref(m.Rank))
 	}
 	log.Info("rendezvous: a node waits for the world to restart", zap.Int("running_generation", g), zap.Int("waits_in_generation", g+1))
 	return g + 1, nil

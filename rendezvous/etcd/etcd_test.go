@@ -35,5 +35,6 @@ func TestEtcdForming(t *testing.T) {
 		testCounterRetires(t, newEtcdCluster(t, ec, 3))
 	})
 	t.Run("DeparturesCompacted", func(t *testing.T) { testDeparturesCompacted(t, newEtcdCluster(t, ec, 3)) })
+	t.Run("ShareRead", func(t *testing.T) { testShareRead(t, newEtcdCluster(t, ec, 32)) })
 	t.Run("NodeStalled", func(t *testing.T) { testNodeStalled(t, newEtcdCluster(t, ec, 3)) })
 }

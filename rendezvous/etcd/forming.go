@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,15 +78,79 @@ func (s *etcdSession) aheadGone(ev *clientv3.Event) {
 }
 
 // departed records that a registration of the world vanished (its node's lease expired or was revoked): that
-// node is lost. With s.mu held.
+// node is lost. Its rank and name are in the world's registrations, which a node reads at the first loss only
+// (needNodes): until then the loss waits in pending. With s.mu held.
 func (s *etcdSession) departed(ev *clientv3.Event) {
-	if ev.Type == clientv3.EventTypeDelete {
-		s.lostMember(strings.TrimPrefix(string(ev.Kv.Key), s.dir+"members/"))
+	if ev.Type != clientv3.EventTypeDelete {
+		return
+	}
+	inst := strings.TrimPrefix(string(ev.Kv.Key), s.dir+"members/")
+	if s.nodes != nil {
+		s.lostMember(inst)
+		return
+	}
+	s.pending = append(s.pending, inst)
+	if !s.loading {
+		s.loading = true
+		s.wg.Go(func() {
+			if err := s.needNodes(s.wctx); err != nil {
+				s.unnamed(err)
+			}
+		})
 	}
 }
 
+// needNodes reads the world's registrations and their ranks once (a node needs them only to name the nodes lost
+// or late), and records the losses that waited for them.
+func (s *etcdSession) needNodes(ctx context.Context) error {
+	s.mu.Lock()
+	w, have := s.agreed, s.nodes != nil
+	s.mu.Unlock()
+	if have || w == nil {
+		return nil
+	}
+	bctx, cancel := s.h.bind(ctx)
+	defer cancel()
+	members, ranks, err := s.e.readWorld(bctx, s.dir, w)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes == nil {
+		s.nodes, s.ranks = members, ranks
+		for _, inst := range s.pending {
+			s.lostMember(inst)
+		}
+		s.pending, s.loading = nil, false
+		s.notify()
+	}
+	return nil
+}
+
+// unnamed records the losses that waited for the world's registrations when they could not be read (err): the
+// nodes are lost all the same, named by their instance alone.
+func (s *etcdSession) unnamed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, inst := range s.pending {
+		if s.lostInst[inst] {
+			continue
+		}
+		s.lostInst[inst] = true
+		f := rendezvous.Failure{Node: rendezvous.NodeRef{Rank: -1, Instance: inst}, WorkerRank: -1, Lost: true, At: time.Now(),
+			Reason: fmt.Sprintf("its etcd lease expired or was revoked (lease TTL %ds; its rank is unknown: %v)", s.e.ttl, err)}
+		s.lost = append(s.lost, f)
+		if inst != s.self.Instance {
+			s.push(f)
+		}
+	}
+	s.pending, s.loading = nil, false
+	s.notify()
+}
+
 // lostMember records that a node of the world (which did not leave: its registration then lives on the job's
-// lease) is gone. With s.mu held.
+// lease) is gone. With s.mu held and the world's registrations read (needNodes).
 func (s *etcdSession) lostMember(inst string) {
 	if s.byInst == nil { // built at the first loss, not by every node at every join
 		s.byInst = make(map[string]int, len(s.nodes))
@@ -109,27 +172,51 @@ func (s *etcdSession) lostMember(inst string) {
 	}
 }
 
-// settle takes the agreed world w (its registrations: members, and their ranks); with s.mu held.
-func (s *etcdSession) settle(w *etcdWorld, members []rendezvous.Member) {
-	s.world = nil
-	if err := w.sameSize(s.self.Generation, s.e.cfg, members, s.self.Ref(s.self.Rank)); err != nil {
-		s.worldErr = err
-		return
-	}
-	self := slices.IndexFunc(members, func(m rendezvous.Member) bool { return m.Instance == s.self.Instance })
-	if self < 0 {
-		s.worldErr = rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, len(members)), s.self.Ref(-1))
-		return
-	}
-	asg := rendezvous.AgreeWorld(members, w.Ranks).Share(w.Ranks[self], false)
-	s.n, s.rank, s.asg, s.nodes, s.ranks = len(members), w.Ranks[self], asg, members, w.Ranks
+// settled is the world a node read: its head, this node's share (nil: the world closed without it), or why this
+// node is refused.
+type settled struct {
+	w       *etcdWorld
+	asg     *rendezvous.Assignment
+	refused error
 }
 
-// settleWorld decodes the world key's value (reading the chunks it names, if any) and settles it; then it
+// readSettled reads the world whose head is val: this node's share of it, not the whole world (shares.go).
+func (s *etcdSession) readSettled(ctx context.Context, val []byte) (settled, error) {
+	w, err := parseWorld(s.dir, val)
+	if err != nil || w.Error != nil {
+		return settled{w: w}, err
+	}
+	s.worldRead.Add(int64(len(val)))
+	if w.NNodes != s.e.cfg.NNodes || w.MinNodes != s.e.cfg.MinNodes {
+		members, ranks, err := s.e.readWorld(ctx, s.dir, w)
+		if err != nil {
+			return settled{}, err
+		}
+		return settled{w: w, refused: w.sameSize(s.self.Generation, s.e.cfg, members, ranks, s.self.Ref(s.self.Rank))}, nil
+	}
+	asg, read, err := s.e.readShare(ctx, s.dir, w, s.self.Instance)
+	s.worldRead.Add(int64(read))
+	return settled{w: w, asg: asg}, err
+}
+
+// settle takes the agreed world as this node read it; with s.mu held.
+func (s *etcdSession) settle(r settled) {
+	s.world = nil
+	switch {
+	case r.refused != nil:
+		s.worldErr = r.refused
+	case r.asg == nil:
+		s.worldErr = rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, r.w.Nodes), s.self.Ref(-1))
+	default:
+		s.n, s.rank, s.asg, s.agreed = r.w.Nodes, r.asg.NodeRank, r.asg, r.w
+	}
+}
+
+// settleWorld reads this node's share of the world whose head is the world key's value, and settles it; then it
 // watches the world's registrations for deletions from the revision the world was chosen at.
 func (s *etcdSession) settleWorld(ctx context.Context, val []byte) error {
 	bctx, cancel := s.h.bind(ctx)
-	w, members, err := s.e.readWorld(bctx, s.dir, val)
+	r, err := s.readSettled(bctx, val)
 	cancel()
 	if err != nil && !errors.Is(err, rendezvous.ErrProtocol) {
 		return s.opErr("read the world", err)
@@ -139,10 +226,10 @@ func (s *etcdSession) settleWorld(ctx context.Context, val []byte) error {
 	case s.asg != nil || s.worldErr != nil:
 	case err != nil:
 		s.world, s.worldErr = nil, err
-	case w.Error != nil:
-		s.world, s.worldErr = nil, w.Error.Err()
+	case r.w.Error != nil:
+		s.world, s.worldErr = nil, r.w.Error.Err()
 	default:
-		s.settle(w, members)
+		s.settle(r)
 	}
 	settled := s.asg != nil
 	s.stopCounting()
@@ -153,7 +240,7 @@ func (s *etcdSession) settleWorld(ctx context.Context, val []byte) error {
 			testBeforeDepartures(s)
 		}
 		s.follow(s.wctx, etcdWatch{"the world's departures", s.dir + "members/", s.departed, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()},
-			s.departures}, w.Rev+1)
+			s.departures}, r.w.Rev+1)
 	}
 	return nil
 }
@@ -165,6 +252,9 @@ var testBeforeDepartures func(*etcdSession)
 // departures reads the world's registrations now, when etcd compacted the departures the watch was to replay:
 // every node of the world whose registration is gone is lost. The watch goes on from there.
 func (s *etcdSession) departures(ctx context.Context) (int64, error) {
+	if err := s.needNodes(ctx); err != nil {
+		return 0, err
+	}
 	r, err := s.e.get(ctx, s.dir+"members/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, err

@@ -22,20 +22,23 @@ import (
 // forms, one registration key (or members/, on the node that counts them: etcdforming.go); once it is agreed,
 // members/ for deletions only (lost nodes). No node hears the others' registrations, barrier arrivals or data.
 type etcdSession struct {
-	e        *etcdStore
-	job      *etcdJob
-	log      *zap.Logger
-	dir      string
-	lease    clientv3.LeaseID
-	forming  atomic.Bool // the join is under way: etcd busy with it is waited for (keepAlive)
-	self     rendezvous.Member
-	reg      etcdRegistration
-	min, max int                // the world's size range
-	lastCall time.Duration      // how long an elastic join waits past min
-	cancel   context.CancelFunc // stops the watches
-	unkeep   context.CancelFunc // stops keeping the lease alive
-	wctx     context.Context    // the watches' context: ends with the session or the link to etcd
-	h        *health            // the link to etcd: this session's lease and watches, and the job's lease
+	e       *etcdStore
+	job     *etcdJob
+	log     *zap.Logger
+	dir     string
+	lease   clientv3.LeaseID
+	forming atomic.Bool // the join is under way: etcd busy with it is waited for (keepAlive)
+	// worldRead is the bytes of the world this node read to settle it (the head and its share): its share's
+	// size, not the world's.
+	worldRead atomic.Int64
+	self      rendezvous.Member
+	reg       etcdRegistration
+	min, max  int                // the world's size range
+	lastCall  time.Duration      // how long an elastic join waits past min
+	cancel    context.CancelFunc // stops the watches
+	unkeep    context.CancelFunc // stops keeping the lease alive
+	wctx      context.Context    // the watches' context: ends with the session or the link to etcd
+	h         *health            // the link to etcd: this session's lease and watches, and the job's lease
 
 	mu       sync.Mutex
 	changed  chan struct{}
@@ -44,8 +47,11 @@ type etcdSession struct {
 	world    []byte                 // the world key's value, once read and until settled
 	asg      *rendezvous.Assignment // the agreed world, once settled
 	worldErr error                  // or why it cannot be this node's
-	nodes    []rendezvous.Member    // the world's registrations, in registration order (read: not changed)
+	agreed   *etcdWorld             // the agreed world's head, once settled
+	nodes    []rendezvous.Member    // the world's registrations, in registration order (read: not changed), once needed (needNodes)
 	ranks    []int                  // and their ranks
+	pending  []string               // the instances lost before they were read
+	loading  bool                   // they are being read
 	byInst   map[string]int         // the index of each instance in nodes, once a node is lost
 	first    bool                   // this node holds the first registration key: it counts the registrations
 	tally    *etcdTally             // the registrations, while this node counts them

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -22,10 +21,10 @@ import (
 // registers (members/<instance>), and only the node holding the first registration key counts them: it watches
 // members/, while each of the others watches one key, the first one it knows of, to take over if it vanishes.
 // When enough nodes are in, the counting node assigns the ranks, checks that the nodes agree, and writes the
-// outcome once, in all/world, which every node watches: the registrations of the world's nodes in registration
-// order and their ranks, or the error every node gets. A thousand nodes then cost etcd a thousand registrations,
-// one world and a thousand deliveries of it, where every node watching every registration cost a million events,
-// and each node's work on the world is reading it.
+// outcome once: the world under world/<its instance>/, each node's share apart (shares.go), and its head in
+// all/world, which every node watches; or the error every node gets. A thousand nodes then cost etcd a thousand
+// registrations, one world and a thousand reads of a share, where every node watching every registration cost a
+// million events, and every node reading the whole world a million registrations served.
 
 // etcdRegistration is the value of members/<instance>: the member and the world size it asks for; Left once the
 // node left the world (Session.Leave), its key then tied to the job's lease.
@@ -44,19 +43,18 @@ type etcdOpen struct {
 	By       rendezvous.NodeRef `json:"by"`
 }
 
-// etcdWorld is the head of all/world's value: the agreed world of Nodes nodes, the rank of each (Ranks, in
-// registration order) and the size range it was agreed under; or why the generation has no world (Error: its
-// nodes ask for different size ranges, or disagree on a setting). Rev is the revision the proposer had seen when
-// it chose the nodes: a node of the world whose registration vanished after it is lost. The registrations
-// follow the head's line, encoded by column, when they fit in one value; else they are in By's Chunks,
-// world/<By>/<i>.
+// etcdWorld is the head of all/world's value: the agreed world of Nodes nodes and the size range it was agreed
+// under; or why the generation has no world (Error: its nodes ask for different size ranges, or disagree on a
+// setting). Rev is the revision the proposer had seen when it chose the nodes: a node of the world whose
+// registration vanished after it is lost. The world itself is under world/<By>/ (shares.go): each node reads its
+// share there, not the whole world. Fixed: every node's share names its slice's nodes (a slice table per slice).
 type etcdWorld struct {
 	NNodes   int                   `json:"nnodes,omitempty"`
 	MinNodes int                   `json:"min_nodes,omitempty"`
 	Nodes    int                   `json:"nodes,omitempty"`
-	Ranks    []int                 `json:"ranks,omitempty"`
 	Chunks   int                   `json:"chunks,omitempty"`
 	By       string                `json:"by,omitempty"`
+	Fixed    bool                  `json:"fixed,omitempty"`
 	Rev      int64                 `json:"rev,omitempty"`
 	Error    *rendezvous.WireError `json:"error,omitempty"`
 }
@@ -219,118 +217,16 @@ func chunks(members []rendezvous.Member, limit int) [][]byte {
 	}
 }
 
-func chunkKey(dir, by string, i int) string { return fmt.Sprintf("%sworld/%s/%06d", dir, by, i) }
-
-// propose writes the outcome of the world of the first max registrations the node counts (registered) in
-// all/world, by a transaction (the first proposal wins): their ranks and registrations, or why they cannot be a
-// world. A world too large for one value goes first into chunks (a later proposal finds all/world written and
-// takes its chunks back).
-func (s *etcdSession) propose(ctx context.Context) error {
-	members, rev := s.registered()
-	if len(members) == 0 {
-		return nil // it stopped counting: the node that counts now proposes
-	}
-	ctx, cancel := s.h.bind(ctx)
-	defer cancel()
-	w := etcdWorld{NNodes: s.max, MinNodes: s.min, Nodes: len(members), Rev: rev}
-	jl := clientv3.WithLease(s.job.lease)
-	ranks, err := rendezvous.AssignRanks(members, len(members))
-	if err == nil {
-		err = rendezvous.Agree(members, ranks, s.self.Generation)
-	}
-	var body []byte // what follows the head's line
-	if err != nil {
-		w = etcdWorld{Error: rendezvous.ToWire(err)}
-	} else if cs := chunks(members, worldChunk); len(cs) == 1 {
-		w.Ranks, body = ranks, cs[0]
-	} else {
-		w.Ranks, w.Chunks, w.By = ranks, len(cs), s.self.Instance
-		for i, c := range cs {
-			if err := s.e.put(ctx, chunkKey(s.dir, s.self.Instance, i), string(c), jl); err != nil {
-				return s.opErr("write the world", err)
-			}
-		}
-	}
-	b, _ := json.Marshal(w) // one line: JSON escapes every line break
-	if body != nil {
-		b = append(append(b, '\n'), body...)
-	}
-	key := s.dir + "all/world"
-	r, err := s.e.txn(ctx, "agree on the world", func(t clientv3.Txn) clientv3.Txn {
-		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), jl))
-	})
-	if err != nil {
-		return s.opErr("agree on the world", err)
-	}
-	if !r.Succeeded && w.Chunks > 0 {
-		_, _ = s.e.cli.Delete(ctx, s.dir+"world/"+s.self.Instance+"/", clientv3.WithPrefix()) // tidiness: the job's lease ends them anyway
-	}
-	return nil
-}
-
-// readWorld decodes the value of dir's world key: the world, its registrations in registration order (read from
-// its chunks when it has them) and their ranks; or the error every node of the generation gets.
-func (e *etcdStore) readWorld(ctx context.Context, dir string, val []byte) (*etcdWorld, []rendezvous.Member, error) {
-	var w etcdWorld
-	head, body, _ := bytes.Cut(val, []byte("\n"))
-	if err := json.Unmarshal(head, &w); err != nil || (w.Error == nil && (w.Nodes < 1 || len(w.Ranks) != w.Nodes)) {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world holds %.80q, not a world", dir, val))
-	}
-	if w.Error != nil {
-		return &w, nil, nil
-	}
-	parts := [][]byte{body}
-	if w.Chunks > 0 {
-		var err error
-		if parts, err = e.readChunks(ctx, dir, &w); err != nil {
-			return nil, nil, err
-		}
-	}
-	members := make([]rendezvous.Member, 0, w.Nodes)
-	for _, p := range parts {
-		part, err := decodeColumns(p)
-		if err != nil {
-			return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world: a part of the world is not one: %v", dir, err))
-		}
-		members = append(members, part...)
-	}
-	if len(members) != w.Nodes {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world names a world of %d nodes, and holds %d", dir, w.Nodes, len(members)))
-	}
-	for _, r := range w.Ranks {
-		if r < 0 || r >= w.Nodes {
-			return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world gives rank %d in a world of %d nodes", dir, r, w.Nodes))
-		}
-	}
-	return &w, members, nil
-}
-
-// readChunks reads the chunks of the world w, in order.
-func (e *etcdStore) readChunks(ctx context.Context, dir string, w *etcdWorld) ([][]byte, error) {
-	r, err := e.get(ctx, dir+"world/"+w.By+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, e.unreachable("read the world", err)
-	}
-	if len(r.Kvs) != w.Chunks {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world names %d chunks of the world, and %d are there", dir, w.Chunks, len(r.Kvs)))
-	}
-	parts := make([][]byte, 0, len(r.Kvs))
-	for _, kv := range r.Kvs { // in key order: the chunks' order
-		parts = append(parts, kv.Value)
-	}
-	return parts, nil
-}
-
 // sameSize is nil when cfg asks for the size range w was agreed under, else the *MismatchError naming both and
-// who gave them (members: w's).
-func (w *etcdWorld) sameSize(g int, cfg *rendezvous.Config, members []rendezvous.Member, self rendezvous.NodeRef) error {
+// who gave them (members: w's, with their ranks).
+func (w *etcdWorld) sameSize(g int, cfg *rendezvous.Config, members []rendezvous.Member, ranks []int, self rendezvous.NodeRef) error {
 	if w.NNodes == cfg.NNodes && w.MinNodes == cfg.MinNodes {
 		return nil
 	}
 	vals := make([]string, 0, len(members)+1)
 	refs := make([]rendezvous.NodeRef, 0, len(members)+1)
 	for i, m := range members {
-		vals, refs = append(vals, rendezvous.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(w.Ranks[i]))
+		vals, refs = append(vals, rendezvous.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(ranks[i]))
 	}
 	vals, refs = append(vals, rendezvous.SizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
 	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), g, vals, refs)

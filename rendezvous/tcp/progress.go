@@ -66,15 +66,23 @@ func (w *world) waitLine() string {
 // the server's progress line of the forming world.
 const progressKey = "progress"
 
-// formingProgress is the answer to a waiting request of a node whose join is under way: w's progress line. Takes
-// s.mu.
+// progressFresh is how long a progress line answers the waiting requests: every node of a world asks once per
+// progress interval, and a line is made from every node arrived, so a line made per request made the server's
+// work the square of the world (16,384 nodes: minutes of the server's CPU, and the joins unanswered).
+const progressFresh = time.Second
+
+// formingProgress is the answer to a waiting request of a node whose join is under way: w's progress line, made
+// at most once per progressFresh. Takes s.mu.
 func (s *Server) formingProgress(w *world) *message {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w.complete || w.ended {
 		return &message{}
 	}
-	return &message{Extra: map[string]string{progressKey: w.progressLine()}}
+	if now := time.Now(); w.progress == "" || now.Sub(w.progressAt) >= progressFresh {
+		w.progress, w.progressAt = w.progressLine(), now
+	}
+	return &message{Extra: map[string]string{progressKey: w.progress}}
 }
 
 // joinProgress logs, every progress interval until stop, that this node waits for the world at the endpoint: once

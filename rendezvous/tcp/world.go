@@ -34,6 +34,10 @@ type world struct {
 	hostsSum string
 	mixed    bool
 	entries  []*entry // in arrival order
+	// progress is the progress line last told a waiting node, made at progressAt: one line serves every node
+	// that asks within progressFresh (each line is made from every entry).
+	progress   string
+	progressAt time.Time
 	// the entries by instance, by host and by requested rank
 	byInstance map[string]*entry
 	byHost     map[string]*entry
