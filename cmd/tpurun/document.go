@@ -33,12 +33,35 @@ func (o *options) documentFlags(fdGiven bool) error {
 	if fd < 3 {
 		return &failure.ConfigError{Field: "--json-fd", Value: strconv.Itoa(fd), Hint: "use a descriptor from 3 up that the caller left open (subprocess.Popen's pass_fds); --json alone prints on stdout"}
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &failure.ConfigError{Field: "--json-fd", Value: strconv.Itoa(fd), Hint: "no such open descriptor in tpurun (" + err.Error() + "): pass it to tpurun open and inheritable (pass_fds)"}
+	if why := notPassed(fd); why != "" {
+		return &failure.ConfigError{Field: "--json-fd", Value: strconv.Itoa(fd), Hint: why + ": pass tpurun the write end of a pipe (or a file open for writing), open and inheritable (subprocess.Popen's pass_fds)"}
 	}
 	unix.CloseOnExec(fd)
 	return nil
+}
+
+// notPassed says why fd cannot be a descriptor the caller passed for the document, or "" when it can: not open in
+// tpurun, or not a pipe, socket, file or device open for writing. The Go runtime holds descriptors of its own from
+// 3 up before main runs (the cgroup files it reads for GOMAXPROCS, read-only; its epoll and eventfd, anonymous
+// inodes): a number the caller did not pass may name one of those, which this refuses.
+func notPassed(fd int) string {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "no such open descriptor in tpurun (" + err.Error() + ")"
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFREG, unix.S_IFCHR:
+	default:
+		return "not a pipe, socket, file or device"
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return "no such open descriptor in tpurun (" + err.Error() + ")"
+	}
+	if acc := flags & unix.O_ACCMODE; acc != unix.O_WRONLY && acc != unix.O_RDWR {
+		return "not open for writing"
+	}
+	return ""
 }
 
 // documentConsole is the Console --json's document goes to: outc (stdout's) unless --json-fd names a descriptor.

@@ -57,8 +57,9 @@ func TestJSONFD(t *testing.T) {
 	}
 }
 
-// TestJSONFDRefused: a descriptor that is not open, or one of stdin, stdout and stderr, is a usage error naming
-// the flag, before anything starts.
+// TestJSONFDRefused: a descriptor that is not open, one of stdin, stdout and stderr, or one that is not open for
+// writing (the read end the caller passed by mistake; the Go runtime's own read-only files, which a number the
+// caller never passed may name) is a usage error naming the flag, before anything starts.
 func TestJSONFDRefused(t *testing.T) {
 	t.Parallel()
 	for _, fd := range []string{"1", "2", "57"} {
@@ -66,5 +67,17 @@ func TestJSONFDRefused(t *testing.T) {
 		if r.code != exitcode.Usage || !strings.Contains(r.stderr, "--json-fd") {
 			t.Errorf("--json-fd %s: exit %d, want %d naming the flag\n%s", fd, r.code, exitcode.Usage, r.stderr)
 		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--json-fd", "3", "--", "true")
+	cmd.ExtraFiles = []*os.File{r} // the read end, as fd 3
+	out, _ := cmd.CombinedOutput()
+	r.Close()
+	if code := cmd.ProcessState.ExitCode(); code != exitcode.Usage || !strings.Contains(string(out), "not open for writing") {
+		t.Errorf("--json-fd 3, the read end of a pipe: exit %d, want %d saying it is not open for writing\n%s", code, exitcode.Usage, out)
 	}
 }

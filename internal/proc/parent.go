@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +28,10 @@ func ExitWithParent(sig syscall.Signal) error {
 	fd, err := unix.PidfdOpen(parent, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		return ErrParentGone
+	}
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		go watchParentByPolling(parent, sig, ParentPoll, nil) // a kernel before 5.3, or a seccomp profile that refuses it
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("pidfd_open(%d), the parent process: %w", parent, err)
@@ -57,6 +62,29 @@ func parentExited(fd uintptr) bool {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0 && fds[0].Revents != 0
+}
+
+// ParentPoll is how often the parent is looked at where no pidfd can watch it (pidfd_open missing: a kernel before
+// 5.3; refused: a container's seccomp profile before Docker 20.10): the parent's exit is then noticed within it.
+const ParentPoll = 250 * time.Millisecond
+
+// watchParentByPolling sends this process sig once its parent is no longer parent, looking every so often until
+// stop is closed (nil: for the process's life): getppid changes when the parent process exits (this process is
+// re-parented), not when a thread of it does. getppid is a system call of no cost that no sandbox refuses.
+func watchParentByPolling(parent int, sig syscall.Signal, every time.Duration, stop <-chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if os.Getppid() != parent {
+			_ = syscall.Kill(os.Getpid(), sig)
+			return
+		}
+	}
 }
 
 // ErrParentGone: the process that started this one has already exited.

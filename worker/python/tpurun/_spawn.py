@@ -9,6 +9,7 @@ import base64
 import codecs
 import collections
 import difflib
+import fcntl
 import io
 import json
 import operator
@@ -639,12 +640,12 @@ def _sink(stderr, default="stderr"):
                 return
             buf = getattr(s, "buffer", None)
             if buf is not None:
-                s.flush()
+                _flush(s)
                 buf.write(b)
-                buf.flush()
+                _flush(buf)
             else:
                 s.write(text.decode(b))
-                s.flush()
+                _flush(s)
         return write
     if isinstance(stderr, int):
         def write(b):
@@ -658,10 +659,15 @@ def _sink(stderr, default="stderr"):
             stderr.write(b)
         except TypeError:
             stderr.write(b.decode("utf-8", "replace"))
-        flush = getattr(stderr, "flush", None)
-        if flush:
-            flush()
+        _flush(stderr)
     return write
+
+
+def _flush(stream):
+    """Flushes stream when it can be flushed: a writer that replaced sys.stdout may have write alone."""
+    flush = getattr(stream, "flush", None)
+    if flush is not None:
+        flush()
 
 
 class _Stderr:
@@ -687,7 +693,7 @@ class _Stderr:
                 if self.sink is not None and self.sink_error is None:
                     try:
                         self.sink(b)
-                    except (OSError, ValueError) as e:  # a closed destination: keep reading, stop writing
+                    except Exception as e:  # a closed or odd destination: keep reading, stop writing
                         self.sink_error = e
         except OSError:
             pass
@@ -719,7 +725,7 @@ def _forward(pipe, sink):
             if sink is not None:
                 try:
                     sink(b)
-                except (OSError, ValueError):
+                except Exception:  # whatever the caller's stream raises: keep reading, so tpurun never blocks
                     sink = None
     except OSError:
         pass
@@ -807,7 +813,16 @@ def _run(argv, tpurun, env, timeout, stderr, grace, verbose, framed, own_stdout=
     flags = [json_flag, "--exit-with-parent"] + ([] if verbose else ["--quiet"])
     doc_r = doc_w = None
     if own_stdout:
-        doc_r, doc_w = os.pipe()
+        doc_r, w = os.pipe()
+        try:
+            # from 3 up: with this process's stdin or stdout closed the pipe takes 0 or 1, which tpurun's own
+            # standard streams would cover
+            doc_w = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, 3)
+        except BaseException:
+            os.close(doc_r)
+            raise
+        finally:
+            os.close(w)
         flags += ["--json-fd", str(doc_w)]
     cmd = [find_binary(tpurun)] + flags + list(argv)
     try:
