@@ -2,6 +2,7 @@ package rendezvous_test
 
 import (
 	"context"
+	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -87,17 +88,15 @@ func TestServerProcessKilled(t *testing.T) {
 	}
 }
 
-// A node whose launcher freezes (SIGSTOP: connection open, no heartbeats) is reported lost after the heartbeat.
-func TestNodeProcessFrozen(t *testing.T) {
-	// A frozen launcher is noticed by its silence alone, with the default heartbeat (a live node in this loaded
-	// process does not miss it), not before half of it.
-	hb := rendezvous.DefaultHeartbeat
+// frozenNode forms a world of two with heartbeat hb: node 0 in this process, node 1 a process of its own, which it
+// then freezes (SIGSTOP: its connection open, no heartbeats).
+func frozenNode(t *testing.T, hb time.Duration) (*rdzvtest.Cluster, *exec.Cmd) {
+	t.Helper()
 	c := rdzvtest.NewCluster(t, tcp.Name, 2)
 	c.HB = hb
 	c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) { m.Rank = i; m.RunID = "run" }
-	ctx := context.Background()
 	cmd, lines := rdzvtest.StartNodeProcess(t, tcp.Name, c.Endpoint, 2, 1, hb)
-	c.Start(ctx, []int{0})
+	c.Start(context.Background(), []int{0})
 	if c.Errs[0] != nil {
 		t.Fatal(c.Errs[0])
 	}
@@ -105,6 +104,16 @@ func TestNodeProcessFrozen(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	return c, cmd
+}
+
+// A node whose launcher freezes (SIGSTOP: connection open, no heartbeats) is reported lost after SilentBeats
+// heartbeats of silence.
+func TestNodeProcessFrozen(t *testing.T) {
+	// A frozen launcher is noticed by its silence alone, with the default heartbeat (a live node in this loaded
+	// process does not miss it), not before half of it.
+	hb := rendezvous.DefaultHeartbeat
+	c, cmd := frozenNode(t, hb)
 	stopped := time.Now()
 	f := rdzvtest.WaitFailure(t, c.Sess[0])
 	if !f.Lost || f.Node.Rank != 1 || f.Node.Host != "node-1" {
@@ -121,20 +130,10 @@ func TestNodeProcessFrozen(t *testing.T) {
 // waited for. Killed afterwards, it is lost then, once, at its connection's drop.
 func TestNodeProcessBusy(t *testing.T) {
 	hb := testutil.Scaled(2 * time.Second)
-	c := rdzvtest.NewCluster(t, tcp.Name, 2)
-	c.HB = hb
-	c.Mutate = func(i int, cfg *rendezvous.Config, m *rendezvous.Member) { m.Rank = i; m.RunID = "run" }
-	ctx := context.Background()
-	cmd, lines := rdzvtest.StartNodeProcess(t, tcp.Name, c.Endpoint, 2, 1, hb)
-	c.Start(ctx, []int{0})
-	if c.Errs[0] != nil {
-		t.Fatal(c.Errs[0])
-	}
-	rdzvtest.WaitLine(t, lines, "joined 1")
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * hb) // the case under test: a node busy for two heartbeats
+	c, cmd := frozenNode(t, hb)
+	// The case under test is an absence over a span: no loss declared while the node is silent for two heartbeats.
+	// Only that span of time can show it; the loss it must not cause is checked below, at the kill.
+	time.Sleep(2 * hb)
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

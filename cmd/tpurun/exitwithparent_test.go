@@ -67,7 +67,14 @@ func TestExitWithParentThreadExits(t *testing.T) {
 func TestExitWithParentProcessDiesAfterThread(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
-	caller := startThreadParent(t, dir, "hang")
+	killCaller(t, dir, startThreadParent(t, dir, "hang"))
+}
+
+// killCaller kills caller, the process that started a tpurun --exit-with-parent whose 2 workers (of the fake
+// worker program, in FAKE_DIR dir) are ready, and waits until nothing of the run is left and tpurun has exited (it
+// comes back to this test binary, the subreaper, to be reaped).
+func killCaller(t *testing.T, dir string, caller *exec.Cmd) {
+	t.Helper()
 	ws := testutil.PIDs(t, dir)
 	target := testutil.Watch(t, parentOf(ws[0])) // tpurun: the workers' parent
 	if err := caller.Process.Kill(); err != nil {

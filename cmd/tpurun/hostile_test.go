@@ -542,13 +542,5 @@ func TestHostileCallerKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitReady(t, dir, 2)
-	ws := testutil.PIDs(t, dir)
-	target := testutil.Watch(t, parentOf(ws[0])) // tpurun: the workers' parent
-	if err := caller.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = caller.Wait()
-	assertNothingLeft(t, dir, 2)
-	// tpurun itself exited, and was reaped here: orphaned, it came back to this subreaper test binary
-	target.WaitExited(t, "tpurun to exit", func(left []int) string { return signalState(left[0]) })
+	killCaller(t, dir, caller)
 }

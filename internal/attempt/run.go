@@ -3,15 +3,14 @@
 // controller) and runs each attempt with a Spec (its number, its plan, where results go); the Attempt it returns
 // is the attempt's record (each rank's exit, usage, stderr tail and error file).
 //
-// Four files, along the attempt: run.go is the attempt and how it ended (Run, the Machine: a pure value of Phases,
-// Events and Actions; one Verdict per attempt, with the Cause of its stop, from which the exit code, the summary
-// line and the root cause derive; the record and the results it reads), start.go its start (the workers' commands
-// and streams, the argument limit, the log files, the collector quieted during the burst, live sampling),
-// control.go the run's one stop controller (docs/CONTROL.md: the only reader of signals and timers, owning every
-// reason to stop in every phase; the job asks it for the contexts of its own waits), with the signal policy and
-// the terminal, and supervise.go the supervisor that feeds the Machine and carries out its actions on the
-// controller's goroutine (signals, the grace timer, the drain of the pipes), the sweep of what the workers leave
-// and the process's reaper. errorfile.go reads a worker's error file.
+// Along the attempt it offers: the Machine (a pure value of Phases, Events and Actions) and one Verdict per attempt,
+// with the Cause of its stop, from which the exit code, the summary line and the root cause derive; the start of
+// the workers (their commands and streams, the argument limit, the log files, live sampling); the run's one stop
+// controller (docs/CONTROL.md: the only reader of signals and timers, owning every reason to stop in every phase,
+// job control as one state; the job asks it for the contexts of its own waits), with the signal policy and the
+// terminal; and the supervisor that feeds the Machine and carries out its actions on the controller's goroutine
+// (signals, the grace timer, the drain of the pipes), the sweep of what the workers leave and the process's reaper.
+// It does not own the job's generations (internal/job), the processes' primitives (internal/proc) or the console.
 package attempt
 
 import (
