@@ -13,7 +13,7 @@ import (
 	"tpurun/rendezvous"
 )
 
-// A forming generation on etcd, as one node sees it (etcdworld.go has the keys). The node holding the first
+// A forming generation on etcd, as one node sees it (the keys: etcdRegistration, etcdWorld). The node holding the first
 // registration key (the lowest instance id registered) counts the registrations: it reads them, watches
 // members/ from there, runs the last call and proposes the world. Every other node watches one key while the
 // world forms: the first registration key it knows of (its registration read it), or the one whose registration

@@ -18,7 +18,7 @@ type settled struct {
 	refused error
 }
 
-// readSettled reads the world whose head is val: this node's share of it, not the whole world (shares.go).
+// readSettled reads the world whose head is val: this node's share of it, not the whole world (readShare).
 func (s *etcdSession) readSettled(ctx context.Context, val []byte) (settled, error) {
 	w, err := parseWorld(s.dir, val)
 	if err != nil || w.Error != nil {

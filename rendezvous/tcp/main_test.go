@@ -7,7 +7,7 @@ import (
 	"tpurun/internal/testutil/rdzvtest"
 )
 
-// The test binary doubles as a server process (rdzvserver, attack_test.go).
+// The test binary doubles as a server process (rdzvserver, childServer).
 func init() {
 	testutil.Define(testutil.Verb{Name: "rdzvserver", Run: childServer})
 }

@@ -12,9 +12,9 @@ import (
 	"tpurun/rendezvous"
 )
 
-// Server is the embedded rendezvous server: it authenticates connections (handshake.go), hosts the worlds (one
-// per generation, world.go), their barriers, published data and failures, and reports a client whose connection
-// drops or goes silent as lost (conn.go).
+// Server is the embedded rendezvous server: it authenticates connections (handshake), hosts the worlds (one
+// per generation: world), their barriers, published data and failures, and reports a client whose connection
+// drops or goes silent as lost (dropped).
 type Server struct {
 	cfg   ServerConfig
 	log   *zap.Logger

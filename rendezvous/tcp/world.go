@@ -37,7 +37,7 @@ type world struct {
 	byRank     []*entry
 	agreed     *rendezvous.Agreed // the agreed world, once complete; each node gets its share
 	named      bool               // the host list names every node: shares leave the names out
-	shares     *rendezvous.Shares // every node's share, encoded once (agree.go)
+	shares     *rendezvous.Shares // every node's share, encoded once (Agreed.Encode)
 	err        error
 	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
 	ended      bool          // formed is closed
