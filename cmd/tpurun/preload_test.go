@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
@@ -458,7 +459,7 @@ func TestPreloadFnAndSpawnFork(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	dir := t.TempDir()
-	if _, err := worker.InstallPython(dir); err != nil {
+	if _, err := pymodule.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	imports := filepath.Join(dir, "imports")

@@ -35,6 +35,7 @@ import (
 	"tpurun/rendezvous"
 
 	// The rendezvous backends tpurun links, each registering itself with package rendezvous: the one list.
+	"tpurun/internal/pymodule"
 	_ "tpurun/rendezvous/etcd"
 	"tpurun/rendezvous/static" // also named below: discovery lays a host-described job out as a static world
 	_ "tpurun/rendezvous/tcp"
@@ -421,7 +422,7 @@ func rendezvousPort(conf string) (string, error) {
 // after whatever the user put there.
 func (p *Prepared) pythonPath() error {
 	s := p.spec
-	dir, err := worker.PythonPath("")
+	dir, err := pymodule.Path("")
 	if err != nil {
 		p.Log.Debug("no shared copy of the Python module; using a private one", zap.Error(err))
 		d, terr := os.MkdirTemp("", "tpurun-py-")
@@ -429,7 +430,7 @@ func (p *Prepared) pythonPath() error {
 			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", failure.ErrInternal, terr, err)
 		}
 		p.pyDir = d
-		if dir, err = worker.InstallPython(d); err != nil {
+		if dir, err = pymodule.Install(d); err != nil {
 			return fmt.Errorf("%w: install the Python module into %s: %w", failure.ErrInternal, d, err)
 		}
 	}

@@ -18,10 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tpurun/internal/proc"
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 	"tpurun/internal/zygote"
-	"tpurun/worker"
 )
 
 // rp is the test binary's reaper: the workers a zygote forks are re-parented to the test binary, its child
@@ -49,7 +49,7 @@ func python(t *testing.T) string {
 // returns a Config for a zygote that preloads the named modules, and that directory.
 func setup(t *testing.T, modules map[string]string, preload ...string) (zygote.Config, string) {
 	t.Helper()
-	dir, err := worker.InstallPython(t.TempDir())
+	dir, err := pymodule.Install(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,32 +1,27 @@
-package worker
+package pymodule
 
 import (
-	"embed"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"tpurun/worker/python"
 )
 
-// Python is the stdlib-only Python package "tpurun" (report, fail, replicas, the function-mode entry tpurun.fn and
-// spawn), shipped inside the binary. Its files live under python/tpurun.
-//
-//go:embed python/tpurun/*.py
-var Python embed.FS
-
-// InstallPython writes the Python package into dir (created if needed) as dir/tpurun/*.py and returns dir, the
+// Install writes the Python package into dir (created if needed) as dir/tpurun/*.py and returns dir, the
 // directory to put on PYTHONPATH. Files are written to a temporary name and renamed, so a concurrent reader never
 // sees a half-written module.
-func InstallPython(dir string) (string, error) {
+func Install(dir string) (string, error) {
 	pkg := filepath.Join(dir, "tpurun")
 	if err := os.MkdirAll(pkg, 0o755); err != nil {
 		return "", fmt.Errorf("install the tpurun Python module: %w", err)
 	}
-	err := fs.WalkDir(Python, "python/tpurun", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(python.Files, "tpurun", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := Python.ReadFile(p)
+		b, err := python.Files.ReadFile(p)
 		if err != nil {
 			return err
 		}
