@@ -151,7 +151,7 @@ func PerRankEnv() []string {
 }
 
 // DeviceNodeGlobs lists every kind's device nodes as globs below the device root ("accel*", "vfio/*", "nvidia*"),
-// from the most preferred kind down: what an interpreter that forks workers must not hold open (internal/zygote).
+// from the most preferred kind down: what an interpreter that forks workers must not hold open (package preload).
 func DeviceNodeGlobs() []string {
 	var out []string
 	for _, k := range kinds {

@@ -166,7 +166,7 @@ func checkFakeShown(t *testing.T, h *Host, opts Options) {
 }
 
 // TestKindsFacts: the per-rank variables and the device nodes the launcher and the preloaded interpreter are
-// handed are those each kind names: what workerenv and the zygote had written down before the kinds owned them.
+// handed are those each kind names: what workerenv and the preloaded interpreter had written down before the kinds owned them.
 func TestKindsFacts(t *testing.T) {
 	want := []string{"PJRT_LOCAL_PROCESS_RANK", "JAX_LOCAL_DEVICE_IDS", "JAX_PROCESS_ID", "JAX_NUM_PROCESSES",
 		"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}
