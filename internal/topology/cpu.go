@@ -57,7 +57,7 @@ func (cpu) plan(h *Host, req Request) (*Plan, error) {
 
 func (cpu) explain(*Host, Request) []string { return []string{jaxNeedsIDs("")} }
 
-func (cpu) settings(h *Host) []row { return []row{spmdSetting(h)} }
+func (cpu) settings(h *Host) []Setting { return []Setting{spmdSetting(h)} }
 
 // CPUPlan is the single-host plan of n CPU workers: the embedded default that needs no accelerator.
 func CPUPlan(n int) (*Plan, error) {

@@ -42,7 +42,8 @@ type Options struct {
 
 // Host is everything detected about this host, each value with its source: the device, what every kind's host
 // has (the SPMD switch, its place among the job's nodes, the OS roots), and the state the device's kind detected,
-// which only the kind's own file reads (tpu.go's tpuHost: the chips and the slice; gpu.go's gpuHost: the GPUs).
+// which only the kind's own code reads (the TPU kind's tpuHost: the chips and the slice; the GPU kind's gpuHost: the
+// GPUs).
 // Accessors give callers outside the package what they need of a kind's state (AcceleratorType, Megascale).
 type Host struct {
 	Device Value[Device] `json:"device"`

@@ -11,9 +11,9 @@ import (
 type Device string
 
 // A Kind is one kind of accelerator: how detection finds it on a host, what its workers are told, which device
-// nodes its holders open and what doctor shows of it. Each accelerator kind is one file (gpu.go, tpu.go; the CPU
-// kind, the default, is below) that registers it once; this file is the only one that looks kinds up, and nothing
-// outside the package names one.
+// nodes its holders open and what doctor shows of it. Each accelerator kind (gpu, tpu; cpu, the default) registers
+// itself once; the registry (kindOf, Device.Kind) is the only place that looks kinds up, and nothing outside the
+// package names one.
 type Kind interface {
 	// Device is the kind's name.
 	Device() Device
@@ -58,7 +58,7 @@ type Kind interface {
 	// explain is Explain for a host of the kind.
 	explain(h *Host, req Request) []string
 	// settings are doctor's rows of the host after the device.
-	settings(h *Host) []row
+	settings(h *Host) []Setting
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.
 	probe(ctx context.Context, h *Host, opts Options) *Probe
 	// perRank are the variables of the kind whose value belongs to one worker (PerRankEnv).
