@@ -13,5 +13,5 @@
 //
 // Below them: the errors (failure) and their codes (exitcode), the consoles (console), the workers' environment
 // (workerenv), detection and planning (topology), processes (proc), the result contract (results), --preload
-// (zygote). Above: the command line (cmd/tpurun), its summaries and status endpoint.
+// (preload). Above: the command line (cmd/tpurun), its summaries and status endpoint.
 package launcher

@@ -5,12 +5,12 @@ import (
 
 	"tpurun/internal/failure"
 	"tpurun/internal/job"
-	"tpurun/worker"
+	"tpurun/internal/pymodule"
 )
 
 // Version is tpurun's version: the embedded Python module's __version__ (worker/python/tpurun/__init__.py), the one
 // place it is written, so that the binary, the module and the wheel (make wheel) always agree.
-var Version = worker.PythonVersion()
+var Version = pymodule.Version()
 
 // Run runs a job on one host or many: it detects this host once, checks everything that can be checked before a
 // process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the

@@ -1,5 +1,7 @@
-// Package worker owns the worker side of tpurun's contract: the wire format of the result channel, a Go client
-// (Report, Fail) and the stdlib-only Python module that implements the same contract and xmp.spawn's function mode.
+// Package worker owns the worker side of tpurun's contract: the wire format of the result channel and a Go client
+// (Report, Fail). The stdlib-only Python module that implements the same contract and xmp.spawn's function mode
+// lives beside it (python/, an installable Python project); the launcher installs it, not this package, so a Go
+// worker carries no Python.
 //
 // A worker finds its channel in TPURUN_RESULT_FD (an inherited pipe, fd 3) and the replicas it owns in
 // TPURUN_REPLICAS ("0" or "0,1"). It writes frames; each is a 16-byte header followed by a payload:
@@ -20,10 +22,8 @@
 // a descriptor that is not that pipe, so a program started by a worker, which inherits the variables but not the
 // channel, never writes frames into whatever file it holds at that number.
 //
-// Go workers call Report and Fail (or Open a Client); Python workers import tpurun. PythonPath installs the
-// embedded module once per version into the user's cache (or a given directory) and returns the directory for
-// PYTHONPATH; InstallPython writes it into a directory of the caller's. The same files are an installable Python
-// project (python/pyproject.toml, with a stdlib-only build backend: `pip install worker/python` works offline).
-// Opening the channel marks it close-on-exec, so programs a worker starts never inherit it. Decoder and Encode
-// are shared by the client and the launcher's collector (package results).
+// Go workers call Report and Fail (or Open a Client); Python workers import tpurun (`tpurun --python-path` prints
+// the directory the launcher installs it into; `pip install worker/python` works offline).
+// Opening the channel marks it close-on-exec, so programs a worker starts never inherit it. Decoder and Encode are
+// shared by the client and the launcher's collector (package results).
 package worker

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 
 	"tpurun/worker"
@@ -204,22 +203,4 @@ func ExampleEncode() {
 		Payload: []byte(`0.25`)})
 	fmt.Printf("% x | %s %v\n", b[:worker.HeaderSize], b[worker.HeaderSize:], err)
 	// Output: 54 50 52 46 01 01 01 00 00 00 00 02 00 00 00 04 | 0.25 <nil>
-}
-
-// PythonPath installs the embedded Python module (import tpurun) once per version and returns the directory for
-// PYTHONPATH; here under a directory of the example's instead of the user's cache.
-func ExamplePythonPath() {
-	dir, err := os.MkdirTemp("", "tpurun-example-")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer os.RemoveAll(dir)
-	p, err := worker.PythonPath(dir)
-	fmt.Println(err, filepath.Dir(p) == dir, filepath.Base(p) == worker.PythonDirName())
-	_, err = os.Stat(filepath.Join(p, "tpurun", "__init__.py"))
-	fmt.Println(err)
-	// Output:
-	// <nil> true true
-	// <nil>
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/cmd/tpurun/internal/hostview"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
@@ -16,7 +17,7 @@ import (
 // doctorReport is the JSON of `tpurun doctor --format json`: topology's doctor data plus the two failures it does
 // not carry as JSON (the metadata error detection fell back from, and why a run would not plan).
 type doctorReport struct {
-	*topology.Doctor
+	*hostview.Doctor
 	MetadataError string `json:"metadata_error,omitempty"`
 	PlanError     string `json:"plan_error,omitempty"`
 }
@@ -46,7 +47,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun doctor: detection failed: %v\n", err)
 		return failure.ExitCode(err)
 	}
-	rep := doctorReport{Doctor: topology.Diagnose(ctx, h, opts, lockfile)}
+	rep := doctorReport{Doctor: hostview.Diagnose(ctx, h, opts, lockfile)}
 	if h.MetadataErr != nil {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
@@ -61,7 +62,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		enc.SetIndent("", "  ")
 		err = enc.Encode(rep)
 	} else {
-		err = topology.WriteDoctor(stdout, rep.Doctor)
+		err = hostview.WriteDoctor(stdout, rep.Doctor)
 		if err == nil && rep.PlanError != "" {
 			_, err = fmt.Fprintf(stdout, "plan: a run with these flags would not start: %s\n", rep.PlanError)
 		}

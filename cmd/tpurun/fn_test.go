@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"tpurun/internal/exitcode"
+	"tpurun/internal/pymodule"
 	"tpurun/internal/results"
 	"tpurun/internal/testutil"
 	"tpurun/worker"
@@ -364,7 +365,7 @@ func TestSpawnFromPython(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	dir := t.TempDir()
-	if _, err := worker.InstallPython(dir); err != nil {
+	if _, err := pymodule.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	// A success prints nothing of tpurun's own, as xmp.spawn prints nothing (the workers print nothing here); a
@@ -434,7 +435,7 @@ func TestSpawnByValue(t *testing.T) {
 	t.Parallel()
 	py := testutil.Need(t, "cloudpickle")
 	dir := t.TempDir()
-	if _, err := worker.InstallPython(dir); err != nil {
+	if _, err := pymodule.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	run := func(extra ...string) string {

@@ -28,6 +28,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/pymodule"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
@@ -343,7 +344,7 @@ func inform(stdout io.Writer, fs *pflag.FlagSet, raw *rawFlags) error {
 		fmt.Fprintf(stdout, "tpurun %s (%s)\n", launcher.Version, runtime.Version())
 	default:
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
-		dir, err := worker.PythonPath("", worker.WithExecutable())
+		dir, err := pymodule.Path("", pymodule.WithExecutable())
 		if err != nil {
 			return &failure.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
 				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
-	"tpurun/worker"
 )
 
 // bin holds the tpurun and hello binaries built once by TestMain.
@@ -277,9 +277,9 @@ func TestHelpVersionPythonPath(t *testing.T) {
 		t.Errorf("help nope: exit %d, %s", r.code, r.stderr)
 	}
 	// One version: the embedded module's __version__ (what pip and make wheel install) is the binary's.
-	if r := runCLI(t, t.TempDir(), nil, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "tpurun "+worker.PythonVersion()+" (go") ||
-		launcher.Version != worker.PythonVersion() || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(launcher.Version) {
-		t.Errorf("--version: exit %d, %q; launcher.Version %q, the Python module's %q: want one version", r.code, r.stdout, launcher.Version, worker.PythonVersion())
+	if r := runCLI(t, t.TempDir(), nil, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "tpurun "+pymodule.Version()+" (go") ||
+		launcher.Version != pymodule.Version() || !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(launcher.Version) {
+		t.Errorf("--version: exit %d, %q; launcher.Version %q, the Python module's %q: want one version", r.code, r.stdout, launcher.Version, pymodule.Version())
 	}
 	home := t.TempDir()
 	r := runCLI(t, t.TempDir(), []string{"HOME=" + home, "XDG_CACHE_HOME="}, "--python-path")

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/cmd/tpurun/internal/cli"
+	"tpurun/cmd/tpurun/internal/hostview"
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
@@ -128,10 +129,10 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	full := workerenv.Plan(plan, rt)
 	if sc.format == "json" {
-		err = full.WriteJSON(stdout)
+		err = hostview.WritePlanJSON(stdout, full)
 	} else {
 		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", node, h.Device.V, h.Device.Source, cli.WorkersPython(*sc.python, os.Getenv))
-		err = full.WriteTable(stdout)
+		err = hostview.WritePlanTable(stdout, full)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
@@ -458,7 +459,7 @@ func TestPreloadFnAndSpawnFork(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	dir := t.TempDir()
-	if _, err := worker.InstallPython(dir); err != nil {
+	if _, err := pymodule.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	imports := filepath.Join(dir, "imports")
@@ -566,11 +567,11 @@ if os.environ["RANK"] == "0":
     # between attempts, as the OOM killer would: once both workers are forked, never in the middle of the start
     while not os.path.exists(started):
         time.sleep(0.01)
-    # the interpreter: tpurun's oldest child running _zygote.py (its forked workers show the same command line)
+    # the interpreter: tpurun's oldest child running preload.py (its forked workers show the same command line)
     found = []
     for f in glob.glob("/proc/%d/task/*/children" % os.getppid()):
         for pid in open(f).read().split():
-            if int(pid) != os.getpid() and b"_zygote.py" in open("/proc/%s/cmdline" % pid, "rb").read():
+            if int(pid) != os.getpid() and b"/preload.py" in open("/proc/%s/cmdline" % pid, "rb").read():
                 found.append((int(open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[19]), int(pid)))
     print("killed the interpreter", min(found)[1], flush=True)  # said first: the stop may end rank 0 any time after
     os.kill(min(found)[1], signal.SIGKILL)

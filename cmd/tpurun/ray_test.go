@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
-	"tpurun/worker"
 )
 
 // TestRunHelperAsAnOrchestratorWould drives tpurun the way examples/ray_actor.py does: tpurun.run() from a
@@ -22,7 +22,7 @@ func TestRunHelperAsAnOrchestratorWould(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	dir := t.TempDir()
-	if _, err := worker.InstallPython(dir); err != nil {
+	if _, err := pymodule.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	prog := filepath.Join(dir, "prog.py")
@@ -70,7 +70,7 @@ func TestRayExampleRunsTheSlice(t *testing.T) {
 	t.Parallel()
 	py := python(t)
 	pydir := t.TempDir()
-	if _, err := worker.InstallPython(pydir); err != nil {
+	if _, err := pymodule.Install(pydir); err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(testutil.FreeEndpoint(t))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"tpurun/internal/pymodule"
 	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
@@ -85,7 +86,7 @@ func newPy(t *testing.T) pyenv {
 	t.Helper()
 	testutil.Uses("tpurun-cli")
 	py := testutil.Need(t, "python3")
-	dir, err := worker.InstallPython(t.TempDir())
+	dir, err := pymodule.Install(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Family is one TPU generation as the accelerator type names it ("v4", "v5litepod", "tpu7x"): a row of the tpu
-// kind's table (tpu.go).
+// kind's table (tpuTable).
 type Family struct {
 	Name            string // as in accelerator types: "v4", "v5litepod", "v5p", "v6e", "tpu7x"
 	Version         int    // the digit after v/tpu: 2..8

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -292,7 +291,7 @@ func TestMetadataBudgetHonoredByDetect(t *testing.T) {
 }
 
 // TestHolders: a real process (the test binary as a helper) holds a fake device node open; Holders finds its pid and
-// command, CheckFree refuses the launch naming it, and doctor shows it.
+// command, CheckFree refuses the launch naming it, and the facts doctor shows name its chip and device node.
 func TestHolders(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 4)
@@ -317,16 +316,20 @@ func TestHolders(t *testing.T) {
 	}
 
 	md := newMD(t, map[string]string{KeyAcceleratorType: "v6e-4"}, nil)
-	d := Diagnose(context.Background(), h, Options{MetadataURL: md.URL}, filepath.Join(t.TempDir(), "libtpu_lockfile"))
-	var out bytes.Buffer
-	must(t, WriteDoctor(&out, d))
-	js, err := json.Marshal(d)
-	if err != nil || !strings.Contains(string(js), `"pid":`+strconv.Itoa(pid)) || !strings.Contains(string(js), `"v6e-4"`) {
-		t.Errorf("doctor json %s: %v", js, err)
+	if p := h.Probe(context.Background(), Options{MetadataURL: md.URL}); p == nil || !p.OK {
+		t.Errorf("metadata probe %+v: want reachable", p)
 	}
-	for _, s := range []string{"accelerator type", "v6e-4", "env TPU_ACCELERATOR_TYPE", node, "pid " + strconv.Itoa(pid), "lockfile", "absent", "reachable"} {
-		if !strings.Contains(out.String(), s) {
-			t.Errorf("doctor output lacks %q:\n%s", s, out.String())
+	lk, err := Lockfile("/proc", filepath.Join(t.TempDir(), "libtpu_lockfile"))
+	if err != nil || lk.Exists || lk.Held {
+		t.Errorf("lockfile %+v, %v: want absent", lk, err)
+	}
+	if js, err := json.Marshal(h); err != nil || !strings.Contains(string(js), `"v6e-4"`) {
+		t.Errorf("host json %s: %v", js, err)
+	}
+	out := shown(h)
+	for _, s := range []string{"accelerator type v6e-4 env TPU_ACCELERATOR_TYPE", "chip 2 " + node} {
+		if !strings.Contains(out, s) {
+			t.Errorf("doctor's facts lack %q:\n%s", s, out)
 		}
 	}
 }

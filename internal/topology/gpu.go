@@ -70,14 +70,14 @@ func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	return val(GPU, src), true
 }
 
-func (gpu) settings(h *Host) []row {
+func (gpu) settings(h *Host) []Setting {
 	g := h.gpu()
-	out := []row{spmdSetting(h)}
+	out := []Setting{spmdSetting(h)}
 	if len(g.GPUs) > 0 {
 		out = append(out,
-			row{"GPUs", fmt.Sprint(len(g.GPUs)), g.GPUSource},
-			row{"usable GPUs", counted(len(g.UsableGPUs.V), "GPU", g.UsableGPUs.V), g.UsableGPUs.Source},
-			row{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(g.CUDAVisible.V, ","), g.CUDAVisible.Source})
+			Setting{"GPUs", fmt.Sprint(len(g.GPUs)), g.GPUSource},
+			Setting{"usable GPUs", counted(len(g.UsableGPUs.V), "GPU", g.UsableGPUs.V), g.UsableGPUs.Source},
+			Setting{"CUDA_VISIBLE_DEVICES (parent)", strings.Join(g.CUDAVisible.V, ","), g.CUDAVisible.Source})
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -36,15 +35,14 @@ func TestDoctorOneH100(t *testing.T) {
 	if h.Device.V != GPU || len(h.gpu().GPUs) != 1 || h.gpu().GPUs[0].DevNode != filepath.Join(ft.dev, "nvidia0") || len(h.gpu().UsableGPUs.V) != 1 {
 		t.Fatalf("device %s, GPUs %+v, usable %v", h.Device.V, h.gpu().GPUs, h.gpu().UsableGPUs.V)
 	}
-	var out bytes.Buffer
-	must(t, WriteDoctor(&out, Diagnose(context.Background(), h, Options{}, filepath.Join(t.TempDir(), "lock"))))
+	out := shown(h)
 	for _, want := range []string{"usable GPUs", "1 (GPU 0)", "workers see every GPU, as under torchrun, and each uses cuda:LOCAL_RANK",
 		"JAX: jax.distributed.initialize() reads JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("doctor output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, line := range strings.Split(out.String(), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "usable" && f[1] == "GPUs" && f[2] == "0" {
 			t.Errorf("doctor still says %q", line)
 		}

@@ -151,3 +151,21 @@ func startHolder(t *testing.T, path string, lock bool) int {
 	}
 	return p.Pid
 }
+
+// shown is what doctor shows of h's own facts (package hostview prints them), one a line: each setting with a
+// source as "name value source", each chip as "chip index device-node", and the notes on the default request.
+func shown(h *Host) string {
+	var b strings.Builder
+	for _, s := range h.Settings() {
+		if s.Source.IsSet() {
+			fmt.Fprintf(&b, "%s %s %s\n", s.Name, s.Value, s.Source)
+		}
+	}
+	for _, c := range h.Chips() {
+		fmt.Fprintf(&b, "chip %d %s\n", c.Index, c.DevNode)
+	}
+	for _, n := range Explain(h, Request{}) {
+		b.WriteString(n + "\n")
+	}
+	return b.String()
+}

@@ -48,8 +48,8 @@ func (fakeKind) explain(*Host, Request) []string { return []string{"each worker 
 func (fakeKind) perRank() []string               { return []string{"FAKE_VISIBLE_CARD"} }
 func (fakeKind) devNodeGlobs() []string          { return []string{"fake*"} }
 func (fakeKind) usableNodes(h *Host) []string    { return h.DevNodes() }
-func (fakeKind) settings(h *Host) []row {
-	return []row{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
+func (fakeKind) settings(h *Host) []Setting {
+	return []Setting{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
 }
 func (fakeKind) probe(context.Context, *Host, Options) *Probe { return nil }
 
@@ -154,19 +154,16 @@ func checkFakeShown(t *testing.T, h *Host, opts Options) {
 	if err != nil || !bytes.Contains(b, []byte(`"cards":[{"index":0,`)) || bytes.Contains(b, []byte(`"chips"`)) {
 		t.Errorf("JSON %s, %v: want the fake state beside the host's fields and no TPU state", b, err)
 	}
-	var doc strings.Builder
-	if err := WriteDoctor(&doc, Diagnose(context.Background(), h, opts, filepath.Join(t.TempDir(), "lock"))); err != nil {
-		t.Fatal(err)
-	}
+	doc := shown(h)
 	for _, want := range []string{"fake cards", filepath.Join(opts.DevRoot, "fake1"), "each worker gets one fake card"} {
-		if !strings.Contains(doc.String(), want) {
-			t.Errorf("doctor lacks %q:\n%s", want, doc.String())
+		if !strings.Contains(doc, want) {
+			t.Errorf("doctor lacks %q:\n%s", want, doc)
 		}
 	}
 }
 
 // TestKindsFacts: the per-rank variables and the device nodes the launcher and the preloaded interpreter are
-// handed are those each kind names: what workerenv and the zygote had written down before the kinds owned them.
+// handed are those each kind names: what workerenv and the preloaded interpreter had written down before the kinds owned them.
 func TestKindsFacts(t *testing.T) {
 	want := []string{"PJRT_LOCAL_PROCESS_RANK", "JAX_LOCAL_DEVICE_IDS", "JAX_PROCESS_ID", "JAX_NUM_PROCESSES",
 		"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}

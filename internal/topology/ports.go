@@ -3,10 +3,12 @@ package topology
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PortHolder finds the process listening on TCP port: the socket inode from <procRoot>/net/tcp and tcp6, then the
@@ -76,4 +78,138 @@ func listeningInodes(path string, port int) ([]string, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// PortFree reports whether a TCP port can be bound on every address of this host right now.
+func PortFree(port int) bool {
+	l, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// CheckPorts is the pre-start check of the TPU_PROCESS_PORTs of node nodeRank's workers (nil free means
+// PortFree). On a plan of one node a busy port is moved to a free one (TPU_PROCESS_PORT and every worker's
+// TPU_PROCESS_ADDRESSES change together); on several nodes every port must stay fixed, so a busy one is a
+// *PortBusyError naming the holder found in procRoot. Another launcher on this machine probing its own ports holds
+// one for microseconds: a port is busy only when it stays so over a few tries.
+func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) error {
+	if free == nil {
+		free = PortFree
+	}
+	m := p.portMover(nodeRank, free)
+	for i := range p.Workers {
+		w := &p.Workers[i]
+		port, ok := w.tpuPort()
+		if w.NodeRank != nodeRank || !ok || !stillBusy(free, port) {
+			continue
+		}
+		if len(p.Nodes) > 1 {
+			pe := &PortBusyError{Port: port, LocalRank: w.LocalRank}
+			if pid, cmd, err := PortHolder(procRoot, port); err == nil {
+				pe.PID, pe.Command = pid, cmd
+			}
+			return pe
+		}
+		if err := m.move(w, port); err != nil {
+			return err
+		}
+	}
+	p.moveAddresses(m.moved)
+	return nil
+}
+
+// stillBusy reports whether port stays busy over a few tries.
+func stillBusy(free func(int) bool, port int) bool {
+	for try := range 4 {
+		if free(port) {
+			return false
+		}
+		time.Sleep(time.Duration(5<<try) * time.Millisecond)
+	}
+	return true
+}
+
+// tpuPort is the worker's TPU_PROCESS_PORT, when it has one.
+func (w *Worker) tpuPort() (int, bool) {
+	v, ok := w.Env["TPU_PROCESS_PORT"]
+	if !ok {
+		return 0, false
+	}
+	port, err := strconv.Atoi(v)
+	return port, err == nil
+}
+
+// portMover moves the busy TPU_PROCESS_PORTs of one node to free ports above the node's own.
+type portMover struct {
+	free  func(int) bool
+	local int          // the node's workers
+	used  map[int]bool // the node's ports, as planned and as moved to
+	moved map[int]int  // old port -> new port
+	next  int          // the next port to try; 0 before the first move
+}
+
+func (p *Plan) portMover(nodeRank int, free func(int) bool) *portMover {
+	m := &portMover{free: free, used: map[int]bool{}, moved: map[int]int{}}
+	for _, w := range p.Workers {
+		if w.NodeRank != nodeRank {
+			continue
+		}
+		m.local++
+		if port, ok := w.tpuPort(); ok {
+			m.used[port] = true
+		}
+	}
+	return m
+}
+
+// move gives w the next free port in place of port.
+func (m *portMover) move(w *Worker, port int) error {
+	if m.next == 0 {
+		m.next = port + m.local
+	}
+	for m.next < 65536 && (m.used[m.next] || !m.free(m.next)) {
+		m.next++
+	}
+	if m.next >= 65536 {
+		return &PortBusyError{Port: port, LocalRank: w.LocalRank}
+	}
+	m.used[m.next] = true
+	m.moved[port] = m.next
+	w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(m.next)
+	m.next++
+	return nil
+}
+
+// moveAddresses moves the moved ports in every worker's TPU_PROCESS_ADDRESSES. On one node every entry is this
+// host's (named localhost), so a moved port moves there.
+func (p *Plan) moveAddresses(moved map[int]int) {
+	if len(moved) == 0 {
+		return
+	}
+	for i := range p.Workers {
+		env := p.Workers[i].Env
+		if addrs, ok := env["TPU_PROCESS_ADDRESSES"]; ok {
+			env["TPU_PROCESS_ADDRESSES"] = movePorts(addrs, moved)
+		}
+	}
+}
+
+// movePorts rewrites the host:port entries of a comma-separated list whose port moved.
+func movePorts(addrs string, moved map[int]int) string {
+	parts := strings.Split(addrs, ",")
+	for j, a := range parts {
+		host, ps, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if old, err := strconv.Atoi(ps); err == nil {
+			if to, ok := moved[old]; ok {
+				parts[j] = net.JoinHostPort(host, strconv.Itoa(to))
+			}
+		}
+	}
+	return strings.Join(parts, ",")
 }

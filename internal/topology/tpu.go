@@ -155,8 +155,8 @@ func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
 func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
-// expect (docs/TOPOLOGY.md): chips.go detects the chips, env.go and mdslice.go the slice, split.go checks the
-// request against it, slice.go writes every worker's env.
+// expect (docs/TOPOLOGY.md): it detects the chips, reads the slice from env or the metadata server, checks the
+// request against it (Host.Slice) and writes every worker's env (Slice.Plan).
 type tpu struct{}
 
 func (tpu) Device() Device         { return TPU }
@@ -169,7 +169,7 @@ func (tpu) pjrt() []string         { return []string{"TPU"} }
 func (tpu) aliases() []string      { return nil }
 func (tpu) devices(h *Host) []Chip { return h.tpu().Chips }
 
-// perRank are the chip and the process of one worker within the slice (slice.go).
+// perRank are the chip and the process of one worker within the slice (Slice.Plan).
 func (tpu) perRank() []string {
 	return []string{"TPU_VISIBLE_CHIPS", "TPU_PROCESS_PORT", "TPU_PROCESS_ADDRESSES", "CLOUD_TPU_TASK_ID"}
 }
@@ -277,24 +277,24 @@ func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 
 // settings are the chips and the slice description, each with its source, then the multislice values (secrets
 // redacted).
-func (tpu) settings(h *Host) []row {
+func (tpu) settings(h *Host) []Setting {
 	t := h.tpu()
-	out := []row{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
+	out := []Setting{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
 	if t.Family != "" {
-		out = append(out, row{"family", t.Family, t.ChipsSource})
+		out = append(out, Setting{"family", t.Family, t.ChipsSource})
 	}
 	out = append(out,
-		row{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
-		row{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
-		row{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
-		row{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
-		row{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
-		row{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
-		row{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
-		row{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
-		row{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
+		Setting{"chips on host", fmt.Sprint(len(t.Chips)), t.ChipsSource},
+		Setting{"usable chips", counted(len(t.Usable.V), "chip", t.Usable.V), t.Usable.Source},
+		Setting{"TPU_NUM_DEVICES", fmt.Sprint(t.NumDevices.V), t.NumDevices.Source},
+		Setting{"TPU_VISIBLE_CHIPS (parent)", joinInts(t.VisibleChips.V, ","), t.VisibleChips.Source},
+		Setting{"host bounds", t.HostBounds.V.String(), t.HostBounds.Source},
+		Setting{"chips per host bounds", t.ChipsPerHostBounds.V.String(), t.ChipsPerHostBounds.Source},
+		Setting{"process bounds", t.ProcessBounds.V.String(), t.ProcessBounds.Source},
+		Setting{"worker id", fmt.Sprint(t.WorkerID.V), t.WorkerID.Source},
+		Setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
-		row{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
+		Setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
 	keys := make([]string, 0, len(t.Megascale))
 	for k := range t.Megascale {
 		keys = append(keys, k)
@@ -302,10 +302,8 @@ func (tpu) settings(h *Host) []row {
 	sort.Strings(keys)
 	for _, k := range keys {
 		v := t.Megascale[k]
-		if IsSecret(k) {
-			v.V = Redacted
-		}
-		out = append(out, row{k, v.V, v.Source})
+		out = append(out, Setting{k, v.V, v.Source}) // a secret's value is the printer's to hide
+
 	}
 	return out
 }

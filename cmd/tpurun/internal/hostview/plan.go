@@ -1,4 +1,4 @@
-package topology
+package hostview
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"tpurun/internal/topology"
 )
 
 // Redacted is what secret values are printed as.
@@ -37,9 +38,9 @@ func RedactEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// Redacted returns a deep copy of the plan whose env values are redacted, for printing.
-func (p *Plan) Redacted() *Plan {
-	q := &Plan{Device: p.Device, Nodes: append([]Node(nil), p.Nodes...)}
+// redacted returns a deep copy of the plan whose env values are redacted, for printing.
+func redacted(p *topology.Plan) *topology.Plan {
+	q := &topology.Plan{Device: p.Device, Nodes: append([]topology.Node(nil), p.Nodes...)}
 	for _, w := range p.Workers {
 		w.Replicas = append([]int(nil), w.Replicas...)
 		w.Env = RedactEnv(w.Env)
@@ -48,17 +49,17 @@ func (p *Plan) Redacted() *Plan {
 	return q
 }
 
-// WriteJSON writes the plan as `{"device", "nodes": [...], "workers": [{"rank", "local_rank", "node_rank",
+// WritePlanJSON writes the plan as `{"device", "nodes": [...], "workers": [{"rank", "local_rank", "node_rank",
 // "replicas", "env": {...}}]}`, secrets redacted, indented.
-func (p *Plan) WriteJSON(w io.Writer) error {
+func WritePlanJSON(w io.Writer, p *topology.Plan) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(p.Redacted())
+	return enc.Encode(redacted(p))
 }
 
-// WriteTable writes the plan for people: one line per node, then one line per worker with its replicas and env
+// WritePlanTable writes the plan for people: one line per node, then one line per worker with its replicas and env
 // (sorted, secrets redacted).
-func (p *Plan) WriteTable(w io.Writer) error {
+func WritePlanTable(w io.Writer, p *topology.Plan) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "device: %s  nodes: %d  workers: %d\n", p.Device, len(p.Nodes), len(p.Workers))
 	fmt.Fprintln(tw, "NODE\tHOST\tLOCAL WORKERS")

@@ -1,4 +1,4 @@
-package topology
+package hostview
 
 import (
 	"context"
@@ -6,51 +6,52 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"tpurun/internal/topology"
 )
 
 // Doctor is what `tpurun doctor` reports: the detected host, who holds its device nodes, the libtpu lockfile and
 // whether the metadata server answers.
 type Doctor struct {
-	Host     *Host     `json:"host"`
-	Holders  []Holder  `json:"holders"`
-	Lock     LockState `json:"lockfile"`
-	Metadata *Probe    `json:"metadata,omitempty"` // nil when not probed (not a TPU host)
-	Problems []string  `json:"problems,omitempty"` // checks that could not run, with why
-	// Notes explain the workers' environment where tpurun chose between upstream behaviours (Explain).
+	Host     *topology.Host     `json:"host"`
+	Holders  []topology.Holder  `json:"holders"`
+	Lock     topology.LockState `json:"lockfile"`
+	Metadata *topology.Probe    `json:"metadata,omitempty"` // nil when not probed (not a TPU host)
+	Problems []string           `json:"problems,omitempty"` // checks that could not run, with why
+	// Notes explain the workers' environment where tpurun chose between upstream behaviours (topology.Explain).
 	Notes []string `json:"notes,omitempty"`
 	// Job is the job this host's environment says it is one host of, which a plain run joins (Host.JobLayout);
 	// JobError why that environment is inconsistent (a run would exit 2).
-	Job      *JobLayout `json:"job,omitempty"`
-	JobError string     `json:"job_error,omitempty"`
+	Job      *topology.JobLayout `json:"job,omitempty"`
+	JobError string              `json:"job_error,omitempty"`
 }
 
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
 // only on a TPU host; lockfile "" means /tmp/libtpu_lockfile. Its notes explain the default request; a caller
-// with the run's request sets d.Notes = Explain(h, req).
-func Diagnose(ctx context.Context, h *Host, opts Options, lockfile string) *Doctor {
-	d := &Doctor{Host: h, Notes: Explain(h, Request{})}
-	d.SetJob(h.JobLayout(Request{}))
+// with the run's request sets d.Notes = topology.Explain(h, req).
+func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lockfile string) *Doctor {
+	d := &Doctor{Host: h, Notes: topology.Explain(h, topology.Request{})}
+	d.SetJob(h.JobLayout(topology.Request{}))
 	if nodes := h.DevNodes(); len(nodes) > 0 {
-		hs, err := Holders(h.ProcRoot, nodes)
+		hs, err := topology.Holders(h.ProcRoot, nodes)
 		if err != nil {
 			d.Problems = append(d.Problems, err.Error())
 		}
 		d.Holders = hs
 	}
 	if lockfile == "" {
-		lockfile = DefaultLockfile
+		lockfile = topology.DefaultLockfile
 	}
-	lk, err := Lockfile(h.ProcRoot, lockfile)
+	lk, err := topology.Lockfile(h.ProcRoot, lockfile)
 	if err != nil {
 		d.Problems = append(d.Problems, err.Error())
 	}
 	d.Lock = lk
-	d.Metadata = h.Device.V.Kind().probe(ctx, h, opts)
+	d.Metadata = h.Probe(ctx, opts)
 	return d
 }
 
 // SetJob records the job the host's environment describes for the run's request, or why it cannot be laid out.
-func (d *Doctor) SetJob(l *JobLayout, err error) {
+func (d *Doctor) SetJob(l *topology.JobLayout, err error) {
 	d.Job, d.JobError = l, ""
 	if err != nil {
 		d.JobError = err.Error()
@@ -86,23 +87,16 @@ func WriteDoctor(w io.Writer, d *Doctor) error {
 	return nil
 }
 
-// row is one row of doctor's table: a detected value and where it came from (an unset source hides the row).
-type row struct {
-	name, value string
-	src         Source
-}
-
-// spmdSetting is the row every kind shows: whether the run is SPMD.
-func spmdSetting(h *Host) row { return row{"SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source} }
-
-// writeSettings writes the device and the kind's settings, those with a source.
-func writeSettings(w io.Writer, h *Host) error {
+// writeSettings writes the host's settings that have a source, secrets redacted.
+func writeSettings(w io.Writer, h *topology.Host) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SETTING\tVALUE\tSOURCE")
-	rows := append([]row{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
-	for _, r := range rows {
-		if r.src.IsSet() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.name, r.value, r.src)
+	for _, s := range h.Settings() {
+		if s.Source.IsSet() {
+			if IsSecret(s.Name) {
+				s.Value = Redacted
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Value, s.Source)
 		}
 	}
 	return tw.Flush()
@@ -110,7 +104,7 @@ func writeSettings(w io.Writer, h *Host) error {
 
 // writeDevices writes the host's chips (or GPUs) with their device nodes and the processes that hold them.
 func writeDevices(w io.Writer, d *Doctor) error {
-	chips := d.Host.Device.V.Kind().devices(d.Host)
+	chips := d.Host.Chips()
 	if len(chips) == 0 {
 		return nil
 	}
@@ -124,7 +118,7 @@ func writeDevices(w io.Writer, d *Doctor) error {
 }
 
 // heldBy names the holders of a device node: "pid 12 (python3 train.py), ...", or "-".
-func heldBy(holders []Holder, node string) string {
+func heldBy(holders []topology.Holder, node string) string {
 	var by []string
 	for _, x := range holders {
 		if x.Path == node {
@@ -138,7 +132,7 @@ func heldBy(holders []Holder, node string) string {
 }
 
 // writeLockfile writes the state of libtpu's lockfile.
-func writeLockfile(w io.Writer, lk LockState) {
+func writeLockfile(w io.Writer, lk topology.LockState) {
 	switch {
 	case !lk.Exists:
 		fmt.Fprintf(w, "lockfile %s: absent\n", lk.Path)
@@ -165,17 +159,6 @@ func writeChecks(w io.Writer, d *Doctor) {
 	for _, n := range d.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-}
-
-// counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".
-func counted(n int, noun string, idx []int) string {
-	switch n {
-	case 0:
-		return "0"
-	case 1:
-		return fmt.Sprintf("1 (%s %s)", noun, joinInts(idx, ","))
-	}
-	return fmt.Sprintf("%d (%ss %s)", n, noun, joinInts(idx, ","))
 }
 
 func dash(s string) string {

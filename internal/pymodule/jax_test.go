@@ -1,4 +1,4 @@
-package worker
+package pymodule
 
 import (
 	"encoding/json"

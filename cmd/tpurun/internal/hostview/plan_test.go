@@ -1,26 +1,34 @@
-package topology
+package hostview
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"tpurun/internal/topology"
 )
 
+// twoNodePlan is a plan of 2 nodes of 4 workers each, as a v4-16 slice's, with the env a worker checks.
+func twoNodePlan() *topology.Plan {
+	p := &topology.Plan{Device: "tpu", Nodes: []topology.Node{{Rank: 0, Host: "ip0", LocalWorkers: 4}, {Rank: 1, Host: "ip1", LocalWorkers: 4}}}
+	for r := range 8 {
+		p.Workers = append(p.Workers, topology.Worker{Rank: r, LocalRank: r % 4, NodeRank: r / 4, Replicas: []int{r},
+			Env: map[string]string{"CLOUD_TPU_TASK_ID": strconv.Itoa(r), "TPU_PROCESS_BOUNDS": "2,2,2"}})
+	}
+	return p
+}
+
+// TestPlanOutput: the JSON and the table show every node and worker with its env, secrets redacted, and leave the
+// plan itself as it was.
 func TestPlanOutput(t *testing.T) {
 	t.Parallel()
-	ft := newTree(t).tpu(t, "0x005e", 4)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "ip0,ip1", "TPU_WORKER_ID": "1"}),
-		SysfsRoot: ft.sys, DevRoot: ft.dev})
-	must(t, err)
-	p, err := NewPlan(h, Request{}, World{})
-	must(t, err)
+	p := twoNodePlan()
 	p.Workers[0].Env["HF_TOKEN"] = "hf_abc"
 	p.Workers[0].Env["MEGASCALE_SECRET_KEY"] = "s3cr3t"
 
 	var js bytes.Buffer
-	must(t, p.WriteJSON(&js))
+	must(t, WritePlanJSON(&js, p))
 	var doc struct {
 		Nodes []struct {
 			Rank int    `json:"rank"`
@@ -47,7 +55,7 @@ func TestPlanOutput(t *testing.T) {
 	}
 
 	var tab bytes.Buffer
-	must(t, p.WriteTable(&tab))
+	must(t, WritePlanTable(&tab, p))
 	s := tab.String()
 	if strings.Contains(s, "hf_abc") || strings.Contains(s, "s3cr3t") || !strings.Contains(s, "HF_TOKEN="+Redacted) {
 		t.Errorf("table leaks secrets:\n%s", s)
@@ -66,5 +74,12 @@ func TestIsSecret(t *testing.T) {
 		if IsSecret(name) != want {
 			t.Errorf("IsSecret(%s) = %v", name, !want)
 		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

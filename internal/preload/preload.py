@@ -1,9 +1,10 @@
 """The preloaded interpreter of ``tpurun --preload MODULES`` (a zygote): import the modules once, prove that it is
 safe to fork, then fork one worker per request, each becoming exactly the program tpurun would have exec'd.
 
-tpurun runs it as ``PYTHON [the program's interpreter flags] .../tpurun/_zygote.py`` with its control socket on
-descriptor 3, in the environment that every local worker shares. It is self-contained (stdlib only, nothing of
-tpurun is imported): with -I or -P its directory is not on sys.path; its sibling _pools.py is run by path.
+tpurun (package internal/preload, which embeds this file) runs it as ``PYTHON [the program's interpreter flags]
+<private directory>/preload.py`` with its control socket on descriptor 3, in the environment that every local worker
+shares. It is self-contained (stdlib only, nothing of tpurun is imported but, in function mode, the module tpurun on
+the workers' PYTHONPATH): with -I or -P its directory is not on sys.path; its sibling pools.py is run by path.
 
 The control socket carries messages of a 4-byte big-endian length and a JSON object; byte strings that must
 arrive unchanged (environment, arguments, paths) travel base64-encoded:
@@ -169,13 +170,13 @@ def _load_sibling(name):
     """The names of a module of this file's directory, run by path: with -I or -P the directory is not on sys.path,
     and nothing is imported for it (the workers' sys.modules stay as the exec'd program's)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-    ns = {"__name__": "tpurun." + name, "__file__": path}
+    ns = {"__name__": "tpurun_preload." + name, "__file__": path}
     with open(path, "rb") as f:
         exec(compile(f.read(), path, "exec", dont_inherit=True), ns)
     return ns
 
 
-_pools = _load_sibling("_pools")
+_pools = _load_sibling("pools")
 
 
 class Zygote:

@@ -1,4 +1,4 @@
-package worker
+package pymodule
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"tpurun/worker"
 )
 
 // pythonModule installs the embedded module and returns python3 and the PYTHONPATH to run it with.
@@ -19,7 +21,7 @@ func pythonModule(t *testing.T) (py, path string) {
 	if err != nil {
 		t.Fatalf("python3 is required for the Python module tests: %v", err)
 	}
-	dir, err := InstallPython(t.TempDir())
+	dir, err := Install(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ for i, v in enumerate(VALUES):
 		Results []result `json:"results"`
 	}{OK: true}
 	var encodings []string
-	d := NewDecoder(bytes.NewReader(stream), 0, 0)
+	d := worker.NewDecoder(bytes.NewReader(stream), 0, 0)
 	for {
 		f, err := d.Next()
 		if err == io.EOF {
@@ -109,7 +111,7 @@ for i, v in enumerate(VALUES):
 			t.Fatal(err)
 		}
 		r := result{Replica: f.Replica, OK: true, Encoding: f.Encoding.String()}
-		if f.Encoding == EncodingJSON {
+		if f.Encoding == worker.EncodingJSON {
 			if !f.ValidJSON() {
 				t.Fatalf("replica %d: invalid JSON %q", f.Replica, f.Payload)
 			}
@@ -173,8 +175,8 @@ print(json.dumps({
 		t.Fatalf("python said %q: %v", out, err)
 	}
 	for _, k := range []string{"channel", "report"} {
-		if !strings.Contains(got[k], EnvResultFD) || !strings.Contains(got[k], EnvReplicas) {
-			t.Errorf("%s: %q does not name both %s and %s", k, got[k], EnvResultFD, EnvReplicas)
+		if !strings.Contains(got[k], worker.EnvResultFD) || !strings.Contains(got[k], worker.EnvReplicas) {
+			t.Errorf("%s: %q does not name both %s and %s", k, got[k], worker.EnvResultFD, worker.EnvReplicas)
 		}
 	}
 	if !strings.Contains(got["rank only"], "run this program under tpurun") {
@@ -311,20 +313,20 @@ print(json.dumps(out))
 	if got.Protect != nil || !got.Inheritable {
 		t.Errorf("import tpurun touched a foreign descriptor: protect_fd returned %v, inheritable %v", got.Protect != nil, got.Inheritable)
 	}
-	if !has(got.File, EnvResultFD, EnvResultID, "is a regular file", "not the pipe") || got.FileBytes != 0 {
+	if !has(got.File, worker.EnvResultFD, worker.EnvResultID, "is a regular file", "not the pipe") || got.FileBytes != 0 {
 		t.Errorf("a regular file: %v, %d bytes written", deref(got.File), got.FileBytes)
 	}
 	if !has(got.ReadEnd, "open read-only") {
 		t.Errorf("the read end: %v", deref(got.ReadEnd))
 	}
-	if !has(got.Malformed, EnvResultID, "want <st_dev>:<st_ino>") {
+	if !has(got.Malformed, worker.EnvResultID, "want <st_dev>:<st_ino>") {
 		t.Errorf("a malformed identity: %v", deref(got.Malformed))
 	}
-	if got.Pipe != nil || got.Read != HeaderSize+3 {
+	if got.Pipe != nil || got.Read != worker.HeaderSize+3 {
 		t.Errorf("the pipe itself: %v, %d bytes read", deref(got.Pipe), got.Read)
 	}
 	if got.NoID != nil {
-		t.Errorf("without %s any writable descriptor is taken, as before: %v", EnvResultID, deref(got.NoID))
+		t.Errorf("without %s any writable descriptor is taken, as before: %v", worker.EnvResultID, deref(got.NoID))
 	}
 }
 

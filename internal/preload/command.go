@@ -1,4 +1,4 @@
-package zygote
+package preload
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package worker
+package pymodule
 
 import (
 	"bytes"
@@ -85,13 +85,13 @@ func fileIDs(t *testing.T, dir string) map[string]fileID {
 // PYTHONPATH, and a second call finds it there and writes nothing (same inodes, same times).
 func TestPythonPath(t *testing.T) {
 	base := t.TempDir()
-	dir, err := PythonPath(base)
+	dir, err := Path(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dir != filepath.Join(base, PythonDirName()) || !strings.HasPrefix(PythonDirName(), "python-"+PythonVersion()+"-") ||
-		len(PythonDirName()) != len("python-"+PythonVersion()+"-")+16 {
-		t.Fatalf("PythonPath(%s) = %s (dir name %s, version %s)", base, dir, PythonDirName(), PythonVersion())
+	if dir != filepath.Join(base, DirName()) || !strings.HasPrefix(DirName(), "python-"+Version()+"-") ||
+		len(DirName()) != len("python-"+Version()+"-")+16 {
+		t.Fatalf("Path(%s) = %s (dir name %s, version %s)", base, dir, DirName(), Version())
 	}
 	checkCopy(t, dir)
 	noLeftovers(t, base)
@@ -102,7 +102,7 @@ func TestPythonPath(t *testing.T) {
 	cmd := exec.Command(py, "-c", "import tpurun; print(tpurun.__version__, tpurun.__file__)")
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
-	if want := PythonVersion() + " " + filepath.Join(dir, "tpurun", "__init__.py"); err != nil || strings.TrimSpace(string(out)) != want {
+	if want := Version() + " " + filepath.Join(dir, "tpurun", "__init__.py"); err != nil || strings.TrimSpace(string(out)) != want {
 		t.Fatalf("import tpurun with PYTHONPATH=%s: %v %q, want %q", dir, err, out, want)
 	}
 	// Backdate everything: a rewrite would show as a new inode or a new time.
@@ -113,7 +113,7 @@ func TestPythonPath(t *testing.T) {
 		}
 	}
 	before := fileIDs(t, dir)
-	again, err := PythonPath(base)
+	again, err := Path(base)
 	if err != nil || again != dir {
 		t.Fatalf("second PythonPath: %s, %v", again, err)
 	}
@@ -132,12 +132,12 @@ func TestPythonPath(t *testing.T) {
 func TestPythonPathUserCache(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "cache")
 	t.Setenv("XDG_CACHE_HOME", cache)
-	dir, err := PythonPath("")
+	dir, err := Path("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dir != filepath.Join(cache, "tpurun", PythonDirName()) {
-		t.Fatalf("PythonPath(\"\") = %s", dir)
+	if dir != filepath.Join(cache, "tpurun", DirName()) {
+		t.Fatalf("Path(\"\") = %s", dir)
 	}
 	checkCopy(t, dir)
 	fi, err := os.Stat(filepath.Join(cache, "tpurun"))
@@ -173,11 +173,11 @@ func TestPythonPathConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], errs[i] = PythonPath(base)
+			got[i], errs[i] = Path(base)
 		}()
 	}
 	wg.Wait()
-	want := filepath.Join(base, PythonDirName())
+	want := filepath.Join(base, DirName())
 	for i := range got {
 		if errs[i] != nil || got[i] != want {
 			t.Errorf("goroutine %d: %s, %v", i, got[i], errs[i])
@@ -215,11 +215,11 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 
 	t.Run("install directory", func(t *testing.T) {
 		base := t.TempDir()
-		link := filepath.Join(base, PythonDirName())
+		link := filepath.Join(base, DirName())
 		if err := os.Symlink(evil, link); err != nil {
 			t.Fatal(err)
 		}
-		dir, err := PythonPath(base)
+		dir, err := Path(base)
 		if !errors.Is(err, ErrUnsafeInstallDir) || dir != "" || !strings.Contains(err.Error(), link+" is a symbolic link") {
 			t.Fatalf("PythonPath over a planted link: %q, %v", dir, err)
 		}
@@ -227,21 +227,21 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 	})
 	t.Run("package directory", func(t *testing.T) {
 		base := t.TempDir()
-		final := filepath.Join(base, PythonDirName())
+		final := filepath.Join(base, DirName())
 		if err := os.Mkdir(final, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Symlink(filepath.Join(evil, "tpurun"), filepath.Join(final, "tpurun")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(base); !errors.Is(err, ErrUnsafeInstallDir) {
+		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) {
 			t.Fatalf("PythonPath with a planted package link: %v", err)
 		}
 		unchanged()
 	})
 	t.Run("file", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := PythonPath(base)
+		dir, err := Path(base)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 		if err := os.Symlink(evilInit, f); err != nil {
 			t.Fatal(err)
 		}
-		if again, err := PythonPath(base); err != nil || again != dir {
+		if again, err := Path(base); err != nil || again != dir {
 			t.Fatalf("%s, %v", again, err)
 		}
 		if fi, err := os.Lstat(f); err != nil || !fi.Mode().IsRegular() {
@@ -272,41 +272,41 @@ func TestPythonPathUnsafeDirs(t *testing.T) {
 		if err := os.Chmod(base, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), base+" is writable by others") {
+		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), base+" is writable by others") {
 			t.Fatalf("%v", err)
 		}
 		if err := os.Chmod(base, 0o777|os.ModeSticky); err != nil { // as /tmp: allowed
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(base); err != nil {
+		if _, err := Path(base); err != nil {
 			t.Fatalf("a sticky directory: %v", err)
 		}
 	})
 	t.Run("install directory is a file", func(t *testing.T) {
 		base := t.TempDir()
-		if err := os.WriteFile(filepath.Join(base, PythonDirName()), nil, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(base, DirName()), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), "is not a directory") {
+		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), "is not a directory") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("install directory writable by others", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := PythonPath(base)
+		dir, err := Path(base)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(dir, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), dir+" is writable by others") {
+		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), dir+" is writable by others") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("install directory of another user", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := PythonPath(base)
+		dir, err := Path(base)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestPythonPathUnsafeDirs(t *testing.T) {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := PythonPath(f); !errors.Is(err, ErrUnsafeInstallDir) {
+		if _, err := Path(f); !errors.Is(err, ErrUnsafeInstallDir) {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -333,7 +333,7 @@ func TestPythonPathRepairs(t *testing.T) {
 	for _, damage := range []string{"remove", "truncate"} {
 		t.Run(damage, func(t *testing.T) {
 			base := t.TempDir()
-			dir, err := PythonPath(base)
+			dir, err := Path(base)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,7 +346,7 @@ func TestPythonPathRepairs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if again, err := PythonPath(base); err != nil || again != dir {
+			if again, err := Path(base); err != nil || again != dir {
 				t.Fatalf("%s, %v", again, err)
 			}
 			checkCopy(t, dir)

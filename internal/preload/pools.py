@@ -1,6 +1,6 @@
-"""Thread pools of native libraries in the preloaded interpreter (see _zygote): what keeps OpenBLAS's from starting
+"""Thread pools of native libraries in the preloaded interpreter (see preload.py): what keeps OpenBLAS's from starting
 at import, sizes it in each forked worker as loading it there would have, and names what keeps others from starting.
-Run by _zygote by path; stdlib only."""
+Run by preload.py by path; stdlib only."""
 
 import ctypes
 import os

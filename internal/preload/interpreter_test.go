@@ -1,4 +1,4 @@
-package zygote_test
+package preload_test
 
 import (
 	"context"
@@ -17,14 +17,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tpurun/internal/preload"
 	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
-	"tpurun/internal/zygote"
-	"tpurun/worker"
 )
 
-// rp is the test binary's reaper: the workers a zygote forks are re-parented to the test binary, its child
+// rp is the test binary's reaper: the workers a preloaded interpreter forks are re-parented to the test binary, its child
 // subreaper, which adopts them. Nothing else in this package may wait for children (it would race the reaper).
 var rp *proc.Reaper
 
@@ -45,14 +44,10 @@ func python(t *testing.T) string {
 	return testutil.Need(t, "python3")
 }
 
-// setup installs the Python module and writes the given modules (name -> source) into a directory for them; it
-// returns a Config for a zygote that preloads the named modules, and that directory.
-func setup(t *testing.T, modules map[string]string, preload ...string) (zygote.Config, string) {
+// setup writes the given modules (name -> source) into a directory for them; it returns a Config for an interpreter
+// that preloads the named modules, and that directory.
+func setup(t *testing.T, modules map[string]string, names ...string) (preload.Config, string) {
 	t.Helper()
-	dir, err := worker.InstallPython(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	mods := t.TempDir()
 	for name, src := range modules {
 		if err := os.WriteFile(filepath.Join(mods, name+".py"), []byte(src), 0o644); err != nil {
@@ -65,16 +60,16 @@ func setup(t *testing.T, modules map[string]string, preload ...string) (zygote.C
 	}
 	t.Cleanup(func() { out.Close() })
 	env := append(os.Environ(), "PYTHONPATH="+mods)
-	return zygote.Config{Python: []string{python(t)}, Script: filepath.Join(dir, "tpurun", "_zygote.py"), Preload: preload,
+	return preload.Config{Python: []string{python(t)}, Preload: names,
 		Path0: mods, Env: env, Dir: mods, Stdout: out, Stderr: out, Reaper: rp,
 		DeviceNodes: topology.DeviceNodeGlobs(), Lockfile: topology.DefaultLockfile}, mods
 }
 
-// refused starts a zygote that must refuse, and returns why.
-func refused(t *testing.T, cfg zygote.Config) *zygote.RefusedError {
+// refused starts a preloaded interpreter that must refuse, and returns why.
+func refused(t *testing.T, cfg preload.Config) *preload.RefusedError {
 	t.Helper()
-	z, err := zygote.Start(context.Background(), cfg)
-	var re *zygote.RefusedError
+	z, err := preload.Start(context.Background(), cfg)
+	var re *preload.RefusedError
 	if !errors.As(err, &re) {
 		if z != nil {
 			z.Close()
@@ -192,7 +187,7 @@ type probeSeen struct {
 }
 
 // forkProbe forks the probe from z and returns what it saw, the process and its delivered exit.
-func forkProbe(t *testing.T, z *zygote.Zygote, mods string) (probeSeen, *proc.Process, <-chan proc.Exit) {
+func forkProbe(t *testing.T, z *preload.Interpreter, mods string) (probeSeen, *proc.Process, <-chan proc.Exit) {
 	t.Helper()
 	outR, outW, _ := os.Pipe()
 	resR, resW, _ := os.Pipe()
@@ -201,9 +196,9 @@ func forkProbe(t *testing.T, z *zygote.Zygote, mods string) (probeSeen, *proc.Pr
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
 	env := []string{"RANK=3", "ODD=\xff\xfe not utf-8", "PATH=" + os.Getenv("PATH")}
-	cmd := zygote.Command{Python: []string{python(t)}, Target: "probe.py", Args: []string{"--lr", "3\xff"}}
+	cmd := preload.Command{Python: []string{python(t)}, Target: "probe.py", Args: []string{"--lr", "3\xff"}}
 	got := make(chan proc.Exit, 1)
-	p, err := z.Fork(rp, zygote.Request{Command: cmd, Argv: []string{"python3", "probe.py", "--lr", "3\xff"}, Env: env,
+	p, err := z.Fork(rp, preload.Request{Command: cmd, Argv: []string{"python3", "probe.py", "--lr", "3\xff"}, Env: env,
 		Dir: mods, Files: []*os.File{devnull, outW, outW, resW}}, func(p *proc.Process) { got <- p.Status() })
 	outW.Close()
 	resW.Close()
@@ -222,7 +217,7 @@ func forkProbe(t *testing.T, z *zygote.Zygote, mods string) (probeSeen, *proc.Pr
 // exactly its environment, argv and descriptors 0..3, its exit delivered and its resource usage on Release.
 func TestForkAdoptsWorker(t *testing.T) {
 	cfg, mods := setup(t, map[string]string{"preloaded_mod": "X = 1\n", "probe": probe}, "preloaded_mod")
-	z, err := zygote.Start(context.Background(), cfg)
+	z, err := preload.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +286,7 @@ if how == "msg": sys.exit("bye")
 if how == "big": sys.exit(300)
 sys.exit(int(how))
 `}, "random")
-	z, err := zygote.Start(context.Background(), cfg)
+	z, err := preload.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,9 +298,9 @@ sys.exit(int(how))
 		"big": {ExitCode: 44}, "kbd": {ExitCode: -1, Signal: syscall.SIGINT}} {
 		outR, outW, _ := os.Pipe()
 		errR, errW, _ := os.Pipe()
-		cmd := zygote.Command{Python: []string{python(t)}, Target: "end.py", Args: []string{how}}
+		cmd := preload.Command{Python: []string{python(t)}, Target: "end.py", Args: []string{how}}
 		got := make(chan proc.Exit, 1)
-		p, err := z.Fork(rp, zygote.Request{Command: cmd, Argv: []string{"python3", "end.py", how}, Env: os.Environ(), Dir: mods,
+		p, err := z.Fork(rp, preload.Request{Command: cmd, Argv: []string{"python3", "end.py", how}, Env: os.Environ(), Dir: mods,
 			Files: []*os.File{devnull, outW, errW, devnull}}, func(p *proc.Process) { got <- p.Status() })
 		outW.Close()
 		errW.Close()
@@ -322,8 +317,8 @@ sys.exit(int(how))
 		if ex.ExitCode != want.ExitCode || ex.Signal != want.Signal {
 			t.Errorf("%s: exit %+v, want code %d signal %v; stderr:\n%s", how, ex, want.ExitCode, want.Signal, stderr)
 		}
-		if how == "raise" && (!strings.Contains(string(stderr), "ValueError: boom") || strings.Contains(string(stderr), "_zygote")) {
-			t.Errorf("raise: stderr %q: want the traceback without the zygote's frames", stderr)
+		if how == "raise" && (!strings.Contains(string(stderr), "ValueError: boom") || strings.Contains(string(stderr), "preload.py")) {
+			t.Errorf("raise: stderr %q: want the traceback without the preloaded interpreter's frames", stderr)
 		}
 		if how == "msg" && string(stderr) != "bye\n" {
 			t.Errorf("msg: stderr %q, want bye", stderr)
@@ -337,17 +332,17 @@ sys.exit(int(how))
 // Close ends the interpreter; forking afterwards is ErrGone.
 func TestCloseThenForkIsGone(t *testing.T) {
 	cfg, mods := setup(t, nil)
-	z, err := zygote.Start(context.Background(), cfg)
+	z, err := preload.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid := z.PID()
 	z.Close()
 	if z.Alive() || proc.Alive(pid) {
-		t.Fatalf("zygote %d still alive after Close", pid)
+		t.Fatalf("preloaded interpreter %d still alive after Close", pid)
 	}
-	_, err = z.Fork(rp, zygote.Request{Command: zygote.Command{Python: cfg.Python, Target: "x.py"}, Dir: mods}, nil)
-	if !errors.Is(err, zygote.ErrGone) {
+	_, err = z.Fork(rp, preload.Request{Command: preload.Command{Python: cfg.Python, Target: "x.py"}, Dir: mods}, nil)
+	if !errors.Is(err, preload.ErrGone) {
 		t.Fatalf("Fork after Close: %v, want ErrGone", err)
 	}
 }
@@ -355,23 +350,28 @@ func TestCloseThenForkIsGone(t *testing.T) {
 // A context canceled while the modules are imported kills the interpreter and returns the cause.
 func TestStartCanceled(t *testing.T) {
 	cfg, _ := setup(t, map[string]string{"slow": "import time\ntime.sleep(3600)\n"}, "slow")
+	tmp := t.TempDir() // where the interpreter's code is written: its command line names it
+	t.Setenv("TMPDIR", tmp)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	stop := errors.New("stopped by the test")
 	time.AfterFunc(100*time.Millisecond, func() { cancel(stop) })
-	z, err := zygote.Start(ctx, cfg)
+	z, err := preload.Start(ctx, cfg)
 	if !errors.Is(err, stop) || z != nil {
 		t.Fatalf("Start: %v, want the cancel cause", err)
 	}
 	if b, _ := os.ReadFile(cfg.Stdout.Name()); strings.Contains(string(b), "Traceback") {
 		t.Errorf("the interpreter printed a traceback: %s", b)
 	}
-	for _, pid := range pidsOf(t, cfg.Script) {
-		t.Errorf("a zygote (pid %d) is still running after Start was canceled", pid)
+	for _, pid := range pidsOf(t, tmp) {
+		t.Errorf("a preloaded interpreter (pid %d) is still running after Start was canceled", pid)
+	}
+	if es, _ := os.ReadDir(tmp); len(es) != 0 {
+		t.Errorf("the interpreter's code is left in %s after Start was canceled: %v", tmp, es)
 	}
 }
 
 // inherited lists the descriptors from 4 on that this test process holds without close-on-exec (given by whatever
-// started it): every process it starts, exec'd or forked from the zygote, has them too.
+// started it): every process it starts, exec'd or forked from the preloaded interpreter, has them too.
 func inherited(t *testing.T) []string {
 	t.Helper()
 	es, _ := os.ReadDir("/proc/self/fd")
@@ -415,17 +415,17 @@ def start():
     threading.Thread(target=time.sleep, args=(3600,), name="late-timer", daemon=True).start()
 os.register_at_fork(before=start)
 `, "ran": "open('ran', 'w').close()\n"}, "late")
-	z, err := zygote.Start(context.Background(), cfg)
+	z, err := preload.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer z.Close()
 	devnull, _ := os.Open(os.DevNull)
 	defer devnull.Close()
-	cmd := zygote.Command{Python: []string{python(t)}, Target: "ran.py"}
-	_, err = z.Fork(rp, zygote.Request{Command: cmd, Argv: []string{"python3", "ran.py"}, Env: os.Environ(), Dir: mods,
+	cmd := preload.Command{Python: []string{python(t)}, Target: "ran.py"}
+	_, err = z.Fork(rp, preload.Request{Command: cmd, Argv: []string{"python3", "ran.py"}, Env: os.Environ(), Dir: mods,
 		Files: []*os.File{devnull, devnull, devnull, devnull}}, nil)
-	var re *zygote.RefusedError
+	var re *preload.RefusedError
 	if !errors.As(err, &re) || !strings.Contains(re.Problem, "'late-timer' (Python thread") {
 		t.Fatalf("Fork: %v, want a refusal naming the thread late-timer", err)
 	}

@@ -1,11 +1,11 @@
-package zygote_test
+package preload_test
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
-	"tpurun/internal/zygote"
+	"tpurun/internal/preload"
 )
 
 func TestParseCommand(t *testing.T) {
@@ -26,7 +26,7 @@ func TestParseCommand(t *testing.T) {
 		{[]string{"python3", "--check-hash-based-pycs", "never", "t.py"}, []string{"python3", "--check-hash-based-pycs", "never"}, false, "t.py", []string{}},
 		{[]string{"/opt/venv/bin/mypython", "t.py"}, []string{"/opt/venv/bin/mypython"}, false, "t.py", []string{}}, // PYTHON_EXEC
 	} {
-		c, err := zygote.ParseCommand(tc.argv, "/opt/venv/bin/mypython")
+		c, err := preload.ParseCommand(tc.argv, "/opt/venv/bin/mypython")
 		if err != nil {
 			t.Errorf("%q: %v", tc.argv, err)
 			continue
@@ -58,7 +58,7 @@ func TestParseCommandRefusals(t *testing.T) {
 		"/usr/bin/env python3 x":          "is not a Python interpreter",
 		"python3 --check-hash-based-pycs": "needs a value",
 	} {
-		_, err := zygote.ParseCommand(strings.Fields(argv), "")
+		_, err := preload.ParseCommand(strings.Fields(argv), "")
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err %v, want one saying %q", argv, err, want)
 		}
@@ -72,7 +72,7 @@ func FuzzParseCommand(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		argv := strings.Split(s, " ")
-		c, err := zygote.ParseCommand(argv, "")
+		c, err := preload.ParseCommand(argv, "")
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package worker
+package pymodule
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func TestPipInstallOffline(t *testing.T) {
 		t.Fatalf("%s cannot create a virtual environment with pip (%v: %s): install the Debian package python3-venv "+
 			"(it brings python3.X-venv, python3-pip-whl and python3-setuptools-whl); .ci/deps must install it", systemPython, err, bytes.TrimSpace(out))
 	}
-	src, err := filepath.Abs("python")
+	src, err := filepath.Abs("../../worker/python")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ print(json.dumps({"version": tpurun.__version__, "file": tpurun.__file__, "repli
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
-			if got.Version != PythonVersion() || got.Target != "json:dumps" || len(got.Replicas) != 2 || got.Replicas[1] != 2 ||
+			if got.Version != Version() || got.Target != "json:dumps" || len(got.Replicas) != 2 || got.Replicas[1] != 2 ||
 				got.FnExit != 2 || !strings.Contains(got.FnStderr, "TPURUN_RESULT_FD is not set") {
 				t.Fatalf("%+v", got)
 			}

@@ -1,4 +1,4 @@
-package worker
+package pymodule
 
 import (
 	"fmt"
@@ -7,14 +7,14 @@ import (
 )
 
 // envTestMode makes the test binary play a process of the test instead of running the tests.
-const envTestMode = "TPURUN_WORKER_TEST_MODE"
+const envTestMode = "TPURUN_PYMODULE_TEST_MODE"
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(envTestMode) {
 	case "":
 		os.Exit(m.Run())
 	case "pythonpath": // one of several launchers installing the module at once
-		dir, err := PythonPath(os.Getenv("PYTHONPATH_DIR"))
+		dir, err := Path(os.Getenv("PYTHONPATH_DIR"))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

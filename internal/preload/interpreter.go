@@ -1,4 +1,4 @@
-package zygote
+package preload
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -23,7 +25,6 @@ import (
 // Config is how to start a preloaded interpreter.
 type Config struct {
 	Python  []string // the interpreter and its options, as in the workers' Command
-	Script  string   // the path of tpurun/_zygote.py
 	Preload []string // module names, imported in this order; "__main__" is the caller's main module in function mode
 	Path0   string   // sys.path[0] while importing: the directory of the program file, or the working directory for -m
 	Env     []string // what every worker's environment shares
@@ -57,16 +58,17 @@ var ErrGone = errors.New("the preloaded interpreter is gone")
 // errTalk marks a failed exchange on the control socket.
 var errTalk = errors.New("control socket")
 
-// forkTimeout bounds one fork request: the zygote answers in milliseconds unless it is wedged.
+// forkTimeout bounds one fork request: the interpreter answers in milliseconds unless it is wedged.
 const forkTimeout = 30 * time.Second
 
-// Zygote is a running preloaded interpreter.
-type Zygote struct {
+// Interpreter is a running preloaded interpreter.
+type Interpreter struct {
 	p       *proc.Process
 	conn    *net.UnixConn
 	log     *zap.Logger
 	mu      sync.Mutex // one request at a time
 	exited  chan struct{}
+	dir     string  // the private directory its Python code runs from (scripts), removed when it ends
 	Python  string  // the interpreter's version, e.g. "3.11.2"
 	Seconds float64 // how long the imports took
 }
@@ -74,7 +76,7 @@ type Zygote struct {
 // Start starts the preloaded interpreter and waits until it has imported every module of cfg.Preload and found
 // itself safe to fork (nil), or refused (*RefusedError), or died, or ctx is done (it is killed then, and the
 // error is ctx's cause). cfg.Reaper must be this process's reaper: forked workers are re-parented to it.
-func Start(ctx context.Context, cfg Config) (*Zygote, error) {
+func Start(ctx context.Context, cfg Config) (*Interpreter, error) {
 	if cfg.Reaper == nil {
 		return nil, errors.New("a preloaded interpreter needs tpurun to be the child subreaper (or PID 1): the workers it forks are re-parented to it")
 	}
@@ -85,50 +87,55 @@ func Start(ctx context.Context, cfg Config) (*Zygote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "zygote-control"), os.NewFile(uintptr(fds[1]), "zygote-control")
+	ours, theirs := os.NewFile(uintptr(fds[0]), "preload-control"), os.NewFile(uintptr(fds[1]), "preload-control")
 	defer theirs.Close()
 	c, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	z := &Zygote{conn: c.(*net.UnixConn), log: cfg.Log, exited: make(chan struct{})}
-	cmd := proc.Command(cfg.Python[0], append(append([]string{}, cfg.Python[1:]...), cfg.Script)...)
+	ip := &Interpreter{conn: c.(*net.UnixConn), log: cfg.Log, exited: make(chan struct{})}
+	if ip.dir, err = scripts(); err != nil {
+		ip.conn.Close()
+		return nil, err
+	}
+	cmd := proc.Command(cfg.Python[0], append(slices.Clone(cfg.Python[1:]), filepath.Join(ip.dir, serverScript))...)
 	cmd.Env, cmd.Dir, cmd.Stdout, cmd.Stderr = cfg.Env, cfg.Dir, cfg.Stdout, cfg.Stderr
 	cmd.ExtraFiles = []*os.File{theirs}
-	p, err := cfg.Reaper.Start(cmd, func(*proc.Process) { close(z.exited) })
+	p, err := cfg.Reaper.Start(cmd, func(*proc.Process) { close(ip.exited) })
 	if err != nil {
-		z.conn.Close()
+		ip.conn.Close()
+		os.RemoveAll(ip.dir)
 		return nil, err
 	}
-	z.p = p
+	ip.p = p
 	cfg.Reaper.Keep(p) // it outlives each attempt's sweep; its descendants do not
-	if err := z.handshake(ctx, cfg); err != nil {
-		z.kill()
+	if err := ip.handshake(ctx, cfg); err != nil {
+		ip.kill()
 		return nil, err
 	}
-	return z, nil
+	return ip, nil
 }
 
 // handshake sends the configuration and waits for the interpreter's verdict.
-func (z *Zygote) handshake(ctx context.Context, cfg Config) error {
-	stop := context.AfterFunc(ctx, func() { _ = z.conn.SetDeadline(time.Now()) })
+func (ip *Interpreter) handshake(ctx context.Context, cfg Config) error {
+	stop := context.AfterFunc(ctx, func() { _ = ip.conn.SetDeadline(time.Now()) })
 	defer stop()
 	hello := map[string]any{"preload": cfg.Preload, "path0": b64(cfg.Path0), "env": b64s(cfg.Env), "dev_root": cfg.DevRoot,
 		"device_nodes": cfg.DeviceNodes, "lockfile": cfg.Lockfile}
-	if err := z.send(hello, nil); err != nil {
-		return z.gone("sending its configuration", err)
+	if err := ip.send(hello, nil); err != nil {
+		return ip.gone("sending its configuration", err)
 	}
 	var m reply
-	if err := z.recv(&m); err != nil {
+	if err := ip.recv(&m); err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return z.gone("importing "+fmt.Sprint(cfg.Preload), err)
+		return ip.gone("importing "+fmt.Sprint(cfg.Preload), err)
 	}
 	switch m.Kind {
 	case "ready":
-		z.Python, z.Seconds = m.Python, m.Seconds
+		ip.Python, ip.Seconds = m.Python, m.Seconds
 		return nil
 	case "refused":
 		return &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
@@ -149,34 +156,34 @@ type reply struct {
 }
 
 // gone is the error of a conversation that failed while doing what: the interpreter's exit if it exited.
-func (z *Zygote) gone(what string, err error) error {
+func (ip *Interpreter) gone(what string, err error) error {
 	select {
-	case <-z.exited:
+	case <-ip.exited:
 	case <-time.After(2 * time.Second): // it closed the socket and is exiting: give it that long to be seen gone
 	}
 	select {
-	case <-z.exited:
-		ex := z.p.Wait()
+	case <-ip.exited:
+		ex := ip.p.Wait()
 		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
 			how = "was killed by " + proc.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
 	default:
-		return fmt.Errorf("%w: the preloaded interpreter (pid %d) stopped answering while %s: %w", ErrGone, z.p.PID(), what, err)
+		return fmt.Errorf("%w: the preloaded interpreter (pid %d) stopped answering while %s: %w", ErrGone, ip.p.PID(), what, err)
 	}
 }
 
 // PID is the interpreter's pid.
-func (z *Zygote) PID() int { return z.p.PID() }
+func (ip *Interpreter) PID() int { return ip.p.PID() }
 
 // Alive reports whether the interpreter is still running.
-func (z *Zygote) Alive() bool {
+func (ip *Interpreter) Alive() bool {
 	select {
-	case <-z.exited:
+	case <-ip.exited:
 		return false
 	default:
-		return !z.p.Exited() // dead already, its exit not yet delivered: a worker that killed it has been seen exit
+		return !ip.p.Exited() // dead already, its exit not yet delivered: a worker that killed it has been seen exit
 	}
 }
 
@@ -195,11 +202,11 @@ type Request struct {
 // held like one from proc.StartHeld, and its exit is delivered to onExit. The worker runs its program only once
 // it is adopted. A *RefusedError means the interpreter found itself unsafe to fork now (it exits 2), ErrGone that
 // it is not running.
-func (z *Zygote) Fork(rp *proc.Reaper, req Request, onExit func(*proc.Process)) (*proc.Process, error) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if !z.Alive() {
-		return nil, fmt.Errorf("%w (pid %d)", ErrGone, z.p.PID())
+func (ip *Interpreter) Fork(rp *proc.Reaper, req Request, onExit func(*proc.Process)) (*proc.Process, error) {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	if !ip.Alive() {
+		return nil, fmt.Errorf("%w (pid %d)", ErrGone, ip.p.PID())
 	}
 	goR, goW, err := os.Pipe()
 	if err != nil {
@@ -213,34 +220,34 @@ func (z *Zygote) Fork(rp *proc.Reaper, req Request, onExit func(*proc.Process)) 
 	fds = append(fds, int(goR.Fd()))
 	p, err := rp.AdoptHeld(func() (int, error) {
 		defer goR.Close()
-		return z.fork(req, fds)
+		return ip.fork(req, fds)
 	}, onExit)
 	if errors.Is(err, errTalk) { // explained once the reaper's lock is free: it delivers the interpreter's exit
-		return nil, z.gone("forking a worker", err)
+		return nil, ip.gone("forking a worker", err)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if _, err := goW.Write([]byte("g")); err != nil { // the worker died already: its exit is delivered as any
-		z.log.Debug("go byte not written", zap.Int("pid", p.PID()), zap.Error(err))
+		ip.log.Debug("go byte not written", zap.Int("pid", p.PID()), zap.Error(err))
 	}
 	return p, nil
 }
 
-func (z *Zygote) fork(req Request, fds []int) (int, error) {
-	_ = z.conn.SetDeadline(time.Now().Add(forkTimeout))
-	defer func() { _ = z.conn.SetDeadline(time.Time{}) }()
+func (ip *Interpreter) fork(req Request, fds []int) (int, error) {
+	_ = ip.conn.SetDeadline(time.Now().Add(forkTimeout))
+	defer func() { _ = ip.conn.SetDeadline(time.Time{}) }()
 	mode := "file"
 	if req.Command.Module {
 		mode = "module"
 	}
 	msg := map[string]any{"op": "fork", "mode": mode, "target": b64(req.Command.Target), "argv": b64s(req.Command.Argv()),
 		"orig_argv": b64s(req.Argv), "env": b64s(req.Env), "dir": b64(req.Dir)}
-	if err := z.send(msg, unix.UnixRights(fds...)); err != nil {
+	if err := ip.send(msg, unix.UnixRights(fds...)); err != nil {
 		return 0, fmt.Errorf("%w: %w", errTalk, err)
 	}
 	var m reply
-	if err := z.recv(&m); err != nil {
+	if err := ip.recv(&m); err != nil {
 		return 0, fmt.Errorf("%w: %w", errTalk, err)
 	}
 	switch m.Kind {
@@ -252,35 +259,35 @@ func (z *Zygote) fork(req Request, fds []int) (int, error) {
 		}
 		return 0, &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
 	}
-	return 0, fmt.Errorf("the preloaded interpreter (pid %d) could not fork: %s", z.p.PID(), m.Message)
+	return 0, fmt.Errorf("the preloaded interpreter (pid %d) could not fork: %s", ip.p.PID(), m.Message)
 }
 
 // send writes one message (with descriptors in oob) to the interpreter.
-func (z *Zygote) send(msg any, oob []byte) error {
+func (ip *Interpreter) send(msg any, oob []byte) error {
 	body, err := json.Marshal(msg)
 	if err != nil {
 		return err
 	}
 	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
 	frame = append(frame, body...)
-	n, _, err := z.conn.WriteMsgUnix(frame, oob, nil)
+	n, _, err := ip.conn.WriteMsgUnix(frame, oob, nil)
 	if err != nil {
 		return err
 	}
 	if n < len(frame) { // a stream socket may take part of it: the rest without descriptors
-		_, err = z.conn.Write(frame[n:])
+		_, err = ip.conn.Write(frame[n:])
 	}
 	return err
 }
 
 // recv reads one message from the interpreter into m.
-func (z *Zygote) recv(m *reply) error {
+func (ip *Interpreter) recv(m *reply) error {
 	var head [4]byte
-	if _, err := io.ReadFull(z.conn, head[:]); err != nil {
+	if _, err := io.ReadFull(ip.conn, head[:]); err != nil {
 		return err
 	}
 	body := make([]byte, binary.BigEndian.Uint32(head[:]))
-	if _, err := io.ReadFull(z.conn, body); err != nil {
+	if _, err := io.ReadFull(ip.conn, body); err != nil {
 		return err
 	}
 	return json.Unmarshal(body, m)
@@ -288,22 +295,24 @@ func (z *Zygote) recv(m *reply) error {
 
 // Close ends the interpreter: end of file on its socket, then SIGKILL if it has not exited within a second; it
 // returns once it is reaped. Workers it forked are not touched: they are tpurun's.
-func (z *Zygote) Close() {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	_ = z.conn.Close()
+func (ip *Interpreter) Close() {
+	ip.mu.Lock()
+	defer ip.mu.Unlock()
+	_ = ip.conn.Close()
 	select {
-	case <-z.exited:
+	case <-ip.exited:
 	case <-time.After(time.Second):
-		_ = z.p.Signal(syscall.SIGKILL)
+		_ = ip.p.Signal(syscall.SIGKILL)
 	}
-	z.p.Wait()
+	ip.p.Wait()
+	os.RemoveAll(ip.dir)
 }
 
-func (z *Zygote) kill() {
-	_ = z.conn.Close()
-	_ = z.p.Signal(syscall.SIGKILL)
-	z.p.Wait()
+func (ip *Interpreter) kill() {
+	_ = ip.conn.Close()
+	_ = ip.p.Signal(syscall.SIGKILL)
+	ip.p.Wait()
+	os.RemoveAll(ip.dir)
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

@@ -1,0 +1,115 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Chip is one accelerator chip (TPU or GPU) found on this host.
+type Chip struct {
+	Index    int    `json:"index"`               // chip index: TPU_VISIBLE_CHIPS / CUDA_VISIBLE_DEVICES value
+	PCI      string `json:"pci,omitempty"`       // PCI address, e.g. 0000:00:04.0
+	DeviceID string `json:"device_id,omitempty"` // PCI device id, e.g. 0x005e
+	DevNode  string `json:"dev_node,omitempty"`  // the device node a holder opens, e.g. /dev/vfio/0
+}
+
+// pciFunction is one PCI function as sysfs shows it: its address and its vendor, device and class ids (lower case).
+type pciFunction struct {
+	addr, vendor, device, class string
+}
+
+// pciScan is what the sysfs PCI scan found: every PCI function of the host, in PCI address order. Each kind picks
+// its own devices out of it (chips).
+type pciScan struct {
+	dir   string
+	funcs []pciFunction
+}
+
+// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}. A missing directory is not an error (containers
+// often hide it); an unreadable entry is skipped.
+func scanPCI(sysfsRoot string) (pciScan, error) {
+	dir := filepath.Join(sysfsRoot, "bus", "pci", "devices")
+	s := pciScan{dir: dir}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("scan PCI devices in %s: %w", dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names) // PCI address order = chip index order
+	for _, name := range names {
+		vendor := strings.ToLower(readTrim(filepath.Join(dir, name, "vendor")))
+		if vendor == "" {
+			continue
+		}
+		s.funcs = append(s.funcs, pciFunction{addr: name, vendor: vendor,
+			device: strings.ToLower(readTrim(filepath.Join(dir, name, "device"))),
+			class:  strings.ToLower(readTrim(filepath.Join(dir, name, "class")))})
+	}
+	return s, nil
+}
+
+// chips are the functions a kind's match accepts, as chips indexed in PCI address order.
+func (s pciScan) chips(match func(pciFunction) bool) []Chip {
+	var out []Chip
+	for _, f := range s.funcs {
+		if match(f) {
+			out = append(out, Chip{Index: len(out), PCI: f.addr, DeviceID: f.device})
+		}
+	}
+	return out
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// numberedNodes lists the device nodes in dir named prefix followed by a number (/dev/accelN: dev and "accel";
+// /dev/vfio/N: dev/vfio and "", never /dev/vfio/vfio), sorted by number. Each kind names its own.
+func numberedNodes(dir, prefix string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type node struct {
+		n    int
+		path string
+	}
+	var nodes []node
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		num := name[len(prefix):]
+		if !isDigits(num) {
+			continue
+		}
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			continue
+		}
+		nodes = append(nodes, node{n, filepath.Join(dir, name)})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].n < nodes[j].n })
+	out := make([]string, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.path
+	}
+	return out
+}

@@ -1,0 +1,42 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+)
+
+// Setting is one detected value as `tpurun doctor` shows it: its name ("accelerator type", "usable GPUs"), its
+// value as text, and where it came from (an unset Source: not detected, not shown).
+type Setting struct {
+	Name, Value string
+	Source      Source
+}
+
+// Settings are the host's detected values: the device, then its kind's (the SPMD setting, the chips, the slice).
+func (h *Host) Settings() []Setting {
+	return append([]Setting{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
+}
+
+// Chips are the host's chips (or GPUs) with their PCI functions and device nodes, in index order; none on a CPU
+// host.
+func (h *Host) Chips() []Chip { return h.Device.V.Kind().devices(h) }
+
+// Probe checks that the metadata server answers (within opts.MetadataBudget), on a kind that reads it (TPU); nil
+// elsewhere.
+func (h *Host) Probe(ctx context.Context, opts Options) *Probe {
+	return h.Device.V.Kind().probe(ctx, h, opts)
+}
+
+// spmdSetting is the setting every kind shows: whether the run is SPMD.
+func spmdSetting(h *Host) Setting { return Setting{"SPMD", fmt.Sprint(h.SPMD.V), h.SPMD.Source} }
+
+// counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".
+func counted(n int, noun string, idx []int) string {
+	switch n {
+	case 0:
+		return "0"
+	case 1:
+		return fmt.Sprintf("1 (%s %s)", noun, joinInts(idx, ","))
+	}
+	return fmt.Sprintf("%d (%ss %s)", n, noun, joinInts(idx, ","))
+}

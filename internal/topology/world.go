@@ -1,0 +1,267 @@
+package topology
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+
+	"tpurun/internal/setting"
+)
+
+// WorldNode is one node of an agreed world, as a rendezvous hands it to the planner (in node-rank order).
+type WorldNode struct {
+	Host         string // the node's name
+	Addr         string // the address other nodes reach it at: what TPU_PROCESS_ADDRESSES and the world env name
+	LocalWorkers int
+	SliceID      int
+	Role         string // torchrun's role of the node's workers: ROLE_RANK and ROLE_WORLD_SIZE count within it
+}
+
+// World is the agreed world of a run: every node in node-rank order, which one this host is, and the multi-slice
+// setting. The zero World is "this host alone, as detected": the hosts of an env- or metadata-described slice, or
+// this one host.
+type World struct {
+	Nodes                []WorldNode
+	NodeRank             int
+	NumSlices            int    // > 1: a multi-slice job (MEGASCALE_*)
+	MegascaleCoordinator string // host 0 of slice 0, the address alone
+	MegascalePort        int
+	// EverySlice plans the workers of every slice with their env, not only this node's slice's: what a plan
+	// shown for the whole job needs (JobLayout.World), and a run does not.
+	EverySlice bool
+}
+
+// Solo reports whether w is the zero World: no rendezvous, the host as detected.
+func (w World) Solo() bool { return len(w.Nodes) == 0 }
+
+// SoloNodeRank is this host's node in a plan built from the detected host alone with the default request:
+// TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0. SoloNode answers for any request (a
+// one-chip run, --nprocs 1, is this host alone: node 0).
+func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
+
+// LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
+// slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
+func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
+	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
+}
+
+// worldPlan builds the plan of the agreed world w (NewPlan's part for a world of several nodes) from this host's
+// detection and request, purely: it opens no socket (ports are checked before the start by (*Plan).CheckPorts).
+// TPU slices are planned per slice (the slice's hosts in node order); CPU and GPU worlds give node n's local rank lr
+// the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
+func worldPlan(h *Host, req Request, w World) (*Plan, error) {
+	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
+		return nil, &ConfigError{Name: setting.NodeRank, Value: strconv.Itoa(w.NodeRank),
+			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
+	}
+	p, err := h.Device.V.Kind().worldPlan(h, req, w)
+	if err != nil {
+		return nil, err
+	}
+	w.megascale(p)
+	return p, nil
+}
+
+// Spread is the plan of the agreed world w for a ready plan p (one made by hand, not detected): every node of w gets
+// the split of p's node nodeRank, with consecutive global ranks. The zero World is p itself.
+func (p *Plan) Spread(nodeRank int, w World) *Plan {
+	if w.Solo() {
+		return p
+	}
+	local := p.Local(nodeRank)
+	out := &Plan{Device: p.Device}
+	rank := 0
+	for n, node := range w.Nodes {
+		out.Nodes = append(out.Nodes, Node{Rank: n, Host: node.Addr, LocalWorkers: node.LocalWorkers})
+		for lr := 0; lr < node.LocalWorkers; lr++ {
+			out.Workers = append(out.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: localEnv(local, lr)})
+			rank++
+		}
+	}
+	return out
+}
+
+// localEnv is a copy of the env of local rank lr of local (empty past its end).
+func localEnv(local []Worker, lr int) map[string]string {
+	env := map[string]string{}
+	if lr < len(local) {
+		maps.Copy(env, local[lr].Env)
+	}
+	return env
+}
+
+// addrs are the agreed addresses of the nodes in node-rank order (the name where a node gave no address).
+func (w World) addrs() []string {
+	out := make([]string, len(w.Nodes))
+	for i, n := range w.Nodes {
+		out[i] = n.Addr
+		if out[i] == "" {
+			out[i] = n.Host
+		}
+	}
+	return out
+}
+
+// firstRanks is each node's first global rank: the local workers of the nodes before it.
+func (w World) firstRanks() []int {
+	out := make([]int, len(w.Nodes))
+	sum := 0
+	for i, n := range w.Nodes {
+		out[i] = sum
+		sum += n.LocalWorkers
+	}
+	return out
+}
+
+// perHost is what the CPU and GPU kinds share: each host is planned alone, a world lays the hosts' plans end to end
+// (spreadWorld) and may give its nodes different numbers of workers, the nodes come from the environment, and no
+// device node is guarded.
+type perHost struct{}
+
+func (perHost) FixedSlice() bool { return false }
+
+func (perHost) JAXCoordinator() bool { return true }
+
+func (perHost) nodes(d *detector) { d.envNodes() }
+
+func (perHost) soloNode(*Host, Request) int { return 0 }
+
+func (perHost) usableNodes(*Host) []string { return nil }
+
+func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
+
+func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
+	p, err := NewPlan(h, req, World{})
+	if err != nil {
+		return 0, err
+	}
+	return len(p.Workers), nil
+}
+
+func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
+	local, err := NewPlan(h, req, World{})
+	if err != nil {
+		return nil, err
+	}
+	return spreadWorld(local, w), nil
+}
+
+// spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
+// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica. As
+// torchrun assigns them, ROLE_RANK and ROLE_WORLD_SIZE count the workers of the node's role, in node order.
+func spreadWorld(local *Plan, w World) *Plan {
+	p := &Plan{Device: local.Device}
+	first := w.firstRanks()
+	addrs := w.addrs()
+	ks := make([]int, len(w.Nodes))
+	roleSize, roleNext := map[string]int{}, map[string]int{}
+	for n, node := range w.Nodes {
+		ks[n] = node.LocalWorkers
+		if n == w.NodeRank || ks[n] == 0 {
+			ks[n] = len(local.Workers)
+		}
+		roleSize[node.Role] += ks[n]
+	}
+	for n, node := range w.Nodes {
+		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: ks[n]})
+		for lr := 0; lr < ks[n]; lr++ {
+			rank := first[n] + lr
+			var env map[string]string
+			if lr < len(local.Workers) {
+				env = maps.Clone(local.Workers[lr].Env)
+			}
+			if env == nil {
+				env = map[string]string{}
+			}
+			env["ROLE_RANK"] = strconv.Itoa(roleNext[node.Role] + lr)
+			env["ROLE_WORLD_SIZE"] = strconv.Itoa(roleSize[node.Role])
+			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: env})
+		}
+		roleNext[node.Role] += ks[n]
+	}
+	return p
+}
+
+// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
+// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
+// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
+// their ranks (a node starts its own workers only), unless w.EverySlice (a plan shown: otherSlices).
+func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
+	self := w.Nodes[w.NodeRank]
+	addrs := w.addrs()
+	var hosts []string
+	sliceRank := -1
+	for i, n := range w.Nodes {
+		if n.SliceID == self.SliceID {
+			if i == w.NodeRank {
+				sliceRank = len(hosts)
+			}
+			hosts = append(hosts, addrs[i])
+		}
+	}
+	req.Hosts, req.NodeRank = hosts, sliceRank
+	sp, err := NewPlan(h, req, World{})
+	if err != nil {
+		return nil, err
+	}
+	first := w.firstRanks()
+	world := &Plan{Device: sp.Device}
+	others := newOtherSlices(h, req, w, addrs, first)
+	sliceFirst, inSlice := -1, 0
+	for i, n := range w.Nodes {
+		world.Nodes = append(world.Nodes, Node{Rank: i, Host: n.Host, LocalWorkers: n.LocalWorkers})
+		if n.SliceID != self.SliceID {
+			wks, err := others.workers(i, first[i])
+			if err != nil {
+				return nil, err
+			}
+			world.Workers = append(world.Workers, wks...)
+			continue
+		}
+		if sliceFirst < 0 {
+			sliceFirst = first[i]
+		}
+		for _, wk := range sp.Local(inSlice) {
+			reps := make([]int, len(wk.Replicas))
+			for j, r := range wk.Replicas {
+				reps[j] = r + sliceFirst*len(wk.Replicas)
+			}
+			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank,
+				NodeRank: i, Replicas: reps, Env: wk.Env})
+		}
+		inSlice++
+	}
+	return world, nil
+}
+
+// megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
+// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing. The coordinator's address and
+// port that a worker inherits (its slice's env: GKE, a JobSet's downward API, tpu-env) are kept as given, byte for
+// byte: the agreed world only fills in what the environment did not say.
+func (w World) megascale(p *Plan) {
+	if w.NumSlices <= 1 {
+		return
+	}
+	coord := w.MegascaleCoordinator
+	if host, _, err := net.SplitHostPort(coord); err == nil {
+		coord = host // the address alone, as GKE sets it; the port is MEGASCALE_PORT
+	}
+	for i := range p.Workers {
+		wk := &p.Workers[i]
+		if wk.Env == nil {
+			continue // another slice's worker: only its rank is known here
+		}
+		if _, inherited := wk.Env[megascaleCoordinator]; !inherited {
+			wk.Env[megascaleCoordinator] = coord
+		}
+		if _, inherited := wk.Env[megascalePort]; !inherited {
+			wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
+		}
+		wk.Env[EnvMegascaleNumSlices] = strconv.Itoa(w.NumSlices)
+		if n := wk.NodeRank; n < len(w.Nodes) {
+			wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package workerenv
+
+import (
+	"slices"
+	"strings"
+
+	"tpurun/internal/topology"
+	"tpurun/worker"
+)
+
+// Shared is what every local worker's environment holds with the same value, without any per-rank variable: the
+// environment of the preloaded interpreter (--preload), so that what a module reads from the environment while it
+// is imported is read there, once. local are this node's workers of the first attempt's plan, with base the
+// inherited environment; without them (a multi-host world is planned at its join) it is base with the run's
+// variables and, for localWorkers > 1, OMP_NUM_THREADS=1 unless base sets it, as every worker gets it.
+func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWorkers int, rt Runtime) []string {
+	if len(local) == 0 {
+		out := []string{worker.EnvRunID + "=" + rt.RunID, worker.EnvSweepTag + "=" + rt.SweepTag}
+		omp := "" // the last value base gives
+		for _, kv := range base {
+			if v, ok := strings.CutPrefix(kv, "OMP_NUM_THREADS="); ok {
+				omp = v
+			}
+		}
+		if localWorkers > 1 && omp == "" {
+			out = append(out, "OMP_NUM_THREADS=1")
+		}
+		for _, kv := range base {
+			if k, _, _ := strings.Cut(kv, "="); !PerRank(k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
+				out = append(out, kv)
+			}
+		}
+		return out
+	}
+	count := map[string]int{}
+	for _, w := range local {
+		for _, kv := range For(base, plan, w, rt) {
+			count[kv]++
+		}
+	}
+	var out []string
+	for kv, n := range count {
+		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !PerRank(k) {
+			out = append(out, kv)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
