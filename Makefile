@@ -21,8 +21,12 @@ help: ## list the targets
 # CGO_ENABLED=0: one static binary: it runs in any container image, with or without a C library. A
 # build linked to this machine's glibc (the go command's default where a C compiler is installed) fails to start in
 # Alpine or distroless with "no such file or directory". The tests build it the same way.
-build: ## build bin/tpurun and the example workers
+#
+# bin/tpurun-etcd is the same command with the etcd rendezvous linked (-tags etcd): tpurun leaves the etcd client
+# out (half its size and most of its start-up) and runs tpurun-etcd, found beside it, for --rdzv-backend etcd.
+build: ## build bin/tpurun, bin/tpurun-etcd and the example workers
 	CGO_ENABLED=0 $(GO) build -o $(TPURUN) ./cmd/tpurun
+	CGO_ENABLED=0 $(GO) build -tags etcd -o $(TPURUN)-etcd ./cmd/tpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/hello ./examples/hello
 
 # The platform wheel: the static binary (for GOOS/GOARCH, this machine's unless set) and the tpurun Python package,

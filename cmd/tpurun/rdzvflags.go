@@ -28,7 +28,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	cli.Bind(fs, "nnodes", setting.NNodes, setting.RendezvousNodes, setting.RendezvousMinNodes)
 	fs.IntVar(&r.nodeRank, "node-rank", -1, "this node's rank (default: assigned by the rendezvous, or from TPU_WORKER_ID / SLURM_NODEID)")
 	cli.Bind(fs, "node-rank", setting.NodeRank, setting.RendezvousNodeRank)
-	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: "+cli.RendezvousBackends()+" (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
+	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: "+backendNames()+" (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
 	cli.Bind(fs, "rdzv-backend", setting.RendezvousBackend)
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
 	cli.Bind(fs, "rdzv-endpoint", setting.RendezvousEndpoint)

@@ -25,6 +25,9 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 		return code
 	}
 	o, err := parse(args, stdout)
+	if err == nil {
+		err = handOff(o.rdzv.backend, args) // returns only when this build runs the job itself, or cannot hand it off
+	}
 	if err != nil {
 		return parseFailed(stderr, err)
 	}

@@ -34,8 +34,8 @@ import (
 	"tpurun/internal/zygote"
 	"tpurun/rendezvous"
 
-	// The rendezvous backends tpurun links, each registering itself with package rendezvous: the one list.
-	_ "tpurun/rendezvous/etcd"
+	// The rendezvous backends every launcher links, each registering itself with package rendezvous; etcd's
+	// (tpurun/rendezvous/etcd) is linked by the programs that import it, such as tpurun-etcd.
 	"tpurun/rendezvous/static" // also named below: discovery lays a host-described job out as a static world
 	_ "tpurun/rendezvous/tcp"
 	"tpurun/worker"
