@@ -56,7 +56,7 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 #
 # -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the cores
 # busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
-FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./docs ./internal/results \
+FIRST     := ./cmd/tpurun ./internal/testutil/porttest ./rendezvous ./docs ./internal/results \
              ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
 # .ci/deps first: it installs, with apt, the Debian packages the tests use (PyTorch, etcd, Jupyter, PyPA's build...)
 # when one is missing (as root, or through sudo when it asks no password; else it fails naming the apt-get command),

@@ -17,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/dockertest"
+	"tpurun/internal/testutil/dockertest"
 	"tpurun/internal/testutil"
 )
 

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/k8stest"
+	"tpurun/internal/testutil/k8stest"
 	"tpurun/internal/testutil"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/dockertest"
+	"tpurun/internal/testutil/dockertest"
 	"tpurun/internal/testutil"
 )
 
