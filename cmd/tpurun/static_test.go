@@ -13,8 +13,9 @@ import (
 )
 
 // TestBuildIsStatic: `make build` gives static binaries (tpurun, tpurun-etcd, hello: no program interpreter, no
-// shared library), and tpurun runs in an empty root that holds nothing but itself, as in a distroless image. Linked to this machine's glibc (the
-// go command's default where a C compiler is installed), it failed there with "no such file or directory".
+// shared library), and tpurun runs in an empty root that holds nothing but itself, as in a distroless image. Linked
+// to this machine's glibc (the go command's default where a C compiler is installed), it failed there with "no such
+// file or directory".
 func TestBuildIsStatic(t *testing.T) {
 	t.Parallel()
 	testutil.Need(t, "make")
