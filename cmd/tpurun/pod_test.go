@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"tpurun/internal/testutil/k8stest"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/k8stest"
 )
 
 // GKE pods as processes (STYLE.md 17): a pod is tpurun started in a mount and a UTS namespace of its own, with
