@@ -15,8 +15,8 @@ import (
 )
 
 // etcdBinary is the build of tpurun that links the etcd backend (go build -tags etcd ./cmd/tpurun), installed
-// beside tpurun by make build and the wheel. The default build leaves the etcd client out: its gRPC stack is most
-// of the binary and of its start-up (docs/BENCHMARKS.md, "The etcd client, a binary of its own").
+// beside tpurun by make build and the wheel. The default build leaves the etcd client out: its gRPC stack is half of
+// the binary and 2 to 7 ms of every start (docs/BENCHMARKS.md, "The etcd client, a binary of its own").
 const etcdBinary = "tpurun-etcd"
 
 // etcdBackends are the etcd backend's names (rendezvous/etcd's Name and alias).

@@ -2,6 +2,9 @@
 // torchrun, PyTorch/XLA and JAX programs expect, supervises them and exits with the first failure's code.
 //
 //	tpurun [flags] [--] PROGRAM [ARGS...]
+//
+// The default build links the tcp and static rendezvous; built with -tags etcd it also links the etcd backend and
+// is installed as tpurun-etcd beside tpurun, which runs it in its own place for a run on etcd.
 package main
 
 import (
