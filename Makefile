@@ -21,8 +21,12 @@ help: ## list the targets
 # CGO_ENABLED=0: one static binary: it runs in any container image, with or without a C library. A
 # build linked to this machine's glibc (the go command's default where a C compiler is installed) fails to start in
 # Alpine or distroless with "no such file or directory". The tests build it the same way.
-build: ## build bin/tpurun and the example workers
+#
+# bin/tpurun-etcd is the same command with the etcd rendezvous linked (-tags etcd): tpurun leaves the etcd client
+# out (half its size and most of its start-up) and runs tpurun-etcd, found beside it, for --rdzv-backend etcd.
+build: ## build bin/tpurun, bin/tpurun-etcd and the example workers
 	CGO_ENABLED=0 $(GO) build -o $(TPURUN) ./cmd/tpurun
+	CGO_ENABLED=0 $(GO) build -tags etcd -o $(TPURUN)-etcd ./cmd/tpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/hello ./examples/hello
 
 # The platform wheel: the static binary (for GOOS/GOARCH, this machine's unless set) and the tpurun Python package,
@@ -52,7 +56,7 @@ demo: build ## run the example on 4 CPU workers (no TPU needed)
 #
 # -parallel 4: a package's parallel tests mostly wait on the processes they start, so four at a time keep the cores
 # busier than two (go test's default, GOMAXPROCS); the CPU-heavy ones take turns through testutil.Heavy.
-FIRST     := ./cmd/tpurun ./cmd/tpurun/porttest ./rendezvous ./docs ./internal/results \
+FIRST     := ./cmd/tpurun ./internal/testutil/porttest ./rendezvous ./docs ./internal/results \
              ./launcher ./rendezvous/etcd ./rendezvous/tcp ./worker
 # .ci/deps first: it installs, with apt, the Debian packages the tests use (PyTorch, etcd, Jupyter, PyPA's build...)
 # when one is missing (as root, or through sudo when it asks no password; else it fails naming the apt-get command),

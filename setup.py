@@ -1,10 +1,11 @@
 """The platform wheel's build (make wheel; pyproject.toml has the metadata): setuptools, plus two things it cannot
 say in pyproject.toml.
 
-1. The tpurun binary is the wheel's one script (tpurun-VERSION.data/scripts/tpurun: pip installs it in the
-   environment's bin/, as ruff's and uv's wheels carry theirs). build_scripts builds it, CGO_ENABLED=0 as
-   `make build` does, for the GOOS/GOARCH of the build (`go env`: set GOARCH=arm64 for another machine), instead of
-   copying a Python script (distutils would read the binary as text).
+1. The tpurun binaries are the wheel's scripts (tpurun-VERSION.data/scripts/tpurun and tpurun-etcd: pip installs
+   them in the environment's bin/, as ruff's and uv's wheels carry theirs): tpurun, and tpurun-etcd, the same
+   command built with -tags etcd, which tpurun runs in its place for the etcd rendezvous. build_scripts builds them,
+   CGO_ENABLED=0 as `make build` does, for the GOOS/GOARCH of the build (`go env`: set GOARCH=arm64 for another
+   machine), instead of copying a Python script (distutils would read the binary as text).
 2. The tag: py3-none-PLATFORM. The Python half is pure (any Python 3), the binary is static: it needs no C library
    and runs on any Linux kernel Go supports, glibc or musl. So one wheel per architecture carries the tags of both
    kinds of Linux pip knows, manylinux_2_17 (= manylinux2014, the oldest glibc floor today's pip and PyPI take) and
@@ -57,20 +58,26 @@ def version():
         return re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
 
 
+# The binaries of the wheel: name -> the go build flags of ./cmd/tpurun (make build builds the same two).
+BINARIES = {"tpurun": [], "tpurun-etcd": ["-tags", "etcd"]}
+
+
 class BuildBinary(build_scripts):
-    """Builds the tpurun binary into the scripts' build directory (the wheel's .data/scripts)."""
+    """Builds the tpurun binaries (BINARIES) into the scripts' build directory (the wheel's .data/scripts)."""
 
     def run(self):
         goos, goarch = target()
-        out = os.path.abspath(os.path.join(self.build_dir, "tpurun"))
         self.mkpath(self.build_dir)
         env = dict(os.environ, CGO_ENABLED="0", GOOS=goos, GOARCH=goarch)
-        subprocess.run([GO, "build", "-o", out, "./cmd/tpurun"], cwd=ROOT, env=env, check=True)
-        if [goos, goarch] == go_env("GOHOSTOS", "GOHOSTARCH"):  # the binary runs here: it must say the same version
-            said = subprocess.run([out, "--version"], check=True, stdout=subprocess.PIPE,
-                                  universal_newlines=True).stdout
-            if not said.startswith("tpurun %s " % version()):
-                raise SystemExit("make wheel: %s --version says %r, the wheel's version is %s" % (out, said, version()))
+        native = [goos, goarch] == go_env("GOHOSTOS", "GOHOSTARCH")
+        for name, flags in BINARIES.items():
+            out = os.path.abspath(os.path.join(self.build_dir, name))
+            subprocess.run([GO, "build"] + flags + ["-o", out, "./cmd/tpurun"], cwd=ROOT, env=env, check=True)
+            if native:  # the binary runs here: it must say the same version
+                said = subprocess.run([out, "--version"], check=True, stdout=subprocess.PIPE,
+                                      universal_newlines=True).stdout
+                if not said.startswith("tpurun %s " % version()):
+                    raise SystemExit("make wheel: %s --version says %r, the wheel's version is %s" % (out, said, version()))
 
 
 class PlatformWheel(bdist_wheel):
@@ -84,7 +91,7 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", platform_tag(target()[1])
 
 
-# scripts names the Go package of the one script, which BuildBinary builds (setuptools runs build_scripts and
+# scripts names the Go package of the scripts, which BuildBinary builds (setuptools runs build_scripts and
 # install_scripts only when there are scripts). The egg-info goes under build/ too, not into worker/python.
 os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
 setup(scripts=["cmd/tpurun"], cmdclass={"build_scripts": BuildBinary, "bdist_wheel": PlatformWheel},

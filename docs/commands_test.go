@@ -395,7 +395,7 @@ func newDocSandbox(t *testing.T) *docSandbox {
 	mustDo(t, err)
 	mustDo(t, copyTree(src, sb.root))
 	mustDo(t, os.MkdirAll(filepath.Join(sb.root, "bin"), 0o755))
-	for _, b := range []string{"tpurun", "hello"} {
+	for _, b := range []string{"tpurun", "tpurun-etcd", "hello"} {
 		mustDo(t, copyFile(filepath.Join(bin, b), filepath.Join(sb.root, "bin", b), 0o755))
 	}
 	mustDo(t, os.WriteFile(filepath.Join(sb.root, "train.py"), []byte(trainStub), 0o644))

@@ -17,8 +17,8 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/dockertest"
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/dockertest"
 )
 
 // repoRoot is the build context of `docker build -f examples/Dockerfile .`, as the Dockerfile's usage says.

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"tpurun/internal/testutil"
+	_ "tpurun/rendezvous/etcd" // worlds on etcd: a program that runs one imports the backend, as a library user does
 )
 
 // The test binary doubles as the fake worker: the verbs of testutil that this package's tests use.

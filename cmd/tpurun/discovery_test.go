@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/k8stest"
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/k8stest"
 )
 
 // The tests of issue 36 (SPEC-36.md, 1 and 2): the hosts of a TPU slice or a multislice, each a GKE pod

@@ -1,7 +1,7 @@
 package main
 
 // Issue 24's torchrun half: what a torchrun user types runs as under torchrun, or is refused saying what to type.
-// One test per kind of failure the issue lists; PyTorch's own launcher tests are ported in cmd/tpurun/porttest.
+// One test per kind of failure the issue lists; PyTorch's own launcher tests are ported in internal/testutil/porttest.
 
 import (
 	"encoding/json"

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/dockertest"
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/dockertest"
 )
 
 // This file's verbs:

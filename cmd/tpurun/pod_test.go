@@ -22,9 +22,9 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"tpurun/internal/k8stest"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
+	"tpurun/internal/testutil/k8stest"
 )
 
 // GKE pods as processes (STYLE.md 17): a pod is tpurun started in a mount and a UTS namespace of its own, with
@@ -38,7 +38,7 @@ import (
 //   - a fake TPU tree (newHost's);
 //   - only the environment its image, the kubelet, GKE's TPU webhook, the TPU device plugin, JobSet (through the
 //     downward API) and the manifest give, plus the test plumbing of podPlumbing: k8stest.Pods says what a pod of a
-//     JobSet sees (internal/k8stest is the one model of those rules), and this file takes every pod's hostname, DNS
+//     JobSet sees (internal/testutil/k8stest is the one model of those rules), and this file takes every pod's hostname, DNS
 //     name, environment and argv from it;
 //   - the command the manifest runs, from the image's PATH ("tpurun" is found there), and nothing else.
 //

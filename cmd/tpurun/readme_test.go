@@ -140,6 +140,10 @@ print(json.dumps({"binary": s.find_binary(), "version": m.version("tpurun"), "mo
 	case len(whl) != 1 || filepath.Base(whl[0]) != want:
 		t.Errorf("make wheel built %q, want dist/%s", whl, want)
 	}
+	// The wheel installs tpurun-etcd beside tpurun (the etcd backend's binary, which tpurun hands etcd runs to).
+	if etcdVer, err := exec.Command(filepath.Join(venv, "bin", "tpurun-etcd"), "--version").Output(); err != nil || string(etcdVer) != string(ver) {
+		t.Errorf("the wheel's tpurun-etcd --version: %v, %q; want %q, as its tpurun", err, etcdVer, ver)
+	}
 	// tpurun plan and doctor, run by the venv's tpurun off PATH, say which interpreter a run takes and why: the
 	// python3 beside it; a run's --python or $PYTHON_EXEC, when given, wins.
 	for _, c := range []struct {

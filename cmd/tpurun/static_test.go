@@ -12,9 +12,10 @@ import (
 	"tpurun/internal/testutil"
 )
 
-// TestBuildIsStatic: `make build` gives static binaries (no program interpreter, no shared library), and tpurun
-// runs in an empty root that holds nothing but itself, as in a distroless image. Linked to this machine's glibc (the
-// go command's default where a C compiler is installed), it failed there with "no such file or directory".
+// TestBuildIsStatic: `make build` gives static binaries (tpurun, tpurun-etcd, hello: no program interpreter, no
+// shared library), and tpurun runs in an empty root that holds nothing but itself, as in a distroless image. Linked
+// to this machine's glibc (the go command's default where a C compiler is installed), it failed there with "no such
+// file or directory".
 func TestBuildIsStatic(t *testing.T) {
 	t.Parallel()
 	testutil.Need(t, "make")
@@ -26,7 +27,7 @@ func TestBuildIsStatic(t *testing.T) {
 	if b, err := exec.Command("make", "-s", "-C", root, "build", "BIN="+out).CombinedOutput(); err != nil {
 		t.Fatalf("make build: %v\n%s", err, b)
 	}
-	for _, name := range []string{"tpurun", "hello"} {
+	for _, name := range []string{"tpurun", "tpurun-etcd", "hello"} {
 		f, err := elf.Open(filepath.Join(out, name))
 		if err != nil {
 			t.Fatal(err)

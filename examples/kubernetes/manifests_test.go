@@ -16,7 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"tpurun/internal/k8stest"
+	"tpurun/internal/testutil/k8stest"
 )
 
 // manifest is what a JobSet file of this directory must be.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -16,8 +14,6 @@ const (
 	// maxLine bounds how much of one unterminated line is held back, so that a worker that never prints a newline
 	// cannot grow memory: a longer line goes on as it comes (see Forwarder).
 	maxLine = 1 << 20
-	// tailSize is how much of a worker's stderr is kept for the root-cause report.
-	tailSize = 8 << 10
 )
 
 // PartialAfter is how long a partial segment (no newline or carriage return yet: a prompt, "Downloading... ", the
@@ -32,13 +28,6 @@ const PartialAfter = time.Second
 // writes the text, then the newline; a long line comes in the pseudo-terminal's 4 KiB reads), while a prompt waits
 // for a person and a row of dots comes one by one: the other workers' output waits at most this long for them.
 const TerminalPause = 50 * time.Millisecond
-
-// DefaultPrefix is the line prefix of a worker's output when a prefix is asked for without a template: its rank.
-const DefaultPrefix = "[{rank}] "
-
-// TeePrefix is torchrun's prefix of the lines it tees to its console: the role and the local rank
-// ("[default0]:"), as torch.distributed.elastic writes it.
-const TeePrefix = "[{role}{local_rank}]:"
 
 // Forwarder copies one stream of one worker to the console, each segment (up to a newline or a carriage return,
 // so a progress bar's redraws show as they come) after Prefix when there is one; raw bytes to the log file, and
@@ -356,85 +345,4 @@ func (f *Forwarder) flush() {
 		f.letGo()
 	}
 	f.pending, f.out, f.midLine, f.held, f.open, f.redraw, f.armed = nil, nil, false, false, 0, false, false
-}
-
-// Tail keeps the last tailSize bytes written to it (a worker's stderr, for the report of its failure).
-type Tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *Tail) add(p []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(p) >= tailSize {
-		t.buf = append(t.buf[:0], p[len(p)-tailSize:]...)
-		return
-	}
-	if over := len(t.buf) + len(p) - tailSize; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-}
-
-// Lines returns up to n last complete-or-final lines.
-func (t *Tail) Lines(n int) []string {
-	t.mu.Lock()
-	s := string(t.buf)
-	t.mu.Unlock()
-	s = strings.TrimRight(s, "\n")
-	if s == "" {
-		return nil
-	}
-	all := strings.Split(s, "\n")
-	if len(all) > n {
-		all = all[len(all)-n:]
-	}
-	return all
-}
-
-// Prefix expands a --log-prefix template for one worker: {rank}, {local_rank}, {node} and {role} are replaced,
-// and so are torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE names ($rank, ${local_rank}, $role_name; a Python
-// string.Template under torchrun). Anything else, an unknown $name included, is kept as written.
-func Prefix(template string, rank, localRank, node int, role string) string {
-	vals := map[string]string{"rank": strconv.Itoa(rank), "local_rank": strconv.Itoa(localRank), "node": strconv.Itoa(node),
-		"role": role, "role_name": role}
-	var b strings.Builder
-	for i := 0; i < len(template); {
-		if v, n := prefixVar(template[i:], vals); n > 0 {
-			b.WriteString(v)
-			i += n
-			continue
-		}
-		b.WriteByte(template[i])
-		i++
-	}
-	return b.String()
-}
-
-// prefixVar reads one known variable at the start of t ({name}, ${name} or $name) and returns its value and the
-// bytes it spans; n is 0 when t does not start with one.
-func prefixVar(t string, vals map[string]string) (v string, n int) {
-	name := ""
-	switch {
-	case strings.HasPrefix(t, "{") || strings.HasPrefix(t, "${"):
-		open := strings.IndexByte(t, '{')
-		end := strings.IndexByte(t, '}')
-		if end < 0 {
-			return "", 0
-		}
-		name, n = t[open+1:end], end+1
-	case strings.HasPrefix(t, "$"):
-		n = 1
-		for n < len(t) && (t[n] == '_' || t[n] >= 'a' && t[n] <= 'z' || t[n] >= 'A' && t[n] <= 'Z' || n > 1 && t[n] >= '0' && t[n] <= '9') {
-			n++
-		}
-		name = t[1:n]
-	default:
-		return "", 0
-	}
-	if v, ok := vals[name]; ok {
-		return v, n
-	}
-	return "", 0
 }

@@ -11,6 +11,7 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
+	_ "tpurun/rendezvous/etcd" // a case on etcd: the launcher links it only where a program imports it
 	"tpurun/rendezvous/static"
 )
 

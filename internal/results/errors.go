@@ -96,3 +96,14 @@ const (
 		"use the Python module this binary installs (tpurun puts it on PYTHONPATH) or rebuild the Go worker " +
 		"against the same tpurun"
 )
+
+// kindOf is the sentinel of a violation kind's document name; a name this tpurun does not know (another
+// release's) stays a violation under its own name.
+func kindOf(name string) error {
+	for _, k := range kinds {
+		if k.name == name {
+			return k.err
+		}
+	}
+	return errors.New(name)
+}

@@ -1,4 +1,4 @@
-// Package testutil is the one test-plumbing package of tpurun's tests (launcher, cmd/tpurun, rendezvous,
+// Package testutil is the shared test plumbing of tpurun's tests (launcher, cmd/tpurun, rendezvous,
 // results, proc). Like net/http/httptest it is for tests only. It owns:
 //
 //   - time: one scale knob (TPURUN_TEST_SCALE, default 1) and one generous deadline derived from it (Deadline,
@@ -14,6 +14,8 @@
 //     Fake, Dispatch, Run), with an os/exec-style registry in which a verb that no test uses fails the suite;
 //   - Buffer, a bytes.Buffer safe for concurrent writers, and FreeEndpoint.
 //
-// Embedded etcd lives in tpurun/internal/testutil/etcdtest, so that a test binary that needs none does not link its
-// server.
+// Every test-plumbing package is under internal/testutil, each apart so that a test binary links only what it
+// uses: etcdtest (an embedded or Debian's etcd), rdzvtest (worlds of rendezvous nodes), fakeworker (the fake worker
+// as a binary of its own), k8stest (the pods a JobSet makes), dockertest (a Dockerfile run without Docker) and
+// porttest (PyTorch's own launcher tests, ported to the tpurun binary).
 package testutil

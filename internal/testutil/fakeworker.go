@@ -222,18 +222,25 @@ var program = sync.OnceValues(func() (string, error) {
 })
 
 // BuildStatic builds the main packages pkgs into dir as `make build` does (CGO_ENABLED=0: the static binary users
-// get), with the go command that runs the tests (GOROOT/bin is on its PATH). The error holds the go command's
-// output.
+// get), with the go command that runs the tests (GOROOT/bin is on its PATH): tpurun/cmd/tpurun as tpurun and, built
+// with -tags etcd, as tpurun-etcd beside it (the binary tpurun hands an etcd run to). The error holds the go
+// command's output.
 func BuildStatic(dir string, pkgs ...string) error {
 	goTool := "go"
 	if p, err := exec.LookPath("go"); err == nil {
 		goTool = p
 	}
 	for _, pkg := range pkgs {
-		build := exec.Command(goTool, "build", "-o", dir, pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		builds := [][]string{{"build", "-o", dir, pkg}}
+		if pkg == "tpurun/cmd/tpurun" {
+			builds = append(builds, []string{"build", "-tags", "etcd", "-o", filepath.Join(dir, "tpurun-etcd"), pkg})
+		}
+		for _, args := range builds {
+			build := exec.Command(goTool, args...)
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := build.CombinedOutput(); err != nil {
+				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
 		}
 	}
 	return nil

@@ -47,7 +47,7 @@ func Start(t testing.TB, n int) *Cluster {
 
 // StartOutsideHeavy is Start without the suite's heavy slot, for a test binary that bounds its own load and would
 // otherwise queue its etcd cases behind every other heavy test of the suite, past go test's time limit (the port of
-// PyTorch's launcher tests, cmd/tpurun/porttest).
+// PyTorch's launcher tests, internal/testutil/porttest).
 func StartOutsideHeavy(t testing.TB, n int) *Cluster {
 	t.Helper()
 	return start(t, n)

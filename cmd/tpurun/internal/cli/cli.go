@@ -146,7 +146,7 @@ func ParseNNodes(v string) (min, max int, err error) {
 }
 
 // RendezvousBackends names the rendezvous backends the program links, as registered with package rendezvous (the
-// launcher imports them), for help text: "etcd (etcd-v2), static or tcp (c10d)".
+// launcher imports tcp and static, tpurun-etcd etcd too), for help text: "etcd (etcd-v2), static or tcp (c10d)".
 func RendezvousBackends() string { return rendezvous.Names() }
 
 // DefaultRendezvousTimeout is how long the rendezvous waits for every node when --rdzv-timeout is not given: its own

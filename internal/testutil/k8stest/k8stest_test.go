@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
-	"tpurun/internal/k8stest"
+	"tpurun/internal/testutil/k8stest"
 )
 
 // tiny is a JobSet of two replicatedJobs: "driver" (one Job of one CPU pod) and "slice" (two Jobs of a two-host
@@ -387,7 +387,7 @@ func TestTpurunLinksNoKubernetes(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") || dep == "tpurun/internal/k8stest" {
+		if strings.HasPrefix(dep, "k8s.io/") || strings.HasPrefix(dep, "sigs.k8s.io/") || dep == "tpurun/internal/testutil/k8stest" {
 			t.Errorf("the tpurun binaries link %s", dep)
 		}
 	}

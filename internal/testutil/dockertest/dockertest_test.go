@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/dockertest"
+	"tpurun/internal/testutil/dockertest"
 )
 
 func mustDo(t *testing.T, err error) {

@@ -3,7 +3,7 @@ package porttest_test
 import (
 	"testing"
 
-	"tpurun/cmd/tpurun/porttest"
+	"tpurun/internal/testutil/porttest"
 )
 
 func TestMain(m *testing.M) { porttest.Main(m) }

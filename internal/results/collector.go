@@ -1,0 +1,237 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"tpurun/worker"
+)
+
+// Options configure a Collector.
+type Options struct {
+	MaxFrameBytes int64 // payload limit of one frame (--max-result-bytes); 0 means the decoder's, worker.DefaultMaxPayload
+	Required      bool  // a worker that exits 0 must have reported every replica it owns (--fn, --expect-results)
+	RunID         string
+	WorldSize     int // workers world-wide, for the document
+	Nodes         int // nodes world-wide, for the document (0 means 1)
+	NodeRank      int // this node's rank, recorded in the results it collects
+	BufferBytes   int // read buffer per worker for headers and small frames; 0 means 64 KiB
+	Logger        *zap.Logger
+	OnResult      func() // called after each result or error a worker reports is recorded (e.g. a metrics counter)
+}
+
+// Collector reads the result channels of all workers and enforces exactly one result per replica. Its methods
+// are safe for concurrent use.
+type Collector struct {
+	opts Options
+	log  *zap.Logger
+
+	// Memory stays bounded whatever workers send: per replica the first outcome (kept) and the first
+	// MaxExamples others (without their values), per violation kind the first MaxExamples; the rest is counted.
+	mu         sync.Mutex
+	owners     map[int]owner           // by rank
+	first      map[int]int             // replica -> index in outcomes of its first outcome
+	reporters  map[int][]int           // replica -> indexes in outcomes of its first outcomes, when more than one
+	reports    map[int]int             // replica -> how many outcomes were reported for it (listed or not)
+	outcomes   []Result                // the outcomes kept, in arrival order
+	violations []*ContractError        // frame-level and foreign, the first MaxExamples of each kind
+	kindCount  map[string]int          // violation kind -> how many (listed or not)
+	foreign    map[int][]foreignReport // replica -> the first reports by workers that do not own it
+	foreignN   map[int]int             // replica -> how many foreign reports
+}
+
+// MaxExamples is how many examples of one kind of violation (and how many extra reporters of one replica) a
+// collector keeps; the others are counted.
+const MaxExamples = 3
+
+// foreignReport is an outcome a worker reported for a replica it does not own, with its violation.
+type foreignReport struct {
+	res Result
+	ce  *ContractError
+}
+
+type owner struct {
+	pid      int
+	node     int
+	replicas []int
+}
+
+// NewCollector returns a collector with opts.
+func NewCollector(opts Options) *Collector {
+	if opts.BufferBytes <= 0 {
+		opts.BufferBytes = 64 << 10
+	}
+	if opts.Nodes <= 0 {
+		opts.Nodes = 1
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
+		reporters: map[int][]int{}, reports: map[int]int{}, kindCount: map[string]int{},
+		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}
+}
+
+// Consume reads the result channel of the worker rank (process pid, owning replicas) until EOF. It is called once
+// per started worker, concurrently for all of them. It always reads to the end of r, so a worker never blocks on
+// a full pipe, and returns the frame-level violations of this worker (errors.Join of *ContractError), or nil. It
+// returns as soon as r fails (closed, deadline exceeded): a failure between frames is returned wrapped and is not a
+// violation; inside a frame it is a truncated_frame violation that also wraps the reader's error.
+// Duplicates and missing results are world-wide facts: Finish reports them.
+func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
+	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
+	c.mu.Lock()
+	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
+	c.mu.Unlock()
+
+	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
+	var errs workerErrs
+	for {
+		f, err := dec.Next()
+		if err == io.EOF {
+			return errs.join()
+		}
+		if err != nil {
+			var fe *worker.FrameError
+			if !errors.As(err, &fe) {
+				// The channel itself failed between frames (closed, or the launcher stopped draining): not a
+				// contract violation, but Consume must return it.
+				errs.add(fmt.Errorf("rank %d pid %d: %w", rank, pid, err))
+				return errs.join()
+			}
+			ce := frameViolation(rank, pid, fe)
+			if !fe.InSync {
+				if n, _ := dec.Drain(); n > 0 {
+					ce.Message += fmt.Sprintf("; the rest of its channel (%d bytes) was discarded", n)
+				}
+			}
+			c.record(log, ce)
+			errs.add(ce)
+			if !fe.InSync {
+				return errs.join()
+			}
+			continue
+		}
+		if f.Kind == worker.KindHello {
+			log.Debug("worker said hello", zap.ByteString("hello", f.Payload))
+			continue
+		}
+		if !slices.Contains(replicas, f.Replica) {
+			ce := &ContractError{Kind: ErrForeignReplica, Replica: f.Replica, Rank: rank, PID: pid, OtherRank: -1,
+				OtherPID: -1, Hint: hintForeign,
+				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
+					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
+			c.record(log, ce)
+			c.mu.Lock()
+			c.addForeign(ce, Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank})
+			c.mu.Unlock()
+			errs.add(ce)
+			continue
+		}
+		res, ce := decodeOutcome(rank, pid, f)
+		if ce != nil {
+			c.record(log, ce)
+			errs.add(ce)
+			continue
+		}
+		res.Node = c.opts.NodeRank
+		c.add(res)
+	}
+}
+
+func ownsText(replicas []int) string {
+	if len(replicas) == 0 {
+		return "none"
+	}
+	return worker.FormatReplicas(replicas)
+}
+
+// logged (one log line per kind: a flood of bad frames is not a flood of log lines).
+func (c *Collector) record(log *zap.Logger, ce *ContractError) {
+	c.mu.Lock()
+	n := c.recordLocked(ce)
+	c.mu.Unlock()
+	if n == 1 {
+		log.Warn("result contract violated (further violations of this kind are counted, not logged)", zap.Error(ce))
+	}
+}
+
+func (c *Collector) recordLocked(ce *ContractError) int {
+	k := ce.KindName()
+	c.kindCount[k]++
+	if c.kindCount[k] <= MaxExamples {
+		c.violations = append(c.violations, ce)
+	}
+	return c.kindCount[k]
+}
+
+// addForeign keeps the first foreign reports of a replica and counts them all. c.mu must be held.
+func (c *Collector) addForeign(ce *ContractError, res Result) {
+	c.foreignN[res.Replica]++
+	if len(c.foreign[res.Replica]) < MaxExamples {
+		c.foreign[res.Replica] = append(c.foreign[res.Replica], foreignReport{res: res, ce: ce})
+	}
+}
+
+// workerErrs are the violations Consume returns for one worker: the first MaxExamples and a count of the rest.
+type workerErrs struct {
+	list []error
+	more int
+}
+
+func (w *workerErrs) add(err error) {
+	if len(w.list) < MaxExamples {
+		w.list = append(w.list, err)
+		return
+	}
+	w.more++
+}
+
+func (w *workerErrs) join() error {
+	if w.more > 0 {
+		return errors.Join(append(w.list, fmt.Errorf("and %d more violations of the result contract", w.more))...)
+	}
+	return errors.Join(w.list...)
+}
+
+func (c *Collector) add(res Result) {
+	c.addLocked(res)
+	if c.opts.OnResult != nil {
+		c.opts.OnResult()
+	}
+}
+
+// addLocked records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without
+// their value (to name who reported them), the rest only counted.
+func (c *Collector) addLocked(res Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.addOutcome(res, 1)
+}
+
+// addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).
+// c.mu must be held.
+func (c *Collector) addOutcome(res Result, n int) {
+	c.reports[res.Replica] += n
+	j, ok := c.first[res.Replica]
+	if !ok {
+		c.first[res.Replica] = len(c.outcomes)
+		c.outcomes = append(c.outcomes, res)
+		return
+	}
+	if len(c.reporters[res.Replica]) > MaxExamples {
+		return
+	}
+	if len(c.reporters[res.Replica]) == 0 {
+		c.reporters[res.Replica] = []int{j}
+	}
+	res.Value, res.ValueB64, res.Error = nil, nil, nil
+	c.reporters[res.Replica] = append(c.reporters[res.Replica], len(c.outcomes))
+	c.outcomes = append(c.outcomes, res)
+}

@@ -1,0 +1,192 @@
+package results
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// duplicate builds the violation of a replica with several outcomes. c.mu must be held.
+func (c *Collector) duplicate(replica int) *ContractError {
+	all := make([]Result, len(c.reporters[replica]))
+	for k, i := range c.reporters[replica] {
+		all[k] = c.outcomes[i]
+	}
+	return c.duplicateOf(replica, all, c.reports[replica])
+}
+
+// duplicateOf builds the violation of a replica reported total times, the first of them by the outcomes in all (at
+// least two; the first is the one kept). Reporters beyond all are counted, not named.
+func (c *Collector) duplicateOf(replica int, all []Result, total int) *ContractError {
+	multiNode := false
+	ranks := map[int]bool{}
+	for _, o := range all {
+		ranks[o.Rank] = true
+		multiNode = multiNode || o.Node != c.opts.NodeRank
+	}
+	names := make([]string, len(all))
+	for k, o := range all {
+		names[k] = fmt.Sprintf("rank %d pid %d", o.Rank, o.PID)
+		if multiNode {
+			names[k] += fmt.Sprintf(" (node %d)", o.Node)
+		}
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	total = max(total, len(all))
+	if total > len(all) {
+		list = strings.Join(names, ", ") + fmt.Sprintf(" and %d more", total-len(all))
+	}
+	a, b := all[0], all[1]
+	hint := hintDuplicateRanks
+	if len(ranks) == 1 {
+		hint = hintDuplicateSelf
+	}
+	return &ContractError{Kind: ErrDuplicateResult, Replica: replica, Rank: a.Rank, PID: a.PID,
+		OtherRank: b.Rank, OtherPID: b.PID, Hint: hint,
+		Message: fmt.Sprintf("%d results for replica %d: %s; the first was kept", total, replica, list)}
+}
+
+// Finish builds the document once every worker has exited and every Consume has returned. exits lists how each
+// rank ended, in the order the launcher saw them end (the first failure gives the exit code, Document.Decide). It
+// returns the document (always, also when the run failed) and the violations (errors.Join of *ContractError), or
+// nil.
+func (c *Collector) Finish(exits []RankExit) (*Document, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	doc := &Document{RunID: c.opts.RunID, World: World{Size: c.opts.WorldSize, Nodes: c.opts.Nodes},
+		Results: []Result{}, Ranks: []RankStatus{}, Violations: []Violation{}}
+	if doc.World.Size == 0 {
+		doc.World.Size = len(exits)
+	}
+	seed, merged := c.seedDuplicates()
+	var vs []*ContractError
+	for _, v := range c.violations {
+		if !merged[v] {
+			vs = append(vs, v)
+		}
+	}
+	vs = append(vs, c.countedOnly(vs, seed)...)
+	for _, r := range slices.Sorted(maps.Keys(c.first)) {
+		switch {
+		case seed[r] != nil:
+			vs = append(vs, seed[r])
+		case len(c.reporters[r]) > 0:
+			vs = append(vs, c.duplicate(r))
+		}
+		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
+	}
+	for _, e := range byRank(exits) {
+		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
+		vs = append(vs, c.missing(e)...)
+	}
+	errs := make([]error, len(vs))
+	for i, v := range vs {
+		errs[i] = v
+		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
+			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
+	}
+	doc.Decide(firstFailure(exits))
+	return doc, errors.Join(errs...)
+}
+
+// seedDuplicates merges the seed scenario: every process believes it is replica 0, so its owner reports it and
+// the others report it as foreign. Those reports are one duplicate ("4 results for replica 0: ...") rather than 3
+// foreign ones. It returns that duplicate by replica, and the foreign violations it stands for. c.mu must be held.
+func (c *Collector) seedDuplicates() (seed map[int]*ContractError, merged map[*ContractError]bool) {
+	seed, merged = map[int]*ContractError{}, map[*ContractError]bool{}
+	for r, frs := range c.foreign {
+		first, ok := c.first[r]
+		if !ok {
+			continue
+		}
+		all := []Result{c.outcomes[first]}
+		for _, i := range c.reporters[r] {
+			if i != first {
+				all = append(all, c.outcomes[i])
+			}
+		}
+		for _, fr := range frs {
+			all = append(all, fr.res)
+			merged[fr.ce] = true
+		}
+		seed[r] = c.duplicateOf(r, all, c.reports[r]+c.foreignN[r])
+	}
+	return seed, merged
+}
+
+// countedOnly is, per kind in name order, one violation saying how many more there were than listed: violations
+// only counted. c.mu must be held.
+func (c *Collector) countedOnly(listed []*ContractError, seed map[int]*ContractError) []*ContractError {
+	shown := map[string]int{}
+	for _, v := range listed {
+		shown[v.KindName()]++
+	}
+	var out []*ContractError
+	for _, k := range slices.Sorted(maps.Keys(c.kindCount)) {
+		if extra := c.counted(k, seed) - shown[k]; extra > 0 {
+			out = append(out, &ContractError{Kind: kindOf(k), Replica: -1, Rank: -1, PID: -1, OtherRank: -1, OtherPID: -1,
+				Message: fmt.Sprintf("%d more %s violations like those above were counted, not listed", extra, k)})
+		}
+	}
+	return out
+}
+
+// counted is how many violations of kind there were, but for foreign reports merged into a seed duplicate: those
+// are counted there. c.mu must be held.
+func (c *Collector) counted(kind string, seed map[int]*ContractError) int {
+	if kind != "foreign_replica" {
+		return c.kindCount[kind]
+	}
+	n := 0
+	for r, m := range c.foreignN {
+		if seed[r] == nil {
+			n += m
+		}
+	}
+	return n
+}
+
+// missing is the violations of a rank that exited 0 without reporting every replica it owns, when results are
+// required. c.mu must be held.
+func (c *Collector) missing(e RankExit) []*ContractError {
+	if !c.opts.Required || e.Failed() {
+		return nil
+	}
+	o := c.owners[e.Rank]
+	where := ""
+	if o.node != c.opts.NodeRank {
+		where = fmt.Sprintf(" (node %d)", o.node)
+	}
+	var out []*ContractError
+	for _, r := range o.replicas {
+		if _, ok := c.first[r]; ok {
+			continue
+		}
+		out = append(out, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
+			OtherRank: -1, OtherPID: -1, Hint: hintMissing,
+			Message: fmt.Sprintf("rank %d pid %d%s exited 0 without reporting a result for replica %d (results are required)",
+				e.Rank, e.PID, where, r)})
+	}
+	return out
+}
+
+// byRank is exits in rank order (a rank listed twice keeps its order).
+func byRank(exits []RankExit) []RankExit {
+	sorted := slices.Clone(exits)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
+	return sorted
+}
+
+// firstFailure is the exit code of the first failed exit, in the order the launcher saw them end: its code, or 1
+// for a launcher-side error or a signal the launcher did not map to 128+N; 0 when none failed.
+func firstFailure(exits []RankExit) int {
+	for _, e := range exits {
+		if e.Failed() {
+			return max(e.ExitCode, 1)
+		}
+	}
+	return 0
+}
