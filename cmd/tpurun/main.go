@@ -28,6 +28,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/job"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
@@ -151,8 +152,9 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	for _, n := range notes {
 		log.Warn(n)
 	}
-	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree.
-	spec.NoReaper, spec.SweepSubtree = o.tr.noReaper, true
+	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree; the
+	// process-wide settings are tpurun's to make.
+	spec.Reap, spec.SweepSubtree, spec.CatchSignals, spec.QuietGC = !o.tr.noReaper, true, true, true
 	return nil
 }
 
@@ -165,13 +167,13 @@ func (o *options) reap(log *zap.Logger) (stop func()) {
 	stop, err := attempt.Reap(log.Named("reaper"))
 	if err != nil {
 		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-		o.spec.NoReaper = true
+		o.spec.Reap = false
 	}
 	return stop
 }
 
 // serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
-func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (stop func(), err error) {
+func serveStatus(o *options, spec *spec.Spec, f failer, log *zap.Logger) (stop func(), err error) {
 	if o.statusAddr == "" {
 		return func() {}, nil
 	}
@@ -190,8 +192,8 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, c consoles) int {
-	rep, err := launcher.Run(context.Background(), *spec)
+func report(o *options, spec *spec.Spec, sp *summary.Printer, f failer, c consoles) int {
+	rep, err := job.Run(context.Background(), *spec)
 	attempt.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
 	stderr := c.err
 	if rep != nil {
@@ -240,7 +242,7 @@ func (f failer) fail(err error) int {
 
 type options struct {
 	flags          *pflag.FlagSet // every flag, bound to the settings it sets (cli.Bind)
-	spec           launcher.Spec
+	spec           spec.Spec
 	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
 	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzvFlags, below)
 	tr             *torchFlags // torchrun's remaining flags and the container flags (torchFlags, below)
@@ -281,7 +283,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 // rawFlags are the flags parse turns into the Spec once they are parsed, and those that ask for information.
 type rawFlags struct {
 	redirects, tee, filter, stdin, preload string
-	fn                                     *launcher.FnSpec
+	fn                                     *spec.FnSpec
 	help, version, pyPath                  bool
 }
 
@@ -422,19 +424,19 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
 // used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results), --json and
 // --json-frames.
-func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json, frames *bool) *launcher.FnSpec {
-	f := &launcher.FnSpec{}
+func addResultFlags(fs *pflag.FlagSet, s *spec.Spec, json, frames *bool) *spec.FnSpec {
+	f := &spec.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
 	cli.Bind(fs, "fn", setting.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
 	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
 	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else tpurun.spawn's caller, else the python3 beside tpurun, else python3 from PATH)")
-	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
+	fs.BoolVar(&s.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
-	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,
+	fs.Int64Var(&s.Results.MaxFrameBytes, "max-result-bytes", 0,
 		fmt.Sprintf("largest accepted result frame payload in bytes (default %d)", worker.DefaultMaxPayload))
 	cli.Bind(fs, "max-result-bytes", setting.MaxResultBytes)
-	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
+	fs.StringVar(&s.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
 	cli.Bind(fs, "results", setting.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	fs.BoolVar(frames, "json-frames", false, "--json, with each pickled value raw before the document, as a result frame (worker/PROTOCOL.md): what tpurun.spawn reads")
@@ -497,7 +499,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // checked and used) unless a backend, an endpoint or more than one node was asked for. runID is --run-id, the
 // default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
 // torchrun's. notes are warnings for the log.
-func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
+func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c spec.RendezvousSpec, notes []string, err error) {
 	lo, n, err := cli.ParseNNodes(r.nnodes)
 	if err != nil {
 		return c, nil, err
@@ -505,7 +507,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
 		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default " + cli.DefaultRendezvousTimeout.String() + ")"}
 	}
-	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
+	c = spec.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {
 		// --nnodes 1 (--standalone sets it) is one node on purpose; without it, a host whose environment says it is
 		// one of several joins them (launcher: discover)
@@ -515,7 +517,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
 	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
 	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
-	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (launcher.Spec)
+	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (spec.Spec)
 	if !c.Elastic() && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // a fixed world's size: from the host list
 	}
@@ -534,7 +536,7 @@ func defaultBackend(endpoint string) string {
 // master applies --master-addr and --master-port to the rendezvous c as torchrun does: the endpoint of a fixed
 // world (static), which the launch lays out; under an elastic backend --master-addr is ignored with torchrun's
 // warning (the notes returned).
-func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
+func (r *rdzvFlags) master(c *spec.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
 	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
 	switch {
 	case c.Elastic() && r.fs.Changed("master-addr"):
@@ -611,7 +613,7 @@ var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeo
 
 // apply turns the torchrun-style choices into the launcher config: the Python command line (python: the workers'
 // interpreter, cli.WorkersPython's), the grace period and the handled signals. args are PROGRAM ARGS....
-func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string) error {
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *spec.Spec, args []string, python string) error {
 	if t.standalone {
 		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),

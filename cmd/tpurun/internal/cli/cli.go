@@ -5,7 +5,7 @@
 // it registers the flags that tpurun's commands share (run, plan and doctor) — which devices to use and how to
 // split them, in tpurun's and torchrun's spellings — and turns them into what detection and planning take
 // (topology.Options, topology.Request); and it parses the values of the other flags (the Python command line,
-// node counts, stream selectors, rank lists, signal and module lists) into what a launcher.Spec takes. Each flag
+// node counts, stream selectors, rank lists, signal and module lists) into what a spec.Spec takes. Each flag
 // that sets a setting (internal/setting) is bound to it where the flag is defined (Bind), so that an error about
 // the setting names the flag (FlagOf). A run leaves detection to the launcher (once per run); DetectPlan detects
 // for `tpurun plan`.
