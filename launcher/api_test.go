@@ -35,6 +35,7 @@ func TestConfigErrorsMatchErrConfig(t *testing.T) {
 			s := base()
 			edit(&s)
 			rep, err := launcher.Run(context.Background(), s)
+			t.Log(err)
 			if !errors.Is(err, launcher.ErrConfig) || launcher.ExitCode(err) != 2 || rep != nil {
 				t.Fatalf("err %v (%T), code %d, report %v; want ErrConfig, exit 2, no report", err, errors.Unwrap(err), launcher.ExitCode(err), rep)
 			}
@@ -87,5 +88,18 @@ func TestCallerContextEndsTheJob(t *testing.T) {
 				t.Fatalf("report %+v, want the last attempt canceled", rep)
 			}
 		})
+	}
+}
+
+// TestSentinelsMatch: Spec.Timeout's stop matches ErrTimeout (exit 124), a missing program ErrNotFound (127).
+func TestSentinelsMatch(t *testing.T) {
+	dev := launcher.Devices{Device: "cpu"}
+	rep, err := launcher.Run(context.Background(), launcher.Spec{Program: []string{"sleep", "60"}, Devices: dev, Timeout: 300 * time.Millisecond, Grace: time.Second})
+	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != 124 || rep.Verdict.Reason != launcher.StopTimeout {
+		t.Errorf("timeout: err %v, code %d, report %+v; want ErrTimeout, 124", err, launcher.ExitCode(err), rep)
+	}
+	_, err = launcher.Run(context.Background(), launcher.Spec{Program: []string{"/nonexistent/program"}, Devices: dev})
+	if !errors.Is(err, launcher.ErrNotFound) || launcher.ExitCode(err) != 127 || errors.Is(err, launcher.ErrTimeout) {
+		t.Errorf("missing program: err %v, code %d; want ErrNotFound alone, 127", err, launcher.ExitCode(err))
 	}
 }
