@@ -34,6 +34,9 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 		Signals: p.Signals, CatchSignals: p.CatchSignals, Reap: p.Reap, SweepSubtree: p.SweepSubtree,
 		QuietGC: p.QuietGC, SweepTag: p.SweepTag,
 	}
+	if r.NumSlices == 0 {
+		is.Rendezvous.SliceID = -1 // from the environment
+	}
 	if f := s.Function; f != nil {
 		is.Fn = &spec.FnSpec{Target: f.Target, ArgsJSON: f.ArgsJSON, Args: f.Args, Python: f.Python}
 	}

@@ -31,6 +31,9 @@ func TestInternalCarriesEveryField(t *testing.T) {
 				fv.SetZero()
 				continue
 			}
+			if path+f.Name == "Rendezvous.SliceID" { // read only with NumSlices (see below)
+				continue
+			}
 			before := root.internal(context.Background())
 			fv.Set(nonZero(t, path+f.Name, f.Type))
 			if got := root.internal(context.Background()); reflect.DeepEqual(got, before) {
@@ -40,6 +43,13 @@ func TestInternalCarriesEveryField(t *testing.T) {
 		}
 	}
 	walk("", reflect.ValueOf(&root).Elem())
+	slices := func(id int) int {
+		return Spec{Rendezvous: RendezvousSpec{NumSlices: 2, SliceID: id}}.internal(context.Background()).Rendezvous.SliceID
+	}
+	unset := (Spec{}).internal(context.Background()).Rendezvous.SliceID
+	if got := slices(1); got != 1 || unset != -1 {
+		t.Errorf("SliceID 1 of 2 slices converts to %d, the zero one to %d; want 1, and -1 (from the environment)", got, unset)
+	}
 }
 
 // nonZero is a value of type t that is not its zero value.
@@ -83,5 +93,17 @@ func TestEventKindsAgree(t *testing.T) {
 	}
 	if got := spec.EventKind(AttemptEnded + 1).String(); got != "EventKind(7)" {
 		t.Errorf("the launcher has a kind the public API lacks: %s", got)
+	}
+}
+
+// TestDefaultsAgree: the defaults the public Spec documents are the ones the launcher fills in.
+func TestDefaultsAgree(t *testing.T) {
+	d, _, err := spec.Spec{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Grace != DefaultGrace || d.MasterAddr != DefaultMasterAddr || d.Role != DefaultRole || d.DrainTimeout != DefaultDrainTimeout {
+		t.Errorf("the launcher's defaults: grace %s, master %s, role %s, drain %s; the public ones: %s, %s, %s, %s",
+			d.Grace, d.MasterAddr, d.Role, d.DrainTimeout, DefaultGrace, DefaultMasterAddr, DefaultRole, DefaultDrainTimeout)
 	}
 }

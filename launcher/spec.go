@@ -114,7 +114,8 @@ type RendezvousSpec struct {
 	NNodes int
 	// MinNodes is the fewest nodes a generation of an elastic world may have; 0 means NNodes.
 	MinNodes int
-	// NodeRank is this node's rank, -1 for any (tcp, etcd assign one); 0 is node 0.
+	// NodeRank is this node's rank, or AnyNode: assigned by the backend (tcp, etcd). In a world of one, or one
+	// laid out by this host's environment (TPU_WORKER_ID, SLURM_NODEID), the environment's rank is taken for 0.
 	NodeRank int
 	// Conf holds the backend's options as "key=value" entries: join_timeout, heartbeat, is_host, port, hosts,
 	// prefix, linger (torchrun's --rdzv-conf, one entry per option).
@@ -127,8 +128,9 @@ type RendezvousSpec struct {
 	NodeName string
 	// NodeAddr is the address the other nodes reach this node at; "" means the local address toward Endpoint.
 	NodeAddr string
-	// NumSlices and SliceID place this node in a multislice job; 0 slices means MEGASCALE_NUM_SLICES as detection
-	// read it, else 1; SliceID -1 means MEGASCALE_SLICE_ID as detection read it, else 0.
+	// NumSlices and SliceID place this node in a multislice job. NumSlices 0 means both from the environment
+	// (MEGASCALE_NUM_SLICES and MEGASCALE_SLICE_ID as detection read them), else 1 slice, this node's 0; SliceID is
+	// read only when NumSlices is set.
 	NumSlices int
 	SliceID   int
 	// Alone makes a world of one on purpose (torchrun's --standalone), also on a host whose environment says it
@@ -139,6 +141,9 @@ type RendezvousSpec struct {
 	// off loopback.
 	AllowUnauthenticated bool
 }
+
+// AnyNode is RendezvousSpec.NodeRank for a rank the backend assigns.
+const AnyNode = -1
 
 // Output says where the workers' output goes: by default every line of every worker to Stdout or Stderr with a
 // "[rank]" prefix, and no worker reads stdin.
