@@ -17,10 +17,10 @@ var Version = worker.PythonVersion()
 // local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
 // up to s.MaxRestarts times. A single host is a world of one.
 //
-// By default Run supervises only the processes it starts: it waits for them by pidfd, changes no signal
-// disposition, no subreaper bit and no GC setting, and a program may start and wait for processes of its own
-// meanwhile. Spec.Process turns on the process-wide help tpurun's command line uses: catching the stop signals,
-// reaping every child as the child subreaper, the quiet GC during starts.
+// By default Run supervises only the processes it starts: it waits for each of them alone (as exec.Cmd.Wait does:
+// by pidfd), changes no signal disposition, no subreaper bit and no GC setting, and a program may start and wait
+// for processes of its own meanwhile. Spec.Process turns on the process-wide help tpurun's command line uses:
+// catching the stop signals, reaping every child as the child subreaper, the quiet GC during starts.
 //
 // ctx bounds the job: when it is canceled or its deadline passes, the workers are stopped (SIGTERM, then SIGKILL
 // after Spec.Grace) and the error has context.Canceled or context.DeadlineExceeded in its chain.

@@ -222,13 +222,13 @@ type FnSpec struct {
 }
 
 // Process says what Run may change in the calling process. The zero value changes nothing: Run waits only for the
-// processes it started (by pidfd), leaves signals to the program, and leaves the garbage collector alone; an
-// orphan a worker leaves goes to PID 1, and the sweep at the end of each attempt finds it by the sweep tag in its
-// environment. tpurun's command line turns every option on.
+// processes it started (each alone, as exec.Cmd.Wait does), leaves signals to the program, and leaves the garbage
+// collector alone; an orphan a worker leaves goes to PID 1, and the sweep at the end of each attempt finds it by
+// the sweep tag in its environment. tpurun's command line turns every option on.
 type Process struct {
-	// CatchSignals catches SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGPIPE while Run runs, so that
-	// a SIGTERM to the program stops the job (exit 143) and is forwarded to the workers instead of ending the
-	// program and leaving them running. Ignored when Signals is set.
+	// CatchSignals catches, while Run runs, the signals a job acts on (SIGTERM, SIGINT, SIGQUIT stop it) or
+	// forwards to its workers (SIGHUP, SIGUSR1, ...), so that a SIGTERM to the program stops the job (exit 143)
+	// instead of ending the program and leaving the workers running. Ignored when Signals is set.
 	CatchSignals bool
 	// Signals, when set, are the signals the job acts on (as CatchSignals would catch them): the caller routes them.
 	Signals <-chan os.Signal
