@@ -6,6 +6,9 @@ package launcher_test
 import (
 	"context"
 	"errors"
+	"go/parser"
+	"go/token"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,5 +104,21 @@ func TestSentinelsMatch(t *testing.T) {
 	_, err = launcher.Run(context.Background(), launcher.Spec{Program: []string{"/nonexistent/program"}, Devices: dev})
 	if !errors.Is(err, launcher.ErrNotFound) || launcher.ExitCode(err) != 127 || errors.Is(err, launcher.ErrTimeout) {
 		t.Errorf("missing program: err %v, code %d; want ErrNotFound alone, 127", err, launcher.ExitCode(err))
+	}
+}
+
+// TestPublicTestsImportNothingInternal: the examples and the tests of the public API use it as a program outside
+// the module would: no internal package, no command.
+func TestPublicTestsImportNothingInternal(t *testing.T) {
+	for _, name := range []string{"example_test.go", "api_test.go", "readme_test.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if p := strings.Trim(imp.Path.Value, `"`); strings.HasPrefix(p, "tpurun/internal/") || strings.HasPrefix(p, "tpurun/cmd/") {
+				t.Errorf("%s imports %s", name, p)
+			}
+		}
 	}
 }
