@@ -5,10 +5,14 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/exitcode"
 	"tpurun/internal/spec"
 )
 
@@ -105,5 +109,31 @@ func TestDefaultsAgree(t *testing.T) {
 	if d.Grace != DefaultGrace || d.MasterAddr != DefaultMasterAddr || d.Role != DefaultRole || d.DrainTimeout != DefaultDrainTimeout {
 		t.Errorf("the launcher's defaults: grace %s, master %s, role %s, drain %s; the public ones: %s, %s, %s, %s",
 			d.Grace, d.MasterAddr, d.Role, d.DrainTimeout, DefaultGrace, DefaultMasterAddr, DefaultRole, DefaultDrainTimeout)
+	}
+}
+
+// TestExitCodeTableIsTheCLIs: ExitCode's documented table has the codes of tpurun's own table (exitcode.Table), in
+// its order, and the rows a library caller meets besides (a canceled context's 143).
+func TestExitCodeTableIsTheCLIs(t *testing.T) {
+	src, err := os.ReadFile("errors.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(src)[strings.Index(string(src), "// ExitCode is the exit code"):strings.Index(string(src), "func ExitCode(")]
+	var got []string
+	for _, m := range regexp.MustCompile(`(?m)^//\t(\S+) `).FindAllStringSubmatch(doc, -1) {
+		got = append(got, m[1])
+	}
+	var want []string
+	for _, r := range exitcode.Table {
+		if r.Help != "" {
+			want = append(want, r.Code)
+		}
+		if r.Code == "128+N" {
+			want = append(want, "143")
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ExitCode's table has the codes %v, want tpurun's %v", got, want)
 	}
 }
