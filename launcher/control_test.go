@@ -44,7 +44,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 			errs := make([]chan error, 2)
 			for i := range w.specs {
 				errs[i] = make(chan error, 1)
-				go func() { _, err := launcher.Run(context.Background(), w.specs[i]); errs[i] <- err }()
+				go func() { _, err := launcher.RunInternal(context.Background(), w.specs[i]); errs[i] <- err }()
 				if i == 0 && tc.backend == "tcp" {
 					testutil.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 				}

@@ -17,6 +17,7 @@ import (
 
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/launcher"
@@ -36,17 +37,17 @@ func logTo(buf *testutil.Buffer) *zap.Logger {
 
 // start runs node i's launcher in the background; wait returns its report and error, failing the test when it
 // has not returned within testutil.Deadline (the run is cancelled at cleanup).
-func (w *world) start(i int) (wait func() (*launcher.Report, error)) {
-	var rep *launcher.Report
+func (w *world) start(i int) (wait func() (*spec.Report, error)) {
+	var rep *spec.Report
 	var err error
 	done := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(done)
-		rep, err = launcher.Run(ctx, w.specs[i])
+		rep, err = launcher.RunInternal(ctx, w.specs[i])
 	}()
 	w.t.Cleanup(func() { cancel(); <-done })
-	return func() (*launcher.Report, error) {
+	return func() (*spec.Report, error) {
 		w.t.Helper()
 		testutil.Done(w.t, fmt.Sprintf("node %d's launcher.Run to return", i), done)
 		return rep, err
@@ -92,7 +93,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for i, wait := range []func() (*launcher.Report, error){wait0, wait1} {
+			for i, wait := range []func() (*spec.Report, error){wait0, wait1} {
 				if _, err := wait(); err != nil {
 					t.Fatalf("node %d: %v\n%s", i, err, logs)
 				}
@@ -157,7 +158,7 @@ func TestRunMultihostEtcdLost(t *testing.T) {
 	t.Parallel()
 	ep, etcd := etcdtest.StartProcess(t)
 	w := onEtcd(newWorld(t, 2, "tcp", "hang"), ep)
-	waits := []func() (*launcher.Report, error){w.start(0), w.start(1)}
+	waits := []func() (*spec.Report, error){w.start(0), w.start(1)}
 	testutil.WaitReady(t, w.dir, 4)
 	if err := etcd.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/safepath"
+	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
 )
@@ -39,7 +40,7 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
   exec sleep 30
 fi
 touch "$RAN/ran-$LOCAL_RANK"`
-	_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
+	_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
 		Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second,
 		LogDir: logs, RunID: "planted", Stdout: io.Discard, Stderr: io.Discard})
 	var ue *safepath.UnsafePathError
@@ -52,7 +53,7 @@ touch "$RAN/ran-$LOCAL_RANK"`
 	if es, _ := os.ReadDir(dir); len(es) != 0 {
 		t.Fatalf("a worker of attempt 1 ran: %v", es)
 	}
-	_, err = launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
+	_, err = launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
 	if failure.ExitCode(err) != exitcode.Usage {
 		t.Fatalf("run id '..': err %v, want exit 2", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/internal/topology"
@@ -29,7 +30,7 @@ type world struct {
 	dir     string
 	backend string
 	ep      string
-	specs   []launcher.Spec
+	specs   []spec.Spec
 	sigs    []chan os.Signal
 }
 
@@ -48,13 +49,13 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 		}
 		sig := make(chan os.Signal, 4)
 		w.sigs = append(w.sigs, sig)
-		w.specs = append(w.specs, launcher.Spec{
+		w.specs = append(w.specs, spec.Spec{
 			Program: []string{testutil.Program(t)},
 			Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, testutil.Fake(behaviour)), extra...),
 			Detect:  topology.Options{Device: "cpu"}, Request: topology.Request{NProcs: 2},
-			Rendezvous: launcher.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,
+			Rendezvous: spec.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,
 				NodeRank: i, Conf: conf, Timeout: testutil.Deadline(), NodeName: "n" + strconv.Itoa(i)},
-			Grace: 2 * time.Second, Stdout: &testutil.Buffer{}, Stderr: &testutil.Buffer{}, Signals: sig,
+			Grace: 2 * time.Second, Stdout: &testutil.Buffer{}, Stderr: &testutil.Buffer{}, Signals: sig, Reap: true,
 		})
 	}
 	return w
@@ -62,14 +63,14 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 
 // run starts every node (node 0 first, so it hosts the tcp server) and waits for all of them, for Deadline at
 // most: a node that never ends fails the test (its workers hang until the launcher stops them).
-func (w *world) run() ([]*launcher.Report, []error) {
+func (w *world) run() ([]*spec.Report, []error) {
 	w.t.Helper()
-	reps, errs := make([]*launcher.Report, len(w.specs)), make([]error, len(w.specs))
+	reps, errs := make([]*spec.Report, len(w.specs)), make([]error, len(w.specs))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range w.specs {
-		wg.Go(func() { reps[i], errs[i] = launcher.Run(ctx, w.specs[i]) })
+		wg.Go(func() { reps[i], errs[i] = launcher.RunInternal(ctx, w.specs[i]) })
 		if i == 0 && w.backend == "tcp" {
 			testutil.WaitListening(w.t, w.ep) // node 0 hosts the rendezvous server
 		}
@@ -264,7 +265,7 @@ func TestRunSignalDuringJoin(t *testing.T) {
 	w := newWorld(t, 2, "tcp", "exit:0")
 	w.specs = w.specs[:1] // node 1 never comes
 	done := make(chan error, 1)
-	go func() { _, err := launcher.Run(context.Background(), w.specs[0]); done <- err }()
+	go func() { _, err := launcher.RunInternal(context.Background(), w.specs[0]); done <- err }()
 	testutil.WaitListening(t, w.ep) // node 0 hosts the rendezvous server
 	w.sigs[0] <- syscall.SIGTERM
 	// The join timeout (Deadline, started before) would end the join with a rendezvous error, not a SignalError.

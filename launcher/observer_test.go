@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
 )
@@ -16,8 +17,8 @@ type rendezvousEvents struct {
 	times []time.Duration
 }
 
-func (r *rendezvousEvents) Observe(e launcher.Event) {
-	if e.Kind == launcher.RendezvousDone {
+func (r *rendezvousEvents) Observe(e spec.Event) {
+	if e.Kind == spec.RendezvousDone {
 		r.mu.Lock()
 		r.times = append(r.times, e.Rendezvous)
 		r.mu.Unlock()
@@ -42,8 +43,8 @@ func TestRendezvousDoneOnlyWhereNodesMeet(t *testing.T) {
 		cfg, _, _ := config(t, 1, dir, "exit:3")
 		cfg.MaxRestarts = 1
 		var ev rendezvousEvents
-		cfg.Observers = []launcher.Observer{&ev}
-		rep, _ := launcher.Run(context.Background(), cfg)
+		cfg.Observers = []spec.Observer{&ev}
+		rep, _ := launcher.RunInternal(context.Background(), cfg)
 		if len(rep.Attempts) != 2 {
 			t.Fatalf("%d attempts, want 2 (the failure and its restart)", len(rep.Attempts))
 		}
@@ -56,7 +57,7 @@ func TestRendezvousDoneOnlyWhereNodesMeet(t *testing.T) {
 		w := newWorld(t, 2, "tcp", "exit:0")
 		evs := []*rendezvousEvents{{}, {}}
 		for i := range w.specs {
-			w.specs[i].Observers = []launcher.Observer{evs[i]}
+			w.specs[i].Observers = []spec.Observer{evs[i]}
 		}
 		_, errs := w.run()
 		for i, err := range errs {

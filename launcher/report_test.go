@@ -4,14 +4,14 @@ import (
 	"syscall"
 	"testing"
 
+	"tpurun/internal/attempt"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
-	"tpurun/launcher"
 )
 
 func TestResultExitsInEndOrder(t *testing.T) {
-	a := &launcher.Attempt{
-		Ranks: []launcher.RankSummary{
+	a := &attempt.Attempt{
+		Ranks: []attempt.RankSummary{
 			{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 0}},
 			{Rank: 1, Exit: proc.Exit{PID: 11, ExitCode: -1, Signal: syscall.SIGKILL}},
 			{Rank: 2, Exit: proc.Exit{PID: 12, ExitCode: 3}},

@@ -10,6 +10,7 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
 )
@@ -25,15 +26,15 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = time.Minute
 	sigs := make(chan os.Signal, 4)
 	cfg.Signals = sigs
-	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
-		if e.Kind == launcher.WorkerFailed { // the supervisor is stopping the group when this returns
+	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+		if e.Kind == spec.WorkerFailed { // the supervisor is stopping the group when this returns
 			select {
 			case sigs <- syscall.SIGINT:
 			default:
 			}
 		}
 	})}
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if len(rep.Attempts) != 1 {
 		t.Fatalf("%d attempts after a SIGINT during the first one's teardown, want 1 (err %v)", len(rep.Attempts), err)
 	}
@@ -59,7 +60,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 	// are set up, which takes far less than the timeout even on a loaded machine (scale it with the knob), and the
 	// grace that starts then outlasts the timeout. Rank 1 ignores SIGTERM: the timeout, in the grace, kills it. On a
 	// machine so loaded that the set-up outlasts the timeout, the case is not met: again with twice the timeout.
-	var rep *launcher.Report
+	var rep *spec.Report
 	var dir string
 	var err error
 	for timeout := testutil.Scaled(4 * time.Second); ; timeout *= 2 {
@@ -68,7 +69,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 		cfg.MaxRestarts = 1
 		cfg.Timeout = timeout
 		cfg.Grace = cfg.Timeout
-		rep, err = launcher.Run(context.Background(), cfg)
+		rep, err = launcher.RunInternal(context.Background(), cfg)
 		v := rep.Attempts[0].Verdict
 		if v.Reason == attempt.StopFailure && v.Failure != nil && v.Failure.Rank == 0 {
 			break
@@ -95,12 +96,12 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
-		if e.Kind == launcher.WorkerFailed {
+	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+		if e.Kind == spec.WorkerFailed {
 			cancel() // the supervisor is stopping the group when this returns
 		}
 	})}
-	rep, err := launcher.Run(ctx, cfg)
+	rep, err := launcher.RunInternal(ctx, cfg)
 	var we *failure.WorkerError
 	if !errors.As(err, &we) || we.Rank != 0 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want rank 0's failure and no restart", err, len(rep.Attempts))

@@ -18,13 +18,14 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
 )
 
 // config is a run of n fake workers doing behaviour; extra env entries are appended to the inherited env.
-func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (launcher.Spec, *testutil.Buffer, *testutil.Buffer) {
+func config(t *testing.T, n int, dir string, behaviour string, extra ...string) (spec.Spec, *testutil.Buffer, *testutil.Buffer) {
 	t.Helper()
 	plan, err := topology.CPUPlan(n)
 	if err != nil {
@@ -32,9 +33,9 @@ func config(t *testing.T, n int, dir string, behaviour string, extra ...string) 
 	}
 	var out, errb testutil.Buffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake(behaviour))
-	return launcher.Spec{
+	return spec.Spec{
 		Plan: plan, Program: []string{testutil.Program(t)}, Env: append(env, extra...),
-		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb,
+		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb, CatchSignals: true, Reap: true, // as tpurun runs
 	}, &out, &errb
 }
 
@@ -49,7 +50,7 @@ func TestExitCodes(t *testing.T) {
 				behaviour = "hang" // the others must be stopped by the failure of rank 1
 			}
 			cfg, _, _ := config(t, 3, dir, behaviour, testutil.FakeRank(1, fmt.Sprintf("exitready:%d", code)))
-			rep, err := launcher.Run(context.Background(), cfg)
+			rep, err := launcher.RunInternal(context.Background(), cfg)
 			if got := failure.ExitCode(err); got != code {
 				t.Fatalf("exit code %d, want %d (err %v)", got, code, err)
 			}
@@ -77,7 +78,7 @@ func TestKilledBySignal(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang", testutil.FakeRank(0, "raise:9"))
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if got := failure.ExitCode(err); got != 128+9 {
 		t.Fatalf("exit code %d, want 137 (err %v)", got, err)
 	}
@@ -93,7 +94,7 @@ func TestIgnoredSIGTERMEscalatesToSIGKILL(t *testing.T) {
 	cfg, _, _ := config(t, 2, dir, "ignore:15", testutil.FakeRank(0, "exitready:1"))
 	cfg.Grace = 300 * time.Millisecond
 	start := time.Now()
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if failure.ExitCode(err) != 1 {
 		t.Fatalf("err %v, want rank 0's exit 1", err)
 	}
@@ -111,7 +112,7 @@ func TestTimeout(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "hang")
 	cfg.Timeout = testutil.Scaled(5 * time.Second) // after the workers are up, even on a loaded machine
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if !errors.Is(err, failure.ErrTimeout) || failure.ExitCode(err) != 124 {
 		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, failure.ExitCode(err))
 	}
@@ -133,7 +134,7 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "child:0")
 	done := make(chan error, 1)
-	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
+	go func() { _, err := launcher.RunInternal(context.Background(), cfg); done <- err }()
 	if err := testutil.Done(t, "Run to return while a grandchild holds stdout and fd 3", done); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +148,8 @@ func TestGrandchildHoldingStdoutDoesNotHang(t *testing.T) {
 func TestOrphanInNewSessionGetsSIGTERMFirst(t *testing.T) { // not parallel: no other Run's reaper takes the helper's end
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 1, dir, "childsetsid:0")
-	cfg.NoReaper = true // the helper's end is this test's to see: Run's reaper would reap it first
-	rep, err := launcher.Run(context.Background(), cfg)
+	cfg.Reap = false // the helper's end is this test's to see: Run's reaper would reap it first
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestDrainIsBoundedWhenAnOrphanKeepsThePipes(t *testing.T) {
 	cfg, _, _ := config(t, 1, dir, "childclean:0")
 	cfg.DrainTimeout = 200 * time.Millisecond
 	done := make(chan error, 1)
-	go func() { _, err := launcher.Run(context.Background(), cfg); done <- err }()
+	go func() { _, err := launcher.RunInternal(context.Background(), cfg); done <- err }()
 	t.Cleanup(func() { // on failure too: the escaped grandchild is nobody's to kill but the test's
 		for _, pid := range testutil.PIDs(t, dir) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -196,7 +197,7 @@ func TestTenThousandLinesArePrefixedWholeAndInOrder(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	const n, lines = 4, 10000
 	cfg, out, _ := config(t, n, dir, fmt.Sprintf("lines:%d", lines))
-	if _, err := launcher.Run(context.Background(), cfg); err != nil {
+	if _, err := launcher.RunInternal(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	next := make([]int, n)
@@ -230,7 +231,7 @@ func TestWorkerEnvironment(t *testing.T) {
 	cfg, _, _ := config(t, 2, dir, "env", "RANK=99", "TPU_VISIBLE_CHIPS=7", "LOCAL_RANK=5")
 	cfg.Program = append(cfg.Program, "--port=${local_rank}0")
 	cfg.RunID = "envtest"
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "exit:0", testutil.FakeRank(1, "failuntil:2"))
 	cfg.MaxRestarts = 2
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("err %v, want success in the third attempt", err)
 	}
@@ -304,7 +305,7 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 		}
 	}
 	cfg.MaxRestarts = 1
-	_, err = launcher.Run(context.Background(), cfg)
+	_, err = launcher.RunInternal(context.Background(), cfg)
 	var we *failure.WorkerError
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
@@ -316,7 +317,7 @@ func TestRootCauseReportHasStderrAndTraceback(t *testing.T) {
 	t.Parallel()
 	dir := testutil.FakeDir(t)
 	cfg, stdout, stderr := config(t, 2, dir, "hang", testutil.FakeRank(1, "record:7"))
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if failure.ExitCode(err) != 7 {
 		t.Fatalf("err %v, want 7", err)
 	}
@@ -348,7 +349,7 @@ func TestForwardedSignals(t *testing.T) {
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGUSR1 })
-		if _, err := launcher.Run(context.Background(), cfg); err != nil {
+		if _, err := launcher.RunInternal(context.Background(), cfg); err != nil {
 			t.Fatal(err)
 		}
 		if c := strings.Count(out.String(), "caught SIGUSR1"); c != 2 {
@@ -363,7 +364,7 @@ func TestForwardedSignals(t *testing.T) {
 		sigs := make(chan os.Signal, 1)
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM })
-		rep, err := launcher.Run(context.Background(), cfg)
+		rep, err := launcher.RunInternal(context.Background(), cfg)
 		if failure.ExitCode(err) != 143 || rep.Last().Verdict.Reason != attempt.StopSignal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Verdict.Reason)
 		}
@@ -377,7 +378,7 @@ func TestForwardedSignals(t *testing.T) {
 		sigs := make(chan os.Signal, 2)
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM; sigs <- syscall.SIGTERM })
-		rep, err := launcher.Run(context.Background(), cfg)
+		rep, err := launcher.RunInternal(context.Background(), cfg)
 		if v := rep.Last().Verdict; failure.ExitCode(err) != 143 || rep.Last().Ranks[0].Signal != syscall.SIGKILL || v.Escalated != "second SIGTERM" {
 			t.Fatalf("err %v (escalated %q), want the run stopped by SIGTERM (143) and the workers SIGKILLed by the second", err, v.Escalated)
 		}
@@ -400,7 +401,7 @@ func TestSixtyFourWorkers(t *testing.T) {
 	testutil.Heavy(t) // 64 processes at once
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 64, dir, "exit:0")
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +423,7 @@ func TestResultChannel(t *testing.T) {
 	dir := testutil.FakeDir(t)
 	cfg, _, _ := config(t, 2, dir, "report")
 	cfg.Results.Required = true
-	rep, err := launcher.Run(context.Background(), cfg)
+	rep, err := launcher.RunInternal(context.Background(), cfg)
 	if err != nil || rep.Results == nil || len(rep.Results.Results) != 2 || !rep.Results.OK {
 		t.Fatalf("err %v, document %+v", err, rep.Results)
 	}
@@ -434,7 +435,7 @@ func TestResultChannel(t *testing.T) {
 	}
 	cfg, _, _ = config(t, 2, dir, "result", testutil.FakeRank(1, "exit:0"))
 	cfg.Results.Required = true
-	rep, err = launcher.Run(context.Background(), cfg)
+	rep, err = launcher.RunInternal(context.Background(), cfg)
 	var re *failure.ResultsError
 	if !errors.As(err, &re) || !errors.Is(err, failure.ErrResults) || failure.ExitCode(err) != exitcode.Results {
 		t.Fatalf("err %v, want a ResultsError mapped to %d", err, exitcode.Results)
@@ -458,7 +459,7 @@ func TestLogDirRedirectsAndFilter(t *testing.T) {
 	cfg.Redirects = console.StdSpec{PerRank: map[int]console.Std{1: console.StdOut}}
 	cfg.LocalRanksFilter = []int{0, 1}
 	cfg.LogPrefix = "<{node}:{rank}> "
-	if _, err := launcher.Run(context.Background(), cfg); err != nil {
+	if _, err := launcher.RunInternal(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "<0:0> rank 0 line 2") {
@@ -501,7 +502,7 @@ func TestLogDirLayoutIsTorchruns(t *testing.T) {
 [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 1 ] && exit 0
 until [ -s "$(dirname "$TORCHELASTIC_ERROR_FILE")/../1/stdout.log" ]; do sleep 0.01; done
 exit 1`
-		_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
+		_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
 			MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "same", Stdout: io.Discard, Stderr: io.Discard})
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)
@@ -545,7 +546,7 @@ func TestProgramNotRunnable(t *testing.T) {
 	}
 	for prog, want := range map[string]int{"/nonexistent/program": exitcode.NotFound, "no-such-program-on-path": exitcode.NotFound,
 		noexec: exitcode.NotExecutable} {
-		_, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{prog}})
+		_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{prog}})
 		var pe *failure.ProgramError
 		if !errors.As(err, &pe) || failure.ExitCode(err) != want {
 			t.Errorf("%s: err %v (exit %d), want a ProgramError exiting %d", prog, err, failure.ExitCode(err), want)
@@ -556,12 +557,12 @@ func TestProgramNotRunnable(t *testing.T) {
 func TestConfigErrorsStartNothing(t *testing.T) {
 	t.Parallel()
 	plan, _ := topology.CPUPlan(1)
-	for name, cfg := range map[string]launcher.Spec{
+	for name, cfg := range map[string]spec.Spec{
 		"no program":    {Plan: plan},
 		"negative":      {Plan: plan, Program: []string{testutil.Program(t)}, Grace: -time.Second},
 		"bad node rank": {Plan: plan, Program: []string{testutil.Program(t)}, NodeRank: 3},
 	} {
-		_, err := launcher.Run(context.Background(), cfg)
+		_, err := launcher.RunInternal(context.Background(), cfg)
 		var ce *failure.ConfigError
 		if !errors.As(err, &ce) || failure.ExitCode(err) != exitcode.Usage {
 			t.Errorf("%s: err %v, want a ConfigError (exit 2)", name, err)
@@ -577,8 +578,8 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
-	cfg.Observers = []launcher.Observer{launcher.ObserverFunc(func(e launcher.Event) {
-		if e.Kind != launcher.Sampled {
+	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+		if e.Kind != spec.Sampled {
 			return
 		}
 		s := e.Samples
@@ -592,7 +593,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 			once.Do(cancel)
 		}
 	})}
-	rep, err := launcher.Run(ctx, cfg)
+	rep, err := launcher.RunInternal(ctx, cfg)
 	if !errors.Is(err, context.Canceled) || rep.Last().Verdict.Reason != attempt.StopCanceled {
 		t.Fatalf("err %v, want context.Canceled after both workers were sampled", err)
 	}
@@ -623,7 +624,7 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
 fi
 exit 5`
 	var out strings.Builder
-	rep, err := launcher.Run(context.Background(), launcher.Spec{Plan: plan, Program: []string{"/bin/sh", "-c", script},
+	rep, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
 		MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id", Stdout: io.Discard, Stderr: &out})
 	if failure.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
 		t.Fatalf("err %v after %d attempts, want rank 1's exit 5 in attempt 1\n%s", err, len(rep.Attempts), out.String())
@@ -644,12 +645,12 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type outcome struct {
-		rep *launcher.Report
+		rep *spec.Report
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		rep, err := launcher.Run(ctx, cfgA)
+		rep, err := launcher.RunInternal(ctx, cfgA)
 		done <- outcome{rep, err}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -658,7 +659,7 @@ func TestSameRunIDDoesNotSweepAnotherLaunchersWorkers(t *testing.T) {
 	dirB := testutil.FakeDir(t)
 	cfgB, _, _ := config(t, 1, dirB, "exit:0")
 	cfgB.RunID = "shared-run-id"
-	repB, err := launcher.Run(context.Background(), cfgB)
+	repB, err := launcher.RunInternal(context.Background(), cfgB)
 	if err != nil {
 		t.Fatalf("launcher B: %v", err)
 	}

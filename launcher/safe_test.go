@@ -9,14 +9,16 @@ import (
 	"testing"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
 )
 
-// The embedder verb is a program that embeds the launcher: it runs two workers with Run and a Spec that sets
-// nothing about signals or reaping (the zero Spec's way; with Arg "optout", NoSignals and NoReaper), and exits with
-// the job's exit code. Rank 0 leaves a hanging helper in a session of its own; rank 1 hangs.
+// The embedder verb is a program that embeds the launcher: it runs two workers with Run and a Spec that opts into
+// catching signals and reaping (Process.CatchSignals and Reap, as tpurun does; with Arg "zero", the zero Spec's
+// way: neither), and exits with the job's exit code. Rank 0 leaves a hanging helper in a session of its own; rank
+// 1 hangs.
 func init() {
 	testutil.Define(testutil.Verb{Name: "embedder", Spawns: []string{"childsetsid", "hang"}, Run: func(w *testutil.Worker) int {
 		plan, err := topology.CPUPlan(2)
@@ -24,21 +26,21 @@ func init() {
 			return 99
 		}
 		env := testutil.Without(os.Environ(), testutil.EnvVerb+"=")
-		spec := launcher.Spec{Plan: plan, Program: []string{testutil.Executable()}, Stdout: io.Discard, Stderr: io.Discard,
+		spec := spec.Spec{Plan: plan, Program: []string{testutil.Executable()}, Stdout: io.Discard, Stderr: io.Discard,
 			Env: append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang"))}
-		spec.NoSignals, spec.NoReaper = w.Arg == "optout", w.Arg == "optout"
-		_, err = launcher.Run(context.Background(), spec)
+		spec.CatchSignals, spec.Reap = w.Arg != "zero", w.Arg != "zero"
+		_, err = launcher.RunInternal(context.Background(), spec)
 		return failure.ExitCode(err)
 	}})
 }
 
-// TestZeroSpecIsSafe: SIGTERM to a program that runs a job with the zero Spec's signals and reaping stops the job
-// (exit 143) and leaves no process of it running, the helper a worker left in a session of its own included. The
-// same program opting out of both ends on the signal at once and leaves the helper running (which the test then
-// kills): what the defaults are for. Not parallel: the test waits for its own children, which a Run of a parallel
-// test would reap.
-func TestZeroSpecIsSafe(t *testing.T) {
-	for _, arg := range []string{"", "optout"} {
+// TestCatchSignalsAndReap: SIGTERM to a program that runs a job catching signals and reaping stops the job (exit
+// 143) and leaves no process of it running, the helper a worker left in a session of its own included. The same
+// program with the zero Spec's settings (nothing process-wide) ends on the signal at once and leaves the helper
+// running (which the test then kills): what the options are for. Not parallel: the test waits for its own
+// children, which a Run of a parallel test would reap.
+func TestCatchSignalsAndReap(t *testing.T) {
+	for _, arg := range []string{"", "zero"} {
 		t.Run("arg="+arg, func(t *testing.T) {
 			dir := testutil.FakeDir(t)
 			cmd := testutil.Command("embedder:" + arg)
@@ -70,7 +72,7 @@ func TestZeroSpecIsSafe(t *testing.T) {
 				}
 			}
 			if len(alive) == 0 {
-				t.Fatalf("no process of the job outlived the program that opted out; this test shows nothing")
+				t.Fatalf("no process of the job outlived the program with the zero Spec; this test shows nothing")
 			}
 			testutil.AssertAllGone(t, dir, 3)
 		})

@@ -25,7 +25,7 @@ import (
 
 type options struct {
 	flags          *pflag.FlagSet // every flag, bound to the settings it sets (cli.Bind)
-	spec           launcher.Spec
+	spec           spec.Spec
 	dev            *cli.Device // --device, --nprocs and the other topology flags: detection runs in the launcher
 	rdzv           *rdzvFlags  // --nnodes, --node-rank, --rdzv-*: multi-host runs (rdzvFlags, below)
 	tr             *torchFlags // torchrun's remaining flags and the container flags (torchFlags, below)
@@ -66,7 +66,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 // rawFlags are the flags parse turns into the Spec once they are parsed, and those that ask for information.
 type rawFlags struct {
 	redirects, tee, filter, stdin, preload string
-	fn                                     *launcher.FnSpec
+	fn                                     *spec.FnSpec
 	help, version, pyPath                  bool
 }
 
@@ -207,19 +207,19 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
 // used when --fn is given), --expect-results, --max-result-bytes, --results (into spec.Results), --json and
 // --json-frames.
-func addResultFlags(fs *pflag.FlagSet, spec *launcher.Spec, json, frames *bool) *launcher.FnSpec {
-	f := &launcher.FnSpec{}
+func addResultFlags(fs *pflag.FlagSet, s *spec.Spec, json, frames *bool) *spec.FnSpec {
+	f := &spec.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
 	cli.Bind(fs, "fn", setting.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
 	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
 	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else tpurun.spawn's caller, else the python3 beside tpurun, else python3 from PATH)")
-	fs.BoolVar(&spec.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
+	fs.BoolVar(&s.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
-	fs.Int64Var(&spec.Results.MaxFrameBytes, "max-result-bytes", 0,
+	fs.Int64Var(&s.Results.MaxFrameBytes, "max-result-bytes", 0,
 		fmt.Sprintf("largest accepted result frame payload in bytes (default %d)", worker.DefaultMaxPayload))
 	cli.Bind(fs, "max-result-bytes", setting.MaxResultBytes)
-	fs.StringVar(&spec.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
+	fs.StringVar(&s.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
 	cli.Bind(fs, "results", setting.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	fs.BoolVar(frames, "json-frames", false, "--json, with each pickled value raw before the document, as a result frame (worker/PROTOCOL.md): what tpurun.spawn reads")

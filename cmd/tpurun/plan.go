@@ -1,10 +1,8 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
+	"tpurun/launcher"
 )
 
 // helpTopics are the texts of `tpurun help TOPIC`; exit-codes is the launcher's table.
@@ -97,55 +96,70 @@ func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.L
 	return log, 0, false
 }
 
-// planCmd is `tpurun plan [flags]`: detect the host, build the plan and print it with every worker's complete
+// planCmd is `tpurun plan [flags]`: launcher.Plan's dry run of the flags, printed with every worker's complete
 // environment (the plan's PLUS the launcher's torchrun/tpurun variables). Nothing is started.
 func planCmd(args []string, stdout, stderr io.Writer) int {
 	sc := newSubcmdFlags("plan", "tpurun plan prints what a run with the same flags would start, without starting anything.")
 	fs, dev := sc.fs, sc.dev
-	var rt workerenv.Runtime
-	fs.StringVar(&rt.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
-	fs.StringVar(&rt.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR to show")
-	fs.IntVar(&rt.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
-	fs.StringVar(&rt.Role, "role", workerenv.DefaultRole, "ROLE_NAME to show")
-	fs.IntVar(&rt.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")
+	var s launcher.Spec
+	var masterAddr string
+	fs.StringVar(&s.RunID, "run-id", "", "run id to show (default: a placeholder; a run picks a random one)")
+	fs.StringVar(&masterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR to show")
+	fs.IntVar(&s.MasterPort, "master-port", 0, "MASTER_PORT to show (0: a placeholder; a run picks a free port)")
+	fs.StringVar(&s.Role, "role", workerenv.DefaultRole, "ROLE_NAME to show")
+	fs.IntVar(&s.MaxRestarts, "max-restarts", 0, "TORCHELASTIC_MAX_RESTARTS to show")
 	log, code, done := sc.parse(args, stdout, stderr)
 	if done {
 		return code
 	}
-	if rt.MasterPort < 0 || rt.MasterPort > 65535 {
-		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", rt.MasterPort)
+	if s.MasterPort < 0 || s.MasterPort > 65535 {
+		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", s.MasterPort)
 		return exitcode.Usage
 	}
-	h, plan, node, l, err := dev.DetectPlan(context.Background(), log)
-	if l != nil { // the job-wide world a plain run joins: node 0's address, the run id it would have
-		if !fs.Changed("master-addr") {
-			rt.MasterAddr = l.Coordinator
-		}
-		rt.RunID = cmp.Or(rt.RunID, spec.JobSetRunID(os.Environ()), spec.NoRunID)
+	if fs.Changed("master-addr") { // else node 0's address in a job-wide world, the default on one host
+		s.MasterAddr = masterAddr
 	}
+	opts, err := dev.Options(log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return failure.ExitCode(err)
 	}
-	full := workerenv.Plan(plan, rt)
+	req, perCPU := dev.Request()
+	// The flags as a run reads them: detection's roots, and which flag gave the worker count.
+	ctx := spec.WithAdjust(context.Background(), func(is *spec.Spec) { is.Detect, is.Request, is.PerCPU = opts, req, perCPU })
+	d, err := launcher.Plan(ctx, s)
+	if err != nil {
+		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
+		return launcher.ExitCode(err)
+	}
+	full := planOf(d)
 	if sc.format == "json" {
 		err = hostview.WritePlanJSON(stdout, full)
 	} else {
-		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", node, h.Device.V, h.Device.Source, cli.WorkersPython(*sc.python, os.Getenv))
+		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", d.Node, d.Device, d.DeviceSource, cli.WorkersPython(*sc.python, os.Getenv))
 		err = hostview.WritePlanTable(stdout, full)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)
 		return exitcode.Internal
 	}
-	if h.MetadataErr != nil {
-		fmt.Fprintf(stderr, "tpurun plan: note: planned from what sysfs proves; %v\n", h.MetadataErr)
+	for _, n := range d.Notes {
+		fmt.Fprintf(stderr, "tpurun plan: note: %s\n", n)
 	}
-	if note := h.GPUShareNote(len(plan.Workers)); note != "" {
-		fmt.Fprintf(stderr, "tpurun plan: note: %s\n", note)
-	}
-	if err := h.CheckFree(); errors.Is(err, topology.ErrChipBusy) {
-		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", err)
+	if d.Refusal != nil {
+		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", d.Refusal)
 	}
 	return exitcode.OK
+}
+
+// planOf is the dry run as the plan's writers take it.
+func planOf(d *launcher.DryRun) *topology.Plan {
+	p := &topology.Plan{Device: topology.Device(d.Device)}
+	for _, n := range d.Nodes {
+		p.Nodes = append(p.Nodes, topology.Node(n))
+	}
+	for _, w := range d.Workers {
+		p.Workers = append(p.Workers, topology.Worker(w))
+	}
+	return p
 }

@@ -31,7 +31,7 @@ func (o *options) reap(log *zap.Logger) (stop func()) {
 	stop, err := attempt.Reap(log.Named("reaper"))
 	if err != nil {
 		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-		o.spec.NoReaper = true
+		o.spec.Reap = false
 	}
 	return stop
 }

@@ -11,7 +11,7 @@ import (
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
 	"tpurun/internal/setting"
-	"tpurun/launcher"
+	"tpurun/internal/spec"
 )
 
 // rdzvFlags are the multi-host flags (torchrun's names plus tpurun's).
@@ -53,7 +53,7 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // checked and used) unless a backend, an endpoint or more than one node was asked for. runID is --run-id, the
 // default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
 // torchrun's. notes are warnings for the log.
-func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.RendezvousSpec, notes []string, err error) {
+func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c spec.RendezvousSpec, notes []string, err error) {
 	lo, n, err := cli.ParseNNodes(r.nnodes)
 	if err != nil {
 		return c, nil, err
@@ -61,7 +61,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
 		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default " + cli.DefaultRendezvousTimeout.String() + ")"}
 	}
-	c = launcher.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
+	c = spec.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {
 		// --nnodes 1 (--standalone sets it) is one node on purpose; without it, a host whose environment says it is
 		// one of several joins them (launcher: discover)
@@ -71,7 +71,7 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c launcher.
 	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
 	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
 	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
-	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (launcher.Spec)
+	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (spec.Spec)
 	if !c.Elastic() && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // a fixed world's size: from the host list
 	}
@@ -90,7 +90,7 @@ func defaultBackend(endpoint string) string {
 // master applies --master-addr and --master-port to the rendezvous c as torchrun does: the endpoint of a fixed
 // world (static), which the launch lays out; under an elastic backend --master-addr is ignored with torchrun's
 // warning (the notes returned).
-func (r *rdzvFlags) master(c *launcher.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
+func (r *rdzvFlags) master(c *spec.RendezvousSpec, masterAddr string, masterPort *int) (notes []string) {
 	given := r.fs.Changed("master-addr") || r.fs.Changed("master-port")
 	switch {
 	case c.Elastic() && r.fs.Changed("master-addr"):

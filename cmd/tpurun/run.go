@@ -15,7 +15,8 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/launcher"
+	"tpurun/internal/job"
+	"tpurun/internal/spec"
 )
 
 // run is tpurun's command line, from its arguments to its exit code: a subcommand, or the job, run with the
@@ -111,13 +112,14 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	for _, n := range notes {
 		log.Warn(n)
 	}
-	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree.
-	spec.NoReaper, spec.SweepSubtree = o.tr.noReaper, true
+	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree; the
+	// process-wide settings are tpurun's to make.
+	spec.Reap, spec.SweepSubtree, spec.CatchSignals, spec.QuietGC = !o.tr.noReaper, true, true, true
 	return nil
 }
 
 // serveStatus serves --status-addr's /healthz and /metrics for the run, and says where; stop ends it.
-func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (stop func(), err error) {
+func serveStatus(o *options, spec *spec.Spec, f failer, log *zap.Logger) (stop func(), err error) {
 	if o.statusAddr == "" {
 		return func() {}, nil
 	}
@@ -136,8 +138,8 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 }
 
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
-func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, c consoles) int {
-	rep, err := launcher.Run(context.Background(), *spec)
+func report(o *options, spec *spec.Spec, sp *summary.Printer, f failer, c consoles) int {
+	rep, err := job.Run(context.Background(), *spec)
 	attempt.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
 	stderr := c.err
 	if rep != nil {

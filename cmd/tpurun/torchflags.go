@@ -12,7 +12,6 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
-	"tpurun/launcher"
 )
 
 // torchFlags are torchrun's flags that tpurun accepts with the same meaning (the ones shared with tpurun's own,
@@ -76,7 +75,7 @@ var aliases = [][]string{{"nprocs", "nproc-per-node"}, {"grace", "shutdown-timeo
 
 // apply turns the torchrun-style choices into the launcher config: the Python command line (python: the workers'
 // interpreter, cli.WorkersPython's), the grace period and the handled signals. args are PROGRAM ARGS....
-func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *launcher.Spec, args []string, python string) error {
+func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *spec.Spec, args []string, python string) error {
 	if t.standalone {
 		if _, n, err := cli.ParseNNodes(fs.Lookup("nnodes").Value.String()); err == nil && n > 1 {
 			return &failure.ConfigError{Field: "--standalone", Value: "--nnodes " + fs.Lookup("nnodes").Value.String(),

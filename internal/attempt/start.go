@@ -70,9 +70,11 @@ type Starter interface {
 
 // startAll starts the workers, a batch at a time, until all run or the attempt begins to stop; a worker that cannot
 // be started stops the attempt. It is a pipeline of two stages: while one batch is forked (by the reaper's forking
-// thread) and attached, this goroutine prepares the next. The garbage collector waits until all are started.
+// thread) and attached, this goroutine prepares the next. With QuietGC the garbage collector waits until all are started.
 func (r *Runner) startAll(s *supervisor, local []topology.Worker) {
-	defer quietGC()()
+	if r.QuietGC {
+		defer quietGC()()
+	}
 	// Room in the descriptor table for the whole burst, made in one step unless ReserveAhead made it. Made on another
 	// thread: the first batch is as many workers as the table holds as it is (fdsAtMost each; 4 at least), prepared
 	// and forked meanwhile, and past it whatever needs a descriptor past the table's end waits for the growth under

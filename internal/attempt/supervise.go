@@ -473,7 +473,7 @@ var reaping struct {
 }
 
 // Reap makes this process reap its orphans until stop is called: it becomes the child subreaper (PID 1 reaps
-// anyway) and starts the reaper that the Runs of the process share (see Spec.NoReaper). Run does this itself for
+// anyway) and starts the reaper that the Runs of the process share (see Spec.Reap). Run does this itself for
 // as long as it runs; Reap keeps the reaper beyond one Run: across several, or until the program's last words
 // (tpurun's last line comes before the reaper's count of the orphans it reaped). It fails when the process cannot
 // become the subreaper.

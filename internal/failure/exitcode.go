@@ -36,6 +36,7 @@ var sentinelCodes = []struct {
 	{sentinel(ErrNotFound), exitcode.NotFound}, {sentinel(ErrNotExecutable), exitcode.NotExecutable}, {exitcode.IsUsage, exitcode.Usage},
 	{sentinel(ErrTimeout), exitcode.Timeout}, {sentinel(ErrResults), exitcode.Results}, {sentinel(ErrReplicaError), exitcode.ReplicaError},
 	{sentinel(ErrRendezvous), exitcode.Rendezvous}, {sentinel(context.Canceled), exitcode.Signal(syscall.SIGTERM)},
+	{sentinel(context.DeadlineExceeded), exitcode.Timeout}, // a library caller's deadline: a timeout, not an internal error
 }
 
 func sentinel(target error) func(error) bool {

@@ -37,8 +37,8 @@ import (
 // process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the
 // local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
 // up to s.MaxRestarts times. A single host is a world of one. One stop controller (attempt.Controller) owns every
-// reason to stop the run, in every phase. Unless the Spec says otherwise, while Run runs it catches the signals a
-// job acts on and this process reaps the job's orphans (Spec.Signals, Spec.NoReaper).
+// reason to stop the run, in every phase. While Run runs it catches the signals a
+// job acts on and this process reaps the job's orphans when the Spec asks (Spec.CatchSignals, Spec.Reap).
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
 // started, it is the job's *attempt.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
@@ -53,7 +53,7 @@ func Run(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	relayDone := make(chan struct{})
 	outErr := make(chan error, 1)
 	j := newJob(s, outErr)
-	sigs, rp, stopReaping := attempt.StartReaping(s.Logger, s.Signals, s.NoSignals, s.NoReaper)
+	sigs, rp, stopReaping := attempt.StartReaping(s.Logger, s.Signals, !s.CatchSignals, !s.Reap)
 	defer stopReaping() // last: the preloaded interpreter (closed with the job) is the reaper's
 	j.reaper = rp
 	j.host = host.New(&j.spec, random, j.log, rp, j.stdout, j.stderr)
@@ -197,7 +197,7 @@ func (j *job) newRunner() *attempt.Runner {
 		LogDir: s.LogDir, RunLogs: h.RunLogs, Scratch: h.Scratch,
 		LocalRanksFilter: s.LocalRanksFilter, Redirects: s.Redirects, Tee: s.Tee, LogPrefix: s.LogPrefix, RawOutput: s.RawOutput,
 		Stdout: j.stdout, Stderr: j.stderr, Stdin: s.Stdin, StdinTo: s.StdinTo,
-		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree,
+		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree, QuietGC: s.QuietGC,
 		Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
 		OnStart: func(n int) { j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: n}) },
 		OnFailed: func(n int, we *failure.WorkerError) {

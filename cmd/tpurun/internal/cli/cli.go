@@ -5,20 +5,18 @@
 // it registers the flags that tpurun's commands share (run, plan and doctor) — which devices to use and how to
 // split them, in tpurun's and torchrun's spellings — and turns them into what detection and planning take
 // (topology.Options, topology.Request); and it parses the values of the other flags (the Python command line,
-// node counts, stream selectors, rank lists, signal and module lists) into what a launcher.Spec takes. Each flag
+// node counts, stream selectors, rank lists, signal and module lists) into what a spec.Spec takes. Each flag
 // that sets a setting (internal/setting) is bound to it where the flag is defined (Bind), so that an error about
-// the setting names the flag (FlagOf). A run leaves detection to the launcher (once per run); DetectPlan detects
-// for `tpurun plan`.
+// the setting names the flag (FlagOf). Detection is the launcher's, once per run or dry run
+// (launcher.Plan, for `tpurun plan`).
 package cli
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -436,23 +434,4 @@ func (d *Device) Request() (req topology.Request, perCPU bool) {
 // function.
 func Dashes(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 	return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
-}
-
-// DetectPlan detects the host exactly once (flags + os env + sysfs/dev + metadata) and builds the plan a run would
-// follow (topology's Host.JobPlan): the job-wide world on a host whose environment says it is one of several, with
-// its layout (nil for a host alone), else the host's own; node is this host's in it.
-func (d *Device) DetectPlan(ctx context.Context, log *zap.Logger) (h *topology.Host, plan *topology.Plan, node int, l *topology.JobLayout, err error) {
-	opts, err := d.Options(log)
-	if err != nil {
-		return nil, nil, 0, nil, err
-	}
-	if h, err = topology.Detect(ctx, opts); err != nil {
-		return nil, nil, 0, nil, err
-	}
-	req, perCPU := d.Request()
-	if perCPU && h.Device.V.Kind().PerCore() {
-		req.NProcs = runtime.NumCPU()
-	}
-	plan, node, l, err = h.JobPlan(req)
-	return h, plan, node, l, err
 }

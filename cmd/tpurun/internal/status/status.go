@@ -14,21 +14,22 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/setting"
-	"tpurun/launcher"
+	"tpurun/internal/spec"
 )
 
 // Monitor is the live state of a job as the status endpoint serves it: /healthz (200 while healthy, 503 from a
 // worker failure until a restarted attempt begins, and for good when none does) and /metrics (Prometheus text
-// format). It is a launcher.Observer: put it in launcher.Spec.Observers, and serve it with Serve. The zero value is
+// format). It is a spec.Observer: put it in spec.Spec.Observers, and serve it with Serve. The zero value is
 // not usable: use NewMonitor.
 type Monitor struct {
 	mu          sync.Mutex
 	maxRestarts int
-	samples     []launcher.Sample // the last round of live samples
-	failures    int               // failed attempts (one WorkerFailed per attempt)
-	attempts    int               // attempts begun; in a multi-host job, generations begun
+	samples     []attempt.Sample // the last round of live samples
+	failures    int              // failed attempts (one WorkerFailed per attempt)
+	attempts    int              // attempts begun; in a multi-host job, generations begun
 	lastFailure *failure.WorkerError
 	results     int
 	rendezvous  time.Duration
@@ -38,22 +39,22 @@ type Monitor struct {
 func NewMonitor(maxRestarts int) *Monitor { return &Monitor{maxRestarts: maxRestarts} }
 
 // Observe records one event of the job.
-func (s *Monitor) Observe(e launcher.Event) {
+func (s *Monitor) Observe(e spec.Event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch e.Kind {
-	case launcher.AttemptStarted:
+	case spec.AttemptStarted:
 		s.attempts++
 		s.lastFailure = nil // a new attempt: healthy again until one of its workers fails
 		s.samples = nil     // the last attempt's workers are gone
-	case launcher.Sampled:
+	case spec.Sampled:
 		s.samples = slices.Clone(e.Samples)
-	case launcher.WorkerFailed:
+	case spec.WorkerFailed:
 		s.failures++
 		s.lastFailure = e.Failure
-	case launcher.ResultReceived:
+	case spec.ResultReceived:
 		s.results++
-	case launcher.RendezvousDone:
+	case spec.RendezvousDone:
 		s.rendezvous = e.Rendezvous
 	}
 }
@@ -98,7 +99,7 @@ func (s *Monitor) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "tpurun_max_restarts %d\n", s.maxRestarts)
 	fmt.Fprintf(w, "# HELP tpurun_worker_rss_bytes Resident set size of each live worker.\n# TYPE tpurun_worker_rss_bytes gauge\n")
 	smp := slices.Clone(s.samples)
-	slices.SortFunc(smp, func(a, b launcher.Sample) int { return a.Rank - b.Rank })
+	slices.SortFunc(smp, func(a, b attempt.Sample) int { return a.Rank - b.Rank })
 	for _, x := range smp {
 		fmt.Fprintf(w, "tpurun_worker_rss_bytes{rank=\"%d\",pid=\"%d\"} %d\n", x.Rank, x.PID, x.RSS)
 	}

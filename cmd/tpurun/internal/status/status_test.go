@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"tpurun/cmd/tpurun/internal/status"
+	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/setting"
-	"tpurun/launcher"
+	"tpurun/internal/spec"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -38,14 +39,14 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	}
 	defer stop()
 	base := "http://" + addr.String()
-	st.Observe(launcher.Event{Kind: launcher.AttemptStarted, Attempt: 0})
+	st.Observe(spec.Event{Kind: spec.AttemptStarted, Attempt: 0})
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz before a failure: %d %q, want 200 ok", code, body)
 	}
-	st.Observe(launcher.Event{Kind: launcher.Sampled, Samples: []launcher.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}}})
-	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
-	st.Observe(launcher.Event{Kind: launcher.ResultReceived})
-	st.Observe(launcher.Event{Kind: launcher.WorkerFailed, Failure: &failure.WorkerError{Rank: 1, Exit: proc.Exit{PID: 41, ExitCode: 3}}})
+	st.Observe(spec.Event{Kind: spec.Sampled, Samples: []attempt.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}}})
+	st.Observe(spec.Event{Kind: spec.ResultReceived})
+	st.Observe(spec.Event{Kind: spec.ResultReceived})
+	st.Observe(spec.Event{Kind: spec.WorkerFailed, Failure: &failure.WorkerError{Rank: 1, Exit: proc.Exit{PID: 41, ExitCode: 3}}})
 	code, body := get(t, base+"/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "rank 1") {
 		t.Fatalf("/healthz after a failure: %d %q, want 503 naming rank 1", code, body)
@@ -68,7 +69,7 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 		t.Errorf("/nope: %d, want 404", code)
 	}
 	// The restart begins: healthy again, one restart counted, the failure still counted.
-	st.Observe(launcher.Event{Kind: launcher.AttemptStarted, Attempt: 1})
+	st.Observe(spec.Event{Kind: spec.AttemptStarted, Attempt: 1})
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
 		t.Fatalf("/healthz once the restarted attempt began: %d %q, want 200 ok", code, body)
 	}

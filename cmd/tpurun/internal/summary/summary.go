@@ -13,11 +13,11 @@ import (
 	"tpurun/internal/attempt"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
-	"tpurun/launcher"
+	"tpurun/internal/spec"
 )
 
 // Write writes the per-rank exit summary of every attempt of r (WriteAttempt).
-func Write(w io.Writer, r *launcher.Report) {
+func Write(w io.Writer, r *spec.Report) {
 	for _, a := range r.Attempts {
 		WriteAttempt(w, r, a)
 	}
@@ -27,7 +27,7 @@ func Write(w io.Writer, r *launcher.Report) {
 // that a worker's failure ended, the root cause: the program, the failing rank's last stderr lines and the
 // traceback from its error file. A stop (a signal, the timeout, another node) is never shown as a worker's
 // failure. One write: the summary stays whole among other output.
-func WriteAttempt(w io.Writer, r *launcher.Report, a *launcher.Attempt) {
+func WriteAttempt(w io.Writer, r *spec.Report, a *attempt.Attempt) {
 	var b strings.Builder
 	v := a.Verdict
 	head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
@@ -60,7 +60,7 @@ func WriteAttempt(w io.Writer, r *launcher.Report, a *launcher.Attempt) {
 
 // writeRootCause writes the failed rank's status, the program, its last stderr lines and the traceback its error
 // file holds.
-func writeRootCause(w io.Writer, r *launcher.Report, s *launcher.RankSummary) {
+func writeRootCause(w io.Writer, r *spec.Report, s *attempt.RankSummary) {
 	fmt.Fprintf(w, "  root cause: rank %d (pid %d) %s\n", s.Rank, s.PID, s.Ended())
 	if len(r.Program) > 0 {
 		fmt.Fprintf(w, "  program: %s\n", programText(r.Program))
@@ -91,7 +91,7 @@ func writeRootCause(w io.Writer, r *launcher.Report, s *launcher.RankSummary) {
 
 // LogAttempt logs the summary of one attempt of r as one record (for --log-format json): the same facts as
 // WriteAttempt, as fields.
-func LogAttempt(log *zap.Logger, r *launcher.Report, a *launcher.Attempt) {
+func LogAttempt(log *zap.Logger, r *spec.Report, a *attempt.Attempt) {
 	type rank struct {
 		Rank    int    `json:"rank"`
 		PID     int    `json:"pid"`
@@ -137,24 +137,24 @@ type Printer struct {
 	log     *zap.Logger // nil: text
 	quiet   bool        // only the attempts that did not end well
 	mu      sync.Mutex
-	printed map[*launcher.Attempt]bool
+	printed map[*attempt.Attempt]bool
 }
 
 // NewPrinter prints summaries as text on w, or, when log is not nil, as log records; quiet: only those of the
 // attempts that did not end well (tpurun --quiet).
 func NewPrinter(w io.Writer, log *zap.Logger, quiet bool) *Printer {
-	return &Printer{w: w, log: log, quiet: quiet, printed: map[*launcher.Attempt]bool{}}
+	return &Printer{w: w, log: log, quiet: quiet, printed: map[*attempt.Attempt]bool{}}
 }
 
 // Observe prints the attempt that just ended.
-func (p *Printer) Observe(e launcher.Event) {
-	if e.Kind == launcher.AttemptEnded && e.Ended != nil && e.Report != nil {
+func (p *Printer) Observe(e spec.Event) {
+	if e.Kind == spec.AttemptEnded && e.Ended != nil && e.Report != nil {
 		p.print(e.Report, e.Ended)
 	}
 }
 
 // Finish prints every attempt of rep not printed yet.
-func (p *Printer) Finish(rep *launcher.Report) {
+func (p *Printer) Finish(rep *spec.Report) {
 	for _, a := range rep.Attempts {
 		if a != nil {
 			p.print(rep, a)
@@ -162,7 +162,7 @@ func (p *Printer) Finish(rep *launcher.Report) {
 	}
 }
 
-func (p *Printer) print(rep *launcher.Report, a *launcher.Attempt) {
+func (p *Printer) print(rep *spec.Report, a *attempt.Attempt) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.printed[a] || a.Verdict == nil || p.quiet && a.Verdict.OK() {
@@ -202,7 +202,7 @@ func bytesText(n int64) string {
 }
 
 // cleanRanks lists the ranks that ended with exit code 0, for a stopped attempt's summary.
-func cleanRanks(ranks []launcher.RankSummary) string {
+func cleanRanks(ranks []attempt.RankSummary) string {
 	var ok []string
 	for _, r := range ranks {
 		if r.Success() {
