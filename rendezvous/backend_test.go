@@ -51,7 +51,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := rendezvous.Lookup("zookeeper")
 	var e *rendezvous.Error
-	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != setting.RendezvousBackend || e.Value != "zookeeper" {
+	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousBackend) || e.Value != "zookeeper" {
 		t.Errorf("unknown backend: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -20,7 +21,6 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/freeport"
-	"tpurun/internal/hostname"
 	"tpurun/internal/setting"
 )
 
@@ -105,20 +105,20 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 // checkNodes checks the node count, the minimum (0 becomes NNodes: a fixed size) and the requested node rank.
 func (cfg *Config) checkNodes() error {
 	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
-		return ConfigError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
+		return configError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
 	}
 	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
-		return ConfigError(setting.RendezvousMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
+		return configError(setting.RendezvousMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
 	}
 	if cfg.MinNodes == 0 {
 		cfg.MinNodes = cfg.NNodes
 	}
 	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
-		return ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
+		return configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
 	}
 	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
-		return ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %s nodes may have only %d: request a rank below %d, or none",
-			SizeRange(cfg.MinNodes, cfg.NNodes), cfg.MinNodes, cfg.MinNodes))
+		return configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %d..%d nodes may have only %d: request a rank below %d, or none",
+			cfg.MinNodes, cfg.NNodes, cfg.MinNodes, cfg.MinNodes))
 	}
 	return nil
 }
@@ -155,7 +155,8 @@ func (r *Rendezvous) Unauthenticated() bool {
 }
 
 // Join enters generation m.Generation (or, with LatestGeneration, the one being formed) and returns the agreed
-// world. m.RunID defaults to Config.RunID, m.Rank to Config.NodeRank and m.Ports to freshly picked ports. It
+// world. m.RunID defaults to Config.RunID, m.Rank to Config.NodeRank, and m.Ports gets a free PortMaster and
+// PortCoordinator where it has none. It
 // returns at once on a mismatch or duplicate, and after Config.Timeout (or ctx) with an ErrMissingNodes error
 // naming who never arrived. The world of one takes m as given: nothing of it travels.
 func (r *Rendezvous) Join(ctx context.Context, m Member) (Session, error) {
@@ -187,18 +188,14 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 	if m.Addr == "" {
 		m.Addr = m.Host
 	}
-	if m.Ports == nil {
-		p, err := PickPorts()
-		if err != nil {
-			return m, err
-		}
-		m.Ports = p
+	if err := pickPorts(&m); err != nil {
+		return m, err
 	}
 	if err := m.Validate(); err != nil {
 		return m, err
 	}
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
-		return m, ConfigError(setting.RendezvousNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
+		return m, configError(setting.RendezvousNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
 	return m, nil
 }
@@ -269,30 +266,28 @@ func (f Failure) Stamped() Failure {
 	return f
 }
 
-// FreePort picks a TCP port that is free on host ("" for every interface), for another process to bind soon (a
-// worker's TCPStore on MASTER_PORT, the JAX coordinator): below the kernel's ephemeral range, where no outgoing
-// connection can take it first (freeport.Pick).
-func FreePort(host string) (int, error) { return freeport.Pick(host) }
-
-// PickPorts picks the ports node 0 shares if it becomes node 0: a free MASTER_PORT and coordinator port. (The
-// MegaScale port is the launcher's to add: a TPU convention, not a free port.)
-func PickPorts() (map[string]int, error) {
-	out := map[string]int{}
+// pickPorts gives m the ports node 0 shares that m.Ports lacks: a free PortMaster and PortCoordinator, told apart,
+// below the kernel's ephemeral range where no outgoing connection can take them first (freeport.Pick). The
+// MegaScale port is the caller's to add: a TPU convention, not a free port. The caller's map is not changed.
+func pickPorts(m *Member) error {
+	m.Ports = maps.Clone(m.Ports)
+	if m.Ports == nil {
+		m.Ports = map[string]int{}
+	}
 	for _, k := range []string{PortMaster, PortCoordinator} {
-		p, err := FreePort("")
-		if err != nil {
-			return nil, err
+		if m.Ports[k] != 0 {
+			continue
 		}
-		out[k] = p
-	}
-	if out[PortMaster] == out[PortCoordinator] {
-		p, err := FreePort("")
-		if err != nil {
-			return nil, err
+		p, err := freeport.Pick("")
+		if err == nil && k == PortCoordinator && p == m.Ports[PortMaster] {
+			p, err = freeport.Pick("")
 		}
-		out[PortCoordinator] = p
+		if err != nil {
+			return fmt.Errorf("rendezvous: pick the ports node 0 shares: %w", err)
+		}
+		m.Ports[k] = p
 	}
-	return out, nil
+	return nil
 }
 
 // Defaults.
@@ -369,9 +364,9 @@ var confKeys = []string{"cacert", "cert", "close_timeout", "heartbeat", "heartbe
 // heartbeats: see heartbeat.)
 var confAliases = map[string]string{"timeout": "join_timeout", "etcd_prefix": "prefix"}
 
-// NoEffectConf are torchrun's keys that are accepted and do nothing under tpurun (its messages have their own
+// noEffectConf are torchrun's keys that are accepted and do nothing under tpurun (its messages have their own
 // bounds, and it has no TCPStore to tune).
-var NoEffectConf = []string{"close_timeout", "read_timeout", "store_type", "use_libuv"}
+var noEffectConf = []string{"close_timeout", "read_timeout", "store_type", "use_libuv"}
 
 // ParseConf parses options given as comma-separated key=value pairs ("join_timeout=60,is_host=true"), as torchrun
 // takes --rdzv-conf: white space and quotes around the whole list, a key or a value are dropped (a shell that kept
@@ -389,7 +384,7 @@ func ParseConf(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = unquote(k), unquote(v)
 		if !ok || k == "" {
-			return nil, ConfigError(setting.RendezvousOption, kv, "not key=value")
+			return nil, configError(setting.RendezvousOption, kv, "not key=value")
 		}
 		_, dup := out[k]
 		if to, ok := confAliases[k]; ok {
@@ -399,7 +394,7 @@ func ParseConf(s string) (map[string]string, error) {
 			out[k] = v
 		}
 		if dup {
-			return nil, ConfigError(setting.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
+			return nil, configError(setting.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
 		}
 	}
 	for key, v := range aliased {
@@ -433,10 +428,10 @@ func torchBool(v string) string {
 	return v
 }
 
-// WithDefaultPort is endpoint with the backend's default port added where a host is given without one, as
+// withDefaultPort is endpoint with the backend's default port added where a host is given without one, as
 // torchrun's parse_rendezvous_endpoint does: DefaultPort (tcp, c10d, static), 2379 for each etcd endpoint. An
 // IPv6 address may be given bare or in brackets.
-func WithDefaultPort(backend, endpoint string) string {
+func withDefaultPort(backend, endpoint string) string {
 	port := strconv.Itoa(DefaultPort)
 	if b, err := Lookup(backend); err == nil {
 		port = strconv.Itoa(b.Port())
@@ -464,7 +459,7 @@ func checkConfKeys(conf map[string]string) error {
 	for k, v := range conf {
 		i := sort.SearchStrings(confKeys, k)
 		if i == len(confKeys) || confKeys[i] != k {
-			return ConfigError(setting.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+			return configError(setting.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
 		}
 	}
 	return nil
@@ -482,7 +477,7 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return d, nil
 	}
-	return 0, ConfigError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+	return 0, configError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
 // heartbeat is the heartbeat: the heartbeat option, else the one whose silence limit (SilentBeats heartbeats) is
@@ -505,7 +500,7 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 	}
 	attempts, err := strconv.Atoi(cmp.Or(conf["keep_alive_max_attempt"], "3"))
 	if err != nil || attempts < 1 || attempts > 1000 {
-		return 0, ConfigError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
+		return 0, configError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
 	return interval * time.Duration(attempts) / SilentBeats, nil
 }
@@ -513,12 +508,12 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 // torchrunConf applies what torchrun's settings mean beyond the options' values: an endpoint without a port gets
 // the default one, and the keys that have no effect here are logged.
 func torchrunConf(cfg *Config) {
-	for _, k := range NoEffectConf {
+	for _, k := range noEffectConf {
 		if v, ok := cfg.Conf[k]; ok {
 			cfg.Logger.Info("torchrun rendezvous option accepted with no effect under tpurun", zap.String("option", k+"="+v))
 		}
 	}
-	cfg.Endpoint = WithDefaultPort(cfg.Backend, cfg.Endpoint)
+	cfg.Endpoint = withDefaultPort(cfg.Backend, cfg.Endpoint)
 }
 
 // MaxRunID is the longest run id accepted, in bytes.
@@ -529,7 +524,7 @@ const MaxRunID = 128
 // white space, and not "." or "..". The error is an *Error matching ErrConfig with Field setting.RendezvousRunID.
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
-		return ConfigError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+		return configError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
 	}
 	switch {
 	case id == "":
@@ -557,32 +552,6 @@ func ValidateRunID(id string) error {
 	return nil
 }
 
-// SplitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
-// the port a number 0..65535 (0 only where zeroOK).
-func SplitEndpoint(field setting.Setting, ep string, zeroOK bool) (string, int, error) {
-	host, p, err := net.SplitHostPort(ep)
-	if err != nil {
-		return "", 0, ConfigError(field, ep, "not host:port (for IPv6, [addr]:port)")
-	}
-	port, err := strconv.Atoi(p)
-	if err != nil {
-		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %q is not a number; use 1..65535", p))
-	}
-	if port < 0 || port > 65535 {
-		return "", 0, ConfigError(field, ep, fmt.Sprintf("port %d is out of range; use 1..65535", port))
-	}
-	if port == 0 && !zeroOK {
-		return "", 0, ConfigError(field, ep, "port 0 means any free port, which only the node hosting the server may ask for; give the port the server listens on (default "+strconv.Itoa(DefaultPort)+")")
-	}
-	if host == "" {
-		return host, port, nil // every interface (listen) or this host (dial)
-	}
-	if err := hostname.Check(host); err != nil {
-		return "", 0, ConfigError(field, ep, err.Error())
-	}
-	return host, port, nil
-}
-
 // IsLoopback reports whether host names only loopback addresses (an empty host means every interface).
 func IsLoopback(host string) bool {
 	if host == "" {
@@ -605,7 +574,7 @@ func (m *Member) Validate() error {
 	}
 	if m.Host != "" {
 		if why := hostProblem(m.Host); why != "" {
-			return ConfigError(setting.RendezvousHostName, m.Host, why)
+			return configError(setting.RendezvousHostName, m.Host, why)
 		}
 	}
 	if m.RunID != "" {
@@ -620,9 +589,9 @@ func (m *Member) Validate() error {
 func (m *Member) checkInstance() error {
 	switch {
 	case m.Instance == "":
-		return ConfigError("instance", "", "a member needs an instance id; use NewInstance()")
+		return configError("instance", "", "a member needs an instance id; use NewInstance()")
 	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
-		return ConfigError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
+		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
 	}
 	return nil
 }
@@ -635,27 +604,19 @@ func (m *Member) checkCounts() error {
 	}
 	switch {
 	case m.LocalWorkers < 1:
-		return NewError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
 	case m.Generation < LatestGeneration:
-		return NewError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
 	case m.Rank < -1:
-		return NewError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
 	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
-		return NewError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
+		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
 	}
 	return nil
 }
 
 // MaxNodes bounds the node count of one world.
 const MaxNodes = 65536
-
-// SizeRange says a world size (for backends' messages): "4", or "2..4" when elastic (min 0 means max).
-func SizeRange(min, max int) string {
-	if min == 0 || min == max {
-		return fmt.Sprint(max)
-	}
-	return fmt.Sprintf("%d..%d", min, max)
-}
 
 // Backend is one kind of rendezvous: torchrun's static, tcp (c10d) and etcd, each a package under this one that
 // registers itself (Register), and the world of one. It says what it asks of its caller and what it promises, so
@@ -774,7 +735,7 @@ func Lookup(name string) (Backend, error) {
 	if ok {
 		return b, nil
 	}
-	return nil, ConfigError(setting.RendezvousBackend, name, "unknown; use "+Names())
+	return nil, configError(setting.RendezvousBackend, name, "unknown; use "+Names())
 }
 
 // soloBackend is the world of one (Config.Backend ""): this node alone. It has no store: every generation agrees at
@@ -792,10 +753,10 @@ func (soloBackend) Port() int               { return DefaultPort }
 // Open refuses a world of more than one node; there is nothing to prepare.
 func (soloBackend) Open(_ context.Context, cfg *Config, _ *zap.Logger, _ time.Duration) (Store, error) {
 	if cfg.NNodes > 1 {
-		return nil, ConfigError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
+		return nil, configError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
 	}
 	if cfg.NodeRank > 0 {
-		return nil, ConfigError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
+		return nil, configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
 	}
 	return soloStore{}, nil
 }
@@ -849,7 +810,7 @@ func (s *soloSession) Gather(_ context.Context, key string) (map[int][]byte, err
 func (s *soloSession) Err() error {
 	select {
 	case <-s.done:
-		return NewError(ErrClosed, "session closed")
+		return newError(ErrClosed, "session closed")
 	default:
 		return nil
 	}

@@ -431,7 +431,7 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("no error")
 			}
 			e := rdzvtest.RdzvErr(t, err, tc.kind)
-			if !errors.Is(err, rendezvous.ErrConfig) || e.Field != tc.field {
+			if !errors.Is(err, rendezvous.ErrConfig) || e.Field != string(tc.field) {
 				t.Fatalf("%v: field %q, want %q and ErrConfig", err, e.Field, tc.field)
 			}
 			if strings.Contains(err.Error(), "--") {
@@ -492,29 +492,12 @@ func TestValidateRunID(t *testing.T) {
 		strings.Repeat("x", rendezvous.MaxRunID+1), "\xff\xfe", " lead", "trail "} {
 		err := rendezvous.ValidateRunID(bad)
 		var e *rendezvous.Error
-		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != setting.RendezvousRunID {
+		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousRunID) {
 			t.Errorf("%q: %v, want an ErrConfig naming the run id", bad, err)
 			continue
 		}
 		if strings.ContainsAny(err.Error(), "\x00\n\t\x7f") || len(err.Error()) > 400 {
 			t.Errorf("%q: the message repeats the bad bytes or all of it: %q", bad, err)
-		}
-	}
-}
-
-// TestWithDefaultPort: an endpoint without a port gets torchrun's default (29400; 2379 for etcd).
-func TestWithDefaultPort(t *testing.T) {
-	for _, c := range []struct{ backend, in, want string }{
-		{"c10d", "127.0.0.1", "127.0.0.1:29400"},
-		{"tcp", "node0.example", "node0.example:29400"},
-		{"tcp", "::1", "[::1]:29400"},
-		{"tcp", "[::1]", "[::1]:29400"},
-		{"tcp", "127.0.0.1:0", "127.0.0.1:0"},
-		{"etcd", "a,b:2380", "a:2379,b:2380"},
-		{"tcp", "", ""},
-	} {
-		if got := rendezvous.WithDefaultPort(c.backend, c.in); got != c.want {
-			t.Errorf("%s %q: %q, want %q", c.backend, c.in, got, c.want)
 		}
 	}
 }

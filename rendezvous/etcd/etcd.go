@@ -17,6 +17,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // Name is the backend's name (Config.Backend); torchrun's older etcd backend is etcd-v2.
@@ -61,18 +62,18 @@ type etcdStore struct {
 
 func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etcdStore, error) {
 	if cfg.Endpoint == "" {
-		return nil, rendezvous.ConfigError(setting.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
+		return nil, agree.ConfigError(setting.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
 	}
 	if cfg.NNodes < 1 {
-		return nil, rendezvous.ConfigError(setting.RendezvousNodes, "0", "etcd rendezvous needs a node count")
+		return nil, agree.ConfigError(setting.RendezvousNodes, "0", "etcd rendezvous needs a node count")
 	}
 	var eps []string
 	for _, e := range strings.Split(cfg.Endpoint, ",") {
 		if e = strings.TrimSpace(e); e == "" {
-			return nil, rendezvous.ConfigError(setting.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
+			return nil, agree.ConfigError(setting.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
 		}
 		hostPort := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
-		if _, _, err := rendezvous.SplitEndpoint(setting.RendezvousEndpoint, hostPort, false); err != nil {
+		if _, _, err := agree.SplitEndpoint(setting.RendezvousEndpoint, hostPort, false); err != nil {
 			return nil, err
 		}
 		eps = append(eps, e)
@@ -137,9 +138,9 @@ func (e *etcdStore) unreachable(what string, err error) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		if why := tlsTrouble(e.tls, e.cli.Endpoints(), min(e.cfg.Heartbeat, 2*time.Second)); why != "" {
-			return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v: %s", e.cfg.Endpoint, what, err, why))
+			return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v: %s", e.cfg.Endpoint, what, err, why))
 		}
-		return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
+		return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
 	}
 	return e.lost(fmt.Sprintf("%s: %v", what, err))
 }
@@ -155,7 +156,7 @@ func (e *etcdStore) revoke(id clientv3.LeaseID) error {
 
 // lost is the ErrStoreLost error of this etcd.
 func (e *etcdStore) lost(detail string) error {
-	return rendezvous.StoreLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
+	return agree.StoreLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
 }
 
 // Join enters m.Generation of the job open under m.RunID (a new one when none is), or with LatestGeneration the
@@ -218,7 +219,7 @@ func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m rendezvous
 	g := 0
 	if len(resp.Kvs) == 1 {
 		if g, err = strconv.Atoi(string(resp.Kvs[0].Value)); err != nil || g < 0 {
-			return 0, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
+			return 0, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
 		}
 	}
 	dir := j.genDir(g)
@@ -313,7 +314,7 @@ func (e *etcdStore) openGen(ctx context.Context, j *etcdJob, m rendezvous.Member
 func parseOpen(key string, val []byte) (etcdOpen, error) {
 	var got etcdOpen
 	if err := json.Unmarshal(val, &got); err != nil || got.NNodes < 1 {
-		return etcdOpen{}, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how the generation was opened", key, val))
+		return etcdOpen{}, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how the generation was opened", key, val))
 	}
 	return got, nil
 }
@@ -393,7 +394,7 @@ func (e *etcdStore) claim(ctx context.Context, dir string, m rendezvous.Member, 
 		if strings.Contains(k, "/ranks/") {
 			what = "node rank"
 		}
-		return rendezvous.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
+		return agree.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
 			m.Ref(m.Rank), ref)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // A forming generation on etcd, as one node sees it (etcdworld.go has the keys). The node holding the first
@@ -206,7 +207,7 @@ func (s *etcdSession) settle(r settled) {
 	case r.refused != nil:
 		s.worldErr = r.refused
 	case r.asg == nil:
-		s.worldErr = rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, r.w.Nodes), s.self.Ref(-1))
+		s.worldErr = agree.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, r.w.Nodes), s.self.Ref(-1))
 	default:
 		s.n, s.rank, s.asg, s.agreed = r.w.Nodes, r.asg.NodeRank, r.asg, r.w
 	}
@@ -525,7 +526,7 @@ func (s *etcdSession) joinTimedOut(ctx context.Context, start time.Time) error {
 		arrived = append(arrived, s.self)
 	}
 	sort.Slice(arrived, func(i, j int) bool { return arrived[i].Host < arrived[j].Host })
-	return s.e.otherJobs(rctx, s.self.RunID, rendezvous.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start)))
+	return s.e.otherJobs(rctx, s.self.RunID, agree.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start)))
 }
 
 // lastCall is the timer of an elastic join's last call: it runs while min..max-1 nodes are registered.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // etcdSession is one generation on etcd: a lease tying this node's keys to its liveness, and watches: all/, what
@@ -387,7 +388,7 @@ func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease boo
 
 func checkName(name string) error {
 	if name == "" || strings.ContainsAny(name, "/\x00") {
-		return rendezvous.NewError(rendezvous.ErrConfig, fmt.Sprintf("name %q: must be non-empty without '/'", name))
+		return agree.NewError(rendezvous.ErrConfig, fmt.Sprintf("name %q: must be non-empty without '/'", name))
 	}
 	return nil
 }
@@ -468,7 +469,7 @@ func (s *etcdSession) Close() error {
 	}
 	s.closing = true
 	lost := s.h.failed()
-	s.h.end(rendezvous.NewError(rendezvous.ErrClosed, "session closed"))
+	s.h.end(agree.NewError(rendezvous.ErrClosed, "session closed"))
 	s.mu.Unlock()
 	var err error
 	if lost == nil && s.lease != 0 {

@@ -13,6 +13,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // world is one generation on the server: its members, and once complete, their ranks, barriers, data and
@@ -44,9 +45,9 @@ type world struct {
 	byAsked    map[int]*entry
 	complete   bool
 	byRank     []*entry
-	agreed     *rendezvous.Agreed // the agreed world, once complete; each node gets its share
-	named      bool               // the host list names every node: shares leave the names out
-	shares     *rendezvous.Shares // every node's share, encoded once (agree.go)
+	agreed     *agree.Agreed // the agreed world, once complete; each node gets its share
+	named      bool          // the host list names every node: shares leave the names out
+	shares     *agree.Shares // every node's share, encoded once (agree.go)
 	err        error
 	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
 	ended      bool          // formed is closed
@@ -191,7 +192,7 @@ type joinReq struct {
 	timeout  time.Duration
 }
 
-func (r *joinReq) size() string { return rendezvous.SizeRange(r.min, r.nnodes) }
+func (r *joinReq) size() string { return agree.SizeRange(r.min, r.nnodes) }
 
 // join enters c's node into a generation and answers with its share of the agreed world, or why there is none.
 func (s *Server) join(c *sconn, m *message) {
@@ -227,7 +228,7 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	s.mu.Lock()
 	if c.ent != nil {
 		s.mu.Unlock()
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, "a second join on one connection; open a new connection per generation")
+		return nil, nil, agree.NewError(rendezvous.ErrProtocol, "a second join on one connection; open a new connection per generation")
 	}
 	if err := s.straggler(&r.mem); err != nil {
 		s.mu.Unlock()
@@ -324,15 +325,15 @@ func (w *world) sameSize(r *joinReq) error {
 			rank = e.m.Rank // none assigned yet: the one it asked for, if any
 		}
 		if !e.lost && !e.left {
-			refs, vals = append(refs, e.m.Ref(rank)), append(vals, rendezvous.SizeRange(w.min, w.nnodes))
+			refs, vals = append(refs, e.m.Ref(rank)), append(vals, agree.SizeRange(w.min, w.nnodes))
 		}
 	}
 	refs, vals = append(refs, r.mem.Ref(r.mem.Rank)), append(vals, r.size())
 	if len(refs) == 1 { // nobody left to name for the world's size
-		return rendezvous.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
-			w.gen, rendezvous.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
+		return agree.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
+			w.gen, agree.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
 	}
-	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
+	return agree.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
 }
 
 // claim enters mem into w: the same instance again takes its entry over (old is the connection it had); another
@@ -355,7 +356,7 @@ func (w *world) claim(c *sconn, mem rendezvous.Member) (e *entry, old *sconn, er
 		return nil, nil, err
 	}
 	if w.complete {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.Ref(-1))
+		return nil, nil, agree.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.Ref(-1))
 	}
 	e = &entry{m: mem, conn: c, rank: -1}
 	w.add(e)
@@ -387,14 +388,14 @@ func (w *world) duplicate(mem rendezvous.Member) error {
 	if !w.complete {
 		claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
 	}
-	return rendezvous.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
+	return agree.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
 		mem.Ref(mem.Rank), x.m.Ref(claimed))
 }
 
 // awaitWorld waits until e's world is agreed (e's rank, and the shares), fails (the error every joiner gets), or
 // times out: then an elastic world with enough nodes completes with those present, and any other fails naming
 // the nodes that never arrived. ErrClosed when the connection or the server ends first.
-func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*rendezvous.Shares, int, error) {
+func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*agree.Shares, int, error) {
 	ok, err := s.wait(c, w.formed, timeout)
 	if err != nil {
 		return nil, 0, err
@@ -454,7 +455,7 @@ func (w *world) missing(waited time.Duration) error {
 	for i, e := range w.entries {
 		arrived[i] = e.m
 	}
-	return rendezvous.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, waited)
+	return agree.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, waited)
 }
 
 // finish assigns ranks and checks agreement; called when the join is over with min..nnodes nodes present. It
@@ -467,9 +468,9 @@ func (w *world) finish() {
 	for i, e := range w.entries {
 		members[i] = e.m
 	}
-	ranks, err := rendezvous.AssignRanks(members, n)
+	ranks, err := agree.AssignRanks(members, n)
 	if err == nil {
-		err = rendezvous.Agree(members, ranks, w.gen)
+		err = agree.Agree(members, ranks, w.gen)
 	}
 	if err != nil {
 		w.err = err
@@ -480,7 +481,7 @@ func (w *world) finish() {
 		e.rank = ranks[i]
 		w.byRank[e.rank] = e
 	}
-	w.agreed = rendezvous.AgreeWorld(members, ranks)
+	w.agreed = agree.AgreeWorld(members, ranks)
 	w.named = !w.mixed && w.agreed.NamedBySum(w.hostsSum)
 	w.shares = w.agreed.Encode(w.named)
 }
@@ -543,7 +544,7 @@ func (s *Server) barrier(c *sconn, w *world, rank int, m *message) error {
 			late = append(late, e.m.Ref(r))
 		}
 	}
-	return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
+	return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
 }
 
 // gathering is the data published under one key: done is closed when every node has published, or a node that
@@ -615,7 +616,7 @@ func (s *Server) gather(c *sconn, w *world, m *message) {
 			}
 		}
 		s.mu.Unlock()
-		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
+		s.reply(c, m.ID, nil, agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
 		return
 	}
 	data, enc, gerr := g.data, g.enc, g.err
