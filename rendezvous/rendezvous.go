@@ -727,7 +727,9 @@ func Names() string {
 }
 
 // Lookup is the backend named name, a registered name or alias (Backends), or "" for the world of one. An unknown
-// name is an *Error matching ErrConfig with Field setting.RendezvousBackend.
+// name is an *Error matching ErrConfig with Field "rendezvous backend" whose message names the registered backends,
+// and, for one of tpurun's backends that the program did not link, the package to import: `backend "tcp":
+// unknown; import _ "tpurun/rendezvous/tcp" to register it (registered: none)`.
 func Lookup(name string) (Backend, error) {
 	registry.RLock()
 	b, ok := registry.byName[name]
@@ -735,7 +737,21 @@ func Lookup(name string) (Backend, error) {
 	if ok {
 		return b, nil
 	}
+	if pkg, ok := backendPackages[name]; ok {
+		return nil, configError(setting.RendezvousBackend, name, fmt.Sprintf("unknown; import _ %q to register it (registered: %s)", pkg, Names()))
+	}
+	if len(Backends()) == 0 {
+		return nil, configError(setting.RendezvousBackend, name, `unknown, and no backend is registered: import one (_ "tpurun/rendezvous/tcp", static or etcd)`)
+	}
 	return nil, configError(setting.RendezvousBackend, name, "unknown; use "+Names())
+}
+
+// backendPackages are tpurun's backends by their names and aliases: the package that registers each, which a
+// program imports to link it.
+var backendPackages = map[string]string{
+	"static": "tpurun/rendezvous/static",
+	"tcp":    "tpurun/rendezvous/tcp", "c10d": "tpurun/rendezvous/tcp",
+	"etcd": "tpurun/rendezvous/etcd", "etcd-v2": "tpurun/rendezvous/etcd",
 }
 
 // soloBackend is the world of one (Config.Backend ""): this node alone. It has no store: every generation agrees at
