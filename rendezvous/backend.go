@@ -75,8 +75,8 @@ var registry = struct {
 }{byName: map[string]Backend{"": soloBackend{}}}
 
 // Register adds a backend under its name and aliases and returns it: each backend package registers itself in a
-// package-level declaration (var _ = rendezvous.Register(...)), run when a program links it, and the launcher
-// imports the backends it links (internal/host/host.go). A name taken twice panics: a programming error.
+// package-level declaration (var _ = rendezvous.Register(...)), run when a program links it by importing the
+// package. A name taken twice panics: a programming error.
 func Register(r Registration) Backend {
 	registry.Lock()
 	defer registry.Unlock()

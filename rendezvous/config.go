@@ -74,7 +74,7 @@ type Config struct {
 	MaxUnauth   int
 	AuthTimeout time.Duration
 	// Resolver looks up the endpoint's host name (tcp, static); nil means net.DefaultResolver. A name that does
-	// not resolve yet is waited for within Timeout (tcp/resolve.go).
+	// not resolve yet is waited for within Timeout.
 	Resolver *net.Resolver
 	Logger   *zap.Logger
 }
@@ -133,7 +133,8 @@ const MaxRunID = 128
 
 // ValidateRunID checks a run id: it names etcd keys and directories and travels in environment entries, so it
 // must be 1..MaxRunID bytes of UTF-8 without '/', '\', '=', control or format characters, leading or trailing
-// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field setting.RendezvousRunID.
+// white space, and not "." or "..". The error is an *Error matching ErrConfig with Field
+// "rendezvous run id".
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
 		return configError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
