@@ -46,7 +46,7 @@ func (backend) Open(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger
 }
 
 // etcdStore is the etcd v3 client of one Rendezvous. The keys of one job live under <prefix><run id>/<job>/,
-// where <job> names the job instance (see doc.go).
+// where <job> names the job instance (see package rendezvous's doc).
 type etcdStore struct {
 	cli    *clientv3.Client
 	cfg    *rendezvous.Config
@@ -105,7 +105,7 @@ func nodeTTL(heartbeat time.Duration) time.Duration { return rendezvous.SilenceL
 // dialKeepAliveTimeout is how long the client waits for etcd to answer a ping of the connection (sent when it
 // has been idle for a heartbeat, every 10 s at most often) before it drops the connection. Generous: a loaded
 // etcd answers late, and a dropped connection fails every request and watch on it; an etcd that is gone is found
-// by the lease keeper (lease.go).
+// by the lease keeper (etcdStore.keep).
 const dialKeepAliveTimeout = 20 * time.Second
 
 // ttlOf is a lease TTL in whole seconds, at least 1.

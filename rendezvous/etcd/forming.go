@@ -17,7 +17,7 @@ import (
 	"tpurun/rendezvous/internal/agree"
 )
 
-// A forming generation on etcd, as one node sees it (etcdworld.go has the keys). The node holding the first
+// A forming generation on etcd, as one node sees it (etcdWorld has the keys). The node holding the first
 // registration key (the lowest instance id registered) counts the registrations: it reads them, watches
 // members/ from there, runs the last call and proposes the world. Every other node watches one key while the
 // world forms: the first registration key it knows of (its registration read it), or the one whose registration
@@ -181,7 +181,7 @@ type settled struct {
 	refused error
 }
 
-// readSettled reads the world whose head is val: this node's share of it, not the whole world (shares.go).
+// readSettled reads the world whose head is val: this node's share of it, not the whole world (readShare).
 func (s *etcdSession) readSettled(ctx context.Context, val []byte) (settled, error) {
 	w, err := parseWorld(s.dir, val)
 	if err != nil || w.Error != nil {

@@ -20,7 +20,7 @@ import (
 
 // etcdSession is one generation on etcd: a lease tying this node's keys to its liveness, and watches: all/, what
 // every node must hear (the world, completed barriers and gathers, failures, the job's close); while the world
-// forms, one registration key (or members/, on the node that counts them: etcdforming.go); once it is agreed,
+// forms, one registration key (or members/, on the node that counts them: etcdSession.counted); once it is agreed,
 // members/ for deletions only (lost nodes). No node hears the others' registrations, barrier arrivals or data.
 type etcdSession struct {
 	e       *etcdStore

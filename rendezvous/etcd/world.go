@@ -18,11 +18,11 @@ import (
 	"tpurun/rendezvous/internal/agree"
 )
 
-// How a generation's world is agreed on etcd without every node hearing every other (see doc.go): each node
+// How a generation's world is agreed on etcd without every node hearing every other (see package rendezvous's doc): each node
 // registers (members/<instance>), and only the node holding the first registration key counts them: it watches
 // members/, while each of the others watches one key, the first one it knows of, to take over if it vanishes.
 // When enough nodes are in, the counting node assigns the ranks, checks that the nodes agree, and writes the
-// outcome once: the world under world/<its instance>/, each node's share apart (shares.go), and its head in
+// outcome once: the world under world/<its instance>/, each node's share apart (worldKeys), and its head in
 // all/world, which every node watches; or the error every node gets. A thousand nodes then cost etcd a thousand
 // registrations, one world and a thousand reads of a share, where every node watching every registration cost a
 // million events, and every node reading the whole world a million registrations served.
@@ -47,7 +47,7 @@ type etcdOpen struct {
 // etcdWorld is the head of all/world's value: the agreed world of Nodes nodes and the size range it was agreed
 // under; or why the generation has no world (Error: its nodes ask for different size ranges, or disagree on a
 // setting). Rev is the revision the proposer had seen when it chose the nodes: a node of the world whose
-// registration vanished after it is lost. The world itself is under world/<By>/ (shares.go): each node reads its
+// registration vanished after it is lost. The world itself is under world/<By>/ (worldKeys): each node reads its
 // share there, not the whole world. Fixed: every node's share names its slice's nodes (a slice table per slice).
 type etcdWorld struct {
 	NNodes   int              `json:"nnodes,omitempty"`

@@ -1,6 +1,6 @@
 // Package static is torchrun's static rendezvous: a fixed world laid out by the launch (node count, node ranks
 // and, without an endpoint, node 0's host from the host list), met on the embedded server of package tcp that node
-// 0 hosts. It registers itself as "static"; the launcher imports it (internal/host/host.go).
+// 0 hosts. It registers itself as "static" when a program imports it.
 package static
 
 import (

@@ -43,7 +43,7 @@ type client struct {
 	wg   sync.WaitGroup
 }
 
-// serverSilence is how many heartbeats of silence lose the server (see Liveness in live.go): one more than the
+// serverSilence is how many heartbeats of silence lose the server (see live): one more than the
 // rendezvous.SilentBeats that lose a node, since the one server of every node may stall longer than a node (it
 // answers every node's ping), and a node that gives up on it ends its part of the job.
 const serverSilence = rendezvous.SilentBeats + 1

@@ -17,7 +17,7 @@ import (
 // An endpoint named by a host name that does not resolve yet is waited for, within the join timeout: on GKE a pod
 // is published in its headless service only as it starts, so the nodes of a JobSet that start first, node 0's
 // own included, find the endpoint's name unknown for a while. The node hosting the server waits for its own name
-// before binding (resolved); a node connecting to it retries its dial (client.go). Each logs one line when the
+// before binding (resolved); a node connecting to it retries its dial. Each logs one line when the
 // name first fails to resolve, not one per try, and gives up at the join timeout with an ErrUnresolved error (an
 // ErrTimeout) naming the endpoint, how long it tried and the resolver's last answer.
 

@@ -107,9 +107,9 @@ func (c *ServerConfig) defaults() {
 	}
 }
 
-// Server is the embedded rendezvous server: it authenticates connections (handshake.go), hosts the worlds (one
-// per generation, world.go), their barriers, published data and failures, and reports a client whose connection
-// drops or goes silent as lost (conn.go).
+// Server is the embedded rendezvous server: it authenticates connections (the handshake), hosts the worlds (one
+// per generation), their barriers, published data and failures, and reports a client whose connection
+// drops or goes silent as lost.
 type Server struct {
 	cfg   ServerConfig
 	log   *zap.Logger

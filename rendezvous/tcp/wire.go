@@ -14,7 +14,7 @@ import (
 	"tpurun/rendezvous/internal/agree"
 )
 
-// Version is the wire protocol version: the handshake's (handshake.go) and every message's. Version 1 had no
+// Version is the wire protocol version: the handshake's and every message's. Version 1 had no
 // handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
 // mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment;
 // version 4 sent the whole host list in every join (version 5 its sum); version 5 sent a slice's hosts as an array
@@ -41,7 +41,7 @@ const (
 	msgRejected = "rejected"
 )
 
-// message is one frame of the protocol (see doc.go).
+// message is one frame of the protocol (see package rendezvous's doc).
 type message struct {
 	V          int                    `json:"v"`
 	Type       string                 `json:"type"`

@@ -47,7 +47,7 @@ type world struct {
 	byRank     []*entry
 	agreed     *agree.Agreed // the agreed world, once complete; each node gets its share
 	named      bool          // the host list names every node: shares leave the names out
-	shares     *agree.Shares // every node's share, encoded once (agree.go)
+	shares     *agree.Shares // every node's share, encoded once
 	err        error
 	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
 	ended      bool          // formed is closed
