@@ -174,7 +174,8 @@ func pickPorts(m *Member) error {
 	return nil
 }
 
-// IsLoopback reports whether host names only loopback addresses (an empty host means every interface).
+// IsLoopback reports whether host names only loopback addresses (an empty host means every interface): an
+// endpoint or listen address that is not needs Config.Token, unless Config.AllowUnauthenticated.
 func IsLoopback(host string) bool {
 	if host == "" {
 		return false
