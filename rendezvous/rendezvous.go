@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +35,9 @@ type Rendezvous struct {
 	log     *zap.Logger
 	backend Backend
 	store   Store
+
+	mu     sync.Mutex
+	picked map[string]int // the free ports picked for the first join that lacked them, kept for every later one
 }
 
 // New validates cfg and prepares the backend: the static world from cfg, the embedded server on the hosting node,
@@ -101,9 +105,9 @@ func (r *Rendezvous) Unauthenticated() bool {
 
 // Join enters generation m.Generation (or, with LatestGeneration, the one being formed) and returns the agreed
 // world. m.RunID defaults to Config.RunID, m.Rank to Config.NodeRank, and m.Ports gets a free PortMaster and
-// PortCoordinator where it has none. It
-// returns at once on a mismatch or duplicate, and after Config.Timeout (or ctx) with an ErrMissingNodes error
-// naming who never arrived. The world of one takes m as given: nothing of it travels.
+// PortCoordinator where it has none (picked by the first join, the same for every later one). It returns at once
+// on a mismatch or duplicate, and after Config.Timeout (or ctx) with an ErrMissingNodes error naming who never
+// arrived. The world of one takes m as given: nothing of it travels.
 func (r *Rendezvous) Join(ctx context.Context, m Member) (Session, error) {
 	if !r.backend.Solo() {
 		var err error
@@ -133,7 +137,7 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 	if m.Addr == "" {
 		m.Addr = m.Host
 	}
-	if err := pickPorts(&m); err != nil {
+	if err := r.pickPorts(&m); err != nil {
 		return m, err
 	}
 	if err := m.Validate(); err != nil {
@@ -151,9 +155,15 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 func (r *Rendezvous) Close() error { return r.store.Close() }
 
 // pickPorts gives m the ports node 0 shares that m.Ports lacks: a free PortMaster and PortCoordinator, told apart,
-// below the kernel's ephemeral range where no outgoing connection can take them first (freeport.Pick). The
-// MegaScale port is the caller's to add: a TPU convention, not a free port. The caller's map is not changed.
-func pickPorts(m *Member) error {
+// below the kernel's ephemeral range where no outgoing connection can take them first (freeport.Pick), picked once
+// and the same for every generation. The MegaScale port is the caller's to add: a TPU convention, not a free port.
+// The caller's map is not changed.
+func (r *Rendezvous) pickPorts(m *Member) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.picked == nil {
+		r.picked = map[string]int{}
+	}
 	m.Ports = maps.Clone(m.Ports)
 	if m.Ports == nil {
 		m.Ports = map[string]int{}
@@ -162,14 +172,17 @@ func pickPorts(m *Member) error {
 		if m.Ports[k] != 0 {
 			continue
 		}
-		p, err := freeport.Pick("")
-		if err == nil && k == PortCoordinator && p == m.Ports[PortMaster] {
-			p, err = freeport.Pick("")
+		if r.picked[k] == 0 {
+			p, err := freeport.Pick("")
+			if err == nil && k == PortCoordinator && p == m.Ports[PortMaster] {
+				p, err = freeport.Pick("")
+			}
+			if err != nil {
+				return fmt.Errorf("rendezvous: pick the ports node 0 shares: %w", err)
+			}
+			r.picked[k] = p
 		}
-		if err != nil {
-			return fmt.Errorf("rendezvous: pick the ports node 0 shares: %w", err)
-		}
-		m.Ports[k] = p
+		m.Ports[k] = r.picked[k]
 	}
 	return nil
 }
