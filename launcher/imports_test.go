@@ -61,12 +61,13 @@ var aboveRules = []struct{ pkg, forbidden, why string }{
 }
 
 // backendRules keep the rendezvous API apart from its backends, in code (a test of the API runs it on the backends,
-// which it imports so that they register): the API and its agreement core import none of them, and a backend
-// imports the API and the backend it meets on (static: tcp's server), nothing of the launcher's internals but the
-// leaf vocabulary of settings its configuration errors name (leafShared). Each rule is for the package pkg alone,
-// not those under it.
+// which it imports so that they register): the API and the kit the backends share (rendezvous/internal/agree)
+// import none of them, and a backend imports the API, the kit and the backend it meets on (static: tcp's server),
+// nothing of the launcher's internals but the leaf vocabulary of settings its configuration errors name
+// (leafShared). Each rule is for the package pkg alone, not those under it.
 var backendRules = []struct{ pkg, forbidden, why string }{
 	{"rendezvous", "tpurun/rendezvous/", "the rendezvous API imports none of its backends: they register themselves"},
+	{"rendezvous/internal/agree", "tpurun/rendezvous/", "the backends' kit imports none of them: they import it"},
 	{"rendezvous/tcp", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
 	{"rendezvous/static", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},
 	{"rendezvous/etcd", "tpurun/internal/", "a rendezvous backend imports nothing of the launcher's internals"},

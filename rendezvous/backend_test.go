@@ -3,11 +3,14 @@ package rendezvous_test
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"tpurun/internal/setting"
+	"tpurun/internal/testutil"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/etcd"
 	"tpurun/rendezvous/static"
@@ -51,7 +54,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := rendezvous.Lookup("zookeeper")
 	var e *rendezvous.Error
-	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != setting.RendezvousBackend || e.Value != "zookeeper" {
+	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousBackend) || e.Value != "zookeeper" {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
@@ -110,6 +113,36 @@ func TestSolo(t *testing.T) {
 	for _, c := range []rendezvous.Config{{NNodes: 2, NodeRank: -1}, {NodeRank: 1}} {
 		if _, err := rendezvous.New(ctx, c); !errors.Is(err, rendezvous.ErrConfig) {
 			t.Errorf("world of one with %+v: %v", c, err)
+		}
+	}
+}
+
+// TestUnknownBackendNamesItsPackage: a program that names one of tpurun's backends without importing its package
+// is told which package to import (and that none is registered), by an error matching ErrConfig; a name that no
+// package registers is told none is. The program is built on its own: this test's binary links every backend.
+func TestUnknownBackendNamesItsPackage(t *testing.T) {
+	dir := t.TempDir()
+	if err := testutil.BuildStatic(dir, "./testdata/nobackend"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(dir, "nobackend"), "tcp", "c10d", "etcd", "static", "zookeeper").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []string{
+		`backend "tcp": unknown; import _ "tpurun/rendezvous/tcp" to register it (registered: none)`,
+		`backend "c10d": unknown; import _ "tpurun/rendezvous/tcp" to register it (registered: none)`,
+		`backend "etcd": unknown; import _ "tpurun/rendezvous/etcd" to register it (registered: none)`,
+		`backend "static": unknown; import _ "tpurun/rendezvous/static" to register it (registered: none)`,
+		`backend "zookeeper": unknown, and no backend is registered: import one (_ "tpurun/rendezvous/tcp", static or etcd)`,
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "true ") || !strings.HasSuffix(l, want[i]) {
+			t.Errorf("got %q, want an ErrConfig error ending %q", l, want[i])
 		}
 	}
 }

@@ -210,7 +210,7 @@ func tcpNode(ep string, n int, hb time.Duration) benchNode {
 		return rendezvous.Config{Backend: tcp.Name, Endpoint: ep, NNodes: n, NodeRank: -1, RunID: "bench", Timeout: time.Minute, Heartbeat: hb,
 				Conf: map[string]string{"is_host": host, "linger": "0.001"}},
 			rendezvous.Member{Host: rdzvtest.HostName(i), Addr: "127.0.0.1", LocalWorkers: 8, UnevenWorkers: true, Accelerator: "gpu", Rank: -1,
-				Ports: map[string]int{rendezvous.PortMaster: 29500}}
+				Ports: map[string]int{rendezvous.PortMaster: 29500, rendezvous.PortCoordinator: 8482}}
 	}
 }
 

@@ -1,22 +1,27 @@
-// Package rendezvous owns multi-host agreement: which node is 0..N-1, their addresses, ports and run id, decided
-// exactly once per generation; barriers; world-wide results; failure spreading from any node to all; and the
-// primitives of an elastic world (a size range, a last call, the latest generation, lost nodes as errors).
+// Package rendezvous is how the launchers of a multi-host job meet. Each opens a Rendezvous on a backend (New, from
+// a Config that follows torchrun's flags), joins a generation with what its node brings (Rendezvous.Join, a Member)
+// and gets a Session: the agreed world, decided exactly once per generation (Assignment: which node is 0..N-1,
+// their addresses, node 0's ports, the run id, every node's workers), barriers, an exchange of data (Publish,
+// Gather), failures spread from any node to all (Fail, Failures), the nodes waiting for the next generation, and
+// the close of the job (Finish). An elastic world (Config.MinNodes) forms from the nodes that arrive within a last
+// call; a node that comes late or comes back joins LatestGeneration; a lost node is an error naming it. A restart
+// joins again with Generation+1 on the same Rendezvous. The errors a caller branches on are sentinels matched with
+// errors.Is (ErrTimeout, ErrMismatch, ErrConfig, ErrNodeLost, ...) and typed errors read with errors.As (*Error,
+// *MismatchError, *NodeLostError, *JobClosedError). ParseConf and CheckConf read torchrun's --rdzv-conf options.
 //
-// # Use
+// The backends are packages of their own, which a program imports to link them; each registers itself (Register)
+// under its name and torchrun's aliases: tpurun/rendezvous/static, tpurun/rendezvous/tcp (alias c10d) and
+// tpurun/rendezvous/etcd (alias etcd-v2). Backend "" is the world of one, this node alone, and needs none:
 //
-//	r, err := rendezvous.New(ctx, rendezvous.Config{Backend: "tcp", Endpoint: "10.0.0.2:29400", NNodes: 4,
-//		NodeRank: -1, Token: tok, Timeout: time.Minute, Logger: log})
-//	defer r.Close()
-//	s, err := r.Join(ctx, rendezvous.Member{Instance: rendezvous.NewInstance(), Host: host, Addr: ip,
-//		LocalWorkers: 4, Accelerator: "v4-32", Generation: restart, Rank: -1})
-//	a := s.Assignment()          // this node's share: node rank, sizes, layout, its slice's nodes, node 0's address and ports
-//	go func() { for f := range s.Failures() { stop(f) } }()
-//	s.Fail(ctx, rendezvous.Failure{WorkerRank: 5, Reason: "exit 1"})   // reaches every other node at once
-//	s.Publish(ctx, "results", doc); all, err := s.Gather(ctx, "results")
-//	s.Finish(ctx, code)          // the job ends here: nodes waiting or arriving learn it
-//	s.Leave(ctx); s.Close()
+//	import _ "tpurun/rendezvous/tcp" // registers "tcp" and "c10d"
 //
-// A restart joins again with Generation+1 on the same Rendezvous.
+// A backend the program did not link is an ErrConfig error naming the package to import. Lookup finds a backend
+// by name, and a caller decides by its capabilities (Solo, Elastic, NeedsHosts), never by its name.
+//
+// This package does not own the backends' protocols, servers or stores (their packages: this one imports none of
+// them), what a launcher does with the world (its workers' ranks and environment: tpurun/launcher), nor the
+// environment: it reads none (the launcher's detection reads TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST and the like
+// and passes Config.Hosts). The rest of this comment is the design every backend follows.
 //
 // # Lifecycle of a job
 //
@@ -62,7 +67,7 @@
 //
 // Every wait of a node also watches the store: a store lost (node 0's server gone; etcd unreachable, seen as a
 // lease renewal unanswered for its TTL with no connection to etcd, or a broken watch) ends every call and join of the session
-// with an error matching ErrStoreLost that names the endpoint (an *Error with Field setting.RendezvousEndpoint), closes
+// with an error matching ErrStoreLost that names the endpoint (an *Error with Field "rendezvous endpoint"), closes
 // Session.Done and is reported on Failures, within about four heartbeats.
 //
 // # Elastic worlds and lost nodes
@@ -108,12 +113,11 @@
 //   - "" (no backend): the world of one, this node alone. Nothing travels and nothing is checked against others:
 //     every join agrees at once on the member as given.
 //
-// Each backend is a Backend (rendezvous.go) in a package of its own, which registers it (Register) under its name
-// and torchrun's aliases: rendezvous/static, rendezvous/tcp (the embedded server, its client, the wire format and
-// handshake, shared with static) and rendezvous/etcd. A program links the backends it imports (tpurun's launcher
-// imports all three: internal/host/host.go); Lookup finds one by name, and callers decide by its capabilities
-// (Solo, Elastic, NeedsHosts), never by its name. This package holds the API, the configuration, the errors and
-// the agreement core the backends share (agree.go); it imports none of them. New opens the backend once, and
+// Each backend is a Backend in a package of its own, which registers it (Register) under its name and torchrun's
+// aliases: rendezvous/static, rendezvous/tcp (the embedded server, its client, the wire format and handshake,
+// shared with static) and rendezvous/etcd. A program links the backends it imports. This package holds the API,
+// the configuration and the errors; the agreement core the backends share (ranks, the checks, the world laid out
+// and each node's share) is a package of theirs that a program cannot import. New opens the backend once, and
 // every backend's joins return the one Session interface.
 //
 // # Exactly once and agreement
@@ -133,7 +137,7 @@
 // A node of another job is no member of the world: the embedded server (tcp, static) serves the run id the node
 // hosting it joins with, from that node's first join, and refuses at once, alone, a node with another run id (a
 // straggler of a restarted JobSet's previous attempt) with an ErrMismatch error naming both run ids (Field
-// setting.RendezvousRunID), and a node asking for a generation the job left behind with ErrWorldFull: the world
+// "rendezvous run id"), and a node asking for a generation the job left behind with ErrWorldFull: the world
 // forms without it. On etcd each run id has keys of its own: the straggler waits alone, and its join's
 // ErrMissingNodes names the run ids of the jobs open under the prefix beside its own.
 //
@@ -158,10 +162,10 @@
 // (the one server of every node may stall longer than a node: a garbage collection of a large world, a loaded
 // host). While a join is under way (the world forming: thousands of joins, a slice's table to send and read),
 // neither side counts the other's silence: the join's timeout bounds the wait. A write that progresses is no
-// stall, and a slice's table travels raw beside each share, encoded once (SliceTable). A side
+// stall, and a slice's table travels raw beside each share, encoded once (a slice's table: each host's name, address and instance, one per line). A side
 // whose deadline finds the peer's bytes waiting reads on, and one that runs late (its process not scheduled, a
 // loaded host; nodes report their lateness with their pings) gives the peer twice its lateness more, up to the
-// limit again, before it declares the peer lost (tcp/live.go): a slow process is not a dead one, and a dead one is
+// limit again, before it declares the peer lost: a slow process is not a dead one, and a dead one is
 // still lost within two limits.
 //
 // # Endpoint names
@@ -169,21 +173,21 @@
 // An endpoint named by a host name that does not resolve yet (a pod is published in its headless service only as
 // it starts) is waited for within the join timeout (Config.Timeout), with one log line: by the node that hosts the
 // server on it, before it binds (New), and by a node dialling it (Join). A name that never resolves ends the wait
-// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field
-// setting.RendezvousEndpoint) and how long it was tried. Config.Resolver replaces the resolver (tests).
+// with an ErrUnresolved error (which also matches ErrTimeout) naming the endpoint (Field "rendezvous endpoint")
+// and how long it was tried. Config.Resolver replaces the resolver (tests).
 //
 // # Configuration errors
 //
 // New and Join check what they are given before anything is bound or sent: an endpoint that is not host:port,
 // has a port out of range, or port 0 on a node that does not host the server; an endpoint or listen address off
 // loopback without a token (ErrNoToken, which also matches ErrConfig); a run id ValidateRunID refuses; node
-// counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (a setting of the module's
-// one vocabulary, internal/setting: RendezvousEndpoint, RendezvousRunID, ...) and Value name the item; its message
-// names the item in the package's words ("endpoint"), and a command line names the flag bound to the setting.
+// counts, ranks, options and members. Each is an *Error matching ErrConfig whose Field (the setting: "rendezvous
+// endpoint", "rendezvous run id", ...) and Value name the item; its message names the item in the package's words
+// ("endpoint"), and a command line names the flag bound to the setting.
 //
 // # Wire protocol (embedded server), version 5
 //
-// TCP, one connection per node per generation. It opens with the handshake (tcp/handshake.go): a 40-byte hello from
+// TCP, one connection per node per generation. It opens with the handshake: a 40-byte hello from
 // the client ("TPRZ", the version, a nonce), a 72-byte challenge from the server (its nonce and its proof of the
 // token), the client's 32-byte proof, and a 4-byte verdict; proofs are HMAC-SHA256 of the nonces keyed by the
 // token, so the token never crosses the wire and a node also knows the server holds it. Another version on
@@ -224,7 +228,7 @@
 // idle connections, however many and however fast re-opened, delay a real node (which sends its hello at once)
 // by at most the listen backlog drained at MaxUnauth per grace (a node keeps its place in the queue for up to 30 s),
 // and never lock it out. The grace of a connection that has sent its hello grows by four times the server's own
-// lag (tcp/lag.go: how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
+// lag (how late its process runs what the network wakes; at most AuthTimeout/2), so that thousands of real
 // nodes connecting at once to a loaded server are not taken for silent ones. Authenticated connections have their
 // own cap (MaxConns, default 16384: a pod of 4096 hosts and its next generation; a node beyond it is told the
 // server is full and retries). Refused connections are logged at most once per WarnInterval (default 10 s), as

@@ -18,7 +18,7 @@ var (
 	ErrMissingNodes = errors.New("nodes never arrived")
 	// ErrUnresolved: the endpoint's host name did not resolve within the join timeout (it was retried until then:
 	// a pod is published in its headless service only as it starts). The *Error names the endpoint (Field
-	// setting.RendezvousEndpoint, Value) and says how long it was tried. It also matches ErrTimeout.
+	// "rendezvous endpoint", Value) and says how long it was tried. It also matches ErrTimeout.
 	ErrUnresolved = errors.New("rendezvous endpoint does not resolve")
 	// ErrDuplicateNode: a different instance claims the identity (host) or rank of a live node; Nodes holds both.
 	ErrDuplicateNode = errors.New("duplicate node")
@@ -34,7 +34,7 @@ var (
 	ErrNodeLost = errors.New("node lost")
 	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
 	// that could not be kept alive, a watch that broke). Such an error is an *Error whose Field is
-	// setting.RendezvousEndpoint and Value the endpoint; Session.Done is closed and Session.Err returns it.
+	// "rendezvous endpoint" and Value the endpoint; Session.Done is closed and Session.Err returns it.
 	ErrStoreLost = errors.New("rendezvous store lost")
 	// ErrServerLost is the older name of ErrStoreLost (the same error).
 	ErrServerLost = ErrStoreLost
@@ -63,13 +63,6 @@ func (e *usageError) Error() string { return e.msg }
 // Usage marks the error as a usage or configuration error.
 func (e *usageError) Usage() bool { return true }
 
-var kinds = map[string]error{
-	"timeout": ErrTimeout, "missing": ErrMissingNodes, "duplicate": ErrDuplicateNode, "mismatch": ErrMismatch,
-	"bad_token": ErrBadToken, "no_token": ErrNoToken, "node_lost": ErrNodeLost, "server_lost": ErrServerLost,
-	"world_full": ErrWorldFull, "protocol": ErrProtocol, "version": ErrVersion, "config": ErrConfig, "closed": ErrClosed,
-	"job_closed": ErrJobClosed,
-}
-
 // NodeRef names one node in an error or a failure. Rank is -1 when the node has no rank yet.
 type NodeRef struct {
 	Rank     int    `json:"rank"`
@@ -94,13 +87,17 @@ func (n NodeRef) String() string {
 }
 
 // Error is the typed error of the package: the condition (Kind, one of the sentinels), the nodes concerned, for a
-// configuration error the setting at fault (Field, one of package setting's Rendezvous constants, and its Value),
-// for a lost store its endpoint (Field setting.RendezvousEndpoint), and the details in words. Its message names
-// the setting by the rendezvous's word for it ("endpoint"): it says "rendezvous" already.
+// configuration error the setting at fault (Field) and its Value, for a lost store its endpoint (Field "rendezvous
+// endpoint"), and the details in words. Its message names the setting by the rendezvous's word for it
+// ("endpoint"): it says "rendezvous" already.
 type Error struct {
-	Kind   error
-	Nodes  []NodeRef
-	Field  setting.Setting
+	Kind  error
+	Nodes []NodeRef
+	// Field names the setting: "rendezvous backend", "rendezvous endpoint", "rendezvous run id", "rendezvous node
+	// count", "rendezvous minimum node count", "rendezvous node rank", "rendezvous option" (a key=value of
+	// Config.Conf), "rendezvous token", "rendezvous listen address", "rendezvous host name", "rendezvous host
+	// list", or a name of its own (a member's "instance"); "" for an error about no setting.
+	Field  string
 	Value  string
 	Detail string
 }
@@ -135,7 +132,7 @@ func (e *Error) Error() string {
 	}
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field.Word())
+		b.WriteString(e.Setting().Word())
 		if e.Value != "" {
 			b.WriteString(" ")
 			b.WriteString(quote(e.Value))
@@ -148,8 +145,9 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Setting is the setting the error is about: Field ("" for an error that names none).
-func (e *Error) Setting() setting.Setting { return e.Field }
+// Setting is the setting the error is about: Field ("" for an error that names none), for whoever reports the
+// error to name the flag or key that sets it.
+func (e *Error) Setting() setting.Setting { return setting.Named(e.Field) }
 
 // Unwrap returns the sentinel; a missing-nodes or unresolved error also matches ErrTimeout, a no-token error
 // ErrConfig and a version error ErrProtocol.
@@ -167,19 +165,12 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Kind}
 }
 
-// NewError is an *Error of kind (one of the sentinels) about nodes: for backends, whose errors are the package's.
-func NewError(kind error, detail string, nodes ...NodeRef) *Error {
-	return &Error{Kind: kind, Nodes: nodes, Detail: detail}
-}
+// newError is an *Error of kind (one of the sentinels).
+func newError(kind error, detail string) *Error { return &Error{Kind: kind, Detail: detail} }
 
-// StoreLost is an ErrStoreLost error naming the store's endpoint.
-func StoreLost(endpoint, detail string, nodes ...NodeRef) *Error {
-	return &Error{Kind: ErrStoreLost, Nodes: nodes, Field: setting.RendezvousEndpoint, Value: endpoint, Detail: detail}
-}
-
-// ConfigError is an ErrConfig error naming the setting at fault and its value.
-func ConfigError(field setting.Setting, value, detail string) *Error {
-	return &Error{Kind: ErrConfig, Field: field, Value: value, Detail: detail}
+// configError is an ErrConfig error naming the setting at fault and its value.
+func configError(field setting.Setting, value, detail string) *Error {
+	return &Error{Kind: ErrConfig, Field: string(field), Value: value, Detail: detail}
 }
 
 // NodeLostError is a call (a barrier, a gather) that cannot complete because a node of the world is gone: its
@@ -201,55 +192,3 @@ func (e *NodeLostError) Error() string {
 
 // Is makes errors.Is(err, ErrNodeLost) true.
 func (e *NodeLostError) Is(target error) bool { return target == ErrNodeLost }
-
-// WireError is the form of an error on the wire (the tcp backend's messages) and in a store (etcd's world): for
-// backends. ToWire makes one of an error of the package, Err the error again.
-type WireError struct {
-	Code       string         `json:"code"`
-	Nodes      []NodeRef      `json:"nodes,omitempty"`
-	Field      string         `json:"field,omitempty"`
-	Value      string         `json:"value,omitempty"`
-	Generation int            `json:"generation,omitempty"`
-	RunID      string         `json:"run_id,omitempty"`    // job_closed
-	ExitCode   int            `json:"exit_code,omitempty"` // job_closed
-	Values     []SettingValue `json:"values,omitempty"`    // mismatch: each value and who gave it
-	Detail     string         `json:"detail,omitempty"`
-}
-
-func ToWire(err error) *WireError {
-	var lost *NodeLostError
-	var closed *JobClosedError
-	var mm *MismatchError
-	var e *Error
-	switch {
-	case errors.As(err, &lost):
-		return &WireError{Code: "node_lost", Nodes: []NodeRef{lost.Node}, Generation: lost.Generation, Detail: lost.Detail}
-	case errors.As(err, &closed):
-		return &WireError{Code: "job_closed", RunID: closed.RunID, Generation: closed.Generation, ExitCode: closed.ExitCode}
-	case errors.As(err, &mm):
-		return &WireError{Code: "mismatch", Field: mm.Setting, Generation: mm.Generation, Values: mm.Values, Detail: mm.Hint}
-	case errors.As(err, &e):
-		for code, k := range kinds {
-			if k == e.Kind {
-				return &WireError{Code: code, Nodes: e.Nodes, Field: string(e.Field), Value: e.Value, Detail: e.Detail}
-			}
-		}
-		return &WireError{Code: "protocol", Nodes: e.Nodes, Detail: e.Error()}
-	}
-	return &WireError{Code: "protocol", Detail: err.Error()}
-}
-
-func (w *WireError) Err() error {
-	k, ok := kinds[w.Code]
-	switch {
-	case !ok:
-		return NewError(ErrProtocol, fmt.Sprintf("server sent unknown error code %q: %s", w.Code, w.Detail), w.Nodes...)
-	case k == ErrNodeLost && len(w.Nodes) == 1:
-		return &NodeLostError{Node: w.Nodes[0], Generation: w.Generation, Detail: w.Detail}
-	case k == ErrJobClosed:
-		return &JobClosedError{RunID: w.RunID, Generation: w.Generation, ExitCode: w.ExitCode}
-	case k == ErrMismatch && len(w.Values) > 1:
-		return &MismatchError{Setting: w.Field, Generation: w.Generation, Values: w.Values, Hint: w.Detail}
-	}
-	return &Error{Kind: k, Nodes: w.Nodes, Field: setting.Named(w.Field), Value: w.Value, Detail: w.Detail} // as the other side named it
-}

@@ -2,7 +2,9 @@ package rendezvous
 
 import (
 	"fmt"
-	"time"
+	"strings"
+
+	"tpurun/internal/setting"
 )
 
 // Member is what one node (one launcher process) brings to a rendezvous.
@@ -51,125 +53,58 @@ const (
 	PortMegascale   = "megascale"   // MEGASCALE_PORT
 )
 
+// Ref names m as a node of rank rank, in an error or a failure.
 func (m *Member) Ref(rank int) NodeRef {
 	return NodeRef{Rank: rank, Host: m.Host, Instance: m.Instance}
 }
 
-// Node is one node of the agreed world.
-type Node struct {
-	Rank         int    `json:"rank"`
-	Host         string `json:"host"`
-	Addr         string `json:"addr"`
-	Instance     string `json:"instance"`
-	LocalWorkers int    `json:"local_workers"`
-	SliceID      int    `json:"slice_id"`
-	Role         string `json:"role,omitempty"`
-	// FirstRank is the global rank of this node's local rank 0.
-	FirstRank int `json:"first_rank"`
-}
-
-// Assignment is one node's share of the agreed world: what every node of the world shares (run id, generation,
-// sizes, node 0's address and ports), the layout of every node's workers, and the nodes this node needs by name
-// and address. It is identical on every node except NodeRank and Nodes, and its size does not grow with the
-// world unless the world is one slice whose hosts a node must address (TPU_PROCESS_ADDRESSES).
-type Assignment struct {
-	NodeRank    int    `json:"node_rank"`
-	RunID       string `json:"run_id"`
-	Generation  int    `json:"generation"`
-	Accelerator string `json:"accelerator"`
-	// NNodes is the number of nodes of the world.
-	NNodes int `json:"nnodes"`
-	// WorldSize is the number of workers world-wide.
-	WorldSize int `json:"world_size"`
-	NumSlices int `json:"num_slices"`
-	// MasterAddr is node 0's address; Ports are the ports node 0 picked.
-	MasterAddr string         `json:"master_addr"`
-	Ports      map[string]int `json:"ports,omitempty"`
-	// MegascaleCoordinator is the address of host 0 of slice 0 (with node 0's PortMegascale when it picked one).
-	MegascaleCoordinator string `json:"megascale_coordinator"`
-	// Layout is every node's local workers, slice and role in node-rank order, as runs of consecutive nodes that
-	// are alike: a world of uniform nodes is one Span, a multislice world one per slice. Global ranks, role ranks
-	// and slice sizes follow from it (AllNodes).
-	Layout []Span `json:"layout"`
-	// Nodes are the nodes this node knows by name and address, in node-rank order: in a world of fixed slices
-	// (every node a TPU host: no Member.UnevenWorkers) every node of this node's slice, else this node alone.
-	Nodes []Node `json:"nodes"`
-}
-
-// Span is a run of consecutive nodes of an agreed world that run as many workers, in the same slice and role.
-type Span struct {
-	Nodes        int    `json:"nodes"`
-	LocalWorkers int    `json:"local_workers"`
-	SliceID      int    `json:"slice_id"`
-	Role         string `json:"role,omitempty"`
-}
-
-// Self is this node's entry: its name, address, slice and first global rank.
-func (a *Assignment) Self() Node {
-	for _, n := range a.Nodes {
-		if n.Rank == a.NodeRank {
-			return n
+// Validate checks what a node brings to a join; also applied by the server to every join it receives.
+func (m *Member) Validate() error {
+	if err := m.checkInstance(); err != nil {
+		return err
+	}
+	if err := m.checkCounts(); err != nil {
+		return err
+	}
+	if m.Host != "" {
+		if why := hostProblem(m.Host); why != "" {
+			return configError(setting.RendezvousHostName, m.Host, why)
 		}
 	}
-	return a.AllNodes()[a.NodeRank] // a share always holds its own node; this is for a hand-made Assignment
-}
-
-// AllNodes is every node of the world in node-rank order, laid out from Layout (rank, first rank, workers, slice,
-// role), with the name, address and instance of the nodes this share knows (Nodes) and none for the others.
-func (a *Assignment) AllNodes() []Node {
-	out := make([]Node, 0, a.NNodes)
-	first := 0
-	for _, sp := range a.Layout {
-		for range sp.Nodes {
-			out = append(out, Node{Rank: len(out), LocalWorkers: sp.LocalWorkers, SliceID: sp.SliceID, Role: sp.Role, FirstRank: first})
-			first += sp.LocalWorkers
+	if m.RunID != "" {
+		if err := ValidateRunID(m.RunID); err != nil {
+			return err
 		}
 	}
-	for _, n := range a.Nodes {
-		if n.Rank >= 0 && n.Rank < len(out) {
-			out[n.Rank] = n
-		}
-	}
-	return out
+	return nil
 }
 
-// Addrs lists the addresses of the nodes this share knows (Nodes), in node-rank order: on a world of fixed slices,
-// this node's slice, from which TPU_WORKER_HOSTNAMES and TPU_PROCESS_ADDRESSES are built.
-func (a *Assignment) Addrs() []string {
-	out := make([]string, len(a.Nodes))
-	for i, n := range a.Nodes {
-		out[i] = n.Addr
+// checkInstance checks the member's instance id: 1..64 printable characters without '/'.
+func (m *Member) checkInstance() error {
+	switch {
+	case m.Instance == "":
+		return configError("instance", "", "a member needs an instance id; use NewInstance()")
+	case len(m.Instance) > 64 || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r == '/' || r > '~' }):
+		return configError("instance", m.Instance, "an instance id is at most 64 printable characters without '/'")
 	}
-	return out
+	return nil
 }
 
-// MasterPort is node 0's PortMaster (0 when node 0 did not pick one).
-func (a *Assignment) MasterPort() int { return a.Ports[PortMaster] }
-
-// Failure is one node's report that its part of the job failed, or the news that a node disappeared.
-type Failure struct {
-	Node NodeRef `json:"node"`
-	// WorkerRank is the global rank of the worker that failed, -1 when not a worker.
-	WorkerRank int `json:"worker_rank"`
-	// Lost is true when the node itself disappeared (connection dropped, heartbeat missed, lease expired).
-	Lost bool `json:"lost"`
-	// Store is true when what was lost is the rendezvous store itself (node 0's server, etcd), not a node: Node.Host
-	// is then the store's endpoint, and Reason says how (an ErrStoreLost error's words). Never on the wire.
-	Store  bool   `json:"-"`
-	Reason string `json:"reason"`
-	// At is when the reporter saw it (wall clock, for humans only).
-	At time.Time `json:"at"`
-}
-
-func (f Failure) String() string {
-	if f.Store {
-		return fmt.Sprintf("rendezvous store at %s lost: %s", f.Node.Host, f.Reason)
+// checkCounts checks the member's numbers: its workers, generation, requested rank and slice.
+func (m *Member) checkCounts() error {
+	ref := m.Host
+	if ref == "" {
+		ref = m.Instance
 	}
-	if f.Lost {
-		return fmt.Sprintf("%s lost: %s", f.Node, f.Reason)
+	switch {
+	case m.LocalWorkers < 1:
+		return newError(ErrConfig, fmt.Sprintf("member %s has %d local workers; need at least 1", ref, m.LocalWorkers))
+	case m.Generation < LatestGeneration:
+		return newError(ErrConfig, fmt.Sprintf("member %s has generation %d; need >= 0, or LatestGeneration", ref, m.Generation))
+	case m.Rank < -1:
+		return newError(ErrConfig, fmt.Sprintf("member %s requests node rank %d; use -1 for any", ref, m.Rank))
+	case m.SliceID < 0 || m.NumSlices < 0 || (m.NumSlices > 0 && m.SliceID >= m.NumSlices):
+		return newError(ErrConfig, fmt.Sprintf("member %s has slice id %d of %d slices", ref, m.SliceID, m.NumSlices))
 	}
-	if f.WorkerRank >= 0 {
-		return fmt.Sprintf("%s failed (worker rank %d): %s", f.Node, f.WorkerRank, f.Reason)
-	}
-	return fmt.Sprintf("%s failed: %s", f.Node, f.Reason)
+	return nil
 }

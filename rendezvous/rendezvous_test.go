@@ -431,7 +431,7 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("no error")
 			}
 			e := rdzvtest.RdzvErr(t, err, tc.kind)
-			if !errors.Is(err, rendezvous.ErrConfig) || e.Field != tc.field {
+			if !errors.Is(err, rendezvous.ErrConfig) || e.Field != string(tc.field) {
 				t.Fatalf("%v: field %q, want %q and ErrConfig", err, e.Field, tc.field)
 			}
 			if strings.Contains(err.Error(), "--") {
@@ -492,7 +492,7 @@ func TestValidateRunID(t *testing.T) {
 		strings.Repeat("x", rendezvous.MaxRunID+1), "\xff\xfe", " lead", "trail "} {
 		err := rendezvous.ValidateRunID(bad)
 		var e *rendezvous.Error
-		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != setting.RendezvousRunID {
+		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousRunID) {
 			t.Errorf("%q: %v, want an ErrConfig naming the run id", bad, err)
 			continue
 		}
@@ -502,19 +502,38 @@ func TestValidateRunID(t *testing.T) {
 	}
 }
 
-// TestWithDefaultPort: an endpoint without a port gets torchrun's default (29400; 2379 for etcd).
-func TestWithDefaultPort(t *testing.T) {
-	for _, c := range []struct{ backend, in, want string }{
-		{"c10d", "127.0.0.1", "127.0.0.1:29400"},
-		{"tcp", "node0.example", "node0.example:29400"},
-		{"tcp", "::1", "[::1]:29400"},
-		{"tcp", "[::1]", "[::1]:29400"},
-		{"tcp", "127.0.0.1:0", "127.0.0.1:0"},
-		{"etcd", "a,b:2380", "a:2379,b:2380"},
-		{"tcp", "", ""},
-	} {
-		if got := rendezvous.WithDefaultPort(c.backend, c.in); got != c.want {
-			t.Errorf("%s %q: %q, want %q", c.backend, c.in, got, c.want)
+// TestJoinPicksPorts: a join gives its member the ports node 0 shares that it lacks (a free master and coordinator
+// port, told apart), keeps those it has, leaves the caller's map alone, and gives every later generation the
+// ports the first join picked.
+func TestJoinPicksPorts(t *testing.T) {
+	ctx := context.Background()
+	r, err := rendezvous.New(ctx, rendezvous.Config{Backend: tcp.Name, Endpoint: "127.0.0.1:0", NNodes: 1, NodeRank: -1,
+		RunID: "ports", Timeout: 20 * time.Second, Conf: map[string]string{"is_host": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	given := map[string]int{rendezvous.PortMegascale: 8081}
+	var first map[string]int
+	for g := range 2 {
+		s, err := r.Join(ctx, rendezvous.Member{Instance: "node", Host: "node", Addr: "127.0.0.1", LocalWorkers: 1, Generation: g, Rank: -1, Ports: given})
+		if err != nil {
+			t.Fatal(err)
 		}
+		ports := s.Assignment().Ports
+		_ = s.Leave(ctx)
+		s.Close()
+		master, coord := ports[rendezvous.PortMaster], ports[rendezvous.PortCoordinator]
+		if master == 0 || coord == 0 || master == coord || ports[rendezvous.PortMegascale] != 8081 {
+			t.Fatalf("generation %d: ports %v: want a master and a coordinator port, told apart, beside the megascale port given", g, ports)
+		}
+		if first == nil {
+			first = ports
+		} else if !reflect.DeepEqual(ports, first) {
+			t.Fatalf("generation 1's ports %v, want generation 0's %v", ports, first)
+		}
+	}
+	if len(given) != 1 {
+		t.Fatalf("the caller's map was changed: %v", given)
 	}
 }

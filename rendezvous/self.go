@@ -13,7 +13,7 @@ import (
 // --master-addr line) a node names itself: without a name, hostname (with "#<rank>" when it requests a node rank:
 // several agents on one host told apart by their ranks, torchrun's usage; with "_<pid>" on a CPU or GPU host of a
 // world of several nodes, as torchrun's node id has the pid), and without an address, its address toward the
-// endpoint (LocalAddr).
+// endpoint (localAddr).
 func (r *Rendezvous) Self(m Member, hostname func() (string, error), pid int) (Member, error) {
 	if r.NamesNodes() {
 		return m, nil
@@ -32,14 +32,14 @@ func (r *Rendezvous) Self(m Member, hostname func() (string, error), pid int) (M
 		m.Host = h
 	}
 	if m.Addr == "" {
-		m.Addr = LocalAddr(r.Endpoint())
+		m.Addr = localAddr(r.Endpoint())
 	}
 	return m, nil
 }
 
-// LocalAddr is the address of this host that reaches endpoint (the first of a comma-separated list, with or
+// localAddr is the address of this host that reaches endpoint (the first of a comma-separated list, with or
 // without a URL scheme): loopback for a loopback (or empty) endpoint.
-func LocalAddr(endpoint string) string {
+func localAddr(endpoint string) string {
 	first := strings.Split(endpoint, ",")[0]
 	if _, rest, ok := strings.Cut(first, "://"); ok {
 		first = rest

@@ -107,7 +107,7 @@ func settingConstants(t *testing.T) map[string]string {
 }
 
 // freeWords fails for every configuration error of the module (outside tests) that names its setting as a string
-// literal that is not a flag (a failure.ConfigError's Field, rendezvous.ConfigError's first argument), and for
+// literal that is not a flag (a failure.ConfigError's Field, agree.ConfigError's first argument), and for
 // every conversion of a name into a setting.Setting outside internal/setting.
 func freeWords(t *testing.T) {
 	t.Helper()
@@ -135,7 +135,7 @@ func freeWords(t *testing.T) {
 }
 
 // settingWords says what is wrong with how node n names a setting, if anything: a failure.ConfigError literal whose
-// Field is a literal that is not a flag, a rendezvous.ConfigError call whose setting is a literal, or (outside
+// Field is a literal that is not a flag, an agree.ConfigError call whose setting is a literal, or (outside
 // package setting) a conversion into setting.Setting.
 func settingWords(n ast.Node, inSetting bool) []string {
 	var out []string
@@ -162,9 +162,9 @@ func settingWords(n ast.Node, inSetting bool) []string {
 		switch {
 		case isSelector(x.Fun, "setting", "Setting") && !inSetting:
 			out = append(out, "a name cast into a setting.Setting: use a constant of internal/setting, or setting.Named")
-		case isSelector(x.Fun, "rendezvous", "ConfigError") && len(x.Args) > 0:
+		case isSelector(x.Fun, "agree", "ConfigError") && len(x.Args) > 0:
 			if lit, ok := x.Args[0].(*ast.BasicLit); ok {
-				out = append(out, "a rendezvous.ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
+				out = append(out, "an agree.ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
 			}
 		}
 	}
@@ -198,8 +198,8 @@ var (
 	a = &failure.ConfigError{Field: "grace period", Value: "x"}
 	b = &failure.ConfigError{Field: "--redirects", Value: "x"}
 	c = &failure.ConfigError{Field: setting.Grace, Value: "x"}
-	d = rendezvous.ConfigError("endpoint", "x", "bad")
-	e = rendezvous.ConfigError(setting.RendezvousEndpoint, "x", "bad")
+	d = agree.ConfigError("endpoint", "x", "bad")
+	e = agree.ConfigError(setting.RendezvousEndpoint, "x", "bad")
 	f = setting.Setting(name)
 	g = setting.Named(name)
 )

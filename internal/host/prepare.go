@@ -16,6 +16,7 @@ import (
 
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
+	"tpurun/internal/freeport"
 	"tpurun/internal/preload"
 	"tpurun/internal/proc"
 	"tpurun/internal/setting"
@@ -112,23 +113,18 @@ func (p *Prepared) planHost(ctx context.Context) error {
 }
 
 // pickPorts picks the ports of a world of one (MASTER_PORT, free or checked; the JAX coordinator's), or those this
-// node offers the world should it be node 0.
+// node offers the world should it be node 0 (its join picks the free ones they lack).
 func (p *Prepared) pickPorts() error {
 	s := p.spec
 	if !p.solo {
-		ports, err := rendezvous.PickPorts()
-		if err != nil {
-			return fmt.Errorf("%w: %w", failure.ErrInternal, err)
-		}
-		ports[rendezvous.PortMegascale] = topology.DefaultMegascalePort
+		p.Ports = map[string]int{rendezvous.PortMegascale: topology.DefaultMegascalePort}
 		if s.MasterPort != 0 { // node 0's choice, shared with every node
-			ports[rendezvous.PortMaster] = s.MasterPort
+			p.Ports[rendezvous.PortMaster] = s.MasterPort
 		}
-		p.Ports = ports
 		return nil
 	}
 	if s.MasterPort == 0 {
-		port, err := rendezvous.FreePort(s.MasterAddr)
+		port, err := freeport.Pick(s.MasterAddr)
 		if err != nil {
 			return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", failure.ErrInternal, err)
 		}
@@ -137,7 +133,7 @@ func (p *Prepared) pickPorts() error {
 		return err
 	}
 	if p.Plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)
-		port, err := rendezvous.FreePort(s.MasterAddr)
+		port, err := freeport.Pick(s.MasterAddr)
 		if err != nil {
 			return fmt.Errorf("%w: JAX coordinator port: %w", failure.ErrInternal, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // Barriers and gathers on etcd complete by a count, not by every node hearing every arrival: a node's arrival is a
@@ -85,7 +86,7 @@ func (s *etcdSession) late(kind, name string, detail string) error {
 		err = s.needNodes(ctx)
 	}
 	if err != nil {
-		return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("%s %q: %s (which did not, etcd did not say: %v)", strings.TrimSuffix(kind, "s"), name, detail, err))
+		return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("%s %q: %s (which did not, etcd did not say: %v)", strings.TrimSuffix(kind, "s"), name, detail, err))
 	}
 	s.mu.Lock()
 	var late []rendezvous.NodeRef
@@ -96,7 +97,7 @@ func (s *etcdSession) late(kind, name string, detail string) error {
 	}
 	s.mu.Unlock()
 	sort.Slice(late, func(i, j int) bool { return late[i].Rank < late[j].Rank })
-	return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("%s %q: %s", strings.TrimSuffix(kind, "s"), name, detail), late...)
+	return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("%s %q: %s", strings.TrimSuffix(kind, "s"), name, detail), late...)
 }
 
 // Barrier puts this node's arrival on its lease (a node lost after arriving took it along: the barrier cannot

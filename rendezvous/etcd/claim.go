@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -56,7 +57,7 @@ func (e *etcdStore) claim(ctx context.Context, dir string, m rendezvous.Member, 
 		if strings.Contains(k, "/ranks/") {
 			what = "node rank"
 		}
-		return rendezvous.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
+		return agree.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node (etcd key %s); each node must have its own host name and node rank", m.Generation, what, k),
 			m.Ref(m.Rank), ref)
 	}
 	return nil

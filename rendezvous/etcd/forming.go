@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -160,7 +161,7 @@ func (s *etcdSession) joinTimedOut(ctx context.Context, start time.Time) error {
 		arrived = append(arrived, s.self)
 	}
 	sort.Slice(arrived, func(i, j int) bool { return arrived[i].Host < arrived[j].Host })
-	return s.e.otherJobs(rctx, s.self.RunID, rendezvous.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start)))
+	return s.e.otherJobs(rctx, s.self.RunID, agree.Missing(s.self.Generation, s.min, s.max, arrived, nil, time.Since(start)))
 }
 
 // lastCall is the timer of an elastic join's last call: it runs while min..max-1 nodes are registered.

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // etcdJob is one instance of the job under a run id on etcd, as this node takes part in it: the instance's key
@@ -57,7 +58,7 @@ func (j *etcdJob) closedKey() string { return j.dir + "closed" }
 func (j *etcdJob) closedErr(val []byte) error {
 	var c etcdClosed
 	if err := json.Unmarshal(val, &c); err != nil {
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how a job ended", j.closedKey(), val))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how a job ended", j.closedKey(), val))
 	}
 	return &rendezvous.JobClosedError{RunID: j.runID, Generation: c.Generation, ExitCode: c.ExitCode}
 }
@@ -111,7 +112,7 @@ func (e *etcdStore) findJob(ctx context.Context, runID string) (*etcdJob, error)
 	created := r.Header.Revision
 	if len(kvs) > 0 {
 		if err := json.Unmarshal(kvs[0].Value, &rec); err != nil || rec.ID == "" {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a job", key, kvs[0].Value))
+			return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a job", key, kvs[0].Value))
 		}
 		created = kvs[0].CreateRevision
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -73,7 +74,7 @@ func (e *etcdStore) openGeneration(ctx context.Context, j *etcdJob, m rendezvous
 	g := 0
 	if len(resp.Kvs) == 1 {
 		if g, err = strconv.Atoi(string(resp.Kvs[0].Value)); err != nil || g < 0 {
-			return 0, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
+			return 0, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not a generation", key, resp.Kvs[0].Value))
 		}
 	}
 	dir := j.genDir(g)

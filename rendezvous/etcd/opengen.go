@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -38,7 +39,7 @@ func (e *etcdStore) openGen(ctx context.Context, j *etcdJob, m rendezvous.Member
 func parseOpen(key string, val []byte) (etcdOpen, error) {
 	var got etcdOpen
 	if err := json.Unmarshal(val, &got); err != nil || got.NNodes < 1 {
-		return etcdOpen{}, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how the generation was opened", key, val))
+		return etcdOpen{}, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s holds %q, not how the generation was opened", key, val))
 	}
 	return got, nil
 }

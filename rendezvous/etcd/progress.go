@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/internal/progress"
 )
 
@@ -40,7 +41,7 @@ func (s *etcdSession) progress(ctx context.Context) (stop func()) {
 			return
 		}
 		s.log.Info(fmt.Sprintf("rendezvous: generation %d waits for nodes: %d of %s registered on etcd at %s (the node counting them names who is missing); %s",
-			s.self.Generation, r.Count, rendezvous.SizeRange(s.min, s.max), s.e.cfg.Endpoint, wait))
+			s.self.Generation, r.Count, agree.SizeRange(s.min, s.max), s.e.cfg.Endpoint, wait))
 	})
 }
 
@@ -58,11 +59,11 @@ func (s *etcdSession) countedLine() string {
 	}
 	var missing []string
 	var re *rendezvous.Error
-	if errors.As(rendezvous.Missing(s.self.Generation, s.min, s.max, arrived, nil, 0), &re) {
+	if errors.As(agree.Missing(s.self.Generation, s.min, s.max, arrived, nil, 0), &re) {
 		for _, n := range re.Nodes {
 			missing = append(missing, n.String())
 		}
 	}
 	return fmt.Sprintf("rendezvous: generation %d waits for nodes: %d of %s arrived (%s); missing: %s", s.self.Generation, len(arrived),
-		rendezvous.SizeRange(s.min, s.max), progress.List(names, maxNamed), progress.List(missing, maxNamed))
+		agree.SizeRange(s.min, s.max), progress.List(names, maxNamed), progress.List(missing, maxNamed))
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -211,7 +212,7 @@ func (s *etcdSession) put(ctx context.Context, key string, val []byte, lease boo
 
 func checkName(name string) error {
 	if name == "" || strings.ContainsAny(name, "/\x00") {
-		return rendezvous.NewError(rendezvous.ErrConfig, fmt.Sprintf("name %q: must be non-empty without '/'", name))
+		return agree.NewError(rendezvous.ErrConfig, fmt.Sprintf("name %q: must be non-empty without '/'", name))
 	}
 	return nil
 }
@@ -292,7 +293,7 @@ func (s *etcdSession) Close() error {
 	}
 	s.closing = true
 	lost := s.h.failed()
-	s.h.end(rendezvous.NewError(rendezvous.ErrClosed, "session closed"))
+	s.h.end(agree.NewError(rendezvous.ErrClosed, "session closed"))
 	s.mu.Unlock()
 	var err error
 	if lost == nil && s.lease != 0 {

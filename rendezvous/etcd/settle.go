@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -44,7 +45,7 @@ func (s *etcdSession) settle(r settled) {
 	case r.refused != nil:
 		s.worldErr = r.refused
 	case r.asg == nil:
-		s.worldErr = rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, r.w.Nodes), s.self.Ref(-1))
+		s.worldErr = agree.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d closed with %d nodes without this one", s.self.Generation, r.w.Nodes), s.self.Ref(-1))
 	default:
 		s.n, s.rank, s.asg, s.agreed = r.w.Nodes, r.asg.NodeRank, r.asg, r.w
 	}

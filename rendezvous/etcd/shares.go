@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // The agreed world on etcd is written once by the node that proposes it, under world/<by>/ (by: its instance),
@@ -39,7 +40,7 @@ func worldKeys(dir, by string, members []rendezvous.Member, ranks []int) (puts [
 	for i, c := range cs {
 		puts = append(puts, worldPut{fmt.Sprintf("%sc/%06d", base, i), string(c)})
 	}
-	agreed := rendezvous.AgreeWorld(members, ranks)
+	agreed := agree.AgreeWorld(members, ranks)
 	rb, _ := json.Marshal(ranks)
 	all, _ := json.Marshal(agreed.All)
 	puts = append(puts, worldPut{base + "ranks", string(rb)}, worldPut{base + "all", string(all)})
@@ -97,12 +98,12 @@ func (s *etcdSession) propose(ctx context.Context) error {
 	ctx, cancel := s.h.bind(ctx)
 	defer cancel()
 	w := etcdWorld{NNodes: s.max, MinNodes: s.min, Nodes: len(members), Rev: rev, By: s.self.Instance}
-	ranks, err := rendezvous.AssignRanks(members, len(members))
+	ranks, err := agree.AssignRanks(members, len(members))
 	if err == nil {
-		err = rendezvous.Agree(members, ranks, s.self.Generation)
+		err = agree.Agree(members, ranks, s.self.Generation)
 	}
 	if err != nil {
-		w = etcdWorld{Error: rendezvous.ToWire(err)}
+		w = etcdWorld{Error: agree.ToWire(err)}
 	} else {
 		var puts []worldPut
 		puts, w.Chunks, w.Fixed = worldKeys(s.dir, w.By, members, ranks)
@@ -128,7 +129,7 @@ func (s *etcdSession) propose(ctx context.Context) error {
 func parseWorld(dir string, val []byte) (*etcdWorld, error) {
 	var w etcdWorld
 	if err := json.Unmarshal(val, &w); err != nil || (w.Error == nil && (w.Nodes < 1 || w.Chunks < 1 || w.By == "")) {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world holds %.80q, not a world", dir, val))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world holds %.80q, not a world", dir, val))
 	}
 	return &w, nil
 }
@@ -146,7 +147,7 @@ func (e *etcdStore) readShare(ctx context.Context, dir string, w *etcdWorld, ins
 	nk, ak := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
 	var a rendezvous.Assignment
 	if len(ak) == 0 || json.Unmarshal(ak[0].Value, &a) != nil {
-		return nil, 0, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world names a world whose key %sall is missing or malformed", dir, base))
+		return nil, 0, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sall/world names a world whose key %sall is missing or malformed", dir, base))
 	}
 	read := len(ak[0].Value)
 	if len(nk) == 0 {
@@ -155,7 +156,7 @@ func (e *etcdStore) readShare(ctx context.Context, dir string, w *etcdWorld, ins
 	var node rendezvous.Node
 	read += len(nk[0].Value)
 	if json.Unmarshal(nk[0].Value, &node) != nil || node.Rank < 0 || node.Rank >= w.Nodes {
-		return nil, read, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sn/%s holds %.80q, not a node of a world of %d", base, inst, nk[0].Value, w.Nodes))
+		return nil, read, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %sn/%s holds %.80q, not a node of a world of %d", base, inst, nk[0].Value, w.Nodes))
 	}
 	a.NodeRank, a.Nodes = node.Rank, []rendezvous.Node{node}
 	if !w.Fixed {
@@ -167,7 +168,7 @@ func (e *etcdStore) readShare(ctx context.Context, dir string, w *etcdWorld, ins
 		return nil, read, e.unreachable("read this node's slice", err)
 	}
 	if len(sr.Kvs) == 0 || json.Unmarshal(sr.Kvs[0].Value, &a.Nodes) != nil || len(a.Nodes) == 0 {
-		return nil, read, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s is missing or not a slice's nodes", key))
+		return nil, read, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s is missing or not a slice's nodes", key))
 	}
 	return &a, read + len(sr.Kvs[0].Value), nil
 }
@@ -184,18 +185,18 @@ func (e *etcdStore) readWorld(ctx context.Context, dir string, w *etcdWorld) ([]
 	ck, rk := r.Responses[0].GetResponseRange().Kvs, r.Responses[1].GetResponseRange().Kvs
 	var ranks []int
 	if len(ck) != w.Chunks || len(rk) == 0 || json.Unmarshal(rk[0].Value, &ranks) != nil || len(ranks) != w.Nodes {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd keys %s: %d chunks of %d, or no ranks of %d nodes", base, len(ck), w.Chunks, w.Nodes))
+		return nil, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd keys %s: %d chunks of %d, or no ranks of %d nodes", base, len(ck), w.Chunks, w.Nodes))
 	}
 	members := make([]rendezvous.Member, 0, w.Nodes)
 	for _, kv := range ck { // in key order: the chunks' order
 		part, err := decodeColumns(kv.Value)
 		if err != nil {
-			return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s: not a part of the world: %v", kv.Key, err))
+			return nil, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd key %s: not a part of the world: %v", kv.Key, err))
 		}
 		members = append(members, part...)
 	}
 	if len(members) != w.Nodes {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd keys %sc/ hold %d nodes of a world of %d", base, len(members), w.Nodes))
+		return nil, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("etcd keys %sc/ hold %d nodes of a world of %d", base, len(members), w.Nodes))
 	}
 	return members, ranks, nil
 }

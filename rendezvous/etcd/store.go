@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,18 +35,18 @@ type etcdStore struct {
 
 func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etcdStore, error) {
 	if cfg.Endpoint == "" {
-		return nil, rendezvous.ConfigError(setting.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
+		return nil, agree.ConfigError(setting.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
 	}
 	if cfg.NNodes < 1 {
-		return nil, rendezvous.ConfigError(setting.RendezvousNodes, "0", "etcd rendezvous needs a node count")
+		return nil, agree.ConfigError(setting.RendezvousNodes, "0", "etcd rendezvous needs a node count")
 	}
 	var eps []string
 	for _, e := range strings.Split(cfg.Endpoint, ",") {
 		if e = strings.TrimSpace(e); e == "" {
-			return nil, rendezvous.ConfigError(setting.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
+			return nil, agree.ConfigError(setting.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
 		}
 		hostPort := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
-		if _, _, err := rendezvous.SplitEndpoint(setting.RendezvousEndpoint, hostPort, false); err != nil {
+		if _, _, err := agree.SplitEndpoint(setting.RendezvousEndpoint, hostPort, false); err != nil {
 			return nil, err
 		}
 		eps = append(eps, e)
@@ -108,9 +109,9 @@ func (e *etcdStore) unreachable(what string, err error) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		if why := tlsTrouble(e.tls, e.cli.Endpoints(), min(e.cfg.Heartbeat, 2*time.Second)); why != "" {
-			return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v: %s", e.cfg.Endpoint, what, err, why))
+			return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v: %s", e.cfg.Endpoint, what, err, why))
 		}
-		return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
+		return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("etcd at %s: %s: %v; check the endpoint and that etcd is up", e.cfg.Endpoint, what, err))
 	}
 	return e.lost(fmt.Sprintf("%s: %v", what, err))
 }
@@ -126,5 +127,5 @@ func (e *etcdStore) revoke(id clientv3.LeaseID) error {
 
 // lost is the ErrStoreLost error of this etcd.
 func (e *etcdStore) lost(detail string) error {
-	return rendezvous.StoreLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
+	return agree.StoreLost(e.cfg.Endpoint, "etcd: "+detail+"; check that etcd is up and reachable from every node")
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,14 +50,14 @@ type etcdOpen struct {
 // registration vanished after it is lost. The world itself is under world/<By>/ (readShare): each node reads its
 // share there, not the whole world. Fixed: every node's share names its slice's nodes (a slice table per slice).
 type etcdWorld struct {
-	NNodes   int                   `json:"nnodes,omitempty"`
-	MinNodes int                   `json:"min_nodes,omitempty"`
-	Nodes    int                   `json:"nodes,omitempty"`
-	Chunks   int                   `json:"chunks,omitempty"`
-	By       string                `json:"by,omitempty"`
-	Fixed    bool                  `json:"fixed,omitempty"`
-	Rev      int64                 `json:"rev,omitempty"`
-	Error    *rendezvous.WireError `json:"error,omitempty"`
+	NNodes   int              `json:"nnodes,omitempty"`
+	MinNodes int              `json:"min_nodes,omitempty"`
+	Nodes    int              `json:"nodes,omitempty"`
+	Chunks   int              `json:"chunks,omitempty"`
+	By       string           `json:"by,omitempty"`
+	Fixed    bool             `json:"fixed,omitempty"`
+	Rev      int64            `json:"rev,omitempty"`
+	Error    *agree.WireError `json:"error,omitempty"`
 }
 
 // worldChunk bounds one chunk of the world's registrations: etcd refuses a request above 1.5 MiB by default. A
@@ -226,10 +227,10 @@ func (w *etcdWorld) sameSize(g int, cfg *rendezvous.Config, members []rendezvous
 	vals := make([]string, 0, len(members)+1)
 	refs := make([]rendezvous.NodeRef, 0, len(members)+1)
 	for i, m := range members {
-		vals, refs = append(vals, rendezvous.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(ranks[i]))
+		vals, refs = append(vals, agree.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(ranks[i]))
 	}
-	vals, refs = append(vals, rendezvous.SizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
-	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), g, vals, refs)
+	vals, refs = append(vals, agree.SizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
+	return agree.Disagreement(setting.RendezvousNodes.Word(), g, vals, refs)
 }
 
 // sizeMismatch is the *MismatchError of a node that asks for another size range than the generation at dir was
@@ -244,18 +245,18 @@ func (e *etcdStore) sizeMismatch(ctx context.Context, j *etcdJob, m rendezvous.M
 	}
 	kvs := slices.Clone(r.Kvs)
 	byCreation(kvs)
-	vals := []string{rendezvous.SizeRange(open.MinNodes, open.NNodes)}
+	vals := []string{agree.SizeRange(open.MinNodes, open.NNodes)}
 	refs := []rendezvous.NodeRef{open.By}
 	for _, kv := range kvs {
 		var reg etcdRegistration
 		if json.Unmarshal(kv.Value, &reg) != nil || reg.Instance == open.By.Instance {
 			continue
 		}
-		vals, refs = append(vals, rendezvous.SizeRange(reg.MinNodes, reg.NNodes)), append(refs, reg.Ref(reg.Rank))
+		vals, refs = append(vals, agree.SizeRange(reg.MinNodes, reg.NNodes)), append(refs, reg.Ref(reg.Rank))
 	}
-	vals, refs = append(vals, rendezvous.SizeRange(e.cfg.MinNodes, e.cfg.NNodes)), append(refs, m.Ref(m.Rank))
-	merr := rendezvous.Disagreement(setting.RendezvousNodes.Word(), m.Generation, vals, refs)
-	b, _ := json.Marshal(etcdWorld{Error: rendezvous.ToWire(merr)}) // a head alone
+	vals, refs = append(vals, agree.SizeRange(e.cfg.MinNodes, e.cfg.NNodes)), append(refs, m.Ref(m.Rank))
+	merr := agree.Disagreement(setting.RendezvousNodes.Word(), m.Generation, vals, refs)
+	b, _ := json.Marshal(etcdWorld{Error: agree.ToWire(merr)}) // a head alone
 	key := dir + "all/world"
 	if _, err := e.txn(ctx, "fail the generation", func(t clientv3.Txn) clientv3.Txn {
 		return t.If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b), clientv3.WithLease(j.lease)))

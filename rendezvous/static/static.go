@@ -1,6 +1,6 @@
 // Package static is torchrun's static rendezvous: a fixed world laid out by the launch (node count, node ranks
 // and, without an endpoint, node 0's host from the host list), met on the embedded server of package tcp that node
-// 0 hosts. It registers itself as "static"; the launcher imports it (internal/host/host.go).
+// 0 hosts. It registers itself as "static" when a program imports it.
 package static
 
 import (
@@ -15,6 +15,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/tcp"
 )
 
@@ -44,7 +45,7 @@ func (backend) Open(ctx context.Context, c *rendezvous.Config, log *zap.Logger, 
 	endpoint := c.Endpoint
 	if endpoint == "" {
 		if len(c.Hosts) == 0 {
-			return nil, rendezvous.ConfigError(setting.RendezvousEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
+			return nil, agree.ConfigError(setting.RendezvousEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
 		}
 		endpoint = net.JoinHostPort(c.Hosts[0], tcp.PortOption(c))
 	}
@@ -64,25 +65,25 @@ func (backend) Open(ctx context.Context, c *rendezvous.Config, log *zap.Logger, 
 // (from the host list when 0) and no smaller minimum.
 func world(c *rendezvous.Config) error {
 	if c.MinNodes != 0 && c.MinNodes != c.NNodes {
-		return rendezvous.ConfigError(setting.RendezvousMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
+		return agree.ConfigError(setting.RendezvousMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
 	}
 	hosts := c.Hosts
 	if c.NodeRank < 0 {
-		return rendezvous.ConfigError(setting.RendezvousNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
+		return agree.ConfigError(setting.RendezvousNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
 	}
 	if len(hosts) > 0 {
 		if c.NNodes == 0 {
 			c.NNodes = len(hosts)
 		}
 		if c.NNodes != len(hosts) {
-			return rendezvous.ConfigError(setting.RendezvousNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
+			return agree.ConfigError(setting.RendezvousNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
 		}
 	}
 	if c.NNodes == 0 {
-		return rendezvous.NewError(rendezvous.ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+		return agree.NewError(rendezvous.ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	}
 	if c.NodeRank >= c.NNodes {
-		return rendezvous.ConfigError(setting.RendezvousNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
+		return agree.ConfigError(setting.RendezvousNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
 	}
 	c.MinNodes = c.NNodes
 	return nil

@@ -3,6 +3,7 @@ package tcp
 import (
 	"cmp"
 	"fmt"
+	"tpurun/rendezvous/internal/agree"
 
 	"tpurun/rendezvous"
 )
@@ -65,5 +66,5 @@ func (s *Server) barrier(c *sconn, w *world, rank int, m *message) error {
 			late = append(late, e.m.Ref(r))
 		}
 	}
-	return rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
+	return agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("barrier %q: these nodes did not reach it in time", m.Name), late...)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.uber.org/zap"
 
@@ -84,7 +85,7 @@ func dial(ctx context.Context, r *net.Resolver, addr, token string, hb time.Dura
 			case unresolved(err):
 				return nil, unresolvedErr(addr, time.Since(start), tries, err, "node 0 (the endpoint host) hosts the rendezvous server there")
 			}
-			return nil, &rendezvous.Error{Kind: rendezvous.ErrTimeout, Field: setting.RendezvousEndpoint, Value: addr,
+			return nil, &rendezvous.Error{Kind: rendezvous.ErrTimeout, Field: string(setting.RendezvousEndpoint), Value: addr,
 				Detail: fmt.Sprintf("could not reach the rendezvous server in %s (%d tries; the last: %v); start node 0 (or the endpoint host) and check the endpoint",
 					time.Since(start).Round(time.Millisecond), tries, err)}
 		case <-time.After(backoff):
@@ -171,7 +172,7 @@ func (c *client) read() {
 	c.mu.Lock()
 	quiet := c.closing || c.left
 	if quiet {
-		end = rendezvous.NewError(rendezvous.ErrClosed, "session closed")
+		end = agree.NewError(rendezvous.ErrClosed, "session closed")
 	} else {
 		end = c.lostErr(end)
 	}
@@ -214,9 +215,9 @@ func (c *client) dispatch(m *message) error {
 		if m.Error != nil {
 			return m.Error.Err()
 		}
-		return rendezvous.NewError(rendezvous.ErrProtocol, "server rejected the connection")
+		return agree.NewError(rendezvous.ErrProtocol, "server rejected the connection")
 	default:
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("server sent a %q message", m.Type))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("server sent a %q message", m.Type))
 	}
 	return nil
 }
@@ -235,7 +236,7 @@ func (c *client) lostErr(end error) error {
 	} else if errors.Is(end, io.EOF) {
 		what = "closed the connection"
 	}
-	return rendezvous.StoreLost(c.addr, fmt.Sprintf("the rendezvous server %s (node 0 gone?): %v", what, end), rendezvous.NodeRef{Rank: 0, Host: c.addr})
+	return agree.StoreLost(c.addr, fmt.Sprintf("the rendezvous server %s (node 0 gone?): %v", what, end), rendezvous.NodeRef{Rank: 0, Host: c.addr})
 }
 
 func (c *client) push(f rendezvous.Failure) {
@@ -255,7 +256,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		timeout = min(timeout, left-min(max(left/20, 20*time.Millisecond), time.Second))
 	}
 	if timeout <= 0 {
-		return nil, rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("no time left for %s", m.Type))
+		return nil, agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("no time left for %s", m.Type))
 	}
 	m.TimeoutMS = max(timeout.Milliseconds(), 1)
 	ch := make(chan *message, 1)
@@ -299,7 +300,7 @@ func (c *client) call(ctx context.Context, m *message, timeout time.Duration) (*
 		return nil, fmt.Errorf("rendezvous %s: %w", m.Type, ctx.Err())
 	case <-t.C:
 		forget()
-		return nil, rendezvous.StoreLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+serverSilence*c.hb))
+		return nil, agree.StoreLost(c.addr, fmt.Sprintf("the server did not answer a %s request within %s", m.Type, timeout+serverSilence*c.hb))
 	}
 }
 
@@ -309,7 +310,7 @@ func (c *client) connErr() error {
 	if c.err != nil {
 		return c.err
 	}
-	return rendezvous.StoreLost(c.addr, "the connection ended")
+	return agree.StoreLost(c.addr, "the connection ended")
 }
 
 func (c *client) close() {

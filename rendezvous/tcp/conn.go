@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.uber.org/zap"
 
@@ -86,7 +87,7 @@ func (s *Server) reply(c *sconn, id uint64, m *message, err error) {
 	}
 	m.Type, m.ID = msgReply, id
 	if err != nil {
-		m.Error = rendezvous.ToWire(err)
+		m.Error = agree.ToWire(err)
 	}
 	s.send(c, m)
 }
@@ -96,7 +97,7 @@ func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
 	head := replyHead(id, field)
 	n := len(head) + len(value) + 1
 	if n > s.cfg.MaxMessage {
-		s.reply(c, id, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the reply (%s) is %d bytes, over the limit of %d bytes", field, n, s.cfg.MaxMessage)))
+		s.reply(c, id, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the reply (%s) is %d bytes, over the limit of %d bytes", field, n, s.cfg.MaxMessage)))
 		return
 	}
 	s.write(c, field, frameHeader(n), head, value, closeBrace)
@@ -104,14 +105,14 @@ func (s *Server) sendReply(c *sconn, id uint64, field string, value []byte) {
 
 // sendShare answers join id with node rank's share of the agreed world, from the parts encoded once (shares),
 // and its slice's table beside it when it has one: the same bytes for every host of the slice.
-func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int) {
+func (s *Server) sendShare(c *sconn, id uint64, sh *agree.Shares, rank int) {
 	parts := shareParts(id, sh, rank)
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
 	if n > s.cfg.MaxMessage {
-		s.reply(c, id, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
+		s.reply(c, id, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("this node's share of the world is %d bytes, over the limit of %d bytes (MaxMessage)", n, s.cfg.MaxMessage)))
 		return
 	}
 	s.write(c, "assignment", parts...)
@@ -119,7 +120,7 @@ func (s *Server) sendShare(c *sconn, id uint64, sh *rendezvous.Shares, rank int)
 
 // shareParts is the frame of the reply to join id that carries node rank's share, in parts: those encoded once
 // for every node (the common part, the slice's table, attached raw: attached) are shared, not copied.
-func shareParts(id uint64, sh *rendezvous.Shares, rank int) [][]byte {
+func shareParts(id uint64, sh *agree.Shares, rank int) [][]byte {
 	parts := append([][]byte{nil, replyHead(id, "assignment")}, sh.Value(rank)...)
 	parts = append(parts, closeBrace)
 	n := 0
@@ -152,7 +153,7 @@ func (s *Server) serve(c *sconn) {
 			var e *rendezvous.Error
 			if errors.As(err, &e) {
 				s.log.Warn("rendezvous message refused", zap.String("remote", remote), zap.Error(err))
-				s.send(c, &message{Type: msgRejected, Error: rendezvous.ToWire(err)})
+				s.send(c, &message{Type: msgRejected, Error: agree.ToWire(err)})
 			} else {
 				s.log.Debug("rendezvous connection ended", zap.String("remote", remote), zap.Error(err))
 			}
@@ -167,7 +168,7 @@ func (s *Server) serve(c *sconn) {
 			continue
 		case msgJoin, msgBarrier, msgPublish, msgGather, msgFail, msgLeave, msgWaiting, msgFinish:
 		default:
-			s.send(c, &message{Type: msgRejected, Error: rendezvous.ToWire(rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a client may not send a %q message", m.Type)))})
+			s.send(c, &message{Type: msgRejected, Error: agree.ToWire(agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a client may not send a %q message", m.Type)))})
 			return
 		}
 		reqs.Add(1)
@@ -202,9 +203,9 @@ func (s *Server) wait(c *sconn, done <-chan struct{}, timeout time.Duration) (bo
 	case <-t.C:
 		return false, nil
 	case <-c.done:
-		return false, rendezvous.NewError(rendezvous.ErrClosed, "connection closed")
+		return false, agree.NewError(rendezvous.ErrClosed, "connection closed")
 	case <-s.done:
-		return false, rendezvous.NewError(rendezvous.ErrClosed, "server closed")
+		return false, agree.NewError(rendezvous.ErrClosed, "server closed")
 	}
 }
 
@@ -249,5 +250,5 @@ func (s *Server) beforeJoined(c *sconn, m *message, w *world, e *entry) {
 		s.reply(c, m.ID, s.formingProgress(w), nil)
 		return
 	}
-	s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
+	s.reply(c, m.ID, nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message before a completed join", m.Type)))
 }

@@ -3,6 +3,7 @@ package tcp
 import (
 	"fmt"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.uber.org/zap"
 
@@ -12,7 +13,7 @@ import (
 // failed spreads the failure node rank reported (msgFail) to the rest of its world.
 func (s *Server) failed(c *sconn, w *world, e *entry, rank int, m *message) {
 	if m.Failure == nil {
-		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrProtocol, "fail message without a failure"))
+		s.reply(c, m.ID, nil, agree.NewError(rendezvous.ErrProtocol, "fail message without a failure"))
 		return
 	}
 	f := *m.Failure

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"tpurun/rendezvous/internal/agree"
 
 	"tpurun/rendezvous"
 )
@@ -79,7 +80,7 @@ func (s *Server) gather(c *sconn, w *world, m *message) {
 			}
 		}
 		s.mu.Unlock()
-		s.reply(c, m.ID, nil, rendezvous.NewError(rendezvous.ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
+		s.reply(c, m.ID, nil, agree.NewError(rendezvous.ErrTimeout, fmt.Sprintf("gather %q: these nodes did not publish in time", m.Name), late...))
 		return
 	}
 	data, enc, gerr := g.data, g.enc, g.err

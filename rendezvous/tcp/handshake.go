@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // The handshake opens every connection to the embedded server, before any message may be sent. Both sides prove
@@ -88,10 +89,10 @@ func clientHandshake(nc net.Conn, addr, token string, deadline time.Time) error 
 	}
 	v, status := binary.BigEndian.Uint16(ch[4:]), binary.BigEndian.Uint16(ch[6:])
 	if status == statusVersion || v != Version {
-		return rendezvous.NewError(rendezvous.ErrVersion, fmt.Sprintf("the rendezvous server at %s speaks protocol version %d and this node version %d; run the same tpurun version on every node", addr, v, Version))
+		return agree.NewError(rendezvous.ErrVersion, fmt.Sprintf("the rendezvous server at %s speaks protocol version %d and this node version %d; run the same tpurun version on every node", addr, v, Version))
 	}
 	if status != statusOK {
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the rendezvous server at %s answered the handshake with status %d", addr, status))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the rendezvous server at %s answered the handshake with status %d", addr, status))
 	}
 	sn := ch[8 : 8+nonceLen]
 	if !hmac.Equal(ch[8+nonceLen:], proof(token, serverLabel, cn, sn)) {
@@ -99,7 +100,7 @@ func clientHandshake(nc net.Conn, addr, token string, deadline time.Time) error 
 		if token == "" {
 			has = "a token and this node none"
 		}
-		return rendezvous.NewError(rendezvous.ErrBadToken, fmt.Sprintf("the rendezvous server at %s holds %s; give every node the same token", addr, has))
+		return agree.NewError(rendezvous.ErrBadToken, fmt.Sprintf("the rendezvous server at %s holds %s; give every node the same token", addr, has))
 	}
 	if _, err := nc.Write(proof(token, clientLabel, cn, sn)); err != nil {
 		return err
@@ -112,11 +113,11 @@ func clientHandshake(nc net.Conn, addr, token string, deadline time.Time) error 
 	case statusOK:
 		return nil
 	case statusBadToken:
-		return rendezvous.NewError(rendezvous.ErrBadToken, fmt.Sprintf("the rendezvous server at %s refused this node's token; give every node the same token", addr))
+		return agree.NewError(rendezvous.ErrBadToken, fmt.Sprintf("the rendezvous server at %s refused this node's token; give every node the same token", addr))
 	case statusFull:
-		return rendezvous.StoreLost(addr, "the rendezvous server has its maximum of connections")
+		return agree.StoreLost(addr, "the rendezvous server has its maximum of connections")
 	}
-	return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the rendezvous server at %s answered the handshake with verdict %x", addr, vd))
+	return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the rendezvous server at %s answered the handshake with verdict %x", addr, vd))
 }
 
 // notHandshake explains a server that answered the hello with something else than a challenge: a version 1
@@ -129,11 +130,11 @@ func notHandshake(nc net.Conn, addr string, hdr []byte) error {
 				Type string `json:"type"`
 			}
 			if json.Unmarshal(body, &m) == nil && m.V > 0 && m.Type != "" {
-				return rendezvous.NewError(rendezvous.ErrVersion, fmt.Sprintf("the rendezvous server at %s speaks protocol version %d (an older tpurun) and this node version %d; run the same tpurun version on every node", addr, m.V, Version))
+				return agree.NewError(rendezvous.ErrVersion, fmt.Sprintf("the rendezvous server at %s speaks protocol version %d (an older tpurun) and this node version %d; run the same tpurun version on every node", addr, m.V, Version))
 			}
 		}
 	}
-	return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the server at %s is not a tpurun rendezvous server (it answered %q); check the endpoint", addr, hdr))
+	return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("the server at %s is not a tpurun rendezvous server (it answered %q); check the endpoint", addr, hdr))
 }
 
 // pending is an accepted connection that has not completed the handshake. Guarded by Server.mu.
@@ -150,7 +151,7 @@ type pending struct {
 }
 
 // v1Refusal tells a version 1 client, in its own framing, why it cannot join.
-var v1Refusal = &message{V: 1, Type: msgRejected, Error: &rendezvous.WireError{Code: "protocol",
+var v1Refusal = &message{V: 1, Type: msgRejected, Error: &agree.WireError{Code: "protocol",
 	Detail: fmt.Sprintf("this rendezvous server speaks protocol version %d (a newer tpurun) and the client version 1; run the same tpurun version on every node", Version)}}
 
 // handshake authenticates pc and then serves it. It reads only the fixed-size handshake, under the auth deadline.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.uber.org/zap"
 
@@ -60,7 +61,7 @@ type joinReq struct {
 	timeout  time.Duration
 }
 
-func (r *joinReq) size() string { return rendezvous.SizeRange(r.min, r.nnodes) }
+func (r *joinReq) size() string { return agree.SizeRange(r.min, r.nnodes) }
 
 // join enters c's node into a generation and answers with its share of the agreed world, or why there is none.
 func (s *Server) join(c *sconn, m *message) {
@@ -96,7 +97,7 @@ func (s *Server) enter(c *sconn, r *joinReq) (*world, *entry, error) {
 	s.mu.Lock()
 	if c.ent != nil {
 		s.mu.Unlock()
-		return nil, nil, rendezvous.NewError(rendezvous.ErrProtocol, "a second join on one connection; open a new connection per generation")
+		return nil, nil, agree.NewError(rendezvous.ErrProtocol, "a second join on one connection; open a new connection per generation")
 	}
 	if err := s.straggler(&r.mem); err != nil {
 		s.mu.Unlock()
@@ -193,15 +194,15 @@ func (w *world) sameSize(r *joinReq) error {
 			rank = e.m.Rank // none assigned yet: the one it asked for, if any
 		}
 		if !e.lost && !e.left {
-			refs, vals = append(refs, e.m.Ref(rank)), append(vals, rendezvous.SizeRange(w.min, w.nnodes))
+			refs, vals = append(refs, e.m.Ref(rank)), append(vals, agree.SizeRange(w.min, w.nnodes))
 		}
 	}
 	refs, vals = append(refs, r.mem.Ref(r.mem.Rank)), append(vals, r.size())
 	if len(refs) == 1 { // nobody left to name for the world's size
-		return rendezvous.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
-			w.gen, rendezvous.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
+		return agree.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
+			w.gen, agree.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
 	}
-	return rendezvous.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
+	return agree.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
 }
 
 // claim enters mem into w: the same instance again takes its entry over (old is the connection it had); another
@@ -224,7 +225,7 @@ func (w *world) claim(c *sconn, mem rendezvous.Member) (e *entry, old *sconn, er
 		return nil, nil, err
 	}
 	if w.complete {
-		return nil, nil, rendezvous.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.Ref(-1))
+		return nil, nil, agree.NewError(rendezvous.ErrWorldFull, fmt.Sprintf("generation %d already has its %d nodes; restart every node together, or join the latest generation to wait for the next", mem.Generation, len(w.byRank)), mem.Ref(-1))
 	}
 	e = &entry{m: mem, conn: c, rank: -1}
 	w.add(e)
@@ -251,14 +252,14 @@ func (w *world) duplicate(mem rendezvous.Member) error {
 	if !w.complete {
 		claimed = x.m.Rank // no rank assigned yet: the one it asked for, if any
 	}
-	return rendezvous.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
+	return agree.NewError(rendezvous.ErrDuplicateNode, fmt.Sprintf("generation %d: the %s is already claimed by a live node; each node must have its own host name and node rank (check TPU_WORKER_ID, the node rank and host name each node is given, and that tpurun runs once per host)", mem.Generation, what),
 		mem.Ref(mem.Rank), x.m.Ref(claimed))
 }
 
 // awaitWorld waits until e's world is agreed (e's rank, and the shares), fails (the error every joiner gets), or
 // times out: then an elastic world with enough nodes completes with those present, and any other fails naming
 // the nodes that never arrived. ErrClosed when the connection or the server ends first.
-func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*rendezvous.Shares, int, error) {
+func (s *Server) awaitWorld(c *sconn, w *world, e *entry, timeout time.Duration) (*agree.Shares, int, error) {
 	ok, err := s.wait(c, w.formed, timeout)
 	if err != nil {
 		return nil, 0, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // Liveness: how a side of a connection decides that its peer is gone.
@@ -70,14 +71,14 @@ func (f *frameReader) next() (*message, error) {
 		return decodeMessage(body)
 	}
 	if len(body) < 4 || uint64(binary.BigEndian.Uint32(body)) > uint64(len(body)-4) {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a frame of %d bytes with an attachment is malformed", len(body)))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("a frame of %d bytes with an attachment is malformed", len(body)))
 	}
 	n := 4 + int(binary.BigEndian.Uint32(body))
 	m, err := decodeMessage(body[4:n])
 	if err != nil {
 		return nil, err
 	}
-	m.Table = &rendezvous.SliceTable{}
+	m.Table = &agree.SliceTable{}
 	if err := m.Table.UnmarshalBinary(body[n:]); err != nil {
 		return nil, err
 	}
@@ -110,7 +111,7 @@ func (f *frameReader) frame() ([]byte, error) {
 		n := binary.BigEndian.Uint32(f.hdr[:])
 		f.att, n = n&attached != 0, n&^attached
 		if uint64(n) > uint64(f.max) {
-			return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, f.max))
+			return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("message of %d bytes exceeds the limit of %d bytes", n, f.max))
 		}
 		f.in, f.want, f.body = true, int(n), make([]byte, 0, min(int(n), firstChunk))
 	}

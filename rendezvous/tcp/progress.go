@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/internal/progress"
 )
 
@@ -45,13 +46,13 @@ func (w *world) progressLine() string {
 	}
 	var missing []string
 	var re *rendezvous.Error
-	if errors.As(rendezvous.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, 0), &re) {
+	if errors.As(agree.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, 0), &re) {
 		for _, n := range re.Nodes {
 			missing = append(missing, n.String())
 		}
 	}
 	return fmt.Sprintf("rendezvous: generation %d waits for nodes: %d of %s arrived (%s); missing: %s",
-		w.gen, len(w.entries), rendezvous.SizeRange(w.min, w.nnodes), progress.List(names, maxNamed), progress.List(missing, maxNamed))
+		w.gen, len(w.entries), agree.SizeRange(w.min, w.nnodes), progress.List(names, maxNamed), progress.List(missing, maxNamed))
 }
 
 // waitLine says how long w's join still waits: until its timeout, or the end of its last call. With s.mu held.

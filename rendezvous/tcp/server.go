@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"go.uber.org/zap"
 
@@ -42,12 +43,12 @@ type Server struct {
 // Listen binds the server and starts serving in the background. Close stops it.
 func Listen(cfg ServerConfig) (*Server, error) {
 	cfg.defaults()
-	host, _, err := rendezvous.SplitEndpoint(setting.RendezvousListen, cfg.Addr, true)
+	host, _, err := agree.SplitEndpoint(setting.RendezvousListen, cfg.Addr, true)
 	if err != nil {
 		return nil, err
 	}
 	if !rendezvous.IsLoopback(host) && cfg.Token == "" && !cfg.AllowUnauthenticated {
-		return nil, &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: setting.RendezvousListen, Value: cfg.Addr,
+		return nil, &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(setting.RendezvousListen), Value: cfg.Addr,
 			Detail: "not loopback, and there is no token: anyone who can reach it could join; give every node the same token, or listen on 127.0.0.1"}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -56,7 +57,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	log := cfg.Logger.With(zap.String("rdzv_server", ln.Addr().String()))
 	s := &Server{
-		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: rendezvous.HostsSum(cfg.Hosts),
+		cfg: cfg, log: log, ln: ln, tally: newTally(log, cfg.WarnInterval), hostsSum: agree.HostsSum(cfg.Hosts),
 		worlds: map[int]*world{}, conns: map[*sconn]struct{}{}, changed: make(chan struct{}), done: make(chan struct{}),
 		freed: make(chan struct{}, 1), lag: newLagMeter(),
 	}

@@ -14,6 +14,7 @@ import (
 
 	"tpurun/internal/setting"
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/internal/progress"
 )
 
@@ -59,7 +60,7 @@ type Store struct {
 // names the nodes by rank (a static world); linger is how long a hosted server waits for connected nodes at close.
 // Nothing is bound or dialled yet (CheckEndpoint, Host).
 func NewStore(cfg *rendezvous.Config, log *zap.Logger, endpoint string, hosts []string, linger time.Duration) *Store {
-	return &Store{cfg: cfg, log: log, endpoint: endpoint, hosts: hosts, hostsSum: rendezvous.HostsSum(hosts), linger: linger}
+	return &Store{cfg: cfg, log: log, endpoint: endpoint, hosts: hosts, hostsSum: agree.HostsSum(hosts), linger: linger}
 }
 
 // Endpoint is the address of the server this node talks to.
@@ -82,13 +83,13 @@ func HostedServer(r *rendezvous.Rendezvous) *Server {
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
 func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger time.Duration) (*Store, error) {
 	if c.NNodes < 1 {
-		return nil, rendezvous.ConfigError(setting.RendezvousNodes, "0", "tcp rendezvous needs a node count")
+		return nil, agree.ConfigError(setting.RendezvousNodes, "0", "tcp rendezvous needs a node count")
 	}
 	isHost := c.Conf["is_host"]
 	switch isHost {
 	case "true", "1", "false", "0", "", "auto":
 	default:
-		return nil, rendezvous.ConfigError(setting.RendezvousOption, "is_host="+isHost, "use true, false or auto")
+		return nil, agree.ConfigError(setting.RendezvousOption, "is_host="+isHost, "use true, false or auto")
 	}
 	t := NewStore(c, log, c.Endpoint, nil, linger)
 	if t.endpoint == "" {
@@ -114,16 +115,16 @@ func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger t
 // CheckEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
 // where zeroOK: this node hosts and nobody else needs to find the port), and a token unless it is loopback.
 func (t *Store) CheckEndpoint(zeroOK bool) error {
-	host, _, err := rendezvous.SplitEndpoint(setting.RendezvousEndpoint, t.endpoint, zeroOK)
+	host, _, err := agree.SplitEndpoint(setting.RendezvousEndpoint, t.endpoint, zeroOK)
 	if err != nil {
 		return err
 	}
 	if t.cfg.Token == "" && !rendezvous.IsLoopback(host) && !t.cfg.AllowUnauthenticated {
-		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: setting.RendezvousEndpoint, Value: t.endpoint,
+		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(setting.RendezvousEndpoint), Value: t.endpoint,
 			Detail: "not a loopback address, and there is no token (Config.Token): the rendezvous would be open to anyone who can reach it"}
 	}
 	if t.cfg.Listen != "" {
-		if _, _, err := rendezvous.SplitEndpoint(setting.RendezvousListen, t.cfg.Listen, true); err != nil {
+		if _, _, err := agree.SplitEndpoint(setting.RendezvousListen, t.cfg.Listen, true); err != nil {
 			return err
 		}
 	}
@@ -142,9 +143,9 @@ func (t *Store) defaultEndpoint() (string, error) {
 	hosts := t.cfg.Hosts
 	switch {
 	case len(hosts) == 0:
-		return "", rendezvous.ConfigError(setting.RendezvousEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+		return "", agree.ConfigError(setting.RendezvousEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	case len(hosts) != t.cfg.NNodes:
-		return "", rendezvous.ConfigError(setting.RendezvousEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
+		return "", agree.ConfigError(setting.RendezvousEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
 			need, len(hosts), t.cfg.NNodes))
 	}
 	t.log.Debug("tcp rendezvous endpoint from the host list", zap.String("host", hosts[0]))
@@ -227,7 +228,7 @@ func (t *Store) Join(ctx context.Context, m rendezvous.Member, log *zap.Logger) 
 // fills its nodes in from it).
 func received(resp *message) (*rendezvous.Assignment, error) {
 	if resp.Assignment == nil {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, "join reply without an assignment")
+		return nil, agree.NewError(rendezvous.ErrProtocol, "join reply without an assignment")
 	}
 	if resp.Table != nil {
 		if err := resp.Table.Check(resp.Assignment); err != nil {
@@ -266,7 +267,7 @@ type tcpSession struct {
 	c       *client
 	timeout time.Duration
 	asg     *rendezvous.Assignment // the share as received
-	table   *rendezvous.SliceTable // its slice's nodes, when they came beside it (checked: Fill cannot fail)
+	table   *agree.SliceTable      // its slice's nodes, when they came beside it (checked: Fill cannot fail)
 	hosts   []string               // names its nodes when the share leaves them out (nameFrom)
 }
 
@@ -278,7 +279,7 @@ func (t *tcpSession) Assignment() *rendezvous.Assignment {
 	if t.table != nil {
 		_ = t.table.Fill(a) // checked as it was received
 	}
-	a.NameFrom(t.hosts)
+	agree.NameFrom(a, t.hosts)
 	return a
 }
 

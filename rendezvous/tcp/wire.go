@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"tpurun/rendezvous/internal/agree"
 
 	"tpurun/rendezvous"
 )
@@ -17,7 +18,7 @@ import (
 // handshake and carried the token in every message; version 2 had no finish message, no job_closed error and no
 // mismatch values; version 3 sent every node the whole world (every node's name and address) in its assignment;
 // version 4 sent the whole host list in every join (version 5 its sum); version 5 sent a slice's hosts as an array
-// of objects in each share (version 6 sends the slice's table beside it: rendezvous.SliceTable).
+// of objects in each share (version 6 sends the slice's table beside it: agree.SliceTable).
 const Version = 6
 
 // DefaultMaxMessage bounds one message (frame body) in bytes.
@@ -58,9 +59,9 @@ type message struct {
 	ExitCode   int                    `json:"exit_code,omitempty"`
 	LateMS     int64                  `json:"late_ms,omitempty"` // ping: how late the node sends it (its own lag)
 	Assignment *rendezvous.Assignment `json:"assignment,omitempty"`
-	Table      *rendezvous.SliceTable `json:"-"` // beside a share whose slice it names: the frame's attachment
+	Table      *agree.SliceTable      `json:"-"` // beside a share whose slice it names: the frame's attachment
 	Failure    *rendezvous.Failure    `json:"failure,omitempty"`
-	Error      *rendezvous.WireError  `json:"error,omitempty"`
+	Error      *agree.WireError       `json:"error,omitempty"`
 	Extra      map[string]string      `json:"extra,omitempty"`
 }
 
@@ -103,7 +104,7 @@ func appendFrame(m *message, max int) ([]byte, error) {
 	}
 	f := bytes.TrimSuffix(buf.Bytes(), []byte("\n")) // the encoder ends a value with a newline
 	if len(f)-4 > max {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message of %d bytes exceeds the limit of %d bytes", m.Type, len(f)-4, max))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("%s message of %d bytes exceeds the limit of %d bytes", m.Type, len(f)-4, max))
 	}
 	binary.BigEndian.PutUint32(f, uint32(len(f)-4))
 	return f, nil
@@ -116,7 +117,7 @@ func frameHeader(n int) []byte {
 
 // attached is the flag of a frame header (its high bit) whose body is a JSON message with an attachment: the
 // message's length (4 bytes, big-endian), the message, then the attachment, raw bytes read without decoding (a
-// slice's table beside a share: rendezvous.SliceTable's binary form).
+// slice's table beside a share: agree.SliceTable's binary form).
 const attached = 1 << 31
 
 // attachedHeader opens a frame of a message of msgLen bytes and an attachment of n bytes: the frame header and
@@ -181,16 +182,16 @@ func decodeMessage(body []byte) (*message, error) {
 	dec.DisallowUnknownFields()
 	var m message
 	if err := dec.Decode(&m); err != nil {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("malformed message (%d bytes): %v", len(body), err))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("malformed message (%d bytes): %v", len(body), err))
 	}
 	if dec.More() {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, "trailing data after the message")
+		return nil, agree.NewError(rendezvous.ErrProtocol, "trailing data after the message")
 	}
 	if m.V != Version {
-		return nil, rendezvous.NewError(rendezvous.ErrVersion, fmt.Sprintf("message version %d; this build speaks version %d (run the same tpurun on every node)", m.V, Version))
+		return nil, agree.NewError(rendezvous.ErrVersion, fmt.Sprintf("message version %d; this build speaks version %d (run the same tpurun on every node)", m.V, Version))
 	}
 	if !knownTypes[m.Type] {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("unknown message type %q", m.Type))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("unknown message type %q", m.Type))
 	}
 	if m.Type == msgJoin {
 		if err := checkJoin(&m); err != nil {
@@ -198,7 +199,7 @@ func decodeMessage(body []byte) (*message, error) {
 		}
 	}
 	if m.TimeoutMS < 0 || m.LateMS < 0 {
-		return nil, rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative timeout %d ms or lateness %d ms", m.TimeoutMS, m.LateMS))
+		return nil, agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative timeout %d ms or lateness %d ms", m.TimeoutMS, m.LateMS))
 	}
 	return &m, nil
 }
@@ -206,22 +207,22 @@ func decodeMessage(body []byte) (*message, error) {
 // checkJoin checks what a join message carries: a valid member, a world size, and a node rank within it.
 func checkJoin(m *message) error {
 	if m.Member == nil {
-		return rendezvous.NewError(rendezvous.ErrProtocol, "join message without a member")
+		return agree.NewError(rendezvous.ErrProtocol, "join message without a member")
 	}
 	if err := m.Member.Validate(); err != nil {
 		return err
 	}
 	if m.NNodes < 1 || m.NNodes > rendezvous.MaxNodes {
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with nnodes %d; need 1..%d", m.NNodes, rendezvous.MaxNodes))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with nnodes %d; need 1..%d", m.NNodes, rendezvous.MaxNodes))
 	}
 	if m.MinNodes < 0 || m.MinNodes > m.NNodes {
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with min_nodes %d of %d", m.MinNodes, m.NNodes))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("join message with min_nodes %d of %d", m.MinNodes, m.NNodes))
 	}
 	if limit := cmp.Or(m.MinNodes, m.NNodes); m.Member.Rank >= limit {
-		return rendezvous.NewError(rendezvous.ErrConfig, fmt.Sprintf("host %q requests node rank %d of a world of %s nodes", m.Member.Host, m.Member.Rank, rendezvous.SizeRange(m.MinNodes, m.NNodes)))
+		return agree.NewError(rendezvous.ErrConfig, fmt.Sprintf("host %q requests node rank %d of a world of %s nodes", m.Member.Host, m.Member.Rank, agree.SizeRange(m.MinNodes, m.NNodes)))
 	}
 	if m.LastCallMS < 0 {
-		return rendezvous.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
+		return agree.NewError(rendezvous.ErrProtocol, fmt.Sprintf("negative last call %d ms", m.LastCallMS))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"time"
+	"tpurun/rendezvous/internal/agree"
 
 	"tpurun/rendezvous"
 )
@@ -35,9 +36,9 @@ type world struct {
 	byAsked    map[int]*entry
 	complete   bool
 	byRank     []*entry
-	agreed     *rendezvous.Agreed // the agreed world, once complete; each node gets its share
-	named      bool               // the host list names every node: shares leave the names out
-	shares     *rendezvous.Shares // every node's share, encoded once (Agreed.Encode)
+	agreed     *agree.Agreed // the agreed world, once complete; each node gets its share
+	named      bool          // the host list names every node: shares leave the names out
+	shares     *agree.Shares // every node's share, encoded once (Agreed.Encode)
 	err        error
 	formed     chan struct{} // closed when the join ends: the world complete (agreed or err), or joinErr
 	ended      bool          // formed is closed
@@ -145,7 +146,7 @@ func (w *world) missing(waited time.Duration) error {
 	for i, e := range w.entries {
 		arrived[i] = e.m
 	}
-	return rendezvous.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, waited)
+	return agree.Missing(w.gen, w.min, w.nnodes, arrived, w.hosts, waited)
 }
 
 // finish assigns ranks and checks agreement; called when the join is over with min..nnodes nodes present. It
@@ -158,9 +159,9 @@ func (w *world) finish() {
 	for i, e := range w.entries {
 		members[i] = e.m
 	}
-	ranks, err := rendezvous.AssignRanks(members, n)
+	ranks, err := agree.AssignRanks(members, n)
 	if err == nil {
-		err = rendezvous.Agree(members, ranks, w.gen)
+		err = agree.Agree(members, ranks, w.gen)
 	}
 	if err != nil {
 		w.err = err
@@ -171,7 +172,7 @@ func (w *world) finish() {
 		e.rank = ranks[i]
 		w.byRank[e.rank] = e
 	}
-	w.agreed = rendezvous.AgreeWorld(members, ranks)
+	w.agreed = agree.AgreeWorld(members, ranks)
 	w.named = !w.mixed && w.agreed.NamedBySum(w.hostsSum)
 	w.shares = w.agreed.Encode(w.named)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"tpurun/rendezvous"
+	"tpurun/rendezvous/internal/agree"
 )
 
 // TestSharesEncodedOnce: every node's share as the server sends it, from the parts encoded once for the whole
@@ -33,7 +34,7 @@ func TestSharesEncodedOnce(t *testing.T) {
 			for i := range ms {
 				ms[i], ranks[i], hosts[i] = mk(i, i/4, tc.uneven), i, fmt.Sprintf("h%d", i)
 			}
-			w := rendezvous.AgreeWorld(ms, ranks)
+			w := agree.AgreeWorld(ms, ranks)
 			named := tc.named && w.NamedBy(hosts)
 			if named != tc.named {
 				t.Fatalf("named %v, want %v", named, tc.named)

@@ -1,4 +1,4 @@
-package rendezvous
+package agree
 
 import (
 	"encoding/json"
@@ -8,15 +8,17 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"tpurun/rendezvous"
 )
 
 func TestAssignRanksAndSlices(t *testing.T) {
-	mk := func(host string, slice, rank int) Member {
-		return Member{Instance: host, Host: host, Addr: host + ".ip", LocalWorkers: 4, Accelerator: "v4-16", RunID: "r",
-			SliceID: slice, NumSlices: 2, Rank: rank, Ports: map[string]int{PortMaster: 1234, PortMegascale: 8081}}
+	mk := func(host string, slice, rank int) rendezvous.Member {
+		return rendezvous.Member{Instance: host, Host: host, Addr: host + ".ip", LocalWorkers: 4, Accelerator: "v4-16", RunID: "r",
+			SliceID: slice, NumSlices: 2, Rank: rank, Ports: map[string]int{rendezvous.PortMaster: 1234, rendezvous.PortMegascale: 8081}}
 	}
 	// arrival order: slice 1 first; one node asks for rank 3
-	ms := []Member{mk("b1", 1, -1), mk("a0", 0, -1), mk("b0", 1, 3), mk("a1", 0, -1)}
+	ms := []rendezvous.Member{mk("b1", 1, -1), mk("a0", 0, -1), mk("b0", 1, 3), mk("a1", 0, -1)}
 	ranks, err := AssignRanks(ms, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -39,16 +41,16 @@ func TestAssignRanksAndSlices(t *testing.T) {
 	if s := a.Self(); s.FirstRank != 12 || s.Host != "b0" || s.Rank != 3 {
 		t.Fatalf("node 3: %+v", s)
 	}
-	if want := []Span{{Nodes: 2, LocalWorkers: 4, SliceID: 0}, {Nodes: 2, LocalWorkers: 4, SliceID: 1}}; !reflect.DeepEqual(a.Layout, want) {
+	if want := []rendezvous.Span{{Nodes: 2, LocalWorkers: 4, SliceID: 0}, {Nodes: 2, LocalWorkers: 4, SliceID: 1}}; !reflect.DeepEqual(a.Layout, want) {
 		t.Fatalf("layout %+v, want %+v", a.Layout, want)
 	}
 	if all := a.AllNodes(); len(all) != 4 || all[1].FirstRank != 4 || all[1].SliceID != 0 || all[1].Host != "" || all[2].Host != "b1" {
 		t.Fatalf("all nodes %+v: ranks and slices for every node, names for the share's", all)
 	}
 	// the same rank requested twice
-	_, err = AssignRanks([]Member{mk("x", 0, 1), mk("y", 0, 1)}, 2)
-	var e *Error
-	if !errors.As(err, &e) || !errors.Is(err, ErrDuplicateNode) || len(e.Nodes) != 2 {
+	_, err = AssignRanks([]rendezvous.Member{mk("x", 0, 1), mk("y", 0, 1)}, 2)
+	var e *rendezvous.Error
+	if !errors.As(err, &e) || !errors.Is(err, rendezvous.ErrDuplicateNode) || len(e.Nodes) != 2 {
 		t.Fatalf("%v", err)
 	}
 }
@@ -57,12 +59,12 @@ func TestAssignRanksAndSlices(t *testing.T) {
 // named by a host list none (the receiver names them from its list), so it does not grow with the world.
 func TestShareIsWhatANodeNeeds(t *testing.T) {
 	hosts := make([]string, 1000)
-	ms := make([]Member, len(hosts))
+	ms := make([]rendezvous.Member, len(hosts))
 	ranks := make([]int, len(hosts))
 	for i := range ms {
 		hosts[i] = fmt.Sprintf("h%d", i)
-		ms[i] = Member{Instance: hosts[i], Host: hosts[i], Addr: hosts[i], LocalWorkers: 8, RunID: "r", Role: "trainer",
-			UnevenWorkers: true, Ports: map[string]int{PortMaster: 1}}
+		ms[i] = rendezvous.Member{Instance: hosts[i], Host: hosts[i], Addr: hosts[i], LocalWorkers: 8, RunID: "r", Role: "trainer",
+			UnevenWorkers: true, Ports: map[string]int{rendezvous.PortMaster: 1}}
 		ranks[i] = i
 	}
 	ms[500].LocalWorkers = 2 // one odd node: three spans
@@ -82,23 +84,23 @@ func TestShareIsWhatANodeNeeds(t *testing.T) {
 	if err != nil || len(b) > 512 || len(a.Nodes) != 0 {
 		t.Fatalf("a named share is %d bytes with %d nodes (%v)", len(b), len(a.Nodes), err)
 	}
-	a.NameFrom(hosts)
+	NameFrom(a, hosts)
 	if got := a.Addrs(); len(got) != 1000 || got[7] != "h7" || a.Self().Host != "h7" || a.Self().FirstRank != 28 {
 		t.Fatalf("named from the list: %d addrs, self %+v", len(got), a.Self())
 	}
 }
 
 func TestAgreeNamesTheOddNode(t *testing.T) {
-	m := func(host, acc string, workers int) Member {
-		return Member{Instance: host, Host: host, Accelerator: acc, LocalWorkers: workers, RunID: "r"}
+	m := func(host, acc string, workers int) rendezvous.Member {
+		return rendezvous.Member{Instance: host, Host: host, Accelerator: acc, LocalWorkers: workers, RunID: "r"}
 	}
 	cases := []struct {
-		ms  []Member
+		ms  []rendezvous.Member
 		odd string
 	}{
-		{[]Member{m("a", "v4-32", 4), m("b", "v4-32", 4), m("c", "v5p-32", 4)}, "c"},
-		{[]Member{m("a", "v4-32", 8), m("b", "v4-32", 4), m("c", "v4-32", 4)}, "a"},
-		{[]Member{m("a", "v4-32", 4), m("b", "v4-16", 4)}, "b"}, // a tie: the lowest rank's value wins
+		{[]rendezvous.Member{m("a", "v4-32", 4), m("b", "v4-32", 4), m("c", "v5p-32", 4)}, "c"},
+		{[]rendezvous.Member{m("a", "v4-32", 8), m("b", "v4-32", 4), m("c", "v4-32", 4)}, "a"},
+		{[]rendezvous.Member{m("a", "v4-32", 4), m("b", "v4-16", 4)}, "b"}, // a tie: the lowest rank's value wins
 	}
 	for i, tc := range cases {
 		ranks := make([]int, len(tc.ms))
@@ -106,12 +108,12 @@ func TestAgreeNamesTheOddNode(t *testing.T) {
 			ranks[j] = j
 		}
 		err := Agree(tc.ms, ranks, 0)
-		var e *MismatchError
-		if !errors.As(err, &e) || !errors.Is(err, ErrMismatch) || len(e.Odd()) != 1 || e.Odd()[0].Host != tc.odd {
+		var e *rendezvous.MismatchError
+		if !errors.As(err, &e) || !errors.Is(err, rendezvous.ErrMismatch) || len(e.Odd()) != 1 || e.Odd()[0].Host != tc.odd {
 			t.Errorf("case %d: %v, want %s named", i, err, tc.odd)
 		}
 	}
-	if err := Agree([]Member{m("a", "x", 1), m("b", "x", 1)}, []int{0, 1}, 0); err != nil {
+	if err := Agree([]rendezvous.Member{m("a", "x", 1), m("b", "x", 1)}, []int{0, 1}, 0); err != nil {
 		t.Fatal(err)
 	}
 }

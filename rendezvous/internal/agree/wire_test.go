@@ -1,4 +1,4 @@
-package rendezvous
+package agree
 
 import (
 	"strings"

@@ -1,8 +1,10 @@
-package rendezvous
+package agree
 
 import (
 	"fmt"
 	"strings"
+
+	"tpurun/rendezvous"
 )
 
 // SliceTable is the hosts of one slice of a world of fixed slices as a share carries them (tcp, static): each
@@ -41,14 +43,14 @@ func (t *SliceTable) UnmarshalBinary(b []byte) error {
 	s := string(b)
 	parts := strings.Split(strings.TrimSuffix(s[min(1, len(s)):], tableEnd), tableEnd)
 	if len(s) < 1 || (s[0] != 's' && s[0] != 'a') || len(parts) != 3 {
-		return NewError(ErrProtocol, fmt.Sprintf("a slice table of %d bytes is malformed", len(b)))
+		return NewError(rendezvous.ErrProtocol, fmt.Sprintf("a slice table of %d bytes is malformed", len(b)))
 	}
 	*t = SliceTable{SameAddrs: s[0] == 's', Hosts: parts[0], Addrs: parts[1], Instances: parts[2]}
 	return nil
 }
 
 // sliceTable is the table of nodes (one slice, in rank order), or nil when a field holds tableSep.
-func sliceTable(nodes []Node) *SliceTable {
+func sliceTable(nodes []rendezvous.Node) *SliceTable {
 	hosts, addrs, insts := make([]string, len(nodes)), make([]string, len(nodes)), make([]string, len(nodes))
 	named := true
 	for i, n := range nodes {
@@ -68,8 +70,8 @@ func sliceTable(nodes []Node) *SliceTable {
 // Check reports whether t fits a's layout: as many hosts, addresses and instances as a's slice has nodes. It
 // counts separators, allocating nothing: a host checks its share as it joins, and fills its nodes in (Fill) when
 // they are asked for. A table that does not fit is an ErrProtocol error.
-func (t *SliceTable) Check(a *Assignment) error {
-	slice, n, err := a.ownSlice()
+func (t *SliceTable) Check(a *rendezvous.Assignment) error {
+	slice, n, err := ownSlice(a)
 	if err != nil {
 		return err
 	}
@@ -78,30 +80,30 @@ func (t *SliceTable) Check(a *Assignment) error {
 		addrs = hosts
 	}
 	if hosts != n || addrs != n || insts != n || (t.SameAddrs && t.Addrs != "") {
-		return NewError(ErrProtocol, fmt.Sprintf("the table of slice %d names %d hosts, %d addresses and %d instances; its layout has %d nodes",
+		return NewError(rendezvous.ErrProtocol, fmt.Sprintf("the table of slice %d names %d hosts, %d addresses and %d instances; its layout has %d nodes",
 			slice, hosts, addrs, insts, n))
 	}
 	return nil
 }
 
 // Fill sets a's Nodes, the nodes of its own slice, from t and a's layout (see Check).
-func (t *SliceTable) Fill(a *Assignment) error {
+func (t *SliceTable) Fill(a *rendezvous.Assignment) error {
 	if err := t.Check(a); err != nil {
 		return err
 	}
-	slice, n, _ := a.ownSlice()
+	slice, n, _ := ownSlice(a)
 	hosts, insts := strings.Split(t.Hosts, tableSep), strings.Split(t.Instances, tableSep)
 	addrs := hosts
 	if !t.SameAddrs {
 		addrs = strings.Split(t.Addrs, tableSep)
 	}
-	nodes := make([]Node, 0, n)
+	nodes := make([]rendezvous.Node, 0, n)
 	rank, first := 0, 0
 	for _, sp := range a.Layout {
 		for range sp.Nodes {
 			if sp.SliceID == slice {
 				i := len(nodes)
-				nodes = append(nodes, Node{Rank: rank, Host: hosts[i], Addr: addrs[i], Instance: insts[i], LocalWorkers: sp.LocalWorkers,
+				nodes = append(nodes, rendezvous.Node{Rank: rank, Host: hosts[i], Addr: addrs[i], Instance: insts[i], LocalWorkers: sp.LocalWorkers,
 					SliceID: sp.SliceID, Role: sp.Role, FirstRank: first})
 			}
 			rank++
@@ -113,7 +115,7 @@ func (t *SliceTable) Fill(a *Assignment) error {
 }
 
 // ownSlice is the slice of a's node and its number of nodes, from a's layout.
-func (a *Assignment) ownSlice() (slice, n int, err error) {
+func ownSlice(a *rendezvous.Assignment) (slice, n int, err error) {
 	slice, rank := -1, 0
 	for _, sp := range a.Layout {
 		if slice < 0 && a.NodeRank >= rank && a.NodeRank < rank+sp.Nodes {
@@ -122,7 +124,7 @@ func (a *Assignment) ownSlice() (slice, n int, err error) {
 		rank += sp.Nodes
 	}
 	if slice < 0 || rank != a.NNodes {
-		return 0, 0, NewError(ErrProtocol, fmt.Sprintf("a share of node rank %d in a world of %d nodes laid out as %d", a.NodeRank, a.NNodes, rank))
+		return 0, 0, NewError(rendezvous.ErrProtocol, fmt.Sprintf("a share of node rank %d in a world of %d nodes laid out as %d", a.NodeRank, a.NNodes, rank))
 	}
 	for _, sp := range a.Layout {
 		if sp.SliceID == slice {
