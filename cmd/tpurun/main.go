@@ -47,8 +47,6 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	if err != nil {
 		return parseFailed(stderr, err)
 	}
-	req, _ := o.dev.Request()
-	attempt.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
 	// Every catchable signal, forwarded or acted on, never a dump; caught here, before tpurun writes anything or
 	// answers on --status-addr (a signal meanwhile waits for Run, which stops at once), not by Run, and never
 	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,

@@ -75,11 +75,7 @@ func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 // Release reaps it. Every held process must be released.
 func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	if rp != nil {
-		ps, err := rp.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, true, nil)
-		if err != nil {
-			return nil, errors.Unwrap(err) // the command's own error: its index says nothing
-		}
-		return ps[0], nil
+		return rp.start(cmd, onExit, true)
 	}
 	return startOwn(cmd, onExit, true)
 }
@@ -131,13 +127,6 @@ func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
 func newProcess(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
 	return &Process{cmd: cmd, pid: pid, start: start, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
 		release: make(chan struct{}), done: make(chan struct{})}
-}
-
-// runtimeLocked runs f with the calling goroutine locked to its thread.
-func runtimeLocked(f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	f()
 }
 
 // wait is the waiting goroutine of a process started without a reaper: it sees the exit without reaping
