@@ -140,8 +140,8 @@ func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
 }
 
 // TestReaperConcurrentStartsKeepTheirOwnStdio: starts on one reaper from several goroutines at once (two jobs in
-// one process share its reaper and its forking threads) each give their child the stdout they were given. The
-// forking thread took each batch's descriptors off its socket in the order the batches reached it, not the order
+// one process share its reaper) each give their child the stdout they were given. The forking threads of an
+// earlier start path took each batch's descriptors off a socket in the order the batches reached it, not the order
 // they were sent: a child of one start wrote on another's pipe (seen once, under two CPU hogs: a line of
 // TestExitCodes' rank 2 in TestTenThousandLinesArePrefixedWholeAndInOrder's output, both jobs in the launcher test
 // binary). The window is a preemption between two calls; this stress did not hit it on an idle 2-core machine.
