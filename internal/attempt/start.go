@@ -31,18 +31,25 @@ type Starter interface {
 func (r *Runner) startAll(s *supervisor, local []topology.Worker) {
 	l := r.newLaunch(s)
 	started := 0
-	for _, w := range local {
-		if s.stopping.Load() {
-			break
+	starts := func() {
+		for _, w := range local {
+			if s.stopping.Load() {
+				break
+			}
+			ok, err := r.start1(l, w)
+			if err != nil {
+				r.Ctl.Stop(ErrCause(StopStart, err))
+			}
+			if !ok {
+				break
+			}
+			started++
 		}
-		ok, err := r.start1(l, w)
-		if err != nil {
-			r.Ctl.Stop(ErrCause(StopStart, err))
-		}
-		if !ok {
-			break
-		}
-		started++
+	}
+	if r.Reaper != nil && r.Starter == nil {
+		r.Reaper.Starting(starts) // each start without a hand-over to the reaper's thread and back
+	} else {
+		starts()
 	}
 	r.Log.Info("workers started", zap.Int("attempt", s.as.N), zap.Int("workers", started),
 		zap.String("master", fmt.Sprintf("%s:%d", s.as.MasterAddr, s.as.MasterPort)))

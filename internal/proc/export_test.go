@@ -35,8 +35,6 @@ func WithoutPidfd() {
 // StarterTid is the thread id of r's starter thread: the parent thread of every process started through r.
 func StarterTid(r *Reaper) int {
 	tid := 0
-	r.startMu.Lock()
-	defer r.startMu.Unlock()
 	r.starter.run(func() { tid = unix.Gettid() })
 	return tid
 }

@@ -36,8 +36,7 @@ type Reaper struct {
 	// forkMu is held for reading from a fork until the child is registered in owned, and for writing while orphans
 	// are reaped: a child between its fork and its registration is never taken for an orphan.
 	forkMu  sync.RWMutex
-	startMu sync.Mutex
-	starter *starter // nil once closed: a start is refused
+	starter *starter // closed by Close: a start is refused then
 }
 
 // watch is how the reaper learns the exit of a process started through it.
@@ -400,12 +399,7 @@ func (r *Reaper) Close() {
 	if r.exits != nil {
 		r.exits.close(r)
 	}
-	r.startMu.Lock()
-	if r.starter != nil {
-		r.starter.close()
-		r.starter = nil
-	}
-	r.startMu.Unlock()
+	r.starter.close()
 	if n := r.Orphans(); n > 0 {
 		r.log.Info("reaped orphaned processes", zap.Int("count", n))
 	}

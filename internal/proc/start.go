@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,51 +19,75 @@ import (
 // the process's first one: orphans are re-parented to that one, whose list of children then holds only orphans
 // (see Reaper.leaderChildren).
 type starter struct {
-	reqs chan func()
-	done chan struct{}
+	reqs   chan func()
+	quit   chan struct{}
+	closer sync.Once
+	done   chan struct{} // closed once the thread serves no more
+	tid    int           // the thread's id, set before the first request
 }
 
 func newStarter() *starter {
-	s := &starter{reqs: make(chan func()), done: make(chan struct{})}
-	go s.thread()
+	s := &starter{reqs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan struct{})
+	go s.thread(ready)
+	<-ready // tid is set
 	return s
 }
 
 // thread locks the goroutine to its thread and serves the starts; a goroutine that finds itself on the first
 // thread hands over to a new one, which cannot land there while this one holds it.
-func (s *starter) thread() {
+func (s *starter) thread(ready chan<- struct{}) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		moved := make(chan struct{})
 		go func() {
 			runtime.LockOSThread()
 			close(moved)
-			s.serve()
+			s.serve(ready)
 		}()
 		<-moved
 		runtime.UnlockOSThread()
 		return
 	}
-	s.serve()
+	s.serve(ready)
 }
 
-// serve runs each request on the locked thread until the starter is closed; it returns without unlocking.
-func (s *starter) serve() {
+// serve sets tid, closes ready and runs each request on the locked thread until the starter is closed; it
+// returns without unlocking.
+func (s *starter) serve(ready chan<- struct{}) {
 	defer close(s.done)
-	for f := range s.reqs {
-		f()
+	s.tid = unix.Gettid()
+	close(ready)
+	for {
+		select {
+		case f := <-s.reqs:
+			f()
+		case <-s.quit:
+			return
+		}
 	}
 }
 
-// run runs f on the starter's thread and returns once it has.
-func (s *starter) run(f func()) {
+// run runs f on the starter's thread and returns once it has: at once where the caller is on that thread already
+// (within Starting). It reports false, f not run, once the starter is closed.
+func (s *starter) run(f func()) bool {
+	if unix.Gettid() == s.tid {
+		f()
+		return true
+	}
 	done := make(chan struct{})
-	s.reqs <- func() { f(); close(done) }
-	<-done
+	select {
+	case s.reqs <- func() { f(); close(done) }:
+		<-done
+		return true
+	case <-s.done:
+		return false
+	}
 }
 
+// close ends the thread once the request it runs, if any, is done.
 func (s *starter) close() {
-	close(s.reqs)
+	s.closer.Do(func() { close(s.quit) })
 	<-s.done
 }
 
@@ -85,12 +110,7 @@ func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Proces
 	prepare(cmd)
 	var p *Process
 	var err error
-	r.startMu.Lock()
-	if r.starter == nil {
-		r.startMu.Unlock()
-		return nil, fmt.Errorf("%w: %s: the reaper is closed", ErrNotStarted, cmd.Path)
-	}
-	r.starter.run(func() {
+	ran := r.starter.run(func() {
 		r.forkMu.RLock()
 		defer r.forkMu.RUnlock()
 		t := time.Now()
@@ -103,13 +123,25 @@ func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Proces
 		r.owned[p.pid] = owned{p: p, watch: watchPending}
 		r.mu.Unlock()
 	})
-	r.startMu.Unlock()
+	if !ran {
+		return nil, fmt.Errorf("%w: %s: the reaper is closed", ErrNotStarted, cmd.Path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
 	_ = cmd.Process.Release() // nobody will Wait: the reaper opens a pidfd of its own (watch)
 	r.watch(p)
 	return p, nil
+}
+
+// Starting runs f on the thread that starts this reaper's processes, and returns once f has: every Start and
+// StartHeld that f makes through the reaper runs there at once, without a hand-over to that thread and back for
+// each (a start of many workers in a row). Other starts through the reaper wait until f returns. After Close f
+// runs on the caller's goroutine.
+func (r *Reaper) Starting(f func()) {
+	if !r.starter.run(f) {
+		f()
+	}
 }
 
 // fileStdio refuses stdio that exec.Cmd would copy with goroutines that only Wait ends.

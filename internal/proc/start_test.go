@@ -153,8 +153,8 @@ func TestReaperWithoutPidfd(t *testing.T) {
 	runMain(t, "no-pidfd-main")
 }
 
-// starterMain: the processes started through a reaper are children of one thread, the same for every start and
-// not the process's first (whose list of children holds the orphans only), and Close ends that thread: a child
+// starterMain: the processes started through a reaper, within Starting or not, are children of one thread, the
+// same for every start and not the process's first (whose list of children holds the orphans only), and Close ends that thread: a child
 // still running gets its parent-death signal, SIGKILL.
 func starterMain() error {
 	rp := proc.NewReaper(nil)
@@ -164,13 +164,24 @@ func starterMain() error {
 		return fmt.Errorf("starter thread %d, process %d: want a thread of its own", tid, os.Getpid())
 	}
 	var ps []*proc.Process
-	for range 3 {
-		p, err := rp.Start(exec.Command("/bin/sleep", "60"), nil)
-		if err != nil {
-			rp.Close()
-			return err
+	var err error
+	start := func() {
+		var p *proc.Process
+		if p, err = rp.Start(exec.Command("/bin/sleep", "60"), nil); err == nil {
+			ps = append(ps, p)
 		}
-		ps = append(ps, p)
+	}
+	start()
+	rp.Starting(func() { // two starts run on the starter's thread at once, as one from outside does
+		for range 2 {
+			if start(); err != nil {
+				return
+			}
+		}
+	})
+	if err != nil || len(ps) != 3 {
+		rp.Close()
+		return fmt.Errorf("%d started: %v", len(ps), err)
 	}
 	kids, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", tid))
 	if err != nil {
