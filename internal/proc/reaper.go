@@ -322,9 +322,6 @@ func (r *Reaper) reapPID(pid int) bool {
 	e.MaxRSS = ru.Maxrss * 1024
 	e.UserCPU = time.Duration(ru.Utime.Nano())
 	e.SysCPU = time.Duration(ru.Stime.Nano())
-	if o.p.cmd != nil && o.p.cmd.Process != nil { // nil: forked by the reaper, or adopted
-		_ = o.p.cmd.Process.Release() // nobody will Wait: free Go's handle
-	}
 	o.p.finish(e)
 	return true
 }
