@@ -200,11 +200,3 @@ func (r *Reaper) watch(p *Process) {
 	default:
 	}
 }
-
-// StartWith starts cmd through rp when rp is not nil, else through the package-level Start (cmd.Wait).
-func StartWith(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
-	if rp == nil {
-		return Start(cmd, onExit)
-	}
-	return rp.Start(cmd, onExit)
-}
