@@ -32,7 +32,7 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 			File: s.Results.File, Document: s.Results.Document},
 		Logger: s.Logger, SampleInterval: s.SampleInterval,
 		Signals: p.Signals, CatchSignals: p.CatchSignals, Reap: p.Reap, SweepSubtree: p.SweepSubtree,
-		QuietGC: p.QuietGC, SweepTag: p.SweepTag,
+		SweepTag: p.SweepTag,
 	}
 	if r.NumSlices == 0 {
 		is.Rendezvous.SliceID = -1 // from the environment

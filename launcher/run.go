@@ -20,7 +20,7 @@ var Version = pymodule.Version()
 // By default Run supervises only the processes it starts: it waits for each of them alone (as exec.Cmd.Wait does:
 // by pidfd), changes no signal disposition, no subreaper bit and no GC setting, and a program may start and wait
 // for processes of its own meanwhile. Spec.Process turns on the process-wide help tpurun's command line uses:
-// catching the stop signals, reaping every child as the child subreaper, the quiet GC during starts.
+// catching the stop signals and reaping every child as the child subreaper.
 //
 // ctx bounds the job: when it is canceled or its deadline passes, the workers are stopped (SIGTERM, then SIGKILL
 // after Spec.Grace) and the error has context.Canceled or context.DeadlineExceeded in its chain.

@@ -240,9 +240,6 @@ type Process struct {
 	// of the process and also kills an orphan that dropped the job's environment, and any other process of the
 	// program.
 	SweepSubtree bool
-	// QuietGC turns the garbage collector off while a burst of workers starts (within twice the process's memory),
-	// restoring its settings after: faster starts of many workers.
-	QuietGC bool
 	// SweepTag is given to every worker as TPURUN_SWEEP_TAG, which the sweep matches: launchers sharing a run id
 	// on one machine must not sweep each other's workers. "" means random.
 	SweepTag string

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -79,93 +76,13 @@ func fdSizes(t *testing.T, n int, fresh bool, env ...string) map[int][]string {
 	return sizes
 }
 
-// TestStartGrowsTheDescriptorTableOnce: in a start of 128 workers, the workers (the first forked as the last) see
-// the launcher's descriptor table (FDSize in /proc/<launcher>/status) at one size or two: the table as it was, and
-// one grown in a single step to hold the whole burst (9 descriptors a worker at most), not doubled step by step
-// during the burst (in a process of several threads each growth is an RCU grace period during which every
-// descriptor the launcher opens past the table's end waits: 30-40 ms on a 16-core host; docs/BENCHMARKS.md, "The
-// descriptor table"). Before, ranks saw 256, 512 and 1024 entries.
-func TestStartGrowsTheDescriptorTableOnce(t *testing.T) {
-	t.Parallel()
-	const n = 128
-	sizes := fdSizes(t, n, true) // from 64 entries: the growth is needed whatever the test binary has open
-	largest := 0
-	for size := range sizes {
-		largest = max(largest, size)
-	}
-	want := 9*n + 16
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < uint64(want) {
-		want = int(lim.Cur) // tpurun inherits the limit, which caps the reservation
-	}
-	if len(sizes) > 2 || largest < want {
-		t.Fatalf("the workers saw the launcher's table at these sizes (size: the ranks that saw it), want the table as it was "+
-			"and at most one grown size, of %d entries at least: %v", want, sizes)
-	}
-}
-
 // TestEightWorkersKeepTheFirstTable: a start of 8 workers on a host of 16 cores (GOMAXPROCS=16) fits in the 64
-// entries a process's descriptor table starts with, and the launcher's table never grows: it did, once, when a
-// forking thread per core kept a socket pair open each (12 sockets), a 30-40 ms wait on the 16-core host.
+// entries a process's descriptor table starts with, and the launcher's table never grows: each growth of a table
+// that threads share waits for an RCU grace period (30-40 ms on a 16-core host).
 func TestEightWorkersKeepTheFirstTable(t *testing.T) {
 	t.Parallel()
 	sizes := fdSizes(t, 8, true, "GOMAXPROCS=16")
 	if len(sizes) != 1 || len(sizes[64]) != 8 {
 		t.Fatalf("the workers saw the launcher's table at these sizes (size: the ranks that saw it), want 64 only: %v", sizes)
-	}
-}
-
-// TestTableGrowsWhileTheRunIsSetUp: the descriptor table a start of 128 workers needs is grown as soon as the
-// command line says how many, while the run is still being set up (here node 0 of two waits for a node that never
-// comes), not just before the first fork: the growth's grace period passes during the set-up. tpurun is started
-// with a 64-entry table (see fresh); before, its table stayed at 64 entries until the workers started.
-func TestTableGrowsWhileTheRunIsSetUp(t *testing.T) {
-	t.Parallel()
-	ep := testutil.FreeEndpoint(t)
-	exe, err := filepath.EvalSymlinks(filepath.Join(bin, "tpurun"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := testutil.Command("fresh", exe, "--device", "cpu", "--nproc-per-node", "128",
-		"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "tcp", "--rdzv-endpoint", ep, "--rdzv-id", "ahead",
-		"--rdzv-timeout", neverTimeout, "--", "/bin/true")
-	errb := &testutil.Buffer{}
-	cmd.Stderr = errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	t.Cleanup(func() { // tpurun first: fresh reaps it and exits
-		if pid != 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		} else {
-			_ = cmd.Process.Kill()
-		}
-		_ = cmd.Wait()
-	})
-	// fresh's child running tpurun, not just its only child: Go's os package first probes clone(CLONE_PIDFD) with a
-	// child that exits at once (the test took that one for tpurun 5 times in 120 runs, under load, and waited a
-	// minute for the table of a process gone).
-	testutil.Eventually(t, "tpurun started by fresh", func() bool {
-		for _, k := range testutil.ChildrenOf(cmd.Process.Pid) {
-			if running, _ := os.Readlink("/proc/" + strconv.Itoa(k) + "/exe"); running == exe {
-				pid = k
-			}
-		}
-		return pid != 0
-	})
-	testutil.WaitListening(t, ep) // set up as far as the rendezvous, where it waits for node 1
-	testutil.WaitFor(t, "tpurun's descriptor table grown for 128 workers while it waits for node 1", func() error {
-		if size := testutil.FDTableSize(pid); size < 4*128 {
-			return fmt.Errorf("tpurun (pid %d, %s) has a table of %d entries; its stderr:\n%s", pid,
-				testutil.ProcState(pid), size, errb.String())
-		}
-		return nil
-	})
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	code := testutil.WaitExit(t, cmd)
-	pid = 0 // reaped by fresh: its number may be reused
-	if code != 143 {
-		t.Fatalf("exit %d at SIGTERM, want 143\n%s", code, errb.String())
 	}
 }

@@ -9,10 +9,8 @@ import (
 )
 
 // claimProcess sets up what tpurun, a process of its own, turns on for its whole life before it writes anything:
-// the descriptor table grown ahead for the workers, and every catchable signal caught (sigs, for the Spec).
+// every catchable signal caught (sigs, for the Spec).
 func claimProcess(o *options) (sigs <-chan os.Signal) {
-	req, _ := o.dev.Request()
-	attempt.ReserveAhead(req.NProcs) // first: the descriptor table's growth overlaps everything below
 	// Every catchable signal, forwarded or acted on, never a dump; caught here, before tpurun writes anything or
 	// answers on --status-addr (a signal meanwhile waits for Run, which stops at once), not by Run, and never
 	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,

@@ -114,7 +114,7 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	}
 	// tpurun runs nothing but the job: with the reaper (reap), the orphan sweep walks its whole subtree; the
 	// process-wide settings are tpurun's to make.
-	spec.Reap, spec.SweepSubtree, spec.CatchSignals, spec.QuietGC = !o.tr.noReaper, true, true, true
+	spec.Reap, spec.SweepSubtree, spec.CatchSignals = !o.tr.noReaper, true, true
 	return nil
 }
 

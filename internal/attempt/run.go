@@ -65,7 +65,6 @@ type Runner struct {
 
 	ProcRoot     string // where the sweep reads the processes
 	SweepSubtree bool   // the sweep may walk this process's whole subtree (see Spec.SweepSubtree)
-	QuietGC      bool   // the garbage collector is off during each start burst (see Spec.QuietGC)
 
 	Log     *zap.Logger
 	Starter Starter      // starts a worker otherwise than by exec (the preloaded interpreter); nil: exec

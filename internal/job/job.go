@@ -197,7 +197,7 @@ func (j *job) newRunner() *attempt.Runner {
 		LogDir: s.LogDir, RunLogs: h.RunLogs, Scratch: h.Scratch,
 		LocalRanksFilter: s.LocalRanksFilter, Redirects: s.Redirects, Tee: s.Tee, LogPrefix: s.LogPrefix, RawOutput: s.RawOutput,
 		Stdout: j.stdout, Stderr: j.stderr, Stdin: s.Stdin, StdinTo: s.StdinTo,
-		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree, QuietGC: s.QuietGC,
+		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree,
 		Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
 		OnStart: func(n int) { j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: n}) },
 		OnFailed: func(n int, we *failure.WorkerError) {

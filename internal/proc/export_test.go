@@ -32,42 +32,9 @@ func WithoutPidfd() {
 	pidfdOpen = func(int, int) (int, error) { return -1, syscall.ENOSYS }
 }
 
-// WithSharedTable makes the forking thread fork from the process's descriptor table, as where close_range cannot
-// unshare it (before Linux 5.9, or refused by a seccomp filter).
-func WithSharedTable() {
-	closeRange = func(uint, uint, uint) error { return syscall.ENOSYS }
-}
-
-// WithoutForkingThread makes the reaper run without a forking thread: every child is forked from its starter's.
-func WithoutForkingThread() {
-	startSpawner = func([2]int, []int) (*spawner, error) { return nil, syscall.EAGAIN }
-}
-
-// ForkingThreads is how many forking threads r has started.
-func ForkingThreads(r *Reaper) int {
-	r.spawnMu.Lock()
-	defer r.spawnMu.Unlock()
-	return len(r.spawn)
-}
-
-// ForkingTids are the thread ids of r's forking threads, once each is set up.
-func ForkingTids(r *Reaper) []int {
-	r.spawnMu.Lock()
-	defer r.spawnMu.Unlock()
-	var tids []int
-	for _, sp := range r.spawn {
-		<-sp.ready
-		tids = append(tids, sp.tid)
-	}
-	return tids
-}
-
-// ForkingTable is the forking thread's id and whether its descriptor table is its own (0, false without one).
-func ForkingTable(r *Reaper) (tid int, private bool) {
-	spawn, _ := r.spawners(1)
-	if len(spawn) == 0 {
-		return 0, false
-	}
-	<-spawn[0].ready
-	return spawn[0].tid, spawn[0].private
+// StarterTid is the thread id of r's starter thread: the parent thread of every process started through r.
+func StarterTid(r *Reaper) int {
+	tid := 0
+	r.starter.run(func() { tid = unix.Gettid() })
+	return tid
 }

@@ -2,48 +2,21 @@ package proc
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// SetSubreaper makes this process the child subreaper of its descendants (prctl PR_SET_CHILD_SUBREAPER): orphans
-// below it are reparented to it instead of to PID 1, so it must reap them (see Reaper).
-func SetSubreaper() error { return setSubreaper(1) }
-
-// ClearSubreaper undoes SetSubreaper: orphans below this process go to PID 1 again.
-func ClearSubreaper() error { return setSubreaper(0) }
-
-func setSubreaper(on uintptr) error {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, on, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
-	}
-	return nil
-}
-
-// IsSubreaper reports whether this process is a child subreaper (false when the kernel cannot tell).
-func IsSubreaper() bool {
-	var on int32
-	err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&on)), 0, 0, 0)
-	return err == nil && on != 0
-}
-
-// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It forks the processes started through
-// it from threads of its own (see spawner), learns each one's exit from its pidfd, in one epoll set (one event per exit,
-// whatever the number of children), hands it to their onExit callbacks, and on SIGCHLD reaps every other
+// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It starts the processes started through
+// it from one thread of its own (see starter), learns each one's exit from its pidfd, in one epoll set (one event
+// per exit, whatever the number of children), hands it to their onExit callbacks, and on SIGCHLD reaps every other
 // (orphaned) descendant. Where the kernel gives no pidfd, it lists its children on each SIGCHLD instead.
 // While a Reaper runs, nothing else in the process may wait for children: exec.Cmd.Wait would race it.
 type Reaper struct {
@@ -61,16 +34,9 @@ type Reaper struct {
 	done    chan struct{}
 
 	// forkMu is held for reading from a fork until the child is registered in owned, and for writing while orphans
-	// are reaped: a child between its fork and its registration is never taken for an orphan. Forks run at once.
+	// are reaped: a child between its fork and its registration is never taken for an orphan.
 	forkMu  sync.RWMutex
-	spawnMu sync.Mutex
-	spawn   []*spawner // the forking threads, started as starts need them (spawners)
-	socks   [][2]int   // a socket pair per forking thread, made as it starts: spawn[k] has socks[k]
-	noSpawn bool       // no forking thread could be started: children fork on the caller's thread
-	closed  bool
-	keep    []int // the runtime's descriptors, which the forking threads' tables keep (runtimeFDs)
-	nullMu  sync.Mutex
-	devnull *os.File // the stdio of children that have none, shared; opened on first use
+	starter *starter // closed by Close: a start is refused then
 }
 
 // watch is how the reaper learns the exit of a process started through it.
@@ -98,14 +64,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	} else {
 		log.Debug("no epoll set for pidfds: exits are found by listing the children", zap.Error(err))
 	}
-	// The forking threads' tables keep the network poller's descriptors: the poller must exist before them.
-	if pr, pw, err := os.Pipe(); err == nil {
-		_, _ = pr.Close(), pw.Close()
-	}
-	r.keep = runtimeFDs()
-	// The first forking thread (its socket pair among the process's first descriptors) sets itself up while the
-	// caller prepares its first start; the others start, each with its pair, as starts need them (spawners).
-	r.spawners(1)
+	r.starter = newStarter()
 	signal.Notify(r.sigchld, syscall.SIGCHLD)
 	go r.loop()
 	return r
@@ -231,7 +190,7 @@ func (r *Reaper) orphanReaped(pid int, ws syscall.WaitStatus) {
 }
 
 // leaderChildren are the children of this process's first thread: where the kernel re-parents orphans (to the
-// first live thread of the subreaper, or of PID 1). The processes started through the reaper are the forking
+// first live thread of the subreaper, or of PID 1). The processes started through the reaper are the starter
 // thread's children, not its: the list stays as short as the orphans are few.
 func (r *Reaper) leaderChildren() []int {
 	me := strconv.Itoa(self())
@@ -363,9 +322,6 @@ func (r *Reaper) reapPID(pid int) bool {
 	e.MaxRSS = ru.Maxrss * 1024
 	e.UserCPU = time.Duration(ru.Utime.Nano())
 	e.SysCPU = time.Duration(ru.Stime.Nano())
-	if o.p.cmd != nil && o.p.cmd.Process != nil { // nil: forked by the reaper, or adopted
-		_ = o.p.cmd.Process.Release() // nobody will Wait: free Go's handle
-	}
 	o.p.finish(e)
 	return true
 }
@@ -381,294 +337,6 @@ func closed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// Start is proc.Start for a process whose exit this reaper delivers: the same process group, Pdeathsig and
-// onExit contract, but no cmd.Wait, and cmd.Process is not set (the *Process is the handle). cmd's Stdout, Stderr
-// and Stdin must be nil or *os.File (no copying goroutines, since nobody calls Wait to finish them). onExit is
-// called on the reaper's goroutine: it must not block.
-func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
-	ps, err := r.startAll([]*exec.Cmd{cmd}, []func(*Process){onExit}, false, nil)
-	if err != nil {
-		return nil, errors.Unwrap(err) // the command's own error: its index says nothing
-	}
-	return ps[0], nil
-}
-
-// StartHeldAll starts cmds, each as StartHeld would with its onExit (onExit[i], nil or absent: none), until one
-// cannot be started or more (when not nil) returns false. Through a reaper the whole list is forked in one go by
-// its forking threads, several at once: ps has one entry per command, its process or nil where it was not
-// started, and err, when not nil, is a *StartError naming the command whose start failed. Once one failed, or
-// more said no, the threads start no more: commands before it in the list may not have started either, and some
-// after it may have (on another thread). Without a reaper they start one by one, in order.
-func StartHeldAll(rp *Reaper, cmds []*exec.Cmd, onExit []func(*Process), more func() bool) (ps []*Process, err error) {
-	if rp != nil {
-		return rp.startAll(cmds, onExit, true, more)
-	}
-	ps = make([]*Process, len(cmds))
-	for i, cmd := range cmds {
-		if more != nil && !more() {
-			break
-		}
-		p, err := startOwn(cmd, at(onExit, i), true)
-		if err != nil {
-			return ps, &StartError{Index: i, Err: err}
-		}
-		ps[i] = p
-	}
-	return ps, nil
-}
-
-// StartError is StartHeldAll's error: the command at Index could not be started (the first in the list, if several
-// could not), and why.
-type StartError struct {
-	Index int
-	Err   error
-}
-
-func (e *StartError) Error() string { return e.Err.Error() }
-
-func (e *StartError) Unwrap() error { return e.Err }
-
-func at(fs []func(*Process), i int) func(*Process) {
-	if i < len(fs) {
-		return fs[i]
-	}
-	return nil
-}
-
-// forkThreads is how many threads fork a reaper's children: a fork waits until its child has exec'd (vfork), so
-// one thread forks at most one child at a time; several keep the cores busy.
-func forkThreads() int { return min(max(runtime.GOMAXPROCS(0), 1), 8) }
-
-// childrenPerThread is how many children of one start a forking thread is started for: a thread forks one child at
-// a time (until it has exec'd), but each one started keeps a socket open in the process's descriptor table, and a
-// start of 8 workers that needed 16 more descriptors than the table's first 64 waited for it to grow (an RCU grace
-// period, 30-40 ms on a 16-core host: see ReserveFDsAhead).
-const childrenPerThread = 4
-
-// startAll starts cmds through the forking threads; see StartHeldAll.
-func (r *Reaper) startAll(cmds []*exec.Cmd, onExit []func(*Process), hold bool, more func() bool) ([]*Process, error) {
-	devnull, err := r.nullFile()
-	if err != nil {
-		return make([]*Process, len(cmds)), &StartError{Err: err}
-	}
-	all, bad := plan(cmds, devnull)
-	ps := make([]*Process, len(cmds))
-	var failed atomic.Bool // a fork failed: the threads fork no more
-	keepOn := func() bool { return !failed.Load() && (more == nil || more()) }
-	fork := func(b *batch) func(i int, fork func() (int, error)) error {
-		return func(i int, fork func() (int, error)) error {
-			r.forkMu.RLock() // until the child is registered: it is not an orphan
-			defer r.forkMu.RUnlock()
-			start := time.Now()
-			pid, err := fork()
-			if err != nil {
-				failed.Store(true)
-				return err
-			}
-			k := b.idx[i]
-			p := newProcess(cmds[k], pid, start, hold, at(onExit, k))
-			p.rp = r
-			r.mu.Lock()
-			r.owned[pid] = owned{p: p, watch: watchPending}
-			r.mu.Unlock()
-			ps[k] = p
-			return nil
-		}
-	}
-	spawn, ok := r.spawners(len(all.cmds))
-	if !ok {
-		return ps, &StartError{Err: fmt.Errorf("%w: the reaper is closed", ErrNotStarted)}
-	}
-	parts := all.split(max(len(spawn), 1))
-	for _, b := range parts {
-		b.more, b.fork = keepOn, fork(b)
-	}
-	r.run(spawn, parts)
-	for _, p := range ps {
-		if p != nil {
-			r.watch(p)
-		}
-	}
-	return ps, startError(parts, ps[:len(all.cmds)], bad)
-}
-
-// spawners are the forking threads for a start of n children: one per childrenPerThread of them, up to one per
-// core (forkThreads), each started on first need and kept until Close (a run of a few workers does not start, and
-// end, a thread per core; NewReaper starts the first). None when the first could not be started. ok is false once
-// the reaper is closed.
-func (r *Reaper) spawners(n int) (spawn []*spawner, ok bool) {
-	r.spawnMu.Lock()
-	defer r.spawnMu.Unlock()
-	if r.closed {
-		return nil, false
-	}
-	want := min(max((n+childrenPerThread-1)/childrenPerThread, 1), forkThreads())
-	for !r.noSpawn && len(r.spawn) < want {
-		if len(r.socks) == len(r.spawn) {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				r.noThread(err)
-				break
-			}
-			r.socks = append(r.socks, [2]int{fds[0], fds[1]})
-		}
-		sp, err := startSpawner(r.socks[len(r.spawn)], r.keep)
-		if err != nil {
-			r.noThread(err)
-			break
-		}
-		r.spawn = append(r.spawn, sp)
-	}
-	return r.spawn[:min(len(r.spawn), want)], true
-}
-
-// noThread says why a forking thread could not be started: at Warn, and for good, when it would have been the
-// first (children fork on the caller's thread then); a further one is only fewer threads, tried again next start.
-func (r *Reaper) noThread(err error) {
-	if len(r.spawn) == 0 {
-		r.log.Warn("no forking thread: children are forked from the starting threads", zap.Error(err))
-		r.noSpawn = true
-		return
-	}
-	r.log.Debug("fewer forking threads", zap.Error(err))
-}
-
-// run runs each part on a forking thread of its own (spawn[k] for parts[k]), at once, and returns when all are done.
-func (r *Reaper) run(spawn []*spawner, parts []*batch) {
-	if len(spawn) == 0 {
-		r.forkHere(parts[0])
-		return
-	}
-	var wg sync.WaitGroup
-	for k, b := range parts[1:] {
-		wg.Go(func() { spawn[k+1].start(b) })
-	}
-	spawn[0].start(parts[0])
-	wg.Wait()
-}
-
-// startError is the error of a start in parts: the failure of the lowest index, else bad (why the command after
-// the planned ones, ps, could not be planned) when all of those started.
-func startError(parts []*batch, ps []*Process, bad error) error {
-	first := -1
-	var why error
-	for _, b := range parts {
-		if b.err != nil && (first < 0 || b.failed < first) {
-			first, why = b.failed, b.err
-		}
-	}
-	if why == nil && bad != nil && !slices.Contains(ps, nil) {
-		first, why = len(ps), bad
-	}
-	if why == nil {
-		return nil
-	}
-	return &StartError{Index: first, Err: why}
-}
-
-// plan is the batch of cmds up to the first that cannot be started (bad says why): each one's files (the shared
-// table's descriptors it gets as 0, 1, 2, ...: devnull for a nil stdio), terminal and environment.
-func plan(cmds []*exec.Cmd, devnull *os.File) (b *batch, bad error) {
-	b = &batch{}
-	for i, cmd := range cmds {
-		if bad = checkCmd(cmd); bad != nil {
-			break
-		}
-		files, err := childFiles(cmd, devnull)
-		if err != nil {
-			bad = err
-			break
-		}
-		prepare(cmd)
-		ctty := -1
-		if cmd.SysProcAttr.Foreground {
-			ctty = cmd.SysProcAttr.Ctty
-		}
-		b.add(i, cmd, files, ctty, environ(cmd))
-	}
-	return b, bad
-}
-
-// forkHere runs b on the calling thread, locked while it forks each child (the kernel ties the parent-death signal
-// to the thread that forked): without a forking thread.
-func (r *Reaper) forkHere(b *batch) {
-	shared := &spawner{}
-	runtimeLocked(func() { shared.run(b, -1) })
-}
-
-// checkCmd refuses what exec.Cmd.Start would refuse before forking.
-func checkCmd(cmd *exec.Cmd) error {
-	if cmd.Err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, cmd.Err)
-	}
-	if cmd.Path == "" {
-		return fmt.Errorf("%w: exec: no command", ErrNotStarted)
-	}
-	return nil
-}
-
-// nullFile is the /dev/null the children without stdio share, opened on first use. An open that fails (out of
-// descriptors: EMFILE, which the caller names the limit of) fails this start only: the next one tries again.
-func (r *Reaper) nullFile() (*os.File, error) {
-	r.nullMu.Lock()
-	defer r.nullMu.Unlock()
-	if r.devnull == nil {
-		f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: no %s for the children's stdio: %w", ErrNotStarted, os.DevNull, err)
-		}
-		r.devnull = f
-	}
-	return r.devnull, nil
-}
-
-// watch puts a process just forked through the reaper under watch: its pidfd (opened now, in the process's shared
-// table: the forking thread's copy would be out of reach) into the epoll set, or, without one, the SIGCHLD
-// loop's listing. Nothing reaps a pending process but the loop's wait4(-1), when it cannot list the children (out
-// of descriptors): one reaped so is done, its exit delivered, and is not watched (the pid may be another's by now).
-func (r *Reaper) watch(p *Process) {
-	fd, err := pidfdOpen(p.pid, 0)
-	r.mu.Lock()
-	o, ok := r.owned[p.pid]
-	if !ok || o.p != p {
-		r.mu.Unlock()
-		if err == nil {
-			_ = unix.Close(fd)
-		}
-		return
-	}
-	o.watch = watchListed
-	if err == nil {
-		p.mu.Lock()
-		p.pidfd = fd
-		p.mu.Unlock()
-		if r.exits != nil {
-			o.watch = watchPolled // before the epoll set has it: its event may come at once
-		}
-	}
-	if o.watch == watchPolled {
-		r.owned[p.pid] = o
-		r.mu.Unlock()
-		if err := r.exits.add(fd, p.pid); err == nil {
-			return
-		}
-		r.mu.Lock()
-		o = r.owned[p.pid]
-		if o.p != p || o.watch != watchPolled {
-			r.mu.Unlock()
-			return
-		}
-		o.watch = watchListed
-	}
-	r.owned[p.pid] = o
-	r.listing++
-	r.mu.Unlock()
-	select { // it may have exited already: let the loop list the children now
-	case r.sigchld <- syscall.SIGCHLD:
-	default:
 	}
 }
 
@@ -719,8 +387,8 @@ func (r *Reaper) exited(pid int) bool {
 }
 
 // Close stops the loop after a last reaping round. Children started through Start that are still running will
-// never be delivered: Close only after every one of them is done. It ends the forking threads, each the
-// parent-death thread of the children it forked: any still running get their Pdeathsig (SIGKILL).
+// never be delivered: Close only after every one of them is done. It ends the starter's thread, the parent-death
+// thread of the children it started: any still running get their Pdeathsig (SIGKILL).
 func (r *Reaper) Close() {
 	signal.Stop(r.sigchld)
 	close(r.stop)
@@ -728,32 +396,10 @@ func (r *Reaper) Close() {
 	if r.exits != nil {
 		r.exits.close(r)
 	}
-	r.spawnMu.Lock()
-	for _, sp := range r.spawn {
-		sp.close()
-	}
-	for _, fds := range r.socks[len(r.spawn):] { // those of threads never started
-		_, _ = unix.Close(fds[0]), unix.Close(fds[1])
-	}
-	r.spawn, r.socks, r.closed = nil, nil, true // a start after Close is refused
-	r.spawnMu.Unlock()
-	r.nullMu.Lock()
-	if r.devnull != nil {
-		_ = r.devnull.Close()
-		r.devnull = nil
-	}
-	r.nullMu.Unlock()
+	r.starter.close()
 	if n := r.Orphans(); n > 0 {
 		r.log.Info("reaped orphaned processes", zap.Int("count", n))
 	}
-}
-
-// StartWith starts cmd through rp when rp is not nil, else through the package-level Start (cmd.Wait).
-func StartWith(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
-	if rp == nil {
-		return Start(cmd, onExit)
-	}
-	return rp.Start(cmd, onExit)
 }
 
 type owned struct {
@@ -768,78 +414,6 @@ var (
 	waitid = func(idType, id int, info *unix.Siginfo, options int) error {
 		return unix.Waitid(idType, id, info, options, nil)
 	}
-	wait4        = syscall.Wait4
-	pidfdOpen    = unix.PidfdOpen
-	startSpawner = newSpawner
+	wait4     = syscall.Wait4
+	pidfdOpen = unix.PidfdOpen
 )
-
-// exitPoll is the epoll set of the pidfds of the processes started through a Reaper. A pidfd becomes readable once
-// its process has exited, so each exit is one event, delivered once (EPOLLONESHOT), with the pid as its data: no
-// list of every child on each SIGCHLD, no waitid on each. The set itself waits in Go's poller, so no thread is
-// held while nothing exits.
-type exitPoll struct {
-	f    *os.File // the epoll descriptor
-	fd   int
-	done chan struct{} // closed when the polling goroutine returned
-}
-
-func newExitPoll() (*exitPoll, error) {
-	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		_ = unix.Close(fd)
-		return nil, err
-	}
-	return &exitPoll{f: os.NewFile(uintptr(fd), "pidfds"), fd: fd, done: make(chan struct{})}, nil
-}
-
-// add watches pidfd, the pidfd of pid, for its exit.
-func (e *exitPoll) add(pidfd, pid int) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_ADD, pidfd, &ev)
-}
-
-// rearm watches pidfd again after an event that was not its exit.
-func (e *exitPoll) rearm(pidfd, pid int) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_MOD, pidfd, &ev)
-}
-
-// pollExits is the goroutine that waits for the epoll set to have events and takes them, until the set is closed.
-func (r *Reaper) pollExits() {
-	defer close(r.exits.done)
-	rc, err := r.exits.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	events := make([]unix.EpollEvent, 64)
-	_ = rc.Read(func(fd uintptr) bool {
-		r.drainExits(int(fd), events)
-		return false // wait for the next event; ends when the set is closed
-	})
-}
-
-// drainExits takes every event of the epoll set fd until it has none: the set is waited on edge-triggered.
-func (r *Reaper) drainExits(fd int, events []unix.EpollEvent) {
-	for {
-		n, err := unix.EpollWait(fd, events, 0)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || n <= 0 {
-			return
-		}
-		for _, ev := range events[:n] {
-			r.polled(int(ev.Fd))
-		}
-	}
-}
-
-// close takes the last events and stops the polling goroutine.
-func (e *exitPoll) close(r *Reaper) {
-	r.drainExits(e.fd, make([]unix.EpollEvent, 64))
-	_ = e.f.Close()
-	<-e.done
-}

@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,8 +14,6 @@ import (
 	"testing"
 	"time"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
@@ -53,9 +49,6 @@ func init() {
 	testutil.Define(testutil.Verb{Name: "concurrent-starts-main", Run: func(*testutil.Worker) int { return okOr(concurrentStartsMain()) }})
 	testutil.Define(testutil.Verb{Name: "null-emfile-main", Run: func(*testutil.Worker) int { return okOr(nullEMFILEMain()) },
 		Spawns: []string{"crash"}})
-	testutil.Define(testutil.Verb{Name: "forking-threads-main", Run: func(*testutil.Worker) int { return okOr(forkingThreadsMain()) }})
-	testutil.Define(testutil.Verb{Name: "late-thread-table-main", Run: func(*testutil.Worker) int { return okOr(lateThreadTableMain()) }})
-	testutil.Define(testutil.Verb{Name: "late-thread-children-main", Run: func(*testutil.Worker) int { return okOr(lateThreadChildrenMain()) }})
 	testutil.Define(testutil.Verb{Name: "subreaper-get", Run: func(*testutil.Worker) int { return subreaperGet() }})
 }
 
@@ -147,8 +140,8 @@ func TestReaperDeliversOwnExitsAndReapsOrphans(t *testing.T) {
 }
 
 // TestReaperConcurrentStartsKeepTheirOwnStdio: starts on one reaper from several goroutines at once (two jobs in
-// one process share its reaper and its forking threads) each give their child the stdout they were given. The
-// forking thread took each batch's descriptors off its socket in the order the batches reached it, not the order
+// one process share its reaper) each give their child the stdout they were given. The forking threads of an
+// earlier start path took each batch's descriptors off a socket in the order the batches reached it, not the order
 // they were sent: a child of one start wrote on another's pipe (seen once, under two CPU hogs: a line of
 // TestExitCodes' rank 2 in TestTenThousandLinesArePrefixedWholeAndInOrder's output, both jobs in the launcher test
 // binary). The window is a preemption between two calls; this stress did not hit it on an idle 2-core machine.
@@ -196,182 +189,6 @@ func concurrentStartsMain() error {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
-}
-
-// TestReaperStartsForkingThreadsAsNeeded: a reaper starts one forking thread up front and another for every 4
-// children of a start, up to one per core (forkThreads), when a start needs it, not all of them at once: a run of
-// one worker started (and, at its exit, ended) a thread per core, 8 on a 16-core host, for one fork. Each thread
-// keeps one socket open in the process, made as it starts: a start of 8 workers on a 16-core host had 12 open, 8
-// of them for threads never started, and its descriptors outgrew the table's first 64 entries (see ReserveFDsAhead).
-// Close leaves no socket of theirs open (the process kept a copy of each thread's end for good).
-func TestReaperStartsForkingThreadsAsNeeded(t *testing.T) {
-	runMain(t, "forking-threads-main")
-}
-
-func forkingThreadsMain() error {
-	runtime.GOMAXPROCS(4) // four cores' worth, whatever this machine has
-	sockets := func() (n int) {
-		ents, _ := os.ReadDir("/proc/self/fd")
-		for _, e := range ents {
-			if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
-				n++
-			}
-		}
-		return n
-	}
-	before := sockets()
-	rp := proc.NewReaper(nil)
-	if err := checkForkingThreads(rp, func() int { return sockets() - before }); err != nil {
-		rp.Close()
-		return err
-	}
-	rp.Close()
-	// Every thread's socket pair is closed, the process's copy of the thread's end too (it was kept for good).
-	if n := sockets(); n != before {
-		return fmt.Errorf("%d sockets open after the reaper closed, %d before it started", n, before)
-	}
-	return nil
-}
-
-// checkForkingThreads runs starts of growing size on rp and checks how many forking threads each leaves started, and
-// that the process keeps one socket open for each (sockets counts those the reaper made).
-func checkForkingThreads(rp *proc.Reaper, sockets func() int) error {
-	if n := proc.ForkingThreads(rp); n != 1 {
-		return fmt.Errorf("%d forking threads before any start, want 1 (set up while the caller prepares)", n)
-	}
-	for _, tc := range []struct{ start, want int }{{1, 1}, {4, 1}, {5, 2}, {2, 2}, {12, 3}, {40, 4}, {40, 4}} {
-		cmds := make([]*exec.Cmd, tc.start)
-		for i := range cmds {
-			cmds[i] = exec.Command("/bin/true")
-		}
-		ps, err := proc.StartHeldAll(rp, cmds, nil, nil)
-		if err != nil {
-			return err
-		}
-		for _, p := range ps {
-			if ex := p.Release(); ex.ExitCode != 0 {
-				return fmt.Errorf("/bin/true: %+v", ex)
-			}
-		}
-		if n := proc.ForkingThreads(rp); n != tc.want {
-			return fmt.Errorf("%d forking threads after a start of %d, want %d", n, tc.start, tc.want)
-		}
-		if n := sockets(); n != tc.want {
-			return fmt.Errorf("%d sockets open in the process after a start of %d, want one per forking thread: %d", n, tc.start, tc.want)
-		}
-	}
-	return nil
-}
-
-// TestReaperLateThreadKeepsNoStaleDescriptor: a forking thread started long after the reaper (on a start's need)
-// keeps in its own table the runtime's descriptors the reaper listed when it started (an epoll set, an eventfd);
-// one of those numbers closed and taken since by a worker's pipe must not be kept (a copy of a write end held
-// by the thread would keep the worker's reader from its end of file until the reaper closes).
-func TestReaperLateThreadKeepsNoStaleDescriptor(t *testing.T) {
-	runMain(t, "late-thread-table-main")
-}
-
-func lateThreadTableMain() error {
-	runtime.GOMAXPROCS(4) // room for threads started after the first
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	rp := proc.NewReaper(nil) // lists efd among the runtime's descriptors
-	defer rp.Close()
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer pr.Close()
-	if err := unix.Dup3(int(pw.Fd()), efd, unix.O_CLOEXEC); err != nil { // efd's number is a pipe's write end now
-		return err
-	}
-	pw.Close()
-	pipeID, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", efd))
-	if err != nil {
-		return err
-	}
-	cmds := make([]*exec.Cmd, 12)
-	for i := range cmds {
-		cmds[i] = exec.Command("/bin/true")
-	}
-	ps, err := proc.StartHeldAll(rp, cmds, nil, nil) // starts two more threads (one per 4 children)
-	if err != nil {
-		return err
-	}
-	for _, p := range ps {
-		p.Release()
-	}
-	tids := proc.ForkingTids(rp)
-	if len(tids) != 3 {
-		return fmt.Errorf("%d forking threads after a start of 12, want 3", len(tids))
-	}
-	for _, tid := range tids[1:] {
-		if l, err := os.Readlink(fmt.Sprintf("/proc/self/task/%d/fd/%d", tid, efd)); err == nil && l == pipeID {
-			return fmt.Errorf("forking thread %d, started after the pipe took fd %d, holds it (%s)", tid, efd, l)
-		}
-	}
-	return nil
-}
-
-// TestLateThreadForksChildrenWithSmallTables: a forking thread started once the process has hundreds of descriptors
-// open (its socket pair is made as it starts, numbered past them) forks children whose descriptor tables have the
-// first 64 entries, as the first thread's do: fork sizes a child's table for the highest descriptor open in its
-// parent's, and the thread kept its socket at the high number (every child of it had a table of 1024 entries).
-func TestLateThreadForksChildrenWithSmallTables(t *testing.T) {
-	runMain(t, "late-thread-children-main")
-}
-
-func lateThreadChildrenMain() error {
-	runtime.GOMAXPROCS(4) // room for threads started after the first
-	rp := proc.NewReaper(nil)
-	defer rp.Close()
-	var fds []int
-	defer func() {
-		for _, fd := range fds {
-			_ = unix.Close(fd)
-		}
-	}()
-	for range 300 {
-		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-			return err
-		}
-		fds = append(fds, p[0], p[1])
-	}
-	dir, err := os.MkdirTemp("", "late-thread-children-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	cmds := make([]*exec.Cmd, 12) // three forking threads: two started now, past the 600 pipes
-	for i := range cmds {
-		cmds[i] = exec.Command("/bin/sh", "-c", `while read -r k v; do if [ "$k" = FDSize: ]; then echo "$v" > "$0"; fi; done < /proc/self/status`,
-			filepath.Join(dir, strconv.Itoa(i)))
-	}
-	ps, err := proc.StartHeldAll(rp, cmds, nil, nil)
-	if err != nil {
-		return err
-	}
-	for _, p := range ps {
-		p.Release()
-	}
-	if n := proc.ForkingThreads(rp); n != 3 {
-		return fmt.Errorf("%d forking threads after a start of 12, want 3", n)
-	}
-	sizes := map[string][]int{}
-	for i := range cmds {
-		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(i)))
-		if err != nil {
-			return err
-		}
-		sizes[strings.TrimSpace(string(b))] = append(sizes[strings.TrimSpace(string(b))], i)
-	}
-	if len(sizes) != 1 || len(sizes["64"]) != len(cmds) {
-		return fmt.Errorf("the children's descriptor tables (entries: the children), want 64 for all: %v", sizes)
-	}
-	return nil
 }
 
 // TestReaperOutOfDescriptorsForDevNull: a start whose children need /dev/null (no stdio given) when the process is

@@ -24,16 +24,14 @@ func releaseRaceMain() error {
 	rp := proc.NewReaper(nil)
 	var calls [20][50]atomic.Int32
 	for round := range calls {
-		cmds := make([]*exec.Cmd, len(calls[round]))
-		onExit := make([]func(*proc.Process), len(cmds))
-		for i := range cmds {
-			cmds[i] = exec.Command("/bin/true")
-			onExit[i] = func(*proc.Process) { calls[round][i].Add(1) }
-		}
-		ps, err := proc.StartHeldAll(rp, cmds, onExit, nil)
-		if err != nil {
-			rp.Close()
-			return err
+		ps := make([]*proc.Process, len(calls[round]))
+		for i := range ps {
+			p, err := proc.StartHeld(rp, exec.Command("/bin/true"), func(*proc.Process) { calls[round][i].Add(1) })
+			if err != nil {
+				rp.Close()
+				return err
+			}
+			ps[i] = p
 		}
 		for i, p := range ps {
 			if ex := p.Release(); ex.ExitCode != 0 {

@@ -96,9 +96,6 @@ type Spec struct {
 	// (exec.Cmd.Wait would race it). Off, Run waits only for the processes it started (by pidfd) and orphans go to
 	// PID 1, swept by the sweep tag in their environment. --preload needs it.
 	Reap bool
-	// QuietGC turns the garbage collector off during each start burst (within a bound on the process's memory),
-	// a process-wide setting restored when the burst ends.
-	QuietGC bool
 	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
 	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
 	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the

@@ -1,0 +1,61 @@
+package proc
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"tpurun/internal/exitcode"
+)
+
+// Exit is how a process ended, with its resource usage taken from wait4's rusage at exit: the one value for it.
+// The attempt's per-rank summary and a failed worker's error hold it, and the results document takes it through one
+// conversion (results.ExitOf). Its JSON (a failed worker travels in the outcome nodes exchange) has the fields by
+// name, the resource usage when known, and neither the local wait error nor the local clock.
+type Exit struct {
+	PID      int
+	ExitCode int            // exit code, or -1 when killed by a signal
+	Signal   syscall.Signal // the killing signal, 0 when it exited
+	Wall     time.Duration  // from Start to the exit being seen
+	MaxRSS   int64          `json:",omitzero"` // peak resident set size in bytes (ru_maxrss)
+	UserCPU  time.Duration  `json:",omitzero"`
+	SysCPU   time.Duration  `json:",omitzero"`
+	WaitErr  error          `json:"-"` // a wait error other than a non-zero exit (e.g. exec.ErrWaitDelay), nil normally
+	Finished time.Time      `json:"-"`
+}
+
+// Success reports whether the process exited with code 0.
+func (e Exit) Success() bool { return e.Signal == 0 && e.ExitCode == 0 }
+
+// ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
+func (e Exit) ExitStatus() int {
+	if e.Signal != 0 {
+		return exitcode.Signal(e.Signal)
+	}
+	return e.ExitCode
+}
+
+// Ended is how the process ended, as text: "ok", "exit 85" or "SIGKILL".
+func (e Exit) Ended() string {
+	switch {
+	case e.Signal != 0:
+		return SignalName(e.Signal)
+	case e.ExitCode == 0:
+		return "ok"
+	default:
+		return fmt.Sprintf("exit %d", e.ExitCode)
+	}
+}
+
+// CPU is the process's user and system CPU time.
+func (e Exit) CPU() time.Duration { return e.UserCPU + e.SysCPU }
+
+// SignalName is the conventional name of sig, e.g. "SIGKILL" (or "signal 42" for one without a name).
+func SignalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}

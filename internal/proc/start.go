@@ -1,0 +1,202 @@
+package proc
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// starter is the thread that starts the processes of a Reaper: one goroutine locked to its OS thread for the
+// Reaper's life, which runs exec.Cmd.Start for each. The kernel ties the parent-death signal (Pdeathsig) to the
+// thread that forked, so the thread must outlive the children: when the Reaper is closed the goroutine returns
+// still locked, the runtime ends the thread, and any child still running gets its SIGKILL. The thread is never
+// the process's first one: orphans are re-parented to that one, whose list of children then holds only orphans
+// (see Reaper.leaderChildren).
+type starter struct {
+	reqs   chan func()
+	quit   chan struct{}
+	closer sync.Once
+	done   chan struct{} // closed once the thread serves no more
+	tid    int           // the thread's id, set before the first request
+}
+
+func newStarter() *starter {
+	s := &starter{reqs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan struct{})
+	go s.thread(ready)
+	<-ready // tid is set
+	return s
+}
+
+// thread locks the goroutine to its thread and serves the starts; a goroutine that finds itself on the first
+// thread hands over to a new one, which cannot land there while this one holds it.
+func (s *starter) thread(ready chan<- struct{}) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		moved := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(moved)
+			s.serve(ready)
+		}()
+		<-moved
+		runtime.UnlockOSThread()
+		return
+	}
+	s.serve(ready)
+}
+
+// serve sets tid, closes ready and runs each request on the locked thread until the starter is closed; it
+// returns without unlocking.
+func (s *starter) serve(ready chan<- struct{}) {
+	defer close(s.done)
+	s.tid = unix.Gettid()
+	close(ready)
+	for {
+		select {
+		case f := <-s.reqs:
+			f()
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// run runs f on the starter's thread and returns once it has: at once where the caller is on that thread already
+// (within Starting). It reports false, f not run, once the starter is closed.
+func (s *starter) run(f func()) bool {
+	if unix.Gettid() == s.tid {
+		f()
+		return true
+	}
+	done := make(chan struct{})
+	select {
+	case s.reqs <- func() { f(); close(done) }:
+		<-done
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// close ends the thread once the request it runs, if any, is done.
+func (s *starter) close() {
+	s.closer.Do(func() { close(s.quit) })
+	<-s.done
+}
+
+// Start is proc.Start for a process whose exit this reaper delivers: the same process group, Pdeathsig and
+// onExit contract, but no cmd.Wait, and cmd.Process is released at once (the *Process is the handle). cmd's
+// Stdout, Stderr and Stdin must be nil (/dev/null) or *os.File: no copying goroutines, since nobody calls Wait to
+// finish them. onExit is called on the reaper's goroutine: it must not block. An error wraps ErrNotStarted and
+// what exec.Cmd.Start returned (an *os.PathError of fork/exec wrapping the errno: ENOENT, EACCES, E2BIG, EMFILE,
+// EAGAIN, ...).
+func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	return r.start(cmd, onExit, false)
+}
+
+// start starts cmd on the starter's thread and registers it before any reaping round can run (forkMu): a child
+// that exits at once is never taken for an orphan. It then puts the child under watch.
+func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
+	if err := fileStdio(cmd); err != nil {
+		return nil, err
+	}
+	prepare(cmd)
+	var p *Process
+	var err error
+	ran := r.starter.run(func() {
+		r.forkMu.RLock()
+		defer r.forkMu.RUnlock()
+		t := time.Now()
+		if err = cmd.Start(); err != nil {
+			return
+		}
+		p = newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
+		p.rp = r
+		r.mu.Lock()
+		r.owned[p.pid] = owned{p: p, watch: watchPending}
+		r.mu.Unlock()
+	})
+	if !ran {
+		return nil, fmt.Errorf("%w: %s: the reaper is closed", ErrNotStarted, cmd.Path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
+	}
+	_ = cmd.Process.Release() // nobody will Wait: the reaper opens a pidfd of its own (watch)
+	r.watch(p)
+	return p, nil
+}
+
+// Starting runs f on the thread that starts this reaper's processes, and returns once f has: every Start and
+// StartHeld that f makes through the reaper runs there at once, without a hand-over to that thread and back for
+// each (a start of many workers in a row). Other starts through the reaper wait until f returns. After Close f
+// runs on the caller's goroutine.
+func (r *Reaper) Starting(f func()) {
+	if !r.starter.run(f) {
+		f()
+	}
+}
+
+// fileStdio refuses stdio that exec.Cmd would copy with goroutines that only Wait ends.
+func fileStdio(cmd *exec.Cmd) error {
+	for _, s := range []any{cmd.Stdin, cmd.Stdout, cmd.Stderr} {
+		if _, ok := s.(*os.File); s != nil && !ok {
+			return fmt.Errorf("%w: %s: with a reaper the child's stdio must be *os.File, not %T", ErrNotStarted, cmd.Path, s)
+		}
+	}
+	return nil
+}
+
+// watch puts a process just started through the reaper under watch: its pidfd into the epoll set, or, without
+// one, the SIGCHLD loop's listing. Nothing reaps a pending process but the loop's wait4(-1), when it cannot list
+// the children (out of descriptors): one reaped so is done, its exit delivered, and is not watched (the pid may
+// be another's by now).
+func (r *Reaper) watch(p *Process) {
+	fd, err := pidfdOpen(p.pid, 0)
+	r.mu.Lock()
+	o, ok := r.owned[p.pid]
+	if !ok || o.p != p {
+		r.mu.Unlock()
+		if err == nil {
+			_ = unix.Close(fd)
+		}
+		return
+	}
+	o.watch = watchListed
+	if err == nil {
+		p.mu.Lock()
+		p.pidfd = fd
+		p.mu.Unlock()
+		if r.exits != nil {
+			o.watch = watchPolled // before the epoll set has it: its event may come at once
+		}
+	}
+	if o.watch == watchPolled {
+		r.owned[p.pid] = o
+		r.mu.Unlock()
+		if err := r.exits.add(fd, p.pid); err == nil {
+			return
+		}
+		r.mu.Lock()
+		o = r.owned[p.pid]
+		if o.p != p || o.watch != watchPolled {
+			r.mu.Unlock()
+			return
+		}
+		o.watch = watchListed
+	}
+	r.owned[p.pid] = o
+	r.listing++
+	r.mu.Unlock()
+	select { // it may have exited already: let the loop list the children now
+	case r.sigchld <- syscall.SIGCHLD:
+	default:
+	}
+}
