@@ -28,8 +28,8 @@ var (
 	// ErrBadToken: the server refused this node's token, or the server could not prove it holds the same token.
 	ErrBadToken = errors.New("rendezvous token refused")
 	// ErrNoToken: a server would listen, or a node would connect, off loopback without a token. It also matches
-	// ErrConfig.
-	ErrNoToken error = &usageError{"rendezvous token required off loopback"}
+	// ErrConfig (and failure.ErrConfig).
+	ErrNoToken = failure.NewConfigKind("rendezvous token required off loopback")
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
 	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
@@ -48,20 +48,13 @@ var (
 	// ErrVersion: the other side speaks another version of the wire protocol (another tpurun build). It also
 	// matches ErrProtocol.
 	ErrVersion = errors.New("rendezvous protocol version mismatch")
-	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the setting.
-	ErrConfig error = &usageError{"bad rendezvous configuration"}
+	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the setting. It matches
+	// failure.ErrConfig (tpurun exits 2 on it), as every error of this kind does.
+	ErrConfig = failure.NewConfigKind("bad rendezvous configuration")
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
 )
 
-// usageError is a sentinel of a mistake in the configuration (ErrConfig, ErrNoToken): its Usage method says so
-// to whoever maps errors to exit codes (tpurun exits 2 on it), without this package naming the codes.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-// Usage marks the error as a usage or configuration error.
-func (e *usageError) Usage() bool { return true }
 
 // NodeRef names one node in an error or a failure. Rank is -1 when the node has no rank yet.
 type NodeRef struct {

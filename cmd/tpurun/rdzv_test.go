@@ -89,7 +89,7 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 // so, without the "(exit N)" of a failure; one whose restart the others did not make exits with the job's code.
 func TestLateNodeLine(t *testing.T) {
 	var b strings.Builder
-	late := &failure.JobClosedError{JobClosedError: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}}
+	late := &failure.JobClosedError{Err: &rendezvous.JobClosedError{RunID: "j", Generation: 1, ExitCode: 3}, Code: 3}
 	if code := cli.Exit(&b, "", late); code != 0 || !strings.HasPrefix(b.String(), "tpurun: job j already finished (generation 1, exit 3): ") ||
 		strings.Contains(b.String(), "(exit 0)") || strings.Count(b.String(), "\n") != 1 {
 		t.Fatalf("exit %d, printed %q", code, b.String())

@@ -1,8 +1,32 @@
-// Package failure owns the errors a job ends with and the one mapping from them to tpurun's exit code: a typed
-// error for each fact — a worker that failed (WorkerError), another node's verdict (NodeError), a stop signal
-// (SignalError), a setting that is wrong (ConfigError), a program that cannot run (ProgramError), an output that
-// cannot be written (OutputError), results that break the contract (ResultsError, ReplicaError, ResultError), a
-// job that closed before this node came (JobClosedError) — and sentinels to branch on with errors.Is. ExitCode maps
-// any of them, bare or wrapped, to a code of package exitcode's table: an error that carries its code says so with
-// an ExitStatus method (as the launcher's Verdict does); the rest map by their sentinel.
+// Package failure is what a job's error is, which setting it is about and the exit code it gives: the lowest layer
+// of tpurun's errors, which every other package may import (it imports nothing of tpurun), in the way of
+// containerd's errdefs.
+//
+// It offers:
+//   - the exit-code table (ExitTable, ExitHelp, the Exit* codes, ExitSignal): the one list that `tpurun --help`,
+//     the README and the library's ExitCode share;
+//   - the categories callers branch on with errors.Is (ErrConfig, ErrTimeout, ErrResults, ErrReplicaError,
+//     ErrRendezvous, ErrInternal, ErrNotFound, ErrNotExecutable) and ExitCode, which maps any error, bare or
+//     wrapped, to its code:
+//
+//	error                                                       code
+//	an error with an ExitStatus method (a worker's, a verdict's) its own
+//	ErrNotFound / ErrNotExecutable                              127 / 126
+//	ErrConfig (every configuration error of every layer)        2
+//	ErrTimeout; a caller's context.DeadlineExceeded             124
+//	ErrResults                                                  65
+//	ErrReplicaError                                             1
+//	ErrRendezvous                                               69
+//	a caller's context.Canceled                                 143 (as SIGTERM)
+//	anything else                                               70
+//	nil                                                         0
+//
+//   - the vocabulary of settings (Setting and its constants, Named, SettingOf) that a configuration error names, so
+//     that the command line can name the flag that sets it;
+//   - the typed errors of a job that need no other layer's types: ConfigError, SignalError, ProgramError,
+//     OutputError, NodeError, JobClosedError, ResultError, ResultsError.
+//
+// It does not own the errors of the layers above: a worker that failed is proc's WorkerError, a replica's error
+// results' ReplicaError, topology and rendezvous keep their own; each matches its category here through Is or
+// Unwrap (NewConfigKind makes a layer's sentinel that matches ErrConfig).
 package failure

@@ -3,49 +3,10 @@ package failure
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"syscall"
-	"time"
 
-	"tpurun/internal/exitcode"
-	"tpurun/internal/proc"
-	"tpurun/internal/results"
-	"tpurun/internal/setting"
-	"tpurun/rendezvous"
+	"golang.org/x/sys/unix"
 )
-
-// Sentinels callers branch on with errors.Is. ErrConfig is a usage error (exitcode.IsUsage), as are the
-// configuration errors of the packages below: each marks its own. ErrNoToken matches a rendezvous that would run off
-// loopback without a token (a configuration error, exit 2).
-var (
-	ErrTimeout       = errors.New("run timed out")
-	ErrConfig        = exitcode.NewUsage("invalid configuration")
-	ErrResults       = errors.New("result contract violated")
-	ErrReplicaError  = errors.New("a replica reported an error")
-	ErrRendezvous    = errors.New("rendezvous failed")
-	ErrInternal      = errors.New("internal launcher error")
-	ErrNotFound      = errors.New("program not found")
-	ErrNotExecutable = errors.New("program cannot be executed")
-	ErrNoToken       = rendezvous.ErrNoToken
-)
-
-// WorkerError is the first worker that failed: the root cause of a failed run. Its Exit is how the worker ended
-// (PID, ExitCode: -1 when killed by a signal, Signal: 0 when it exited, Wall); its ExitStatus, the code tpurun
-// passes on, is the Exit's: the worker's code, or 128+N for signal N.
-type WorkerError struct {
-	Rank    int
-	Attempt int
-	proc.Exit
-}
-
-func (e *WorkerError) Error() string {
-	if e.Signal != 0 {
-		return fmt.Sprintf("rank %d (pid %d, attempt %d) was killed by %s after %s",
-			e.Rank, e.PID, e.Attempt, proc.SignalName(e.Signal), e.Wall.Round(time.Millisecond))
-	}
-	return fmt.Sprintf("rank %d (pid %d, attempt %d) exited with code %d after %s",
-		e.Rank, e.PID, e.Attempt, e.ExitCode, e.Wall.Round(time.Millisecond))
-}
 
 // NodeError is the world's verdict as another node decided it: node Node failed (or node 0 found the world's
 // results wrong) and every node exits with Code.
@@ -60,29 +21,31 @@ func (e *NodeError) Error() string { return fmt.Sprintf("node %d failed: %s", e.
 // ExitStatus is the world's code.
 func (e *NodeError) ExitStatus() int { return e.Code }
 
-// JobClosedError is a node that found its job already finished when it joined (rendezvous.ErrJobClosed): a late
-// elastic node or a replacement that arrived, or waited, after the job closed, or a node whose restart the other
-// nodes did not make. Its message is "job <id> already finished (generation g, exit c)".
+// JobClosedError is a node that found its job already finished when it joined (the rendezvous's ErrJobClosed): a
+// late elastic node or a replacement that arrived, or waited, after the job closed, or a node whose restart the
+// other nodes did not make. Err is the rendezvous's error ("job <id> already finished (generation g, exit c)"), Code
+// the job's exit code it names.
 type JobClosedError struct {
-	*rendezvous.JobClosedError
-	Ran bool // this node ran an attempt of the job
+	Err  error
+	Code int
+	Ran  bool // this node ran an attempt of the job
 }
 
 func (e *JobClosedError) Error() string {
 	if e.Ran {
-		return e.JobClosedError.Error() + ": the other nodes ended it instead of restarting"
+		return e.Err.Error() + ": the other nodes ended it instead of restarting"
 	}
-	return e.JobClosedError.Error() + ": this node came after its end and has nothing to do (to run the job again, give it another --rdzv-id, or start it once every node of the old one is done)"
+	return e.Err.Error() + ": this node came after its end and has nothing to do (to run the job again, give it another --rdzv-id, or start it once every node of the old one is done)"
 }
 
-func (e *JobClosedError) Unwrap() error { return e.JobClosedError }
+func (e *JobClosedError) Unwrap() error { return e.Err }
 
 // ExitStatus is 0 for a node that took no part in the job (nothing to do, nothing failed), else the job's code.
 func (e *JobClosedError) ExitStatus() int {
 	if !e.Ran {
-		return exitcode.OK
+		return ExitOK
 	}
-	return e.ExitCode
+	return e.Code
 }
 
 // SignalError is a run stopped by a stop signal tpurun received (in an attempt, or during the join, say).
@@ -92,28 +55,11 @@ type SignalError struct {
 }
 
 func (e *SignalError) Error() string {
-	return fmt.Sprintf("received %s during %s; stopped", proc.SignalName(e.Signal), e.During)
+	return fmt.Sprintf("received %s during %s; stopped", SignalName(e.Signal), e.During)
 }
 
 // ExitStatus is 128+N for signal N, as a shell reports a process it killed.
-func (e *SignalError) ExitStatus() int { return exitcode.Signal(e.Signal) }
-
-// ConfigError names the setting that is wrong and what to do about it.
-type ConfigError struct {
-	Field setting.Setting // the setting, e.g. setting.Grace or setting.MasterPort ("MASTER_PORT")
-	Value string
-	Hint  string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("%s=%q: %s", e.Field, e.Value, e.Hint)
-}
-
-// Setting is the setting the error is about (Field).
-func (e *ConfigError) Setting() setting.Setting { return e.Field }
-
-// Unwrap makes errors.Is(err, ErrConfig) true.
-func (e *ConfigError) Unwrap() error { return ErrConfig }
+func (e *SignalError) ExitStatus() int { return ExitSignal(e.Signal) }
 
 // ProgramError is a PROGRAM that cannot be started: not found (127) or not executable (126).
 type ProgramError struct {
@@ -128,11 +74,7 @@ func (e *ProgramError) Error() string {
 
 // Unwrap exposes the cause and ErrNotFound or ErrNotExecutable.
 func (e *ProgramError) Unwrap() []error {
-	kind := ErrNotExecutable
-	if !e.AtExec && (errors.Is(e.Err, exec.ErrNotFound) || errors.Is(e.Err, syscall.ENOENT)) {
-		kind = ErrNotFound
-	}
-	return []error{kind, e.Err}
+	return []error{programKind(e.Err, e.AtExec), e.Err}
 }
 
 // ResultError is a result sink's complaint about one worker's result channel.
@@ -166,21 +108,6 @@ func (e *ResultsError) Error() string {
 // Unwrap exposes ErrResults and every violation.
 func (e *ResultsError) Unwrap() []error { return append([]error{ErrResults}, e.Violations...) }
 
-// ReplicaError is a world whose workers exited 0 but where replicas reported errors (function mode: the function
-// raised); exit 1, as xmp.spawn's parent fails.
-type ReplicaError struct {
-	Replicas []results.Result // the failed replicas
-}
-
-func (e *ReplicaError) Error() string {
-	r := e.Replicas[0]
-	return fmt.Sprintf("%d replica(s) reported an error; replica %d (rank %d, pid %d) raised %s: %s",
-		len(e.Replicas), r.Replica, r.Rank, r.PID, r.Error.Type, r.Error.Message)
-}
-
-// Unwrap makes errors.Is(err, ErrReplicaError) true.
-func (e *ReplicaError) Unwrap() error { return ErrReplicaError }
-
 // OutputError is a failed write to the launcher's stdout or stderr. EPIPE (a reader that went away, as with
 // `| head -1`) exits 141 like a program killed by SIGPIPE; any other error (a full disk) exits 74.
 type OutputError struct {
@@ -201,7 +128,15 @@ func (e *OutputError) Unwrap() error { return e.Err }
 // ExitStatus is 141 for EPIPE (the reader went away, as with `| head -1`: what SIGPIPE would give), else 74.
 func (e *OutputError) ExitStatus() int {
 	if errors.Is(e.Err, syscall.EPIPE) {
-		return exitcode.Signal(syscall.SIGPIPE)
+		return ExitSignal(syscall.SIGPIPE)
 	}
-	return exitcode.IOError
+	return ExitIOError
+}
+
+// SignalName is sig's name ("SIGTERM"), or "signal N" for a number without one.
+func SignalName(sig syscall.Signal) string {
+	if n := unix.SignalName(sig); n != "" {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
 }

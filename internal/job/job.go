@@ -369,7 +369,7 @@ func closedVerdict(v *attempt.Verdict, ran bool) *attempt.Verdict {
 	if !errors.As(v, &jc) {
 		return v
 	}
-	e := &failure.JobClosedError{JobClosedError: jc, Ran: ran}
+	e := &failure.JobClosedError{Err: jc, Code: jc.ExitCode, Ran: ran}
 	return &attempt.Verdict{Reason: attempt.StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
 }
 

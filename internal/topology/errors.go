@@ -4,26 +4,26 @@ import (
 	"fmt"
 	"strings"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/setting"
 )
 
-// Sentinels callers branch on with errors.Is. Each is a usage error (exitcode.IsUsage: the CLI exits 2 on it), as
-// is every typed error below that matches one.
+// Sentinels callers branch on with errors.Is. Each is a configuration error (it matches failure.ErrConfig: the CLI
+// exits 2 on it), as is every typed error below that matches one.
 var (
 	// ErrConfig marks a configuration error: bad flags or env, an impossible split. The CLI exits 2 on it.
-	ErrConfig = exitcode.NewUsage("topology configuration error")
+	ErrConfig = failure.NewConfigKind("topology configuration error")
 	// ErrParse marks a value that does not parse (wrapped by ConfigError for env and flags). The errors it marks
 	// read as the detail alone; the message around them says the value is malformed.
-	ErrParse = exitcode.NewUsage("malformed value")
+	ErrParse = failure.NewConfigKind("malformed value")
 	// ErrUnknownDevice marks Google PCI devices whose device id tpurun does not know.
-	ErrUnknownDevice = exitcode.NewUsage("unknown Google PCI device id")
+	ErrUnknownDevice = failure.NewConfigKind("unknown Google PCI device id")
 	// ErrMetadata marks a failed GCE metadata query (see *MetadataError).
-	ErrMetadata = exitcode.NewUsage("GCE metadata query failed")
+	ErrMetadata = failure.NewConfigKind("GCE metadata query failed")
 	// ErrPortBusy marks a TPU process port that is in use and cannot be moved (see *PortBusyError).
-	ErrPortBusy = exitcode.NewUsage("TPU process port busy")
+	ErrPortBusy = failure.NewConfigKind("TPU process port busy")
 	// ErrChipBusy marks a chip whose device node another process holds open (see *BusyError).
-	ErrChipBusy = exitcode.NewUsage("TPU chip in use by another process")
+	ErrChipBusy = failure.NewConfigKind("TPU chip in use by another process")
 )
 
 // ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
@@ -74,14 +74,11 @@ func (e *ConfigError) Error() string {
 // Setting is the setting the error is about (Name).
 func (e *ConfigError) Setting() setting.Setting { return e.Name }
 
-// Is makes errors.Is(err, ErrConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+// Is makes errors.Is(err, ErrConfig) and errors.Is(err, failure.ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig || target == failure.ErrConfig }
 
 // Unwrap returns the underlying cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *ConfigError) Usage() bool { return true }
 
 // sourceList renders sources for a message: "from flag --nprocs, env TPU_NUM_DEVICES". A derived source names
 // itself ("derived from env TPU_ACCELERATOR_TYPE"), so the derived ones follow the others after a semicolon
@@ -120,11 +117,8 @@ func parseErrorf(format string, args ...any) error {
 
 func (e *parseError) Error() string { return e.msg }
 
-// Is makes errors.Is(err, ErrParse) true.
-func (e *parseError) Is(target error) bool { return target == ErrParse }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *parseError) Usage() bool { return true }
+// Is makes errors.Is(err, ErrParse) and errors.Is(err, failure.ErrConfig) true.
+func (e *parseError) Is(target error) bool { return target == ErrParse || target == failure.ErrConfig }
 
 // orList renders "1", "1 or 2", "1, 2, 4 or 8".
 func orList(items []string) string {
@@ -149,14 +143,11 @@ func (e *UnknownDeviceError) Error() string {
 		e.Count, strings.Join(e.IDs, ", "), e.Location)
 }
 
-// Is makes errors.Is(err, ErrUnknownDevice) true, and errors.Is(err, ErrConfig): the remedy is configuration
-// (TPU_ACCELERATOR_TYPE), so the CLI exits 2 before starting.
+// Is makes errors.Is(err, ErrUnknownDevice) true, and errors.Is(err, ErrConfig) and errors.Is(err,
+// failure.ErrConfig): the remedy is configuration (TPU_ACCELERATOR_TYPE), so the CLI exits 2 before starting.
 func (e *UnknownDeviceError) Is(target error) bool {
-	return target == ErrUnknownDevice || target == ErrConfig
+	return target == ErrUnknownDevice || target == ErrConfig || target == failure.ErrConfig
 }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *UnknownDeviceError) Usage() bool { return true }
 
 // MetadataError is a failed GCE metadata query: the URL, the HTTP status (0 when no answer) and the cause, plus the
 // env vars that replace the query.
@@ -179,14 +170,11 @@ func (e *MetadataError) Error() string {
 	return fmt.Sprintf("GCE metadata %s%s failed after %d attempt(s): %v; %s", e.URL, status, e.Attempts, e.Err, metadataRemedy)
 }
 
-// Is makes errors.Is(err, ErrMetadata) true.
-func (e *MetadataError) Is(target error) bool { return target == ErrMetadata }
+// Is makes errors.Is(err, ErrMetadata) and errors.Is(err, failure.ErrConfig) true (exit 2).
+func (e *MetadataError) Is(target error) bool { return target == ErrMetadata || target == failure.ErrConfig }
 
 // Unwrap returns the cause (a net error, context.DeadlineExceeded, ErrParse...).
 func (e *MetadataError) Unwrap() error { return e.Err }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *MetadataError) Usage() bool { return true }
 
 // PortBusyError is a TPU process port that is in use and must stay fixed (multi-host).
 type PortBusyError struct {
@@ -205,11 +193,8 @@ func (e *PortBusyError) Error() string {
 		e.Port, e.LocalRank, holder)
 }
 
-// Is makes errors.Is(err, ErrPortBusy) true.
-func (e *PortBusyError) Is(target error) bool { return target == ErrPortBusy }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *PortBusyError) Usage() bool { return true }
+// Is makes errors.Is(err, ErrPortBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
+func (e *PortBusyError) Is(target error) bool { return target == ErrPortBusy || target == failure.ErrConfig }
 
 // BusyError reports chips whose device nodes other processes hold open.
 type BusyError struct {
@@ -224,8 +209,5 @@ func (e *BusyError) Error() string {
 	return "TPU device already in use: " + strings.Join(parts, "; ") + "; stop that process, or start anyway with --force"
 }
 
-// Is makes errors.Is(err, ErrChipBusy) true.
-func (e *BusyError) Is(target error) bool { return target == ErrChipBusy }
-
-// Usage marks the error as a usage or configuration error (exitcode.IsUsage).
-func (e *BusyError) Usage() bool { return true }
+// Is makes errors.Is(err, ErrChipBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
+func (e *BusyError) Is(target error) bool { return target == ErrChipBusy || target == failure.ErrConfig }

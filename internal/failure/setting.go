@@ -1,4 +1,4 @@
-package setting
+package failure
 
 import (
 	"errors"
@@ -75,17 +75,17 @@ func Named(name string) Setting { return Setting(name) }
 // any other as it is.
 func (s Setting) Word() string { return strings.TrimPrefix(string(s), rendezvousPrefix) }
 
-// Error is an error about a setting: every configuration error of the module implements it (failure's,
+// SettingError is an error about a setting: every configuration error of the module implements it (failure's,
 // topology's, the rendezvous's), so that whoever reports it can name the flag that sets the setting.
-type Error interface {
+type SettingError interface {
 	error
 	Setting() Setting
 }
 
-// Of is the setting err is about: that of the first error in its chain that is an Error, "" when none is (or
+// SettingOf is the setting err is about: that of the first error in its chain that is a SettingError, "" when none is (or
 // when that error names no setting: a rendezvous error that is not about its configuration, say).
-func Of(err error) Setting {
-	var e Error
+func SettingOf(err error) Setting {
+	var e SettingError
 	if errors.As(err, &e) {
 		return e.Setting()
 	}

@@ -1,4 +1,4 @@
-package setting_test
+package failure_test
 
 import (
 	"errors"
