@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
@@ -68,7 +67,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 			case err := <-errs[0]:
 				code := failure.ExitCode(err)
 				// 69 only if the dead store was noticed (a lost store ends the job) before the SIGTERM
-				if code != 143 && !(tc.killStore && code == exitcode.Rendezvous) {
+				if code != 143 && !(tc.killStore && code == failure.ExitRendezvous) {
 					t.Fatalf("node 0: %v (exit %d), want stopped by SIGTERM (143)\n%s", err, code, w.specs[0].Stderr)
 				}
 				if code == 143 && !strings.Contains(err.Error(), "stopped by SIGTERM during the wait for the other nodes' outcome") {

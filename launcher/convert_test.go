@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 )
 
@@ -112,7 +112,7 @@ func TestDefaultsAgree(t *testing.T) {
 	}
 }
 
-// TestExitCodeTableIsTheCLIs: ExitCode's documented table has the codes of tpurun's own table (exitcode.Table), in
+// TestExitCodeTableIsTheCLIs: ExitCode's documented table has the codes of tpurun's own table (failure.ExitTable), in
 // its order, and the rows a library caller meets besides (a canceled context's 143).
 func TestExitCodeTableIsTheCLIs(t *testing.T) {
 	src, err := os.ReadFile("errors.go")
@@ -125,7 +125,7 @@ func TestExitCodeTableIsTheCLIs(t *testing.T) {
 		got = append(got, m[1])
 	}
 	var want []string
-	for _, r := range exitcode.Table {
+	for _, r := range failure.ExitTable {
 		if r.Help != "" {
 			want = append(want, r.Code)
 		}

@@ -6,8 +6,8 @@ import (
 	"syscall"
 	"time"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 )
 
 // The errors a caller matches with errors.Is in what Run and Plan return. Besides them, a caller's context ends the
@@ -45,7 +45,7 @@ func (e *WorkerError) Error() string {
 // ExitCode is the code the job exits with for this worker: its exit code, or 128+N when signal N killed it.
 func (e *WorkerError) ExitCode() int {
 	if e.Signal != 0 {
-		return exitcode.Signal(e.Signal)
+		return failure.ExitSignal(e.Signal)
 	}
 	return e.Code
 }
@@ -80,7 +80,7 @@ func errorOf(err error) error {
 		return nil
 	}
 	e := &runError{err: err}
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if errors.As(err, &we) {
 		e.worker = workerErrorOf(we)
 	}
@@ -101,7 +101,7 @@ func (e *runError) Unwrap() []error {
 // rendezvous's, the Spec's own: exit 2, and no worker's), the others for the launcher's sentinel behind each.
 func (e *runError) Is(target error) bool {
 	if target == ErrConfig {
-		return e.worker == nil && (errors.Is(e.err, failure.ErrConfig) || exitcode.IsUsage(e.err))
+		return e.worker == nil && errors.Is(e.err, failure.ErrConfig)
 	}
 	in, ok := sentinels[target]
 	return ok && errors.Is(e.err, in)

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
@@ -137,7 +136,7 @@ func TestRunMultihostWorldSizeMismatch(t *testing.T) {
 					if err != nil {
 						msg = err.Error()
 					}
-					if failure.ExitCode(err) != exitcode.Rendezvous || !errors.Is(err, rendezvous.ErrMismatch) ||
+					if failure.ExitCode(err) != failure.ExitRendezvous || !errors.Is(err, rendezvous.ErrMismatch) ||
 						!strings.Contains(msg, "node count") || !strings.Contains(msg, tc.values[0]) || !strings.Contains(msg, tc.values[1]) ||
 						!strings.Contains(msg, `"n0"`) || !strings.Contains(msg, `"n1"`) {
 						t.Fatalf("node %d: %v (exit %d), want exit 69 naming %s and %s and both nodes", i, err, failure.ExitCode(err), tc.values[0], tc.values[1])
@@ -170,7 +169,7 @@ func TestRunMultihostEtcdLost(t *testing.T) {
 	}
 	took := time.Since(killed)
 	for i, err := range errs {
-		if failure.ExitCode(err) != exitcode.Rendezvous || !errors.Is(err, rendezvous.ErrStoreLost) || !strings.Contains(err.Error(), ep) {
+		if failure.ExitCode(err) != failure.ExitRendezvous || !errors.Is(err, rendezvous.ErrStoreLost) || !strings.Contains(err.Error(), ep) {
 			t.Fatalf("node %d: %v (exit %d), want exit 69 naming the lost etcd at %s", i, err, failure.ExitCode(err), ep)
 		}
 	}

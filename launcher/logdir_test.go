@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/safepath"
 	"tpurun/internal/spec"
@@ -44,7 +43,7 @@ touch "$RAN/ran-$LOCAL_RANK"`
 		Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second,
 		LogDir: logs, RunID: "planted", Stdout: io.Discard, Stderr: io.Discard})
 	var ue *safepath.UnsafePathError
-	if !errors.As(err, &ue) || failure.ExitCode(err) != exitcode.Usage || !strings.Contains(err.Error(), victim) {
+	if !errors.As(err, &ue) || failure.ExitCode(err) != failure.ExitUsage || !strings.Contains(err.Error(), victim) {
 		t.Fatalf("err %v (exit %d), want an UnsafePathError naming %s (exit 2)", err, failure.ExitCode(err), victim)
 	}
 	if after := snapshot(t, victim); !maps.Equal(before, after) {
@@ -54,7 +53,7 @@ touch "$RAN/ran-$LOCAL_RANK"`
 		t.Fatalf("a worker of attempt 1 ran: %v", es)
 	}
 	_, err = launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
-	if failure.ExitCode(err) != exitcode.Usage {
+	if failure.ExitCode(err) != failure.ExitUsage {
 		t.Fatalf("run id '..': err %v, want exit 2", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
@@ -156,7 +157,7 @@ func TestRunMultihostFailureSpreads(t *testing.T) {
 	if !errors.As(errs[0], &ne) || ne.Node != 1 || failure.ExitCode(errs[0]) != 4 {
 		t.Fatalf("node 0: %v, want a NodeError naming node 1 with code 4", errs[0])
 	}
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if !errors.As(errs[1], &we) || we.Rank != 3 || failure.ExitCode(errs[1]) != 4 {
 		t.Fatalf("node 1: %v, want rank 3's WorkerError (exit 4)", errs[1])
 	}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
@@ -60,7 +59,7 @@ func Plan(ctx context.Context, s Spec) (*DryRun, error) {
 // dryRun is Plan of the internal Spec.
 func dryRun(ctx context.Context, s spec.Spec) (*DryRun, error) {
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
-		return nil, &failure.ConfigError{Field: setting.MasterPort, Value: strconv.Itoa(s.MasterPort),
+		return nil, &failure.ConfigError{Field: failure.MasterPort, Value: strconv.Itoa(s.MasterPort),
 			Hint: "must be 1..65535, or 0 for a placeholder"}
 	}
 	h, err := topology.Detect(ctx, s.Detect)

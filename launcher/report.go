@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tpurun/internal/attempt"
-	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
 )
@@ -198,7 +198,7 @@ func verdictOf(v *attempt.Verdict) Verdict {
 		Node: v.Node, Escalated: v.Escalated, During: v.During, Message: v.Message}
 }
 
-func workerErrorOf(we *failure.WorkerError) *WorkerError {
+func workerErrorOf(we *proc.WorkerError) *WorkerError {
 	if we == nil {
 		return nil
 	}

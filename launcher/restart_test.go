@@ -10,6 +10,7 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
@@ -38,7 +39,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	if len(rep.Attempts) != 1 {
 		t.Fatalf("%d attempts after a SIGINT during the first one's teardown, want 1 (err %v)", len(rep.Attempts), err)
 	}
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if !errors.As(err, &we) || we.Rank != 0 || failure.ExitCode(err) != 1 {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
@@ -79,7 +80,7 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 		}
 		testutil.AssertAllGone(t, dir, 0)
 	}
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if !errors.As(err, &we) || failure.ExitCode(err) != 1 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v (code %d) after %d attempts, want rank 0's failure (1) and no restart", err, failure.ExitCode(err), len(rep.Attempts))
 	}
@@ -102,7 +103,7 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 		}
 	})}
 	rep, err := launcher.RunInternal(ctx, cfg)
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if !errors.As(err, &we) || we.Rank != 0 || len(rep.Attempts) != 1 {
 		t.Fatalf("err %v after %d attempts, want rank 0's failure and no restart", err, len(rep.Attempts))
 	}

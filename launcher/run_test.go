@@ -16,8 +16,8 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/spec"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
@@ -55,7 +55,7 @@ func TestExitCodes(t *testing.T) {
 				t.Fatalf("exit code %d, want %d (err %v)", got, code, err)
 			}
 			if code != 0 {
-				var we *failure.WorkerError
+				var we *proc.WorkerError
 				if !errors.As(err, &we) || we.Rank != 1 || we.ExitCode != code {
 					t.Fatalf("err = %#v, want a WorkerError for rank 1 code %d", err, code)
 				}
@@ -306,7 +306,7 @@ func TestRestartsIncrementRestartCount(t *testing.T) {
 	}
 	cfg.MaxRestarts = 1
 	_, err = launcher.RunInternal(context.Background(), cfg)
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	if !errors.As(err, &we) || we.Attempt != 1 {
 		t.Fatalf("err %v, want rank 1 failing in attempt 1 after one restart", err)
 	}
@@ -437,14 +437,14 @@ func TestResultChannel(t *testing.T) {
 	cfg.Results.Required = true
 	rep, err = launcher.RunInternal(context.Background(), cfg)
 	var re *failure.ResultsError
-	if !errors.As(err, &re) || !errors.Is(err, failure.ErrResults) || failure.ExitCode(err) != exitcode.Results {
-		t.Fatalf("err %v, want a ResultsError mapped to %d", err, exitcode.Results)
+	if !errors.As(err, &re) || !errors.Is(err, failure.ErrResults) || failure.ExitCode(err) != failure.ExitResults {
+		t.Fatalf("err %v, want a ResultsError mapped to %d", err, failure.ExitResults)
 	}
 	kinds := map[string]int{}
 	for _, v := range rep.Results.Violations {
 		kinds[v.Kind]++
 	}
-	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != exitcode.Results {
+	if kinds["malformed_frame"] != 1 || kinds["missing_result"] < 1 || rep.Results.ExitCode != failure.ExitResults {
 		t.Fatalf("violations %+v, exit %d", rep.Results.Violations, rep.Results.ExitCode)
 	}
 	testutil.AssertAllGone(t, dir, 4)
@@ -544,8 +544,8 @@ func TestProgramNotRunnable(t *testing.T) {
 	if err := os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for prog, want := range map[string]int{"/nonexistent/program": exitcode.NotFound, "no-such-program-on-path": exitcode.NotFound,
-		noexec: exitcode.NotExecutable} {
+	for prog, want := range map[string]int{"/nonexistent/program": failure.ExitNotFound, "no-such-program-on-path": failure.ExitNotFound,
+		noexec: failure.ExitNotExecutable} {
 		_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{prog}})
 		var pe *failure.ProgramError
 		if !errors.As(err, &pe) || failure.ExitCode(err) != want {
@@ -564,7 +564,7 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 	} {
 		_, err := launcher.RunInternal(context.Background(), cfg)
 		var ce *failure.ConfigError
-		if !errors.As(err, &ce) || failure.ExitCode(err) != exitcode.Usage {
+		if !errors.As(err, &ce) || failure.ExitCode(err) != failure.ExitUsage {
 			t.Errorf("%s: err %v, want a ConfigError (exit 2)", name, err)
 		}
 	}

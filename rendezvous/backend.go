@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"tpurun/internal/setting"
-
 	"go.uber.org/zap"
+
+	"tpurun/internal/failure"
 )
 
 // Backend is one kind of rendezvous: torchrun's static, tcp (c10d) and etcd, each a package under this one that
@@ -133,12 +133,12 @@ func Lookup(name string) (Backend, error) {
 		return b, nil
 	}
 	if pkg, ok := backendPackages[name]; ok {
-		return nil, configError(setting.RendezvousBackend, name, fmt.Sprintf("unknown; import _ %q to register it (registered: %s)", pkg, Names()))
+		return nil, configError(failure.RendezvousBackend, name, fmt.Sprintf("unknown; import _ %q to register it (registered: %s)", pkg, Names()))
 	}
 	if len(Backends()) == 0 {
-		return nil, configError(setting.RendezvousBackend, name, `unknown, and no backend is registered: import one (_ "tpurun/rendezvous/tcp", static or etcd)`)
+		return nil, configError(failure.RendezvousBackend, name, `unknown, and no backend is registered: import one (_ "tpurun/rendezvous/tcp", static or etcd)`)
 	}
-	return nil, configError(setting.RendezvousBackend, name, "unknown; use "+Names())
+	return nil, configError(failure.RendezvousBackend, name, "unknown; use "+Names())
 }
 
 // backendPackages are tpurun's backends by their names and aliases: the package that registers each, which a

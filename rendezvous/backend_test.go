@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/etcd"
@@ -54,7 +54,7 @@ func TestLookup(t *testing.T) {
 	}
 	_, err := rendezvous.Lookup("zookeeper")
 	var e *rendezvous.Error
-	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousBackend) || e.Value != "zookeeper" {
+	if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(failure.RendezvousBackend) || e.Value != "zookeeper" {
 		t.Errorf("unknown backend: %v", err)
 	}
 }

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"tpurun/internal/setting"
-
 	"go.uber.org/zap"
+
+	"tpurun/internal/failure"
 )
 
 // confKeys are the Conf keys understood, sorted: tpurun's, and torchrun's (c10d and etcd) that ParseConf keeps.
@@ -43,7 +43,7 @@ func ParseConf(s string) (map[string]string, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = unquote(k), unquote(v)
 		if !ok || k == "" {
-			return nil, configError(setting.RendezvousOption, kv, "not key=value")
+			return nil, configError(failure.RendezvousOption, kv, "not key=value")
 		}
 		_, dup := out[k]
 		if to, ok := confAliases[k]; ok {
@@ -53,7 +53,7 @@ func ParseConf(s string) (map[string]string, error) {
 			out[k] = v
 		}
 		if dup {
-			return nil, configError(setting.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
+			return nil, configError(failure.RendezvousOption, kv, fmt.Sprintf("key %q given twice", k))
 		}
 	}
 	for key, v := range aliased {
@@ -118,7 +118,7 @@ func checkConfKeys(conf map[string]string) error {
 	for k, v := range conf {
 		i := sort.SearchStrings(confKeys, k)
 		if i == len(confKeys) || confKeys[i] != k {
-			return configError(setting.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
+			return configError(failure.RendezvousOption, k+"="+v, "unknown key; known keys: "+strings.Join(confKeys, ", "))
 		}
 	}
 	return nil
@@ -136,7 +136,7 @@ func confDuration(conf map[string]string, key string, def time.Duration) (time.D
 	if d, err := time.ParseDuration(v); err == nil && d > 0 {
 		return d, nil
 	}
-	return 0, configError(setting.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
+	return 0, configError(failure.RendezvousOption, key+"="+v, "not a positive duration (seconds, or like 30s)")
 }
 
 // heartbeat is the heartbeat: the heartbeat option, else the one whose silence limit (SilentBeats heartbeats) is
@@ -159,7 +159,7 @@ func heartbeat(conf map[string]string, def time.Duration) (time.Duration, error)
 	}
 	attempts, err := strconv.Atoi(cmp.Or(conf["keep_alive_max_attempt"], "3"))
 	if err != nil || attempts < 1 || attempts > 1000 {
-		return 0, configError(setting.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
+		return 0, configError(failure.RendezvousOption, "keep_alive_max_attempt="+conf["keep_alive_max_attempt"], "not a whole number from 1")
 	}
 	return interval * time.Duration(attempts) / SilentBeats, nil
 }

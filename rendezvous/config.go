@@ -9,9 +9,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"tpurun/internal/setting"
-
 	"go.uber.org/zap"
+
+	"tpurun/internal/failure"
 )
 
 // Defaults.
@@ -110,19 +110,19 @@ func (cfg *Config) durations() (linger time.Duration, err error) {
 // checkNodes checks the node count, the minimum (0 becomes NNodes: a fixed size) and the requested node rank.
 func (cfg *Config) checkNodes() error {
 	if cfg.NNodes < 0 || cfg.NNodes > MaxNodes {
-		return configError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
+		return configError(failure.RendezvousNodes, strconv.Itoa(cfg.NNodes), fmt.Sprintf("need 1..%d", MaxNodes))
 	}
 	if cfg.MinNodes < 0 || cfg.MinNodes > cfg.NNodes {
-		return configError(setting.RendezvousMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
+		return configError(failure.RendezvousMinNodes, strconv.Itoa(cfg.MinNodes), fmt.Sprintf("need 1..%d (the node count), or 0 for a fixed size", cfg.NNodes))
 	}
 	if cfg.MinNodes == 0 {
 		cfg.MinNodes = cfg.NNodes
 	}
 	if cfg.NodeRank < -1 || (cfg.NNodes > 0 && cfg.NodeRank >= cfg.NNodes) {
-		return configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
+		return configError(failure.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("need -1 (any) or 0..%d for %d nodes", cfg.NNodes-1, cfg.NNodes))
 	}
 	if cfg.MinNodes < cfg.NNodes && cfg.NodeRank >= cfg.MinNodes {
-		return configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %d..%d nodes may have only %d: request a rank below %d, or none",
+		return configError(failure.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), fmt.Sprintf("an elastic world of %d..%d nodes may have only %d: request a rank below %d, or none",
 			cfg.MinNodes, cfg.NNodes, cfg.MinNodes, cfg.MinNodes))
 	}
 	return nil
@@ -137,7 +137,7 @@ const MaxRunID = 128
 // "rendezvous run id".
 func ValidateRunID(id string) error {
 	bad := func(why string) error {
-		return configError(setting.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
+		return configError(failure.RendezvousRunID, id, why+"; use letters, digits and -_.:@+ (at most "+strconv.Itoa(MaxRunID)+" bytes)")
 	}
 	switch {
 	case id == "":

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
@@ -205,7 +205,7 @@ func TestElasticMembersValidate(t *testing.T) {
 	}
 	defer r.Close()
 	_, err = r.Join(context.Background(), rendezvous.Member{Host: "h", LocalWorkers: 1, Rank: 3})
-	if e := rdzvtest.RdzvErr(t, err, rendezvous.ErrConfig); e.Field != string(setting.RendezvousNodeRank) {
+	if e := rdzvtest.RdzvErr(t, err, rendezvous.ErrConfig); e.Field != string(failure.RendezvousNodeRank) {
 		t.Fatalf("%v", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // Sentinels callers branch on with errors.Is. Every error the package returns for one of these conditions is an
@@ -54,7 +54,6 @@ var (
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
 )
-
 
 // NodeRef names one node in an error or a failure. Rank is -1 when the node has no rank yet.
 type NodeRef struct {
@@ -140,7 +139,7 @@ func (e *Error) Error() string {
 
 // Setting is the setting the error is about: Field ("" for an error that names none), for whoever reports the
 // error to name the flag or key that sets it.
-func (e *Error) Setting() setting.Setting { return setting.Named(e.Field) }
+func (e *Error) Setting() failure.Setting { return failure.Named(e.Field) }
 
 // Unwrap returns the sentinel; a missing-nodes or unresolved error also matches ErrTimeout, a no-token error
 // ErrConfig and a version error ErrProtocol.
@@ -162,7 +161,7 @@ func (e *Error) Unwrap() []error {
 func newError(kind error, detail string) *Error { return &Error{Kind: kind, Detail: detail} }
 
 // configError is an ErrConfig error naming the setting at fault and its value.
-func configError(field setting.Setting, value, detail string) *Error {
+func configError(field failure.Setting, value, detail string) *Error {
 	return &Error{Kind: ErrConfig, Field: string(field), Value: value, Detail: detail}
 }
 

@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/internal/testutil/rdzvtest"
@@ -59,7 +59,7 @@ func testSizeMismatch(t *testing.T, c *rdzvtest.Cluster, mins, maxs [2]int) {
 	}
 	want := [2]string{size(0), size(1)}
 	for i, err := range c.Errs {
-		e := rdzvtest.MismatchErr(t, err, setting.RendezvousNodes.Word())
+		e := rdzvtest.MismatchErr(t, err, failure.RendezvousNodes.Word())
 		got := map[string]string{}
 		for _, v := range e.Values {
 			for _, n := range v.Nodes {
@@ -196,7 +196,7 @@ func TestEtcdProcessKilled(t *testing.T) {
 	lost := func(what string, err error) {
 		t.Helper()
 		e := rdzvtest.RdzvErr(t, err, rendezvous.ErrStoreLost)
-		if e.Field != string(setting.RendezvousEndpoint) || e.Value != ep {
+		if e.Field != string(failure.RendezvousEndpoint) || e.Value != ep {
 			t.Fatalf("%s: %v does not name the endpoint %s", what, e, ep)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // Member is what one node (one launcher process) brings to a rendezvous.
@@ -68,7 +68,7 @@ func (m *Member) Validate() error {
 	}
 	if m.Host != "" {
 		if why := hostProblem(m.Host); why != "" {
-			return configError(setting.RendezvousHostName, m.Host, why)
+			return configError(failure.RendezvousHostName, m.Host, why)
 		}
 	}
 	if m.RunID != "" {

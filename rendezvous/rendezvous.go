@@ -15,8 +15,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/freeport"
-	"tpurun/internal/setting"
 )
 
 // NewInstance returns a random instance id for one launcher process.
@@ -144,7 +144,7 @@ func (r *Rendezvous) complete(m Member) (Member, error) {
 		return m, err
 	}
 	if limit := r.cfg.MinNodes; limit > 0 && m.Rank >= limit {
-		return m, configError(setting.RendezvousNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
+		return m, configError(failure.RendezvousNodeRank, strconv.Itoa(m.Rank), fmt.Sprintf("the world may have only %d nodes", limit))
 	}
 	return m, nil
 }

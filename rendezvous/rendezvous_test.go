@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
@@ -399,29 +399,29 @@ func TestConfigValidation(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cfg   rendezvous.Config
-		field setting.Setting
+		field failure.Setting
 		kind  error
 	}{
-		{"port out of range", tcpConfig("127.0.0.1:99999", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"port not a number", tcpConfig("127.0.0.1:http", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"port 0 on a client", tcpConfig("127.0.0.1:0", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"port 0 with is_host=auto", tcpConfig("127.0.0.1:0", "auto", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"bad address", tcpConfig("1.2.3.4.5:29400", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"bad host name", tcpConfig("no such host:29400", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"off loopback without a token", tcpConfig("10.1.2.3:29400", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrNoToken},
-		{"a host name without a token", tcpConfig("node0.example:29400", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrNoToken},
-		{"every interface without a token", tcpConfig(":29400", "false", 2), setting.RendezvousEndpoint, rendezvous.ErrNoToken},
-		{"listen off loopback without a token", with(tcpConfig("127.0.0.1:29400", "true", 2), func(c *rendezvous.Config) { c.Listen = "0.0.0.0:0" }), setting.RendezvousListen, rendezvous.ErrNoToken},
-		{"static hosts without a token", rendezvous.Config{Backend: static.Name, NodeRank: 1, Hosts: []string{"tpu-a", "tpu-b"}}, setting.RendezvousEndpoint, rendezvous.ErrNoToken},
-		{"etcd port out of range", rendezvous.Config{Backend: etcd.Name, Endpoint: "127.0.0.1:2379,127.0.0.1:99999", NNodes: 2, NodeRank: -1}, setting.RendezvousEndpoint, rendezvous.ErrConfig},
-		{"run id with a slash", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = "a/b" }), setting.RendezvousRunID, rendezvous.ErrConfig},
-		{"run id ..", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = ".." }), setting.RendezvousRunID, rendezvous.ErrConfig},
-		{"run id too long", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = strings.Repeat("r", 300) }), setting.RendezvousRunID, rendezvous.ErrConfig},
-		{"min above max", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.MinNodes = 3 }), setting.RendezvousMinNodes, rendezvous.ErrConfig},
-		{"rank at or above min", with(tcpConfig("127.0.0.1:29400", "false", 4), func(c *rendezvous.Config) { c.MinNodes, c.NodeRank = 2, 2 }), setting.RendezvousNodeRank, rendezvous.ErrConfig},
-		{"elastic static", rendezvous.Config{Backend: static.Name, NNodes: 3, MinNodes: 2, NodeRank: 1, Endpoint: "127.0.0.1:29400"}, setting.RendezvousMinNodes, rendezvous.ErrConfig},
-		{"bad last call", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.Conf["last_call_timeout"] = "soon" }), setting.RendezvousOption, rendezvous.ErrConfig},
-		{"unknown backend", rendezvous.Config{Backend: "zookeeper", NNodes: 2, NodeRank: -1}, setting.RendezvousBackend, rendezvous.ErrConfig},
+		{"port out of range", tcpConfig("127.0.0.1:99999", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"port not a number", tcpConfig("127.0.0.1:http", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"port 0 on a client", tcpConfig("127.0.0.1:0", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"port 0 with is_host=auto", tcpConfig("127.0.0.1:0", "auto", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"bad address", tcpConfig("1.2.3.4.5:29400", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"bad host name", tcpConfig("no such host:29400", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"off loopback without a token", tcpConfig("10.1.2.3:29400", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrNoToken},
+		{"a host name without a token", tcpConfig("node0.example:29400", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrNoToken},
+		{"every interface without a token", tcpConfig(":29400", "false", 2), failure.RendezvousEndpoint, rendezvous.ErrNoToken},
+		{"listen off loopback without a token", with(tcpConfig("127.0.0.1:29400", "true", 2), func(c *rendezvous.Config) { c.Listen = "0.0.0.0:0" }), failure.RendezvousListen, rendezvous.ErrNoToken},
+		{"static hosts without a token", rendezvous.Config{Backend: static.Name, NodeRank: 1, Hosts: []string{"tpu-a", "tpu-b"}}, failure.RendezvousEndpoint, rendezvous.ErrNoToken},
+		{"etcd port out of range", rendezvous.Config{Backend: etcd.Name, Endpoint: "127.0.0.1:2379,127.0.0.1:99999", NNodes: 2, NodeRank: -1}, failure.RendezvousEndpoint, rendezvous.ErrConfig},
+		{"run id with a slash", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = "a/b" }), failure.RendezvousRunID, rendezvous.ErrConfig},
+		{"run id ..", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = ".." }), failure.RendezvousRunID, rendezvous.ErrConfig},
+		{"run id too long", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.RunID = strings.Repeat("r", 300) }), failure.RendezvousRunID, rendezvous.ErrConfig},
+		{"min above max", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.MinNodes = 3 }), failure.RendezvousMinNodes, rendezvous.ErrConfig},
+		{"rank at or above min", with(tcpConfig("127.0.0.1:29400", "false", 4), func(c *rendezvous.Config) { c.MinNodes, c.NodeRank = 2, 2 }), failure.RendezvousNodeRank, rendezvous.ErrConfig},
+		{"elastic static", rendezvous.Config{Backend: static.Name, NNodes: 3, MinNodes: 2, NodeRank: 1, Endpoint: "127.0.0.1:29400"}, failure.RendezvousMinNodes, rendezvous.ErrConfig},
+		{"bad last call", with(tcpConfig("127.0.0.1:29400", "false", 2), func(c *rendezvous.Config) { c.Conf["last_call_timeout"] = "soon" }), failure.RendezvousOption, rendezvous.ErrConfig},
+		{"unknown backend", rendezvous.Config{Backend: "zookeeper", NNodes: 2, NodeRank: -1}, failure.RendezvousBackend, rendezvous.ErrConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -492,7 +492,7 @@ func TestValidateRunID(t *testing.T) {
 		strings.Repeat("x", rendezvous.MaxRunID+1), "\xff\xfe", " lead", "trail "} {
 		err := rendezvous.ValidateRunID(bad)
 		var e *rendezvous.Error
-		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(setting.RendezvousRunID) {
+		if !errors.Is(err, rendezvous.ErrConfig) || !errors.As(err, &e) || e.Field != string(failure.RendezvousRunID) {
 			t.Errorf("%q: %v, want an ErrConfig naming the run id", bad, err)
 			continue
 		}

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"tpurun/internal/setting"
-
 	"go.uber.org/zap"
+
+	"tpurun/internal/failure"
 )
 
 // soloBackend is the world of one (Config.Backend ""): this node alone. It has no store: every generation agrees at
@@ -31,10 +31,10 @@ func (soloBackend) Port() int { return DefaultPort }
 // Open refuses a world of more than one node; there is nothing to prepare.
 func (soloBackend) Open(_ context.Context, cfg *Config, _ *zap.Logger, _ time.Duration) (Store, error) {
 	if cfg.NNodes > 1 {
-		return nil, configError(setting.RendezvousNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
+		return nil, configError(failure.RendezvousNodes, strconv.Itoa(cfg.NNodes), "a world of one node; name a backend ("+Names()+") for more")
 	}
 	if cfg.NodeRank > 0 {
-		return nil, configError(setting.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
+		return nil, configError(failure.RendezvousNodeRank, strconv.Itoa(cfg.NodeRank), "a world of one node has only node rank 0")
 	}
 	return soloStore{}, nil
 }

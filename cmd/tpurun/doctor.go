@@ -9,7 +9,6 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/cmd/tpurun/internal/hostview"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
 )
@@ -69,7 +68,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: writing the report: %v\n", err)
-		return exitcode.Internal
+		return failure.ExitInternal
 	}
-	return exitcode.OK
+	return failure.ExitOK
 }

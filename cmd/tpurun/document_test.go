@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/results"
 )
 
@@ -64,8 +64,8 @@ func TestJSONFDRefused(t *testing.T) {
 	t.Parallel()
 	for _, fd := range []string{"1", "2", "57"} {
 		r := runCLI(t, t.TempDir(), nil, "--json-fd", fd, "--", "true")
-		if r.code != exitcode.Usage || !strings.Contains(r.stderr, "--json-fd") {
-			t.Errorf("--json-fd %s: exit %d, want %d naming the flag\n%s", fd, r.code, exitcode.Usage, r.stderr)
+		if r.code != failure.ExitUsage || !strings.Contains(r.stderr, "--json-fd") {
+			t.Errorf("--json-fd %s: exit %d, want %d naming the flag\n%s", fd, r.code, failure.ExitUsage, r.stderr)
 		}
 	}
 	r, w, err := os.Pipe()
@@ -77,7 +77,7 @@ func TestJSONFDRefused(t *testing.T) {
 	cmd.ExtraFiles = []*os.File{r} // the read end, as fd 3
 	out, _ := cmd.CombinedOutput()
 	r.Close()
-	if code := cmd.ProcessState.ExitCode(); code != exitcode.Usage || !strings.Contains(string(out), "not open for writing") {
-		t.Errorf("--json-fd 3, the read end of a pipe: exit %d, want %d saying it is not open for writing\n%s", code, exitcode.Usage, out)
+	if code := cmd.ProcessState.ExitCode(); code != failure.ExitUsage || !strings.Contains(string(out), "not open for writing") {
+		t.Errorf("--json-fd 3, the read end of a pipe: exit %d, want %d saying it is not open for writing\n%s", code, failure.ExitUsage, out)
 	}
 }

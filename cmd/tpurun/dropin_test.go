@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 )
 
@@ -54,7 +54,7 @@ func TestDropinGPUHostRunsMoreWorkersThanGPUs(t *testing.T) {
 			t.Errorf("CUDA_VISIBLE_DEVICES=%q: %d workers; rank 1's env %v, want the CPU and the variable kept", cvd, len(d), d["1"])
 		}
 		r = h.cli(t, []string{"CUDA_VISIBLE_DEVICES=" + cvd}, "--device", "gpu", "--", testutil.Program(t))
-		wantExit(t, "--device gpu with CUDA_VISIBLE_DEVICES="+cvd, r, exitcode.Usage, "hides every GPU", "--device cpu")
+		wantExit(t, "--device gpu with CUDA_VISIBLE_DEVICES="+cvd, r, failure.ExitUsage, "hides every GPU", "--device cpu")
 	}
 	for word, n := range map[string]int{"auto": 1, "gpu": 1, "cpu": runtime.NumCPU()} {
 		if p := h.plan(t, nil, "--nproc-per-node", word); len(p.Workers) != n {
@@ -83,12 +83,12 @@ func TestDropinRendezvousTokenFromEnv(t *testing.T) {
 	line := []string{"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "192.0.2.123:29400", "--rdzv-timeout", "1",
 		"--device", "cpu", "--", "true"}
 	r := runCLI(t, "", []string{"TPURUN_RDZV_TOKEN="}, line...)
-	wantExit(t, "no token", r, exitcode.Usage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET")
+	wantExit(t, "no token", r, failure.ExitUsage, "--rdzv-token SECRET", "TPURUN_RDZV_TOKEN=SECRET")
 	if n := strings.Count(r.stderr, "same secret") + strings.Count(r.stderr, "same token"); n != 1 {
 		t.Errorf("the refusal says %d times to give every node the token, want once:\n%s", n, r.stderr)
 	}
 	r = runCLI(t, "", []string{"TPURUN_RDZV_TOKEN=s3cret"}, line...)
-	if r.code == exitcode.Usage || strings.Contains(r.stderr, "token required") {
+	if r.code == failure.ExitUsage || strings.Contains(r.stderr, "token required") {
 		t.Errorf("TPURUN_RDZV_TOKEN set: exit %d, still refused for want of a token:\n%s", r.code, r.stderr)
 	}
 	addr := hostAddr()
@@ -144,8 +144,8 @@ func TestDropinTwoAgentsOnOneHost(t *testing.T) {
 	testutil.WaitListening(t, ep)
 	second := startNode(t, env, args...)
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t); code != exitcode.Rendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
-			t.Fatalf("TPU agent %d: exit %d, want %d naming --node-name\n%s", i, code, exitcode.Rendezvous, n.stderr.String())
+		if code := n.wait(t); code != failure.ExitRendezvous || !strings.Contains(n.stderr.String(), "--node-name") {
+			t.Fatalf("TPU agent %d: exit %d, want %d naming --node-name\n%s", i, code, failure.ExitRendezvous, n.stderr.String())
 		}
 	}
 }
@@ -195,12 +195,12 @@ func TestDropinTorchrunRendezvousFlags(t *testing.T) {
 	}{
 		// a name that does not resolve is waited for within the join timeout (a pod not yet in DNS), then fails the
 		// rendezvous (69) naming it and saying what to check
-		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x", "--rdzv-timeout=1"), exitcode.Rendezvous, []string{"does not resolve", "check its spelling"}},
-		{[]string{"--standalone", "--nnodes=2"}, exitcode.Usage, []string{"--standalone", "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"}},
-		{[]string{"--logs_specs=DOESNOT_EXIST"}, exitcode.Usage, []string{"--logs-specs default"}},
-		{[]string{"--rdzv-conf", "bogus_key=1"}, exitcode.Usage, []string{"unknown key"}},
-		{[]string{"--nprocs-per-node=2"}, exitcode.Usage, []string{"did you mean --nproc-per-node?"}},
-		{[]string{"--rdzv=x"}, exitcode.Usage, []string{"ambiguous", "--rdzv-backend"}},
+		{c10d("--rdzv-endpoint=nosuchhost.invalid:29400", "--rdzv-token=x", "--rdzv-timeout=1"), failure.ExitRendezvous, []string{"does not resolve", "check its spelling"}},
+		{[]string{"--standalone", "--nnodes=2"}, failure.ExitUsage, []string{"--standalone", "--rdzv-backend c10d --rdzv-endpoint HOST:PORT"}},
+		{[]string{"--logs_specs=DOESNOT_EXIST"}, failure.ExitUsage, []string{"--logs-specs default"}},
+		{[]string{"--rdzv-conf", "bogus_key=1"}, failure.ExitUsage, []string{"unknown key"}},
+		{[]string{"--nprocs-per-node=2"}, failure.ExitUsage, []string{"did you mean --nproc-per-node?"}},
+		{[]string{"--rdzv=x"}, failure.ExitUsage, []string{"ambiguous", "--rdzv-backend"}},
 	} {
 		wantExit(t, strings.Join(c.args, " "), run(c.args...), c.code, c.wants...)
 	}
@@ -286,11 +286,11 @@ func TestDropinPythonInterpreter(t *testing.T) {
 	r = runCLI(t, "", nil, "--device", "cpu", script, out, "3")
 	wantExit(t, "python3 from PATH", r, 3, "program: python3 ("+py+") -u "+script)
 	wantExit(t, "--python with a PROGRAM run as is", runCLI(t, "", nil, "--python", alias, "--device", "cpu", "--", "true"),
-		exitcode.Usage, "--python", `PROGRAM "true" runs as is`)
+		failure.ExitUsage, "--python", `PROGRAM "true" runs as is`)
 	wantExit(t, "a missing --python", runCLI(t, "", nil, "--python", filepath.Join(dir, "nope"), "--device", "cpu", script),
-		exitcode.NotFound, filepath.Join(dir, "nope"))
+		failure.ExitNotFound, filepath.Join(dir, "nope"))
 	wantExit(t, "a missing --python with --fn", runCLI(t, "", nil, "--python", filepath.Join(dir, "nope"), "--device", "cpu", "--fn", "m:f"),
-		exitcode.NotFound, filepath.Join(dir, "nope"))
+		failure.ExitNotFound, filepath.Join(dir, "nope"))
 }
 
 // TestDropinTorchrunEnvAndFiles: the workers get torchrun's NCCL and agent-store variables; a parent's
@@ -388,19 +388,19 @@ func TestDropinBadInputIsNotALauncherBug(t *testing.T) {
 	notDir := filepath.Join(t.TempDir(), "file")
 	mustDo(t, os.WriteFile(notDir, nil, 0o644))
 	r := runCLI(t, "", []string{"XDG_CACHE_HOME=" + notDir}, "--python-path")
-	wantExit(t, "--python-path into a file", r, exitcode.Usage, "XDG_CACHE_HOME")
+	wantExit(t, "--python-path into a file", r, failure.ExitUsage, "XDG_CACHE_HOME")
 	// PYTHONPATH just under Linux's limit for one string: tpurun starts, its workers' PYTHONPATH (with the module
 	// appended) cannot.
 	long := "/" + strings.Repeat("p", 32*4096-len("PYTHONPATH=")-8)
 	r = runCLI(t, testutil.FakeDir(t), []string{testutil.Fake("exit:0"), "PYTHONPATH=" + long}, "--device", "cpu", "--", testutil.Program(t))
-	wantExit(t, "a PYTHONPATH near the limit", r, exitcode.Usage, "PYTHONPATH", "over Linux's 131072-byte limit")
+	wantExit(t, "a PYTHONPATH near the limit", r, failure.ExitUsage, "PYTHONPATH", "over Linux's 131072-byte limit")
 	r = runCLI(t, "", nil, "--master-addr", "10.255.255.254", "--device", "cpu", "--", "true")
-	wantExit(t, "a MASTER_ADDR of another host", r, exitcode.Usage, "is not an address of this host", "leave it unset")
+	wantExit(t, "a MASTER_ADDR of another host", r, failure.ExitUsage, "is not an address of this host", "leave it unset")
 	for _, args := range [][]string{
 		{"--shutdown-timeout", "0"}, {"--rdzv-timeout", "0"}, {"--grace", "0"},
 		{"--node-rank", "-5"}, {"--node-rank", "3"}, {"--slice-id", "-5"}, {"--rdzv-conf", "garbage"},
 	} {
-		wantExit(t, strings.Join(args, " "), runCLI(t, "", nil, append(args, "--device", "cpu", "--", "true")...), exitcode.Usage, args[0])
+		wantExit(t, strings.Join(args, " "), runCLI(t, "", nil, append(args, "--device", "cpu", "--", "true")...), failure.ExitUsage, args[0])
 	}
 }
 

@@ -10,9 +10,7 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 )
 
 // parseFailed answers a command line that was not run: 0 after --help (and --version, --python-path), else the
@@ -27,9 +25,9 @@ func parseFailed(stderr io.Writer, err error) int {
 	}
 	fmt.Fprintf(stderr, "tpurun: %v\nRun 'tpurun --help' for usage.\n", err)
 	if errors.Is(err, failure.ErrInternal) {
-		return exitcode.Internal
+		return failure.ExitInternal
 	}
-	return exitcode.Usage
+	return failure.ExitUsage
 }
 
 // failer prints the error a run ends with on tpurun's stderr: a text line, or with --log-format json (log set) a log
@@ -44,7 +42,7 @@ type failer struct {
 
 func (f failer) fail(err error) int {
 	code := failure.ExitCode(err)
-	flag := cli.FlagOf(f.flags, setting.Of(err))
+	flag := cli.FlagOf(f.flags, failure.SettingOf(err))
 	if err != nil && f.w.Err() != nil && f.other != nil {
 		return cli.Exit(f.other, flag, err) // the reason on the other stream
 	}

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
 )
@@ -505,7 +506,7 @@ func TestFaultEveryForwardedSignal(t *testing.T) {
 	t.Parallel()
 	for _, s := range []syscall.Signal{syscall.SIGABRT, syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGXCPU,
 		syscall.SIGALRM, syscall.SIGPWR, syscall.SIGSEGV, syscall.SIGVTALRM, syscall.Signal(40)} {
-		t.Run(proc.SignalName(s), func(t *testing.T) {
+		t.Run(failure.SignalName(s), func(t *testing.T) {
 			t.Parallel()
 			dir := testutil.FakeDir(t)
 			// each worker is sh, with every default action, around a fake worker that exits 0 (rank 1's once it

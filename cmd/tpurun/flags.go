@@ -13,10 +13,8 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/pymodule"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
@@ -52,7 +50,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 	if err := cli.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
 		var pe *cli.PETError
 		errors.As(err, &pe)
-		return nil, &failure.ConfigError{Field: setting.Named(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, &failure.ConfigError{Field: failure.Named(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
 	}
 	if raw.help || raw.version || raw.pyPath {
 		return nil, inform(stdout, fs, raw)
@@ -82,28 +80,28 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	raw.fn = addResultFlags(fs, &o.spec, &o.json, &o.jsonFrames)
 	fs.IntVar(&o.jsonFD, "json-fd", -1, "--json's document (and --json-frames's frames) on this file descriptor, inherited from the caller, instead of stdout: the workers' stdout stays on stdout (what tpurun.spawn uses)")
 	fs.DurationVar(&o.spec.Grace, "grace", spec.DefaultGrace, "time between SIGTERM and SIGKILL when stopping workers")
-	cli.Bind(fs, "grace", setting.Grace)
+	cli.Bind(fs, "grace", failure.Grace)
 	fs.DurationVar(&o.spec.Timeout, "timeout", 0, "stop the run after this long and exit 124 (0: no limit)")
-	cli.Bind(fs, "timeout", setting.Timeout)
+	cli.Bind(fs, "timeout", failure.Timeout)
 	fs.IntVar(&o.spec.MaxRestarts, "max-restarts", 0, "restart the whole group up to this many times after a failure")
-	cli.Bind(fs, "max-restarts", setting.MaxRestarts)
+	cli.Bind(fs, "max-restarts", failure.MaxRestarts)
 	fs.StringVar(&o.spec.LogDir, "log-dir", "", "write DIR/<run-id>_<random>/attempt_<n>/<local-rank>/{stdout,stderr}.log")
-	cli.Bind(fs, "log-dir", setting.LogDir)
+	cli.Bind(fs, "log-dir", failure.LogDir)
 	fs.StringVarP(&raw.redirects, "redirects", "r", "", "streams sent only to the log files: 0 none, 1 stdout, 2 stderr, 3 both, or per local rank \"0:1,1:2\"")
 	fs.StringVarP(&raw.tee, "tee", "t", "", "streams sent to the console and the log files (same syntax as --redirects)")
 	fs.StringVar(&raw.filter, "local-ranks-filter", "", "show only these local ranks on the console, e.g. 0 or 0,2-3")
 	fs.StringVar(&raw.stdin, "stdin", "all", "which workers read tpurun's stdin: all (as torchrun), 0 (local rank 0), none (/dev/null); a terminal goes to local rank 0 only")
-	cli.Bind(fs, "stdin", setting.Stdin)
+	cli.Bind(fs, "stdin", failure.Stdin)
 	fs.StringVar(&o.spec.LogPrefix, "log-prefix", "", "prefix of each line of worker output, e.g. '[{rank}] ': {rank} {local_rank} {node} {role} (or torchrun's $rank...); default none, as torchrun (with --tee, torchrun's '"+console.TeePrefix+"')")
 	fs.StringVar(&o.logFormat, "log-format", "console", "format of tpurun's own logs: console or json")
 	fs.StringVar(&o.spec.RunID, "run-id", "", "run id (TORCHELASTIC_RUN_ID, TPURUN_RUN_ID); default random")
-	cli.Bind(fs, "run-id", setting.RunID)
+	cli.Bind(fs, "run-id", failure.RunID)
 	fs.StringVar(&o.spec.MasterAddr, "master-addr", spec.DefaultMasterAddr, "MASTER_ADDR given to the workers")
-	cli.Bind(fs, "master-addr", setting.MasterAddr)
+	cli.Bind(fs, "master-addr", failure.MasterAddr)
 	fs.IntVar(&o.spec.MasterPort, "master-port", 0, "MASTER_PORT given to the workers (0: a free port)")
-	cli.Bind(fs, "master-port", setting.MasterPort)
+	cli.Bind(fs, "master-port", failure.MasterPort)
 	fs.StringVar(&o.spec.Role, "role", workerenv.DefaultRole, "ROLE_NAME given to the workers")
-	cli.Bind(fs, "role", setting.Role)
+	cli.Bind(fs, "role", failure.Role)
 	fs.BoolVarP(&o.verbose, "verbose", "v", false, "debug logs")
 	fs.BoolVarP(&o.quiet, "quiet", "q", false, "tpurun's own lines only when something fails: its warnings and errors, the summary of an attempt that did not end well (tpurun.spawn and run pass it)")
 	fs.BoolVarP(&raw.help, "help", "h", false, "show this help")
@@ -112,7 +110,7 @@ func newFlags() (*options, *pflag.FlagSet, *rawFlags) {
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", false, "stop as on SIGTERM when the process that started tpurun exits, not a thread of it (tpurun.run and spawn set it)")
 	o.tr = addTorchFlags(fs)
 	fs.StringVar(&o.statusAddr, "status-addr", "", "serve /healthz and /metrics (Prometheus) on HOST:PORT, loopback only (port 0 picks one; the address is printed on stderr)")
-	cli.Bind(fs, "status-addr", setting.StatusAddr)
+	cli.Bind(fs, "status-addr", failure.StatusAddr)
 	fs.StringVar(&raw.preload, "preload", os.Getenv(worker.EnvPreload), "Python modules (comma-separated, e.g. torch) imported once by one interpreter that proves it holds no thread or device, then forks every worker and restart from it (env TPURUN_PRELOAD)")
 	fs.BoolVar(&o.statusRemote, "status-allow-remote", false, "allow a non-loopback --status-addr (the endpoint has no authentication)")
 	o.rdzv = addRdzvFlags(fs)
@@ -201,7 +199,7 @@ func (o *options) streams(redirects, tee, filter, stdin string) error {
 var usageText string
 
 func usage(w io.Writer, fs *pflag.FlagSet) {
-	fmt.Fprintf(w, usageText, fs.FlagUsages(), exitcode.Help)
+	fmt.Fprintf(w, usageText, fs.FlagUsages(), failure.ExitHelp)
 }
 
 // addResultFlags registers the result-contract flags: --fn, --fn-args-json, --python (into the returned FnSpec,
@@ -210,17 +208,17 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 func addResultFlags(fs *pflag.FlagSet, s *spec.Spec, json, frames *bool) *spec.FnSpec {
 	f := &spec.FnSpec{}
 	fs.StringVar(&f.Target, "fn", "", "function mode: run package.module:function(index, *args) in every worker (Python) and collect its return value; positional ARGS are passed as strings")
-	cli.Bind(fs, "fn", setting.Function)
+	cli.Bind(fs, "fn", failure.Function)
 	fs.StringVar(&f.ArgsJSON, "fn-args-json", "", "JSON list of the first arguments after index for --fn, e.g. '[3, {\"lr\": 0.1}]'")
-	cli.Bind(fs, "fn-args-json", setting.FunctionArgs)
+	cli.Bind(fs, "fn-args-json", failure.FunctionArgs)
 	fs.StringVar(&f.Python, "python", "", "Python interpreter for --fn, PROGRAM.py, -m and --run-path (default $PYTHON_EXEC, else tpurun.spawn's caller, else the python3 beside tpurun, else python3 from PATH)")
 	fs.BoolVar(&s.Results.Required, "expect-results", false, "require one result per replica from plain programs too (implied by --fn)")
 	// not given (0): the limit is left to its owner, the frame decoder (worker.DefaultMaxPayload); help shows it
 	fs.Int64Var(&s.Results.MaxFrameBytes, "max-result-bytes", 0,
 		fmt.Sprintf("largest accepted result frame payload in bytes (default %d)", worker.DefaultMaxPayload))
-	cli.Bind(fs, "max-result-bytes", setting.MaxResultBytes)
+	cli.Bind(fs, "max-result-bytes", failure.MaxResultBytes)
 	fs.StringVar(&s.Results.File, "results", "", "write the results document (JSON) to FILE atomically, also when the run fails")
-	cli.Bind(fs, "results", setting.ResultsFile)
+	cli.Bind(fs, "results", failure.ResultsFile)
 	fs.BoolVar(json, "json", false, "print the results document as the last thing on stdout; worker and tpurun output go to stderr")
 	fs.BoolVar(frames, "json-frames", false, "--json, with each pickled value raw before the document, as a result frame (worker/PROTOCOL.md): what tpurun.spawn reads")
 	return f

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/pymodule"
 	"tpurun/internal/results"
 	"tpurun/internal/testutil"
@@ -115,8 +115,8 @@ func TestGoWorkersResultsFileAndJSON(t *testing.T) {
 func TestSeedScenarioDuplicateExit65(t *testing.T) {
 	t.Parallel()
 	r, doc, _ := runResults(t, "seed", 4)
-	if r.code != exitcode.Results {
-		t.Fatalf("exit %d, want %d\n%s", r.code, exitcode.Results, r.stderr)
+	if r.code != failure.ExitResults {
+		t.Fatalf("exit %d, want %d\n%s", r.code, failure.ExitResults, r.stderr)
 	}
 	if len(doc.Violations) != 1 || doc.Violations[0].Kind != "duplicate_result" ||
 		!strings.HasPrefix(doc.Violations[0].Message, "4 results for replica 0: rank 0 pid ") ||
@@ -136,8 +136,8 @@ func TestSeedScenarioDuplicateExit65(t *testing.T) {
 func TestResultsCheckedWithoutFlags(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, t.TempDir(), resultWorkers("seed"), "--nprocs", "3", "--", testutil.Program(t))
-	if r.code != exitcode.Results || !strings.Contains(r.stderr, "duplicate_result: 3 results for replica 0") {
-		t.Fatalf("exit %d, want %d naming the duplicate\n%s", r.code, exitcode.Results, r.stderr)
+	if r.code != failure.ExitResults || !strings.Contains(r.stderr, "duplicate_result: 3 results for replica 0") {
+		t.Fatalf("exit %d, want %d naming the duplicate\n%s", r.code, failure.ExitResults, r.stderr)
 	}
 	if n := strings.Count(r.stderr, "3 results for replica 0"); n != 1 { // once, in the report
 		t.Fatalf("the duplicate is reported %d times, want once:\n%s", n, r.stderr)
@@ -152,11 +152,11 @@ func TestViolationsNamedExit65(t *testing.T) {
 		want       int
 		good       []int
 	}{
-		{"foreign", "foreign_replica", nil, exitcode.Results, []int{0, 1, 2}},
-		{"missing", "missing_result", []string{"--expect-results"}, exitcode.Results, []int{0, 2}},
-		{"big", "oversized_frame", []string{"--max-result-bytes", "1024"}, exitcode.Results, []int{0, 2}},
-		{"garbage", "malformed_frame", nil, exitcode.Results, []int{0, 2}},
-		{"truncated", "truncated_frame", nil, exitcode.Results, []int{0, 2}},
+		{"foreign", "foreign_replica", nil, failure.ExitResults, []int{0, 1, 2}},
+		{"missing", "missing_result", []string{"--expect-results"}, failure.ExitResults, []int{0, 2}},
+		{"big", "oversized_frame", []string{"--max-result-bytes", "1024"}, failure.ExitResults, []int{0, 2}},
+		{"garbage", "malformed_frame", nil, failure.ExitResults, []int{0, 2}},
+		{"truncated", "truncated_frame", nil, failure.ExitResults, []int{0, 2}},
 		{"exit7", "missing_result", []string{"--expect-results"}, 7, nil}, // the others may be stopped before reporting
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -166,7 +166,7 @@ func TestViolationsNamedExit65(t *testing.T) {
 				t.Fatalf("exit %d, want %d\n%s", r.code, tc.want, r.stderr)
 			}
 			checkGood(t, doc, tc.good...)
-			if tc.want != exitcode.Results { // a worker's own failure wins, and a failed worker is not "missing"
+			if tc.want != failure.ExitResults { // a worker's own failure wins, and a failed worker is not "missing"
 				if len(doc.Violations) != 0 {
 					t.Fatalf("violations %+v", doc.Violations)
 				}
@@ -248,7 +248,7 @@ func TestFnUnusableTargetExit2(t *testing.T) {
 		t.Run(tc.target, func(t *testing.T) {
 			t.Parallel()
 			r, _ := runFn(t, tc.target)
-			if r.code != exitcode.Usage || !strings.Contains(r.stderr, "tpurun: --fn ") || !strings.Contains(r.stderr, tc.want) {
+			if r.code != failure.ExitUsage || !strings.Contains(r.stderr, "tpurun: --fn ") || !strings.Contains(r.stderr, tc.want) {
 				t.Fatalf("exit %d, want 2 naming %q\n%s", r.code, tc.want, r.stderr)
 			}
 		})
@@ -256,7 +256,7 @@ func TestFnUnusableTargetExit2(t *testing.T) {
 	t.Run("missing module", func(t *testing.T) {
 		t.Parallel()
 		r := runCLI(t, t.TempDir(), nil, "--nprocs", "2", "--python", python(t), "--fn", "tpurun_no_such_module:f")
-		if r.code != exitcode.Usage || !strings.Contains(r.stderr, "no module named 'tpurun_no_such_module'") {
+		if r.code != failure.ExitUsage || !strings.Contains(r.stderr, "no module named 'tpurun_no_such_module'") {
 			t.Fatalf("exit %d\n%s", r.code, r.stderr)
 		}
 	})
@@ -340,8 +340,8 @@ func TestFnJSONFrames(t *testing.T) {
 	// stdout and stderr one file (2>&1): the frames would be lost among the workers' lines; refused, saying so.
 	cmd := exec.Command(filepath.Join(bin, "tpurun"), "--json-frames", "--", "true")
 	out, err := cmd.CombinedOutput()
-	if code := cmd.ProcessState.ExitCode(); code != exitcode.Usage || !strings.Contains(string(out), "stdout and stderr are one file (2>&1)") {
-		t.Fatalf("--json-frames 2>&1: exit %d (%v), want %d and why\n%s", code, err, exitcode.Usage, out)
+	if code := cmd.ProcessState.ExitCode(); code != failure.ExitUsage || !strings.Contains(string(out), "stdout and stderr are one file (2>&1)") {
+		t.Fatalf("--json-frames 2>&1: exit %d (%v), want %d and why\n%s", code, err, failure.ExitUsage, out)
 	}
 }
 
@@ -354,7 +354,7 @@ func TestFnBadFlagsExit2(t *testing.T) {
 		{"--max-result-bytes", "0", "--", "true"},
 	} {
 		r := runCLI(t, t.TempDir(), nil, args...)
-		if r.code != exitcode.Usage || !strings.Contains(r.stderr, args[0]) {
+		if r.code != failure.ExitUsage || !strings.Contains(r.stderr, args[0]) {
 			t.Fatalf("%v: exit %d\n%s", args, r.code, r.stderr)
 		}
 	}
@@ -504,7 +504,7 @@ func TestFnTargetFileWithoutExtension(t *testing.T) {
 		}
 	}
 	r = runCLI(t, t.TempDir(), nil, "--nprocs", "2", "--python", python(t), "--fn", filepath.Join(dir, "absent")+":f")
-	if r.code != exitcode.Usage || !strings.Contains(r.stderr, "absent") || strings.Contains(r.stderr, "Traceback") {
+	if r.code != failure.ExitUsage || !strings.Contains(r.stderr, "absent") || strings.Contains(r.stderr, "Traceback") {
 		t.Fatalf("missing file: exit %d, want 2 naming it without a traceback\n%s", r.code, r.stderr)
 	}
 }

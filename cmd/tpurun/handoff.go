@@ -11,7 +11,6 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 )
 
 // etcdBinary is the build of tpurun that links the etcd backend (go build -tags etcd ./cmd/tpurun), installed
@@ -35,7 +34,7 @@ func handOff(backend string, args []string) error {
 	if err == nil {
 		err = syscall.Exec(path, append([]string{os.Args[0]}, args...), os.Environ())
 	}
-	return &failure.ConfigError{Field: setting.RendezvousBackend, Value: backend, Hint: fmt.Sprintf("this tpurun leaves the "+
+	return &failure.ConfigError{Field: failure.RendezvousBackend, Value: backend, Hint: fmt.Sprintf("this tpurun leaves the "+
 		"etcd client out and hands etcd runs to %s beside it, which cannot be run (%s: %v): build it with make build (or "+
 		"go build -tags etcd -o %s ./cmd/tpurun), or install the tpurun wheel, which ships both", etcdBinary, path, err, path)}
 }

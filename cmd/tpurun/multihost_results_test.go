@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/results"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/etcdtest"
@@ -39,8 +39,8 @@ func TestMultihostRemoteViolations(t *testing.T) {
 				nodes = append(nodes, startNode(t, append(os.Environ(), resultWorkers(tc.mode)...), args...))
 			}
 			for i, n := range nodes {
-				if code := n.wait(t); code != exitcode.Results {
-					t.Fatalf("node %d: exit %d, want %d\nstderr:\n%s\nnode 0 stdout:\n%s", i, code, exitcode.Results,
+				if code := n.wait(t); code != failure.ExitResults {
+					t.Fatalf("node %d: exit %d, want %d\nstderr:\n%s\nnode 0 stdout:\n%s", i, code, failure.ExitResults,
 						n.stderr.String(), nodes[0].stdout.String())
 				}
 			}
@@ -51,7 +51,7 @@ func TestMultihostRemoteViolations(t *testing.T) {
 			if a, b := nodes[0].stdout.String(), nodes[1].stdout.String(); a != b {
 				t.Fatalf("--json on node 1 printed\n%s\nnode 0 printed\n%s\nwant the world's document on both", b, a)
 			}
-			if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Violations) != 1 {
+			if doc.OK || doc.ExitCode != failure.ExitResults || len(doc.Violations) != 1 {
 				t.Fatalf("document ok=%v exit %d violations %+v, want one %s", doc.OK, doc.ExitCode, doc.Violations, tc.kind)
 			}
 			v := doc.Violations[0]

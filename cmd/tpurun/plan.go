@@ -14,7 +14,6 @@ import (
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/cmd/tpurun/internal/hostview"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
@@ -33,16 +32,16 @@ func helpCmd(args []string, stdout, stderr io.Writer) int {
 	case len(args) == 0:
 		return run([]string{"--help"}, stdout, stderr)
 	case args[0] == "exit-codes":
-		fmt.Fprintln(stdout, exitcode.Help)
-		return exitcode.OK
+		fmt.Fprintln(stdout, failure.ExitHelp)
+		return failure.ExitOK
 	}
 	b, err := helpTopics.ReadFile("help/" + args[0] + ".txt")
 	if err != nil || len(args) > 1 {
 		fmt.Fprintf(stderr, "tpurun help: no topic %q; topics: env, exit-codes, multihost, python\n", strings.Join(args, " "))
-		return exitcode.Usage
+		return failure.ExitUsage
 	}
 	_, _ = stdout.Write(b)
-	return exitcode.OK
+	return failure.ExitOK
 }
 
 // subcmdFlags is what `tpurun plan` and `tpurun doctor` share: the device flags, --format table|json, -v and
@@ -74,24 +73,24 @@ func newSubcmdFlags(name, about string) *subcmdFlags {
 func (s *subcmdFlags) parse(args []string, stdout, stderr io.Writer) (log *zap.Logger, code int, done bool) {
 	if err := s.fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", s.name, err, s.name)
-		return nil, exitcode.Usage, true
+		return nil, failure.ExitUsage, true
 	}
 	if s.help {
 		fmt.Fprintf(stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", s.about, s.name, s.fs.FlagUsages())
-		return nil, exitcode.OK, true
+		return nil, failure.ExitOK, true
 	}
 	if s.fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s: unexpected argument %q: it takes flags only (it starts no program)\n", s.name, s.fs.Arg(0))
-		return nil, exitcode.Usage, true
+		return nil, failure.ExitUsage, true
 	}
 	if s.format != "table" && s.format != "json" {
 		fmt.Fprintf(stderr, "%s: --format %q: use table or json\n", s.name, s.format)
-		return nil, exitcode.Usage, true
+		return nil, failure.ExitUsage, true
 	}
 	log, err := console.NewLogger("console", console.Level(s.verbose, false), stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
-		return nil, exitcode.Usage, true
+		return nil, failure.ExitUsage, true
 	}
 	return log, 0, false
 }
@@ -114,7 +113,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", s.MasterPort)
-		return exitcode.Usage
+		return failure.ExitUsage
 	}
 	if fs.Changed("master-addr") { // else node 0's address in a job-wide world, the default on one host
 		s.MasterAddr = masterAddr
@@ -141,7 +140,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)
-		return exitcode.Internal
+		return failure.ExitInternal
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(stderr, "tpurun plan: note: %s\n", n)
@@ -149,7 +148,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if d.Refusal != nil {
 		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", d.Refusal)
 	}
-	return exitcode.OK
+	return failure.ExitOK
 }
 
 // planOf is the dry run as the plan's writers take it.

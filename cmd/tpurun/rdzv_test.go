@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"tpurun/cmd/tpurun/internal/cli"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/rendezvous"
@@ -22,9 +21,9 @@ func TestTCPRendezvousNeedsEndpoint(t *testing.T) {
 	// At once: runCLI's deadline comes long before the rendezvous timeout.
 	r := runCLI(t, dir, []string{testutil.Fake("exit:0"), "TPU_WORKER_HOSTNAMES=", "SLURM_JOB_NODELIST="}, "--device", "cpu",
 		"--nnodes", "2", "--rdzv-backend", "tcp", "--rdzv-id", "noep", "--rdzv-timeout", neverTimeout, "--", testutil.Program(t))
-	if r.code != exitcode.Usage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
+	if r.code != failure.ExitUsage || !strings.Contains(r.stderr, "tpurun: --rdzv-endpoint ") ||
 		!strings.Contains(r.stderr, "tcp rendezvous of 2 nodes needs an endpoint (node 0's host:port)") {
-		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, exitcode.Usage, r.stderr)
+		t.Fatalf("exit %d, want %d naming --rdzv-endpoint:\n%s", r.code, failure.ExitUsage, r.stderr)
 	}
 	if strings.Contains(r.stderr, "rendezvous: bad rendezvous") {
 		t.Fatalf("the error repeats itself:\n%s", r.stderr)
@@ -71,8 +70,8 @@ func TestMultihostSameHostNameFailsAtOnce(t *testing.T) {
 	testutil.WaitListening(t, ep)
 	second := startNode(t, env, common...)
 	for i, n := range []*node{first, second} {
-		if code := n.wait(t); code != exitcode.Rendezvous {
-			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, exitcode.Rendezvous, n.stderr.String())
+		if code := n.wait(t); code != failure.ExitRendezvous {
+			t.Fatalf("launcher %d: exit %d, want %d\n%s", i, code, failure.ExitRendezvous, n.stderr.String())
 		}
 		s := n.stderr.String()
 		if strings.Contains(s, "never arrived") || !strings.Contains(s, "duplicate node") ||

@@ -10,7 +10,6 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 )
 
@@ -25,27 +24,27 @@ type rdzvFlags struct {
 func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 	r := &rdzvFlags{fs: fs}
 	fs.StringVar(&r.nnodes, "nnodes", "1", "number of nodes (hosts) of the job: N, or MIN:MAX for an elastic world that restarts with the nodes it has")
-	cli.Bind(fs, "nnodes", setting.NNodes, setting.RendezvousNodes, setting.RendezvousMinNodes)
+	cli.Bind(fs, "nnodes", failure.NNodes, failure.RendezvousNodes, failure.RendezvousMinNodes)
 	fs.IntVar(&r.nodeRank, "node-rank", -1, "this node's rank (default: assigned by the rendezvous, or from TPU_WORKER_ID / SLURM_NODEID)")
-	cli.Bind(fs, "node-rank", setting.NodeRank, setting.RendezvousNodeRank)
+	cli.Bind(fs, "node-rank", failure.NodeRank, failure.RendezvousNodeRank)
 	fs.StringVar(&r.backend, "rdzv-backend", "", "multi-host rendezvous: "+backendNames()+" (default static when --nnodes > 1 without --rdzv-endpoint, else tcp)")
-	cli.Bind(fs, "rdzv-backend", setting.RendezvousBackend)
+	cli.Bind(fs, "rdzv-backend", failure.RendezvousBackend)
 	fs.StringVar(&r.endpoint, "rdzv-endpoint", "", "tcp/static: host:port of the embedded server (node 0); etcd: host:2379[,host:2379...]")
-	cli.Bind(fs, "rdzv-endpoint", setting.RendezvousEndpoint)
+	cli.Bind(fs, "rdzv-endpoint", failure.RendezvousEndpoint)
 	fs.StringVar(&r.id, "rdzv-id", "", "run id shared by every node (default: --run-id)")
-	cli.Bind(fs, "rdzv-id", setting.RendezvousRunID)
+	cli.Bind(fs, "rdzv-id", failure.RendezvousRunID)
 	fs.StringVar(&r.conf, "rdzv-conf", "", "key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger, last_call_timeout")
-	cli.Bind(fs, "rdzv-conf", setting.RendezvousOption)
+	cli.Bind(fs, "rdzv-conf", failure.RendezvousOption)
 	fs.Var(&r.timeout, "rdzv-timeout", "how long to wait for every node to join: seconds or a duration such as 5m (default "+cli.DefaultRendezvousTimeout.String()+")")
 	fs.StringVar(&r.token, "rdzv-token", "", "shared secret of the rendezvous (or env TPURUN_RDZV_TOKEN); required off loopback")
-	cli.Bind(fs, "rdzv-token", setting.RendezvousToken)
+	cli.Bind(fs, "rdzv-token", failure.RendezvousToken)
 	fs.StringVar(&r.nodeName, "node-name", "", "this node's identity in the rendezvous (default: the hostname)")
-	cli.Bind(fs, "node-name", setting.RendezvousHostName)
+	cli.Bind(fs, "node-name", failure.RendezvousHostName)
 	fs.StringVar(&r.localAddr, "local-addr", "", "torchrun's name for --node-addr")
 	fs.StringVar(&r.nodeAddr, "node-addr", "", "the address other nodes reach this node at (default: the local address toward the endpoint)")
 	fs.IntVar(&r.numSlices, "num-slices", 0, "multi-slice: number of slices (default MEGASCALE_NUM_SLICES, else 1)")
 	fs.IntVar(&r.sliceID, "slice-id", -1, "multi-slice: this node's slice (default MEGASCALE_SLICE_ID, else 0)")
-	cli.Bind(fs, "slice-id", setting.SliceID)
+	cli.Bind(fs, "slice-id", failure.SliceID)
 	return r
 }
 

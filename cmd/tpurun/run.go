@@ -13,7 +13,6 @@ import (
 	"tpurun/cmd/tpurun/internal/summary"
 	"tpurun/internal/attempt"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/job"
 	"tpurun/internal/spec"
@@ -50,7 +49,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	log, err := console.NewLogger(o.logFormat, console.Level(o.verbose, o.quiet), errc.LogWriter())
 	if err != nil {
 		fmt.Fprintf(errc, "tpurun: %v\n", err)
-		return exitcode.Usage
+		return failure.ExitUsage
 	}
 	if o.logFormat == "json" { // every line tpurun writes on stderr is a record: the summaries and the last line too
 		f.log = log

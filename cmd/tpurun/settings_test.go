@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"tpurun/cmd/tpurun/internal/cli"
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // TestEverySettingHasItsFlag: every setting a configuration error can name (a constant of internal/setting) is
@@ -20,7 +20,7 @@ import (
 // every setting a flag is bound to is one of those constants, bound to that flag alone; every bound flag is one of
 // tpurun's in --help; no configuration error of the module names its setting in free words (a string literal that
 // is not a flag); and no code outside internal/setting casts a name into a Setting (a variable or a flag that names
-// itself is setting.Named): a renamed setting, or a new one, cannot silently lose its flag hint.
+// itself is failure.Named): a renamed setting, or a new one, cannot silently lose its flag hint.
 func TestEverySettingHasItsFlag(t *testing.T) {
 	settings := settingConstants(t)
 	if len(settings) < 30 {
@@ -39,7 +39,7 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 	consts := map[string]string{} // a setting's value: its constant's name
 	for name, v := range settings {
 		consts[v] = name
-		why := flagless[setting.Setting(v)]
+		why := flagless[failure.Setting(v)]
 		switch {
 		case flagOf[v] == "" && why == "":
 			t.Errorf("setting.%s is bound to no flag (cli.Bind) and has no reason in flagless", name)
@@ -66,12 +66,12 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 }
 
 // flagless are the settings a message names without a flag: they have none, or their message names them well.
-var flagless = map[setting.Setting]string{
-	setting.Program: "the positional PROGRAM", setting.Preload: "a flag already",
-	setting.Environment: "the workers' whole environment", setting.LogFormat: "parse checks --log-format first",
-	setting.NProcs: "the message names the split and its sources", setting.RendezvousTimeout: "a Spec's own",
-	setting.RendezvousHostsOption: "the message names the option", setting.RendezvousListen: "the endpoint's port",
-	setting.RendezvousHosts: "the host list detected or given",
+var flagless = map[failure.Setting]string{
+	failure.Program: "the positional PROGRAM", failure.Preload: "a flag already",
+	failure.Environment: "the workers' whole environment", failure.LogFormat: "parse checks --log-format first",
+	failure.NProcs: "the message names the split and its sources", failure.RendezvousTimeout: "a Spec's own",
+	failure.RendezvousHostsOption: "the message names the option", failure.RendezvousListen: "the endpoint's port",
+	failure.RendezvousHosts: "the host list detected or given",
 }
 
 // settingConstants are the Setting constants of internal/setting/setting.go: each one's name and value.
@@ -108,7 +108,7 @@ func settingConstants(t *testing.T) map[string]string {
 
 // freeWords fails for every configuration error of the module (outside tests) that names its setting as a string
 // literal that is not a flag (a failure.ConfigError's Field, agree.ConfigError's first argument), and for
-// every conversion of a name into a setting.Setting outside internal/setting.
+// every conversion of a name into a failure.Setting outside internal/setting.
 func freeWords(t *testing.T) {
 	t.Helper()
 	root := filepath.Join("..", "..")
@@ -136,7 +136,7 @@ func freeWords(t *testing.T) {
 
 // settingWords says what is wrong with how node n names a setting, if anything: a failure.ConfigError literal whose
 // Field is a literal that is not a flag, an agree.ConfigError call whose setting is a literal, or (outside
-// package setting) a conversion into setting.Setting.
+// package setting) a conversion into failure.Setting.
 func settingWords(n ast.Node, inSetting bool) []string {
 	var out []string
 	switch x := n.(type) {
@@ -155,16 +155,16 @@ func settingWords(n ast.Node, inSetting bool) []string {
 				continue
 			}
 			if v, _ := strconv.Unquote(lit.Value); !strings.HasPrefix(v, "--") {
-				out = append(out, "a ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
+				out = append(out, "a ConfigError names its setting as "+lit.Value+": use a failure.Setting constant")
 			}
 		}
 	case *ast.CallExpr:
 		switch {
 		case isSelector(x.Fun, "setting", "Setting") && !inSetting:
-			out = append(out, "a name cast into a setting.Setting: use a constant of internal/setting, or setting.Named")
+			out = append(out, "a name cast into a failure.Setting: use a constant of internal/setting, or failure.Named")
 		case isSelector(x.Fun, "agree", "ConfigError") && len(x.Args) > 0:
 			if lit, ok := x.Args[0].(*ast.BasicLit); ok {
-				out = append(out, "an agree.ConfigError names its setting as "+lit.Value+": use a setting.Setting constant")
+				out = append(out, "an agree.ConfigError names its setting as "+lit.Value+": use a failure.Setting constant")
 			}
 		}
 	}
@@ -190,18 +190,18 @@ func isConfigError(t ast.Expr) bool {
 }
 
 // TestSettingWordsFindsThem: the scan finds a setting named in free words, in a literal or a call, and a cast into
-// a Setting; it leaves a flag, a constant, setting.Named and the casts of package setting itself.
+// a Setting; it leaves a flag, a constant, failure.Named and the casts of package setting itself.
 func TestSettingWordsFindsThem(t *testing.T) {
 	src := `package x
 
 var (
 	a = &failure.ConfigError{Field: "grace period", Value: "x"}
 	b = &failure.ConfigError{Field: "--redirects", Value: "x"}
-	c = &failure.ConfigError{Field: setting.Grace, Value: "x"}
+	c = &failure.ConfigError{Field: failure.Grace, Value: "x"}
 	d = agree.ConfigError("endpoint", "x", "bad")
-	e = agree.ConfigError(setting.RendezvousEndpoint, "x", "bad")
-	f = setting.Setting(name)
-	g = setting.Named(name)
+	e = agree.ConfigError(failure.RendezvousEndpoint, "x", "bad")
+	f = failure.Setting(name)
+	g = failure.Named(name)
 )
 `
 	f, err := parser.ParseFile(token.NewFileSet(), "x.go", src, 0)

@@ -10,7 +10,6 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 )
 
@@ -94,7 +93,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *spec.Spec, args []string, pyt
 		cfg.Grace = time.Duration(t.shutdown)
 	}
 	if f := map[bool]string{true: "--grace", false: "--shutdown-timeout"}[fs.Changed("grace")]; cfg.Grace <= 0 && fs.Changed(f[2:]) {
-		return &failure.ConfigError{Field: setting.Named(f), Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
+		return &failure.ConfigError{Field: failure.Named(f), Value: cfg.Grace.String(), Hint: "must be positive: the time between SIGTERM and SIGKILL (e.g. 1ms to kill at once)"}
 	}
 	if err := t.logsSpecs(); err != nil {
 		return err

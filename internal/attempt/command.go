@@ -21,7 +21,6 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/safepath"
-	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 	"tpurun/worker"
@@ -283,7 +282,7 @@ func argListError(rank int, argv, env []string) error {
 	for _, s := range append(append([]string(nil), argv...), env...) {
 		if len(s) >= maxArgStrlen {
 			name, _, _ := strings.Cut(s, "=")
-			return &failure.ConfigError{Field: setting.Environment, Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
+			return &failure.ConfigError{Field: failure.Environment, Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
 				"over Linux's %d-byte limit for a single string; shorten it (or pass the data in a file)", rank, len(s), maxArgStrlen)}
 		}
 	}
@@ -298,7 +297,7 @@ func argListError(rank int, argv, env []string) error {
 	if limit > 0 {
 		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", limit)
 	}
-	return &failure.ConfigError{Field: setting.Environment, Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
+	return &failure.ConfigError{Field: failure.Environment, Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
 		"arguments (%d bytes) and environment (%d bytes) exceed %s; unset or shorten the largest variables: %s, or raise ulimit -s",
 		rank, size(argv), size(env), lim, strings.Join(big, ", "))}
 }

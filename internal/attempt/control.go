@@ -253,7 +253,7 @@ func (c *Controller) onSignal(sig os.Signal) {
 			return
 		}
 		if c.att == nil {
-			c.log.Info("no worker to forward "+proc.SignalName(s)+" to: between attempts", zap.String("signal", proc.SignalName(s)))
+			c.log.Info("no worker to forward "+failure.SignalName(s)+" to: between attempts", zap.String("signal", failure.SignalName(s)))
 			return
 		}
 		c.att.feed(Event{Kind: EvForward, Signal: s})
@@ -279,15 +279,15 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 		return
 	}
 	if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
-		c.log.Warn("second stop signal "+proc.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
-			zap.String("signal", proc.SignalName(s)))
+		c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
+			zap.String("signal", failure.SignalName(s)))
 	}
 	c.mu.Lock()
 	c.hurried = true
 	c.mu.Unlock()
 	c.onCause(SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
 	if c.att != nil {
-		c.att.feed(Event{Kind: EvSecondStop, Signal: s, Why: "second " + proc.SignalName(s)})
+		c.att.feed(Event{Kind: EvSecondStop, Signal: s, Why: "second " + failure.SignalName(s)})
 	}
 	c.hurry()
 }

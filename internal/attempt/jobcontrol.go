@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 )
 
@@ -109,15 +110,15 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 		return
 	}
 	if c.stopBeforeContinue() {
-		c.log.Debug("job control: " + proc.SignalName(s) + " discarded: a SIGCONT came after it (the last of a stop and a continue wins)")
+		c.log.Debug("job control: " + failure.SignalName(s) + " discarded: a SIGCONT came after it (the last of a stop and a continue wins)")
 		return
 	}
 	switch armed, err := j.stopper.WatchContinues(); {
 	case err != nil:
-		c.log.Warn("job control: "+proc.SignalName(s)+" discarded", zap.Error(err))
+		c.log.Warn("job control: "+failure.SignalName(s)+" discarded", zap.Error(err))
 		return
 	case !armed:
-		c.log.Debug("job control: " + proc.SignalName(s) + " discarded: a SIGCONT is under way after it (the last of a stop and a continue wins)")
+		c.log.Debug("job control: " + failure.SignalName(s) + " discarded: a SIGCONT is under way after it (the last of a stop and a continue wins)")
 		return
 	}
 	j.mu.Lock()
@@ -144,7 +145,7 @@ func (c *Controller) ensureStopper(s syscall.Signal) bool {
 		j.stopper = st
 	}
 	if j.broken {
-		c.log.Info("job control: " + proc.SignalName(s) + " discarded: tpurun cannot stop itself safely")
+		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
 	}
 	return !j.broken
 }
@@ -197,7 +198,7 @@ func (c *Controller) checkJobStop() {
 		return
 	}
 	if len(left) > 0 {
-		c.log.Warn("job control: ranks still running after "+jobStopWait.String()+" (they take "+proc.SignalName(j.sig)+
+		c.log.Warn("job control: ranks still running after "+jobStopWait.String()+" (they take "+failure.SignalName(j.sig)+
 			" themselves): stopping tpurun all the same; SIGCONT resumes the job, SIGTERM after it ends it", zap.Ints("ranks", left))
 	}
 	if c.att != nil {
@@ -213,7 +214,7 @@ func (c *Controller) checkJobStop() {
 // stopped for it are resumed here, since nothing else could resume them.
 func (c *Controller) stopSelf() {
 	j := &c.job
-	s := proc.SignalName(j.sig)
+	s := failure.SignalName(j.sig)
 	if os.Getpid() == 1 {
 		c.log.Warn("job control: " + s + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
 		j.phase = jobHeld
@@ -334,7 +335,7 @@ func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
 	if os.Getpid() == 1 || !proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()) {
 		return false
 	}
-	c.log.Warn("job control: " + proc.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
+	c.log.Warn("job control: " + failure.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
 		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
 		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
 	return true

@@ -28,7 +28,6 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
@@ -73,8 +72,8 @@ type Runner struct {
 	Term    *Terminal   // the terminal whose input goes to local rank 0; nil without one
 	Ctl     *Controller // the one stop controller of the run
 
-	OnStart  func(n int)                          // attempt n begins, before its workers start
-	OnFailed func(n int, we *failure.WorkerError) // the first failed worker of attempt n, before the others are stopped
+	OnStart  func(n int)                       // attempt n begins, before its workers start
+	OnFailed func(n int, we *proc.WorkerError) // the first failed worker of attempt n, before the others are stopped
 }
 
 // Spec is one attempt of the local group, fixed before it starts: which workers of which plan, the
@@ -209,7 +208,7 @@ func sigText(s syscall.Signal) string {
 	if s == 0 {
 		return ""
 	}
-	return proc.SignalName(s)
+	return failure.SignalName(s)
 }
 
 // Phase is the state of one attempt of this node's workers (see docs/CONTROL.md).
@@ -250,10 +249,10 @@ const (
 // Event is one event, with what its kind needs.
 type Event struct {
 	Kind   EventKind
-	Failed *failure.WorkerError // EvExited: the worker failed
-	Cause  *Cause               // EvStop
-	Signal syscall.Signal       // EvForward, EvSecondStop (the signal, 0 for the timeout)
-	Why    string               // EvSecondStop: "second SIGTERM", "--timeout 5s expired"
+	Failed *proc.WorkerError // EvExited: the worker failed
+	Cause  *Cause            // EvStop
+	Signal syscall.Signal    // EvForward, EvSecondStop (the signal, 0 for the timeout)
+	Why    string            // EvSecondStop: "second SIGTERM", "--timeout 5s expired"
 }
 
 // ActionKind is one thing the supervisor does for a transition.
@@ -381,7 +380,7 @@ func (m *Machine) onAdded() []Action {
 }
 
 // onExited counts an exit; the first failure while nothing stops the attempt is its cause.
-func (m *Machine) onExited(failed *failure.WorkerError) []Action {
+func (m *Machine) onExited(failed *proc.WorkerError) []Action {
 	m.exited++
 	var acts []Action
 	if failed != nil && m.phase <= Running {
@@ -501,7 +500,7 @@ func (r StopReason) JobWide() bool {
 // root cause — a worker of this node, another node, or the signal, timeout or error that stopped it. It is made once,
 // when the cause is known, and its Code is decided then; from there the code travels as a number (in the outcome every
 // node publishes), never recomputed from an error. Run returns the job's verdict as its error (nil when the job
-// succeeded); errors.As still finds the *failure.WorkerError, *failure.NodeError, *failure.SignalError or
+// succeeded); errors.As still finds the *proc.WorkerError, *failure.NodeError, *failure.SignalError or
 // *failure.OutputError in it, and errors.Is the sentinels (failure.ErrTimeout, failure.ErrRendezvous,
 // failure.ErrResults, context.Canceled).
 type Verdict struct {
@@ -510,7 +509,7 @@ type Verdict struct {
 	// Signal is the stop signal tpurun received (StopSignal).
 	Signal syscall.Signal `json:"signal,omitempty"`
 	// Failure is this node's first failed worker: the root cause of a StopFailure.
-	Failure *failure.WorkerError `json:"failure,omitempty"`
+	Failure *proc.WorkerError `json:"failure,omitempty"`
 	// Node is the node that decided the verdict (multi-host), or the node that failed or was lost.
 	Node int `json:"node"`
 	// Escalated says why SIGKILL was needed, "" when the workers ended without it: "grace 7s expired", "second
@@ -545,7 +544,7 @@ func (v *Verdict) Summary() string {
 	var s string
 	switch {
 	case v.Reason == StopSignal:
-		s = "stopped by " + proc.SignalName(v.Signal)
+		s = "stopped by " + failure.SignalName(v.Signal)
 		if v.During != "" {
 			s += " during " + v.During
 		}
@@ -568,11 +567,11 @@ func (v *Verdict) Summary() string {
 // made from the first one.
 type Cause struct {
 	Reason  StopReason
-	Signal  syscall.Signal       // the signal the workers get: the stop signal tpurun received, else SIGTERM
-	Err     error                // the typed error behind it (an output error, a start error, a rendezvous error)
-	Failure *failure.WorkerError // StopFailure
-	Node    int                  // StopRemote, StopLost: the node; -1 none
-	Message string               // StopRemote: the other node's words
+	Signal  syscall.Signal    // the signal the workers get: the stop signal tpurun received, else SIGTERM
+	Err     error             // the typed error behind it (an output error, a start error, a rendezvous error)
+	Failure *proc.WorkerError // StopFailure
+	Node    int               // StopRemote, StopLost: the node; -1 none
+	Message string            // StopRemote: the other node's words
 	// SkipGroup is a worker process group that already got Signal (from the terminal): it is not sent again.
 	SkipGroup int
 }
@@ -585,7 +584,7 @@ func (c *Cause) Announced() bool {
 func (c *Cause) String() string {
 	switch c.Reason {
 	case StopSignal:
-		return "received " + proc.SignalName(c.Signal)
+		return "received " + failure.SignalName(c.Signal)
 	case StopFailure:
 		return c.Failure.Error()
 	case StopRemote:
@@ -603,7 +602,7 @@ func SignalCause(s syscall.Signal) *Cause {
 }
 
 // FailureCause is the cause of a worker of this node that failed.
-func FailureCause(we *failure.WorkerError) *Cause {
+func FailureCause(we *proc.WorkerError) *Cause {
 	return &Cause{Reason: StopFailure, Signal: syscall.SIGTERM, Failure: we, Node: -1}
 }
 
@@ -622,18 +621,18 @@ func (c *Cause) verdict(n int, timeout time.Duration, escalated string) *Verdict
 	switch c.Reason {
 	case StopSignal:
 		v.Err = &failure.SignalError{Signal: c.Signal, During: "attempt " + fmt.Sprint(n)}
-		v.Code = exitcode.Signal(c.Signal)
+		v.Code = failure.ExitSignal(c.Signal)
 	case StopFailure:
 		v.Signal, v.Failure, v.Err = 0, c.Failure, c.Failure
 		v.Code = c.Failure.ExitStatus()
 	case StopTimeout:
 		v.Signal = 0
 		v.Err = fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", failure.ErrTimeout, timeout, n)
-		v.Code = exitcode.Timeout
+		v.Code = failure.ExitTimeout
 	case StopRemote:
 		v.Signal, v.Message = 0, c.Message
-		v.Err = &failure.NodeError{Node: c.Node, Code: exitcode.Rendezvous, Message: c.Message}
-		v.Code = exitcode.Rendezvous // until the world's verdict names the node's code
+		v.Err = &failure.NodeError{Node: c.Node, Code: failure.ExitRendezvous, Message: c.Message}
+		v.Code = failure.ExitRendezvous // until the world's verdict names the node's code
 	default:
 		v.Signal = 0
 		v.Code = failure.ExitCode(c.Err)

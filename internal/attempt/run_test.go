@@ -16,7 +16,7 @@ import (
 // it asks for are compared with the table.
 
 var (
-	failure1 = &failure.WorkerError{Rank: 1, Exit: proc.Exit{PID: 42, ExitCode: 3}}
+	failure1 = &proc.WorkerError{Rank: 1, Exit: proc.Exit{PID: 42, ExitCode: 3}}
 	remote   = &Cause{Reason: StopRemote, Signal: syscall.SIGTERM, Node: 2, Message: "rank 5 exited 1"}
 	sigterm  = SignalCause(syscall.SIGTERM)
 )
@@ -54,7 +54,7 @@ func actsText(acts []Action) string {
 	for _, a := range acts {
 		s := actNames[a.Kind]
 		if a.Signal != 0 {
-			s += ":" + proc.SignalName(a.Signal)
+			s += ":" + failure.SignalName(a.Signal)
 		}
 		out = append(out, s)
 	}
@@ -150,7 +150,7 @@ func TestAttemptPaths(t *testing.T) {
 			{Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
 			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopSignal, 143, ""},
 		{"SIGINT, grace expires", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: SignalCause(syscall.SIGINT)},
-			{Kind: EvGrace}, {Kind: EvExited, Failed: &failure.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}}}, {Kind: EvSwept}, {Kind: EvDrained}},
+			{Kind: EvGrace}, {Kind: EvExited, Failed: &proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}}}, {Kind: EvSwept}, {Kind: EvDrained}},
 			"announce signal:SIGINT arm-grace kill sweep drain settle", StopSignal, 130, "grace 7s expired"},
 		{"second SIGTERM", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: sigterm},
 			{Kind: EvSecondStop, Signal: syscall.SIGTERM, Why: "second SIGTERM"}, {Kind: EvExited}, {Kind: EvSwept}, {Kind: EvDrained}},

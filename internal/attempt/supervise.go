@@ -148,11 +148,11 @@ func (s *supervisor) doLate(act Action) {
 func (s *supervisor) stopSignal(act Action) {
 	skip := 0
 	if act.Cause == nil {
-		s.r.Log.Info("forwarding signal", zap.String("signal", proc.SignalName(act.Signal)))
+		s.r.Log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.Signal)))
 	} else {
 		skip = act.Cause.SkipGroup
 		s.r.Log.Info("stopping all workers: "+act.Cause.String(), zap.String("reason", string(act.Cause.Reason)),
-			zap.String("signal", proc.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
+			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
 	}
 	s.signalAll(act.Signal, skip)
 	if act.Cause != nil && act.Signal != syscall.SIGKILL {
@@ -302,15 +302,15 @@ func (s *supervisor) exited(m exitMsg) {
 	if wk.input != nil {
 		s.r.Term.inputEnd(wk.input)
 	}
-	var failed *failure.WorkerError
+	var failed *proc.WorkerError
 	if !ex.Success() {
-		failed = &failure.WorkerError{Rank: wk.w.Rank, Attempt: s.as.N, Exit: ex}
+		failed = &proc.WorkerError{Rank: wk.w.Rank, Attempt: s.as.N, Exit: ex}
 	}
 	s.feed(Event{Kind: EvExited, Failed: failed})
 }
 
 // failed reports the first failed worker of the attempt.
-func (s *supervisor) failed(we *failure.WorkerError) {
+func (s *supervisor) failed(we *proc.WorkerError) {
 	s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
 		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
 	if s.r.OnFailed != nil {

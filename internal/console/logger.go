@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 )
 
 // LogWriter is a writer for tpurun's own logger on c: it never waits; past the queue's slack a record is counted
@@ -62,7 +61,7 @@ func NewLogger(format string, level zapcore.Level, w io.Writer) (*zap.Logger, er
 		ec.EncodeCaller = nil
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, &failure.ConfigError{Field: setting.LogFormat, Value: format, Hint: "use console or json"}
+		return nil, &failure.ConfigError{Field: failure.LogFormat, Value: format, Hint: "use console or json"}
 	}
 	return zap.New(uniqueKeys{Core: zapcore.NewCore(enc, zapcore.AddSync(w), level)}).Named("tpurun"), nil
 }

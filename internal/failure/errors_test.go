@@ -17,7 +17,7 @@ import (
 // other's), carries the resource usage when known, and leaves out what is only this host's: the wait error and the
 // clock.
 func TestWorkerErrorTravels(t *testing.T) {
-	we := &failure.WorkerError{Rank: 3, Attempt: 1, Exit: proc.Exit{PID: 41, ExitCode: -1, Signal: syscall.SIGKILL,
+	we := &proc.WorkerError{Rank: 3, Attempt: 1, Exit: proc.Exit{PID: 41, ExitCode: -1, Signal: syscall.SIGKILL,
 		Wall: 2 * time.Second, MaxRSS: 1 << 20, WaitErr: errors.New("local"), Finished: time.Now()}}
 	b, err := json.Marshal(we)
 	if err != nil {
@@ -26,7 +26,7 @@ func TestWorkerErrorTravels(t *testing.T) {
 	if strings.Contains(string(b), "WaitErr") || strings.Contains(string(b), "Finished") {
 		t.Fatalf("%s: carries this host's wait error or clock", b)
 	}
-	var got failure.WorkerError
+	var got proc.WorkerError
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestWorkerErrorTravels(t *testing.T) {
 		t.Fatalf("%s read back as %+v, want %+v", b, got, want)
 	}
 	old := `{"Rank":1,"PID":42,"Attempt":0,"ExitCode":3,"Signal":0,"Wall":5000000}` // as a node before the one Exit wrote it
-	got = failure.WorkerError{}
+	got = proc.WorkerError{}
 	if err := json.Unmarshal([]byte(old), &got); err != nil {
 		t.Fatal(err)
 	}

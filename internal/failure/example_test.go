@@ -8,7 +8,6 @@ import (
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
-	"tpurun/internal/setting"
 )
 
 // ExitCode maps any error of a job, bare or wrapped, to tpurun's exit code: an error that carries its code (a
@@ -17,10 +16,10 @@ import (
 func ExampleExitCode() {
 	for _, err := range []error{
 		nil,
-		&failure.WorkerError{Rank: 1, Exit: proc.Exit{ExitCode: 3}},
-		&failure.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}},
+		&proc.WorkerError{Rank: 1, Exit: proc.Exit{ExitCode: 3}},
+		&proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}},
 		fmt.Errorf("attempt 0: %w", &failure.SignalError{Signal: syscall.SIGTERM, During: "the rendezvous join"}),
-		&failure.ConfigError{Field: setting.Grace, Value: "-1s", Hint: "must not be negative"},
+		&failure.ConfigError{Field: failure.Grace, Value: "-1s", Hint: "must not be negative"},
 		fmt.Errorf("%w: the timeout 5s expired", failure.ErrTimeout),
 		context.Canceled,
 		errors.New("something else"),

@@ -9,13 +9,13 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 )
 
-// tableCodes is the code column of exitcode.Table.
+// tableCodes is the code column of failure.ExitTable.
 func tableCodes() []string {
 	var codes []string
-	for _, r := range exitcode.Table {
+	for _, r := range failure.ExitTable {
 		codes = append(codes, r.Code)
 	}
 	return codes
@@ -24,21 +24,21 @@ func tableCodes() []string {
 // TestTableHasEveryCode: each named code, and the 141 of a closed stdout, has its row in the table.
 func TestTableHasEveryCode(t *testing.T) {
 	codes := tableCodes()
-	for _, c := range []int{exitcode.OK, exitcode.ReplicaError, exitcode.Usage, exitcode.Results, exitcode.Rendezvous,
-		exitcode.Internal, exitcode.IOError, exitcode.Timeout, exitcode.NotExecutable, exitcode.NotFound,
-		exitcode.Signal(syscall.SIGPIPE)} {
+	for _, c := range []int{failure.ExitOK, failure.ExitReplicaError, failure.ExitUsage, failure.ExitResults, failure.ExitRendezvous,
+		failure.ExitInternal, failure.ExitIOError, failure.ExitTimeout, failure.ExitNotExecutable, failure.ExitNotFound,
+		failure.ExitSignal(syscall.SIGPIPE)} {
 		if !slices.Contains(codes, strconv.Itoa(c)) {
-			t.Errorf("exit code %d has no row in exitcode.Table %q", c, codes)
+			t.Errorf("exit code %d has no row in failure.ExitTable %q", c, codes)
 		}
 	}
-	for _, r := range exitcode.Table {
-		if r.Help != "" && !strings.Contains(exitcode.Help, "  "+r.Code+" ") {
-			t.Errorf("exitcode.Help lacks the row of %s:\n%s", r.Code, exitcode.Help)
+	for _, r := range failure.ExitTable {
+		if r.Help != "" && !strings.Contains(failure.ExitHelp, "  "+r.Code+" ") {
+			t.Errorf("failure.ExitHelp lacks the row of %s:\n%s", r.Code, failure.ExitHelp)
 		}
 	}
 }
 
-// TestREADMETableIsTheTable: the README's "Exit codes" table lists the codes of exitcode.Table, in its order, so
+// TestREADMETableIsTheTable: the README's "Exit codes" table lists the codes of failure.ExitTable, in its order, so
 // that a code added to (or dropped from) one and not the other fails here. The README says more about each code
 // than --help does; the codes are the fact held once.
 func TestREADMETableIsTheTable(t *testing.T) {
@@ -64,6 +64,6 @@ func TestREADMETableIsTheTable(t *testing.T) {
 		readme = append(readme, code)
 	}
 	if want := tableCodes(); !slices.Equal(readme, want) {
-		t.Fatalf("README.md's exit codes %q, exitcode.Table's %q: change both", readme, want)
+		t.Fatalf("README.md's exit codes %q, failure.ExitTable's %q: change both", readme, want)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 )
@@ -23,17 +22,17 @@ func CheckOutputs(s *spec.Spec) error {
 			dir = "."
 		}
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			return &failure.ConfigError{Field: setting.ResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
+			return &failure.ConfigError{Field: failure.ResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
 		}
 		if st, err := os.Stat(f); err == nil && !st.Mode().IsRegular() {
-			return &failure.ConfigError{Field: setting.ResultsFile, Value: f, Hint: "exists and is not a regular file"}
+			return &failure.ConfigError{Field: failure.ResultsFile, Value: f, Hint: "exists and is not a regular file"}
 		}
 	}
 	if d := s.LogDir; d != "" {
 		if st, err := os.Stat(d); err == nil && !st.IsDir() {
-			return &failure.ConfigError{Field: setting.LogDir, Value: d, Hint: "exists and is not a directory"}
+			return &failure.ConfigError{Field: failure.LogDir, Value: d, Hint: "exists and is not a directory"}
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return &failure.ConfigError{Field: setting.LogDir, Value: d, Hint: err.Error()}
+			return &failure.ConfigError{Field: failure.LogDir, Value: d, Hint: err.Error()}
 		}
 	}
 	return nil
@@ -56,7 +55,7 @@ func checkMasterPort(addr string, port int, procRoot string) error {
 	if pid, cmd, herr := topology.PortHolder(procRoot, port); herr == nil {
 		holder = fmt.Sprintf("pid %d (%s)", pid, cmd)
 	}
-	return &failure.ConfigError{Field: setting.MasterPort, Value: strconv.Itoa(port),
+	return &failure.ConfigError{Field: failure.MasterPort, Value: strconv.Itoa(port),
 		Hint: fmt.Sprintf("already in use on %s by %s; stop it, pick another master port, or pass 0 for a free port", addr, holder)}
 }
 
@@ -70,7 +69,7 @@ func CheckMasterAddr(s *spec.Spec) error {
 	}
 	ips, err := net.LookupHost(addr)
 	if err != nil {
-		return &failure.ConfigError{Field: setting.MasterAddr, Value: addr,
+		return &failure.ConfigError{Field: failure.MasterAddr, Value: addr,
 			Hint: fmt.Sprintf("does not resolve (%v); give an IP address or a name of this host, or leave it unset (127.0.0.1)", err)}
 	}
 	for _, ip := range ips {
@@ -90,7 +89,7 @@ func CheckMasterAddr(s *spec.Spec) error {
 			}
 		}
 	}
-	return &failure.ConfigError{Field: setting.MasterAddr, Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
+	return &failure.ConfigError{Field: failure.MasterAddr, Value: addr, Hint: fmt.Sprintf("is not an address of this host (%s), and a run on one node "+
 		"hosts rank 0's store here: leave it unset (127.0.0.1) or give one of this host's addresses; for several nodes give each "+
 		"--nnodes N and --node-rank R with node 0's address", strings.Join(mine, ", "))}
 }

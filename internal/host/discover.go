@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
@@ -42,7 +41,7 @@ func (p *Prepared) discover() error {
 		return nil
 	}
 	if r.NNodes > 0 && r.NNodes != l.NNodes() {
-		return &failure.ConfigError{Field: setting.NNodes, Value: strconv.Itoa(r.NNodes),
+		return &failure.ConfigError{Field: failure.NNodes, Value: strconv.Itoa(r.NNodes),
 			Hint: fmt.Sprintf("this host is %s: the job has %d nodes; give --nnodes %d, or leave it out", l, l.NNodes(), l.NNodes())}
 	}
 	p.Layout = l

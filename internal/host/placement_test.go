@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
@@ -55,7 +54,7 @@ func TestPlacement(t *testing.T) {
 		}
 		hosts, rank, err := placement(r, tc.conf, h)
 		if tc.bad != "" {
-			if !errors.Is(err, failure.ErrConfig) && failure.ExitCode(err) != exitcode.Usage || err == nil || !strings.Contains(err.Error(), tc.bad) {
+			if !errors.Is(err, failure.ErrConfig) && failure.ExitCode(err) != failure.ExitUsage || err == nil || !strings.Contains(err.Error(), tc.bad) {
 				t.Errorf("case %d: error %v (exit %d), want a configuration error naming %s", i, err, failure.ExitCode(err), tc.bad)
 			}
 			continue

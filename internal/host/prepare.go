@@ -19,7 +19,6 @@ import (
 	"tpurun/internal/freeport"
 	"tpurun/internal/preload"
 	"tpurun/internal/proc"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
@@ -155,13 +154,13 @@ func (p *Prepared) makeRunDir() error {
 		return nil
 	}
 	if err := os.MkdirAll(s.LogDir, 0o755); err != nil {
-		return &failure.ConfigError{Field: setting.LogDir, Value: s.LogDir, Hint: err.Error()}
+		return &failure.ConfigError{Field: failure.LogDir, Value: s.LogDir, Hint: err.Error()}
 	}
 	// A directory that no earlier run (or anyone else) can have prepared, created here exclusively (mkdir never
 	// follows a planted final symlink).
 	d, err := os.MkdirTemp(s.LogDir, s.RunID+"_")
 	if err != nil {
-		return &failure.ConfigError{Field: setting.LogDir, Value: s.LogDir, Hint: err.Error()}
+		return &failure.ConfigError{Field: failure.LogDir, Value: s.LogDir, Hint: err.Error()}
 	}
 	p.RunLogs = filepath.Base(d)
 	p.Log.Info("worker logs", zap.String("dir", d))

@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
@@ -43,7 +42,7 @@ func (p *Prepared) resolveRendezvous() error {
 		if val, ok := p.Host.Megascale()[v.name]; ok {
 			n, err := topology.ParseMegascale(v.name, val.V)
 			if err != nil {
-				return &failure.ConfigError{Field: setting.Named(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
+				return &failure.ConfigError{Field: failure.Named(v.name), Value: val.V, Hint: "need a whole number from 0 (or unset it)"}
 			}
 			*v.dst = n
 		}
@@ -110,7 +109,7 @@ func placement(r spec.RendezvousSpec, conf map[string]string, h *topology.Host) 
 	}
 	if v := conf["hosts"]; v != "" {
 		if hosts, err = topology.ParseHostList(v); err != nil {
-			return nil, 0, &failure.ConfigError{Field: setting.RendezvousHostsOption, Value: v, Hint: err.Error()}
+			return nil, 0, &failure.ConfigError{Field: failure.RendezvousHostsOption, Value: v, Hint: err.Error()}
 		}
 	}
 	nodeRank := r.NodeRank

@@ -21,12 +21,10 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/host"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
@@ -42,7 +40,7 @@ import (
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
 // started, it is the job's *attempt.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
-// *failure.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError behind it); before that, a
+// *proc.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError behind it); before that, a
 // *failure.ConfigError, a detection error or a *failure.ProgramError. When Run returns, no process of the job is left:
 // every group got SIGKILL and the orphan sweep ran.
 func Run(ctx context.Context, s spec.Spec) (*spec.Report, error) {
@@ -200,7 +198,7 @@ func (j *job) newRunner() *attempt.Runner {
 		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree,
 		Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
 		OnStart: func(n int) { j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: n}) },
-		OnFailed: func(n int, we *failure.WorkerError) {
+		OnFailed: func(n int, we *proc.WorkerError) {
 			j.obs.Emit(spec.Event{Kind: spec.WorkerFailed, Attempt: n, Failure: we})
 		},
 	}
@@ -674,18 +672,18 @@ func (j *job) finishResults(exits []results.RankExit, c *results.Collector, runE
 
 // outcome decides doc's exit code in results.Document.Decide's order and returns the job's error to match: the
 // run's failure (runFailure) wins; then the contract's violations (a *failure.ResultsError, 65); then the replicas'
-// errors (a *failure.ReplicaError, 1); then the result sink's complaint about a channel that failed between frames
+// errors (a *results.ReplicaError, 1); then the result sink's complaint about a channel that failed between frames
 // (runErr, failure.ErrResults), which the document does not hold.
 func (j *job) outcome(doc *results.Document, violations, runErr error) error {
 	if fail := j.runFailure(doc, runErr); fail != nil {
 		doc.Decide(failure.ExitCode(fail))
 		return fail
 	}
-	switch doc.Decide(exitcode.OK) {
-	case exitcode.Results:
+	switch doc.Decide(failure.ExitOK) {
+	case failure.ExitResults:
 		return &failure.ResultsError{Violations: leaves(violations), Replicas: len(doc.ReplicaErrors())}
-	case exitcode.ReplicaError:
-		return &failure.ReplicaError{Replicas: doc.ReplicaErrors()}
+	case failure.ExitReplicaError:
+		return &results.ReplicaError{Replicas: doc.ReplicaErrors()}
 	}
 	if runErr != nil {
 		doc.Decide(failure.ExitCode(runErr))
@@ -700,7 +698,7 @@ func (j *job) runFailure(doc *results.Document, runErr error) error {
 	if err := j.targetError(doc); err != nil {
 		return err
 	}
-	var we *failure.WorkerError
+	var we *proc.WorkerError
 	var ne *failure.NodeError
 	switch {
 	case runErr == nil:
@@ -719,7 +717,7 @@ func (j *job) targetError(doc *results.Document) error {
 	}
 	for _, r := range doc.ReplicaErrors() {
 		if r.Error.Type == worker.TargetErrorType {
-			return &failure.ConfigError{Field: setting.Function, Value: j.spec.Fn.Target, Hint: r.Error.Message}
+			return &failure.ConfigError{Field: failure.Function, Value: j.spec.Fn.Target, Hint: r.Error.Message}
 		}
 	}
 	return nil

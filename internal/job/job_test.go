@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"tpurun/internal/attempt"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
@@ -40,9 +39,9 @@ func FuzzVerdict(f *testing.F) {
 // violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
 func TestFinishResultsPrecedence(t *testing.T) {
 	workerFailed := &attempt.Verdict{Reason: attempt.StopFailure, Code: 3, Node: -1,
-		Err: &failure.WorkerError{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 3}}}
+		Err: &proc.WorkerError{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 3}}}
 	nodeFailed := &attempt.Verdict{Reason: attempt.StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
-	timedOut := &attempt.Verdict{Reason: attempt.StopTimeout, Code: exitcode.Timeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
+	timedOut := &attempt.Verdict{Reason: attempt.StopTimeout, Code: failure.ExitTimeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
 	sinkErr := &failure.ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
 	complaint := &attempt.Verdict{Reason: attempt.StopDone, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
 	ok := func(c *worker.Client) { _ = c.Report(0, 1) }
@@ -61,16 +60,16 @@ func TestFinishResultsPrecedence(t *testing.T) {
 		want   any // the error's type, or the runErr itself
 	}{
 		{"clean", false, ok, nil, 0, nil},
-		{"violations", false, twice, nil, exitcode.Results, &failure.ResultsError{}},
-		{"replica error", false, raised, nil, exitcode.ReplicaError, &failure.ReplicaError{}},
+		{"violations", false, twice, nil, failure.ExitResults, &failure.ResultsError{}},
+		{"replica error", false, raised, nil, failure.ExitReplicaError, &results.ReplicaError{}},
 		{"worker failure beats violations", false, twice, workerFailed, 3, workerFailed},
 		{"node failure beats a replica error", false, raised, nodeFailed, 65, nodeFailed},
-		{"timeout beats a replica error", false, raised, timedOut, exitcode.Timeout, timedOut},
-		{"violations beat the sink's complaint", false, twice, complaint, exitcode.Results, &failure.ResultsError{}},
-		{"a replica error beats the sink's complaint", false, raised, complaint, exitcode.ReplicaError, &failure.ReplicaError{}},
-		{"the sink's complaint alone", false, ok, complaint, exitcode.Results, complaint},
-		{"target error beats a worker failure", true, target, workerFailed, exitcode.Usage, &failure.ConfigError{}},
-		{"target error outside function mode", false, target, nil, exitcode.ReplicaError, &failure.ReplicaError{}},
+		{"timeout beats a replica error", false, raised, timedOut, failure.ExitTimeout, timedOut},
+		{"violations beat the sink's complaint", false, twice, complaint, failure.ExitResults, &failure.ResultsError{}},
+		{"a replica error beats the sink's complaint", false, raised, complaint, failure.ExitReplicaError, &results.ReplicaError{}},
+		{"the sink's complaint alone", false, ok, complaint, failure.ExitResults, complaint},
+		{"target error beats a worker failure", true, target, workerFailed, failure.ExitUsage, &failure.ConfigError{}},
+		{"target error outside function mode", false, target, nil, failure.ExitReplicaError, &results.ReplicaError{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var ch bytes.Buffer

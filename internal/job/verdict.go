@@ -8,9 +8,7 @@ import (
 	"syscall"
 
 	"tpurun/internal/attempt"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -59,7 +57,7 @@ func causeOf(f rendezvous.Failure) *attempt.Cause {
 // rendezvousErr marks a rendezvous failure as failure.ErrRendezvous (exit 69), keeping configuration errors as they are
 // (exit 2).
 func rendezvousErr(step string, err error) error {
-	if exitcode.IsUsage(err) {
+	if errors.Is(err, failure.ErrConfig) {
 		return err
 	}
 	var se *failure.SignalError
@@ -74,7 +72,7 @@ func rendezvousErr(step string, err error) error {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) && dns.IsNotFound { // etcd's endpoints
-		return &failure.ConfigError{Field: setting.RendezvousEndpoint, Value: dns.Name,
+		return &failure.ConfigError{Field: failure.RendezvousEndpoint, Value: dns.Name,
 			Hint: "this host name does not resolve (no such host); check its spelling, or give node 0's IP address (--rdzv-endpoint, or --master-addr for the static rendezvous)"}
 	}
 	return fmt.Errorf("%w: %s: %w", failure.ErrRendezvous, step, err)

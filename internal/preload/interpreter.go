@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 )
 
@@ -166,7 +167,7 @@ func (ip *Interpreter) gone(what string, err error) error {
 		ex := ip.p.Wait()
 		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
-			how = "was killed by " + proc.SignalName(ex.Signal)
+			how = "was killed by " + failure.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
 	default:

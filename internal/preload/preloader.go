@@ -16,7 +16,6 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
-	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/worker"
 )
@@ -56,10 +55,10 @@ func NewPreloader(ctx context.Context, j Job) (*Preloader, error) {
 	list := strings.Join(j.Modules, ",")
 	cmd, err := ParseCommand(j.Program, j.PythonExec)
 	if err != nil {
-		return nil, &failure.ConfigError{Field: setting.Preload, Value: list, Hint: err.Error()}
+		return nil, &failure.ConfigError{Field: failure.Preload, Value: list, Hint: err.Error()}
 	}
 	if slices.Contains(j.Modules, "__main__") && !j.FnMode {
-		return nil, &failure.ConfigError{Field: setting.Preload, Value: list, Hint: "__main__ names the main module of the program that " +
+		return nil, &failure.ConfigError{Field: failure.Preload, Value: list, Hint: "__main__ names the main module of the program that " +
 			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
 	}
 	devnull, err := os.Open(os.DevNull)
@@ -123,7 +122,7 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 
 // configError is err as the job reports it: a bad --preload setting (exit 2).
 func (pl *Preloader) configError(err error) error {
-	return &failure.ConfigError{Field: setting.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+	return &failure.ConfigError{Field: failure.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
 }
 
 // Start forks one worker from the interpreter in place of exec'ing cmd (see attempt.Starter).

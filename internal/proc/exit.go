@@ -5,9 +5,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 )
 
 // Exit is how a process ended, with its resource usage taken from wait4's rusage at exit: the one value for it.
@@ -32,7 +30,7 @@ func (e Exit) Success() bool { return e.Signal == 0 && e.ExitCode == 0 }
 // ExitStatus is the shell-style status: the exit code, or 128+N when killed by signal N.
 func (e Exit) ExitStatus() int {
 	if e.Signal != 0 {
-		return exitcode.Signal(e.Signal)
+		return failure.ExitSignal(e.Signal)
 	}
 	return e.ExitCode
 }
@@ -41,7 +39,7 @@ func (e Exit) ExitStatus() int {
 func (e Exit) Ended() string {
 	switch {
 	case e.Signal != 0:
-		return SignalName(e.Signal)
+		return failure.SignalName(e.Signal)
 	case e.ExitCode == 0:
 		return "ok"
 	default:
@@ -51,11 +49,3 @@ func (e Exit) Ended() string {
 
 // CPU is the process's user and system CPU time.
 func (e Exit) CPU() time.Duration { return e.UserCPU + e.SysCPU }
-
-// SignalName is the conventional name of sig, e.g. "SIGKILL" (or "signal 42" for one without a name).
-func SignalName(sig syscall.Signal) string {
-	if n := unix.SignalName(sig); n != "" {
-		return n
-	}
-	return fmt.Sprintf("signal %d", int(sig))
-}

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"tpurun/internal/failure"
 )
 
 // Stopper is this process's job-control stop without a lost SIGCONT, and the kernel's own record of whether a stop
@@ -109,7 +111,7 @@ func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 			}
 		}
 		if e := unix.Tgkill(os.Getpid(), s.tid, sig); e != nil {
-			err = fmt.Errorf("job-control stopper: tgkill(%s): %w", SignalName(sig), e)
+			err = fmt.Errorf("job-control stopper: tgkill(%s): %w", failure.SignalName(sig), e)
 			return
 		}
 		armed = true

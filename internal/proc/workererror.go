@@ -3,6 +3,8 @@ package proc
 import (
 	"fmt"
 	"time"
+
+	"tpurun/internal/failure"
 )
 
 // WorkerError is the first worker that failed: the root cause of a failed run. Its Exit is how the worker ended
@@ -17,7 +19,7 @@ type WorkerError struct {
 func (e *WorkerError) Error() string {
 	if e.Signal != 0 {
 		return fmt.Sprintf("rank %d (pid %d, attempt %d) was killed by %s after %s",
-			e.Rank, e.PID, e.Attempt, SignalName(e.Signal), e.Wall.Round(time.Millisecond))
+			e.Rank, e.PID, e.Attempt, failure.SignalName(e.Signal), e.Wall.Round(time.Millisecond))
 	}
 	return fmt.Sprintf("rank %d (pid %d, attempt %d) exited with code %d after %s",
 		e.Rank, e.PID, e.Attempt, e.ExitCode, e.Wall.Round(time.Millisecond))

@@ -9,9 +9,11 @@
 // workers and their replicas, its results and its violations), node 0 merges them with Add, and the same checks
 // apply world-wide: exactly once, missing results on every node, every node's violations in one document.
 //
-// Exit codes (Document.Decide): the first failing worker's code wins; otherwise exitcode.Results (65, EX_DATAERR)
+// Exit codes (Document.Decide): the first failing worker's code wins; otherwise failure.ExitResults (65, EX_DATAERR)
 // for a violated contract, 1 when a replica reported an error, 0 when everything arrived.
 //
 // The frames' wire format and the workers' side of the contract are package worker's; where the document is
 // written, and when, is the launcher's.
 package results
+
+import ()

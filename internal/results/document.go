@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 )
 
@@ -24,19 +24,19 @@ type Document struct {
 	ExitCode   int          `json:"exit_code"`
 }
 
-// Decide sets the document's exit code and OK, and returns the code. failure is the exit code of what failed the
-// run, 0 when nothing did; it wins. Then a violated contract gives exitcode.Results (65), then a replica's
-// reported error exitcode.ReplicaError (1); else the code is 0. This is the one place that order is written:
+// Decide sets the document's exit code and OK, and returns the code. failed is the exit code of what failed the
+// run, 0 when nothing did; it wins. Then a violated contract gives failure.ExitResults (65), then a replica's
+// reported error failure.ExitReplicaError (1); else the code is 0. This is the one place that order is written:
 // Finish decides with the first failed exit it was given, and a launcher that knows better what failed the run (a
 // timeout, a signal, another node's verdict) decides again with that failure's code.
-func (d *Document) Decide(failure int) int {
-	d.ExitCode = failure
+func (d *Document) Decide(failed int) int {
+	d.ExitCode = failed
 	switch {
-	case failure != 0:
+	case failed != 0:
 	case len(d.Violations) > 0:
-		d.ExitCode = exitcode.Results
+		d.ExitCode = failure.ExitResults
 	case len(d.ReplicaErrors()) > 0:
-		d.ExitCode = exitcode.ReplicaError
+		d.ExitCode = failure.ExitReplicaError
 	}
 	d.OK = d.ExitCode == 0
 	return d.ExitCode
@@ -96,7 +96,7 @@ type RankExit struct {
 func ExitOf(rank int, e proc.Exit) RankExit {
 	x := RankExit{Rank: rank, PID: e.PID, ExitCode: e.ExitStatus()}
 	if e.Signal != 0 {
-		x.Signal = proc.SignalName(e.Signal)
+		x.Signal = failure.SignalName(e.Signal)
 	}
 	return x
 }

@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"testing"
 
-	"tpurun/internal/exitcode"
 	"tpurun/internal/testutil"
 
+	"tpurun/internal/failure"
 	"tpurun/worker"
 )
 
@@ -70,7 +70,7 @@ func TestSeedScenario(t *testing.T) {
 			t.Fatalf("%q does not name rank %d pid %d", ce.Message, r.exit.Rank, r.exit.PID)
 		}
 	}
-	if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Results) != 1 || len(doc.Violations) != 1 ||
+	if doc.OK || doc.ExitCode != failure.ExitResults || len(doc.Results) != 1 || len(doc.Violations) != 1 ||
 		doc.Violations[0].Kind != "duplicate_result" {
 		t.Fatalf("document: %+v", doc)
 	}
@@ -137,7 +137,7 @@ func TestViolations(t *testing.T) {
 				!strings.Contains(ce.Message, "rank 1 pid "+strconv.Itoa(runs[1].exit.PID)) {
 				t.Fatalf("violation: %+v", ce)
 			}
-			if doc.OK || doc.ExitCode != exitcode.Results || len(doc.Violations) != 1 || doc.Violations[0].Kind != tc.name {
+			if doc.OK || doc.ExitCode != failure.ExitResults || len(doc.Violations) != 1 || doc.Violations[0].Kind != tc.name {
 				t.Fatalf("document: ok=%v exit=%d violations=%+v", doc.OK, doc.ExitCode, doc.Violations)
 			}
 			want := map[int]bool{0: true, 2: true}
@@ -280,8 +280,8 @@ func TestMergeRemoteViolations(t *testing.T) {
 			t.Errorf("violation %+v, want one of %v naming node 1", v, want)
 		}
 	}
-	if doc.ExitCode != exitcode.Results || doc.OK {
-		t.Fatalf("exit %d ok=%v, want %d", doc.ExitCode, doc.OK, exitcode.Results)
+	if doc.ExitCode != failure.ExitResults || doc.OK {
+		t.Fatalf("exit %d ok=%v, want %d", doc.ExitCode, doc.OK, failure.ExitResults)
 	}
 	if len(doc.Results) != 2 || doc.Results[1].Replica != 3 || doc.Results[1].Node != 1 {
 		t.Fatalf("results %+v, want replica 0 (node 0) and 3 (node 1)", doc.Results)
@@ -301,7 +301,7 @@ func TestMergeRemoteSeed(t *testing.T) {
 	if !strings.Contains(ce.Message, "2 results for replica 0") || !strings.Contains(ce.Message, "(node 1)") {
 		t.Fatalf("cross-node seed duplicate: %q", ce.Message)
 	}
-	if len(doc.Violations) != 1 || doc.ExitCode != exitcode.Results {
+	if len(doc.Violations) != 1 || doc.ExitCode != failure.ExitResults {
 		t.Fatalf("document %+v", doc)
 	}
 }

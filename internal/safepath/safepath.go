@@ -11,12 +11,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"tpurun/internal/exitcode"
+	"tpurun/internal/failure"
 )
 
 var (
 	// ErrUnsafePath: a path below a root directory goes through a symlink or leaves the root.
-	ErrUnsafePath = exitcode.NewUsage("unsafe path") // a usage error: exit 2
+	ErrUnsafePath = failure.NewConfigKind("unsafe path") // a usage error: exit 2
 	// ErrNotRegular: where a regular file was expected there is a FIFO, a socket, a device or a directory.
 	ErrNotRegular = errors.New("not a regular file")
 )

@@ -12,7 +12,6 @@ import (
 	"tpurun/internal/failure"
 	"tpurun/internal/hostname"
 	"tpurun/internal/proc"
-	"tpurun/internal/setting"
 	"tpurun/worker"
 )
 
@@ -30,7 +29,7 @@ func (s *Spec) checkProgram() error {
 	case s.Fn != nil:
 		return nil
 	case len(s.Program) == 0 || s.Program[0] == "":
-		return &failure.ConfigError{Field: setting.Program, Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
+		return &failure.ConfigError{Field: failure.Program, Value: "", Hint: "no program given; usage: tpurun [flags] [--] PROGRAM [ARGS...]"}
 	}
 	if _, err := proc.LookPath(s.Program[0]); err != nil {
 		return &failure.ProgramError{Program: s.Program[0], Err: err}
@@ -41,15 +40,15 @@ func (s *Spec) checkProgram() error {
 // checkBounds refuses a negative grace period, timeout or number of restarts.
 func (s *Spec) checkBounds() error {
 	for _, d := range []struct {
-		name setting.Setting
+		name failure.Setting
 		v    time.Duration
-	}{{setting.Grace, s.Grace}, {setting.Timeout, s.Timeout}} {
+	}{{failure.Grace, s.Grace}, {failure.Timeout, s.Timeout}} {
 		if d.v < 0 {
 			return &failure.ConfigError{Field: d.name, Value: d.v.String(), Hint: "must not be negative"}
 		}
 	}
 	if s.MaxRestarts < 0 {
-		return &failure.ConfigError{Field: setting.MaxRestarts, Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
+		return &failure.ConfigError{Field: failure.MaxRestarts, Value: strconv.Itoa(s.MaxRestarts), Hint: "must be 0 or more"}
 	}
 	return nil
 }
@@ -57,10 +56,10 @@ func (s *Spec) checkBounds() error {
 // checkMaster refuses a master address that is no host and a master port that is no port.
 func (s *Spec) checkMaster() error {
 	if s.MasterAddr != "" && hostname.Check(s.MasterAddr) != nil {
-		return &failure.ConfigError{Field: setting.MasterAddr, Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
+		return &failure.ConfigError{Field: failure.MasterAddr, Value: s.MasterAddr, Hint: "is neither an IP address nor a host name; give node 0's address, e.g. 10.0.0.2 or host-0.example"}
 	}
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
-		return &failure.ConfigError{Field: setting.MasterPort, Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
+		return &failure.ConfigError{Field: failure.MasterPort, Value: strconv.Itoa(s.MasterPort), Hint: "must be 1..65535, or 0 to pick a free port"}
 	}
 	return nil
 }
@@ -68,9 +67,9 @@ func (s *Spec) checkMaster() error {
 // checkNames refuses a run id or role that cannot be a directory name (see validateName).
 func (s *Spec) checkNames() error {
 	for _, n := range []struct {
-		what setting.Setting
+		what failure.Setting
 		v    string
-	}{{setting.RunID, s.RunID}, {setting.Role, s.Role}} {
+	}{{failure.RunID, s.RunID}, {failure.Role, s.Role}} {
 		if n.v == "" {
 			continue
 		}
@@ -84,7 +83,7 @@ func (s *Spec) checkNames() error {
 // checkFrames refuses a largest result frame beyond the contract's.
 func (s *Spec) checkFrames() error {
 	if s.Results.MaxFrameBytes < 0 || s.Results.MaxFrameBytes > worker.MaxPayload {
-		return &failure.ConfigError{Field: setting.MaxResultBytes, Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
+		return &failure.ConfigError{Field: failure.MaxResultBytes, Value: strconv.FormatInt(s.Results.MaxFrameBytes, 10),
 			Hint: fmt.Sprintf("must be 1..%d bytes", int64(worker.MaxPayload))}
 	}
 	return nil
@@ -93,7 +92,7 @@ func (s *Spec) checkFrames() error {
 // checkPlan refuses a ready plan that has no workers on the node this launcher runs.
 func (s *Spec) checkPlan() error {
 	if s.Plan != nil && len(s.Plan.Local(s.NodeRank)) == 0 {
-		return &failure.ConfigError{Field: setting.NodeRank, Value: strconv.Itoa(s.NodeRank),
+		return &failure.ConfigError{Field: failure.NodeRank, Value: strconv.Itoa(s.NodeRank),
 			Hint: fmt.Sprintf("the plan has no workers on node %d; it has %d node(s)", s.NodeRank, len(s.Plan.Nodes))}
 	}
 	return nil
@@ -101,7 +100,7 @@ func (s *Spec) checkPlan() error {
 
 // validateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
 // separator, no "..", no control character, and at most 128 bytes.
-func validateName(what setting.Setting, v string) error {
+func validateName(what failure.Setting, v string) error {
 	bad := ""
 	switch {
 	case len(v) > 128:
@@ -133,7 +132,7 @@ func (s *Spec) checkPreload() error {
 	list := strings.Join(s.Preload, ",")
 	for _, m := range s.Preload {
 		if !moduleName.MatchString(m) {
-			return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
+			return &failure.ConfigError{Field: failure.Preload, Value: list, Hint: fmt.Sprintf("%q is not a Python module name; "+
 				"give dotted module names, comma-separated, e.g. torch,torch.distributed", m)}
 		}
 	}
@@ -145,7 +144,7 @@ func (s *Spec) checkPreload() error {
 
 // PreloadReaperError is the refusal of a preload without the reaper.
 func PreloadReaperError(list string) error {
-	return &failure.ConfigError{Field: setting.Preload, Value: list, Hint: "the workers forked by the preloaded interpreter are " +
+	return &failure.ConfigError{Field: failure.Preload, Value: list, Hint: "the workers forked by the preloaded interpreter are " +
 		"re-parented to tpurun, which must be the child subreaper to supervise them: drop --no-subreaper, or --preload " +
 		"(a Go program: set launcher.Process.Reap)"}
 }
@@ -154,13 +153,13 @@ func PreloadReaperError(list string) error {
 func (f *FnSpec) Check() error {
 	mod, fn, ok := strings.Cut(f.Target, ":")
 	if !ok || mod == "" || fn == "" {
-		return &failure.ConfigError{Field: setting.Function, Value: f.Target,
+		return &failure.ConfigError{Field: failure.Function, Value: f.Target,
 			Hint: "name the function as package.module:function (or path/to/file.py:function)"}
 	}
 	if f.ArgsJSON != "" {
 		var l []json.RawMessage
 		if err := json.Unmarshal([]byte(f.ArgsJSON), &l); err != nil {
-			return &failure.ConfigError{Field: setting.FunctionArgs, Value: f.ArgsJSON,
+			return &failure.ConfigError{Field: failure.FunctionArgs, Value: f.ArgsJSON,
 				Hint: fmt.Sprintf("must be a JSON list (%v), e.g. '[3, \"x\"]'", err)}
 		}
 		if err := worker.CheckJSON([]byte(f.ArgsJSON)); err != nil { // the workers' json.loads would refuse it
@@ -168,7 +167,7 @@ func (f *FnSpec) Check() error {
 			if len(v) > 80 {
 				v = v[:80] + "..."
 			}
-			return &failure.ConfigError{Field: setting.FunctionArgs, Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
+			return &failure.ConfigError{Field: failure.FunctionArgs, Value: v, Hint: fmt.Sprintf("hold %v: pass it as a string (tpurun.spawn pickles such arguments)", err)}
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
@@ -57,13 +56,13 @@ func (r RendezvousSpec) Validate() error {
 		return r.validateSolo()
 	}
 	if r.NumSlices < 0 || r.SliceID < -1 || (r.NumSlices > 1 && r.SliceID >= r.NumSlices) {
-		return &failure.ConfigError{Field: setting.SliceID, Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
+		return &failure.ConfigError{Field: failure.SliceID, Value: fmt.Sprint(r.SliceID), Hint: fmt.Sprintf("need 0..%d for %d slices", max(r.NumSlices-1, 0), r.NumSlices)}
 	}
 	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
-		return &failure.ConfigError{Field: setting.NodeRank, Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
+		return &failure.ConfigError{Field: failure.NodeRank, Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
 	}
 	if r.RunID != "" {
-		return validateName(setting.RendezvousRunID, r.RunID)
+		return validateName(failure.RendezvousRunID, r.RunID)
 	}
 	return nil
 }
@@ -72,21 +71,21 @@ func (r RendezvousSpec) Validate() error {
 // is refused on one node as it would be on many: the node rank (only 0), the slice, the options and the timeout.
 func (r RendezvousSpec) validateSolo() error {
 	if r.NodeRank < -1 || r.NodeRank > 0 {
-		return &failure.ConfigError{Field: setting.NodeRank, Value: strconv.Itoa(r.NodeRank),
+		return &failure.ConfigError{Field: failure.NodeRank, Value: strconv.Itoa(r.NodeRank),
 			Hint: "a world of one node has only node rank 0; for several nodes give every node --nnodes N and its rank, or a rendezvous (--rdzv-backend c10d --rdzv-endpoint HOST:PORT)"}
 	}
 	if r.SliceID < -1 || r.NumSlices < 0 {
-		return &failure.ConfigError{Field: setting.SliceID, Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
+		return &failure.ConfigError{Field: failure.SliceID, Value: strconv.Itoa(r.SliceID), Hint: "need 0 or more (a world of one node is slice 0)"}
 	}
 	if r.Timeout < 0 {
-		return &failure.ConfigError{Field: setting.RendezvousTimeout, Value: r.Timeout.String(), Hint: "must be positive"}
+		return &failure.ConfigError{Field: failure.RendezvousTimeout, Value: r.Timeout.String(), Hint: "must be positive"}
 	}
 	conf, err := rendezvous.ParseConf(r.Conf)
 	if err == nil {
 		err = rendezvous.CheckConf(conf)
 	}
 	if err == nil && r.RunID != "" {
-		err = validateName(setting.RendezvousRunID, r.RunID)
+		err = validateName(failure.RendezvousRunID, r.RunID)
 	}
 	return err
 }

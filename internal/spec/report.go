@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 	"tpurun/internal/attempt"
-	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/results"
 )
 
@@ -58,7 +58,7 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind       EventKind
 	Attempt    int
-	Failure    *failure.WorkerError
+	Failure    *proc.WorkerError
 	Samples    []attempt.Sample
 	Rendezvous time.Duration
 	Ended      *attempt.Attempt

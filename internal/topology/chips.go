@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // detectTPU detects the chips and the slice of a TPU host.
@@ -67,7 +67,7 @@ func (d *detector) chipsFromAccelerator() error {
 		return nil
 	}
 	if !t.Accelerator.IsSet() {
-		return &ConfigError{Name: setting.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
+		return &ConfigError{Name: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
 			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
@@ -98,7 +98,7 @@ func (h *Host) adoptAccelerator() error {
 	}
 	// Only a family that an accelerator type names can contradict one: not the ids that name several (v2/v3) or none.
 	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
-		return &ConfigError{Name: setting.AcceleratorType, Value: t.Accelerator.V.Type,
+		return &ConfigError{Name: failure.AcceleratorType, Value: t.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
 			Sources: []Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
 	}
@@ -173,12 +173,12 @@ func (h *Host) boundsFromAccelerator() error {
 		t.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
 	}
 	if hosts := a.V.Hosts(); hosts > 1 && t.Hostnames.IsSet() && len(t.Hostnames.V) != hosts {
-		return &ConfigError{Name: setting.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
 			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(t.Hostnames.V), a.V.Type, hosts),
 			Sources: []Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
 	if cph := a.V.ChipsPerHost(); t.ChipsSource.Kind == FromSysfs && len(t.Chips) != cph {
-		return &ConfigError{Name: setting.AcceleratorType, Value: a.V.Type,
+		return &ConfigError{Name: failure.AcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(t.Chips)),
 			Sources: []Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}
@@ -203,11 +203,11 @@ func (h *Host) boundsFromChips() {
 func (h *Host) checkWorkerID() error {
 	t := h.tpu()
 	if n := len(t.Hostnames.V); n > 1 && !t.WorkerID.IsSet() {
-		return &ConfigError{Name: setting.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
 			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{t.Hostnames.Source},
 			Hint: "set TPU_WORKER_ID to this host's index"}
 	} else if n > 1 && t.WorkerID.V >= n {
-		return &ConfigError{Name: setting.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
+		return &ConfigError{Name: failure.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
 			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
 			Sources: []Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
 	}
@@ -261,7 +261,7 @@ func (h *Host) checkGivenBounds() error {
 			hosts, what, src = t.Accelerator.V.Hosts(), t.Accelerator.V.Type, t.Accelerator.Source
 		}
 		if p := hb.V.Product(); p != hosts {
-			return &ConfigError{Name: setting.Named(hb.Source.Name), Value: hb.V.String(),
+			return &ConfigError{Name: failure.Named(hb.Source.Name), Value: hb.V.String(),
 				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
 				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
 		}
@@ -297,7 +297,7 @@ func (h *Host) checkGivenChipBounds() error {
 			p, chips, vc.Source.Name, len(vc.V))
 		sources = append(sources, vc.Source)
 	}
-	return &ConfigError{Name: setting.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
+	return &ConfigError{Name: failure.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
 		Hint: "fix or unset " + cb.Source.Name}
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // Options says what to detect and where to look. The zero value detects the real host with os env.
@@ -151,7 +151,7 @@ func (d *detector) lookup(name string) (string, bool) {
 }
 
 func envErr(name, value string, err error, hint string) error {
-	return &ConfigError{Name: setting.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
+	return &ConfigError{Name: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
 }
 
 // device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
@@ -159,7 +159,7 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &ConfigError{Name: setting.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+			return &ConfigError{Name: failure.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
 				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // sliceFromFlagsAndEnv reads the slice description: flags first, then env. Malformed values are *ConfigError.
@@ -23,7 +23,7 @@ func (d *detector) acceleratorType() error {
 	if t := d.opts.AcceleratorType; t != "" {
 		a, err := ParseAcceleratorType(t)
 		if err != nil {
-			return &ConfigError{Name: setting.AcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
+			return &ConfigError{Name: failure.AcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
 				Sources: []Source{Flag("accelerator-type")}, Err: err}
 		}
 		d.h.tpu().Accelerator = val(a, Flag("accelerator-type"))

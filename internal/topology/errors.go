@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 )
 
 // Sentinels callers branch on with errors.Is. Each is a configuration error (it matches failure.ErrConfig: the CLI
@@ -29,7 +28,7 @@ var (
 // ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
 // choices. errors.Is(err, ErrConfig) is true; errors.Is(err, ErrParse) is true when the value did not parse.
 type ConfigError struct {
-	Name    setting.Setting // the setting or variable: setting.NProcs, "TPU_NUM_DEVICES"
+	Name    failure.Setting // the setting or variable: failure.NProcs, "TPU_NUM_DEVICES"
 	Value   string          // the offending value as given
 	Problem string          // what is wrong, e.g. "is not a valid split of the 8 v5e chips on this host"
 	Sources []Source        // where the conflicting facts came from
@@ -72,10 +71,12 @@ func (e *ConfigError) Error() string {
 }
 
 // Setting is the setting the error is about (Name).
-func (e *ConfigError) Setting() setting.Setting { return e.Name }
+func (e *ConfigError) Setting() failure.Setting { return e.Name }
 
 // Is makes errors.Is(err, ErrConfig) and errors.Is(err, failure.ErrConfig) true.
-func (e *ConfigError) Is(target error) bool { return target == ErrConfig || target == failure.ErrConfig }
+func (e *ConfigError) Is(target error) bool {
+	return target == ErrConfig || target == failure.ErrConfig
+}
 
 // Unwrap returns the underlying cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
@@ -171,7 +172,9 @@ func (e *MetadataError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrMetadata) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *MetadataError) Is(target error) bool { return target == ErrMetadata || target == failure.ErrConfig }
+func (e *MetadataError) Is(target error) bool {
+	return target == ErrMetadata || target == failure.ErrConfig
+}
 
 // Unwrap returns the cause (a net error, context.DeadlineExceeded, ErrParse...).
 func (e *MetadataError) Unwrap() error { return e.Err }
@@ -194,7 +197,9 @@ func (e *PortBusyError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrPortBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *PortBusyError) Is(target error) bool { return target == ErrPortBusy || target == failure.ErrConfig }
+func (e *PortBusyError) Is(target error) bool {
+	return target == ErrPortBusy || target == failure.ErrConfig
+}
 
 // BusyError reports chips whose device nodes other processes hold open.
 type BusyError struct {
@@ -210,4 +215,6 @@ func (e *BusyError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrChipBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *BusyError) Is(target error) bool { return target == ErrChipBusy || target == failure.ErrConfig }
+func (e *BusyError) Is(target error) bool {
+	return target == ErrChipBusy || target == failure.ErrConfig
+}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // GPU is the kind of a host with NVIDIA GPUs, run through CUDA.
@@ -122,7 +122,7 @@ func (d *detector) gpu() error {
 	}
 	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
-		return &ConfigError{Name: setting.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
+		return &ConfigError{Name: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
 			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
@@ -222,7 +222,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: setting.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &ConfigError{Name: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
 	// i mod the GPU count, and GPUShareNote says which ranks share.

@@ -3,7 +3,7 @@ package topology
 import (
 	"strconv"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // Node is one host of the world.
@@ -104,7 +104,7 @@ func hostPlan(h *Host, req Request) (*Plan, error) {
 		req.NProcsSource = Flag("nprocs")
 	}
 	if req.NProcs < 0 {
-		return nil, &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
+		return nil, &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
 	return h.Device.V.Kind().plan(h, req)
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // v5e8 detects a v5litepod-8 host (proven single host by sysfs) with env.
@@ -730,7 +730,7 @@ func TestJobLayoutRefusesWhatCannotBeMadeConsistent(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		env  map[string]string
-		name setting.Setting
+		name failure.Setting
 	}{
 		{base("MEGASCALE_NUM_SLICES", "2", "MEGASCALE_SLICE_ID", "1"), "MEGASCALE_COORDINATOR_ADDRESS"},
 		{base("MEGASCALE_NUM_SLICES", "2", "MEGASCALE_COORDINATOR_ADDRESS", "a0"), "MEGASCALE_SLICE_ID"},

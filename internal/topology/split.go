@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"strconv"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
 // How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
 func (h *Host) Slice(req Request) (*Slice, error) {
 	if !h.Device.V.Kind().FixedSlice() {
-		return nil, &ConfigError{Name: setting.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
+		return nil, &ConfigError{Name: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
 	}
 	r, err := h.resolve(req)
 	if err != nil {
@@ -84,16 +84,16 @@ func (h *Host) resolve(req Request) (resolved, error) {
 func (h *Host) checkHosts(r resolved) error {
 	hosts, node := r.hosts, r.node
 	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
-		return &ConfigError{Name: setting.NodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
+		return &ConfigError{Name: failure.NodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
 			Sources: []Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
 	}
 	if a := h.tpu().Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
-		return &ConfigError{Name: setting.AcceleratorType, Value: a.V.Type,
+		return &ConfigError{Name: failure.AcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, r.hostsSrc},
 			Hint: "list every host of the slice, or fix the accelerator type"}
 	}
 	if hb := h.tpu().HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
-		return &ConfigError{Name: setting.Named(hb.Source.Name), Value: hb.V.String(),
+		return &ConfigError{Name: failure.Named(hb.Source.Name), Value: hb.V.String(),
 			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
 			Sources: []Source{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
 	}
@@ -132,7 +132,7 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 func (h *Host) spmdProcesses(s *Slice, r resolved) error {
 	t := h.tpu()
 	if k := r.req.NProcs; k > 1 {
-		return &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(k),
+		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{r.req.NProcsSource, r.spmdSrc},
 			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
@@ -202,14 +202,14 @@ func (h *Host) checkProcs(k int, r resolved) error {
 		// by the check before: nprocs must use exactly the chips the env gives.
 		return h.envLimitError(k, r.req)
 	case len(r.hosts) > 1 && k != n:
-		return &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(k),
+		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(sources, r.hostsSrc),
 			Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
 	case k > n:
-		return &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(k),
+		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
 	case !validSplit(k, n):
-		return &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(k),
+		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
@@ -223,7 +223,7 @@ func (h *Host) envLimitError(k int, req Request) error {
 	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
 		src = append(src, t.VisibleChips.Source)
 	}
-	return &ConfigError{Name: setting.NProcs, Value: strconv.Itoa(k),
+	return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
 		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n), Sources: src,
 		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 }
@@ -397,7 +397,7 @@ func subsetError(h *Host) error {
 	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
 		sources = append(sources, t.VisibleChips.Source)
 	}
-	return &ConfigError{Name: setting.Named(fmt.Sprintf("%d usable chips", n)),
+	return &ConfigError{Name: failure.Named(fmt.Sprintf("%d usable chips", n)),
 		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
 		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
 }

@@ -7,7 +7,7 @@ import (
 	"net"
 	"strconv"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 )
 
 // WorldNode is one node of an agreed world, as a rendezvous hands it to the planner (in node-rank order).
@@ -53,7 +53,7 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 // the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
 func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
-		return nil, &ConfigError{Name: setting.NodeRank, Value: strconv.Itoa(w.NodeRank),
+		return nil, &ConfigError{Name: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
 			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
 	}
 	p, err := h.Device.V.Kind().worldPlan(h, req, w)

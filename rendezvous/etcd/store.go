@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -35,18 +35,18 @@ type etcdStore struct {
 
 func newEtcd(ctx context.Context, cfg *rendezvous.Config, log *zap.Logger) (*etcdStore, error) {
 	if cfg.Endpoint == "" {
-		return nil, agree.ConfigError(setting.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
+		return nil, agree.ConfigError(failure.RendezvousEndpoint, "", "etcd rendezvous needs an endpoint: host:2379[,host:2379...]")
 	}
 	if cfg.NNodes < 1 {
-		return nil, agree.ConfigError(setting.RendezvousNodes, "0", "etcd rendezvous needs a node count")
+		return nil, agree.ConfigError(failure.RendezvousNodes, "0", "etcd rendezvous needs a node count")
 	}
 	var eps []string
 	for _, e := range strings.Split(cfg.Endpoint, ",") {
 		if e = strings.TrimSpace(e); e == "" {
-			return nil, agree.ConfigError(setting.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
+			return nil, agree.ConfigError(failure.RendezvousEndpoint, cfg.Endpoint, "an empty entry")
 		}
 		hostPort := strings.TrimPrefix(strings.TrimPrefix(e, "http://"), "https://")
-		if _, _, err := agree.SplitEndpoint(setting.RendezvousEndpoint, hostPort, false); err != nil {
+		if _, _, err := agree.SplitEndpoint(failure.RendezvousEndpoint, hostPort, false); err != nil {
 			return nil, err
 		}
 		eps = append(eps, e)

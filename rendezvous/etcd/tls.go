@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous/internal/agree"
 )
 
@@ -27,7 +27,7 @@ import (
 func tlsEndpoints(conf map[string]string, eps []string) ([]string, *tls.Config, error) {
 	proto := strings.ToLower(conf["protocol"])
 	if proto != "" && proto != "http" && proto != "https" {
-		return nil, nil, agree.ConfigError(setting.RendezvousOption, "protocol="+conf["protocol"], "the etcd protocol must be http or https")
+		return nil, nil, agree.ConfigError(failure.RendezvousOption, "protocol="+conf["protocol"], "the etcd protocol must be http or https")
 	}
 	secure := proto == "https"
 	out := make([]string, len(eps))
@@ -35,13 +35,13 @@ func tlsEndpoints(conf map[string]string, eps []string) ([]string, *tls.Config, 
 		switch {
 		case strings.HasPrefix(e, "https://"):
 			if proto == "http" {
-				return nil, nil, agree.ConfigError(setting.RendezvousEndpoint, e, "an https:// endpoint with protocol=http")
+				return nil, nil, agree.ConfigError(failure.RendezvousEndpoint, e, "an https:// endpoint with protocol=http")
 			}
 			secure = true
 			out[i] = e
 		case strings.HasPrefix(e, "http://"):
 			if proto == "https" {
-				return nil, nil, agree.ConfigError(setting.RendezvousEndpoint, e, "an http:// endpoint with protocol=https")
+				return nil, nil, agree.ConfigError(failure.RendezvousEndpoint, e, "an http:// endpoint with protocol=https")
 			}
 			out[i] = e
 		default:
@@ -54,7 +54,7 @@ func tlsEndpoints(conf map[string]string, eps []string) ([]string, *tls.Config, 
 	if secure {
 		for _, e := range out {
 			if strings.HasPrefix(e, "http://") {
-				return nil, nil, agree.ConfigError(setting.RendezvousEndpoint, strings.Join(eps, ","), "endpoints of both http:// and https://: give etcd one protocol")
+				return nil, nil, agree.ConfigError(failure.RendezvousEndpoint, strings.Join(eps, ","), "endpoints of both http:// and https://: give etcd one protocol")
 			}
 		}
 	}
@@ -68,7 +68,7 @@ func clientTLS(conf map[string]string, secure bool) (*tls.Config, error) {
 	if !secure {
 		for _, k := range []string{"cacert", "cert", "key"} {
 			if v, ok := conf[k]; ok {
-				return nil, agree.ConfigError(setting.RendezvousOption, k+"="+v, "a certificate for etcd without TLS: add protocol=https, or give https:// endpoints")
+				return nil, agree.ConfigError(failure.RendezvousOption, k+"="+v, "a certificate for etcd without TLS: add protocol=https, or give https:// endpoints")
 			}
 		}
 		return nil, nil
@@ -77,20 +77,20 @@ func clientTLS(conf map[string]string, secure bool) (*tls.Config, error) {
 	if ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, agree.ConfigError(setting.RendezvousOption, "cacert="+ca, fmt.Sprintf("cannot read the CA certificate: %v", err))
+			return nil, agree.ConfigError(failure.RendezvousOption, "cacert="+ca, fmt.Sprintf("cannot read the CA certificate: %v", err))
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, agree.ConfigError(setting.RendezvousOption, "cacert="+ca, "no PEM certificate in it")
+			return nil, agree.ConfigError(failure.RendezvousOption, "cacert="+ca, "no PEM certificate in it")
 		}
 	}
 	switch {
 	case cert == "" && key != "":
-		return nil, agree.ConfigError(setting.RendezvousOption, "key="+key, "a client key without its certificate: add cert=")
+		return nil, agree.ConfigError(failure.RendezvousOption, "key="+key, "a client key without its certificate: add cert=")
 	case cert != "":
 		pair, err := tls.LoadX509KeyPair(cert, cmp.Or(key, cert))
 		if err != nil {
-			return nil, agree.ConfigError(setting.RendezvousOption, "cert="+cert, fmt.Sprintf("cannot load the client certificate and its key: %v", err))
+			return nil, agree.ConfigError(failure.RendezvousOption, "cert="+cert, fmt.Sprintf("cannot load the client certificate and its key: %v", err))
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -230,7 +230,7 @@ func (w *etcdWorld) sameSize(g int, cfg *rendezvous.Config, members []rendezvous
 		vals, refs = append(vals, agree.SizeRange(w.MinNodes, w.NNodes)), append(refs, m.Ref(ranks[i]))
 	}
 	vals, refs = append(vals, agree.SizeRange(cfg.MinNodes, cfg.NNodes)), append(refs, self)
-	return agree.Disagreement(setting.RendezvousNodes.Word(), g, vals, refs)
+	return agree.Disagreement(failure.RendezvousNodes.Word(), g, vals, refs)
 }
 
 // sizeMismatch is the *MismatchError of a node that asks for another size range than the generation at dir was
@@ -255,7 +255,7 @@ func (e *etcdStore) sizeMismatch(ctx context.Context, j *etcdJob, m rendezvous.M
 		vals, refs = append(vals, agree.SizeRange(reg.MinNodes, reg.NNodes)), append(refs, reg.Ref(reg.Rank))
 	}
 	vals, refs = append(vals, agree.SizeRange(e.cfg.MinNodes, e.cfg.NNodes)), append(refs, m.Ref(m.Rank))
-	merr := agree.Disagreement(setting.RendezvousNodes.Word(), m.Generation, vals, refs)
+	merr := agree.Disagreement(failure.RendezvousNodes.Word(), m.Generation, vals, refs)
 	b, _ := json.Marshal(etcdWorld{Error: agree.ToWire(merr)}) // a head alone
 	key := dir + "all/world"
 	if _, err := e.txn(ctx, "fail the generation", func(t clientv3.Txn) clientv3.Txn {

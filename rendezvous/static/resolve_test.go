@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
@@ -179,7 +179,7 @@ func TestEndpointNeverResolves(t *testing.T) {
 	_, err := rendezvous.New(ctx, rendezvous.Config{Backend: Name, Endpoint: ep, NNodes: 2, NodeRank: 0, Token: "t", Timeout: timeout, Resolver: dns.resolver()})
 	rdzvtest.RdzvErr(t, err, rendezvous.ErrTimeout)
 	e := rdzvtest.RdzvErr(t, err, rendezvous.ErrUnresolved)
-	if e.Field != string(setting.RendezvousEndpoint) || e.Value != ep || !strings.Contains(e.Detail, "did not resolve within") {
+	if e.Field != string(failure.RendezvousEndpoint) || e.Value != ep || !strings.Contains(e.Detail, "did not resolve within") {
 		t.Fatalf("hosting node: %v, want the endpoint named, and how long it waited", err)
 	}
 	r, err := rendezvous.New(ctx, rendezvous.Config{Backend: Name, Endpoint: ep, NNodes: 2, NodeRank: 1, Token: "t", Timeout: timeout, Resolver: dns.resolver()})
@@ -190,7 +190,7 @@ func TestEndpointNeverResolves(t *testing.T) {
 	_, err = r.Join(ctx, rendezvous.Member{Host: "h1", LocalWorkers: 1, Rank: -1})
 	rdzvtest.RdzvErr(t, err, rendezvous.ErrTimeout)
 	e = rdzvtest.RdzvErr(t, err, rendezvous.ErrUnresolved)
-	if e.Field != string(setting.RendezvousEndpoint) || e.Value != ep || !strings.Contains(e.Detail, "did not resolve within") {
+	if e.Field != string(failure.RendezvousEndpoint) || e.Value != ep || !strings.Contains(e.Detail, "did not resolve within") {
 		t.Fatalf("joining node: %v, want the endpoint named, and how long it tried", err)
 	}
 	if n := dns.count("nowhere.job"); n < 4 {

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/tcp"
@@ -45,7 +45,7 @@ func (backend) Open(ctx context.Context, c *rendezvous.Config, log *zap.Logger, 
 	endpoint := c.Endpoint
 	if endpoint == "" {
 		if len(c.Hosts) == 0 {
-			return nil, agree.ConfigError(setting.RendezvousEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
+			return nil, agree.ConfigError(failure.RendezvousEndpoint, "", "static rendezvous without a host list needs an endpoint (node 0's host:port)")
 		}
 		endpoint = net.JoinHostPort(c.Hosts[0], tcp.PortOption(c))
 	}
@@ -65,25 +65,25 @@ func (backend) Open(ctx context.Context, c *rendezvous.Config, log *zap.Logger, 
 // (from the host list when 0) and no smaller minimum.
 func world(c *rendezvous.Config) error {
 	if c.MinNodes != 0 && c.MinNodes != c.NNodes {
-		return agree.ConfigError(setting.RendezvousMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
+		return agree.ConfigError(failure.RendezvousMinNodes, strconv.Itoa(c.MinNodes), "the static backend has a fixed node count; use tcp or etcd for an elastic world")
 	}
 	hosts := c.Hosts
 	if c.NodeRank < 0 {
-		return agree.ConfigError(setting.RendezvousNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
+		return agree.ConfigError(failure.RendezvousNodeRank, "", "a static rendezvous needs this node's rank (TPU_WORKER_ID, SLURM_NODEID or JOB_COMPLETION_INDEX give it to tpurun)")
 	}
 	if len(hosts) > 0 {
 		if c.NNodes == 0 {
 			c.NNodes = len(hosts)
 		}
 		if c.NNodes != len(hosts) {
-			return agree.ConfigError(setting.RendezvousNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
+			return agree.ConfigError(failure.RendezvousNodes, strconv.Itoa(c.NNodes), fmt.Sprintf("the host list has %d hosts (%s)", len(hosts), strings.Join(hosts, ",")))
 		}
 	}
 	if c.NNodes == 0 {
 		return agree.NewError(rendezvous.ErrConfig, "static rendezvous needs a node count or a host list (tpurun takes one from TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	}
 	if c.NodeRank >= c.NNodes {
-		return agree.ConfigError(setting.RendezvousNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
+		return agree.ConfigError(failure.RendezvousNodeRank, strconv.Itoa(c.NodeRank), fmt.Sprintf("there are %d nodes", c.NNodes))
 	}
 	c.MinNodes = c.NNodes
 	return nil

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -85,7 +85,7 @@ func dial(ctx context.Context, r *net.Resolver, addr, token string, hb time.Dura
 			case unresolved(err):
 				return nil, unresolvedErr(addr, time.Since(start), tries, err, "node 0 (the endpoint host) hosts the rendezvous server there")
 			}
-			return nil, &rendezvous.Error{Kind: rendezvous.ErrTimeout, Field: string(setting.RendezvousEndpoint), Value: addr,
+			return nil, &rendezvous.Error{Kind: rendezvous.ErrTimeout, Field: string(failure.RendezvousEndpoint), Value: addr,
 				Detail: fmt.Sprintf("could not reach the rendezvous server in %s (%d tries; the last: %v); start node 0 (or the endpoint host) and check the endpoint",
 					time.Since(start).Round(time.Millisecond), tries, err)}
 		case <-time.After(backoff):

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -202,7 +202,7 @@ func (w *world) sameSize(r *joinReq) error {
 		return agree.NewError(rendezvous.ErrMismatch, fmt.Sprintf("generation %d is a world of %s nodes, but this node asks for %s; give every node the same node count",
 			w.gen, agree.SizeRange(w.min, w.nnodes), r.size()), r.mem.Ref(r.mem.Rank))
 	}
-	return agree.Disagreement(setting.RendezvousNodes.Word(), w.gen, vals, refs)
+	return agree.Disagreement(failure.RendezvousNodes.Word(), w.gen, vals, refs)
 }
 
 // claim enters mem into w: the same instance again takes its entry over (old is the connection it had); another

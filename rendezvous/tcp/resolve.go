@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -90,7 +90,7 @@ func pick(addrs []netip.Addr) netip.Addr {
 // unresolvedErr is the ErrUnresolved error (an ErrTimeout) of an endpoint whose name did not resolve for as long as
 // a node waited.
 func unresolvedErr(endpoint string, waited time.Duration, tries int, last error, who string) *rendezvous.Error {
-	return &rendezvous.Error{Kind: rendezvous.ErrUnresolved, Field: string(setting.RendezvousEndpoint), Value: endpoint,
+	return &rendezvous.Error{Kind: rendezvous.ErrUnresolved, Field: string(failure.RendezvousEndpoint), Value: endpoint,
 		Detail: fmt.Sprintf("its host name did not resolve within %s (%d lookups; the last: %v); %s: check the name, and that DNS publishes it (a pod's name, once the pod has started, in its headless service)",
 			waited.Round(time.Millisecond), tries, last, who)}
 }

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -43,12 +43,12 @@ type Server struct {
 // Listen binds the server and starts serving in the background. Close stops it.
 func Listen(cfg ServerConfig) (*Server, error) {
 	cfg.defaults()
-	host, _, err := agree.SplitEndpoint(setting.RendezvousListen, cfg.Addr, true)
+	host, _, err := agree.SplitEndpoint(failure.RendezvousListen, cfg.Addr, true)
 	if err != nil {
 		return nil, err
 	}
 	if !rendezvous.IsLoopback(host) && cfg.Token == "" && !cfg.AllowUnauthenticated {
-		return nil, &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(setting.RendezvousListen), Value: cfg.Addr,
+		return nil, &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(failure.RendezvousListen), Value: cfg.Addr,
 			Detail: "not loopback, and there is no token: anyone who can reach it could join; give every node the same token, or listen on 127.0.0.1"}
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

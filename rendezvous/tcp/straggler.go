@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/internal/agree"
 )
@@ -29,7 +29,7 @@ func (s *Server) straggler(mem *rendezvous.Member) error {
 	if s.runID != "" && mem.RunID != s.runID {
 		s.log.Warn("rendezvous: a node of another job refused", zap.String("run_id", mem.RunID), zap.String("serving_run_id", s.runID),
 			zap.String("host", mem.Host), zap.String("instance", mem.Instance))
-		return &rendezvous.Error{Kind: rendezvous.ErrMismatch, Nodes: []rendezvous.NodeRef{mem.Ref(mem.Rank)}, Field: string(setting.RendezvousRunID), Value: mem.RunID,
+		return &rendezvous.Error{Kind: rendezvous.ErrMismatch, Nodes: []rendezvous.NodeRef{mem.Ref(mem.Rank)}, Field: string(failure.RendezvousRunID), Value: mem.RunID,
 			Detail: fmt.Sprintf("this node's run id %q is not %q, the run id of the job this rendezvous serves (its node 0's): it is a node of another job "+
 				"(of a previous attempt of a restarted JobSet, or left over from an earlier run), refused alone; the job %q goes on without it. "+
 				"Give every node of one job the same run id (--rdzv-id), or stop this one", mem.RunID, s.runID, s.runID)}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/internal/testutil"
 	"tpurun/internal/testutil/rdzvtest"
 	"tpurun/rendezvous"
@@ -86,6 +86,6 @@ func stragglerNode(ctx context.Context, t *testing.T, ep, host, runID string, is
 // runIDRefusal reports whether err refuses a node of run id "old" at the server of job "new", naming both.
 func runIDRefusal(err error) bool {
 	var re *rendezvous.Error
-	return errors.As(err, &re) && errors.Is(err, rendezvous.ErrMismatch) && re.Field == string(setting.RendezvousRunID) &&
+	return errors.As(err, &re) && errors.Is(err, rendezvous.ErrMismatch) && re.Field == string(failure.RendezvousRunID) &&
 		strings.Contains(err.Error(), `"old"`) && strings.Contains(err.Error(), `"new"`)
 }

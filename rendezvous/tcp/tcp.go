@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 	"tpurun/rendezvous/internal/agree"
 	"tpurun/rendezvous/internal/progress"
@@ -83,13 +83,13 @@ func HostedServer(r *rendezvous.Rendezvous) *Server {
 // newTCP prepares the tcp backend: the endpoint, and the server on the node that hosts it.
 func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger time.Duration) (*Store, error) {
 	if c.NNodes < 1 {
-		return nil, agree.ConfigError(setting.RendezvousNodes, "0", "tcp rendezvous needs a node count")
+		return nil, agree.ConfigError(failure.RendezvousNodes, "0", "tcp rendezvous needs a node count")
 	}
 	isHost := c.Conf["is_host"]
 	switch isHost {
 	case "true", "1", "false", "0", "", "auto":
 	default:
-		return nil, agree.ConfigError(setting.RendezvousOption, "is_host="+isHost, "use true, false or auto")
+		return nil, agree.ConfigError(failure.RendezvousOption, "is_host="+isHost, "use true, false or auto")
 	}
 	t := NewStore(c, log, c.Endpoint, nil, linger)
 	if t.endpoint == "" {
@@ -115,16 +115,16 @@ func newTCP(ctx context.Context, c *rendezvous.Config, log *zap.Logger, linger t
 // CheckEndpoint checks the endpoint before anything is bound or dialled: host:port with a port in range (0 only
 // where zeroOK: this node hosts and nobody else needs to find the port), and a token unless it is loopback.
 func (t *Store) CheckEndpoint(zeroOK bool) error {
-	host, _, err := agree.SplitEndpoint(setting.RendezvousEndpoint, t.endpoint, zeroOK)
+	host, _, err := agree.SplitEndpoint(failure.RendezvousEndpoint, t.endpoint, zeroOK)
 	if err != nil {
 		return err
 	}
 	if t.cfg.Token == "" && !rendezvous.IsLoopback(host) && !t.cfg.AllowUnauthenticated {
-		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(setting.RendezvousEndpoint), Value: t.endpoint,
+		return &rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(failure.RendezvousEndpoint), Value: t.endpoint,
 			Detail: "not a loopback address, and there is no token (Config.Token): the rendezvous would be open to anyone who can reach it"}
 	}
 	if t.cfg.Listen != "" {
-		if _, _, err := agree.SplitEndpoint(setting.RendezvousListen, t.cfg.Listen, true); err != nil {
+		if _, _, err := agree.SplitEndpoint(failure.RendezvousListen, t.cfg.Listen, true); err != nil {
 			return err
 		}
 	}
@@ -143,9 +143,9 @@ func (t *Store) defaultEndpoint() (string, error) {
 	hosts := t.cfg.Hosts
 	switch {
 	case len(hosts) == 0:
-		return "", agree.ConfigError(setting.RendezvousEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
+		return "", agree.ConfigError(failure.RendezvousEndpoint, "", need+", or a host list naming every node (TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST or the hosts option)")
 	case len(hosts) != t.cfg.NNodes:
-		return "", agree.ConfigError(setting.RendezvousEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
+		return "", agree.ConfigError(failure.RendezvousEndpoint, "", fmt.Sprintf("%s: the host list has %d hosts, not %d, so its first host need not be node 0",
 			need, len(hosts), t.cfg.NNodes))
 	}
 	t.log.Debug("tcp rendezvous endpoint from the host list", zap.String("host", hosts[0]))

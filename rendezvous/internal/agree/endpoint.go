@@ -5,15 +5,15 @@ import (
 	"net"
 	"strconv"
 
+	"tpurun/internal/failure"
 	"tpurun/internal/hostname"
-	"tpurun/internal/setting"
 	"tpurun/rendezvous"
 )
 
 // SplitEndpoint checks one host:port endpoint and returns its parts: the host is an IP address or a host name,
 // the port a number 0..65535 (0 only where zeroOK). A bad one is an error matching rendezvous.ErrConfig naming
 // field (the endpoint, or the listen address).
-func SplitEndpoint(field setting.Setting, ep string, zeroOK bool) (string, int, error) {
+func SplitEndpoint(field failure.Setting, ep string, zeroOK bool) (string, int, error) {
 	host, p, err := net.SplitHostPort(ep)
 	if err != nil {
 		return "", 0, ConfigError(field, ep, "not host:port (for IPv6, [addr]:port)")

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"tpurun/internal/setting"
+	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
@@ -16,14 +16,14 @@ func NewError(kind error, detail string, nodes ...rendezvous.NodeRef) *rendezvou
 }
 
 // ConfigError is an error matching rendezvous.ErrConfig naming the setting at fault (Error.Field) and its value.
-func ConfigError(field setting.Setting, value, detail string) *rendezvous.Error {
+func ConfigError(field failure.Setting, value, detail string) *rendezvous.Error {
 	return &rendezvous.Error{Kind: rendezvous.ErrConfig, Field: string(field), Value: value, Detail: detail}
 }
 
 // StoreLost is an error matching rendezvous.ErrStoreLost naming the store's endpoint (Field
-// setting.RendezvousEndpoint).
+// failure.RendezvousEndpoint).
 func StoreLost(endpoint, detail string, nodes ...rendezvous.NodeRef) *rendezvous.Error {
-	return &rendezvous.Error{Kind: rendezvous.ErrStoreLost, Nodes: nodes, Field: string(setting.RendezvousEndpoint), Value: endpoint, Detail: detail}
+	return &rendezvous.Error{Kind: rendezvous.ErrStoreLost, Nodes: nodes, Field: string(failure.RendezvousEndpoint), Value: endpoint, Detail: detail}
 }
 
 // SizeRange says a world size in a message: "4", or "2..4" when elastic (min 0 means max).

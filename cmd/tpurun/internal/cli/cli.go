@@ -29,9 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 )
@@ -42,7 +40,7 @@ const settingKey = "tpurun/setting"
 // Bind says, beside the flag's definition, that the flag name of fs sets the settings ss: a configuration error
 // about one of them names the flag (FlagOf). A flag may set several settings (--nnodes: the job's node count and
 // the rendezvous's); a name that is not a flag of fs is a mistake of the program, and panics.
-func Bind(fs *pflag.FlagSet, name string, ss ...setting.Setting) {
+func Bind(fs *pflag.FlagSet, name string, ss ...failure.Setting) {
 	f := fs.Lookup(name)
 	if f == nil {
 		panic("cli.Bind: no flag --" + name)
@@ -57,7 +55,7 @@ func Bind(fs *pflag.FlagSet, name string, ss ...setting.Setting) {
 }
 
 // FlagOf names the flag of fs bound to s ("--grace"), "" when none is (or fs is nil).
-func FlagOf(fs *pflag.FlagSet, s setting.Setting) string {
+func FlagOf(fs *pflag.FlagSet, s failure.Setting) string {
 	if fs == nil || s == "" {
 		return ""
 	}
@@ -123,7 +121,7 @@ func ParseNNodes(v string) (min, max int, err error) {
 		return 0, 1, nil
 	}
 	bad := func() (int, int, error) {
-		return 0, 0, &failure.ConfigError{Field: setting.NNodes, Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", rendezvous.MaxNodes)}
+		return 0, 0, &failure.ConfigError{Field: failure.NNodes, Value: v, Hint: fmt.Sprintf("need N or MIN:MAX, whole numbers 1..%d with MIN <= MAX", rendezvous.MaxNodes)}
 	}
 	lo, hi, ranged := strings.Cut(v, ":")
 	n, err := strconv.Atoi(lo)
@@ -202,16 +200,16 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
-			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
 				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
 		}
 		rank, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || rank < 0 {
-			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s,
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
 				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
 		}
 		if _, dup := spec.PerRank[rank]; dup {
-			return console.StdSpec{}, &failure.ConfigError{Field: setting.Named(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
 		}
 		std, err := parseStd(flag, s, v)
 		if err != nil {
@@ -225,7 +223,7 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 func parseStd(flag, whole, v string) (console.Std, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 || n > 3 {
-		return 0, &failure.ConfigError{Field: setting.Named(flag), Value: whole,
+		return 0, &failure.ConfigError{Field: failure.Named(flag), Value: whole,
 			Hint: fmt.Sprintf("%q is not a stream selector; use 0 (none), 1 (stdout), 2 (stderr) or 3 (both)", v)}
 	}
 	return console.Std(n), nil
@@ -249,11 +247,11 @@ func ParseRanks(flag, s string) ([]int, error) {
 			b, err2 = strconv.Atoi(hi)
 		}
 		if err1 != nil || err2 != nil || a < 0 || b < a {
-			return nil, &failure.ConfigError{Field: setting.Named(flag), Value: s,
+			return nil, &failure.ConfigError{Field: failure.Named(flag), Value: s,
 				Hint: fmt.Sprintf("%q is not a rank or range; write e.g. 0,2,4-7", part)}
 		}
 		if b-a > 1<<16 {
-			return nil, &failure.ConfigError{Field: setting.Named(flag), Value: s, Hint: fmt.Sprintf("range %q is too large", part)}
+			return nil, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf("range %q is too large", part)}
 		}
 		for i := a; i <= b; i++ {
 			seen[i] = true
@@ -277,7 +275,7 @@ func ParseStdinMode(v string) (console.StdinMode, error) {
 	case console.StdinNone:
 		return m, nil
 	}
-	return "", &failure.ConfigError{Field: setting.Stdin, Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
+	return "", &failure.ConfigError{Field: failure.Stdin, Value: v, Hint: "use all (every worker reads tpurun's stdin), 0 (local rank 0 only) or none (/dev/null)"}
 }
 
 // Exit prints the error a command ends with (if any) as tpurun's last line, with its exit code, and returns the
@@ -292,7 +290,7 @@ func Exit(stderr io.Writer, flag string, err error) int {
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
 		return code
 	}
-	if code == exitcode.OK { // nothing failed: a late node of a job that had finished, say
+	if code == failure.ExitOK { // nothing failed: a late node of a job that had finished, say
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
 		return code
 	}
@@ -320,7 +318,7 @@ type Device struct {
 func AddDevice(fs *pflag.FlagSet) *Device {
 	d := &Device{}
 	fs.StringVar(&d.device, "device", "auto", "device to run on: auto (TPU > GPU > CPU), cpu, gpu or tpu")
-	Bind(fs, "device", setting.Device)
+	Bind(fs, "device", failure.Device)
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nprocs"}, "nprocs",
 		"number of worker processes on this host (default: one per chip or GPU; 1 on CPU)")
 	fs.Var(&nprocsFlag{st: &d.nprocs, name: "nproc-per-node"}, "nproc-per-node",
@@ -331,7 +329,7 @@ func AddDevice(fs *pflag.FlagSet) *Device {
 	fs.DurationVar(&d.metadataTimeout, "metadata-timeout", topology.DefaultMetadataBudget,
 		"total time allowed for GCE metadata queries (only made when env and sysfs do not describe the TPU slice)")
 	fs.StringVar(&d.acceleratorType, "accelerator-type", "", "TPU accelerator type, e.g. v4-8 or v5litepod-8 (overrides TPU_ACCELERATOR_TYPE)")
-	Bind(fs, "accelerator-type", setting.AcceleratorType)
+	Bind(fs, "accelerator-type", failure.AcceleratorType)
 	fs.BoolVar(&d.Force, "force", false, "start even when another process holds a chip's device node open")
 	fs.StringVar(&d.sysfsRoot, "sysfs-root", "", "root of sysfs (default /sys or TPURUN_SYSFS_ROOT)")
 	fs.StringVar(&d.devRoot, "dev-root", "", "root of the device nodes (default /dev or TPURUN_DEV_ROOT)")

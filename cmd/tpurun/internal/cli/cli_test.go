@@ -15,9 +15,7 @@ import (
 
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/console"
-	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 )
 
 // TestBindNamesTheFlagOfASetting: a setting bound beside its flag's definition is named by that flag, found from
@@ -26,21 +24,21 @@ import (
 func TestBindNamesTheFlagOfASetting(t *testing.T) {
 	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
 	fs.Duration("grace", 0, "")
-	cli.Bind(fs, "grace", setting.Grace)
+	cli.Bind(fs, "grace", failure.Grace)
 	fs.String("nnodes", "1", "")
-	cli.Bind(fs, "nnodes", setting.NNodes)
-	cli.Bind(fs, "nnodes", setting.RendezvousNodes, setting.RendezvousMinNodes)
+	cli.Bind(fs, "nnodes", failure.NNodes)
+	cli.Bind(fs, "nnodes", failure.RendezvousNodes, failure.RendezvousMinNodes)
 	fs.String("tee", "", "")
-	err := fmt.Errorf("attempt 0: %w", &failure.ConfigError{Field: setting.Grace, Value: "-1s", Hint: "must not be negative"})
-	for s, want := range map[setting.Setting]string{
-		setting.Of(err): "--grace", setting.RendezvousMinNodes: "--nnodes", setting.NNodes: "--nnodes",
-		setting.Timeout: "", setting.Of(errors.New("not about a setting")): "",
+	err := fmt.Errorf("attempt 0: %w", &failure.ConfigError{Field: failure.Grace, Value: "-1s", Hint: "must not be negative"})
+	for s, want := range map[failure.Setting]string{
+		failure.SettingOf(err): "--grace", failure.RendezvousMinNodes: "--nnodes", failure.NNodes: "--nnodes",
+		failure.Timeout: "", failure.SettingOf(errors.New("not about a setting")): "",
 	} {
 		if got := cli.FlagOf(fs, s); got != want {
 			t.Errorf("FlagOf(%q) = %q, want %q", s, got, want)
 		}
 	}
-	if got := cli.FlagOf(nil, setting.Grace); got != "" {
+	if got := cli.FlagOf(nil, failure.Grace); got != "" {
 		t.Errorf("FlagOf(nil, grace) = %q", got)
 	}
 	want := map[string][]string{"grace": {"grace period"}, "nnodes": {"nnodes", "rendezvous node count", "rendezvous minimum node count"}}
@@ -56,7 +54,7 @@ func TestBindRefusesAFlagThatIsNot(t *testing.T) {
 			t.Error("Bind of an undefined flag did not panic")
 		}
 	}()
-	cli.Bind(pflag.NewFlagSet("x", pflag.ContinueOnError), "grace", setting.Grace)
+	cli.Bind(pflag.NewFlagSet("x", pflag.ContinueOnError), "grace", failure.Grace)
 }
 
 func TestParseStdSpec(t *testing.T) {
@@ -212,7 +210,7 @@ func TestParseNNodesElastic(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"4:2", "0:2", "2:", ":2", "1:65537"} {
-		if _, _, err := cli.ParseNNodes(in); failure.ExitCode(err) != exitcode.Usage {
+		if _, _, err := cli.ParseNNodes(in); failure.ExitCode(err) != failure.ExitUsage {
 			t.Errorf("ParseNNodes(%q): %v, want a configuration error", in, err)
 		}
 	}

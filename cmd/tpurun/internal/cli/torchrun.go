@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 )
 
@@ -255,7 +254,7 @@ func PythonProgram(args []string, m PythonMode) ([]string, error) {
 		}
 	}
 	if m.PythonFlag != "" && len(args) > 0 && cmd[0] != m.Python {
-		return nil, &failure.ConfigError{Field: setting.Named(m.PythonFlag), Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
+		return nil, &failure.ConfigError{Field: failure.Named(m.PythonFlag), Value: m.Python, Hint: fmt.Sprintf("applies to a PROGRAM ending in .py, to -m and --run-path "+
 			"(and --fn); PROGRAM %q runs as is: drop %s, or name the script, e.g. tpurun %s %s train.py", args[0], m.PythonFlag, m.PythonFlag, m.Python)}
 	}
 	return cmd, nil

@@ -16,7 +16,7 @@ import (
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
-	"tpurun/internal/setting"
+	"tpurun/internal/proc"
 	"tpurun/internal/spec"
 )
 
@@ -30,7 +30,7 @@ type Monitor struct {
 	samples     []attempt.Sample // the last round of live samples
 	failures    int              // failed attempts (one WorkerFailed per attempt)
 	attempts    int              // attempts begun; in a multi-host job, generations begun
-	lastFailure *failure.WorkerError
+	lastFailure *proc.WorkerError
 	results     int
 	rendezvous  time.Duration
 }
@@ -141,18 +141,18 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, nil, &failure.ConfigError{Field: setting.StatusAddr, Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
+		return nil, nil, &failure.ConfigError{Field: failure.StatusAddr, Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
 	}
 	if !allowRemote {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return nil, nil, remoteRefused{&failure.ConfigError{Field: setting.StatusAddr, Value: addr,
+			return nil, nil, remoteRefused{&failure.ConfigError{Field: failure.StatusAddr, Value: addr,
 				Hint: "not a loopback address, and the endpoint has no authentication: use 127.0.0.1:PORT, or allow remote clients with --status-allow-remote"}}
 		}
 	}
 	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &failure.ConfigError{Field: setting.StatusAddr, Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
+		return nil, nil, &failure.ConfigError{Field: failure.StatusAddr, Value: addr, Hint: fmt.Sprintf("cannot listen (%v); pick another port", err)}
 	}
 	errLog, _ := zap.NewStdLogAt(log.Named("status"), zap.WarnLevel)
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: timeout, ReadTimeout: timeout,

@@ -13,7 +13,6 @@ import (
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
-	"tpurun/internal/setting"
 	"tpurun/internal/spec"
 )
 
@@ -46,7 +45,7 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	st.Observe(spec.Event{Kind: spec.Sampled, Samples: []attempt.Sample{{PID: 41, Rank: 1, RSS: 2048, CPU: 1500 * time.Millisecond}, {PID: 40, Rank: 0, RSS: 1024}}})
 	st.Observe(spec.Event{Kind: spec.ResultReceived})
 	st.Observe(spec.Event{Kind: spec.ResultReceived})
-	st.Observe(spec.Event{Kind: spec.WorkerFailed, Failure: &failure.WorkerError{Rank: 1, Exit: proc.Exit{PID: 41, ExitCode: 3}}})
+	st.Observe(spec.Event{Kind: spec.WorkerFailed, Failure: &proc.WorkerError{Rank: 1, Exit: proc.Exit{PID: 41, ExitCode: 3}}})
 	code, body := get(t, base+"/healthz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "rank 1") {
 		t.Fatalf("/healthz after a failure: %d %q, want 503 naming rank 1", code, body)
@@ -86,7 +85,7 @@ func TestStatusRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
 		_, _, err := st.Serve(context.Background(), addr, false, nil)
 		var ce *failure.ConfigError
-		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != setting.StatusAddr {
+		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != failure.StatusAddr {
 			t.Errorf("Serve(%q): err %v, want ErrAddr and the status address's *ConfigError", addr, err)
 		}
 	}
