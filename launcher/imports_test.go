@@ -44,7 +44,7 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"internal/spec", "tpurun/internal/host", "the Spec and the Report are below the host's preparation"},
 	{"internal/proc", "tpurun/internal/attempt", "imports point down: attempt -> proc"},
 	{"internal/proc", "tpurun/internal/job", "imports point down: job -> attempt -> proc"},
-	{"internal/setting", "tpurun/", "the vocabulary of settings is a leaf that every layer names its settings from"},
+	{"internal/failure", "tpurun/", "a job's errors, settings and exit codes are the lowest layer: every layer's errors match its categories"},
 	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; they do not run the launcher"},
 	// main itself ($: that package only; its packages below read the types a Spec and a Report name: the CLI a
 	// rendezvous bound, the summary a results document)
@@ -112,8 +112,8 @@ func excepted(dir string, isTest bool, imp string) bool {
 }
 
 // leafShared are the packages under internal/ that import nothing of tpurun and that every layer may use: the
-// vocabulary of settings a rendezvous backend's configuration errors name.
-var leafShared = []string{"tpurun/internal/setting"}
+// settings a rendezvous backend's configuration errors name, and the category they match (failure.ErrConfig).
+var leafShared = []string{"tpurun/internal/failure"}
 
 // backendViolations lists "pkg (file) imports X: why" for every backendRules rule an import of code breaks.
 func backendViolations(imports map[[2]string][]string) []string {
@@ -206,10 +206,10 @@ func TestImportRules(t *testing.T) {
 		{"rendezvous", "x_test.go"}:             {"tpurun/launcher"},
 		{"rendezvous", "y.go"}:                  {"tpurun/rendezvous/tcp"},
 		{"rendezvous", "y_test.go"}:             {"tpurun/rendezvous/tcp", "tpurun/internal/testutil/rdzvtest"}, // allowed
-		{"rendezvous/etcd", "x.go"}:             {"tpurun/internal/failure", "tpurun/rendezvous/tcp", "tpurun/rendezvous"},
+		{"rendezvous/etcd", "x.go"}:             {"tpurun/internal/proc", "tpurun/rendezvous/tcp", "tpurun/rendezvous"},
 		{"rendezvous/static", "x.go"}:           {"tpurun/rendezvous/tcp"},   // allowed
-		{"rendezvous/tcp", "y.go"}:              {"tpurun/internal/setting"}, // allowed: the leaf vocabulary
-		{"internal/setting", "x.go"}:            {"tpurun/internal/exitcode"},
+		{"rendezvous/tcp", "y.go"}:              {"tpurun/internal/failure"}, // allowed: the leaf vocabulary
+		{"internal/failure", "x.go"}:            {"tpurun/internal/proc"},
 	}
 	if v := violations(planted, true); len(v) != 20 {
 		t.Errorf("planted violations found: %d, want 20:\n%s", len(v), strings.Join(v, "\n"))

@@ -15,16 +15,16 @@ import (
 	"tpurun/internal/failure"
 )
 
-// TestEverySettingHasItsFlag: every setting a configuration error can name (a constant of internal/setting) is
+// TestEverySettingHasItsFlag: every setting a configuration error can name (a constant of internal/failure) is
 // bound to the flag that sets it, where the flag is defined (cli.Bind), or has a reason in flagless, not both;
 // every setting a flag is bound to is one of those constants, bound to that flag alone; every bound flag is one of
 // tpurun's in --help; no configuration error of the module names its setting in free words (a string literal that
-// is not a flag); and no code outside internal/setting casts a name into a Setting (a variable or a flag that names
+// is not a flag); and no code outside internal/failure casts a name into a Setting (a variable or a flag that names
 // itself is failure.Named): a renamed setting, or a new one, cannot silently lose its flag hint.
 func TestEverySettingHasItsFlag(t *testing.T) {
 	settings := settingConstants(t)
 	if len(settings) < 30 {
-		t.Fatalf("found %d Setting constants in internal/setting/setting.go: %v", len(settings), settings)
+		t.Fatalf("found %d Setting constants in internal/failure/setting.go: %v", len(settings), settings)
 	}
 	o, _, _ := newFlags()
 	flagOf := map[string]string{} // a setting's value: the flag bound to it
@@ -49,14 +49,14 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 	}
 	for s := range flagless {
 		if consts[string(s)] == "" {
-			t.Errorf("flagless[%q]: not a constant of internal/setting", s)
+			t.Errorf("flagless[%q]: not a constant of internal/failure", s)
 		}
 	}
 	var help, stderr bytes.Buffer
 	run([]string{"--help"}, &help, &stderr)
 	for s, flag := range flagOf {
 		if consts[s] == "" {
-			t.Errorf("%s is bound to %q, which is not a constant of internal/setting", flag, s)
+			t.Errorf("%s is bound to %q, which is not a constant of internal/failure", flag, s)
 		}
 		if !strings.Contains(help.String(), "      "+flag+" ") {
 			t.Errorf("setting %q is bound to %s: no such flag in --help", s, flag)
@@ -74,10 +74,10 @@ var flagless = map[failure.Setting]string{
 	failure.RendezvousHosts: "the host list detected or given",
 }
 
-// settingConstants are the Setting constants of internal/setting/setting.go: each one's name and value.
+// settingConstants are the Setting constants of internal/failure/setting.go: each one's name and value.
 func settingConstants(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "internal", "setting", "setting.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "internal", "failure", "setting.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func settingConstants(t *testing.T) map[string]string {
 
 // freeWords fails for every configuration error of the module (outside tests) that names its setting as a string
 // literal that is not a flag (a failure.ConfigError's Field, agree.ConfigError's first argument), and for
-// every conversion of a name into a failure.Setting outside internal/setting.
+// every conversion of a name into a failure.Setting outside internal/failure.
 func freeWords(t *testing.T) {
 	t.Helper()
 	root := filepath.Join("..", "..")
@@ -120,7 +120,7 @@ func freeWords(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		inSetting := filepath.Base(filepath.Dir(path)) == "setting" && f.Name.Name == "setting"
+		inSetting := filepath.Base(filepath.Dir(path)) == "failure" && f.Name.Name == "failure"
 		ast.Inspect(f, func(n ast.Node) bool {
 			for _, m := range settingWords(n, inSetting) {
 				t.Errorf("%s: %s", path, m)
@@ -136,7 +136,7 @@ func freeWords(t *testing.T) {
 
 // settingWords says what is wrong with how node n names a setting, if anything: a failure.ConfigError literal whose
 // Field is a literal that is not a flag, an agree.ConfigError call whose setting is a literal, or (outside
-// package setting) a conversion into failure.Setting.
+// package failure) a conversion into failure.Setting.
 func settingWords(n ast.Node, inSetting bool) []string {
 	var out []string
 	switch x := n.(type) {
@@ -160,8 +160,8 @@ func settingWords(n ast.Node, inSetting bool) []string {
 		}
 	case *ast.CallExpr:
 		switch {
-		case isSelector(x.Fun, "setting", "Setting") && !inSetting:
-			out = append(out, "a name cast into a failure.Setting: use a constant of internal/setting, or failure.Named")
+		case isSelector(x.Fun, "failure", "Setting") && !inSetting:
+			out = append(out, "a name cast into a failure.Setting: use a constant of internal/failure, or failure.Named")
 		case isSelector(x.Fun, "agree", "ConfigError") && len(x.Args) > 0:
 			if lit, ok := x.Args[0].(*ast.BasicLit); ok {
 				out = append(out, "an agree.ConfigError names its setting as "+lit.Value+": use a failure.Setting constant")
@@ -190,7 +190,7 @@ func isConfigError(t ast.Expr) bool {
 }
 
 // TestSettingWordsFindsThem: the scan finds a setting named in free words, in a literal or a call, and a cast into
-// a Setting; it leaves a flag, a constant, failure.Named and the casts of package setting itself.
+// a Setting; it leaves a flag, a constant, failure.Named and the casts of package failure itself.
 func TestSettingWordsFindsThem(t *testing.T) {
 	src := `package x
 
@@ -198,8 +198,8 @@ var (
 	a = &failure.ConfigError{Field: "grace period", Value: "x"}
 	b = &failure.ConfigError{Field: "--redirects", Value: "x"}
 	c = &failure.ConfigError{Field: failure.Grace, Value: "x"}
-	d = agree.ConfigError("endpoint", "x", "bad")
-	e = agree.ConfigError(failure.RendezvousEndpoint, "x", "bad")
+	d = rendezvous.ConfigError("endpoint", "x", "bad")
+	e = rendezvous.ConfigError(failure.RendezvousEndpoint, "x", "bad")
 	f = failure.Setting(name)
 	g = failure.Named(name)
 )
@@ -219,7 +219,7 @@ var (
 	}
 	ast.Inspect(f, func(n ast.Node) bool {
 		if m := settingWords(n, true); len(m) > 0 && strings.Contains(m[0], "cast") {
-			t.Errorf("in package setting: %q", m)
+			t.Errorf("in package failure: %q", m)
 		}
 		return true
 	})

@@ -7,21 +7,20 @@ import (
 	"syscall"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/proc"
 )
 
 // ExitCode maps any error of a job, bare or wrapped, to tpurun's exit code: an error that carries its code (a
-// worker's status, a stop signal's 128+N) gives it; the sentinels and every configuration error map by their kind;
-// anything else is an internal error (70).
+// worker's status, another node's verdict, a stop signal's 128+N) gives it; the categories, every configuration
+// error and a caller's cancel or deadline map by their row; anything else is an internal error (70).
 func ExampleExitCode() {
 	for _, err := range []error{
 		nil,
-		&proc.WorkerError{Rank: 1, Exit: proc.Exit{ExitCode: 3}},
-		&proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}},
+		&failure.NodeError{Node: 1, Code: 3, Message: "rank 4 exited with code 3"},
 		fmt.Errorf("attempt 0: %w", &failure.SignalError{Signal: syscall.SIGTERM, During: "the rendezvous join"}),
 		&failure.ConfigError{Field: failure.Grace, Value: "-1s", Hint: "must not be negative"},
 		fmt.Errorf("%w: the timeout 5s expired", failure.ErrTimeout),
 		context.Canceled,
+		context.DeadlineExceeded,
 		errors.New("something else"),
 	} {
 		fmt.Println(failure.ExitCode(err))
@@ -29,10 +28,10 @@ func ExampleExitCode() {
 	// Output:
 	// 0
 	// 3
-	// 137
 	// 143
 	// 2
 	// 124
 	// 143
+	// 124
 	// 70
 }

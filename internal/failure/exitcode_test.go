@@ -8,49 +8,54 @@ import (
 	"testing"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/safepath"
-	"tpurun/internal/topology"
-	"tpurun/rendezvous"
 )
 
-// TestExitCodeUsageErrors: every configuration error of every layer exits 2, bare or wrapped, by the mark it
-// carries (failure.ErrConfig); the other sentinels keep their own codes. The list is the one ExitCode held before the
-// errors carried the mark.
-func TestExitCodeUsageErrors(t *testing.T) {
-	usage := []error{
-		failure.ErrConfig, safepath.ErrUnsafePath, rendezvous.ErrNoToken, rendezvous.ErrConfig, rendezvous.ErrNoToken,
-		topology.ErrConfig, topology.ErrParse, topology.ErrUnknownDevice, topology.ErrMetadata, topology.ErrPortBusy,
-		topology.ErrChipBusy,
-		&failure.ConfigError{Field: "nprocs", Value: "x", Hint: "a number"},
-		&safepath.UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"},
-		&rendezvous.Error{Kind: rendezvous.ErrConfig, Field: string(failure.RendezvousNodes)},
-		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(failure.RendezvousListen)},
-		&topology.ConfigError{Name: "TPU_NUM_DEVICES", Value: "x", Problem: "is not a number"},
-		&topology.UnknownDeviceError{Count: 1, IDs: []string{"0x0099"}},
-		&topology.MetadataError{URL: "http://metadata", Err: errors.New("refused")},
-		&topology.PortBusyError{Port: 8476},
-		&topology.BusyError{Holders: []topology.Holder{{Path: "/dev/accel0", PID: 1}}},
+// TestExitCodeOfEachCategory: a configuration error exits 2, bare or wrapped, whatever else it wraps; every other
+// category keeps its row of the table, a caller's cancel and deadline included; an error of no category is 70. Each
+// layer's own errors are held to their category by that layer's tests.
+func TestExitCodeOfEachCategory(t *testing.T) {
+	malformed := failure.NewConfigKind("malformed value")
+	config := []error{
+		failure.ErrConfig, malformed,
+		&failure.ConfigError{Field: failure.NProcs, Value: "x", Hint: "a number"},
+		fmt.Errorf("%w: %w", failure.ErrRendezvous, malformed), // configuration first
+		fmt.Errorf("metadata: %w: %w", malformed, context.DeadlineExceeded),
 	}
-	for _, err := range usage {
+	for _, err := range config {
 		for _, e := range []error{err, fmt.Errorf("detect: %w", err), errors.Join(errors.New("first"), err)} {
+			if !errors.Is(e, failure.ErrConfig) {
+				t.Errorf("errors.Is(%v, ErrConfig) = false", e)
+			}
 			if got := failure.ExitCode(e); got != failure.ExitUsage {
 				t.Errorf("ExitCode(%T %v) = %d, want %d", e, e, got, failure.ExitUsage)
 			}
 		}
 	}
+	if errors.Is(malformed, errors.New("malformed value")) || malformed.Error() != "malformed value" {
+		t.Errorf("NewConfigKind: %v matches another error of its text, or reads otherwise", malformed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-ctx.Done()
 	others := []struct {
 		err  error
 		code int
 	}{
+		{nil, failure.ExitOK},
 		{failure.ErrTimeout, failure.ExitTimeout},
 		{failure.ErrRendezvous, failure.ExitRendezvous},
-		{fmt.Errorf("%w: %w", failure.ErrRendezvous, rendezvous.ErrNodeLost), failure.ExitRendezvous},
-		{fmt.Errorf("%w: %w", failure.ErrRendezvous, rendezvous.ErrConfig), failure.ExitUsage}, // configuration first
 		{failure.ErrResults, failure.ExitResults},
-		{rendezvous.ErrNodeLost, failure.ExitInternal},
+		{failure.ErrReplicaError, failure.ExitReplicaError},
+		{failure.ErrInternal, failure.ExitInternal},
+		{&failure.ProgramError{Program: "x", Err: syscall.ENOENT}, failure.ExitNotFound},
+		{&failure.ProgramError{Program: "x", Err: syscall.ENOENT, AtExec: true}, failure.ExitNotExecutable},
 		{context.Canceled, 128 + int(syscall.SIGTERM)},
+		{fmt.Errorf("run: %w", ctx.Err()), failure.ExitTimeout}, // a caller's deadline, as --timeout
 		{&failure.SignalError{Signal: syscall.SIGINT}, 128 + int(syscall.SIGINT)},
 		{&failure.OutputError{Stream: "stdout", Err: syscall.EPIPE}, 128 + int(syscall.SIGPIPE)},
+		{&failure.OutputError{Stream: "stdout", Err: syscall.ENOSPC}, failure.ExitIOError},
+		{&failure.JobClosedError{Err: errors.New("job j already finished"), Code: 3}, failure.ExitOK},
+		{&failure.JobClosedError{Err: errors.New("job j already finished"), Code: 3, Ran: true}, 3},
 		{errors.New("anything else"), failure.ExitInternal},
 	}
 	for _, tc := range others {

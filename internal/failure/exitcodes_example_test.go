@@ -9,19 +9,19 @@ import (
 )
 
 // A worker killed by a signal, and tpurun stopped by one, exit 128+N, as a shell reports them.
-func ExampleSignal() {
+func ExampleExitSignal() {
 	fmt.Println(failure.ExitSignal(syscall.SIGTERM), failure.ExitSignal(syscall.SIGKILL))
 	// Output: 143 137
 }
 
-// A package marks its configuration errors once, by a Usage method on its sentinels (NewUsage) and on the typed
-// errors that match them; IsUsage finds the mark however the error is wrapped.
-func ExampleIsUsage() {
+// A layer names its own kind of configuration error once (NewConfigKind); errors.Is finds both the kind and
+// ErrConfig however the error is wrapped, and ExitCode gives 2.
+func ExampleNewConfigKind() {
 	errBadSplit := failure.NewConfigKind("impossible split")
 	err := fmt.Errorf("plan the workers: %w", errBadSplit)
-	fmt.Println(errors.Is(err, failure.ErrConfig), errors.Is(err, errBadSplit), err)
-	fmt.Println(failure.ErrConfig(errors.New("disk full")))
+	fmt.Println(errors.Is(err, failure.ErrConfig), errors.Is(err, errBadSplit), failure.ExitCode(err), err)
+	fmt.Println(errors.Is(errors.New("disk full"), failure.ErrConfig))
 	// Output:
-	// true true plan the workers: impossible split
+	// true true 2 plan the workers: impossible split
 	// false
 }

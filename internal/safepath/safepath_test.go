@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"tpurun/internal/failure"
+
 	"tpurun/internal/testutil"
 )
 
@@ -288,4 +290,13 @@ func TestBeneathWorks(t *testing.T) {
 			t.Fatalf("root missing: %v", err)
 		}
 	})
+}
+
+// TestUnsafePathIsAConfigError: an unsafe path, bare or wrapped, is a configuration error (exit 2).
+func TestUnsafePathIsAConfigError(t *testing.T) {
+	for _, err := range []error{ErrUnsafePath, fmt.Errorf("log dir: %w", &UnsafePathError{Root: "/logs", Path: "a/b", Link: "a"})} {
+		if !errors.Is(err, failure.ErrConfig) || failure.ExitCode(err) != failure.ExitUsage {
+			t.Errorf("%v: errors.Is(ErrConfig) %v, ExitCode %d", err, errors.Is(err, failure.ErrConfig), failure.ExitCode(err))
+		}
+	}
 }

@@ -6,7 +6,7 @@
 // split them, in tpurun's and torchrun's spellings — and turns them into what detection and planning take
 // (topology.Options, topology.Request); and it parses the values of the other flags (the Python command line,
 // node counts, stream selectors, rank lists, signal and module lists) into what a spec.Spec takes. Each flag
-// that sets a setting (internal/setting) is bound to it where the flag is defined (Bind), so that an error about
+// that sets a setting (a failure.Setting) is bound to it where the flag is defined (Bind), so that an error about
 // the setting names the flag (FlagOf). Detection is the launcher's, once per run or dry run
 // (launcher.Plan, for `tpurun plan`).
 package cli

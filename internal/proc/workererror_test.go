@@ -1,4 +1,4 @@
-package failure_test
+package proc_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 )
 
