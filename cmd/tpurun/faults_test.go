@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
 )
 

@@ -198,8 +198,8 @@ var (
 	a = &failure.ConfigError{Field: "grace period", Value: "x"}
 	b = &failure.ConfigError{Field: "--redirects", Value: "x"}
 	c = &failure.ConfigError{Field: failure.Grace, Value: "x"}
-	d = rendezvous.ConfigError("endpoint", "x", "bad")
-	e = rendezvous.ConfigError(failure.RendezvousEndpoint, "x", "bad")
+	d = agree.ConfigError("endpoint", "x", "bad")
+	e = agree.ConfigError(failure.RendezvousEndpoint, "x", "bad")
 	f = failure.Setting(name)
 	g = failure.Named(name)
 )

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"tpurun/internal/failure"
+	"tpurun/rendezvous"
 )
 
 // TestErrorSaysRendezvousOnce: an *Error says "rendezvous" once at its start, whatever its kind.
@@ -26,8 +27,8 @@ func TestErrorSaysRendezvousOnce(t *testing.T) {
 // failure.ErrConfig and exits 2, bare or under the job's ErrRendezvous; a runtime error exits 69 once the job marks it
 // with failure.ErrRendezvous, and is no category of its own (70 bare).
 func TestErrorsMatchTheirCategory(t *testing.T) {
-	for _, err := range []error{ErrConfig, ErrNoToken, ConfigError(failure.RendezvousNodes, "0", "at least 1"),
-		&Error{Kind: ErrNoToken, Field: failure.RendezvousListen}} {
+	for _, err := range []error{rendezvous.ErrConfig, rendezvous.ErrNoToken, ConfigError(failure.RendezvousNodes, "0", "at least 1"),
+		&rendezvous.Error{Kind: rendezvous.ErrNoToken, Field: string(failure.RendezvousListen)}} {
 		for _, e := range []error{err, fmt.Errorf("%w: join: %w", failure.ErrRendezvous, err)} {
 			if !errors.Is(e, failure.ErrConfig) || failure.ExitCode(e) != failure.ExitUsage {
 				t.Errorf("%v: errors.Is(ErrConfig) %v, ExitCode %d", e, errors.Is(e, failure.ErrConfig), failure.ExitCode(e))
@@ -35,10 +36,10 @@ func TestErrorsMatchTheirCategory(t *testing.T) {
 		}
 	}
 	for err, want := range map[error]int{
-		ErrNodeLost: failure.ExitInternal,
-		fmt.Errorf("%w: %w", failure.ErrRendezvous, ErrNodeLost):                       failure.ExitRendezvous,
-		fmt.Errorf("%w: %w", failure.ErrRendezvous, NewError(ErrTimeout, "join")):      failure.ExitRendezvous,
-		fmt.Errorf("%w: %w", failure.ErrRendezvous, NewError(ErrMissingNodes, "join")): failure.ExitRendezvous,
+		rendezvous.ErrNodeLost: failure.ExitInternal,
+		fmt.Errorf("%w: %w", failure.ErrRendezvous, rendezvous.ErrNodeLost):                       failure.ExitRendezvous,
+		fmt.Errorf("%w: %w", failure.ErrRendezvous, NewError(rendezvous.ErrTimeout, "join")):      failure.ExitRendezvous,
+		fmt.Errorf("%w: %w", failure.ErrRendezvous, NewError(rendezvous.ErrMissingNodes, "join")): failure.ExitRendezvous,
 	} {
 		if got := failure.ExitCode(err); got != want || errors.Is(err, failure.ErrConfig) {
 			t.Errorf("ExitCode(%v) = %d, want %d (errors.Is(ErrConfig) %v)", err, got, want, errors.Is(err, failure.ErrConfig))
