@@ -28,8 +28,8 @@ var (
 	// ErrBadToken: the server refused this node's token, or the server could not prove it holds the same token.
 	ErrBadToken = errors.New("rendezvous token refused")
 	// ErrNoToken: a server would listen, or a node would connect, off loopback without a token. It also matches
-	// ErrConfig (and failure.ErrConfig).
-	ErrNoToken = failure.NewConfigKind("rendezvous token required off loopback")
+	// ErrConfig (and tpurun exits 2 on it).
+	ErrNoToken = configKind("rendezvous token required off loopback")
 	// ErrNodeLost: a node of the world failed or disappeared (connection dropped, heartbeat missed, lease expired).
 	ErrNodeLost = errors.New("node lost")
 	// ErrStoreLost: the rendezvous store stopped answering: the embedded server (node 0 gone?) or etcd (a lease
@@ -49,8 +49,8 @@ var (
 	// matches ErrProtocol.
 	ErrVersion = errors.New("rendezvous protocol version mismatch")
 	// ErrConfig: the configuration or the environment holds a bad value; Error.Field names the setting. It matches
-	// failure.ErrConfig (tpurun exits 2 on it), as every error of this kind does.
-	ErrConfig = failure.NewConfigKind("bad rendezvous configuration")
+	// every configuration error of tpurun (exit 2), as every error of this kind does.
+	ErrConfig = configKind("bad rendezvous configuration")
 	// ErrClosed: the session or rendezvous was closed.
 	ErrClosed = errors.New("rendezvous closed")
 )
@@ -124,7 +124,7 @@ func (e *Error) Error() string {
 	}
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Setting().Word())
+		b.WriteString(failure.Named(e.Field).Word())
 		if e.Value != "" {
 			b.WriteString(" ")
 			b.WriteString(quote(e.Value))
@@ -137,9 +137,13 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Setting is the setting the error is about: Field ("" for an error that names none), for whoever reports the
+// configKind is a sentinel of a mistake in the configuration: it matches tpurun's one configuration category, which
+// exits 2.
+func configKind(msg string) error { return failure.NewConfigKind(msg) }
+
+// SettingName is the setting the error is about: Field ("" for an error that names none), for whoever reports the
 // error to name the flag or key that sets it.
-func (e *Error) Setting() failure.Setting { return failure.Named(e.Field) }
+func (e *Error) SettingName() string { return e.Field }
 
 // Unwrap returns the sentinel; a missing-nodes or unresolved error also matches ErrTimeout, a no-token error
 // ErrConfig and a version error ErrProtocol.

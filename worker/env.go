@@ -42,7 +42,7 @@ const (
 
 // EnvCallerPython is set by tpurun.spawn() and tpurun.run() for the tpurun they start: the calling interpreter's
 // sys.executable, which the workers run unless --python or $PYTHON_EXEC names another (as xmp.spawn's children
-// run the caller's interpreter; the rule is spec.ResolvePython's).
+// run the caller's interpreter; the launcher's rule for the workers' Python).
 const EnvCallerPython = "TPURUN_CALLER_PYTHON"
 
 // TargetErrorType is the error type the function runner (tpurun.fn) reports for every replica when its target

@@ -82,12 +82,20 @@ type SettingError interface {
 	Setting() Setting
 }
 
-// SettingOf is the setting err is about: that of the first error in its chain that is a SettingError, "" when none is (or
-// when that error names no setting: a rendezvous error that is not about its configuration, say).
+// SettingOf is the setting err is about: that of the first error in its chain that is a SettingError, else of one
+// that names its setting in words (SettingName: a public package's error, such as the rendezvous's), "" when none
+// does (or when that error names no setting: a rendezvous error that is not about its configuration, say).
 func SettingOf(err error) Setting {
 	var e SettingError
 	if errors.As(err, &e) {
 		return e.Setting()
+	}
+	var n interface {
+		error
+		SettingName() string
+	}
+	if errors.As(err, &n) {
+		return Named(n.SettingName())
 	}
 	return ""
 }
