@@ -1,9 +1,8 @@
 // Package job owns a job: Run checks its Spec, has the host prepared (package host), then runs generations: join
 // the world through the rendezvous, plan it, meet at a barrier, run one attempt of the local workers (package
 // attempt), collect their results, agree on the outcome with the other nodes, and restart the whole world after a
-// failure while restarts are left. The job's verdict and the Report with its root cause come last. All of that is
-// this file, in that order; errors that end a job outside an attempt, and a rendezvous's failures, become verdicts
-// in verdict.go.
+// failure while restarts are left. The job's verdict and the Report with its root cause come last. Errors that end
+// a job outside an attempt, and a rendezvous's failures, become verdicts (verdictOf).
 package job
 
 import (

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -120,92 +119,6 @@ func (r *Reaper) reapAll() {
 	}
 }
 
-// reapOrphans reaps the orphans that waitid(P_ALL, WNOWAIT) finds exited, one after the other, until it finds none
-// (false) or finds a process started through this reaper (true): the exit of that one is its pidfd's to report,
-// and it hides any other zombie behind it, which only a list of the children shows.
-func (r *Reaper) reapOrphans() (hidden bool) {
-	for range 1 << 12 {
-		var info unix.Siginfo
-		err := waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT)
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil || info.Signo == 0 {
-			return false // no child, or none exited
-		}
-		pid, _, _ := childExit(&info)
-		if r.reapOrphan(pid) == orphanOwned {
-			return true
-		}
-	}
-	return true
-}
-
-// reapOrphansIn reaps every exited orphan among pids (children of this process); the owned ones are skipped
-// without a system call.
-func (r *Reaper) reapOrphansIn(pids []int) {
-	for _, pid := range pids {
-		r.reapOrphan(pid)
-	}
-}
-
-// orphanResult is what reapOrphan found.
-type orphanResult uint8
-
-const (
-	orphanNone   orphanResult = iota // not exited, or not a child
-	orphanReaped                     // an orphan, reaped
-	orphanOwned                      // started through the reaper: left alone
-)
-
-// reapOrphan reaps pid if it is an exited child that was not started through the reaper, holding the lock from
-// the check to the reap, so that the pid cannot meanwhile become a new owned child's.
-func (r *Reaper) reapOrphan(pid int) orphanResult {
-	r.mu.Lock()
-	if _, ok := r.owned[pid]; ok {
-		r.mu.Unlock()
-		return orphanOwned
-	}
-	var ws syscall.WaitStatus
-	got, err := wait4(pid, &ws, syscall.WNOHANG, nil)
-	for errors.Is(err, syscall.EINTR) {
-		got, err = wait4(pid, &ws, syscall.WNOHANG, nil)
-	}
-	if err != nil || got <= 0 {
-		r.mu.Unlock()
-		return orphanNone
-	}
-	r.orphans++
-	r.mu.Unlock()
-	r.orphanReaped(got, ws)
-	return orphanReaped
-}
-
-func (r *Reaper) orphanReaped(pid int, ws syscall.WaitStatus) {
-	r.log.Debug("reaped orphan", zap.Int("pid", pid), zap.Int("status", int(ws)))
-	select {
-	case r.reaped <- struct{}{}:
-	default: // one pending token says it all: the subtree changed
-	}
-}
-
-// leaderChildren are the children of this process's first thread: where the kernel re-parents orphans (to the
-// first live thread of the subreaper, or of PID 1). The processes started through the reaper are the starter
-// thread's children, not its: the list stays as short as the orphans are few.
-func (r *Reaper) leaderChildren() []int {
-	me := strconv.Itoa(self())
-	var b []byte
-	b, r.buf = readSmall("/proc/"+me+"/task/"+me+"/children", r.buf)
-	var kids []int
-	for f := range strings.FieldsSeq(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			kids = append(kids, pid)
-		}
-	}
-	return kids
-}
-
-// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
 // zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
 func (r *Reaper) reapListed() bool {
 	kids, ok := children("/proc", self(), &r.buf)

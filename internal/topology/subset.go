@@ -1,0 +1,64 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+
+	"tpurun/internal/failure"
+)
+
+// subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
+// bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x
+// chips-per-host bounds holds for subsets too (TPU_FACTS.md), as Ray describes a subset of a host. Unverified
+// against libtpu: xmp.spawn under a smaller TPU_PROCESS_BOUNDS leaves the host's bounds (docs/TOPOLOGY.md); this is
+// the one place to change if libtpu wants the host's here.
+func subsetChipBounds(host Bounds, used, total int) Bounds {
+	if used >= total || host.Product() == used {
+		return host
+	}
+	if b, err := ChipBounds(used); err == nil {
+		return b
+	}
+	return host
+}
+
+// subsetError is the refusal of a usable chip count that has no chip grid, naming where the count came from and
+// the env settings that fix it.
+func subsetError(h *Host) error {
+	t := h.tpu()
+	n, total := len(t.Usable.V), len(t.Chips)
+	var choices []string
+	fix := 0 // the largest valid subset below n, for the example
+	for _, c := range []int{1, 2, 4, 8} {
+		if c <= total {
+			choices = append(choices, strconv.Itoa(c))
+			if c < n {
+				fix = c
+			}
+		}
+	}
+	if fix == 0 {
+		fix = 1
+	}
+	keep := t.Usable.V
+	if len(keep) > fix {
+		keep = keep[:fix]
+	}
+	sources := []Source{t.Usable.Source}
+	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
+		sources = append(sources, t.VisibleChips.Source)
+	}
+	return &ConfigError{Name: failure.Named(fmt.Sprintf("%d usable chips", n)),
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
+		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
+}
+
+func familyLabel(f string) string {
+	switch f {
+	case "v5litepod":
+		return "v5e"
+	case "":
+		return "TPU"
+	}
+	return f
+}
