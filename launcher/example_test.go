@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/stop"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
@@ -48,7 +48,7 @@ func ExampleRun_exitCode() {
 	}
 	_, err := launcher.Run(context.Background(), spec)
 	fmt.Println("exit code", failure.ExitCode(err))
-	var v *attempt.Verdict
+	var v *stop.Verdict
 	if errors.As(err, &v) {
 		fmt.Println("reason", v.Reason)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/stop"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
 )
@@ -42,7 +42,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
 	a := rep.Last()
-	if a.Verdict.Reason != attempt.StopFailure || a.Verdict.Escalated != "second SIGINT" {
+	if a.Verdict.Reason != stop.Failure || a.Verdict.Escalated != "second SIGINT" {
 		t.Errorf("attempt verdict %+v, want rank 0's failure, escalated by the second stop (SIGINT)", a.Verdict)
 	}
 	if r := a.Ranks[1]; r.Signal != syscall.SIGKILL {
@@ -70,10 +70,10 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 		cfg.Grace = cfg.Timeout
 		rep, err = launcher.Run(context.Background(), cfg)
 		v := rep.Attempts[0].Verdict
-		if v.Reason == attempt.StopFailure && v.Failure != nil && v.Failure.Rank == 0 {
+		if v.Reason == stop.Failure && v.Failure != nil && v.Failure.Rank == 0 {
 			break
 		}
-		if v.Reason != attempt.StopTimeout || timeout > testutil.Scaled(16*time.Second) {
+		if v.Reason != stop.Timeout || timeout > testutil.Scaled(16*time.Second) {
 			t.Fatalf("attempt 0 with --timeout %s: verdict %+v; the case needs rank 0 to fail before the timeout", timeout, v)
 		}
 		testutil.AssertAllGone(t, dir, 0)

@@ -28,8 +28,10 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/exitcode"
 	"tpurun/internal/failure"
+	"tpurun/internal/proc"
 	"tpurun/internal/setting"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
 	"tpurun/worker"
@@ -54,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,
 	// a closed stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them
 	// cost as much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
-	sigs, _ := attempt.NotifySignals()
+	sigs, _ := stop.NotifySignals()
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
 	outc, errc := console.NewConsoles(stdout, stderr)
@@ -118,7 +120,7 @@ func parseFailed(stderr io.Writer, err error) int {
 // options, the rendezvous, the reaping; --exit-with-parent first.
 func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	if o.exitWithParent {
-		if err := attempt.ExitWithParent(); err != nil {
+		if err := stop.ExitWithParent(); err != nil {
 			return err
 		}
 	}
@@ -162,7 +164,7 @@ func (o *options) reap(log *zap.Logger) (stop func()) {
 	if o.tr.noReaper && os.Getpid() != 1 {
 		return nil
 	}
-	stop, err := attempt.Reap(log.Named("reaper"))
+	stop, err := proc.Reap(log.Named("reaper"))
 	if err != nil {
 		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
 		o.spec.NoReaper = true
@@ -192,7 +194,7 @@ func serveStatus(o *options, spec *launcher.Spec, f failer, log *zap.Logger) (st
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
 func report(o *options, spec *launcher.Spec, sp *summary.Printer, f failer, c consoles) int {
 	rep, err := launcher.Run(context.Background(), *spec)
-	attempt.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
+	stop.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
 	stderr := c.err
 	if rep != nil {
 		sp.Finish(rep)

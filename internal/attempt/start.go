@@ -29,6 +29,7 @@ import (
 	"tpurun/internal/proc"
 	"tpurun/internal/safepath"
 	"tpurun/internal/setting"
+	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 	"tpurun/worker"
@@ -122,7 +123,7 @@ func (r *Runner) startAll(s *supervisor, local []topology.Worker) {
 	close(ready)
 	o := <-done
 	if o.err != nil {
-		r.Ctl.Stop(ErrCause(StopStart, o.err))
+		r.Ctl.Stop(stop.ErrCause(stop.Start, o.err))
 	}
 	r.Log.Info("workers started", zap.Int("attempt", s.as.N), zap.Int("workers", o.started),
 		zap.String("master", fmt.Sprintf("%s:%d", s.as.MasterAddr, s.as.MasterPort)))
@@ -205,9 +206,9 @@ func (r *Runner) startPrepared(l *launch, b *batch) (int, error) {
 	sv := l.sv
 	onExit := make([]func(*proc.Process), len(b.wks))
 	for i, wk := range b.wks {
-		onExit[i] = func(p *proc.Process) { sv.exits <- exitMsg{wk, p} }
+		onExit[i] = func(p *proc.Process) { sv.exits <- func() { sv.exited(wk, p) } }
 	}
-	forked := r.Ctl.startGate(sv.stopping.Load) // not while job control holds the job stopped
+	forked := r.Ctl.StartGate(sv.stopping.Load) // not while job control holds the job stopped
 	defer forked()                              // once the supervisor has them: a job-control stop stops them
 	ps, err := r.startCmds(b.cmds, onExit, func() bool { return !sv.stopping.Load() })
 	for _, f := range b.writeEnds {

@@ -26,6 +26,7 @@ import (
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/setting"
+	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 	"tpurun/rendezvous"
@@ -578,7 +579,7 @@ type Report struct {
 	Program  []string // the command every worker ran (the interpreter first for a Python program)
 	Attempts []*attempt.Attempt
 	Results  *results.Document
-	Verdict  *attempt.Verdict // how the job ended; never nil once Run returns a report
+	Verdict  *stop.Verdict // how the job ended; never nil once Run returns a report
 }
 
 // Last is the final attempt, nil before any.

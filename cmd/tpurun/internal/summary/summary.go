@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
+	"tpurun/internal/stop"
 	"tpurun/launcher"
 )
 
@@ -31,7 +31,7 @@ func WriteAttempt(w io.Writer, r *launcher.Report, a *launcher.Attempt) {
 	var b strings.Builder
 	v := a.Verdict
 	head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
-	if v.Reason != attempt.StopDone && v.Reason != attempt.StopFailure {
+	if v.Reason != stop.Done && v.Reason != stop.Failure {
 		if clean := cleanRanks(a.Ranks); clean != "" {
 			head += "; " + clean
 		}
