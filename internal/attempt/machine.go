@@ -79,7 +79,7 @@ type Action struct {
 }
 
 // Machine is one attempt's state: a value with no process, timer or goroutine in it, so that every transition can
-// be tested alone (run_test.go). Handle is the only place the phase changes; the supervisor feeds it events
+// be tested alone. Handle is the only place the phase changes; the supervisor feeds it events
 // and carries out the actions it returns, in order.
 type Machine struct {
 	phase     Phase
