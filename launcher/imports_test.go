@@ -43,13 +43,16 @@ var importRules = []struct{ pkg, forbidden, why string }{
 	{"internal/spec", "tpurun/internal/job", "the Spec and the Report are below the job that reads and writes them"},
 	{"internal/spec", "tpurun/internal/host", "the Spec and the Report are below the host's preparation"},
 	{"internal/proc", "tpurun/internal/attempt", "imports point down: attempt -> proc"},
+	{"internal/stop", "tpurun/internal/attempt", "the stop controller drives an attempt through its own small interface: job -> attempt -> stop"},
+	{"internal/stop", "tpurun/internal/job", "imports point down: job -> stop"},
+	{"internal/stop", "tpurun/rendezvous", "the stop vocabulary knows no rendezvous: the job turns its news into causes"},
+	{"internal/proc", "tpurun/internal/stop", "imports point down: stop -> proc"},
 	{"internal/proc", "tpurun/internal/job", "imports point down: job -> attempt -> proc"},
 	{"internal/failure", "tpurun/", "a job's errors, settings and exit codes are the lowest layer: every layer's errors match its categories"},
 	{"cmd/tpurun/internal/cli", "tpurun/launcher", "the command line describes a Spec; they do not run the launcher"},
 	// main itself ($: that package only; its packages below read the types a Spec and a Report name: the CLI a
 	// rendezvous bound, the summary a results document)
 	{"cmd/tpurun$", "tpurun/rendezvous", "cmd describes a Spec; the launcher owns the rendezvous"},
-	{"cmd/tpurun$", "tpurun/internal/proc", "cmd describes a Spec; the launcher owns process supervision"},
 	{"cmd/tpurun$", "tpurun/internal/results", "cmd describes a Spec; the launcher owns result collection"},
 }
 
@@ -192,7 +195,8 @@ func TestImportRules(t *testing.T) {
 		{"internal/preload", "x.go"}:            {"tpurun/internal/host", "tpurun/internal/proc"}, // the second is allowed
 		{"internal/proc", "x.go"}:               {"tpurun/cmd/tpurun"},
 		{"rendezvous", "x_test.go"}:             {"tpurun/launcher"},
-		{"cmd/tpurun", "x.go"}:                  {"tpurun/rendezvous", "tpurun/internal/proc"},
+		{"cmd/tpurun", "x.go"}:                  {"tpurun/rendezvous", "tpurun/internal/results"},
+		{"internal/stop", "x.go"}:               {"tpurun/internal/attempt"},
 		{"internal/topology", "x.go"}:           {"tpurun/rendezvous", "text/tabwriter"},
 		{"internal/proc", "y.go"}:               {"tpurun/cmd/tpurun/internal/status"},
 		{"internal/console", "x.go"}:            {"tpurun/launcher", "tpurun/internal/failure"},  // the second is allowed
@@ -211,7 +215,7 @@ func TestImportRules(t *testing.T) {
 		{"rendezvous/tcp", "y.go"}:              {"tpurun/internal/failure"}, // allowed: the leaf vocabulary
 		{"internal/failure", "x.go"}:            {"tpurun/internal/proc"},
 	}
-	if v := violations(planted, true); len(v) != 20 {
-		t.Errorf("planted violations found: %d, want 20:\n%s", len(v), strings.Join(v, "\n"))
+	if v := violations(planted, true); len(v) != 21 {
+		t.Errorf("planted violations found: %d, want 21:\n%s", len(v), strings.Join(v, "\n"))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 )
 
 // Report is what happened in a job: every attempt (generation) of this node's workers and every rank in it, the
@@ -190,7 +191,7 @@ func attemptOf(a *attempt.Attempt) *Attempt {
 	return out
 }
 
-func verdictOf(v *attempt.Verdict) Verdict {
+func verdictOf(v *stop.Verdict) Verdict {
 	if v == nil {
 		return Verdict{Reason: StopDone, Node: -1}
 	}

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 	"tpurun/internal/testutil"
 	"tpurun/launcher"
 )
@@ -44,7 +44,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 		t.Fatalf("err %v, want rank 0's failure (exit 1)", err)
 	}
 	a := rep.Last()
-	if a.Verdict.Reason != attempt.StopFailure || a.Verdict.Escalated != "second SIGINT" {
+	if a.Verdict.Reason != stop.Failure || a.Verdict.Escalated != "second SIGINT" {
 		t.Errorf("attempt verdict %+v, want rank 0's failure, escalated by the second stop (SIGINT)", a.Verdict)
 	}
 	if r := a.Ranks[1]; r.Signal != syscall.SIGKILL {
@@ -72,10 +72,10 @@ func TestTimeoutDuringFailureTeardownEndsTheRun(t *testing.T) {
 		cfg.Grace = cfg.Timeout
 		rep, err = launcher.RunInternal(context.Background(), cfg)
 		v := rep.Attempts[0].Verdict
-		if v.Reason == attempt.StopFailure && v.Failure != nil && v.Failure.Rank == 0 {
+		if v.Reason == stop.Failure && v.Failure != nil && v.Failure.Rank == 0 {
 			break
 		}
-		if v.Reason != attempt.StopTimeout || timeout > testutil.Scaled(16*time.Second) {
+		if v.Reason != stop.Timeout || timeout > testutil.Scaled(16*time.Second) {
 			t.Fatalf("attempt 0 with --timeout %s: verdict %+v; the case needs rank 0 to fail before the timeout", timeout, v)
 		}
 		testutil.AssertAllGone(t, dir, 0)

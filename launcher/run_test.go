@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
@@ -60,7 +60,7 @@ func TestExitCodes(t *testing.T) {
 					t.Fatalf("err = %#v, want a WorkerError for rank 1 code %d", err, code)
 				}
 				a := rep.Last()
-				if a.Verdict.Reason != attempt.StopFailure || a.Verdict.Failure.Rank != 1 {
+				if a.Verdict.Reason != stop.Failure || a.Verdict.Failure.Rank != 1 {
 					t.Fatalf("attempt %+v, want failure of rank 1", a)
 				}
 				for _, r := range a.Ranks {
@@ -116,7 +116,7 @@ func TestTimeout(t *testing.T) {
 	if !errors.Is(err, failure.ErrTimeout) || failure.ExitCode(err) != 124 {
 		t.Fatalf("err %v (code %d), want ErrTimeout and 124", err, failure.ExitCode(err))
 	}
-	if rep.Last().Verdict.Reason != attempt.StopTimeout {
+	if rep.Last().Verdict.Reason != stop.Timeout {
 		t.Fatalf("reason %s, want timeout", rep.Last().Verdict.Reason)
 	}
 	// A worker stopped while its runtime was still starting (a loaded machine) records no pid: every rank's pid,
@@ -365,7 +365,7 @@ func TestForwardedSignals(t *testing.T) {
 		cfg.Signals = sigs
 		go waitReady(t, dir, 2, func() { sigs <- syscall.SIGTERM })
 		rep, err := launcher.RunInternal(context.Background(), cfg)
-		if failure.ExitCode(err) != 143 || rep.Last().Verdict.Reason != attempt.StopSignal {
+		if failure.ExitCode(err) != 143 || rep.Last().Verdict.Reason != stop.Signal {
 			t.Fatalf("err %v reason %s, want 143 after SIGTERM", err, rep.Last().Verdict.Reason)
 		}
 		testutil.AssertAllGone(t, dir, 2)
@@ -594,7 +594,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 		}
 	})}
 	rep, err := launcher.RunInternal(ctx, cfg)
-	if !errors.Is(err, context.Canceled) || rep.Last().Verdict.Reason != attempt.StopCanceled {
+	if !errors.Is(err, context.Canceled) || rep.Last().Verdict.Reason != stop.Canceled {
 		t.Fatalf("err %v, want context.Canceled after both workers were sampled", err)
 	}
 	for _, r := range rep.Last().Ranks {

@@ -2,10 +2,10 @@ package main
 
 import (
 	"os"
+	"tpurun/internal/proc"
+	"tpurun/internal/stop"
 
 	"go.uber.org/zap"
-
-	"tpurun/internal/attempt"
 )
 
 // claimProcess sets up what tpurun, a process of its own, turns on for its whole life before it writes anything:
@@ -16,7 +16,7 @@ func claimProcess(o *options) (sigs <-chan os.Signal) {
 	// released (the process exits after the last flush): after the run a stop signal still bounds the last writes,
 	// a closed stdout is still EPIPE, not SIGPIPE, and no signal kills tpurun by its default action. Releasing them
 	// cost as much as catching them: a round trip to the runtime's signal thread each, 1.4 ms of a run of one worker.
-	sigs, _ = attempt.NotifySignals()
+	sigs, _ = stop.NotifySignals()
 	return sigs
 }
 
@@ -26,7 +26,7 @@ func (o *options) reap(log *zap.Logger) (stop func()) {
 	if o.tr.noReaper && os.Getpid() != 1 {
 		return nil
 	}
-	stop, err := attempt.Reap(log.Named("reaper"))
+	stop, err := proc.Reap(log.Named("reaper"))
 	if err != nil {
 		log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
 		o.spec.Reap = false

@@ -11,11 +11,11 @@ import (
 
 	"tpurun/cmd/tpurun/internal/status"
 	"tpurun/cmd/tpurun/internal/summary"
-	"tpurun/internal/attempt"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/job"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 )
 
 // run is tpurun's command line, from its arguments to its exit code: a subcommand, or the job, run with the
@@ -78,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 // options, the rendezvous, the reaping; --exit-with-parent first.
 func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 	if o.exitWithParent {
-		if err := attempt.ExitWithParent(); err != nil {
+		if err := stop.ExitWithParent(); err != nil {
 			return err
 		}
 	}
@@ -139,7 +139,7 @@ func serveStatus(o *options, spec *spec.Spec, f failer, log *zap.Logger) (stop f
 // report runs the job and prints its summary (and --json's document); it returns the exit code.
 func report(o *options, spec *spec.Spec, sp *summary.Printer, f failer, c consoles) int {
 	rep, err := job.Run(context.Background(), *spec)
-	attempt.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
+	stop.HurryOnStop(spec.Signals, c.out, c.err, c.doc) // from here to the exit
 	stderr := c.err
 	if rep != nil {
 		sp.Finish(rep)

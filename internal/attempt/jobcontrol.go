@@ -1,342 +1,59 @@
 package attempt
 
 import (
-	"os"
-	"sync"
 	"syscall"
-	"time"
-
-	"go.uber.org/zap"
-
-	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 )
 
-// jobPhase is where the run stands with job control (docs/CONTROL.md, "Job control"): the controller's goroutine
-// owns it; jobEvent is the one place it changes.
-type jobPhase int
-
-const (
-	jobRunning  jobPhase = iota // no job-control stop under way: the workers run (unless stopped from outside)
-	jobStopping                 // a stop signal came: the workers are being stopped; tpurun stops itself once they are (jobStopWait at most)
-	jobHeld                     // tpurun as PID 1 cannot stop itself: the workers stay stopped until SIGCONT
-	jobResuming                 // running again on a SIGCONT os/signal has yet to hand over: that one changes nothing once read
-)
-
-var jobPhaseNames = [...]string{"running", "stopping", "held", "resuming"}
-
-func (p jobPhase) String() string { return jobPhaseNames[p] }
-
-// jobEventKind is what happens to the run's job control.
-type jobEventKind int
-
-const (
-	jobStopSignal jobEventKind = iota // SIGTSTP, SIGTTIN or SIGTTOU came
-	jobContinue                       // SIGCONT came
-	jobTick                           // a look at the workers, and at the latch (a SIGCONT os/signal has not told yet)
-	jobCancel                         // a cause to stop the run or the attempt came: it resumes what job control stopped
-)
-
-// jobStopWait bounds how long a job-control stop waits for the workers to stop before tpurun stops itself: a worker
-// that takes the signal (a handler, a blocked signal taken later) may never stop, and the shell waits for tpurun.
-const jobStopWait = 5 * time.Second
-
-// jobStopSettle is the least time between a stop signal read and tpurun's own stop. The latch covers every SIGCONT
-// sent after the stop signal was read; one sent between the stop signal and its reading (a script's `kill -TSTP p;
-// kill -CONT p`) is known only once os/signal hands it over, which takes a moment more for a signal that another
-// thread took: tpurun waits that moment, reading signals, before it stops.
-const jobStopSettle = 100 * time.Millisecond
-
-// jobControl is the job-control state of a run. The Stopper (created at the first job-control signal) tells what
-// os/signal cannot: whether a SIGCONT came after a stop signal (os/signal hands a SIGTSTP and a SIGCONT pending
-// together in numeric order, SIGCONT first), and it stops tpurun so that a SIGCONT sent at any moment before the
-// stop takes effect cancels it.
-type jobControl struct {
-	phase    jobPhase
-	sig      syscall.Signal // the stop signal being applied (stopping, held)
-	deadline time.Time      // stopping: tpurun stops itself then, stopped workers or not
-	settled  time.Time      // stopping: tpurun stops itself not before (jobStopSettle)
-	ticker   *time.Ticker   // stopping, held: the looks at the workers and the latch
-	stopper  *proc.Stopper  // nil until the first job-control signal, or when it could not be made
-	broken   bool           // the Stopper could not be made: job-control stops are discarded
-
-	mu       sync.Mutex
-	held     chan struct{} // closed when the job runs again; nil while it runs
-	starting int           // batches of workers being forked now (see startGate)
-}
-
-// tick is the channel of the looks at the workers while a stop is under way, nil otherwise.
-func (j *jobControl) tick() <-chan time.Time {
-	if j.ticker == nil {
-		return nil
-	}
-	return j.ticker.C
-}
-
-// jobEvent applies one job-control event: the transitions, in one place.
-func (c *Controller) jobEvent(k jobEventKind, sig syscall.Signal) {
-	j := &c.job
-	switch j.phase {
-	case jobRunning, jobResuming:
-		switch {
-		case k == jobStopSignal:
-			c.beginJobStop(sig)
-		case k == jobContinue && j.phase == jobResuming:
-			j.phase = jobRunning // the SIGCONT the job resumed on, read late: the workers got theirs already
-		case k == jobContinue:
-			c.watchStops() // a stop signal read next that came before this SIGCONT is discarded
-			c.onContinue() // forwarded: the workers may have been stopped from outside
-		}
-	case jobStopping, jobHeld:
-		switch {
-		case k == jobContinue:
-			c.endJobStop("SIGCONT: the stop is over, every worker resumed", false)
-		case k == jobCancel:
-			c.endJobStop("stopping the run: the job-control stop is given up, every worker resumed", false)
-		case k == jobTick && c.continueCame(): // a SIGCONT os/signal has not handed over yet
-			c.endJobStop("SIGCONT: the stop is over, every worker resumed", true)
-		case k == jobTick && j.phase == jobStopping:
-			c.checkJobStop()
-		}
+// JobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops (jobStopOne).
+func (s *supervisor) JobStop(sig syscall.Signal) {
+	for _, wk := range s.ws {
+		s.jobStopOne(wk, sig)
 	}
 }
 
-// beginJobStop: SIGTSTP (Ctrl-Z at tpurun's terminal), SIGTTIN or SIGTTOU stop every worker, then tpurun itself
-// (checkJobStop), as a shell's job stops; a stop signal sent before the latest SIGCONT is discarded, as the kernel
-// discards a pending stop signal when SIGCONT comes.
-func (c *Controller) beginJobStop(s syscall.Signal) {
-	j := &c.job
-	if c.cannotBeResumed(s) || !c.ensureStopper(s) {
+// jobStopOne stops wk's group with sig. A worker that leads a session of its own (tpurun at a terminal: its
+// pseudo-terminal is its controlling terminal) is in an orphaned group, for which the kernel discards those signals
+// where their default action would stop it: such a group gets SIGSTOP instead, which stops it whatever it does with
+// sig (docs/CONTROL.md); the job in the foreground of its terminal is stopped once the workers are
+// (StopForegroundJobs).
+func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
+	if wk.ctty != nil {
+		s.signalGroup(wk, syscall.SIGSTOP)
 		return
 	}
-	if c.stopBeforeContinue() {
-		c.log.Debug("job control: " + failure.SignalName(s) + " discarded: a SIGCONT came after it (the last of a stop and a continue wins)")
-		return
-	}
-	switch armed, err := j.stopper.WatchContinues(); {
-	case err != nil:
-		c.log.Warn("job control: "+failure.SignalName(s)+" discarded", zap.Error(err))
-		return
-	case !armed:
-		c.log.Debug("job control: " + failure.SignalName(s) + " discarded: a SIGCONT is under way after it (the last of a stop and a continue wins)")
-		return
-	}
-	j.mu.Lock()
-	j.phase, j.sig, j.held = jobStopping, s, make(chan struct{})
-	j.mu.Unlock()
-	j.deadline, j.settled = time.Now().Add(jobStopWait), time.Now().Add(jobStopSettle)
-	j.ticker = time.NewTicker(2 * time.Millisecond) // the stop takes as long as the workers' scheduling
-	if c.att != nil {
-		c.att.jobStopSignal(s)
-	}
-	c.jobEvent(jobTick, 0)
+	s.signalOne(wk, sig)
 }
 
-// ensureStopper makes the Stopper at the first job-control signal; without one a stop is discarded (and said so).
-func (c *Controller) ensureStopper(s syscall.Signal) bool {
-	j := &c.job
-	if j.stopper == nil && !j.broken {
-		st, err := proc.NewStopper()
-		if err != nil {
-			j.broken = true
-			c.log.Warn("job control: tpurun cannot stop itself safely: stop signals are discarded", zap.Error(err))
-			return false
-		}
-		j.stopper = st
-	}
-	if j.broken {
-		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
-	}
-	return !j.broken
-}
-
-// stopBeforeContinue reports whether the stop signal being read was sent before the latest SIGCONT read: the latch
-// that watchStops set then saw no stop signal since. It was sent before that SIGCONT was read, so either before the
-// SIGCONT (stop signals pending when the job resumed: `stty tostop` output, a Ctrl-Z typed before fg) or in the same
-// instant (os/signal read both at once, and their order is lost): the continue wins, and nothing is left stopped.
-func (c *Controller) stopBeforeContinue() bool {
-	return c.job.stopper != nil && !c.job.stopper.StopCame()
-}
-
-// watchStops sets the latch at a SIGCONT (and once the job resumed): a stop signal read later that came before it is
-// discarded (stopBeforeContinue).
-func (c *Controller) watchStops() {
-	j := &c.job
-	if j.stopper == nil && !j.broken {
-		st, err := proc.NewStopper()
-		if err != nil {
-			j.broken = true
-			return
-		}
-		j.stopper = st
-	}
-	if j.stopper != nil {
-		if _, err := j.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
-			c.log.Debug("job control: latch not set", zap.Error(err))
+// StopForegroundJobs stops the job in the foreground of each worker's terminal, if another group than the worker's,
+// once the workers are stopped: a job-control shell that saw its job stop before it stopped itself would call the
+// job "Stopped" and take the terminal back, and fg would not resume it.
+func (s *supervisor) StopForegroundJobs() {
+	for _, wk := range s.ws {
+		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
+			_ = syscall.Kill(-fg, syscall.SIGSTOP)
 		}
 	}
 }
 
-// continueCame reports whether a SIGCONT came since the stop began (the latch), whether os/signal told it yet or not.
-func (c *Controller) continueCame() bool {
-	return c.job.stopper != nil && c.job.stopper.ContinueCame()
-}
-
-// checkJobStop looks whether tpurun may stop itself now: every worker stopped (or gone), no worker being forked and
-// the moment of jobStopSettle passed, or the wait is over.
-func (c *Controller) checkJobStop() {
-	j := &c.job
-	j.mu.Lock()
-	forking := j.starting > 0
-	j.mu.Unlock()
-	waited := !time.Now().Before(j.deadline)
+// Unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc), what a job-control stop waits
+// for before tpurun stops itself.
+func (s *supervisor) Unstopped(procRoot string) []int {
 	var left []int
-	if c.att != nil {
-		left = c.att.unstopped(c.procRoot)
-	}
-	if !waited && (forking || len(left) > 0 || time.Now().Before(j.settled)) {
-		return
-	}
-	if len(left) > 0 {
-		c.log.Warn("job control: ranks still running after "+jobStopWait.String()+" (they take "+failure.SignalName(j.sig)+
-			" themselves): stopping tpurun all the same; SIGCONT resumes the job, SIGTERM after it ends it", zap.Ints("ranks", left))
-	}
-	if c.att != nil {
-		c.att.stopForegroundJobs()
-	}
-	c.stopSelf()
-}
-
-// stopSelf stops tpurun as a job-control stop, so that the shell that started it sees it stopped, unless a SIGCONT
-// came since the stop began (the Stopper's latch: a SIGCONT at any moment before the stop takes effect cancels it).
-// As PID 1 it does not stop itself (the kernel would ignore it): the workers then stay stopped until SIGCONT. The
-// shell can die between cannotBeResumed's look and the stop: the kernel then discards the stop, and the workers
-// stopped for it are resumed here, since nothing else could resume them.
-func (c *Controller) stopSelf() {
-	j := &c.job
-	s := failure.SignalName(j.sig)
-	if os.Getpid() == 1 {
-		c.log.Warn("job control: " + s + " stopped the workers; as PID 1 tpurun cannot stop itself: SIGCONT resumes them")
-		j.phase = jobHeld
-		j.ticker.Reset(100 * time.Millisecond)
-		return
-	}
-	c.log.Info("job control: " + s + " stopped the workers; stopping tpurun; SIGCONT resumes every worker")
-	parentGone, err := j.stopper.Stop()
-	switch {
-	case err != nil:
-		c.log.Warn("job control: tpurun could not stop itself; resuming the workers", zap.Error(err))
-	case parentGone || proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()):
-		// The shell is gone: the job is hung up as the kernel hangs up a stopped group that loses its shell
-		// (SIGHUP, then SIGCONT), whether the kernel's own SIGHUP reached tpurun or the stop raced the shell's exit.
-		c.log.Warn("job control: the shell that started tpurun exited while the job stopped; SIGHUP and SIGCONT to every worker, " +
-			"as the kernel does for a stopped job that loses its shell")
-		if c.att != nil {
-			c.att.signalAll(syscall.SIGHUP, 0)
+	for _, wk := range s.ws {
+		if wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) {
+			left = append(left, wk.w.Rank)
 		}
 	}
-	c.endJobStop("", true) // continued (or never stopped: a SIGCONT came first), before os/signal hands that SIGCONT over
+	return left
 }
 
-// endJobStop ends a job-control stop: every worker resumed, the start of workers let go on, and the latch set so
-// that a stop signal sent before now is discarded, as the kernel discards stop signals pending at SIGCONT. unread:
-// the SIGCONT behind it, if any, is still to be read from os/signal (it will come before any stop signal sent
-// after it: os/signal keeps the order of signals it reads apart, and hands those it reads together in numeric
-// order, SIGCONT first).
-func (c *Controller) endJobStop(why string, unread bool) {
-	j := &c.job
-	if why != "" {
-		c.log.Info("job control: " + why)
-	}
-	if j.ticker != nil {
-		j.ticker.Stop()
-		j.ticker = nil
-	}
-	j.mu.Lock()
-	j.phase = jobRunning
-	if unread {
-		j.phase = jobResuming
-	}
-	if j.held != nil {
-		close(j.held)
-		j.held = nil
-	}
-	j.mu.Unlock()
-	c.watchStops() // first: a stop signal sent once a resumed worker could be seen running counts
-	c.onContinue()
-}
+// Signal sends sig to every worker group (SIGHUP: the shell that started tpurun is gone while the job stopped).
+func (s *supervisor) Signal(sig syscall.Signal) { s.signalAll(sig, 0) }
 
-// onContinue resumes every worker group, and gives their pseudo-terminals the terminal's size of now.
-func (c *Controller) onContinue() {
-	if c.att == nil {
-		return
-	}
-	c.att.signalAll(syscall.SIGCONT, 0)
-	c.att.resizeMasters(c.att.r.windowSize())
-}
-
-// jobAdded stops a worker handed to the supervisor while a job-control stop is under way or holds (forked before the
-// start saw the stop): tpurun stops only once every worker it started is stopped.
-func (c *Controller) jobAdded(wk *child) {
-	if (c.job.phase == jobStopping || c.job.phase == jobHeld) && c.att != nil {
-		c.att.jobStopOne(wk, c.job.sig)
-	}
-}
-
-// startGate is called by the start of workers before it forks a batch: it waits while job control holds the job
-// stopped (or until stop, the attempt stopping), then counts the batch as being forked until done is called, so
-// that tpurun does not stop itself while workers it has forked are not yet stopped.
-func (c *Controller) startGate(stop func() bool) (done func()) {
-	j := &c.job
-	for {
-		j.mu.Lock()
-		held := j.held
-		if held == nil || stop() {
-			j.starting++
-			j.mu.Unlock()
-			return func() {
-				j.mu.Lock()
-				j.starting--
-				j.mu.Unlock()
-			}
-		}
-		j.mu.Unlock()
-		select {
-		case <-held:
-		case <-c.done:
-			return func() {}
-		}
-	}
-}
-
-// closeJob releases what job control holds when the controller ends.
-func (c *Controller) closeJob() {
-	j := &c.job
-	if j.ticker != nil {
-		j.ticker.Stop()
-	}
-	j.mu.Lock()
-	if j.held != nil {
-		close(j.held)
-		j.held = nil
-	}
-	j.mu.Unlock()
-	if j.stopper != nil {
-		j.stopper.Close()
-	}
-}
-
-// cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is
-// orphaned: it leads its own session (setsid, a terminal of its own) or the shell that started it has exited, so
-// nothing would ever send the SIGCONT; stopped, tpurun and its workers would wait forever. The kernel discards
-// SIGTSTP, SIGTTIN and SIGTTOU for such a group for that reason; tpurun does the same for its workers' groups. As
-// PID 1 (never stopped itself, as with tini and dumb-init) the workers are stopped all the same.
-func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
-	if os.Getpid() == 1 || !proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()) {
-		return false
-	}
-	c.log.Warn("job control: " + failure.SignalName(s) + " ignored: tpurun's process group is orphaned (it leads its session, " +
-		"or the shell that started it has exited), so nothing could resume the job; as the kernel does for an orphaned " +
-		"group, the workers go on. Run tpurun from a shell with job control to stop and resume it (Ctrl-Z, fg)")
-	return true
+// Resume resumes every worker group after a job-control stop, and gives their pseudo-terminals the terminal's size of
+// now: it may have changed while the job was stopped or in the background, when the SIGWINCH went to the shell.
+func (s *supervisor) Resume() {
+	s.signalAll(syscall.SIGCONT, 0)
+	s.resizeMasters(s.r.windowSize())
 }

@@ -16,6 +16,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/proc"
 	"tpurun/internal/safepath"
+	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 )
@@ -38,7 +39,7 @@ func (r *Runner) startAll(s *supervisor, local []topology.Worker) {
 			}
 			ok, err := r.start1(l, w)
 			if err != nil {
-				r.Ctl.Stop(ErrCause(StopStart, err))
+				r.Ctl.Stop(stop.ErrCause(stop.Start, err))
 			}
 			if !ok {
 				break
@@ -98,11 +99,11 @@ func (r *Runner) start1(l *launch, w topology.Worker) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	forked := r.Ctl.startGate(sv.stopping.Load) // not while job control holds the job stopped
+	forked := r.Ctl.StartGate(sv.stopping.Load) // not while job control holds the job stopped
 	defer forked()                              // once the supervisor has it: a job-control stop stops it
 	var p *proc.Process
 	if !sv.stopping.Load() {
-		p, err = r.startCmd(cmd, func(p *proc.Process) { sv.exits <- exitMsg{wk, p} })
+		p, err = r.startCmd(cmd, func(p *proc.Process) { sv.exits <- func() { sv.exited(wk, p) } })
 	}
 	for _, f := range writeEnds {
 		_ = f.Close()

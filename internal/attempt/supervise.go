@@ -1,12 +1,6 @@
 package attempt
 
 import (
-	"cmp"
-	"errors"
-	"os"
-	"slices"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,7 +10,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
-	"tpurun/worker"
+	"tpurun/internal/stop"
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
@@ -24,14 +18,14 @@ import (
 // timers and the last sweep. Everything it does happens on the loop goroutine; what takes time (the SIGKILL
 // sweep, reading the pipes to EOF) runs in a goroutine that reports back with an event.
 type supervisor struct {
-	c  *Controller
+	c  *stop.Controller
 	r  *Runner
 	as Spec
 	a  *Attempt
 	m  *Machine
 
 	ws       []*child
-	exits    chan exitMsg
+	exits    chan func() // a worker's exit, taken on the loop (exited)
 	grace    *time.Timer
 	graceC   <-chan time.Time
 	watch    <-chan struct{} // while sweeping: the reaper reaped an orphan (or a poll tick without a reaper)
@@ -43,30 +37,40 @@ type supervisor struct {
 	stopSeq  int           // the controller's count of job-wide causes when the attempt settled
 }
 
-// supervisorChans are the channels of the attached attempt the loop selects on (nil ones block forever).
-type supervisorChans struct {
-	exits <-chan exitMsg
-	grace <-chan time.Time
-	watch <-chan struct{}
-	poll  <-chan time.Time
-}
-
-func (s *supervisor) chans() supervisorChans {
-	c := supervisorChans{exits: s.exits, grace: s.graceC, watch: s.watch}
+// Wakeups are what the controller's loop waits on for this attempt.
+func (s *supervisor) Wakeups() stop.Wakeups {
+	w := stop.Wakeups{Exits: s.exits, Grace: s.graceC, Orphans: s.watch}
 	if s.poll != nil {
-		c.poll = s.poll.C
+		w.Poll = s.poll.C
 	}
-	return c
+	return w
 }
 
-// exitMsg is a worker's exit, as its process reported it (possibly before the supervisor learnt it started).
-type exitMsg struct {
-	wk *child
-	p  *proc.Process
+// Stop feeds a cause to stop to the machine.
+func (s *supervisor) Stop(x *stop.Cause) { s.feed(Event{Kind: EvStop, Cause: x}) }
+
+// Forward passes sig to every worker group; SIGWINCH resizes the workers' pseudo-terminals instead when they have
+// some (resizeTerminals).
+func (s *supervisor) Forward(sig syscall.Signal) {
+	if sig == syscall.SIGWINCH && s.resizeTerminals() {
+		return
+	}
+	s.feed(Event{Kind: EvForward, Signal: sig})
 }
+
+// SecondStop feeds a second stop to the machine: SIGKILL now.
+func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
+	s.feed(Event{Kind: EvSecondStop, Signal: sig, Why: why})
+}
+
+// GraceBegan reports whether the attempt has begun to stop.
+func (s *supervisor) GraceBegan() bool { return s.m.GraceBegan() }
+
+// AllExited reports whether every worker has exited (the attempt sweeps, drains or is done).
+func (s *supervisor) AllExited() bool { return s.m.Phase() >= Sweeping }
 
 func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
-	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan exitMsg, workers),
+	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), workers),
 		settled: make(chan struct{})}
 }
 
@@ -122,22 +126,22 @@ func (s *supervisor) do(act Action) {
 func (s *supervisor) doLate(act Action) {
 	switch act.Kind {
 	case ActHurry:
-		s.c.hurry()
+		s.c.Hurry()
 	case ActAbandon:
 		s.r.Log.Warn("stop signal while writing the workers' last output: discarding the rest")
-		s.c.abandon()
+		s.c.Abandon()
 	case ActTermOrphans:
 		s.termOrphans()
 	case ActSweep:
 		s.stopWatch()
 		go func() {
 			swept := s.r.killAndSweep(s.ws)
-			s.c.do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
+			s.c.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
 		}()
 	case ActDrain:
 		go func() {
 			s.r.drain(s.ws)
-			s.c.do(func() { s.feed(Event{Kind: EvDrained}) })
+			s.c.Do(func() { s.feed(Event{Kind: EvDrained}) })
 		}()
 	case ActSettle:
 		s.settle()
@@ -161,49 +165,6 @@ func (s *supervisor) stopSignal(act Action) {
 		// coreutils' timeout and systemd do). A forwarded signal is the user's, stop signals included: not followed.
 		s.signalAll(syscall.SIGCONT, skip)
 	}
-}
-
-// jobStopSignal stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops (jobStopOne).
-func (s *supervisor) jobStopSignal(sig syscall.Signal) {
-	for _, wk := range s.ws {
-		s.jobStopOne(wk, sig)
-	}
-}
-
-// jobStopOne stops wk's group with sig. A worker that leads a session of its own (tpurun at a terminal: its
-// pseudo-terminal is its controlling terminal) is in an orphaned group, for which the kernel discards those signals
-// where their default action would stop it: such a group gets SIGSTOP instead, which stops it whatever it does with
-// sig (docs/CONTROL.md); the job in the foreground of its terminal is stopped once the workers are
-// (stopForegroundJobs).
-func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
-	if wk.ctty != nil {
-		s.signalGroup(wk, syscall.SIGSTOP)
-		return
-	}
-	s.signalOne(wk, sig)
-}
-
-// stopForegroundJobs stops the job in the foreground of each worker's terminal, if another group than the worker's,
-// once the workers are stopped: a job-control shell that saw its job stop before it stopped itself would call the
-// job "Stopped" and take the terminal back, and fg would not resume it.
-func (s *supervisor) stopForegroundJobs() {
-	for _, wk := range s.ws {
-		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
-			_ = syscall.Kill(-fg, syscall.SIGSTOP)
-		}
-	}
-}
-
-// unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc), what a job-control stop waits
-// for before tpurun stops itself.
-func (s *supervisor) unstopped(procRoot string) []int {
-	var left []int
-	for _, wk := range s.ws {
-		if wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) {
-			left = append(left, wk.w.Rank)
-		}
-	}
-	return left
 }
 
 // signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
@@ -260,7 +221,8 @@ func (s *supervisor) armGrace() {
 	}
 }
 
-func (s *supervisor) graceExpired() {
+// GraceExpired feeds the expiry of the grace period to the machine.
+func (s *supervisor) GraceExpired() {
 	s.graceC = nil
 	s.feed(Event{Kind: EvGrace})
 }
@@ -271,7 +233,7 @@ func (s *supervisor) started(wks []*child, ps []*proc.Process) {
 	if len(wks) == 0 {
 		return
 	}
-	s.c.do(func() {
+	s.c.Do(func() {
 		for i, wk := range wks {
 			if wk.p == nil {
 				wk.p = ps[i]
@@ -281,16 +243,18 @@ func (s *supervisor) started(wks []*child, ps []*proc.Process) {
 				s.r.Term.inputTo(wk.input)
 			}
 			s.feed(Event{Kind: EvAdded})
-			s.c.jobAdded(wk)
+			if sig := s.c.JobStopping(); sig != 0 {
+				s.jobStopOne(wk, sig)
+			}
 		}
 	})
 }
 
-// exited takes one worker's exit (held: a zombie until the attempt is over, its group id reserved).
-func (s *supervisor) exited(m exitMsg) {
-	wk := m.wk
+// exited takes the exit of worker wk, whose process p reported it (held: a zombie until the attempt is over, its
+// group id reserved), possibly before the supervisor learnt that it started.
+func (s *supervisor) exited(wk *child, p *proc.Process) {
 	if wk.p == nil {
-		wk.p = m.p
+		wk.p = p
 	}
 	wk.exited = true
 	wk.exit = wk.p.Status()
@@ -340,7 +304,8 @@ func (s *supervisor) termOrphans() {
 	s.poll = time.NewTicker(50 * time.Millisecond) // no event says that an orphan found by environment is gone
 }
 
-func (s *supervisor) checkOrphans() {
+// CheckOrphans moves the sweep on once nothing the workers left is alive.
+func (s *supervisor) CheckOrphans() {
 	if s.r.liveOrphans() == 0 {
 		s.feed(Event{Kind: EvOrphansGone})
 	}
@@ -366,192 +331,7 @@ func (s *supervisor) settle() {
 			s.r.Term.inputEnd(wk.input)
 		}
 	}
-	s.c.detach(s)
+	s.c.Detach(s)
 	s.stopSeq = s.c.StopSeq()
 	close(s.settled)
-}
-
-// drain reads every pipe to EOF: with the subtree gone every write end is closed, unless a process outside it
-// holds one (see console.Drain). Output is never dropped for a slow console; only a stop signal gives up on it.
-func (r *Runner) drain(ws []*child) {
-	for _, wk := range ws {
-		wk.drain.Begin(r.DrainTimeout, wk.readers...)
-	}
-	for _, wk := range ws {
-		wk.io.Wait()
-	}
-}
-
-// sweep kills the orphans of the run. When the job may walk this process's subtree (the reaper's, see subtree)
-// every orphan is in it, so it walks exactly that subtree; otherwise, or when the kernel cannot list children, it
-// scans every process of the host for the run's sweep tag in its environment.
-func (r *Runner) sweep() ([]int, error) {
-	if rp, done := r.subtree(); rp != nil {
-		swept, err := rp.Sweep(r.ProcRoot)
-		done()
-		if !errors.Is(err, proc.ErrNoChildrenFile) {
-			return swept, err
-		}
-		r.Log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
-	}
-	return proc.Sweep(r.ProcRoot, worker.EnvSweepTag, r.SweepTag, syscall.SIGKILL, r.kept)
-}
-
-// termOutside sends SIGTERM once to every live process the workers left outside their own groups (a helper in a
-// new session), found as the sweep finds them, and returns their pids.
-func (r *Runner) termOutside(ws []*child) []int {
-	groups := map[int]bool{}
-	for _, wk := range ws {
-		if wk.p != nil {
-			groups[wk.p.PID()] = true
-		}
-	}
-	inGroups := func(pid int) bool {
-		pgid, err := syscall.Getpgid(pid)
-		return groups[pid] || err != nil || groups[pgid] || r.kept(pid)
-	}
-	if rp, done := r.subtree(); rp != nil {
-		hit, err := rp.SignalTree(r.ProcRoot, inGroups, syscall.SIGTERM)
-		done()
-		if !errors.Is(err, proc.ErrNoChildrenFile) {
-			return hit
-		}
-	}
-	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
-	var hit []int
-	for _, pid := range pids {
-		if !inGroups(pid) && syscall.Kill(pid, syscall.SIGTERM) == nil {
-			hit = append(hit, pid)
-		}
-	}
-	return hit
-}
-
-// liveOrphans counts the processes of the run still alive once every worker has exited.
-func (r *Runner) liveOrphans() int {
-	if rp, done := r.subtree(); rp != nil {
-		defer done()
-		if _, err := os.Stat(r.ProcRoot + "/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
-			return rp.LiveDescendants(r.ProcRoot, r.kept)
-		}
-	}
-	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
-	return len(slices.DeleteFunc(pids, r.kept))
-}
-
-// kept reports whether pid is a process of the job that outlives its attempts (the preloaded interpreter).
-func (r *Runner) kept(pid int) bool {
-	return r.Reaper != nil && r.Reaper.Kept(pid)
-}
-
-// killAndSweep sends SIGKILL to every group and sweeps the subtree; it returns the pids the sweep had to kill.
-func (r *Runner) killAndSweep(ws []*child) []int {
-	for _, wk := range ws {
-		if wk.p != nil {
-			_ = wk.p.Signal(syscall.SIGKILL)
-		}
-	}
-	swept, err := r.sweep()
-	if err != nil {
-		r.Log.Warn("orphan sweep incomplete", zap.Error(err))
-	}
-	if len(swept) > 0 {
-		r.Log.Warn("orphan sweep killed processes that outlived their worker group", zap.Ints("pids", swept))
-	}
-	return swept
-}
-
-// reaping is this process's reaper while it is in use: started by the first Run that reaps (or by Reap), shared
-// by the Runs in flight (a reaper waits for every child of the process: there is one or none), closed when the
-// last user is done.
-var reaping struct {
-	sync.Mutex
-	rp      *proc.Reaper
-	runs    int  // the Runs using rp: the subtree is a Run's to walk only while it is the only one
-	holders int  // the callers of Reap keeping rp
-	setSub  bool // this process became the child subreaper for rp, and stops being one when rp closes
-}
-
-// Reap makes this process reap its orphans until stop is called: it becomes the child subreaper (PID 1 reaps
-// anyway) and starts the reaper that the Runs of the process share (see Spec.Reap). Run does this itself for
-// as long as it runs; Reap keeps the reaper beyond one Run: across several, or until the program's last words
-// (tpurun's last line comes before the reaper's count of the orphans it reaped). It fails when the process cannot
-// become the subreaper.
-func Reap(log *zap.Logger) (stop func(), err error) {
-	_, stop, err = useReaper(log, &reaping.holders)
-	return stop, err
-}
-
-// useReaper lends the process's reaper to a user counted in count, starting it (and making this process the child
-// subreaper, unless it is PID 1 or one already) when nobody holds it; release gives it back.
-func useReaper(log *zap.Logger, count *int) (rp *proc.Reaper, release func(), err error) {
-	log = cmp.Or(log, zap.NewNop())
-	reaping.Lock()
-	defer reaping.Unlock()
-	if reaping.rp == nil {
-		set := os.Getpid() != 1 && !proc.IsSubreaper()
-		if set {
-			if err := proc.SetSubreaper(); err != nil {
-				return nil, nil, err
-			}
-		}
-		reaping.rp, reaping.setSub = proc.NewReaper(log), set
-	}
-	*count++
-	rp = reaping.rp
-	return rp, sync.OnceFunc(func() {
-		reaping.Lock()
-		defer reaping.Unlock()
-		if *count--; reaping.runs+reaping.holders > 0 {
-			return
-		}
-		rp.Close()
-		if reaping.setSub {
-			if err := proc.ClearSubreaper(); err != nil {
-				log.Warn("could not stop being the child subreaper", zap.Error(err))
-			}
-		}
-		reaping.rp = nil
-	}), nil
-}
-
-// StartReaping sets up what the job's Spec leaves to Run: the signals it catches (sigs nil, unless noSignals) and
-// the reaper (unless noReaper; PID 1 always reaps). It returns the run's signals, the reaper lent to the run (nil
-// without one) and stop, which undoes both once the job is over.
-func StartReaping(log *zap.Logger, sigs <-chan os.Signal, noSignals, noReaper bool) (_ <-chan os.Signal, rp *proc.Reaper, stop func()) {
-	var undo []func()
-	if sigs == nil && !noSignals {
-		var stopSigs func()
-		sigs, stopSigs = NotifySignals()
-		undo = append(undo, stopSigs)
-	}
-	if !noReaper || os.Getpid() == 1 {
-		r, release, err := useReaper(log.Named("reaper"), &reaping.runs)
-		if err != nil {
-			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-		} else {
-			rp = r
-			undo = append(undo, release)
-		}
-	}
-	return sigs, rp, func() {
-		for i := len(undo) - 1; i >= 0; i-- {
-			undo[i]()
-		}
-	}
-}
-
-// subtree is the reaper when the job may walk the whole subtree of this process (see Spec.SweepSubtree): it runs
-// nothing but this job, the only Run that uses the reaper. done ends the walk; no other Run takes the reaper meanwhile.
-// nil: the job finds its processes by their environment.
-func (r *Runner) subtree() (rp *proc.Reaper, done func()) {
-	if r.Reaper == nil || !r.SweepSubtree {
-		return nil, nil
-	}
-	reaping.Lock()
-	if reaping.rp != r.Reaper || reaping.runs != 1 {
-		reaping.Unlock()
-		return nil, nil
-	}
-	return r.Reaper, reaping.Unlock
 }

@@ -25,6 +25,7 @@ import (
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
 	"tpurun/worker"
@@ -33,12 +34,12 @@ import (
 // Run runs a job on one host or many: it detects this host once, checks everything that can be checked before a
 // process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the
 // local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
-// up to s.MaxRestarts times. A single host is a world of one. One stop controller (attempt.Controller) owns every
-// reason to stop the run, in every phase. While Run runs it catches the signals a
-// job acts on and this process reaps the job's orphans when the Spec asks (Spec.CatchSignals, Spec.Reap).
+// up to s.MaxRestarts times. A single host is a world of one. One stop controller (stop.Controller) owns every
+// reason to stop the run, in every phase. When the Spec asks, while Run runs it catches the signals a
+// job acts on and this process reaps the job's orphans (Spec.CatchSignals, Spec.Reap).
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
-// started, it is the job's *attempt.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
+// started, it is the job's *stop.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
 // *proc.WorkerError, *failure.NodeError, *failure.SignalError or *failure.OutputError behind it); before that, a
 // *failure.ConfigError, a detection error or a *failure.ProgramError. When Run returns, no process of the job is left:
 // every group got SIGKILL and the orphan sweep ran.
@@ -50,12 +51,12 @@ func Run(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	relayDone := make(chan struct{})
 	outErr := make(chan error, 1)
 	j := newJob(s, outErr)
-	sigs, rp, stopReaping := attempt.StartReaping(s.Logger, s.Signals, !s.CatchSignals, !s.Reap)
+	sigs, rp, stopReaping := startReaping(s.Logger, s.Signals, !s.CatchSignals, !s.Reap)
 	defer stopReaping() // last: the preloaded interpreter (closed with the job) is the reaper's
 	j.reaper = rp
 	j.host = host.New(&j.spec, random, j.log, rp, j.stdout, j.stderr)
 	defer j.close()
-	j.ctl = attempt.NewController(ctx, s.Logger, s.Timeout, s.ProcRoot, attempt.Coalesce(sigs, relayDone), outErr,
+	j.ctl = stop.NewController(ctx, s.Logger, s.Timeout, s.ProcRoot, stop.Coalesce(sigs, relayDone), outErr,
 		[]*console.Console{j.stdout, j.stderr})
 	defer func() { // the run's signals end with its controller: one that comes later stays in sigs for the caller
 		j.ctl.Close()
@@ -123,17 +124,17 @@ func (j *job) stoppedOr(err error, during string) error {
 
 // outputVerdict is the job's verdict once its output is flushed: a write error on the launcher's stdout or stderr
 // (which stopped the run) wins over the stop it caused.
-func (j *job) outputVerdict(v *attempt.Verdict) *attempt.Verdict {
+func (j *job) outputVerdict(v *stop.Verdict) *stop.Verdict {
 	for _, c := range j.own {
 		_ = c.Flush()
 	}
 	for _, c := range []*console.Console{j.stdout, j.stderr} {
-		if oe := c.Err(); oe != nil && (v == nil || v.Reason != attempt.StopOutput) {
-			return &attempt.Verdict{Reason: attempt.StopOutput, Code: failure.ExitCode(oe), Node: -1, Err: oe}
+		if oe := c.Err(); oe != nil && (v == nil || v.Reason != stop.Output) {
+			return &stop.Verdict{Reason: stop.Output, Code: failure.ExitCode(oe), Node: -1, Err: oe}
 		}
 	}
 	if v == nil {
-		return &attempt.Verdict{Reason: attempt.StopDone, Node: -1}
+		return &stop.Verdict{Reason: stop.Done, Node: -1}
 	}
 	return v
 }
@@ -148,12 +149,12 @@ type job struct {
 	sampler        *attempt.Sampler
 	stopSampler    func()
 
-	host   *host.Prepared      // this host made ready: detected, planned, ports, run directory, preload
-	runner *attempt.Runner     // runs one attempt of this node's workers (once the host is prepared)
-	joined time.Duration       // how long the last join took (reported as the rendezvous time where nodes met)
-	ctl    *attempt.Controller // the one stop controller of the run
-	term   *attempt.Terminal   // the terminal whose input goes to local rank 0; nil without one
-	reaper *proc.Reaper        // the process's reaper, lent to the job (attempt.StartReaping); nil without one
+	host   *host.Prepared    // this host made ready: detected, planned, ports, run directory, preload
+	runner *attempt.Runner   // runs one attempt of this node's workers (once the host is prepared)
+	joined time.Duration     // how long the last join took (reported as the rendezvous time where nodes met)
+	ctl    *stop.Controller  // the one stop controller of the run
+	term   *attempt.Terminal // the terminal whose input goes to local rank 0; nil without one
+	reaper *proc.Reaper      // the process's reaper, lent to the job (startReaping); nil without one
 }
 
 func newJob(s spec.Spec, outErr chan<- error) *job {
@@ -216,7 +217,7 @@ const exitBarrierTimeout = 5 * time.Minute
 // waits for the other nodes' outcome: they were told at once, and stop their workers within their grace.
 const stoppedExchangeSlack = 10 * time.Second
 
-// ended is an attempt that ended, and the controller's count of job-wide causes then (attempt.Controller.StopSeq).
+// ended is an attempt that ended, and the controller's count of job-wide causes then (stop.Controller.StopSeq).
 type ended struct {
 	att     *attempt.Attempt
 	stopSeq int
@@ -226,7 +227,7 @@ type ended struct {
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
 // job-wide stop), and -1 when the job is over with the verdict v.
-func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (next int, v *attempt.Verdict) {
+func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (next int, v *stop.Verdict) {
 	j.ctl.BeginGeneration()
 	s, v := j.join(rz, g)
 	if v != nil {
@@ -254,7 +255,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	})
 	coll := j.newCollector(w.Plan, w.NodeRank)
 	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.Plan, NodeRank: w.NodeRank, MasterAddr: w.MasterAddr,
-		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *attempt.Cause) {
+		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *stop.Cause) {
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
@@ -263,7 +264,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 }
 
 // announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
-func (j *job) announce(s rendezvous.Session, c *attempt.Cause) {
+func (j *job) announce(s rendezvous.Session, c *stop.Cause) {
 	f := rendezvous.Failure{WorkerRank: -1, Reason: c.String()}
 	if c.Failure != nil {
 		f.WorkerRank = c.Failure.Rank
@@ -277,7 +278,7 @@ func (j *job) announce(s rendezvous.Session, c *attempt.Cause) {
 
 // agree is this node's part of the world of a: its world (a world of one is this host's plan) and the barrier
 // before the start.
-func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (host.World, *attempt.Verdict) {
+func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (host.World, *stop.Verdict) {
 	w, err := j.host.World(a)
 	if err != nil {
 		_ = s.Fail(j.ctl.JobContext(), rendezvous.Failure{WorkerRank: -1, Reason: "planning failed: " + err.Error()})
@@ -294,8 +295,8 @@ func (j *job) agree(s rendezvous.Session, a *rendezvous.Assignment) (host.World,
 }
 
 // stopVerdict is the verdict of a wait that failed: the controller's cause when it ended the wait, else v.
-func (j *job) stopVerdict(ctx context.Context, during string, v *attempt.Verdict) *attempt.Verdict {
-	if c := attempt.StopOf(ctx); c != nil {
+func (j *job) stopVerdict(ctx context.Context, during string, v *stop.Verdict) *stop.Verdict {
+	if c := stop.CauseOf(ctx); c != nil {
 		return c.VerdictDuring(during, j.spec.Timeout)
 	}
 	return v
@@ -303,7 +304,7 @@ func (j *job) stopVerdict(ctx context.Context, during string, v *attempt.Verdict
 
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
 // results and decides the code every node exits with) and says what comes next: a restart, or the end.
-func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, coll *results.Collector, rep *spec.Report) (int, *attempt.Verdict) {
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, coll *results.Collector, rep *spec.Report) (int, *stop.Verdict) {
 	att := e.att
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
@@ -325,7 +326,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, 
 	}
 	wv, failed := worldVerdict(all)
 	final := outcome{Node: a.NodeRank, Verdict: wv}
-	var jobV *attempt.Verdict
+	var jobV *stop.Verdict
 	if a.NodeRank == 0 {
 		jobV = j.worldResults(all, att, coll, wv, failed, rep)
 		final.Verdict = published(jobV)
@@ -359,20 +360,20 @@ func (j *job) leave(ctx context.Context, s rendezvous.Session, g int, last bool,
 }
 
 // closedVerdict is v, unless the join found the job already finished (rendezvous.ErrJobClosed: a late node, or a
-// restart the other nodes did not make): then this node's end, attempt.StopClosed, with code 0 for a node that ran no
+// restart the other nodes did not make): then this node's end, stop.Closed, with code 0 for a node that ran no
 // attempt of the job and the job's code for one that did.
-func closedVerdict(v *attempt.Verdict, ran bool) *attempt.Verdict {
+func closedVerdict(v *stop.Verdict, ran bool) *stop.Verdict {
 	var jc *rendezvous.JobClosedError
 	if !errors.As(v, &jc) {
 		return v
 	}
 	e := &failure.JobClosedError{Err: jc, Code: jc.ExitCode, Ran: ran}
-	return &attempt.Verdict{Reason: attempt.StopClosed, Code: e.ExitStatus(), Node: -1, Err: e}
+	return &stop.Verdict{Reason: stop.Closed, Code: e.ExitStatus(), Node: -1, Err: e}
 }
 
 // worldResults is node 0's verdict of the world: every node's results and exits merged into the document (exactly
 // once per replica, world-wide), which is written, and its code.
-func (j *job) worldResults(all []outcome, att *attempt.Attempt, coll *results.Collector, wv attempt.Verdict, failed bool, rep *spec.Report) *attempt.Verdict {
+func (j *job) worldResults(all []outcome, att *attempt.Attempt, coll *results.Collector, wv stop.Verdict, failed bool, rep *spec.Report) *stop.Verdict {
 	exits := att.ResultExits()
 	for _, oc := range all[1:] {
 		if err := coll.Add(oc.Node, oc.Results); err != nil {
@@ -390,7 +391,7 @@ func (j *job) worldResults(all []outcome, att *attempt.Attempt, coll *results.Co
 	doc, err := j.finishResults(exits, coll, worldErr)
 	rep.Results = doc
 	if err == nil {
-		return &attempt.Verdict{Reason: attempt.StopDone, Node: 0}
+		return &stop.Verdict{Reason: stop.Done, Node: 0}
 	}
 	v := verdictOf(err)
 	if !failed && v.Code != 0 {
@@ -400,20 +401,20 @@ func (j *job) worldResults(all []outcome, att *attempt.Attempt, coll *results.Co
 }
 
 // remoteVerdict is the verdict of a node that ends because node decided so: its code is the world's.
-func remoteVerdict(node, code int, msg string) *attempt.Verdict {
-	return &attempt.Verdict{Reason: attempt.StopRemote, Code: code, Node: node, Message: msg,
+func remoteVerdict(node, code int, msg string) *stop.Verdict {
+	return &stop.Verdict{Reason: stop.Remote, Code: code, Node: node, Message: msg,
 		Err: &failure.NodeError{Node: node, Code: code, Message: msg}}
 }
 
 // next turns the world's final verdict into this node's: node 0 its own decision, the failed node its own
 // verdict, every other node the world's; then restarts the world as generation g+1 when it failed and may.
-func (j *job) next(a *rendezvous.Assignment, att *attempt.Attempt, mine, final outcome, jobV *attempt.Verdict, failed bool, rep *spec.Report) (int, *attempt.Verdict) {
+func (j *job) next(a *rendezvous.Assignment, att *attempt.Attempt, mine, final outcome, jobV *stop.Verdict, failed bool, rep *spec.Report) (int, *stop.Verdict) {
 	var docErr error
 	if a.NodeRank != 0 && mine.WantDocument && final.Document != nil {
 		rep.Results, docErr = final.Document, j.writeResultsFile(final.Document)
 	}
 	fv := final.Verdict
-	var v *attempt.Verdict
+	var v *stop.Verdict
 	switch {
 	case fv.Code == 0 && docErr != nil:
 		return -1, verdictOf(docErr)
@@ -450,8 +451,8 @@ func (j *job) logRestart(nnodes, g, node, code int, verdict string) {
 // noVerdict is the end of a node that could not learn the world's verdict: when a stop ended the wait, the first
 // cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
 // one is left; else its own failure if it had one, or a rendezvous failure.
-func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *attempt.Attempt, err error) (int, *attempt.Verdict) {
-	if c := attempt.StopOf(ctx); c != nil {
+func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *attempt.Attempt, err error) (int, *stop.Verdict) {
+	if c := stop.CauseOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
 		if att.Verdict.Code != 0 && att.Verdict.Own() {
@@ -474,7 +475,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *a
 // lost decides what a node does when generation g could not agree because a node of the world is gone: with
 // restarts left (and no job-wide stop) the survivors join generation g+1 — the join completes with at least the
 // minimum of nodes, or fails naming who is missing; otherwise the job ends with v.
-func (j *job) lost(g int, v *attempt.Verdict) (int, *attempt.Verdict) {
+func (j *job) lost(g int, v *stop.Verdict) (int, *stop.Verdict) {
 	if !errors.Is(v, rendezvous.ErrNodeLost) || !j.restartable(g, nil) {
 		return -1, v
 	}
@@ -497,7 +498,7 @@ func (j *job) restartable(g int, att *attempt.Attempt) bool {
 }
 
 // join enters generation g; a job-wide stop before or during the join ends the job with its verdict.
-func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *attempt.Verdict) {
+func (j *job) join(rz *rendezvous.Rendezvous, g int) (rendezvous.Session, *stop.Verdict) {
 	m, err := j.host.Member(rz, g)
 	if err != nil {
 		return nil, verdictOf(err)
@@ -535,7 +536,7 @@ type outcome struct {
 	Node int `json:"node"`
 	// Verdict is how this node's attempt ended (in "outcome"), or the world's verdict as node 0 decided it, with
 	// the code every node exits with (in "final").
-	Verdict attempt.Verdict    `json:"verdict"`
+	Verdict stop.Verdict       `json:"verdict"`
 	Results *results.Share     `json:"results,omitempty"` // this node's workers, results and violations (node 0 merges them)
 	Exits   []results.RankExit `json:"exits,omitempty"`   // how this node's workers ended (node 0 builds the document)
 	// WantDocument: this node's caller wants the results document (--json, --results); node 0 then puts the
@@ -545,7 +546,7 @@ type outcome struct {
 }
 
 // published is v as another node reads it: its words instead of its error.
-func published(v *attempt.Verdict) attempt.Verdict {
+func published(v *stop.Verdict) stop.Verdict {
 	p := *v
 	if p.Message == "" && p.Code != 0 {
 		p.Message = v.Summary()
@@ -557,7 +558,7 @@ func published(v *attempt.Verdict) attempt.Verdict {
 // worldVerdict picks the world's verdict from every node's outcome: the lowest node whose own cause ended its
 // attempt with a non-zero code, else the first non-zero code by node rank; failed is false when every node
 // succeeded.
-func worldVerdict(all []outcome) (v attempt.Verdict, failed bool) {
+func worldVerdict(all []outcome) (v stop.Verdict, failed bool) {
 	for _, o := range all {
 		if o.Verdict.Own() && o.Verdict.Code != 0 {
 			v = o.Verdict
@@ -572,7 +573,7 @@ func worldVerdict(all []outcome) (v attempt.Verdict, failed bool) {
 			return v, true
 		}
 	}
-	return attempt.Verdict{Reason: attempt.StopDone}, false
+	return stop.Verdict{Reason: stop.Done}, false
 }
 
 // publishGather publishes this node's outcome and returns every node's, in node-rank order. An outcome travels in
@@ -774,4 +775,30 @@ func (j *job) copyRootCause(rep *spec.Report) {
 		return
 	}
 	j.log.Info("failing rank's error copied to the launcher's TORCHELASTIC_ERROR_FILE", zap.Int("rank", s.Rank), zap.String("file", dst))
+}
+
+// startReaping sets up what the job's Spec leaves to Run: the signals it catches (sigs nil, unless noSignals) and
+// the reaper (unless noReaper; PID 1 always reaps). It returns the run's signals, the reaper lent to the run (nil
+// without one) and undoAll, which undoes both once the job is over.
+func startReaping(log *zap.Logger, sigs <-chan os.Signal, noSignals, noReaper bool) (_ <-chan os.Signal, rp *proc.Reaper, undoAll func()) {
+	var undo []func()
+	if sigs == nil && !noSignals {
+		var stopSigs func()
+		sigs, stopSigs = stop.NotifySignals()
+		undo = append(undo, stopSigs)
+	}
+	if !noReaper || os.Getpid() == 1 {
+		r, release, err := proc.LendReaper(log.Named("reaper"))
+		if err != nil {
+			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
+		} else {
+			rp = r
+			undo = append(undo, release)
+		}
+	}
+	return sigs, rp, func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
 }

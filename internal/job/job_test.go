@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"testing"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 	"tpurun/worker"
 )
 
@@ -38,12 +38,12 @@ func FuzzVerdict(f *testing.F) {
 // the runner could not use (2), then the run's failure (a worker's, another node's, a timeout), then the contract's
 // violations (65), then the replicas' errors (1), then the result sink's complaint about a channel (65).
 func TestFinishResultsPrecedence(t *testing.T) {
-	workerFailed := &attempt.Verdict{Reason: attempt.StopFailure, Code: 3, Node: -1,
+	workerFailed := &stop.Verdict{Reason: stop.Failure, Code: 3, Node: -1,
 		Err: &proc.WorkerError{Rank: 0, Exit: proc.Exit{PID: 10, ExitCode: 3}}}
-	nodeFailed := &attempt.Verdict{Reason: attempt.StopRemote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
-	timedOut := &attempt.Verdict{Reason: attempt.StopTimeout, Code: failure.ExitTimeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
+	nodeFailed := &stop.Verdict{Reason: stop.Remote, Code: 65, Node: 1, Err: &failure.NodeError{Node: 1, Code: 65, Message: "bad results"}}
+	timedOut := &stop.Verdict{Reason: stop.Timeout, Code: failure.ExitTimeout, Node: -1, Err: fmt.Errorf("%w: after 1s", failure.ErrTimeout)}
 	sinkErr := &failure.ResultError{Rank: 0, PID: 10, Err: errors.New("read: deadline exceeded")}
-	complaint := &attempt.Verdict{Reason: attempt.StopDone, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
+	complaint := &stop.Verdict{Reason: stop.Done, Code: failure.ExitCode(sinkErr), Node: -1, Err: sinkErr}
 	ok := func(c *worker.Client) { _ = c.Report(0, 1) }
 	raised := func(c *worker.Client) { _ = c.Fail(0, errors.New("loss is NaN")) }
 	twice := func(c *worker.Client) { _ = c.Report(0, 1); _ = c.Report(0, 2) }
@@ -92,7 +92,7 @@ func TestFinishResultsPrecedence(t *testing.T) {
 				if err != nil {
 					t.Errorf("error %v, want none", err)
 				}
-			case *attempt.Verdict:
+			case *stop.Verdict:
 				if err != want {
 					t.Errorf("error %v, want the run's %v", err, want)
 				}

@@ -7,51 +7,51 @@ import (
 	"net"
 	"syscall"
 
-	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
+	"tpurun/internal/stop"
 	"tpurun/rendezvous"
 )
 
 // verdictOf is the verdict of an error that ended a job outside an attempt (a join that failed, a start that
 // never happened): a verdict already is one; anything else is wrapped with the code it maps to.
-func verdictOf(err error) *attempt.Verdict {
+func verdictOf(err error) *stop.Verdict {
 	if err == nil {
 		return nil
 	}
-	var v *attempt.Verdict
+	var v *stop.Verdict
 	if errors.As(err, &v) {
 		return v
 	}
-	return &attempt.Verdict{Reason: reasonOf(err), Code: failure.ExitCode(err), Node: -1, Err: err}
+	return &stop.Verdict{Reason: reasonOf(err), Code: failure.ExitCode(err), Node: -1, Err: err}
 }
 
 // reasonOf names the stop reason of an error that ended a job outside an attempt.
-func reasonOf(err error) attempt.StopReason {
+func reasonOf(err error) stop.Reason {
 	var se *failure.SignalError
 	switch {
 	case errors.As(err, &se):
-		return attempt.StopSignal
+		return stop.Signal
 	case errors.Is(err, failure.ErrTimeout):
-		return attempt.StopTimeout
+		return stop.Timeout
 	case errors.Is(err, context.Canceled):
-		return attempt.StopCanceled
+		return stop.Canceled
 	case errors.Is(err, rendezvous.ErrNodeLost):
-		return attempt.StopLost
+		return stop.Lost
 	}
-	return attempt.StopDone
+	return stop.Done
 }
 
 // causeOf is the cause of a rendezvous session's news: the store lost (job-wide: 69 naming its endpoint), another
 // node lost, or failed or stopped.
-func causeOf(f rendezvous.Failure) *attempt.Cause {
+func causeOf(f rendezvous.Failure) *stop.Cause {
 	if f.Store {
-		return attempt.ErrCause(attempt.StopStore, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
+		return stop.ErrCause(stop.Store, fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrStoreLost, f.Reason))
 	}
 	if f.Lost {
-		return &attempt.Cause{Reason: attempt.StopLost, Signal: syscall.SIGTERM, Node: f.Node.Rank,
+		return &stop.Cause{Reason: stop.Lost, Signal: syscall.SIGTERM, Node: f.Node.Rank,
 			Err: fmt.Errorf("%w: %w: %s", failure.ErrRendezvous, rendezvous.ErrNodeLost, f)}
 	}
-	return &attempt.Cause{Reason: attempt.StopRemote, Signal: syscall.SIGTERM, Node: f.Node.Rank, Message: f.Reason}
+	return &stop.Cause{Reason: stop.Remote, Signal: syscall.SIGTERM, Node: f.Node.Rank, Message: f.Reason}
 }
 
 // rendezvousErr marks a rendezvous failure as failure.ErrRendezvous (exit 69), keeping configuration errors as they are

@@ -6,6 +6,7 @@ import (
 	"tpurun/internal/attempt"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
+	"tpurun/internal/stop"
 )
 
 // Observer learns of a job's progress: the status endpoint, function-mode bookkeeping, metrics. Observe is called
@@ -82,7 +83,7 @@ type Report struct {
 	Program  []string // the command every worker ran (the interpreter first for a Python program)
 	Attempts []*attempt.Attempt
 	Results  *results.Document
-	Verdict  *attempt.Verdict // how the job ended; never nil once Run returns a report
+	Verdict  *stop.Verdict // how the job ended; never nil once Run returns a report
 }
 
 // Last is the final attempt, nil before any.

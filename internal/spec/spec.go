@@ -84,7 +84,7 @@ type Spec struct {
 	SampleInterval time.Duration // live RSS/CPU sampling; default 1s, negative disables
 	ProcRoot       string        // default /proc, for the orphan sweep
 
-	// Signals are the signals the job acts on and forwards to its workers (see attempt.NotifySignals); nil with
+	// Signals are the signals the job acts on and forwards to its workers (see stop.NotifySignals); nil with
 	// CatchSignals: Run catches them itself while it runs, so that a SIGTERM to the program stops the job (exit 143)
 	// instead of ending the program and leaving the workers' children running; nil without it: none.
 	Signals      <-chan os.Signal

@@ -14,6 +14,7 @@ import (
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
+	"tpurun/internal/stop"
 )
 
 // Write writes the per-rank exit summary of every attempt of r (WriteAttempt).
@@ -31,7 +32,7 @@ func WriteAttempt(w io.Writer, r *spec.Report, a *attempt.Attempt) {
 	var b strings.Builder
 	v := a.Verdict
 	head := fmt.Sprintf("tpurun: run %s attempt %d: %s: %s", r.RunID, a.Number, v.Reason, v.Summary())
-	if v.Reason != attempt.StopDone && v.Reason != attempt.StopFailure {
+	if v.Reason != stop.Done && v.Reason != stop.Failure {
 		if clean := cleanRanks(a.Ranks); clean != "" {
 			head += "; " + clean
 		}

@@ -9,6 +9,7 @@ import (
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/stop"
 )
 
 // The machine of an attempt, transition by transition, without a process, a timer or a goroutine: every phase
@@ -17,8 +18,8 @@ import (
 
 var (
 	failure1 = &proc.WorkerError{Rank: 1, Exit: proc.Exit{PID: 42, ExitCode: 3}}
-	remote   = &Cause{Reason: StopRemote, Signal: syscall.SIGTERM, Node: 2, Message: "rank 5 exited 1"}
-	sigterm  = SignalCause(syscall.SIGTERM)
+	remote   = &stop.Cause{Reason: stop.Remote, Signal: syscall.SIGTERM, Node: 2, Message: "rank 5 exited 1"}
+	sigterm  = stop.SignalCause(syscall.SIGTERM)
 )
 
 // histories reach each phase with two workers.
@@ -80,10 +81,10 @@ func TestAttemptTransitions(t *testing.T) {
 		// running: every worker started
 		{Running, Event{Kind: EvExited}, Running, ""},
 		{Running, Event{Kind: EvExited, Failed: failure1}, Stopping, "failed announce signal:SIGTERM arm-grace"},
-		{Running, Event{Kind: EvStop, Cause: SignalCause(syscall.SIGINT)}, Stopping, "announce signal:SIGINT arm-grace"},
-		{Running, Event{Kind: EvStop, Cause: SignalCause(syscall.SIGQUIT)}, Stopping, "announce signal:SIGQUIT arm-grace"},
+		{Running, Event{Kind: EvStop, Cause: stop.SignalCause(syscall.SIGINT)}, Stopping, "announce signal:SIGINT arm-grace"},
+		{Running, Event{Kind: EvStop, Cause: stop.SignalCause(syscall.SIGQUIT)}, Stopping, "announce signal:SIGQUIT arm-grace"},
 		{Running, Event{Kind: EvStop, Cause: remote}, Stopping, "signal:SIGTERM arm-grace"},
-		{Running, Event{Kind: EvStop, Cause: ErrCause(StopTimeout, nil)}, Stopping, "announce signal:SIGTERM arm-grace"},
+		{Running, Event{Kind: EvStop, Cause: stop.ErrCause(stop.Timeout, nil)}, Stopping, "announce signal:SIGTERM arm-grace"},
 		{Running, Event{Kind: EvForward, Signal: syscall.SIGHUP}, Running, "signal:SIGHUP"},
 		{Running, Event{Kind: EvSecondStop, Why: "--timeout 1s expired"}, Running, ""},
 		{Running, Event{Kind: EvGrace}, Running, ""},
@@ -91,7 +92,7 @@ func TestAttemptTransitions(t *testing.T) {
 		{Stopping, Event{Kind: EvAdded}, Stopping, "signal-new:SIGTERM"},
 		{Stopping, Event{Kind: EvExited}, Stopping, ""},
 		{Stopping, Event{Kind: EvExited, Failed: failure1}, Stopping, ""}, // a consequence, not a failure
-		{Stopping, Event{Kind: EvStop, Cause: FailureCause(failure1)}, Stopping, ""},
+		{Stopping, Event{Kind: EvStop, Cause: stop.FailureCause(failure1)}, Stopping, ""},
 		{Stopping, Event{Kind: EvForward, Signal: syscall.SIGUSR2}, Stopping, "signal:SIGUSR2"},
 		{Stopping, Event{Kind: EvGrace}, Killing, "kill"},
 		{Stopping, Event{Kind: EvSecondStop, Signal: syscall.SIGTERM, Why: "second SIGTERM"}, Killing, "kill hurry"},
@@ -136,31 +137,31 @@ func TestAttemptPaths(t *testing.T) {
 		name    string
 		events  []Event
 		acts    string // every action, in order
-		reason  StopReason
+		reason  stop.Reason
 		code    int
 		escaped string
 	}{
 		{"success, nothing left behind", []Event{{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvExited}, {Kind: EvExited},
 			{Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"term-orphans sweep drain settle", StopDone, 0, ""},
+			"term-orphans sweep drain settle", stop.Done, 0, ""},
 		{"failure, the others end on SIGTERM", []Event{{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted},
 			{Kind: EvExited, Failed: failure1}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"failed announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopFailure, 3, ""},
+			"failed announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Failure, 3, ""},
 		{"SIGTERM, workers exit 0: still 143", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: sigterm},
 			{Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopSignal, 143, ""},
-		{"SIGINT, grace expires", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: SignalCause(syscall.SIGINT)},
+			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Signal, 143, ""},
+		{"SIGINT, grace expires", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: stop.SignalCause(syscall.SIGINT)},
 			{Kind: EvGrace}, {Kind: EvExited, Failed: &proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}}}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGINT arm-grace kill sweep drain settle", StopSignal, 130, "grace 7s expired"},
+			"announce signal:SIGINT arm-grace kill sweep drain settle", stop.Signal, 130, "grace 7s expired"},
 		{"second SIGTERM", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: sigterm},
 			{Kind: EvSecondStop, Signal: syscall.SIGTERM, Why: "second SIGTERM"}, {Kind: EvExited}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace kill hurry sweep drain settle", StopSignal, 143, "second SIGTERM"},
-		{"start failure after one worker", []Event{{Kind: EvAdded}, {Kind: EvStop, Cause: ErrCause(StopStart, &failure.ProgramError{Program: "x", Err: syscall.ENOENT})},
+			"announce signal:SIGTERM arm-grace kill hurry sweep drain settle", stop.Signal, 143, "second SIGTERM"},
+		{"start failure after one worker", []Event{{Kind: EvAdded}, {Kind: EvStop, Cause: stop.ErrCause(stop.Start, &failure.ProgramError{Program: "x", Err: syscall.ENOENT})},
 			{Kind: EvStarted}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", StopStart, 127, ""},
+			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Start, 127, ""},
 		{"every worker exits during the start", []Event{{Kind: EvAdded}, {Kind: EvExited}, {Kind: EvAdded}, {Kind: EvExited},
 			{Kind: EvStarted}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"term-orphans sweep drain settle", StopDone, 0, ""},
+			"term-orphans sweep drain settle", stop.Done, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewMachine(7 * time.Second)

@@ -1,0 +1,195 @@
+package attempt
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+	"tpurun/internal/stop"
+	"tpurun/internal/topology"
+
+	"go.uber.org/zap"
+)
+
+// stderrTailLines is how many last stderr lines of a failed rank the report shows.
+const stderrTailLines = 10
+
+// Runner runs the attempts of this node's workers, one at a time: what every attempt of a run shares, filled once
+// by the job after the host's preparation (the job's narrow interface to its attempts).
+type Runner struct {
+	Program               []string // the workers' command; ${local_rank} in an argument is expanded per worker
+	Env                   []string // the inherited environment
+	Dir                   string   // the workers' working directory; "" is this process's
+	RunID, Role, SweepTag string
+	MaxRestarts           int
+	Grace                 time.Duration // SIGTERM to SIGKILL
+	Timeout               time.Duration // the job's --timeout, named in a verdict; 0 means none
+	DrainTimeout          time.Duration // how long a pipe may stay idle once the subtree is gone
+
+	LogDir  string // the log directory, "" without one
+	RunLogs string // this run's directory below LogDir: <run-id>_<random>
+	Scratch string // holds the error files when there is no log directory
+
+	// What goes where: the streams shown, sent to the log files only, or both; the line prefix; stdin.
+	LocalRanksFilter []int
+	Redirects, Tee   console.StdSpec
+	LogPrefix        string
+	RawOutput        bool
+	Stdout, Stderr   *console.Console
+	Stdin            *os.File
+	StdinTo          console.StdinMode
+
+	ProcRoot     string // where the sweep reads the processes
+	SweepSubtree bool   // the sweep may walk this process's whole subtree (see Spec.SweepSubtree)
+
+	Log     *zap.Logger
+	Starter Starter      // starts a worker otherwise than by exec (the preloaded interpreter); nil: exec
+	Reaper  *proc.Reaper // the process's reaper, lent to the run; nil without one
+	Sampler *Sampler
+	Term    *Terminal        // the terminal whose input goes to local rank 0; nil without one
+	Ctl     *stop.Controller // the one stop controller of the run
+
+	OnStart  func(n int)                       // attempt n begins, before its workers start
+	OnFailed func(n int, we *proc.WorkerError) // the first failed worker of attempt n, before the others are stopped
+}
+
+// Spec is one attempt of the local group, fixed before it starts: which workers of which plan, the
+// run-time values their environment gets, where results go, and who hears of this node's own stop.
+type Spec struct {
+	N          int // attempt (generation) number: TORCHELASTIC_RESTART_COUNT
+	Plan       *topology.Plan
+	NodeRank   int
+	MasterAddr string
+	MasterPort int
+	Sink       Sink
+	Announce   func(*stop.Cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
+}
+
+// child is one started worker process of one attempt.
+type child struct {
+	w       topology.Worker
+	p       *proc.Process // set on the controller's goroutine
+	readers []*os.File    // the launcher's ends: stdout, stderr (stdout's when oneStream), results (then local rank 0's terminal, see terminalInput)
+	one     bool          // stdout and stderr are one pipe or pseudo-terminal (see oneStream): errTail holds both
+	files   []*os.File    // log files
+	fwd     []forward     // of stdout and stderr (and the terminal), attached once the worker started
+	masters []*os.File    // the readers that are pseudo-terminals (tpurun at a terminal): tpurun's window size follows
+	input   *os.File      // the pseudo-terminal that gets what is typed at tpurun's terminal, nil when none
+	ctty    *os.File      // the master of its controlling terminal when it leads a session of its own, else nil
+	io      sync.WaitGroup
+	errTail console.Tail
+	errFile string
+	resErr  error
+	exit    proc.Exit
+	exited  bool
+	// drain reads the worker's pipes: once its subtree is gone, a pipe that stays idle for the drain timeout is
+	// given up (see console.Drain).
+	drain console.Drain
+}
+
+// forward is one forwarder of a worker's output and what it reads.
+type forward struct {
+	*console.Forwarder
+	from *os.File
+}
+
+// Run starts every local worker of as once and lets the controller supervise them (supervisor, Machine)
+// until every one has exited, the groups are killed, the orphans swept and the pipes drained; then it releases
+// the held zombies and summarizes each rank. Its Verdict says how it ended; stopSeq is the controller's count of
+// job-wide causes when it ended (Controller.StopSeq).
+func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
+	n := as.N
+	local := as.Plan.Local(as.NodeRank)
+	a = &Attempt{Number: n}
+	if r.OnStart != nil {
+		r.OnStart(n)
+	}
+	if r.LogDir != "" {
+		a.LogDir = filepath.Join(r.LogDir, r.RunLogs, "attempt_"+strconv.Itoa(n))
+	}
+	s := newSupervisor(r, as, a, len(local))
+	r.Ctl.Attach(s)
+	if err := r.makeLogDirs(n, local); err != nil {
+		r.Ctl.Stop(stop.ErrCause(stop.Start, err)) // nothing started
+	} else {
+		r.startAll(s, local)
+	}
+	r.Ctl.Do(func() { s.feed(Event{Kind: EvStarted}) })
+	<-s.settled
+	r.release(a, s.ws)
+	a.Verdict = s.m.Verdict(n, r.Timeout)
+	if a.Verdict.Reason == stop.Done {
+		for _, rs := range a.Ranks {
+			if rs.ResultErr != nil {
+				err := &failure.ResultError{Rank: rs.Rank, PID: rs.PID, Err: rs.ResultErr}
+				a.Verdict = &stop.Verdict{Reason: stop.Done, Code: failure.ExitCode(err), Node: -1, Err: err}
+				break
+			}
+		}
+	}
+	return a, s.stopSeq
+}
+
+// release lets every held zombie be reaped (with its resource usage), closes the pipes and log files and fills
+// in the per-rank summaries.
+func (r *Runner) release(a *Attempt, ws []*child) {
+	for _, wk := range ws {
+		wk.exit = wk.p.Release() // the group is torn down: let the pid go, with the resource usage
+	}
+	present := r.errorFiles()
+	for _, wk := range ws {
+		for _, f := range slices.Concat(wk.readers, wk.files) {
+			_ = f.Close()
+		}
+		ex := wk.exit
+		s := RankSummary{
+			Rank: wk.w.Rank, LocalRank: wk.w.LocalRank, Exit: ex,
+			Sampled: r.Sampler.remove(ex.PID), StderrTail: wk.errTail.Lines(stderrTailLines), TailHasStdout: wk.one,
+			ErrorFile: wk.errFile, ResultErr: wk.resErr,
+		}
+		if r.LogDir == "" {
+			s.ErrorFile = "" // it lived in the run's scratch directory, removed at the end: name no path that is gone
+		}
+		var rec *ErrorRecord
+		var err error
+		if present == nil || present[filepath.Base(wk.errFile)] {
+			rec, err = readErrorFile(wk.errFile)
+		}
+		if err != nil {
+			r.Log.Warn("unreadable TORCHELASTIC_ERROR_FILE", zap.Int("rank", wk.w.Rank), zap.Error(err))
+		}
+		s.Error = rec
+		a.Ranks = append(a.Ranks, s)
+	}
+}
+
+// errorFiles are the names in the run's scratch directory, where the workers' TORCHELASTIC_ERROR_FILEs are without
+// a log directory: one listing instead of an open per worker, most of which find nothing. nil when unknown (a log
+// directory, or the listing failed): each file is looked for.
+func (r *Runner) errorFiles() map[string]bool {
+	if r.LogDir != "" || r.Scratch == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(r.Scratch)
+	if err != nil {
+		return nil
+	}
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	return names
+}
+
+func sigText(s syscall.Signal) string {
+	if s == 0 {
+		return ""
+	}
+	return failure.SignalName(s)
+}

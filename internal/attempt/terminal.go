@@ -1,0 +1,227 @@
+package attempt
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"tpurun/internal/console"
+	"tpurun/internal/topology"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// Terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its
+// foreground group at the start (an interactive shell, docker run -it). tpurun keeps it: its group stays the
+// foreground group, so Ctrl-C, Ctrl-\ and Ctrl-Z reach tpurun, which acts on the whole job, and what is typed there
+// is relayed, a line at a time as the terminal (never put in raw mode) gives it, to local rank 0's pseudo-terminal
+// (docs/CONTROL.md, "Terminal and stdin").
+type Terminal struct {
+	f   *os.File
+	fd  int
+	own int // tpurun's process group
+
+	mu      sync.Mutex
+	to      *os.File // local rank 0's pseudo-terminal (its master), nil while none takes input
+	started bool
+	wake    [2]int        // a pipe: Close wakes the relay
+	done    chan struct{} // closed when the relay returned
+}
+
+// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil.
+func OpenTerminal(stdin *os.File) *Terminal {
+	if stdin == nil {
+		return nil
+	}
+	fd := int(stdin.Fd())
+	fg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP) // ENOTTY: not a terminal, or not tpurun's controlling one
+	if err != nil || fg != syscall.Getpgrp() {
+		return nil
+	}
+	return &Terminal{f: stdin, fd: fd, own: fg, wake: [2]int{-1, -1}, done: make(chan struct{})}
+}
+
+// foreground is the terminal's foreground process group now (0 when it cannot be read).
+func (t *Terminal) foreground() int {
+	fg, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
+	if err != nil {
+		return 0
+	}
+	return fg
+}
+
+// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
+// with the first.
+func (t *Terminal) inputTo(m *os.File) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.to = m
+	if t.started {
+		return
+	}
+	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
+		t.to = nil // no relay without a way to end it: the worker reads nothing
+		return
+	}
+	t.started = true
+	go t.relay()
+}
+
+// inputEnd stops relaying to m (its worker exited, or its attempt is over): what is typed next stays in the terminal
+// for whoever reads it next.
+func (t *Terminal) inputEnd(m *os.File) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.to == m {
+		t.to = nil
+	}
+}
+
+func (t *Terminal) target() *os.File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.to
+}
+
+// Close ends the relay.
+func (t *Terminal) Close() {
+	t.mu.Lock()
+	started := t.started
+	t.mu.Unlock()
+	if !started {
+		return
+	}
+	_, _ = unix.Write(t.wake[1], []byte{0})
+	<-t.done
+	_, _ = unix.Close(t.wake[0]), unix.Close(t.wake[1])
+}
+
+// veof is the end of input a canonical terminal takes (Ctrl-D), sent on to the worker's terminal for each end of
+// input and each partial line (what Ctrl-D after some text gives) that tpurun's terminal gives.
+const veof = 4
+
+// relay copies what is typed at the terminal to the worker's terminal of the moment. It reads only when the
+// terminal has input, tpurun's group is its foreground group and a worker takes it: in the background (bg, Ctrl-Z)
+// a read would stop tpurun (SIGTTIN) or take the shell's input, and between attempts the input waits in the
+// terminal.
+func (t *Terminal) relay() {
+	defer close(t.done)
+	buf := make([]byte, 4096)
+	for {
+		fds := []unix.PollFd{{Fd: int32(t.fd), Events: unix.POLLIN}, {Fd: int32(t.wake[0]), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return
+		}
+		if fds[1].Revents != 0 || fds[0].Revents&unix.POLLIN == 0 { // Close, or the terminal hung up
+			return
+		}
+		to := t.target()
+		if to == nil || t.foreground() != t.own {
+			if t.pause() {
+				return
+			}
+			continue
+		}
+		n, err := unix.Read(t.fd, buf)
+		switch {
+		case errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN):
+			continue
+		case err != nil:
+			return // EIO: hung up
+		}
+		in := buf[:n]
+		if n == 0 || in[n-1] != '\n' {
+			in = append(in, veof) // Ctrl-D typed: an end of input, or a partial line pushed
+		}
+		_, _ = to.Write(in) // fails once the worker's terminal is closed: the input was for it
+	}
+}
+
+// pause waits a moment (input the relay does not take yet), or until Close (true).
+func (t *Terminal) pause() bool {
+	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, int(100*time.Millisecond/time.Millisecond))
+	return n > 0
+}
+
+// stdinFor is what worker w reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
+// terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read /dev/null, as the terminal
+// gives its input to one reader.
+func (r *Runner) stdinFor(w topology.Worker) (*os.File, bool) {
+	switch {
+	case r.Stdin == nil || r.StdinTo == console.StdinNone:
+		return nil, false
+	case r.Term != nil && r.Term.foreground() == r.Term.own:
+		return nil, w.LocalRank == 0
+	case r.Term != nil || isTerminal(r.Stdin):
+		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
+	case r.StdinTo == console.StdinFirst && w.LocalRank != 0:
+		return nil, false
+	}
+	return r.Stdin, false
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// windowSize is the size of tpurun's terminal (its stdout's, else its stderr's, else its stdin's), nil without one.
+func (r *Runner) windowSize() *unix.Winsize {
+	for _, c := range []*console.Console{r.Stdout, r.Stderr} {
+		if c != nil {
+			if ws := c.WindowSize(); ws != nil {
+				return ws
+			}
+		}
+	}
+	if r.Term != nil {
+		if ws, err := unix.IoctlGetWinsize(r.Term.fd, unix.TIOCGWINSZ); err == nil {
+			return ws
+		}
+	}
+	return nil
+}
+
+// resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH): the kernel sends SIGWINCH
+// to each one's foreground group when it changed; a worker without one gets the signal from tpurun. It reports
+// false when no worker has one (the signal is then forwarded as any other).
+func (s *supervisor) resizeTerminals() bool {
+	ws := s.r.windowSize()
+	some := false
+	for _, wk := range s.ws {
+		some = some || len(wk.masters) > 0
+	}
+	if !some {
+		return false
+	}
+	for _, wk := range s.ws {
+		if len(wk.masters) == 0 {
+			s.signalOne(wk, syscall.SIGWINCH)
+		}
+	}
+	s.resizeMasters(ws)
+	return true
+}
+
+// resizeMasters gives every worker's pseudo-terminal the window size ws (nil: none known); the kernel signals the
+// foreground group of each one whose size changed. After a resume too: the terminal may have been resized while
+// the job was stopped or in the background, when the SIGWINCH went to the shell.
+func (s *supervisor) resizeMasters(ws *unix.Winsize) {
+	for _, wk := range s.ws {
+		for _, m := range wk.masters {
+			if ws == nil {
+				return
+			}
+			if err := console.Resize(m, ws); err != nil && !errors.Is(err, os.ErrClosed) {
+				s.r.Log.Debug("window size not passed on", zap.Int("rank", wk.w.Rank), zap.Error(err))
+			}
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package stop
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+)
+
+// Reason says what ended an attempt (or a job): the first cause of its stop, or Done.
+type Reason string
+
+// The reasons an attempt or a job ends (see docs/CONTROL.md).
+const (
+	Done     Reason = "done"     // every worker exited on its own
+	Failure  Reason = "failure"  // a worker of this node failed; the rest were stopped
+	Start    Reason = "start"    // a worker could not be started; the rest were stopped
+	Signal   Reason = "signal"   // tpurun received a stop signal (SIGINT, SIGTERM, SIGQUIT)
+	Timeout  Reason = "timeout"  // --timeout expired
+	Canceled Reason = "canceled" // the caller's context was canceled
+	Output   Reason = "output"   // writing tpurun's stdout or stderr failed
+	Remote   Reason = "remote"   // another node failed or stopped
+	Lost     Reason = "lost"     // another node was lost
+	Store    Reason = "store"    // the rendezvous store was lost
+	Closed   Reason = "closed"   // the job was closed: it ended on the other nodes
+)
+
+// JobWide reports whether a stop for r ends the job: it is never restarted, and every wait of the run ends.
+func (r Reason) JobWide() bool {
+	switch r {
+	case Signal, Timeout, Canceled, Output, Store, Closed:
+		return true
+	}
+	return false
+}
+
+// Cause is one reason to stop, as the launcher's stop controller and an attempt's Machine act on it; a verdict is
+// made from the first one.
+type Cause struct {
+	Reason  Reason
+	Signal  syscall.Signal    // the signal the workers get: the stop signal tpurun received, else SIGTERM
+	Err     error             // the typed error behind it (an output error, a start error, a rendezvous error)
+	Failure *proc.WorkerError // Failure
+	Node    int               // Remote, Lost: the node; -1 none
+	Message string            // Remote: the other node's words
+	// SkipGroup is a worker process group that already got Signal (from the terminal): it is not sent again.
+	SkipGroup int
+}
+
+// Announced reports whether the other nodes are told of this cause: it is this node's own stop (theirs they know).
+func (c *Cause) Announced() bool {
+	return c.Reason != Remote && c.Reason != Lost && c.Reason != Closed
+}
+
+func (c *Cause) String() string {
+	switch c.Reason {
+	case Signal:
+		return "received " + failure.SignalName(c.Signal)
+	case Failure:
+		return c.Failure.Error()
+	case Remote:
+		return fmt.Sprintf("node %d failed or stopped: %s", c.Node, c.Message)
+	}
+	if c.Err != nil {
+		return c.Err.Error()
+	}
+	return string(c.Reason)
+}
+
+// SignalCause is the cause of a stop signal tpurun received.
+func SignalCause(s syscall.Signal) *Cause {
+	return &Cause{Reason: Signal, Signal: s, Node: -1}
+}
+
+// FailureCause is the cause of a worker of this node that failed.
+func FailureCause(we *proc.WorkerError) *Cause {
+	return &Cause{Reason: Failure, Signal: syscall.SIGTERM, Failure: we, Node: -1}
+}
+
+// ErrCause is a cause for r with the error behind it.
+func ErrCause(r Reason, err error) *Cause {
+	return &Cause{Reason: r, Signal: syscall.SIGTERM, Err: err, Node: -1}
+}
+
+// Verdict is the verdict of an attempt (number n) that ended for c (nil: every worker ended on its own), with
+// escalated saying why SIGKILL was needed.
+func (c *Cause) Verdict(n int, timeout time.Duration, escalated string) *Verdict {
+	if c == nil {
+		return &Verdict{Reason: Done, Node: -1}
+	}
+	v := &Verdict{Reason: c.Reason, Signal: c.Signal, Node: c.Node, Escalated: escalated, Err: c.Err}
+	switch c.Reason {
+	case Signal:
+		v.Err = &failure.SignalError{Signal: c.Signal, During: "attempt " + fmt.Sprint(n)}
+		v.Code = failure.ExitSignal(c.Signal)
+	case Failure:
+		v.Signal, v.Failure, v.Err = 0, c.Failure, c.Failure
+		v.Code = c.Failure.ExitStatus()
+	case Timeout:
+		v.Signal = 0
+		v.Err = fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", failure.ErrTimeout, timeout, n)
+		v.Code = failure.ExitTimeout
+	case Remote:
+		v.Signal, v.Message = 0, c.Message
+		v.Err = &failure.NodeError{Node: c.Node, Code: failure.ExitRendezvous, Message: c.Message}
+		v.Code = failure.ExitRendezvous // until the world's verdict names the node's code
+	default:
+		v.Signal = 0
+		v.Code = failure.ExitCode(c.Err)
+	}
+	return v
+}
+
+// VerdictDuring is the verdict of a job-wide cause that stopped the job outside an attempt, during what it was
+// doing ("the rendezvous join").
+func (c *Cause) VerdictDuring(during string, timeout time.Duration) *Verdict {
+	v := c.Verdict(0, timeout, "")
+	v.During = during
+	switch c.Reason {
+	case Signal:
+		v.Err = &failure.SignalError{Signal: c.Signal, During: during}
+	case Timeout:
+		v.Err = fmt.Errorf("%w: the timeout %s expired during %s", failure.ErrTimeout, timeout, during)
+	}
+	return v
+}

@@ -1,0 +1,314 @@
+package stop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+
+	"go.uber.org/zap"
+)
+
+// Controller is the one stop controller of a run (docs/CONTROL.md): its goroutine is the only reader of the
+// run's signals, of its timers (--timeout, the grace period) and of every other reason to stop — a console write
+// error, the caller's context, a cause another goroutine reports (a failing rank, another node, the rendezvous
+// store) — in every phase of the run. It drives the attached attempt (a supervisor: exits, stops, escalation) and
+// cancels the contexts of every other wait (join, barrier, the exchange of outcomes, between generations).
+type Controller struct {
+	log      *zap.Logger
+	timeout  time.Duration
+	procRoot string           // where the process group's orphaned state is read
+	ctx      context.Context  // the caller's
+	sigs     <-chan os.Signal // Spec.Signals, coalesced
+	outErr   <-chan error     // the first write error of tpurun's stdout or stderr
+	msgs     chan func()      // work for the loop, from other goroutines
+	quit     chan struct{}
+	done     chan struct{}
+
+	// owned by the loop goroutine
+	seen     map[syscall.Signal]bool // stop signals received so far
+	att      Attempt                 // the attempt being supervised, nil between attempts
+	pending  *Cause                  // a cause for this generation's attempt that came before it was attached
+	timeoutC <-chan time.Time
+	timer    *time.Timer
+	consoles []*console.Console
+	job      jobControl // job control: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT
+
+	mu      sync.Mutex
+	first   *Cause // the first job-wide cause
+	last    *Cause // the latest job-wide cause
+	seq     int    // how many job-wide causes came so far
+	hurried bool   // a second stop came: nothing waits any more
+	jobCtx  context.Context
+	cancel  context.CancelCauseFunc
+	waiters map[*context.CancelCauseFunc]struct{}
+}
+
+// stopped is the cause a context of the controller is canceled with.
+type stopped struct{ c *Cause }
+
+func (e *stopped) Error() string { return "stopping: " + e.c.String() }
+
+// CauseOf is the controller's cause behind a canceled context, nil when it was not the controller.
+func CauseOf(ctx context.Context) *Cause {
+	var s *stopped
+	if errors.As(context.Cause(ctx), &s) {
+		return s.c
+	}
+	return nil
+}
+
+// NewController starts the controller of a run: its timeout counts from now.
+func NewController(ctx context.Context, log *zap.Logger, timeout time.Duration, procRoot string, sigs <-chan os.Signal, outErr <-chan error,
+	consoles []*console.Console) *Controller {
+	c := &Controller{log: log, timeout: timeout, procRoot: procRoot, ctx: ctx, sigs: sigs, outErr: outErr,
+		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
+		consoles: consoles, waiters: map[*context.CancelCauseFunc]struct{}{}}
+	c.jobCtx, c.cancel = context.WithCancelCause(context.Background())
+	if timeout > 0 {
+		c.timer = time.NewTimer(timeout)
+		c.timeoutC = c.timer.C
+	}
+	go c.loop()
+	return c
+}
+
+// Close ends the loop; nothing is supervised any more.
+func (c *Controller) Close() {
+	close(c.quit)
+	<-c.done
+	c.closeJob()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.cancel(nil)
+}
+
+func (c *Controller) loop() {
+	defer close(c.done)
+	ctxDone := c.ctx.Done()
+	for {
+		var w Wakeups
+		if c.att != nil {
+			w = c.att.Wakeups()
+		}
+		select {
+		case sig := <-c.sigs:
+			c.onSignal(sig)
+		case err := <-c.outErr:
+			c.outErr = nil
+			c.onCause(ErrCause(Output, err))
+		case <-c.timeoutC:
+			c.timeoutC = nil
+			c.onTimeout()
+		case <-ctxDone:
+			ctxDone = nil
+			c.onCause(ErrCause(Canceled, c.ctx.Err()))
+		case f := <-c.msgs:
+			f()
+		case f := <-w.Exits:
+			f()
+		case <-w.Grace:
+			c.att.GraceExpired()
+		case <-w.Orphans:
+			c.att.CheckOrphans()
+		case <-w.Poll:
+			c.att.CheckOrphans()
+		case <-c.job.tick():
+			c.jobEvent(jobTick, 0)
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// Do runs f on the loop goroutine and returns once the loop has taken it (at once when the controller is closed:
+// f is then never run).
+func (c *Controller) Do(f func()) {
+	select {
+	case c.msgs <- f:
+	case <-c.done:
+	}
+}
+
+// Stop reports a cause to stop from any goroutine: a failure of another node, a lost node, the rendezvous store
+// gone, the job closed.
+func (c *Controller) Stop(x *Cause) { c.Do(func() { c.onCause(x) }) }
+
+// JobContext is canceled by the first job-wide cause: the join, the barrier and the decision to restart use it,
+// so a stopping job starts nothing new.
+func (c *Controller) JobContext() context.Context { return c.jobCtx }
+
+// JobCause is the first job-wide cause, nil while none.
+func (c *Controller) JobCause() *Cause {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
+
+// StopSeq counts the job-wide causes so far: a wait made later with waitContext(parent, since) ends at once when a
+// cause came after since (after the attempt before it ended, say).
+func (c *Controller) StopSeq() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq
+}
+
+// WaitContext is parent, also canceled by any job-wide cause after the since'th (stopSeq), whether it came before
+// the wait began or while it lasts, and at once after a second stop: a node that waits for the others' outcome
+// after its own stop still waits, but not past the next signal, timeout or lost store.
+func (c *Controller) WaitContext(parent context.Context, since int) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	c.mu.Lock()
+	if c.seq > since || c.hurried {
+		cancel(&stopped{c.last})
+	}
+	c.waiters[&cancel] = struct{}{}
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.waiters, &cancel)
+		c.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// onCause takes one cause: a job-wide one is recorded (the first one ends the job) and ends every wait; any cause
+// goes to the attempt being supervised, or waits for this generation's attempt.
+func (c *Controller) onCause(x *Cause) {
+	if x.Reason.JobWide() {
+		c.mu.Lock()
+		if c.first == nil {
+			c.first = x
+			c.cancel(&stopped{x})
+		}
+		c.seq++
+		c.last = x
+		for w := range c.waiters {
+			(*w)(&stopped{x})
+		}
+		c.mu.Unlock()
+	}
+	switch {
+	case c.att != nil:
+		c.att.Stop(x)
+	case x.Reason.JobWide():
+		c.log.Warn(x.String() + ": stopping the run")
+	case c.pending == nil:
+		c.pending = x
+	}
+	if c.job.phase == jobStopping || c.job.phase == jobHeld { // the stop resumes the workers (SIGCONT after the stop signal): so does job control
+		c.jobEvent(jobCancel, 0)
+	}
+}
+
+// BeginGeneration forgets the causes that were for the last generation's attempt.
+func (c *Controller) BeginGeneration() { c.Do(func() { c.pending = nil }) }
+
+// Attach makes a the supervised attempt; a cause that came before it applies at once.
+func (c *Controller) Attach(a Attempt) {
+	c.Do(func() {
+		c.att = a
+		if x := c.JobCause(); x != nil {
+			a.Stop(x)
+		} else if c.pending != nil {
+			a.Stop(c.pending)
+		}
+	})
+}
+
+// Detach ends the supervision of s (on the loop goroutine, when its attempt is over).
+func (c *Controller) Detach(s Attempt) {
+	if c.att == s {
+		c.att = nil
+	}
+}
+
+// onSignal applies the signal policy (policyOf, below) to one signal tpurun received.
+func (c *Controller) onSignal(sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return
+	}
+	switch policyOf(s) {
+	case policyStop:
+		c.onStopSignal(s)
+	case policyJobStop:
+		c.jobEvent(jobStopSignal, s)
+	case policyContinue:
+		c.jobEvent(jobContinue, 0)
+	case policyForward:
+		if c.att == nil {
+			c.log.Info("no worker to forward "+failure.SignalName(s)+" to: between attempts", zap.String("signal", failure.SignalName(s)))
+			return
+		}
+		c.att.Forward(s)
+	}
+}
+
+// onStopSignal: the first stop signal stops the run; the same one again, or any once the attempt's grace has
+// begun, is a second stop: SIGKILL now, and no more waiting for a reader of the output or for the other nodes.
+func (c *Controller) onStopSignal(s syscall.Signal) {
+	second := c.seen[s] || (c.att != nil && c.att.GraceBegan())
+	c.seen[s] = true
+	for _, con := range c.consoles {
+		con.Stopped(s) // output dropped from now on was lost to s
+	}
+	if !second {
+		c.onCause(SignalCause(s))
+		if c.att == nil || c.att.AllExited() {
+			// No worker runs (before the first attempt, between two, once every worker of this one has exited, or at
+			// the end of the run): nothing is left to stop gently, only readers of the output to wait for, and that
+			// wait is now bounded (after Run returns, HurryOnStop does the same).
+			c.Hurry()
+		}
+		return
+	}
+	if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
+		c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
+			zap.String("signal", failure.SignalName(s)))
+	}
+	c.mu.Lock()
+	c.hurried = true
+	c.mu.Unlock()
+	c.onCause(SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
+	if c.att != nil {
+		c.att.SecondStop(s, "second "+failure.SignalName(s))
+	}
+	c.Hurry()
+}
+
+// onTimeout: --timeout stops the run; when the attempt's grace has already begun (it stops for another cause),
+// the timeout bounds it too: SIGKILL now.
+func (c *Controller) onTimeout() {
+	why := "--timeout " + c.timeout.String() + " expired"
+	escalate := c.att != nil && c.att.GraceBegan()
+	c.onCause(ErrCause(Timeout, fmt.Errorf("%w: %s", failure.ErrTimeout, why)))
+	if escalate {
+		c.att.SecondStop(0, why)
+	}
+}
+
+// hurryWrite is how long one write to the launcher's stdout or stderr may wait for its reader after a second stop
+// signal; then the rest of the output is discarded.
+const hurryWrite = time.Second
+
+// Hurry bounds the wait for a slow reader of tpurun's output: from now on each write waits at most hurryWrite (a
+// second stop; a stop once every worker exited).
+func (c *Controller) Hurry() {
+	for _, con := range c.consoles {
+		con.Hurry(hurryWrite)
+	}
+}
+
+// Abandon drops what the consoles still hold for a reader (a stop signal while the workers' last output drains).
+func (c *Controller) Abandon() {
+	for _, con := range c.consoles {
+		con.Abandon()
+	}
+}

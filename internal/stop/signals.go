@@ -1,0 +1,174 @@
+package stop
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"tpurun/internal/console"
+	"tpurun/internal/failure"
+	"tpurun/internal/proc"
+)
+
+// sigPolicy is what tpurun does with a signal it receives: the table of docs/CONTROL.md, in one place.
+type sigPolicy int
+
+// The signal policies.
+const (
+	policyForward  sigPolicy = iota // sent once to every worker group; the run goes on
+	policyStop                      // the run stops: sent as is to every group, grace, SIGKILL
+	policyJobStop                   // job control: every group stopped, then tpurun stops itself
+	policyContinue                  // SIGCONT: sent to every group
+	policyOwn                       // tpurun's own, never forwarded: SIGCHLD, SIGURG, SIGPIPE, SIGPROF
+	policyNone                      // cannot be caught: SIGKILL, SIGSTOP, and 32-34 (the C libraries')
+)
+
+// policyOf is the policy of s.
+func policyOf(s syscall.Signal) sigPolicy {
+	switch s {
+	case syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT:
+		return policyStop
+	case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
+		return policyJobStop
+	case syscall.SIGCONT:
+		return policyContinue
+	case syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPIPE, syscall.SIGPROF:
+		return policyOwn
+	case syscall.SIGKILL, syscall.SIGSTOP, 32, 33, 34: // 32-34: the C libraries' own; Go cannot catch them
+		return policyNone
+	}
+	if s < 1 || s > 64 {
+		return policyNone
+	}
+	return policyForward
+}
+
+// caughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
+// policyOf), except those this process inherited as ignored (SIG_IGN) and can still see as such — SIGHUP and
+// SIGINT (Go's runtime keeps them ignored), SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT (Go never touches them) —: left
+// uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
+// job). Call it before any signal.Notify of the process.
+func caughtSignals() []os.Signal {
+	ignored := ignoredAtStart()
+	var out []os.Signal
+	for n := 1; n <= 64; n++ {
+		s := syscall.Signal(n)
+		switch policyOf(s) {
+		case policyOwn, policyNone:
+			continue
+		}
+		if ignored&(1<<(n-1)) != 0 || signal.Ignored(s) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ignoredAtStart is the mask of this process's ignored signals (SigIgn of /proc/self/status); 0 when unreadable.
+func ignoredAtStart() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return m
+		}
+	}
+	return 0
+}
+
+// NotifySignals routes every caught signal (see caughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
+// nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which the run reports, instead of
+// the Go runtime killing tpurun without a teardown. stop undoes it.
+func NotifySignals() (sigs <-chan os.Signal, stop func()) {
+	c, pipe := make(chan os.Signal, 64), make(chan os.Signal, 1)
+	signal.Notify(c, caughtSignals()...)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	return c, func() { signal.Stop(c); signal.Stop(pipe) }
+}
+
+// HurryOnStop is what a stop signal from sigs does once the run is over (Run has returned): nothing is left to stop,
+// only writes of the output to wait for (the results, the document, the last flush), and from then on each write of
+// the consoles waits at most console.AfterStop for its reader (console.Stop); the exit is then 128+N if output was
+// dropped. Other signals are dropped: no worker is left to forward them to. It reads sigs until the process exits.
+func HurryOnStop(sigs <-chan os.Signal, consoles ...*console.Console) {
+	if sigs == nil {
+		return
+	}
+	go func() {
+		for s := range sigs {
+			if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+				console.Stop(sig, consoles...)
+			}
+		}
+	}()
+}
+
+// Coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
+// from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
+// pending once — a stop signal twice (the second one means "kill now") — in arrival order, until the controller
+// takes it. A storm of SIGUSR1 is one pending SIGUSR1, as the kernel merges a pending signal; the SIGTERM behind
+// it is still delivered. It returns when done is closed.
+func Coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
+	out := make(chan os.Signal)
+	go func() {
+		var pending []os.Signal
+		for {
+			var send chan os.Signal
+			var next os.Signal
+			if len(pending) > 0 {
+				send, next = out, pending[0]
+			}
+			select {
+			case s := <-in:
+				if pendingCount(pending, s) < repeats(s) {
+					pending = append(pending, s)
+				}
+			case send <- next:
+				pending = pending[1:]
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func pendingCount(pending []os.Signal, s os.Signal) int {
+	n := 0
+	for _, p := range pending {
+		if p == s {
+			n++
+		}
+	}
+	return n
+}
+
+// repeats is how many of s may be pending at once: a stop signal twice (a second SIGINT kills at once), any other
+// once.
+func repeats(s os.Signal) int {
+	if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
+		return 2
+	}
+	return 1
+}
+
+// ExitWithParent makes this process send itself SIGTERM when the process that started it exits (the process, not
+// the thread that forked it: proc.ExitWithParent), so a launcher whose caller was killed stops its workers
+// gracefully instead of running on. A caller that is already
+// gone is a *failure.SignalError (exit 143).
+func ExitWithParent() error {
+	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
+		if errors.Is(err, proc.ErrParentGone) {
+			return &failure.SignalError{Signal: syscall.SIGTERM, During: "the start: the process that started tpurun has already exited"}
+		}
+		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
+	}
+	return nil
+}
