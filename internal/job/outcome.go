@@ -1,11 +1,9 @@
 package job
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 
 	"tpurun/internal/results"
 	"tpurun/internal/stop"
@@ -57,48 +55,17 @@ func worldVerdict(all []outcome) (v stop.Verdict, failed bool) {
 	return stop.Verdict{Reason: stop.Done}, false
 }
 
-// publishGather publishes this node's outcome and returns every node's, in node-rank order. An outcome travels in
-// pieces of at most pieceSize(nodes) bytes, one round per piece, so that any results document node 0 can write
-// (every result up to --max-result-bytes) crosses the rendezvous whatever its message limit: a round's gather
-// carries one piece of every node, which stays well under the TCP rendezvous's 4 MiB message and etcd's 1.5 MiB
-// request. The first piece says how many follow.
+// publishGather publishes this node's outcome and returns every node's, in node-rank order, through
+// rendezvous.GatherAll: any results document node 0 can write (every result up to --max-result-bytes) crosses the
+// rendezvous whatever its message limit.
 func publishGather(ctx context.Context, s rendezvous.Session, key string, mine outcome, nodes int) ([]outcome, error) {
 	b, err := json.Marshal(mine)
 	if err != nil {
 		return nil, err
 	}
-	size := pieceSize(nodes)
-	pieces := max(1, (len(b)+size-1)/size)
-	piece := func(i int) []byte {
-		if i*size >= len(b) {
-			return nil
-		}
-		return b[i*size : min(len(b), (i+1)*size)]
-	}
-	first := append(strconv.AppendInt(nil, int64(pieces), 10), '\n')
-	got, err := exchange(ctx, s, key, append(first, piece(0)...))
+	bufs, err := rendezvous.GatherAll(ctx, s, key, b, nodes)
 	if err != nil {
 		return nil, err
-	}
-	bufs := make([][]byte, len(got))
-	rounds := 1
-	for n := range got {
-		head, rest, ok := bytes.Cut(got[n], []byte{'\n'})
-		k, perr := strconv.Atoi(string(head))
-		if !ok || perr != nil || k < 1 {
-			return nil, fmt.Errorf("%s of node %d: not a piece count: %.20q", key, n, head)
-		}
-		bufs[n] = append(bufs[n], rest...)
-		rounds = max(rounds, k)
-	}
-	for i := 1; i < rounds; i++ {
-		more, err := exchange(ctx, s, key+"."+strconv.Itoa(i), piece(i))
-		if err != nil {
-			return nil, err
-		}
-		for n := range bufs {
-			bufs[n] = append(bufs[n], more[n]...)
-		}
 	}
 	all := make([]outcome, 0, len(bufs))
 	for n, buf := range bufs {
@@ -110,30 +77,4 @@ func publishGather(ctx context.Context, s rendezvous.Session, key string, mine o
 		all = append(all, oc)
 	}
 	return all, nil
-}
-
-// pieceSize is how many bytes of an outcome one round carries per node: a round's gather holds every node's
-// piece (base64 in the TCP rendezvous's JSON frames: 4/3 of it), within 1 MiB in all.
-func pieceSize(nodes int) int {
-	return max(16<<10, min(512<<10, (1<<20)/max(1, nodes)))
-}
-
-// exchange publishes data under key and gathers every node's, in node-rank order.
-func exchange(ctx context.Context, s rendezvous.Session, key string, data []byte) ([][]byte, error) {
-	if err := s.Publish(ctx, key, data); err != nil {
-		return nil, err
-	}
-	got, err := s.Gather(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]byte, len(got))
-	for n := range out {
-		v, ok := got[n]
-		if !ok {
-			return nil, fmt.Errorf("%s: node %d published nothing", key, n)
-		}
-		out[n] = v
-	}
-	return out, nil
 }
