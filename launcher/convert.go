@@ -3,6 +3,7 @@ package launcher
 import (
 	"context"
 	"strings"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/console"
 	"tpurun/internal/spec"
@@ -14,7 +15,12 @@ import (
 func (s Spec) internal(ctx context.Context) spec.Spec {
 	d, r, o, p := s.Devices, s.Rendezvous, s.Output, s.Process
 	is := spec.Spec{
-		Program: s.Program, Preload: s.Preload, Env: s.Env, Dir: s.Dir,
+		Options: attempt.Options{Program: s.Program, Env: s.Env, Dir: s.Dir, RunID: s.RunID, Role: s.Role,
+			SweepTag: p.SweepTag, Grace: s.Grace, Timeout: s.Timeout, MaxRestarts: s.MaxRestarts,
+			DrainTimeout: s.DrainTimeout, LogDir: o.LogDir, Redirects: o.Redirects.internal(), Tee: o.Tee.internal(),
+			LocalRanksFilter: o.LocalRanks, LogPrefix: o.Prefix, RawOutput: o.Raw, Stdin: o.Stdin,
+			StdinTo: console.StdinMode(o.StdinTo), SweepSubtree: p.SweepSubtree},
+		Preload: s.Preload,
 		Detect: topology.Options{Device: d.Device, AcceleratorType: d.AcceleratorType, SPMD: d.SPMD,
 			MetadataBudget: d.MetadataTimeout, Logger: s.Logger},
 		Request: topology.Request{NProcs: d.NProcs, SPMD: d.SPMD, TPUPortBase: d.TPUPortBase, IsolateGPUs: d.IsolateGPUs},
@@ -23,16 +29,10 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 			MinNodes: r.MinNodes, NodeRank: r.NodeRank, Conf: strings.Join(r.Conf, ","), Timeout: r.Timeout,
 			Token: r.Token, NodeName: r.NodeName, NodeAddr: r.NodeAddr, NumSlices: r.NumSlices, SliceID: r.SliceID,
 			Alone: r.Alone, AllowUnauthenticated: r.AllowUnauthenticated},
-		Grace: s.Grace, Timeout: s.Timeout, MaxRestarts: s.MaxRestarts, DrainTimeout: s.DrainTimeout,
-		RunID: s.RunID, MasterAddr: s.MasterAddr, MasterPort: s.MasterPort, Role: s.Role,
-		LogDir: o.LogDir, Redirects: o.Redirects.internal(), Tee: o.Tee.internal(), LocalRanksFilter: o.LocalRanks,
-		LogPrefix: o.Prefix, RawOutput: o.Raw, Stdout: o.Stdout, Stderr: o.Stderr, Stdin: o.Stdin,
-		StdinTo: console.StdinMode(o.StdinTo),
+		MasterAddr: s.MasterAddr, MasterPort: s.MasterPort, Stdout: o.Stdout, Stderr: o.Stderr,
 		Results: spec.ResultsSpec{Required: s.Results.Required, MaxFrameBytes: s.Results.MaxFrameBytes,
 			File: s.Results.File, Document: s.Results.Document},
-		Logger: s.Logger, SampleInterval: s.SampleInterval,
-		Signals: p.Signals, CatchSignals: p.CatchSignals, Reap: p.Reap, SweepSubtree: p.SweepSubtree,
-		SweepTag: p.SweepTag,
+		Logger: s.Logger, SampleInterval: s.SampleInterval, Signals: p.Signals, CatchSignals: p.CatchSignals, Reap: p.Reap,
 	}
 	if r.NumSlices == 0 {
 		is.Rendezvous.SliceID = -1 // from the environment

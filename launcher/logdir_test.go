@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/safepath"
@@ -39,9 +40,10 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
   exec sleep 30
 fi
 touch "$RAN/ran-$LOCAL_RANK"`
-	_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
-		Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second,
-		LogDir: logs, RunID: "planted", Stdout: io.Discard, Stderr: io.Discard})
+	_, err := launcher.RunInternal(context.Background(), spec.Spec{
+		Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "planted"},
+		Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: io.Discard,
+	})
 	var ue *safepath.UnsafePathError
 	if !errors.As(err, &ue) || failure.ExitCode(err) != failure.ExitUsage || !strings.Contains(err.Error(), victim) {
 		t.Fatalf("err %v (exit %d), want an UnsafePathError naming %s (exit 2)", err, failure.ExitCode(err), victim)
@@ -52,7 +54,10 @@ touch "$RAN/ran-$LOCAL_RANK"`
 	if es, _ := os.ReadDir(dir); len(es) != 0 {
 		t.Fatalf("a worker of attempt 1 ran: %v", es)
 	}
-	_, err = launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Program: []string{"true"}, LogDir: logs, RunID: ".."})
+	_, err = launcher.RunInternal(context.Background(), spec.Spec{
+		Options: attempt.Options{Program: []string{"true"}, LogDir: logs, RunID: ".."},
+		Plan:    plan,
+	})
 	if failure.ExitCode(err) != failure.ExitUsage {
 		t.Fatalf("run id '..': err %v, want exit 2", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
@@ -34,9 +35,10 @@ func config(t *testing.T, n int, dir string, behaviour string, extra ...string) 
 	var out, errb testutil.Buffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake(behaviour))
 	return spec.Spec{
-		Plan: plan, Program: []string{testutil.Program(t)}, Env: append(env, extra...),
-		Grace: 5 * time.Second, Stdout: &out, Stderr: &errb, CatchSignals: true, Reap: true, // as tpurun runs
-	}, &out, &errb
+			Options: attempt.Options{Program: []string{testutil.Program(t)}, Env: append(env, extra...), Grace: 5 * time.Second},
+			Plan:    plan, Stdout: &out, Stderr: &errb, CatchSignals: true, Reap: true,
+		}, // as tpurun runs
+		&out, &errb
 }
 
 func TestExitCodes(t *testing.T) {
@@ -502,8 +504,10 @@ func TestLogDirLayoutIsTorchruns(t *testing.T) {
 [ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || [ "$RANK" = 1 ] && exit 0
 until [ -s "$(dirname "$TORCHELASTIC_ERROR_FILE")/../1/stdout.log" ]; do sleep 0.01; done
 exit 1`
-		_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
-			MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "same", Stdout: io.Discard, Stderr: io.Discard})
+		_, err := launcher.RunInternal(context.Background(), spec.Spec{
+			Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "same"},
+			Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: io.Discard,
+		})
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}
@@ -546,7 +550,10 @@ func TestProgramNotRunnable(t *testing.T) {
 	}
 	for prog, want := range map[string]int{"/nonexistent/program": failure.ExitNotFound, "no-such-program-on-path": failure.ExitNotFound,
 		noexec: failure.ExitNotExecutable} {
-		_, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{prog}})
+		_, err := launcher.RunInternal(context.Background(), spec.Spec{
+			Options: attempt.Options{Program: []string{prog}},
+			Plan:    plan, Reap: true,
+		})
 		var pe *failure.ProgramError
 		if !errors.As(err, &pe) || failure.ExitCode(err) != want {
 			t.Errorf("%s: err %v (exit %d), want a ProgramError exiting %d", prog, err, failure.ExitCode(err), want)
@@ -559,8 +566,8 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 	plan, _ := topology.CPUPlan(1)
 	for name, cfg := range map[string]spec.Spec{
 		"no program":    {Plan: plan},
-		"negative":      {Plan: plan, Program: []string{testutil.Program(t)}, Grace: -time.Second},
-		"bad node rank": {Plan: plan, Program: []string{testutil.Program(t)}, NodeRank: 3},
+		"negative":      {Plan: plan, Options: attempt.Options{Program: []string{testutil.Program(t)}, Grace: -time.Second}},
+		"bad node rank": {Plan: plan, Options: attempt.Options{Program: []string{testutil.Program(t)}}, NodeRank: 3},
 	} {
 		_, err := launcher.RunInternal(context.Background(), cfg)
 		var ce *failure.ConfigError
@@ -624,8 +631,10 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
 fi
 exit 5`
 	var out strings.Builder
-	rep, err := launcher.RunInternal(context.Background(), spec.Spec{Plan: plan, Reap: true, Program: []string{"/bin/sh", "-c", script},
-		MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id", Stdout: io.Discard, Stderr: &out})
+	rep, err := launcher.RunInternal(context.Background(), spec.Spec{
+		Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id"},
+		Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: &out,
+	})
 	if failure.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
 		t.Fatalf("err %v after %d attempts, want rank 1's exit 5 in attempt 1\n%s", err, len(rep.Attempts), out.String())
 	}

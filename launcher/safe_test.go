@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
@@ -26,8 +27,10 @@ func init() {
 			return 99
 		}
 		env := testutil.Without(os.Environ(), testutil.EnvVerb+"=")
-		spec := spec.Spec{Plan: plan, Program: []string{testutil.Executable()}, Stdout: io.Discard, Stderr: io.Discard,
-			Env: append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang"))}
+		spec := spec.Spec{
+			Options: attempt.Options{Program: []string{testutil.Executable()}, Env: append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang"))},
+			Plan:    plan, Stdout: io.Discard, Stderr: io.Discard,
+		}
 		spec.CatchSignals, spec.Reap = w.Arg != "zero", w.Arg != "zero"
 		_, err = launcher.RunInternal(context.Background(), spec)
 		return failure.ExitCode(err)

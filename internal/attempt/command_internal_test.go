@@ -16,7 +16,7 @@ import (
 // internal error (70) that says which limit to raise; the fork failed with a bare "resource temporarily
 // unavailable" before.
 func TestStartErrorNamesTheLimit(t *testing.T) {
-	j := &Runner{Program: []string{"/bin/true"}}
+	j := &Runner{Options: Options{Program: []string{"/bin/true"}}}
 	cmd := exec.Command("/bin/true")
 	for _, tc := range []struct {
 		errno syscall.Errno

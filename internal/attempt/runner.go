@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
@@ -23,30 +22,12 @@ const stderrTailLines = 10
 // Runner runs the attempts of this node's workers, one at a time: what every attempt of a run shares, filled once
 // by the job after the host's preparation (the job's narrow interface to its attempts).
 type Runner struct {
-	Program               []string // the workers' command; ${local_rank} in an argument is expanded per worker
-	Env                   []string // the inherited environment
-	Dir                   string   // the workers' working directory; "" is this process's
-	RunID, Role, SweepTag string
-	MaxRestarts           int
-	Grace                 time.Duration // SIGTERM to SIGKILL
-	Timeout               time.Duration // the job's --timeout, named in a verdict; 0 means none
-	DrainTimeout          time.Duration // how long a pipe may stay idle once the subtree is gone
+	Options // the Spec's part for attempts, as the job was given it
 
-	LogDir  string // the log directory, "" without one
 	RunLogs string // this run's directory below LogDir: <run-id>_<random>
 	Scratch string // holds the error files when there is no log directory
 
-	// What goes where: the streams shown, sent to the log files only, or both; the line prefix; stdin.
-	LocalRanksFilter []int
-	Redirects, Tee   console.StdSpec
-	LogPrefix        string
-	RawOutput        bool
-	Stdout, Stderr   *console.Console
-	Stdin            *os.File
-	StdinTo          console.StdinMode
-
-	ProcRoot     string // where the sweep reads the processes
-	SweepSubtree bool   // the sweep may walk this process's whole subtree (see Spec.SweepSubtree)
+	Stdout, Stderr *console.Console
 
 	Log     *zap.Logger
 	Starter Starter      // starts a worker otherwise than by exec (the preloaded interpreter); nil: exec

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/job"
@@ -17,7 +18,7 @@ import (
 // SIGTERM), never 70. These were the review's measured cases: only the first matched ErrConfig, a deadline exited 70.
 func TestRunErrorsMatchTheirCategory(t *testing.T) {
 	base := func() spec.Spec {
-		s := spec.Spec{Program: []string{"/bin/sleep", "10"}}
+		s := spec.Spec{Options: attempt.Options{Program: []string{"/bin/sleep", "10"}}}
 		s.Detect.Device = "cpu"
 		s.Request.NProcs = 1
 		return s

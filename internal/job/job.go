@@ -182,12 +182,7 @@ func (j *job) close() {
 // newRunner is the runner of this node's attempts, from the Spec as the host's preparation completed it.
 func (j *job) newRunner() *attempt.Runner {
 	s, h := &j.spec, j.host
-	r := &attempt.Runner{Program: s.Program, Env: s.Env, Dir: s.Dir, RunID: s.RunID, Role: s.Role, SweepTag: s.SweepTag,
-		MaxRestarts: s.MaxRestarts, Grace: s.Grace, Timeout: s.Timeout, DrainTimeout: s.DrainTimeout,
-		LogDir: s.LogDir, RunLogs: h.RunLogs, Scratch: h.Scratch,
-		LocalRanksFilter: s.LocalRanksFilter, Redirects: s.Redirects, Tee: s.Tee, LogPrefix: s.LogPrefix, RawOutput: s.RawOutput,
-		Stdout: j.stdout, Stderr: j.stderr, Stdin: s.Stdin, StdinTo: s.StdinTo,
-		ProcRoot: s.ProcRoot, SweepSubtree: s.SweepSubtree,
+	r := &attempt.Runner{Options: s.Options, RunLogs: h.RunLogs, Scratch: h.Scratch, Stdout: j.stdout, Stderr: j.stderr,
 		Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
 		OnStart: func(n int) { j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: n}) },
 		OnFailed: func(n int, we *proc.WorkerError) {

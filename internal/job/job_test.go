@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"tpurun/internal/attempt"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
@@ -78,7 +79,7 @@ func TestFinishResultsPrecedence(t *testing.T) {
 			if err := c.Consume(0, 10, []int{0}, &ch); err != nil {
 				t.Fatal(err)
 			}
-			j := &job{spec: spec.Spec{RunID: "r"}}
+			j := &job{spec: spec.Spec{Options: attempt.Options{RunID: "r"}}}
 			if tc.fn {
 				j.spec.Fn = &spec.FnSpec{Target: "m:f"}
 			}

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"tpurun/internal/attempt"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
@@ -30,15 +31,16 @@ const (
 // Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
 // subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
 type Spec struct {
-	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
-	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
+	// Options are the settings the attempts read (the program, its stop, its output, the sweep), handed to them as
+	// they are.
+	attempt.Options
+
+	Fn *FnSpec // function mode (xmp.spawn's fn): when set, Program is the Python function runner
 	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
 	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
 	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
 	// Needs the reaper (Reap). Empty: every worker is exec'd.
 	Preload []string
-	Env     []string // inherited environment; nil means os.Environ()
-	Dir     string   // working directory of the workers; "" is the launcher's
 
 	// Detect says how to find this host's devices; Request how to split them. Detection runs once per Run.
 	Detect  topology.Options
@@ -55,34 +57,15 @@ type Spec struct {
 	// Rendezvous joins this launcher with the other nodes of a multi-host job; the zero value is a world of one.
 	Rendezvous RendezvousSpec
 
-	Grace        time.Duration // SIGTERM to SIGKILL; default DefaultGrace
-	Timeout      time.Duration // stop the whole job after this long (failure.ErrTimeout); 0 means none
-	MaxRestarts  int           // restart the whole world up to this many times after a failure
-	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
-
-	RunID      string // default: random (multi-host: the rendezvous run id)
 	MasterAddr string // default DefaultMasterAddr (multi-host: node 0's address)
 	MasterPort int    // default: a free port picked at launch
-	Role       string // ROLE_NAME; default workerenv.DefaultRole
 
-	LogDir           string          // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
-	Redirects        console.StdSpec // streams that go only to the log files
-	Tee              console.StdSpec // streams that go to the console and the log files
-	LocalRanksFilter []int           // show only these local ranks on the console; nil shows all
-	LogPrefix        string          // per-line prefix template; default console.DefaultPrefix ({rank} or torchrun's $rank, see console.Prefix)
-	RawOutput        bool            // worker lines go to the console as they are, without LogPrefix (torchrun's default)
-	Stdout, Stderr   io.Writer
-	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
-	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
-	// tpurun's is, only local rank 0 reads it, through a pseudo-terminal tpurun relays it to (docs/CONTROL.md).
-	Stdin   *os.File
-	StdinTo console.StdinMode
+	Stdout, Stderr io.Writer
 
 	Results ResultsSpec
 
 	Logger         *zap.Logger
 	SampleInterval time.Duration // live RSS/CPU sampling; default 1s, negative disables
-	ProcRoot       string        // default /proc, for the orphan sweep
 
 	// Signals are the signals the job acts on and forwards to its workers (see stop.NotifySignals); nil with
 	// CatchSignals: Run catches them itself while it runs, so that a SIGTERM to the program stops the job (exit 143)
@@ -96,14 +79,6 @@ type Spec struct {
 	// (exec.Cmd.Wait would race it). Off, Run waits only for the processes it started (by pidfd) and orphans go to
 	// PID 1, swept by the sweep tag in their environment. --preload needs it.
 	Reap bool
-	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
-	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
-	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the
-	// sweep finds the job's processes by the sweep tag in their environment.
-	SweepSubtree bool
-	// SweepTag is given to every worker as TPURUN_SWEEP_TAG and the orphan sweep by environment matches it:
-	// launchers sharing a run id on one machine must not sweep each other's workers. Default: random.
-	SweepTag string
 	// Observers learn of attempts, failures, samples, results and rendezvous times (the status endpoint, say).
 	Observers []Observer
 }
