@@ -1,7 +1,6 @@
 package launcher
 
 import (
-	"strconv"
 	"time"
 
 	"tpurun/internal/spec"
@@ -38,16 +37,9 @@ const (
 	AttemptEnded
 )
 
-var eventNames = [...]string{AttemptStarted: "AttemptStarted", WorkerFailed: "WorkerFailed", Sampled: "Sampled",
-	ResultReceived: "ResultReceived", RendezvousDone: "RendezvousDone", AttemptEnded: "AttemptEnded"}
-
-// String is the kind's name ("AttemptEnded"); a kind this version does not know is "EventKind(N)".
-func (k EventKind) String() string {
-	if k > 0 && int(k) < len(eventNames) {
-		return eventNames[k]
-	}
-	return "EventKind(" + strconv.Itoa(int(k)) + ")"
-}
+// String is the kind's name ("AttemptEnded"); a kind this version does not know is "EventKind(N)". The names are
+// the launcher's inside's, whose kinds these are, value for value (TestEventKindsAgree).
+func (k EventKind) String() string { return spec.EventKind(k).String() }
 
 // Event is one thing that happened in a job; the fields its Kind names are set.
 type Event struct {
