@@ -22,7 +22,7 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 			StdinTo: console.StdinMode(o.StdinTo), SweepSubtree: p.SweepSubtree},
 		Preload: s.Preload,
 		Detect: topology.Options{Device: d.Device, AcceleratorType: d.AcceleratorType, SPMD: d.SPMD,
-			MetadataBudget: d.MetadataTimeout, Logger: s.Logger},
+			MetadataBudget: d.MetadataTimeout},
 		Request: topology.Request{NProcs: d.NProcs, SPMD: d.SPMD, TPUPortBase: d.TPUPortBase, IsolateGPUs: d.IsolateGPUs},
 		PerCPU:  d.PerCPU, Force: d.Force,
 		Rendezvous: spec.RendezvousSpec{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, NNodes: r.NNodes,

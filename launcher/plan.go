@@ -62,7 +62,7 @@ func dryRun(ctx context.Context, s spec.Spec) (*DryRun, error) {
 		return nil, &failure.ConfigError{Field: failure.MasterPort, Value: strconv.Itoa(s.MasterPort),
 			Hint: "must be 1..65535, or 0 for a placeholder"}
 	}
-	h, err := topology.Detect(ctx, s.Detect)
+	h, err := topology.Detect(ctx, s.Detect, s.Logger)
 	if err != nil {
 		return nil, err
 	}

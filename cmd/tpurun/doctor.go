@@ -34,19 +34,19 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	opts, err := dev.Options(log)
+	opts, err := dev.Options()
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: %v\n", err)
 		return failure.ExitCode(err)
 	}
 	opts.LookupEnv = os.LookupEnv
 	ctx := context.Background()
-	h, err := topology.Detect(ctx, opts)
+	h, err := topology.Detect(ctx, opts, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun doctor: detection failed: %v\n", err)
 		return failure.ExitCode(err)
 	}
-	rep := doctorReport{Doctor: hostview.Diagnose(ctx, h, opts, lockfile)}
+	rep := doctorReport{Doctor: hostview.Diagnose(ctx, h, opts, lockfile, log)}
 	if h.MetadataErr != nil {
 		rep.MetadataError = h.MetadataErr.Error()
 	}

@@ -111,6 +111,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
+	s.Logger = log // detection's
 	if s.MasterPort < 0 || s.MasterPort > 65535 {
 		fmt.Fprintf(stderr, "tpurun plan: --master-port %d: use a port from 1 to 65535, or 0 for a free one\n", s.MasterPort)
 		return failure.ExitUsage
@@ -118,7 +119,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if fs.Changed("master-addr") { // else node 0's address in a job-wide world, the default on one host
 		s.MasterAddr = masterAddr
 	}
-	opts, err := dev.Options(log)
+	opts, err := dev.Options()
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return failure.ExitCode(err)

@@ -99,7 +99,7 @@ func (o *options) describe(stdout, stderr io.Writer, log *zap.Logger) error {
 		spec.Stdout = stderr // stdout carries only the results document: on every node of a multi-host job
 	}
 	var err error
-	if spec.Detect, err = o.dev.Options(log); err != nil {
+	if spec.Detect, err = o.dev.Options(); err != nil {
 		return err
 	}
 	spec.Request, spec.PerCPU = o.dev.Request()

@@ -35,7 +35,6 @@ type Options struct {
 	Stdin   *os.File
 	StdinTo console.StdinMode
 
-	ProcRoot string // default /proc, for the orphan sweep
 	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
 	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
 	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the

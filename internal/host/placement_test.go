@@ -44,7 +44,7 @@ func TestPlacement(t *testing.T) {
 		h, err := topology.Detect(context.Background(), topology.Options{Device: "cpu", LookupEnv: func(k string) (string, bool) {
 			v, ok := tc.env[k]
 			return v, ok
-		}, SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), ProcRoot: t.TempDir()})
+		}, SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), ProcRoot: t.TempDir()}, nil)
 		if err != nil {
 			t.Fatalf("case %d: detect: %v", i, err)
 		}

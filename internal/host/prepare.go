@@ -1,7 +1,6 @@
 package host
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +127,7 @@ func (p *Prepared) pickPorts() error {
 			return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", failure.ErrInternal, err)
 		}
 		s.MasterPort = port
-	} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.ProcRoot); err != nil {
+	} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.Detect.ProcRoot); err != nil {
 		return err
 	}
 	if p.Plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)
@@ -169,12 +168,7 @@ func (p *Prepared) makeRunDir() error {
 
 // detect finds this host's devices exactly once, plans it as a world of one, and checks the chips and ports.
 func (p *Prepared) detect(ctx context.Context) error {
-	opts := p.spec.Detect
-	opts.Logger = cmp.Or(opts.Logger, p.Log)
-	if opts.LookupEnv == nil {
-		opts.LookupEnv = spec.EnvLookup(p.spec.Env)
-	}
-	h, err := topology.Detect(ctx, opts)
+	h, err := topology.Detect(ctx, p.spec.Detect, p.Log)
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,10 @@ func (s Spec) WithDefaults() (_ Spec, randomRunID bool, err error) {
 	s.Stderr = cmp.Or[io.Writer](s.Stderr, os.Stderr)
 	s.Logger = cmp.Or(s.Logger, zap.NewNop())
 	s.SampleInterval = cmp.Or(s.SampleInterval, time.Second)
-	s.ProcRoot = cmp.Or(s.ProcRoot, "/proc")
+	if s.Detect.LookupEnv == nil {
+		s.Detect.LookupEnv = EnvLookup(s.Env) // detection reads the workers' environment
+	}
+	_, _, s.Detect.ProcRoot = s.Detect.Roots() // the one /proc of the job: detection's, the stop's, the sweep's
 	s.Results.Required = s.Results.Required || s.Fn != nil
 	if randomRunID, err = s.defaultIDs(); err != nil {
 		return s, false, err

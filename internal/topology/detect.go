@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -26,8 +27,7 @@ type Options struct {
 	// LookupEnv reads the environment; nil means os.LookupEnv. Tests pass a map lookup.
 	LookupEnv func(string) (string, bool)
 
-	// The OS behind root directories; "" means "/sys", "/dev", "/proc" (or TPURUN_SYSFS_ROOT, TPURUN_DEV_ROOT,
-	// TPURUN_PROC_ROOT from the environment).
+	// The OS behind root directories; "" means the environment's, else the real one (see Roots).
 	SysfsRoot, DevRoot, ProcRoot string
 
 	// MetadataURL is the metadata server base URL; "" means GCE_METADATA_HOST, else http://metadata.google.internal.
@@ -36,8 +36,22 @@ type Options struct {
 	MetadataBudget time.Duration
 	// HTTPClient is used for metadata queries; nil means a fresh client that never uses a proxy.
 	HTTPClient *http.Client
-	// Logger receives debug logs; nil means zap.NewNop().
-	Logger *zap.Logger
+}
+
+// Roots are the OS roots Detect reads (Host's SysfsRoot, DevRoot, ProcRoot): each one given, else
+// TPURUN_SYSFS_ROOT, TPURUN_DEV_ROOT, TPURUN_PROC_ROOT from LookupEnv, else /sys, /dev, /proc. A caller that reads
+// /proc before detection (the job's stop and sweep) takes its root here, so that every reader has the one root.
+func (o Options) Roots() (sysfs, dev, proc string) {
+	env := o.LookupEnv
+	if env == nil {
+		env = os.LookupEnv
+	}
+	root := func(given, envName, def string) string {
+		v, _ := env(envName)
+		return cmp.Or(given, v, def)
+	}
+	return root(o.SysfsRoot, "TPURUN_SYSFS_ROOT", "/sys"), root(o.DevRoot, "TPURUN_DEV_ROOT", "/dev"),
+		root(o.ProcRoot, "TPURUN_PROC_ROOT", "/proc")
 }
 
 // Host is everything detected about this host, each value with its source: the device, what every kind's host
@@ -101,19 +115,14 @@ type detector struct {
 // metadata server is asked only for a TPU host whose slice env does not describe (TPU_SKIP_MDS_QUERY, or the
 // accelerator type with the host list of a multi-host slice); each key at most once, within opts.MetadataBudget.
 // A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *ConfigError.
-func Detect(ctx context.Context, opts Options) (*Host, error) {
-	d := &detector{opts: opts, env: opts.LookupEnv, log: opts.Logger}
+// log receives its debug logs and the fallback's warning; nil means none.
+func Detect(ctx context.Context, opts Options, log *zap.Logger) (*Host, error) {
+	d := &detector{opts: opts, env: opts.LookupEnv, log: cmp.Or(log, zap.NewNop())}
 	if d.env == nil {
 		d.env = os.LookupEnv
 	}
-	if d.log == nil {
-		d.log = zap.NewNop()
-	}
-	h := &Host{
-		SysfsRoot: d.root(opts.SysfsRoot, "TPURUN_SYSFS_ROOT", "/sys"),
-		DevRoot:   d.root(opts.DevRoot, "TPURUN_DEV_ROOT", "/dev"),
-		ProcRoot:  d.root(opts.ProcRoot, "TPURUN_PROC_ROOT", "/proc"),
-	}
+	h := &Host{}
+	h.SysfsRoot, h.DevRoot, h.ProcRoot = opts.Roots()
 	d.h = h
 	if err := d.device(); err != nil {
 		return nil, err
@@ -129,16 +138,6 @@ func Detect(ctx context.Context, opts Options) (*Host, error) {
 	d.log.Debug("detected host", zap.String("device", string(h.Device.V)), zap.String("source", h.Device.Source.String()),
 		zap.Int("devices", len(kind.devices(h))), zap.String("accelerator", h.AcceleratorType()))
 	return h, nil
-}
-
-func (d *detector) root(given, envName, def string) string {
-	if given != "" {
-		return given
-	}
-	if v, ok := d.env(envName); ok && v != "" {
-		return v
-	}
-	return def
 }
 
 // lookup returns a non-empty env value.

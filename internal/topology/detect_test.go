@@ -68,7 +68,7 @@ func TestDetectAndPlanSingleHost(t *testing.T) {
 			if env == nil {
 				env = map[string]string{}
 			}
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 			if err != nil {
 				t.Fatalf("Detect: %v", err)
 			}
@@ -151,7 +151,7 @@ func TestUnknownDeviceID(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x0099", 4)
 	md := newMD(t, nil, nil)
-	_, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+	_, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 	var ue *UnknownDeviceError
 	if !errors.Is(err, ErrUnknownDevice) || !errors.Is(err, ErrConfig) || !errors.As(err, &ue) || ue.Count != 4 {
 		t.Fatalf("err = %v, want an UnknownDeviceError for 4 devices", err)
@@ -194,7 +194,7 @@ func TestDetectAutoPicksDevice(t *testing.T) {
 			ft := tc.tree(t)
 			o := tc.opts
 			o.LookupEnv, o.SysfsRoot, o.DevRoot, o.MetadataURL = envOf(tc.env), ft.sys, ft.dev, noMD(t)
-			h, err := Detect(context.Background(), o)
+			h, err := Detect(context.Background(), o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -243,7 +243,7 @@ func TestMalformedEnv(t *testing.T) {
 	for name, value := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{name: value}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+			_, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{name: value}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 			var ce *ConfigError
 			if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) {
 				t.Fatalf("err = %v, want a ConfigError", err)
@@ -273,7 +273,7 @@ func TestMetadataBudgetHonoredByDetect(t *testing.T) {
 	defer close(stop)
 	budget := 400 * time.Millisecond
 	start := time.Now()
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL, MetadataBudget: budget})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL, MetadataBudget: budget}, nil)
 	el := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestHolders(t *testing.T) {
 		t.Fatalf("holders %+v, want pid %d holding %s", hs, pid, node)
 	}
 
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-4"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-4"}), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	err = h.CheckFree()
 	var be *BusyError
@@ -316,7 +316,7 @@ func TestHolders(t *testing.T) {
 	}
 
 	md := newMD(t, map[string]string{KeyAcceleratorType: "v6e-4"}, nil)
-	if p := h.Probe(context.Background(), Options{MetadataURL: md.URL}); p == nil || !p.OK {
+	if p := h.Probe(context.Background(), Options{MetadataURL: md.URL}, nil); p == nil || !p.OK {
 		t.Errorf("metadata probe %+v: want reachable", p)
 	}
 	lk, err := Lockfile("/proc", filepath.Join(t.TempDir(), "libtpu_lockfile"))
@@ -337,7 +337,7 @@ func TestHolders(t *testing.T) {
 func TestHoldersNone(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 1)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	if err := h.CheckFree(); err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestConfigErrorNamesSourcesOnce(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t) // chips hidden from the container: the accelerator type describes them
 	h, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-8"}),
-		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)}, nil)
 	must(t, err)
 	for _, tc := range []struct {
 		req  Request
@@ -415,7 +415,7 @@ func TestConfigErrorNamesSourcesOnce(t *testing.T) {
 	}
 
 	ft8 := newTree(t).tpu(t, "0x0063", 8)
-	_, err = Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_NUM_DEVICES": "abc"}), SysfsRoot: ft8.sys, DevRoot: ft8.dev, MetadataURL: refusedURL(t)})
+	_, err = Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_NUM_DEVICES": "abc"}), SysfsRoot: ft8.sys, DevRoot: ft8.dev, MetadataURL: refusedURL(t)}, nil)
 	want := `TPU_NUM_DEVICES "abc" is malformed (from env TPU_NUM_DEVICES): "abc" is not a positive whole number; set it to the number of local chips to use (1, 2, 4 or all), or unset it`
 	if !errors.Is(err, ErrParse) || !errors.Is(err, ErrConfig) || err.Error() != want {
 		t.Errorf("err =\n  %v\nwant\n  %s", err, want)

@@ -42,7 +42,7 @@ func TestExplainTPU(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, tc.id, tc.n)
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL}, nil)
 			must(t, err)
 			notes := strings.Join(Explain(h, tc.req), "\n")
 			for _, s := range tc.want {

@@ -111,7 +111,7 @@ func checkFidelity(t *testing.T, fh fidelityHost, mode fidelityMode) {
 	if mode.parentPB != "" {
 		parent["TPU_PROCESS_BOUNDS"] = mode.parentPB
 	}
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(parent), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: mdURL})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(parent), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: mdURL}, nil)
 	must(t, err)
 	plan, err := NewPlan(h, mode.req, World{})
 	must(t, err)

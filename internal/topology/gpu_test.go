@@ -30,7 +30,7 @@ func h100Tree(t *testing.T, n int) fakeTree {
 func TestDoctorOneH100(t *testing.T) {
 	t.Parallel()
 	ft := h100Tree(t, 1)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, ProcRoot: t.TempDir()})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, ProcRoot: t.TempDir()}, nil)
 	must(t, err)
 	if h.Device.V != GPU || len(h.gpu().GPUs) != 1 || h.gpu().GPUs[0].DevNode != filepath.Join(ft.dev, "nvidia0") || len(h.gpu().UsableGPUs.V) != 1 {
 		t.Fatalf("device %s, GPUs %+v, usable %v", h.Device.V, h.gpu().GPUs, h.gpu().UsableGPUs.V)
@@ -88,7 +88,7 @@ func TestGPUEnv(t *testing.T) {
 			if tc.cvd != nil {
 				env["CUDA_VISIBLE_DEVICES"] = *tc.cvd
 			}
-			h, err := Detect(context.Background(), Options{Device: "gpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev})
+			h, err := Detect(context.Background(), Options{Device: "gpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 			var p *Plan
 			if err == nil {
 				p, err = NewPlan(h, tc.req, World{})
@@ -132,7 +132,7 @@ func TestGPUEnv(t *testing.T) {
 func TestGPUWorkersWithJAX(t *testing.T) {
 	t.Parallel()
 	ft := h100Tree(t, 4)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
@@ -157,7 +157,7 @@ func TestCPUOnAGPUHost(t *testing.T) {
 	t.Parallel()
 	ft := h100Tree(t, 2)
 	for _, cvd := range []string{"", "-1", " -1 ", "-1,0"} {
-		h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"CUDA_VISIBLE_DEVICES": cvd}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+		h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"CUDA_VISIBLE_DEVICES": cvd}), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 		if err != nil || h.Device.V != CPU || h.Device.Source != Env("CUDA_VISIBLE_DEVICES") {
 			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: device %v, err %v; want cpu from the variable", cvd, h, err)
 		}
@@ -165,7 +165,7 @@ func TestCPUOnAGPUHost(t *testing.T) {
 			t.Fatalf("CUDA_VISIBLE_DEVICES=%q: plan %+v, %v", cvd, p, err)
 		}
 	}
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	if n := h.GPUShareNote(2); n != "" {
 		t.Errorf("2 workers on 2 GPUs: note %q", n)

@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("TOPOLOGY_TEST_DETECT") != "" {
 		// Detect with the real environment (proxy variables, GCE_METADATA_HOST, TPURUN_*_ROOT) as tpurun would.
-		h, err := Detect(context.Background(), Options{Device: "tpu", MetadataBudget: 2 * time.Second})
+		h, err := Detect(context.Background(), Options{Device: "tpu", MetadataBudget: 2 * time.Second}, nil)
 		if err != nil {
 			fmt.Println("detect:", err)
 			os.Exit(5)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 // Device names a kind of accelerator as --device, --nproc-per-node and the plan's JSON spell it: "cpu", "gpu",
@@ -60,7 +62,7 @@ type Kind interface {
 	// settings are doctor's rows of the host after the device.
 	settings(h *Host) []Setting
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.
-	probe(ctx context.Context, h *Host, opts Options) *Probe
+	probe(ctx context.Context, h *Host, opts Options, log *zap.Logger) *Probe
 	// perRank are the variables of the kind whose value belongs to one worker (PerRankEnv).
 	perRank() []string
 	// devNodeGlobs are the kind's device nodes as globs below the device root (DeviceNodeGlobs).

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
 )
 
 // fakeAccel is a kind that no file of the package has: TestKindIsOneFile registers it to show that a kind's file
@@ -51,7 +53,7 @@ func (fakeKind) usableNodes(h *Host) []string    { return h.DevNodes() }
 func (fakeKind) settings(h *Host) []Setting {
 	return []Setting{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
 }
-func (fakeKind) probe(context.Context, *Host, Options) *Probe { return nil }
+func (fakeKind) probe(context.Context, *Host, Options, *zap.Logger) *Probe { return nil }
 
 func (fakeKind) claim(_ *detector, scan pciScan) (Value[Device], bool) {
 	if len(fakeCards(scan)) == 0 {
@@ -128,7 +130,7 @@ func TestKindIsOneFile(t *testing.T) {
 // checkFakeDetected detects the fake host by itself (auto), by --device and by PJRT_DEVICE, and returns the first.
 func checkFakeDetected(t *testing.T, opts Options) *Host {
 	t.Helper()
-	h, err := Detect(context.Background(), opts)
+	h, err := Detect(context.Background(), opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func checkFakeDetected(t *testing.T, opts Options) *Host {
 	}
 	for _, o := range []Options{{Device: "fake", LookupEnv: envOf(nil)}, {LookupEnv: envOf(map[string]string{"PJRT_DEVICE": "fakeaccel"})}} {
 		o.SysfsRoot, o.DevRoot, o.ProcRoot = opts.SysfsRoot, opts.DevRoot, opts.ProcRoot
-		if g, err := Detect(context.Background(), o); err != nil || g.Device.V != fakeAccel {
+		if g, err := Detect(context.Background(), o, nil); err != nil || g.Device.V != fakeAccel {
 			t.Errorf("%+v: device %v, %v", o, g, err)
 		}
 	}

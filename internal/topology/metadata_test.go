@@ -123,7 +123,7 @@ func TestDetectMetadataHardFailure(t *testing.T) {
 	})
 	env := map[string]string{"GCE_METADATA_HOST": strings.TrimPrefix(md.URL, "http://")}
 	start := time.Now()
-	_, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataBudget: time.Second})
+	_, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataBudget: time.Second}, nil)
 	if el := time.Since(start); el > 2*time.Second {
 		t.Errorf("took %s", el)
 	}
@@ -142,7 +142,7 @@ func TestDetectChipsHiddenButEnvDescribes(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t)
 	md := newMD(t, nil, nil)
-	h, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-8"}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+	h, err := Detect(context.Background(), Options{Device: "tpu", LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v6e-8"}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 	must(t, err)
 	if len(h.tpu().Chips) != 8 || h.tpu().ChipsSource.Kind != FromDerived || md.total() != 0 {
 		t.Fatalf("chips %d from %s, %d metadata requests", len(h.tpu().Chips), h.tpu().ChipsSource, md.total())

@@ -18,7 +18,7 @@ import (
 func v5e8(t *testing.T, env map[string]string) (*Host, fakeTree) {
 	t.Helper()
 	ft := newTree(t).tpu(t, "0x0063", 8)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	return h, ft
 }
@@ -144,7 +144,7 @@ func TestEnvLimitsAndContradictions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, "0x0063", 8)
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 			var p *Plan
 			if err == nil {
 				p, err = NewPlan(h, Request{NProcs: tc.nprocs}, World{})
@@ -196,7 +196,7 @@ func TestMultiHost(t *testing.T) {
 			ft := newTree(t).tpu(t, tc.id, 4)
 			md := newMD(t, nil, nil)
 			env := map[string]string{"TPU_ACCELERATOR_TYPE": tc.accel, "TPU_WORKER_HOSTNAMES": strings.Join(tc.hosts, ","), tc.idVar: strconv.Itoa(tc.node)}
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 			must(t, err)
 			if md.total() != 0 {
 				t.Fatalf("metadata asked %d times though env describes the slice", md.total())
@@ -250,7 +250,7 @@ func TestMultiHostFromMetadata(t *testing.T) {
 		KeyTPUEnv:    "ACCELERATOR_TYPE: 'v4-16'\nWORKER_ID: '1'\nHOST_BOUNDS: '1,1,2'\nCHIPS_PER_HOST_BOUNDS: '2,2,1'\nZONE: 'us-central2-b'\n",
 		KeyEndpoints: "t1k-w-0:8470:10.130.0.2,t1k-w-1:8470:10.130.0.3",
 	}, nil)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 	must(t, err)
 	if h.tpu().WorkerID.V != 1 || h.tpu().Hostnames.Source.Kind != FromMetadata || strings.Join(h.tpu().Hostnames.V, ",") != "10.130.0.2,10.130.0.3" {
 		t.Fatalf("host %+v", h)
@@ -278,14 +278,14 @@ func TestMultiHostMismatch(t *testing.T) {
 		"wrong family":   {"TPU_ACCELERATOR_TYPE": "v5p-8"},
 		"wrong count":    {"TPU_ACCELERATOR_TYPE": "v6e-8"},
 	} {
-		_, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)})
+		_, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: refusedURL(t)}, nil)
 		if !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want a config error", name, err)
 		}
 	}
 	// nprocs on a multi-host slice must be one per chip.
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
-		SysfsRoot: ft.sys, DevRoot: ft.dev})
+		SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	if _, err := NewPlan(h, Request{NProcs: 2}, World{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "use 4") {
 		t.Errorf("err = %v", err)
@@ -296,7 +296,7 @@ func TestMultiHostMismatch(t *testing.T) {
 func TestSlicePlanFromRendezvous(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x005e", 4)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16"}), SysfsRoot: ft.sys, DevRoot: ft.dev})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16"}), SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	p, err := NewPlan(h, Request{Hosts: []string{"10.0.0.7", "10.0.0.9"}, NodeRank: 1}, World{})
 	must(t, err)
@@ -314,7 +314,7 @@ func TestMegascale(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 8)
 	env := map[string]string{"MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.1", "MEGASCALE_NUM_SLICES": "2", "MEGASCALE_SLICE_ID": "1", "MEGASCALE_PORT": "8081"}
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)
@@ -351,7 +351,7 @@ func TestPorts(t *testing.T) {
 
 	ft := newTree(t).tpu(t, "0x005e", 4)
 	hm, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
-		SysfsRoot: ft.sys, DevRoot: ft.dev})
+		SysfsRoot: ft.sys, DevRoot: ft.dev}, nil)
 	must(t, err)
 	pm, err := NewPlan(hm, Request{TPUPortBase: busy}, World{})
 	must(t, err)
@@ -454,7 +454,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			if tc.bounds != "" {
 				env["TPU_PROCESS_BOUNDS"] = tc.bounds
 			}
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 			must(t, err)
 			p, err := NewPlan(h, Request{NProcs: tc.nprocs}, World{})
 			if tc.wantErr != "" {
@@ -478,7 +478,7 @@ func TestProcessBoundsGeneration7(t *testing.T) {
 			}
 			// A nested launch handed this value back accepts it.
 			env["TPU_PROCESS_BOUNDS"] = tc.wantBounds
-			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+			h2, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 			must(t, err)
 			p2, err := NewPlan(h2, Request{NProcs: tc.nprocs}, World{})
 			must(t, err)
@@ -519,7 +519,7 @@ func TestRaySubsetBounds(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, "0x0063", 8)
 			env := map[string]string{"TPU_VISIBLE_CHIPS": tc.visible, "TPU_CHIPS_PER_HOST_BOUNDS": tc.cphb, "TPU_HOST_BOUNDS": "1,1,1"}
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 			if len(tc.wantErrs) > 0 {
 				if err == nil {
 					t.Fatal("Detect accepted the bounds")
@@ -553,7 +553,7 @@ func TestRaySubsetBounds(t *testing.T) {
 // TestWorldPlanCPU: 3 agreed nodes of 2 CPU workers each give ranks n*2+l, one replica per rank, every rank's env
 // is the host plan's env (a copy, not shared), and a multi-slice world sets MEGASCALE_* from the agreed nodes.
 func TestWorldPlanCPU(t *testing.T) {
-	h, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(nil), SysfsRoot: t.TempDir(), DevRoot: t.TempDir()})
+	h, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(nil), SysfsRoot: t.TempDir(), DevRoot: t.TempDir()}, nil)
 	must(t, err)
 	w := World{NodeRank: 1, NumSlices: 3, MegascaleCoordinator: "h0:8081", MegascalePort: 8081}
 	for i, name := range []string{"a", "b", "c"} {
@@ -587,7 +587,7 @@ func TestWorldPlanCPU(t *testing.T) {
 // TestWorldPlanUnevenNodes: nodes with different worker counts get consecutive global ranks (torchrun's
 // assignment), not node*k+local.
 func TestWorldPlanUnevenNodes(t *testing.T) {
-	h, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(nil), SysfsRoot: t.TempDir(), DevRoot: t.TempDir()})
+	h, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(nil), SysfsRoot: t.TempDir(), DevRoot: t.TempDir()}, nil)
 	must(t, err)
 	w := World{NodeRank: 1, Nodes: []WorldNode{{Host: "a", LocalWorkers: 3}, {Host: "b", LocalWorkers: 1}, {Host: "c", LocalWorkers: 2}}}
 	p, err := NewPlan(h, Request{NProcs: 1}, w)
@@ -640,7 +640,7 @@ func TestSpreadGivesEveryNodeTheSplit(t *testing.T) {
 func v4Host(t *testing.T, env map[string]string) *Host {
 	t.Helper()
 	ft := newTree(t).tpu(t, "0x005e", 4)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	return h
 }
@@ -700,7 +700,7 @@ func TestJobLayoutOnlyWhereTheHostIsOneOfSeveral(t *testing.T) {
 		}
 	}
 	cpu, err := Detect(context.Background(), Options{Device: "cpu", LookupEnv: envOf(map[string]string{"TPU_WORKER_HOSTNAMES": "a,b", "TPU_WORKER_ID": "0"}),
-		SysfsRoot: t.TempDir(), DevRoot: t.TempDir()})
+		SysfsRoot: t.TempDir(), DevRoot: t.TempDir()}, nil)
 	must(t, err)
 	if l, err := cpu.JobLayout(Request{}); l != nil || err != nil {
 		t.Errorf("a CPU host: layout %+v, error %v; want none (a batch scheduler's list does not mean every host runs tpurun)", l, err)

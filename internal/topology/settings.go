@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 	"fmt"
+
+	"go.uber.org/zap"
 )
 
 // Setting is one detected value as `tpurun doctor` shows it: its name ("accelerator type", "usable GPUs"), its
@@ -22,9 +24,9 @@ func (h *Host) Settings() []Setting {
 func (h *Host) Chips() []Chip { return h.Device.V.Kind().devices(h) }
 
 // Probe checks that the metadata server answers (within opts.MetadataBudget), on a kind that reads it (TPU); nil
-// elsewhere.
-func (h *Host) Probe(ctx context.Context, opts Options) *Probe {
-	return h.Device.V.Kind().probe(ctx, h, opts)
+// elsewhere. log receives the queries' debug logs; nil means none.
+func (h *Host) Probe(ctx context.Context, opts Options, log *zap.Logger) *Probe {
+	return h.Device.V.Kind().probe(ctx, h, opts, log)
 }
 
 // spmdSetting is the setting every kind shows: whether the run is SPMD.

@@ -41,7 +41,7 @@ func TestGivenBoundsContradictingTheHost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, tc.id, tc.n)
-			_, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL})
+			_, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL}, nil)
 			var ce *ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("err = %v, want a *ConfigError", err)
@@ -56,7 +56,7 @@ func TestGivenBoundsContradictingTheHost(t *testing.T) {
 	// Host bounds against a rendezvous that agreed on another number of hosts.
 	ft := newTree(t).tpu(t, "0x005e", 4)
 	h, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_HOST_BOUNDS": "1,1,2"}),
-		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+		SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	if _, err := NewPlan(h, Request{Hosts: []string{"a", "b", "c", "d"}}, World{}); !errors.Is(err, ErrConfig) {
 		t.Errorf("4 agreed hosts for TPU_HOST_BOUNDS=1,1,2: err = %v", err)
@@ -69,7 +69,7 @@ func TestHostnameOnlyEndpoints(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x005e", 4)
 	md := newMD(t, map[string]string{KeyTPUEnv: tpuEnvBody("v4-16", 1), KeyEndpoints: "t1v-n-w-0,t1v-n-w-1"}, nil)
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(nil), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: md.URL}, nil)
 	must(t, err)
 	if !h.tpu().HostnameEndpoints || h.tpu().TorchXLAMetadata || strings.Join(h.tpu().Hostnames.V, ",") != "t1v-n-w-0,t1v-n-w-1" {
 		t.Fatalf("hosts %v, hostname endpoints %v, torch_xla may read metadata %v", h.tpu().Hostnames.V, h.tpu().HostnameEndpoints, h.tpu().TorchXLAMetadata)
@@ -127,7 +127,7 @@ func TestWorkerMetadataMode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, tc.id, tc.n)
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL}, nil)
 			must(t, err)
 			p, err := NewPlan(h, tc.req, World{})
 			must(t, err)
@@ -165,7 +165,7 @@ func TestMetadata404OnV3(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x0027", 4)
 	for _, env := range []map[string]string{nil, {"TPU_ACCELERATOR_TYPE": "v3-8"}} {
-		h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+		h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 		must(t, err)
 		p, err := NewPlan(h, Request{}, World{})
 		must(t, err)
@@ -211,7 +211,7 @@ func TestOneChipRun(t *testing.T) {
 				n = 8
 			}
 			ft := newTree(t).tpu(t, tc.id, n)
-			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+			h, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 			must(t, err)
 			req := Request{NProcs: 1}
 			p, err := NewPlan(h, req, World{})
@@ -242,7 +242,7 @@ func TestSingleNamedHost(t *testing.T) {
 	t.Parallel()
 	ft := newTree(t).tpu(t, "0x006f", 4)
 	env := map[string]string{"TPU_SKIP_MDS_QUERY": "true", "TPU_ACCELERATOR_TYPE": "v6e-4", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "tpu-job-0-0.tpu-job"}
-	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)})
+	h, err := Detect(context.Background(), Options{LookupEnv: envOf(env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
 	must(t, err)
 	p, err := NewPlan(h, Request{}, World{})
 	must(t, err)

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"go.uber.org/zap"
 )
 
 // TPU is the kind of a Cloud TPU host: chips of one slice, run through PJRT's TPU client (libtpu).
@@ -309,11 +311,11 @@ func (tpu) settings(h *Host) []Setting {
 }
 
 // probe asks the metadata server (within opts.MetadataBudget) whether it answers.
-func (tpu) probe(ctx context.Context, h *Host, opts Options) *Probe {
+func (tpu) probe(ctx context.Context, h *Host, opts Options, log *zap.Logger) *Probe {
 	base := opts.MetadataURL
 	if base == "" && opts.LookupEnv != nil {
 		base, _ = opts.LookupEnv("GCE_METADATA_HOST")
 	}
-	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, opts.Logger))
+	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, log))
 	return &p
 }

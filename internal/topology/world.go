@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"tpurun/internal/failure"
+
+	"go.uber.org/zap"
 )
 
 // WorldNode is one node of an agreed world, as a rendezvous hands it to the planner (in node-rank order).
@@ -130,7 +132,7 @@ func (perHost) soloNode(*Host, Request) int { return 0 }
 
 func (perHost) usableNodes(*Host) []string { return nil }
 
-func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
+func (perHost) probe(context.Context, *Host, Options, *zap.Logger) *Probe { return nil }
 
 func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
 	p, err := NewPlan(h, req, World{})

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/topology"
@@ -97,7 +96,7 @@ func (f *nprocsFlag) Type() string {
 }
 
 // Options turns the flags into what topology.Detect needs.
-func (d *Device) Options(log *zap.Logger) (topology.Options, error) {
+func (d *Device) Options() (topology.Options, error) {
 	dev := d.device
 	if w := d.nprocs.device; w != "" && w != "auto" {
 		given := strings.ToLower(strings.TrimSpace(dev))
@@ -121,7 +120,6 @@ func (d *Device) Options(log *zap.Logger) (topology.Options, error) {
 		AcceleratorType: d.acceleratorType,
 		SPMD:            d.spmd,
 		MetadataBudget:  d.metadataTimeout,
-		Logger:          log,
 	}
 	// Device nodes are matched against /proc/*/fd links, which are absolute: every root is made absolute (an
 	// unset one is read by detection from TPURUN_<NAME>_ROOT).

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"tpurun/internal/topology"
+
+	"go.uber.org/zap"
 )
 
 // Doctor is what `tpurun doctor` reports: the detected host, who holds its device nodes, the libtpu lockfile and
@@ -28,7 +30,7 @@ type Doctor struct {
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
 // only on a TPU host; lockfile "" means /tmp/libtpu_lockfile. Its notes explain the default request; a caller
 // with the run's request sets d.Notes = topology.Explain(h, req).
-func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lockfile string) *Doctor {
+func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lockfile string, log *zap.Logger) *Doctor {
 	d := &Doctor{Host: h, Notes: topology.Explain(h, topology.Request{})}
 	d.SetJob(h.JobLayout(topology.Request{}))
 	if nodes := h.DevNodes(); len(nodes) > 0 {
@@ -46,7 +48,7 @@ func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lock
 		d.Problems = append(d.Problems, err.Error())
 	}
 	d.Lock = lk
-	d.Metadata = h.Probe(ctx, opts)
+	d.Metadata = h.Probe(ctx, opts, log)
 	return d
 }
 

@@ -15,7 +15,7 @@ import (
 func cpuHost(t *testing.T) *topology.Host {
 	t.Helper()
 	h, err := topology.Detect(context.Background(), topology.Options{Device: "cpu", LookupEnv: func(string) (string, bool) { return "", false },
-		SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), ProcRoot: t.TempDir()})
+		SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), ProcRoot: t.TempDir()}, nil)
 	must(t, err)
 	return h
 }
