@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 )
 
 // Pick picks a TCP port that is free on host ("" for every interface), for another process to bind soon (a worker's
@@ -58,13 +57,7 @@ func freePort(host string, lo, hi int) (int, error) {
 // default when it cannot be read.
 func ephemeralPorts() (lo, hi int) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	f := strings.Fields(string(b))
-	if err != nil || len(f) != 2 {
-		return 32768, 60999
-	}
-	lo, err1 := strconv.Atoi(f[0])
-	hi, err2 := strconv.Atoi(f[1])
-	if err1 != nil || err2 != nil || lo > hi {
+	if _, serr := fmt.Sscan(string(b), &lo, &hi); err != nil || serr != nil || lo > hi {
 		return 32768, 60999
 	}
 	return lo, hi

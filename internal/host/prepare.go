@@ -192,7 +192,9 @@ func (p *Prepared) detect(ctx context.Context) error {
 	}
 	p.Log.Debug("plan", zap.String("device", string(h.Device.V)), zap.Stringer("device_source", h.Device.Source),
 		zap.Int("local_workers", p.LocalWorkers))
-	warnIf(p.Log, h.GPUShareNote(p.LocalWorkers))
+	if note := h.GPUShareNote(p.LocalWorkers); note != "" {
+		p.Log.Warn(note)
+	}
 	return nil
 }
 
@@ -227,13 +229,6 @@ func (p *Prepared) checkChips(h *topology.Host) error {
 		return err
 	}
 	return nil
-}
-
-// warnIf logs note as a warning unless it is empty.
-func warnIf(log *zap.Logger, note string) {
-	if note != "" {
-		log.Warn(note)
-	}
 }
 
 // startPreload starts the preloaded interpreter of the job (Spec.Preload; without, it does nothing) before any

@@ -12,6 +12,9 @@ import (
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
 	"tpurun/rendezvous"
+	// The backends every launcher links, each registering itself: static is named by discovery; etcd's is linked
+	// by the programs that import it (tpurun-etcd).
+	_ "tpurun/rendezvous/tcp"
 )
 
 // resolveRendezvous fills in what the rendezvous spec leaves to the environment, as detection read it once: the

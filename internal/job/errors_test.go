@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
-	"tpurun/internal/attempt"
 
+	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/job"
 	"tpurun/internal/spec"

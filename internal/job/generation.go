@@ -18,6 +18,9 @@ import (
 	"tpurun/rendezvous"
 )
 
+// exitBarrierTimeout bounds the exchange of outcomes after the local workers are gone: a node that vanished
+// without a word cannot hold the others for longer (the backends also report it lost after a heartbeat). A stop
+// (a signal, the timeout, a lost store) ends the exchange at once.
 const exitBarrierTimeout = 5 * time.Minute
 
 // stoppedExchangeSlack is how much longer than the grace period a node that was stopped (a signal, the timeout)

@@ -23,12 +23,9 @@ import (
 	"tpurun/rendezvous"
 )
 
-// Run runs a job on one host or many: it detects this host once, checks everything that can be checked before a
-// process starts, then runs generations — join the world, plan it, meet at a barrier, supervise one attempt of the
-// local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
-// up to s.MaxRestarts times. A single host is a world of one. One stop controller (stop.Controller) owns every
-// reason to stop the run, in every phase. When the Spec asks, while Run runs it catches the signals a
-// job acts on and this process reaps the job's orphans (Spec.CatchSignals, Spec.Reap).
+// Run runs a job on one host or many (a single host is a world of one), as the package says, restarting the
+// whole world after a worker failure up to s.MaxRestarts times. One stop controller (stop.Controller) owns every
+// reason to stop the run, in every phase.
 //
 // The error is nil when every worker exited 0 (and the result contract held). Otherwise, once anything could have
 // started, it is the job's *stop.Verdict, from which failure.ExitCode takes the exit code (errors.As also finds the
@@ -194,7 +191,3 @@ func (j *job) newRunner() *attempt.Runner {
 	}
 	return r
 }
-
-// exitBarrierTimeout bounds the exchange of outcomes after the local workers are gone: a node that vanished
-// without a word cannot hold the others for longer (the backends also report it lost after a heartbeat). A stop
-// (a signal, the timeout, a lost store) ends the exchange at once.

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"tpurun/internal/attempt"
 
+	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"

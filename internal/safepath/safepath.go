@@ -90,23 +90,22 @@ func OpenBeneath(root, rel string, flag int, perm os.FileMode) (*os.File, error)
 	full := filepath.Join(root, clean)
 	fd, err := openAt(rootfd, clean, flag|unix.O_NONBLOCK, uint32(perm.Perm()))
 	if err != nil {
-		return nil, explain(rootfd, root, rel, clean, "open", err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return nil, &fs.PathError{Op: "fstat", Path: full, Err: err}
-	}
-	mode := typeBits(st.Mode)
-	if want := flag&unix.O_DIRECTORY != 0; (want && !mode.IsDir()) || (!want && !mode.IsRegular()) {
-		unix.Close(fd)
-		return nil, &NotRegularError{Path: full, Mode: mode}
+		return nil, explain(root, rel, clean, "open", err)
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
 		return nil, &fs.PathError{Op: "fcntl", Path: full, Err: err}
 	}
-	return os.NewFile(uintptr(fd), full), nil
+	f := os.NewFile(uintptr(fd), full)
+	st, err := f.Stat()
+	if dir := flag&unix.O_DIRECTORY != 0; err == nil && (dir && !st.IsDir() || !dir && !st.Mode().IsRegular()) {
+		err = &NotRegularError{Path: full, Mode: st.Mode().Type()}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // MkdirAllBeneath creates the directory rel below root, with its missing parents (mode perm before the umask),
@@ -134,7 +133,7 @@ func MkdirAllBeneath(root, rel string, perm os.FileMode) error {
 			}
 		}
 		if err != nil {
-			return explain(rootfd, root, rel, clean, "mkdir", err)
+			return explain(root, rel, clean, "mkdir", err)
 		}
 		if cur != rootfd {
 			unix.Close(cur)
@@ -160,7 +159,7 @@ func RemoveBeneath(root, rel string) error {
 	dirfd := rootfd
 	if dir != "" {
 		if dirfd, err = openAt(rootfd, filepath.Clean(dir), unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
-			return explain(rootfd, root, rel, clean, "remove", err)
+			return explain(root, rel, clean, "remove", err)
 		}
 		defer unix.Close(dirfd)
 	}
@@ -229,22 +228,21 @@ func openDir(dirfd int, name string) (int, error) {
 // explain turns a failed resolution into the error that names its cause: the first symlink along clean (an
 // *UnsafePathError), a FIFO, socket or directory where a file was to be opened (*NotRegularError), or the
 // error as it is.
-func explain(rootfd int, root, rel, clean, op string, err error) error {
+func explain(root, rel, clean, op string, err error) error {
 	if errors.Is(err, unix.EXDEV) {
 		return &UnsafePathError{Root: root, Path: rel} // openat2: the path would leave root
 	}
 	parts := strings.Split(clean, "/")
 	for i := range parts {
 		sub := strings.Join(parts[:i+1], "/")
-		var st unix.Stat_t
-		if unix.Fstatat(rootfd, sub, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		st, serr := os.Lstat(filepath.Join(root, sub)) // what the walk met: only to name the cause
+		if serr != nil {
 			break
 		}
-		mode := typeBits(st.Mode)
+		mode := st.Mode().Type()
 		if mode&fs.ModeSymlink != 0 {
-			buf := make([]byte, 4096)
-			n, _ := unix.Readlinkat(rootfd, sub, buf)
-			return &UnsafePathError{Root: root, Path: rel, Link: sub, Target: string(buf[:max(n, 0)])}
+			target, _ := os.Readlink(filepath.Join(root, sub))
+			return &UnsafePathError{Root: root, Path: rel, Link: sub, Target: target}
 		}
 		if i == len(parts)-1 && op == "open" && !mode.IsRegular() &&
 			(errors.Is(err, unix.ENXIO) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EOPNOTSUPP)) {
@@ -252,23 +250,4 @@ func explain(rootfd int, root, rel, clean, op string, err error) error {
 		}
 	}
 	return &fs.PathError{Op: op, Path: filepath.Join(root, clean), Err: err}
-}
-
-// typeBits is the fs.FileMode type of a stat mode.
-func typeBits(m uint32) fs.FileMode {
-	switch m & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return fs.ModeDir
-	case unix.S_IFLNK:
-		return fs.ModeSymlink
-	case unix.S_IFIFO:
-		return fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		return fs.ModeSocket
-	case unix.S_IFCHR:
-		return fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		return fs.ModeDevice
-	}
-	return 0
 }

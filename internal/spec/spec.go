@@ -28,21 +28,16 @@ const (
 	DefaultMasterAddr = "127.0.0.1"      // Spec.MasterAddr (tpurun --master-addr)
 )
 
-// Spec is everything one job needs, on one host or many. It is read once by Run and never written: observers
-// subscribe through Observers, not by rewiring it. Zero values take the documented defaults.
+// Spec is everything one job needs, on one host or many: launcher.Spec as the launcher's inside reads it, whose
+// fields document what they share with it. Run reads it once and never writes it. Zero values take the defaults.
 type Spec struct {
-	// Options are the settings the attempts read (the program, its stop, its output, the sweep), handed to them as
-	// they are.
-	attempt.Options
+	attempt.Options // the settings the attempts read (the program, its stop, its output, the sweep), handed as they are
 
-	Fn *FnSpec // function mode (xmp.spawn's fn): when set, Program is the Python function runner
-	// Preload: Python modules imported once, by one interpreter per host that proves it holds no thread, device
-	// or runtime and then forks every worker (and every restart's) instead of exec'ing Program, which must be a
-	// Python program (FILE.py, -m MODULE, function mode). "__main__" is function mode's caller's main module.
-	// Needs the reaper (Reap). Empty: every worker is exec'd.
-	Preload []string
+	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
+	Preload []string // modules the one interpreter per host imports before it forks every worker; needs Reap
 
-	// Detect says how to find this host's devices; Request how to split them. Detection runs once per Run.
+	// Detect says how to find this host's devices (once per Run), and its ProcRoot as WithDefaults resolves it is
+	// the one /proc of the job; Request says how to split the devices.
 	Detect  topology.Options
 	Request topology.Request
 	// PerCPU: one worker per CPU core when detection finds no accelerator (torchrun's --nproc-per-node cpu/auto).
@@ -68,30 +63,23 @@ type Spec struct {
 	SampleInterval time.Duration // live RSS/CPU sampling; default 1s, negative disables
 
 	// Signals are the signals the job acts on and forwards to its workers (see stop.NotifySignals); nil with
-	// CatchSignals: Run catches them itself while it runs, so that a SIGTERM to the program stops the job (exit 143)
-	// instead of ending the program and leaving the workers' children running; nil without it: none.
+	// CatchSignals: Run catches them itself while it runs; nil without it: none.
 	Signals      <-chan os.Signal
 	CatchSignals bool
-	// Reap makes this process the child subreaper of the job's processes for as long as Run runs (PID 1 always
-	// reaps), so that an orphan a worker leaves is reaped, never left a zombie, and is found by the sweep even
-	// outside the worker's group; one reaper serves the Runs of a process. The reaper forks the workers and waits
-	// for every child of the process: while Run reaps, nothing else in the process may wait for a child
-	// (exec.Cmd.Wait would race it). Off, Run waits only for the processes it started (by pidfd) and orphans go to
-	// PID 1, swept by the sweep tag in their environment. --preload needs it.
+	// Reap makes this process the child subreaper of the job's processes while Run runs (PID 1 always reaps); one
+	// reaper serves the Runs of a process. Off, Run waits only for the processes it started (by pidfd).
 	Reap bool
 	// Observers learn of attempts, failures, samples, results and rendezvous times (the status endpoint, say).
 	Observers []Observer
 }
 
-// ResultsSpec is the result contract of a job: whether every replica must report, the largest frame, and where
-// the results document goes.
+// ResultsSpec is the result contract of a job (launcher.ResultsSpec): whether every replica must report, the
+// largest frame, and where the results document goes.
 type ResultsSpec struct {
 	Required      bool   // every replica must report a result (implied by function mode)
 	MaxFrameBytes int64  // largest accepted payload; 0 means the frame decoder's default, worker.DefaultMaxPayload
 	File          string // write the document here atomically (on every node), also when the job fails; checked first
-	// Document: Report.Results is wanted on every node of a multi-host job, not only on node 0 (which builds it
-	// for the world); the other nodes receive it when the job ends. Implied by File.
-	Document bool
+	Document      bool   // Report.Results is wanted on every node, not only node 0 (which sends it); implied by File
 }
 
 // FnSpec is function mode: fn(index, *args) in every worker, its return value collected (xmp.spawn's contract).

@@ -1,6 +1,9 @@
 package workerenv
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // outerTask are the variables by which an outer launcher (a Slurm step's srun, mpirun, Hydra, jsrun, PALS) tells
 // one of its tasks who it is: tpurun is that task, its workers are not. Inherited, every worker would take itself
@@ -32,15 +35,6 @@ var outerTaskPrefixes = []string{"OMPI_COMM_WORLD_", "MV2_COMM_WORLD_", "JSM_NAM
 // OuterTask reports whether key is an outer launcher's per-task variable (see outerTask): never passed to a
 // worker.
 func OuterTask(key string) bool {
-	for _, p := range outerTaskPrefixes {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
-	}
-	for _, k := range outerTask {
-		if k == key {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(outerTask, key) ||
+		slices.ContainsFunc(outerTaskPrefixes, func(p string) bool { return strings.HasPrefix(key, p) })
 }

@@ -33,8 +33,9 @@ func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWo
 		return out
 	}
 	count := map[string]int{}
+	b := NewBuilder(base, plan, rt)
 	for _, w := range local {
-		for _, kv := range For(base, plan, w, rt) {
+		for _, kv := range b.Env(w, rt.ErrorFile) {
 			count[kv]++
 		}
 	}

@@ -37,14 +37,6 @@ var perRank = append([]string{
 	worker.EnvResultFD, worker.EnvReplicas, worker.EnvSweepTag, worker.EnvResultID, worker.EnvPreloaded,
 }, topology.PerRankEnv()...)
 
-// For is the complete environment of worker w: the inherited environment base (KEY=value entries) minus
-// every per-rank variable, then the plan's device env for w, then the torchrun and tpurun variables derived from
-// w, the plan and rt. Later sources win; the result is sorted and has each key once. To build the environment of
-// many workers of one plan, use a Builder: what they share is worked out once.
-func For(base []string, plan *topology.Plan, w topology.Worker, rt Runtime) []string {
-	return NewBuilder(base, plan, rt).Env(w, rt.ErrorFile)
-}
-
 // Builder builds the environments of the workers of one plan for one Runtime (but its ErrorFile, which is each
 // worker's own): the inherited environment and the variables every worker of a node gets are merged once per
 // node, sorted; each worker's environment is that merged with its own few variables, sharing every string it
@@ -69,15 +61,8 @@ type nodeEnv struct {
 func NewBuilder(base []string, plan *topology.Plan, rt Runtime) *Builder {
 	env := make(map[string]string, len(base)+2)
 	for _, kv := range base {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			continue
-		}
-		env[k] = v
-	}
-	for k := range env {
-		if PerRank(k) {
-			delete(env, k)
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" && !PerRank(k) {
+			env[k] = v
 		}
 	}
 	b := &Builder{plan: plan, rt: rt, inherited: env, local: map[int]int{}, nodes: map[int]nodeEnv{}}
@@ -126,8 +111,9 @@ func (b *Builder) node(n int) nodeEnv {
 	return ne
 }
 
-// Env is the environment of worker w (see For), with errorFile as its TORCHELASTIC_ERROR_FILE (none when
-// empty).
+// Env is the complete environment of worker w: the inherited environment minus every per-rank variable, then the
+// plan's device env for w, then the torchrun and tpurun variables derived from w, the plan and the Runtime, with
+// errorFile as its TORCHELASTIC_ERROR_FILE (none when empty). Later sources win; it is sorted, each key once.
 func (b *Builder) Env(w topology.Worker, errorFile string) []string {
 	ne := b.node(w.NodeRank)
 	own := make([]string, 0, len(w.Env)+8)
