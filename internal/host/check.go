@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,10 +18,7 @@ import (
 // CheckOutputs refuses, before anything starts, a results file or log directory that cannot be written.
 func CheckOutputs(s *spec.Spec) error {
 	if f := s.Results.File; f != "" {
-		dir := f[:strings.LastIndexByte("/"+f, '/')]
-		if dir == "" {
-			dir = "."
-		}
+		dir := filepath.Dir(f)
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			return &failure.ConfigError{Field: failure.ResultsFile, Value: f, Hint: fmt.Sprintf("its directory %q does not exist or is not a directory; create it first", dir)}
 		}

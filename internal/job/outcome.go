@@ -38,21 +38,18 @@ func published(v *stop.Verdict) stop.Verdict {
 // attempt with a non-zero code, else the first non-zero code by node rank; failed is false when every node
 // succeeded.
 func worldVerdict(all []outcome) (v stop.Verdict, failed bool) {
-	for _, o := range all {
-		if o.Verdict.Own() && o.Verdict.Code != 0 {
-			v = o.Verdict
-			v.Node = o.Node
-			return v, true
+	pick := -1
+	for i, o := range all {
+		if o.Verdict.Code != 0 && (pick < 0 || o.Verdict.Own() && !all[pick].Verdict.Own()) {
+			pick = i
 		}
 	}
-	for _, o := range all {
-		if o.Verdict.Code != 0 {
-			v = o.Verdict
-			v.Node = o.Node
-			return v, true
-		}
+	if pick < 0 {
+		return stop.Verdict{Reason: stop.Done}, false
 	}
-	return stop.Verdict{Reason: stop.Done}, false
+	v = all[pick].Verdict
+	v.Node = all[pick].Node
+	return v, true
 }
 
 // publishGather publishes this node's outcome and returns every node's, in node-rank order, through

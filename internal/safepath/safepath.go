@@ -116,29 +116,12 @@ func MkdirAllBeneath(root, rel string, perm os.FileMode) error {
 		return err
 	}
 	defer unix.Close(rootfd)
-	if clean == "." {
-		return nil
+	fd, err := walk(rootfd, strings.Split(clean, "/"), true, uint32(perm.Perm()))
+	if err != nil {
+		return explain(root, rel, clean, "mkdir", err)
 	}
-	cur := rootfd
-	defer func() {
-		if cur != rootfd {
-			unix.Close(cur)
-		}
-	}()
-	for _, p := range strings.Split(clean, "/") {
-		fd, err := openDir(cur, p)
-		if errors.Is(err, unix.ENOENT) {
-			if err = unix.Mkdirat(cur, p, uint32(perm.Perm())); err == nil || errors.Is(err, unix.EEXIST) {
-				fd, err = openDir(cur, p)
-			}
-		}
-		if err != nil {
-			return explain(root, rel, clean, "mkdir", err)
-		}
-		if cur != rootfd {
-			unix.Close(cur)
-		}
-		cur = fd
+	if fd != rootfd {
+		unix.Close(fd)
 	}
 	return nil
 }
@@ -202,9 +185,29 @@ func openAt(dirfd int, rel string, flag int, mode uint32) (int, error) {
 		}
 	}
 	parts := strings.Split(rel, "/")
+	cur, err := walk(dirfd, parts[:len(parts)-1], false, 0)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Openat(cur, parts[len(parts)-1], flag, mode)
+	if cur != dirfd {
+		unix.Close(cur)
+	}
+	return fd, err
+}
+
+// walk opens the directory that parts name below dirfd one component at a time, each relative to the last and
+// refused if a symlink, making a missing one (mode perm) when create is set. It returns dirfd itself for no parts,
+// else a descriptor the caller closes.
+func walk(dirfd int, parts []string, create bool, perm uint32) (int, error) {
 	cur := dirfd
-	for _, p := range parts[:len(parts)-1] {
+	for _, p := range parts {
 		fd, err := openDir(cur, p)
+		if create && errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(cur, p, perm); err == nil || errors.Is(err, unix.EEXIST) {
+				fd, err = openDir(cur, p)
+			}
+		}
 		if cur != dirfd {
 			unix.Close(cur)
 		}
@@ -213,11 +216,7 @@ func openAt(dirfd int, rel string, flag int, mode uint32) (int, error) {
 		}
 		cur = fd
 	}
-	fd, err := unix.Openat(cur, parts[len(parts)-1], flag, mode)
-	if cur != dirfd {
-		unix.Close(cur)
-	}
-	return fd, err
+	return cur, nil
 }
 
 // openDir opens the directory name in dirfd, refusing a symlink (ELOOP or ENOTDIR).

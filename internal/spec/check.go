@@ -66,18 +66,7 @@ func (s *Spec) checkMaster() error {
 
 // checkNames refuses a run id or role that cannot be a directory name (see validateName).
 func (s *Spec) checkNames() error {
-	for _, n := range []struct {
-		what failure.Setting
-		v    string
-	}{{failure.RunID, s.RunID}, {failure.Role, s.Role}} {
-		if n.v == "" {
-			continue
-		}
-		if err := validateName(n.what, n.v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return cmp.Or(validateName(failure.RunID, s.RunID), validateName(failure.Role, s.Role))
 }
 
 // checkFrames refuses a largest result frame beyond the contract's.
@@ -98,11 +87,13 @@ func (s *Spec) checkPlan() error {
 	return nil
 }
 
-// validateName checks a run id or role: it becomes a directory name and an env value, so it holds no path
-// separator, no "..", no control character, and at most 128 bytes.
+// validateName checks a run id or role ("": not given): it becomes a directory name and an env value, so it holds
+// no path separator, no "..", no control character, and at most 128 bytes.
 func validateName(what failure.Setting, v string) error {
 	bad := ""
 	switch {
+	case v == "":
+		return nil
 	case len(v) > 128:
 		bad = fmt.Sprintf("is %d bytes long; the limit is 128", len(v))
 	case v == "." || v == ".." || strings.Contains(v, ".."):

@@ -61,10 +61,7 @@ func (r RendezvousSpec) Validate() error {
 	if r.NodeRank < -1 || (r.NNodes > 0 && r.NodeRank >= r.NNodes) {
 		return &failure.ConfigError{Field: failure.NodeRank, Value: fmt.Sprint(r.NodeRank), Hint: fmt.Sprintf("need -1 (any) or 0..%d", r.NNodes-1)}
 	}
-	if r.RunID != "" {
-		return validateName(failure.RendezvousRunID, r.RunID)
-	}
-	return nil
+	return validateName(failure.RendezvousRunID, r.RunID)
 }
 
 // validateSolo checks what a world of one node still reads of the rendezvous settings, so that a mistyped value
@@ -84,7 +81,7 @@ func (r RendezvousSpec) validateSolo() error {
 	if err == nil {
 		err = rendezvous.CheckConf(conf)
 	}
-	if err == nil && r.RunID != "" {
+	if err == nil {
 		err = validateName(failure.RendezvousRunID, r.RunID)
 	}
 	return err
