@@ -1,11 +1,8 @@
 package proc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -55,21 +52,13 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 // checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, from
 // /proc/<pid>/stat (fields 4 and 5), and an error wrapping ErrNotChild otherwise.
 func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
-	var b []byte
-	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	st, ok := readStat(procRoot, pid, buf)
+	if !ok {
 		return fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
 	}
-	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state), f[1] the parent, f[2] the process group
-	if len(f) < 3 {
-		return fmt.Errorf("pid %d: %w: unreadable /proc/%d/stat", pid, ErrNotChild, pid)
-	}
-	ppid, _ := strconv.Atoi(string(f[1]))
-	pgid, _ := strconv.Atoi(string(f[2]))
-	if ppid != parent || pgid != pid {
+	if st.ppid != parent || st.pgid != pid {
 		return fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
-			pid, ErrNotChild, ppid, pgid, parent, pid)
+			pid, ErrNotChild, st.ppid, st.pgid, parent, pid)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package proc
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -85,14 +84,6 @@ func (r *Reaper) orphanReaped(pid int, ws syscall.WaitStatus) {
 func (r *Reaper) leaderChildren() []int {
 	me := strconv.Itoa(self())
 	var b []byte
-	b, r.buf = readSmall("/proc/"+me+"/task/"+me+"/children", r.buf)
-	var kids []int
-	for f := range strings.FieldsSeq(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			kids = append(kids, pid)
-		}
-	}
-	return kids
+	b, r.buf, _ = readFile("/proc/"+me+"/task/"+me+"/children", r.buf)
+	return pids(b)
 }
-
-// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a

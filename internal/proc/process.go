@@ -13,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotStarted is returned by Start when the command could not be started.
+// ErrNotStarted is returned by StartHeld and Reaper.Start when the command could not be started.
 var ErrNotStarted = errors.New("process not started")
 
 // Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
-// for it: a goroutine of its own (Start) or a PID-1 / subreaper loop (Reaper), through the same type.
+// for it: a goroutine of its own (StartHeld without a reaper) or a PID-1 / subreaper loop (Reaper), through the same type.
 //
 // Signals reach exactly this process and its group, never a process that reused a pid: the leader is signalled
 // through its pidfd (so also after it left its group), and the group by kill(-pgid) only while the leader is not
@@ -45,17 +45,10 @@ type Process struct {
 	exit      Exit
 }
 
-// Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL, so the child dies when the
-// starting thread (and so the launcher) dies. The OS thread is locked while starting, because the kernel ties
-// the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
-// goroutine after the process has been reaped.
-func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
-	return startOwn(cmd, onExit, false)
-}
-
-// StartHeld is Start (through rp when rp is not nil) for a process that is held after it exits: onExit is called
-// once it has exited, with Status known, but it stays a zombie, keeping its pid and group id reserved, until
-// Release reaps it. Every held process must be released.
+// StartHeld starts cmd (through rp when rp is not nil) as the leader of a new process group with
+// Pdeathsig=SIGKILL, so the child dies when the starting thread (and so the launcher) dies. It is held after it
+// exits: onExit is called once it has exited, with Status known, but it stays a zombie, keeping its pid and group id
+// reserved, until Release reaps it. Every held process must be released.
 func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	if rp != nil {
 		return rp.start(cmd, onExit, true)
@@ -63,15 +56,24 @@ func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, erro
 	return startOwn(cmd, onExit, true)
 }
 
+// startOwn starts cmd with the OS thread locked, because the kernel ties the parent-death signal to the thread
+// that forked, keeps a pidfd of it and waits for it on a goroutine of its own.
 func startOwn(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
 	prepare(cmd)
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
 	}
-	p, err := start(cmd, onExit, hold)
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
+	runtime.LockOSThread()
+	t := time.Now()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
+	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
+	p.pidfd = pidfd
 	go p.wait()
 	return p, nil
 }
@@ -87,23 +89,6 @@ func prepare(cmd *exec.Cmd) {
 		cmd.SysProcAttr.Pgid = 0
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-}
-
-// start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
-// thread that forked, and keeps a pidfd of it.
-func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
-	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd
-	runtime.LockOSThread()
-	t := time.Now()
-	err := cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
-	}
-	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
-	p.pidfd = pidfd
-	return p, nil
 }
 
 // newProcess is the Process of pid, started at start (without a pidfd yet).
@@ -125,24 +110,14 @@ func (p *Process) wait() {
 	err := p.cmd.Wait()
 	p.reapedLocked()
 	p.mu.Unlock()
-	e := Exit{PID: p.pid}
-	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
-		e.WaitErr = err
-	}
+	e := Exit{PID: p.pid, ExitCode: -1}
 	if st := p.cmd.ProcessState; st != nil {
-		e.ExitCode = st.ExitCode()
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			e.Signal = ws.Signal()
-			e.ExitCode = -1
-		}
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-			e.MaxRSS = ru.Maxrss * 1024
-			e.UserCPU = time.Duration(ru.Utime.Nano())
-			e.SysCPU = time.Duration(ru.Stime.Nano())
-		}
-	} else {
-		e.ExitCode = -1
+		ws, _ := st.Sys().(syscall.WaitStatus)
+		ru, _ := st.SysUsage().(*syscall.Rusage)
+		e = exitOf(p.pid, ws, ru)
+	}
+	if _, ok := errors.AsType[*exec.ExitError](err); err != nil && !ok {
+		e.WaitErr = err
 	}
 	p.finish(e)
 }
@@ -177,14 +152,24 @@ func (p *Process) finish(e Exit) {
 	e.Wall = e.Finished.Sub(p.start)
 	p.exit, p.status = e, e
 	close(p.done)
-	p.setExitedOnly()
-}
-
-func (p *Process) setExitedOnly() {
 	close(p.exited)
 	if p.onExit != nil {
 		p.onExit(p)
 	}
+}
+
+// exitOf is how pid ended from its wait status and resource usage (nil: unknown).
+func exitOf(pid int, ws syscall.WaitStatus, ru *syscall.Rusage) Exit {
+	e := Exit{PID: pid, ExitCode: ws.ExitStatus()}
+	if ws.Signaled() {
+		e.Signal, e.ExitCode = ws.Signal(), -1
+	}
+	if ru != nil {
+		e.MaxRSS = ru.Maxrss * 1024
+		e.UserCPU = time.Duration(ru.Utime.Nano())
+		e.SysCPU = time.Duration(ru.Stime.Nano())
+	}
+	return e
 }
 
 // reapedLocked marks p reaped (p.mu held): its pid may be reused from now on, so its group is never signalled
@@ -319,10 +304,4 @@ func SignalGroup(pgid int, sig syscall.Signal) error {
 		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
 	}
 	return nil
-}
-
-// Alive reports whether a process with this pid exists (kill(pid, 0) succeeds or fails with EPERM).
-func Alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -119,6 +119,7 @@ func (r *Reaper) reapAll() {
 	}
 }
 
+// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
 // zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
 func (r *Reaper) reapListed() bool {
 	kids, ok := children("/proc", self(), &r.buf)
@@ -228,14 +229,7 @@ func (r *Reaper) reapPID(pid int) bool {
 		r.orphanReaped(got, ws)
 		return true
 	}
-	e := Exit{PID: got, ExitCode: ws.ExitStatus()}
-	if ws.Signaled() {
-		e.Signal, e.ExitCode = ws.Signal(), -1
-	}
-	e.MaxRSS = ru.Maxrss * 1024
-	e.UserCPU = time.Duration(ru.Utime.Nano())
-	e.SysCPU = time.Duration(ru.Stime.Nano())
-	o.p.finish(e)
+	o.p.finish(exitOf(got, ws, &ru))
 	return true
 }
 
@@ -262,41 +256,6 @@ func (r *Reaper) Orphans() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.orphans
-}
-
-// Sweep kills every descendant of this process (SweepTree from this pid) and lets the loop reap them: with the
-// reaper on, this process is PID 1 or a child subreaper, so every orphan below it is still in its subtree. It
-// kills every child of the process, so one process runs one launch at a time under a reaper. The pids it
-// returns exclude the children started through Start (the workers, already killed with their group). A process
-// marked with Keep is left alive, and its descendants are killed. A kernel without /proc/<pid>/task/<tid>/children
-// gives ErrNoChildrenFile: fall back to Sweep.
-func (r *Reaper) Sweep(procRoot string) ([]int, error) {
-	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		o, ok := r.owned[pid]
-		return !ok, !o.keep
-	}, r.exited, 5*time.Second)
-}
-
-// SignalTree is proc.SignalTree from this process, but that the processes started through the reaper that have
-// exited (held zombies, their exit delivered) are not looked at: the walk costs what the live subtree holds.
-func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
-	return signalTree(procRoot, self(), skip, r.exited, sig)
-}
-
-// LiveDescendants is proc.LiveDescendantsExcept from this process, but that the processes started through the
-// reaper that have exited are not looked at (see SignalTree).
-func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
-	return liveDescendants(procRoot, self(), skip, r.exited)
-}
-
-// exited reports whether pid is a process started through the reaper whose exit was delivered and that is held
-// unreaped: a zombie.
-func (r *Reaper) exited(pid int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.owned[pid].seen
 }
 
 // Close stops the loop after a last reaping round. Children started through Start that are still running will

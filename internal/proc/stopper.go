@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -104,7 +102,7 @@ func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 		if sig == syscall.SIGCONT {
 			other = stopSignals
 		}
-		shared := s.sharedPending()
+		shared := SignalMask("/proc/thread-self/status", "ShdPnd") // sent to the process, not yet taken by a thread
 		for _, o := range other {
 			if shared&(1<<(o-1)) != 0 {
 				return
@@ -117,19 +115,6 @@ func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 		armed = true
 	})
 	return armed, err
-}
-
-// sharedPending is the set of signals pending for the whole process (ShdPnd in /proc/thread-self/status), sent to it
-// and not yet taken by one of its threads; 0 when unreadable.
-func (s *Stopper) sharedPending() uint64 {
-	b, _ := readSmall("/proc/thread-self/status", nil)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
-			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return m
-		}
-	}
-	return 0
 }
 
 func (s *Stopper) pending(sig syscall.Signal) bool {
@@ -207,4 +192,16 @@ func (s *Stopper) stopHere() (parentGone bool, err error) {
 
 func sigaddset(set *unix.Sigset_t, sig syscall.Signal) {
 	set.Val[(sig-1)/64] |= 1 << ((uint(sig) - 1) % 64)
+}
+
+// sigaction is the kernel's struct sigaction on 64-bit Linux (handler, flags, restorer, mask), copied as it is.
+type sigaction [4]uint64
+
+func rtSigaction(sig syscall.Signal, act, old *sigaction) error {
+	_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(act)),
+		uintptr(unsafe.Pointer(old)), 8, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }

@@ -133,20 +133,25 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 
 // ensureStopper makes the Stopper at the first job-control signal; without one a stop is discarded (and said so).
 func (c *Controller) ensureStopper(s syscall.Signal) bool {
+	if c.job.broken {
+		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
+		return false
+	}
+	return c.haveStopper()
+}
+
+// haveStopper makes the Stopper unless it was made or could not be; it reports whether there is one.
+func (c *Controller) haveStopper() bool {
 	j := &c.job
 	if j.stopper == nil && !j.broken {
 		st, err := proc.NewStopper()
 		if err != nil {
 			j.broken = true
 			c.log.Warn("job control: tpurun cannot stop itself safely: stop signals are discarded", zap.Error(err))
-			return false
 		}
 		j.stopper = st
 	}
-	if j.broken {
-		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
-	}
-	return !j.broken
+	return j.stopper != nil
 }
 
 // stopBeforeContinue reports whether the stop signal being read was sent before the latest SIGCONT read: the latch
@@ -160,19 +165,11 @@ func (c *Controller) stopBeforeContinue() bool {
 // watchStops sets the latch at a SIGCONT (and once the job resumed): a stop signal read later that came before it is
 // discarded (stopBeforeContinue).
 func (c *Controller) watchStops() {
-	j := &c.job
-	if j.stopper == nil && !j.broken {
-		st, err := proc.NewStopper()
-		if err != nil {
-			j.broken = true
-			return
-		}
-		j.stopper = st
+	if !c.haveStopper() {
+		return
 	}
-	if j.stopper != nil {
-		if _, err := j.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
-			c.log.Debug("job control: latch not set", zap.Error(err))
-		}
+	if _, err := c.job.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
+		c.log.Debug("job control: latch not set", zap.Error(err))
 	}
 }
 
@@ -247,20 +244,11 @@ func (c *Controller) endJobStop(why string, unread bool) {
 	if why != "" {
 		c.log.Info("job control: " + why)
 	}
-	if j.ticker != nil {
-		j.ticker.Stop()
-		j.ticker = nil
-	}
-	j.mu.Lock()
-	j.phase = jobRunning
+	phase := jobRunning
 	if unread {
-		j.phase = jobResuming
+		phase = jobResuming
 	}
-	if j.held != nil {
-		close(j.held)
-		j.held = nil
-	}
-	j.mu.Unlock()
+	j.resume(phase)
 	c.watchStops() // first: a stop signal sent once a resumed worker could be seen running counts
 	c.onContinue()
 }
@@ -312,18 +300,25 @@ func (c *Controller) StartGate(stop func() bool) (done func()) {
 // closeJob releases what job control holds when the controller ends.
 func (c *Controller) closeJob() {
 	j := &c.job
+	j.resume(jobRunning)
+	if j.stopper != nil {
+		j.stopper.Close()
+	}
+}
+
+// resume ends the looks at the workers and lets the start of workers go on, in phase.
+func (j *jobControl) resume(phase jobPhase) {
 	if j.ticker != nil {
 		j.ticker.Stop()
+		j.ticker = nil
 	}
 	j.mu.Lock()
+	j.phase = phase
 	if j.held != nil {
 		close(j.held)
 		j.held = nil
 	}
 	j.mu.Unlock()
-	if j.stopper != nil {
-		j.stopper.Close()
-	}
 }
 
 // cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is

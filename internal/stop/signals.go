@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
@@ -52,7 +50,7 @@ func policyOf(s syscall.Signal) sigPolicy {
 // uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
 // job). Call it before any signal.Notify of the process.
 func caughtSignals() []os.Signal {
-	ignored := ignoredAtStart()
+	ignored := proc.SignalMask("/proc/self/status", "SigIgn")
 	var out []os.Signal
 	for n := 1; n <= 64; n++ {
 		s := syscall.Signal(n)
@@ -66,21 +64,6 @@ func caughtSignals() []os.Signal {
 		out = append(out, s)
 	}
 	return out
-}
-
-// ignoredAtStart is the mask of this process's ignored signals (SigIgn of /proc/self/status); 0 when unreadable.
-func ignoredAtStart() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
-			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return m
-		}
-	}
-	return 0
 }
 
 // NotifySignals routes every caught signal (see caughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
