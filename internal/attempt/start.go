@@ -118,7 +118,7 @@ func (r *Runner) start1(l *launch, w topology.Worker) (ok bool, err error) {
 		return false, err
 	}
 	r.Sampler.add(p.PID(), w.Rank)
-	sv.started([]*child{wk}, []*proc.Process{p})
+	sv.started(wk, p)
 	r.attach(sv, wk, p)
 	return true, nil
 }

@@ -227,25 +227,20 @@ func (s *supervisor) GraceExpired() {
 	s.feed(Event{Kind: EvGrace})
 }
 
-// started hands started workers to the supervisor (from the main goroutine, through the loop, all at once); the
-// machine counts each. The exit of one may have been taken already.
-func (s *supervisor) started(wks []*child, ps []*proc.Process) {
-	if len(wks) == 0 {
-		return
-	}
+// started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
+// counts it. Its exit may have been taken already.
+func (s *supervisor) started(wk *child, p *proc.Process) {
 	s.c.Do(func() {
-		for i, wk := range wks {
-			if wk.p == nil {
-				wk.p = ps[i]
-			}
-			s.ws = append(s.ws, wk)
-			if wk.input != nil {
-				s.r.Term.inputTo(wk.input)
-			}
-			s.feed(Event{Kind: EvAdded})
-			if sig := s.c.JobStopping(); sig != 0 {
-				s.jobStopOne(wk, sig)
-			}
+		if wk.p == nil {
+			wk.p = p
+		}
+		s.ws = append(s.ws, wk)
+		if wk.input != nil {
+			s.r.Term.inputTo(wk.input)
+		}
+		s.feed(Event{Kind: EvAdded})
+		if sig := s.c.JobStopping(); sig != 0 {
+			s.jobStopOne(wk, sig)
 		}
 	})
 }

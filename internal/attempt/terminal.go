@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"time"
 	"tpurun/internal/console"
 	"tpurun/internal/topology"
 
@@ -44,13 +43,7 @@ func OpenTerminal(stdin *os.File) *Terminal {
 }
 
 // foreground is the terminal's foreground process group now (0 when it cannot be read).
-func (t *Terminal) foreground() int {
-	fg, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
-	if err != nil {
-		return 0
-	}
-	return fg
-}
+func (t *Terminal) foreground() int { return console.ForegroundGroup(t.f) }
 
 // inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
 // with the first.
@@ -145,7 +138,7 @@ func (t *Terminal) relay() {
 // pause waits a moment (input the relay does not take yet), or until Close (true).
 func (t *Terminal) pause() bool {
 	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
-	n, _ := unix.Poll(fds, int(100*time.Millisecond/time.Millisecond))
+	n, _ := unix.Poll(fds, 100) // milliseconds
 	return n > 0
 }
 

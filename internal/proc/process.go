@@ -16,14 +16,10 @@ import (
 // ErrNotStarted is returned by StartHeld and Reaper.Start when the command could not be started.
 var ErrNotStarted = errors.New("process not started")
 
-// Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
-// for it: a goroutine of its own (StartHeld without a reaper) or a PID-1 / subreaper loop (Reaper), through the same type.
-//
-// Signals reach exactly this process and its group, never a process that reused a pid: the leader is signalled
-// through its pidfd (so also after it left its group), and the group by kill(-pgid) only while the leader is not
-// reaped: an unreaped leader, running or a zombie, keeps its pid, and so the group id, from being reused. A held
-// process (StartHeld) stays a zombie after it exits, its exit already delivered, until Release: its group can be
-// signalled until its teardown is done.
+// Process is one started child that leads its own process group. Its exit is delivered once, by its own goroutine
+// or by a Reaper. Signals never reach a process that reused a pid: the leader through its pidfd, the group by
+// kill(-pgid) only while the leader is unreaped (running or a zombie, it keeps the group id from reuse). A held
+// process stays a zombie after it exits until Release, so its group can be signalled until its teardown is done.
 type Process struct {
 	cmd   *exec.Cmd
 	pid   int
@@ -91,7 +87,7 @@ func prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
 
-// newProcess is the Process of pid, started at start (without a pidfd yet).
+// newProcess is the Process of pid, started at start, without a pidfd yet.
 func newProcess(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
 	return &Process{cmd: cmd, pid: pid, start: start, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
 		release: make(chan struct{}), done: make(chan struct{})}
@@ -122,8 +118,8 @@ func (p *Process) wait() {
 	p.finish(e)
 }
 
-// setExited records the exit as seen before reaping and delivers it to onExit, unless it was delivered already:
-// the reaper's loop that sees a held process exit and a Release that reaps it meanwhile may both try.
+// setExited records the exit as seen before reaping and delivers it to onExit, once: the reaper's loop that sees
+// a held process exit and a Release that reaps it meanwhile may both try.
 func (p *Process) setExited(e Exit) {
 	if !p.delivered.CompareAndSwap(false, true) {
 		return
@@ -137,9 +133,8 @@ func (p *Process) setExited(e Exit) {
 	}
 }
 
-// finish records the exit as reaped: the status with its resource usage. A process whose exit was not delivered
-// yet (not held, or not seen before reaping) delivers it now; one being delivered (setExited, on another goroutine)
-// keeps that delivery's time.
+// finish records the exit as reaped, with its resource usage, and delivers it unless setExited did (whose time
+// it keeps).
 func (p *Process) finish(e Exit) {
 	if !p.delivered.CompareAndSwap(false, true) {
 		<-p.exited
@@ -205,8 +200,7 @@ func (p *Process) Status() Exit {
 	return p.status
 }
 
-// Release lets a held process be reaped, waits until it has been and returns how it ended, with its resource
-// usage. For a process that is not held it is Wait.
+// Release lets a held process be reaped and returns Wait's Exit. For a process that is not held it is Wait.
 func (p *Process) Release() Exit {
 	p.released.Do(func() {
 		close(p.release)
@@ -217,11 +211,9 @@ func (p *Process) Release() Exit {
 	return p.Wait()
 }
 
-// Signal sends sig once to every process of the leader's process group (kill(-pgid)) while the leader is not
-// reaped (while the group id cannot have been reused); a leader that has left its group gets it through its pidfd
-// (wherever it is now) as well. No process gets sig twice: a leader still in its group is reached by the group
-// signal only (it was signalled through both, and a second SIGTERM is "force quit now" to many programs). Once
-// the leader is reaped nothing is signalled: what is left of its group is the subtree sweep's. A process that no
+// Signal sends sig once to the leader's process group (kill(-pgid)) while the leader is unreaped, and to a leader
+// that has left its group through its pidfd. No process gets sig twice (a second SIGTERM is "force quit now" to
+// many programs). Once the leader is reaped nothing is signalled: what is left is the sweep's. A process that no
 // longer exists is not an error.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.rp != nil { // the reaper reaps under its lock (with wait4(-1) it cannot take p.mu first)
@@ -259,9 +251,8 @@ func (p *Process) leads() bool {
 	return err == nil && pgid == p.pid
 }
 
-// Exited reports whether the process has exited, its exit delivered or not yet: the kernel is asked (waitid
-// WNOWAIT, which never reaps). Exits are delivered as they are noticed, each on its own: a process killed by another
-// one whose exit was delivered may not have had its own delivered yet, but Exited says it is gone.
+// Exited reports whether the process has exited, its exit delivered or not yet (waitid WNOWAIT, which never
+// reaps): exits are delivered one by one, so one may be known here before it is delivered.
 func (p *Process) Exited() bool {
 	select {
 	case <-p.exited:
@@ -282,8 +273,8 @@ func (p *Process) Exited() bool {
 	return err != nil || info.Signo != 0
 }
 
-// Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the
-// kernel's report of that stop (waitid WSTOPPED|WNOHANG, which never reaps), a report nothing else waits for.
+// Stopped reports whether the process is stopped now, consuming the kernel's report of that stop (waitid
+// WSTOPPED|WNOHANG), which nothing else waits for.
 func (p *Process) Stopped() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -13,11 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It starts the processes started through
-// it from one thread of its own (see starter), learns each one's exit from its pidfd, in one epoll set (one event
-// per exit, whatever the number of children), hands it to their onExit callbacks, and on SIGCHLD reaps every other
-// (orphaned) descendant. Where the kernel gives no pidfd, it lists its children on each SIGCHLD instead.
-// While a Reaper runs, nothing else in the process may wait for children: exec.Cmd.Wait would race it.
+// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It starts its processes from one
+// thread of its own (see starter), learns each exit from a pidfd in one epoll set, hands it to onExit, and on
+// SIGCHLD reaps every orphaned descendant; without pidfds it lists its children on each SIGCHLD. While it runs,
+// nothing else in the process may wait for children: exec.Cmd.Wait would race it.
 type Reaper struct {
 	log     *zap.Logger
 	mu      sync.Mutex
@@ -86,9 +85,9 @@ func (r *Reaper) loop() {
 	}
 }
 
-// reap collects every orphan that has exited by now, and, for the owned processes without a pidfd, delivers or
-// reaps them (reapListed). full also lists the children of every thread, not only those orphans go to. No fork is
-// under way meanwhile (forkMu): every child it finds unregistered is an orphan.
+// reap collects every exited orphan and delivers or reaps the owned processes without a pidfd. full lists the
+// children of every thread, not only the one orphans go to. No fork is under way meanwhile (forkMu): every
+// unregistered child is an orphan.
 func (r *Reaper) reap(full bool) {
 	r.forkMu.Lock()
 	defer r.forkMu.Unlock()
@@ -107,10 +106,9 @@ func (r *Reaper) reap(full bool) {
 	}
 }
 
-// reapAll is the reaping round of a reaper that lists its children to find the owned exits: every child that
-// has exited by now is collected, except held workers (see StartHeld), whose exit it delivers but which it reaps
-// only once released. Holding needs the kernel's list of children (a held zombie would hide every other exited
-// child from wait4(-1)); without it every child is reaped at once.
+// reapAll reaps every exited child, but delivers the exit of a held one and reaps it only once released. Holding
+// needs the kernel's list of children (a held zombie would hide every other exited child from wait4(-1)); without
+// it every child is reaped at once.
 func (r *Reaper) reapAll() {
 	if r.listed && r.reapListed() {
 		return
@@ -155,8 +153,7 @@ func (r *Reaper) reapListed() bool {
 	return true
 }
 
-// polled takes the event of one owned process's pidfd: an exit is delivered (held: the process stays a zombie
-// until released) or reaped.
+// polled takes the event of one owned process's pidfd: its exit is delivered (held) or reaped.
 func (r *Reaper) polled(pid int) {
 	r.mu.Lock()
 	o, ok := r.owned[pid]
@@ -194,8 +191,8 @@ func (r *Reaper) polled(pid int) {
 }
 
 // reapPID reaps pid (-1: any child) if it has exited, and delivers its exit or counts an orphan; it reports
-// whether a child was reaped. It holds the reaper's lock across the wait, and Signal takes it too, so no signal
-// to a worker's group races its pid being freed. The exit is delivered on the calling goroutine.
+// whether a child was reaped. It holds the reaper's lock across the wait, as Signal does, so no signal to a
+// worker's group races its pid being freed.
 func (r *Reaper) reapPID(pid int) bool {
 	r.mu.Lock()
 	if o, ok := r.owned[pid]; ok && o.watch == watchPending {
@@ -258,9 +255,8 @@ func (r *Reaper) Orphans() int {
 	return r.orphans
 }
 
-// Close stops the loop after a last reaping round. Children started through Start that are still running will
-// never be delivered: Close only after every one of them is done. It ends the starter's thread, the parent-death
-// thread of the children it started: any still running get their Pdeathsig (SIGKILL).
+// Close stops the loop after a last reaping round; call it once every child started through it is done. Ending
+// the starter's thread sends any child still running its Pdeathsig (SIGKILL).
 func (r *Reaper) Close() {
 	signal.Stop(r.sigchld)
 	close(r.stop)
@@ -281,7 +277,7 @@ type owned struct {
 	watch watch
 }
 
-// The system calls the reaper waits with: variables, so that a test can count them.
+// The system calls the reaper waits with: variables for the tests.
 var (
 	waitid = func(idType, id int, info *unix.Siginfo, options int) error {
 		return unix.Waitid(idType, id, info, options, nil)
