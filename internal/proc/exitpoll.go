@@ -31,15 +31,14 @@ func newExitPoll() (*exitPoll, error) {
 }
 
 // add watches pidfd, the pidfd of pid, for its exit.
-func (e *exitPoll) add(pidfd, pid int) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_ADD, pidfd, &ev)
-}
+func (e *exitPoll) add(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_ADD, pidfd, pid) }
 
 // rearm watches pidfd again after an event that was not its exit.
-func (e *exitPoll) rearm(pidfd, pid int) error {
+func (e *exitPoll) rearm(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_MOD, pidfd, pid) }
+
+func (e *exitPoll) ctl(op, pidfd, pid int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_MOD, pidfd, &ev)
+	return unix.EpollCtl(e.fd, op, pidfd, &ev)
 }
 
 // pollExits is the goroutine that waits for the epoll set to have events and takes them, until the set is closed.

@@ -130,27 +130,35 @@ func (r *Reaper) reapListed() bool {
 			continue // running, or not ours to wait for
 		}
 		r.mu.Lock()
-		o, owned := r.owned[pid]
-		if owned && o.watch == watchPending {
+		switch o, owned := r.owned[pid]; {
+		case !owned:
 			r.mu.Unlock()
-			continue // its starter is still setting it up
-		}
-		held := owned && o.p.hold && !closed(o.p.release)
-		deliver := held && !o.seen
-		if deliver {
-			o.seen = true
-			r.owned[pid] = o
-		}
-		r.mu.Unlock()
-		if deliver {
-			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-		}
-		if !held {
 			r.reapPID(pid)
+		case o.watch == watchPending:
+			r.mu.Unlock() // its starter is still setting it up
+		default:
+			r.exitSeen(pid, o, &info)
 		}
 	}
 	return true
+}
+
+// exitSeen takes the exit of owned process o, with r.mu held, which it releases: a held process not yet released
+// has its exit delivered, once, and stays a zombie; any other is reaped.
+func (r *Reaper) exitSeen(pid int, o owned, info *unix.Siginfo) {
+	if !o.p.hold || closed(o.p.release) {
+		r.mu.Unlock()
+		r.reapPID(pid)
+		return
+	}
+	deliver := !o.seen
+	o.seen = true
+	r.owned[pid] = o
+	r.mu.Unlock()
+	if deliver {
+		_, code, sig := childExit(info)
+		o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
+	}
 }
 
 // polled takes the event of one owned process's pidfd: its exit is delivered (held) or reaped.
@@ -175,19 +183,7 @@ func (r *Reaper) polled(pid int) {
 		r.mu.Unlock()
 		return
 	}
-	if o.p.hold && !closed(o.p.release) {
-		deliver := !o.seen
-		o.seen = true
-		r.owned[pid] = o
-		r.mu.Unlock()
-		if deliver {
-			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-		}
-		return
-	}
-	r.mu.Unlock()
-	r.reapPID(pid)
+	r.exitSeen(pid, o, &info)
 }
 
 // reapPID reaps pid (-1: any child) if it has exited, and delivers its exit or counts an orphan; it reports
