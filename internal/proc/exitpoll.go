@@ -8,10 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// exitPoll is the epoll set of the pidfds of the processes started through a Reaper. A pidfd becomes readable once
-// its process has exited, so each exit is one event, delivered once (EPOLLONESHOT), with the pid as its data: no
-// list of every child on each SIGCHLD, no waitid on each. The set itself waits in Go's poller, so no thread is
-// held while nothing exits.
+// exitPoll is the epoll set of the pidfds of a Reaper's processes: each exit is one event (EPOLLONESHOT, the pid as
+// its data), with no listing of the children on each SIGCHLD. The set waits in Go's poller, holding no thread.
 type exitPoll struct {
 	f    *os.File // the epoll descriptor
 	fd   int

@@ -7,10 +7,9 @@ import (
 )
 
 // GroupOrphaned reports whether process group pgid is orphaned in the POSIX sense: no member has a parent in another
-// group of the same session, so no shell (nothing that does job control) could continue it once it stopped. The
-// kernel discards SIGTSTP, SIGTTIN and SIGTTOU for such a group, and sends SIGHUP and SIGCONT to one that becomes
-// orphaned while a member is stopped. A session leader's group is orphaned; so is a shell's background job once that
-// shell has exited. It reads every /proc/PID/stat under procRoot: call it on a job-control event, not in a loop.
+// group of the same session, so no shell could continue it once stopped (the kernel discards stop signals for it).
+// A session leader's group is; so is a shell's job once the shell has exited. It reads every /proc/PID/stat under
+// procRoot: call it on a job-control event, not in a loop.
 func GroupOrphaned(procRoot string, pgid int) bool {
 	ents, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -40,10 +39,8 @@ func StoppedOrGone(procRoot string, pid int) bool {
 	return zombie(procRoot, pid, &buf) || Stopped(procRoot, pid)
 }
 
-// Stopped reports whether pid is stopped by a signal: state T or t in /proc/PID/stat, or D (an uninterruptible wait)
-// with a stopped child. The latter is a parent in vfork whose child a stop signal reached before its exec (dash,
-// Debian's /bin/sh, and Go's os/exec start commands with vfork): the parent waits for that exec, its own stop pending,
-// until the child is continued; the job is stopped all the same, and SIGCONT resumes both.
+// Stopped reports whether pid is stopped by a signal: state T or t, or D with a stopped child: a parent in vfork
+// (dash, Go's os/exec) whose child was stopped before its exec waits for it; SIGCONT resumes both.
 func Stopped(procRoot string, pid int) bool {
 	switch state(procRoot, pid) {
 	case 'T', 't':

@@ -12,10 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// starter is the thread that starts the processes of a Reaper (and a Stopper's thread): a goroutine locked to its
-// OS thread for its owner's life. The kernel ties Pdeathsig to the thread that forked, so when the Reaper closes the goroutine
-// returns still locked, the runtime ends the thread, and any child still running gets its SIGKILL. It is never the
-// process's first thread, the one orphans are re-parented to (see Reaper.leaderChildren).
+// starter is a goroutine locked to its OS thread for its owner's life: the thread that starts a Reaper's processes,
+// or a Stopper's. The kernel ties Pdeathsig to the thread that forked: when the Reaper closes, the goroutine returns
+// still locked, the thread ends, and any child still running gets its SIGKILL. It is never the process's first
+// thread, the one orphans are re-parented to (see Reaper.leaderChildren).
 type starter struct {
 	reqs   chan func()
 	quit   chan struct{}

@@ -15,10 +15,9 @@ import (
 // Self is this process's pid; Sweep never signals it.
 func self() int { return os.Getpid() }
 
-// Sweep finds every process under procRoot (normally "/proc") whose environment holds key=value, except this
-// process and those keep names (nil: none), and sends it sig. It returns the pids it signalled. Processes that
-// vanish or cannot be read while scanning are skipped: a process that changed its environment with execve escapes
-// the sweep.
+// Sweep sends sig to every process under procRoot (normally "/proc") whose environment holds key=value, except this
+// process and those keep names (nil: none), and returns their pids. A process that cannot be read is skipped, and
+// one that changed its environment with execve escapes it.
 func Sweep(procRoot, key, value string, sig syscall.Signal, keep func(pid int) bool) ([]int, error) {
 	pids, err := FindByEnv(procRoot, key, value)
 	if err != nil {
@@ -85,12 +84,11 @@ func EnvironHas(environ, kv []byte) bool {
 // children in /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN off): fall back to Sweep.
 var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not available")
 
-// Sweep kills every descendant of this process and lets the loop reap them: with the reaper on, this process is
-// PID 1 or a child subreaper, so every orphan below it is still in its subtree, found by walking
-// /proc/<pid>/task/*/children under procRoot; no environment is read and no other process of the host is looked
-// at. It kills every child of the process, so one process runs one launch at a time under a reaper. The pids it
-// returns exclude the children started through Start (the workers, already killed with their group). A process
-// marked with Keep is left alive, and its descendants are killed. ErrNoChildrenFile: fall back to Sweep.
+// Sweep kills every descendant of this process, PID 1 or a child subreaper, found by walking
+// /proc/<pid>/task/*/children under procRoot (no environment read), and lets the loop reap them. It kills every
+// child of the process, so one process runs one launch at a time under a reaper. It returns the pids it killed but
+// those started through the reaper. A process marked with Keep is left alive, not its descendants.
+// ErrNoChildrenFile: fall back to Sweep.
 func (r *Reaper) Sweep(procRoot string) ([]int, error) {
 	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
 		r.mu.Lock()
@@ -155,10 +153,8 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 	}
 }
 
-// SignalTree sends sig once to every live (not zombie) descendant of this process (see Sweep), except those skip
-// names, and returns the pids it signalled: the first, gentle step of a sweep (SIGTERM to the helpers a finished
-// worker left, so that they can flush), without waiting for them. ErrNoChildrenFile when the kernel does not list
-// children.
+// SignalTree sends sig once to every live descendant of this process (see Sweep) but those skip names, and returns
+// their pids: the gentle first step of a sweep, without waiting. ErrNoChildrenFile as for Sweep.
 func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
 	if err := childrenListed(procRoot, self()); err != nil {
 		return nil, fmt.Errorf("signal tree of pid %d: %w", self(), err)
@@ -206,9 +202,8 @@ func childrenListed(procRoot string, root int) error {
 	return nil
 }
 
-// descendants lists every descendant of root, breadth first (see children), but those known (when not nil) says
-// are zombies: they are neither listed nor looked into (an exited process has no children: they were re-parented
-// when it exited).
+// descendants lists every descendant of root, breadth first, but those known (when not nil) says are zombies:
+// neither listed nor looked into (their children were re-parented when they exited).
 func descendants(procRoot string, root int, buf *[]byte, known func(pid int) bool) []int {
 	var out []int
 	queue := []int{root}
@@ -228,9 +223,8 @@ func descendants(procRoot string, root int, buf *[]byte, known func(pid int) boo
 	return out
 }
 
-// children lists the children of pid from the children files of all of its threads (a child belongs to the
-// thread that forked it, or that it was re-parented to). ok is false when pid is gone or the kernel does not
-// list children.
+// children lists the children of pid from the children files of all of its threads (a child belongs to the thread
+// that forked it). ok is false when pid is gone or the kernel does not list children.
 func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
 	taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
 	tids, err := os.ReadDir(taskDir)
