@@ -61,7 +61,7 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	seen := make(map[int]bool, len(a.Ranks))
 	add := func(s RankSummary) {
 		seen[s.Rank] = true
-		out = append(out, s.resultExit())
+		out = append(out, results.ExitOf(s.Rank, s.Exit))
 	}
 	for _, rank := range a.EndOrder {
 		if s, ok := byRank[rank]; ok && !seen[rank] {
@@ -75,9 +75,6 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	}
 	return out
 }
-
-// resultExit is how the rank ended, for the results document.
-func (s RankSummary) resultExit() results.RankExit { return results.ExitOf(s.Rank, s.Exit) }
 
 // Sink receives each worker's result channel (the read end of its fd 3). Consume is called once per started
 // worker, from its own goroutine, and must return when r returns an error (os.ErrDeadlineExceeded once the launcher

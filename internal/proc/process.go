@@ -180,12 +180,6 @@ func (p *Process) reapedLocked() {
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
 
-// Started is when the process was started.
-func (p *Process) Started() time.Time { return p.start }
-
-// Done is closed once the process has been reaped.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
 // Wait blocks until the process has been reaped and returns how it ended. A held process is reaped only once
 // released: call Release, or Status to learn how it ended before that.
 func (p *Process) Wait() Exit {
@@ -205,7 +199,7 @@ func (p *Process) Release() Exit {
 	p.released.Do(func() {
 		close(p.release)
 		if p.rp != nil {
-			p.rp.reapReleased(p)
+			p.rp.reapPID(p.pid) // if it has exited; else when it does
 		}
 	})
 	return p.Wait()
@@ -271,19 +265,6 @@ func (p *Process) Exited() bool {
 	var info unix.Siginfo
 	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
 	return err != nil || info.Signo != 0
-}
-
-// Stopped reports whether the process is stopped now, consuming the kernel's report of that stop (waitid
-// WSTOPPED|WNOHANG), which nothing else waits for.
-func (p *Process) Stopped() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reaped {
-		return false
-	}
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
-	return err == nil && info.Signo != 0
 }
 
 // SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.

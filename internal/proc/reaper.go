@@ -226,11 +226,6 @@ func (r *Reaper) reapPID(pid int) bool {
 	return true
 }
 
-// reapReleased reaps a released held worker that has exited (one still running is reaped when it exits).
-func (r *Reaper) reapReleased(p *Process) {
-	r.reapPID(p.pid)
-}
-
 func closed(c <-chan struct{}) bool {
 	select {
 	case <-c:
