@@ -2,7 +2,6 @@ package proc
 
 import (
 	"os"
-	"path/filepath"
 	"strconv"
 )
 
@@ -49,14 +48,11 @@ func Stopped(procRoot string, pid int) bool {
 	default:
 		return false
 	}
-	dir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
-	tasks, _ := os.ReadDir(dir) // the thread that called vfork need not be the first
-	for _, task := range tasks {
-		b, _, _ := readFile(filepath.Join(dir, task.Name(), "children"), nil)
-		for _, kid := range pids(b) {
-			if st := state(procRoot, kid); st == 'T' || st == 't' {
-				return true
-			}
+	var buf []byte
+	kids, _ := children(procRoot, pid, &buf) // the thread that called vfork need not be the first
+	for _, kid := range kids {
+		if st := state(procRoot, kid); st == 'T' || st == 't' {
+			return true
 		}
 	}
 	return false
