@@ -31,17 +31,8 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	defer r.mu.Unlock()
 	p := newProcess(nil, pid, start, true, onExit)
 	p.rp = r
-	o := owned{p: p, watch: watchListed}
-	if fd, err := pidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
-		p.pidfd = fd
-		if r.exits != nil && r.exits.add(fd, pid) == nil { // its event waits for the lock held here
-			o.watch = watchPolled
-		}
-	}
-	if o.watch == watchListed {
-		r.listing++
-	}
-	r.owned[pid] = o
+	fd, err := pidfdOpen(pid, 0) // old kernels: no pidfd, the group is signalled by pid
+	r.watchExit(owned{p: p}, fd, err)
 	return p, nil
 }
 

@@ -149,9 +149,8 @@ func fileStdio(cmd *exec.Cmd) error {
 	return nil
 }
 
-// watch puts a process just started through the reaper under watch: its pidfd into the epoll set, or, without
-// one, the SIGCHLD loop's listing. One reaped meanwhile by the loop's wait4(-1) (it could not list the children)
-// is done and not watched: the pid may be another's by now.
+// watch puts a process just started through the reaper under watch (watchExit). One reaped meanwhile by the
+// loop's wait4(-1) (it could not list the children) is done and not watched: the pid may be another's by now.
 func (r *Reaper) watch(p *Process) {
 	fd, err := pidfdOpen(p.pid, 0)
 	r.mu.Lock()
@@ -163,34 +162,31 @@ func (r *Reaper) watch(p *Process) {
 		}
 		return
 	}
+	listed := r.watchExit(o, fd, err)
+	r.mu.Unlock()
+	if listed {
+		select { // it may have exited already: let the loop list the children now
+		case r.sigchld <- syscall.SIGCHLD:
+		default:
+		}
+	}
+}
+
+// watchExit registers owned process o, with r.mu held, and how its exit is learnt: its pidfd fd (err: none) in
+// the epoll set, whose event waits for the lock held here, else the SIGCHLD loop's listing (listed).
+func (r *Reaper) watchExit(o owned, fd int, err error) (listed bool) {
 	o.watch = watchListed
 	if err == nil {
-		p.mu.Lock()
-		p.pidfd = fd
-		p.mu.Unlock()
-		if r.exits != nil {
-			o.watch = watchPolled // before the epoll set has it: its event may come at once
+		o.p.mu.Lock()
+		o.p.pidfd = fd
+		o.p.mu.Unlock()
+		if r.exits != nil && r.exits.add(fd, o.p.pid) == nil {
+			o.watch = watchPolled
 		}
 	}
-	if o.watch == watchPolled {
-		r.owned[p.pid] = o
-		r.mu.Unlock()
-		if err := r.exits.add(fd, p.pid); err == nil {
-			return
-		}
-		r.mu.Lock()
-		o = r.owned[p.pid]
-		if o.p != p || o.watch != watchPolled {
-			r.mu.Unlock()
-			return
-		}
-		o.watch = watchListed
+	if o.watch == watchListed {
+		r.listing++
 	}
-	r.owned[p.pid] = o
-	r.listing++
-	r.mu.Unlock()
-	select { // it may have exited already: let the loop list the children now
-	case r.sigchld <- syscall.SIGCHLD:
-	default:
-	}
+	r.owned[o.p.pid] = o
+	return o.watch == watchListed
 }
