@@ -125,24 +125,21 @@ func (r *Runner) oneStream(lr int) bool {
 // forwarders makes the forwarders of the worker's stdout and stderr (and opens their log files): one when they
 // are one stream (oneStream).
 func (r *Runner) forwarders(logRel string, wk *child) error {
-	for i, s := range []struct {
-		std     console.Std
-		console *console.Console
-		name    string
-	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
-		if i == 1 && wk.one {
-			wk.fwd[0].Tail = &wk.errTail
-			break
-		}
-		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
-		if err != nil {
-			return err
-		}
-		if i == 1 {
-			f.Tail = &wk.errTail
-		}
-		wk.fwd = append(wk.fwd, forward{f, wk.readers[i]})
+	out, err := r.forwarder(logRel, wk, console.StdOut, r.Stdout, "stdout.log")
+	if err != nil {
+		return err
 	}
+	wk.fwd = append(wk.fwd, forward{out, wk.readers[0]})
+	if wk.one {
+		out.Tail = &wk.errTail
+		return nil
+	}
+	errs, err := r.forwarder(logRel, wk, console.StdErr, r.Stderr, "stderr.log")
+	if err != nil {
+		return err
+	}
+	errs.Tail = &wk.errTail
+	wk.fwd = append(wk.fwd, forward{errs, wk.readers[1]})
 	return nil
 }
 
