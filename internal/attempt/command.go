@@ -54,10 +54,9 @@ func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
 	return cmd, nil
 }
 
-// streams makes the worker's stdout, stderr and results (fd 3) ends, its log files and the forwarders of stdout
-// and stderr: for a stream shown at a terminal a pseudo-terminal, else a pipe; the results a pipe. With one, the
-// worker leads a session of its own whose controlling terminal it is: its stderr's, else its stdout's (its stdin's
-// too when it reads the terminal). It returns the worker's ends, which the caller closes once the worker started.
+// streams makes the worker's stdout, stderr and results (fd 3) ends, its log files and forwarders: a stream shown
+// at a terminal gets a pseudo-terminal (the worker then leads a session whose controlling terminal it is), else a
+// pipe. It returns the worker's ends, which the caller closes once the worker started.
 func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
 	w := wk.w
 	var writeEnds []*os.File
@@ -115,11 +114,9 @@ func (r *Runner) outputEnds(l *launch, wk *child) (writeEnds []*os.File, ctty in
 	return writeEnds, ctty, master, nil
 }
 
-// oneStream reports whether the worker of local rank lr gets one pipe (or pseudo-terminal) for its stdout and its
-// stderr, as a worker of torchrun writes both to the one file that torchrun's stdout and stderr are: when tpurun's
-// are one file (2>&1, a terminal, a notebook's pipe), both streams are shown there and no log file needs them
-// apart. What the worker writes then reaches the file in the order it wrote it (two pipes cannot keep it: which
-// one tpurun reads first is the scheduler's choice); the root cause's tail holds both streams.
+// oneStream reports whether the worker of local rank lr gets one pipe (or pseudo-terminal) for stdout and stderr,
+// as torchrun's workers do: when tpurun's are one file (2>&1, a terminal), both are shown there and no log file
+// needs them apart. Its output then keeps the order it was written in (two pipes cannot); the tail holds both.
 func (r *Runner) oneStream(lr int) bool {
 	return r.Stdout != nil && r.Stdout == r.Stderr && r.LogDir == "" &&
 		r.shown(lr, console.StdOut) && r.shown(lr, console.StdErr)
@@ -128,24 +125,21 @@ func (r *Runner) oneStream(lr int) bool {
 // forwarders makes the forwarders of the worker's stdout and stderr (and opens their log files): one when they
 // are one stream (oneStream).
 func (r *Runner) forwarders(logRel string, wk *child) error {
-	for i, s := range []struct {
-		std     console.Std
-		console *console.Console
-		name    string
-	}{{console.StdOut, r.Stdout, "stdout.log"}, {console.StdErr, r.Stderr, "stderr.log"}} {
-		if i == 1 && wk.one {
-			wk.fwd[0].Tail = &wk.errTail
-			break
-		}
-		f, err := r.forwarder(logRel, wk, s.std, s.console, s.name)
-		if err != nil {
-			return err
-		}
-		if i == 1 {
-			f.Tail = &wk.errTail
-		}
-		wk.fwd = append(wk.fwd, forward{f, wk.readers[i]})
+	out, err := r.forwarder(logRel, wk, console.StdOut, r.Stdout, "stdout.log")
+	if err != nil {
+		return err
 	}
+	wk.fwd = append(wk.fwd, forward{out, wk.readers[0]})
+	if wk.one {
+		out.Tail = &wk.errTail
+		return nil
+	}
+	errs, err := r.forwarder(logRel, wk, console.StdErr, r.Stderr, "stderr.log")
+	if err != nil {
+		return err
+	}
+	errs.Tail = &wk.errTail
+	wk.fwd = append(wk.fwd, forward{errs, wk.readers[1]})
 	return nil
 }
 
@@ -174,10 +168,9 @@ func (r *Runner) openPty(l *launch) (master, slave *os.File, ok bool) {
 	return m, s, true
 }
 
-// terminalInput makes local rank 0's stdin its pseudo-terminal, the one that gets what is typed at tpurun's terminal
-// (Terminal): its stderr's or else its stdout's when that is one, else a pseudo-terminal of its own, whose output (what the worker writes
-// to /dev/tty: a password prompt) goes to tpurun's terminal as it is. It returns the worker's new ends. Without a
-// pseudo-terminal the worker reads /dev/null.
+// terminalInput makes local rank 0's stdin the pseudo-terminal that gets what is typed at tpurun's terminal: its
+// stderr's or stdout's when that is one, else one of its own, whose output (a password prompt on /dev/tty) goes to
+// tpurun's terminal. It returns the worker's new ends. Without a pseudo-terminal the worker reads /dev/null.
 func (r *Runner) terminalInput(l *launch, wk *child, cmd *exec.Cmd) []*os.File {
 	for i, std := range []io.Writer{cmd.Stderr, cmd.Stdout} { // the controlling terminal's (see streams)
 		if rd := wk.readers[1-i]; slices.Contains(wk.masters, rd) {
@@ -242,9 +235,8 @@ func (r *Runner) prefix(w topology.Worker) []byte {
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the preloaded
-// interpreter's refusal to fork (a *failure.ConfigError, 2), arguments and environment too big for execve (the user's
-// to trim: argListError), else internal (saying which limit to raise when the host ran out of descriptors or
-// processes).
+// interpreter's refusal (2), arguments and environment too big for execve (argListError), else internal (with the
+// limit to raise when the host ran out of descriptors or processes).
 func (r *Runner) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 	var ce *failure.ConfigError
 	if errors.As(err, &ce) { // the preloaded interpreter refused to fork: exit 2
@@ -264,9 +256,8 @@ func (r *Runner) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 // maxArgStrlen is Linux's limit on one argument or environment string (MAX_ARG_STRLEN, 32 pages).
 const maxArgStrlen = 32 * 4096
 
-// argListError explains an execve that failed with E2BIG ("argument list too long") for rank: how big the
-// arguments and the environment are against the kernel's limits, and the largest variables to trim. Too big a
-// command line is the user's to fix, not a launcher bug: it is a *failure.ConfigError (exit 2).
+// argListError explains an execve that failed with E2BIG for rank: the sizes against the kernel's limits, and the
+// largest variables to trim. It is the user's to fix: a *failure.ConfigError (exit 2).
 func argListError(rank int, argv, env []string) error {
 	size := func(ss []string) (n int) {
 		for _, s := range ss {
@@ -306,8 +297,8 @@ func argListError(rank int, argv, env []string) error {
 // the umask), writable by the launcher only.
 const logFileMode = 0o644
 
-// logWriter is a per-rank log file that tells once when a write fails (a full disk, a quota) and then drops the
-// rest: a log file that cannot be written never stops or slows the run, and the console keeps every line.
+// logWriter is a per-rank log file that tells once when a write fails (a full disk) and then drops the rest: it
+// never stops or slows the run, and the console keeps every line.
 type logWriter struct {
 	f      *os.File
 	failed bool

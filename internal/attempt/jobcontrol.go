@@ -12,11 +12,8 @@ func (s *supervisor) JobStop(sig syscall.Signal) {
 	}
 }
 
-// jobStopOne stops wk's group with sig. A worker that leads a session of its own (tpurun at a terminal: its
-// pseudo-terminal is its controlling terminal) is in an orphaned group, for which the kernel discards those signals
-// where their default action would stop it: such a group gets SIGSTOP instead, which stops it whatever it does with
-// sig (docs/CONTROL.md); the job in the foreground of its terminal is stopped once the workers are
-// (StopForegroundJobs).
+// jobStopOne stops wk's group with sig. A worker that leads a session of its own (a pseudo-terminal) is in an
+// orphaned group, for which the kernel discards stop signals: it gets SIGSTOP instead (docs/CONTROL.md).
 func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
 	if wk.ctty != nil {
 		s.signalGroup(wk, syscall.SIGSTOP)
@@ -25,9 +22,8 @@ func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
 	s.signalOne(wk, sig)
 }
 
-// StopForegroundJobs stops the job in the foreground of each worker's terminal, if another group than the worker's,
-// once the workers are stopped: a job-control shell that saw its job stop before it stopped itself would call the
-// job "Stopped" and take the terminal back, and fg would not resume it.
+// StopForegroundJobs stops the job in the foreground of each worker's terminal, once the workers are stopped: a
+// job-control shell that saw its job stop first would take the terminal back, and fg would not resume it.
 func (s *supervisor) StopForegroundJobs() {
 	for _, wk := range s.ws {
 		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
@@ -51,8 +47,8 @@ func (s *supervisor) Unstopped(procRoot string) []int {
 // Signal sends sig to every worker group (SIGHUP: the shell that started tpurun is gone while the job stopped).
 func (s *supervisor) Signal(sig syscall.Signal) { s.signalAll(sig, 0) }
 
-// Resume resumes every worker group after a job-control stop, and gives their pseudo-terminals the terminal's size of
-// now: it may have changed while the job was stopped or in the background, when the SIGWINCH went to the shell.
+// Resume resumes every worker group after a job-control stop, and gives their pseudo-terminals the terminal's size
+// of now (see resizeMasters).
 func (s *supervisor) Resume() {
 	s.signalAll(syscall.SIGCONT, 0)
 	s.resizeMasters(s.r.windowSize())

@@ -61,7 +61,7 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	seen := make(map[int]bool, len(a.Ranks))
 	add := func(s RankSummary) {
 		seen[s.Rank] = true
-		out = append(out, s.resultExit())
+		out = append(out, results.ExitOf(s.Rank, s.Exit))
 	}
 	for _, rank := range a.EndOrder {
 		if s, ok := byRank[rank]; ok && !seen[rank] {
@@ -76,20 +76,15 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	return out
 }
 
-// resultExit is how the rank ended, for the results document.
-func (s RankSummary) resultExit() results.RankExit { return results.ExitOf(s.Rank, s.Exit) }
-
-// Sink receives each worker's private result channel (the read end of the pipe that is the worker's fd 3).
-// Consume is called once per started worker, from its own goroutine, and must return when r returns an error
-// (including os.ErrDeadlineExceeded once the launcher stops draining). A returned error is recorded in the
-// report as a *failure.ResultError and makes the run fail with failure.ErrResults. A nil sink drains and discards.
+// Sink receives each worker's result channel (the read end of its fd 3). Consume is called once per started
+// worker, from its own goroutine, and must return when r returns an error (os.ErrDeadlineExceeded once the launcher
+// stops draining). Its error is a *failure.ResultError in the report (failure.ErrResults). nil drains and discards.
 type Sink interface {
 	Consume(rank, pid int, replicas []int, r io.Reader) error
 }
 
-// readResults reads the worker's result channel into the sink (or discards it without one). A violation of the
-// result contract is the collector's to report (its document names each one, with a hint, and decides the exit
-// code); only a sink's other failures are this rank's.
+// readResults reads the worker's result channel into the sink (or discards it). A violation of the result
+// contract is the collector's to report; only a sink's other failures are this rank's.
 func readResults(sink Sink, wk *child, pid int) {
 	res := wk.drain.Reader(wk.readers[2])
 	if sink == nil {

@@ -81,10 +81,9 @@ type forward struct {
 	from *os.File
 }
 
-// Run starts every local worker of as once and lets the controller supervise them (supervisor, Machine)
-// until every one has exited, the groups are killed, the orphans swept and the pipes drained; then it releases
-// the held zombies and summarizes each rank. Its Verdict says how it ended; stopSeq is the controller's count of
-// job-wide causes when it ended (Controller.StopSeq).
+// Run starts every local worker of as once and lets the controller supervise them until every one has exited,
+// the orphans are swept and the pipes drained; then it releases the held zombies and summarizes each rank.
+// stopSeq is the controller's StopSeq when it ended.
 func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	n := as.N
 	local := as.Plan.Local(as.NodeRank)
@@ -151,9 +150,8 @@ func (r *Runner) release(a *Attempt, ws []*child) {
 	}
 }
 
-// errorFiles are the names in the run's scratch directory, where the workers' TORCHELASTIC_ERROR_FILEs are without
-// a log directory: one listing instead of an open per worker, most of which find nothing. nil when unknown (a log
-// directory, or the listing failed): each file is looked for.
+// errorFiles are the names in the run's scratch directory, which holds the error files without a log directory:
+// one listing instead of an open per worker. nil when unknown: each file is looked for.
 func (r *Runner) errorFiles() map[string]bool {
 	if r.LogDir != "" || r.Scratch == "" {
 		return nil

@@ -29,7 +29,7 @@ type Sampler struct {
 }
 
 func NewSampler(interval time.Duration, notify func([]Sample)) *Sampler {
-	return &Sampler{interval: interval, notify: notify, live: map[int]*Sample{}}
+	return &Sampler{interval: interval, notify: notify, live: map[int]*Sample{}, gone: map[int]bool{}}
 }
 
 func (s *Sampler) add(pid, rank int) {
@@ -55,9 +55,6 @@ func (s *Sampler) remove(pid int) Sample {
 func (s *Sampler) exited(pid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone == nil {
-		s.gone = map[int]bool{}
-	}
 	s.gone[pid] = true
 }
 
@@ -94,15 +91,8 @@ func (s *Sampler) Run(ctx context.Context) {
 }
 
 func (s *Sampler) once(ctx context.Context) {
-	s.mu.Lock()
-	pids := make([]int, 0, len(s.live))
-	for pid := range s.live {
-		if !s.gone[pid] {
-			pids = append(pids, pid)
-		}
-	}
-	s.mu.Unlock()
-	for _, pid := range pids {
+	for _, last := range s.Snapshot() {
+		pid := last.PID
 		// Not process.NewProcess: it checks the pid with os.FindProcess, whose pidfd stays open until a finalizer
 		// runs. The reads below go to /proc/PID alone; a worker that has gone fails them.
 		p := &process.Process{Pid: int32(pid)}

@@ -89,9 +89,8 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 	return l
 }
 
-// start1 prepares worker w (its command, pipes and log files) and starts it; it hands the worker to the supervisor
-// at once, and only then attaches its output forwarders and result reader. ok is false when w did not start: err
-// says why, nil when the attempt began to stop meanwhile.
+// start1 prepares worker w and starts it; it hands the worker to the supervisor, and only then attaches its
+// readers. ok is false when w did not start: err says why, nil when the attempt began to stop meanwhile.
 func (r *Runner) start1(l *launch, w topology.Worker) (ok bool, err error) {
 	sv := l.sv
 	wk := &child{w: w}
@@ -118,7 +117,7 @@ func (r *Runner) start1(l *launch, w topology.Worker) (ok bool, err error) {
 		return false, err
 	}
 	r.Sampler.add(p.PID(), w.Rank)
-	sv.started([]*child{wk}, []*proc.Process{p})
+	sv.started(wk, p)
 	r.attach(sv, wk, p)
 	return true, nil
 }
@@ -152,8 +151,7 @@ func (r *Runner) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
 }
 
 // attach starts the goroutines that read a started worker's pipes: its output forwarders and its result reader.
-// Each closes its pipe once it has read it to the end (or given up on it): the end of an attempt has that much
-// less to do, one worker after the other (release closes whatever is still open, pseudo-terminals among it).
+// Each closes its pipe once read to the end (release closes the rest, pseudo-terminals among it).
 func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
 	for _, f := range wk.fwd {
 		wk.io.Go(func() {
@@ -178,9 +176,8 @@ func (r *Runner) rankLogDir(n int, w topology.Worker) string {
 	return filepath.Join(r.RunLogs, "attempt_"+strconv.Itoa(n), strconv.Itoa(w.LocalRank))
 }
 
-// makeLogDirs creates every local rank's log directory of attempt n before any worker starts, without following a
-// symlink in any component below the log directory: a link planted by a worker of an earlier attempt
-// (DIR/<run>_<random>/attempt_1/0 -> /victim) is an *UnsafePathError and nothing of attempt n starts.
+// makeLogDirs creates every local rank's log directory of attempt n before any worker starts, following no symlink
+// below the log directory: one planted by an earlier worker is an *UnsafePathError and nothing starts.
 func (r *Runner) makeLogDirs(n int, local []topology.Worker) error {
 	if r.LogDir == "" {
 		return nil

@@ -14,9 +14,8 @@ import (
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
-// grace timer and the watch of what the workers leave behind, and turns the machine's actions into signals,
-// timers and the last sweep. Everything it does happens on the loop goroutine; what takes time (the SIGKILL
-// sweep, reading the pipes to EOF) runs in a goroutine that reports back with an event.
+// grace timer and the watch of what they leave behind. What takes time (the SIGKILL sweep, reading the pipes to
+// EOF) runs in a goroutine that reports back with an event.
 type supervisor struct {
 	c  *stop.Controller
 	r  *Runner
@@ -160,9 +159,8 @@ func (s *supervisor) stopSignal(act Action) {
 	}
 	s.signalAll(act.Signal, skip)
 	if act.Cause != nil && act.Signal != syscall.SIGKILL {
-		// A stopped worker (Ctrl-Z, SIGTSTP to tpurun as PID 1, kill -STOP) keeps the stop signal pending: continued,
-		// it runs its handler within the grace period instead of being SIGKILLed at its end (as Open MPI's launcher,
-		// coreutils' timeout and systemd do). A forwarded signal is the user's, stop signals included: not followed.
+		// A stopped worker keeps the stop signal pending: continued, it runs its handler within the grace period (as
+		// Open MPI's launcher, coreutils' timeout and systemd do). A forwarded signal is the user's: not followed.
 		s.signalAll(syscall.SIGCONT, skip)
 	}
 }
@@ -176,11 +174,9 @@ func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
 	}
 }
 
-// signalOne sends sig to wk's group (signalGroup) and, when wk leads a session whose controlling terminal is a
-// pseudo-terminal, to that terminal's foreground group when it is another (a job a worker's shell runs, as a
-// terminal's keystroke reaches it): Ctrl-C, Ctrl-Z and fg at tpurun's terminal reach what runs in the foreground
-// of the worker's. A SIGCONT reaches the job first: a job-control shell resumed first would find it stopped and
-// call it "Stopped".
+// signalOne sends sig to wk's group and to its pseudo-terminal's foreground group when that is another (a job a
+// worker's shell runs), as a keystroke would reach it. A SIGCONT reaches the job first: a job-control shell resumed
+// first would find it stopped and call it "Stopped".
 func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
 	fg := s.foreground(wk, sig)
 	if fg > 0 && sig == syscall.SIGCONT {
@@ -192,8 +188,8 @@ func (s *supervisor) signalOne(wk *child, sig syscall.Signal) {
 	}
 }
 
-// foreground is the foreground process group of wk's controlling pseudo-terminal when it is not wk's own group, to
-// which sig goes too; 0 when none (no such terminal, or SIGWINCH: the kernel's to send there on a resize).
+// foreground is the foreground process group of wk's controlling pseudo-terminal when it is not wk's own group; 0
+// when none, or for SIGWINCH (the kernel's to send there on a resize).
 func (s *supervisor) foreground(wk *child, sig syscall.Signal) int {
 	if wk.p == nil || wk.ctty == nil || sig == syscall.SIGWINCH {
 		return 0
@@ -227,31 +223,25 @@ func (s *supervisor) GraceExpired() {
 	s.feed(Event{Kind: EvGrace})
 }
 
-// started hands started workers to the supervisor (from the main goroutine, through the loop, all at once); the
-// machine counts each. The exit of one may have been taken already.
-func (s *supervisor) started(wks []*child, ps []*proc.Process) {
-	if len(wks) == 0 {
-		return
-	}
+// started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
+// counts it. Its exit may have been taken already.
+func (s *supervisor) started(wk *child, p *proc.Process) {
 	s.c.Do(func() {
-		for i, wk := range wks {
-			if wk.p == nil {
-				wk.p = ps[i]
-			}
-			s.ws = append(s.ws, wk)
-			if wk.input != nil {
-				s.r.Term.inputTo(wk.input)
-			}
-			s.feed(Event{Kind: EvAdded})
-			if sig := s.c.JobStopping(); sig != 0 {
-				s.jobStopOne(wk, sig)
-			}
+		if wk.p == nil {
+			wk.p = p
+		}
+		s.ws = append(s.ws, wk)
+		if wk.input != nil {
+			s.r.Term.inputTo(wk.input)
+		}
+		s.feed(Event{Kind: EvAdded})
+		if sig := s.c.JobStopping(); sig != 0 {
+			s.jobStopOne(wk, sig)
 		}
 	})
 }
 
-// exited takes the exit of worker wk, whose process p reported it (held: a zombie until the attempt is over, its
-// group id reserved), possibly before the supervisor learnt that it started.
+// exited takes the exit of worker wk from its (held) process p, possibly before the supervisor learnt it started.
 func (s *supervisor) exited(wk *child, p *proc.Process) {
 	if wk.p == nil {
 		wk.p = p
@@ -282,8 +272,8 @@ func (s *supervisor) failed(we *proc.WorkerError) {
 	}
 }
 
-// termOrphans is the gentle first step of the sweep: the workers' groups, when they never got a stop signal, and
-// every process they left outside their groups get SIGTERM once; the rest of the grace is theirs to exit.
+// termOrphans is the gentle first step of the sweep: what is left of the workers' groups (when they never got a stop
+// signal) and every process they left outside them get SIGTERM once, and the rest of the grace to exit.
 func (s *supervisor) termOrphans() {
 	if s.m.StopSignal() == 0 {
 		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)

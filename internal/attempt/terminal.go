@@ -5,7 +5,6 @@ import (
 	"os"
 	"sync"
 	"syscall"
-	"time"
 	"tpurun/internal/console"
 	"tpurun/internal/topology"
 
@@ -13,11 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's process group was its
-// foreground group at the start (an interactive shell, docker run -it). tpurun keeps it: its group stays the
-// foreground group, so Ctrl-C, Ctrl-\ and Ctrl-Z reach tpurun, which acts on the whole job, and what is typed there
-// is relayed, a line at a time as the terminal (never put in raw mode) gives it, to local rank 0's pseudo-terminal
-// (docs/CONTROL.md, "Terminal and stdin").
+// Terminal is tpurun's controlling terminal while its stdin is that terminal and tpurun's group was its foreground
+// group at the start. tpurun keeps it in the foreground, so Ctrl-C, Ctrl-\ and Ctrl-Z reach tpurun, and relays what
+// is typed, a line at a time, to local rank 0's pseudo-terminal (docs/CONTROL.md, "Terminal and stdin").
 type Terminal struct {
 	f   *os.File
 	fd  int
@@ -44,13 +41,7 @@ func OpenTerminal(stdin *os.File) *Terminal {
 }
 
 // foreground is the terminal's foreground process group now (0 when it cannot be read).
-func (t *Terminal) foreground() int {
-	fg, err := unix.IoctlGetInt(t.fd, unix.TIOCGPGRP)
-	if err != nil {
-		return 0
-	}
-	return fg
-}
+func (t *Terminal) foreground() int { return console.ForegroundGroup(t.f) }
 
 // inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
 // with the first.
@@ -102,10 +93,9 @@ func (t *Terminal) Close() {
 // input and each partial line (what Ctrl-D after some text gives) that tpurun's terminal gives.
 const veof = 4
 
-// relay copies what is typed at the terminal to the worker's terminal of the moment. It reads only when the
-// terminal has input, tpurun's group is its foreground group and a worker takes it: in the background (bg, Ctrl-Z)
-// a read would stop tpurun (SIGTTIN) or take the shell's input, and between attempts the input waits in the
-// terminal.
+// relay copies what is typed at the terminal to the worker's terminal of the moment. It reads only while tpurun's
+// group is in the foreground (in the background a read would stop tpurun or take the shell's input) and a worker
+// takes it (between attempts the input waits in the terminal).
 func (t *Terminal) relay() {
 	defer close(t.done)
 	buf := make([]byte, 4096)
@@ -145,7 +135,7 @@ func (t *Terminal) relay() {
 // pause waits a moment (input the relay does not take yet), or until Close (true).
 func (t *Terminal) pause() bool {
 	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
-	n, _ := unix.Poll(fds, int(100*time.Millisecond/time.Millisecond))
+	n, _ := unix.Poll(fds, 100) // milliseconds
 	return n > 0
 }
 
@@ -189,9 +179,8 @@ func (r *Runner) windowSize() *unix.Winsize {
 	return nil
 }
 
-// resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH): the kernel sends SIGWINCH
-// to each one's foreground group when it changed; a worker without one gets the signal from tpurun. It reports
-// false when no worker has one (the signal is then forwarded as any other).
+// resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH; the kernel signals each
+// one's foreground group), and forwards the signal to the workers without one. false: no worker has one.
 func (s *supervisor) resizeTerminals() bool {
 	ws := s.r.windowSize()
 	some := false

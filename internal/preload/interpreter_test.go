@@ -338,7 +338,7 @@ func TestCloseThenForkIsGone(t *testing.T) {
 	}
 	pid := z.PID()
 	z.Close()
-	if z.Alive() || proc.Alive(pid) {
+	if z.Alive() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 		t.Fatalf("preloaded interpreter %d still alive after Close", pid)
 	}
 	_, err = z.Fork(rp, preload.Request{Command: preload.Command{Python: cfg.Python, Target: "x.py"}, Dir: mods}, nil)

@@ -1,11 +1,8 @@
 package proc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -13,15 +10,11 @@ import (
 // group: a process forked elsewhere that was not re-parented here (this process is not its child subreaper).
 var ErrNotChild = errors.New("not a child of this process that leads its own process group")
 
-// AdoptHeld supervises, as a held process (see StartHeld), a child that this process did not fork itself: a worker
-// forked by a preloaded interpreter (a zygote) and re-parented to this process, its child subreaper, once the
-// intermediate process that forked it exited. fork makes that child and returns its pid; no orphan is reaped while
-// it runs (forkMu, as for a fork of Start), so that the child's exit, however early, is never reaped as an orphan's
-// before it is registered. The reaper's lock is not held meanwhile: a fork may wait long for a slow interpreter, and
-// the processes already started are signalled and their exits delivered all the while.
-// fork must return only once the child is this process's own and leads its own process group; otherwise the
-// pid is refused with ErrNotChild (and left alone: it is not this process's to signal). The adopted process is
-// signalled, held, released and swept exactly like one started through StartHeld; its start time is the call's.
+// AdoptHeld supervises, as a held process (see StartHeld), a child this process did not fork: a worker forked by
+// a preloaded interpreter and re-parented to this process, its child subreaper. fork makes that child and returns
+// its pid once the child is this process's own and leads its own process group (else ErrNotChild, and the pid is
+// left alone). No orphan is reaped while fork runs (forkMu), so the child's exit is never reaped as an orphan's;
+// the reaper's lock is not held, so a slow fork delays no signal or exit. Its start time is the call's.
 func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Process, error) {
 	r.forkMu.RLock()
 	defer r.forkMu.RUnlock()
@@ -38,38 +31,21 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	defer r.mu.Unlock()
 	p := newProcess(nil, pid, start, true, onExit)
 	p.rp = r
-	o := owned{p: p, watch: watchListed}
-	if fd, err := pidfdOpen(pid, 0); err == nil { // old kernels: no pidfd, the group is signalled by pid
-		p.pidfd = fd
-		if r.exits != nil && r.exits.add(fd, pid) == nil { // its event waits for the lock held here
-			o.watch = watchPolled
-		}
-	}
-	if o.watch == watchListed {
-		r.listing++
-	}
-	r.owned[pid] = o
+	fd, err := pidfdOpen(pid, 0) // old kernels: no pidfd, the group is signalled by pid
+	r.watchExit(owned{p: p}, fd, err)
 	return p, nil
 }
 
-// checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, from
-// /proc/<pid>/stat (fields 4 and 5), and an error wrapping ErrNotChild otherwise.
+// checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, and an
+// error wrapping ErrNotChild otherwise.
 func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
-	var b []byte
-	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	st, ok := readStat(procRoot, pid, buf)
+	if !ok {
 		return fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
 	}
-	f := bytes.Fields(b[i+1:]) // f[0] is field 3 (state), f[1] the parent, f[2] the process group
-	if len(f) < 3 {
-		return fmt.Errorf("pid %d: %w: unreadable /proc/%d/stat", pid, ErrNotChild, pid)
-	}
-	ppid, _ := strconv.Atoi(string(f[1]))
-	pgid, _ := strconv.Atoi(string(f[2]))
-	if ppid != parent || pgid != pid {
+	if st.ppid != parent || st.pgid != pid {
 		return fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
-			pid, ErrNotChild, ppid, pgid, parent, pid)
+			pid, ErrNotChild, st.ppid, st.pgid, parent, pid)
 	}
 	return nil
 }

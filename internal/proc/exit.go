@@ -8,10 +8,9 @@ import (
 	"tpurun/internal/failure"
 )
 
-// Exit is how a process ended, with its resource usage taken from wait4's rusage at exit: the one value for it.
-// The attempt's per-rank summary and a failed worker's error hold it, and the results document takes it through one
-// conversion (results.ExitOf). Its JSON (a failed worker travels in the outcome nodes exchange) has the fields by
-// name, the resource usage when known, and neither the local wait error nor the local clock.
+// Exit is how a process ended, with its resource usage from wait4's rusage: the one value for it, which the
+// results document converts once (results.ExitOf). Its JSON (in the outcome nodes exchange) leaves out the
+// resource usage when unknown, the local wait error and the local clock.
 type Exit struct {
 	PID      int
 	ExitCode int            // exit code, or -1 when killed by a signal

@@ -8,10 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// exitPoll is the epoll set of the pidfds of the processes started through a Reaper. A pidfd becomes readable once
-// its process has exited, so each exit is one event, delivered once (EPOLLONESHOT), with the pid as its data: no
-// list of every child on each SIGCHLD, no waitid on each. The set itself waits in Go's poller, so no thread is
-// held while nothing exits.
+// exitPoll is the epoll set of the pidfds of a Reaper's processes: each exit is one event (EPOLLONESHOT, the pid as
+// its data), with no listing of the children on each SIGCHLD. The set waits in Go's poller, holding no thread.
 type exitPoll struct {
 	f    *os.File // the epoll descriptor
 	fd   int
@@ -31,15 +29,14 @@ func newExitPoll() (*exitPoll, error) {
 }
 
 // add watches pidfd, the pidfd of pid, for its exit.
-func (e *exitPoll) add(pidfd, pid int) error {
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_ADD, pidfd, &ev)
-}
+func (e *exitPoll) add(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_ADD, pidfd, pid) }
 
 // rearm watches pidfd again after an event that was not its exit.
-func (e *exitPoll) rearm(pidfd, pid int) error {
+func (e *exitPoll) rearm(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_MOD, pidfd, pid) }
+
+func (e *exitPoll) ctl(op, pidfd, pid int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
-	return unix.EpollCtl(e.fd, unix.EPOLL_CTL_MOD, pidfd, &ev)
+	return unix.EpollCtl(e.fd, op, pidfd, &ev)
 }
 
 // pollExits is the goroutine that waits for the epoll set to have events and takes them, until the set is closed.

@@ -9,10 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// awaitExit parks the calling goroutine in Go's network poller until the process behind pidfd has exited (a
-// pidfd becomes readable then). Waiting there instead of in a blocking wait syscall keeps hundreds of workers
-// from holding hundreds of OS threads; the wait that follows returns at once. Without a pidfd (old kernels) it
-// returns at once and the caller's wait blocks as before. pidfd stays open (it is dup'ed for the poller).
+// awaitExit parks the calling goroutine in Go's poller until the process behind pidfd has exited, so that hundreds
+// of workers hold no OS thread each in a blocking wait. Without a pidfd it returns at once (the caller's wait then
+// blocks). pidfd stays open: a dup of it goes to the poller.
 func awaitExit(pidfd int) {
 	if pidfd < 0 {
 		return
@@ -34,9 +33,7 @@ func awaitExit(pidfd int) {
 	_ = rc.Read(func(fd uintptr) bool { return exited(int(fd)) })
 }
 
-// exited reports, without reaping it, whether the process behind pidfd has exited:
-// waitid(P_PIDFD, pidfd, WEXITED|WNOHANG|WNOWAIT) sets si_signo (SIGCHLD) only for an exited child, and leaves
-// it 0 when the child is still running.
+// exited reports, without reaping it, whether the process behind pidfd has exited (waitid WNOWAIT sets si_signo).
 func exited(pidfd int) bool {
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
@@ -45,8 +42,8 @@ func exited(pidfd int) bool {
 	return info.Signo != 0
 }
 
-// peekExit waits until child pid has exited and returns how, without reaping it (waitid WNOWAIT). ok is false
-// when there is nothing to wait for (already reaped by someone else): the caller reaps at once then.
+// peekExit waits until child pid has exited and returns how, without reaping it. ok is false when there is nothing
+// to wait for (reaped already).
 func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 	for {
 		var info unix.Siginfo
@@ -62,10 +59,8 @@ func peekExit(pid int) (code int, sig syscall.Signal, ok bool) {
 	}
 }
 
-// childExit reads the SIGCHLD fields of a siginfo that waitid filled in for an exited child: its pid, and its
-// exit code (si_status for CLD_EXITED) or the signal that killed it (si_status for CLD_KILLED and CLD_DUMPED; code
-// -1 then). The union of the siginfo starts after three ints, aligned to a pointer; si_pid, si_uid and si_status
-// are its first three ints (the kernel's generic layout, on every Linux architecture).
+// childExit reads an exited child's pid and exit code, or killing signal (code -1), from waitid's siginfo. Its union
+// starts after three ints, aligned to a pointer; si_pid, si_uid and si_status lead it on every Linux architecture.
 func childExit(info *unix.Siginfo) (pid, code int, sig syscall.Signal) {
 	const union = (12 + unsafe.Sizeof(uintptr(0)) - 1) &^ (unsafe.Sizeof(uintptr(0)) - 1)
 	base := unsafe.Pointer(info)

@@ -1,8 +1,11 @@
 package proc
 
 import (
+	"errors"
+	"os/exec"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,4 +40,22 @@ func StarterTid(r *Reaper) int {
 	tid := 0
 	r.starter.run(func() { tid = unix.Gettid() })
 	return tid
+}
+
+// Start starts cmd without a reaper and without holding it: onExit, if not nil, is called once from the waiting
+// goroutine after the process has been reaped.
+func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
+	return startOwn(cmd, onExit, false)
+}
+
+// Alive reports whether a process with this pid exists (kill(pid, 0) succeeds or fails with EPERM).
+func Alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// SweepTreeOf sweeps the subtree of root under procRoot as Reaper.Sweep sweeps this process's.
+func SweepTreeOf(procRoot string, root int) error {
+	_, err := sweepTree(procRoot, root, func(int) (bool, bool) { return true, true }, nil, time.Second)
+	return err
 }

@@ -6,11 +6,9 @@ import (
 	"path/filepath"
 )
 
-// LookPath finds file as execvp does: a name with a slash as it is, else in each PATH entry in turn, a relative
-// entry ("./bin", or an empty one, a leading, doubled or trailing ':', for the current directory) included, as a
-// shell and torchrun find it. Go's exec.LookPath finds such a program too but refuses it (exec.ErrDot, against a
-// PATH that a program did not choose); tpurun runs what its user's PATH names, so a program found there is taken,
-// by its absolute path, so that a worker's working directory cannot change what it names.
+// LookPath finds file as execvp, a shell and torchrun do: relative PATH entries ("./bin", an empty one) included.
+// Go's exec.LookPath refuses such a find (exec.ErrDot); tpurun runs what its user's PATH names, by its absolute
+// path, so that a worker's working directory cannot change what it names.
 func LookPath(file string) (string, error) {
 	path, err := exec.LookPath(file)
 	if errors.Is(err, exec.ErrDot) {

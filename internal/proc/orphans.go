@@ -3,7 +3,6 @@ package proc
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -24,7 +23,7 @@ func (r *Reaper) reapOrphans() (hidden bool) {
 			return false // no child, or none exited
 		}
 		pid, _, _ := childExit(&info)
-		if r.reapOrphan(pid) == orphanOwned {
+		if r.reapOrphan(pid) {
 			return true
 		}
 	}
@@ -39,22 +38,13 @@ func (r *Reaper) reapOrphansIn(pids []int) {
 	}
 }
 
-// orphanResult is what reapOrphan found.
-type orphanResult uint8
-
-const (
-	orphanNone   orphanResult = iota // not exited, or not a child
-	orphanReaped                     // an orphan, reaped
-	orphanOwned                      // started through the reaper: left alone
-)
-
-// reapOrphan reaps pid if it is an exited child that was not started through the reaper, holding the lock from
-// the check to the reap, so that the pid cannot meanwhile become a new owned child's.
-func (r *Reaper) reapOrphan(pid int) orphanResult {
+// reapOrphan reaps pid if it is an exited child that was not started through the reaper (owned: it was, and is
+// left alone), holding the lock from the check to the reap, so that the pid cannot meanwhile become an owned one.
+func (r *Reaper) reapOrphan(pid int) (owned bool) {
 	r.mu.Lock()
 	if _, ok := r.owned[pid]; ok {
 		r.mu.Unlock()
-		return orphanOwned
+		return true
 	}
 	var ws syscall.WaitStatus
 	got, err := wait4(pid, &ws, syscall.WNOHANG, nil)
@@ -63,12 +53,12 @@ func (r *Reaper) reapOrphan(pid int) orphanResult {
 	}
 	if err != nil || got <= 0 {
 		r.mu.Unlock()
-		return orphanNone
+		return false
 	}
 	r.orphans++
 	r.mu.Unlock()
 	r.orphanReaped(got, ws)
-	return orphanReaped
+	return false
 }
 
 func (r *Reaper) orphanReaped(pid int, ws syscall.WaitStatus) {
@@ -85,14 +75,6 @@ func (r *Reaper) orphanReaped(pid int, ws syscall.WaitStatus) {
 func (r *Reaper) leaderChildren() []int {
 	me := strconv.Itoa(self())
 	var b []byte
-	b, r.buf = readSmall("/proc/"+me+"/task/"+me+"/children", r.buf)
-	var kids []int
-	for f := range strings.FieldsSeq(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			kids = append(kids, pid)
-		}
-	}
-	return kids
+	b, r.buf, _ = readFile("/proc/"+me+"/task/"+me+"/children", r.buf)
+	return pids(b)
 }
-
-// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a

@@ -10,16 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ExitWithParent makes this process send itself sig when the process that started it exits, so a launcher started
-// by a program that is killed (a Ray actor, a notebook) stops its workers instead of running on. A parent that has
-// already exited (this process was re-parented before the call) is reported as ErrParentGone.
+// ExitWithParent makes this process send itself sig when the process that started it exits, so a launcher whose
+// caller is killed (a Ray actor, a notebook) stops its workers. A parent already gone is ErrParentGone.
 //
-// The parent is the process, not the thread that forked this one: PR_SET_PDEATHSIG fires when that thread exits
-// (a ThreadPoolExecutor's worker, a Ray actor's method thread), while its process lives on. So the watch is a pidfd
-// of the parent process, which becomes readable only once its whole thread group has exited; it waits in Go's
-// poller, holding no thread. The pidfd is taken, then getppid is read again: unchanged, the pidfd names the live
-// parent, not a process that took its pid after it died. With no parent to watch (getppid 0: PID 1 of a
-// container) there is nothing to do.
+// PR_SET_PDEATHSIG would fire when the forking thread exits (a ThreadPoolExecutor's worker) while its process lives
+// on, so the watch is a pidfd of the parent process, readable once its whole thread group has exited, waited on in
+// Go's poller. getppid is read again after pidfd_open: unchanged, the pidfd names the live parent, not a process
+// that took its pid. With no parent (getppid 0: PID 1 of a container) there is nothing to do.
 func ExitWithParent(sig syscall.Signal) error {
 	parent := os.Getppid()
 	if parent == 0 {
@@ -56,8 +53,7 @@ func ExitWithParent(sig syscall.Signal) error {
 	return nil
 }
 
-// parentExited is a RawConn.Read callback for a pidfd: true once it is readable (its process has exited); false sends
-// the goroutine back to Go's poller until the pidfd's next event.
+// parentExited is a RawConn.Read callback for a pidfd: true once it is readable (its process has exited).
 func parentExited(fd uintptr) bool {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
@@ -68,9 +64,9 @@ func parentExited(fd uintptr) bool {
 // 5.3; refused: a container's seccomp profile before Docker 20.10): the parent's exit is then noticed within it.
 const ParentPoll = 250 * time.Millisecond
 
-// watchParentByPolling sends this process sig once its parent is no longer parent, looking every so often until
-// stop is closed (nil: for the process's life): getppid changes when the parent process exits (this process is
-// re-parented), not when a thread of it does. getppid is a system call of no cost that no sandbox refuses.
+// watchParentByPolling sends this process sig once getppid is no longer parent, looking every so often until stop
+// is closed (nil: never): getppid changes when the parent process exits, not a thread of it, and no sandbox
+// refuses it.
 func watchParentByPolling(parent int, sig syscall.Signal, every time.Duration, stop <-chan struct{}) {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -160,18 +160,6 @@ func TestFindByEnvFakeTree(t *testing.T) {
 	}
 }
 
-func TestAlive(t *testing.T) {
-	if !proc.Alive(os.Getpid()) {
-		t.Fatal("this process is not alive")
-	}
-	p, err := proc.Start(child(t, "crash:42"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Wait()
-	testutil.Eventually(t, fmt.Sprintf("pid %d not alive once reaped", p.PID()), func() bool { return !proc.Alive(p.PID()) })
-}
-
 func FuzzEnvironHas(f *testing.F) {
 	for _, s := range []string{"", "\x00", "K=v", "K=v\x00", "\x00K=v\x00", "K=vv\x00K=v", "K=\x00", "=\x00\x00"} {
 		f.Add([]byte(s), "K=v")

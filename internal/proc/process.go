@@ -13,17 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNotStarted is returned by Start when the command could not be started.
+// ErrNotStarted is returned by StartHeld and Reaper.Start when the command could not be started.
 var ErrNotStarted = errors.New("process not started")
 
-// Process is one started child that leads its own process group. Its exit is delivered once, by whoever waits
-// for it: a goroutine of its own (Start) or a PID-1 / subreaper loop (Reaper), through the same type.
-//
-// Signals reach exactly this process and its group, never a process that reused a pid: the leader is signalled
-// through its pidfd (so also after it left its group), and the group by kill(-pgid) only while the leader is not
-// reaped: an unreaped leader, running or a zombie, keeps its pid, and so the group id, from being reused. A held
-// process (StartHeld) stays a zombie after it exits, its exit already delivered, until Release: its group can be
-// signalled until its teardown is done.
+// Process is one started child that leads its own process group. Its exit is delivered once, by its own goroutine
+// or by a Reaper. Signals never reach a process that reused a pid: the leader through its pidfd, the group by
+// kill(-pgid) only while the leader is unreaped (running or a zombie, it keeps the group id from reuse). A held
+// process stays a zombie after it exits until Release, so its group can be signalled until its teardown is done.
 type Process struct {
 	cmd   *exec.Cmd
 	pid   int
@@ -45,17 +41,10 @@ type Process struct {
 	exit      Exit
 }
 
-// Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL, so the child dies when the
-// starting thread (and so the launcher) dies. The OS thread is locked while starting, because the kernel ties
-// the parent-death signal to the thread that forked. onExit, if not nil, is called once from the waiting
-// goroutine after the process has been reaped.
-func Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
-	return startOwn(cmd, onExit, false)
-}
-
-// StartHeld is Start (through rp when rp is not nil) for a process that is held after it exits: onExit is called
-// once it has exited, with Status known, but it stays a zombie, keeping its pid and group id reserved, until
-// Release reaps it. Every held process must be released.
+// StartHeld starts cmd (through rp when rp is not nil) as the leader of a new process group with
+// Pdeathsig=SIGKILL, so the child dies when the starting thread (and so the launcher) dies. It is held after it
+// exits: onExit is called once it has exited, with Status known, but it stays a zombie, keeping its pid and group id
+// reserved, until Release reaps it. Every held process must be released.
 func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	if rp != nil {
 		return rp.start(cmd, onExit, true)
@@ -63,15 +52,24 @@ func StartHeld(rp *Reaper, cmd *exec.Cmd, onExit func(*Process)) (*Process, erro
 	return startOwn(cmd, onExit, true)
 }
 
+// startOwn starts cmd with the OS thread locked, because the kernel ties the parent-death signal to the thread
+// that forked, keeps a pidfd of it and waits for it on a goroutine of its own.
 func startOwn(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
 	prepare(cmd)
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = 2 * time.Second
 	}
-	p, err := start(cmd, onExit, hold)
+	pidfd := -1
+	cmd.SysProcAttr.PidFD = &pidfd
+	runtime.LockOSThread()
+	t := time.Now()
+	err := cmd.Start()
+	runtime.UnlockOSThread()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
 	}
+	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
+	p.pidfd = pidfd
 	go p.wait()
 	return p, nil
 }
@@ -89,24 +87,7 @@ func prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
 
-// start starts a prepared cmd with the OS thread locked, because the kernel ties the parent-death signal to the
-// thread that forked, and keeps a pidfd of it.
-func start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Process, error) {
-	pidfd := -1
-	cmd.SysProcAttr.PidFD = &pidfd
-	runtime.LockOSThread()
-	t := time.Now()
-	err := cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNotStarted, cmd.Path, err)
-	}
-	p := newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
-	p.pidfd = pidfd
-	return p, nil
-}
-
-// newProcess is the Process of pid, started at start (without a pidfd yet).
+// newProcess is the Process of pid, started at start, without a pidfd yet.
 func newProcess(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
 	return &Process{cmd: cmd, pid: pid, start: start, hold: hold, onExit: onExit, pidfd: -1, exited: make(chan struct{}),
 		release: make(chan struct{}), done: make(chan struct{})}
@@ -125,30 +106,20 @@ func (p *Process) wait() {
 	err := p.cmd.Wait()
 	p.reapedLocked()
 	p.mu.Unlock()
-	e := Exit{PID: p.pid}
-	var exitErr *exec.ExitError
-	if err != nil && !errors.As(err, &exitErr) {
-		e.WaitErr = err
-	}
+	e := Exit{PID: p.pid, ExitCode: -1}
 	if st := p.cmd.ProcessState; st != nil {
-		e.ExitCode = st.ExitCode()
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			e.Signal = ws.Signal()
-			e.ExitCode = -1
-		}
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-			e.MaxRSS = ru.Maxrss * 1024
-			e.UserCPU = time.Duration(ru.Utime.Nano())
-			e.SysCPU = time.Duration(ru.Stime.Nano())
-		}
-	} else {
-		e.ExitCode = -1
+		ws, _ := st.Sys().(syscall.WaitStatus)
+		ru, _ := st.SysUsage().(*syscall.Rusage)
+		e = exitOf(p.pid, ws, ru)
+	}
+	if _, ok := errors.AsType[*exec.ExitError](err); err != nil && !ok {
+		e.WaitErr = err
 	}
 	p.finish(e)
 }
 
-// setExited records the exit as seen before reaping and delivers it to onExit, unless it was delivered already:
-// the reaper's loop that sees a held process exit and a Release that reaps it meanwhile may both try.
+// setExited records the exit as seen before reaping and delivers it to onExit, once: the reaper's loop that sees
+// a held process exit and a Release that reaps it meanwhile may both try.
 func (p *Process) setExited(e Exit) {
 	if !p.delivered.CompareAndSwap(false, true) {
 		return
@@ -162,9 +133,8 @@ func (p *Process) setExited(e Exit) {
 	}
 }
 
-// finish records the exit as reaped: the status with its resource usage. A process whose exit was not delivered
-// yet (not held, or not seen before reaping) delivers it now; one being delivered (setExited, on another goroutine)
-// keeps that delivery's time.
+// finish records the exit as reaped, with its resource usage, and delivers it unless setExited did (whose time
+// it keeps).
 func (p *Process) finish(e Exit) {
 	if !p.delivered.CompareAndSwap(false, true) {
 		<-p.exited
@@ -177,14 +147,24 @@ func (p *Process) finish(e Exit) {
 	e.Wall = e.Finished.Sub(p.start)
 	p.exit, p.status = e, e
 	close(p.done)
-	p.setExitedOnly()
-}
-
-func (p *Process) setExitedOnly() {
 	close(p.exited)
 	if p.onExit != nil {
 		p.onExit(p)
 	}
+}
+
+// exitOf is how pid ended from its wait status and resource usage (nil: unknown).
+func exitOf(pid int, ws syscall.WaitStatus, ru *syscall.Rusage) Exit {
+	e := Exit{PID: pid, ExitCode: ws.ExitStatus()}
+	if ws.Signaled() {
+		e.Signal, e.ExitCode = ws.Signal(), -1
+	}
+	if ru != nil {
+		e.MaxRSS = ru.Maxrss * 1024
+		e.UserCPU = time.Duration(ru.Utime.Nano())
+		e.SysCPU = time.Duration(ru.Stime.Nano())
+	}
+	return e
 }
 
 // reapedLocked marks p reaped (p.mu held): its pid may be reused from now on, so its group is never signalled
@@ -200,12 +180,6 @@ func (p *Process) reapedLocked() {
 // PID is the process id, which is also its process group id.
 func (p *Process) PID() int { return p.pid }
 
-// Started is when the process was started.
-func (p *Process) Started() time.Time { return p.start }
-
-// Done is closed once the process has been reaped.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
 // Wait blocks until the process has been reaped and returns how it ended. A held process is reaped only once
 // released: call Release, or Status to learn how it ended before that.
 func (p *Process) Wait() Exit {
@@ -220,23 +194,20 @@ func (p *Process) Status() Exit {
 	return p.status
 }
 
-// Release lets a held process be reaped, waits until it has been and returns how it ended, with its resource
-// usage. For a process that is not held it is Wait.
+// Release lets a held process be reaped and returns Wait's Exit. For a process that is not held it is Wait.
 func (p *Process) Release() Exit {
 	p.released.Do(func() {
 		close(p.release)
 		if p.rp != nil {
-			p.rp.reapReleased(p)
+			p.rp.reapPID(p.pid) // if it has exited; else when it does
 		}
 	})
 	return p.Wait()
 }
 
-// Signal sends sig once to every process of the leader's process group (kill(-pgid)) while the leader is not
-// reaped (while the group id cannot have been reused); a leader that has left its group gets it through its pidfd
-// (wherever it is now) as well. No process gets sig twice: a leader still in its group is reached by the group
-// signal only (it was signalled through both, and a second SIGTERM is "force quit now" to many programs). Once
-// the leader is reaped nothing is signalled: what is left of its group is the subtree sweep's. A process that no
+// Signal sends sig once to the leader's process group (kill(-pgid)) while the leader is unreaped, and to a leader
+// that has left its group through its pidfd. No process gets sig twice (a second SIGTERM is "force quit now" to
+// many programs). Once the leader is reaped nothing is signalled: what is left is the sweep's. A process that no
 // longer exists is not an error.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.rp != nil { // the reaper reaps under its lock (with wait4(-1) it cannot take p.mu first)
@@ -274,9 +245,8 @@ func (p *Process) leads() bool {
 	return err == nil && pgid == p.pid
 }
 
-// Exited reports whether the process has exited, its exit delivered or not yet: the kernel is asked (waitid
-// WNOWAIT, which never reaps). Exits are delivered as they are noticed, each on its own: a process killed by another
-// one whose exit was delivered may not have had its own delivered yet, but Exited says it is gone.
+// Exited reports whether the process has exited, its exit delivered or not yet (waitid WNOWAIT, which never
+// reaps): exits are delivered one by one, so one may be known here before it is delivered.
 func (p *Process) Exited() bool {
 	select {
 	case <-p.exited:
@@ -297,19 +267,6 @@ func (p *Process) Exited() bool {
 	return err != nil || info.Signo != 0
 }
 
-// Stopped reports whether the process is stopped now (by SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), consuming the
-// kernel's report of that stop (waitid WSTOPPED|WNOHANG, which never reaps), a report nothing else waits for.
-func (p *Process) Stopped() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reaped {
-		return false
-	}
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_PID, p.pid, &info, unix.WSTOPPED|unix.WNOHANG, nil)
-	return err == nil && info.Signo != 0
-}
-
 // SignalGroup sends sig to every process of group pgid (kill(-pgid, sig)). ESRCH (nobody left) is not an error.
 func SignalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
@@ -319,10 +276,4 @@ func SignalGroup(pgid int, sig syscall.Signal) error {
 		return fmt.Errorf("signal %v to process group %d: %w", sig, pgid, err)
 	}
 	return nil
-}
-
-// Alive reports whether a process with this pid exists (kill(pid, 0) succeeds or fails with EPERM).
-func Alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }

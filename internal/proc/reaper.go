@@ -13,11 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It starts the processes started through
-// it from one thread of its own (see starter), learns each one's exit from its pidfd, in one epoll set (one event
-// per exit, whatever the number of children), hands it to their onExit callbacks, and on SIGCHLD reaps every other
-// (orphaned) descendant. Where the kernel gives no pidfd, it lists its children on each SIGCHLD instead.
-// While a Reaper runs, nothing else in the process may wait for children: exec.Cmd.Wait would race it.
+// Reaper is the one waiter of a process that is PID 1 or a child subreaper. It starts its processes from one
+// thread of its own (see starter), learns each exit from a pidfd in one epoll set, hands it to onExit, and on
+// SIGCHLD reaps every orphaned descendant; without pidfds it lists its children on each SIGCHLD. While it runs,
+// nothing else in the process may wait for children: exec.Cmd.Wait would race it.
 type Reaper struct {
 	log     *zap.Logger
 	mu      sync.Mutex
@@ -86,9 +85,9 @@ func (r *Reaper) loop() {
 	}
 }
 
-// reap collects every orphan that has exited by now, and, for the owned processes without a pidfd, delivers or
-// reaps them (reapListed). full also lists the children of every thread, not only those orphans go to. No fork is
-// under way meanwhile (forkMu): every child it finds unregistered is an orphan.
+// reap collects every exited orphan and delivers or reaps the owned processes without a pidfd. full lists the
+// children of every thread, not only the one orphans go to. No fork is under way meanwhile (forkMu): every
+// unregistered child is an orphan.
 func (r *Reaper) reap(full bool) {
 	r.forkMu.Lock()
 	defer r.forkMu.Unlock()
@@ -107,10 +106,9 @@ func (r *Reaper) reap(full bool) {
 	}
 }
 
-// reapAll is the reaping round of a reaper that lists its children to find the owned exits: every child that
-// has exited by now is collected, except held workers (see StartHeld), whose exit it delivers but which it reaps
-// only once released. Holding needs the kernel's list of children (a held zombie would hide every other exited
-// child from wait4(-1)); without it every child is reaped at once.
+// reapAll reaps every exited child, but delivers the exit of a held one and reaps it only once released. Holding
+// needs the kernel's list of children (a held zombie would hide every other exited child from wait4(-1)); without
+// it every child is reaped at once.
 func (r *Reaper) reapAll() {
 	if r.listed && r.reapListed() {
 		return
@@ -119,6 +117,7 @@ func (r *Reaper) reapAll() {
 	}
 }
 
+// reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
 // zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
 func (r *Reaper) reapListed() bool {
 	kids, ok := children("/proc", self(), &r.buf)
@@ -131,31 +130,38 @@ func (r *Reaper) reapListed() bool {
 			continue // running, or not ours to wait for
 		}
 		r.mu.Lock()
-		o, owned := r.owned[pid]
-		if owned && o.watch == watchPending {
+		switch o, owned := r.owned[pid]; {
+		case !owned:
 			r.mu.Unlock()
-			continue // its starter is still setting it up
-		}
-		held := owned && o.p.hold && !closed(o.p.release)
-		deliver := held && !o.seen
-		if deliver {
-			o.seen = true
-			r.owned[pid] = o
-		}
-		r.mu.Unlock()
-		if deliver {
-			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-		}
-		if !held {
 			r.reapPID(pid)
+		case o.watch == watchPending:
+			r.mu.Unlock() // its starter is still setting it up
+		default:
+			r.exitSeen(pid, o, &info)
 		}
 	}
 	return true
 }
 
-// polled takes the event of one owned process's pidfd: an exit is delivered (held: the process stays a zombie
-// until released) or reaped.
+// exitSeen takes the exit of owned process o, with r.mu held, which it releases: a held process not yet released
+// has its exit delivered, once, and stays a zombie; any other is reaped.
+func (r *Reaper) exitSeen(pid int, o owned, info *unix.Siginfo) {
+	if !o.p.hold || closed(o.p.release) {
+		r.mu.Unlock()
+		r.reapPID(pid)
+		return
+	}
+	deliver := !o.seen
+	o.seen = true
+	r.owned[pid] = o
+	r.mu.Unlock()
+	if deliver {
+		_, code, sig := childExit(info)
+		o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
+	}
+}
+
+// polled takes the event of one owned process's pidfd: its exit is delivered (held) or reaped.
 func (r *Reaper) polled(pid int) {
 	r.mu.Lock()
 	o, ok := r.owned[pid]
@@ -177,24 +183,12 @@ func (r *Reaper) polled(pid int) {
 		r.mu.Unlock()
 		return
 	}
-	if o.p.hold && !closed(o.p.release) {
-		deliver := !o.seen
-		o.seen = true
-		r.owned[pid] = o
-		r.mu.Unlock()
-		if deliver {
-			_, code, sig := childExit(&info)
-			o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-		}
-		return
-	}
-	r.mu.Unlock()
-	r.reapPID(pid)
+	r.exitSeen(pid, o, &info)
 }
 
 // reapPID reaps pid (-1: any child) if it has exited, and delivers its exit or counts an orphan; it reports
-// whether a child was reaped. It holds the reaper's lock across the wait, and Signal takes it too, so no signal
-// to a worker's group races its pid being freed. The exit is delivered on the calling goroutine.
+// whether a child was reaped. It holds the reaper's lock across the wait, as Signal does, so no signal to a
+// worker's group races its pid being freed.
 func (r *Reaper) reapPID(pid int) bool {
 	r.mu.Lock()
 	if o, ok := r.owned[pid]; ok && o.watch == watchPending {
@@ -228,20 +222,8 @@ func (r *Reaper) reapPID(pid int) bool {
 		r.orphanReaped(got, ws)
 		return true
 	}
-	e := Exit{PID: got, ExitCode: ws.ExitStatus()}
-	if ws.Signaled() {
-		e.Signal, e.ExitCode = ws.Signal(), -1
-	}
-	e.MaxRSS = ru.Maxrss * 1024
-	e.UserCPU = time.Duration(ru.Utime.Nano())
-	e.SysCPU = time.Duration(ru.Stime.Nano())
-	o.p.finish(e)
+	o.p.finish(exitOf(got, ws, &ru))
 	return true
-}
-
-// reapReleased reaps a released held worker that has exited (one still running is reaped when it exits).
-func (r *Reaper) reapReleased(p *Process) {
-	r.reapPID(p.pid)
 }
 
 func closed(c <-chan struct{}) bool {
@@ -264,44 +246,8 @@ func (r *Reaper) Orphans() int {
 	return r.orphans
 }
 
-// Sweep kills every descendant of this process (SweepTree from this pid) and lets the loop reap them: with the
-// reaper on, this process is PID 1 or a child subreaper, so every orphan below it is still in its subtree. It
-// kills every child of the process, so one process runs one launch at a time under a reaper. The pids it
-// returns exclude the children started through Start (the workers, already killed with their group). A process
-// marked with Keep is left alive, and its descendants are killed. A kernel without /proc/<pid>/task/<tid>/children
-// gives ErrNoChildrenFile: fall back to Sweep.
-func (r *Reaper) Sweep(procRoot string) ([]int, error) {
-	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		o, ok := r.owned[pid]
-		return !ok, !o.keep
-	}, r.exited, 5*time.Second)
-}
-
-// SignalTree is proc.SignalTree from this process, but that the processes started through the reaper that have
-// exited (held zombies, their exit delivered) are not looked at: the walk costs what the live subtree holds.
-func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
-	return signalTree(procRoot, self(), skip, r.exited, sig)
-}
-
-// LiveDescendants is proc.LiveDescendantsExcept from this process, but that the processes started through the
-// reaper that have exited are not looked at (see SignalTree).
-func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
-	return liveDescendants(procRoot, self(), skip, r.exited)
-}
-
-// exited reports whether pid is a process started through the reaper whose exit was delivered and that is held
-// unreaped: a zombie.
-func (r *Reaper) exited(pid int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.owned[pid].seen
-}
-
-// Close stops the loop after a last reaping round. Children started through Start that are still running will
-// never be delivered: Close only after every one of them is done. It ends the starter's thread, the parent-death
-// thread of the children it started: any still running get their Pdeathsig (SIGKILL).
+// Close stops the loop after a last reaping round; call it once every child started through it is done. Ending
+// the starter's thread sends any child still running its Pdeathsig (SIGKILL).
 func (r *Reaper) Close() {
 	signal.Stop(r.sigchld)
 	close(r.stop)
@@ -322,7 +268,7 @@ type owned struct {
 	watch watch
 }
 
-// The system calls the reaper waits with: variables, so that a test can count them.
+// The system calls the reaper waits with: variables for the tests.
 var (
 	waitid = func(idType, id int, info *unix.Siginfo, options int) error {
 		return unix.Waitid(idType, id, info, options, nil)

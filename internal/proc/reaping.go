@@ -8,9 +8,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// reaping is this process's reaper while it is in use: started by the first Run that reaps (or by Reap), shared
-// by the Runs in flight (a reaper waits for every child of the process: there is one or none), closed when the
-// last user is done.
+// reaping is this process's one reaper while it is in use: started by its first user (a Run or Reap), closed when
+// the last is done.
 var reaping struct {
 	sync.Mutex
 	rp      *Reaper
@@ -19,10 +18,8 @@ var reaping struct {
 	setSub  bool // this process became the child subreaper for rp, and stops being one when rp closes
 }
 
-// Reap makes this process reap its orphans until stop is called: it becomes the child subreaper (PID 1 reaps
-// anyway) and starts the reaper that the Runs of the process share (see the Spec's NoReaper). Run does this itself for
-// as long as it runs; Reap keeps the reaper beyond one Run: across several, or until the program's last words
-// (tpurun's last line comes before the reaper's count of the orphans it reaped). It fails when the process cannot
+// Reap makes this process the child subreaper and starts the reaper its Runs share, until stop is called: beyond
+// one Run (which lends it for as long as it runs), until the program's last words. It fails when the process cannot
 // become the subreaper.
 func Reap(log *zap.Logger) (stop func(), err error) {
 	_, stop, err = useReaper(log, &reaping.holders)

@@ -12,12 +12,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// starter is the thread that starts the processes of a Reaper: one goroutine locked to its OS thread for the
-// Reaper's life, which runs exec.Cmd.Start for each. The kernel ties the parent-death signal (Pdeathsig) to the
-// thread that forked, so the thread must outlive the children: when the Reaper is closed the goroutine returns
-// still locked, the runtime ends the thread, and any child still running gets its SIGKILL. The thread is never
-// the process's first one: orphans are re-parented to that one, whose list of children then holds only orphans
-// (see Reaper.leaderChildren).
+// starter is a goroutine locked to its OS thread for its owner's life: the thread that starts a Reaper's processes,
+// or a Stopper's. The kernel ties Pdeathsig to the thread that forked: when the Reaper closes, the goroutine returns
+// still locked, the thread ends, and any child still running gets its SIGKILL. It is never the process's first
+// thread, the one orphans are re-parented to (see Reaper.leaderChildren).
 type starter struct {
 	reqs   chan func()
 	quit   chan struct{}
@@ -91,12 +89,10 @@ func (s *starter) close() {
 	<-s.done
 }
 
-// Start is proc.Start for a process whose exit this reaper delivers: the same process group, Pdeathsig and
-// onExit contract, but no cmd.Wait, and cmd.Process is released at once (the *Process is the handle). cmd's
-// Stdout, Stderr and Stdin must be nil (/dev/null) or *os.File: no copying goroutines, since nobody calls Wait to
-// finish them. onExit is called on the reaper's goroutine: it must not block. An error wraps ErrNotStarted and
-// what exec.Cmd.Start returned (an *os.PathError of fork/exec wrapping the errno: ENOENT, EACCES, E2BIG, EMFILE,
-// EAGAIN, ...).
+// Start starts cmd as the leader of a new process group with Pdeathsig=SIGKILL; this reaper delivers its exit
+// to onExit, on the reaper's goroutine (it must not block). cmd.Process is released at once: the *Process is the
+// handle. cmd's stdio must be nil (/dev/null) or *os.File, since nobody calls Wait to end copying goroutines. An
+// error wraps ErrNotStarted and what exec.Cmd.Start returned (an *os.PathError wrapping ENOENT, E2BIG, EAGAIN, ...).
 func (r *Reaper) Start(cmd *exec.Cmd, onExit func(*Process)) (*Process, error) {
 	return r.start(cmd, onExit, false)
 }
@@ -134,9 +130,8 @@ func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Proces
 	return p, nil
 }
 
-// Starting runs f on the thread that starts this reaper's processes, and returns once f has: every Start and
-// StartHeld that f makes through the reaper runs there at once, without a hand-over to that thread and back for
-// each (a start of many workers in a row). Other starts through the reaper wait until f returns. After Close f
+// Starting runs f on the thread that starts this reaper's processes: the starts f makes through the reaper run
+// there without a hand-over to that thread and back for each. Other starts wait until f returns. After Close f
 // runs on the caller's goroutine.
 func (r *Reaper) Starting(f func()) {
 	if !r.starter.run(f) {
@@ -154,10 +149,8 @@ func fileStdio(cmd *exec.Cmd) error {
 	return nil
 }
 
-// watch puts a process just started through the reaper under watch: its pidfd into the epoll set, or, without
-// one, the SIGCHLD loop's listing. Nothing reaps a pending process but the loop's wait4(-1), when it cannot list
-// the children (out of descriptors): one reaped so is done, its exit delivered, and is not watched (the pid may
-// be another's by now).
+// watch puts a process just started through the reaper under watch (watchExit). One reaped meanwhile by the
+// loop's wait4(-1) (it could not list the children) is done and not watched: the pid may be another's by now.
 func (r *Reaper) watch(p *Process) {
 	fd, err := pidfdOpen(p.pid, 0)
 	r.mu.Lock()
@@ -169,34 +162,31 @@ func (r *Reaper) watch(p *Process) {
 		}
 		return
 	}
+	listed := r.watchExit(o, fd, err)
+	r.mu.Unlock()
+	if listed {
+		select { // it may have exited already: let the loop list the children now
+		case r.sigchld <- syscall.SIGCHLD:
+		default:
+		}
+	}
+}
+
+// watchExit registers owned process o, with r.mu held, and how its exit is learnt: its pidfd fd (err: none) in
+// the epoll set, whose event waits for the lock held here, else the SIGCHLD loop's listing (listed).
+func (r *Reaper) watchExit(o owned, fd int, err error) (listed bool) {
 	o.watch = watchListed
 	if err == nil {
-		p.mu.Lock()
-		p.pidfd = fd
-		p.mu.Unlock()
-		if r.exits != nil {
-			o.watch = watchPolled // before the epoll set has it: its event may come at once
+		o.p.mu.Lock()
+		o.p.pidfd = fd
+		o.p.mu.Unlock()
+		if r.exits != nil && r.exits.add(fd, o.p.pid) == nil {
+			o.watch = watchPolled
 		}
 	}
-	if o.watch == watchPolled {
-		r.owned[p.pid] = o
-		r.mu.Unlock()
-		if err := r.exits.add(fd, p.pid); err == nil {
-			return
-		}
-		r.mu.Lock()
-		o = r.owned[p.pid]
-		if o.p != p || o.watch != watchPolled {
-			r.mu.Unlock()
-			return
-		}
-		o.watch = watchListed
+	if o.watch == watchListed {
+		r.listing++
 	}
-	r.owned[p.pid] = o
-	r.listing++
-	r.mu.Unlock()
-	select { // it may have exited already: let the loop list the children now
-	case r.sigchld <- syscall.SIGCHLD:
-	default:
-	}
+	r.owned[o.p.pid] = o
+	return o.watch == watchListed
 }

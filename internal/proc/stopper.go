@@ -3,9 +3,6 @@ package proc
 import (
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -14,75 +11,48 @@ import (
 	"tpurun/internal/failure"
 )
 
-// Stopper is this process's job-control stop without a lost SIGCONT, and the kernel's own record of whether a stop
-// or a continue came last. A process that catches SIGTSTP and SIGCONT (through os/signal) learns of them late and,
-// when both came at once, in no reliable order (os/signal hands the signals pending together in numeric order: a
-// SIGCONT sent right after a SIGTSTP is read first), and a SIGCONT sent before the process stops itself is spent
-// on a running process: stopped after it, the process stays stopped for good.
+// Stopper is this process's job-control stop without a lost SIGCONT, and the kernel's record of whether a stop or
+// a continue came last. Through os/signal, SIGTSTP and SIGCONT come late and, pending together, in numeric order
+// (SIGCONT first); and a SIGCONT sent before the process stops itself is spent: it then stays stopped for good.
 //
-// The kernel keeps what is needed: sending a stop signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) to a process discards
-// the SIGCONT it has pending, and sending SIGCONT discards the pending stop signals, in every thread. A Stopper owns
-// one thread of the process on which SIGTSTP and SIGCONT are blocked and keeps one of them pending there, as a
-// latch that the other kind, sent to the process by anyone, clears: WatchStops keeps a SIGCONT pending (a stop
-// signal clears it), WatchContinues a SIGTSTP (a SIGCONT clears it), and Stop stops the process with that pending
-// SIGTSTP, so that a SIGCONT sent at any moment before the stop takes effect cancels it, as it would cancel a
-// SIGTSTP nobody had caught.
+// The kernel keeps what is needed: a stop signal discards a pending SIGCONT, and SIGCONT discards pending stop
+// signals, in every thread. A Stopper owns a thread with SIGTSTP and SIGCONT blocked and keeps one of them pending
+// there as a latch that the other kind clears: WatchStops keeps a SIGCONT pending, WatchContinues a SIGTSTP, and
+// Stop stops the process with that pending SIGTSTP, so a SIGCONT at any moment before the stop cancels it.
 type Stopper struct {
-	reqs chan func()
-	done chan struct{}
-	tid  int
+	t *starter // its thread: never unlocked, so its signal mask and pending signals end with it
 }
 
 // NewStopper starts the thread of a Stopper; Close ends it.
 func NewStopper() (*Stopper, error) {
-	s := &Stopper{reqs: make(chan func()), done: make(chan struct{})}
-	ready := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread ends with this goroutine, and its signal mask and pending signals with it.
-		runtime.LockOSThread()
-		defer close(s.done)
+	s := &Stopper{t: newStarter()}
+	var err error
+	s.on(func() {
 		var set unix.Sigset_t
 		sigaddset(&set, syscall.SIGTSTP)
 		sigaddset(&set, syscall.SIGCONT)
-		if err := unix.PthreadSigmask(unix.SIG_BLOCK, &set, nil); err != nil {
-			ready <- fmt.Errorf("job-control stopper: blocking SIGTSTP and SIGCONT: %w", err)
-			return
-		}
-		s.tid = unix.Gettid()
-		ready <- nil
-		for f := range s.reqs {
-			f()
-		}
-	}()
-	if err := <-ready; err != nil {
-		return nil, err
+		err = unix.PthreadSigmask(unix.SIG_BLOCK, &set, nil)
+	})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("job-control stopper: blocking SIGTSTP and SIGCONT: %w", err)
 	}
 	return s, nil
 }
 
 // Close ends the Stopper's thread.
-func (s *Stopper) Close() {
-	close(s.reqs)
-	<-s.done
-}
+func (s *Stopper) Close() { s.t.close() }
 
 // on runs f on the Stopper's thread.
-func (s *Stopper) on(f func()) {
-	ran := make(chan struct{})
-	s.reqs <- func() { f(); close(ran) }
-	<-ran
-}
+func (s *Stopper) on(f func()) { s.t.run(f) }
 
-// WatchStops sets the latch so that StopCame reports whether a stop signal was sent to this process since. Setting
-// it is a SIGCONT of this process as far as the kernel goes, which would discard a stop signal sent to the process
-// and not yet taken by a thread: with one of those under way it is not set (armed false; the latch stays as that
-// stop signal left it: cleared).
+// WatchStops sets the latch so that StopCame reports whether a stop signal was sent to this process since. It is
+// not set (armed false) while a stop signal is pending for the process: setting it would discard that one.
 func (s *Stopper) WatchStops() (armed bool, err error) { return s.arm(syscall.SIGCONT) }
 
 // WatchContinues sets the latch so that ContinueCame reports whether SIGCONT was sent to this process since; Stop
-// stops the process only while none was. Setting it is a stop signal of this process as far as the kernel goes,
-// which would discard a SIGCONT sent to the process and not yet taken by a thread: with one under way it is not set
-// (armed false: a continue came).
+// stops the process only while none was. It is not set (armed false: a continue came) while a SIGCONT is pending
+// for the process: setting it would discard that one.
 func (s *Stopper) WatchContinues() (armed bool, err error) { return s.arm(syscall.SIGTSTP) }
 
 // StopCame reports whether a stop signal came since WatchStops (and no WatchContinues since).
@@ -104,32 +74,19 @@ func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 		if sig == syscall.SIGCONT {
 			other = stopSignals
 		}
-		shared := s.sharedPending()
+		shared := SignalMask("/proc/thread-self/status", "ShdPnd") // sent to the process, not yet taken by a thread
 		for _, o := range other {
 			if shared&(1<<(o-1)) != 0 {
 				return
 			}
 		}
-		if e := unix.Tgkill(os.Getpid(), s.tid, sig); e != nil {
+		if e := unix.Tgkill(os.Getpid(), s.t.tid, sig); e != nil {
 			err = fmt.Errorf("job-control stopper: tgkill(%s): %w", failure.SignalName(sig), e)
 			return
 		}
 		armed = true
 	})
 	return armed, err
-}
-
-// sharedPending is the set of signals pending for the whole process (ShdPnd in /proc/thread-self/status), sent to it
-// and not yet taken by one of its threads; 0 when unreadable.
-func (s *Stopper) sharedPending() uint64 {
-	b, _ := readSmall("/proc/thread-self/status", nil)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
-			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return m
-		}
-	}
-	return 0
 }
 
 func (s *Stopper) pending(sig syscall.Signal) bool {
@@ -147,17 +104,14 @@ func (s *Stopper) pendingHere(sig syscall.Signal) bool {
 	return set.Val[(sig-1)/64]&(1<<((uint(sig)-1)%64)) != 0
 }
 
-// Stop stops this process as a job-control stop (SIGTSTP's default action), so that the shell that started it sees
-// its job stopped, unless SIGCONT came since WatchContinues (the latch is set again if it was not). It returns once
-// the process runs again: continued, or at once when there was nothing to stop for (a SIGCONT came first, the kernel
-// discarded the stop of an orphaned group). It reports parentGone when the process that started this one exited
-// meanwhile (before the stop, or while stopped): then nothing that does job control is left to continue the job,
-// and the caller should resume what it stopped.
+// Stop stops this process as a job-control stop (SIGTSTP's default action), unless SIGCONT came since
+// WatchContinues. It returns once the process runs again (or at once: a SIGCONT came first, or the kernel discarded
+// the stop of an orphaned group). parentGone: the parent exited before or during the stop, so nothing is left to
+// continue the job, and the caller should resume what it stopped.
 //
-// The parent's death is made to send SIGCONT for the moment of the stop (PR_SET_PDEATHSIG on this thread, the
-// earlier setting put back after; if that was a signal and the parent died, it is raised then): a look at
-// GroupOrphaned followed by the stop cannot be made safe, and the kernel does not continue a process of many
-// threads whose shell dies while its threads are still entering the stop.
+// For the moment of the stop the parent's death sends SIGCONT (PR_SET_PDEATHSIG on this thread, the earlier setting
+// put back and raised after if it fired): a look at GroupOrphaned then a stop cannot be made safe, and the kernel
+// does not continue a process of many threads whose shell dies while its threads are still entering the stop.
 func (s *Stopper) Stop() (parentGone bool, err error) {
 	s.on(func() { parentGone, err = s.stopHere() })
 	return parentGone, err
@@ -207,4 +161,16 @@ func (s *Stopper) stopHere() (parentGone bool, err error) {
 
 func sigaddset(set *unix.Sigset_t, sig syscall.Signal) {
 	set.Val[(sig-1)/64] |= 1 << ((uint(sig) - 1) % 64)
+}
+
+// sigaction is the kernel's struct sigaction on 64-bit Linux (handler, flags, restorer, mask), copied as it is.
+type sigaction [4]uint64
+
+func rtSigaction(sig syscall.Signal, act, old *sigaction) error {
+	_, _, errno := unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(act)),
+		uintptr(unsafe.Pointer(old)), 8, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }

@@ -15,14 +15,28 @@ import (
 )
 
 func init() {
-	// stopself: print "ready", stop as a job-control stop, then print how StopSelf returned.
+	// stopself: print "ready", stop as a job-control stop, then print how stopSelf returned.
 	testutil.Define(testutil.Verb{Name: "stopself", Run: func(*testutil.Worker) int {
 		signal.Ignore(syscall.SIGHUP) // the kernel hangs up an orphaned stopped group: this test looks at the return
 		fmt.Println("ready")
-		gone, err := proc.StopSelf()
+		gone, err := stopSelf()
 		fmt.Printf("resumed parentGone=%v err=%v\n", gone, err)
 		return 0
 	}})
+}
+
+// stopSelf stops this process as a job-control stop and returns once SIGCONT continues it: a Stopper's Stop, for
+// a process that keeps no Stopper.
+func stopSelf() (parentGone bool, err error) {
+	s, err := proc.NewStopper()
+	if err != nil {
+		return false, err
+	}
+	defer s.Close()
+	if _, err := s.WatchContinues(); err != nil { // not armed: a SIGCONT came, Stop returns at once
+		return false, err
+	}
+	return s.Stop()
 }
 
 // procState is the state letter of pid from /proc/PID/stat ("" when gone).
@@ -37,7 +51,7 @@ func procState(pid int) string {
 
 // TestStopSelf: a job of a live shell (here: a group of its own whose parent, this test, is in another group of
 // the session) stops, shows as stopped and resumes on SIGCONT; a session leader's group is orphaned, so the
-// kernel discards the stop and StopSelf returns at once (nothing sends SIGCONT: printing is the proof); a stopped
+// kernel discards the stop and stopSelf returns at once (nothing sends SIGCONT: printing is the proof); a stopped
 // job whose parent dies is resumed and says its parent is gone.
 func TestStopSelf(t *testing.T) {
 	start := func(spec string, attr *syscall.SysProcAttr) (*testutil.Buffer, int) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -16,10 +15,9 @@ import (
 // Self is this process's pid; Sweep never signals it.
 func self() int { return os.Getpid() }
 
-// Sweep finds every process under procRoot (normally "/proc") whose environment holds key=value, except this
-// process and those keep names (nil: none), and sends it sig. It returns the pids it signalled. Processes that
-// vanish or cannot be read while scanning are skipped: a process that changed its environment with execve escapes
-// the sweep.
+// Sweep sends sig to every process under procRoot (normally "/proc") whose environment holds key=value, except this
+// process and those keep names (nil: none), and returns their pids. A process that cannot be read is skipped, and
+// one that changed its environment with execve escapes it.
 func Sweep(procRoot, key, value string, sig syscall.Signal, keep func(pid int) bool) ([]int, error) {
 	pids, err := FindByEnv(procRoot, key, value)
 	if err != nil {
@@ -62,7 +60,7 @@ func FindByEnv(procRoot, key, value string) ([]int, error) {
 			continue
 		}
 		var b []byte
-		b, buf = readSmall(filepath.Join(procRoot, e.Name(), "environ"), buf)
+		b, buf, _ = readFile(filepath.Join(procRoot, e.Name(), "environ"), buf)
 		if EnvironHas(b, want) {
 			out = append(out, pid)
 		}
@@ -70,50 +68,11 @@ func FindByEnv(procRoot, key, value string) ([]int, error) {
 	return out, nil
 }
 
-// readSmall reads a whole /proc file into buf (grown as needed) with plain open/read/close: os.ReadFile's
-// stat and poller registration would triple the syscalls of a sweep over every process of the host. A file
-// that cannot be read (gone, not ours) reads as empty.
-func readSmall(path string, buf []byte) ([]byte, []byte) {
-	b, buf, _ := readFile(path, buf)
-	return b, buf
-}
-
-// readFile is readSmall that reports whether the file could be opened.
-func readFile(path string, buf []byte) ([]byte, []byte, bool) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, buf, false
-	}
-	defer syscall.Close(fd)
-	if len(buf) == 0 {
-		buf = make([]byte, 512) // an empty buffer would read as an empty file
-	}
-	n := 0
-	for {
-		if n == len(buf) {
-			buf = append(buf, make([]byte, len(buf))...)
-		}
-		k, err := syscall.Read(fd, buf[n:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || k <= 0 {
-			return buf[:n], buf, true
-		}
-		n += k
-	}
-}
-
 // EnvironHas reports whether a NUL-separated environ block holds the exact entry kv ("KEY=value").
 func EnvironHas(environ, kv []byte) bool {
 	for len(environ) > 0 {
-		i := bytes.IndexByte(environ, 0)
 		var entry []byte
-		if i < 0 {
-			entry, environ = environ, nil
-		} else {
-			entry, environ = environ[:i], environ[i+1:]
-		}
+		entry, environ, _ = bytes.Cut(environ, []byte{0})
 		if bytes.Equal(entry, kv) {
 			return true
 		}
@@ -121,27 +80,31 @@ func EnvironHas(environ, kv []byte) bool {
 	return false
 }
 
-// ErrNoChildrenFile is returned by SweepTree when the kernel does not list children in
-// /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN off): fall back to Sweep.
+// ErrNoChildrenFile is returned by the Reaper's walks of this process's subtree when the kernel does not list
+// children in /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN off): fall back to Sweep.
 var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not available")
 
-// SweepTree sends SIGKILL to every descendant of root (normally this process, a child subreaper or PID 1, so that
-// every orphan below it is re-parented to it) found by walking /proc/<pid>/task/*/children under procRoot, and
-// repeats until every descendant left is a zombie, within timeout. No environment is read and no other process of
-// the host is looked at: a descendant that left its group and session and dropped every TPURUN_* variable is still
-// found. skip tells which pids not to report (they are still killed), e.g. the workers already killed by group.
-// It returns the reported pids it signalled, and ErrNoChildrenFile when the kernel cannot list children.
-func SweepTree(procRoot string, root int, skip func(pid int) bool, timeout time.Duration) ([]int, error) {
-	return sweepTree(procRoot, root, func(pid int) (bool, bool) { return skip == nil || !skip(pid), true }, nil, timeout)
+// Sweep kills every descendant of this process, PID 1 or a child subreaper, found by walking
+// /proc/<pid>/task/*/children under procRoot (no environment read), and lets the loop reap them. It kills every
+// child of the process, so one process runs one launch at a time under a reaper. It returns the pids it killed but
+// those started through the reaper. A process marked with Keep is left alive, not its descendants.
+// ErrNoChildrenFile: fall back to Sweep.
+func (r *Reaper) Sweep(procRoot string) ([]int, error) {
+	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		o, ok := r.owned[pid]
+		return !ok, !o.keep
+	}, r.exited, 5*time.Second)
 }
 
-// sweepTree is SweepTree where decide tells, for each descendant, whether to report it and whether to kill it (a
-// descendant that is not killed is walked through: its own descendants are), and known which are zombies already
-// (see descendants).
+// sweepTree sends SIGKILL to every descendant of root and repeats until every descendant left is a zombie, within
+// timeout. decide tells, for each descendant, whether to report it and whether to kill it (a descendant that is
+// not killed is walked through: its own descendants are), and known which are zombies already (see descendants).
 func sweepTree(procRoot string, root int, decide func(pid int) (report, kill bool), known func(pid int) bool,
 	timeout time.Duration) ([]int, error) {
-	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
-		return nil, fmt.Errorf("sweep tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
+	if err := childrenListed(procRoot, root); err != nil {
+		return nil, fmt.Errorf("sweep tree of pid %d: %w", root, err)
 	}
 	deadline := time.Now().Add(timeout)
 	seen := map[int]bool{}
@@ -190,21 +153,15 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 	}
 }
 
-// SignalTree sends sig once to every live (not zombie) descendant of root found under procRoot (see SweepTree),
-// except those skip names, and returns the pids it signalled: the first, gentle step of a sweep (SIGTERM to the
-// helpers a finished worker left, so that they can flush), without waiting for them. ErrNoChildrenFile when the
-// kernel does not list children.
-func SignalTree(procRoot string, root int, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
-	return signalTree(procRoot, root, skip, nil, sig)
-}
-
-func signalTree(procRoot string, root int, skip, known func(pid int) bool, sig syscall.Signal) ([]int, error) {
-	if _, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err != nil {
-		return nil, fmt.Errorf("signal tree of pid %d: %w (%w)", root, ErrNoChildrenFile, err)
+// SignalTree sends sig once to every live descendant of this process (see Sweep) but those skip names, and returns
+// their pids: the gentle first step of a sweep, without waiting. ErrNoChildrenFile as for Sweep.
+func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
+	if err := childrenListed(procRoot, self()); err != nil {
+		return nil, fmt.Errorf("signal tree of pid %d: %w", self(), err)
 	}
 	buf := make([]byte, 4096)
 	var hit []int
-	for _, pid := range descendants(procRoot, root, &buf, known) {
+	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
 		if zombie(procRoot, pid, &buf) || (skip != nil && skip(pid)) {
 			continue
 		}
@@ -215,20 +172,12 @@ func signalTree(procRoot string, root int, skip, known func(pid int) bool, sig s
 	return hit, nil
 }
 
-// LiveDescendants counts the descendants of root under procRoot that have not exited (zombies do not count).
-func LiveDescendants(procRoot string, root int) int {
-	return LiveDescendantsExcept(procRoot, root, nil)
-}
-
-// LiveDescendantsExcept is LiveDescendants that does not count the pids skip names (their descendants count).
-func LiveDescendantsExcept(procRoot string, root int, skip func(pid int) bool) int {
-	return liveDescendants(procRoot, root, skip, nil)
-}
-
-func liveDescendants(procRoot string, root int, skip, known func(pid int) bool) int {
+// LiveDescendants counts the descendants of this process under procRoot that have not exited (zombies do not
+// count), but those skip names (their descendants count).
+func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
 	buf := make([]byte, 4096)
 	n := 0
-	for _, pid := range descendants(procRoot, root, &buf, known) {
+	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
 		if !zombie(procRoot, pid, &buf) && (skip == nil || !skip(pid)) {
 			n++
 		}
@@ -236,9 +185,25 @@ func liveDescendants(procRoot string, root int, skip, known func(pid int) bool) 
 	return n
 }
 
-// descendants lists every descendant of root, breadth first (see children), but those known (when not nil) says
-// are zombies: they are neither listed nor looked into (an exited process has no children: they were re-parented
-// when it exited).
+// exited reports whether pid is a process started through the reaper whose exit was delivered and that is held
+// unreaped: a zombie, which the walks of the subtree do not look at (they cost what the live subtree holds).
+func (r *Reaper) exited(pid int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owned[pid].seen
+}
+
+// childrenListed returns an error wrapping ErrNoChildrenFile when the kernel does not list root's children.
+func childrenListed(procRoot string, root int) error {
+	_, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children"))
+	if err != nil {
+		return fmt.Errorf("%w (%w)", ErrNoChildrenFile, err)
+	}
+	return nil
+}
+
+// descendants lists every descendant of root, breadth first, but those known (when not nil) says are zombies:
+// neither listed nor looked into (their children were re-parented when they exited).
 func descendants(procRoot string, root int, buf *[]byte, known func(pid int) bool) []int {
 	var out []int
 	queue := []int{root}
@@ -258,9 +223,8 @@ func descendants(procRoot string, root int, buf *[]byte, known func(pid int) boo
 	return out
 }
 
-// children lists the children of pid from the children files of all of its threads (a child belongs to the
-// thread that forked it, or that it was re-parented to). ok is false when pid is gone or the kernel does not
-// list children.
+// children lists the children of pid from the children files of all of its threads (a child belongs to the thread
+// that forked it). ok is false when pid is gone or the kernel does not list children.
 func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
 	taskDir := filepath.Join(procRoot, strconv.Itoa(pid), "task")
 	tids, err := os.ReadDir(taskDir)
@@ -272,23 +236,7 @@ func children(procRoot string, pid int, buf *[]byte) (kids []int, ok bool) {
 		var found bool
 		b, *buf, found = readFile(filepath.Join(taskDir, t.Name(), "children"), *buf)
 		ok = ok || found
-		for f := range strings.FieldsSeq(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, c)
-			}
-		}
+		kids = append(kids, pids(b)...)
 	}
 	return kids, ok
-}
-
-// zombie reports whether pid has exited but is not reaped yet (state Z or X in /proc/<pid>/stat); a pid that is
-// gone counts as a zombie too: nothing left to kill.
-func zombie(procRoot string, pid int, buf *[]byte) bool {
-	var b []byte
-	b, *buf = readSmall(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), *buf)
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return true
-	}
-	return b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"tpurun/internal/proc"
 	"tpurun/internal/testutil"
@@ -123,14 +122,14 @@ func treeMain(worker *exec.Cmd) error {
 	}
 	// The gentle first step reaches each live descendant once, except the ones skipped (the worker here); no
 	// process of the subtree ends from SIGWINCH (ignored by default, also before a child has set up anything).
-	hit, err := proc.SignalTree("/proc", os.Getpid(), func(pid int) bool { return pid == p.PID() }, syscall.SIGWINCH)
+	hit, err := rp.SignalTree("/proc", func(pid int) bool { return pid == p.PID() }, syscall.SIGWINCH)
 	slices.Sort(hit)
 	exp := []int{want["escapee"], want["leaf"]}
 	slices.Sort(exp)
 	if err != nil || !slices.Equal(hit, exp) {
 		return fmt.Errorf("SignalTree hit %v (%v), want exactly the escapee and its leaf %v", hit, err, exp)
 	}
-	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 3 {
+	if n := rp.LiveDescendants("/proc", nil); n != 3 {
 		return fmt.Errorf("%d live descendants, want 3 (worker %d, escapee, leaf) %v", n, p.PID(), want)
 	}
 	// cleanup: the worker's group first, then the subtree.
@@ -166,7 +165,7 @@ func treeMain(worker *exec.Cmd) error {
 	default:
 		return errors.New("the reaper reaped orphans and Reaped holds no token")
 	}
-	if n := proc.LiveDescendants("/proc", os.Getpid()); n != 0 {
+	if n := rp.LiveDescendants("/proc", nil); n != 0 {
 		return fmt.Errorf("%d live descendants after the sweep", n)
 	}
 	// Nothing left below us: a second sweep finds nothing.
@@ -198,7 +197,7 @@ func TestSweepTreeWithoutChildrenFile(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "42", "task", "42"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := proc.SweepTree(root, 42, nil, time.Second); !errors.Is(err, proc.ErrNoChildrenFile) {
+	if err := proc.SweepTreeOf(root, 42); !errors.Is(err, proc.ErrNoChildrenFile) {
 		t.Fatalf("err %v, want ErrNoChildrenFile", err)
 	}
 }

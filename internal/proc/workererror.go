@@ -7,9 +7,8 @@ import (
 	"tpurun/internal/failure"
 )
 
-// WorkerError is the first worker that failed: the root cause of a failed run. Its Exit is how the worker ended
-// (PID, ExitCode: -1 when killed by a signal, Signal: 0 when it exited, Wall); its ExitStatus, the code tpurun
-// passes on (failure.ExitCode finds it), is the Exit's: the worker's code, or 128+N for signal N.
+// WorkerError is the first worker that failed: the root cause of a failed run. Its ExitStatus, the code tpurun
+// passes on (failure.ExitCode finds it), is its Exit's: the worker's code, or 128+N for signal N.
 type WorkerError struct {
 	Rank    int
 	Attempt int

@@ -14,11 +14,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// Controller is the one stop controller of a run (docs/CONTROL.md): its goroutine is the only reader of the
-// run's signals, of its timers (--timeout, the grace period) and of every other reason to stop — a console write
-// error, the caller's context, a cause another goroutine reports (a failing rank, another node, the rendezvous
-// store) — in every phase of the run. It drives the attached attempt (a supervisor: exits, stops, escalation) and
-// cancels the contexts of every other wait (join, barrier, the exchange of outcomes, between generations).
+// Controller is the one stop controller of a run (docs/CONTROL.md): its goroutine is the only reader of the run's
+// signals, timers and every other reason to stop (a console write error, the caller's context, a cause another
+// goroutine reports), in every phase of the run. It drives the attached attempt and cancels the contexts of every
+// other wait (join, barrier, the exchange of outcomes).
 type Controller struct {
 	log      *zap.Logger
 	timeout  time.Duration
@@ -151,17 +150,16 @@ func (c *Controller) JobCause() *Cause {
 	return c.first
 }
 
-// StopSeq counts the job-wide causes so far: a wait made later with waitContext(parent, since) ends at once when a
-// cause came after since (after the attempt before it ended, say).
+// StopSeq counts the job-wide causes so far (see WaitContext).
 func (c *Controller) StopSeq() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.seq
 }
 
-// WaitContext is parent, also canceled by any job-wide cause after the since'th (stopSeq), whether it came before
-// the wait began or while it lasts, and at once after a second stop: a node that waits for the others' outcome
-// after its own stop still waits, but not past the next signal, timeout or lost store.
+// WaitContext is parent, also canceled by any job-wide cause after the since'th (StopSeq), before the wait or
+// during it, and at once after a second stop: a node that waits for the others' outcome after its own stop still
+// waits, but not past the next signal, timeout or lost store.
 func (c *Controller) WaitContext(parent context.Context, since int) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	c.mu.Lock()
@@ -262,9 +260,7 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 	if !second {
 		c.onCause(SignalCause(s))
 		if c.att == nil || c.att.AllExited() {
-			// No worker runs (before the first attempt, between two, once every worker of this one has exited, or at
-			// the end of the run): nothing is left to stop gently, only readers of the output to wait for, and that
-			// wait is now bounded (after Run returns, HurryOnStop does the same).
+			// No worker runs: only readers of the output are left to wait for, and that wait is now bounded.
 			c.Hurry()
 		}
 		return

@@ -40,16 +40,13 @@ const (
 // that takes the signal (a handler, a blocked signal taken later) may never stop, and the shell waits for tpurun.
 const jobStopWait = 5 * time.Second
 
-// jobStopSettle is the least time between a stop signal read and tpurun's own stop. The latch covers every SIGCONT
-// sent after the stop signal was read; one sent between the stop signal and its reading (a script's `kill -TSTP p;
-// kill -CONT p`) is known only once os/signal hands it over, which takes a moment more for a signal that another
-// thread took: tpurun waits that moment, reading signals, before it stops.
+// jobStopSettle is the least time between a stop signal read and tpurun's own stop: a SIGCONT sent before the stop
+// signal was read (`kill -TSTP p; kill -CONT p`) escapes the latch, and os/signal may hand it over a moment later.
 const jobStopSettle = 100 * time.Millisecond
 
-// jobControl is the job-control state of a run. The Stopper (created at the first job-control signal) tells what
-// os/signal cannot: whether a SIGCONT came after a stop signal (os/signal hands a SIGTSTP and a SIGCONT pending
-// together in numeric order, SIGCONT first), and it stops tpurun so that a SIGCONT sent at any moment before the
-// stop takes effect cancels it.
+// jobControl is the job-control state of a run. Its Stopper (made at the first job-control signal) tells what
+// os/signal cannot, whether a SIGCONT came after a stop signal, and stops tpurun so that a SIGCONT sent at any
+// moment before the stop cancels it.
 type jobControl struct {
 	phase    jobPhase
 	sig      syscall.Signal // the stop signal being applied (stopping, held)
@@ -100,9 +97,8 @@ func (c *Controller) jobEvent(k jobEventKind, sig syscall.Signal) {
 	}
 }
 
-// beginJobStop: SIGTSTP (Ctrl-Z at tpurun's terminal), SIGTTIN or SIGTTOU stop every worker, then tpurun itself
-// (checkJobStop), as a shell's job stops; a stop signal sent before the latest SIGCONT is discarded, as the kernel
-// discards a pending stop signal when SIGCONT comes.
+// beginJobStop: SIGTSTP, SIGTTIN or SIGTTOU stop every worker, then tpurun itself (checkJobStop); one sent before
+// the latest SIGCONT is discarded, as the kernel discards a pending stop signal when SIGCONT comes.
 func (c *Controller) beginJobStop(s syscall.Signal) {
 	j := &c.job
 	if c.cannotBeResumed(s) || !c.ensureStopper(s) {
@@ -133,46 +129,41 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 
 // ensureStopper makes the Stopper at the first job-control signal; without one a stop is discarded (and said so).
 func (c *Controller) ensureStopper(s syscall.Signal) bool {
+	if c.job.broken {
+		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
+		return false
+	}
+	return c.haveStopper()
+}
+
+// haveStopper makes the Stopper unless it was made or could not be; it reports whether there is one.
+func (c *Controller) haveStopper() bool {
 	j := &c.job
 	if j.stopper == nil && !j.broken {
 		st, err := proc.NewStopper()
 		if err != nil {
 			j.broken = true
 			c.log.Warn("job control: tpurun cannot stop itself safely: stop signals are discarded", zap.Error(err))
-			return false
 		}
 		j.stopper = st
 	}
-	if j.broken {
-		c.log.Info("job control: " + failure.SignalName(s) + " discarded: tpurun cannot stop itself safely")
-	}
-	return !j.broken
+	return j.stopper != nil
 }
 
-// stopBeforeContinue reports whether the stop signal being read was sent before the latest SIGCONT read: the latch
-// that watchStops set then saw no stop signal since. It was sent before that SIGCONT was read, so either before the
-// SIGCONT (stop signals pending when the job resumed: `stty tostop` output, a Ctrl-Z typed before fg) or in the same
-// instant (os/signal read both at once, and their order is lost): the continue wins, and nothing is left stopped.
+// stopBeforeContinue reports whether the stop signal being read was sent before the latest SIGCONT read (the latch
+// watchStops set then saw none since): pending when the job resumed (`stty tostop` output, a Ctrl-Z typed before
+// fg), or read in the same instant, their order lost. The continue wins, and nothing is left stopped.
 func (c *Controller) stopBeforeContinue() bool {
 	return c.job.stopper != nil && !c.job.stopper.StopCame()
 }
 
-// watchStops sets the latch at a SIGCONT (and once the job resumed): a stop signal read later that came before it is
-// discarded (stopBeforeContinue).
+// watchStops sets the latch at a SIGCONT and once the job resumed (see stopBeforeContinue).
 func (c *Controller) watchStops() {
-	j := &c.job
-	if j.stopper == nil && !j.broken {
-		st, err := proc.NewStopper()
-		if err != nil {
-			j.broken = true
-			return
-		}
-		j.stopper = st
+	if !c.haveStopper() {
+		return
 	}
-	if j.stopper != nil {
-		if _, err := j.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
-			c.log.Debug("job control: latch not set", zap.Error(err))
-		}
+	if _, err := c.job.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
+		c.log.Debug("job control: latch not set", zap.Error(err))
 	}
 }
 
@@ -206,11 +197,9 @@ func (c *Controller) checkJobStop() {
 	c.stopSelf()
 }
 
-// stopSelf stops tpurun as a job-control stop, so that the shell that started it sees it stopped, unless a SIGCONT
-// came since the stop began (the Stopper's latch: a SIGCONT at any moment before the stop takes effect cancels it).
-// As PID 1 it does not stop itself (the kernel would ignore it): the workers then stay stopped until SIGCONT. The
-// shell can die between cannotBeResumed's look and the stop: the kernel then discards the stop, and the workers
-// stopped for it are resumed here, since nothing else could resume them.
+// stopSelf stops tpurun as a job-control stop, unless a SIGCONT came since the stop began (the Stopper's latch). As
+// PID 1 it does not stop itself (the kernel would ignore it): the workers stay stopped until SIGCONT. A shell that
+// died before the stop leaves nothing to resume the workers: they are resumed here.
 func (c *Controller) stopSelf() {
 	j := &c.job
 	s := failure.SignalName(j.sig)
@@ -238,29 +227,18 @@ func (c *Controller) stopSelf() {
 }
 
 // endJobStop ends a job-control stop: every worker resumed, the start of workers let go on, and the latch set so
-// that a stop signal sent before now is discarded, as the kernel discards stop signals pending at SIGCONT. unread:
-// the SIGCONT behind it, if any, is still to be read from os/signal (it will come before any stop signal sent
-// after it: os/signal keeps the order of signals it reads apart, and hands those it reads together in numeric
-// order, SIGCONT first).
+// that a stop signal sent before now is discarded. unread: the SIGCONT behind it is still to be read from
+// os/signal (before any stop signal sent after it: os/signal hands signals read together SIGCONT first).
 func (c *Controller) endJobStop(why string, unread bool) {
 	j := &c.job
 	if why != "" {
 		c.log.Info("job control: " + why)
 	}
-	if j.ticker != nil {
-		j.ticker.Stop()
-		j.ticker = nil
-	}
-	j.mu.Lock()
-	j.phase = jobRunning
+	phase := jobRunning
 	if unread {
-		j.phase = jobResuming
+		phase = jobResuming
 	}
-	if j.held != nil {
-		close(j.held)
-		j.held = nil
-	}
-	j.mu.Unlock()
+	j.resume(phase)
 	c.watchStops() // first: a stop signal sent once a resumed worker could be seen running counts
 	c.onContinue()
 }
@@ -274,8 +252,7 @@ func (c *Controller) onContinue() {
 }
 
 // JobStopping is the stop signal of a job-control stop under way or holding the workers, 0 while none: a worker
-// handed to the attempt meanwhile (forked before the start saw the stop) is stopped with it, since tpurun stops
-// only once every worker it started is stopped. Only on the controller's goroutine.
+// handed to the attempt meanwhile is stopped with it. Only on the controller's goroutine.
 func (c *Controller) JobStopping() syscall.Signal {
 	if c.job.phase == jobStopping || c.job.phase == jobHeld {
 		return c.job.sig
@@ -283,9 +260,9 @@ func (c *Controller) JobStopping() syscall.Signal {
 	return 0
 }
 
-// StartGate is called by the start of workers before it forks a batch: it waits while job control holds the job
-// stopped (or until stop, the attempt stopping), then counts the batch as being forked until done is called, so
-// that tpurun does not stop itself while workers it has forked are not yet stopped.
+// StartGate is called before a batch of workers is forked: it waits while job control holds the job stopped (or
+// until stop reports the attempt stopping), then counts the batch as being forked until done, so that tpurun does
+// not stop itself before those workers are stopped.
 func (c *Controller) StartGate(stop func() bool) (done func()) {
 	j := &c.job
 	for {
@@ -312,25 +289,30 @@ func (c *Controller) StartGate(stop func() bool) (done func()) {
 // closeJob releases what job control holds when the controller ends.
 func (c *Controller) closeJob() {
 	j := &c.job
-	if j.ticker != nil {
-		j.ticker.Stop()
-	}
-	j.mu.Lock()
-	if j.held != nil {
-		close(j.held)
-		j.held = nil
-	}
-	j.mu.Unlock()
+	j.resume(jobRunning)
 	if j.stopper != nil {
 		j.stopper.Close()
 	}
 }
 
+// resume ends the looks at the workers and lets the start of workers go on, in phase.
+func (j *jobControl) resume(phase jobPhase) {
+	if j.ticker != nil {
+		j.ticker.Stop()
+		j.ticker = nil
+	}
+	j.mu.Lock()
+	j.phase = phase
+	if j.held != nil {
+		close(j.held)
+		j.held = nil
+	}
+	j.mu.Unlock()
+}
+
 // cannotBeResumed reports (and logs) that a job-control stop by s is discarded because tpurun's process group is
-// orphaned: it leads its own session (setsid, a terminal of its own) or the shell that started it has exited, so
-// nothing would ever send the SIGCONT; stopped, tpurun and its workers would wait forever. The kernel discards
-// SIGTSTP, SIGTTIN and SIGTTOU for such a group for that reason; tpurun does the same for its workers' groups. As
-// PID 1 (never stopped itself, as with tini and dumb-init) the workers are stopped all the same.
+// orphaned (it leads its session, or its shell has exited): nothing would ever send the SIGCONT, so tpurun does
+// what the kernel does for such a group. As PID 1 (never stopped itself, as with tini) the workers stop all the same.
 func (c *Controller) cannotBeResumed(s syscall.Signal) bool {
 	if os.Getpid() == 1 || !proc.GroupOrphaned(c.procRoot, syscall.Getpgrp()) {
 		return false

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
@@ -46,13 +44,11 @@ func policyOf(s syscall.Signal) sigPolicy {
 	return policyForward
 }
 
-// caughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards (see
-// policyOf), except those this process inherited as ignored (SIG_IGN) and can still see as such — SIGHUP and
-// SIGINT (Go's runtime keeps them ignored), SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT (Go never touches them) —: left
-// uncaught, they stay ignored in tpurun and in every worker, as exec gives them (nohup, a shell's background
-// job). Call it before any signal.Notify of the process.
+// caughtSignals are the signals tpurun catches (for Spec.Signals): every signal it acts on or forwards, except those
+// inherited as ignored (nohup, a shell's background job): left uncaught, they stay ignored in tpurun and in every
+// worker. Call it before any signal.Notify of the process.
 func caughtSignals() []os.Signal {
-	ignored := ignoredAtStart()
+	ignored := proc.SignalMask("/proc/self/status", "SigIgn")
 	var out []os.Signal
 	for n := 1; n <= 64; n++ {
 		s := syscall.Signal(n)
@@ -68,21 +64,6 @@ func caughtSignals() []os.Signal {
 	return out
 }
 
-// ignoredAtStart is the mask of this process's ignored signals (SigIgn of /proc/self/status); 0 when unreadable.
-func ignoredAtStart() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
-			m, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return m
-		}
-	}
-	return 0
-}
-
 // NotifySignals routes every caught signal (see caughtSignals) to the returned channel, for Spec.Signals, and SIGPIPE
 // nowhere: with it caught, a write to a closed stdout or stderr fails with EPIPE, which the run reports, instead of
 // the Go runtime killing tpurun without a teardown. stop undoes it.
@@ -93,10 +74,9 @@ func NotifySignals() (sigs <-chan os.Signal, stop func()) {
 	return c, func() { signal.Stop(c); signal.Stop(pipe) }
 }
 
-// HurryOnStop is what a stop signal from sigs does once the run is over (Run has returned): nothing is left to stop,
-// only writes of the output to wait for (the results, the document, the last flush), and from then on each write of
-// the consoles waits at most console.AfterStop for its reader (console.Stop); the exit is then 128+N if output was
-// dropped. Other signals are dropped: no worker is left to forward them to. It reads sigs until the process exits.
+// HurryOnStop is what a stop signal from sigs does once Run has returned: only writes of the output are left, and
+// from then on each waits at most console.AfterStop for its reader (console.Stop; exit 128+N if output was
+// dropped). Other signals are dropped. It reads sigs until the process exits.
 func HurryOnStop(sigs <-chan os.Signal, consoles ...*console.Console) {
 	if sigs == nil {
 		return
@@ -110,11 +90,10 @@ func HurryOnStop(sigs <-chan os.Signal, consoles ...*console.Console) {
 	}()
 }
 
-// Coalesce relays in to the returned channel without ever losing a signal that matters: it takes every signal
-// from in at once (so the os/signal channel behind in never fills and drops one) and keeps each distinct signal
-// pending once — a stop signal twice (the second one means "kill now") — in arrival order, until the controller
-// takes it. A storm of SIGUSR1 is one pending SIGUSR1, as the kernel merges a pending signal; the SIGTERM behind
-// it is still delivered. It returns when done is closed.
+// Coalesce relays in to the returned channel without losing a signal that matters: it takes every signal from in
+// at once (so the os/signal channel never fills) and keeps each distinct signal pending once (a stop signal twice:
+// the second means "kill now"), in arrival order. A storm of SIGUSR1 is one pending SIGUSR1, as the kernel merges
+// pending signals; the SIGTERM behind it is still delivered. It returns when done is closed.
 func Coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 	out := make(chan os.Signal)
 	go func() {
@@ -159,10 +138,9 @@ func repeats(s os.Signal) int {
 	return 1
 }
 
-// ExitWithParent makes this process send itself SIGTERM when the process that started it exits (the process, not
-// the thread that forked it: proc.ExitWithParent), so a launcher whose caller was killed stops its workers
-// gracefully instead of running on. A caller that is already
-// gone is a *failure.SignalError (exit 143).
+// ExitWithParent makes this process send itself SIGTERM when the process that started it exits
+// (proc.ExitWithParent), so a launcher whose caller was killed stops its workers gracefully. A caller already gone
+// is a *failure.SignalError (exit 143).
 func ExitWithParent() error {
 	if err := proc.ExitWithParent(syscall.SIGTERM); err != nil {
 		if errors.Is(err, proc.ErrParentGone) {

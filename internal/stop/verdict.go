@@ -7,12 +7,9 @@ import (
 )
 
 // Verdict is how an attempt, and then the whole job, ended: what ended it (the first cause), the exit code, and the
-// root cause — a worker of this node, another node, or the signal, timeout or error that stopped it. It is made once,
-// when the cause is known, and its Code is decided then; from there the code travels as a number (in the outcome every
-// node publishes), never recomputed from an error. Run returns the job's verdict as its error (nil when the job
-// succeeded); errors.As still finds the *proc.WorkerError, *failure.NodeError, *failure.SignalError or
-// *failure.OutputError in it, and errors.Is the sentinels (failure.ErrTimeout, failure.ErrRendezvous,
-// failure.ErrResults, context.Canceled).
+// root cause. Its Code is decided once, when it is made, and travels as a number (in every node's outcome), never
+// recomputed from an error. Run returns the job's verdict as its error; errors.As and errors.Is find the typed
+// errors and sentinels behind it (*proc.WorkerError, *failure.NodeError, failure.ErrTimeout, context.Canceled, ...).
 type Verdict struct {
 	Reason Reason `json:"reason"`
 	Code   int    `json:"code"`
@@ -22,8 +19,7 @@ type Verdict struct {
 	Failure *proc.WorkerError `json:"failure,omitempty"`
 	// Node is the node that decided the verdict (multi-host), or the node that failed or was lost.
 	Node int `json:"node"`
-	// Escalated says why SIGKILL was needed, "" when the workers ended without it: "grace 7s expired", "second
-	// SIGTERM".
+	// Escalated says why SIGKILL was needed ("grace 7s expired", "second SIGTERM"), "" when it was not.
 	Escalated string `json:"escalated,omitempty"`
 	// During says what tpurun was doing when a stop came outside an attempt ("the rendezvous join").
 	During string `json:"during,omitempty"`
