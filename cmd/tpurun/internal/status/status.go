@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
@@ -158,7 +159,7 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: timeout, ReadTimeout: timeout,
 		WriteTimeout: timeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(newLimitListener(l, maxConns)) })
+	wg.Go(func() { _ = srv.Serve(netutil.LimitListener(l, maxConns)) })
 	sctx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
 		<-sctx.Done()
@@ -168,46 +169,4 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 		_ = srv.Close()
 	})
 	return l.Addr(), func() { cancel(); wg.Wait() }, nil
-}
-
-// limitListener accepts a connection only while fewer than cap(sem) are open.
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.release()
-	return err
 }

@@ -17,13 +17,6 @@ import (
 	"tpurun/internal/stop"
 )
 
-// Write writes the per-rank exit summary of every attempt of r (WriteAttempt).
-func Write(w io.Writer, r *spec.Report) {
-	for _, a := range r.Attempts {
-		WriteAttempt(w, r, a)
-	}
-}
-
 // WriteAttempt writes the per-rank exit summary of one attempt of r, headed by its verdict, and, for an attempt
 // that a worker's failure ended, the root cause: the program, the failing rank's last stderr lines and the
 // traceback from its error file. A stop (a signal, the timeout, another node) is never shown as a worker's
