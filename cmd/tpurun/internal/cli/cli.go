@@ -14,9 +14,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,19 +146,20 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 		return console.StdSpec{All: v}, err
 	}
 	spec := console.StdSpec{PerRank: map[int]console.Std{}}
+	bad := func(format string, a ...any) (console.StdSpec, error) {
+		return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf(format, a...)}
+	}
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
-				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
+			return bad("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)
 		}
 		rank, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || rank < 0 {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
-				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
+			return bad("local rank %q in %q is not a non-negative integer", r, part)
 		}
 		if _, dup := spec.PerRank[rank]; dup {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+			return bad("local rank %d is listed twice", rank)
 		}
 		std, err := parseStd(flag, s, v)
 		if err != nil {
@@ -206,12 +207,7 @@ func ParseRanks(flag, s string) ([]int, error) {
 			seen[i] = true
 		}
 	}
-	out := make([]int, 0, len(seen))
-	for r := range seen {
-		out = append(out, r)
-	}
-	sort.Ints(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // ParseStdinMode parses --stdin.

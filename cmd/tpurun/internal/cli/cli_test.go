@@ -42,8 +42,14 @@ func TestBindNamesTheFlagOfASetting(t *testing.T) {
 		t.Errorf("FlagOf(nil, grace) = %q", got)
 	}
 	want := map[string][]string{"grace": {"grace period"}, "nnodes": {"nnodes", "rendezvous node count", "rendezvous minimum node count"}}
-	if got := cli.Bound(fs); !reflect.DeepEqual(got, want) {
-		t.Errorf("Bound = %v, want %v", got, want)
+	got := map[string][]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if ss := f.Annotations[cli.SettingKey]; len(ss) > 0 {
+			got[f.Name] = ss
+		}
+	})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("bound settings = %v, want %v", got, want)
 	}
 }
 
