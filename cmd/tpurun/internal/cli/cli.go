@@ -1,14 +1,9 @@
-// Package cli owns tpurun's command line below cmd/tpurun's main: it reads a command line the way torchrun's
-// argparse reads it (a long flag may be shortened to any unique prefix of one of torchrun's flags, '_' spells '-',
-// every flag not given takes its value from torchrun's PET_<FLAG> variable, a duration may be given in torchrun's
-// plain seconds, a mistyped flag gets the nearest flag as a suggestion: Expand before parsing, ApplyPET after);
-// it registers the flags that tpurun's commands share (run, plan and doctor) — which devices to use and how to
-// split them, in tpurun's and torchrun's spellings — and turns them into what detection and planning take
-// (topology.Options, topology.Request); and it parses the values of the other flags (the Python command line,
-// node counts, stream selectors, rank lists, signal and module lists) into what a spec.Spec takes. Each flag
-// that sets a setting (a failure.Setting) is bound to it where the flag is defined (Bind), so that an error about
-// the setting names the flag (FlagOf). Detection is the launcher's, once per run or dry run
-// (launcher.Plan, for `tpurun plan`).
+// Package cli owns tpurun's command line below cmd/tpurun's main: it reads a command line as torchrun's argparse
+// does (unique prefixes of torchrun's flags, '_' for '-', PET_<FLAG> defaults, plain seconds, a suggestion for a
+// mistyped flag: Expand before parsing, ApplyPET after); it registers the device flags that run, plan and doctor
+// share and turns them into topology.Options and topology.Request; and it parses the other flags' values into
+// what a spec.Spec takes. A flag that sets a failure.Setting is bound to it where it is defined (Bind), so that an
+// error about the setting names the flag (FlagOf). Detection is the launcher's.
 package cli
 
 import (
@@ -228,17 +223,14 @@ func ParseStdinMode(v string) (console.StdinMode, error) {
 // (FlagOf): the line names it, so that it says what to change.
 func Exit(stderr io.Writer, flag string, err error) int {
 	code := failure.ExitCode(err)
-	if err == nil {
-		return code
-	}
-	if flag != "" {
+	switch {
+	case err == nil:
+	case flag != "":
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
-		return code
-	}
-	if code == failure.ExitOK { // nothing failed: a late node of a job that had finished, say
+	case code == failure.ExitOK: // nothing failed: a late node of a job that had finished, say
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return code
+	default:
+		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	}
-	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	return code
 }
