@@ -228,14 +228,6 @@ func WorkersPython(flag string, getenv func(string) string) spec.Python {
 	return spec.ResolvePython(flag, getenv, exe)
 }
 
-// AddPythonFlag registers --python on the flags of tpurun plan and doctor, which say which interpreter a run with
-// the same flags would start, and why (WorkersPython).
-func AddPythonFlag(fs *pflag.FlagSet) *string {
-	p := new(string)
-	fs.StringVar(p, "python", "", "the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
-	return p
-}
-
 // PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and
 // --run-path under the interpreter with -u (--run-path wins over --no-python), anything else as is. torchrun runs
 // its own interpreter (sys.executable); tpurun runs m.Python (WorkersPython), else python3 from PATH. It refuses
