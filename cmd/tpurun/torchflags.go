@@ -23,8 +23,8 @@ type torchFlags struct {
 	shutdown   cli.Seconds
 	signals    string
 	logsSpec   string
-	subreaper  bool // --subreaper: accepted for compatibility, the default
-	noReaper   bool // --no-subreaper
+	subreaper  bool     // --subreaper: accepted for compatibility, the default
+	noReaper   bool     // --no-subreaper
 	noEffect   []string // torchrun flags given that have no meaning under tpurun: each gets a one-line note
 }
 

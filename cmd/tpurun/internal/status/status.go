@@ -137,9 +137,6 @@ const (
 // loopback address is refused unless allowRemote. The server's own errors go to log. It returns the bound address
 // and a stop function that shuts the server down and waits for it.
 func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log *zap.Logger) (net.Addr, func(), error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, &failure.ConfigError{Field: failure.StatusAddr, Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}

@@ -214,11 +214,9 @@ func cleanRanks(ranks []attempt.RankSummary) string {
 	return "ranks " + strings.Join(ok, ", ") + " finished cleanly (exit 0)"
 }
 
-// WriteResults writes what the results document says went wrong: every contract violation by name with
-// its hint, and every replica's reported error, with its traceback when tracebacks is set (as one record on log,
-// when given: --log-format json). It writes nothing for a clean document. A run that prints the document (--json,
-// and so tpurun.spawn, whose SpawnError carries the traceback) leaves the tracebacks to it, so that each is shown
-// once.
+// WriteResults writes what the results document says went wrong: every contract violation with its hint, and every
+// replica's reported error, with its traceback when tracebacks is set (a run that prints the document leaves them
+// to it); as one record on log when given (--log-format json). It writes nothing for a clean document.
 func WriteResults(w io.Writer, log *zap.Logger, doc *results.Document, tracebacks bool) {
 	switch {
 	case doc == nil:
