@@ -60,7 +60,8 @@ func newSubcmdFlags(name, about string) *subcmdFlags {
 	s.fs.SetOutput(io.Discard)
 	s.fs.SetNormalizeFunc(cli.Dashes)
 	s.dev = cli.AddDevice(s.fs)
-	s.python = s.fs.String("python", "", "the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
+	s.python = s.fs.String("python", "",
+		"the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
 	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
 	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
 	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")

@@ -142,7 +142,8 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 	}
 	spec := console.StdSpec{PerRank: map[int]console.Std{}}
 	bad := func(format string, a ...any) (console.StdSpec, error) {
-		return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf(format, a...)}
+		hint := fmt.Sprintf(format, a...)
+		return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: hint}
 	}
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")

@@ -292,8 +292,8 @@ func TestApplyPET(t *testing.T) {
 		t.Errorf("max-restarts %q, want PET_MAX_RESTARTS's 3", v)
 	}
 	env["PET_MAX_RESTARTS"] = "many"
-	var pe *cli.PETError
-	if err := cli.ApplyPET(flagSet(), func(k string) string { return env[k] }, nil); !errors.As(err, &pe) || pe.Var != "PET_MAX_RESTARTS" {
+	var pe *failure.ConfigError
+	if err := cli.ApplyPET(flagSet(), func(k string) string { return env[k] }, nil); !errors.As(err, &pe) || pe.Field != "PET_MAX_RESTARTS" {
 		t.Errorf("bad PET_MAX_RESTARTS: %v", err)
 	}
 }

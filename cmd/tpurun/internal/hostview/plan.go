@@ -20,12 +20,8 @@ const Redacted = "<redacted>"
 // PASSWORD (in any case).
 func IsSecret(name string) bool {
 	u := strings.ToUpper(name)
-	for _, s := range []string{"TOKEN", "SECRET", "KEY", "PASSWORD"} {
-		if strings.Contains(u, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"TOKEN", "SECRET", "KEY", "PASSWORD"},
+		func(s string) bool { return strings.Contains(u, s) })
 }
 
 // RedactEnv returns a copy of env with secret values replaced by Redacted.
