@@ -76,7 +76,8 @@ func TestDockerIgnore(t *testing.T) {
 // repository sends (.dockerignore applied): WORKDIR, COPY go.mod go.sum, go mod download, COPY . ., go build, as
 // the Dockerfile says them, offline (GOPROXY=off, this machine's module cache). The modules are downloaded in a
 // layer of their own, before any source is copied, so that a change of the source does not download them again;
-// the binary the runtime stage copies is static (no interpreter, no shared library) and runs.
+// the binaries the runtime stage copies (tpurun, and tpurun-etcd beside it) are static (no interpreter, no shared
+// library) and run.
 //
 // It takes about 10 CPU-seconds: go build compiles tpurun's own packages again in the new directory (their
 // dependencies come from the build cache). Worth it: it is the one check that the image builds from what
@@ -112,15 +113,31 @@ func TestDockerfileBuildStage(t *testing.T) {
 	if err := build.Build(ctx, root, buildContext, env, &log); err != nil {
 		t.Fatalf("the build stage of examples/Dockerfile failed: %v (%v)\n%s", err, ctx.Err(), log.String())
 	}
-	from, to := binaryCopy(t, df)
-	bin := filepath.Join(root, filepath.FromSlash(from))
-	checkStatic(t, bin)
-	if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil {
-		t.Errorf("%s --version: %v\n%s", from, err, out)
+	copies := binaryCopies(df)
+	for _, name := range []string{"tpurun", "tpurun-etcd"} {
+		c, ok := copies[name]
+		if !ok {
+			t.Errorf("the runtime stage has no COPY --from=build SRC DEST of %s", name)
+			continue
+		}
+		bin := filepath.Join(root, filepath.FromSlash(c[0]))
+		checkStatic(t, bin)
+		if out, err := exec.Command(bin, "--version").CombinedOutput(); err != nil {
+			t.Errorf("%s --version: %v\n%s", c[0], err, out)
+		}
+		// the etcd build runs etcd itself: its help does not say it hands etcd to tpurun-etcd
+		if out, err := exec.Command(bin, "--help").Output(); name == "tpurun-etcd" && bytes.Contains(out, []byte("run by tpurun-etcd")) {
+			t.Errorf("%s --help (%v): want the build with the etcd client (-tags etcd), which runs etcd itself", c[0], err)
+		}
 	}
-	// tpurun is ENTRYPOINT's first word and the JobSets' command: the runtime image's PATH must find it there.
-	if dir := path.Dir(to); !slices.Contains(strings.Split(debianPath, ":"), dir) || path.Base(to) != "tpurun" {
-		t.Errorf("the runtime stage copies the binary to %s: want tpurun in a directory of the image's PATH (%s)", to, debianPath)
+	// tpurun is ENTRYPOINT's first word and the JobSets' command: the runtime image's PATH must find it there; it
+	// hands a run on etcd to tpurun-etcd, which it finds beside itself (an image without it exits 2 on etcd).
+	to := copies["tpurun"][1]
+	if dir := path.Dir(to); !slices.Contains(strings.Split(debianPath, ":"), dir) {
+		t.Errorf("the runtime stage copies tpurun to %s: want a directory of the image's PATH (%s)", to, debianPath)
+	}
+	if etcd := copies["tpurun-etcd"][1]; etcd != "" && path.Dir(etcd) != path.Dir(to) {
+		t.Errorf("the runtime stage copies tpurun-etcd to %s: want it beside tpurun (%s)", etcd, to)
 	}
 }
 
@@ -175,16 +192,16 @@ func checkModulesLayer(t *testing.T, build *dockertest.Stage) {
 	}
 }
 
-// binaryCopy is the runtime stage's COPY --from=build: the build stage's path of the binary, and the image's.
-func binaryCopy(t *testing.T, df *dockertest.File) (from, to string) {
-	t.Helper()
+// binaryCopies are the runtime stage's COPY --from=build SRC DEST, by the file name of DEST: the build stage's
+// path of each binary, and the image's.
+func binaryCopies(df *dockertest.File) map[string][2]string {
+	out := map[string][2]string{}
 	for _, in := range df.Final().All("COPY") {
 		if w := in.Words(); in.Flags["from"] == "build" && len(w) == 2 {
-			return w[0], w[1]
+			out[path.Base(w[1])] = [2]string{w[0], w[1]}
 		}
 	}
-	t.Fatal("the runtime stage has no COPY --from=build SRC DEST of the binary")
-	return "", ""
+	return out
 }
 
 // checkStatic: bin is an ELF executable with no program interpreter and no shared library: it runs in any image.

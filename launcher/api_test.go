@@ -49,7 +49,10 @@ func TestConfigErrorsMatchErrConfig(t *testing.T) {
 // TestWorkerExitIsNoConfigError: a worker that exits 2 fails the job with 2, and its error is the worker's, not
 // ErrConfig.
 func TestWorkerExitIsNoConfigError(t *testing.T) {
-	_, err := launcher.Run(context.Background(), launcher.Spec{Program: []string{"/bin/sh", "-c", "exit 2"}, Devices: launcher.Devices{Device: "cpu"}})
+	_, err := launcher.Run(context.Background(), launcher.Spec{
+		Program: []string{"/bin/sh", "-c", "exit 2"},
+		Devices: launcher.Devices{Device: "cpu"},
+	})
 	var we *launcher.WorkerError
 	if errors.Is(err, launcher.ErrConfig) || launcher.ExitCode(err) != 2 || !errors.As(err, &we) || we.Rank != 0 || we.ExitCode() != 2 {
 		t.Fatalf("err %v (code %d), want rank 0's exit 2, not ErrConfig", err, launcher.ExitCode(err))
@@ -59,7 +62,11 @@ func TestWorkerExitIsNoConfigError(t *testing.T) {
 // TestCallerContextEndsTheJob: a caller's deadline stops the workers and is reported as such (exit 124, never
 // 70: an internal error); a cancel is context.Canceled (exit 143).
 func TestCallerContextEndsTheJob(t *testing.T) {
-	s := launcher.Spec{Program: []string{"sleep", "60"}, Devices: launcher.Devices{Device: "cpu", NProcs: 2}, Grace: time.Second}
+	s := launcher.Spec{
+		Program: []string{"sleep", "60"},
+		Devices: launcher.Devices{Device: "cpu", NProcs: 2},
+		Grace:   time.Second,
+	}
 	for _, tc := range []struct {
 		name   string
 		ctx    func() (context.Context, context.CancelFunc)
@@ -97,11 +104,19 @@ func TestCallerContextEndsTheJob(t *testing.T) {
 // TestSentinelsMatch: Spec.Timeout's stop matches ErrTimeout (exit 124), a missing program ErrNotFound (127).
 func TestSentinelsMatch(t *testing.T) {
 	dev := launcher.Devices{Device: "cpu"}
-	rep, err := launcher.Run(context.Background(), launcher.Spec{Program: []string{"sleep", "60"}, Devices: dev, Timeout: 300 * time.Millisecond, Grace: time.Second})
+	rep, err := launcher.Run(context.Background(), launcher.Spec{
+		Program: []string{"sleep", "60"},
+		Devices: dev,
+		Timeout: 300 * time.Millisecond,
+		Grace:   time.Second,
+	})
 	if !errors.Is(err, launcher.ErrTimeout) || launcher.ExitCode(err) != 124 || rep.Verdict.Reason != launcher.StopTimeout {
 		t.Errorf("timeout: err %v, code %d, report %+v; want ErrTimeout, 124", err, launcher.ExitCode(err), rep)
 	}
-	_, err = launcher.Run(context.Background(), launcher.Spec{Program: []string{"/nonexistent/program"}, Devices: dev})
+	_, err = launcher.Run(context.Background(), launcher.Spec{
+		Program: []string{"/nonexistent/program"},
+		Devices: dev,
+	})
 	if !errors.Is(err, launcher.ErrNotFound) || launcher.ExitCode(err) != 127 || errors.Is(err, launcher.ErrTimeout) {
 		t.Errorf("missing program: err %v, code %d; want ErrNotFound alone, 127", err, launcher.ExitCode(err))
 	}

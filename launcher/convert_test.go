@@ -48,7 +48,10 @@ func TestInternalCarriesEveryField(t *testing.T) {
 	}
 	walk("", reflect.ValueOf(&root).Elem())
 	slices := func(id int) int {
-		return Spec{Rendezvous: RendezvousSpec{NumSlices: 2, SliceID: id}}.internal(context.Background()).Rendezvous.SliceID
+		s := Spec{
+			Rendezvous: RendezvousSpec{NumSlices: 2, SliceID: id},
+		}
+		return s.internal(context.Background()).Rendezvous.SliceID
 	}
 	unset := (Spec{}).internal(context.Background()).Rendezvous.SliceID
 	if got := slices(1); got != 1 || unset != -1 {

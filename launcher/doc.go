@@ -6,7 +6,7 @@
 // the tpurun command uses, and the errors a caller branches on are ErrConfig, ErrTimeout, ErrRendezvous,
 // ErrResults, ErrNotFound, *WorkerError and the context's own.
 //
-// By default Run changes nothing process-wide (no signal disposition, no subreaper bit, no GC setting): Spec.Process
-// opts into catching signals and reaping every child of the process. The rendezvous backends are packages of their own (rendezvous/tcp,
-// rendezvous/etcd, imported for their side effect); a Go worker reports its results with package worker.
+// By default Run changes nothing process-wide: Spec.Process opts into catching signals and reaping. The rendezvous
+// backends are packages of their own (rendezvous/tcp, rendezvous/etcd, imported for their side effect); a Go worker
+// reports its results with package worker.
 package launcher

@@ -13,16 +13,12 @@ import (
 // The errors a caller matches with errors.Is in what Run and Plan return. Besides them, a caller's context ends the
 // job with its own error in the chain: context.Canceled, or context.DeadlineExceeded.
 var (
-	ErrConfig     = errors.New("invalid configuration")    // a setting is wrong; nothing started (exit 2)
-	ErrTimeout    = errors.New("run timed out")            // Spec.Timeout expired (exit 124)
-	ErrRendezvous = errors.New("rendezvous failed")        // the nodes could not meet or agree (exit 69)
-	ErrResults    = errors.New("result contract violated") // the result contract was violated (exit 65)
-	ErrNotFound   = errors.New("program not found")        // the program was not found (exit 127)
+	ErrConfig     = errors.New("invalid configuration") // a setting is wrong; nothing started (exit 2)
+	ErrTimeout    = failure.ErrTimeout                  // Spec.Timeout expired (exit 124)
+	ErrRendezvous = failure.ErrRendezvous               // the nodes could not meet or agree (exit 69)
+	ErrResults    = failure.ErrResults                  // the result contract was violated (exit 65)
+	ErrNotFound   = failure.ErrNotFound                 // the program was not found (exit 127)
 )
-
-// sentinels are the launcher's own sentinels behind the public ones but ErrConfig (see runError.Is).
-var sentinels = map[error]error{ErrTimeout: failure.ErrTimeout, ErrRendezvous: failure.ErrRendezvous,
-	ErrResults: failure.ErrResults, ErrNotFound: failure.ErrNotFound}
 
 // WorkerError is the worker whose failure ended the job (its root cause): errors.As finds it in Run's error.
 type WorkerError struct {
@@ -97,12 +93,8 @@ func (e *runError) Unwrap() []error {
 	return []error{e.err, e.worker}
 }
 
-// Is matches the public sentinels: ErrConfig for every configuration error of every layer (detection's, the
-// rendezvous's, the Spec's own: exit 2, and no worker's), the others for the launcher's sentinel behind each.
+// Is matches ErrConfig for every configuration error of every layer (detection's, the rendezvous's, the Spec's
+// own: exit 2, and no worker's); the other sentinels are the launcher's own, in the chain.
 func (e *runError) Is(target error) bool {
-	if target == ErrConfig {
-		return e.worker == nil && errors.Is(e.err, failure.ErrConfig)
-	}
-	in, ok := sentinels[target]
-	return ok && errors.Is(e.err, in)
+	return target == ErrConfig && e.worker == nil && errors.Is(e.err, failure.ErrConfig)
 }

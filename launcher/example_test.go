@@ -109,7 +109,10 @@ func ExampleFnSpec() {
 
 // Plan shows what Run would start, without starting anything: every worker and the environment it would get.
 func ExamplePlan() {
-	d, err := launcher.Plan(context.Background(), launcher.Spec{Devices: launcher.Devices{Device: "cpu", NProcs: 2}, RunID: "job42"})
+	d, err := launcher.Plan(context.Background(), launcher.Spec{
+		Devices: launcher.Devices{Device: "cpu", NProcs: 2},
+		RunID:   "job42",
+	})
 	if err != nil {
 		fmt.Println(err)
 		return

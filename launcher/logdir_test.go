@@ -41,8 +41,18 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
 fi
 touch "$RAN/ran-$LOCAL_RANK"`
 	_, err := launcher.RunInternal(context.Background(), spec.Spec{
-		Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, Env: append(os.Environ(), "VICTIM="+victim, "RAN="+dir), MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "planted"},
-		Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: io.Discard,
+		Options: attempt.Options{
+			Program:     []string{"/bin/sh", "-c", script},
+			Env:         append(os.Environ(), "VICTIM="+victim, "RAN="+dir),
+			MaxRestarts: 1,
+			Grace:       5 * time.Second,
+			LogDir:      logs,
+			RunID:       "planted",
+		},
+		Plan:   plan,
+		Reap:   true,
+		Stdout: io.Discard,
+		Stderr: io.Discard,
 	})
 	var ue *safepath.UnsafePathError
 	if !errors.As(err, &ue) || failure.ExitCode(err) != failure.ExitUsage || !strings.Contains(err.Error(), victim) {

@@ -52,9 +52,27 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 		sig := make(chan os.Signal, 4)
 		w.sigs = append(w.sigs, sig)
 		w.specs = append(w.specs, spec.Spec{
-			Options: attempt.Options{Program: []string{testutil.Program(t)}, Env: append(append(os.Environ(), "FAKE_DIR="+w.dir, testutil.Fake(behaviour)), extra...), Grace: 2 * time.Second},
-			Detect:  topology.Options{Device: "cpu"}, Request: topology.Request{NProcs: 2}, Rendezvous: spec.RendezvousSpec{Backend: backend, Endpoint: w.ep, RunID: "world-" + strings.NewReplacer("/", "_").Replace(t.Name()), NNodes: n,
-				NodeRank: i, Conf: conf, Timeout: testutil.Deadline(), NodeName: "n" + strconv.Itoa(i)}, Stdout: &testutil.Buffer{}, Stderr: &testutil.Buffer{}, Signals: sig, Reap: true,
+			Options: attempt.Options{
+				Program: []string{testutil.Program(t)},
+				Env:     append(append(os.Environ(), "FAKE_DIR="+w.dir, testutil.Fake(behaviour)), extra...),
+				Grace:   2 * time.Second,
+			},
+			Detect:  topology.Options{Device: "cpu"},
+			Request: topology.Request{NProcs: 2},
+			Rendezvous: spec.RendezvousSpec{
+				Backend:  backend,
+				Endpoint: w.ep,
+				RunID:    "world-" + strings.NewReplacer("/", "_").Replace(t.Name()),
+				NNodes:   n,
+				NodeRank: i,
+				Conf:     conf,
+				Timeout:  testutil.Deadline(),
+				NodeName: "n" + strconv.Itoa(i),
+			},
+			Stdout:  &testutil.Buffer{},
+			Stderr:  &testutil.Buffer{},
+			Signals: sig,
+			Reap:    true,
 		})
 	}
 	return w

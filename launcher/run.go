@@ -17,10 +17,8 @@ var Version = pymodule.Version()
 // local workers, collect their results, agree on the outcome — restarting the whole world after a worker failure
 // up to s.MaxRestarts times. A single host is a world of one.
 //
-// By default Run supervises only the processes it starts: it waits for each of them alone (as exec.Cmd.Wait does:
-// by pidfd), changes no signal disposition, no subreaper bit and no GC setting, and a program may start and wait
-// for processes of its own meanwhile. Spec.Process turns on the process-wide help tpurun's command line uses:
-// catching the stop signals and reaping every child as the child subreaper.
+// By default Run waits only for the processes it starts, each alone (by pidfd, as exec.Cmd.Wait does), and changes
+// nothing process-wide; Spec.Process turns on what tpurun's command line uses (catching signals, reaping).
 //
 // ctx bounds the job: when it is canceled or its deadline passes, the workers are stopped (SIGTERM, then SIGKILL
 // after Spec.Grace) and the error has context.Canceled or context.DeadlineExceeded in its chain.

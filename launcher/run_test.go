@@ -34,11 +34,19 @@ func config(t *testing.T, n int, dir string, behaviour string, extra ...string) 
 	}
 	var out, errb testutil.Buffer
 	env := append(os.Environ(), "FAKE_DIR="+dir, testutil.Fake(behaviour))
-	return spec.Spec{
-			Options: attempt.Options{Program: []string{testutil.Program(t)}, Env: append(env, extra...), Grace: 5 * time.Second},
-			Plan:    plan, Stdout: &out, Stderr: &errb, CatchSignals: true, Reap: true,
-		}, // as tpurun runs
-		&out, &errb
+	s := spec.Spec{ // as tpurun runs
+		Options: attempt.Options{
+			Program: []string{testutil.Program(t)},
+			Env:     append(env, extra...),
+			Grace:   5 * time.Second,
+		},
+		Plan:         plan,
+		Stdout:       &out,
+		Stderr:       &errb,
+		CatchSignals: true,
+		Reap:         true,
+	}
+	return s, &out, &errb
 }
 
 func TestExitCodes(t *testing.T) {
@@ -505,8 +513,17 @@ func TestLogDirLayoutIsTorchruns(t *testing.T) {
 until [ -s "$(dirname "$TORCHELASTIC_ERROR_FILE")/../1/stdout.log" ]; do sleep 0.01; done
 exit 1`
 		_, err := launcher.RunInternal(context.Background(), spec.Spec{
-			Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, MaxRestarts: 1, Grace: 5 * time.Second, LogDir: logs, RunID: "same"},
-			Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: io.Discard,
+			Options: attempt.Options{
+				Program:     []string{"/bin/sh", "-c", script},
+				MaxRestarts: 1,
+				Grace:       5 * time.Second,
+				LogDir:      logs,
+				RunID:       "same",
+			},
+			Plan:   plan,
+			Reap:   true,
+			Stdout: io.Discard,
+			Stderr: io.Discard,
 		})
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)
@@ -552,7 +569,8 @@ func TestProgramNotRunnable(t *testing.T) {
 		noexec: failure.ExitNotExecutable} {
 		_, err := launcher.RunInternal(context.Background(), spec.Spec{
 			Options: attempt.Options{Program: []string{prog}},
-			Plan:    plan, Reap: true,
+			Plan:    plan,
+			Reap:    true,
 		})
 		var pe *failure.ProgramError
 		if !errors.As(err, &pe) || failure.ExitCode(err) != want {
@@ -565,9 +583,16 @@ func TestConfigErrorsStartNothing(t *testing.T) {
 	t.Parallel()
 	plan, _ := topology.CPUPlan(1)
 	for name, cfg := range map[string]spec.Spec{
-		"no program":    {Plan: plan},
-		"negative":      {Plan: plan, Options: attempt.Options{Program: []string{testutil.Program(t)}, Grace: -time.Second}},
-		"bad node rank": {Plan: plan, Options: attempt.Options{Program: []string{testutil.Program(t)}}, NodeRank: 3},
+		"no program": {Plan: plan},
+		"negative": {
+			Plan:    plan,
+			Options: attempt.Options{Program: []string{testutil.Program(t)}, Grace: -time.Second},
+		},
+		"bad node rank": {
+			Plan:     plan,
+			Options:  attempt.Options{Program: []string{testutil.Program(t)}},
+			NodeRank: 3,
+		},
 	} {
 		_, err := launcher.RunInternal(context.Background(), cfg)
 		var ce *failure.ConfigError
@@ -632,8 +657,17 @@ fi
 exit 5`
 	var out strings.Builder
 	rep, err := launcher.RunInternal(context.Background(), spec.Spec{
-		Options: attempt.Options{Program: []string{"/bin/sh", "-c", script}, MaxRestarts: 1, Grace: 5 * time.Second, LogDir: t.TempDir(), RunID: "fixed-run-id"},
-		Plan:    plan, Reap: true, Stdout: io.Discard, Stderr: &out,
+		Options: attempt.Options{
+			Program:     []string{"/bin/sh", "-c", script},
+			MaxRestarts: 1,
+			Grace:       5 * time.Second,
+			LogDir:      t.TempDir(),
+			RunID:       "fixed-run-id",
+		},
+		Plan:   plan,
+		Reap:   true,
+		Stdout: io.Discard,
+		Stderr: &out,
 	})
 	if failure.ExitCode(err) != 5 || len(rep.Attempts) != 2 {
 		t.Fatalf("err %v after %d attempts, want rank 1's exit 5 in attempt 1\n%s", err, len(rep.Attempts), out.String())

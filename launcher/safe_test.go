@@ -28,8 +28,13 @@ func init() {
 		}
 		env := testutil.Without(os.Environ(), testutil.EnvVerb+"=")
 		spec := spec.Spec{
-			Options: attempt.Options{Program: []string{testutil.Executable()}, Env: append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang"))},
-			Plan:    plan, Stdout: io.Discard, Stderr: io.Discard,
+			Options: attempt.Options{
+				Program: []string{testutil.Executable()},
+				Env:     append(env, testutil.FakeRank(0, "childsetsid:0"), testutil.FakeRank(1, "hang")),
+			},
+			Plan:   plan,
+			Stdout: io.Discard,
+			Stderr: io.Discard,
 		}
 		spec.CatchSignals, spec.Reap = w.Arg != "zero", w.Arg != "zero"
 		_, err = launcher.RunInternal(context.Background(), spec)

@@ -19,10 +19,8 @@ type consoles struct {
 }
 
 // documentFlags settles where the results document goes: --json, --json-frames and --json-fd each ask for it;
-// --json-fd's descriptor, when the flag was given (fdGiven), must be open and from 3 up, inherited from the caller
-// (0, 1 and 2 are stdin, stdout and stderr: --json alone prints on stdout). It is marked close-on-exec, so that no
-// worker inherits the write end of the caller's pipe (the caller would then wait for the workers' exit for its end
-// of file).
+// --json-fd's descriptor (fdGiven) must be one the caller passed, from 3 up. It is marked close-on-exec: a worker
+// holding the write end of the caller's pipe would delay the caller's end of file until the workers exit.
 func (o *options) documentFlags(fdGiven bool) error {
 	o.json = o.json || o.jsonFrames || fdGiven
 	if !fdGiven {

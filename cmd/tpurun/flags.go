@@ -48,9 +48,7 @@ func parse(args []string, stdout io.Writer) (*options, error) {
 		return nil, err
 	}
 	if err := cli.ApplyPET(fs, os.Getenv, aliases); err != nil { // torchrun's PET_<FLAG> defaults
-		var pe *cli.PETError
-		errors.As(err, &pe)
-		return nil, &failure.ConfigError{Field: failure.Named(pe.Var), Value: pe.Value, Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", pe.Flag, pe.Err)}
+		return nil, err
 	}
 	if raw.help || raw.version || raw.pyPath {
 		return nil, inform(stdout, fs, raw)

@@ -16,7 +16,6 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/spec"
-	"tpurun/internal/topology"
 	"tpurun/internal/workerenv"
 	"tpurun/launcher"
 )
@@ -61,7 +60,8 @@ func newSubcmdFlags(name, about string) *subcmdFlags {
 	s.fs.SetOutput(io.Discard)
 	s.fs.SetNormalizeFunc(cli.Dashes)
 	s.dev = cli.AddDevice(s.fs)
-	s.python = cli.AddPythonFlag(s.fs)
+	s.python = s.fs.String("python", "",
+		"the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
 	s.fs.StringVar(&s.format, "format", "table", "output format: table or json")
 	s.fs.BoolVarP(&s.verbose, "verbose", "v", false, "debug logs")
 	s.fs.BoolVarP(&s.help, "help", "h", false, "show this help")
@@ -132,12 +132,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: %v\n", err)
 		return launcher.ExitCode(err)
 	}
-	full := planOf(d)
 	if sc.format == "json" {
-		err = hostview.WritePlanJSON(stdout, full)
+		err = hostview.WritePlanJSON(stdout, d)
 	} else {
 		fmt.Fprintf(stdout, "this host: node %d; device %s (from %s); the workers' Python: %s\n", d.Node, d.Device, d.DeviceSource, cli.WorkersPython(*sc.python, os.Getenv))
-		err = hostview.WritePlanTable(stdout, full)
+		err = hostview.WritePlanTable(stdout, d)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tpurun plan: writing the plan: %v\n", err)
@@ -150,16 +149,4 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tpurun plan: warning: a run would refuse to start: %v\n", d.Refusal)
 	}
 	return failure.ExitOK
-}
-
-// planOf is the dry run as the plan's writers take it.
-func planOf(d *launcher.DryRun) *topology.Plan {
-	p := &topology.Plan{Device: topology.Device(d.Device)}
-	for _, n := range d.Nodes {
-		p.Nodes = append(p.Nodes, topology.Node(n))
-	}
-	for _, w := range d.Workers {
-		p.Workers = append(p.Workers, topology.Worker(w))
-	}
-	return p
 }

@@ -68,22 +68,19 @@ func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c spec.Rend
 		return c, nil, nil
 	}
 	c.Backend, c.Endpoint, c.NNodes, c.MinNodes, c.Token, c.NodeName = r.backend, r.endpoint, n, lo, r.token, r.nodeName
-	c.Backend = cmp.Or(c.Backend, defaultBackend(c.Endpoint))
+	switch {
+	case c.Backend != "":
+	case c.Endpoint != "":
+		c.Backend = "tcp" // c10d, on the endpoint given
+	default:
+		c.Backend = "static" // node 0 from the host list, or --master-addr
+	}
 	c.NodeAddr = cmp.Or(r.nodeAddr, r.localAddr)
 	c.RunID = cmp.Or(c.RunID, runID) // else the JobSet's, or torchrun's "none" (spec.Spec)
 	if !c.Elastic() && !r.fs.Changed("nnodes") {
 		c.NNodes = 0 // a fixed world's size: from the host list
 	}
 	return c, r.master(&c, masterAddr, masterPort), nil
-}
-
-// defaultBackend is the backend of a multi-host launch without --rdzv-backend: tcp (c10d) on the endpoint given,
-// else static (node 0 from the host list, or --master-addr).
-func defaultBackend(endpoint string) string {
-	if endpoint != "" {
-		return "tcp"
-	}
-	return "static"
 }
 
 // master applies --master-addr and --master-port to the rendezvous c as torchrun does: the endpoint of a fixed

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"tpurun/cmd/tpurun/internal/cli"
 	"tpurun/internal/failure"
 )
@@ -28,14 +30,14 @@ func TestEverySettingHasItsFlag(t *testing.T) {
 	}
 	o, _, _ := newFlags()
 	flagOf := map[string]string{} // a setting's value: the flag bound to it
-	for flag, bound := range cli.Bound(o.flags) {
-		for _, s := range bound {
+	o.flags.VisitAll(func(f *pflag.Flag) {
+		for _, s := range f.Annotations[cli.SettingKey] {
 			if prev, dup := flagOf[s]; dup {
-				t.Errorf("setting %q is bound to both --%s and %s", s, flag, prev)
+				t.Errorf("setting %q is bound to both --%s and %s", s, f.Name, prev)
 			}
-			flagOf[s] = "--" + flag
+			flagOf[s] = "--" + f.Name
 		}
-	}
+	})
 	consts := map[string]string{} // a setting's value: its constant's name
 	for name, v := range settings {
 		consts[v] = name

@@ -11,11 +11,9 @@ import (
 // fallbackTmp is where tpurun's own temporary files go when TMPDIR names no usable directory.
 const fallbackTmp = "/tmp"
 
-// ownTmpdir makes tpurun's own temporary files (the workers' error files, the Python module's fallback copy, the
-// log directory of redirected streams) go to /tmp when TMPDIR names a directory that does not exist or cannot be
-// written in, as Python's tempfile (and so torchrun) falls back; it returns the warning to give then, "" when
-// TMPDIR is unset, empty or usable. Only tpurun's own process changes: env, taken before, keeps the user's TMPDIR
-// for the workers, whose own libraries decide as under torchrun.
+// ownTmpdir makes tpurun's own temporary files (error files, the Python module's fallback copy, log directories) go
+// to /tmp when TMPDIR is not a directory tpurun can write in, as Python's tempfile (and so torchrun) falls back, and
+// returns the warning to give then, else "". The workers' env, taken before, keeps the user's TMPDIR.
 func ownTmpdir() (warning string) {
 	d := os.Getenv("TMPDIR")
 	if d == "" {

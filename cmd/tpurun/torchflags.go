@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -24,9 +23,8 @@ type torchFlags struct {
 	shutdown   cli.Seconds
 	signals    string
 	logsSpec   string
-	subreaper  bool // --subreaper: accepted for compatibility, the default
-	noReaper   bool // --no-subreaper
-	handled    []os.Signal
+	subreaper  bool     // --subreaper: accepted for compatibility, the default
+	noReaper   bool     // --no-subreaper
 	noEffect   []string // torchrun flags given that have no meaning under tpurun: each gets a one-line note
 }
 
@@ -98,11 +96,9 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *spec.Spec, args []string, pyt
 	if err := t.logsSpecs(); err != nil {
 		return err
 	}
-	sigs, err := cli.ParseSignals(t.signals)
-	if err != nil {
+	if _, err := cli.ParseSignals(t.signals); err != nil { // checked, as torchrun does; every signal is forwarded
 		return &failure.ConfigError{Field: "--signals-to-handle", Value: t.signals, Hint: err.Error()}
 	}
-	t.handled = sigs
 	if fs.Lookup("signals-to-handle").Changed {
 		t.noEffect = append(t.noEffect, "--signals-to-handle="+t.signals+" (every catchable signal is forwarded)")
 	}
@@ -110,6 +106,7 @@ func (t *torchFlags) apply(fs *pflag.FlagSet, cfg *spec.Spec, args []string, pyt
 	if fs.Changed("python") {
 		m.PythonFlag = "--python"
 	}
+	var err error
 	if len(args) > 0 {
 		cfg.Program, err = cli.PythonProgram(args, m)
 	}

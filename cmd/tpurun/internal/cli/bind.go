@@ -9,8 +9,8 @@ import (
 	"tpurun/internal/failure"
 )
 
-// settingKey is the annotation of a flag that lists the settings it sets (Bind).
-const settingKey = "tpurun/setting"
+// SettingKey is the annotation of a flag that lists the names of the settings it sets (Bind).
+const SettingKey = "tpurun/setting"
 
 // Bind says, beside the flag's definition, that the flag name of fs sets the settings ss: a configuration error
 // about one of them names the flag (FlagOf). A flag may set several settings (--nnodes: the job's node count and
@@ -20,11 +20,11 @@ func Bind(fs *pflag.FlagSet, name string, ss ...failure.Setting) {
 	if f == nil {
 		panic("cli.Bind: no flag --" + name)
 	}
-	bound := f.Annotations[settingKey]
+	bound := f.Annotations[SettingKey]
 	for _, s := range ss {
 		bound = append(bound, string(s))
 	}
-	if err := fs.SetAnnotation(name, settingKey, bound); err != nil {
+	if err := fs.SetAnnotation(name, SettingKey, bound); err != nil {
 		panic(err)
 	}
 }
@@ -36,23 +36,11 @@ func FlagOf(fs *pflag.FlagSet, s failure.Setting) string {
 	}
 	name := ""
 	fs.VisitAll(func(f *pflag.Flag) {
-		if name == "" && slices.Contains(f.Annotations[settingKey], string(s)) {
+		if name == "" && slices.Contains(f.Annotations[SettingKey], string(s)) {
 			name = "--" + f.Name
 		}
 	})
 	return name
-}
-
-// Bound lists, for every flag of fs that Bind bound to settings, the settings it sets: its name without dashes and
-// the settings' names.
-func Bound(fs *pflag.FlagSet) map[string][]string {
-	out := map[string][]string{}
-	fs.VisitAll(func(f *pflag.Flag) {
-		if ss := f.Annotations[settingKey]; len(ss) > 0 {
-			out[f.Name] = ss
-		}
-	})
-	return out
 }
 
 // Dashes lets every flag be spelled with '_' for '-', as torchrun's (--nproc_per_node): a FlagSet's normalize

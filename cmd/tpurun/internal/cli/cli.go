@@ -1,22 +1,17 @@
-// Package cli owns tpurun's command line below cmd/tpurun's main: it reads a command line the way torchrun's
-// argparse reads it (a long flag may be shortened to any unique prefix of one of torchrun's flags, '_' spells '-',
-// every flag not given takes its value from torchrun's PET_<FLAG> variable, a duration may be given in torchrun's
-// plain seconds, a mistyped flag gets the nearest flag as a suggestion: Expand before parsing, ApplyPET after);
-// it registers the flags that tpurun's commands share (run, plan and doctor) — which devices to use and how to
-// split them, in tpurun's and torchrun's spellings — and turns them into what detection and planning take
-// (topology.Options, topology.Request); and it parses the values of the other flags (the Python command line,
-// node counts, stream selectors, rank lists, signal and module lists) into what a spec.Spec takes. Each flag
-// that sets a setting (a failure.Setting) is bound to it where the flag is defined (Bind), so that an error about
-// the setting names the flag (FlagOf). Detection is the launcher's, once per run or dry run
-// (launcher.Plan, for `tpurun plan`).
+// Package cli owns tpurun's command line below cmd/tpurun's main: it reads a command line as torchrun's argparse
+// does (unique prefixes of torchrun's flags, '_' for '-', PET_<FLAG> defaults, plain seconds, a suggestion for a
+// mistyped flag: Expand before parsing, ApplyPET after); it registers the device flags that run, plan and doctor
+// share and turns them into topology.Options and topology.Request; and it parses the other flags' values into
+// what a spec.Spec takes. A flag that sets a failure.Setting is bound to it where it is defined (Bind), so that an
+// error about the setting names the flag (FlagOf). Detection is the launcher's.
 package cli
 
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,19 +141,21 @@ func ParseStdSpec(flag, s string) (console.StdSpec, error) {
 		return console.StdSpec{All: v}, err
 	}
 	spec := console.StdSpec{PerRank: map[int]console.Std{}}
+	bad := func(format string, a ...any) (console.StdSpec, error) {
+		hint := fmt.Sprintf(format, a...)
+		return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: hint}
+	}
 	for _, part := range strings.Split(s, ",") {
 		r, v, ok := strings.Cut(strings.TrimSpace(part), ":")
 		if !ok {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
-				Hint: fmt.Sprintf("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)}
+			return bad("entry %q is not local_rank:std; write e.g. 0:1,1:3", part)
 		}
 		rank, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || rank < 0 {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s,
-				Hint: fmt.Sprintf("local rank %q in %q is not a non-negative integer", r, part)}
+			return bad("local rank %q in %q is not a non-negative integer", r, part)
 		}
 		if _, dup := spec.PerRank[rank]; dup {
-			return console.StdSpec{}, &failure.ConfigError{Field: failure.Named(flag), Value: s, Hint: fmt.Sprintf("local rank %d is listed twice", rank)}
+			return bad("local rank %d is listed twice", rank)
 		}
 		std, err := parseStd(flag, s, v)
 		if err != nil {
@@ -206,12 +203,7 @@ func ParseRanks(flag, s string) ([]int, error) {
 			seen[i] = true
 		}
 	}
-	out := make([]int, 0, len(seen))
-	for r := range seen {
-		out = append(out, r)
-	}
-	sort.Ints(out)
-	return out, nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // ParseStdinMode parses --stdin.
@@ -232,17 +224,14 @@ func ParseStdinMode(v string) (console.StdinMode, error) {
 // (FlagOf): the line names it, so that it says what to change.
 func Exit(stderr io.Writer, flag string, err error) int {
 	code := failure.ExitCode(err)
-	if err == nil {
-		return code
-	}
-	if flag != "" {
+	switch {
+	case err == nil:
+	case flag != "":
 		fmt.Fprintf(stderr, "tpurun: %s %v (exit %d)\n", flag, err, code)
-		return code
-	}
-	if code == failure.ExitOK { // nothing failed: a late node of a job that had finished, say
+	case code == failure.ExitOK: // nothing failed: a late node of a job that had finished, say
 		fmt.Fprintf(stderr, "tpurun: %v\n", err)
-		return code
+	default:
+		fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	}
-	fmt.Fprintf(stderr, "tpurun: %v (exit %d)\n", err, code)
 	return code
 }

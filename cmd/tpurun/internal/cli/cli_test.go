@@ -42,8 +42,14 @@ func TestBindNamesTheFlagOfASetting(t *testing.T) {
 		t.Errorf("FlagOf(nil, grace) = %q", got)
 	}
 	want := map[string][]string{"grace": {"grace period"}, "nnodes": {"nnodes", "rendezvous node count", "rendezvous minimum node count"}}
-	if got := cli.Bound(fs); !reflect.DeepEqual(got, want) {
-		t.Errorf("Bound = %v, want %v", got, want)
+	got := map[string][]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if ss := f.Annotations[cli.SettingKey]; len(ss) > 0 {
+			got[f.Name] = ss
+		}
+	})
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("bound settings = %v, want %v", got, want)
 	}
 }
 
@@ -286,8 +292,8 @@ func TestApplyPET(t *testing.T) {
 		t.Errorf("max-restarts %q, want PET_MAX_RESTARTS's 3", v)
 	}
 	env["PET_MAX_RESTARTS"] = "many"
-	var pe *cli.PETError
-	if err := cli.ApplyPET(flagSet(), func(k string) string { return env[k] }, nil); !errors.As(err, &pe) || pe.Var != "PET_MAX_RESTARTS" {
+	var pe *failure.ConfigError
+	if err := cli.ApplyPET(flagSet(), func(k string) string { return env[k] }, nil); !errors.As(err, &pe) || pe.Field != "PET_MAX_RESTARTS" {
 		t.Errorf("bad PET_MAX_RESTARTS: %v", err)
 	}
 }

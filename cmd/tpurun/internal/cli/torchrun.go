@@ -139,21 +139,10 @@ func distance(a, b string) int {
 	return prev[len(b)]
 }
 
-// PETError is a PET_<FLAG> variable whose value the flag refuses.
-type PETError struct {
-	Var, Value, Flag string
-	Err              error
-}
-
-func (e *PETError) Error() string {
-	return fmt.Sprintf("%s=%q is not a valid --%s (%v); fix or unset it", e.Var, e.Value, e.Flag, e.Err)
-}
-
-func (e *PETError) Unwrap() error { return e.Err }
-
 // ApplyPET gives every flag of fs that was not set on the command line, nor through one of its aliases (groups of
 // flags that spell one setting), its value from torchrun's PET_<FLAG> variable (PET_NPROC_PER_NODE,
-// PET_MAX_RESTARTS, ...): the command line beats the environment. An empty variable counts as unset.
+// PET_MAX_RESTARTS, ...): the command line beats the environment. An empty variable counts as unset; a value the
+// flag refuses is a *failure.ConfigError about the variable.
 func ApplyPET(fs *pflag.FlagSet, getenv func(string) string, aliases [][]string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *pflag.Flag) { given[f.Name] = true }) // before any PET_* is applied
@@ -178,7 +167,8 @@ func ApplyPET(fs *pflag.FlagSet, getenv func(string) string, aliases [][]string)
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = &PETError{Var: name, Value: v, Flag: f.Name, Err: e}
+			err = &failure.ConfigError{Field: failure.Named(name), Value: v,
+				Hint: fmt.Sprintf("not a valid --%s (%v); fix or unset it", f.Name, e)}
 		}
 	})
 	return err
@@ -221,19 +211,8 @@ type PythonMode struct {
 // WorkersPython is the workers' interpreter for a tpurun command line whose --python is flag ("" when not given):
 // spec.ResolvePython with this binary as the tpurun whose beside-it python3 is the Python it was installed into.
 func WorkersPython(flag string, getenv func(string) string) spec.Python {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = ""
-	}
+	exe, _ := os.Executable() // "" when unknown
 	return spec.ResolvePython(flag, getenv, exe)
-}
-
-// AddPythonFlag registers --python on the flags of tpurun plan and doctor, which say which interpreter a run with
-// the same flags would start, and why (WorkersPython).
-func AddPythonFlag(fs *pflag.FlagSet) *string {
-	p := new(string)
-	fs.StringVar(p, "python", "", "the workers' Python interpreter, as a run's --python: shown with the rule that chose it")
-	return p
 }
 
 // PythonProgram is the command line for args (PROGRAM ARGS...) under m, as torchrun builds it: PROGRAM.py, -m and

@@ -28,7 +28,7 @@ type Doctor struct {
 }
 
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
-// only on a TPU host; lockfile "" means /tmp/libtpu_lockfile. Its notes explain the default request; a caller
+// only on a TPU host, and checks libtpu's lockfile at lockfile. Its notes explain the default request; a caller
 // with the run's request sets d.Notes = topology.Explain(h, req).
 func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lockfile string, log *zap.Logger) *Doctor {
 	d := &Doctor{Host: h, Notes: topology.Explain(h, topology.Request{})}
@@ -39,9 +39,6 @@ func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lock
 			d.Problems = append(d.Problems, err.Error())
 		}
 		d.Holders = hs
-	}
-	if lockfile == "" {
-		lockfile = topology.DefaultLockfile
 	}
 	lk, err := topology.Lockfile(h.ProcRoot, lockfile)
 	if err != nil {

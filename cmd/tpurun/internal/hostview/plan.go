@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"tpurun/internal/topology"
+
+	"tpurun/launcher"
 )
 
 // Redacted is what secret values are printed as.
@@ -18,12 +20,8 @@ const Redacted = "<redacted>"
 // PASSWORD (in any case).
 func IsSecret(name string) bool {
 	u := strings.ToUpper(name)
-	for _, s := range []string{"TOKEN", "SECRET", "KEY", "PASSWORD"} {
-		if strings.Contains(u, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"TOKEN", "SECRET", "KEY", "PASSWORD"},
+		func(s string) bool { return strings.Contains(u, s) })
 }
 
 // RedactEnv returns a copy of env with secret values replaced by Redacted.
@@ -38,11 +36,11 @@ func RedactEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// redacted returns a deep copy of the plan whose env values are redacted, for printing.
-func redacted(p *topology.Plan) *topology.Plan {
-	q := &topology.Plan{Device: p.Device, Nodes: append([]topology.Node(nil), p.Nodes...)}
+// redacted returns a copy of the plan whose env values are redacted, for printing.
+func redacted(p *launcher.DryRun) *launcher.DryRun {
+	q := &launcher.DryRun{Device: p.Device, Nodes: p.Nodes}
 	for _, w := range p.Workers {
-		w.Replicas = append([]int(nil), w.Replicas...)
+		w.Replicas = slices.Clone(w.Replicas)
 		w.Env = RedactEnv(w.Env)
 		q.Workers = append(q.Workers, w)
 	}
@@ -51,7 +49,7 @@ func redacted(p *topology.Plan) *topology.Plan {
 
 // WritePlanJSON writes the plan as `{"device", "nodes": [...], "workers": [{"rank", "local_rank", "node_rank",
 // "replicas", "env": {...}}]}`, secrets redacted, indented.
-func WritePlanJSON(w io.Writer, p *topology.Plan) error {
+func WritePlanJSON(w io.Writer, p *launcher.DryRun) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(redacted(p))
@@ -59,7 +57,7 @@ func WritePlanJSON(w io.Writer, p *topology.Plan) error {
 
 // WritePlanTable writes the plan for people: one line per node, then one line per worker with its replicas and env
 // (sorted, secrets redacted).
-func WritePlanTable(w io.Writer, p *topology.Plan) error {
+func WritePlanTable(w io.Writer, p *launcher.DryRun) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "device: %s  nodes: %d  workers: %d\n", p.Device, len(p.Nodes), len(p.Workers))
 	fmt.Fprintln(tw, "NODE\tHOST\tLOCAL WORKERS")
@@ -70,14 +68,9 @@ func WritePlanTable(w io.Writer, p *topology.Plan) error {
 	fmt.Fprintln(tw, "RANK\tNODE\tLOCAL\tREPLICAS\tENV")
 	for _, wk := range p.Workers {
 		env := RedactEnv(wk.Env)
-		keys := make([]string, 0, len(env))
-		for k := range env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = k + "=" + env[k]
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			parts = append(parts, k+"="+env[k])
 		}
 		reps := make([]string, len(wk.Replicas))
 		for i, r := range wk.Replicas {

@@ -6,14 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"tpurun/internal/topology"
+	"tpurun/launcher"
 )
 
 // twoNodePlan is a plan of 2 nodes of 4 workers each, as a v4-16 slice's, with the env a worker checks.
-func twoNodePlan() *topology.Plan {
-	p := &topology.Plan{Device: "tpu", Nodes: []topology.Node{{Rank: 0, Host: "ip0", LocalWorkers: 4}, {Rank: 1, Host: "ip1", LocalWorkers: 4}}}
+func twoNodePlan() *launcher.DryRun {
+	p := &launcher.DryRun{Device: "tpu", Nodes: []launcher.PlannedNode{{Rank: 0, Host: "ip0", LocalWorkers: 4}, {Rank: 1, Host: "ip1", LocalWorkers: 4}}}
 	for r := range 8 {
-		p.Workers = append(p.Workers, topology.Worker{Rank: r, LocalRank: r % 4, NodeRank: r / 4, Replicas: []int{r},
+		p.Workers = append(p.Workers, launcher.PlannedWorker{Rank: r, LocalRank: r % 4, NodeRank: r / 4, Replicas: []int{r},
 			Env: map[string]string{"CLOUD_TPU_TASK_ID": strconv.Itoa(r), "TPU_PROCESS_BOUNDS": "2,2,2"}})
 	}
 	return p

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
@@ -136,9 +137,6 @@ const (
 // loopback address is refused unless allowRemote. The server's own errors go to log. It returns the bound address
 // and a stop function that shuts the server down and waits for it.
 func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log *zap.Logger) (net.Addr, func(), error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, &failure.ConfigError{Field: failure.StatusAddr, Value: addr, Hint: "use host:port, e.g. 127.0.0.1:9400 (port 0 picks a free one)"}
@@ -158,7 +156,7 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: timeout, ReadTimeout: timeout,
 		WriteTimeout: timeout, IdleTimeout: idleTimeout, ErrorLog: errLog}
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = srv.Serve(newLimitListener(l, maxConns)) })
+	wg.Go(func() { _ = srv.Serve(netutil.LimitListener(l, maxConns)) })
 	sctx, cancel := context.WithCancel(ctx)
 	wg.Go(func() {
 		<-sctx.Done()
@@ -168,46 +166,4 @@ func (s *Monitor) Serve(ctx context.Context, addr string, allowRemote bool, log 
 		_ = srv.Close()
 	})
 	return l.Addr(), func() { cancel(); wg.Wait() }, nil
-}
-
-// limitListener accepts a connection only while fewer than cap(sem) are open.
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-}
-
-func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, sem: make(chan struct{}, n), done: make(chan struct{})}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.release()
-	return err
 }

@@ -41,8 +41,8 @@ func TestStatusServerCapsConnections(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	// The server accepts what it will: then its accept loop waits in limitListener.Accept for a free slot (the
-	// event), with its maxConns connections open and the rest in the kernel's backlog. A server without
+	// The server accepts what it will: then its accept loop waits in netutil's limitListener.Accept for a free slot
+	// (the event), with its maxConns connections open and the rest in the kernel's backlog. A server without
 	// the cap never waits there: it accepts all 100 and waits in the kernel's accept. (The idle connections are
 	// closed after statusTimeout, which frees slots: the assertion below comes long before, right after the event.)
 	testutil.Eventually(t, "the status server's accept loop to wait for a free connection slot", func() bool {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"tpurun/cmd/tpurun/internal/status"
 	"tpurun/internal/attempt"
 	"tpurun/internal/failure"
@@ -32,7 +34,7 @@ func get(t *testing.T, url string) (int, string) {
 
 func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 	st := status.NewMonitor(2)
-	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false, nil)
+	addr, stop, err := st.Serve(context.Background(), "127.0.0.1:0", false, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,17 +85,17 @@ func TestStatusHealthAndMetricsOverHTTP(t *testing.T) {
 func TestStatusRefusesNonLoopback(t *testing.T) {
 	st := status.NewMonitor(0)
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:9400", ":9400"} {
-		_, _, err := st.Serve(context.Background(), addr, false, nil)
+		_, _, err := st.Serve(context.Background(), addr, false, zap.NewNop())
 		var ce *failure.ConfigError
 		if !errors.Is(err, status.ErrAddr) || !errors.As(err, &ce) || ce.Field != failure.StatusAddr {
 			t.Errorf("Serve(%q): err %v, want ErrAddr and the status address's *ConfigError", addr, err)
 		}
 	}
 	var ce *failure.ConfigError
-	if _, _, err := st.Serve(context.Background(), "no-port", false, nil); !errors.As(err, &ce) {
+	if _, _, err := st.Serve(context.Background(), "no-port", false, zap.NewNop()); !errors.As(err, &ce) {
 		t.Errorf("Serve(no-port): err %v, want a *ConfigError", err)
 	}
-	_, stop, err := st.Serve(context.Background(), "[::]:0", true, nil) // explicitly allowed
+	_, stop, err := st.Serve(context.Background(), "[::]:0", true, zap.NewNop()) // explicitly allowed
 	if err != nil {
 		t.Fatalf("allowRemote: %v", err)
 	}

@@ -17,13 +17,6 @@ import (
 	"tpurun/internal/stop"
 )
 
-// Write writes the per-rank exit summary of every attempt of r (WriteAttempt).
-func Write(w io.Writer, r *spec.Report) {
-	for _, a := range r.Attempts {
-		WriteAttempt(w, r, a)
-	}
-}
-
 // WriteAttempt writes the per-rank exit summary of one attempt of r, headed by its verdict, and, for an attempt
 // that a worker's failure ended, the root cause: the program, the failing rank's last stderr lines and the
 // traceback from its error file. A stop (a signal, the timeout, another node) is never shown as a worker's
@@ -221,11 +214,9 @@ func cleanRanks(ranks []attempt.RankSummary) string {
 	return "ranks " + strings.Join(ok, ", ") + " finished cleanly (exit 0)"
 }
 
-// WriteResults writes what the results document says went wrong: every contract violation by name with
-// its hint, and every replica's reported error, with its traceback when tracebacks is set (as one record on log,
-// when given: --log-format json). It writes nothing for a clean document. A run that prints the document (--json,
-// and so tpurun.spawn, whose SpawnError carries the traceback) leaves the tracebacks to it, so that each is shown
-// once.
+// WriteResults writes what the results document says went wrong: every contract violation with its hint, and every
+// replica's reported error, with its traceback when tracebacks is set (a run that prints the document leaves them
+// to it); as one record on log when given (--log-format json). It writes nothing for a clean document.
 func WriteResults(w io.Writer, log *zap.Logger, doc *results.Document, tracebacks bool) {
 	switch {
 	case doc == nil:
