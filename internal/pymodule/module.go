@@ -118,14 +118,3 @@ func module(opts []Option) (pythonModuleInfo, error) {
 	m.hash = hex.EncodeToString(h.Sum(nil))
 	return m, nil
 }
-
-// DirName is the name of the directory Path installs the embedded module into, under its dir:
-// "python-<version>-<first 16 hex digits of the content hash>". Another build of the module (or another binary
-// recorded in it) gets another name, so launchers of different versions never share (or rewrite) one copy.
-func DirName(opts ...Option) string {
-	m, err := module(opts)
-	if err != nil {
-		return "python-unknown"
-	}
-	return "python-" + m.version + "-" + m.hash[:16]
-}

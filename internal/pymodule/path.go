@@ -13,9 +13,10 @@ import (
 // symbolic link, not a directory, owned by another user, or writable by others (without the sticky bit).
 var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
 
-// Path returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once
-// into dir/DirName(opts...)/tpurun/. dir "" means the user's cache directory, $XDG_CACHE_HOME/tpurun or
-// ~/.cache/tpurun (created 0700).
+// Path returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once into
+// dir/python-<version>-<first 16 hex digits of the content hash>/tpurun/, so that another build of the module (or
+// another binary recorded in it, WithBinary) never shares or rewrites a copy. dir "" means the user's cache
+// directory, $XDG_CACHE_HOME/tpurun or ~/.cache/tpurun (created 0700).
 //
 // When the copy is there already, Path only checks it with lstat calls (the directory, each file's size)
 // and writes nothing. Otherwise it writes the module into a fresh private temporary directory beside it and

@@ -152,6 +152,7 @@ func ownsText(replicas []int) string {
 	return worker.FormatReplicas(replicas)
 }
 
+// record keeps ce if it is among the first MaxExamples of its kind and counts it; the first of each kind is
 // logged (one log line per kind: a flood of bad frames is not a flood of log lines).
 func (c *Collector) record(log *zap.Logger, ce *ContractError) {
 	c.mu.Lock()
@@ -200,19 +201,15 @@ func (w *workerErrs) join() error {
 	return errors.Join(w.list...)
 }
 
+// add records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without their
+// value (to name who reported them), the rest only counted.
 func (c *Collector) add(res Result) {
-	c.addLocked(res)
+	c.mu.Lock()
+	c.addOutcome(res, 1)
+	c.mu.Unlock()
 	if c.opts.OnResult != nil {
 		c.opts.OnResult()
 	}
-}
-
-// addLocked records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without
-// their value (to name who reported them), the rest only counted.
-func (c *Collector) addLocked(res Result) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.addOutcome(res, 1)
 }
 
 // addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).

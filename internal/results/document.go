@@ -11,6 +11,7 @@ import (
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/worker"
 )
 
 // Document is the results of one run, as written by --results and printed by --json.
@@ -73,12 +74,8 @@ type Result struct {
 	Error    *ErrorInfo      `json:"error,omitempty"`
 }
 
-// ErrorInfo is a worker's failure as it reported it.
-type ErrorInfo struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback,omitempty"`
-}
+// ErrorInfo is a worker's failure as it reported it (the payload of its error frame).
+type ErrorInfo = worker.ErrorInfo
 
 // RankExit is how a worker process ended, filled in by the launcher. ExitCode is the exit status, or 128+N when
 // the worker was killed by signal N (then Signal names it, e.g. "killed" or "SIGKILL"); Err is a launcher-side
