@@ -225,34 +225,18 @@ func lastEnd(b []byte) int {
 }
 
 // eachSegment calls fn with each segment of b, which ends in a newline or a carriage return: every segment ends
-// in one of them except a last one that has neither. Two byte scans, not a scan per byte.
+// in one of them except a last one that has neither.
 func eachSegment(b []byte, fn func(seg []byte)) {
-	nl, cr := bytes.IndexByte(b, '\n'), bytes.IndexByte(b, '\r')
 	for len(b) > 0 {
-		i := nl
-		if i < 0 || cr >= 0 && cr < i {
-			i = cr
-		}
+		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
-			fn(b)
-			return
+			i = len(b) - 1
+		}
+		if cr := bytes.IndexByte(b[:i], '\r'); cr >= 0 {
+			i = cr
 		}
 		fn(b[:i+1])
 		b = b[i+1:]
-		nl, cr = nextAt(b, '\n', nl, i), nextAt(b, '\r', cr, i)
-	}
-}
-
-// nextAt is where c is in b, the rest after the segment that ended at i: at was where it was before (-1: absent for
-// good); only the terminator just consumed is looked for again.
-func nextAt(b []byte, c byte, at, i int) int {
-	switch {
-	case at < 0:
-		return -1
-	case at == i:
-		return bytes.IndexByte(b, c)
-	default:
-		return at - (i + 1)
 	}
 }
 
@@ -302,19 +286,14 @@ func (f *Forwarder) onIdle() {
 	if f.held {
 		f.letGo()
 	}
-	if !show {
-		return
+	if show {
+		f.emit(f.pending, false)
+		f.pending = f.pending[:0]
 	}
-	f.out = f.out[:0]
-	if !f.midLine {
-		f.out = append(f.out, f.Prefix...)
-	}
-	f.out = append(f.out, f.pending...)
-	f.pending, f.midLine = f.pending[:0], true
-	f.write(f.out, false)
 }
 
-// emit (f.mu held) writes one prefixed piece of a line; newline adds the terminating newline the line lacks.
+// emit (f.mu held) writes one prefixed piece of a line; newline adds the terminating newline the line lacks, else
+// the line stays open on the console (what follows continues it).
 func (f *Forwarder) emit(line []byte, newline bool) {
 	f.out = f.out[:0]
 	if !f.midLine {
@@ -324,7 +303,7 @@ func (f *Forwarder) emit(line []byte, newline bool) {
 	if newline {
 		f.out = append(f.out, '\n')
 	}
-	f.midLine = false
+	f.midLine = !newline
 	f.write(f.out, false)
 }
 
