@@ -149,26 +149,18 @@ func checkOwnDir(p string, fi fs.FileInfo, uid int) error {
 // file of the right size), and returns an error wrapping ErrUnsafeInstallDir when final or its package
 // directory is not a safe directory of uid. A missing final, or a missing or wrong-sized file, is (false, nil).
 func installed(final string, files []pythonFile, uid int) (bool, error) {
-	fi, err := os.Lstat(final)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("the Python module's install directory: %w", err)
-	}
-	if err := checkOwnDir(final, fi, uid); err != nil {
-		return false, err
-	}
 	pkg := filepath.Join(final, "tpurun")
-	fi, err = os.Lstat(pkg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("the Python module's install directory: %w", err)
-	}
-	if err := checkOwnDir(pkg, fi, uid); err != nil {
-		return false, err
+	for _, dir := range []string{final, pkg} {
+		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("the Python module's install directory: %w", err)
+		}
+		if err := checkOwnDir(dir, fi, uid); err != nil {
+			return false, err
+		}
 	}
 	for _, f := range files {
 		fi, err := os.Lstat(filepath.Join(pkg, f.name))
@@ -195,15 +187,7 @@ func writeCopy(dir string, files []pythonFile) (string, error) {
 		return fail(err)
 	}
 	for _, f := range files {
-		fd, err := os.OpenFile(filepath.Join(pkg, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-		if err != nil {
-			return fail(err)
-		}
-		if _, err := fd.Write(f.data); err != nil {
-			fd.Close()
-			return fail(err)
-		}
-		if err := fd.Close(); err != nil {
+		if err := writeFile(pkg, f); err != nil {
 			return fail(err)
 		}
 	}

@@ -85,8 +85,7 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	errs := make([]error, len(vs))
 	for i, v := range vs {
 		errs[i] = v
-		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
-			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
+		doc.Violations = append(doc.Violations, v.violation())
 	}
 	doc.Decide(firstFailure(exits))
 	return doc, errors.Join(errs...)
