@@ -1,8 +1,8 @@
 package pymodule
 
 // DirName is the name of the directory Path installs the embedded module into, under its dir.
-func DirName(opts ...Option) string {
-	m, err := module(opts)
+func DirName() string {
+	m, err := module("")
 	if err != nil {
 		return "python-unknown"
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -75,46 +74,20 @@ func Version() string {
 }
 
 // BinaryFile is the file of an installed copy (tpurun/_binary) that holds the absolute path of the tpurun binary
-// that installed it (WithBinary), exactly, without a newline. tpurun.spawn and tpurun.run run that binary when
+// that installed it (Path's binary), exactly, without a newline. tpurun.spawn and tpurun.run run that binary when
 // neither their tpurun= argument nor $TPURUN names one; a copy without the file (pip's) looks on PATH.
 const BinaryFile = "_binary"
 
-// An Option changes the copy Path installs.
-type Option func(*pythonOptions)
-
-type pythonOptions struct{ binary string }
-
-// WithBinary records path, the absolute path of a tpurun binary, in the copy (BinaryFile), so that a program whose
-// PYTHONPATH holds it (`export PYTHONPATH=$(tpurun --python-path)`) runs that binary from tpurun.spawn even when
-// tpurun is not on its PATH. Each binary path gets a copy of its own: the directory name hashes the path too.
-func WithBinary(path string) Option { return func(o *pythonOptions) { o.binary = path } }
-
-// WithExecutable is WithBinary of this process's executable (os.Executable), for the tpurun binary itself; it
-// records nothing when the executable cannot be found.
-func WithExecutable() Option {
-	exe, err := os.Executable()
-	if err != nil {
-		return func(*pythonOptions) {}
-	}
-	return WithBinary(exe)
-}
-
-// module is the embedded module with what the options add: its files and the content hash of all of them.
-func module(opts []Option) (pythonModuleInfo, error) {
+// module is the embedded module with binary in its BinaryFile (none when ""): its files and the content hash of
+// all of them.
+func module(binary string) (pythonModuleInfo, error) {
 	m, err := embeddedModule()
-	if err != nil {
+	if err != nil || binary == "" {
 		return m, err
 	}
-	var o pythonOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.binary == "" {
-		return m, nil
-	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", m.hash, BinaryFile, len(o.binary), o.binary)
-	m.files = append(append([]pythonFile(nil), m.files...), pythonFile{name: BinaryFile, data: []byte(o.binary)})
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", m.hash, BinaryFile, len(binary), binary)
+	m.files = append(append([]pythonFile(nil), m.files...), pythonFile{name: BinaryFile, data: []byte(binary)})
 	m.hash = hex.EncodeToString(h.Sum(nil))
 	return m, nil
 }

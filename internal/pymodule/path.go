@@ -15,8 +15,10 @@ var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
 
 // Path returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once into
 // dir/python-<version>-<first 16 hex digits of the content hash>/tpurun/, so that another build of the module (or
-// another binary recorded in it, WithBinary) never shares or rewrites a copy. dir "" means the user's cache
-// directory, $XDG_CACHE_HOME/tpurun or ~/.cache/tpurun (created 0700).
+// another binary recorded in it) never shares or rewrites a copy. dir "" means the user's cache directory,
+// $XDG_CACHE_HOME/tpurun or ~/.cache/tpurun (created 0700). binary, when not "", is the absolute path of a tpurun
+// binary recorded in the copy (BinaryFile), so that a program whose PYTHONPATH holds it (`export
+// PYTHONPATH=$(tpurun --python-path)`) runs that binary from tpurun.spawn even when tpurun is not on its PATH.
 //
 // When the copy is there already, Path only checks it with lstat calls (the directory, each file's size)
 // and writes nothing. Otherwise it writes the module into a fresh private temporary directory beside it and
@@ -27,8 +29,8 @@ var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
 // It never follows a symbolic link it did not expect: the install directory and everything in it must be real
 // directories and files of this user, and dir must not be writable by others unless it has the sticky bit (as
 // /tmp has); otherwise the error wraps ErrUnsafeInstallDir and names the path, and nothing is written there.
-func Path(dir string, opts ...Option) (string, error) {
-	m, err := module(opts)
+func Path(dir, binary string) (string, error) {
+	m, err := module(binary)
 	if err != nil {
 		return "", fmt.Errorf("the embedded Python module: %w", err)
 	}

@@ -20,7 +20,6 @@ type Options struct {
 	WorldSize     int // workers world-wide, for the document
 	Nodes         int // nodes world-wide, for the document (0 means 1)
 	NodeRank      int // this node's rank, recorded in the results it collects
-	BufferBytes   int // read buffer per worker for headers and small frames; 0 means 64 KiB
 	Logger        *zap.Logger
 	OnResult      func() // called after each result or error a worker reports is recorded (e.g. a metrics counter)
 }
@@ -63,9 +62,6 @@ type owner struct {
 
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
-	if opts.BufferBytes <= 0 {
-		opts.BufferBytes = 64 << 10
-	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 1
 	}
@@ -90,7 +86,7 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
 	c.mu.Unlock()
 
-	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
+	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, 64<<10) // the buffer for headers and small frames
 	var errs workerErrs
 	for {
 		f, err := dec.Next()
