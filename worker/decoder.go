@@ -90,14 +90,6 @@ func (d *Decoder) header() (int, error) {
 	return n, err
 }
 
-// reader is what the rest of the stream is read through.
-func (d *Decoder) reader() io.Reader {
-	if d.r != nil {
-		return d.r
-	}
-	return d.src
-}
-
 // Offset returns the number of bytes consumed so far.
 func (d *Decoder) Offset() int64 { return d.off }
 
@@ -265,7 +257,11 @@ func (d *Decoder) skip(fe *FrameError) error {
 
 // Drain reads and discards the rest of the stream, so that a writer is never left blocked on a full pipe.
 func (d *Decoder) Drain() (int64, error) {
-	n, err := io.Copy(io.Discard, d.reader())
+	var r io.Reader = d.src
+	if d.r != nil {
+		r = d.r
+	}
+	n, err := io.Copy(io.Discard, r)
 	d.off += n
 	return n, err
 }

@@ -28,6 +28,7 @@ var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
 	}
 	sort.Strings(entries)
 	h := sha256.New()
+	var initPy []byte
 	for _, p := range entries {
 		b, err := python.Files.ReadFile(p)
 		if err != nil {
@@ -35,10 +36,13 @@ var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
 		}
 		name := path.Base(p)
 		m.files = append(m.files, pythonFile{name: name, data: b})
+		if name == "__init__.py" {
+			initPy = b
+		}
 		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
 		h.Write(b)
 	}
-	match := versionLine.FindSubmatch(fileData(m.files, "__init__.py"))
+	match := versionLine.FindSubmatch(initPy)
 	if match == nil {
 		return m, fmt.Errorf("the embedded tpurun/__init__.py has no line __version__ = \"...\"")
 	}
@@ -54,15 +58,6 @@ type pythonModuleInfo struct {
 }
 
 var versionLine = regexp.MustCompile(`(?m)^__version__ = "([0-9A-Za-z.+!-]+)"$`)
-
-func fileData(files []pythonFile, name string) []byte {
-	for _, f := range files {
-		if f.name == name {
-			return f.data
-		}
-	}
-	return nil
-}
 
 // Version is the version of the embedded Python module (tpurun.__version__, the version pip installs).
 func Version() string {
