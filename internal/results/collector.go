@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -122,7 +123,7 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 			ce := &ContractError{Kind: ErrForeignReplica, Replica: f.Replica, Rank: rank, PID: pid, OtherRank: -1,
 				OtherPID: -1, Hint: hintForeign,
 				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
-					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
+					rank, pid, f.Kind, f.Replica, cmp.Or(worker.FormatReplicas(replicas), "none"), f.Kind)}
 			c.record(log, ce)
 			c.mu.Lock()
 			c.addForeign(ce, Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank})
@@ -139,13 +140,6 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 		res.Node = c.opts.NodeRank
 		c.add(res)
 	}
-}
-
-func ownsText(replicas []int) string {
-	if len(replicas) == 0 {
-		return "none"
-	}
-	return worker.FormatReplicas(replicas)
 }
 
 // record keeps ce if it is among the first MaxExamples of its kind and counts it; the first of each kind is
