@@ -62,12 +62,7 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 		doc.World.Size = len(exits)
 	}
 	seed, merged := c.seedDuplicates()
-	var vs []*ContractError
-	for _, v := range c.violations {
-		if !merged[v] {
-			vs = append(vs, v)
-		}
-	}
+	vs := slices.DeleteFunc(slices.Clone(c.violations), func(v *ContractError) bool { return merged[v] })
 	vs = append(vs, c.countedOnly(vs, seed)...)
 	for _, r := range slices.Sorted(maps.Keys(c.first)) {
 		switch {

@@ -164,10 +164,5 @@ func (s *Share) onlyCounted(i int) int {
 
 // lastOf reports whether rs[i] is the last of its replica in rs.
 func lastOf(rs []Result, i int) bool {
-	for _, r := range rs[i+1:] {
-		if r.Replica == rs[i].Replica {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(rs[i+1:], func(r Result) bool { return r.Replica == rs[i].Replica })
 }
