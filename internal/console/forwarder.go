@@ -224,18 +224,34 @@ func lastEnd(b []byte) int {
 }
 
 // eachSegment calls fn with each segment of b, which ends in a newline or a carriage return: every segment ends
-// in one of them except a last one that has neither.
+// in one of them except a last one that has neither. Two byte scans, not a scan per byte.
 func eachSegment(b []byte, fn func(seg []byte)) {
+	nl, cr := bytes.IndexByte(b, '\n'), bytes.IndexByte(b, '\r')
 	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			i = len(b) - 1
-		}
-		if cr := bytes.IndexByte(b[:i], '\r'); cr >= 0 {
+		i := nl
+		if i < 0 || cr >= 0 && cr < i {
 			i = cr
+		}
+		if i < 0 {
+			fn(b)
+			return
 		}
 		fn(b[:i+1])
 		b = b[i+1:]
+		nl, cr = nextAt(b, '\n', nl, i), nextAt(b, '\r', cr, i)
+	}
+}
+
+// nextAt is where c is in b, the rest after the segment that ended at i: at was where it was before (-1: absent for
+// good); only the terminator just consumed is looked for again.
+func nextAt(b []byte, c byte, at, i int) int {
+	switch {
+	case at < 0:
+		return -1
+	case at == i:
+		return bytes.IndexByte(b, c)
+	default:
+		return at - (i + 1)
 	}
 }
 
