@@ -66,10 +66,8 @@ type Decoder struct {
 
 // NewDecoder returns a decoder reading r with a buffer of bufSize bytes (a minimum of 4 KiB applies) that rejects
 // payloads over limit bytes (limit <= 0 means DefaultMaxPayload). Payloads larger than the buffer are read
-// straight into their own slice, so each payload byte is copied once: keep bufSize small (64 KiB). Such a slice
-// is allocated only when a full buffer of its payload has arrived, so a frame header alone costs no memory. The
-// buffer itself is made when the first header has arrived: a stream that ends before any frame (a worker that
-// reports nothing) costs none.
+// straight into their own slice, so each payload byte is copied once: keep bufSize small (64 KiB). The buffer is
+// made when the first header has arrived: a worker that reports nothing costs none.
 func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	if limit <= 0 {
 		limit = DefaultMaxPayload
@@ -80,8 +78,7 @@ func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	return &Decoder{src: r, size: bufSize, limit: limit}
 }
 
-// header reads the next frame header into d.hdr: the first straight from the stream, the others through the buffer
-// made after it.
+// header reads the next frame header into d.hdr: the first straight from the stream, the others through the buffer.
 func (d *Decoder) header() (int, error) {
 	if d.r != nil {
 		return io.ReadFull(d.r, d.hdr[:])
@@ -91,14 +88,6 @@ func (d *Decoder) header() (int, error) {
 		d.r = bufio.NewReaderSize(d.src, d.size)
 	}
 	return n, err
-}
-
-// reader is what the rest of the stream is read through.
-func (d *Decoder) reader() io.Reader {
-	if d.r != nil {
-		return d.r
-	}
-	return d.src
 }
 
 // Offset returns the number of bytes consumed so far.
@@ -171,13 +160,10 @@ func (d *Decoder) Next() (Frame, error) {
 }
 
 // readPayload reads the length payload bytes of f into f.Payload and returns how many arrived. A payload larger
-// than the read buffer gets its memory only once a full read buffer of it has arrived (a Peek, which allocates
-// nothing): a header that declares 64 MiB and then stops, or ends, costs nothing beyond the buffer the decoder
-// already has. Growing the payload's slice step by step with what arrives would bound the memory more tightly, but
-// it cost a third of the throughput of large results (the intermediate slices fragment the heap), so the slice is
-// allocated once, whole, and filled in place: after what the read buffer holds, the rest is read straight from the
-// stream into it, so each payload byte is copied once (through the buffer, the tail of every read that fell short
-// of a full buffer was copied twice).
+// than the read buffer gets its memory only once a full buffer of it has arrived (a Peek, which allocates
+// nothing), so a header that declares 64 MiB and then stops costs nothing more. The slice is then allocated whole
+// (growing it with what arrives fragments the heap: a third of the throughput of large results) and, after what
+// the buffer holds, filled straight from the stream, so each payload byte is copied once.
 func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 	if length > d.r.Size() {
 		if _, err := d.r.Peek(d.r.Size()); err != nil {
@@ -271,7 +257,11 @@ func (d *Decoder) skip(fe *FrameError) error {
 
 // Drain reads and discards the rest of the stream, so that a writer is never left blocked on a full pipe.
 func (d *Decoder) Drain() (int64, error) {
-	n, err := io.Copy(io.Discard, d.reader())
+	var r io.Reader = d.src
+	if d.r != nil {
+		r = d.r
+	}
+	n, err := io.Copy(io.Discard, r)
 	d.off += n
 	return n, err
 }

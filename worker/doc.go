@@ -1,7 +1,9 @@
-// Package worker owns the worker side of tpurun's contract: the wire format of the result channel and a Go client
-// (Report, Fail). The stdlib-only Python module that implements the same contract and xmp.spawn's function mode
-// lives beside it (python/, an installable Python project); the launcher installs it, not this package, so a Go
-// worker carries no Python.
+// Package worker owns the worker side of tpurun's contract: the wire format of the result channel, the Decoder
+// the launcher's collector (package results) reads it with, and a Go client (Report, Fail, or Open a Client). The
+// stdlib-only Python module that implements the same contract and xmp.spawn's function mode lives beside it
+// (python/, an installable Python project: `pip install worker/python` works offline, `tpurun --python-path`
+// prints where the launcher installs it); the launcher installs it, not this package, so a Go worker carries no
+// Python.
 //
 // A worker finds its channel in TPURUN_RESULT_FD (an inherited pipe, fd 3) and the replicas it owns in
 // TPURUN_REPLICAS ("0" or "0,1"). It writes frames; each is a 16-byte header followed by a payload:
@@ -18,12 +20,8 @@
 // An error payload is JSON {"type", "message", "traceback"}. Exactly one result or error per replica,
 // world-wide. PROTOCOL.md in this directory is the full specification.
 //
-// A worker also finds TPURUN_RESULT_ID, the identity (st_dev:st_ino, ChannelID) of its pipe: both clients refuse
-// a descriptor that is not that pipe, so a program started by a worker, which inherits the variables but not the
-// channel, never writes frames into whatever file it holds at that number.
-//
-// Go workers call Report and Fail (or Open a Client); Python workers import tpurun (`tpurun --python-path` prints
-// the directory the launcher installs it into; `pip install worker/python` works offline).
-// Opening the channel marks it close-on-exec, so programs a worker starts never inherit it. Decoder and Encode are
-// shared by the client and the launcher's collector (package results).
+// TPURUN_RESULT_ID is the identity (st_dev:st_ino, ChannelID) of the pipe: both clients refuse a descriptor that
+// is not that pipe, so a program started by a worker, which inherits the variables but not the channel, never
+// writes frames into whatever file it holds at that number. Opening the channel marks it close-on-exec, so
+// programs a worker starts never inherit it.
 package worker

@@ -144,27 +144,14 @@ func formatChannelID(dev, ino uint64) string {
 
 // ParseChannelID parses an EnvResultID value, "<st_dev>:<st_ino>" in decimal.
 func ParseChannelID(s string) (dev, ino uint64, err error) {
-	bad := &EnvError{Var: EnvResultID, Value: s, Err: ErrBadEnv,
-		Detail: "want <st_dev>:<st_ino> of the result pipe in decimal, as tpurun sets it"}
 	d, i, ok := strings.Cut(strings.TrimSpace(s), ":")
-	if !ok {
-		return 0, 0, bad
-	}
-	if dev, err = parseDecimal(d); err != nil {
-		return 0, 0, bad
-	}
-	if ino, err = parseDecimal(i); err != nil {
-		return 0, 0, bad
+	dev, derr := strconv.ParseUint(d, 10, 64) // no sign, no underscores
+	ino, ierr := strconv.ParseUint(i, 10, 64)
+	if !ok || derr != nil || ierr != nil {
+		return 0, 0, &EnvError{Var: EnvResultID, Value: s, Err: ErrBadEnv,
+			Detail: "want <st_dev>:<st_ino> of the result pipe in decimal, as tpurun sets it"}
 	}
 	return dev, ino, nil
-}
-
-// parseDecimal is strconv.ParseUint(s, 10, 64) without the sign and the underscores it would otherwise accept.
-func parseDecimal(s string) (uint64, error) {
-	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, strconv.ErrSyntax
-	}
-	return strconv.ParseUint(s, 10, 64)
 }
 
 // channelProblem says why descriptor fd (EnvResultFD=v) is not the result channel tpurun gave this process, as an

@@ -39,36 +39,26 @@ func (e *HugeIntegerError) Unwrap() error { return ErrHugeInteger }
 // encoding/json's Valid accepts and utf8.Valid too (json.Valid lets invalid UTF-8 through, which Python's
 // json.load then refuses), but several times faster on the long strings that big results are made of (it checks
 // 8 bytes at a time inside strings).
-func ValidJSON(b []byte) bool { return validJSON(b, nil, 0).ok }
+func ValidJSON(b []byte) bool { return validJSON(b, nil, 0) != ErrInvalidJSON }
 
 // CheckJSON is nil when b is valid JSON (ValidJSON) that Python's json reads back with its default limits: no
 // integer longer than MaxJSONIntDigits. Otherwise it is ErrInvalidJSON or a *HugeIntegerError. The collector
 // checks every JSON payload with it.
-func CheckJSON(b []byte) error { return validJSON(b, nil, 0).err() }
+func CheckJSON(b []byte) error { return validJSON(b, nil, 0) }
 
-// jsonResult is what one scan found.
-type jsonResult struct {
-	ok         bool
-	hugeAt     int // offset of the first integer over MaxJSONIntDigits, or -1
-	hugeDigits int
-}
-
-func (r jsonResult) err() error {
-	switch {
-	case !r.ok:
-		return ErrInvalidJSON
-	case r.hugeAt >= 0:
-		return &HugeIntegerError{Offset: r.hugeAt, Digits: r.hugeDigits}
-	}
-	return nil
-}
-
-// validJSON validates b; clean, when not nil, has bit k set when block k (bytes k<<shift up to (k+1)<<shift) holds
-// no quote, backslash or control byte, so string scanning can jump over it without reading it again.
-func validJSON(b []byte, clean []uint64, shift uint) jsonResult {
+// validJSON is CheckJSON of b; clean, when not nil, has bit k set when block k (bytes k<<shift up to
+// (k+1)<<shift) holds no quote, backslash or control byte, so string scanning can jump over it without reading it
+// again.
+func validJSON(b []byte, clean []uint64, shift uint) error {
 	s := &jsonScan{b: b, clean: clean, shift: shift, hugeAt: -1}
 	i, ok := s.value(skipWS(b, 0), 0)
-	return jsonResult{ok: ok && skipWS(b, i) == len(b) && utf8.Valid(b), hugeAt: s.hugeAt, hugeDigits: s.hugeDigits}
+	switch {
+	case !ok || skipWS(b, i) != len(b) || !utf8.Valid(b):
+		return ErrInvalidJSON
+	case s.hugeAt >= 0:
+		return &HugeIntegerError{Offset: s.hugeAt, Digits: s.hugeDigits}
+	}
+	return nil
 }
 
 type jsonScan struct {

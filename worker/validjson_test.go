@@ -30,7 +30,7 @@ func TestValidJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		for shift := uint(3); shift <= 12; shift++ {
 			b := []byte(s)
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift).ok; got != want {
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift) != ErrInvalidJSON; got != want {
 				t.Errorf("validJSON(%.40q) with %d-byte blocks = %v, json.Valid says %v", s, 1<<shift, got, want)
 			}
 		}
@@ -56,7 +56,7 @@ func FuzzValidJSON(f *testing.F) {
 			t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
 		}
 		for shift := uint(3); shift <= 6; shift++ {
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift).ok; got != want {
+			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift) != ErrInvalidJSON; got != want {
 				t.Fatalf("validJSON(%q) with %d-byte clean blocks = %v, json.Valid says %v", b, 1<<shift, got, want)
 			}
 		}

@@ -124,7 +124,8 @@ func inform(stdout io.Writer, fs *pflag.FlagSet, raw *rawFlags) error {
 		fmt.Fprintf(stdout, "tpurun %s (%s)\n", launcher.Version, runtime.Version())
 	default:
 		// tpurun.spawn in the caller finds this binary; the cache directory is the user's to fix or move
-		dir, err := pymodule.Path("", pymodule.WithExecutable())
+		exe, _ := os.Executable() // "" when it cannot be found: no binary is recorded
+		dir, err := pymodule.Path("", exe)
 		if err != nil {
 			return &failure.ConfigError{Field: "--python-path", Value: err.Error(), Hint: "set XDG_CACHE_HOME to a directory you can " +
 				"write (XDG_CACHE_HOME=/tmp/$USER-cache tpurun --python-path), or install the module: pip install <tpurun checkout>/worker/python"}

@@ -75,12 +75,11 @@ func (c *Console) Terminal() bool {
 // NewConsoles returns the consoles of a launcher's stdout and stderr: one console when both are the same open
 // file (the same device and inode, as after 2>&1), so their lines stay whole in it.
 func NewConsoles(stdout, stderr io.Writer) (out, errc *Console) {
-	out = NewConsole("stdout", stdout)
-	if sameFile(stdout, stderr) {
+	out, errc, _ = Of(stdout, stderr)
+	if out == errc {
 		out.name = "stdout and stderr"
-		return out, out
 	}
-	return out, NewConsole("stderr", stderr)
+	return out, errc
 }
 
 // Of returns the consoles of a launcher's stdout and stderr writers: a writer that is a *Console is used as it is;
@@ -103,8 +102,10 @@ func Of(stdout, stderr io.Writer) (out, errc *Console, made []*Console) {
 	return out, errc, made
 }
 
+// sameFile reports whether a and b are one writer (compared without panicking on uncomparable types) or one open
+// file.
 func sameFile(a, b io.Writer) bool {
-	if sameWriter(a, b) {
+	if a != nil && b != nil && reflect.TypeOf(a) == reflect.TypeOf(b) && reflect.TypeOf(a).Comparable() && a == b {
 		return true
 	}
 	fa, ok1 := a.(*os.File)
@@ -170,6 +171,8 @@ func (c *Console) letGo() {
 	c.more.Broadcast()
 }
 
+// push queues a copy of p, in a spare buffer when the last one is large enough: output at hundreds of MB/s (a
+// worker's, a results document of large values) then reuses the queue's memory instead of fresh pages, whose
 // first touch costs more than the copy (docs/BENCHMARKS.md, "Results at pipe speed").
 func (c *Console) push(p []byte) {
 	var b []byte
@@ -290,13 +293,4 @@ func (c *Console) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
-}
-
-// sameWriter reports whether a and b are one writer (comparing them without panicking on uncomparable types).
-func sameWriter(a, b io.Writer) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
-	return ta == tb && ta.Comparable() && a == b
 }

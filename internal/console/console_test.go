@@ -366,8 +366,8 @@ func TestSameWriter(t *testing.T) {
 		{&a, &a, true}, {&a, &b, false}, {nil, &a, false}, {&a, io.Discard, false},
 		{unhashable{}, unhashable{}, false}, // must not panic
 	} {
-		if got := sameWriter(c.x, c.y); got != c.want {
-			t.Errorf("sameWriter(%T, %T) = %v, want %v", c.x, c.y, got, c.want)
+		if got := sameFile(c.x, c.y); got != c.want {
+			t.Errorf("sameFile(%T, %T) = %v, want %v", c.x, c.y, got, c.want)
 		}
 	}
 }

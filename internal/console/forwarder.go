@@ -16,32 +16,31 @@ const (
 	maxLine = 1 << 20
 )
 
-// PartialAfter is how long a partial segment (no newline or carriage return yet: a prompt, "Downloading... ", the
-// text of a progress bar that the next \r redraws) waits for more before a forwarder to a pipe or a file shows it
-// as it is (Forwarder.ShowPartial), and how long a long line a forwarder to a pipe or a file holds the console
-// for may pause before the console is let go (see Forwarder). A second: a prompt behind `| tee` shows while it waits, and a long line that
-// reaches its pipe in pieces, which come microseconds apart (or, under load, milliseconds), stays whole.
+// PartialAfter is how long a partial segment (no newline or carriage return yet: a prompt, "Downloading... ", a
+// progress bar's text before its next \r) waits for more before a forwarder to a pipe or a file shows it
+// (Forwarder.ShowPartial), and how long a long line that holds the console there may pause before the console is
+// let go. A second: a prompt behind `| tee` shows while it waits, and a long line that reaches its pipe in pieces
+// (microseconds apart, milliseconds under load) stays whole.
 const PartialAfter = time.Second
 
 // TerminalPause is how long a line a forwarder to a terminal holds the console for may pause before the console
-// is let go (see Forwarder): a program at a terminal writes a line in pieces microseconds apart (Python's print
-// writes the text, then the newline; a long line comes in the pseudo-terminal's 4 KiB reads), while a prompt waits
-// for a person and a row of dots comes one by one: the other workers' output waits at most this long for them.
+// is let go: a program at a terminal writes a line in pieces microseconds apart (Python's print writes the text,
+// then the newline; a long line comes in the pseudo-terminal's 4 KiB reads), while a prompt waits for a person and
+// a row of dots comes one by one: the other workers' output waits at most this long for them.
 const TerminalPause = 50 * time.Millisecond
 
-// Forwarder copies one stream of one worker to the console, each segment (up to a newline or a carriage return,
-// so a progress bar's redraws show as they come) after Prefix when there is one; raw bytes to the log file, and
-// the last bytes into a tail for the report. Without a prefix the console gets the worker's bytes, none added or
-// removed. One console write per read: the segments of one read are never split by another worker's.
+// Forwarder copies one stream of one worker: raw bytes to File, the last ones to Tail, and to Console each segment
+// (up to a newline or a carriage return, so a progress bar's redraws show as they come) after Prefix, if any;
+// without a prefix the console gets the worker's bytes, none added or removed. One console write per read: the
+// segments of one read are never split by another worker's.
 //
 // To a terminal (Terminal) each read goes out whole, its partial segment with it: what the worker wrote in one
-// write (a progress bar's frame of \r and cursor movements) reaches the terminal in one piece. A read that leaves a
-// line open (but a redraw: what follows a carriage return) holds the console (a *Console) until the line ends: the
-// other writers wait, so that a line written in pieces stays whole; a pause of TerminalPause in it lets them go on.
-// To a pipe or a file a partial segment waits for its end, so that lines of different workers never splice, or
-// ShowPartial without more bytes; a line longer than what is held back (maxLine) goes on as it comes, holding the
-// console until it ends, and a pause of PartialAfter in it lets the others go on. A prefixed line into a pipe or a
-// file is cut instead, in pieces of maxLine, each with its prefix and a newline.
+// write (a progress bar's frame) arrives in one piece, and a read that leaves a line open (but a redraw, what
+// follows a carriage return) holds the console (a *Console) until the line ends, so that a line written in pieces
+// stays whole; a pause of TerminalPause in it lets the other writers go on. To a pipe or a file a partial segment
+// waits for its end, so that lines of different workers never splice, or ShowPartial without more bytes; a line
+// longer than maxLine goes on as it comes, holding the console likewise (a pause of PartialAfter lets the others
+// go on), or, prefixed, is cut in pieces of maxLine, each with its prefix and a newline.
 type Forwarder struct {
 	Prefix  []byte
 	Console io.Writer // nil: not shown on the console
@@ -302,19 +301,14 @@ func (f *Forwarder) onIdle() {
 	if f.held {
 		f.letGo()
 	}
-	if !show {
-		return
+	if show {
+		f.emit(f.pending, false)
+		f.pending = f.pending[:0]
 	}
-	f.out = f.out[:0]
-	if !f.midLine {
-		f.out = append(f.out, f.Prefix...)
-	}
-	f.out = append(f.out, f.pending...)
-	f.pending, f.midLine = f.pending[:0], true
-	f.write(f.out, false)
 }
 
-// emit (f.mu held) writes one prefixed piece of a line; newline adds the terminating newline the line lacks.
+// emit (f.mu held) writes one prefixed piece of a line; newline adds the terminating newline the line lacks, else
+// the line stays open on the console (what follows continues it).
 func (f *Forwarder) emit(line []byte, newline bool) {
 	f.out = f.out[:0]
 	if !f.midLine {
@@ -324,7 +318,7 @@ func (f *Forwarder) emit(line []byte, newline bool) {
 	if newline {
 		f.out = append(f.out, '\n')
 	}
-	f.midLine = false
+	f.midLine = !newline
 	f.write(f.out, false)
 }
 

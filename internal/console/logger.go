@@ -33,9 +33,6 @@ func (l logWriterOf) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// push queues a copy of p, in a spare buffer when the last one is large enough: output at hundreds of MB/s (a
-// worker's, a results document of large values) then reuses the queue's memory instead of fresh pages, whose
-
 // Level is tpurun's own log level: debug when verbose, warnings and errors when quiet (tpurun --quiet), else info.
 func Level(verbose, quiet bool) zapcore.Level {
 	switch {

@@ -28,15 +28,12 @@ func (s StdSpec) For(localRank int) Std {
 
 // Any reports whether some rank selects some stream.
 func (s StdSpec) Any() bool {
-	if s.PerRank != nil {
-		for _, v := range s.PerRank {
-			if v != StdNone {
-				return true
-			}
+	for _, v := range s.PerRank {
+		if v != StdNone {
+			return true
 		}
-		return false
 	}
-	return s.All != StdNone
+	return s.PerRank == nil && s.All != StdNone
 }
 
 // StdinMode says which workers read tpurun's stdin (Spec.Stdin); the others read /dev/null.

@@ -20,7 +20,7 @@ import (
 // after whatever the user put there.
 func (p *Prepared) pythonPath() error {
 	s := p.spec
-	dir, err := pymodule.Path("")
+	dir, err := pymodule.Path("", "")
 	if err != nil {
 		p.Log.Debug("no shared copy of the Python module; using a private one", zap.Error(err))
 		d, terr := os.MkdirTemp("", "tpurun-py-")

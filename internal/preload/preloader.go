@@ -52,20 +52,20 @@ type Preloader struct {
 // to fork, or the error is a *failure.ConfigError naming what made it unsafe (exit 2). ctx is the job's: a stop
 // signal or the timeout meanwhile kills the interpreter and ends the job. The caller closes the Preloader.
 func NewPreloader(ctx context.Context, j Job) (*Preloader, error) {
-	list := strings.Join(j.Modules, ",")
 	cmd, err := ParseCommand(j.Program, j.PythonExec)
 	if err != nil {
-		return nil, &failure.ConfigError{Field: failure.Preload, Value: list, Hint: err.Error()}
+		return nil, configError(j.Modules, err)
 	}
 	if slices.Contains(j.Modules, "__main__") && !j.FnMode {
-		return nil, &failure.ConfigError{Field: failure.Preload, Value: list, Hint: "__main__ names the main module of the program that " +
-			"called tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"}
+		return nil, configError(j.Modules, errors.New("__main__ names the main module of the program that called "+
+			"tpurun.spawn, in function mode (--fn) only; list the modules the program imports instead"))
 	}
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", failure.ErrInternal, os.DevNull, err)
 	}
-	pl := &Preloader{cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + list, stdout: j.Stdout, stderr: j.Stderr, log: j.Log}
+	pl := &Preloader{cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + strings.Join(j.Modules, ","),
+		stdout: j.Stdout, stderr: j.Stderr, log: j.Log}
 	pl.cfg = Config{Python: cmd.Python, Preload: j.Modules, Path0: path0(cmd, j.Dir), Env: j.Env, Dir: j.Dir, Reaper: j.Reaper,
 		Log: j.Log.Named("preload"), DevRoot: j.DevRoot, Lockfile: topology.DefaultLockfile, DeviceNodes: topology.DeviceNodeGlobs()}
 	if err := pl.ensure(ctx); err != nil {
@@ -108,7 +108,7 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 	var refused *RefusedError
 	switch {
 	case errors.As(err, &refused):
-		return pl.configError(refused)
+		return configError(pl.cfg.Preload, refused)
 	case err != nil && ctx.Err() != nil: // a job-wide stop (a signal, the timeout): Run reports it
 		return fmt.Errorf("the preload of %s: %w", strings.Join(pl.cfg.Preload, ","), ctx.Err())
 	case err != nil:
@@ -121,8 +121,8 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 }
 
 // configError is err as the job reports it: a bad --preload setting (exit 2).
-func (pl *Preloader) configError(err error) error {
-	return &failure.ConfigError{Field: failure.Preload, Value: strings.Join(pl.cfg.Preload, ","), Hint: err.Error()}
+func configError(modules []string, err error) error {
+	return &failure.ConfigError{Field: failure.Preload, Value: strings.Join(modules, ","), Hint: err.Error()}
 }
 
 // Start forks one worker from the interpreter in place of exec'ing cmd (see attempt.Starter).
@@ -132,7 +132,7 @@ func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 		err = fmt.Errorf("the interpreter options %q of this worker differ from the preloaded interpreter's %q", c.Python, pl.cmd.Python)
 	}
 	if err != nil {
-		return nil, pl.configError(err)
+		return nil, configError(pl.cfg.Preload, err)
 	}
 	if err := pl.ensure(context.Background()); err != nil {
 		return nil, err
@@ -154,7 +154,7 @@ func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 	}
 	var refused *RefusedError
 	if errors.As(err, &refused) {
-		return nil, pl.configError(refused)
+		return nil, configError(pl.cfg.Preload, refused)
 	}
 	return p, err
 }

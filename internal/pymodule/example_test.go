@@ -17,7 +17,7 @@ func ExamplePath() {
 		return
 	}
 	defer os.RemoveAll(dir)
-	p, err := pymodule.Path(dir)
+	p, err := pymodule.Path(dir, "")
 	fmt.Println(err, filepath.Dir(p) == dir, filepath.Base(p) == pymodule.DirName())
 	_, err = os.Stat(filepath.Join(p, "tpurun", "__init__.py"))
 	fmt.Println(err)

@@ -14,7 +14,7 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "pythonpath": // one of several launchers installing the module at once
-		dir, err := Path(os.Getenv("PYTHONPATH_DIR"))
+		dir, err := Path(os.Getenv("PYTHONPATH_DIR"), "")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -29,6 +28,7 @@ var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
 	}
 	sort.Strings(entries)
 	h := sha256.New()
+	var initPy []byte
 	for _, p := range entries {
 		b, err := python.Files.ReadFile(p)
 		if err != nil {
@@ -36,10 +36,13 @@ var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
 		}
 		name := path.Base(p)
 		m.files = append(m.files, pythonFile{name: name, data: b})
+		if name == "__init__.py" {
+			initPy = b
+		}
 		fmt.Fprintf(h, "%s\x00%d\x00", name, len(b))
 		h.Write(b)
 	}
-	match := versionLine.FindSubmatch(fileData(m.files, "__init__.py"))
+	match := versionLine.FindSubmatch(initPy)
 	if match == nil {
 		return m, fmt.Errorf("the embedded tpurun/__init__.py has no line __version__ = \"...\"")
 	}
@@ -56,15 +59,6 @@ type pythonModuleInfo struct {
 
 var versionLine = regexp.MustCompile(`(?m)^__version__ = "([0-9A-Za-z.+!-]+)"$`)
 
-func fileData(files []pythonFile, name string) []byte {
-	for _, f := range files {
-		if f.name == name {
-			return f.data
-		}
-	}
-	return nil
-}
-
 // Version is the version of the embedded Python module (tpurun.__version__, the version pip installs).
 func Version() string {
 	m, err := embeddedModule()
@@ -75,57 +69,20 @@ func Version() string {
 }
 
 // BinaryFile is the file of an installed copy (tpurun/_binary) that holds the absolute path of the tpurun binary
-// that installed it (WithBinary), exactly, without a newline. tpurun.spawn and tpurun.run run that binary when
+// that installed it (Path's binary), exactly, without a newline. tpurun.spawn and tpurun.run run that binary when
 // neither their tpurun= argument nor $TPURUN names one; a copy without the file (pip's) looks on PATH.
 const BinaryFile = "_binary"
 
-// An Option changes the copy Path installs.
-type Option func(*pythonOptions)
-
-type pythonOptions struct{ binary string }
-
-// WithBinary records path, the absolute path of a tpurun binary, in the copy (BinaryFile), so that a program whose
-// PYTHONPATH holds it (`export PYTHONPATH=$(tpurun --python-path)`) runs that binary from tpurun.spawn even when
-// tpurun is not on its PATH. Each binary path gets a copy of its own: the directory name hashes the path too.
-func WithBinary(path string) Option { return func(o *pythonOptions) { o.binary = path } }
-
-// WithExecutable is WithBinary of this process's executable (os.Executable), for the tpurun binary itself; it
-// records nothing when the executable cannot be found.
-func WithExecutable() Option {
-	exe, err := os.Executable()
-	if err != nil {
-		return func(*pythonOptions) {}
-	}
-	return WithBinary(exe)
-}
-
-// module is the embedded module with what the options add: its files and the content hash of all of them.
-func module(opts []Option) (pythonModuleInfo, error) {
+// module is the embedded module with binary in its BinaryFile (none when ""): its files and the content hash of
+// all of them.
+func module(binary string) (pythonModuleInfo, error) {
 	m, err := embeddedModule()
-	if err != nil {
+	if err != nil || binary == "" {
 		return m, err
 	}
-	var o pythonOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.binary == "" {
-		return m, nil
-	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", m.hash, BinaryFile, len(o.binary), o.binary)
-	m.files = append(append([]pythonFile(nil), m.files...), pythonFile{name: BinaryFile, data: []byte(o.binary)})
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", m.hash, BinaryFile, len(binary), binary)
+	m.files = append(append([]pythonFile(nil), m.files...), pythonFile{name: BinaryFile, data: []byte(binary)})
 	m.hash = hex.EncodeToString(h.Sum(nil))
 	return m, nil
-}
-
-// DirName is the name of the directory Path installs the embedded module into, under its dir:
-// "python-<version>-<first 16 hex digits of the content hash>". Another build of the module (or another binary
-// recorded in it) gets another name, so launchers of different versions never share (or rewrite) one copy.
-func DirName(opts ...Option) string {
-	m, err := module(opts)
-	if err != nil {
-		return "python-unknown"
-	}
-	return "python-" + m.version + "-" + m.hash[:16]
 }

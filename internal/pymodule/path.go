@@ -13,9 +13,12 @@ import (
 // symbolic link, not a directory, owned by another user, or writable by others (without the sticky bit).
 var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
 
-// Path returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once
-// into dir/DirName(opts...)/tpurun/. dir "" means the user's cache directory, $XDG_CACHE_HOME/tpurun or
-// ~/.cache/tpurun (created 0700).
+// Path returns a directory to put on PYTHONPATH for `import tpurun`: the embedded module, installed once into
+// dir/python-<version>-<first 16 hex digits of the content hash>/tpurun/, so that another build of the module (or
+// another binary recorded in it) never shares or rewrites a copy. dir "" means the user's cache directory,
+// $XDG_CACHE_HOME/tpurun or ~/.cache/tpurun (created 0700). binary, when not "", is the absolute path of a tpurun
+// binary recorded in the copy (BinaryFile), so that a program whose PYTHONPATH holds it (`export
+// PYTHONPATH=$(tpurun --python-path)`) runs that binary from tpurun.spawn even when tpurun is not on its PATH.
 //
 // When the copy is there already, Path only checks it with lstat calls (the directory, each file's size)
 // and writes nothing. Otherwise it writes the module into a fresh private temporary directory beside it and
@@ -26,8 +29,8 @@ var ErrUnsafeInstallDir = errors.New("unsafe directory for the Python module")
 // It never follows a symbolic link it did not expect: the install directory and everything in it must be real
 // directories and files of this user, and dir must not be writable by others unless it has the sticky bit (as
 // /tmp has); otherwise the error wraps ErrUnsafeInstallDir and names the path, and nothing is written there.
-func Path(dir string, opts ...Option) (string, error) {
-	m, err := module(opts)
+func Path(dir, binary string) (string, error) {
+	m, err := module(binary)
 	if err != nil {
 		return "", fmt.Errorf("the embedded Python module: %w", err)
 	}
@@ -148,26 +151,18 @@ func checkOwnDir(p string, fi fs.FileInfo, uid int) error {
 // file of the right size), and returns an error wrapping ErrUnsafeInstallDir when final or its package
 // directory is not a safe directory of uid. A missing final, or a missing or wrong-sized file, is (false, nil).
 func installed(final string, files []pythonFile, uid int) (bool, error) {
-	fi, err := os.Lstat(final)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("the Python module's install directory: %w", err)
-	}
-	if err := checkOwnDir(final, fi, uid); err != nil {
-		return false, err
-	}
 	pkg := filepath.Join(final, "tpurun")
-	fi, err = os.Lstat(pkg)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("the Python module's install directory: %w", err)
-	}
-	if err := checkOwnDir(pkg, fi, uid); err != nil {
-		return false, err
+	for _, dir := range []string{final, pkg} {
+		fi, err := os.Lstat(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("the Python module's install directory: %w", err)
+		}
+		if err := checkOwnDir(dir, fi, uid); err != nil {
+			return false, err
+		}
 	}
 	for _, f := range files {
 		fi, err := os.Lstat(filepath.Join(pkg, f.name))
@@ -194,15 +189,7 @@ func writeCopy(dir string, files []pythonFile) (string, error) {
 		return fail(err)
 	}
 	for _, f := range files {
-		fd, err := os.OpenFile(filepath.Join(pkg, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
-		if err != nil {
-			return fail(err)
-		}
-		if _, err := fd.Write(f.data); err != nil {
-			fd.Close()
-			return fail(err)
-		}
-		if err := fd.Close(); err != nil {
+		if err := writeFile(pkg, f); err != nil {
 			return fail(err)
 		}
 	}

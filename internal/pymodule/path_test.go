@@ -85,7 +85,7 @@ func fileIDs(t *testing.T, dir string) map[string]fileID {
 // PYTHONPATH, and a second call finds it there and writes nothing (same inodes, same times).
 func TestPythonPath(t *testing.T) {
 	base := t.TempDir()
-	dir, err := Path(base)
+	dir, err := Path(base, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestPythonPath(t *testing.T) {
 		}
 	}
 	before := fileIDs(t, dir)
-	again, err := Path(base)
+	again, err := Path(base, "")
 	if err != nil || again != dir {
 		t.Fatalf("second PythonPath: %s, %v", again, err)
 	}
@@ -132,7 +132,7 @@ func TestPythonPath(t *testing.T) {
 func TestPythonPathUserCache(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "cache")
 	t.Setenv("XDG_CACHE_HOME", cache)
-	dir, err := Path("")
+	dir, err := Path("", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestPythonPathConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], errs[i] = Path(base)
+			got[i], errs[i] = Path(base, "")
 		}()
 	}
 	wg.Wait()
@@ -219,7 +219,7 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 		if err := os.Symlink(evil, link); err != nil {
 			t.Fatal(err)
 		}
-		dir, err := Path(base)
+		dir, err := Path(base, "")
 		if !errors.Is(err, ErrUnsafeInstallDir) || dir != "" || !strings.Contains(err.Error(), link+" is a symbolic link") {
 			t.Fatalf("PythonPath over a planted link: %q, %v", dir, err)
 		}
@@ -234,14 +234,14 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 		if err := os.Symlink(filepath.Join(evil, "tpurun"), filepath.Join(final, "tpurun")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) {
+		if _, err := Path(base, ""); !errors.Is(err, ErrUnsafeInstallDir) {
 			t.Fatalf("PythonPath with a planted package link: %v", err)
 		}
 		unchanged()
 	})
 	t.Run("file", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := Path(base)
+		dir, err := Path(base, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +252,7 @@ func TestPythonPathPlantedSymlink(t *testing.T) {
 		if err := os.Symlink(evilInit, f); err != nil {
 			t.Fatal(err)
 		}
-		if again, err := Path(base); err != nil || again != dir {
+		if again, err := Path(base, ""); err != nil || again != dir {
 			t.Fatalf("%s, %v", again, err)
 		}
 		if fi, err := os.Lstat(f); err != nil || !fi.Mode().IsRegular() {
@@ -272,13 +272,13 @@ func TestPythonPathUnsafeDirs(t *testing.T) {
 		if err := os.Chmod(base, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), base+" is writable by others") {
+		if _, err := Path(base, ""); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), base+" is writable by others") {
 			t.Fatalf("%v", err)
 		}
 		if err := os.Chmod(base, 0o777|os.ModeSticky); err != nil { // as /tmp: allowed
 			t.Fatal(err)
 		}
-		if _, err := Path(base); err != nil {
+		if _, err := Path(base, ""); err != nil {
 			t.Fatalf("a sticky directory: %v", err)
 		}
 	})
@@ -287,26 +287,26 @@ func TestPythonPathUnsafeDirs(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(base, DirName()), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), "is not a directory") {
+		if _, err := Path(base, ""); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), "is not a directory") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("install directory writable by others", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := Path(base)
+		dir, err := Path(base, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(dir, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Path(base); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), dir+" is writable by others") {
+		if _, err := Path(base, ""); !errors.Is(err, ErrUnsafeInstallDir) || !strings.Contains(err.Error(), dir+" is writable by others") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("install directory of another user", func(t *testing.T) {
 		base := t.TempDir()
-		dir, err := Path(base)
+		dir, err := Path(base, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestPythonPathUnsafeDirs(t *testing.T) {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Path(f); !errors.Is(err, ErrUnsafeInstallDir) {
+		if _, err := Path(f, ""); !errors.Is(err, ErrUnsafeInstallDir) {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -333,7 +333,7 @@ func TestPythonPathRepairs(t *testing.T) {
 	for _, damage := range []string{"remove", "truncate"} {
 		t.Run(damage, func(t *testing.T) {
 			base := t.TempDir()
-			dir, err := Path(base)
+			dir, err := Path(base, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,7 +346,7 @@ func TestPythonPathRepairs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if again, err := Path(base); err != nil || again != dir {
+			if again, err := Path(base, ""); err != nil || again != dir {
 				t.Fatalf("%s, %v", again, err)
 			}
 			checkCopy(t, dir)

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +21,6 @@ type Options struct {
 	WorldSize     int // workers world-wide, for the document
 	Nodes         int // nodes world-wide, for the document (0 means 1)
 	NodeRank      int // this node's rank, recorded in the results it collects
-	BufferBytes   int // read buffer per worker for headers and small frames; 0 means 64 KiB
 	Logger        *zap.Logger
 	OnResult      func() // called after each result or error a worker reports is recorded (e.g. a metrics counter)
 }
@@ -63,9 +63,6 @@ type owner struct {
 
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
-	if opts.BufferBytes <= 0 {
-		opts.BufferBytes = 64 << 10
-	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 1
 	}
@@ -90,7 +87,7 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
 	c.mu.Unlock()
 
-	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, c.opts.BufferBytes)
+	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, 64<<10) // the buffer for headers and small frames
 	var errs workerErrs
 	for {
 		f, err := dec.Next()
@@ -126,7 +123,7 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 			ce := &ContractError{Kind: ErrForeignReplica, Replica: f.Replica, Rank: rank, PID: pid, OtherRank: -1,
 				OtherPID: -1, Hint: hintForeign,
 				Message: fmt.Sprintf("rank %d pid %d reported a %s for replica %d, which it does not own (it owns %s); the %s was dropped",
-					rank, pid, f.Kind, f.Replica, ownsText(replicas), f.Kind)}
+					rank, pid, f.Kind, f.Replica, cmp.Or(worker.FormatReplicas(replicas), "none"), f.Kind)}
 			c.record(log, ce)
 			c.mu.Lock()
 			c.addForeign(ce, Result{Replica: f.Replica, Rank: rank, PID: pid, Node: c.opts.NodeRank})
@@ -145,13 +142,7 @@ func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	}
 }
 
-func ownsText(replicas []int) string {
-	if len(replicas) == 0 {
-		return "none"
-	}
-	return worker.FormatReplicas(replicas)
-}
-
+// record keeps ce if it is among the first MaxExamples of its kind and counts it; the first of each kind is
 // logged (one log line per kind: a flood of bad frames is not a flood of log lines).
 func (c *Collector) record(log *zap.Logger, ce *ContractError) {
 	c.mu.Lock()
@@ -200,19 +191,15 @@ func (w *workerErrs) join() error {
 	return errors.Join(w.list...)
 }
 
+// add records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without their
+// value (to name who reported them), the rest only counted.
 func (c *Collector) add(res Result) {
-	c.addLocked(res)
+	c.mu.Lock()
+	c.addOutcome(res, 1)
+	c.mu.Unlock()
 	if c.opts.OnResult != nil {
 		c.opts.OnResult()
 	}
-}
-
-// addLocked records an outcome: the first of its replica is kept whole, the next MaxExamples are kept without
-// their value (to name who reported them), the rest only counted.
-func (c *Collector) addLocked(res Result) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.addOutcome(res, 1)
 }
 
 // addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).

@@ -68,5 +68,3 @@ func frameViolation(rank, pid int, fe *worker.FrameError) *ContractError {
 	}
 	return ce
 }
-
-// record keeps ce if it is among the first MaxExamples of its kind and counts it; the first of each kind is

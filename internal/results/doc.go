@@ -15,5 +15,3 @@
 // The frames' wire format and the workers' side of the contract are package worker's; where the document is
 // written, and when, is the launcher's.
 package results
-
-import ()

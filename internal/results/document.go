@@ -3,14 +3,12 @@ package results
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
-	"syscall"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/worker"
 )
 
 // Document is the results of one run, as written by --results and printed by --json.
@@ -73,12 +71,8 @@ type Result struct {
 	Error    *ErrorInfo      `json:"error,omitempty"`
 }
 
-// ErrorInfo is a worker's failure as it reported it.
-type ErrorInfo struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback,omitempty"`
-}
+// ErrorInfo is a worker's failure as it reported it (the payload of its error frame).
+type ErrorInfo = worker.ErrorInfo
 
 // RankExit is how a worker process ended, filled in by the launcher. ExitCode is the exit status, or 128+N when
 // the worker was killed by signal N (then Signal names it, e.g. "killed" or "SIGKILL"); Err is a launcher-side
@@ -121,7 +115,7 @@ type Violation struct {
 }
 
 // WriteFile writes doc to path atomically: to a new temporary file in the same directory (created with O_EXCL
-// and O_NOFOLLOW, so a planted file or symlink is never followed or overwritten), then renamed over path, mode 0644.
+// (os.CreateTemp), so a planted file or symlink is never followed or overwritten), then renamed over path, mode 0644.
 func WriteFile(path string, doc *Document) error {
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
@@ -129,14 +123,7 @@ func WriteFile(path string, doc *Document) error {
 	}
 	b = append(b, '\n')
 	dir := filepath.Dir(path)
-	var f *os.File
-	for i := 0; ; i++ {
-		tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+strconv.FormatUint(rand.Uint64(), 36))
-		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
-		if err == nil || !os.IsExist(err) || i >= 10 {
-			break
-		}
-	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("write the results document %s: create a temporary file in %s: %w", path, dir, err)
 	}

@@ -69,6 +69,11 @@ func (e *ContractError) KindName() string {
 	return fmt.Sprint(e.Kind)
 }
 
+// violation is e as the document lists it.
+func (e *ContractError) violation() Violation {
+	return Violation{Kind: e.KindName(), Message: e.Message, Replica: e.Replica, Rank: e.Rank, PID: e.PID, Hint: e.Hint}
+}
+
 // The hints: the usual cause of each violation and what to do about it.
 const (
 	hintDuplicateRanks = "several processes reported the same replica: usually every process sees device 0, " +

@@ -62,12 +62,7 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 		doc.World.Size = len(exits)
 	}
 	seed, merged := c.seedDuplicates()
-	var vs []*ContractError
-	for _, v := range c.violations {
-		if !merged[v] {
-			vs = append(vs, v)
-		}
-	}
+	vs := slices.DeleteFunc(slices.Clone(c.violations), func(v *ContractError) bool { return merged[v] })
 	vs = append(vs, c.countedOnly(vs, seed)...)
 	for _, r := range slices.Sorted(maps.Keys(c.first)) {
 		switch {
@@ -85,8 +80,7 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	errs := make([]error, len(vs))
 	for i, v := range vs {
 		errs[i] = v
-		doc.Violations = append(doc.Violations, Violation{Kind: v.KindName(), Message: v.Message,
-			Replica: v.Replica, Rank: v.Rank, PID: v.PID, Hint: v.Hint})
+		doc.Violations = append(doc.Violations, v.violation())
 	}
 	doc.Decide(firstFailure(exits))
 	return doc, errors.Join(errs...)

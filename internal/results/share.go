@@ -34,14 +34,9 @@ type SharedWorker struct {
 
 // SharedViolation is a *ContractError as a node shares it (its Cause stays on that node: the message names it).
 type SharedViolation struct {
-	Kind      string `json:"kind"`
-	Replica   int    `json:"replica"`
-	Rank      int    `json:"rank"`
-	PID       int    `json:"pid"`
-	OtherRank int    `json:"other_rank"`
-	OtherPID  int    `json:"other_pid"`
-	Message   string `json:"message"`
-	Hint      string `json:"hint,omitempty"`
+	Violation
+	OtherRank int `json:"other_rank"`
+	OtherPID  int `json:"other_pid"`
 }
 
 // Share returns what this node publishes: its workers, every outcome it accepted (in arrival order) and every
@@ -55,8 +50,7 @@ func (c *Collector) Share() *Share {
 	}
 	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Rank < s.Workers[j].Rank })
 	for _, v := range c.violations {
-		s.Violations = append(s.Violations, SharedViolation{Kind: v.KindName(), Replica: v.Replica, Rank: v.Rank,
-			PID: v.PID, OtherRank: v.OtherRank, OtherPID: v.OtherPID, Message: v.Message, Hint: v.Hint})
+		s.Violations = append(s.Violations, SharedViolation{v.violation(), v.OtherRank, v.OtherPID})
 	}
 	cnt := &Counted{Reports: map[int]int{}, Foreign: map[int]int{}, Violations: map[string]int{}}
 	for r, n := range c.reports {
@@ -170,10 +164,5 @@ func (s *Share) onlyCounted(i int) int {
 
 // lastOf reports whether rs[i] is the last of its replica in rs.
 func lastOf(rs []Result, i int) bool {
-	for _, r := range rs[i+1:] {
-		if r.Replica == rs[i].Replica {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(rs[i+1:], func(r Result) bool { return r.Replica == rs[i].Replica })
 }

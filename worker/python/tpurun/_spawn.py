@@ -378,7 +378,7 @@ def root_cause(doc, exit_code):
 
 
 # The file of this copy of the module that names the tpurun binary that installed it (`tpurun --python-path` writes
-# it: worker.BinaryFile); a copy pip installed has none.
+# it: pymodule.BinaryFile); a copy pip installed has none.
 BINARY_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_binary")
 
 
