@@ -58,13 +58,7 @@ func (r *Runner) termOutside(ws []*child) []int {
 			return hit
 		}
 	}
-	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
-	var hit []int
-	for _, pid := range pids {
-		if !inGroups(pid) && syscall.Kill(pid, syscall.SIGTERM) == nil {
-			hit = append(hit, pid)
-		}
-	}
+	hit, _ := proc.Sweep(r.ProcRoot, worker.EnvSweepTag, r.SweepTag, syscall.SIGTERM, inGroups)
 	return hit
 }
 
