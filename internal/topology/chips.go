@@ -67,9 +67,9 @@ func (d *detector) chipsFromAccelerator() error {
 		return nil
 	}
 	if !t.Accelerator.IsSet() {
-		return &ConfigError{Name: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
+			Sources: []failure.Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
 	for i := range t.Accelerator.V.ChipsPerHost() {
 		t.Chips = append(t.Chips, Chip{Index: i})
@@ -98,9 +98,9 @@ func (h *Host) adoptAccelerator() error {
 	}
 	// Only a family that an accelerator type names can contradict one: not the ids that name several (v2/v3) or none.
 	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
-		return &ConfigError{Name: failure.AcceleratorType, Value: t.Accelerator.V.Type,
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: t.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
-			Sources: []Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
+			Sources: []failure.Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
 	}
 	t.Family = t.Accelerator.V.Family.Name
 	h.ReplicasPerChip = t.Accelerator.V.Family.ReplicasPerChip
@@ -173,14 +173,14 @@ func (h *Host) boundsFromAccelerator() error {
 		t.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
 	}
 	if hosts := a.V.Hosts(); hosts > 1 && t.Hostnames.IsSet() && len(t.Hostnames.V) != hosts {
-		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
 			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(t.Hostnames.V), a.V.Type, hosts),
-			Sources: []Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
+			Sources: []failure.Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
 	if cph := a.V.ChipsPerHost(); t.ChipsSource.Kind == FromSysfs && len(t.Chips) != cph {
-		return &ConfigError{Name: failure.AcceleratorType, Value: a.V.Type,
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(t.Chips)),
-			Sources: []Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+			Sources: []failure.Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}
 	return nil
 }
@@ -203,13 +203,13 @@ func (h *Host) boundsFromChips() {
 func (h *Host) checkWorkerID() error {
 	t := h.tpu()
 	if n := len(t.Hostnames.V); n > 1 && !t.WorkerID.IsSet() {
-		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
-			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{t.Hostnames.Source},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+			Problem: "describes several hosts but nothing says which one this is", Sources: []failure.Source{t.Hostnames.Source},
 			Hint: "set TPU_WORKER_ID to this host's index"}
 	} else if n > 1 && t.WorkerID.V >= n {
-		return &ConfigError{Name: failure.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
 			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
-			Sources: []Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
+			Sources: []failure.Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
 	}
 	if !t.WorkerID.IsSet() {
 		t.WorkerID = val(0, Default())
@@ -229,9 +229,9 @@ func (h *Host) usableChips() error {
 	if t.VisibleChips.IsSet() {
 		for _, c := range t.VisibleChips.V {
 			if c >= len(t.Chips) {
-				return &ConfigError{Name: "TPU_VISIBLE_CHIPS", Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
+				return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_VISIBLE_CHIPS"), Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
 					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(t.Chips)),
-					Sources: []Source{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
+					Sources: []failure.Source{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
 			}
 		}
 		t.Usable = val(t.VisibleChips.V, t.VisibleChips.Source)
@@ -239,9 +239,9 @@ func (h *Host) usableChips() error {
 	if t.NumDevices.IsSet() {
 		n := t.NumDevices.V
 		if n > len(t.Usable.V) {
-			return &ConfigError{Name: "TPU_NUM_DEVICES", Value: strconv.Itoa(n),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_NUM_DEVICES"), Value: strconv.Itoa(n),
 				Problem: fmt.Sprintf("asks for more chips than the %d available", len(t.Usable.V)),
-				Sources: []Source{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
+				Sources: []failure.Source{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
 		}
 		t.Usable = val(t.Usable.V[:n], t.NumDevices.Source)
 	}
@@ -261,9 +261,9 @@ func (h *Host) checkGivenBounds() error {
 			hosts, what, src = t.Accelerator.V.Hosts(), t.Accelerator.V.Type, t.Accelerator.Source
 		}
 		if p := hb.V.Product(); p != hosts {
-			return &ConfigError{Name: failure.Named(hb.Source.Name), Value: hb.V.String(),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(hb.Source.Name), Value: hb.V.String(),
 				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
-				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
+				Sources: []failure.Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
 		}
 	}
 	return h.checkGivenChipBounds()
@@ -288,7 +288,7 @@ func (h *Host) checkGivenChipBounds() error {
 		return nil
 	}
 	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
-	sources := []Source{cb.Source, src}
+	sources := []failure.Source{cb.Source, src}
 	if vc := t.VisibleChips; vc.IsSet() {
 		if p == len(vc.V) {
 			return nil
@@ -297,7 +297,7 @@ func (h *Host) checkGivenChipBounds() error {
 			p, chips, vc.Source.Name, len(vc.V))
 		sources = append(sources, vc.Source)
 	}
-	return &ConfigError{Name: failure.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
 		Hint: "fix or unset " + cb.Source.Name}
 }
 

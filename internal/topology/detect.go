@@ -100,7 +100,7 @@ type detector struct {
 // Detect finds the devices and topology of this host: flags > env > sysfs/dev > GCE metadata > defaults. The
 // metadata server is asked only for a TPU host whose slice env does not describe (TPU_SKIP_MDS_QUERY, or the
 // accelerator type with the host list of a multi-host slice); each key at most once, within opts.MetadataBudget.
-// A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *ConfigError.
+// A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *failure.ConfigError.
 func Detect(ctx context.Context, opts Options) (*Host, error) {
 	d := &detector{opts: opts, env: opts.LookupEnv, log: opts.Logger}
 	if d.env == nil {
@@ -151,7 +151,7 @@ func (d *detector) lookup(name string) (string, bool) {
 }
 
 func envErr(name, value string, err error, hint string) error {
-	return &ConfigError{Name: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []failure.Source{Env(name)}, Err: err, Hint: hint}
 }
 
 // device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
@@ -159,8 +159,8 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &ConfigError{Name: failure.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
-				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
+				Sources: []failure.Source{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))
 		return nil
@@ -168,8 +168,8 @@ func (d *detector) device() error {
 	if v, ok := d.lookup("PJRT_DEVICE"); ok {
 		k, ok := pjrtKind(strings.ToUpper(strings.TrimSpace(v)))
 		if !ok {
-			return &ConfigError{Name: "PJRT_DEVICE", Value: strconv.Quote(v), Problem: "is not a PJRT device",
-				Sources: []Source{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("PJRT_DEVICE"), Value: strconv.Quote(v), Problem: "is not a PJRT device",
+				Sources: []failure.Source{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
 		}
 		d.h.Device = val(k.Device(), Env("PJRT_DEVICE"))
 		return nil

@@ -7,7 +7,7 @@ import (
 	"tpurun/internal/failure"
 )
 
-// sliceFromFlagsAndEnv reads the slice description: flags first, then env. Malformed values are *ConfigError.
+// sliceFromFlagsAndEnv reads the slice description: flags first, then env. Malformed values are *failure.ConfigError.
 func (d *detector) sliceFromFlagsAndEnv() error {
 	for _, read := range []func() error{d.acceleratorType, d.envBounds, d.envSkipMDS, d.envHostnames, d.envWorkerID,
 		d.envNumDevices, d.envVisibleChips, d.envMegascale} {
@@ -23,8 +23,8 @@ func (d *detector) acceleratorType() error {
 	if t := d.opts.AcceleratorType; t != "" {
 		a, err := ParseAcceleratorType(t)
 		if err != nil {
-			return &ConfigError{Name: failure.AcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
-				Sources: []Source{Flag("accelerator-type")}, Err: err}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
+				Sources: []failure.Source{Flag("accelerator-type")}, Err: err}
 		}
 		d.h.tpu().Accelerator = val(a, Flag("accelerator-type"))
 		return nil

@@ -12,7 +12,7 @@ import (
 var (
 	// ErrConfig marks a configuration error: bad flags or env, an impossible split. The CLI exits 2 on it.
 	ErrConfig = failure.NewConfigKind("topology configuration error")
-	// ErrParse marks a value that does not parse (wrapped by ConfigError for env and flags). The errors it marks
+	// ErrParse marks a value that does not parse (wrapped by a *failure.ConfigError for env and flags). The errors it marks
 	// read as the detail alone; the message around them says the value is malformed.
 	ErrParse = failure.NewConfigKind("malformed value")
 	// ErrUnknownDevice marks Google PCI devices whose device id tpurun does not know.
@@ -24,89 +24,6 @@ var (
 	// ErrChipBusy marks a chip whose device node another process holds open (see *BusyError).
 	ErrChipBusy = failure.NewConfigKind("TPU chip in use by another process")
 )
-
-// ConfigError is a configuration error that names the setting, its value, where the value came from and the valid
-// choices. errors.Is(err, ErrConfig) is true; errors.Is(err, ErrParse) is true when the value did not parse.
-type ConfigError struct {
-	Name    failure.Setting // the setting or variable: failure.NProcs, "TPU_NUM_DEVICES"
-	Value   string          // the offending value as given
-	Problem string          // what is wrong, e.g. "is not a valid split of the 8 v5e chips on this host"
-	Sources []Source        // where the conflicting facts came from
-	Choices []string        // the valid choices, if a finite list
-	Hint    string          // what else to do, e.g. "or leave it unset"
-	Err     error           // the underlying cause, if any
-}
-
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString(string(e.Name))
-	if e.Value != "" {
-		b.WriteString(" ")
-		b.WriteString(e.Value)
-	}
-	b.WriteString(" ")
-	b.WriteString(e.Problem)
-	if len(e.Sources) > 0 {
-		b.WriteString(" (")
-		b.WriteString(sourceList(e.Sources))
-		b.WriteString(")")
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	if len(e.Choices) > 0 {
-		b.WriteString("; use ")
-		b.WriteString(orList(e.Choices))
-	}
-	if e.Hint != "" {
-		if len(e.Choices) > 0 {
-			b.WriteString(", ")
-		} else {
-			b.WriteString("; ")
-		}
-		b.WriteString(e.Hint)
-	}
-	return b.String()
-}
-
-// Setting is the setting the error is about (Name).
-func (e *ConfigError) Setting() failure.Setting { return e.Name }
-
-// Is makes errors.Is(err, ErrConfig) and errors.Is(err, failure.ErrConfig) true.
-func (e *ConfigError) Is(target error) bool {
-	return target == ErrConfig || target == failure.ErrConfig
-}
-
-// Unwrap returns the underlying cause.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// sourceList renders sources for a message: "from flag --nprocs, env TPU_NUM_DEVICES". A derived source names
-// itself ("derived from env TPU_ACCELERATOR_TYPE"), so the derived ones follow the others after a semicolon
-// rather than read "from derived from ...". A source listed twice is named once.
-func sourceList(sources []Source) string {
-	var given, derived []string
-	seen := map[Source]bool{}
-	for _, s := range sources {
-		if seen[s] {
-			continue
-		}
-		seen[s] = true
-		if s.Kind == FromDerived {
-			derived = append(derived, s.String())
-		} else {
-			given = append(given, s.String())
-		}
-	}
-	var parts []string
-	if len(given) > 0 {
-		parts = append(parts, "from "+strings.Join(given, ", "))
-	}
-	if len(derived) > 0 {
-		parts = append(parts, strings.Join(derived, ", "))
-	}
-	return strings.Join(parts, "; ")
-}
 
 // parseError is a value that does not parse. Its text is the detail alone (`"abc" is not a positive whole number`):
 // the message around it already says the value is malformed. errors.Is(err, ErrParse) is true.
@@ -120,17 +37,6 @@ func (e *parseError) Error() string { return e.msg }
 
 // Is makes errors.Is(err, ErrParse) and errors.Is(err, failure.ErrConfig) true.
 func (e *parseError) Is(target error) bool { return target == ErrParse || target == failure.ErrConfig }
-
-// orList renders "1", "1 or 2", "1, 2, 4 or 8".
-func orList(items []string) string {
-	switch len(items) {
-	case 0:
-		return ""
-	case 1:
-		return items[0]
-	}
-	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
-}
 
 // UnknownDeviceError reports Google PCI devices with device ids missing from the table.
 type UnknownDeviceError struct {

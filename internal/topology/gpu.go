@@ -112,8 +112,8 @@ func (d *detector) gpu() error {
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
 		if CUDAHidesAll(v) {
-			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
-				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
+				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: []failure.Source{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
 				Choices: []string{"--device cpu"}, Hint: "to run on CPU (leave --device auto to get it by itself), or unset CUDA_VISIBLE_DEVICES to use the GPUs"}
 		}
 		if err := d.cudaVisible(v); err != nil {
@@ -122,8 +122,8 @@ func (d *detector) gpu() error {
 	}
 	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
-		return &ConfigError{Name: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
-			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
+			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []failure.Source{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
@@ -174,9 +174,9 @@ func (d *detector) cudaVisible(v string) error {
 			break
 		}
 		if len(g.GPUs) > 0 && n >= len(g.GPUs) {
-			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
 				Problem: fmt.Sprintf("names GPU %d but this host has %d GPUs", n, len(g.GPUs)),
-				Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
+				Sources: []failure.Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
 		}
 		idx[i] = n
 	}
@@ -222,7 +222,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []failure.Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
 	// i mod the GPU count, and GPUShareNote says which ranks share.

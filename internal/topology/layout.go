@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"tpurun/internal/failure"
 )
 
 // JobLayout is the job this host's environment says it is one host of: the hosts of its slice in worker order
@@ -52,7 +53,7 @@ func (l *JobLayout) String() string {
 
 // JobLayout is the job this TPU host's environment describes (see JobLayout), or nil when it describes no job of
 // several hosts: not a TPU, one host of one slice, or a one-chip run of one host (xmp.spawn(nprocs=1)'s, which is
-// this host's alone, whatever the slice). What cannot be made consistent is a *ConfigError naming the variable: a
+// this host's alone, whatever the slice). What cannot be made consistent is a *failure.ConfigError naming the variable: a
 // multislice job without MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, or a slice id out of range (detection
 // already refused a host list without this host's worker id in it).
 func (h *Host) JobLayout(req Request) (*JobLayout, error) {
@@ -88,20 +89,20 @@ func (h *Host) megascaleLayout(l *JobLayout) error {
 	l.Slices = slices
 	id, ok := t.Megascale[EnvMegascaleSliceID]
 	if !ok {
-		return &ConfigError{Name: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
-			Sources: []Source{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
+			Sources: []failure.Source{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
 	}
 	if l.SliceID, err = ParseMegascale(EnvMegascaleSliceID, id.V); err != nil {
 		return err
 	}
 	if l.SliceID >= slices {
-		return &ConfigError{Name: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
-			Sources: []Source{id.Source, n.Source}, Choices: indexChoices(slices)}
+		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
+			Sources: []failure.Source{id.Source, n.Source}, Choices: indexChoices(slices)}
 	}
 	c, ok := t.Megascale[megascaleCoordinator]
 	if !ok {
-		return &ConfigError{Name: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
-			Sources: []Source{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
+			Sources: []failure.Source{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
 	}
 	l.Coordinator, l.CoordinatorSource = coordinatorHost(c.V), c.Source
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"tpurun/internal/failure"
 
 	"go.uber.org/zap"
 )
@@ -21,8 +22,8 @@ func (d *detector) metadata(ctx context.Context) error {
 		return nil
 	}
 	if skip {
-		return &ConfigError{Name: "TPU_SKIP_MDS_QUERY", Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
-			Sources: []Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_SKIP_MDS_QUERY"), Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
+			Sources: []failure.Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
 	base := d.opts.MetadataURL
 	if base == "" {

@@ -90,7 +90,7 @@ func validSplit(k, n int) bool {
 // topology env, validated against the request; a multi-host slice (hosts from env, metadata or req.Hosts) gives a
 // plan covering the whole slice. A world of several nodes (what a rendezvous agreed on) is planned as worldPlan
 // says. It is pure: TPU_PROCESS_PORTs are base + local rank, and (*Plan).CheckPorts checks them before the start.
-// Errors are *ConfigError.
+// Errors are *failure.ConfigError.
 func NewPlan(h *Host, req Request, w World) (*Plan, error) {
 	if !w.Solo() {
 		return worldPlan(h, req, w)
@@ -104,7 +104,7 @@ func hostPlan(h *Host, req Request) (*Plan, error) {
 		req.NProcsSource = Flag("nprocs")
 	}
 	if req.NProcs < 0 {
-		return nil, &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []failure.Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
 	return h.Device.V.Kind().plan(h, req)
 }

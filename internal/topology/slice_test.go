@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"tpurun/internal/failure"
 )
 
 // TestGivenBoundsContradictingTheHost: host or chips-per-host bounds from env or metadata that contradict the hosts
@@ -42,7 +43,7 @@ func TestGivenBoundsContradictingTheHost(t *testing.T) {
 			t.Parallel()
 			ft := newTree(t).tpu(t, tc.id, tc.n)
 			_, err := Detect(context.Background(), Options{LookupEnv: envOf(tc.env), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: newMD(t, tc.md, nil).URL})
-			var ce *ConfigError
+			var ce *failure.ConfigError
 			if !errors.As(err, &ce) {
 				t.Fatalf("err = %v, want a *ConfigError", err)
 			}

@@ -43,6 +43,9 @@ func (s Source) String() string {
 // IsSet reports whether the source is known, i.e. the value was given or detected.
 func (s Source) IsSet() bool { return s.Kind != "" }
 
+// Derived reports whether the value was computed from another (its String names that one).
+func (s Source) Derived() bool { return s.Kind == FromDerived }
+
 // Flag, Env, Sysfs, Dev, Metadata and Default build Sources.
 func Flag(name string) Source { return Source{Kind: FromFlag, Name: "--" + name} }
 

@@ -44,11 +44,11 @@ func subsetError(h *Host) error {
 	if len(keep) > fix {
 		keep = keep[:fix]
 	}
-	sources := []Source{t.Usable.Source}
+	sources := []failure.Source{t.Usable.Source}
 	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
 		sources = append(sources, t.VisibleChips.Source)
 	}
-	return &ConfigError{Name: failure.Named(fmt.Sprintf("%d usable chips", n)),
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(fmt.Sprintf("%d usable chips", n)),
 		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
 		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
 }

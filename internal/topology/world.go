@@ -53,8 +53,8 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 // the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
 func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
-		return nil, &ConfigError{Name: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
-			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
+			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []failure.Source{Derived("rendezvous")}}
 	}
 	p, err := h.Device.V.Kind().worldPlan(h, req, w)
 	if err != nil {
