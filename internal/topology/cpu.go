@@ -55,8 +55,6 @@ func (cpu) plan(h *Host, req Request) (*Plan, error) {
 	return p, nil
 }
 
-func (cpu) explain(*Host, Request) []string { return []string{jaxNeedsIDs("")} }
-
 func (cpu) settings(h *Host) []Setting { return []Setting{spmdSetting(h)} }
 
 // CPUPlan is the single-host plan of n CPU workers: the embedded default that needs no accelerator.

@@ -199,6 +199,9 @@ func CUDAHidesAll(v string) bool {
 	return first == "" || (err == nil && n < 0)
 }
 
+// CUDAVisible are the entries of the parent's CUDA_VISIBLE_DEVICES on a GPU host, as given, when set.
+func (h *Host) CUDAVisible() Value[[]string] { return h.gpu().CUDAVisible }
+
 // GPUShareNote says, when a plan of workers local workers runs more workers than this host's usable GPUs, which
 // local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
 func (h *Host) GPUShareNote(workers int) string {
@@ -251,21 +254,4 @@ func (h *Host) gpuName(i int) string {
 		return g.CUDAVisible.V[i]
 	}
 	return strconv.Itoa(g.UsableGPUs.V[i])
-}
-
-func (gpu) explain(h *Host, req Request) []string {
-	g := h.gpu()
-	var out []string
-	seen := "every GPU"
-	if g.CUDAVisible.IsSet() {
-		seen = "GPUs " + strings.Join(g.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
-	}
-	if req.IsolateGPUs {
-		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+
-			"selects cuda:LOCAL_RANK fails from local rank 1 with \"invalid device ordinal\"")
-	} else {
-		out = append(out, "workers see "+seen+", as under torchrun, and each uses cuda:LOCAL_RANK; per-rank "+
-			"CUDA_VISIBLE_DEVICES only on request")
-	}
-	return append(out, jaxNeedsIDs(" and JAX_LOCAL_DEVICE_IDS (this worker's GPU)"))
 }

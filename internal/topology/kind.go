@@ -55,8 +55,6 @@ type Kind interface {
 	// usableNodes are the device nodes of the devices this launcher may use: a start refuses to go on while
 	// another process holds one open.
 	usableNodes(h *Host) []string
-	// explain is Explain for a host of the kind.
-	explain(h *Host, req Request) []string
 	// settings are doctor's rows of the host after the device.
 	settings(h *Host) []Setting
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.

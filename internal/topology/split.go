@@ -113,7 +113,7 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
 		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}}
-	s.SkipMDS, _ = h.workerSkipMDS(r.req)
+	s.SkipMDS, _ = h.WorkerSkipMDS(r.req)
 	for key, v := range t.Megascale {
 		s.Megascale[key] = v.V
 	}
@@ -325,33 +325,34 @@ func boundsChoices(n int) []string {
 	return out
 }
 
-// skipWhy says why the workers get the TPU_SKIP_MDS_QUERY they get (doctor explains it).
-type skipWhy int
+// SkipReason says why the workers get the TPU_SKIP_MDS_QUERY they get (Host.WorkerSkipMDS).
+type SkipReason int
 
+// The reasons for the workers' TPU_SKIP_MDS_QUERY.
 const (
-	skipFromParent   skipWhy = iota // the parent's value (GKE), kept
-	skipReadMetadata                // unset: workers read the metadata server, as xmp.spawn's children do
-	skipSupplied                    // "true": tpurun planned without the metadata server and hands the answer in env
-	skipUnknownType                 // unset: env cannot carry the accelerator type torch_xla's version() needs
+	SkipFromParent   SkipReason = iota // the parent's value (GKE), kept
+	SkipReadMetadata                   // unset: workers read the metadata server, as xmp.spawn's children do
+	SkipSupplied                       // "true": tpurun planned without the metadata server and hands the answer in env
+	SkipUnknownType                    // unset: env cannot carry the accelerator type torch_xla's version() needs
 )
 
-// workerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset). torch_xla reads the slice
-// from env exactly when it is set (tpu.py _using_env_vars); with it, host_index() is CLOUD_TPU_TASK_ID before
+// WorkerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset), and why. torch_xla reads the
+// slice from env exactly when it is set (tpu.py _using_env_vars); with it, host_index() is CLOUD_TPU_TASK_ID before
 // TPU_WORKER_ID (build_tpu_env_from_vars). So the workers read the same source tpurun planned from: the parent's
 // value when it had one; the metadata server when tpurun read the slice from it and it holds all torch_xla reads
 // (host_index() is then the host's WORKER_ID, as in xmp.spawn's children on GCE); else env, with "true" as GKE
 // writes it, when it can carry the accelerator type.
-func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
+func (h *Host) WorkerSkipMDS(req Request) (string, SkipReason) {
 	t := h.tpu()
 	sliceHosts := max(len(t.Hostnames.V), 1)
 	metadataWorld := req.Hosts == nil || (len(req.Hosts) == sliceHosts && req.NodeRank == t.WorkerID.V)
 	switch {
 	case t.SkipMDS.IsSet():
-		return t.SkipMDS.V, skipFromParent
+		return t.SkipMDS.V, SkipFromParent
 	case t.TorchXLAMetadata && metadataWorld:
-		return "", skipReadMetadata
+		return "", SkipReadMetadata
 	case t.Accelerator.IsSet():
-		return "true", skipSupplied
+		return "true", SkipSupplied
 	}
-	return "", skipUnknownType
+	return "", SkipUnknownType
 }

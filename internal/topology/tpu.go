@@ -151,6 +151,27 @@ func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
 // Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
 func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
 
+// TPUFacts are what detection found on a TPU host that decides how torch_xla and JAX in its workers see the slice
+// (what doctor explains); the zero value on another kind.
+type TPUFacts struct {
+	Family            string        // "v4", "tpu7x", "v2/v3", ...
+	UsableChips       int           // the chips this launcher may use
+	ProcessBounds     Value[Bounds] // TPU_PROCESS_BOUNDS, when given (env or metadata)
+	ParentSkipMDS     Value[string] // the parent's TPU_SKIP_MDS_QUERY, when set
+	TorchXLAMetadata  bool          // the metadata server holds everything torch_xla reads from it
+	HostnameEndpoints bool          // worker-network-endpoints listed host names only, which torch_xla cannot read
+	// Where the accelerator type, the host list and the worker id came from.
+	Accelerator, Hostnames, WorkerID Source
+}
+
+// TPUFacts are the host's TPU facts.
+func (h *Host) TPUFacts() TPUFacts {
+	t := h.tpu()
+	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds, ParentSkipMDS: t.SkipMDS,
+		TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints, Accelerator: t.Accelerator.Source,
+		Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
+}
+
 // MultiHost reports whether the host is one of a TPU slice of several hosts.
 func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
 
@@ -272,8 +293,6 @@ func (tpu) usableNodes(h *Host) []string {
 	}
 	return paths
 }
-
-func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
 
 // settings are the chips and the slice description, each with its source, then the multislice values (secrets
 // redacted).
