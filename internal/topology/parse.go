@@ -148,16 +148,10 @@ func parseTPUEnvLine(n int, l string) (key, value string, err error) {
 	return k, v, nil
 }
 
-// ParseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker
+// parseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker
 // order. Each entry is `name:uid:ip` (the address is the third field) or, in the newer format, a host name alone;
-// anything else is an error, as in JAX's GceTpuCluster._get_worker_list_in_slice.
-func ParseEndpoints(body string) ([]string, error) {
-	hosts, _, err := parseEndpoints(body)
-	return hosts, err
-}
-
-// parseEndpoints is ParseEndpoints that also reports whether any entry was a host name alone: torch_xla's
-// get_worker_ips takes the third ':'-field of every entry and fails on that format.
+// anything else is an error, as in JAX's GceTpuCluster._get_worker_list_in_slice. names reports whether any entry
+// was a host name alone: torch_xla's get_worker_ips takes the third ':'-field of every entry and fails on that.
 func parseEndpoints(body string) (hosts []string, names bool, err error) {
 	t := strings.TrimSpace(body)
 	if t == "" {

@@ -82,8 +82,8 @@ func TestHostnameOnlyEndpoints(t *testing.T) {
 		t.Fatalf("env %v", e)
 	}
 	for _, bad := range []string{"a:b", "a:b:c:d", "w:1:", "w:1: ", ",", "a,,b"} {
-		if _, err := ParseEndpoints(bad); !errors.Is(err, ErrParse) {
-			t.Errorf("ParseEndpoints(%q) = %v, want a parse error", bad, err)
+		if _, _, err := parseEndpoints(bad); !errors.Is(err, ErrParse) {
+			t.Errorf("parseEndpoints(%q) = %v, want a parse error", bad, err)
 		}
 	}
 }
@@ -189,7 +189,7 @@ func TestOneChipRun(t *testing.T) {
 		env      map[string]string
 		wid      string
 		hosts    string // TPU_WORKER_HOSTNAMES of the worker; "" = unset
-		solo     int    // SoloNodeRank, the default request's node
+		solo     int    // SoloNode, the default request's node
 	}{
 		{name: "v5litepod-8", id: "0x0063", env: map[string]string{"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, wid: "0"},
 		{name: "tpu7x-8", id: "0x0076", env: map[string]string{"TPU_ACCELERATOR_TYPE": "tpu7x-8"}, wid: "0"},
@@ -209,8 +209,8 @@ func TestOneChipRun(t *testing.T) {
 			req := Request{NProcs: 1}
 			p, err := NewPlan(h, req, World{})
 			must(t, err)
-			if len(p.Workers) != 1 || len(p.Nodes) != 1 || SoloNode(h, req) != 0 || len(p.Local(SoloNode(h, req))) != 1 || SoloNodeRank(h) != tc.solo {
-				t.Fatalf("plan %+v, node %d, default node %d", p, SoloNode(h, req), SoloNodeRank(h))
+			if len(p.Workers) != 1 || len(p.Nodes) != 1 || SoloNode(h, req) != 0 || len(p.Local(SoloNode(h, req))) != 1 || SoloNode(h, Request{}) != tc.solo {
+				t.Fatalf("plan %+v, node %d, default node %d", p, SoloNode(h, req), SoloNode(h, Request{}))
 			}
 			e := p.Workers[0].Env
 			for _, k := range []string{"CLOUD_TPU_TASK_ID", "TPU_PROCESS_ADDRESSES", "TPU_PROCESS_PORT"} {

@@ -36,11 +36,6 @@ type World struct {
 // Solo reports whether w is the zero World: no rendezvous, the host as detected.
 func (w World) Solo() bool { return len(w.Nodes) == 0 }
 
-// SoloNodeRank is this host's node in a plan built from the detected host alone with the default request:
-// TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0. SoloNode answers for any request (a
-// one-chip run, --nprocs 1, is this host alone: node 0).
-func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
-
 // LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
 // slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
 func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
