@@ -1,7 +1,8 @@
 package topology
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -108,7 +109,7 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 	}
 	fam, ok := families[name]
 	if !ok {
-		return Accelerator{}, parseErrorf("accelerator type %q has unknown generation %q; known: %s", s, t[:i], strings.Join(familyNames(), ", "))
+		return Accelerator{}, parseErrorf("accelerator type %q has unknown generation %q; known: %s", s, t[:i], strings.Join(slices.Sorted(maps.Keys(families)), ", "))
 	}
 	n, err := ParseCount(num)
 	if err != nil {
@@ -125,15 +126,6 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 		return Accelerator{}, parseErrorf("accelerator type %q: %d chips on one host is not a known host shape (1, 2, 4 or 8)", s, a.ChipsPerHost())
 	}
 	return a, nil
-}
-
-func familyNames() []string {
-	out := make([]string, 0, len(families))
-	for k := range families {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // deriveAccelerator names the single-host slice that n chips of family name make ("v4-8" for 4 v4 chips).

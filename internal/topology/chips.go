@@ -221,11 +221,7 @@ func (h *Host) checkWorkerID() error {
 // first TPU_NUM_DEVICES.
 func (h *Host) usableChips() error {
 	t := h.tpu()
-	all := make([]int, len(t.Chips))
-	for i := range all {
-		all[i] = i
-	}
-	t.Usable = val(all, t.ChipsSource)
+	t.Usable = val(indices(len(t.Chips)), t.ChipsSource)
 	if t.VisibleChips.IsSet() {
 		for _, c := range t.VisibleChips.V {
 			if c >= len(t.Chips) {
@@ -308,6 +304,15 @@ func indexChoices(n int) []string {
 	}
 	if n > 16 {
 		out = append(out, fmt.Sprintf("... %d", n-1))
+	}
+	return out
+}
+
+// indices are 0..n-1.
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
 	}
 	return out
 }

@@ -188,16 +188,9 @@ func (d *detector) spmd() error {
 		d.h.SPMD = val(true, Flag("spmd"))
 		return nil
 	}
-	if v, ok := d.lookup("XLA_USE_SPMD"); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return envErr("XLA_USE_SPMD", v, err, "use 1 or 0")
-		}
-		d.h.SPMD = val(b, Env("XLA_USE_SPMD"))
-		return nil
-	}
 	d.h.SPMD = val(false, Default())
-	return nil
+	return readEnv(d, &d.h.SPMD, func(v string) (bool, error) { return strconv.ParseBool(strings.TrimSpace(v)) }, "use 1 or 0",
+		"XLA_USE_SPMD")
 }
 
 // envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from the same variables a TPU slice
@@ -241,14 +234,7 @@ func (d *detector) slurmNodes() bool {
 
 // index reads the first of names that is set as a node index.
 func (d *detector) index(names ...string) (Value[int], error) {
-	for _, name := range names {
-		if v, ok := d.lookup(name); ok {
-			n, err := ParseIndex(v)
-			if err != nil {
-				return Value[int]{}, envErr(name, v, err, "use this node's index, from 0")
-			}
-			return val(n, Env(name)), nil
-		}
-	}
-	return Value[int]{}, nil
+	var v Value[int]
+	err := readEnv(d, &v, ParseIndex, "use this node's index, from 0", names...)
+	return v, err
 }

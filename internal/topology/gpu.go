@@ -104,11 +104,7 @@ func (d *detector) gpu() error {
 		}
 		g.GPUSource = Dev(h.DevRoot + "/nvidia*")
 	}
-	all := make([]int, len(g.GPUs))
-	for i := range all {
-		all[i] = i
-	}
-	g.UsableGPUs = val(all, g.GPUSource)
+	g.UsableGPUs = val(indices(len(g.GPUs)), g.GPUSource)
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
 		if CUDAHidesAll(v) {

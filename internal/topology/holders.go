@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,8 +58,7 @@ func eachFD(procRoot string, fn func(pid int, target string) bool) error {
 			pids = append(pids, pid)
 		}
 	}
-	// os.ReadDir sorts by name, so sort numerically.
-	sortInts(pids)
+	slices.Sort(pids) // os.ReadDir sorts by name
 	for _, pid := range pids {
 		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
 		fds, err := os.ReadDir(fdDir)
@@ -76,14 +76,6 @@ func eachFD(procRoot string, fn func(pid int, target string) bool) error {
 		}
 	}
 	return nil
-}
-
-func sortInts(xs []int) {
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
 }
 
 // command returns a process's command line (or its comm name when the command line is empty).

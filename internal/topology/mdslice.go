@@ -119,10 +119,7 @@ func (d *detector) mdBounds(kv map[string]string, src Source) error {
 		if !ok || b.dst.IsSet() {
 			continue
 		}
-		bb, err := ParseBounds(v)
-		if err == nil && len(bb) != 3 {
-			err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
-		}
+		bb, err := parseGrid(v)
 		if err != nil {
 			return d.md.parsed(KeyTPUEnv, fmt.Errorf("%s: %w", b.key, err))
 		}

@@ -82,7 +82,7 @@ func ParseHostList(s string) ([]string, error) {
 		if h == "" {
 			return nil, parseErrorf("host list %q: entry %d is empty", s, i+1)
 		}
-		if err := checkHost(h); err != nil {
+		if err := hostname.Check(h); err != nil {
 			return nil, parseErrorf("host list %q: entry %d: %v", s, i+1, err)
 		}
 		if seen[h] {
@@ -93,9 +93,6 @@ func ParseHostList(s string) ([]string, error) {
 	}
 	return out, nil
 }
-
-// checkHost is hostname.Check: an IP address or a DNS host name, the one rule for a host in tpurun.
-func checkHost(h string) error { return hostname.Check(h) }
 
 // ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
 // skipped; anything else is an error naming the line.
@@ -172,7 +169,7 @@ func parseEndpoints(body string) (hosts []string, names bool, err error) {
 		if host == "" {
 			return nil, false, parseErrorf("worker-network-endpoints entry %d %q has no address", i+1, clip(e))
 		}
-		if err := checkHost(host); err != nil {
+		if err := hostname.Check(host); err != nil {
 			return nil, false, parseErrorf("worker-network-endpoints entry %d: %v", i+1, err)
 		}
 		if seen[host] {
