@@ -179,58 +179,6 @@ func spreadWorld(local *Plan, w World) *Plan {
 	return p
 }
 
-// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
-// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
-// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
-// their ranks (a node starts its own workers only), unless w.EverySlice (a plan shown: otherSlices).
-func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
-	self := w.Nodes[w.NodeRank]
-	addrs := w.addrs()
-	var hosts []string
-	sliceRank := -1
-	for i, n := range w.Nodes {
-		if n.SliceID == self.SliceID {
-			if i == w.NodeRank {
-				sliceRank = len(hosts)
-			}
-			hosts = append(hosts, addrs[i])
-		}
-	}
-	req.Hosts, req.NodeRank = hosts, sliceRank
-	sp, err := NewPlan(h, req, World{})
-	if err != nil {
-		return nil, err
-	}
-	first := w.firstRanks()
-	world := &Plan{Device: sp.Device}
-	others := newOtherSlices(h, req, w, addrs, first)
-	sliceFirst, inSlice := -1, 0
-	for i, n := range w.Nodes {
-		world.Nodes = append(world.Nodes, Node{Rank: i, Host: n.Host, LocalWorkers: n.LocalWorkers})
-		if n.SliceID != self.SliceID {
-			wks, err := others.workers(i, first[i])
-			if err != nil {
-				return nil, err
-			}
-			world.Workers = append(world.Workers, wks...)
-			continue
-		}
-		if sliceFirst < 0 {
-			sliceFirst = first[i]
-		}
-		for _, wk := range sp.Local(inSlice) {
-			reps := make([]int, len(wk.Replicas))
-			for j, r := range wk.Replicas {
-				reps[j] = r + sliceFirst*len(wk.Replicas)
-			}
-			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank,
-				NodeRank: i, Replicas: reps, Env: wk.Env})
-		}
-		inSlice++
-	}
-	return world, nil
-}
-
 // megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
 // every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing. The coordinator's address and
 // port that a worker inherits (its slice's env: GKE, a JobSet's downward API, tpu-env) are kept as given, byte for
