@@ -14,22 +14,14 @@ func init() { register(cpu{}) }
 // cpu is the CPU kind: one worker per process asked for (one by default), each a PJRT CPU client.
 type cpu struct{ perHost }
 
-func (cpu) Device() Device { return CPU }
-
-func (cpu) PerCore() bool { return true }
-
-func (cpu) NCCL() bool { return false }
-
-func (cpu) preference() int { return 0 }
-
-func (cpu) pjrt() []string { return []string{"CPU"} }
-
-func (cpu) aliases() []string { return nil }
-
-func (cpu) devices(*Host) []Chip { return nil }
-
-func (cpu) perRank() []string { return nil }
-
+func (cpu) Device() Device         { return CPU }
+func (cpu) PerCore() bool          { return true }
+func (cpu) NCCL() bool             { return false }
+func (cpu) preference() int        { return 0 }
+func (cpu) pjrt() []string         { return []string{"CPU"} }
+func (cpu) aliases() []string      { return nil }
+func (cpu) devices(*Host) []Chip   { return nil }
+func (cpu) perRank() []string      { return nil }
 func (cpu) devNodeGlobs() []string { return nil }
 
 // claim: every host has CPUs, so auto detection ends here.
@@ -54,7 +46,6 @@ func (cpu) plan(h *Host, req Request) (*Plan, error) {
 	}
 	return p, nil
 }
-
 func (cpu) settings(h *Host) []Setting { return []Setting{spmdSetting(h)} }
 
 // CPUPlan is the single-host plan of n CPU workers: the embedded default that needs no accelerator.

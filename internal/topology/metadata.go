@@ -116,9 +116,7 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 	ctx, cancel := context.WithDeadline(ctx, m.deadline)
 	defer cancel()
 	var last error
-	status := 0
-	backoff := m.backoff
-	attempt := 0
+	status, backoff, attempt := 0, m.backoff, 0
 	for attempt < m.attempts {
 		attempt++
 		start := time.Now()
@@ -130,27 +128,27 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 		}
 		if st == 0 && last != nil && ctx.Err() != nil {
 			// The budget ran out during a retry: keep what the earlier attempts learnt (status, refusal).
-			err = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last)
-			st = status
+			err, st = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last), status
 		}
-		status = st
-		last = err
-		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts {
+		status, last = st, err
+		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts || !sleep(ctx, backoff) {
 			break // no wait after the last attempt
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if last == nil {
-				last = ctx.Err()
-			}
-			return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
-		case <-t.C:
 		}
 		backoff *= 2
 	}
 	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
+}
+
+// sleep waits d unless ctx ends first, and reports whether it waited.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // errStatus is an HTTP answer other than 200.

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -43,12 +44,8 @@ func scanPCI(sysfsRoot string) (pciScan, error) {
 	if err != nil {
 		return s, fmt.Errorf("scan PCI devices in %s: %w", dir, err)
 	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names) // PCI address order = chip index order
-	for _, name := range names {
+	for _, e := range entries { // os.ReadDir sorts by name: PCI address order = chip index order
+		name := e.Name()
 		vendor := strings.ToLower(readTrim(filepath.Join(dir, name, "vendor")))
 		if vendor == "" {
 			continue
@@ -86,30 +83,16 @@ func numberedNodes(dir, prefix string) []string {
 	if err != nil {
 		return nil
 	}
-	type node struct {
-		n    int
-		path string
-	}
-	var nodes []node
+	byNumber := map[int]string{}
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) {
-			continue
+		num, ok := strings.CutPrefix(e.Name(), prefix)
+		if n, err := strconv.Atoi(num); ok && isDigits(num) && err == nil {
+			byNumber[n] = filepath.Join(dir, e.Name())
 		}
-		num := name[len(prefix):]
-		if !isDigits(num) {
-			continue
-		}
-		n, err := strconv.Atoi(num)
-		if err != nil {
-			continue
-		}
-		nodes = append(nodes, node{n, filepath.Join(dir, name)})
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].n < nodes[j].n })
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.path
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(byNumber)) {
+		out = append(out, byNumber[n])
 	}
 	return out
 }

@@ -115,16 +115,11 @@ func (w World) firstRanks() []int {
 // device node is guarded.
 type perHost struct{}
 
-func (perHost) FixedSlice() bool { return false }
-
-func (perHost) JAXCoordinator() bool { return true }
-
-func (perHost) nodes(d *detector) { d.envNodes() }
-
-func (perHost) soloNode(*Host, Request) int { return 0 }
-
-func (perHost) usableNodes(*Host) []string { return nil }
-
+func (perHost) FixedSlice() bool                             { return false }
+func (perHost) JAXCoordinator() bool                         { return true }
+func (perHost) nodes(d *detector)                            { d.envNodes() }
+func (perHost) soloNode(*Host, Request) int                  { return 0 }
+func (perHost) usableNodes(*Host) []string                   { return nil }
 func (perHost) probe(context.Context, *Host, Options) *Probe { return nil }
 
 func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
