@@ -198,38 +198,21 @@ func (d *detector) spmd() error {
 // in NodeErr for the run that needs it. (A TPU host has read them already, and malformed values failed detection.)
 func (d *detector) envNodes() {
 	h := d.h
-	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
-		hosts, err := ParseHostList(v)
-		if err != nil {
-			h.NodeErr = envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host, comma-separated, in node order")
-			return
-		}
-		h.NodeHosts = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order", "TPU_WORKER_HOSTNAMES")
+	if h.NodeErr == nil && (h.NodeHosts.IsSet() || !d.slurmNodes()) {
 		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
-		return
 	}
-	if d.slurmNodes() {
-		return
-	}
-	h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 }
 
 // slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether the list is
 // set.
 func (d *detector) slurmNodes() bool {
 	h := d.h
-	v, ok := d.lookup("SLURM_JOB_NODELIST")
-	if !ok {
-		return false
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way", "SLURM_JOB_NODELIST")
+	if h.NodeErr == nil && h.NodeHosts.IsSet() {
+		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
 	}
-	hosts, err := ParseSlurmNodelist(v)
-	if err != nil {
-		h.NodeErr = envErr("SLURM_JOB_NODELIST", v, err, "fix the node list, or name the hosts another way")
-		return true
-	}
-	h.NodeHosts = val(hosts, Env("SLURM_JOB_NODELIST"))
-	h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
-	return true
+	return h.NodeErr != nil || h.NodeHosts.IsSet()
 }
 
 // index reads the first of names that is set as a node index.

@@ -60,7 +60,7 @@ func (gpu) detect(_ context.Context, d *detector) error {
 // claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
 func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
-	src := d.gpuSource(scan)
+	_, src := gpuDevices(d.h.DevRoot, scan)
 	switch {
 	case !src.IsSet():
 		return Value[Device]{}, false
@@ -91,19 +91,7 @@ func (d *detector) gpu() error {
 	if err != nil {
 		return err
 	}
-	if gpus := gpuChips(scan); len(gpus) > 0 {
-		g.GPUs, g.GPUSource = gpus, Sysfs(scan.dir)
-		for i, n := range gpuNodes(h.DevRoot) {
-			if i < len(g.GPUs) {
-				g.GPUs[i].DevNode = n
-			}
-		}
-	} else if nodes := gpuNodes(h.DevRoot); len(nodes) > 0 {
-		for i, n := range nodes {
-			g.GPUs = append(g.GPUs, Chip{Index: i, DevNode: n})
-		}
-		g.GPUSource = Dev(h.DevRoot + "/nvidia*")
-	}
+	g.GPUs, g.GPUSource = gpuDevices(h.DevRoot, scan)
 	g.UsableGPUs = val(indices(len(g.GPUs)), g.GPUSource)
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
@@ -133,18 +121,23 @@ func gpuChips(scan pciScan) []Chip {
 	})
 }
 
-// gpuNodes lists /dev/nvidiaN, sorted by number (not nvidiactl, nvidia-uvm, ...).
-func gpuNodes(devRoot string) []string { return numberedNodes(devRoot, "nvidia") }
-
-// gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
-func (d *detector) gpuSource(scan pciScan) Source {
-	switch {
-	case len(gpuChips(scan)) > 0:
-		return Sysfs(scan.dir)
-	case len(gpuNodes(d.h.DevRoot)) > 0:
-		return Dev(d.h.DevRoot + "/nvidia*")
+// gpuDevices are the NVIDIA GPUs found, with their device nodes /dev/nvidiaN (not nvidiactl, nvidia-uvm, ...), and
+// where: sysfs, else the device nodes alone; an unset Source when none was.
+func gpuDevices(devRoot string, scan pciScan) ([]Chip, Source) {
+	gpus, nodes := gpuChips(scan), numberedNodes(devRoot, "nvidia")
+	if len(gpus) == 0 {
+		for i, n := range nodes {
+			gpus = append(gpus, Chip{Index: i, DevNode: n})
+		}
+		if len(gpus) == 0 {
+			return nil, Source{}
+		}
+		return gpus, Dev(devRoot + "/nvidia*")
 	}
-	return Source{}
+	for i := range min(len(gpus), len(nodes)) {
+		gpus[i].DevNode = nodes[i]
+	}
+	return gpus, Sysfs(scan.dir)
 }
 
 // cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
