@@ -33,12 +33,7 @@ func Holders(procRoot string, paths []string) ([]Holder, error) {
 	}
 	var out []Holder
 	err := eachFD(procRoot, func(pid int, target string) bool {
-		if p, ok := want[target]; ok {
-			for _, h := range out {
-				if h.PID == pid && h.Path == p {
-					return true
-				}
-			}
+		if p, ok := want[target]; ok && !slices.ContainsFunc(out, func(h Holder) bool { return h.PID == pid && h.Path == p }) {
 			out = append(out, Holder{PID: pid, Command: command(procRoot, pid), Path: p})
 		}
 		return true

@@ -73,12 +73,8 @@ func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *
 	if log == nil {
 		log = zap.NewNop()
 	}
-	timeout := defaultRequestTimeout
-	if timeout > budget {
-		timeout = budget
-	}
 	return &MetadataClient{
-		base: strings.TrimRight(base, "/"), http: hc, timeout: timeout, attempts: defaultAttempts,
+		base: strings.TrimRight(base, "/"), http: hc, timeout: min(defaultRequestTimeout, budget), attempts: defaultAttempts,
 		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
 	}
 }

@@ -12,27 +12,20 @@ import (
 const maxCount = 1 << 16
 
 // ParseCount parses a positive whole number such as TPU_NUM_DEVICES=4: digits only, no sign, at most 65536.
-func ParseCount(s string) (int, error) {
-	t := strings.TrimSpace(s)
-	if !isDigits(t) {
-		return 0, parseErrorf("%q is not a positive whole number", s)
-	}
-	n, err := strconv.Atoi(t)
-	if err != nil || n < 1 || n > maxCount {
-		return 0, parseErrorf("%q is not a whole number between 1 and %d", s, maxCount)
-	}
-	return n, nil
-}
+func ParseCount(s string) (int, error) { return parseWhole(s, 1, "positive") }
 
-// ParseIndex parses a non-negative whole number such as TPU_WORKER_ID=1.
-func ParseIndex(s string) (int, error) {
+// ParseIndex parses a non-negative whole number such as TPU_WORKER_ID=1, below 65536.
+func ParseIndex(s string) (int, error) { return parseWhole(s, 0, "non-negative") }
+
+// parseWhole parses digits as a number from lo to lo+maxCount-1.
+func parseWhole(s string, lo int, what string) (int, error) {
 	t := strings.TrimSpace(s)
 	if !isDigits(t) {
-		return 0, parseErrorf("%q is not a non-negative whole number", s)
+		return 0, parseErrorf("%q is not a %s whole number", s, what)
 	}
 	n, err := strconv.Atoi(t)
-	if err != nil || n >= maxCount {
-		return 0, parseErrorf("%q is not a whole number between 0 and %d", s, maxCount-1)
+	if hi := lo + maxCount - 1; err != nil || n < lo || n > hi {
+		return 0, parseErrorf("%q is not a whole number between %d and %d", s, lo, hi)
 	}
 	return n, nil
 }

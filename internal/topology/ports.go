@@ -55,12 +55,8 @@ func listeningInodes(path string, port int) ([]string, error) {
 	defer f.Close()
 	var out []string
 	sc := bufio.NewScanner(f)
-	first := true
+	sc.Scan() // the header
 	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 10 || fields[3] != "0A" {
 			continue

@@ -3,9 +3,9 @@ package topology
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -314,15 +314,9 @@ func (tpu) settings(h *Host) []Setting {
 		Setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
 		Setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
-	keys := make([]string, 0, len(t.Megascale))
-	for k := range t.Megascale {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(t.Megascale)) {
 		v := t.Megascale[k]
 		out = append(out, Setting{k, v.V, v.Source}) // a secret's value is the printer's to hide
-
 	}
 	return out
 }
