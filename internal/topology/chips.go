@@ -248,7 +248,7 @@ func (h *Host) usableChips() error {
 // chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
 func (h *Host) checkGivenBounds() error {
 	t := h.tpu()
-	if hb := t.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
+	if hb := t.HostBounds; given(hb.Source) {
 		hosts, what, src := 1, "this host alone (no host list given)", t.ChipsSource
 		switch {
 		case t.Hostnames.IsSet():
@@ -272,7 +272,7 @@ func (h *Host) checkGivenBounds() error {
 func (h *Host) checkGivenChipBounds() error {
 	t := h.tpu()
 	cb := t.ChipsPerHostBounds
-	if !cb.IsSet() || cb.Source.Kind == FromDerived || cb.Source.Kind == FromDefault {
+	if !given(cb.Source) {
 		return nil
 	}
 	chips, src := len(t.Chips), t.ChipsSource

@@ -58,7 +58,10 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		return md.parsed(KeyTPUEnv, err)
 	}
 	src := Metadata(md.URL(KeyTPUEnv))
-	if err := d.mdAccelerator(ctx, kv, src); err != nil {
+	t := h.tpu()
+	// The accelerator type: tpu-env's ACCELERATOR_TYPE, else the key accelerator-type.
+	err = mdValue(ctx, d, &t.Accelerator, kv, "ACCELERATOR_TYPE", KeyTPUEnv, KeyAcceleratorType, src, ParseAcceleratorType)
+	if err != nil {
 		return err
 	}
 	if err := d.mdBounds(kv, src); err != nil {
@@ -70,8 +73,10 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 	}
 	complete := torchXLAReads(kv)
-	if h.tpu().Accelerator.V.Hosts() > 1 {
-		if err := d.mdWorkerID(ctx, kv, src); err != nil {
+	if t.Accelerator.V.Hosts() > 1 {
+		// This host's index: tpu-env's WORKER_ID, else the key agent-worker-number.
+		err := mdValue(ctx, d, &t.WorkerID, kv, "WORKER_ID", KeyWorkerNumber, KeyWorkerNumber, src, ParseIndex)
+		if err != nil {
 			return err
 		}
 		names, err := d.mdHostnames(ctx)
@@ -80,31 +85,30 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 		complete = complete && !names
 	}
-	h.tpu().TorchXLAMetadata = complete
+	t.TorchXLAMetadata = complete
 	return nil
 }
 
-// mdAccelerator reads the accelerator type, unless flags or env gave it: tpu-env's ACCELERATOR_TYPE, else the key
-// accelerator-type.
-func (d *detector) mdAccelerator(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.tpu().Accelerator.IsSet() {
+// mdValue sets dst, unless flags or env set it, from tpu-env's key, else from the metadata key alt. A value that
+// does not parse names the key bad (tpu-env's value) or alt.
+func mdValue[T any](ctx context.Context, d *detector, dst *Value[T], kv map[string]string, key, bad, alt string, src Source,
+	parse func(string) (T, error)) error {
+	if dst.IsSet() {
 		return nil
 	}
-	md := d.md
-	t, ok := kv["ACCELERATOR_TYPE"]
-	key := KeyTPUEnv
+	v, ok := kv[key]
 	if !ok {
 		var err error
-		if t, err = md.Get(ctx, KeyAcceleratorType); err != nil {
+		if v, err = d.md.Get(ctx, alt); err != nil {
 			return err
 		}
-		src, key = Metadata(md.URL(KeyAcceleratorType)), KeyAcceleratorType
+		src, bad = Metadata(d.md.URL(alt)), alt
 	}
-	a, err := ParseAcceleratorType(t)
+	x, err := parse(v)
 	if err != nil {
-		return md.parsed(key, err)
+		return d.md.parsed(bad, err)
 	}
-	d.h.tpu().Accelerator = val(a, src)
+	*dst = val(x, src)
 	return nil
 }
 
@@ -125,29 +129,6 @@ func (d *detector) mdBounds(kv map[string]string, src Source) error {
 		}
 		*b.dst = val(bb, src)
 	}
-	return nil
-}
-
-// mdWorkerID reads this host's index in a multi-host slice, unless env gave it: tpu-env's WORKER_ID, else the key
-// agent-worker-number.
-func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.tpu().WorkerID.IsSet() {
-		return nil
-	}
-	md := d.md
-	v, ok := kv["WORKER_ID"]
-	if !ok {
-		var err error
-		if v, err = md.Get(ctx, KeyWorkerNumber); err != nil {
-			return err
-		}
-		src = Metadata(md.URL(KeyWorkerNumber))
-	}
-	n, err := ParseIndex(v)
-	if err != nil {
-		return md.parsed(KeyWorkerNumber, err)
-	}
-	d.h.tpu().WorkerID = val(n, src)
 	return nil
 }
 
