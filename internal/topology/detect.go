@@ -41,19 +41,15 @@ type Options struct {
 }
 
 // Host is everything detected about this host, each value with its source: the device, what every kind's host
-// has (the SPMD switch, its place among the job's nodes, the OS roots), and the state the device's kind detected,
-// which only the kind's own code reads (the TPU kind's tpuHost: the chips and the slice; the GPU kind's gpuHost: the
-// GPUs).
-// Accessors give callers outside the package what they need of a kind's state (AcceleratorType, Megascale).
+// has, and the state the device's kind detected, which only the kind's own code reads; accessors give callers what
+// they need of it (AcceleratorType, Megascale, TPUFacts, CUDAVisible).
 type Host struct {
 	Device Value[Device] `json:"device"`
 	// ReplicasPerChip counts the devices each chip shows (2 TensorCores on v2/v3 TPUs); 1 on every other host.
 	ReplicasPerChip int `json:"replicas_per_chip"`
-	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous, from the first source that
-	// is set: the slice's host list (TPU_WORKER_HOSTNAMES or the metadata server, with TPU_WORKER_ID), a batch
-	// scheduler's (SLURM_JOB_NODELIST with SLURM_NODEID), or JOB_COMPLETION_INDEX for the rank alone. NodeErr is
-	// why they could not be read on a host that is not a TPU (a TPU host fails detection instead); it is reported
-	// only by a run that needs them, so a single-host run inside a SLURM job is not stopped by its variables.
+	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous: the slice's host list and
+	// worker id, else SLURM_JOB_NODELIST and SLURM_NODEID, else JOB_COMPLETION_INDEX alone. NodeErr is why they
+	// could not be read (not on a TPU, which fails detection instead), reported only by a run that needs them.
 	NodeHosts Value[[]string] `json:"node_hosts"`
 	NodeRank  Value[int]      `json:"node_rank"`
 	NodeErr   error           `json:"-"`
@@ -98,9 +94,9 @@ type detector struct {
 }
 
 // Detect finds the devices and topology of this host: flags > env > sysfs/dev > GCE metadata > defaults. The
-// metadata server is asked only for a TPU host whose slice env does not describe (TPU_SKIP_MDS_QUERY, or the
-// accelerator type with the host list of a multi-host slice); each key at most once, within opts.MetadataBudget.
-// A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *failure.ConfigError.
+// metadata server is asked only for a TPU slice env does not describe, each key at most once, within
+// opts.MetadataBudget; a single host whose metadata fails is planned from sysfs. Malformed values are
+// *failure.ConfigError.
 func Detect(ctx context.Context, opts Options) (*Host, error) {
 	d := &detector{opts: opts, env: opts.LookupEnv, log: opts.Logger}
 	if d.env == nil {
@@ -193,9 +189,8 @@ func (d *detector) spmd() error {
 		"XLA_USE_SPMD")
 }
 
-// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from the same variables a TPU slice
-// is described by (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, JOB_COMPLETION_INDEX), else SLURM's. A malformed one is kept
-// in NodeErr for the run that needs it. (A TPU host has read them already, and malformed values failed detection.)
+// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from TPU_WORKER_HOSTNAMES,
+// TPU_WORKER_ID and JOB_COMPLETION_INDEX, else SLURM's variables; a malformed one is kept in NodeErr.
 func (d *detector) envNodes() {
 	h := d.h
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order", "TPU_WORKER_HOSTNAMES")
@@ -204,8 +199,7 @@ func (d *detector) envNodes() {
 	}
 }
 
-// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether the list is
-// set.
+// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether it is set.
 func (d *detector) slurmNodes() bool {
 	h := d.h
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way", "SLURM_JOB_NODELIST")

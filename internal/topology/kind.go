@@ -11,9 +11,8 @@ import (
 type Device string
 
 // A Kind is one kind of accelerator: how detection finds it on a host, what its workers are told, which device
-// nodes its holders open and what doctor shows of it. Each accelerator kind (gpu, tpu; cpu, the default) registers
-// itself once; the registry (kindOf, Device.Kind) is the only place that looks kinds up, and nothing outside the
-// package names one.
+// nodes its holders open and what doctor shows of it. Each kind registers itself once; the registry (kindOf,
+// Device.Kind) is the only place that looks kinds up.
 type Kind interface {
 	// Device is the kind's name.
 	Device() Device
@@ -21,7 +20,7 @@ type Kind interface {
 	// auto) means one worker per core.
 	PerCore() bool
 	// FixedSlice reports whether the hosts of a world are one slice of chips: every host runs the same workers,
-	// and one launcher owns each host. Otherwise nodes may run different numbers of workers and share a host.
+	// and one launcher owns each host.
 	FixedSlice() bool
 	// JAXCoordinator reports whether the workers need JAX_COORDINATOR_ADDRESS from the launcher (on a TPU slice
 	// JAX's cloud-TPU detection finds host 0 itself).

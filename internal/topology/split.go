@@ -7,8 +7,7 @@ import (
 	"tpurun/internal/failure"
 )
 
-// Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
-// How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
+// Slice validates the request against the host and returns the slice that Plan turns into env (docs/TOPOLOGY.md).
 func (h *Host) Slice(req Request) (*Slice, error) {
 	if !h.Device.V.Kind().FixedSlice() {
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []failure.Source{h.Device.Source}}
@@ -69,8 +68,7 @@ func (h *Host) resolve(req Request) (resolved, error) {
 	if err := h.checkHosts(r); err != nil {
 		return r, err
 	}
-	// xmp.spawn(nprocs=1) runs one process on one chip of this host, whatever the slice (pjrt.py
-	// _run_singleprocess): --nprocs 1 without a rendezvous is that run.
+	// --nprocs 1 without a rendezvous is xmp.spawn(nprocs=1)'s one-chip run, whatever the slice (pjrt.py).
 	r.single = !r.spmd && req.NProcs == 1 && req.Hosts == nil
 	r.sliceHosts, r.sliceNode = r.hosts, r.node
 	if r.single {
@@ -100,8 +98,7 @@ func (h *Host) checkHosts(r resolved) error {
 	return nil
 }
 
-// newSlice is the slice of r before its processes are laid out: the hosts, the usable chips (a count that has a
-// chip grid), the host's bounds, and the env every worker gets as is.
+// newSlice is the slice of r before its processes are laid out.
 func (h *Host) newSlice(r resolved) (*Slice, error) {
 	t := h.tpu()
 	n := len(t.Usable.V)
@@ -172,8 +169,7 @@ func (h *Host) chipProcesses(s *Slice, r resolved, givenPB Bounds, givenProcs in
 }
 
 // procsPerHost is the number of one-chip processes on each host: nprocs, else the size of a given
-// TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes: min(local chips, its size)), else
-// one per usable chip. It must be a valid split of the chips that matches the env's limit and the other hosts.
+// TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes), else one per usable chip.
 func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, error) {
 	n := len(h.tpu().Usable.V)
 	k := r.req.NProcs
@@ -197,9 +193,7 @@ func (h *Host) checkProcs(k int, r resolved) error {
 	sources := []failure.Source{t.Usable.Source}
 	switch {
 	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
-		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count. Compared
-		// once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a valid subset
-		// by the check before: nprocs must use exactly the chips the env gives.
+		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips: nprocs must use exactly those.
 		return h.envLimitError(k, r.req)
 	case len(r.hosts) > 1 && k != n:
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
@@ -249,11 +243,9 @@ func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs in
 		return nil
 	}
 	if t.Family == "tpu7x" && !r.spmd && !r.single && s.SkipMDS == "" && s.ProcsPerHost == len(t.Chips) {
-		// torch_xla's configure_topology appends a core dimension for generation 7 to the grid it computes for the
-		// whole slice (unverified in practice). Only where a worker reads the slice from the metadata server: under
-		// TPU_SKIP_MDS_QUERY the xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers (tpu.py
-		// MeshShape.from_string) and would fail. A subset is asked of xmp.spawn with a three-number
-		// TPU_PROCESS_BOUNDS, which it keeps.
+		// torch_xla's configure_topology appends a core dimension for generation 7 to the whole slice's grid
+		// (unverified in practice); only where workers read the metadata server, as under TPU_SKIP_MDS_QUERY the
+		// xla:// handler re-parses exactly three numbers (tpu.py MeshShape.from_string).
 		s.ProcessBounds = append(append(Bounds(nil), s.ProcessBounds...), 2)
 	}
 	return nil
@@ -274,9 +266,8 @@ func (h *Host) processCountError(givenProcs, want, k, hosts int, req Request) er
 // given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
 func given(s Source) bool { return s.IsSet() && s.Kind != FromDerived && s.Kind != FromDefault }
 
-// givenProcessBounds is the parent's TPU_PROCESS_BOUNDS as a three-number process grid and the processes it
-// counts (nil when unset). tpu7x's trailing core dimension (torch_xla writes ",2") counts none and is dropped: the
-// plan decides it. A fourth number on any other generation is refused.
+// givenProcessBounds is the parent's TPU_PROCESS_BOUNDS as a three-number grid and the processes it counts (nil
+// when unset); tpu7x's trailing core dimension (",2") is dropped, a fourth number elsewhere refused.
 func (h *Host) givenProcessBounds() (Bounds, int, error) {
 	t := h.tpu()
 	if !t.ProcessBounds.IsSet() {
@@ -337,11 +328,9 @@ const (
 )
 
 // WorkerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset), and why. torch_xla reads the
-// slice from env exactly when it is set (tpu.py _using_env_vars); with it, host_index() is CLOUD_TPU_TASK_ID before
-// TPU_WORKER_ID (build_tpu_env_from_vars). So the workers read the same source tpurun planned from: the parent's
-// value when it had one; the metadata server when tpurun read the slice from it and it holds all torch_xla reads
-// (host_index() is then the host's WORKER_ID, as in xmp.spawn's children on GCE); else env, with "true" as GKE
-// writes it, when it can carry the accelerator type.
+// slice from env exactly when it is set (tpu.py _using_env_vars), so the workers read the source tpurun planned
+// from: the parent's value; the metadata server when it holds all torch_xla reads; else env ("true", as GKE
+// writes it) when env can carry the accelerator type.
 func (h *Host) WorkerSkipMDS(req Request) (string, SkipReason) {
 	t := h.tpu()
 	sliceHosts := max(len(t.Hostnames.V), 1)

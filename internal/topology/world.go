@@ -20,16 +20,14 @@ type WorldNode struct {
 }
 
 // World is the agreed world of a run: every node in node-rank order, which one this host is, and the multi-slice
-// setting. The zero World is "this host alone, as detected": the hosts of an env- or metadata-described slice, or
-// this one host.
+// setting. The zero World is this host alone, as detected.
 type World struct {
 	Nodes                []WorldNode
 	NodeRank             int
 	NumSlices            int    // > 1: a multi-slice job (MEGASCALE_*)
 	MegascaleCoordinator string // host 0 of slice 0, the address alone
 	MegascalePort        int
-	// EverySlice plans the workers of every slice with their env, not only this node's slice's: what a plan
-	// shown for the whole job needs (JobLayout.World), and a run does not.
+	// EverySlice plans every slice's workers with their env, not only this node's slice's (a plan shown).
 	EverySlice bool
 }
 
@@ -42,10 +40,8 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
 }
 
-// worldPlan builds the plan of the agreed world w (NewPlan's part for a world of several nodes) from this host's
-// detection and request, purely: it opens no socket (ports are checked before the start by (*Plan).CheckPorts).
-// TPU slices are planned per slice (the slice's hosts in node order); CPU and GPU worlds give node n's local rank lr
-// the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
+// worldPlan is NewPlan's plan of a world of several nodes: TPU slices are planned per slice (its hosts in node
+// order), CPU and GPU worlds laid end to end (spreadWorld); a multi-slice world gets MEGASCALE_* on every worker.
 func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
@@ -110,9 +106,8 @@ func (w World) firstRanks() []int {
 	return out
 }
 
-// perHost is what the CPU and GPU kinds share: each host is planned alone, a world lays the hosts' plans end to end
-// (spreadWorld) and may give its nodes different numbers of workers, the nodes come from the environment, and no
-// device node is guarded.
+// perHost is what the CPU and GPU kinds share: each host is planned alone and a world lays the hosts' plans end to
+// end (spreadWorld), its nodes may run different numbers of workers, and no device node is guarded.
 type perHost struct{}
 
 func (perHost) FixedSlice() bool                             { return false }
@@ -138,9 +133,9 @@ func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	return spreadWorld(local, w), nil
 }
 
-// spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
-// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica. As
-// torchrun assigns them, ROLE_RANK and ROLE_WORLD_SIZE count the workers of the node's role, in node order.
+// spreadWorld turns the plan of one host into the world of w: node n's local rank lr is the global rank of the
+// workers before n plus lr and owns that replica; ROLE_RANK and ROLE_WORLD_SIZE count within the node's role, as
+// torchrun's do.
 func spreadWorld(local *Plan, w World) *Plan {
 	p := &Plan{Device: local.Device}
 	first := w.firstRanks()
@@ -174,10 +169,8 @@ func spreadWorld(local *Plan, w World) *Plan {
 	return p
 }
 
-// megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
-// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing. The coordinator's address and
-// port that a worker inherits (its slice's env: GKE, a JobSet's downward API, tpu-env) are kept as given, byte for
-// byte: the agreed world only fills in what the environment did not say.
+// megascale sets the MEGASCALE_* variables on every worker of p that has an env (TPU_FACTS.md) in a multi-slice
+// world. A coordinator address and port the worker inherits (GKE, a JobSet's downward API, tpu-env) are kept.
 func (w World) megascale(p *Plan) {
 	if w.NumSlices <= 1 {
 		return
