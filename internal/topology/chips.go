@@ -59,8 +59,7 @@ func (d *detector) chipsFromPCI() error {
 	return nil
 }
 
-// chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them (a
-// container that hides them); with no type either, there is no TPU.
+// chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them.
 func (d *detector) chipsFromAccelerator() error {
 	h, t := d.h, d.h.tpu()
 	if len(t.Chips) > 0 {
@@ -161,8 +160,7 @@ func (d *detector) finishSlice() error {
 	return h.usableChips()
 }
 
-// boundsFromAccelerator derives the bounds env and metadata left open from the accelerator type, and checks the
-// host list and the chips found against it.
+// boundsFromAccelerator derives the bounds left open from the accelerator type, and checks the hosts and chips.
 func (h *Host) boundsFromAccelerator() error {
 	t := h.tpu()
 	a := t.Accelerator
@@ -185,8 +183,7 @@ func (h *Host) boundsFromAccelerator() error {
 	return nil
 }
 
-// boundsFromChips derives the bounds env and metadata left open from the chips alone (no accelerator type): the
-// chip grid, and one host unless a host list says otherwise.
+// boundsFromChips derives the bounds left open from the chips alone: one host unless a host list says otherwise.
 func (h *Host) boundsFromChips() {
 	t := h.tpu()
 	if !t.ChipsPerHostBounds.IsSet() {
@@ -244,8 +241,8 @@ func (h *Host) usableChips() error {
 	return nil
 }
 
-// checkGivenBounds refuses host and chips-per-host bounds given by env or metadata that contradict the hosts and
-// chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
+// checkGivenBounds refuses given host and chips-per-host bounds that contradict the hosts and chips found, which
+// the workers would be handed both of (TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
 func (h *Host) checkGivenBounds() error {
 	t := h.tpu()
 	if hb := t.HostBounds; given(hb.Source) {
@@ -265,10 +262,8 @@ func (h *Host) checkGivenBounds() error {
 	return h.checkGivenChipBounds()
 }
 
-// checkGivenChipBounds refuses chips-per-host bounds given by env or metadata that describe neither the host's
-// chips nor the parent's TPU_VISIBLE_CHIPS. A process given a subset of a host describes the subset as its host:
-// Ray's actor holding 1 or 2 chips gets TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1, and so does a worker of tpurun's
-// own --nprocs 1 run, which may start a tpurun of its own.
+// checkGivenChipBounds refuses given chips-per-host bounds that describe neither the host's chips nor the
+// parent's TPU_VISIBLE_CHIPS (a subset of a host describes itself as a host: Ray's actors, --nprocs 1's worker).
 func (h *Host) checkGivenChipBounds() error {
 	t := h.tpu()
 	cb := t.ChipsPerHostBounds

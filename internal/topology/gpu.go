@@ -17,10 +17,8 @@ const vendorNVIDIA = "0x10de"
 
 func init() { register(gpu{}) }
 
-// gpuHost is what detection finds on a GPU host (Host's state): the GPUs present and the ones this launcher may use
-// (CUDA_VISIBLE_DEVICES of the parent). UsableGPUs are physical GPU indices; when the parent's CUDA_VISIBLE_DEVICES
-// names GPUs by UUID they are the positions in it (what CUDA numbers cuda:0, cuda:1, ...), and CUDAVisible holds
-// the entries as given.
+// gpuHost is what detection finds on a GPU host (Host's state): the GPUs and the ones this launcher may use, by
+// physical index, or by position in the parent's CUDA_VISIBLE_DEVICES when that names UUIDs.
 type gpuHost struct {
 	GPUs        []Chip          `json:"gpus,omitempty"`
 	GPUSource   Source          `json:"gpu_source"`
@@ -82,8 +80,8 @@ func (gpu) settings(h *Host) []Setting {
 	return out
 }
 
-// gpu detects the NVIDIA GPUs of this host (display and 3D controllers of vendor 0x10de in sysfs, else
-// /dev/nvidiaN) and the ones this launcher may use: all, or the parent's CUDA_VISIBLE_DEVICES.
+// gpu detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
+// CUDA_VISIBLE_DEVICES.
 func (d *detector) gpu() error {
 	h, g := d.h, d.h.gpu()
 	h.ReplicasPerChip = 1
@@ -191,8 +189,8 @@ func CUDAHidesAll(v string) bool {
 // CUDAVisible are the entries of the parent's CUDA_VISIBLE_DEVICES on a GPU host, as given, when set.
 func (h *Host) CUDAVisible() Value[[]string] { return h.gpu().CUDAVisible }
 
-// GPUShareNote says, when a plan of workers local workers runs more workers than this host's usable GPUs, which
-// local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
+// GPUShareNote says which of workers local workers have no usable GPU of their own and what a program should do
+// about it; "" when every worker has one.
 func (h *Host) GPUShareNote(workers int) string {
 	g := len(h.gpu().UsableGPUs.V)
 	if workers <= g || g == 0 { // only a GPU host has usable GPUs
@@ -204,8 +202,7 @@ func (h *Host) GPUShareNote(workers int) string {
 }
 
 // plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
-// parent unless req.IsolateGPUs: every worker sees the usable GPUs and uses cuda:LOCAL_RANK, which is also the
-// device JAX_LOCAL_DEVICE_IDS names for jax.distributed.initialize().
+// parent unless req.IsolateGPUs; JAX_LOCAL_DEVICE_IDS names the worker's cuda:LOCAL_RANK.
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
 	g := h.gpu()
 	gpus := g.UsableGPUs.V
@@ -216,8 +213,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []failure.Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
-	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
-	// i mod the GPU count, and GPUShareNote says which ranks share.
+	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
 	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
 	for i := 0; i < n; i++ {
 		env := map[string]string{

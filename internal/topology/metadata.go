@@ -34,8 +34,7 @@ const (
 )
 
 // MetadataClient asks the GCE metadata server for instance attributes: a per-request timeout, retries with
-// backoff on refused/timeout/5xx, and a total budget shared by every key. Each key is fetched at most once per
-// client (answers and failures are cached), and one client lives for one Detect.
+// backoff on refused/timeout/5xx, a total budget shared by every key, each key fetched at most once.
 type MetadataClient struct {
 	base     string
 	http     *http.Client
