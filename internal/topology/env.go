@@ -88,8 +88,8 @@ func (d *detector) envMegascale() error {
 	return nil
 }
 
-// The multislice variables (TPU_FACTS.md): given by env or tpu-env, copied to every worker, or set by WorldPlan for
-// a multi-slice world.
+// The multislice variables (TPU_FACTS.md): from env or tpu-env, copied to every worker, or set for a multi-slice
+// world.
 const (
 	megascaleCoordinator  = "MEGASCALE_COORDINATOR_ADDRESS" // host 0 of slice 0
 	EnvMegascaleNumSlices = "MEGASCALE_NUM_SLICES"
@@ -102,9 +102,8 @@ const DefaultMegascalePort = 8081
 
 var megascaleNames = []string{megascaleCoordinator, EnvMegascaleNumSlices, EnvMegascaleSliceID, megascalePort}
 
-// ParseMegascale is tpurun's one parser of the numbers of the multislice variables: MEGASCALE_NUM_SLICES and
-// MEGASCALE_PORT count from 1, MEGASCALE_SLICE_ID is an index from 0. Any other name (the coordinator's address
-// included) holds no number: an error.
+// ParseMegascale parses the number of a multislice variable: MEGASCALE_NUM_SLICES and MEGASCALE_PORT count from
+// 1, MEGASCALE_SLICE_ID from 0; any other name holds no number.
 func ParseMegascale(name, v string) (int, error) {
 	switch name {
 	case EnvMegascaleNumSlices, megascalePort:

@@ -7,13 +7,12 @@ import (
 	"tpurun/internal/failure"
 )
 
-// Sentinels callers branch on with errors.Is. Each is a configuration error (it matches failure.ErrConfig: the CLI
-// exits 2 on it), as is every typed error below that matches one.
+// Sentinels callers branch on with errors.Is. Each matches failure.ErrConfig (exit 2), as does every typed error
+// below.
 var (
-	// ErrConfig marks a configuration error: bad flags or env, an impossible split. The CLI exits 2 on it.
+	// ErrConfig marks a configuration error: bad flags or env, an impossible split.
 	ErrConfig = failure.NewConfigKind("topology configuration error")
-	// ErrParse marks a value that does not parse (wrapped by a *failure.ConfigError for env and flags). The errors it marks
-	// read as the detail alone; the message around them says the value is malformed.
+	// ErrParse marks a value that does not parse (wrapped by a *failure.ConfigError for env and flags).
 	ErrParse = failure.NewConfigKind("malformed value")
 	// ErrUnknownDevice marks Google PCI devices whose device id tpurun does not know.
 	ErrUnknownDevice = failure.NewConfigKind("unknown Google PCI device id")
@@ -25,8 +24,8 @@ var (
 	ErrChipBusy = failure.NewConfigKind("TPU chip in use by another process")
 )
 
-// parseError is a value that does not parse. Its text is the detail alone (`"abc" is not a positive whole number`):
-// the message around it already says the value is malformed. errors.Is(err, ErrParse) is true.
+// parseError is a value that does not parse; its text is the detail alone (`"abc" is not a positive whole number`),
+// as the message around it says the value is malformed.
 type parseError struct{ msg string }
 
 func parseErrorf(format string, args ...any) error {

@@ -20,9 +20,8 @@ type Holder struct {
 	Path    string `json:"path"`
 }
 
-// Holders lists the processes that have any of paths open, by scanning <procRoot>/*/fd links (what libtpu and
-// tpu-info do). Processes that vanish or whose fds cannot be read (another user's, without privilege) are skipped.
-// The result is in pid order, one entry per (pid, path).
+// Holders lists the processes that have any of paths open, one per (pid, path) in pid order, from the
+// <procRoot>/*/fd links (as libtpu and tpu-info do), skipping processes whose fds cannot be read.
 func Holders(procRoot string, paths []string) ([]Holder, error) {
 	want := map[string]string{}
 	for _, p := range paths {
@@ -182,8 +181,7 @@ func (h *Host) DevNodes() []string {
 	return out
 }
 
-// CheckFree is the pre-launch check: an error *BusyError (errors.Is ErrChipBusy) when another process holds one of
-// the usable chips' device nodes open.
+// CheckFree is the pre-launch check: a *BusyError when another process holds a usable chip's device node open.
 func (h *Host) CheckFree() error {
 	paths := h.Device.V.Kind().usableNodes(h)
 	if len(paths) == 0 {

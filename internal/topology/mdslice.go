@@ -10,10 +10,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// metadata fills what env left open from the metadata server, when that is needed at all: not when the parent's
-// TPU_SKIP_MDS_QUERY forbids it (GKE) or env and flags already describe the slice. A single host whose metadata
-// fails falls back to what sysfs proves. It is asked on a single host too: what it answers decides whether the
-// workers read it as xmp.spawn's children do (docs/TOPOLOGY.md).
+// metadata fills what env left open from the metadata server, unless TPU_SKIP_MDS_QUERY forbids it or flags and
+// env describe the slice; a single host whose metadata fails falls back to sysfs. A single host asks too: the
+// answer decides whether the workers read it as xmp.spawn's children do (docs/TOPOLOGY.md).
 func (d *detector) metadata(ctx context.Context) error {
 	h, t := d.h, d.h.tpu()
 	envAnswers := t.Accelerator.IsSet() && (t.Hostnames.IsSet() || t.Accelerator.V.Hosts() == 1)

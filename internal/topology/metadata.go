@@ -78,9 +78,8 @@ func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *
 	}
 }
 
-// metadataTransport is the transport of the default client. It never uses a proxy: the metadata server answers on
-// the VM's own link, and a container's HTTP_PROXY / HTTPS_PROXY would send the queries to a proxy that cannot reach
-// it, where they stall until the budget ends. No keep-alive: one Detect asks a few keys once, and nothing outlives it.
+// metadataTransport is the transport of the default client: no proxy (a container's HTTP_PROXY cannot reach the
+// VM's own link, and the queries would stall until the budget ends), no keep-alive (nothing outlives one Detect).
 func metadataTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,

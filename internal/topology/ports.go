@@ -45,8 +45,7 @@ func PortHolder(procRoot string, port int) (int, string, error) {
 	return pid, command(procRoot, pid), nil
 }
 
-// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", hex ports, state 0A =
-// LISTEN.
+// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", 0A = LISTEN.
 func listeningInodes(path string, port int) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -87,10 +86,9 @@ func PortFree(port int) bool {
 }
 
 // CheckPorts is the pre-start check of the TPU_PROCESS_PORTs of node nodeRank's workers (nil free means
-// PortFree). On a plan of one node a busy port is moved to a free one (TPU_PROCESS_PORT and every worker's
-// TPU_PROCESS_ADDRESSES change together); on several nodes every port must stay fixed, so a busy one is a
-// *PortBusyError naming the holder found in procRoot. Another launcher on this machine probing its own ports holds
-// one for microseconds: a port is busy only when it stays so over a few tries.
+// PortFree). On one node a busy port is moved to a free one, in every worker's TPU_PROCESS_ADDRESSES too; on
+// several, a busy port is a *PortBusyError naming its holder in procRoot. A port is busy only when it stays so
+// over a few tries (another launcher probing its own ports holds one for microseconds).
 func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) error {
 	if free == nil {
 		free = PortFree
@@ -179,8 +177,7 @@ func (m *portMover) move(w *Worker, port int) error {
 	return nil
 }
 
-// moveAddresses moves the moved ports in every worker's TPU_PROCESS_ADDRESSES. On one node every entry is this
-// host's (named localhost), so a moved port moves there.
+// moveAddresses moves the moved ports in every worker's TPU_PROCESS_ADDRESSES (on one node, all this host's).
 func (p *Plan) moveAddresses(moved map[int]int) {
 	if len(moved) == 0 {
 		return
