@@ -7,8 +7,7 @@ import (
 	"strings"
 )
 
-// Family is one TPU generation as the accelerator type names it ("v4", "v5litepod", "tpu7x"): a row of the tpu
-// kind's table (tpuTable).
+// Family is one TPU generation as the accelerator type names it: a row of tpuTable.
 type Family struct {
 	Name            string // as in accelerator types: "v4", "v5litepod", "v5p", "v6e", "tpu7x"
 	Version         int    // the digit after v/tpu: 2..8
@@ -73,8 +72,8 @@ func (a Accelerator) HostBounds() Bounds {
 		return Bounds{1, 1, hosts} // unusual sizes: a line of hosts (unverified)
 	}
 	shape := append(Bounds(nil), cph...)
-	// Grow the shape the way the default topologies grow (v4: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4...; v5e/v6e:
-	// 2x2, 2x4, 4x4, 4x8, 8x8...): double the smallest dimension, preferring the last one.
+	// Grow it as the default topologies grow (v4: 2x2x1, 2x2x2, 2x2x4, 2x4x4...; v5e: 2x2, 2x4, 4x4...): double
+	// the smallest dimension, preferring the last one.
 	dims := []int{2, 1, 0}
 	if !a.Family.ThreeD {
 		dims = []int{1, 0}

@@ -16,17 +16,14 @@ type Device string
 type Kind interface {
 	// Device is the kind's name.
 	Device() Device
-	// PerCore reports whether the kind runs on the host's CPU cores, so that torchrun's --nproc-per-node cpu (or
-	// auto) means one worker per core.
+	// PerCore reports whether the kind runs on CPU cores (torchrun's --nproc-per-node cpu: one worker per core).
 	PerCore() bool
 	// FixedSlice reports whether the hosts of a world are one slice of chips: every host runs the same workers,
 	// and one launcher owns each host.
 	FixedSlice() bool
-	// JAXCoordinator reports whether the workers need JAX_COORDINATOR_ADDRESS from the launcher (on a TPU slice
-	// JAX's cloud-TPU detection finds host 0 itself).
+	// JAXCoordinator reports whether the workers need JAX_COORDINATOR_ADDRESS from the launcher.
 	JAXCoordinator() bool
-	// NCCL reports whether the workers' collectives run on NCCL (CUDA GPUs), whose asynchronous error handling the
-	// launcher turns on as torchrun does.
+	// NCCL reports whether the workers' collectives run on NCCL, whose async error handling the launcher turns on.
 	NCCL() bool
 
 	// preference orders auto detection: kinds present on the host are tried from the highest preference down.
@@ -51,8 +48,7 @@ type Kind interface {
 	soloNode(h *Host, req Request) int
 	// devices are the host's devices of the kind, for doctor.
 	devices(h *Host) []Chip
-	// usableNodes are the device nodes of the devices this launcher may use: a start refuses to go on while
-	// another process holds one open.
+	// usableNodes are the device nodes of the devices this launcher may use (CheckFree).
 	usableNodes(h *Host) []string
 	// settings are doctor's rows of the host after the device.
 	settings(h *Host) []Setting

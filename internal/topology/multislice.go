@@ -2,13 +2,10 @@ package topology
 
 import "maps"
 
-// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
-// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
-// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
-// their ranks (a node starts its own workers only), unless w.EverySlice: a plan shown for the whole job (`tpurun
-// plan`) plans every slice as its own hosts plan it, from the same chips and request (every host of a multislice
-// job has the same accelerator type), with the hosts the world names ("<slice-1-worker-0>" where this host cannot
-// know them).
+// multisliceWorld is the world plan of a multi-slice TPU job: each slice is planned from its own hosts
+// (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice) and the slices laid end to end for the
+// global ranks. Other slices' workers carry only their ranks, unless w.EverySlice (a plan shown for the whole job),
+// which plans them from this host's chips and request: every host of a multislice job has the same type.
 func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 	self := w.Nodes[w.NodeRank]
 	first := w.firstRanks()
