@@ -28,9 +28,6 @@ type Accelerator struct {
 	Count  int    `json:"count"` // the number after the dash
 }
 
-// IsZero reports whether no accelerator type is known.
-func (a Accelerator) IsZero() bool { return a.Type == "" }
-
 // Chips is the number of chips of the whole slice.
 func (a Accelerator) Chips() int {
 	if a.Family.CountsCores {

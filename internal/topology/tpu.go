@@ -165,9 +165,6 @@ func (h *Host) TPUFacts() TPUFacts {
 		Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
 }
 
-// MultiHost reports whether the host is one of a TPU slice of several hosts.
-func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
-
 // tpu is the TPU kind: the hosts of a world are one slice (or several), planned as torch_xla and JAX expect
 // (docs/TOPOLOGY.md).
 type tpu struct{}
