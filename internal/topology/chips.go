@@ -120,16 +120,12 @@ func (d *detector) attachDevNodes() {
 	nodes := tpuNodes(h.DevRoot, style)
 	if len(nodes) == 0 && len(t.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
-		for _, st := range []string{"accel", "vfio"} {
-			if nodes = tpuNodes(h.DevRoot, st); len(nodes) > 0 {
+		for _, st := range [][2]string{{"accel", "/accel*"}, {"vfio", "/vfio"}} {
+			if nodes = tpuNodes(h.DevRoot, st[0]); len(nodes) > 0 {
 				for i := range nodes {
 					t.Chips = append(t.Chips, Chip{Index: i})
 				}
-				if st == "accel" {
-					t.ChipsSource = Dev(h.DevRoot + "/accel*")
-				} else {
-					t.ChipsSource = Dev(h.DevRoot + "/vfio")
-				}
+				t.ChipsSource = Dev(h.DevRoot + st[1])
 				break
 			}
 		}

@@ -153,11 +153,10 @@ func (d *detector) cudaVisible(v string) error {
 		return envErr("CUDA_VISIBLE_DEVICES", v, err, "use GPU indices such as 0,1 or GPU UUIDs, or unset it")
 	}
 	idx := make([]int, len(list))
-	numeric := true
 	for i, e := range list {
 		n, err := strconv.Atoi(e)
-		if err != nil {
-			numeric = false
+		if err != nil { // UUIDs: numbered by position
+			idx = indices(len(list))
 			break
 		}
 		if len(g.GPUs) > 0 && n >= len(g.GPUs) {
@@ -166,11 +165,6 @@ func (d *detector) cudaVisible(v string) error {
 				Sources: []failure.Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
 		}
 		idx[i] = n
-	}
-	if !numeric {
-		for i := range idx {
-			idx[i] = i
-		}
 	}
 	g.UsableGPUs = val(idx, Env("CUDA_VISIBLE_DEVICES"))
 	g.CUDAVisible = val(list, Env("CUDA_VISIBLE_DEVICES"))

@@ -30,8 +30,7 @@ func parseWhole(s string, lo int, what string) (int, error) {
 	return n, nil
 }
 
-// ParseChipList parses a chip list such as TPU_VISIBLE_CHIPS=0,1,2,3: distinct non-negative numbers, in the order
-// given.
+// ParseChipList parses a chip list such as TPU_VISIBLE_CHIPS=0,1,2,3: distinct indices, in the order given.
 func ParseChipList(s string) ([]int, error) {
 	return parseList(s, "empty chip list", func(i int, p string) (int, error) {
 		if p = strings.TrimSpace(p); !isDigits(p) {
@@ -68,9 +67,8 @@ func parseList[T comparable](s, empty string, entry func(i int, e string) (T, er
 	return out, nil
 }
 
-// ParseHostList is tpurun's one parser of a comma-separated host list (TPU_WORKER_HOSTNAMES, the metadata's
-// worker endpoints, the rendezvous hosts option): host names or addresses, trimmed, none empty, none repeated, at
-// most 65536. ParseSlurmNodelist follows the same rules for a SLURM node list.
+// ParseHostList is tpurun's one parser of a comma-separated host list (TPU_WORKER_HOSTNAMES, the rendezvous hosts
+// option): host names or addresses, trimmed, none empty, none repeated, at most 65536.
 func ParseHostList(s string) ([]string, error) {
 	if n := strings.Count(strings.TrimSpace(s), ",") + 1; n > maxCount {
 		return nil, parseErrorf("host list has %d entries, more than %d", n, maxCount)
@@ -86,8 +84,7 @@ func ParseHostList(s string) ([]string, error) {
 	}, func(h string) error { return parseErrorf("host list %q names %q twice", s, h) })
 }
 
-// ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
-// skipped; anything else is an error naming the line.
+// ParseTPUEnv parses the metadata's tpu-env: lines `KEY: 'value'` (quotes optional) or blank.
 func ParseTPUEnv(body string) (map[string]string, error) {
 	out := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(body))
@@ -137,10 +134,9 @@ func parseTPUEnvLine(n int, l string) (key, value string, err error) {
 	return k, v, nil
 }
 
-// parseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker
-// order. Each entry is `name:uid:ip` (the address is the third field) or, in the newer format, a host name alone;
-// anything else is an error, as in JAX's GceTpuCluster._get_worker_list_in_slice. names reports whether any entry
-// was a host name alone: torch_xla's get_worker_ips takes the third ':'-field of every entry and fails on that.
+// parseEndpoints parses the metadata's worker-network-endpoints into the addresses in worker order: each entry
+// `name:uid:ip` or, in the newer format, a host name alone (JAX's _get_worker_list_in_slice). names reports a
+// host name alone, which torch_xla's get_worker_ips (the third ':'-field) cannot read.
 func parseEndpoints(body string) (hosts []string, names bool, err error) {
 	hosts, err = parseList(body, "worker-network-endpoints is empty", func(i int, e string) (string, error) {
 		f := strings.Split(strings.TrimSpace(e), ":")
@@ -164,9 +160,8 @@ func parseEndpoints(body string) (hosts []string, names bool, err error) {
 	return hosts, names && err == nil, err
 }
 
-// ParseGPUList parses CUDA_VISIBLE_DEVICES: comma-separated GPU indices (0,1) or UUIDs (GPU-..., MIG-...), none
-// empty, none repeated. An empty value or -1 hides every GPU from CUDA: that is an error here, so that nothing is
-// planned on GPUs the workers cannot see.
+// ParseGPUList parses CUDA_VISIBLE_DEVICES: GPU indices (0,1) or UUIDs (GPU-..., MIG-...), none repeated. A value
+// that hides every GPU ("" or -1) is an error, so that nothing is planned on GPUs the workers cannot see.
 func ParseGPUList(s string) ([]string, error) {
 	if t := strings.TrimSpace(s); t == "" || t == "-1" {
 		return nil, parseErrorf("%q hides every GPU from CUDA", s)

@@ -25,15 +25,14 @@ type pciFunction struct {
 	addr, vendor, device, class string
 }
 
-// pciScan is what the sysfs PCI scan found: every PCI function of the host, in PCI address order. Each kind picks
-// its own devices out of it (chips).
+// pciScan is every PCI function of the host, in PCI address order; each kind picks its own out of it (chips).
 type pciScan struct {
 	dir   string
 	funcs []pciFunction
 }
 
-// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}. A missing directory is not an error (containers
-// often hide it); an unreadable entry is skipped.
+// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}; a missing directory (containers often hide
+// it) is none, an unreadable entry skipped.
 func scanPCI(sysfsRoot string) (pciScan, error) {
 	dir := filepath.Join(sysfsRoot, "bus", "pci", "devices")
 	s := pciScan{dir: dir}
@@ -76,8 +75,8 @@ func readTrim(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// numberedNodes lists the device nodes in dir named prefix followed by a number (/dev/accelN: dev and "accel";
-// /dev/vfio/N: dev/vfio and "", never /dev/vfio/vfio), sorted by number. Each kind names its own.
+// numberedNodes lists the device nodes in dir named prefix and a number (/dev/accelN; /dev/vfio/N with prefix ""),
+// sorted by number.
 func numberedNodes(dir, prefix string) []string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -17,12 +17,10 @@ func (h *Host) Settings() []Setting {
 	return append([]Setting{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
 }
 
-// Chips are the host's chips (or GPUs) with their PCI functions and device nodes, in index order; none on a CPU
-// host.
+// Chips are the host's chips (or GPUs) with their PCI functions and device nodes, in index order.
 func (h *Host) Chips() []Chip { return h.Device.V.Kind().devices(h) }
 
-// Probe checks that the metadata server answers (within opts.MetadataBudget), on a kind that reads it (TPU); nil
-// elsewhere.
+// Probe checks that the metadata server answers, on a kind that reads it (TPU); nil elsewhere.
 func (h *Host) Probe(ctx context.Context, opts Options) *Probe {
 	return h.Device.V.Kind().probe(ctx, h, opts)
 }

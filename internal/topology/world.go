@@ -153,13 +153,7 @@ func spreadWorld(local *Plan, w World) *Plan {
 		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: ks[n]})
 		for lr := 0; lr < ks[n]; lr++ {
 			rank := first[n] + lr
-			var env map[string]string
-			if lr < len(local.Workers) {
-				env = maps.Clone(local.Workers[lr].Env)
-			}
-			if env == nil {
-				env = map[string]string{}
-			}
+			env := localEnv(local.Workers, lr)
 			env["ROLE_RANK"] = strconv.Itoa(roleNext[node.Role] + lr)
 			env["ROLE_WORLD_SIZE"] = strconv.Itoa(roleSize[node.Role])
 			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: env})
