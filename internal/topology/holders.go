@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Holder is a process that has a device node (or other file) open.
@@ -124,7 +126,6 @@ func lockHolder(locksPath string, st syscall.Stat_t) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	major, minor := (st.Dev>>8)&0xfff|((st.Dev>>32)&^0xfff), (st.Dev&0xff)|((st.Dev>>12)&^0xff)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -141,11 +142,9 @@ func lockHolder(locksPath string, st syscall.Stat_t) (int, error) {
 		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
-		if ma == uint64(major) && mi == uint64(minor) && ino == st.Ino {
-			pid, err := strconv.Atoi(fields[4])
-			if err == nil {
-				return pid, nil
-			}
+		pid, err := strconv.Atoi(fields[4])
+		if err == nil && ma == uint64(unix.Major(st.Dev)) && mi == uint64(unix.Minor(st.Dev)) && ino == st.Ino {
+			return pid, nil
 		}
 	}
 	return 0, sc.Err()
@@ -160,11 +159,8 @@ func getlk(path string) int {
 		}
 	}
 	defer f.Close()
-	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: 0, Len: 0}
-	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil {
-		return 0
-	}
-	if lk.Type == syscall.F_UNLCK {
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK} // the whole file
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil || lk.Type == syscall.F_UNLCK {
 		return 0
 	}
 	return int(lk.Pid)
