@@ -9,7 +9,7 @@
 // or a TCP port, and the facts behind tpurun's choices between upstream behaviours (WorkerSkipMDS, TPUFacts). It
 // reads the OS only through root directories that tests replace.
 //
-// It does not print: doctor's report and notes and plan's tables are the CLI's (cmd/tpurun/internal/hostview). It knows no
-// rendezvous (the nodes' agreement is package rendezvous's) and no process (the workers' environment beyond the
-// plan is package workerenv's). docs/TOPOLOGY.md says which upstream function each TPU variable follows.
+// It does not print: doctor's report and notes and plan's tables are the CLI's (cmd/tpurun/internal/hostview). It
+// knows no rendezvous (the nodes' agreement is package rendezvous's) and no process (the workers' environment
+// beyond the plan is package workerenv's). docs/TOPOLOGY.md says which upstream function each TPU variable follows.
 package topology

@@ -11,8 +11,8 @@ import (
 type Device string
 
 // A Kind is one kind of accelerator: how detection finds it on a host, what its workers are told, which device
-// nodes its holders open and what doctor shows of it. Each kind registers itself once; the registry (kindOf,
-// Device.Kind) is the only place that looks kinds up.
+// nodes its holders open and what doctor shows of it. Each kind registers itself once; the registry (Device.Kind)
+// is the only place that looks kinds up.
 type Kind interface {
 	// Device is the kind's name.
 	Device() Device
@@ -81,7 +81,7 @@ func register(k Kind) {
 // Kind returns the kind named d. A name no kind has (the "" of a hand-made Plan) gets the CPU kind, whose answers
 // are those of a host without accelerators.
 func (d Device) Kind() Kind {
-	if k, ok := kindOf(d); ok {
+	if k, ok := byName[string(d)]; ok && k.Device() == d {
 		return k
 	}
 	return byName[string(CPU)]
@@ -164,10 +164,4 @@ func autoDevice(d *detector, scan pciScan) Value[Device] {
 		}
 	}
 	return val(CPU, Default())
-}
-
-// kindOf returns the kind named d, if one is registered.
-func kindOf(d Device) (Kind, bool) {
-	k, ok := byName[string(d)]
-	return k, ok && k.Device() == d
 }
