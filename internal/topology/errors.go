@@ -49,11 +49,8 @@ func (e *UnknownDeviceError) Error() string {
 		e.Count, strings.Join(e.IDs, ", "), e.Location)
 }
 
-// Is makes errors.Is(err, ErrUnknownDevice) true, and errors.Is(err, ErrConfig) and errors.Is(err,
-// failure.ErrConfig): the remedy is configuration (TPU_ACCELERATOR_TYPE), so the CLI exits 2 before starting.
-func (e *UnknownDeviceError) Is(target error) bool {
-	return target == ErrUnknownDevice || target == ErrConfig || target == failure.ErrConfig
-}
+// Unwrap makes errors.Is(err, ErrUnknownDevice), ErrConfig and failure.ErrConfig true: the remedy is configuration.
+func (e *UnknownDeviceError) Unwrap() []error { return []error{ErrUnknownDevice, ErrConfig} }
 
 // MetadataError is a failed GCE metadata query: the URL, the HTTP status (0 when no answer) and the cause, plus the
 // env vars that replace the query.
@@ -76,13 +73,8 @@ func (e *MetadataError) Error() string {
 	return fmt.Sprintf("GCE metadata %s%s failed after %d attempt(s): %v; %s", e.URL, status, e.Attempts, e.Err, metadataRemedy)
 }
 
-// Is makes errors.Is(err, ErrMetadata) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *MetadataError) Is(target error) bool {
-	return target == ErrMetadata || target == failure.ErrConfig
-}
-
-// Unwrap returns the cause (a net error, context.DeadlineExceeded, ErrParse...).
-func (e *MetadataError) Unwrap() error { return e.Err }
+// Unwrap returns ErrMetadata (and so failure.ErrConfig) and the cause (a net error, context.DeadlineExceeded...).
+func (e *MetadataError) Unwrap() []error { return []error{ErrMetadata, e.Err} }
 
 // PortBusyError is a TPU process port that is in use and must stay fixed (multi-host).
 type PortBusyError struct {
@@ -101,10 +93,8 @@ func (e *PortBusyError) Error() string {
 		e.Port, e.LocalRank, holder)
 }
 
-// Is makes errors.Is(err, ErrPortBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *PortBusyError) Is(target error) bool {
-	return target == ErrPortBusy || target == failure.ErrConfig
-}
+// Unwrap makes errors.Is(err, ErrPortBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
+func (e *PortBusyError) Unwrap() error { return ErrPortBusy }
 
 // BusyError reports chips whose device nodes other processes hold open.
 type BusyError struct {
@@ -119,7 +109,5 @@ func (e *BusyError) Error() string {
 	return "TPU device already in use: " + strings.Join(parts, "; ") + "; stop that process, or start anyway with --force"
 }
 
-// Is makes errors.Is(err, ErrChipBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
-func (e *BusyError) Is(target error) bool {
-	return target == ErrChipBusy || target == failure.ErrConfig
-}
+// Unwrap makes errors.Is(err, ErrChipBusy) and errors.Is(err, failure.ErrConfig) true (exit 2).
+func (e *BusyError) Unwrap() error { return ErrChipBusy }
