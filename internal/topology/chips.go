@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -140,20 +141,13 @@ func (d *detector) attachDevNodes() {
 // finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
 func (d *detector) finishSlice() error {
 	h := d.h
+	var err error
 	if h.tpu().Accelerator.IsSet() {
-		if err := h.boundsFromAccelerator(); err != nil {
-			return err
-		}
+		err = h.boundsFromAccelerator()
 	} else {
 		h.boundsFromChips()
 	}
-	if err := h.checkGivenBounds(); err != nil {
-		return err
-	}
-	if err := h.checkWorkerID(); err != nil {
-		return err
-	}
-	return h.usableChips()
+	return cmp.Or(err, h.checkGivenBounds(), h.checkWorkerID(), h.usableChips()) // the first error
 }
 
 // boundsFromAccelerator derives the bounds left open from the accelerator type, and checks the hosts and chips.

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -33,11 +34,7 @@ func (cpu) detect(_ context.Context, d *detector) error {
 }
 
 func (cpu) plan(h *Host, req Request) (*Plan, error) {
-	n := req.NProcs
-	if n == 0 {
-		n = 1
-	}
-	p, err := CPUPlan(n)
+	p, err := CPUPlan(cmp.Or(req.NProcs, 1))
 	if err != nil {
 		return nil, err
 	}

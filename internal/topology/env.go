@@ -8,8 +8,7 @@ import (
 	"tpurun/internal/failure"
 )
 
-// sliceFromFlagsAndEnv reads the slice description: flags first, then env. Malformed values are
-// *failure.ConfigError; the first one is returned.
+// sliceFromFlagsAndEnv reads the slice description: flags first, then env; the first malformed value is an error.
 func (d *detector) sliceFromFlagsAndEnv() error {
 	t := d.h.tpu()
 	if v, ok := d.env("TPU_SKIP_MDS_QUERY"); ok && v != "" {
@@ -55,8 +54,7 @@ func parseGrid(v string) (Bounds, error) {
 	return b, err
 }
 
-// readEnv sets dst from the first of names that is set (and not blank), parsed by parse; a malformed value is an
-// error with hint.
+// readEnv sets dst from the first of names set and not blank, parsed by parse; a malformed one is an error with hint.
 func readEnv[T any](d *detector, dst *Value[T], parse func(string) (T, error), hint string, names ...string) error {
 	for _, name := range names {
 		if v, ok := d.lookup(name); ok {

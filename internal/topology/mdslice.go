@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,13 +25,8 @@ func (d *detector) metadata(ctx context.Context) error {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_SKIP_MDS_QUERY"), Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
 			Sources: []failure.Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
-	base := d.opts.MetadataURL
-	if base == "" {
-		if v, ok := d.lookup("GCE_METADATA_HOST"); ok {
-			base = v
-		}
-	}
-	d.md = NewMetadataClient(base, d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
+	host, _ := d.lookup("GCE_METADATA_HOST")
+	d.md = NewMetadataClient(cmp.Or(d.opts.MetadataURL, host), d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
 	err := d.fromMetadata(ctx)
 	if err == nil {
 		return nil

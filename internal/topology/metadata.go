@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,14 +54,10 @@ type metadataAnswer struct {
 	err  error
 }
 
-// NewMetadataClient builds a client for base (e.g. "http://metadata.google.internal"; a bare "host:port" as in
-// GCE_METADATA_HOST gets http://) whose queries all end within budget from now. A nil hc means a client that
-// ignores proxy settings (HTTP_PROXY and the like), which cannot reach the metadata server.
+// NewMetadataClient builds a client for base (a bare "host:port", as in GCE_METADATA_HOST, gets http://) whose
+// queries all end within budget from now; a nil hc means one that ignores proxy settings (metadataTransport).
 func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
-	if base == "" {
-		base = defaultMetadataBase
-	}
-	if !strings.Contains(base, "://") {
+	if base = cmp.Or(base, defaultMetadataBase); !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
 	if hc == nil {
@@ -92,8 +89,7 @@ func metadataTransport() *http.Transport {
 // URL is the address of an attribute key.
 func (m *MetadataClient) URL(key string) string { return m.base + attributesPath + key }
 
-// Get returns the attribute key's body. A failure is a *MetadataError naming the URL, the cause and the env vars that
-// replace the query. The first answer (or failure) for a key is cached: the server is never asked twice.
+// Get returns the attribute key's body, or a *MetadataError; the first answer (or failure) for a key is cached.
 func (m *MetadataClient) Get(ctx context.Context, key string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock() // one query at a time: Detect asks sequentially, and this keeps "at most once" simple

@@ -44,8 +44,7 @@ func ParseChipList(s string) ([]int, error) {
 	}, func(n int) error { return parseErrorf("chip list %q names chip %d twice", s, n) })
 }
 
-// parseList parses the comma-separated list s (empty: an error saying empty) entry by entry, numbered from 1,
-// refusing an entry that repeats another with twice.
+// parseList parses the comma-separated list s entry by entry (numbered from 1), refusing a repeat with twice.
 func parseList[T comparable](s, empty string, entry func(i int, e string) (T, error), twice func(T) error) ([]T, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {

@@ -30,11 +30,10 @@ func spmdSetting(h *Host) Setting { return Setting{"SPMD", fmt.Sprint(h.SPMD.V),
 
 // counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".
 func counted(n int, noun string, idx []int) string {
-	switch n {
-	case 0:
+	if n == 0 {
 		return "0"
-	case 1:
-		return fmt.Sprintf("1 (%s %s)", noun, joinInts(idx, ","))
+	} else if n > 1 {
+		noun += "s"
 	}
-	return fmt.Sprintf("%d (%ss %s)", n, noun, joinInts(idx, ","))
+	return fmt.Sprintf("%d (%s %s)", n, noun, joinInts(idx, ","))
 }

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"net"
 	"strconv"
 	"strings"
@@ -102,9 +103,4 @@ func (s Slice) Plan() *Plan {
 	return p
 }
 
-func (s Slice) port(lr int) int {
-	if s.PortBase == 0 {
-		return DefaultTPUPortBase + lr
-	}
-	return s.PortBase + lr
-}
+func (s Slice) port(lr int) int { return cmp.Or(s.PortBase, DefaultTPUPortBase) + lr }

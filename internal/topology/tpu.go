@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -219,10 +220,7 @@ func (tpu) plan(h *Host, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.PortBase = req.TPUPortBase
-	if s.PortBase == 0 {
-		s.PortBase = DefaultTPUPortBase
-	}
+	s.PortBase = cmp.Or(req.TPUPortBase, DefaultTPUPortBase)
 	return s.Plan(), nil
 }
 
