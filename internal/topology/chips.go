@@ -69,7 +69,7 @@ func (d *detector) chipsFromAccelerator() error {
 	if !t.Accelerator.IsSet() {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-			Sources: []failure.Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
+			Sources: sources{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
 	for i := range t.Accelerator.V.ChipsPerHost() {
 		t.Chips = append(t.Chips, Chip{Index: i})
@@ -100,7 +100,7 @@ func (h *Host) adoptAccelerator() error {
 	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: t.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
-			Sources: []failure.Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
+			Sources: sources{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
 	}
 	t.Family = t.Accelerator.V.Family.Name
 	h.ReplicasPerChip = t.Accelerator.V.Family.ReplicasPerChip
@@ -163,12 +163,12 @@ func (h *Host) boundsFromAccelerator() error {
 	if hosts := a.V.Hosts(); hosts > 1 && t.Hostnames.IsSet() && len(t.Hostnames.V) != hosts {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
 			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(t.Hostnames.V), a.V.Type, hosts),
-			Sources: []failure.Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
+			Sources: sources{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
 	if cph := a.V.ChipsPerHost(); t.ChipsSource.Kind == FromSysfs && len(t.Chips) != cph {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(t.Chips)),
-			Sources: []failure.Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+			Sources: sources{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}
 	return nil
 }
@@ -191,12 +191,12 @@ func (h *Host) checkWorkerID() error {
 	t := h.tpu()
 	if n := len(t.Hostnames.V); n > 1 && !t.WorkerID.IsSet() {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
-			Problem: "describes several hosts but nothing says which one this is", Sources: []failure.Source{t.Hostnames.Source},
+			Problem: "describes several hosts but nothing says which one this is", Sources: sources{t.Hostnames.Source},
 			Hint: "set TPU_WORKER_ID to this host's index"}
 	} else if n > 1 && t.WorkerID.V >= n {
-		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
-			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
-			Sources: []failure.Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.WorkerID.Source.Name),
+			Value: strconv.Itoa(t.WorkerID.V), Problem: fmt.Sprintf("is not an index of the %d hosts", n),
+			Sources: sources{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
 	}
 	if !t.WorkerID.IsSet() {
 		t.WorkerID = val(0, Default())
@@ -214,7 +214,7 @@ func (h *Host) usableChips() error {
 			if c >= len(t.Chips) {
 				return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_VISIBLE_CHIPS"), Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
 					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(t.Chips)),
-					Sources: []failure.Source{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
+					Sources: sources{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
 			}
 		}
 		t.Usable = val(t.VisibleChips.V, t.VisibleChips.Source)
@@ -224,7 +224,7 @@ func (h *Host) usableChips() error {
 		if n > len(t.Usable.V) {
 			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_NUM_DEVICES"), Value: strconv.Itoa(n),
 				Problem: fmt.Sprintf("asks for more chips than the %d available", len(t.Usable.V)),
-				Sources: []failure.Source{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
+				Sources: sources{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
 		}
 		t.Usable = val(t.Usable.V[:n], t.NumDevices.Source)
 	}
@@ -246,7 +246,7 @@ func (h *Host) checkGivenBounds() error {
 		if p := hb.V.Product(); p != hosts {
 			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(hb.Source.Name), Value: hb.V.String(),
 				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
-				Sources: []failure.Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
+				Sources: sources{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
 		}
 	}
 	return h.checkGivenChipBounds()
@@ -269,17 +269,17 @@ func (h *Host) checkGivenChipBounds() error {
 		return nil
 	}
 	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
-	sources := []failure.Source{cb.Source, src}
+	from := sources{cb.Source, src}
 	if vc := t.VisibleChips; vc.IsSet() {
 		if p == len(vc.V) {
 			return nil
 		}
 		problem = fmt.Sprintf("describes %d chips per host but this host has %d and %s gives this launcher %d",
 			p, chips, vc.Source.Name, len(vc.V))
-		sources = append(sources, vc.Source)
+		from = append(from, vc.Source)
 	}
-	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
-		Hint: "fix or unset " + cb.Source.Name}
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(cb.Source.Name), Value: cb.V.String(),
+		Problem: problem, Sources: from, Hint: "fix or unset " + cb.Source.Name}
 }
 
 func indexChoices(n int) []string {

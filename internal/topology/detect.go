@@ -147,7 +147,7 @@ func (d *detector) lookup(name string) (string, bool) {
 }
 
 func envErr(name, value string, err error, hint string) error {
-	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []failure.Source{Env(name)}, Err: err, Hint: hint}
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: sources{Env(name)}, Err: err, Hint: hint}
 }
 
 // device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
@@ -155,8 +155,8 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
-				Sources: []failure.Source{Flag("device")}, Choices: deviceChoices()}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: strconv.Quote(d.opts.Device),
+				Problem: "is not a device", Sources: sources{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))
 		return nil
@@ -164,8 +164,8 @@ func (d *detector) device() error {
 	if v, ok := d.lookup("PJRT_DEVICE"); ok {
 		k, ok := pjrtKind(strings.ToUpper(strings.TrimSpace(v)))
 		if !ok {
-			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("PJRT_DEVICE"), Value: strconv.Quote(v), Problem: "is not a PJRT device",
-				Sources: []failure.Source{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("PJRT_DEVICE"), Value: strconv.Quote(v),
+				Problem: "is not a PJRT device", Sources: sources{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
 		}
 		d.h.Device = val(k.Device(), Env("PJRT_DEVICE"))
 		return nil
@@ -185,15 +185,16 @@ func (d *detector) spmd() error {
 		return nil
 	}
 	d.h.SPMD = val(false, Default())
-	return readEnv(d, &d.h.SPMD, func(v string) (bool, error) { return strconv.ParseBool(strings.TrimSpace(v)) }, "use 1 or 0",
-		"XLA_USE_SPMD")
+	parseBool := func(v string) (bool, error) { return strconv.ParseBool(strings.TrimSpace(v)) }
+	return readEnv(d, &d.h.SPMD, parseBool, "use 1 or 0", "XLA_USE_SPMD")
 }
 
 // envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from TPU_WORKER_HOSTNAMES,
 // TPU_WORKER_ID and JOB_COMPLETION_INDEX, else SLURM's variables; a malformed one is kept in NodeErr.
 func (d *detector) envNodes() {
 	h := d.h
-	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order", "TPU_WORKER_HOSTNAMES")
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order",
+		"TPU_WORKER_HOSTNAMES")
 	if h.NodeErr == nil && (h.NodeHosts.IsSet() || !d.slurmNodes()) {
 		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 	}
@@ -202,7 +203,8 @@ func (d *detector) envNodes() {
 // slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether it is set.
 func (d *detector) slurmNodes() bool {
 	h := d.h
-	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way", "SLURM_JOB_NODELIST")
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way",
+		"SLURM_JOB_NODELIST")
 	if h.NodeErr == nil && h.NodeHosts.IsSet() {
 		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
 	}

@@ -35,14 +35,14 @@ func (d *detector) acceleratorType() error {
 	if t := d.opts.AcceleratorType; t != "" {
 		a, err := ParseAcceleratorType(t)
 		if err != nil {
-			return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: strconv.Quote(t), Problem: "is malformed",
-				Sources: []failure.Source{Flag("accelerator-type")}, Err: err}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: strconv.Quote(t),
+				Problem: "is malformed", Sources: sources{Flag("accelerator-type")}, Err: err}
 		}
 		d.h.tpu().Accelerator = val(a, Flag("accelerator-type"))
 		return nil
 	}
-	return readEnv(d, &d.h.tpu().Accelerator, ParseAcceleratorType, "use a type such as v4-8, v5litepod-8 or v6e-16, or unset it",
-		"TPU_ACCELERATOR_TYPE")
+	return readEnv(d, &d.h.tpu().Accelerator, ParseAcceleratorType,
+		"use a type such as v4-8, v5litepod-8 or v6e-16, or unset it", "TPU_ACCELERATOR_TYPE")
 }
 
 // parseGrid parses a host or chip grid: ParseBounds, three numbers.

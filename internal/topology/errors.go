@@ -24,6 +24,9 @@ var (
 	ErrChipBusy = failure.NewConfigKind("TPU chip in use by another process")
 )
 
+// sources are where the facts of a *failure.ConfigError came from.
+type sources = []failure.Source
+
 // parseError is a value that does not parse; its text is the detail alone (`"abc" is not a positive whole number`),
 // as the message around it says the value is malformed.
 type parseError struct{ msg string }

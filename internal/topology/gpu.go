@@ -95,7 +95,7 @@ func (d *detector) gpu() error {
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
 		if CUDAHidesAll(v) {
 			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
-				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: []failure.Source{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
+				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: sources{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
 				Choices: []string{"--device cpu"}, Hint: "to run on CPU (leave --device auto to get it by itself), or unset CUDA_VISIBLE_DEVICES to use the GPUs"}
 		}
 		if err := d.cudaVisible(v); err != nil {
@@ -105,7 +105,7 @@ func (d *detector) gpu() error {
 	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
-			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []failure.Source{src},
+			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
@@ -162,7 +162,7 @@ func (d *detector) cudaVisible(v string) error {
 		if len(g.GPUs) > 0 && n >= len(g.GPUs) {
 			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
 				Problem: fmt.Sprintf("names GPU %d but this host has %d GPUs", n, len(g.GPUs)),
-				Sources: []failure.Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
+				Sources: sources{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
 		}
 		idx[i] = n
 	}
@@ -205,7 +205,7 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		n = len(gpus)
 	}
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []failure.Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
 	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}

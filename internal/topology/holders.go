@@ -34,7 +34,8 @@ func Holders(procRoot string, paths []string) ([]Holder, error) {
 	}
 	var out []Holder
 	err := eachFD(procRoot, func(pid int, target string) bool {
-		if p, ok := want[target]; ok && !slices.ContainsFunc(out, func(h Holder) bool { return h.PID == pid && h.Path == p }) {
+		seen := func(h Holder) bool { return h.PID == pid && h.Path == want[target] }
+		if p, ok := want[target]; ok && !slices.ContainsFunc(out, seen) {
 			out = append(out, Holder{PID: pid, Command: command(procRoot, pid), Path: p})
 		}
 		return true

@@ -84,19 +84,19 @@ func (h *Host) megascaleLayout(l *JobLayout) error {
 	id, ok := t.Megascale[EnvMegascaleSliceID]
 	if !ok {
 		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
-			Sources: []failure.Source{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
+			Sources: sources{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
 	}
 	if l.SliceID, err = ParseMegascale(EnvMegascaleSliceID, id.V); err != nil {
 		return err
 	}
 	if l.SliceID >= slices {
 		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
-			Sources: []failure.Source{id.Source, n.Source}, Choices: indexChoices(slices)}
+			Sources: sources{id.Source, n.Source}, Choices: indexChoices(slices)}
 	}
 	c, ok := t.Megascale[megascaleCoordinator]
 	if !ok {
 		return &failure.ConfigError{Kind: ErrConfig, Field: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
-			Sources: []failure.Source{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
+			Sources: sources{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
 	}
 	l.Coordinator, l.CoordinatorSource = coordinatorHost(c.V), c.Source
 	return nil

@@ -23,7 +23,7 @@ func (d *detector) metadata(ctx context.Context) error {
 	}
 	if skip {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_SKIP_MDS_QUERY"), Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
-			Sources: []failure.Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
+			Sources: sources{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
 	host, _ := d.lookup("GCE_METADATA_HOST")
 	d.md = NewMetadataClient(cmp.Or(d.opts.MetadataURL, host), d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
@@ -86,8 +86,8 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 
 // mdValue sets dst, unless flags or env set it, from tpu-env's key, else from the metadata key alt. A value that
 // does not parse names the key bad (tpu-env's value) or alt.
-func mdValue[T any](ctx context.Context, d *detector, dst *Value[T], kv map[string]string, key, bad, alt string, src Source,
-	parse func(string) (T, error)) error {
+func mdValue[T any](ctx context.Context, d *detector, dst *Value[T], kv map[string]string, key, bad, alt string,
+	src Source, parse func(string) (T, error)) error {
 	if dst.IsSet() {
 		return nil
 	}

@@ -45,7 +45,8 @@ func ParseChipList(s string) ([]int, error) {
 }
 
 // parseList parses the comma-separated list s entry by entry (numbered from 1), refusing a repeat with twice.
-func parseList[T comparable](s, empty string, entry func(i int, e string) (T, error), twice func(T) error) ([]T, error) {
+func parseList[T comparable](s, empty string, entry func(i int, e string) (T, error),
+	twice func(T) error) ([]T, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
 		return nil, parseErrorf("%s", empty)

@@ -99,7 +99,7 @@ func hostPlan(h *Host, req Request) (*Plan, error) {
 		req.NProcsSource = Flag("nprocs")
 	}
 	if req.NProcs < 0 {
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []failure.Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: sources{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
 	return h.Device.V.Kind().plan(h, req)
 }

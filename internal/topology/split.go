@@ -10,7 +10,7 @@ import (
 // Slice validates the request against the host and returns the slice that Plan turns into env (docs/TOPOLOGY.md).
 func (h *Host) Slice(req Request) (*Slice, error) {
 	if !h.Device.V.Kind().FixedSlice() {
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []failure.Source{h.Device.Source}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: sources{h.Device.Source}}
 	}
 	r, err := h.resolve(req)
 	if err != nil {
@@ -83,17 +83,17 @@ func (h *Host) checkHosts(r resolved) error {
 	hosts, node := r.hosts, r.node
 	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
-			Sources: []failure.Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
+			Sources: sources{r.hostsSrc}, Choices: indexChoices(len(hosts))}
 	}
 	if a := h.tpu().Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: a.V.Type,
-			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []failure.Source{a.Source, r.hostsSrc},
+			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: sources{a.Source, r.hostsSrc},
 			Hint: "list every host of the slice, or fix the accelerator type"}
 	}
 	if hb := h.tpu().HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(hb.Source.Name), Value: hb.V.String(),
 			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
-			Sources: []failure.Source{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
+			Sources: sources{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
 	}
 	return nil
 }
@@ -103,7 +103,7 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 	t := h.tpu()
 	n := len(t.Usable.V)
 	if n == 0 {
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("chips"), Value: "0", Problem: "no TPU chip is usable on this host", Sources: []failure.Source{t.Usable.Source}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("chips"), Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources{t.Usable.Source}}
 	}
 	if _, err := ChipBounds(n); err != nil {
 		return nil, subsetError(h)
@@ -130,7 +130,7 @@ func (h *Host) spmdProcesses(s *Slice, r resolved) error {
 	t := h.tpu()
 	if k := r.req.NProcs; k > 1 {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []failure.Source{r.req.NProcsSource, r.spmdSrc},
+			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: sources{r.req.NProcsSource, r.spmdSrc},
 			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
 	n := len(t.Usable.V)
@@ -190,21 +190,21 @@ func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, er
 func (h *Host) checkProcs(k int, r resolved) error {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	sources := []failure.Source{t.Usable.Source}
+	from := sources{t.Usable.Source}
 	switch {
 	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
 		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips: nprocs must use exactly those.
 		return h.envLimitError(k, r.req)
 	case len(r.hosts) > 1 && k != n:
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(sources, r.hostsSrc),
+			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(from, r.hostsSrc),
 			Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
 	case k > n:
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	case !validSplit(k, n):
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
 }
@@ -213,7 +213,7 @@ func (h *Host) checkProcs(k int, r resolved) error {
 func (h *Host) envLimitError(k int, req Request) error {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	src := []failure.Source{req.NProcsSource, t.Usable.Source}
+	src := sources{req.NProcsSource, t.Usable.Source}
 	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
 		src = append(src, t.VisibleChips.Source)
 	}
@@ -258,9 +258,10 @@ func (h *Host) processCountError(givenProcs, want, k, hosts int, req Request) er
 	if len(t.ProcessBounds.V) == 4 {
 		core = " (the trailing core dimension of tpu7x not counted)"
 	}
-	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: t.ProcessBounds.V.String(),
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"),
+		Value:   t.ProcessBounds.V.String(),
 		Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, hosts),
-		Sources: []failure.Source{t.ProcessBounds.Source, req.NProcsSource, t.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
+		Sources: sources{t.ProcessBounds.Source, req.NProcsSource, t.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
 }
 
 // given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
@@ -277,7 +278,7 @@ func (h *Host) givenProcessBounds() (Bounds, int, error) {
 	if len(b) == 4 {
 		if t.Family != "tpu7x" || b[3] != 2 {
 			return nil, 0, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: b.String(),
-				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: []failure.Source{t.ProcessBounds.Source, t.ChipsSource},
+				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: sources{t.ProcessBounds.Source, t.ChipsSource},
 				Hint: "use three numbers such as 2,2,1, or unset it (tpurun sets it per worker)"}
 		}
 		b = b[:3]
@@ -294,12 +295,12 @@ func (h *Host) checkDerivedProcs(k, n int, desc string) error {
 	if t.NumDevices.IsSet() || t.VisibleChips.IsSet() {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: pb.V.String(),
 			Problem: fmt.Sprintf("asks for %d processes but %s gives this launcher %d chips", k, t.Usable.Source.Name, n),
-			Sources: []failure.Source{pb.Source, t.Usable.Source}, Hint: "unset one of them"}
+			Sources: sources{pb.Source, t.Usable.Source}, Hint: "unset one of them"}
 	}
 	if !validSplit(k, n) {
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: pb.V.String(),
 			Problem: fmt.Sprintf("asks for %d processes, which is not a valid split of the %s on this host", k, desc),
-			Sources: []failure.Source{pb.Source, t.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
+			Sources: sources{pb.Source, t.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
 	}
 	return nil
 }

@@ -42,12 +42,12 @@ func subsetError(h *Host) error {
 	if len(keep) > fix {
 		keep = keep[:fix]
 	}
-	sources := []failure.Source{t.Usable.Source}
+	from := sources{t.Usable.Source}
 	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
-		sources = append(sources, t.VisibleChips.Source)
+		from = append(from, t.VisibleChips.Source)
 	}
 	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(fmt.Sprintf("%d usable chips", n)),
-		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: from,
 		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
 }
 

@@ -161,9 +161,9 @@ type TPUFacts struct {
 // TPUFacts are the host's TPU facts.
 func (h *Host) TPUFacts() TPUFacts {
 	t := h.tpu()
-	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds, ParentSkipMDS: t.SkipMDS,
-		TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints, Accelerator: t.Accelerator.Source,
-		Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
+	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds,
+		ParentSkipMDS: t.SkipMDS, TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints,
+		Accelerator: t.Accelerator.Source, Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
 }
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several), planned as torch_xla and JAX expect

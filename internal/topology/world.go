@@ -45,7 +45,7 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
-			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []failure.Source{Derived("rendezvous")}}
+			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: sources{Derived("rendezvous")}}
 	}
 	p, err := h.Device.V.Kind().worldPlan(h, req, w)
 	if err != nil {
