@@ -32,9 +32,7 @@ func (d *detector) detectTPU(ctx context.Context) error {
 	if err := d.chipsFromAccelerator(); err != nil {
 		return err
 	}
-	if h.ReplicasPerChip == 0 {
-		h.ReplicasPerChip = 1
-	}
+	h.ReplicasPerChip = cmp.Or(h.ReplicasPerChip, 1)
 	h.typeFromChips()
 	return d.finishSlice()
 }

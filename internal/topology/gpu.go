@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -59,10 +60,11 @@ func (gpu) detect(_ context.Context, d *detector) error {
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
 func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	_, src := gpuDevices(d.h.DevRoot, scan)
+	cvd, set := d.env("CUDA_VISIBLE_DEVICES")
 	switch {
 	case !src.IsSet():
 		return Value[Device]{}, false
-	case d.cudaHidden():
+	case set && CUDAHidesAll(cvd):
 		return val(CPU, Env("CUDA_VISIBLE_DEVICES")), true
 	}
 	return val(GPU, src), true
@@ -138,12 +140,6 @@ func gpuDevices(devRoot string, scan pciScan) ([]Chip, Source) {
 	return gpus, Sysfs(scan.dir)
 }
 
-// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
-func (d *detector) cudaHidden() bool {
-	v, ok := d.env("CUDA_VISIBLE_DEVICES")
-	return ok && CUDAHidesAll(v)
-}
-
 // cudaVisible narrows the usable GPUs to the parent's CUDA_VISIBLE_DEVICES: indices must name GPUs found on this
 // host; UUIDs (GPU-..., MIG-...) are taken as given, numbered by their position.
 func (d *detector) cudaVisible(v string) error {
@@ -200,10 +196,7 @@ func (h *Host) GPUShareNote(workers int) string {
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
 	g := h.gpu()
 	gpus := g.UsableGPUs.V
-	n := req.NProcs
-	if n == 0 {
-		n = len(gpus)
-	}
+	n := cmp.Or(req.NProcs, len(gpus))
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"cmp"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -94,9 +95,7 @@ func (s Slice) Plan() *Plan {
 			if k > 1 {
 				env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
 			}
-			for key, v := range s.Megascale {
-				env[key] = v
-			}
+			maps.Copy(env, s.Megascale)
 			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: replicas, Env: env})
 		}
 	}
