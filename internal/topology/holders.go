@@ -34,8 +34,8 @@ func Holders(procRoot string, paths []string) ([]Holder, error) {
 	}
 	var out []Holder
 	err := eachFD(procRoot, func(pid int, target string) bool {
-		seen := func(h Holder) bool { return h.PID == pid && h.Path == want[target] }
-		if p, ok := want[target]; ok && !slices.ContainsFunc(out, seen) {
+		p, ok := want[target]
+		if ok && !slices.ContainsFunc(out, func(h Holder) bool { return h.PID == pid && h.Path == p }) {
 			out = append(out, Holder{PID: pid, Command: command(procRoot, pid), Path: p})
 		}
 		return true
