@@ -51,7 +51,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		rep.MetadataError = h.MetadataErr.Error()
 	}
 	req, _ := dev.Request()
-	rep.Notes = append(topology.Explain(h, req), "the workers' Python: "+cli.WorkersPython(*sc.python, os.Getenv).String())
+	rep.Notes = append(hostview.Explain(h, req), "the workers' Python: "+cli.WorkersPython(*sc.python, os.Getenv).String())
 	rep.SetJob(h.JobLayout(req))
 	if _, err := topology.NewPlan(h, req, topology.World{}); err != nil {
 		rep.PlanError = err.Error()

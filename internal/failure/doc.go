@@ -25,7 +25,7 @@
 //	anything else                                                 70
 //	nil                                                           0
 //
-// It does not own the errors of the layers above: a worker that failed is proc's WorkerError, a replica's error
-// results' ReplicaError; topology and rendezvous keep their own types. Each matches its category here through Is
-// or Unwrap.
+// ConfigError is every layer's error about a setting (a layer marks its own with Kind). It does not own the other
+// errors of the layers above: a worker that failed is proc's WorkerError, a replica's error results' ReplicaError;
+// each matches its category here through Is or Unwrap.
 package failure

@@ -1,13 +1,13 @@
 package topology
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-// Family is one TPU generation as the accelerator type names it ("v4", "v5litepod", "tpu7x"): a row of the tpu
-// kind's table (tpuTable).
+// Family is one TPU generation as the accelerator type names it: a row of tpuTable.
 type Family struct {
 	Name            string // as in accelerator types: "v4", "v5litepod", "v5p", "v6e", "tpu7x"
 	Version         int    // the digit after v/tpu: 2..8
@@ -27,9 +27,6 @@ type Accelerator struct {
 	Family Family `json:"-"`     // the generation
 	Count  int    `json:"count"` // the number after the dash
 }
-
-// IsZero reports whether no accelerator type is known.
-func (a Accelerator) IsZero() bool { return a.Type == "" }
 
 // Chips is the number of chips of the whole slice.
 func (a Accelerator) Chips() int {
@@ -72,8 +69,8 @@ func (a Accelerator) HostBounds() Bounds {
 		return Bounds{1, 1, hosts} // unusual sizes: a line of hosts (unverified)
 	}
 	shape := append(Bounds(nil), cph...)
-	// Grow the shape the way the default topologies grow (v4: 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4...; v5e/v6e:
-	// 2x2, 2x4, 4x4, 4x8, 8x8...): double the smallest dimension, preferring the last one.
+	// Grow it as the default topologies grow (v4: 2x2x1, 2x2x2, 2x2x4, 2x4x4...; v5e: 2x2, 2x4, 4x4...): double
+	// the smallest dimension, preferring the last one.
 	dims := []int{2, 1, 0}
 	if !a.Family.ThreeD {
 		dims = []int{1, 0}
@@ -108,7 +105,7 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 	}
 	fam, ok := families[name]
 	if !ok {
-		return Accelerator{}, parseErrorf("accelerator type %q has unknown generation %q; known: %s", s, t[:i], strings.Join(familyNames(), ", "))
+		return Accelerator{}, parseErrorf("accelerator type %q has unknown generation %q; known: %s", s, t[:i], strings.Join(slices.Sorted(maps.Keys(families)), ", "))
 	}
 	n, err := ParseCount(num)
 	if err != nil {
@@ -125,15 +122,6 @@ func ParseAcceleratorType(s string) (Accelerator, error) {
 		return Accelerator{}, parseErrorf("accelerator type %q: %d chips on one host is not a known host shape (1, 2, 4 or 8)", s, a.ChipsPerHost())
 	}
 	return a, nil
-}
-
-func familyNames() []string {
-	out := make([]string, 0, len(families))
-	for k := range families {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // deriveAccelerator names the single-host slice that n chips of family name make ("v4-8" for 4 v4 chips).

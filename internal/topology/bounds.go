@@ -9,13 +9,7 @@ import (
 type Bounds []int
 
 // String renders "2,2,1".
-func (b Bounds) String() string {
-	parts := make([]string, len(b))
-	for i, v := range b {
-		parts[i] = strconv.Itoa(v)
-	}
-	return strings.Join(parts, ",")
-}
+func (b Bounds) String() string { return joinInts(b, ",") }
 
 // Product is the number of cells of the grid.
 func (b Bounds) Product() int {
@@ -76,14 +70,4 @@ func ChipBounds(n int) (Bounds, error) {
 	return nil, parseErrorf("%d chips on one host has no chip grid; use 1, 2, 4 or 8", n)
 }
 
-func isDigits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
+func isDigits(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -31,9 +32,7 @@ func (d *detector) detectTPU(ctx context.Context) error {
 	if err := d.chipsFromAccelerator(); err != nil {
 		return err
 	}
-	if h.ReplicasPerChip == 0 {
-		h.ReplicasPerChip = 1
-	}
+	h.ReplicasPerChip = cmp.Or(h.ReplicasPerChip, 1)
 	h.typeFromChips()
 	return d.finishSlice()
 }
@@ -59,17 +58,16 @@ func (d *detector) chipsFromPCI() error {
 	return nil
 }
 
-// chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them (a
-// container that hides them); with no type either, there is no TPU.
+// chipsFromAccelerator counts the chips from the accelerator type where neither sysfs nor /dev shows them.
 func (d *detector) chipsFromAccelerator() error {
 	h, t := d.h, d.h.tpu()
 	if len(t.Chips) > 0 {
 		return nil
 	}
 	if !t.Accelerator.IsSet() {
-		return &ConfigError{Name: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "tpu", Problem: "was asked for but no TPU chip was found under " +
 			h.SysfsRoot + "/bus/pci/devices, " + h.DevRoot + "/accel* or " + h.DevRoot + "/vfio/N",
-			Sources: []Source{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
+			Sources: sources{h.Device.Source}, Hint: "set TPU_ACCELERATOR_TYPE if the chips are hidden from this container, or use the cpu device"}
 	}
 	for i := range t.Accelerator.V.ChipsPerHost() {
 		t.Chips = append(t.Chips, Chip{Index: i})
@@ -98,9 +96,9 @@ func (h *Host) adoptAccelerator() error {
 	}
 	// Only a family that an accelerator type names can contradict one: not the ids that name several (v2/v3) or none.
 	if _, named := families[t.Family]; named && t.Family != t.Accelerator.V.Family.Name {
-		return &ConfigError{Name: failure.AcceleratorType, Value: t.Accelerator.V.Type,
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: t.Accelerator.V.Type,
 			Problem: fmt.Sprintf("contradicts the %d %s chips on this host", len(t.Chips), t.Family),
-			Sources: []Source{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
+			Sources: sources{t.Accelerator.Source, t.ChipsSource}, Hint: "fix or unset " + t.Accelerator.Source.Name}
 	}
 	t.Family = t.Accelerator.V.Family.Name
 	h.ReplicasPerChip = t.Accelerator.V.Family.ReplicasPerChip
@@ -121,16 +119,12 @@ func (d *detector) attachDevNodes() {
 	nodes := tpuNodes(h.DevRoot, style)
 	if len(nodes) == 0 && len(t.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
-		for _, st := range []string{"accel", "vfio"} {
-			if nodes = tpuNodes(h.DevRoot, st); len(nodes) > 0 {
+		for _, st := range [][2]string{{"accel", "/accel*"}, {"vfio", "/vfio"}} {
+			if nodes = tpuNodes(h.DevRoot, st[0]); len(nodes) > 0 {
 				for i := range nodes {
 					t.Chips = append(t.Chips, Chip{Index: i})
 				}
-				if st == "accel" {
-					t.ChipsSource = Dev(h.DevRoot + "/accel*")
-				} else {
-					t.ChipsSource = Dev(h.DevRoot + "/vfio")
-				}
+				t.ChipsSource = Dev(h.DevRoot + st[1])
 				break
 			}
 		}
@@ -145,24 +139,16 @@ func (d *detector) attachDevNodes() {
 // finishSlice derives the bounds and the usable chips, and checks that the slice description holds together.
 func (d *detector) finishSlice() error {
 	h := d.h
+	var err error
 	if h.tpu().Accelerator.IsSet() {
-		if err := h.boundsFromAccelerator(); err != nil {
-			return err
-		}
+		err = h.boundsFromAccelerator()
 	} else {
 		h.boundsFromChips()
 	}
-	if err := h.checkGivenBounds(); err != nil {
-		return err
-	}
-	if err := h.checkWorkerID(); err != nil {
-		return err
-	}
-	return h.usableChips()
+	return cmp.Or(err, h.checkGivenBounds(), h.checkWorkerID(), h.usableChips()) // the first error
 }
 
-// boundsFromAccelerator derives the bounds env and metadata left open from the accelerator type, and checks the
-// host list and the chips found against it.
+// boundsFromAccelerator derives the bounds left open from the accelerator type, and checks the hosts and chips.
 func (h *Host) boundsFromAccelerator() error {
 	t := h.tpu()
 	a := t.Accelerator
@@ -173,20 +159,19 @@ func (h *Host) boundsFromAccelerator() error {
 		t.ChipsPerHostBounds = val(a.V.ChipsPerHostBounds(), DerivedFrom(a.Source))
 	}
 	if hosts := a.V.Hosts(); hosts > 1 && t.Hostnames.IsSet() && len(t.Hostnames.V) != hosts {
-		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
 			Problem: fmt.Sprintf("lists %d hosts but %s has %d", len(t.Hostnames.V), a.V.Type, hosts),
-			Sources: []Source{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
+			Sources: sources{t.Hostnames.Source, a.Source}, Hint: "list every host of the slice in worker order"}
 	}
 	if cph := a.V.ChipsPerHost(); t.ChipsSource.Kind == FromSysfs && len(t.Chips) != cph {
-		return &ConfigError{Name: failure.AcceleratorType, Value: a.V.Type,
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: a.V.Type,
 			Problem: fmt.Sprintf("has %d chips per host but this host has %d", cph, len(t.Chips)),
-			Sources: []Source{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
+			Sources: sources{a.Source, t.ChipsSource}, Hint: "fix or unset " + a.Source.Name}
 	}
 	return nil
 }
 
-// boundsFromChips derives the bounds env and metadata left open from the chips alone (no accelerator type): the
-// chip grid, and one host unless a host list says otherwise.
+// boundsFromChips derives the bounds left open from the chips alone: one host unless a host list says otherwise.
 func (h *Host) boundsFromChips() {
 	t := h.tpu()
 	if !t.ChipsPerHostBounds.IsSet() {
@@ -203,13 +188,13 @@ func (h *Host) boundsFromChips() {
 func (h *Host) checkWorkerID() error {
 	t := h.tpu()
 	if n := len(t.Hostnames.V); n > 1 && !t.WorkerID.IsSet() {
-		return &ConfigError{Name: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
-			Problem: "describes several hosts but nothing says which one this is", Sources: []Source{t.Hostnames.Source},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.Hostnames.Source.Name), Value: strconv.Quote(strings.Join(t.Hostnames.V, ",")),
+			Problem: "describes several hosts but nothing says which one this is", Sources: sources{t.Hostnames.Source},
 			Hint: "set TPU_WORKER_ID to this host's index"}
 	} else if n > 1 && t.WorkerID.V >= n {
-		return &ConfigError{Name: failure.Named(t.WorkerID.Source.Name), Value: strconv.Itoa(t.WorkerID.V),
-			Problem: fmt.Sprintf("is not an index of the %d hosts", n),
-			Sources: []Source{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(t.WorkerID.Source.Name),
+			Value: strconv.Itoa(t.WorkerID.V), Problem: fmt.Sprintf("is not an index of the %d hosts", n),
+			Sources: sources{t.WorkerID.Source, t.Hostnames.Source}, Choices: indexChoices(n)}
 	}
 	if !t.WorkerID.IsSet() {
 		t.WorkerID = val(0, Default())
@@ -221,17 +206,13 @@ func (h *Host) checkWorkerID() error {
 // first TPU_NUM_DEVICES.
 func (h *Host) usableChips() error {
 	t := h.tpu()
-	all := make([]int, len(t.Chips))
-	for i := range all {
-		all[i] = i
-	}
-	t.Usable = val(all, t.ChipsSource)
+	t.Usable = val(indices(len(t.Chips)), t.ChipsSource)
 	if t.VisibleChips.IsSet() {
 		for _, c := range t.VisibleChips.V {
 			if c >= len(t.Chips) {
-				return &ConfigError{Name: "TPU_VISIBLE_CHIPS", Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
+				return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_VISIBLE_CHIPS"), Value: strconv.Quote(joinInts(t.VisibleChips.V, ",")),
 					Problem: fmt.Sprintf("names chip %d but this host has %d chips", c, len(t.Chips)),
-					Sources: []Source{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
+					Sources: sources{t.VisibleChips.Source, t.ChipsSource}, Choices: indexChoices(len(t.Chips))}
 			}
 		}
 		t.Usable = val(t.VisibleChips.V, t.VisibleChips.Source)
@@ -239,20 +220,20 @@ func (h *Host) usableChips() error {
 	if t.NumDevices.IsSet() {
 		n := t.NumDevices.V
 		if n > len(t.Usable.V) {
-			return &ConfigError{Name: "TPU_NUM_DEVICES", Value: strconv.Itoa(n),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_NUM_DEVICES"), Value: strconv.Itoa(n),
 				Problem: fmt.Sprintf("asks for more chips than the %d available", len(t.Usable.V)),
-				Sources: []Source{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
+				Sources: sources{t.NumDevices.Source, t.Usable.Source}, Choices: splitChoices(len(t.Usable.V)), Hint: "or unset it"}
 		}
 		t.Usable = val(t.Usable.V[:n], t.NumDevices.Source)
 	}
 	return nil
 }
 
-// checkGivenBounds refuses host and chips-per-host bounds given by env or metadata that contradict the hosts and
-// chips found: the workers would be handed both (issue 14: TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
+// checkGivenBounds refuses given host and chips-per-host bounds that contradict the hosts and chips found, which
+// the workers would be handed both of (TPU_HOST_BOUNDS=2,1,1 on a single-host v5litepod-8).
 func (h *Host) checkGivenBounds() error {
 	t := h.tpu()
-	if hb := t.HostBounds; hb.IsSet() && hb.Source.Kind != FromDerived && hb.Source.Kind != FromDefault {
+	if hb := t.HostBounds; given(hb.Source) {
 		hosts, what, src := 1, "this host alone (no host list given)", t.ChipsSource
 		switch {
 		case t.Hostnames.IsSet():
@@ -261,22 +242,20 @@ func (h *Host) checkGivenBounds() error {
 			hosts, what, src = t.Accelerator.V.Hosts(), t.Accelerator.V.Type, t.Accelerator.Source
 		}
 		if p := hb.V.Product(); p != hosts {
-			return &ConfigError{Name: failure.Named(hb.Source.Name), Value: hb.V.String(),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(hb.Source.Name), Value: hb.V.String(),
 				Problem: fmt.Sprintf("describes %d hosts but %s has %d", p, what, hosts),
-				Sources: []Source{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
+				Sources: sources{hb.Source, src}, Hint: "fix or unset " + hb.Source.Name}
 		}
 	}
 	return h.checkGivenChipBounds()
 }
 
-// checkGivenChipBounds refuses chips-per-host bounds given by env or metadata that describe neither the host's
-// chips nor the parent's TPU_VISIBLE_CHIPS. A process given a subset of a host describes the subset as its host:
-// Ray's actor holding 1 or 2 chips gets TPU_CHIPS_PER_HOST_BOUNDS 1,1,1 or 1,2,1, and so does a worker of tpurun's
-// own --nprocs 1 run, which may start a tpurun of its own.
+// checkGivenChipBounds refuses given chips-per-host bounds that describe neither the host's chips nor the
+// parent's TPU_VISIBLE_CHIPS (a subset of a host describes itself as a host: Ray's actors, --nprocs 1's worker).
 func (h *Host) checkGivenChipBounds() error {
 	t := h.tpu()
 	cb := t.ChipsPerHostBounds
-	if !cb.IsSet() || cb.Source.Kind == FromDerived || cb.Source.Kind == FromDefault {
+	if !given(cb.Source) {
 		return nil
 	}
 	chips, src := len(t.Chips), t.ChipsSource
@@ -288,17 +267,17 @@ func (h *Host) checkGivenChipBounds() error {
 		return nil
 	}
 	problem := fmt.Sprintf("describes %d chips per host but this host has %d", p, chips)
-	sources := []Source{cb.Source, src}
+	from := sources{cb.Source, src}
 	if vc := t.VisibleChips; vc.IsSet() {
 		if p == len(vc.V) {
 			return nil
 		}
 		problem = fmt.Sprintf("describes %d chips per host but this host has %d and %s gives this launcher %d",
 			p, chips, vc.Source.Name, len(vc.V))
-		sources = append(sources, vc.Source)
+		from = append(from, vc.Source)
 	}
-	return &ConfigError{Name: failure.Named(cb.Source.Name), Value: cb.V.String(), Problem: problem, Sources: sources,
-		Hint: "fix or unset " + cb.Source.Name}
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(cb.Source.Name), Value: cb.V.String(),
+		Problem: problem, Sources: from, Hint: "fix or unset " + cb.Source.Name}
 }
 
 func indexChoices(n int) []string {
@@ -308,6 +287,15 @@ func indexChoices(n int) []string {
 	}
 	if n > 16 {
 		out = append(out, fmt.Sprintf("... %d", n-1))
+	}
+	return out
+}
+
+// indices are 0..n-1.
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -14,22 +15,14 @@ func init() { register(cpu{}) }
 // cpu is the CPU kind: one worker per process asked for (one by default), each a PJRT CPU client.
 type cpu struct{ perHost }
 
-func (cpu) Device() Device { return CPU }
-
-func (cpu) PerCore() bool { return true }
-
-func (cpu) NCCL() bool { return false }
-
-func (cpu) preference() int { return 0 }
-
-func (cpu) pjrt() []string { return []string{"CPU"} }
-
-func (cpu) aliases() []string { return nil }
-
-func (cpu) devices(*Host) []Chip { return nil }
-
-func (cpu) perRank() []string { return nil }
-
+func (cpu) Device() Device         { return CPU }
+func (cpu) PerCore() bool          { return true }
+func (cpu) NCCL() bool             { return false }
+func (cpu) preference() int        { return 0 }
+func (cpu) pjrt() []string         { return []string{"CPU"} }
+func (cpu) aliases() []string      { return nil }
+func (cpu) devices(*Host) []Chip   { return nil }
+func (cpu) perRank() []string      { return nil }
 func (cpu) devNodeGlobs() []string { return nil }
 
 // claim: every host has CPUs, so auto detection ends here.
@@ -41,11 +34,7 @@ func (cpu) detect(_ context.Context, d *detector) error {
 }
 
 func (cpu) plan(h *Host, req Request) (*Plan, error) {
-	n := req.NProcs
-	if n == 0 {
-		n = 1
-	}
-	p, err := CPUPlan(n)
+	p, err := CPUPlan(cmp.Or(req.NProcs, 1))
 	if err != nil {
 		return nil, err
 	}
@@ -54,9 +43,6 @@ func (cpu) plan(h *Host, req Request) (*Plan, error) {
 	}
 	return p, nil
 }
-
-func (cpu) explain(*Host, Request) []string { return []string{jaxNeedsIDs("")} }
-
 func (cpu) settings(h *Host) []Setting { return []Setting{spmdSetting(h)} }
 
 // CPUPlan is the single-host plan of n CPU workers: the embedded default that needs no accelerator.

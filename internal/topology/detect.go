@@ -55,19 +55,15 @@ func (o Options) Roots() (sysfs, dev, proc string) {
 }
 
 // Host is everything detected about this host, each value with its source: the device, what every kind's host
-// has (the SPMD switch, its place among the job's nodes, the OS roots), and the state the device's kind detected,
-// which only the kind's own code reads (the TPU kind's tpuHost: the chips and the slice; the GPU kind's gpuHost: the
-// GPUs).
-// Accessors give callers outside the package what they need of a kind's state (AcceleratorType, Megascale).
+// has, and the state the device's kind detected, which only the kind's own code reads; accessors give callers what
+// they need of it (AcceleratorType, Megascale, TPUFacts, CUDAVisible).
 type Host struct {
 	Device Value[Device] `json:"device"`
 	// ReplicasPerChip counts the devices each chip shows (2 TensorCores on v2/v3 TPUs); 1 on every other host.
 	ReplicasPerChip int `json:"replicas_per_chip"`
-	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous, from the first source that
-	// is set: the slice's host list (TPU_WORKER_HOSTNAMES or the metadata server, with TPU_WORKER_ID), a batch
-	// scheduler's (SLURM_JOB_NODELIST with SLURM_NODEID), or JOB_COMPLETION_INDEX for the rank alone. NodeErr is
-	// why they could not be read on a host that is not a TPU (a TPU host fails detection instead); it is reported
-	// only by a run that needs them, so a single-host run inside a SLURM job is not stopped by its variables.
+	// NodeHosts and NodeRank place this host among the job's nodes for a rendezvous: the slice's host list and
+	// worker id, else SLURM_JOB_NODELIST and SLURM_NODEID, else JOB_COMPLETION_INDEX alone. NodeErr is why they
+	// could not be read (not on a TPU, which fails detection instead), reported only by a run that needs them.
 	NodeHosts Value[[]string] `json:"node_hosts"`
 	NodeRank  Value[int]      `json:"node_rank"`
 	NodeErr   error           `json:"-"`
@@ -112,10 +108,9 @@ type detector struct {
 }
 
 // Detect finds the devices and topology of this host: flags > env > sysfs/dev > GCE metadata > defaults. The
-// metadata server is asked only for a TPU host whose slice env does not describe (TPU_SKIP_MDS_QUERY, or the
-// accelerator type with the host list of a multi-host slice); each key at most once, within opts.MetadataBudget.
-// A single host whose metadata fails is planned from what sysfs proves. Malformed env values are *ConfigError.
-// log receives its debug logs and the fallback's warning; nil means none.
+// metadata server is asked only for a TPU slice env does not describe, each key at most once, within
+// opts.MetadataBudget; a single host whose metadata fails is planned from sysfs. Malformed values are
+// *failure.ConfigError. log receives its debug logs and the fallback's warning; nil means none.
 func Detect(ctx context.Context, opts Options, log *zap.Logger) (*Host, error) {
 	d := &detector{opts: opts, env: opts.LookupEnv, log: cmp.Or(log, zap.NewNop())}
 	if d.env == nil {
@@ -150,7 +145,7 @@ func (d *detector) lookup(name string) (string, bool) {
 }
 
 func envErr(name, value string, err error, hint string) error {
-	return &ConfigError{Name: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: []Source{Env(name)}, Err: err, Hint: hint}
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(name), Value: strconv.Quote(value), Problem: "is malformed", Sources: sources{Env(name)}, Err: err, Hint: hint}
 }
 
 // device picks the device: --device, else PJRT_DEVICE, else the most preferred kind present on the host.
@@ -158,8 +153,8 @@ func (d *detector) device() error {
 	if name := strings.ToLower(strings.TrimSpace(d.opts.Device)); name != "" && name != "auto" {
 		dev, ok := DeviceNamed(name)
 		if !ok {
-			return &ConfigError{Name: failure.Device, Value: strconv.Quote(d.opts.Device), Problem: "is not a device",
-				Sources: []Source{Flag("device")}, Choices: deviceChoices()}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: strconv.Quote(d.opts.Device),
+				Problem: "is not a device", Sources: sources{Flag("device")}, Choices: deviceChoices()}
 		}
 		d.h.Device = val(dev, Flag("device"))
 		return nil
@@ -167,8 +162,8 @@ func (d *detector) device() error {
 	if v, ok := d.lookup("PJRT_DEVICE"); ok {
 		k, ok := pjrtKind(strings.ToUpper(strings.TrimSpace(v)))
 		if !ok {
-			return &ConfigError{Name: "PJRT_DEVICE", Value: strconv.Quote(v), Problem: "is not a PJRT device",
-				Sources: []Source{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("PJRT_DEVICE"), Value: strconv.Quote(v),
+				Problem: "is not a PJRT device", Sources: sources{Env("PJRT_DEVICE")}, Choices: pjrtChoices(), Hint: "or unset it"}
 		}
 		d.h.Device = val(k.Device(), Env("PJRT_DEVICE"))
 		return nil
@@ -187,67 +182,36 @@ func (d *detector) spmd() error {
 		d.h.SPMD = val(true, Flag("spmd"))
 		return nil
 	}
-	if v, ok := d.lookup("XLA_USE_SPMD"); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return envErr("XLA_USE_SPMD", v, err, "use 1 or 0")
-		}
-		d.h.SPMD = val(b, Env("XLA_USE_SPMD"))
-		return nil
-	}
 	d.h.SPMD = val(false, Default())
-	return nil
+	parseBool := func(v string) (bool, error) { return strconv.ParseBool(strings.TrimSpace(v)) }
+	return readEnv(d, &d.h.SPMD, parseBool, "use 1 or 0", "XLA_USE_SPMD")
 }
 
-// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from the same variables a TPU slice
-// is described by (TPU_WORKER_HOSTNAMES, TPU_WORKER_ID, JOB_COMPLETION_INDEX), else SLURM's. A malformed one is kept
-// in NodeErr for the run that needs it. (A TPU host has read them already, and malformed values failed detection.)
+// envNodes fills NodeHosts and NodeRank (see Host) on a host that is not a TPU, from TPU_WORKER_HOSTNAMES,
+// TPU_WORKER_ID and JOB_COMPLETION_INDEX, else SLURM's variables; a malformed one is kept in NodeErr.
 func (d *detector) envNodes() {
 	h := d.h
-	if v, ok := d.lookup("TPU_WORKER_HOSTNAMES"); ok {
-		hosts, err := ParseHostList(v)
-		if err != nil {
-			h.NodeErr = envErr("TPU_WORKER_HOSTNAMES", v, err, "list every host, comma-separated, in node order")
-			return
-		}
-		h.NodeHosts = val(hosts, Env("TPU_WORKER_HOSTNAMES"))
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order",
+		"TPU_WORKER_HOSTNAMES")
+	if h.NodeErr == nil && (h.NodeHosts.IsSet() || !d.slurmNodes()) {
 		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
-		return
 	}
-	if d.slurmNodes() {
-		return
-	}
-	h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 }
 
-// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether the list is
-// set.
+// slurmNodes fills NodeHosts and NodeRank from SLURM_JOB_NODELIST and SLURM_NODEID, reporting whether it is set.
 func (d *detector) slurmNodes() bool {
 	h := d.h
-	v, ok := d.lookup("SLURM_JOB_NODELIST")
-	if !ok {
-		return false
+	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way",
+		"SLURM_JOB_NODELIST")
+	if h.NodeErr == nil && h.NodeHosts.IsSet() {
+		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
 	}
-	hosts, err := ParseSlurmNodelist(v)
-	if err != nil {
-		h.NodeErr = envErr("SLURM_JOB_NODELIST", v, err, "fix the node list, or name the hosts another way")
-		return true
-	}
-	h.NodeHosts = val(hosts, Env("SLURM_JOB_NODELIST"))
-	h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
-	return true
+	return h.NodeErr != nil || h.NodeHosts.IsSet()
 }
 
 // index reads the first of names that is set as a node index.
 func (d *detector) index(names ...string) (Value[int], error) {
-	for _, name := range names {
-		if v, ok := d.lookup(name); ok {
-			n, err := ParseIndex(v)
-			if err != nil {
-				return Value[int]{}, envErr(name, v, err, "use this node's index, from 0")
-			}
-			return val(n, Env(name)), nil
-		}
-	}
-	return Value[int]{}, nil
+	var v Value[int]
+	err := readEnv(d, &v, ParseIndex, "use this node's index, from 0", names...)
+	return v, err
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"tpurun/internal/failure"
 )
 
 // TestDetectAndPlanSingleHost is the table of the issue: fake sysfs/dev trees for every generation.
@@ -244,7 +245,7 @@ func TestMalformedEnv(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Detect(context.Background(), Options{LookupEnv: envOf(map[string]string{name: value}), SysfsRoot: ft.sys, DevRoot: ft.dev, MetadataURL: noMD(t)}, nil)
-			var ce *ConfigError
+			var ce *failure.ConfigError
 			if !errors.Is(err, ErrConfig) || !errors.As(err, &ce) {
 				t.Fatalf("err = %v, want a ConfigError", err)
 			}
@@ -409,7 +410,7 @@ func TestConfigErrorNamesSourcesOnce(t *testing.T) {
 			t.Errorf("err =\n  %v\nwant\n  %s", err, tc.want)
 		}
 	}
-	mixed := &ConfigError{Name: "nprocs", Value: "3", Problem: "is wrong", Sources: []Source{Flag("nprocs"), DerivedFrom(Env("TPU_ACCELERATOR_TYPE")), Flag("nprocs")}}
+	mixed := &failure.ConfigError{Field: failure.NProcs, Value: "3", Problem: "is wrong", Sources: []failure.Source{Flag("nprocs"), DerivedFrom(Env("TPU_ACCELERATOR_TYPE")), Flag("nprocs")}}
 	if got, want := mixed.Error(), "nprocs 3 is wrong (from flag --nprocs; derived from env TPU_ACCELERATOR_TYPE)"; got != want {
 		t.Errorf("mixed sources: %q, want %q", got, want)
 	}

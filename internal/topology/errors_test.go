@@ -16,7 +16,7 @@ func TestErrorsAreConfigErrors(t *testing.T) {
 		{topology.ErrConfig, topology.ErrConfig}, {topology.ErrParse, topology.ErrParse},
 		{topology.ErrUnknownDevice, topology.ErrUnknownDevice}, {topology.ErrMetadata, topology.ErrMetadata},
 		{topology.ErrPortBusy, topology.ErrPortBusy}, {topology.ErrChipBusy, topology.ErrChipBusy},
-		{&topology.ConfigError{Name: "TPU_NUM_DEVICES", Value: "x", Problem: "is not a number"}, topology.ErrConfig},
+		{&failure.ConfigError{Kind: topology.ErrConfig, Field: failure.Named("TPU_NUM_DEVICES"), Value: "x", Problem: "is not a number"}, topology.ErrConfig},
 		{&topology.UnknownDeviceError{Count: 1, IDs: []string{"0x0099"}}, topology.ErrUnknownDevice},
 		{&topology.MetadataError{URL: "http://metadata", Err: errors.New("refused")}, topology.ErrMetadata},
 		{&topology.PortBusyError{Port: 8476}, topology.ErrPortBusy},

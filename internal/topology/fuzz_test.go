@@ -108,7 +108,7 @@ func FuzzParseEndpoints(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ips, err := ParseEndpoints(s)
+		ips, _, err := parseEndpoints(s)
 		if err != nil {
 			if !errors.Is(err, ErrParse) {
 				t.Fatalf("error without ErrParse: %v", err)

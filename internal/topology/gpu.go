@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -17,10 +18,8 @@ const vendorNVIDIA = "0x10de"
 
 func init() { register(gpu{}) }
 
-// gpuHost is what detection finds on a GPU host (Host's state): the GPUs present and the ones this launcher may use
-// (CUDA_VISIBLE_DEVICES of the parent). UsableGPUs are physical GPU indices; when the parent's CUDA_VISIBLE_DEVICES
-// names GPUs by UUID they are the positions in it (what CUDA numbers cuda:0, cuda:1, ...), and CUDAVisible holds
-// the entries as given.
+// gpuHost is what detection finds on a GPU host (Host's state): the GPUs and the ones this launcher may use, by
+// physical index, or by position in the parent's CUDA_VISIBLE_DEVICES when that names UUIDs.
 type gpuHost struct {
 	GPUs        []Chip          `json:"gpus,omitempty"`
 	GPUSource   Source          `json:"gpu_source"`
@@ -60,11 +59,12 @@ func (gpu) detect(_ context.Context, d *detector) error {
 // claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
 func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
-	src := d.gpuSource(scan)
+	_, src := gpuDevices(d.h.DevRoot, scan)
+	cvd, set := d.env("CUDA_VISIBLE_DEVICES")
 	switch {
 	case !src.IsSet():
 		return Value[Device]{}, false
-	case d.cudaHidden():
+	case set && CUDAHidesAll(cvd):
 		return val(CPU, Env("CUDA_VISIBLE_DEVICES")), true
 	}
 	return val(GPU, src), true
@@ -82,8 +82,8 @@ func (gpu) settings(h *Host) []Setting {
 	return out
 }
 
-// gpu detects the NVIDIA GPUs of this host (display and 3D controllers of vendor 0x10de in sysfs, else
-// /dev/nvidiaN) and the ones this launcher may use: all, or the parent's CUDA_VISIBLE_DEVICES.
+// gpu detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
+// CUDA_VISIBLE_DEVICES.
 func (d *detector) gpu() error {
 	h, g := d.h, d.h.gpu()
 	h.ReplicasPerChip = 1
@@ -91,29 +91,13 @@ func (d *detector) gpu() error {
 	if err != nil {
 		return err
 	}
-	if gpus := gpuChips(scan); len(gpus) > 0 {
-		g.GPUs, g.GPUSource = gpus, Sysfs(scan.dir)
-		for i, n := range gpuNodes(h.DevRoot) {
-			if i < len(g.GPUs) {
-				g.GPUs[i].DevNode = n
-			}
-		}
-	} else if nodes := gpuNodes(h.DevRoot); len(nodes) > 0 {
-		for i, n := range nodes {
-			g.GPUs = append(g.GPUs, Chip{Index: i, DevNode: n})
-		}
-		g.GPUSource = Dev(h.DevRoot + "/nvidia*")
-	}
-	all := make([]int, len(g.GPUs))
-	for i := range all {
-		all[i] = i
-	}
-	g.UsableGPUs = val(all, g.GPUSource)
+	g.GPUs, g.GPUSource = gpuDevices(h.DevRoot, scan)
+	g.UsableGPUs = val(indices(len(g.GPUs)), g.GPUSource)
 	// CUDA_VISIBLE_DEVICES set but empty hides every GPU from CUDA, so it is read even when empty.
 	if v, ok := d.env("CUDA_VISIBLE_DEVICES"); ok {
 		if CUDAHidesAll(v) {
-			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
-				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
+				Problem: "hides every GPU from CUDA, but the gpu device was asked for", Sources: sources{Env("CUDA_VISIBLE_DEVICES"), h.Device.Source},
 				Choices: []string{"--device cpu"}, Hint: "to run on CPU (leave --device auto to get it by itself), or unset CUDA_VISIBLE_DEVICES to use the GPUs"}
 		}
 		if err := d.cudaVisible(v); err != nil {
@@ -122,8 +106,8 @@ func (d *detector) gpu() error {
 	}
 	if len(g.UsableGPUs.V) == 0 {
 		src := h.Device.Source
-		return &ConfigError{Name: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
-			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: []Source{src},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
+			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{src},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
@@ -137,24 +121,23 @@ func gpuChips(scan pciScan) []Chip {
 	})
 }
 
-// gpuNodes lists /dev/nvidiaN, sorted by number (not nvidiactl, nvidia-uvm, ...).
-func gpuNodes(devRoot string) []string { return numberedNodes(devRoot, "nvidia") }
-
-// gpuSource is where NVIDIA GPUs were found (sysfs, else /dev/nvidiaN); unset when none was.
-func (d *detector) gpuSource(scan pciScan) Source {
-	switch {
-	case len(gpuChips(scan)) > 0:
-		return Sysfs(scan.dir)
-	case len(gpuNodes(d.h.DevRoot)) > 0:
-		return Dev(d.h.DevRoot + "/nvidia*")
+// gpuDevices are the NVIDIA GPUs found, with their device nodes /dev/nvidiaN (not nvidiactl, nvidia-uvm, ...), and
+// where: sysfs, else the device nodes alone; an unset Source when none was.
+func gpuDevices(devRoot string, scan pciScan) ([]Chip, Source) {
+	gpus, nodes := gpuChips(scan), numberedNodes(devRoot, "nvidia")
+	if len(gpus) == 0 {
+		for i, n := range nodes {
+			gpus = append(gpus, Chip{Index: i, DevNode: n})
+		}
+		if len(gpus) == 0 {
+			return nil, Source{}
+		}
+		return gpus, Dev(devRoot + "/nvidia*")
 	}
-	return Source{}
-}
-
-// cudaHidden reports whether the parent's CUDA_VISIBLE_DEVICES hides every GPU (CUDAHidesAll).
-func (d *detector) cudaHidden() bool {
-	v, ok := d.env("CUDA_VISIBLE_DEVICES")
-	return ok && CUDAHidesAll(v)
+	for i := range min(len(gpus), len(nodes)) {
+		gpus[i].DevNode = nodes[i]
+	}
+	return gpus, Sysfs(scan.dir)
 }
 
 // cudaVisible narrows the usable GPUs to the parent's CUDA_VISIBLE_DEVICES: indices must name GPUs found on this
@@ -166,24 +149,18 @@ func (d *detector) cudaVisible(v string) error {
 		return envErr("CUDA_VISIBLE_DEVICES", v, err, "use GPU indices such as 0,1 or GPU UUIDs, or unset it")
 	}
 	idx := make([]int, len(list))
-	numeric := true
 	for i, e := range list {
 		n, err := strconv.Atoi(e)
-		if err != nil {
-			numeric = false
+		if err != nil { // UUIDs: numbered by position
+			idx = indices(len(list))
 			break
 		}
 		if len(g.GPUs) > 0 && n >= len(g.GPUs) {
-			return &ConfigError{Name: "CUDA_VISIBLE_DEVICES", Value: strconv.Quote(v),
+			return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("CUDA_VISIBLE_DEVICES"), Value: strconv.Quote(v),
 				Problem: fmt.Sprintf("names GPU %d but this host has %d GPUs", n, len(g.GPUs)),
-				Sources: []Source{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
+				Sources: sources{Env("CUDA_VISIBLE_DEVICES"), g.GPUSource}, Choices: indexChoices(len(g.GPUs)), Hint: "or unset it"}
 		}
 		idx[i] = n
-	}
-	if !numeric {
-		for i := range idx {
-			idx[i] = i
-		}
 	}
 	g.UsableGPUs = val(idx, Env("CUDA_VISIBLE_DEVICES"))
 	g.CUDAVisible = val(list, Env("CUDA_VISIBLE_DEVICES"))
@@ -199,8 +176,11 @@ func CUDAHidesAll(v string) bool {
 	return first == "" || (err == nil && n < 0)
 }
 
-// GPUShareNote says, when a plan of workers local workers runs more workers than this host's usable GPUs, which
-// local ranks have no GPU of their own and what a program should do about it; "" when every worker has one.
+// CUDAVisible are the entries of the parent's CUDA_VISIBLE_DEVICES on a GPU host, as given, when set.
+func (h *Host) CUDAVisible() Value[[]string] { return h.gpu().CUDAVisible }
+
+// GPUShareNote says which of workers local workers have no usable GPU of their own and what a program should do
+// about it; "" when every worker has one.
 func (h *Host) GPUShareNote(workers int) string {
 	g := len(h.gpu().UsableGPUs.V)
 	if workers <= g || g == 0 { // only a GPU host has usable GPUs
@@ -212,20 +192,15 @@ func (h *Host) GPUShareNote(workers int) string {
 }
 
 // plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
-// parent unless req.IsolateGPUs: every worker sees the usable GPUs and uses cuda:LOCAL_RANK, which is also the
-// device JAX_LOCAL_DEVICE_IDS names for jax.distributed.initialize().
+// parent unless req.IsolateGPUs; JAX_LOCAL_DEVICE_IDS names the worker's cuda:LOCAL_RANK.
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
 	g := h.gpu()
 	gpus := g.UsableGPUs.V
-	n := req.NProcs
-	if n == 0 {
-		n = len(gpus)
-	}
+	n := cmp.Or(req.NProcs, len(gpus))
 	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &ConfigError{Name: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: []Source{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
-	// More workers than GPUs is torchrun's too (gloo tests, several processes per GPU): worker i's GPU is
-	// i mod the GPU count, and GPUShareNote says which ranks share.
+	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
 	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
 	for i := 0; i < n; i++ {
 		env := map[string]string{
@@ -251,21 +226,4 @@ func (h *Host) gpuName(i int) string {
 		return g.CUDAVisible.V[i]
 	}
 	return strconv.Itoa(g.UsableGPUs.V[i])
-}
-
-func (gpu) explain(h *Host, req Request) []string {
-	g := h.gpu()
-	var out []string
-	seen := "every GPU"
-	if g.CUDAVisible.IsSet() {
-		seen = "GPUs " + strings.Join(g.CUDAVisible.V, ",") + " (the parent's CUDA_VISIBLE_DEVICES)"
-	}
-	if req.IsolateGPUs {
-		out = append(out, "each worker sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, as asked): a program that "+
-			"selects cuda:LOCAL_RANK fails from local rank 1 with \"invalid device ordinal\"")
-	} else {
-		out = append(out, "workers see "+seen+", as under torchrun, and each uses cuda:LOCAL_RANK; per-rank "+
-			"CUDA_VISIBLE_DEVICES only on request")
-	}
-	return append(out, jaxNeedsIDs(" and JAX_LOCAL_DEVICE_IDS (this worker's GPU)"))
 }

@@ -153,7 +153,7 @@ func startHolder(t *testing.T, path string, lock bool) int {
 }
 
 // shown is what doctor shows of h's own facts (package hostview prints them), one a line: each setting with a
-// source as "name value source", each chip as "chip index device-node", and the notes on the default request.
+// source as "name value source" and each chip as "chip index device-node".
 func shown(h *Host) string {
 	var b strings.Builder
 	for _, s := range h.Settings() {
@@ -163,9 +163,6 @@ func shown(h *Host) string {
 	}
 	for _, c := range h.Chips() {
 		fmt.Fprintf(&b, "chip %d %s\n", c.Index, c.DevNode)
-	}
-	for _, n := range Explain(h, Request{}) {
-		b.WriteString(n + "\n")
 	}
 	return b.String()
 }

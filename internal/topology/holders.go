@@ -7,9 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Holder is a process that has a device node (or other file) open.
@@ -19,9 +22,8 @@ type Holder struct {
 	Path    string `json:"path"`
 }
 
-// Holders lists the processes that have any of paths open, by scanning <procRoot>/*/fd links (what libtpu and
-// tpu-info do). Processes that vanish or whose fds cannot be read (another user's, without privilege) are skipped.
-// The result is in pid order, one entry per (pid, path).
+// Holders lists the processes that have any of paths open, one per (pid, path) in pid order, from the
+// <procRoot>/*/fd links (as libtpu and tpu-info do), skipping processes whose fds cannot be read.
 func Holders(procRoot string, paths []string) ([]Holder, error) {
 	want := map[string]string{}
 	for _, p := range paths {
@@ -32,12 +34,8 @@ func Holders(procRoot string, paths []string) ([]Holder, error) {
 	}
 	var out []Holder
 	err := eachFD(procRoot, func(pid int, target string) bool {
-		if p, ok := want[target]; ok {
-			for _, h := range out {
-				if h.PID == pid && h.Path == p {
-					return true
-				}
-			}
+		p, ok := want[target]
+		if ok && !slices.ContainsFunc(out, func(h Holder) bool { return h.PID == pid && h.Path == p }) {
 			out = append(out, Holder{PID: pid, Command: command(procRoot, pid), Path: p})
 		}
 		return true
@@ -57,8 +55,7 @@ func eachFD(procRoot string, fn func(pid int, target string) bool) error {
 			pids = append(pids, pid)
 		}
 	}
-	// os.ReadDir sorts by name, so sort numerically.
-	sortInts(pids)
+	slices.Sort(pids) // os.ReadDir sorts by name
 	for _, pid := range pids {
 		fdDir := filepath.Join(procRoot, strconv.Itoa(pid), "fd")
 		fds, err := os.ReadDir(fdDir)
@@ -76,14 +73,6 @@ func eachFD(procRoot string, fn func(pid int, target string) bool) error {
 		}
 	}
 	return nil
-}
-
-func sortInts(xs []int) {
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
 }
 
 // command returns a process's command line (or its comm name when the command line is empty).
@@ -138,7 +127,6 @@ func lockHolder(locksPath string, st syscall.Stat_t) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	major, minor := (st.Dev>>8)&0xfff|((st.Dev>>32)&^0xfff), (st.Dev&0xff)|((st.Dev>>12)&^0xff)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -155,11 +143,9 @@ func lockHolder(locksPath string, st syscall.Stat_t) (int, error) {
 		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
-		if ma == uint64(major) && mi == uint64(minor) && ino == st.Ino {
-			pid, err := strconv.Atoi(fields[4])
-			if err == nil {
-				return pid, nil
-			}
+		pid, err := strconv.Atoi(fields[4])
+		if err == nil && ma == uint64(unix.Major(st.Dev)) && mi == uint64(unix.Minor(st.Dev)) && ino == st.Ino {
+			return pid, nil
 		}
 	}
 	return 0, sc.Err()
@@ -174,11 +160,8 @@ func getlk(path string) int {
 		}
 	}
 	defer f.Close()
-	lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: 0, Len: 0}
-	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil {
-		return 0
-	}
-	if lk.Type == syscall.F_UNLCK {
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK} // the whole file
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil || lk.Type == syscall.F_UNLCK {
 		return 0
 	}
 	return int(lk.Pid)
@@ -195,8 +178,7 @@ func (h *Host) DevNodes() []string {
 	return out
 }
 
-// CheckFree is the pre-launch check: an error *BusyError (errors.Is ErrChipBusy) when another process holds one of
-// the usable chips' device nodes open.
+// CheckFree is the pre-launch check: a *BusyError when another process holds a usable chip's device node open.
 func (h *Host) CheckFree() error {
 	paths := h.Device.V.Kind().usableNodes(h)
 	if len(paths) == 0 {

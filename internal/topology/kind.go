@@ -13,23 +13,19 @@ import (
 type Device string
 
 // A Kind is one kind of accelerator: how detection finds it on a host, what its workers are told, which device
-// nodes its holders open and what doctor shows of it. Each accelerator kind (gpu, tpu; cpu, the default) registers
-// itself once; the registry (kindOf, Device.Kind) is the only place that looks kinds up, and nothing outside the
-// package names one.
+// nodes its holders open and what doctor shows of it. Each kind registers itself once; the registry (Device.Kind)
+// is the only place that looks kinds up.
 type Kind interface {
 	// Device is the kind's name.
 	Device() Device
-	// PerCore reports whether the kind runs on the host's CPU cores, so that torchrun's --nproc-per-node cpu (or
-	// auto) means one worker per core.
+	// PerCore reports whether the kind runs on CPU cores (torchrun's --nproc-per-node cpu: one worker per core).
 	PerCore() bool
 	// FixedSlice reports whether the hosts of a world are one slice of chips: every host runs the same workers,
-	// and one launcher owns each host. Otherwise nodes may run different numbers of workers and share a host.
+	// and one launcher owns each host.
 	FixedSlice() bool
-	// JAXCoordinator reports whether the workers need JAX_COORDINATOR_ADDRESS from the launcher (on a TPU slice
-	// JAX's cloud-TPU detection finds host 0 itself).
+	// JAXCoordinator reports whether the workers need JAX_COORDINATOR_ADDRESS from the launcher.
 	JAXCoordinator() bool
-	// NCCL reports whether the workers' collectives run on NCCL (CUDA GPUs), whose asynchronous error handling the
-	// launcher turns on as torchrun does.
+	// NCCL reports whether the workers' collectives run on NCCL, whose async error handling the launcher turns on.
 	NCCL() bool
 
 	// preference orders auto detection: kinds present on the host are tried from the highest preference down.
@@ -54,11 +50,8 @@ type Kind interface {
 	soloNode(h *Host, req Request) int
 	// devices are the host's devices of the kind, for doctor.
 	devices(h *Host) []Chip
-	// usableNodes are the device nodes of the devices this launcher may use: a start refuses to go on while
-	// another process holds one open.
+	// usableNodes are the device nodes of the devices this launcher may use (CheckFree).
 	usableNodes(h *Host) []string
-	// explain is Explain for a host of the kind.
-	explain(h *Host, req Request) []string
 	// settings are doctor's rows of the host after the device.
 	settings(h *Host) []Setting
 	// probe checks what doctor checks beyond the host (the metadata server); nil when nothing.
@@ -90,7 +83,7 @@ func register(k Kind) {
 // Kind returns the kind named d. A name no kind has (the "" of a hand-made Plan) gets the CPU kind, whose answers
 // are those of a host without accelerators.
 func (d Device) Kind() Kind {
-	if k, ok := kindOf(d); ok {
+	if k, ok := byName[string(d)]; ok && k.Device() == d {
 		return k
 	}
 	return byName[string(CPU)]
@@ -173,10 +166,4 @@ func autoDevice(d *detector, scan pciScan) Value[Device] {
 		}
 	}
 	return val(CPU, Default())
-}
-
-// kindOf returns the kind named d, if one is registered.
-func kindOf(d Device) (Kind, bool) {
-	k, ok := byName[string(d)]
-	return k, ok && k.Device() == d
 }

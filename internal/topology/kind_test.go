@@ -39,17 +39,16 @@ func fakeCards(scan pciScan) []Chip {
 	return scan.chips(func(f pciFunction) bool { return f.vendor == vendorFake })
 }
 
-func (fakeKind) Device() Device                  { return fakeAccel }
-func (fakeKind) PerCore() bool                   { return false }
-func (fakeKind) NCCL() bool                      { return false }
-func (fakeKind) preference() int                 { return 3 }
-func (fakeKind) pjrt() []string                  { return []string{"FAKEACCEL"} }
-func (fakeKind) aliases() []string               { return []string{"fake"} }
-func (fakeKind) devices(h *Host) []Chip          { return fakeState(h).Cards }
-func (fakeKind) explain(*Host, Request) []string { return []string{"each worker gets one fake card"} }
-func (fakeKind) perRank() []string               { return []string{"FAKE_VISIBLE_CARD"} }
-func (fakeKind) devNodeGlobs() []string          { return []string{"fake*"} }
-func (fakeKind) usableNodes(h *Host) []string    { return h.DevNodes() }
+func (fakeKind) Device() Device               { return fakeAccel }
+func (fakeKind) PerCore() bool                { return false }
+func (fakeKind) NCCL() bool                   { return false }
+func (fakeKind) preference() int              { return 3 }
+func (fakeKind) pjrt() []string               { return []string{"FAKEACCEL"} }
+func (fakeKind) aliases() []string            { return []string{"fake"} }
+func (fakeKind) devices(h *Host) []Chip       { return fakeState(h).Cards }
+func (fakeKind) perRank() []string            { return []string{"FAKE_VISIBLE_CARD"} }
+func (fakeKind) devNodeGlobs() []string       { return []string{"fake*"} }
+func (fakeKind) usableNodes(h *Host) []string { return h.DevNodes() }
 func (fakeKind) settings(h *Host) []Setting {
 	return []Setting{{"fake cards", fmt.Sprint(len(fakeState(h).Cards)), Default()}}
 }
@@ -157,7 +156,7 @@ func checkFakeShown(t *testing.T, h *Host, opts Options) {
 		t.Errorf("JSON %s, %v: want the fake state beside the host's fields and no TPU state", b, err)
 	}
 	doc := shown(h)
-	for _, want := range []string{"fake cards", filepath.Join(opts.DevRoot, "fake1"), "each worker gets one fake card"} {
+	for _, want := range []string{"fake cards", filepath.Join(opts.DevRoot, "fake1")} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("doctor lacks %q:\n%s", want, doc)
 		}

@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"tpurun/internal/failure"
 )
 
-// JobLayout is the job this host's environment says it is one host of: the hosts of its slice in worker order
-// (TPU_WORKER_HOSTNAMES, or the metadata server's worker list) and its worker id, and, in a multislice job
-// (MEGASCALE_NUM_SLICES > 1), the number of slices, its slice and the coordinator's host. Every host of the job
-// derives the same world from its own environment: nodes = hosts per slice x slices, node rank = slice id x hosts
-// per slice + worker id, node 0 the coordinator's host (slice 0's first host). That is how JAX numbers the
-// processes of a multislice job on GKE (TPU_FACTS.md), and why discovery runs once per job, not once per slice.
+// JobLayout is the job this host's environment says it is one host of: its slice's hosts in worker order and its
+// worker id, and in a multislice job (MEGASCALE_NUM_SLICES > 1) the slices, its slice and the coordinator's host.
+// Every host derives the same world from it: node rank = slice id x hosts per slice + worker id, node 0 the
+// coordinator's host, as JAX numbers a multislice job's processes on GKE (TPU_FACTS.md).
 type JobLayout struct {
 	Hosts       []string `json:"hosts,omitempty"` // this host's slice in worker order; nil for a one-host slice the environment does not list
 	HostsSource Source   `json:"hosts_source"`
@@ -40,8 +39,7 @@ func (l *JobLayout) Self() string {
 	return ""
 }
 
-// String says where this host stands, for a log line: "worker 1 of 2 (TPU_WORKER_HOSTNAMES)", with the slice in
-// a multislice job.
+// String says where this host stands: "worker 1 of 2 (env TPU_WORKER_HOSTNAMES)", and its slice in a multislice job.
 func (l *JobLayout) String() string {
 	s := fmt.Sprintf("worker %d of %d (%s)", l.WorkerID, l.HostsPerSlice(), l.HostsSource)
 	if l.Slices > 1 {
@@ -50,11 +48,9 @@ func (l *JobLayout) String() string {
 	return s
 }
 
-// JobLayout is the job this TPU host's environment describes (see JobLayout), or nil when it describes no job of
-// several hosts: not a TPU, one host of one slice, or a one-chip run of one host (xmp.spawn(nprocs=1)'s, which is
-// this host's alone, whatever the slice). What cannot be made consistent is a *ConfigError naming the variable: a
-// multislice job without MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, or a slice id out of range (detection
-// already refused a host list without this host's worker id in it).
+// JobLayout is the job this TPU host's environment describes, or nil when it describes no job of several hosts
+// (not a TPU, one host of one slice, or a one-chip run, which is this host's alone). A multislice job without
+// MEGASCALE_SLICE_ID or MEGASCALE_COORDINATOR_ADDRESS, or with a slice id out of range, is a *failure.ConfigError.
 func (h *Host) JobLayout(req Request) (*JobLayout, error) {
 	t := h.tpu()
 	if !h.Device.V.Kind().FixedSlice() || (req.NProcs == 1 && !req.SPMD && !h.SPMD.V) {
@@ -73,8 +69,7 @@ func (h *Host) JobLayout(req Request) (*JobLayout, error) {
 	return l, nil
 }
 
-// megascaleLayout fills in the slices of a multislice job from MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and
-// MEGASCALE_COORDINATOR_ADDRESS (env or tpu-env), which every host of the job must have alike.
+// megascaleLayout fills in the slices of a multislice job from the MEGASCALE_* values (env or tpu-env).
 func (h *Host) megascaleLayout(l *JobLayout) error {
 	t := h.tpu()
 	n, ok := t.Megascale[EnvMegascaleNumSlices]
@@ -88,20 +83,20 @@ func (h *Host) megascaleLayout(l *JobLayout) error {
 	l.Slices = slices
 	id, ok := t.Megascale[EnvMegascaleSliceID]
 	if !ok {
-		return &ConfigError{Name: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
-			Sources: []Source{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job", EnvMegascaleNumSlices, slices),
+			Sources: sources{n.Source}, Hint: "set it to this host's slice, from 0 (JobSet: the job-global-index label, through the downward API)"}
 	}
 	if l.SliceID, err = ParseMegascale(EnvMegascaleSliceID, id.V); err != nil {
 		return err
 	}
 	if l.SliceID >= slices {
-		return &ConfigError{Name: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
-			Sources: []Source{id.Source, n.Source}, Choices: indexChoices(slices)}
+		return &failure.ConfigError{Kind: ErrConfig, Field: EnvMegascaleSliceID, Value: id.V, Problem: fmt.Sprintf("is not a slice of the %d", slices),
+			Sources: sources{id.Source, n.Source}, Choices: indexChoices(slices)}
 	}
 	c, ok := t.Megascale[megascaleCoordinator]
 	if !ok {
-		return &ConfigError{Name: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
-			Sources: []Source{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: megascaleCoordinator, Problem: fmt.Sprintf("is not set, but %s=%d makes this host one of a multislice job whose hosts must all meet one coordinator", EnvMegascaleNumSlices, slices),
+			Sources: sources{n.Source}, Hint: "set it on every host to the first host of slice 0 (JobSet: <jobset>-<job>-0-0.<subdomain>)"}
 	}
 	l.Coordinator, l.CoordinatorSource = coordinatorHost(c.V), c.Source
 	return nil
@@ -115,10 +110,9 @@ func coordinatorHost(addr string) string {
 	return strings.Trim(addr, "[]")
 }
 
-// Alone is h as a one-host slice of its own chips: what a deliberate single-host run (--nnodes 1, --standalone) on
-// one host of a multi-host slice plans, so that neither the plan nor the workers' TPU runtime waits for the other
-// hosts: no host list and worker 0, host bounds 1,1,1, the accelerator type that this host's chips make alone (v4-8
-// for four v4 chips), no multislice variables. Ray gives a worker that uses part of a host the same one-host bounds.
+// Alone is h as a one-host slice of its own chips, for a deliberate single-host run (--nnodes 1, --standalone) on
+// one host of a multi-host slice, so that nothing waits for the other hosts: no host list, worker 0, host bounds
+// 1,1,1, the accelerator type this host's chips make alone (v4-8 for four v4 chips), no multislice variables.
 func (h *Host) Alone() *Host {
 	c := *h
 	c.NodeHosts, c.NodeRank = Value[[]string]{}, Value[int]{}
@@ -138,17 +132,15 @@ func (h *Host) Alone() *Host {
 	return &c
 }
 
-// JobEnv are the variables that describe the job beyond this host (the slice's hosts, the multislice job, GKE's
-// host grid of the slice): what the workers of a host running Alone must not inherit, or their runtime would wait
-// for the other hosts.
+// JobEnv are the variables that describe the job beyond this host, which the workers of a host running Alone must
+// not inherit, or their runtime would wait for the other hosts.
 func JobEnv() []string {
 	return append([]string{"TPU_WORKER_HOSTNAMES", "HOST_BOUNDS"}, megascaleNames...)
 }
 
-// World is the job's world as this host alone can lay it out, before any rendezvous: every node of every slice
-// with localWorkers workers each, this host's slice named by its host list (the other slices' hosts are named by
-// their slice and worker id, <slice-S-worker-W>: only they list them), and the multislice coordinator; every
-// slice's workers with the env each will get (EverySlice). What `tpurun plan` shows.
+// World is the job's world as this host alone can lay it out, before any rendezvous (what `tpurun plan` shows):
+// every node of every slice with localWorkers workers, the other slices' hosts named <slice-S-worker-W>, and every
+// slice's workers with their env (EverySlice).
 func (l *JobLayout) World(localWorkers, megascalePort int) World {
 	w := World{NodeRank: l.NodeRank(), MegascaleCoordinator: l.Coordinator, MegascalePort: megascalePort, EverySlice: true}
 	if l.Slices > 1 {
@@ -166,9 +158,8 @@ func (l *JobLayout) World(localWorkers, megascalePort int) World {
 	return w
 }
 
-// JobPlan is the plan of the job-wide world this host's environment describes (JobLayout), as a plain run forms it
-// by rendezvous, and this host's node in it; l is that layout (its Coordinator is node 0's host). Where the host is
-// one alone (no layout), l is nil and the plan and node are NewPlan's for the host as detected.
+// JobPlan is the plan of the world this host's environment describes (JobLayout), this host's node in it and the
+// layout; with no layout, l is nil and the plan and node are NewPlan's for the host as detected.
 func (h *Host) JobPlan(req Request) (plan *Plan, node int, l *JobLayout, err error) {
 	if l, err = h.JobLayout(req); err != nil || l == nil {
 		if err == nil {

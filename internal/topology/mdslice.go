@@ -1,18 +1,19 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"tpurun/internal/failure"
 
 	"go.uber.org/zap"
 )
 
-// metadata fills what env left open from the metadata server, when that is needed at all: not when the parent's
-// TPU_SKIP_MDS_QUERY forbids it (GKE) or env and flags already describe the slice. A single host whose metadata
-// fails falls back to what sysfs proves. It is asked on a single host too: what it answers decides whether the
-// workers read it as xmp.spawn's children do (docs/TOPOLOGY.md).
+// metadata fills what env left open from the metadata server, unless TPU_SKIP_MDS_QUERY forbids it or flags and
+// env describe the slice; a single host whose metadata fails falls back to sysfs. A single host asks too: the
+// answer decides whether the workers read it as xmp.spawn's children do (docs/TOPOLOGY.md).
 func (d *detector) metadata(ctx context.Context) error {
 	h, t := d.h, d.h.tpu()
 	envAnswers := t.Accelerator.IsSet() && (t.Hostnames.IsSet() || t.Accelerator.V.Hosts() == 1)
@@ -21,16 +22,11 @@ func (d *detector) metadata(ctx context.Context) error {
 		return nil
 	}
 	if skip {
-		return &ConfigError{Name: "TPU_SKIP_MDS_QUERY", Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
-			Sources: []Source{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_SKIP_MDS_QUERY"), Value: strconv.Quote(t.SkipMDS.V), Problem: "forbids the metadata query but neither env nor sysfs describes the TPU slice",
+			Sources: sources{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
-	base := d.opts.MetadataURL
-	if base == "" {
-		if v, ok := d.lookup("GCE_METADATA_HOST"); ok {
-			base = v
-		}
-	}
-	d.md = NewMetadataClient(base, d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
+	host, _ := d.lookup("GCE_METADATA_HOST")
+	d.md = NewMetadataClient(cmp.Or(d.opts.MetadataURL, host), d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
 	err := d.fromMetadata(ctx)
 	if err == nil {
 		return nil
@@ -57,7 +53,10 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		return md.parsed(KeyTPUEnv, err)
 	}
 	src := Metadata(md.URL(KeyTPUEnv))
-	if err := d.mdAccelerator(ctx, kv, src); err != nil {
+	t := h.tpu()
+	// The accelerator type: tpu-env's ACCELERATOR_TYPE, else the key accelerator-type.
+	err = mdValue(ctx, d, &t.Accelerator, kv, "ACCELERATOR_TYPE", KeyTPUEnv, KeyAcceleratorType, src, ParseAcceleratorType)
+	if err != nil {
 		return err
 	}
 	if err := d.mdBounds(kv, src); err != nil {
@@ -69,8 +68,10 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 	}
 	complete := torchXLAReads(kv)
-	if h.tpu().Accelerator.V.Hosts() > 1 {
-		if err := d.mdWorkerID(ctx, kv, src); err != nil {
+	if t.Accelerator.V.Hosts() > 1 {
+		// This host's index: tpu-env's WORKER_ID, else the key agent-worker-number.
+		err := mdValue(ctx, d, &t.WorkerID, kv, "WORKER_ID", KeyWorkerNumber, KeyWorkerNumber, src, ParseIndex)
+		if err != nil {
 			return err
 		}
 		names, err := d.mdHostnames(ctx)
@@ -79,31 +80,30 @@ func (d *detector) fromMetadata(ctx context.Context) error {
 		}
 		complete = complete && !names
 	}
-	h.tpu().TorchXLAMetadata = complete
+	t.TorchXLAMetadata = complete
 	return nil
 }
 
-// mdAccelerator reads the accelerator type, unless flags or env gave it: tpu-env's ACCELERATOR_TYPE, else the key
-// accelerator-type.
-func (d *detector) mdAccelerator(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.tpu().Accelerator.IsSet() {
+// mdValue sets dst, unless flags or env set it, from tpu-env's key, else from the metadata key alt. A value that
+// does not parse names the key bad (tpu-env's value) or alt.
+func mdValue[T any](ctx context.Context, d *detector, dst *Value[T], kv map[string]string, key, bad, alt string,
+	src Source, parse func(string) (T, error)) error {
+	if dst.IsSet() {
 		return nil
 	}
-	md := d.md
-	t, ok := kv["ACCELERATOR_TYPE"]
-	key := KeyTPUEnv
+	v, ok := kv[key]
 	if !ok {
 		var err error
-		if t, err = md.Get(ctx, KeyAcceleratorType); err != nil {
+		if v, err = d.md.Get(ctx, alt); err != nil {
 			return err
 		}
-		src, key = Metadata(md.URL(KeyAcceleratorType)), KeyAcceleratorType
+		src, bad = Metadata(d.md.URL(alt)), alt
 	}
-	a, err := ParseAcceleratorType(t)
+	x, err := parse(v)
 	if err != nil {
-		return md.parsed(key, err)
+		return d.md.parsed(bad, err)
 	}
-	d.h.tpu().Accelerator = val(a, src)
+	*dst = val(x, src)
 	return nil
 }
 
@@ -118,38 +118,12 @@ func (d *detector) mdBounds(kv map[string]string, src Source) error {
 		if !ok || b.dst.IsSet() {
 			continue
 		}
-		bb, err := ParseBounds(v)
-		if err == nil && len(bb) != 3 {
-			err = parseErrorf("bounds %q has %d numbers; a host grid has 3", v, len(bb))
-		}
+		bb, err := parseGrid(v)
 		if err != nil {
 			return d.md.parsed(KeyTPUEnv, fmt.Errorf("%s: %w", b.key, err))
 		}
 		*b.dst = val(bb, src)
 	}
-	return nil
-}
-
-// mdWorkerID reads this host's index in a multi-host slice, unless env gave it: tpu-env's WORKER_ID, else the key
-// agent-worker-number.
-func (d *detector) mdWorkerID(ctx context.Context, kv map[string]string, src Source) error {
-	if d.h.tpu().WorkerID.IsSet() {
-		return nil
-	}
-	md := d.md
-	v, ok := kv["WORKER_ID"]
-	if !ok {
-		var err error
-		if v, err = md.Get(ctx, KeyWorkerNumber); err != nil {
-			return err
-		}
-		src = Metadata(md.URL(KeyWorkerNumber))
-	}
-	n, err := ParseIndex(v)
-	if err != nil {
-		return md.parsed(KeyWorkerNumber, err)
-	}
-	d.h.tpu().WorkerID = val(n, src)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,8 +35,7 @@ const (
 )
 
 // MetadataClient asks the GCE metadata server for instance attributes: a per-request timeout, retries with
-// backoff on refused/timeout/5xx, and a total budget shared by every key. Each key is fetched at most once per
-// client (answers and failures are cached), and one client lives for one Detect.
+// backoff on refused/timeout/5xx, a total budget shared by every key, each key fetched at most once.
 type MetadataClient struct {
 	base     string
 	http     *http.Client
@@ -54,14 +54,10 @@ type metadataAnswer struct {
 	err  error
 }
 
-// NewMetadataClient builds a client for base (e.g. "http://metadata.google.internal"; a bare "host:port" as in
-// GCE_METADATA_HOST gets http://) whose queries all end within budget from now. A nil hc means a client that
-// ignores proxy settings (HTTP_PROXY and the like), which cannot reach the metadata server.
+// NewMetadataClient builds a client for base (a bare "host:port", as in GCE_METADATA_HOST, gets http://) whose
+// queries all end within budget from now; a nil hc means one that ignores proxy settings (metadataTransport).
 func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
-	if base == "" {
-		base = defaultMetadataBase
-	}
-	if !strings.Contains(base, "://") {
+	if base = cmp.Or(base, defaultMetadataBase); !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
 	if hc == nil {
@@ -73,19 +69,14 @@ func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *
 	if log == nil {
 		log = zap.NewNop()
 	}
-	timeout := defaultRequestTimeout
-	if timeout > budget {
-		timeout = budget
-	}
 	return &MetadataClient{
-		base: strings.TrimRight(base, "/"), http: hc, timeout: timeout, attempts: defaultAttempts,
+		base: strings.TrimRight(base, "/"), http: hc, timeout: min(defaultRequestTimeout, budget), attempts: defaultAttempts,
 		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
 	}
 }
 
-// metadataTransport is the transport of the default client. It never uses a proxy: the metadata server answers on
-// the VM's own link, and a container's HTTP_PROXY / HTTPS_PROXY would send the queries to a proxy that cannot reach
-// it, where they stall until the budget ends. No keep-alive: one Detect asks a few keys once, and nothing outlives it.
+// metadataTransport is the transport of the default client: no proxy (a container's HTTP_PROXY cannot reach the
+// VM's own link, and the queries would stall until the budget ends), no keep-alive (nothing outlives one Detect).
 func metadataTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
@@ -98,8 +89,7 @@ func metadataTransport() *http.Transport {
 // URL is the address of an attribute key.
 func (m *MetadataClient) URL(key string) string { return m.base + attributesPath + key }
 
-// Get returns the attribute key's body. A failure is a *MetadataError naming the URL, the cause and the env vars that
-// replace the query. The first answer (or failure) for a key is cached: the server is never asked twice.
+// Get returns the attribute key's body, or a *MetadataError; the first answer (or failure) for a key is cached.
 func (m *MetadataClient) Get(ctx context.Context, key string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock() // one query at a time: Detect asks sequentially, and this keeps "at most once" simple
@@ -116,9 +106,7 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 	ctx, cancel := context.WithDeadline(ctx, m.deadline)
 	defer cancel()
 	var last error
-	status := 0
-	backoff := m.backoff
-	attempt := 0
+	status, backoff, attempt := 0, m.backoff, 0
 	for attempt < m.attempts {
 		attempt++
 		start := time.Now()
@@ -130,27 +118,27 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 		}
 		if st == 0 && last != nil && ctx.Err() != nil {
 			// The budget ran out during a retry: keep what the earlier attempts learnt (status, refusal).
-			err = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last)
-			st = status
+			err, st = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last), status
 		}
-		status = st
-		last = err
-		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts {
+		status, last = st, err
+		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts || !sleep(ctx, backoff) {
 			break // no wait after the last attempt
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if last == nil {
-				last = ctx.Err()
-			}
-			return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
-		case <-t.C:
 		}
 		backoff *= 2
 	}
 	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
+}
+
+// sleep waits d unless ctx ends first, and reports whether it waited.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // errStatus is an HTTP answer other than 200.

@@ -12,93 +12,79 @@ import (
 const maxCount = 1 << 16
 
 // ParseCount parses a positive whole number such as TPU_NUM_DEVICES=4: digits only, no sign, at most 65536.
-func ParseCount(s string) (int, error) {
+func ParseCount(s string) (int, error) { return parseWhole(s, 1, "positive") }
+
+// ParseIndex parses a non-negative whole number such as TPU_WORKER_ID=1, below 65536.
+func ParseIndex(s string) (int, error) { return parseWhole(s, 0, "non-negative") }
+
+// parseWhole parses digits as a number from lo to lo+maxCount-1.
+func parseWhole(s string, lo int, what string) (int, error) {
 	t := strings.TrimSpace(s)
 	if !isDigits(t) {
-		return 0, parseErrorf("%q is not a positive whole number", s)
+		return 0, parseErrorf("%q is not a %s whole number", s, what)
 	}
 	n, err := strconv.Atoi(t)
-	if err != nil || n < 1 || n > maxCount {
-		return 0, parseErrorf("%q is not a whole number between 1 and %d", s, maxCount)
+	if hi := lo + maxCount - 1; err != nil || n < lo || n > hi {
+		return 0, parseErrorf("%q is not a whole number between %d and %d", s, lo, hi)
 	}
 	return n, nil
 }
 
-// ParseIndex parses a non-negative whole number such as TPU_WORKER_ID=1.
-func ParseIndex(s string) (int, error) {
-	t := strings.TrimSpace(s)
-	if !isDigits(t) {
-		return 0, parseErrorf("%q is not a non-negative whole number", s)
-	}
-	n, err := strconv.Atoi(t)
-	if err != nil || n >= maxCount {
-		return 0, parseErrorf("%q is not a whole number between 0 and %d", s, maxCount-1)
-	}
-	return n, nil
-}
-
-// ParseChipList parses a chip list such as TPU_VISIBLE_CHIPS=0,1,2,3: distinct non-negative numbers, in the order
-// given.
+// ParseChipList parses a chip list such as TPU_VISIBLE_CHIPS=0,1,2,3: distinct indices, in the order given.
 func ParseChipList(s string) ([]int, error) {
-	t := strings.TrimSpace(s)
-	if t == "" {
-		return nil, parseErrorf("empty chip list")
-	}
-	seen := map[int]bool{}
-	var out []int
-	for i, p := range strings.Split(t, ",") {
-		p = strings.TrimSpace(p)
-		if !isDigits(p) {
-			return nil, parseErrorf("chip list %q: entry %d (%q) is not a chip index", s, i+1, p)
+	return parseList(s, "empty chip list", func(i int, p string) (int, error) {
+		if p = strings.TrimSpace(p); !isDigits(p) {
+			return 0, parseErrorf("chip list %q: entry %d (%q) is not a chip index", s, i, p)
 		}
 		n, err := strconv.Atoi(p)
 		if err != nil || n >= maxExtent {
-			return nil, parseErrorf("chip list %q: entry %d (%q) is out of range", s, i+1, p)
+			return 0, parseErrorf("chip list %q: entry %d (%q) is out of range", s, i, p)
 		}
-		if seen[n] {
-			return nil, parseErrorf("chip list %q names chip %d twice", s, n)
-		}
-		seen[n] = true
-		out = append(out, n)
-	}
-	return out, nil
+		return n, nil
+	}, func(n int) error { return parseErrorf("chip list %q names chip %d twice", s, n) })
 }
 
-// ParseHostList is tpurun's one parser of a comma-separated host list (TPU_WORKER_HOSTNAMES, the metadata's
-// worker endpoints, the rendezvous hosts option): host names or addresses, trimmed, none empty, none repeated, at
-// most 65536. ParseSlurmNodelist follows the same rules for a SLURM node list.
-func ParseHostList(s string) ([]string, error) {
+// parseList parses the comma-separated list s entry by entry (numbered from 1), refusing a repeat with twice.
+func parseList[T comparable](s, empty string, entry func(i int, e string) (T, error),
+	twice func(T) error) ([]T, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return nil, parseErrorf("empty host list")
+		return nil, parseErrorf("%s", empty)
 	}
-	if n := strings.Count(t, ",") + 1; n > maxCount {
-		return nil, parseErrorf("host list has %d entries, more than %d", n, maxCount)
-	}
-	seen := map[string]bool{}
-	var out []string
-	for i, h := range strings.Split(t, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return nil, parseErrorf("host list %q: entry %d is empty", s, i+1)
+	seen := map[T]bool{}
+	var out []T
+	for i, e := range strings.Split(t, ",") {
+		v, err := entry(i+1, e)
+		if err != nil {
+			return nil, err
 		}
-		if err := checkHost(h); err != nil {
-			return nil, parseErrorf("host list %q: entry %d: %v", s, i+1, err)
+		if seen[v] {
+			return nil, twice(v)
 		}
-		if seen[h] {
-			return nil, parseErrorf("host list %q names %q twice", s, h)
-		}
-		seen[h] = true
-		out = append(out, h)
+		seen[v] = true
+		out = append(out, v)
 	}
 	return out, nil
 }
 
-// checkHost is hostname.Check: an IP address or a DNS host name, the one rule for a host in tpurun.
-func checkHost(h string) error { return hostname.Check(h) }
+// ParseHostList is tpurun's one parser of a comma-separated host list (TPU_WORKER_HOSTNAMES, the rendezvous hosts
+// option): host names or addresses, trimmed, none empty, none repeated, at most 65536.
+func ParseHostList(s string) ([]string, error) {
+	if n := strings.Count(strings.TrimSpace(s), ",") + 1; n > maxCount {
+		return nil, parseErrorf("host list has %d entries, more than %d", n, maxCount)
+	}
+	return parseList(s, "empty host list", func(i int, h string) (string, error) {
+		if h = strings.TrimSpace(h); h == "" {
+			return "", parseErrorf("host list %q: entry %d is empty", s, i)
+		}
+		if err := hostname.Check(h); err != nil {
+			return "", parseErrorf("host list %q: entry %d: %v", s, i, err)
+		}
+		return h, nil
+	}, func(h string) error { return parseErrorf("host list %q names %q twice", s, h) })
+}
 
-// ParseTPUEnv parses the body of the metadata key tpu-env: lines `KEY: 'value'` (quotes optional). Blank lines are
-// skipped; anything else is an error naming the line.
+// ParseTPUEnv parses the metadata's tpu-env: lines `KEY: 'value'` (quotes optional) or blank.
 func ParseTPUEnv(body string) (map[string]string, error) {
 	out := map[string]string{}
 	sc := bufio.NewScanner(strings.NewReader(body))
@@ -148,23 +134,11 @@ func parseTPUEnvLine(n int, l string) (key, value string, err error) {
 	return k, v, nil
 }
 
-// ParseEndpoints parses the body of the metadata key worker-network-endpoints and returns the addresses in worker
-// order. Each entry is `name:uid:ip` (the address is the third field) or, in the newer format, a host name alone;
-// anything else is an error, as in JAX's GceTpuCluster._get_worker_list_in_slice.
-func ParseEndpoints(body string) ([]string, error) {
-	hosts, _, err := parseEndpoints(body)
-	return hosts, err
-}
-
-// parseEndpoints is ParseEndpoints that also reports whether any entry was a host name alone: torch_xla's
-// get_worker_ips takes the third ':'-field of every entry and fails on that format.
+// parseEndpoints parses the metadata's worker-network-endpoints into the addresses in worker order: each entry
+// `name:uid:ip` or, in the newer format, a host name alone (JAX's _get_worker_list_in_slice). names reports a
+// host name alone, which torch_xla's get_worker_ips (the third ':'-field) cannot read.
 func parseEndpoints(body string) (hosts []string, names bool, err error) {
-	t := strings.TrimSpace(body)
-	if t == "" {
-		return nil, false, parseErrorf("worker-network-endpoints is empty")
-	}
-	seen := map[string]bool{}
-	for i, e := range strings.Split(t, ",") {
+	hosts, err = parseList(body, "worker-network-endpoints is empty", func(i int, e string) (string, error) {
 		f := strings.Split(strings.TrimSpace(e), ":")
 		var host string
 		switch len(f) {
@@ -173,53 +147,38 @@ func parseEndpoints(body string) (hosts []string, names bool, err error) {
 		case 3:
 			host = strings.TrimSpace(f[2])
 		default:
-			return nil, false, parseErrorf("worker-network-endpoints entry %d %q is neither name:uid:ip nor a host name", i+1, clip(e))
+			return "", parseErrorf("worker-network-endpoints entry %d %q is neither name:uid:ip nor a host name", i, clip(e))
 		}
 		if host == "" {
-			return nil, false, parseErrorf("worker-network-endpoints entry %d %q has no address", i+1, clip(e))
+			return "", parseErrorf("worker-network-endpoints entry %d %q has no address", i, clip(e))
 		}
-		if err := checkHost(host); err != nil {
-			return nil, false, parseErrorf("worker-network-endpoints entry %d: %v", i+1, err)
+		if err := hostname.Check(host); err != nil {
+			return "", parseErrorf("worker-network-endpoints entry %d: %v", i, err)
 		}
-		if seen[host] {
-			return nil, false, parseErrorf("worker-network-endpoints names %q twice", host)
-		}
-		seen[host] = true
-		hosts = append(hosts, host)
-	}
-	return hosts, names, nil
+		return host, nil
+	}, func(h string) error { return parseErrorf("worker-network-endpoints names %q twice", h) })
+	return hosts, names && err == nil, err
 }
 
-// ParseGPUList parses CUDA_VISIBLE_DEVICES: comma-separated GPU indices (0,1) or UUIDs (GPU-..., MIG-...), none
-// empty, none repeated. An empty value or -1 hides every GPU from CUDA: that is an error here, so that nothing is
-// planned on GPUs the workers cannot see.
+// ParseGPUList parses CUDA_VISIBLE_DEVICES: GPU indices (0,1) or UUIDs (GPU-..., MIG-...), none repeated. A value
+// that hides every GPU ("" or -1) is an error, so that nothing is planned on GPUs the workers cannot see.
 func ParseGPUList(s string) ([]string, error) {
-	t := strings.TrimSpace(s)
-	if t == "" || t == "-1" {
+	if t := strings.TrimSpace(s); t == "" || t == "-1" {
 		return nil, parseErrorf("%q hides every GPU from CUDA", s)
 	}
-	seen := map[string]bool{}
-	var out []string
-	for i, p := range strings.Split(t, ",") {
-		p = strings.TrimSpace(p)
-		switch {
+	return parseList(s, "", func(i int, p string) (string, error) {
+		switch p = strings.TrimSpace(p); {
 		case isDigits(p):
 			n, err := strconv.Atoi(p)
 			if err != nil || n >= maxExtent {
-				return nil, parseErrorf("GPU list %q: entry %d (%q) is out of range", s, i+1, p)
+				return "", parseErrorf("GPU list %q: entry %d (%q) is out of range", s, i, p)
 			}
-			p = strconv.Itoa(n)
+			return strconv.Itoa(n), nil
 		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && uuidChars(p):
-		default:
-			return nil, parseErrorf("GPU list %q: entry %d (%q) is neither a GPU index nor a GPU-/MIG- UUID", s, i+1, p)
+			return p, nil
 		}
-		if seen[p] {
-			return nil, parseErrorf("GPU list %q names GPU %s twice", s, p)
-		}
-		seen[p] = true
-		out = append(out, p)
-	}
-	return out, nil
+		return "", parseErrorf("GPU list %q: entry %d (%q) is neither a GPU index nor a GPU-/MIG- UUID", s, i, p)
+	}, func(p string) error { return parseErrorf("GPU list %q names GPU %s twice", s, p) })
 }
 
 func uuidChars(s string) bool {

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -24,15 +25,14 @@ type pciFunction struct {
 	addr, vendor, device, class string
 }
 
-// pciScan is what the sysfs PCI scan found: every PCI function of the host, in PCI address order. Each kind picks
-// its own devices out of it (chips).
+// pciScan is every PCI function of the host, in PCI address order; each kind picks its own out of it (chips).
 type pciScan struct {
 	dir   string
 	funcs []pciFunction
 }
 
-// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}. A missing directory is not an error (containers
-// often hide it); an unreadable entry is skipped.
+// scanPCI reads <sysfsRoot>/bus/pci/devices/*/{vendor,device,class}; a missing directory (containers often hide
+// it) is none, an unreadable entry skipped.
 func scanPCI(sysfsRoot string) (pciScan, error) {
 	dir := filepath.Join(sysfsRoot, "bus", "pci", "devices")
 	s := pciScan{dir: dir}
@@ -43,12 +43,8 @@ func scanPCI(sysfsRoot string) (pciScan, error) {
 	if err != nil {
 		return s, fmt.Errorf("scan PCI devices in %s: %w", dir, err)
 	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names) // PCI address order = chip index order
-	for _, name := range names {
+	for _, e := range entries { // os.ReadDir sorts by name: PCI address order = chip index order
+		name := e.Name()
 		vendor := strings.ToLower(readTrim(filepath.Join(dir, name, "vendor")))
 		if vendor == "" {
 			continue
@@ -79,37 +75,23 @@ func readTrim(path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// numberedNodes lists the device nodes in dir named prefix followed by a number (/dev/accelN: dev and "accel";
-// /dev/vfio/N: dev/vfio and "", never /dev/vfio/vfio), sorted by number. Each kind names its own.
+// numberedNodes lists the device nodes in dir named prefix and a number (/dev/accelN; /dev/vfio/N with prefix ""),
+// sorted by number.
 func numberedNodes(dir, prefix string) []string {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
-	type node struct {
-		n    int
-		path string
-	}
-	var nodes []node
+	byNumber := map[int]string{}
 	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasPrefix(name, prefix) {
-			continue
+		num, ok := strings.CutPrefix(e.Name(), prefix)
+		if n, err := strconv.Atoi(num); ok && isDigits(num) && err == nil {
+			byNumber[n] = filepath.Join(dir, e.Name())
 		}
-		num := name[len(prefix):]
-		if !isDigits(num) {
-			continue
-		}
-		n, err := strconv.Atoi(num)
-		if err != nil {
-			continue
-		}
-		nodes = append(nodes, node{n, filepath.Join(dir, name)})
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].n < nodes[j].n })
-	out := make([]string, len(nodes))
-	for i, n := range nodes {
-		out[i] = n.path
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(byNumber)) {
+		out = append(out, byNumber[n])
 	}
 	return out
 }

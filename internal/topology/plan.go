@@ -13,9 +13,8 @@ type Node struct {
 	LocalWorkers int    `json:"local_workers"`
 }
 
-// Worker is one process of the world: who it is, which replicas (device ordinals) it owns and the environment it
-// must see. Env holds only what the plan decides; the launcher adds run-time values (run id, ports it picked at
-// launch, result channel, restart count) on top.
+// Worker is one process of the world: who it is, which replicas (device ordinals) it owns and the environment the
+// plan decides for it (the launcher adds run-time values on top).
 type Worker struct {
 	Rank      int               `json:"rank"`
 	LocalRank int               `json:"local_rank"`
@@ -52,14 +51,12 @@ type Request struct {
 	NProcsSource Source // where NProcs came from; zero means Flag("nprocs")
 	SPMD         bool   // --spmd (XLA_USE_SPMD from env is in Host.SPMD)
 	TPUPortBase  int    // --tpu-port-base; 0 = 8476
-	// IsolateGPUs gives GPU worker i CUDA_VISIBLE_DEVICES=<its GPU> alone. Off (the default, as torchrun), the
-	// workers keep the parent's CUDA_VISIBLE_DEVICES, see every usable GPU and each uses cuda:LOCAL_RANK; on, a
-	// program that selects cuda:LOCAL_RANK fails from local rank 1 ("invalid device ordinal").
+	// IsolateGPUs gives GPU worker i CUDA_VISIBLE_DEVICES=<its GPU> alone; off (as torchrun), every worker sees
+	// every usable GPU.
 	IsolateGPUs bool
 
-	// Hosts, when non-nil, are the agreed node addresses in node-rank order (a rendezvous result); they replace the
-	// hosts of the Host, and NodeRank says which one this is. Nil means: what detection found (env/metadata), or
-	// this host alone.
+	// Hosts, when non-nil, are the agreed node addresses in node-rank order (a rendezvous result), replacing the
+	// detected ones; NodeRank says which one this is.
 	Hosts    []string
 	NodeRank int
 }
@@ -85,12 +82,10 @@ func validSplit(k, n int) bool {
 	return k == 1 || k == 2 || k == 4 || k == n
 }
 
-// NewPlan is the one way to plan: the plan of the world w for the detected host and the request. The zero World is
-// this host alone, as detected: one worker per chip by default (per GPU; one on CPU), every worker's device and
-// topology env, validated against the request; a multi-host slice (hosts from env, metadata or req.Hosts) gives a
-// plan covering the whole slice. A world of several nodes (what a rendezvous agreed on) is planned as worldPlan
-// says. It is pure: TPU_PROCESS_PORTs are base + local rank, and (*Plan).CheckPorts checks them before the start.
-// Errors are *ConfigError.
+// NewPlan is the one way to plan: the plan of the world w for the detected host and the request, validated against
+// it. The zero World is this host alone as detected (a multi-host slice's plan covers the whole slice): one worker
+// per chip by default (per GPU; one on CPU). It is pure: (*Plan).CheckPorts checks the ports before the start.
+// Errors are *failure.ConfigError.
 func NewPlan(h *Host, req Request, w World) (*Plan, error) {
 	if !w.Solo() {
 		return worldPlan(h, req, w)
@@ -104,15 +99,13 @@ func hostPlan(h *Host, req Request) (*Plan, error) {
 		req.NProcsSource = Flag("nprocs")
 	}
 	if req.NProcs < 0 {
-		return nil, &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: []Source{req.NProcsSource}, Hint: "leave it unset for one process per device"}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: sources{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}
 	return h.Device.V.Kind().plan(h, req)
 }
 
-// JAX reads the first two in jax.distributed.initialize() (jax/_src/distributed.py State.initialize). It reads no
-// process id or count from the environment (JAX 0.11 included); the launcher sets the conventional names of both,
-// which programs pass on themselves: initialize(process_id=int(os.environ["JAX_PROCESS_ID"]),
-// num_processes=int(os.environ["JAX_NUM_PROCESSES"])) (docs/TOPOLOGY.md).
+// JAX reads the first two in jax.distributed.initialize(), but no process id or count from the environment: the
+// launcher sets the conventional names of both, which programs pass on themselves (docs/TOPOLOGY.md).
 const (
 	EnvJAXCoordinator    = "JAX_COORDINATOR_ADDRESS"
 	EnvJAXLocalDeviceIDs = "JAX_LOCAL_DEVICE_IDS"
@@ -120,10 +113,9 @@ const (
 	EnvJAXNumProcesses   = "JAX_NUM_PROCESSES" // = WORLD_SIZE
 )
 
-// SetJAXCoordinator sets JAX_COORDINATOR_ADDRESS=hostport on every CPU and GPU worker of p that has an env, so that
-// jax.distributed.initialize(process_id=RANK, num_processes=WORLD_SIZE) needs no address. TPU workers are left to
-// JAX's cloud-TPU detection, which picks host 0 of the slice and port 8482 itself. hostport is node 0's address
-// and a port free there that every node agrees on (not MASTER_PORT, which torch's TCPStore binds on rank 0).
+// SetJAXCoordinator sets JAX_COORDINATOR_ADDRESS=hostport (node 0's address and a port every node agreed on, not
+// MASTER_PORT, which torch's TCPStore binds) on every worker of p with an env whose kind needs it (not TPU: JAX's
+// cloud-TPU detection finds host 0 itself).
 func (p *Plan) SetJAXCoordinator(hostport string) {
 	if !p.Device.Kind().JAXCoordinator() || hostport == "" {
 		return
@@ -135,7 +127,6 @@ func (p *Plan) SetJAXCoordinator(hostport string) {
 	}
 }
 
-// SoloNode is this host's node in NewPlan(h, req) (a plan built from the detected host alone): TPU_WORKER_ID on
-// an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run (--nprocs 1), which is this
-// host alone.
+// SoloNode is this host's node in NewPlan(h, req, World{}): TPU_WORKER_ID on a described multi-host slice, else 0
+// (0 too for a one-chip run).
 func SoloNode(h *Host, req Request) int { return h.Device.V.Kind().soloNode(h, req) }

@@ -737,8 +737,8 @@ func TestJobLayoutRefusesWhatCannotBeMadeConsistent(t *testing.T) {
 		{base("MEGASCALE_NUM_SLICES", "2", "MEGASCALE_SLICE_ID", "2", "MEGASCALE_COORDINATOR_ADDRESS", "a0"), "MEGASCALE_SLICE_ID"},
 	} {
 		_, err := v4Host(t, tc.env).JobLayout(Request{})
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Name != tc.name || !errors.Is(err, ErrConfig) {
+		var ce *failure.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.name || !errors.Is(err, ErrConfig) {
 			t.Errorf("env %v: %v; want a *ConfigError naming %s", tc.env, err, tc.name)
 		}
 	}

@@ -45,8 +45,7 @@ func PortHolder(procRoot string, port int) (int, string, error) {
 	return pid, command(procRoot, pid), nil
 }
 
-// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", hex ports, state 0A =
-// LISTEN.
+// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", 0A = LISTEN.
 func listeningInodes(path string, port int) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -55,12 +54,8 @@ func listeningInodes(path string, port int) ([]string, error) {
 	defer f.Close()
 	var out []string
 	sc := bufio.NewScanner(f)
-	first := true
+	sc.Scan() // the header
 	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 10 || fields[3] != "0A" {
 			continue
@@ -91,19 +86,26 @@ func PortFree(port int) bool {
 }
 
 // CheckPorts is the pre-start check of the TPU_PROCESS_PORTs of node nodeRank's workers (nil free means
-// PortFree). On a plan of one node a busy port is moved to a free one (TPU_PROCESS_PORT and every worker's
-// TPU_PROCESS_ADDRESSES change together); on several nodes every port must stay fixed, so a busy one is a
-// *PortBusyError naming the holder found in procRoot. Another launcher on this machine probing its own ports holds
-// one for microseconds: a port is busy only when it stays so over a few tries.
+// PortFree). On one node a busy port is moved to a free one, in every worker's TPU_PROCESS_ADDRESSES too; on
+// several, a busy port is a *PortBusyError naming its holder in procRoot. A port is busy only when it stays so
+// over a few tries (another launcher probing its own ports holds one for microseconds).
 func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) error {
 	if free == nil {
 		free = PortFree
 	}
-	m := p.portMover(nodeRank, free)
+	var mine []*Worker // the node's workers, and their ports as planned and as moved to
+	used, moved := map[int]bool{}, map[int]int{}
 	for i := range p.Workers {
-		w := &p.Workers[i]
+		if w := &p.Workers[i]; w.NodeRank == nodeRank {
+			mine = append(mine, w)
+			port, _ := w.tpuPort()
+			used[port] = true
+		}
+	}
+	next := 0 // the next port to try, above the node's own
+	for _, w := range mine {
 		port, ok := w.tpuPort()
-		if w.NodeRank != nodeRank || !ok || !stillBusy(free, port) {
+		if !ok || !stillBusy(free, port) {
 			continue
 		}
 		if len(p.Nodes) > 1 {
@@ -113,12 +115,30 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 			}
 			return pe
 		}
-		if err := m.move(w, port); err != nil {
-			return err
+		if next == 0 {
+			next = port + len(mine)
+		}
+		if next = nextFree(next, used, free); next >= 65536 {
+			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
+		}
+		used[next], moved[port] = true, next
+		w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(next)
+		next++
+	}
+	for _, w := range p.Workers { // on one node, every address is this host's
+		if addrs, ok := w.Env["TPU_PROCESS_ADDRESSES"]; ok {
+			w.Env["TPU_PROCESS_ADDRESSES"] = movePorts(addrs, moved)
 		}
 	}
-	p.moveAddresses(m.moved)
 	return nil
+}
+
+// nextFree is the first port from next that the node does not use and is free; 65536 when none is.
+func nextFree(next int, used map[int]bool, free func(int) bool) int {
+	for next < 65536 && (used[next] || !free(next)) {
+		next++
+	}
+	return next
 }
 
 // stillBusy reports whether port stays busy over a few tries.
@@ -140,61 +160,6 @@ func (w *Worker) tpuPort() (int, bool) {
 	}
 	port, err := strconv.Atoi(v)
 	return port, err == nil
-}
-
-// portMover moves the busy TPU_PROCESS_PORTs of one node to free ports above the node's own.
-type portMover struct {
-	free  func(int) bool
-	local int          // the node's workers
-	used  map[int]bool // the node's ports, as planned and as moved to
-	moved map[int]int  // old port -> new port
-	next  int          // the next port to try; 0 before the first move
-}
-
-func (p *Plan) portMover(nodeRank int, free func(int) bool) *portMover {
-	m := &portMover{free: free, used: map[int]bool{}, moved: map[int]int{}}
-	for _, w := range p.Workers {
-		if w.NodeRank != nodeRank {
-			continue
-		}
-		m.local++
-		if port, ok := w.tpuPort(); ok {
-			m.used[port] = true
-		}
-	}
-	return m
-}
-
-// move gives w the next free port in place of port.
-func (m *portMover) move(w *Worker, port int) error {
-	if m.next == 0 {
-		m.next = port + m.local
-	}
-	for m.next < 65536 && (m.used[m.next] || !m.free(m.next)) {
-		m.next++
-	}
-	if m.next >= 65536 {
-		return &PortBusyError{Port: port, LocalRank: w.LocalRank}
-	}
-	m.used[m.next] = true
-	m.moved[port] = m.next
-	w.Env["TPU_PROCESS_PORT"] = strconv.Itoa(m.next)
-	m.next++
-	return nil
-}
-
-// moveAddresses moves the moved ports in every worker's TPU_PROCESS_ADDRESSES. On one node every entry is this
-// host's (named localhost), so a moved port moves there.
-func (p *Plan) moveAddresses(moved map[int]int) {
-	if len(moved) == 0 {
-		return
-	}
-	for i := range p.Workers {
-		env := p.Workers[i].Env
-		if addrs, ok := env["TPU_PROCESS_ADDRESSES"]; ok {
-			env["TPU_PROCESS_ADDRESSES"] = movePorts(addrs, moved)
-		}
-	}
 }
 
 // movePorts rewrites the host:port entries of a comma-separated list whose port moved.

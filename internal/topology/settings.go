@@ -19,8 +19,7 @@ func (h *Host) Settings() []Setting {
 	return append([]Setting{{"device", string(h.Device.V), h.Device.Source}}, h.Device.V.Kind().settings(h)...)
 }
 
-// Chips are the host's chips (or GPUs) with their PCI functions and device nodes, in index order; none on a CPU
-// host.
+// Chips are the host's chips (or GPUs) with their PCI functions and device nodes, in index order.
 func (h *Host) Chips() []Chip { return h.Device.V.Kind().devices(h) }
 
 // Probe checks that the metadata server answers (within opts.MetadataBudget), on a kind that reads it (TPU); nil
@@ -34,11 +33,10 @@ func spmdSetting(h *Host) Setting { return Setting{"SPMD", fmt.Sprint(h.SPMD.V),
 
 // counted renders a count with the indices it counts: "1 (GPU 0)", "4 (chips 0,1,2,3)", "0".
 func counted(n int, noun string, idx []int) string {
-	switch n {
-	case 0:
+	if n == 0 {
 		return "0"
-	case 1:
-		return fmt.Sprintf("1 (%s %s)", noun, joinInts(idx, ","))
+	} else if n > 1 {
+		noun += "s"
 	}
-	return fmt.Sprintf("%d (%ss %s)", n, noun, joinInts(idx, ","))
+	return fmt.Sprintf("%d (%s %s)", n, noun, joinInts(idx, ","))
 }

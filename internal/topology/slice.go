@@ -1,13 +1,14 @@
 package topology
 
 import (
+	"cmp"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
 )
 
-// Slice is the agreed description of a TPU slice from which every worker's env follows: what a rendezvous step
-// settles before it calls (Slice).Plan. docs/TOPOLOGY.md says which variable follows which upstream function.
+// Slice is the agreed description of a TPU slice from which every worker's env follows (docs/TOPOLOGY.md).
 type Slice struct {
 	Accelerator        string   // TPU_ACCELERATOR_TYPE; "" when unknown
 	Hosts              []string // the hosts of this run in node order (this host alone for a one-chip run)
@@ -23,12 +24,11 @@ type Slice struct {
 	// SingleProcess is xmp.spawn(nprocs=1)'s one-chip run (torch_xla's configure_one_chip_topology): one process
 	// on one chip, no CLOUD_TPU_TASK_ID, no TPU_PROCESS_ADDRESSES or TPU_PROCESS_PORT.
 	SingleProcess bool
-	// SliceHosts and WorkerID describe the whole slice (TPU_WORKER_HOSTNAMES, set only for several hosts, and
-	// TPU_WORKER_ID): the run's hosts, except on a one-chip run of one host of a multi-host slice.
+	// SliceHosts and WorkerID describe the whole slice (TPU_WORKER_HOSTNAMES and TPU_WORKER_ID), which a one-chip
+	// run keeps.
 	SliceHosts []string
 	WorkerID   int
-	// SkipMDS is the workers' TPU_SKIP_MDS_QUERY; "" leaves it unset, so torch_xla in a worker reads the slice from
-	// the metadata server as in xmp.spawn's children.
+	// SkipMDS is the workers' TPU_SKIP_MDS_QUERY; "" leaves it unset (Host.WorkerSkipMDS).
 	SkipMDS   string
 	PortBase  int // every host's TPU_PROCESS_PORT is PortBase + local rank
 	Megascale map[string]string
@@ -95,18 +95,11 @@ func (s Slice) Plan() *Plan {
 			if k > 1 {
 				env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
 			}
-			for key, v := range s.Megascale {
-				env[key] = v
-			}
+			maps.Copy(env, s.Megascale)
 			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: replicas, Env: env})
 		}
 	}
 	return p
 }
 
-func (s Slice) port(lr int) int {
-	if s.PortBase == 0 {
-		return DefaultTPUPortBase + lr
-	}
-	return s.PortBase + lr
-}
+func (s Slice) port(lr int) int { return cmp.Or(s.PortBase, DefaultTPUPortBase) + lr }

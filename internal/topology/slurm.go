@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"tpurun/internal/hostname"
 )
 
 // ParseSlurmNodelist expands a SLURM node list (SLURM_JOB_NODELIST) such as "tpu-[01-03,07],login1,rack[1-2]-n[1-2]"
@@ -65,7 +66,7 @@ func expandHost(e string, limit int) ([]string, error) {
 	}
 	open := strings.IndexByte(e, '[')
 	if open < 0 {
-		if err := checkHost(e); err != nil {
+		if err := hostname.Check(e); err != nil {
 			return nil, parseErrorf("%v", err)
 		}
 		return []string{e}, nil
@@ -139,7 +140,7 @@ func joinHosts(heads, tails []string) ([]string, error) {
 	out := make([]string, 0, len(heads)*len(tails))
 	for _, h := range heads {
 		for _, t := range tails {
-			if err := checkHost(h + t); err != nil {
+			if err := hostname.Check(h + t); err != nil {
 				return nil, parseErrorf("%v", err)
 			}
 			out = append(out, h+t)

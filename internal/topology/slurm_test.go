@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"tpurun/internal/hostname"
 )
 
 func TestParseSlurmNodelist(t *testing.T) {
@@ -55,7 +56,7 @@ func FuzzParseSlurmNodelist(f *testing.F) {
 			t.Fatalf("%q: %d hosts", s, len(hosts))
 		}
 		for _, h := range hosts {
-			if checkHost(h) != nil {
+			if hostname.Check(h) != nil {
 				t.Fatalf("%q gave bad host %q", s, h)
 			}
 		}

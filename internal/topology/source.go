@@ -43,19 +43,16 @@ func (s Source) String() string {
 // IsSet reports whether the source is known, i.e. the value was given or detected.
 func (s Source) IsSet() bool { return s.Kind != "" }
 
-// Flag, Env, Sysfs, Dev, Metadata and Default build Sources.
-func Flag(name string) Source { return Source{Kind: FromFlag, Name: "--" + name} }
+// Derived reports whether the value was computed from another (its String names that one).
+func (s Source) Derived() bool { return s.Kind == FromDerived }
 
-func Env(name string) Source { return Source{Kind: FromEnv, Name: name} }
-
-func Sysfs(path string) Source { return Source{Kind: FromSysfs, Name: path} }
-
-func Dev(path string) Source { return Source{Kind: FromDev, Name: path} }
-
+// Flag, Env, Sysfs, Dev, Metadata, Default and Derived build Sources.
+func Flag(name string) Source    { return Source{Kind: FromFlag, Name: "--" + name} }
+func Env(name string) Source     { return Source{Kind: FromEnv, Name: name} }
+func Sysfs(path string) Source   { return Source{Kind: FromSysfs, Name: path} }
+func Dev(path string) Source     { return Source{Kind: FromDev, Name: path} }
 func Metadata(url string) Source { return Source{Kind: FromMetadata, Name: url} }
-
-func Default() Source { return Source{Kind: FromDefault} }
-
+func Default() Source            { return Source{Kind: FromDefault} }
 func Derived(from string) Source { return Source{Kind: FromDerived, Name: from} }
 
 // DerivedFrom is the source of a value computed from another: it names the original source once, however long

@@ -7,11 +7,10 @@ import (
 	"tpurun/internal/failure"
 )
 
-// Slice validates the request against the host and returns the agreed-slice description that Plan turns into env.
-// How each choice follows torch_xla and JAX is in docs/TOPOLOGY.md.
+// Slice validates the request against the host and returns the slice that Plan turns into env (docs/TOPOLOGY.md).
 func (h *Host) Slice(req Request) (*Slice, error) {
 	if !h.Device.V.Kind().FixedSlice() {
-		return nil, &ConfigError{Name: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: []Source{h.Device.Source}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: string(h.Device.V), Problem: "is not a TPU; a slice needs TPU chips", Sources: sources{h.Device.Source}}
 	}
 	r, err := h.resolve(req)
 	if err != nil {
@@ -69,8 +68,7 @@ func (h *Host) resolve(req Request) (resolved, error) {
 	if err := h.checkHosts(r); err != nil {
 		return r, err
 	}
-	// xmp.spawn(nprocs=1) runs one process on one chip of this host, whatever the slice (pjrt.py
-	// _run_singleprocess): --nprocs 1 without a rendezvous is that run.
+	// --nprocs 1 without a rendezvous is xmp.spawn(nprocs=1)'s one-chip run, whatever the slice (pjrt.py).
 	r.single = !r.spmd && req.NProcs == 1 && req.Hosts == nil
 	r.sliceHosts, r.sliceNode = r.hosts, r.node
 	if r.single {
@@ -84,36 +82,35 @@ func (h *Host) resolve(req Request) (resolved, error) {
 func (h *Host) checkHosts(r resolved) error {
 	hosts, node := r.hosts, r.node
 	if len(hosts) == 0 || node < 0 || node >= len(hosts) {
-		return &ConfigError{Name: failure.NodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
-			Sources: []Source{r.hostsSrc}, Choices: indexChoices(len(hosts))}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(node), Problem: fmt.Sprintf("is not an index of the %d hosts", len(hosts)),
+			Sources: sources{r.hostsSrc}, Choices: indexChoices(len(hosts))}
 	}
 	if a := h.tpu().Accelerator; a.IsSet() && a.V.Hosts() != len(hosts) && (len(hosts) > 1 || a.V.Hosts() > 1) {
-		return &ConfigError{Name: failure.AcceleratorType, Value: a.V.Type,
-			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: []Source{a.Source, r.hostsSrc},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.AcceleratorType, Value: a.V.Type,
+			Problem: fmt.Sprintf("has %d hosts but %d are listed", a.V.Hosts(), len(hosts)), Sources: sources{a.Source, r.hostsSrc},
 			Hint: "list every host of the slice, or fix the accelerator type"}
 	}
 	if hb := h.tpu().HostBounds; r.req.Hosts != nil && given(hb.Source) && hb.V.Product() != len(hosts) {
-		return &ConfigError{Name: failure.Named(hb.Source.Name), Value: hb.V.String(),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(hb.Source.Name), Value: hb.V.String(),
 			Problem: fmt.Sprintf("describes %d hosts but the rendezvous agreed on %d", hb.V.Product(), len(hosts)),
-			Sources: []Source{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
+			Sources: sources{hb.Source, r.hostsSrc}, Hint: "fix or unset " + hb.Source.Name}
 	}
 	return nil
 }
 
-// newSlice is the slice of r before its processes are laid out: the hosts, the usable chips (a count that has a
-// chip grid), the host's bounds, and the env every worker gets as is.
+// newSlice is the slice of r before its processes are laid out.
 func (h *Host) newSlice(r resolved) (*Slice, error) {
 	t := h.tpu()
 	n := len(t.Usable.V)
 	if n == 0 {
-		return nil, &ConfigError{Name: "chips", Value: "0", Problem: "no TPU chip is usable on this host", Sources: []Source{t.Usable.Source}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("chips"), Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources{t.Usable.Source}}
 	}
 	if _, err := ChipBounds(n); err != nil {
 		return nil, subsetError(h)
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
 		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}}
-	s.SkipMDS, _ = h.workerSkipMDS(r.req)
+	s.SkipMDS, _ = h.WorkerSkipMDS(r.req)
 	for key, v := range t.Megascale {
 		s.Megascale[key] = v.V
 	}
@@ -132,8 +129,8 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 func (h *Host) spmdProcesses(s *Slice, r resolved) error {
 	t := h.tpu()
 	if k := r.req.NProcs; k > 1 {
-		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: []Source{r.req.NProcsSource, r.spmdSrc},
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: "contradicts SPMD, which runs ONE process per host that sees all local chips", Sources: sources{r.req.NProcsSource, r.spmdSrc},
 			Choices: []string{"1"}, Hint: "leave nprocs unset, or turn SPMD off (XLA_USE_SPMD)"}
 	}
 	n := len(t.Usable.V)
@@ -172,8 +169,7 @@ func (h *Host) chipProcesses(s *Slice, r resolved, givenPB Bounds, givenProcs in
 }
 
 // procsPerHost is the number of one-chip processes on each host: nprocs, else the size of a given
-// TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes: min(local chips, its size)), else
-// one per usable chip. It must be a valid split of the chips that matches the env's limit and the other hosts.
+// TPU_PROCESS_BOUNDS smaller than the chips (torch_xla's num_local_processes), else one per usable chip.
 func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, error) {
 	n := len(h.tpu().Usable.V)
 	k := r.req.NProcs
@@ -194,23 +190,21 @@ func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, er
 func (h *Host) checkProcs(k int, r resolved) error {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	sources := []Source{t.Usable.Source}
+	from := sources{t.Usable.Source}
 	switch {
 	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
-		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips, so nprocs must match their count. Compared
-		// once with the final usable count (TPU_VISIBLE_CHIPS limited by TPU_NUM_DEVICES), which is a valid subset
-		// by the check before: nprocs must use exactly the chips the env gives.
+		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips: nprocs must use exactly those.
 		return h.envLimitError(k, r.req)
 	case len(r.hosts) > 1 && k != n:
-		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(sources, r.hostsSrc),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(from, r.hostsSrc),
 			Choices: []string{strconv.Itoa(n)}, Hint: "or leave it unset (a multi-host slice runs one process per chip on every host)"}
 	case k > n:
-		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("is more than the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	case !validSplit(k, n):
-		return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
-			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: sources, Choices: splitChoices(n), Hint: "or leave it unset"}
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
 }
@@ -219,11 +213,11 @@ func (h *Host) checkProcs(k int, r resolved) error {
 func (h *Host) envLimitError(k int, req Request) error {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	src := []Source{req.NProcsSource, t.Usable.Source}
+	src := sources{req.NProcsSource, t.Usable.Source}
 	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
 		src = append(src, t.VisibleChips.Source)
 	}
-	return &ConfigError{Name: failure.NProcs, Value: strconv.Itoa(k),
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
 		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n), Sources: src,
 		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 }
@@ -249,11 +243,9 @@ func (h *Host) processBounds(s *Slice, r resolved, givenPB Bounds, givenProcs in
 		return nil
 	}
 	if t.Family == "tpu7x" && !r.spmd && !r.single && s.SkipMDS == "" && s.ProcsPerHost == len(t.Chips) {
-		// torch_xla's configure_topology appends a core dimension for generation 7 to the grid it computes for the
-		// whole slice (unverified in practice). Only where a worker reads the slice from the metadata server: under
-		// TPU_SKIP_MDS_QUERY the xla:// handler re-parses TPU_PROCESS_BOUNDS as exactly three numbers (tpu.py
-		// MeshShape.from_string) and would fail. A subset is asked of xmp.spawn with a three-number
-		// TPU_PROCESS_BOUNDS, which it keeps.
+		// torch_xla's configure_topology appends a core dimension for generation 7 to the whole slice's grid
+		// (unverified in practice); only where workers read the metadata server, as under TPU_SKIP_MDS_QUERY the
+		// xla:// handler re-parses exactly three numbers (tpu.py MeshShape.from_string).
 		s.ProcessBounds = append(append(Bounds(nil), s.ProcessBounds...), 2)
 	}
 	return nil
@@ -266,17 +258,17 @@ func (h *Host) processCountError(givenProcs, want, k, hosts int, req Request) er
 	if len(t.ProcessBounds.V) == 4 {
 		core = " (the trailing core dimension of tpu7x not counted)"
 	}
-	return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: t.ProcessBounds.V.String(),
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"),
+		Value:   t.ProcessBounds.V.String(),
 		Problem: fmt.Sprintf("has %d processes%s but the plan runs %d (%d per host on %d hosts)", givenProcs, core, want, k, hosts),
-		Sources: []Source{t.ProcessBounds.Source, req.NProcsSource, t.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
+		Sources: sources{t.ProcessBounds.Source, req.NProcsSource, t.Usable.Source}, Hint: "unset TPU_PROCESS_BOUNDS (tpurun sets it per worker) or make nprocs match it"}
 }
 
 // given reports whether a value came from outside (env, flag, metadata), not derived or defaulted by tpurun.
 func given(s Source) bool { return s.IsSet() && s.Kind != FromDerived && s.Kind != FromDefault }
 
-// givenProcessBounds is the parent's TPU_PROCESS_BOUNDS as a three-number process grid and the processes it
-// counts (nil when unset). tpu7x's trailing core dimension (torch_xla writes ",2") counts none and is dropped: the
-// plan decides it. A fourth number on any other generation is refused.
+// givenProcessBounds is the parent's TPU_PROCESS_BOUNDS as a three-number grid and the processes it counts (nil
+// when unset); tpu7x's trailing core dimension (",2") is dropped, a fourth number elsewhere refused.
 func (h *Host) givenProcessBounds() (Bounds, int, error) {
 	t := h.tpu()
 	if !t.ProcessBounds.IsSet() {
@@ -285,8 +277,8 @@ func (h *Host) givenProcessBounds() (Bounds, int, error) {
 	b := t.ProcessBounds.V
 	if len(b) == 4 {
 		if t.Family != "tpu7x" || b[3] != 2 {
-			return nil, 0, &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: b.String(),
-				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: []Source{t.ProcessBounds.Source, t.ChipsSource},
+			return nil, 0, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: b.String(),
+				Problem: "has 4 numbers; only tpu7x takes a fourth (its core dimension, 2)", Sources: sources{t.ProcessBounds.Source, t.ChipsSource},
 				Hint: "use three numbers such as 2,2,1, or unset it (tpurun sets it per worker)"}
 		}
 		b = b[:3]
@@ -301,14 +293,14 @@ func (h *Host) checkDerivedProcs(k, n int, desc string) error {
 	t := h.tpu()
 	pb := t.ProcessBounds
 	if t.NumDevices.IsSet() || t.VisibleChips.IsSet() {
-		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: pb.V.String(),
 			Problem: fmt.Sprintf("asks for %d processes but %s gives this launcher %d chips", k, t.Usable.Source.Name, n),
-			Sources: []Source{pb.Source, t.Usable.Source}, Hint: "unset one of them"}
+			Sources: sources{pb.Source, t.Usable.Source}, Hint: "unset one of them"}
 	}
 	if !validSplit(k, n) {
-		return &ConfigError{Name: "TPU_PROCESS_BOUNDS", Value: pb.V.String(),
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("TPU_PROCESS_BOUNDS"), Value: pb.V.String(),
 			Problem: fmt.Sprintf("asks for %d processes, which is not a valid split of the %s on this host", k, desc),
-			Sources: []Source{pb.Source, t.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
+			Sources: sources{pb.Source, t.Usable.Source}, Choices: boundsChoices(n), Hint: "or unset it"}
 	}
 	return nil
 }
@@ -325,33 +317,32 @@ func boundsChoices(n int) []string {
 	return out
 }
 
-// skipWhy says why the workers get the TPU_SKIP_MDS_QUERY they get (doctor explains it).
-type skipWhy int
+// SkipReason says why the workers get the TPU_SKIP_MDS_QUERY they get (Host.WorkerSkipMDS).
+type SkipReason int
 
+// The reasons for the workers' TPU_SKIP_MDS_QUERY.
 const (
-	skipFromParent   skipWhy = iota // the parent's value (GKE), kept
-	skipReadMetadata                // unset: workers read the metadata server, as xmp.spawn's children do
-	skipSupplied                    // "true": tpurun planned without the metadata server and hands the answer in env
-	skipUnknownType                 // unset: env cannot carry the accelerator type torch_xla's version() needs
+	SkipFromParent   SkipReason = iota // the parent's value (GKE), kept
+	SkipReadMetadata                   // unset: workers read the metadata server, as xmp.spawn's children do
+	SkipSupplied                       // "true": tpurun planned without the metadata server and hands the answer in env
+	SkipUnknownType                    // unset: env cannot carry the accelerator type torch_xla's version() needs
 )
 
-// workerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset). torch_xla reads the slice
-// from env exactly when it is set (tpu.py _using_env_vars); with it, host_index() is CLOUD_TPU_TASK_ID before
-// TPU_WORKER_ID (build_tpu_env_from_vars). So the workers read the same source tpurun planned from: the parent's
-// value when it had one; the metadata server when tpurun read the slice from it and it holds all torch_xla reads
-// (host_index() is then the host's WORKER_ID, as in xmp.spawn's children on GCE); else env, with "true" as GKE
-// writes it, when it can carry the accelerator type.
-func (h *Host) workerSkipMDS(req Request) (string, skipWhy) {
+// WorkerSkipMDS is the TPU_SKIP_MDS_QUERY the workers of req get ("" leaves it unset), and why. torch_xla reads the
+// slice from env exactly when it is set (tpu.py _using_env_vars), so the workers read the source tpurun planned
+// from: the parent's value; the metadata server when it holds all torch_xla reads; else env ("true", as GKE
+// writes it) when env can carry the accelerator type.
+func (h *Host) WorkerSkipMDS(req Request) (string, SkipReason) {
 	t := h.tpu()
 	sliceHosts := max(len(t.Hostnames.V), 1)
 	metadataWorld := req.Hosts == nil || (len(req.Hosts) == sliceHosts && req.NodeRank == t.WorkerID.V)
 	switch {
 	case t.SkipMDS.IsSet():
-		return t.SkipMDS.V, skipFromParent
+		return t.SkipMDS.V, SkipFromParent
 	case t.TorchXLAMetadata && metadataWorld:
-		return "", skipReadMetadata
+		return "", SkipReadMetadata
 	case t.Accelerator.IsSet():
-		return "true", skipSupplied
+		return "true", SkipSupplied
 	}
-	return "", skipUnknownType
+	return "", SkipUnknownType
 }

@@ -7,11 +7,9 @@ import (
 	"tpurun/internal/failure"
 )
 
-// subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the host's
-// bounds when every chip is used, else the chip grid of the subset, so that process bounds = host bounds x
-// chips-per-host bounds holds for subsets too (TPU_FACTS.md), as Ray describes a subset of a host. Unverified
-// against libtpu: xmp.spawn under a smaller TPU_PROCESS_BOUNDS leaves the host's bounds (docs/TOPOLOGY.md); this is
-// the one place to change if libtpu wants the host's here.
+// subsetChipBounds is TPU_CHIPS_PER_HOST_BOUNDS for a run that uses `used` of the host's `total` chips: the chip
+// grid of the subset, so that process bounds = host bounds x chips-per-host bounds (TPU_FACTS.md), as Ray does.
+// Unverified against libtpu (xmp.spawn leaves the host's bounds, docs/TOPOLOGY.md): the one place to change.
 func subsetChipBounds(host Bounds, used, total int) Bounds {
 	if used >= total || host.Product() == used {
 		return host
@@ -44,12 +42,12 @@ func subsetError(h *Host) error {
 	if len(keep) > fix {
 		keep = keep[:fix]
 	}
-	sources := []Source{t.Usable.Source}
+	from := sources{t.Usable.Source}
 	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
-		sources = append(sources, t.VisibleChips.Source)
+		from = append(from, t.VisibleChips.Source)
 	}
-	return &ConfigError{Name: failure.Named(fmt.Sprintf("%d usable chips", n)),
-		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: sources,
+	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(fmt.Sprintf("%d usable chips", n)),
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: from,
 		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
 }
 

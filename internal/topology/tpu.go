@@ -1,11 +1,12 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -20,9 +21,8 @@ func init() { register(tpu{}) }
 // vendorGoogle is the PCI vendor id of TPU chips.
 const vendorGoogle = "0x1ae0"
 
-// tpuTable is the one table of TPU generations (TPU_FACTS.md): how accelerator types count them, their hosts, the
-// replicas per chip, the device nodes and the PCI id. Entries marked unverified in TPU_FACTS.md are kept here, in
-// one place; families and pciDevices index it.
+// tpuTable is the one table of TPU generations (TPU_FACTS.md, which marks the unverified entries); families and
+// pciDevices index it.
 var tpuTable = []Family{
 	{Name: "v2", Version: 2, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
 	{Name: "v3", Version: 3, CountsCores: true, ReplicasPerChip: 2, MaxSingleHost: 4, ChipsPerHost: 4, DevNodes: "accel", PCIID: "0x0027"},
@@ -66,8 +66,8 @@ func indexTPUTable(rows []Family) (map[string]Family, map[string]pciDevice) {
 	return byName, byID
 }
 
-// tpuScan is what the PCI scan says of TPU chips: every Google function is one chip, their family when all are of
-// one known generation, and the device ids no row of tpuTable has.
+// tpuScan is what the PCI scan says of TPU chips (every Google function is one), their family when all are of one
+// known generation, and the unknown device ids.
 type tpuScan struct {
 	chips   []Chip
 	family  string
@@ -103,12 +103,10 @@ func tpuNodes(devRoot, style string) []string {
 	return nil
 }
 
-// DefaultLockfile is where libtpu takes its lockf when one process uses all chips (doctor checks it, the
-// preloaded interpreter refuses to hold it).
+// DefaultLockfile is where libtpu takes its lockf when one process uses all chips.
 const DefaultLockfile = "/tmp/libtpu_lockfile"
 
-// tpuHost is what detection finds on a TPU host (Host's state): the chips present (PCI address order), the family,
-// the slice description.
+// tpuHost is what detection finds on a TPU host (Host's state): the chips (PCI address order) and the slice.
 type tpuHost struct {
 	Chips       []Chip             `json:"chips,omitempty"`
 	ChipsSource Source             `json:"chips_source"`
@@ -126,16 +124,12 @@ type tpuHost struct {
 	Hostnames          Value[[]string] `json:"hostnames"`
 	// Megascale holds MEGASCALE_* values given by env or tpu-env, copied to every worker.
 	Megascale map[string]Value[string] `json:"megascale,omitempty"`
-	// SkipMDS is the parent's TPU_SKIP_MDS_QUERY as given (GKE sets "true"), when set and not empty: torch_xla then
-	// reads the slice from env, never from the metadata server, and so do the workers, which keep the value.
+	// SkipMDS is the parent's non-empty TPU_SKIP_MDS_QUERY (GKE sets "true"), which the workers keep.
 	SkipMDS Value[string] `json:"skip_mds"`
-	// TorchXLAMetadata reports that the metadata server answered with everything torch_xla's own topology code
-	// reads from it (tpu-env's ACCELERATOR_TYPE and WORKER_ID, and TPU_PROCESS_BOUNDS and
-	// TPU_CHIPS_PER_PROCESS_BOUNDS from v4 on; worker-network-endpoints as name:uid:ip on several hosts), so that
-	// workers may read the slice from it as xmp.spawn's children do (docs/TOPOLOGY.md).
+	// TorchXLAMetadata reports that the metadata server answered everything torch_xla's topology code reads from
+	// it (torchXLAReads; endpoints as name:uid:ip), so that workers may read the slice from it (docs/TOPOLOGY.md).
 	TorchXLAMetadata bool `json:"torch_xla_metadata"`
-	// HostnameEndpoints reports that worker-network-endpoints listed host names only (the newer format, which JAX
-	// reads and torch_xla's get_worker_ips does not).
+	// HostnameEndpoints reports that worker-network-endpoints listed host names only, which torch_xla cannot read.
 	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
 }
 
@@ -153,12 +147,29 @@ func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
 // Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
 func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
 
-// MultiHost reports whether the host is one of a TPU slice of several hosts.
-func (h *Host) MultiHost() bool { return len(h.tpu().Hostnames.V) > 1 }
+// TPUFacts are what detection found on a TPU host that decides how torch_xla and JAX in its workers see the slice
+// (what doctor explains); the zero value on another kind.
+type TPUFacts struct {
+	Family            string        // "v4", "tpu7x", "v2/v3", ...
+	UsableChips       int           // the chips this launcher may use
+	ProcessBounds     Value[Bounds] // TPU_PROCESS_BOUNDS, when given (env or metadata)
+	ParentSkipMDS     Value[string] // the parent's TPU_SKIP_MDS_QUERY, when set
+	TorchXLAMetadata  bool          // the metadata server holds everything torch_xla reads from it
+	HostnameEndpoints bool          // worker-network-endpoints listed host names only, which torch_xla cannot read
+	// Where the accelerator type, the host list and the worker id came from.
+	Accelerator, Hostnames, WorkerID Source
+}
 
-// tpu is the TPU kind: the hosts of a world are one slice (or several, multislice), planned as torch_xla and JAX
-// expect (docs/TOPOLOGY.md): it detects the chips, reads the slice from env or the metadata server, checks the
-// request against it (Host.Slice) and writes every worker's env (Slice.Plan).
+// TPUFacts are the host's TPU facts.
+func (h *Host) TPUFacts() TPUFacts {
+	t := h.tpu()
+	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds,
+		ParentSkipMDS: t.SkipMDS, TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints,
+		Accelerator: t.Accelerator.Source, Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
+}
+
+// tpu is the TPU kind: the hosts of a world are one slice (or several), planned as torch_xla and JAX expect
+// (docs/TOPOLOGY.md).
 type tpu struct{}
 
 func (tpu) Device() Device         { return TPU }
@@ -195,8 +206,7 @@ func (tpu) detect(ctx context.Context, d *detector) error {
 	return d.detectTPU(ctx)
 }
 
-// nodes are the slice's: its host list and this host's worker id, read (and checked) by detection; a host of no
-// described slice falls back to a batch scheduler's node list.
+// nodes are the slice's host list and this host's worker id, else a batch scheduler's node list.
 func (tpu) nodes(d *detector) {
 	h, t := d.h, d.h.tpu()
 	if t.Hostnames.IsSet() || t.WorkerID.IsSet() {
@@ -212,15 +222,12 @@ func (tpu) plan(h *Host, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.PortBase = req.TPUPortBase
-	if s.PortBase == 0 {
-		s.PortBase = DefaultTPUPortBase
-	}
+	s.PortBase = cmp.Or(req.TPUPortBase, DefaultTPUPortBase)
 	return s.Plan(), nil
 }
 
 // localWorkers plans a slice of nnodes hosts (or the detected slice's) and counts the first host's workers: every
-// host of a slice runs the same. In several slices each slice is planned on its own.
+// host of a slice runs the same.
 func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 	n := nnodes
 	if numSlices > 1 {
@@ -242,8 +249,7 @@ func (tpu) localWorkers(h *Host, req Request, nnodes, numSlices int) (int, error
 	return len(p.Local(0)), nil
 }
 
-// worldPlan plans the slice whose hosts are the world's nodes in node order, or, in several slices, this node's
-// slice within the world (multisliceWorld).
+// worldPlan plans the slice whose hosts are the world's nodes in node order, or multisliceWorld.
 func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NumSlices > 1 {
 		return multisliceWorld(h, req, w)
@@ -275,10 +281,7 @@ func (tpu) usableNodes(h *Host) []string {
 	return paths
 }
 
-func (tpu) explain(h *Host, req Request) []string { return explainTPU(h, req) }
-
-// settings are the chips and the slice description, each with its source, then the multislice values (secrets
-// redacted).
+// settings are the chips and the slice description, each with its source, then the multislice values.
 func (tpu) settings(h *Host) []Setting {
 	t := h.tpu()
 	out := []Setting{{"accelerator type", t.Accelerator.V.Type, t.Accelerator.Source}}
@@ -297,15 +300,9 @@ func (tpu) settings(h *Host) []Setting {
 		Setting{"worker hostnames", strings.Join(t.Hostnames.V, ","), t.Hostnames.Source},
 		spmdSetting(h),
 		Setting{"TPU_SKIP_MDS_QUERY (parent)", t.SkipMDS.V, t.SkipMDS.Source})
-	keys := make([]string, 0, len(t.Megascale))
-	for k := range t.Megascale {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(t.Megascale)) {
 		v := t.Megascale[k]
 		out = append(out, Setting{k, v.V, v.Source}) // a secret's value is the printer's to hide
-
 	}
 	return out
 }

@@ -22,26 +22,19 @@ type WorldNode struct {
 }
 
 // World is the agreed world of a run: every node in node-rank order, which one this host is, and the multi-slice
-// setting. The zero World is "this host alone, as detected": the hosts of an env- or metadata-described slice, or
-// this one host.
+// setting. The zero World is this host alone, as detected.
 type World struct {
 	Nodes                []WorldNode
 	NodeRank             int
 	NumSlices            int    // > 1: a multi-slice job (MEGASCALE_*)
 	MegascaleCoordinator string // host 0 of slice 0, the address alone
 	MegascalePort        int
-	// EverySlice plans the workers of every slice with their env, not only this node's slice's: what a plan
-	// shown for the whole job needs (JobLayout.World), and a run does not.
+	// EverySlice plans every slice's workers with their env, not only this node's slice's (a plan shown).
 	EverySlice bool
 }
 
 // Solo reports whether w is the zero World: no rendezvous, the host as detected.
 func (w World) Solo() bool { return len(w.Nodes) == 0 }
-
-// SoloNodeRank is this host's node in a plan built from the detected host alone with the default request:
-// TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0. SoloNode answers for any request (a
-// one-chip run, --nprocs 1, is this host alone: node 0).
-func SoloNodeRank(h *Host) int { return SoloNode(h, Request{}) }
 
 // LocalWorkers is how many workers this host runs in a world of nnodes nodes (0: as detected) in numSlices
 // slices: what the node announces when it joins a rendezvous. It validates the request like the full plan does.
@@ -49,14 +42,12 @@ func LocalWorkers(h *Host, req Request, nnodes, numSlices int) (int, error) {
 	return h.Device.V.Kind().localWorkers(h, req, nnodes, numSlices)
 }
 
-// worldPlan builds the plan of the agreed world w (NewPlan's part for a world of several nodes) from this host's
-// detection and request, purely: it opens no socket (ports are checked before the start by (*Plan).CheckPorts).
-// TPU slices are planned per slice (the slice's hosts in node order); CPU and GPU worlds give node n's local rank lr
-// the global rank FirstRank(n)+lr. A multi-slice world gets MEGASCALE_* on every worker.
+// worldPlan is NewPlan's plan of a world of several nodes: TPU slices are planned per slice (its hosts in node
+// order), CPU and GPU worlds laid end to end (spreadWorld); a multi-slice world gets MEGASCALE_* on every worker.
 func worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	if w.NodeRank < 0 || w.NodeRank >= len(w.Nodes) {
-		return nil, &ConfigError{Name: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
-			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: []Source{Derived("rendezvous")}}
+		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NodeRank, Value: strconv.Itoa(w.NodeRank),
+			Problem: fmt.Sprintf("is not an index of the %d agreed nodes", len(w.Nodes)), Sources: sources{Derived("rendezvous")}}
 	}
 	p, err := h.Device.V.Kind().worldPlan(h, req, w)
 	if err != nil {
@@ -117,21 +108,15 @@ func (w World) firstRanks() []int {
 	return out
 }
 
-// perHost is what the CPU and GPU kinds share: each host is planned alone, a world lays the hosts' plans end to end
-// (spreadWorld) and may give its nodes different numbers of workers, the nodes come from the environment, and no
-// device node is guarded.
+// perHost is what the CPU and GPU kinds share: each host is planned alone and a world lays the hosts' plans end to
+// end (spreadWorld), its nodes may run different numbers of workers, and no device node is guarded.
 type perHost struct{}
 
-func (perHost) FixedSlice() bool { return false }
-
-func (perHost) JAXCoordinator() bool { return true }
-
-func (perHost) nodes(d *detector) { d.envNodes() }
-
-func (perHost) soloNode(*Host, Request) int { return 0 }
-
-func (perHost) usableNodes(*Host) []string { return nil }
-
+func (perHost) FixedSlice() bool                                          { return false }
+func (perHost) JAXCoordinator() bool                                      { return true }
+func (perHost) nodes(d *detector)                                         { d.envNodes() }
+func (perHost) soloNode(*Host, Request) int                               { return 0 }
+func (perHost) usableNodes(*Host) []string                                { return nil }
 func (perHost) probe(context.Context, *Host, Options, *zap.Logger) *Probe { return nil }
 
 func (perHost) localWorkers(h *Host, req Request, _, _ int) (int, error) {
@@ -150,9 +135,9 @@ func (perHost) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 	return spreadWorld(local, w), nil
 }
 
-// spreadWorld turns the plan of one host (CPU or GPU) into the world of w: every node runs its agreed number of
-// workers with the same split, node n's local rank lr is global rank FirstRank(n)+lr and owns that replica. As
-// torchrun assigns them, ROLE_RANK and ROLE_WORLD_SIZE count the workers of the node's role, in node order.
+// spreadWorld turns the plan of one host into the world of w: node n's local rank lr is the global rank of the
+// workers before n plus lr and owns that replica; ROLE_RANK and ROLE_WORLD_SIZE count within the node's role, as
+// torchrun's do.
 func spreadWorld(local *Plan, w World) *Plan {
 	p := &Plan{Device: local.Device}
 	first := w.firstRanks()
@@ -170,13 +155,7 @@ func spreadWorld(local *Plan, w World) *Plan {
 		p.Nodes = append(p.Nodes, Node{Rank: n, Host: addrs[n], LocalWorkers: ks[n]})
 		for lr := 0; lr < ks[n]; lr++ {
 			rank := first[n] + lr
-			var env map[string]string
-			if lr < len(local.Workers) {
-				env = maps.Clone(local.Workers[lr].Env)
-			}
-			if env == nil {
-				env = map[string]string{}
-			}
+			env := localEnv(local.Workers, lr)
 			env["ROLE_RANK"] = strconv.Itoa(roleNext[node.Role] + lr)
 			env["ROLE_WORLD_SIZE"] = strconv.Itoa(roleSize[node.Role])
 			p.Workers = append(p.Workers, Worker{Rank: rank, LocalRank: lr, NodeRank: n, Replicas: []int{rank}, Env: env})
@@ -186,62 +165,8 @@ func spreadWorld(local *Plan, w World) *Plan {
 	return p
 }
 
-// multisliceWorld is the world plan of a multi-slice TPU job: this node's slice is planned from the hosts of that
-// slice alone (TPU_WORKER_ID, TPU_PROCESS_ADDRESSES and CLOUD_TPU_TASK_ID are per slice), and the slices are laid
-// end to end for the global ranks (RANK, WORLD_SIZE) in the agreed node order. Other slices' workers carry only
-// their ranks (a node starts its own workers only), unless w.EverySlice (a plan shown: otherSlices).
-func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
-	self := w.Nodes[w.NodeRank]
-	addrs := w.addrs()
-	var hosts []string
-	sliceRank := -1
-	for i, n := range w.Nodes {
-		if n.SliceID == self.SliceID {
-			if i == w.NodeRank {
-				sliceRank = len(hosts)
-			}
-			hosts = append(hosts, addrs[i])
-		}
-	}
-	req.Hosts, req.NodeRank = hosts, sliceRank
-	sp, err := NewPlan(h, req, World{})
-	if err != nil {
-		return nil, err
-	}
-	first := w.firstRanks()
-	world := &Plan{Device: sp.Device}
-	others := newOtherSlices(h, req, w, addrs, first)
-	sliceFirst, inSlice := -1, 0
-	for i, n := range w.Nodes {
-		world.Nodes = append(world.Nodes, Node{Rank: i, Host: n.Host, LocalWorkers: n.LocalWorkers})
-		if n.SliceID != self.SliceID {
-			wks, err := others.workers(i, first[i])
-			if err != nil {
-				return nil, err
-			}
-			world.Workers = append(world.Workers, wks...)
-			continue
-		}
-		if sliceFirst < 0 {
-			sliceFirst = first[i]
-		}
-		for _, wk := range sp.Local(inSlice) {
-			reps := make([]int, len(wk.Replicas))
-			for j, r := range wk.Replicas {
-				reps[j] = r + sliceFirst*len(wk.Replicas)
-			}
-			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank,
-				NodeRank: i, Replicas: reps, Env: wk.Env})
-		}
-		inSlice++
-	}
-	return world, nil
-}
-
-// megascale sets MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_NUM_SLICES, MEGASCALE_SLICE_ID and MEGASCALE_PORT on
-// every worker of p that has an env (TPU_FACTS.md); a single slice changes nothing. The coordinator's address and
-// port that a worker inherits (its slice's env: GKE, a JobSet's downward API, tpu-env) are kept as given, byte for
-// byte: the agreed world only fills in what the environment did not say.
+// megascale sets the MEGASCALE_* variables on every worker of p that has an env (TPU_FACTS.md) in a multi-slice
+// world. A coordinator address and port the worker inherits (GKE, a JobSet's downward API, tpu-env) are kept.
 func (w World) megascale(p *Plan) {
 	if w.NumSlices <= 1 {
 		return

@@ -101,19 +101,19 @@ func (d *Device) Options() (topology.Options, error) {
 	if w := d.nprocs.device; w != "" && w != "auto" {
 		given := strings.ToLower(strings.TrimSpace(dev))
 		if named, ok := topology.DeviceNamed(given); given != "" && given != "auto" && (!ok || string(named) != w) {
-			return topology.Options{}, &topology.ConfigError{Name: "--nproc-per-node", Value: w,
-				Problem: "contradicts --device " + dev, Sources: []topology.Source{topology.Flag("nproc-per-node"), topology.Flag("device")},
+			return topology.Options{}, &failure.ConfigError{Kind: topology.ErrConfig, Field: "--nproc-per-node", Value: w,
+				Problem: "contradicts --device " + dev, Sources: []failure.Source{topology.Flag("nproc-per-node"), topology.Flag("device")},
 				Choices: []string{"--nproc-per-node " + given, "--device " + w}, Hint: "or give only one of them"}
 		}
 		dev = w
 	}
 	if d.tpuPortBase < 1 || d.tpuPortBase > 65535 {
-		return topology.Options{}, &topology.ConfigError{Name: "--tpu-port-base", Value: strconv.Itoa(d.tpuPortBase),
-			Problem: "is not a TCP port", Sources: []topology.Source{topology.Flag("tpu-port-base")}, Hint: "use a port from 1 to 65535 (default 8476)"}
+		return topology.Options{}, &failure.ConfigError{Kind: topology.ErrConfig, Field: "--tpu-port-base", Value: strconv.Itoa(d.tpuPortBase),
+			Problem: "is not a TCP port", Sources: []failure.Source{topology.Flag("tpu-port-base")}, Hint: "use a port from 1 to 65535 (default 8476)"}
 	}
 	if d.metadataTimeout <= 0 {
-		return topology.Options{}, &topology.ConfigError{Name: "--metadata-timeout", Value: d.metadataTimeout.String(),
-			Problem: "must be positive", Sources: []topology.Source{topology.Flag("metadata-timeout")}, Hint: "e.g. 3s"}
+		return topology.Options{}, &failure.ConfigError{Kind: topology.ErrConfig, Field: "--metadata-timeout", Value: d.metadataTimeout.String(),
+			Problem: "must be positive", Sources: []failure.Source{topology.Flag("metadata-timeout")}, Hint: "e.g. 3s"}
 	}
 	opts := topology.Options{
 		Device:          dev,

@@ -19,7 +19,7 @@ type Doctor struct {
 	Lock     topology.LockState `json:"lockfile"`
 	Metadata *topology.Probe    `json:"metadata,omitempty"` // nil when not probed (not a TPU host)
 	Problems []string           `json:"problems,omitempty"` // checks that could not run, with why
-	// Notes explain the workers' environment where tpurun chose between upstream behaviours (topology.Explain).
+	// Notes explain the workers' environment where tpurun chose between upstream behaviours (Explain).
 	Notes []string `json:"notes,omitempty"`
 	// Job is the job this host's environment says it is one host of, which a plain run joins (Host.JobLayout);
 	// JobError why that environment is inconsistent (a run would exit 2).
@@ -29,9 +29,9 @@ type Doctor struct {
 
 // Diagnose gathers the doctor data for a detected host. It probes the metadata server (within opts.MetadataBudget)
 // only on a TPU host, and checks libtpu's lockfile at lockfile. Its notes explain the default request; a caller
-// with the run's request sets d.Notes = topology.Explain(h, req).
+// with the run's request sets d.Notes = Explain(h, req).
 func Diagnose(ctx context.Context, h *topology.Host, opts topology.Options, lockfile string, log *zap.Logger) *Doctor {
-	d := &Doctor{Host: h, Notes: topology.Explain(h, topology.Request{})}
+	d := &Doctor{Host: h, Notes: Explain(h, topology.Request{})}
 	d.SetJob(h.JobLayout(topology.Request{}))
 	if nodes := h.DevNodes(); len(nodes) > 0 {
 		hs, err := topology.Holders(h.ProcRoot, nodes)
