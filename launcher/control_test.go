@@ -37,7 +37,7 @@ func TestRunStopsWhileWaitingForTheOtherNodes(t *testing.T) {
 				stopStore = func() { c.StopMember(0) }
 				for i := range w.specs {
 					w.specs[i].Rendezvous.Backend, w.specs[i].Rendezvous.Endpoint = "etcd", c.Endpoint()
-					w.specs[i].Rendezvous.Conf = ""
+					w.specs[i].Rendezvous.Conf = nil
 				}
 			}
 			errs := make([]chan error, 2)

@@ -8,12 +8,15 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
+	"tpurun/rendezvous"
 )
 
 // internal is the one conversion of a public Spec into the Spec the launcher's inside reads; the adjustment ctx
 // carries (spec.WithAdjust: the command line's and the tests' route to what the public Spec leaves out) comes last.
-func (s Spec) internal(ctx context.Context) spec.Spec {
+// The error is a malformed Rendezvous.Conf entry's (ErrConfig).
+func (s Spec) internal(ctx context.Context) (spec.Spec, error) {
 	d, r, o, p := s.Devices, s.Rendezvous, s.Output, s.Process
+	conf, err := rendezvous.ParseConf(strings.Join(r.Conf, ","))
 	is := spec.Spec{
 		Options: attempt.Options{Program: s.Program, Env: s.Env, Dir: s.Dir, RunID: s.RunID, Role: s.Role,
 			SweepTag: p.SweepTag, Grace: s.Grace, Timeout: s.Timeout, MaxRestarts: s.MaxRestarts,
@@ -25,10 +28,10 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 			MetadataBudget: d.MetadataTimeout},
 		Request: topology.Request{NProcs: d.NProcs, SPMD: d.SPMD, TPUPortBase: d.TPUPortBase, IsolateGPUs: d.IsolateGPUs},
 		PerCPU:  d.PerCPU, Force: d.Force,
-		Rendezvous: spec.RendezvousSpec{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, NNodes: r.NNodes,
-			MinNodes: r.MinNodes, NodeRank: r.NodeRank, Conf: strings.Join(r.Conf, ","), Timeout: r.Timeout,
-			Token: r.Token, NodeName: r.NodeName, NodeAddr: r.NodeAddr, NumSlices: r.NumSlices, SliceID: r.SliceID,
-			Alone: r.Alone, AllowUnauthenticated: r.AllowUnauthenticated},
+		Rendezvous: spec.RendezvousSpec{Config: rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint,
+			RunID: r.RunID, NNodes: r.NNodes, MinNodes: r.MinNodes, NodeRank: r.NodeRank, Conf: conf,
+			Timeout: r.Timeout, Token: r.Token, AllowUnauthenticated: r.AllowUnauthenticated},
+			NodeName: r.NodeName, NodeAddr: r.NodeAddr, NumSlices: r.NumSlices, SliceID: r.SliceID, Alone: r.Alone},
 		MasterAddr: s.MasterAddr, MasterPort: s.MasterPort, Stdout: o.Stdout, Stderr: o.Stderr,
 		Results: spec.ResultsSpec{Required: s.Results.Required, MaxFrameBytes: s.Results.MaxFrameBytes,
 			File: s.Results.File, Document: s.Results.Document},
@@ -44,7 +47,7 @@ func (s Spec) internal(ctx context.Context) spec.Spec {
 		is.Observers = []spec.Observer{observers(s.Observers)}
 	}
 	spec.Adjust(ctx, &is)
-	return is
+	return is, err
 }
 
 func (st Streams) internal() console.StdSpec {

@@ -20,6 +20,13 @@ import (
 // to: no setting a caller gives is dropped on the way in.
 func TestInternalCarriesEveryField(t *testing.T) {
 	var root Spec
+	internal := func(s Spec) spec.Spec {
+		is, err := s.internal(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return is
+	}
 	var walk func(path string, v reflect.Value)
 	walk = func(path string, v reflect.Value) {
 		for i := range v.NumField() {
@@ -38,9 +45,13 @@ func TestInternalCarriesEveryField(t *testing.T) {
 			if path+f.Name == "Rendezvous.SliceID" { // read only with NumSlices (see below)
 				continue
 			}
-			before := root.internal(context.Background())
-			fv.Set(nonZero(t, path+f.Name, f.Type))
-			if got := root.internal(context.Background()); reflect.DeepEqual(got, before) {
+			before := internal(root)
+			v := nonZero(t, path+f.Name, f.Type)
+			if path+f.Name == "Rendezvous.Conf" {
+				v = reflect.ValueOf([]string{"x=x"}) // an option is key=value
+			}
+			fv.Set(v)
+			if got := internal(root); reflect.DeepEqual(got, before) {
 				t.Errorf("%s%s: set alone, it changes nothing in the internal Spec", path, f.Name)
 			}
 			fv.SetZero()
@@ -51,9 +62,9 @@ func TestInternalCarriesEveryField(t *testing.T) {
 		s := Spec{
 			Rendezvous: RendezvousSpec{NumSlices: 2, SliceID: id},
 		}
-		return s.internal(context.Background()).Rendezvous.SliceID
+		return internal(s).Rendezvous.SliceID
 	}
-	unset := (Spec{}).internal(context.Background()).Rendezvous.SliceID
+	unset := internal(Spec{}).Rendezvous.SliceID
 	if got := slices(1); got != 1 || unset != -1 {
 		t.Errorf("SliceID 1 of 2 slices converts to %d, the zero one to %d; want 1, and -1 (from the environment)", got, unset)
 	}

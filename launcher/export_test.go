@@ -14,6 +14,3 @@ func RunInternal(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	rep, err := job.Run(ctx, s)
 	return rep, errorOf(err)
 }
-
-// Internal is the conversion of s, for the tests of it.
-func Internal(s Spec) spec.Spec { return s.internal(context.Background()) }

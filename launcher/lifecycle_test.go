@@ -57,7 +57,8 @@ func (w *world) start(i int) (wait func() (*spec.Report, error)) {
 func onEtcd(w *world, ep string) *world {
 	w.backend, w.ep = "etcd", ep
 	for i := range w.specs {
-		w.specs[i].Rendezvous.Backend, w.specs[i].Rendezvous.Endpoint, w.specs[i].Rendezvous.Conf = "etcd", ep, "heartbeat=2s"
+		w.specs[i].Rendezvous.Backend, w.specs[i].Rendezvous.Endpoint, w.specs[i].Rendezvous.Conf = "etcd", ep,
+			map[string]string{"heartbeat": "2s"}
 	}
 	return w
 }
@@ -75,7 +76,7 @@ func TestRunMultihostLateNodeAfterSuccess(t *testing.T) {
 			logs := &testutil.Buffer{}
 			for i := range w.specs {
 				r := &w.specs[i].Rendezvous
-				r.MinNodes, r.Conf = 2, strings.TrimPrefix(r.Conf+",last_call_timeout=0.3", ",")
+				r.MinNodes, r.Conf["last_call_timeout"] = 2, "0.3"
 				w.specs[i].Logger = logTo(logs)
 			}
 			w.specs[2].Rendezvous.NodeRank = -1 // an elastic world's ranks from 2 up are given, not asked for

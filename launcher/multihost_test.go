@@ -23,6 +23,7 @@ import (
 	"tpurun/internal/testutil/etcdtest"
 	"tpurun/internal/topology"
 	"tpurun/launcher"
+	"tpurun/rendezvous"
 )
 
 // world runs n launchers of one multi-host job in this process (one goroutine each, like n hosts on loopback),
@@ -45,9 +46,9 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 		w.ep = testutil.FreeEndpoint(t)
 	}
 	for i := range n {
-		conf := "" // the default heartbeat: these tests are not about noticing a lost node
+		conf := map[string]string{} // the default heartbeat: these tests are not about noticing a lost node
 		if backend == "tcp" {
-			conf = "is_host=" + strconv.FormatBool(i == 0)
+			conf["is_host"] = strconv.FormatBool(i == 0)
 		}
 		sig := make(chan os.Signal, 4)
 		w.sigs = append(w.sigs, sig)
@@ -60,13 +61,15 @@ func newWorld(t *testing.T, n int, backend, behaviour string, extra ...string) *
 			Detect:  topology.Options{Device: "cpu"},
 			Request: topology.Request{NProcs: 2},
 			Rendezvous: spec.RendezvousSpec{
-				Backend:  backend,
-				Endpoint: w.ep,
-				RunID:    "world-" + strings.NewReplacer("/", "_").Replace(t.Name()),
-				NNodes:   n,
-				NodeRank: i,
-				Conf:     conf,
-				Timeout:  testutil.Deadline(),
+				Config: rendezvous.Config{
+					Backend:  backend,
+					Endpoint: w.ep,
+					RunID:    "world-" + strings.NewReplacer("/", "_").Replace(t.Name()),
+					NNodes:   n,
+					NodeRank: i,
+					Conf:     conf,
+					Timeout:  testutil.Deadline(),
+				},
 				NodeName: "n" + strconv.Itoa(i),
 			},
 			Stdout:  &testutil.Buffer{},

@@ -52,7 +52,8 @@ type PlannedWorker struct {
 // planned as this host alone. RunID "" shows a placeholder, MasterPort 0 one too. The errors are Run's before
 // anything starts: ErrConfig for a setting, or a detection error.
 func Plan(ctx context.Context, s Spec) (*DryRun, error) {
-	d, err := dryRun(ctx, s.internal(ctx))
+	is, _ := s.internal(ctx) // a dry run reads no rendezvous setting: a malformed Conf entry is Run's to refuse
+	d, err := dryRun(ctx, is)
 	return d, errorOf(err)
 }
 

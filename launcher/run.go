@@ -28,11 +28,10 @@ var Version = pymodule.Version()
 // started), ErrTimeout, ErrRendezvous, ErrResults, ErrNotFound. The Report is nil when nothing started. When Run
 // returns, no process of the job is left: every process group got SIGKILL and the orphan sweep ran.
 func Run(ctx context.Context, s Spec) (*Report, error) {
-	return run(ctx, s.internal(ctx))
-}
-
-// run runs the internal Spec, with Run's report and error.
-func run(ctx context.Context, s spec.Spec) (*Report, error) {
-	rep, err := job.Run(ctx, s)
+	is, err := s.internal(ctx)
+	var rep *spec.Report
+	if err == nil {
+		rep, err = job.Run(ctx, is)
+	}
 	return reportOf(rep), errorOf(err)
 }

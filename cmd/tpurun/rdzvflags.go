@@ -53,14 +53,18 @@ func addRdzvFlags(fs *pflag.FlagSet) *rdzvFlags {
 // default of --rdzv-id; master is --master-addr and --master-port, the default endpoint of the static backend, as
 // torchrun's. notes are warnings for the log.
 func (r *rdzvFlags) spec(runID, masterAddr string, masterPort *int) (c spec.RendezvousSpec, notes []string, err error) {
+	c = spec.RendezvousSpec{NumSlices: r.numSlices, SliceID: r.sliceID}
+	c.RunID, c.NodeRank, c.Timeout = r.id, r.nodeRank, time.Duration(r.timeout)
 	lo, n, err := cli.ParseNNodes(r.nnodes)
+	if err == nil {
+		c.Conf, err = cli.ParseRendezvousConf(r.conf)
+	}
 	if err != nil {
 		return c, nil, err
 	}
 	if r.fs.Changed("rdzv-timeout") && r.timeout == 0 {
 		return c, nil, &failure.ConfigError{Field: "--rdzv-timeout", Value: "0", Hint: "must be positive: how long to wait for every node (default " + cli.DefaultRendezvousTimeout.String() + ")"}
 	}
-	c = spec.RendezvousSpec{RunID: r.id, NodeRank: r.nodeRank, Conf: r.conf, Timeout: time.Duration(r.timeout), NumSlices: r.numSlices, SliceID: r.sliceID}
 	if r.backend == "" && r.endpoint == "" && n <= 1 {
 		// --nnodes 1 (--standalone sets it) is one node on purpose; without it, a host whose environment says it is
 		// one of several joins them (launcher: discover)

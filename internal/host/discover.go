@@ -56,11 +56,7 @@ func (p *Prepared) discover() error {
 	}
 	r.RunID = cmp.Or(r.RunID, p.spec.RunID)
 	if l.Slices > 1 { // no host list names every node: each names itself, and node 0's endpoint is the coordinator's
-		port, err := rendezvousPort(r.Conf)
-		if err != nil {
-			return err
-		}
-		r.Endpoint = net.JoinHostPort(l.Coordinator, port)
+		r.Endpoint = net.JoinHostPort(l.Coordinator, cmp.Or(r.Conf["port"], strconv.Itoa(rendezvous.DefaultPort)))
 		r.NodeName, r.NodeAddr = cmp.Or(r.NodeName, l.Self()), cmp.Or(r.NodeAddr, l.Self())
 	}
 	p.Log.Info("this host is one of several: joining them as one world", zap.Stringer("host", l), zap.Int("node_rank", r.NodeRank),
@@ -74,15 +70,5 @@ func laidOutByHost(r *spec.RendezvousSpec) bool {
 	if r.Solo() { // --node-rank 0 of one node is the zero spec's; another rank is refused by validateSolo
 		return r.NNodes <= 1 && r.NodeRank <= 0
 	}
-	conf, _ := rendezvous.ParseConf(r.Conf)
-	return r.Backend == static.Name && r.Endpoint == "" && conf["hosts"] == ""
-}
-
-// rendezvousPort is the port of an endpoint laid out from a host list: the port option, else the default.
-func rendezvousPort(conf string) (string, error) {
-	c, err := rendezvous.ParseConf(conf)
-	if err != nil {
-		return "", err
-	}
-	return cmp.Or(c["port"], strconv.Itoa(rendezvous.DefaultPort)), nil
+	return r.Backend == static.Name && r.Endpoint == "" && r.Conf["hosts"] == ""
 }

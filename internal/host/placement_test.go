@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/spec"
 	"tpurun/internal/topology"
+	"tpurun/rendezvous"
 	_ "tpurun/rendezvous/etcd" // a case on etcd: the launcher links it only where a program imports it
 	"tpurun/rendezvous/static"
 )
@@ -23,7 +23,7 @@ func TestPlacement(t *testing.T) {
 		env     map[string]string
 		backend string
 		conf    map[string]string
-		rank    int // RendezvousSpec.NodeRank (-1: not given)
+		rank    int // Config.NodeRank (-1: not given)
 		hosts   []string
 		want    int
 		bad     string // the setting the error must name
@@ -48,11 +48,12 @@ func TestPlacement(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: detect: %v", i, err)
 		}
-		r := spec.RendezvousSpec{Backend: tc.backend, NodeRank: tc.rank, NNodes: 2}
+		c := rendezvous.Config{Backend: tc.backend, NodeRank: tc.rank, NNodes: 2, Conf: tc.conf}
 		if tc.backend == static.Name {
-			r.NNodes = 0
+			c.NNodes = 0
 		}
-		hosts, rank, err := placement(r, tc.conf, h)
+		err = place(&c, h)
+		hosts, rank := c.Hosts, c.NodeRank
 		if tc.bad != "" {
 			if !errors.Is(err, failure.ErrConfig) && failure.ExitCode(err) != failure.ExitUsage || err == nil || !strings.Contains(err.Error(), tc.bad) {
 				t.Errorf("case %d: error %v (exit %d), want a configuration error naming %s", i, err, failure.ExitCode(err), tc.bad)

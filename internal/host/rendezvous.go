@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,16 +61,9 @@ func (p *Prepared) OpenRendezvous(ctx context.Context) (*rendezvous.Rendezvous, 
 	if p.solo { // it reads none of the settings: validateSolo checked those a world of one keeps
 		return rendezvous.New(ctx, rendezvous.Config{Backend: r.Backend, Logger: p.Log})
 	}
-	conf, err := rendezvous.ParseConf(r.Conf)
-	if err != nil {
-		return nil, err
-	}
-	c := config(r, conf)
-	c.Logger = p.Log
-	if c.RunID == "" {
-		c.RunID = runID
-	}
-	if c.Hosts, c.NodeRank, err = placement(r, conf, h); err != nil {
+	c := r.Config
+	c.Logger, c.RunID = p.Log, cmp.Or(c.RunID, runID)
+	if err := place(&c, h); err != nil {
 		return nil, err
 	}
 	if p.Layout != nil && p.Layout.Slices > 1 { // a slice's host list names only that slice's nodes: no host list
@@ -87,39 +81,31 @@ func (p *Prepared) OpenRendezvous(ctx context.Context) (*rendezvous.Rendezvous, 
 	return rz, err
 }
 
-// config is r as the rendezvous package takes it, before placement adds the host list and the node rank.
-func config(r spec.RendezvousSpec, conf map[string]string) rendezvous.Config {
-	return rendezvous.Config{Backend: r.Backend, Endpoint: r.Endpoint, RunID: r.RunID, Conf: conf, NNodes: r.NNodes, MinNodes: r.MinNodes,
-		NodeRank: r.NodeRank, Timeout: r.Timeout, Token: r.Token, AllowUnauthenticated: r.AllowUnauthenticated}
-}
-
-// placement is the host list the rendezvous gets and the node rank of a fixed (static) world: the hosts option,
+// place sets the host list the rendezvous gets and the node rank of a fixed (static) world: the hosts option,
 // else what detection read (Host.NodeHosts, Host.NodeRank: TPU_WORKER_HOSTNAMES, SLURM_JOB_NODELIST, ...). A node
 // rank that was set wins. An elastic backend (tcp, etcd) takes only the host list (its first host names the
 // default tcp endpoint) and assigns ranks itself. A malformed host list stops only a run whose backend needs it.
-func placement(r spec.RendezvousSpec, conf map[string]string, h *topology.Host) ([]string, int, error) {
-	b, err := rendezvous.Lookup(r.Backend)
+func place(c *rendezvous.Config, h *topology.Host) error {
+	b, err := rendezvous.Lookup(c.Backend)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	var hosts []string
 	var rank topology.Value[int]
 	if h != nil {
-		hosts, rank = h.NodeHosts.V, h.NodeRank
-		if c := config(r, conf); h.NodeErr != nil && b.NeedsHosts(&c) && conf["hosts"] == "" {
-			return nil, 0, h.NodeErr
+		c.Hosts, rank = h.NodeHosts.V, h.NodeRank
+		if h.NodeErr != nil && b.NeedsHosts(c) && c.Conf["hosts"] == "" {
+			return h.NodeErr
 		}
 	}
-	if v := conf["hosts"]; v != "" {
-		if hosts, err = topology.ParseHostList(v); err != nil {
-			return nil, 0, &failure.ConfigError{Field: failure.RendezvousHostsOption, Value: v, Hint: err.Error()}
+	if v := c.Conf["hosts"]; v != "" {
+		if c.Hosts, err = topology.ParseHostList(v); err != nil {
+			return &failure.ConfigError{Field: failure.RendezvousHostsOption, Value: v, Hint: err.Error()}
 		}
 	}
-	nodeRank := r.NodeRank
-	if nodeRank < 0 && rank.IsSet() && !b.Elastic() { // a fixed world's ranks come with the launch
-		nodeRank = rank.V
+	if c.NodeRank < 0 && rank.IsSet() && !b.Elastic() { // a fixed world's ranks come with the launch
+		c.NodeRank = rank.V
 	}
-	return hosts, nodeRank, nil
+	return nil
 }
 
 // Member is what this node brings to the join of generation g.

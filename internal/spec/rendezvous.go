@@ -1,36 +1,26 @@
 package spec
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
-	"time"
 	"tpurun/internal/failure"
 	"tpurun/rendezvous"
 )
 
-// RendezvousSpec says how this launcher meets the other nodes of a multi-host job. The zero value (no backend) is
-// a world of one: this host alone, as detected.
+// RendezvousSpec says how this launcher meets the other nodes of a multi-host job: the rendezvous package's Config
+// (RunID default Spec.RunID; Conf parsed where the spec is built, so a malformed option is refused there), which the
+// host completes with the host list, the node rank and the logger, and what only the launcher reads. The zero value
+// (no backend) is a world of one: this host alone, as detected.
 type RendezvousSpec struct {
-	Backend   string        // static, tcp (alias c10d) or etcd; "" is a world of one
-	Endpoint  string        // tcp/static: node 0's host:port; etcd: host:2379[,host:2379...]
-	RunID     string        // shared by every node; default Spec.RunID
-	NNodes    int           // number of nodes (the most, for an elastic world); 0: from the host list (static)
-	MinNodes  int           // elastic: the fewest nodes a generation may have (torchrun's --nnodes MIN:MAX); 0: NNodes
-	NodeRank  int           // this node's rank, -1 for any
-	Conf      string        // key=value,...: join_timeout, heartbeat, is_host, port, hosts, prefix, linger
-	Timeout   time.Duration // bound on the join; 0: the backend's default
-	Token     string        // shared secret every message carries; required off loopback
-	NodeName  string        // this node's identity; default the hostname (with "#<rank>" when NodeRank is given)
-	NodeAddr  string        // the address other nodes reach this node at; default the local address toward the endpoint
-	NumSlices int           // multi-slice: number of slices; 0: MEGASCALE_NUM_SLICES as detection read it, else 1
-	SliceID   int           // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
+	rendezvous.Config
+	NodeName  string // this node's identity; default the hostname (with "#<rank>" when NodeRank is given)
+	NodeAddr  string // the address other nodes reach this node at; default the local address toward the endpoint
+	NumSlices int    // multi-slice: number of slices; 0: MEGASCALE_NUM_SLICES as detection read it, else 1
+	SliceID   int    // multi-slice: this node's slice; -1: MEGASCALE_SLICE_ID as detection read it, else 0
 	// Alone: a world of one on purpose (--nnodes 1, --standalone), also on a host whose environment says it is one
 	// of several (a TPU slice's host, a multislice job's); the zero spec on such a host joins the others (discover).
 	Alone bool
-	// AllowUnauthenticated lets a world laid out by the launch (torchrun's --master-addr line, the slice a host's
-	// environment describes) meet off loopback without a token, as torchrun's store does; Run warns once. A
-	// rendezvous on an endpoint the caller names (tcp, static with Endpoint) still needs Token off loopback.
-	AllowUnauthenticated bool
 }
 
 // Solo reports whether r describes a world of one (no rendezvous).
@@ -77,12 +67,5 @@ func (r RendezvousSpec) validateSolo() error {
 	if r.Timeout < 0 {
 		return &failure.ConfigError{Field: failure.RendezvousTimeout, Value: r.Timeout.String(), Hint: "must be positive"}
 	}
-	conf, err := rendezvous.ParseConf(r.Conf)
-	if err == nil {
-		err = rendezvous.CheckConf(conf)
-	}
-	if err == nil {
-		err = validateName(failure.RendezvousRunID, r.RunID)
-	}
-	return err
+	return cmp.Or(rendezvous.CheckConf(r.Conf), validateName(failure.RendezvousRunID, r.RunID))
 }

@@ -89,6 +89,9 @@ func ParseNNodes(v string) (min, max int, err error) {
 // launcher imports tcp and static, tpurun-etcd etcd too), for help text: "etcd (etcd-v2), static or tcp (c10d)".
 func RendezvousBackends() string { return rendezvous.Names() }
 
+// ParseRendezvousConf is rendezvous.ParseConf, for --rdzv-conf: a malformed entry is a configuration error.
+func ParseRendezvousConf(s string) (map[string]string, error) { return rendezvous.ParseConf(s) }
+
 // DefaultRendezvousTimeout is how long the rendezvous waits for every node when --rdzv-timeout is not given: its own
 // default (rendezvous.DefaultTimeout; 0 in the Spec means it), named here for help text.
 const DefaultRendezvousTimeout = rendezvous.DefaultTimeout
