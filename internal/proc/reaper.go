@@ -97,12 +97,14 @@ func (r *Reaper) reap(full bool) {
 	switch {
 	case r.exits == nil || listing > 0 && r.listed:
 		r.reapAll()
-	case !r.reapOrphans() || !r.listed:
-	case full:
-		kids, _ := children("/proc", self(), &r.buf)
-		r.reapOrphansIn(kids)
-	default:
-		r.reapOrphansIn(r.leaderChildren())
+	case r.reapOrphans() && r.listed: // an owned zombie hides the other exited children: list them
+		kids := r.leaderChildren()
+		if full {
+			kids, _ = children("/proc", self(), &r.buf)
+		}
+		for _, pid := range kids {
+			r.reapOrphan(pid)
+		}
 	}
 }
 
@@ -219,7 +221,11 @@ func (r *Reaper) reapPID(pid int) bool {
 	}
 	r.mu.Unlock()
 	if !ok {
-		r.orphanReaped(got, ws)
+		r.log.Debug("reaped orphan", zap.Int("pid", got), zap.Int("status", int(ws)))
+		select {
+		case r.reaped <- struct{}{}:
+		default: // one pending token says it all: the subtree changed
+		}
 		return true
 	}
 	o.p.finish(exitOf(got, ws, &ru))

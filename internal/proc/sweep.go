@@ -159,12 +159,8 @@ func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscal
 	if err := childrenListed(procRoot, self()); err != nil {
 		return nil, fmt.Errorf("signal tree of pid %d: %w", self(), err)
 	}
-	buf := make([]byte, 4096)
 	var hit []int
-	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
-		if zombie(procRoot, pid, &buf) || (skip != nil && skip(pid)) {
-			continue
-		}
+	for _, pid := range r.live(procRoot, skip) {
 		if syscall.Kill(pid, sig) == nil {
 			hit = append(hit, pid)
 		}
@@ -175,14 +171,19 @@ func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscal
 // LiveDescendants counts the descendants of this process under procRoot that have not exited (zombies do not
 // count), but those skip names (their descendants count).
 func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
+	return len(r.live(procRoot, skip))
+}
+
+// live lists the descendants of this process that have not exited but those skip names.
+func (r *Reaper) live(procRoot string, skip func(pid int) bool) []int {
 	buf := make([]byte, 4096)
-	n := 0
+	var out []int
 	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
 		if !zombie(procRoot, pid, &buf) && (skip == nil || !skip(pid)) {
-			n++
+			out = append(out, pid)
 		}
 	}
-	return n
+	return out
 }
 
 // exited reports whether pid is a process started through the reaper whose exit was delivered and that is held
