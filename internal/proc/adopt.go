@@ -24,8 +24,13 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 		return nil, err
 	}
 	var buf []byte // not r.buf: the loop reads children files with it
-	if err := checkChild("/proc", pid, self(), &buf); err != nil {
-		return nil, err
+	st, ok := readStat("/proc", pid, &buf)
+	if !ok {
+		return nil, fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
+	}
+	if st.ppid != self() || st.pgid != pid {
+		return nil, fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
+			pid, ErrNotChild, st.ppid, st.pgid, self(), pid)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -34,20 +39,6 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	fd, err := pidfdOpen(pid, 0) // old kernels: no pidfd, the group is signalled by pid
 	r.watchExit(owned{p: p}, fd, err)
 	return p, nil
-}
-
-// checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, and an
-// error wrapping ErrNotChild otherwise.
-func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
-	st, ok := readStat(procRoot, pid, buf)
-	if !ok {
-		return fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
-	}
-	if st.ppid != parent || st.pgid != pid {
-		return fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
-			pid, ErrNotChild, st.ppid, st.pgid, parent, pid)
-	}
-	return nil
 }
 
 // Kept reports whether pid is a process marked with Keep (and not reaped yet): the launcher leaves it out of the

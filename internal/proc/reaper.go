@@ -95,7 +95,7 @@ func (r *Reaper) reap(full bool) {
 	listing := r.listing
 	r.mu.Unlock()
 	switch {
-	case r.exits == nil || listing > 0 && r.listed:
+	case listing > 0: // without an epoll set too: every owned process is listed
 		r.reapAll()
 	case r.reapOrphans() && r.listed: // an owned zombie hides the other exited children: list them
 		kids := r.leaderChildren()
