@@ -146,21 +146,15 @@ func (r *Reaper) reapListed() bool {
 }
 
 // exitSeen takes the exit of owned process o, with r.mu held, which it releases: a held process not yet released
-// has its exit delivered, once, and stays a zombie; any other is reaped.
+// has its exit delivered (once: setExited) and stays a zombie; any other is reaped.
 func (r *Reaper) exitSeen(pid int, o owned, info *unix.Siginfo) {
+	r.mu.Unlock()
 	if !o.p.hold || closed(o.p.release) {
-		r.mu.Unlock()
 		r.reapPID(pid)
 		return
 	}
-	deliver := !o.seen
-	o.seen = true
-	r.owned[pid] = o
-	r.mu.Unlock()
-	if deliver {
-		_, code, sig := childExit(info)
-		o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-	}
+	_, code, sig := childExit(info)
+	o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
 }
 
 // polled takes the event of one owned process's pidfd: its exit is delivered (held) or reaped.
@@ -269,7 +263,6 @@ func (r *Reaper) Close() {
 
 type owned struct {
 	p     *Process
-	seen  bool // a held process whose exit was delivered
 	keep  bool // left alive by Sweep (see Keep)
 	watch watch
 }

@@ -191,7 +191,8 @@ func (r *Reaper) live(procRoot string, skip func(pid int) bool) []int {
 func (r *Reaper) exited(pid int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.owned[pid].seen
+	o, ok := r.owned[pid]
+	return ok && o.p.delivered.Load()
 }
 
 // childrenListed returns an error wrapping ErrNoChildrenFile when the kernel does not list root's children.
