@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"tpurun/internal/failure"
 )
 
@@ -63,14 +61,7 @@ func NewConsole(name string, w io.Writer) *Console {
 
 // Terminal reports whether the console writes to a terminal (where a person watches: partial segments are shown,
 // see PartialAfter).
-func (c *Console) Terminal() bool {
-	f, ok := c.w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+func (c *Console) Terminal() bool { return c.WindowSize() != nil }
 
 // Of returns the consoles of a launcher's stdout and stderr writers: a writer that is a *Console is used as it is;
 // any other gets a console, started here and returned in made too (the caller flushes and closes those). stderr

@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -28,9 +29,9 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 	if !ok {
 		return nil, fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
 	}
-	if st.ppid != self() || st.pgid != pid {
+	if st.ppid != os.Getpid() || st.pgid != pid {
 		return nil, fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
-			pid, ErrNotChild, st.ppid, st.pgid, self(), pid)
+			pid, ErrNotChild, st.ppid, st.pgid, os.Getpid(), pid)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -2,6 +2,7 @@ package proc
 
 import (
 	"errors"
+	"os"
 	"strconv"
 	"syscall"
 
@@ -45,7 +46,7 @@ func (r *Reaper) reapOrphan(pid int) (owned bool) {
 // first live thread of the subreaper, or of PID 1). The processes started through the reaper are the starter
 // thread's children, not its: the list stays as short as the orphans are few.
 func (r *Reaper) leaderChildren() []int {
-	me := strconv.Itoa(self())
+	me := strconv.Itoa(os.Getpid())
 	var b []byte
 	b, r.buf, _ = readFile("/proc/"+me+"/task/"+me+"/children", r.buf)
 	return pids(b)

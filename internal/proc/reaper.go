@@ -53,7 +53,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	}
 	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1), reaped: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), buf: make([]byte, 4096)}
-	me := strconv.Itoa(self())
+	me := strconv.Itoa(os.Getpid())
 	_, err := os.Stat("/proc/" + me + "/task/" + me + "/children")
 	r.listed = err == nil
 	if e, err := newExitPoll(); err == nil {
@@ -100,7 +100,7 @@ func (r *Reaper) reap(full bool) {
 	case r.reapOrphans() && r.listed: // an owned zombie hides the other exited children: list them
 		kids := r.leaderChildren()
 		if full {
-			kids, _ = children("/proc", self(), &r.buf)
+			kids, _ = children("/proc", os.Getpid(), &r.buf)
 		}
 		for _, pid := range kids {
 			r.reapOrphan(pid)
@@ -122,7 +122,7 @@ func (r *Reaper) reapAll() {
 // reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
 // zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
 func (r *Reaper) reapListed() bool {
-	kids, ok := children("/proc", self(), &r.buf)
+	kids, ok := children("/proc", os.Getpid(), &r.buf)
 	if !ok {
 		return false
 	}
