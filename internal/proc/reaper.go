@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -53,9 +52,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	}
 	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1), reaped: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), buf: make([]byte, 4096)}
-	me := strconv.Itoa(os.Getpid())
-	_, err := os.Stat("/proc/" + me + "/task/" + me + "/children")
-	r.listed = err == nil
+	r.listed = childrenListed("/proc", os.Getpid()) == nil
 	if e, err := newExitPoll(); err == nil {
 		r.exits = e
 		go r.pollExits()
