@@ -56,11 +56,7 @@ func (c *Console) Hurry(d time.Duration) {
 		for now := range t.C {
 			c.mu.Lock()
 			done := c.abandoned || c.err != nil || (c.closed && len(c.q) == 0 && !c.writing)
-			from := c.since // the write in progress waits from when it began, or from the hurry if later
-			if c.hurriedAt.After(from) {
-				from = c.hurriedAt
-			}
-			stalled := c.writing && now.Sub(from) >= d
+			stalled := c.overdue(now, d)
 			c.mu.Unlock()
 			if stalled {
 				c.Abandon()
@@ -71,4 +67,17 @@ func (c *Console) Hurry(d time.Duration) {
 			}
 		}
 	}()
+}
+
+// overdue reports whether the write in progress has waited d for its reader at now, counting from when it began or
+// from when the console was hurried, whichever came later.
+func (c *Console) overdue(now time.Time, d time.Duration) bool {
+	if !c.writing {
+		return false
+	}
+	from := c.since
+	if c.hurriedAt.After(from) {
+		from = c.hurriedAt
+	}
+	return now.Sub(from) >= d
 }
