@@ -33,12 +33,8 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 		return nil, fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
 			pid, ErrNotChild, st.ppid, st.pgid, os.Getpid(), pid)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := newProcess(nil, pid, start, true, onExit)
-	p.rp = r
-	fd, err := pidfdOpen(pid, 0) // old kernels: no pidfd, the group is signalled by pid
-	r.watchExit(owned{p: p}, fd, err)
+	p := r.own(nil, pid, start, true, onExit)
+	r.watch(p)
 	return p, nil
 }
 
