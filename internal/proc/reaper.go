@@ -168,7 +168,7 @@ func (r *Reaper) polled(pid int) {
 		err = waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT)
 	}
 	if err != nil || info.Signo == 0 { // not exited (or unreadable): watch again, or leave it to the listing
-		if err != nil || r.exits.rearm(o.p.pidfd, pid) != nil {
+		if err != nil || r.exits.ctl(unix.EPOLL_CTL_MOD, o.p.pidfd, pid) != nil {
 			o.watch = watchListed
 			r.owned[pid] = o
 			r.listing++

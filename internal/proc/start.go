@@ -175,7 +175,7 @@ func (r *Reaper) watch(p *Process) {
 		p.mu.Lock()
 		p.pidfd = fd
 		p.mu.Unlock()
-		if r.exits != nil && r.exits.add(fd, p.pid) == nil {
+		if r.exits != nil && r.exits.ctl(unix.EPOLL_CTL_ADD, fd, p.pid) == nil {
 			o.watch = watchPolled
 		}
 	}
