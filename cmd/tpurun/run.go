@@ -38,7 +38,7 @@ func run(args []string, stdout, stderr io.Writer) (code int) {
 	sigs, _ := stop.NotifySignals()
 	// One writer per open file for everything tpurun writes (its logs, the workers' lines, stdout and stderr when
 	// they are one file): lines never splice, a slow reader slows the workers, and logging never waits.
-	outc, errc := console.NewConsoles(stdout, stderr)
+	outc, errc, _ := console.Of(stdout, stderr)
 	f := failer{w: errc, other: outc, flags: o.flags}
 	docc := o.documentConsole(outc)
 	if docc == outc && o.json {

@@ -103,7 +103,7 @@ func (r *Runner) outputEnds(l *launch, wk *child) (writeEnds []*os.File, ctty in
 		}
 		rd, wr, isPty, err := r.streamEnds(l, i < 2 && l.tty[i] && r.shown(w.LocalRank, std))
 		if err != nil {
-			return writeEnds, -1, nil, fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err))
+			return writeEnds, -1, nil, fmt.Errorf("%w: rank %d: pipe: %w%s", failure.ErrInternal, w.Rank, err, proc.LimitHint(err))
 		}
 		wk.readers, writeEnds = append(wk.readers, rd), append(writeEnds, wr)
 		if isPty {
@@ -213,7 +213,7 @@ func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *conso
 	}
 	lf, err := safepath.OpenBeneath(r.LogDir, filepath.Join(logRel, name), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, logFileMode)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d: log file: %w%s", w.Rank, err, proc.FDLimitHint(err)) // unsafe path: 2, else 70
+		return nil, fmt.Errorf("rank %d: log file: %w%s", w.Rank, err, proc.LimitHint(err)) // unsafe path: 2, else 70
 	}
 	wk.files = append(wk.files, lf)
 	msg := "log file write failed; the rest of this stream goes to the console only, not to the file"
@@ -250,7 +250,7 @@ func (r *Runner) startError(w topology.Worker, err error, cmd *exec.Cmd) error {
 	if errors.Is(err, syscall.E2BIG) {
 		return argListError(w.Rank, cmd.Args, cmd.Env)
 	}
-	return fmt.Errorf("%w: rank %d: %w%s%s", failure.ErrInternal, w.Rank, err, proc.FDLimitHint(err), proc.ForkLimitHint(err))
+	return fmt.Errorf("%w: rank %d: %w%s", failure.ErrInternal, w.Rank, err, proc.LimitHint(err))
 }
 
 // maxArgStrlen is Linux's limit on one argument or environment string (MAX_ARG_STRLEN, 32 pages).

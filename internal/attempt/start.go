@@ -184,7 +184,7 @@ func (r *Runner) makeLogDirs(n int, local []topology.Worker) error {
 	}
 	for _, w := range local {
 		if err := safepath.MkdirAllBeneath(r.LogDir, r.rankLogDir(n, w), 0o755); err != nil {
-			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, proc.FDLimitHint(err))
+			return fmt.Errorf("rank %d: log directory: %w%s", w.Rank, err, proc.LimitHint(err))
 		}
 	}
 	return nil

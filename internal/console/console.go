@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"tpurun/internal/failure"
 )
 
@@ -63,28 +61,12 @@ func NewConsole(name string, w io.Writer) *Console {
 
 // Terminal reports whether the console writes to a terminal (where a person watches: partial segments are shown,
 // see PartialAfter).
-func (c *Console) Terminal() bool {
-	f, ok := c.w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
-
-// NewConsoles returns the consoles of a launcher's stdout and stderr: one console when both are the same open
-// file (the same device and inode, as after 2>&1), so their lines stay whole in it.
-func NewConsoles(stdout, stderr io.Writer) (out, errc *Console) {
-	out, errc, _ = Of(stdout, stderr)
-	if out == errc {
-		out.name = "stdout and stderr"
-	}
-	return out, errc
-}
+func (c *Console) Terminal() bool { return c.WindowSize() != nil }
 
 // Of returns the consoles of a launcher's stdout and stderr writers: a writer that is a *Console is used as it is;
 // any other gets a console, started here and returned in made too (the caller flushes and closes those). stderr
-// shares stdout's console when both are one file (--json, 2>&1), so that the lines of the two streams stay whole.
+// shares stdout's console, named "stdout and stderr" when made here, when both are one file (the same device and
+// inode: --json, 2>&1), so that the lines of the two streams stay whole.
 func Of(stdout, stderr io.Writer) (out, errc *Console, made []*Console) {
 	open := func(name string, w io.Writer) *Console {
 		if c, ok := w.(*Console); ok {
@@ -96,8 +78,11 @@ func Of(stdout, stderr io.Writer) (out, errc *Console, made []*Console) {
 	}
 	out = open("stdout", stdout)
 	errc = out
-	if !sameFile(stdout, stderr) {
+	switch {
+	case !sameFile(stdout, stderr):
 		errc = open("stderr", stderr)
+	case len(made) > 0:
+		out.name = "stdout and stderr"
 	}
 	return out, errc, made
 }

@@ -69,15 +69,10 @@ type Forwarder struct {
 // from the moment the pipe has data until it has fed it on: hundreds of idle workers hold none.
 var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
 
-// pooledReader reads into a buffer of readBufs that it takes once data has arrived; the caller puts it back.
-type pooledReader interface {
-	readPooled() (buf *[]byte, n int, err error)
-}
-
 // Run reads r until EOF or a read error (a passed drain deadline ends it with os.ErrDeadlineExceeded) and
 // flushes the last partial segment.
 func (f *Forwarder) Run(r io.Reader) error {
-	pr, pooled := r.(pooledReader)
+	pr, pooled := r.(drainReader) // takes a buffer only once data has arrived
 	for {
 		var buf *[]byte
 		var n int

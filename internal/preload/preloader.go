@@ -93,7 +93,7 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 			if std.into == &pl.cfg.Stderr { // the stdout pipe's forwarder ends with its write end
 				pl.cfg.Stdout.Close()
 			}
-			return fmt.Errorf("%w: pipe: %w%s", failure.ErrInternal, err, proc.FDLimitHint(err))
+			return fmt.Errorf("%w: pipe: %w%s", failure.ErrInternal, err, proc.LimitHint(err))
 		}
 		*std.into = w
 		f := &console.Forwarder{Prefix: []byte("[preload] "), Console: std.console}

@@ -3,6 +3,7 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -24,30 +25,17 @@ func (r *Reaper) AdoptHeld(fork func() (int, error), onExit func(*Process)) (*Pr
 		return nil, err
 	}
 	var buf []byte // not r.buf: the loop reads children files with it
-	if err := checkChild("/proc", pid, self(), &buf); err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p := newProcess(nil, pid, start, true, onExit)
-	p.rp = r
-	fd, err := pidfdOpen(pid, 0) // old kernels: no pidfd, the group is signalled by pid
-	r.watchExit(owned{p: p}, fd, err)
-	return p, nil
-}
-
-// checkChild returns nil when pid is a child of parent (a zombie one too) that leads its own process group, and an
-// error wrapping ErrNotChild otherwise.
-func checkChild(procRoot string, pid, parent int, buf *[]byte) error {
-	st, ok := readStat(procRoot, pid, buf)
+	st, ok := readStat("/proc", pid, &buf)
 	if !ok {
-		return fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
+		return nil, fmt.Errorf("pid %d: %w: it does not exist", pid, ErrNotChild)
 	}
-	if st.ppid != parent || st.pgid != pid {
-		return fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
-			pid, ErrNotChild, st.ppid, st.pgid, parent, pid)
+	if st.ppid != os.Getpid() || st.pgid != pid {
+		return nil, fmt.Errorf("pid %d: %w (its parent is %d, its process group %d; want parent %d and group %d)",
+			pid, ErrNotChild, st.ppid, st.pgid, os.Getpid(), pid)
 	}
-	return nil
+	p := r.own(nil, pid, start, true, onExit)
+	r.watch(p)
+	return p, nil
 }
 
 // Kept reports whether pid is a process marked with Keep (and not reaped yet): the launcher leaves it out of the

@@ -28,12 +28,8 @@ func newExitPoll() (*exitPoll, error) {
 	return &exitPoll{f: os.NewFile(uintptr(fd), "pidfds"), fd: fd, done: make(chan struct{})}, nil
 }
 
-// add watches pidfd, the pidfd of pid, for its exit.
-func (e *exitPoll) add(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_ADD, pidfd, pid) }
-
-// rearm watches pidfd again after an event that was not its exit.
-func (e *exitPoll) rearm(pidfd, pid int) error { return e.ctl(unix.EPOLL_CTL_MOD, pidfd, pid) }
-
+// ctl watches pidfd, the pidfd of pid, for its exit (op EPOLL_CTL_ADD), or again after an event that was not its
+// exit (EPOLL_CTL_MOD).
 func (e *exitPoll) ctl(op, pidfd, pid int) error {
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(pid)}
 	return unix.EpollCtl(e.fd, op, pidfd, &ev)

@@ -17,29 +17,31 @@ func awaitExit(pidfd int) {
 		return
 	}
 	dup, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return
+	if err == nil {
+		err = syscall.SetNonblock(dup, true)
 	}
-	if err := syscall.SetNonblock(dup, true); err != nil {
-		_ = syscall.Close(dup)
-		return
+	if err == nil {
+		_ = awaitPidfd(dup)
 	}
-	f := os.NewFile(uintptr(dup), "pidfd")
+}
+
+// awaitPidfd parks the calling goroutine in Go's poller until the process of the non-blocking pidfd fd has exited
+// (its whole thread group), and closes fd.
+func awaitPidfd(fd int) error {
+	f := os.NewFile(uintptr(fd), "pidfd")
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
-		return
+		return err
 	}
-	_ = rc.Read(func(fd uintptr) bool { return exited(int(fd)) })
-}
-
-// exited reports, without reaping it, whether the process behind pidfd has exited (waitid WNOWAIT sets si_signo).
-func exited(pidfd int) bool {
-	var info unix.Siginfo
-	if err := unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
-		return true // nothing to wait for here: let the real wait report it
-	}
-	return info.Signo != 0
+	return rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		for errors.Is(err, syscall.EINTR) {
+			n, err = unix.Poll(fds, 0)
+		}
+		return err == nil && n > 0 // readable once the process has exited
+	})
 }
 
 // peekExit waits until child pid has exited and returns how, without reaping it. ok is false when there is nothing

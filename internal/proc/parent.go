@@ -38,26 +38,12 @@ func ExitWithParent(sig syscall.Signal) error {
 		_ = unix.Close(fd)
 		return ErrParentGone
 	}
-	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", parent)) // non-blocking: in Go's poller
-	rc, err := f.SyscallConn()
-	if err != nil {
-		_ = f.Close()
-		return fmt.Errorf("pidfd of the parent process %d: %w", parent, err)
-	}
 	go func() {
-		defer f.Close()
-		if err := rc.Read(parentExited); err == nil {
+		if awaitPidfd(fd) == nil {
 			_ = syscall.Kill(os.Getpid(), sig)
 		}
 	}()
 	return nil
-}
-
-// parentExited is a RawConn.Read callback for a pidfd: true once it is readable (its process has exited).
-func parentExited(fd uintptr) bool {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	n, err := unix.Poll(fds, 0)
-	return err == nil && n > 0 && fds[0].Revents != 0
 }
 
 // ParentPoll is how often the parent is looked at where no pidfd can watch it (pidfd_open missing: a kernel before

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -53,9 +52,7 @@ func NewReaper(log *zap.Logger) *Reaper {
 	}
 	r := &Reaper{log: log, owned: map[int]owned{}, sigchld: make(chan os.Signal, 1), reaped: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), buf: make([]byte, 4096)}
-	me := strconv.Itoa(self())
-	_, err := os.Stat("/proc/" + me + "/task/" + me + "/children")
-	r.listed = err == nil
+	r.listed = childrenListed("/proc", os.Getpid()) == nil
 	if e, err := newExitPoll(); err == nil {
 		r.exits = e
 		go r.pollExits()
@@ -95,14 +92,16 @@ func (r *Reaper) reap(full bool) {
 	listing := r.listing
 	r.mu.Unlock()
 	switch {
-	case r.exits == nil || listing > 0 && r.listed:
+	case listing > 0: // without an epoll set too: every owned process is listed
 		r.reapAll()
-	case !r.reapOrphans() || !r.listed:
-	case full:
-		kids, _ := children("/proc", self(), &r.buf)
-		r.reapOrphansIn(kids)
-	default:
-		r.reapOrphansIn(r.leaderChildren())
+	case r.reapOrphans() && r.listed: // an owned zombie hides the other exited children: list them
+		kids := r.leaderChildren()
+		if full {
+			kids, _ = children("/proc", os.Getpid(), &r.buf)
+		}
+		for _, pid := range kids {
+			r.reapOrphan(pid)
+		}
 	}
 }
 
@@ -120,7 +119,7 @@ func (r *Reaper) reapAll() {
 // reapListed goes through this process's children: an exited held worker has its exit delivered and stays a
 // zombie until released; every other exited child is reaped. It reports false when the children cannot be listed.
 func (r *Reaper) reapListed() bool {
-	kids, ok := children("/proc", self(), &r.buf)
+	kids, ok := children("/proc", os.Getpid(), &r.buf)
 	if !ok {
 		return false
 	}
@@ -144,21 +143,15 @@ func (r *Reaper) reapListed() bool {
 }
 
 // exitSeen takes the exit of owned process o, with r.mu held, which it releases: a held process not yet released
-// has its exit delivered, once, and stays a zombie; any other is reaped.
+// has its exit delivered (once: setExited) and stays a zombie; any other is reaped.
 func (r *Reaper) exitSeen(pid int, o owned, info *unix.Siginfo) {
+	r.mu.Unlock()
 	if !o.p.hold || closed(o.p.release) {
-		r.mu.Unlock()
 		r.reapPID(pid)
 		return
 	}
-	deliver := !o.seen
-	o.seen = true
-	r.owned[pid] = o
-	r.mu.Unlock()
-	if deliver {
-		_, code, sig := childExit(info)
-		o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
-	}
+	_, code, sig := childExit(info)
+	o.p.setExited(Exit{PID: pid, ExitCode: code, Signal: sig})
 }
 
 // polled takes the event of one owned process's pidfd: its exit is delivered (held) or reaped.
@@ -175,7 +168,7 @@ func (r *Reaper) polled(pid int) {
 		err = waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT)
 	}
 	if err != nil || info.Signo == 0 { // not exited (or unreadable): watch again, or leave it to the listing
-		if err != nil || r.exits.rearm(o.p.pidfd, pid) != nil {
+		if err != nil || r.exits.ctl(unix.EPOLL_CTL_MOD, o.p.pidfd, pid) != nil {
 			o.watch = watchListed
 			r.owned[pid] = o
 			r.listing++
@@ -219,7 +212,11 @@ func (r *Reaper) reapPID(pid int) bool {
 	}
 	r.mu.Unlock()
 	if !ok {
-		r.orphanReaped(got, ws)
+		r.log.Debug("reaped orphan", zap.Int("pid", got), zap.Int("status", int(ws)))
+		select {
+		case r.reaped <- struct{}{}:
+		default: // one pending token says it all: the subtree changed
+		}
 		return true
 	}
 	o.p.finish(exitOf(got, ws, &ru))
@@ -263,7 +260,6 @@ func (r *Reaper) Close() {
 
 type owned struct {
 	p     *Process
-	seen  bool // a held process whose exit was delivered
 	keep  bool // left alive by Sweep (see Keep)
 	watch watch
 }

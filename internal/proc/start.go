@@ -113,11 +113,7 @@ func (r *Reaper) start(cmd *exec.Cmd, onExit func(*Process), hold bool) (*Proces
 		if err = cmd.Start(); err != nil {
 			return
 		}
-		p = newProcess(cmd, cmd.Process.Pid, t, hold, onExit)
-		p.rp = r
-		r.mu.Lock()
-		r.owned[p.pid] = owned{p: p, watch: watchPending}
-		r.mu.Unlock()
+		p = r.own(cmd, cmd.Process.Pid, t, hold, onExit)
 	})
 	if !ran {
 		return nil, fmt.Errorf("%w: %s: the reaper is closed", ErrNotStarted, cmd.Path)
@@ -149,8 +145,20 @@ func fileStdio(cmd *exec.Cmd) error {
 	return nil
 }
 
-// watch puts a process just started through the reaper under watch (watchExit). One reaped meanwhile by the
-// loop's wait4(-1) (it could not list the children) is done and not watched: the pid may be another's by now.
+// own registers the Process of pid, just forked (forkMu held), until watch puts it under watch.
+func (r *Reaper) own(cmd *exec.Cmd, pid int, start time.Time, hold bool, onExit func(*Process)) *Process {
+	p := newProcess(cmd, pid, start, hold, onExit)
+	p.rp = r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.owned[pid] = owned{p: p, watch: watchPending}
+	return p
+}
+
+// watch puts a process just registered (own) under watch: its pidfd in the epoll set, whose event waits for the
+// lock held here, else (no pidfd: old kernels, the group is signalled by pid) the SIGCHLD loop's listing. One reaped
+// meanwhile by the loop's wait4(-1) (it could not list the children) is done and not watched: the pid may be
+// another's by now.
 func (r *Reaper) watch(p *Process) {
 	fd, err := pidfdOpen(p.pid, 0)
 	r.mu.Lock()
@@ -162,31 +170,24 @@ func (r *Reaper) watch(p *Process) {
 		}
 		return
 	}
-	listed := r.watchExit(o, fd, err)
-	r.mu.Unlock()
-	if listed {
-		select { // it may have exited already: let the loop list the children now
-		case r.sigchld <- syscall.SIGCHLD:
-		default:
-		}
-	}
-}
-
-// watchExit registers owned process o, with r.mu held, and how its exit is learnt: its pidfd fd (err: none) in
-// the epoll set, whose event waits for the lock held here, else the SIGCHLD loop's listing (listed).
-func (r *Reaper) watchExit(o owned, fd int, err error) (listed bool) {
 	o.watch = watchListed
 	if err == nil {
-		o.p.mu.Lock()
-		o.p.pidfd = fd
-		o.p.mu.Unlock()
-		if r.exits != nil && r.exits.add(fd, o.p.pid) == nil {
+		p.mu.Lock()
+		p.pidfd = fd
+		p.mu.Unlock()
+		if r.exits != nil && r.exits.ctl(unix.EPOLL_CTL_ADD, fd, p.pid) == nil {
 			o.watch = watchPolled
 		}
 	}
-	if o.watch == watchListed {
-		r.listing++
+	r.owned[p.pid] = o
+	if o.watch == watchPolled {
+		r.mu.Unlock()
+		return
 	}
-	r.owned[o.p.pid] = o
-	return o.watch == watchListed
+	r.listing++
+	r.mu.Unlock()
+	select { // it may have exited already: let the loop list the children now
+	case r.sigchld <- syscall.SIGCHLD:
+	default:
+	}
 }

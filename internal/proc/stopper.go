@@ -27,7 +27,7 @@ type Stopper struct {
 func NewStopper() (*Stopper, error) {
 	s := &Stopper{t: newStarter()}
 	var err error
-	s.on(func() {
+	s.t.run(func() {
 		var set unix.Sigset_t
 		sigaddset(&set, syscall.SIGTSTP)
 		sigaddset(&set, syscall.SIGCONT)
@@ -42,9 +42,6 @@ func NewStopper() (*Stopper, error) {
 
 // Close ends the Stopper's thread.
 func (s *Stopper) Close() { s.t.close() }
-
-// on runs f on the Stopper's thread.
-func (s *Stopper) on(f func()) { s.t.run(f) }
 
 // WatchStops sets the latch so that StopCame reports whether a stop signal was sent to this process since. It is
 // not set (armed false) while a stop signal is pending for the process: setting it would discard that one.
@@ -65,7 +62,7 @@ func (s *Stopper) ContinueCame() bool { return !s.pending(syscall.SIGTSTP) }
 var stopSignals = []syscall.Signal{syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}
 
 func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
-	s.on(func() {
+	s.t.run(func() {
 		if s.pendingHere(sig) {
 			armed = true
 			return
@@ -91,7 +88,7 @@ func (s *Stopper) arm(sig syscall.Signal) (armed bool, err error) {
 
 func (s *Stopper) pending(sig syscall.Signal) bool {
 	var p bool
-	s.on(func() { p = s.pendingHere(sig) })
+	s.t.run(func() { p = s.pendingHere(sig) })
 	return p
 }
 
@@ -113,7 +110,7 @@ func (s *Stopper) pendingHere(sig syscall.Signal) bool {
 // put back and raised after if it fired): a look at GroupOrphaned then a stop cannot be made safe, and the kernel
 // does not continue a process of many threads whose shell dies while its threads are still entering the stop.
 func (s *Stopper) Stop() (parentGone bool, err error) {
-	s.on(func() { parentGone, err = s.stopHere() })
+	s.t.run(func() { parentGone, err = s.stopHere() })
 	return parentGone, err
 }
 

@@ -12,9 +12,6 @@ import (
 	"time"
 )
 
-// Self is this process's pid; Sweep never signals it.
-func self() int { return os.Getpid() }
-
 // Sweep sends sig to every process under procRoot (normally "/proc") whose environment holds key=value, except this
 // process and those keep names (nil: none), and returns their pids. A process that cannot be read is skipped, and
 // one that changed its environment with execve escapes it.
@@ -51,7 +48,7 @@ func FindByEnv(procRoot, key, value string) ([]int, error) {
 		return nil, fmt.Errorf("find by env: read %s: %w", procRoot, err)
 	}
 	want := []byte(key + "=" + value)
-	me := self()
+	me := os.Getpid()
 	buf := make([]byte, 64<<10)
 	var out []int
 	for _, e := range entries {
@@ -90,7 +87,7 @@ var ErrNoChildrenFile = errors.New("/proc/<pid>/task/<tid>/children not availabl
 // those started through the reaper. A process marked with Keep is left alive, not its descendants.
 // ErrNoChildrenFile: fall back to Sweep.
 func (r *Reaper) Sweep(procRoot string) ([]int, error) {
-	return sweepTree(procRoot, self(), func(pid int) (report, kill bool) {
+	return sweepTree(procRoot, os.Getpid(), func(pid int) (report, kill bool) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		o, ok := r.owned[pid]
@@ -156,15 +153,11 @@ func sweepTree(procRoot string, root int, decide func(pid int) (report, kill boo
 // SignalTree sends sig once to every live descendant of this process (see Sweep) but those skip names, and returns
 // their pids: the gentle first step of a sweep, without waiting. ErrNoChildrenFile as for Sweep.
 func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscall.Signal) ([]int, error) {
-	if err := childrenListed(procRoot, self()); err != nil {
-		return nil, fmt.Errorf("signal tree of pid %d: %w", self(), err)
+	if err := childrenListed(procRoot, os.Getpid()); err != nil {
+		return nil, fmt.Errorf("signal tree of pid %d: %w", os.Getpid(), err)
 	}
-	buf := make([]byte, 4096)
 	var hit []int
-	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
-		if zombie(procRoot, pid, &buf) || (skip != nil && skip(pid)) {
-			continue
-		}
+	for _, pid := range r.live(procRoot, skip) {
 		if syscall.Kill(pid, sig) == nil {
 			hit = append(hit, pid)
 		}
@@ -175,14 +168,19 @@ func (r *Reaper) SignalTree(procRoot string, skip func(pid int) bool, sig syscal
 // LiveDescendants counts the descendants of this process under procRoot that have not exited (zombies do not
 // count), but those skip names (their descendants count).
 func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
+	return len(r.live(procRoot, skip))
+}
+
+// live lists the descendants of this process that have not exited but those skip names.
+func (r *Reaper) live(procRoot string, skip func(pid int) bool) []int {
 	buf := make([]byte, 4096)
-	n := 0
-	for _, pid := range descendants(procRoot, self(), &buf, r.exited) {
+	var out []int
+	for _, pid := range descendants(procRoot, os.Getpid(), &buf, r.exited) {
 		if !zombie(procRoot, pid, &buf) && (skip == nil || !skip(pid)) {
-			n++
+			out = append(out, pid)
 		}
 	}
-	return n
+	return out
 }
 
 // exited reports whether pid is a process started through the reaper whose exit was delivered and that is held
@@ -190,7 +188,8 @@ func (r *Reaper) LiveDescendants(procRoot string, skip func(pid int) bool) int {
 func (r *Reaper) exited(pid int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.owned[pid].seen
+	o, ok := r.owned[pid]
+	return ok && o.p.delivered.Load()
 }
 
 // childrenListed returns an error wrapping ErrNoChildrenFile when the kernel does not list root's children.
