@@ -3,7 +3,6 @@ package attempt
 import (
 	"fmt"
 	"syscall"
-	"time"
 	"tpurun/internal/proc"
 	"tpurun/internal/stop"
 )
@@ -97,24 +96,6 @@ func NewMachine(grace fmt.Stringer) *Machine {
 	return &Machine{grace: grace.String()}
 }
 
-// Phase is the attempt's phase now.
-func (m *Machine) Phase() Phase { return m.phase }
-
-// Cause is the first cause to stop, which decides the verdict; nil while none (and for an attempt whose workers
-// all ended on their own).
-func (m *Machine) Cause() *stop.Cause { return m.cause }
-
-// StopSignal is what the groups got when the attempt began to stop; 0 while it has not.
-func (m *Machine) StopSignal() syscall.Signal { return m.stopSig }
-
-// Escalated says why SIGKILL was needed ("grace 7s expired", "second SIGTERM"); "" while it was not.
-func (m *Machine) Escalated() string { return m.escalated }
-
-// Verdict is the verdict of the attempt (number n) as the machine leaves it, with timeout the job's --timeout.
-func (m *Machine) Verdict(n int, timeout time.Duration) *stop.Verdict {
-	return m.cause.Verdict(n, timeout, m.escalated)
-}
-
 // Handle applies e and returns what to do, in order.
 func (m *Machine) Handle(e Event) []Action {
 	switch e.Kind {
@@ -205,11 +186,8 @@ func (m *Machine) maybeAllExited() []Action {
 func (m *Machine) onStop(c *stop.Cause) []Action {
 	switch {
 	case m.phase <= Running:
-	case m.phase == Sweeping && c.Reason == stop.Signal: // no need to wait for what the workers left, nor long for a reader
-		m.phase = Draining
-		return []Action{{Kind: ActSweep}, {Kind: ActHurry}}
-	case m.phase == Draining && c.Reason == stop.Signal:
-		return []Action{{Kind: ActAbandon}}
+	case m.phase >= Sweeping && c.Reason == stop.Signal: // no need to wait for what the workers left, nor long for a reader
+		return m.onSecondStop(c.Signal, "")
 	default:
 		return nil // the first cause decides; a later one changes nothing here
 	}
@@ -219,7 +197,7 @@ func (m *Machine) onStop(c *stop.Cause) []Action {
 	if c.Reason == stop.Failure {
 		acts = append(acts, Action{Kind: ActFailed, Cause: c})
 	}
-	if c.Announced() {
+	if c.Reason.Own() {
 		acts = append(acts, Action{Kind: ActAnnounce, Cause: c})
 	}
 	return append(acts, Action{Kind: ActSignal, Signal: c.Signal, Cause: c}, Action{Kind: ActArmGrace})
@@ -259,9 +237,4 @@ func (m *Machine) onGrace() []Action {
 		return []Action{{Kind: ActSweep}}
 	}
 	return nil
-}
-
-// GraceBegan reports whether a stop signal now is a second stop: the attempt has begun to stop.
-func (m *Machine) GraceBegan() bool {
-	return m.phase >= Stopping && m.cause != nil
 }

@@ -40,8 +40,8 @@ func machineIn(t *testing.T, p Phase) *Machine {
 	for _, e := range histories[p] {
 		m.Handle(e)
 	}
-	if m.Phase() != p {
-		t.Fatalf("history of %s reached %s", p, m.Phase())
+	if m.phase != p {
+		t.Fatalf("history of %s reached %s", p, m.phase)
 	}
 	return m
 }
@@ -124,8 +124,8 @@ func TestAttemptTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d", tc.from, tc.e.Kind), func(t *testing.T) {
 			m := machineIn(t, tc.from)
 			acts := m.Handle(tc.e)
-			if m.Phase() != tc.to || actsText(acts) != tc.acts {
-				t.Fatalf("%s + event %d: %s [%s], want %s [%s]", tc.from, tc.e.Kind, m.Phase(), actsText(acts), tc.to, tc.acts)
+			if m.phase != tc.to || actsText(acts) != tc.acts {
+				t.Fatalf("%s + event %d: %s [%s], want %s [%s]", tc.from, tc.e.Kind, m.phase, actsText(acts), tc.to, tc.acts)
 			}
 		})
 	}
@@ -169,9 +169,9 @@ func TestAttemptPaths(t *testing.T) {
 			for _, e := range tc.events {
 				all = append(all, m.Handle(e)...)
 			}
-			v := m.Verdict(0, time.Second)
-			if got := actsText(all); got != tc.acts || m.Phase() != Done {
-				t.Fatalf("actions %q (phase %s), want %q (done)", got, m.Phase(), tc.acts)
+			v := m.cause.Verdict(0, time.Second, m.escalated)
+			if got := actsText(all); got != tc.acts || m.phase != Done {
+				t.Fatalf("actions %q (phase %s), want %q (done)", got, m.phase, tc.acts)
 			}
 			if v.Reason != tc.reason || v.Code != tc.code || v.Escalated != tc.escaped {
 				t.Fatalf("verdict %s %d %q (%s), want %s %d %q", v.Reason, v.Code, v.Escalated, v.Summary(), tc.reason, tc.code, tc.escaped)

@@ -104,7 +104,7 @@ func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	r.Ctl.Do(func() { s.feed(Event{Kind: EvStarted}) })
 	<-s.settled
 	r.release(a, s.ws)
-	a.Verdict = s.m.Verdict(n, r.Timeout)
+	a.Verdict = s.m.cause.Verdict(n, r.Timeout, s.m.escalated)
 	if a.Verdict.Reason == stop.Done {
 		for _, rs := range a.Ranks {
 			if rs.ResultErr != nil {

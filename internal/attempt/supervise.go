@@ -63,10 +63,10 @@ func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
 }
 
 // GraceBegan reports whether the attempt has begun to stop.
-func (s *supervisor) GraceBegan() bool { return s.m.GraceBegan() }
+func (s *supervisor) GraceBegan() bool { return s.m.phase >= Stopping && s.m.cause != nil }
 
 // AllExited reports whether every worker has exited (the attempt sweeps, drains or is done).
-func (s *supervisor) AllExited() bool { return s.m.Phase() >= Sweeping }
+func (s *supervisor) AllExited() bool { return s.m.phase >= Sweeping }
 
 func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
 	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), workers),
@@ -83,17 +83,17 @@ func (s *supervisor) feed(e Event) {
 	for len(s.queue) > 0 {
 		e := s.queue[0]
 		s.queue = s.queue[1:]
-		from := s.m.Phase()
+		from := s.m.phase
 		acts := s.m.Handle(e)
-		if s.m.Phase() != from {
-			s.r.Log.Debug("attempt state", zap.Int("attempt", s.as.N), zap.Stringer("from", from), zap.Stringer("to", s.m.Phase()))
+		if s.m.phase != from {
+			s.r.Log.Debug("attempt state", zap.Int("attempt", s.as.N), zap.Stringer("from", from), zap.Stringer("to", s.m.phase))
 		}
 		for _, act := range acts {
 			s.do(act)
 		}
 	}
 	s.feeding = false
-	if s.m.Phase() >= Stopping {
+	if s.m.phase >= Stopping {
 		s.stopping.Store(true)
 	}
 }
@@ -106,7 +106,7 @@ func (s *supervisor) do(act Action) {
 	case ActSignalNew:
 		s.signalOne(s.ws[len(s.ws)-1], act.Signal)
 	case ActKill:
-		s.r.Log.Warn(s.m.Escalated()+": SIGKILL to every worker group", zap.Duration("grace", s.r.Grace))
+		s.r.Log.Warn(s.m.escalated+": SIGKILL to every worker group", zap.Duration("grace", s.r.Grace))
 		s.signalAll(syscall.SIGKILL, 0)
 	case ActArmGrace:
 		s.armGrace()
@@ -275,7 +275,7 @@ func (s *supervisor) failed(we *proc.WorkerError) {
 // termOrphans is the gentle first step of the sweep: what is left of the workers' groups (when they never got a stop
 // signal) and every process they left outside them get SIGTERM once, and the rest of the grace to exit.
 func (s *supervisor) termOrphans() {
-	if s.m.StopSignal() == 0 {
+	if s.m.stopSig == 0 {
 		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)
 	}
 	hit := s.r.termOutside(s.ws)

@@ -27,12 +27,6 @@ const exitBarrierTimeout = 5 * time.Minute
 // waits for the other nodes' outcome: they were told at once, and stop their workers within their grace.
 const stoppedExchangeSlack = 10 * time.Second
 
-// ended is an attempt that ended, and the controller's count of job-wide causes then (stop.Controller.StopSeq).
-type ended struct {
-	att     *attempt.Attempt
-	stopSeq int
-}
-
 // generation runs generation g of the world (rendezvous.LatestGeneration: the one being formed): join, plan,
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
@@ -70,7 +64,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 		}})
 	rep.Attempts = append(rep.Attempts, att)
 	j.obs.Emit(spec.Event{Kind: spec.AttemptEnded, Attempt: g, Ended: att, Report: rep})
-	return j.conclude(s, a, ended{att, seq}, coll, rep)
+	return j.conclude(s, a, att, seq, coll, rep)
 }
 
 // announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
@@ -113,9 +107,10 @@ func (j *job) stopVerdict(ctx context.Context, during string, v *stop.Verdict) *
 }
 
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
-// results and decides the code every node exits with) and says what comes next: a restart, or the end.
-func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, coll *results.Collector, rep *spec.Report) (int, *stop.Verdict) {
-	att := e.att
+// results and decides the code every node exits with) and says what comes next: a restart, or the end. stopSeq is
+// the controller's count of job-wide causes when att ended (stop.Controller.StopSeq).
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *attempt.Attempt, stopSeq int, coll *results.Collector,
+	rep *spec.Report) (int, *stop.Verdict) {
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
@@ -128,7 +123,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, 
 	}
 	tctx, tcancel := context.WithTimeout(context.Background(), bound)
 	defer tcancel()
-	ctx, cancel := j.ctl.WaitContext(tctx, e.stopSeq) // not the job's context: a node that stopped still reports how
+	ctx, cancel := j.ctl.WaitContext(tctx, stopSeq) // not the job's context: a node that stopped still reports how
 	defer cancel()
 	all, err := publishGather(ctx, s, "outcome", mine, a.NNodes)
 	if err != nil {
@@ -265,7 +260,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *a
 	if c := stop.CauseOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
-		if att.Verdict.Code != 0 && att.Verdict.Own() {
+		if att.Verdict.Code != 0 && att.Verdict.Reason.Own() {
 			return -1, att.Verdict
 		}
 		return -1, c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
@@ -276,7 +271,7 @@ func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *a
 			return next, nil
 		}
 	}
-	if att.Verdict.Code != 0 && att.Verdict.Own() {
+	if att.Verdict.Code != 0 && att.Verdict.Reason.Own() {
 		return -1, att.Verdict
 	}
 	return -1, v

@@ -40,7 +40,7 @@ func published(v *stop.Verdict) stop.Verdict {
 func worldVerdict(all []outcome) (v stop.Verdict, failed bool) {
 	pick := -1
 	for i, o := range all {
-		if o.Verdict.Code != 0 && (pick < 0 || o.Verdict.Own() && !all[pick].Verdict.Own()) {
+		if o.Verdict.Code != 0 && (pick < 0 || o.Verdict.Reason.Own() && !all[pick].Verdict.Reason.Own()) {
 			pick = i
 		}
 	}

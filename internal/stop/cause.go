@@ -35,6 +35,10 @@ func (r Reason) JobWide() bool {
 	return false
 }
 
+// Own reports whether r is this node's own stop, not one because of another node (Remote, Lost): the other nodes
+// are told of it (theirs they know).
+func (r Reason) Own() bool { return r != Remote && r != Lost }
+
 // Cause is one reason to stop, as the launcher's stop controller and an attempt's Machine act on it; a verdict is
 // made from the first one.
 type Cause struct {
@@ -46,11 +50,6 @@ type Cause struct {
 	Message string            // Remote: the other node's words
 	// SkipGroup is a worker process group that already got Signal (from the terminal): it is not sent again.
 	SkipGroup int
-}
-
-// Announced reports whether the other nodes are told of this cause: it is this node's own stop (theirs they know).
-func (c *Cause) Announced() bool {
-	return c.Reason != Remote && c.Reason != Lost && c.Reason != Closed
 }
 
 func (c *Cause) String() string {

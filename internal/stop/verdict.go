@@ -38,9 +38,6 @@ func (v *Verdict) Unwrap() error { return v.Err }
 // ExitStatus is the exit code decided when the verdict was made (failure.ExitCode reads it).
 func (v *Verdict) ExitStatus() int { return v.Code }
 
-// Own reports whether the verdict is this node's own, not a stop because of another node (Remote, Lost).
-func (v *Verdict) Own() bool { return v.Reason != Remote && v.Reason != Lost }
-
 // OK reports whether the verdict is a success (exit code 0).
 func (v *Verdict) OK() bool { return v == nil || v.Code == 0 }
 
