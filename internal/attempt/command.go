@@ -57,8 +57,12 @@ func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
 // streams makes the worker's stdout, stderr and results (fd 3) ends, its log files and forwarders: a stream shown
 // at a terminal gets a pseudo-terminal (the worker then leads a session whose controlling terminal it is), else a
 // pipe. It returns the worker's ends, which the caller closes once the worker started.
-func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
+func (r *Runner) streams(l *launch, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
 	w := wk.w
+	logRel := "" // the worker's log directory below the log directory; made by makeLogDirs
+	if l.sv.a.LogDir != "" {
+		logRel = r.rankLogDir(l.sv.as.N, w)
+	}
 	var writeEnds []*os.File
 	fail := func(err error) ([]*os.File, error) {
 		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {

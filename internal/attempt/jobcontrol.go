@@ -5,17 +5,19 @@ import (
 	"tpurun/internal/proc"
 )
 
-// JobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops (jobStopOne).
-func (s *supervisor) JobStop(sig syscall.Signal) {
+func (s *supervisor) Signal(sig syscall.Signal) {
 	for _, wk := range s.ws {
-		s.jobStopOne(wk, sig)
+		s.jobSignal(wk, sig)
+	}
+	if sig == syscall.SIGCONT { // the terminal may have been resized while the job was stopped (see resizeMasters)
+		s.resizeMasters(s.r.windowSize())
 	}
 }
 
-// jobStopOne stops wk's group with sig. A worker that leads a session of its own (a pseudo-terminal) is in an
+// jobSignal sends sig to wk's group. A worker that leads a session of its own (a pseudo-terminal) is in an
 // orphaned group, for which the kernel discards stop signals: it gets SIGSTOP instead (docs/CONTROL.md).
-func (s *supervisor) jobStopOne(wk *child, sig syscall.Signal) {
-	if wk.ctty != nil {
+func (s *supervisor) jobSignal(wk *child, sig syscall.Signal) {
+	if wk.ctty != nil && (sig == syscall.SIGTSTP || sig == syscall.SIGTTIN || sig == syscall.SIGTTOU) {
 		s.signalGroup(wk, syscall.SIGSTOP)
 		return
 	}
@@ -32,8 +34,6 @@ func (s *supervisor) StopForegroundJobs() {
 	}
 }
 
-// Unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc), what a job-control stop waits
-// for before tpurun stops itself.
 func (s *supervisor) Unstopped(procRoot string) []int {
 	var left []int
 	for _, wk := range s.ws {
@@ -42,14 +42,4 @@ func (s *supervisor) Unstopped(procRoot string) []int {
 		}
 	}
 	return left
-}
-
-// Signal sends sig to every worker group (SIGHUP: the shell that started tpurun is gone while the job stopped).
-func (s *supervisor) Signal(sig syscall.Signal) { s.signalAll(sig, 0) }
-
-// Resume resumes every worker group after a job-control stop, and gives their pseudo-terminals the terminal's size
-// of now (see resizeMasters).
-func (s *supervisor) Resume() {
-	s.signalAll(syscall.SIGCONT, 0)
-	s.resizeMasters(s.r.windowSize())
 }

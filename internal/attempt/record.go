@@ -53,24 +53,18 @@ func (a *Attempt) Failed() *RankSummary {
 // started, follow in rank order), as results.Collector.Finish wants it: the exit status, or 128+N and the
 // signal's name for a rank killed by signal N.
 func (a *Attempt) ResultExits() []results.RankExit {
-	byRank := make(map[int]RankSummary, len(a.Ranks))
+	left := make(map[int]proc.Exit, len(a.Ranks))
 	for _, s := range a.Ranks {
-		byRank[s.Rank] = s
+		left[s.Rank] = s.Exit
 	}
 	out := make([]results.RankExit, 0, len(a.Ranks))
-	seen := make(map[int]bool, len(a.Ranks))
-	add := func(s RankSummary) {
-		seen[s.Rank] = true
-		out = append(out, results.ExitOf(s.Rank, s.Exit))
-	}
-	for _, rank := range a.EndOrder {
-		if s, ok := byRank[rank]; ok && !seen[rank] {
-			add(s)
-		}
+	for _, rank := range a.EndOrder { // each rank once, every one of them in Ranks
+		out = append(out, results.ExitOf(rank, left[rank]))
+		delete(left, rank)
 	}
 	for _, s := range a.Ranks {
-		if !seen[s.Rank] {
-			add(s)
+		if _, ok := left[s.Rank]; ok {
+			out = append(out, results.ExitOf(s.Rank, s.Exit))
 		}
 	}
 	return out

@@ -37,7 +37,6 @@ type Runner struct {
 	Term    *Terminal        // the terminal whose input goes to local rank 0; nil without one
 	Ctl     *stop.Controller // the one stop controller of the run
 
-	OnStart  func(n int)                       // attempt n begins, before its workers start
 	OnFailed func(n int, we *proc.WorkerError) // the first failed worker of attempt n, before the others are stopped
 }
 
@@ -88,9 +87,6 @@ func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	n := as.N
 	local := as.Plan.Local(as.NodeRank)
 	a = &Attempt{Number: n}
-	if r.OnStart != nil {
-		r.OnStart(n)
-	}
 	if r.LogDir != "" {
 		a.LogDir = filepath.Join(r.LogDir, r.RunLogs, "attempt_"+strconv.Itoa(n))
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
-// grace timer and the watch of what they leave behind. What takes time (the SIGKILL sweep, reading the pipes to
+// grace timer and the watch of what they leave behind; its exported methods are the stop.Attempt the controller
+// drives. What takes time (the SIGKILL sweep, reading the pipes to
 // EOF) runs in a goroutine that reports back with an event.
 type supervisor struct {
 	c  *stop.Controller
@@ -36,7 +37,6 @@ type supervisor struct {
 	stopSeq  int           // the controller's count of job-wide causes when the attempt settled
 }
 
-// Wakeups are what the controller's loop waits on for this attempt.
 func (s *supervisor) Wakeups() stop.Wakeups {
 	w := stop.Wakeups{Exits: s.exits, Grace: s.graceC, Orphans: s.watch}
 	if s.poll != nil {
@@ -45,7 +45,6 @@ func (s *supervisor) Wakeups() stop.Wakeups {
 	return w
 }
 
-// Stop feeds a cause to stop to the machine.
 func (s *supervisor) Stop(x *stop.Cause) { s.feed(Event{Kind: EvStop, Cause: x}) }
 
 // Forward passes sig to every worker group; SIGWINCH resizes the workers' pseudo-terminals instead when they have
@@ -57,15 +56,12 @@ func (s *supervisor) Forward(sig syscall.Signal) {
 	s.feed(Event{Kind: EvForward, Signal: sig})
 }
 
-// SecondStop feeds a second stop to the machine: SIGKILL now.
 func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
 	s.feed(Event{Kind: EvSecondStop, Signal: sig, Why: why})
 }
 
-// GraceBegan reports whether the attempt has begun to stop.
 func (s *supervisor) GraceBegan() bool { return s.m.phase >= Stopping && s.m.cause != nil }
 
-// AllExited reports whether every worker has exited (the attempt sweeps, drains or is done).
 func (s *supervisor) AllExited() bool { return s.m.phase >= Sweeping }
 
 func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
@@ -98,7 +94,6 @@ func (s *supervisor) feed(e Event) {
 	}
 }
 
-// do carries out one action.
 func (s *supervisor) do(act Action) {
 	switch act.Kind {
 	case ActSignal:
@@ -217,7 +212,6 @@ func (s *supervisor) armGrace() {
 	}
 }
 
-// GraceExpired feeds the expiry of the grace period to the machine.
 func (s *supervisor) GraceExpired() {
 	s.graceC = nil
 	s.feed(Event{Kind: EvGrace})
@@ -236,7 +230,7 @@ func (s *supervisor) started(wk *child, p *proc.Process) {
 		}
 		s.feed(Event{Kind: EvAdded})
 		if sig := s.c.JobStopping(); sig != 0 {
-			s.jobStopOne(wk, sig)
+			s.jobSignal(wk, sig)
 		}
 	})
 }
@@ -294,7 +288,6 @@ func (s *supervisor) termOrphans() {
 	s.poll = time.NewTicker(50 * time.Millisecond) // no event says that an orphan found by environment is gone
 }
 
-// CheckOrphans moves the sweep on once nothing the workers left is alive.
 func (s *supervisor) CheckOrphans() {
 	if s.r.liveOrphans() == 0 {
 		s.feed(Event{Kind: EvOrphansGone})

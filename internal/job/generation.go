@@ -58,6 +58,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 		}
 	})
 	coll := j.newCollector(w.Plan, w.NodeRank)
+	j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: g})
 	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.Plan, NodeRank: w.NodeRank, MasterAddr: w.MasterAddr,
 		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *stop.Cause) {
 			bg.Go(func() { j.announce(s, c) })

@@ -181,7 +181,6 @@ func (j *job) newRunner() *attempt.Runner {
 	s, h := &j.spec, j.host
 	r := &attempt.Runner{Options: s.Options, RunLogs: h.RunLogs, Scratch: h.Scratch, ProcRoot: s.Detect.ProcRoot,
 		Stdout: j.stdout, Stderr: j.stderr, Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
-		OnStart: func(n int) { j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: n}) },
 		OnFailed: func(n int, we *proc.WorkerError) {
 			j.obs.Emit(spec.Event{Kind: spec.WorkerFailed, Attempt: n, Failure: we})
 		},

@@ -27,16 +27,13 @@ type Attempt interface {
 	// AllExited reports whether every worker of the attempt has exited: nothing is left to stop gently.
 	AllExited() bool
 
-	// JobStop stops every worker group with sig (SIGTSTP, SIGTTIN, SIGTTOU), as a shell's job stops.
-	JobStop(sig syscall.Signal)
+	// Signal sends sig to every worker group as a shell's job control does: a stop signal (SIGTSTP, SIGTTIN,
+	// SIGTTOU) stops them, SIGCONT resumes them and gives their terminals the window size of now.
+	Signal(sig syscall.Signal)
 	// Unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc).
 	Unstopped(procRoot string) []int
 	// StopForegroundJobs stops what runs in the foreground of each worker's terminal, once the workers are stopped.
 	StopForegroundJobs()
-	// Signal sends sig to every worker group.
-	Signal(sig syscall.Signal)
-	// Resume sends SIGCONT to every worker group and gives their terminals the window size of now.
-	Resume()
 }
 
 // Wakeups are the channels of the attached attempt that the loop selects on; a nil one blocks forever.

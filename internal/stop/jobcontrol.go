@@ -126,7 +126,7 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 	j.deadline, j.settled = time.Now().Add(jobStopWait), time.Now().Add(jobStopSettle)
 	j.ticker = time.NewTicker(2 * time.Millisecond) // the stop takes as long as the workers' scheduling
 	if c.att != nil {
-		c.att.JobStop(s)
+		c.att.Signal(s)
 	}
 	c.jobEvent(jobTick, 0)
 }
@@ -233,7 +233,7 @@ func (c *Controller) endJobStop(why string, unread bool) {
 	j.resume(phase)
 	c.watchStops() // first: a stop signal sent once a resumed worker could be seen running counts
 	if c.att != nil {
-		c.att.Resume()
+		c.att.Signal(syscall.SIGCONT)
 	}
 }
 
