@@ -20,14 +20,13 @@ type Terminal struct {
 	fd  int
 	own int // tpurun's process group
 
-	mu      sync.Mutex
-	to      *os.File // local rank 0's pseudo-terminal (its master), nil while none takes input
-	started bool
-	wake    [2]int        // a pipe: Close wakes the relay
-	done    chan struct{} // closed when the relay returned
+	mu   sync.Mutex
+	to   *os.File      // local rank 0's pseudo-terminal (its master), nil while none takes input
+	wake [2]int        // a pipe: Close wakes the relay
+	done chan struct{} // closed when the relay returned
 }
 
-// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil.
+// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil. Its relay runs until Close.
 func OpenTerminal(stdin *os.File) *Terminal {
 	if stdin == nil {
 		return nil
@@ -37,27 +36,22 @@ func OpenTerminal(stdin *os.File) *Terminal {
 	if err != nil || fg != syscall.Getpgrp() {
 		return nil
 	}
-	return &Terminal{f: stdin, fd: fd, own: fg, wake: [2]int{-1, -1}, done: make(chan struct{})}
+	t := &Terminal{f: stdin, fd: fd, own: fg, done: make(chan struct{})}
+	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
+		return nil // no relay without a way to end it
+	}
+	go t.relay()
+	return t
 }
 
 // foreground is the terminal's foreground process group now (0 when it cannot be read).
 func (t *Terminal) foreground() int { return console.ForegroundGroup(t.f) }
 
-// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
-// with the first.
+// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on.
 func (t *Terminal) inputTo(m *os.File) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.to = m
-	if t.started {
-		return
-	}
-	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
-		t.to = nil // no relay without a way to end it: the worker reads nothing
-		return
-	}
-	t.started = true
-	go t.relay()
 }
 
 // inputEnd stops relaying to m (its worker exited, or its attempt is over): what is typed next stays in the terminal
@@ -78,12 +72,6 @@ func (t *Terminal) target() *os.File {
 
 // Close ends the relay.
 func (t *Terminal) Close() {
-	t.mu.Lock()
-	started := t.started
-	t.mu.Unlock()
-	if !started {
-		return
-	}
 	_, _ = unix.Write(t.wake[1], []byte{0})
 	<-t.done
 	_, _ = unix.Close(t.wake[0]), unix.Close(t.wake[1])

@@ -258,16 +258,13 @@ func (j *job) logRestart(nnodes, g, node, code int, verdict string) {
 // cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
 // one is left; else its own failure if it had one, or a rendezvous failure.
 func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *attempt.Attempt, err error) (int, *stop.Verdict) {
+	var v *stop.Verdict
 	if c := stop.CauseOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
-		if att.Verdict.Code != 0 && att.Verdict.Reason.Own() {
-			return -1, att.Verdict
-		}
-		return -1, c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
-	}
-	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
-	if errors.Is(err, rendezvous.ErrNodeLost) {
+		v = c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
+	} else {
+		v = verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
 		if next, _ := j.lost(g, v); next >= 0 {
 			return next, nil
 		}

@@ -44,7 +44,7 @@ func (r Reason) Own() bool { return r != Remote && r != Lost }
 type Cause struct {
 	Reason  Reason
 	Signal  syscall.Signal    // the signal the workers get: the stop signal tpurun received, else SIGTERM
-	Err     error             // the typed error behind it (an output error, a start error, a rendezvous error)
+	Err     error             // the typed error behind it (an output error, a start error, a rendezvous error, Failure)
 	Failure *proc.WorkerError // Failure
 	Node    int               // Remote, Lost: the node; -1 none
 	Message string            // Remote: the other node's words
@@ -56,8 +56,6 @@ func (c *Cause) String() string {
 	switch c.Reason {
 	case Signal:
 		return "received " + failure.SignalName(c.Signal)
-	case Failure:
-		return c.Failure.Error()
 	case Remote:
 		return fmt.Sprintf("node %d failed or stopped: %s", c.Node, c.Message)
 	}
@@ -74,7 +72,7 @@ func SignalCause(s syscall.Signal) *Cause {
 
 // FailureCause is the cause of a worker of this node that failed.
 func FailureCause(we *proc.WorkerError) *Cause {
-	return &Cause{Reason: Failure, Signal: syscall.SIGTERM, Failure: we, Node: -1}
+	return &Cause{Reason: Failure, Signal: syscall.SIGTERM, Err: we, Failure: we, Node: -1}
 }
 
 // ErrCause is a cause for r with the error behind it.
@@ -88,26 +86,20 @@ func (c *Cause) Verdict(n int, timeout time.Duration, escalated string) *Verdict
 	if c == nil {
 		return &Verdict{Reason: Done, Node: -1}
 	}
-	v := &Verdict{Reason: c.Reason, Signal: c.Signal, Node: c.Node, Escalated: escalated, Err: c.Err}
+	v := &Verdict{Reason: c.Reason, Node: c.Node, Escalated: escalated, Err: c.Err}
 	switch c.Reason {
 	case Signal:
+		v.Signal = c.Signal
 		v.Err = &failure.SignalError{Signal: c.Signal, During: "attempt " + fmt.Sprint(n)}
-		v.Code = failure.ExitSignal(c.Signal)
 	case Failure:
-		v.Signal, v.Failure, v.Err = 0, c.Failure, c.Failure
-		v.Code = c.Failure.ExitStatus()
+		v.Failure = c.Failure
 	case Timeout:
-		v.Signal = 0
 		v.Err = fmt.Errorf("%w: the timeout %s expired in attempt %d; raise it or find the hung rank", failure.ErrTimeout, timeout, n)
-		v.Code = failure.ExitTimeout
-	case Remote:
-		v.Signal, v.Message = 0, c.Message
+	case Remote: // its code is ExitRendezvous until the world's verdict names the node's
+		v.Message = c.Message
 		v.Err = &failure.NodeError{Node: c.Node, Code: failure.ExitRendezvous, Message: c.Message}
-		v.Code = failure.ExitRendezvous // until the world's verdict names the node's code
-	default:
-		v.Signal = 0
-		v.Code = failure.ExitCode(c.Err)
 	}
+	v.Code = failure.ExitCode(v.Err)
 	return v
 }
 
