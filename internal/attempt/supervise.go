@@ -62,8 +62,6 @@ func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
 
 func (s *supervisor) GraceBegan() bool { return s.m.phase >= Stopping && s.m.cause != nil }
 
-func (s *supervisor) AllExited() bool { return s.m.phase >= Sweeping }
-
 func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
 	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), workers),
 		settled: make(chan struct{})}

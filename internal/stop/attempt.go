@@ -24,8 +24,6 @@ type Attempt interface {
 	SecondStop(sig syscall.Signal, why string)
 	// GraceBegan reports whether the attempt has begun to stop: a stop signal now is a second stop.
 	GraceBegan() bool
-	// AllExited reports whether every worker of the attempt has exited: nothing is left to stop gently.
-	AllExited() bool
 
 	// Signal sends sig to every worker group as a shell's job control does: a stop signal (SIGTSTP, SIGTTIN,
 	// SIGTTOU) stops them, SIGCONT resumes them and gives their terminals the window size of now.

@@ -259,8 +259,9 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 	}
 	if !second {
 		c.onCause(SignalCause(s))
-		if c.att == nil || c.att.AllExited() {
-			// No worker runs: only readers of the output are left to wait for, and that wait is now bounded.
+		if c.att == nil {
+			// No worker runs: only readers of the output are left to wait for, and that wait is now bounded (an
+			// attempt whose workers all exited bounds it itself).
 			c.Hurry()
 		}
 		return

@@ -22,10 +22,6 @@ const (
 	jobResuming                 // running again on a SIGCONT os/signal has yet to hand over: that one changes nothing once read
 )
 
-var jobPhaseNames = [...]string{"running", "stopping", "held", "resuming"}
-
-func (p jobPhase) String() string { return jobPhaseNames[p] }
-
 // jobEventKind is what happens to the run's job control.
 type jobEventKind int
 
