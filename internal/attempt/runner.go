@@ -67,8 +67,7 @@ type child struct {
 	errTail console.Tail
 	errFile string
 	resErr  error
-	exit    proc.Exit
-	exited  bool
+	exit    proc.Exit // once released
 	// drain reads the worker's pipes: once its subtree is gone, a pipe that stays idle for the drain timeout is
 	// given up (see console.Drain).
 	drain console.Drain
@@ -90,7 +89,8 @@ func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	if r.LogDir != "" {
 		a.LogDir = filepath.Join(r.LogDir, r.RunLogs, "attempt_"+strconv.Itoa(n))
 	}
-	s := newSupervisor(r, as, a, len(local))
+	s := &supervisor{r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), len(local)),
+		settled: make(chan struct{})}
 	r.Ctl.Attach(s)
 	if err := r.makeLogDirs(n, local); err != nil {
 		r.Ctl.Stop(stop.ErrCause(stop.Start, err)) // nothing started

@@ -83,9 +83,7 @@ func (s *Sampler) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.once(ctx)
-			if s.notify != nil {
-				s.notify(s.Snapshot())
-			}
+			s.notify(s.Snapshot())
 		}
 	}
 }

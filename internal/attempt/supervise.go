@@ -15,10 +15,9 @@ import (
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
 // grace timer and the watch of what they leave behind; its exported methods are the stop.Attempt the controller
-// drives. What takes time (the SIGKILL sweep, reading the pipes to
-// EOF) runs in a goroutine that reports back with an event.
+// drives. What takes time (the SIGKILL sweep, reading the pipes to EOF) runs in a goroutine that reports back with
+// an event.
 type supervisor struct {
-	c  *stop.Controller
 	r  *Runner
 	as Spec
 	a  *Attempt
@@ -62,11 +61,6 @@ func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
 
 func (s *supervisor) GraceBegan() bool { return s.m.phase >= Stopping && s.m.cause != nil }
 
-func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
-	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), workers),
-		settled: make(chan struct{})}
-}
-
 // feed hands e to the machine and carries out the actions, in order; events that actions cause are queued behind.
 func (s *supervisor) feed(e Event) {
 	s.queue = append(s.queue, e)
@@ -106,9 +100,7 @@ func (s *supervisor) do(act Action) {
 	case ActFailed:
 		s.failed(act.Cause.Failure)
 	case ActAnnounce:
-		if s.as.Announce != nil {
-			s.as.Announce(act.Cause)
-		}
+		s.as.Announce(act.Cause)
 	default:
 		s.doLate(act)
 	}
@@ -118,22 +110,22 @@ func (s *supervisor) do(act Action) {
 func (s *supervisor) doLate(act Action) {
 	switch act.Kind {
 	case ActHurry:
-		s.c.Hurry()
+		s.r.Ctl.Hurry()
 	case ActAbandon:
 		s.r.Log.Warn("stop signal while writing the workers' last output: discarding the rest")
-		s.c.Abandon()
+		s.r.Ctl.Abandon()
 	case ActTermOrphans:
 		s.termOrphans()
 	case ActSweep:
 		s.stopWatch()
 		go func() {
 			swept := s.r.killAndSweep(s.ws)
-			s.c.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
+			s.r.Ctl.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
 		}()
 	case ActDrain:
 		go func() {
 			s.r.drain(s.ws)
-			s.c.Do(func() { s.feed(Event{Kind: EvDrained}) })
+			s.r.Ctl.Do(func() { s.feed(Event{Kind: EvDrained}) })
 		}()
 	case ActSettle:
 		s.settle()
@@ -218,7 +210,7 @@ func (s *supervisor) GraceExpired() {
 // started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
 // counts it. Its exit may have been taken already.
 func (s *supervisor) started(wk *child, p *proc.Process) {
-	s.c.Do(func() {
+	s.r.Ctl.Do(func() {
 		if wk.p == nil {
 			wk.p = p
 		}
@@ -227,7 +219,7 @@ func (s *supervisor) started(wk *child, p *proc.Process) {
 			s.r.Term.inputTo(wk.input)
 		}
 		s.feed(Event{Kind: EvAdded})
-		if sig := s.c.JobStopping(); sig != 0 {
+		if sig := s.r.Ctl.JobStopping(); sig != 0 {
 			s.jobSignal(wk, sig)
 		}
 	})
@@ -238,10 +230,8 @@ func (s *supervisor) exited(wk *child, p *proc.Process) {
 	if wk.p == nil {
 		wk.p = p
 	}
-	wk.exited = true
-	wk.exit = wk.p.Status()
-	s.r.Sampler.exited(wk.exit.PID)
-	ex := wk.exit
+	ex := wk.p.Status()
+	s.r.Sampler.exited(ex.PID)
 	s.a.EndOrder = append(s.a.EndOrder, wk.w.Rank)
 	s.r.Log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
 		zap.Int("code", ex.ExitCode), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
@@ -259,9 +249,7 @@ func (s *supervisor) exited(wk *child, p *proc.Process) {
 func (s *supervisor) failed(we *proc.WorkerError) {
 	s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
 		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
-	if s.r.OnFailed != nil {
-		s.r.OnFailed(s.as.N, we)
-	}
+	s.r.OnFailed(s.as.N, we)
 }
 
 // termOrphans is the gentle first step of the sweep: what is left of the workers' groups (when they never got a stop
@@ -312,7 +300,7 @@ func (s *supervisor) settle() {
 			s.r.Term.inputEnd(wk.input)
 		}
 	}
-	s.c.Detach(s)
-	s.stopSeq = s.c.StopSeq()
+	s.r.Ctl.Detach(s)
+	s.stopSeq = s.r.Ctl.StopSeq()
 	close(s.settled)
 }
