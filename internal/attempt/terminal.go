@@ -44,9 +44,6 @@ func OpenTerminal(stdin *os.File) *Terminal {
 	return t
 }
 
-// foreground is the terminal's foreground process group now (0 when it cannot be read).
-func (t *Terminal) foreground() int { return console.ForegroundGroup(t.f) }
-
 // inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on.
 func (t *Terminal) inputTo(m *os.File) {
 	t.mu.Lock()
@@ -62,12 +59,6 @@ func (t *Terminal) inputEnd(m *os.File) {
 	if t.to == m {
 		t.to = nil
 	}
-}
-
-func (t *Terminal) target() *os.File {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.to
 }
 
 // Close ends the relay.
@@ -98,8 +89,10 @@ func (t *Terminal) relay() {
 		if fds[1].Revents != 0 || fds[0].Revents&unix.POLLIN == 0 { // Close, or the terminal hung up
 			return
 		}
-		to := t.target()
-		if to == nil || t.foreground() != t.own {
+		t.mu.Lock()
+		to := t.to
+		t.mu.Unlock()
+		if to == nil || console.ForegroundGroup(t.f) != t.own {
 			if t.pause() {
 				return
 			}
@@ -134,7 +127,7 @@ func (r *Runner) stdinFor(w topology.Worker) (*os.File, bool) {
 	switch {
 	case r.Stdin == nil || r.StdinTo == console.StdinNone:
 		return nil, false
-	case r.Term != nil && r.Term.foreground() == r.Term.own:
+	case r.Term != nil && console.ForegroundGroup(r.Term.f) == r.Term.own:
 		return nil, w.LocalRank == 0
 	case r.Term != nil || isTerminal(r.Stdin):
 		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
