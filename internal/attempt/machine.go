@@ -56,7 +56,7 @@ type ActionKind int
 
 // The actions of an attempt's transitions.
 const (
-	ActSignal      ActionKind = iota // Signal to every worker group (but Cause.SkipGroup), once per group
+	ActSignal      ActionKind = iota // Signal to every worker group, once per group
 	ActSignalNew                     // Signal to the worker just added (the others got it already)
 	ActKill                          // SIGKILL to every worker group
 	ActArmGrace                      // start the grace timer (once per attempt)

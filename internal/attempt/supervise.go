@@ -94,7 +94,7 @@ func (s *supervisor) do(act Action) {
 		s.signalOne(s.ws[len(s.ws)-1], act.Signal)
 	case ActKill:
 		s.r.Log.Warn(s.m.escalated+": SIGKILL to every worker group", zap.Duration("grace", s.r.Grace))
-		s.signalAll(syscall.SIGKILL, 0)
+		s.signalAll(syscall.SIGKILL)
 	case ActArmGrace:
 		s.armGrace()
 	case ActFailed:
@@ -134,28 +134,24 @@ func (s *supervisor) doLate(act Action) {
 
 // stopSignal sends the stop signal to every group (a forwarded signal when act has no cause).
 func (s *supervisor) stopSignal(act Action) {
-	skip := 0
 	if act.Cause == nil {
 		s.r.Log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.Signal)))
 	} else {
-		skip = act.Cause.SkipGroup
 		s.r.Log.Info("stopping all workers: "+act.Cause.String(), zap.String("reason", string(act.Cause.Reason)),
 			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
 	}
-	s.signalAll(act.Signal, skip)
+	s.signalAll(act.Signal)
 	if act.Cause != nil && act.Signal != syscall.SIGKILL {
 		// A stopped worker keeps the stop signal pending: continued, it runs its handler within the grace period (as
 		// Open MPI's launcher, coreutils' timeout and systemd do). A forwarded signal is the user's: not followed.
-		s.signalAll(syscall.SIGCONT, skip)
+		s.signalAll(syscall.SIGCONT)
 	}
 }
 
-// signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
-func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
+// signalAll sends sig to every worker's group, once (proc.Process.Signal).
+func (s *supervisor) signalAll(sig syscall.Signal) {
 	for _, wk := range s.ws {
-		if wk.p != nil && wk.p.PID() != skip {
-			s.signalOne(wk, sig)
-		}
+		s.signalOne(wk, sig)
 	}
 }
 
@@ -256,7 +252,7 @@ func (s *supervisor) failed(we *proc.WorkerError) {
 // signal) and every process they left outside them get SIGTERM once, and the rest of the grace to exit.
 func (s *supervisor) termOrphans() {
 	if s.m.stopSig == 0 {
-		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)
+		s.signalAll(syscall.SIGTERM) // what is left of each group (the leader is a held zombie)
 	}
 	hit := s.r.termOutside(s.ws)
 	if s.r.liveOrphans() == 0 {

@@ -48,8 +48,6 @@ type Cause struct {
 	Failure *proc.WorkerError // Failure
 	Node    int               // Remote, Lost: the node; -1 none
 	Message string            // Remote: the other node's words
-	// SkipGroup is a worker process group that already got Signal (from the terminal): it is not sent again.
-	SkipGroup int
 }
 
 func (c *Cause) String() string {
