@@ -38,14 +38,14 @@ type Controller struct {
 	consoles []*console.Console
 	job      jobControl // job control: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT
 
-	mu      sync.Mutex
-	first   *Cause // the first job-wide cause
-	last    *Cause // the latest job-wide cause
-	seq     int    // how many job-wide causes came so far
-	hurried bool   // a second stop came: nothing waits any more
-	jobCtx  context.Context
-	cancel  context.CancelCauseFunc
-	waiters map[*context.CancelCauseFunc]struct{}
+	mu       sync.Mutex
+	last     *Cause          // the latest job-wide cause
+	seq      int             // how many job-wide causes came so far
+	hurried  bool            // a second stop came: nothing waits any more
+	jobCtx   context.Context // canceled by the first job-wide cause
+	cancel   context.CancelCauseFunc
+	waits    context.Context // canceled by the next job-wide cause, then made anew (see WaitContext)
+	endWaits context.CancelCauseFunc
 }
 
 // Attempt is what the controller drives while one attempt of this node's workers runs (internal/attempt's
@@ -104,8 +104,9 @@ func NewController(ctx context.Context, log *zap.Logger, timeout time.Duration, 
 	consoles []*console.Console) *Controller {
 	c := &Controller{log: log, timeout: timeout, procRoot: procRoot, ctx: ctx, sigs: sigs, outErr: outErr,
 		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
-		consoles: consoles, waiters: map[*context.CancelCauseFunc]struct{}{}}
+		consoles: consoles}
 	c.jobCtx, c.cancel = context.WithCancelCause(context.Background())
+	c.waits, c.endWaits = context.WithCancelCause(context.Background())
 	if timeout > 0 {
 		c.timer = time.NewTimer(timeout)
 		c.timeoutC = c.timer.C
@@ -181,11 +182,7 @@ func (c *Controller) Stop(x *Cause) { c.Do(func() { c.onCause(x) }) }
 func (c *Controller) JobContext() context.Context { return c.jobCtx }
 
 // JobCause is the first job-wide cause, nil while none.
-func (c *Controller) JobCause() *Cause {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.first
-}
+func (c *Controller) JobCause() *Cause { return CauseOf(c.jobCtx) }
 
 // StopSeq counts the job-wide causes so far (see WaitContext).
 func (c *Controller) StopSeq() int {
@@ -203,14 +200,10 @@ func (c *Controller) WaitContext(parent context.Context, since int) (context.Con
 	if c.seq > since || c.hurried {
 		cancel(&stopped{c.last})
 	}
-	c.waiters[&cancel] = struct{}{}
+	waits := c.waits
 	c.mu.Unlock()
-	return ctx, func() {
-		c.mu.Lock()
-		delete(c.waiters, &cancel)
-		c.mu.Unlock()
-		cancel(nil)
-	}
+	stop := context.AfterFunc(waits, func() { cancel(context.Cause(waits)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // onCause takes one cause: a job-wide one is recorded (the first one ends the job) and ends every wait; any cause
@@ -218,15 +211,11 @@ func (c *Controller) WaitContext(parent context.Context, since int) (context.Con
 func (c *Controller) onCause(x *Cause) {
 	if x.Reason.JobWide() {
 		c.mu.Lock()
-		if c.first == nil {
-			c.first = x
-			c.cancel(&stopped{x})
-		}
+		c.cancel(&stopped{x}) // the first one's cause stays
 		c.seq++
 		c.last = x
-		for w := range c.waiters {
-			(*w)(&stopped{x})
-		}
+		c.endWaits(&stopped{x})
+		c.waits, c.endWaits = context.WithCancelCause(context.Background())
 		c.mu.Unlock()
 	}
 	switch {
