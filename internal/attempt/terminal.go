@@ -92,9 +92,9 @@ func (t *Terminal) relay() {
 		t.mu.Lock()
 		to := t.to
 		t.mu.Unlock()
-		if to == nil || console.ForegroundGroup(t.f) != t.own {
-			if t.pause() {
-				return
+		if to == nil || console.ForegroundGroup(t.f) != t.own { // input the relay does not take yet: wait a moment
+			if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}, 100); n > 0 {
+				return // Close
 			}
 			continue
 		}
@@ -111,13 +111,6 @@ func (t *Terminal) relay() {
 		}
 		_, _ = to.Write(in) // fails once the worker's terminal is closed: the input was for it
 	}
-}
-
-// pause waits a moment (input the relay does not take yet), or until Close (true).
-func (t *Terminal) pause() bool {
-	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
-	n, _ := unix.Poll(fds, 100) // milliseconds
-	return n > 0
 }
 
 // stdinFor is what worker w reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
