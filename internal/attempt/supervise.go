@@ -296,7 +296,7 @@ func (s *supervisor) settle() {
 			s.r.Term.inputEnd(wk.input)
 		}
 	}
-	s.r.Ctl.Detach(s)
+	s.r.Ctl.Detach()
 	s.stopSeq = s.r.Ctl.StopSeq()
 	close(s.settled)
 }

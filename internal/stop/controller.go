@@ -246,12 +246,8 @@ func (c *Controller) Attach(a Attempt) {
 	})
 }
 
-// Detach ends the supervision of s (on the loop goroutine, when its attempt is over).
-func (c *Controller) Detach(s Attempt) {
-	if c.att == s {
-		c.att = nil
-	}
-}
+// Detach ends the supervision of the attached attempt (on the loop goroutine, when it is over).
+func (c *Controller) Detach() { c.att = nil }
 
 // onSignal applies the signal policy (policyOf, below) to one signal tpurun received.
 func (c *Controller) onSignal(sig os.Signal) {
@@ -283,27 +279,24 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 	for _, con := range c.consoles {
 		con.Stopped(s) // output dropped from now on was lost to s
 	}
-	if !second {
-		c.onCause(SignalCause(s))
-		if c.att == nil {
-			// No worker runs: only readers of the output are left to wait for, and that wait is now bounded (an
-			// attempt whose workers all exited bounds it itself).
-			c.Hurry()
+	if second {
+		if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
+			c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
+				zap.String("signal", failure.SignalName(s)))
 		}
-		return
+		c.mu.Lock()
+		c.hurried = true
+		c.mu.Unlock()
 	}
-	if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
-		c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
-			zap.String("signal", failure.SignalName(s)))
-	}
-	c.mu.Lock()
-	c.hurried = true
-	c.mu.Unlock()
-	c.onCause(SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
-	if c.att != nil {
+	c.onCause(SignalCause(s)) // a second one too: recorded if it is the first job-wide cause, and every wait ends
+	if second && c.att != nil {
 		c.att.SecondStop(s, "second "+failure.SignalName(s))
 	}
-	c.Hurry()
+	if second || c.att == nil {
+		// Once no worker runs, only readers of the output are left to wait for, and that wait is now bounded (an
+		// attempt whose workers all exited bounds it itself).
+		c.Hurry()
+	}
 }
 
 // onTimeout: --timeout stops the run; when the attempt's grace has already begun (it stops for another cause),
