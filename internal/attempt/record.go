@@ -147,9 +147,6 @@ func (r *ErrorRecord) Raw() []byte { return r.raw }
 // otherwise hold tpurun forever, deaf to signals), without following a symlink, and read only if it is a regular
 // file, at most maxErrorFile bytes of it.
 func readErrorFile(path string) (*ErrorRecord, error) {
-	if path == "" {
-		return nil, nil
-	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, nil

@@ -98,7 +98,10 @@ func (s *supervisor) do(act Action) {
 	case ActArmGrace:
 		s.armGrace()
 	case ActFailed:
-		s.failed(act.Cause.Failure)
+		we := act.Cause.Failure
+		s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
+			zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
+		s.r.OnFailed(s.as.N, we)
 	case ActAnnounce:
 		s.as.Announce(act.Cause)
 	default:
@@ -239,13 +242,6 @@ func (s *supervisor) exited(wk *child, p *proc.Process) {
 		failed = &proc.WorkerError{Rank: wk.w.Rank, Attempt: s.as.N, Exit: ex}
 	}
 	s.feed(Event{Kind: EvExited, Failed: failed})
-}
-
-// failed reports the first failed worker of the attempt.
-func (s *supervisor) failed(we *proc.WorkerError) {
-	s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
-		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
-	s.r.OnFailed(s.as.N, we)
 }
 
 // termOrphans is the gentle first step of the sweep: what is left of the workers' groups (when they never got a stop

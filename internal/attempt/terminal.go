@@ -3,6 +3,7 @@ package attempt
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"tpurun/internal/console"
@@ -156,12 +157,7 @@ func (r *Runner) windowSize() *unix.Winsize {
 // resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH; the kernel signals each
 // one's foreground group), and forwards the signal to the workers without one. false: no worker has one.
 func (s *supervisor) resizeTerminals() bool {
-	ws := s.r.windowSize()
-	some := false
-	for _, wk := range s.ws {
-		some = some || len(wk.masters) > 0
-	}
-	if !some {
+	if !slices.ContainsFunc(s.ws, func(wk *child) bool { return len(wk.masters) > 0 }) {
 		return false
 	}
 	for _, wk := range s.ws {
@@ -169,7 +165,7 @@ func (s *supervisor) resizeTerminals() bool {
 			s.signalOne(wk, syscall.SIGWINCH)
 		}
 	}
-	s.resizeMasters(ws)
+	s.resizeMasters(s.r.windowSize())
 	return true
 }
 

@@ -37,7 +37,11 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	if v != nil {
 		return -1, closedVerdict(v, len(rep.Attempts) > 0)
 	}
-	defer func() { _ = s.Close() }()
+	var bg sync.WaitGroup
+	defer func() { // closing the session ends its Failures: the reader below returns
+		_ = s.Close()
+		bg.Wait()
+	}()
 	a := s.Assignment()
 	g = a.Generation // the world's count of restarts, whatever this node joined as
 	w, v := j.agree(s, a)
@@ -46,11 +50,6 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	}
 	// Another node's failure stops this node's attempt (through the controller); this node's own stop is told to
 	// the others at once.
-	var bg sync.WaitGroup
-	defer func() { // closing the session ends its Failures: the reader below returns
-		_ = s.Close()
-		bg.Wait()
-	}()
 	bg.Go(func() {
 		for f := range s.Failures() {
 			j.log.Warn("another node: "+f.String(), zap.Stringer("failure", f))
@@ -149,20 +148,15 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *atte
 		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
 	next, v := j.next(a, att, mine, finals[0], jobV, failed, rep)
-	j.leave(ctx, s, a.Generation, next < 0, finals[0].Verdict.Code)
-	return next, v
-}
-
-// leave ends this node's part in generation g once the world's verdict is known: when the job ends there (last:
-// no restart follows), it first closes the job with the world's code, so that a node waiting for a next
-// generation, or arriving late, learns that the job is over (Session.Finish); then it leaves.
-func (j *job) leave(ctx context.Context, s rendezvous.Session, g int, last bool, code int) {
-	if last {
-		if err := s.Finish(ctx, code); err != nil {
-			j.log.Warn("could not record that the job closed", zap.Int("generation", g), zap.Error(err))
+	// This node's part in the generation ends. When the job ends there, it is first closed with the world's code,
+	// so that a node waiting for a next generation, or arriving late, learns that the job is over.
+	if next < 0 {
+		if err := s.Finish(ctx, finals[0].Verdict.Code); err != nil {
+			j.log.Warn("could not record that the job closed", zap.Int("generation", a.Generation), zap.Error(err))
 		}
 	}
 	_ = s.Leave(ctx)
+	return next, v
 }
 
 // closedVerdict is v, unless the join found the job already finished (rendezvous.ErrJobClosed: a late node, or a
