@@ -38,8 +38,7 @@ const (
 	EvForward                      // a signal to pass to every worker group
 	EvGrace                        // the grace period expired
 	EvOrphansGone                  // nothing the workers left is alive any more
-	EvSwept                        // SIGKILL went to every group and the subtree sweep is over
-	EvDrained                      // every pipe was read to EOF
+	EvDrained                      // the SIGKILL sweep is over and every pipe was read to EOF
 )
 
 // Event is one event, with what its kind needs.
@@ -65,8 +64,7 @@ const (
 	ActHurry                         // bound the wait for a slow reader of tpurun's output (a second stop; a stop once all exited)
 	ActAbandon                       // drop what the consoles still hold (a stop signal while draining)
 	ActTermOrphans                   // SIGTERM to what the workers left, not signalled yet; watch the subtree empty
-	ActSweep                         // SIGKILL to every group and the subtree (then EvSwept)
-	ActDrain                         // read every pipe to EOF (then EvDrained)
+	ActSweep                         // SIGKILL to every group and the subtree, then read every pipe to EOF (EvDrained)
 	ActSettle                        // the attempt is over: wake whoever waits for it
 )
 
@@ -136,8 +134,6 @@ func (m *Machine) onEnding(k EventKind) []Action {
 	case k == EvOrphansGone && m.phase == Sweeping:
 		m.phase = Draining
 		return []Action{{Kind: ActSweep}}
-	case k == EvSwept && m.phase == Draining:
-		return []Action{{Kind: ActDrain}}
 	case k == EvDrained && m.phase == Draining:
 		m.phase = Done
 		return []Action{{Kind: ActSettle}}

@@ -123,12 +123,8 @@ func (s *supervisor) doLate(act Action) {
 		s.stopWatch()
 		go func() {
 			swept := s.r.killAndSweep(s.ws)
-			s.r.Ctl.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
-		}()
-	case ActDrain:
-		go func() {
 			s.r.drain(s.ws)
-			s.r.Ctl.Do(func() { s.feed(Event{Kind: EvDrained}) })
+			s.r.Ctl.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvDrained}) })
 		}()
 	case ActSettle:
 		s.settle()
