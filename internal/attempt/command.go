@@ -269,12 +269,7 @@ func argListError(rank int, argv, env []string) error {
 		}
 		return n
 	}
-	limit := 0
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_STACK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
-		limit = int(rl.Cur / 4) // Linux allows a quarter of the stack for them
-	}
-	for _, s := range append(append([]string(nil), argv...), env...) {
+	for _, s := range slices.Concat(argv, env) {
 		if len(s) >= maxArgStrlen {
 			name, _, _ := strings.Cut(s, "=")
 			return &failure.ConfigError{Field: failure.Environment, Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
@@ -289,8 +284,9 @@ func argListError(rank int, argv, env []string) error {
 		big = append(big, fmt.Sprintf("%s (%d bytes)", name, len(kv)))
 	}
 	lim := "the kernel's limit"
-	if limit > 0 {
-		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", limit)
+	var rl unix.Rlimit // Linux allows a quarter of the stack for the arguments and environment
+	if unix.Getrlimit(unix.RLIMIT_STACK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
+		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", rl.Cur/4)
 	}
 	return &failure.ConfigError{Field: failure.Environment, Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
 		"arguments (%d bytes) and environment (%d bytes) exceed %s; unset or shorten the largest variables: %s, or raise ulimit -s",
