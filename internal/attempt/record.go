@@ -76,23 +76,12 @@ func (a *Attempt) ResultExits() []results.RankExit {
 	return out
 }
 
-// Sink receives each worker's result channel (the read end of its fd 3). Consume is called once per started
-// worker, from its own goroutine, and must return when r returns an error (os.ErrDeadlineExceeded once the launcher
-// stops draining). Its error is a *failure.ResultError in the report (failure.ErrResults). nil drains and discards.
-type Sink interface {
-	Consume(rank, pid int, replicas []int, r io.Reader) error
-}
-
-// readResults reads the worker's result channel into the sink (or discards it). A violation of the result
-// contract is the collector's to report; only a sink's other failures are this rank's.
-func readResults(sink Sink, wk *child, pid int) {
-	res := wk.drain.Reader(wk.readers[2])
-	if sink == nil {
-		_, _ = io.Copy(io.Discard, res)
-		return
-	}
+// readResults reads the worker's result channel (the read end of its fd 3) into the collector until EOF, or until
+// the launcher stops draining (os.ErrDeadlineExceeded). A violation of the result contract is the collector's to
+// report; only its other failures are this rank's (a *failure.ResultError in the report, failure.ErrResults).
+func readResults(coll *results.Collector, wk *child, pid int) {
 	var violation *results.ContractError
-	err := sink.Consume(wk.w.Rank, pid, wk.w.Replicas, res)
+	err := coll.Consume(wk.w.Rank, pid, wk.w.Replicas, wk.drain.Reader(wk.readers[2]))
 	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.As(err, &violation) {
 		wk.resErr = err
 	}

@@ -11,6 +11,7 @@ import (
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/results"
 	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 
@@ -84,8 +85,8 @@ type Spec struct {
 	NodeRank   int
 	MasterAddr string
 	MasterPort int
-	Sink       Sink
-	Announce   func(*stop.Cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
+	Results    *results.Collector // reads every worker's result channel
+	Announce   func(*stop.Cause)  // called once, on the controller's goroutine, when this node begins to stop; must not block
 }
 
 // child is one started worker process of one attempt.

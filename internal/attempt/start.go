@@ -150,7 +150,7 @@ func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
 	}
 	wk.fwd = nil
 	wk.io.Go(func() {
-		readResults(sv.as.Sink, wk, p.PID())
+		readResults(sv.as.Results, wk, p.PID())
 		_ = wk.readers[2].Close()
 	})
 }

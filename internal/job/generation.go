@@ -59,7 +59,7 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	coll := j.newCollector(w.Plan, w.NodeRank)
 	j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: g})
 	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.Plan, NodeRank: w.NodeRank, MasterAddr: w.MasterAddr,
-		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *stop.Cause) {
+		MasterPort: w.MasterPort, Results: coll, Announce: func(c *stop.Cause) {
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
