@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/safepath"
@@ -47,10 +48,8 @@ func (a *Attempt) Failed() *RankSummary {
 	if v == nil || v.Reason != stop.Failure || v.Failure == nil {
 		return nil
 	}
-	for i, s := range a.Ranks {
-		if s.Rank == v.Failure.Rank {
-			return &a.Ranks[i]
-		}
+	if i := slices.IndexFunc(a.Ranks, func(s RankSummary) bool { return s.Rank == v.Failure.Rank }); i >= 0 {
+		return &a.Ranks[i]
 	}
 	return nil
 }
