@@ -78,8 +78,8 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 	if !slices.ContainsFunc(r.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
 		l.args = append([]string{r.Program[0]}, r.Program[1:]...)
 	}
-	l.stdin[0], l.relay0 = r.stdinFor(topology.Worker{LocalRank: 0})
-	l.stdin[1], _ = r.stdinFor(topology.Worker{LocalRank: 1})
+	l.stdin[0], l.relay0 = r.stdinFor(0)
+	l.stdin[1], _ = r.stdinFor(1)
 	for i, c := range []*console.Console{r.Stdout, r.Stderr} {
 		l.tty[i] = c != nil && c.Terminal()
 	}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"syscall"
 	"tpurun/internal/console"
-	"tpurun/internal/topology"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -114,18 +113,18 @@ func (t *Terminal) relay() {
 	}
 }
 
-// stdinFor is what worker w reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
+// stdinFor is what the worker of local rank lr reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
 // terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read /dev/null, as the terminal
 // gives its input to one reader.
-func (r *Runner) stdinFor(w topology.Worker) (*os.File, bool) {
+func (r *Runner) stdinFor(lr int) (*os.File, bool) {
 	switch {
 	case r.Stdin == nil || r.StdinTo == console.StdinNone:
 		return nil, false
 	case r.Term != nil && console.ForegroundGroup(r.Term.f) == r.Term.own:
-		return nil, w.LocalRank == 0
+		return nil, lr == 0
 	case r.Term != nil || isTerminal(r.Stdin):
 		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
-	case r.StdinTo == console.StdinFirst && w.LocalRank != 0:
+	case r.StdinTo == console.StdinFirst && lr != 0:
 		return nil, false
 	}
 	return r.Stdin, false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,11 +137,8 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *atte
 		jobV = j.worldResults(all, att, coll, wv, failed, rep)
 		final.Verdict = published(jobV)
 		final.Verdict.Node = wv.Node
-		for _, oc := range all[1:] {
-			if oc.WantDocument {
-				final.Document = rep.Results
-				break
-			}
+		if slices.ContainsFunc(all[1:], func(oc outcome) bool { return oc.WantDocument }) {
+			final.Document = rep.Results
 		}
 	}
 	finals, err := publishGather(ctx, s, "final", final, a.NNodes)
