@@ -64,14 +64,12 @@ func publishGather(ctx context.Context, s rendezvous.Session, key string, mine o
 	if err != nil {
 		return nil, err
 	}
-	all := make([]outcome, 0, len(bufs))
+	all := make([]outcome, len(bufs))
 	for n, buf := range bufs {
-		var oc outcome
-		if err := json.Unmarshal(buf, &oc); err != nil {
+		if err := json.Unmarshal(buf, &all[n]); err != nil {
 			return nil, fmt.Errorf("%s of node %d: %w", key, n, err)
 		}
-		oc.Node = n
-		all = append(all, oc)
+		all[n].Node = n
 	}
 	return all, nil
 }

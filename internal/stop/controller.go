@@ -174,7 +174,7 @@ func (c *Controller) Do(f func()) {
 }
 
 // Stop reports a cause to stop from any goroutine: a failure of another node, a lost node, the rendezvous store
-// gone, the job closed.
+// gone, a worker that could not start.
 func (c *Controller) Stop(x *Cause) { c.Do(func() { c.onCause(x) }) }
 
 // JobContext is canceled by the first job-wide cause: the join, the barrier and the decision to restart use it,
