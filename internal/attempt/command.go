@@ -202,7 +202,10 @@ func (r *Runner) shown(lr int, std console.Std) bool {
 // to its log file below logRel with a log directory.
 func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *console.Console, name string) (*console.Forwarder, error) {
 	w := wk.w
-	f := &console.Forwarder{Prefix: r.prefix(w)}
+	f := &console.Forwarder{}
+	if !r.RawOutput { // raw output: worker lines as they are
+		f.Prefix = []byte(console.Prefix(r.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.Role))
+	}
 	if r.shown(w.LocalRank, std) {
 		f.Console = con
 		// At a terminal each read goes out whole (a progress bar's frame); into a pipe or a file a prompt or
@@ -228,14 +231,6 @@ func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *conso
 		r.Log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
 	}}
 	return f, nil
-}
-
-// prefix is worker w's line prefix: none for raw output.
-func (r *Runner) prefix(w topology.Worker) []byte {
-	if r.RawOutput {
-		return nil
-	}
-	return []byte(console.Prefix(r.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.Role))
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the preloaded
