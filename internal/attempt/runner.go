@@ -86,7 +86,7 @@ type Spec struct {
 	MasterAddr string
 	MasterPort int
 	Results    *results.Collector // reads every worker's result channel
-	Announce   func(*stop.Cause)  // called once, on the controller's goroutine, when this node begins to stop; must not block
+	Announce   func(*stop.Cause)  // called once on the controller's goroutine as this node begins to stop; must not block
 }
 
 // child is one started worker process of one attempt.

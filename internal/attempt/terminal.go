@@ -113,9 +113,9 @@ func (t *Terminal) relay() {
 	}
 }
 
-// stdinFor is what the worker of local rank lr reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
-// terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read /dev/null, as the terminal
-// gives its input to one reader.
+// stdinFor is what the worker of local rank lr reads, and whether it reads the terminal through a pseudo-terminal
+// of its own: with a terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read
+// /dev/null, as the terminal gives its input to one reader.
 func (r *Runner) stdinFor(lr int) (*os.File, bool) {
 	switch {
 	case r.Stdin == nil || r.StdinTo == console.StdinNone:

@@ -110,8 +110,8 @@ func (j *job) stopVerdict(ctx context.Context, during string, v *stop.Verdict) *
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
 // results and decides the code every node exits with) and says what comes next: a restart, or the end. stopSeq is
 // the controller's count of job-wide causes when att ended (stop.Controller.StopSeq).
-func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *attempt.Attempt, stopSeq int, coll *results.Collector,
-	rep *spec.Report) (int, *stop.Verdict) {
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *attempt.Attempt, stopSeq int,
+	coll *results.Collector, rep *spec.Report) (int, *stop.Verdict) {
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
