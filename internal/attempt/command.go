@@ -57,8 +57,12 @@ func (r *Runner) command(l *launch, wk *child) (*exec.Cmd, error) {
 // streams makes the worker's stdout, stderr and results (fd 3) ends, its log files and forwarders: a stream shown
 // at a terminal gets a pseudo-terminal (the worker then leads a session whose controlling terminal it is), else a
 // pipe. It returns the worker's ends, which the caller closes once the worker started.
-func (r *Runner) streams(l *launch, logRel string, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
+func (r *Runner) streams(l *launch, wk *child, cmd *exec.Cmd) ([]*os.File, error) {
 	w := wk.w
+	logRel := "" // the worker's log directory below the log directory; made by makeLogDirs
+	if l.sv.a.LogDir != "" {
+		logRel = r.rankLogDir(l.sv.as.N, w)
+	}
 	var writeEnds []*os.File
 	fail := func(err error) ([]*os.File, error) {
 		for _, f := range slices.Concat(writeEnds, wk.readers, wk.files) {
@@ -198,7 +202,10 @@ func (r *Runner) shown(lr int, std console.Std) bool {
 // to its log file below logRel with a log directory.
 func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *console.Console, name string) (*console.Forwarder, error) {
 	w := wk.w
-	f := &console.Forwarder{Prefix: r.prefix(w)}
+	f := &console.Forwarder{}
+	if !r.RawOutput { // raw output: worker lines as they are
+		f.Prefix = []byte(console.Prefix(r.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.Role))
+	}
 	if r.shown(w.LocalRank, std) {
 		f.Console = con
 		// At a terminal each read goes out whole (a progress bar's frame); into a pipe or a file a prompt or
@@ -224,14 +231,6 @@ func (r *Runner) forwarder(logRel string, wk *child, std console.Std, con *conso
 		r.Log.Warn(msg, zap.Int("rank", w.Rank), zap.String("file", path), zap.Error(err))
 	}}
 	return f, nil
-}
-
-// prefix is worker w's line prefix: none for raw output.
-func (r *Runner) prefix(w topology.Worker) []byte {
-	if r.RawOutput {
-		return nil
-	}
-	return []byte(console.Prefix(r.LogPrefix, w.Rank, w.LocalRank, w.NodeRank, r.Role))
 }
 
 // startError is the error of a worker that could not be started: PROGRAM unusable at exec (126/127), the preloaded
@@ -265,12 +264,7 @@ func argListError(rank int, argv, env []string) error {
 		}
 		return n
 	}
-	limit := 0
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_STACK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
-		limit = int(rl.Cur / 4) // Linux allows a quarter of the stack for them
-	}
-	for _, s := range append(append([]string(nil), argv...), env...) {
+	for _, s := range slices.Concat(argv, env) {
 		if len(s) >= maxArgStrlen {
 			name, _, _ := strings.Cut(s, "=")
 			return &failure.ConfigError{Field: failure.Environment, Value: name, Hint: fmt.Sprintf("rank %d could not start: one argument or variable is %d bytes, "+
@@ -285,8 +279,9 @@ func argListError(rank int, argv, env []string) error {
 		big = append(big, fmt.Sprintf("%s (%d bytes)", name, len(kv)))
 	}
 	lim := "the kernel's limit"
-	if limit > 0 {
-		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", limit)
+	var rl unix.Rlimit // Linux allows a quarter of the stack for the arguments and environment
+	if unix.Getrlimit(unix.RLIMIT_STACK, &rl) == nil && rl.Cur != unix.RLIM_INFINITY {
+		lim = fmt.Sprintf("the kernel's limit of about %d bytes (a quarter of the stack limit, ulimit -s)", rl.Cur/4)
 	}
 	return &failure.ConfigError{Field: failure.Environment, Value: fmt.Sprintf("%d variables", len(env)), Hint: fmt.Sprintf("rank %d could not start: its "+
 		"arguments (%d bytes) and environment (%d bytes) exceed %s; unset or shorten the largest variables: %s, or raise ulimit -s",

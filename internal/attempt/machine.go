@@ -3,7 +3,6 @@ package attempt
 import (
 	"fmt"
 	"syscall"
-	"time"
 	"tpurun/internal/proc"
 	"tpurun/internal/stop"
 )
@@ -39,8 +38,7 @@ const (
 	EvForward                      // a signal to pass to every worker group
 	EvGrace                        // the grace period expired
 	EvOrphansGone                  // nothing the workers left is alive any more
-	EvSwept                        // SIGKILL went to every group and the subtree sweep is over
-	EvDrained                      // every pipe was read to EOF
+	EvDrained                      // the SIGKILL sweep is over and every pipe was read to EOF
 )
 
 // Event is one event, with what its kind needs.
@@ -57,7 +55,7 @@ type ActionKind int
 
 // The actions of an attempt's transitions.
 const (
-	ActSignal      ActionKind = iota // Signal to every worker group (but Cause.SkipGroup), once per group
+	ActSignal      ActionKind = iota // Signal to every worker group, once per group
 	ActSignalNew                     // Signal to the worker just added (the others got it already)
 	ActKill                          // SIGKILL to every worker group
 	ActArmGrace                      // start the grace timer (once per attempt)
@@ -66,8 +64,7 @@ const (
 	ActHurry                         // bound the wait for a slow reader of tpurun's output (a second stop; a stop once all exited)
 	ActAbandon                       // drop what the consoles still hold (a stop signal while draining)
 	ActTermOrphans                   // SIGTERM to what the workers left, not signalled yet; watch the subtree empty
-	ActSweep                         // SIGKILL to every group and the subtree (then EvSwept)
-	ActDrain                         // read every pipe to EOF (then EvDrained)
+	ActSweep                         // SIGKILL to every group and the subtree, then read every pipe to EOF (EvDrained)
 	ActSettle                        // the attempt is over: wake whoever waits for it
 )
 
@@ -95,24 +92,6 @@ type Machine struct {
 // NewMachine is the machine of an attempt about to start, whose grace period (SIGTERM to SIGKILL) is grace.
 func NewMachine(grace fmt.Stringer) *Machine {
 	return &Machine{grace: grace.String()}
-}
-
-// Phase is the attempt's phase now.
-func (m *Machine) Phase() Phase { return m.phase }
-
-// Cause is the first cause to stop, which decides the verdict; nil while none (and for an attempt whose workers
-// all ended on their own).
-func (m *Machine) Cause() *stop.Cause { return m.cause }
-
-// StopSignal is what the groups got when the attempt began to stop; 0 while it has not.
-func (m *Machine) StopSignal() syscall.Signal { return m.stopSig }
-
-// Escalated says why SIGKILL was needed ("grace 7s expired", "second SIGTERM"); "" while it was not.
-func (m *Machine) Escalated() string { return m.escalated }
-
-// Verdict is the verdict of the attempt (number n) as the machine leaves it, with timeout the job's --timeout.
-func (m *Machine) Verdict(n int, timeout time.Duration) *stop.Verdict {
-	return m.cause.Verdict(n, timeout, m.escalated)
 }
 
 // Handle applies e and returns what to do, in order.
@@ -155,8 +134,6 @@ func (m *Machine) onEnding(k EventKind) []Action {
 	case k == EvOrphansGone && m.phase == Sweeping:
 		m.phase = Draining
 		return []Action{{Kind: ActSweep}}
-	case k == EvSwept && m.phase == Draining:
-		return []Action{{Kind: ActDrain}}
 	case k == EvDrained && m.phase == Draining:
 		m.phase = Done
 		return []Action{{Kind: ActSettle}}
@@ -205,11 +182,8 @@ func (m *Machine) maybeAllExited() []Action {
 func (m *Machine) onStop(c *stop.Cause) []Action {
 	switch {
 	case m.phase <= Running:
-	case m.phase == Sweeping && c.Reason == stop.Signal: // no need to wait for what the workers left, nor long for a reader
-		m.phase = Draining
-		return []Action{{Kind: ActSweep}, {Kind: ActHurry}}
-	case m.phase == Draining && c.Reason == stop.Signal:
-		return []Action{{Kind: ActAbandon}}
+	case m.phase >= Sweeping && c.Reason == stop.Signal: // no need to wait for what the workers left, nor long for a reader
+		return m.onSecondStop(c.Signal, "")
 	default:
 		return nil // the first cause decides; a later one changes nothing here
 	}
@@ -219,7 +193,7 @@ func (m *Machine) onStop(c *stop.Cause) []Action {
 	if c.Reason == stop.Failure {
 		acts = append(acts, Action{Kind: ActFailed, Cause: c})
 	}
-	if c.Announced() {
+	if c.Reason.Own() {
 		acts = append(acts, Action{Kind: ActAnnounce, Cause: c})
 	}
 	return append(acts, Action{Kind: ActSignal, Signal: c.Signal, Cause: c}, Action{Kind: ActArmGrace})
@@ -259,9 +233,4 @@ func (m *Machine) onGrace() []Action {
 		return []Action{{Kind: ActSweep}}
 	}
 	return nil
-}
-
-// GraceBegan reports whether a stop signal now is a second stop: the attempt has begun to stop.
-func (m *Machine) GraceBegan() bool {
-	return m.phase >= Stopping && m.cause != nil
 }

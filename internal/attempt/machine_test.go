@@ -31,7 +31,7 @@ var histories = map[Phase][]Event{
 	Sweeping: {{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvExited}, {Kind: EvExited}},
 	Draining: {{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvExited}, {Kind: EvExited}, {Kind: EvOrphansGone}},
 	Done: {{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvExited}, {Kind: EvExited}, {Kind: EvOrphansGone},
-		{Kind: EvSwept}, {Kind: EvDrained}},
+		{Kind: EvDrained}},
 }
 
 func machineIn(t *testing.T, p Phase) *Machine {
@@ -40,15 +40,15 @@ func machineIn(t *testing.T, p Phase) *Machine {
 	for _, e := range histories[p] {
 		m.Handle(e)
 	}
-	if m.Phase() != p {
-		t.Fatalf("history of %s reached %s", p, m.Phase())
+	if m.phase != p {
+		t.Fatalf("history of %s reached %s", p, m.phase)
 	}
 	return m
 }
 
 var actNames = map[ActionKind]string{ActSignal: "signal", ActSignalNew: "signal-new", ActKill: "kill", ActArmGrace: "arm-grace",
 	ActFailed: "failed", ActAnnounce: "announce", ActHurry: "hurry", ActAbandon: "abandon", ActTermOrphans: "term-orphans",
-	ActSweep: "sweep", ActDrain: "drain", ActSettle: "settle"}
+	ActSweep: "sweep", ActSettle: "settle"}
 
 func actsText(acts []Action) string {
 	var out []string
@@ -110,7 +110,6 @@ func TestAttemptTransitions(t *testing.T) {
 		{Sweeping, Event{Kind: EvSecondStop, Signal: syscall.SIGINT, Why: "second SIGINT"}, Draining, "sweep hurry"},
 		{Sweeping, Event{Kind: EvForward, Signal: syscall.SIGUSR1}, Sweeping, ""},
 		// draining: SIGKILL sweep, then the pipes to EOF
-		{Draining, Event{Kind: EvSwept}, Draining, "drain"},
 		{Draining, Event{Kind: EvDrained}, Done, "settle"},
 		{Draining, Event{Kind: EvStop, Cause: sigterm}, Draining, "abandon"},
 		{Draining, Event{Kind: EvStop, Cause: remote}, Draining, ""},
@@ -124,8 +123,8 @@ func TestAttemptTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d", tc.from, tc.e.Kind), func(t *testing.T) {
 			m := machineIn(t, tc.from)
 			acts := m.Handle(tc.e)
-			if m.Phase() != tc.to || actsText(acts) != tc.acts {
-				t.Fatalf("%s + event %d: %s [%s], want %s [%s]", tc.from, tc.e.Kind, m.Phase(), actsText(acts), tc.to, tc.acts)
+			if m.phase != tc.to || actsText(acts) != tc.acts {
+				t.Fatalf("%s + event %d: %s [%s], want %s [%s]", tc.from, tc.e.Kind, m.phase, actsText(acts), tc.to, tc.acts)
 			}
 		})
 	}
@@ -142,26 +141,26 @@ func TestAttemptPaths(t *testing.T) {
 		escaped string
 	}{
 		{"success, nothing left behind", []Event{{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvExited}, {Kind: EvExited},
-			{Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"term-orphans sweep drain settle", stop.Done, 0, ""},
+			{Kind: EvOrphansGone}, {Kind: EvDrained}},
+			"term-orphans sweep settle", stop.Done, 0, ""},
 		{"failure, the others end on SIGTERM", []Event{{Kind: EvAdded}, {Kind: EvAdded}, {Kind: EvStarted},
-			{Kind: EvExited, Failed: failure1}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"failed announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Failure, 3, ""},
+			{Kind: EvExited, Failed: failure1}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvDrained}},
+			"failed announce signal:SIGTERM arm-grace term-orphans sweep settle", stop.Failure, 3, ""},
 		{"SIGTERM, workers exit 0: still 143", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: sigterm},
-			{Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Signal, 143, ""},
+			{Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvDrained}},
+			"announce signal:SIGTERM arm-grace term-orphans sweep settle", stop.Signal, 143, ""},
 		{"SIGINT, grace expires", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: stop.SignalCause(syscall.SIGINT)},
-			{Kind: EvGrace}, {Kind: EvExited, Failed: &proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}}}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGINT arm-grace kill sweep drain settle", stop.Signal, 130, "grace 7s expired"},
+			{Kind: EvGrace}, {Kind: EvExited, Failed: &proc.WorkerError{Rank: 0, Exit: proc.Exit{ExitCode: -1, Signal: syscall.SIGKILL}}}, {Kind: EvDrained}},
+			"announce signal:SIGINT arm-grace kill sweep settle", stop.Signal, 130, "grace 7s expired"},
 		{"second SIGTERM", []Event{{Kind: EvAdded}, {Kind: EvStarted}, {Kind: EvStop, Cause: sigterm},
-			{Kind: EvSecondStop, Signal: syscall.SIGTERM, Why: "second SIGTERM"}, {Kind: EvExited}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace kill hurry sweep drain settle", stop.Signal, 143, "second SIGTERM"},
+			{Kind: EvSecondStop, Signal: syscall.SIGTERM, Why: "second SIGTERM"}, {Kind: EvExited}, {Kind: EvDrained}},
+			"announce signal:SIGTERM arm-grace kill hurry sweep settle", stop.Signal, 143, "second SIGTERM"},
 		{"start failure after one worker", []Event{{Kind: EvAdded}, {Kind: EvStop, Cause: stop.ErrCause(stop.Start, &failure.ProgramError{Program: "x", Err: syscall.ENOENT})},
-			{Kind: EvStarted}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"announce signal:SIGTERM arm-grace term-orphans sweep drain settle", stop.Start, 127, ""},
+			{Kind: EvStarted}, {Kind: EvExited}, {Kind: EvOrphansGone}, {Kind: EvDrained}},
+			"announce signal:SIGTERM arm-grace term-orphans sweep settle", stop.Start, 127, ""},
 		{"every worker exits during the start", []Event{{Kind: EvAdded}, {Kind: EvExited}, {Kind: EvAdded}, {Kind: EvExited},
-			{Kind: EvStarted}, {Kind: EvOrphansGone}, {Kind: EvSwept}, {Kind: EvDrained}},
-			"term-orphans sweep drain settle", stop.Done, 0, ""},
+			{Kind: EvStarted}, {Kind: EvOrphansGone}, {Kind: EvDrained}},
+			"term-orphans sweep settle", stop.Done, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := NewMachine(7 * time.Second)
@@ -169,9 +168,9 @@ func TestAttemptPaths(t *testing.T) {
 			for _, e := range tc.events {
 				all = append(all, m.Handle(e)...)
 			}
-			v := m.Verdict(0, time.Second)
-			if got := actsText(all); got != tc.acts || m.Phase() != Done {
-				t.Fatalf("actions %q (phase %s), want %q (done)", got, m.Phase(), tc.acts)
+			v := m.cause.Verdict(0, time.Second, m.escalated)
+			if got := actsText(all); got != tc.acts || m.phase != Done {
+				t.Fatalf("actions %q (phase %s), want %q (done)", got, m.phase, tc.acts)
 			}
 			if v.Reason != tc.reason || v.Code != tc.code || v.Escalated != tc.escaped {
 				t.Fatalf("verdict %s %d %q (%s), want %s %d %q", v.Reason, v.Code, v.Escalated, v.Summary(), tc.reason, tc.code, tc.escaped)

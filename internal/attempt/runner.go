@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 	"tpurun/internal/console"
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
+	"tpurun/internal/results"
 	"tpurun/internal/stop"
 	"tpurun/internal/topology"
 
@@ -37,8 +39,42 @@ type Runner struct {
 	Term    *Terminal        // the terminal whose input goes to local rank 0; nil without one
 	Ctl     *stop.Controller // the one stop controller of the run
 
-	OnStart  func(n int)                       // attempt n begins, before its workers start
 	OnFailed func(n int, we *proc.WorkerError) // the first failed worker of attempt n, before the others are stopped
+}
+
+// Options is the part of the job's Spec that its attempts read: the workers' command, their stop, their output and
+// the sweep. The Spec embeds it and the job hands it to the Runner as it is, so that a setting has one field.
+type Options struct {
+	Program []string // program and arguments; ${local_rank} in arguments is expanded per worker
+	Env     []string // inherited environment; nil means os.Environ()
+	Dir     string   // working directory of the workers; "" is the launcher's
+
+	RunID    string // default: random (multi-host: the rendezvous run id)
+	Role     string // ROLE_NAME; default workerenv.DefaultRole
+	SweepTag string // given to every worker as TPURUN_SWEEP_TAG, which the sweep by environment matches; default random
+
+	Grace        time.Duration // SIGTERM to SIGKILL; default DefaultGrace
+	Timeout      time.Duration // stop the whole job after this long (failure.ErrTimeout); 0 means none
+	MaxRestarts  int           // restart the whole world up to this many times after a failure
+	DrainTimeout time.Duration // after the subtree is gone, how long a pipe may stay idle before it is given up; default 2s
+
+	LogDir           string          // per-rank files DIR/<run-id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log
+	Redirects        console.StdSpec // streams that go only to the log files
+	Tee              console.StdSpec // streams that go to the console and the log files
+	LocalRanksFilter []int           // show only these local ranks on the console; nil shows all
+	LogPrefix        string          // per-line prefix template; default console.DefaultPrefix ({rank} or torchrun's $rank, see console.Prefix)
+	RawOutput        bool            // worker lines go to the console as they are, without LogPrefix (torchrun's default)
+	// Stdin is what the workers read (the CLI passes its own stdin, as torchrun's workers inherit it); nil gives
+	// every worker /dev/null. StdinTo says which workers get it. When Stdin is the terminal whose foreground group
+	// tpurun's is, only local rank 0 reads it, through a pseudo-terminal tpurun relays it to (docs/CONTROL.md).
+	Stdin   *os.File
+	StdinTo console.StdinMode
+
+	// SweepSubtree says this process runs nothing but the job, as tpurun does: the orphan sweep (with the reaper,
+	// while no other Run of the process uses it) then walks the whole subtree of the process and also finds an
+	// orphan that dropped the job's environment; it would kill any other process of the program too. Off, the
+	// sweep finds the job's processes by the sweep tag in their environment.
+	SweepSubtree bool
 }
 
 // Spec is one attempt of the local group, fixed before it starts: which workers of which plan, the
@@ -49,8 +85,8 @@ type Spec struct {
 	NodeRank   int
 	MasterAddr string
 	MasterPort int
-	Sink       Sink
-	Announce   func(*stop.Cause) // called once, on the controller's goroutine, when this node begins to stop; must not block
+	Results    *results.Collector // reads every worker's result channel
+	Announce   func(*stop.Cause)  // called once on the controller's goroutine as this node begins to stop; must not block
 }
 
 // child is one started worker process of one attempt.
@@ -68,8 +104,7 @@ type child struct {
 	errTail console.Tail
 	errFile string
 	resErr  error
-	exit    proc.Exit
-	exited  bool
+	exit    proc.Exit // once released
 	// drain reads the worker's pipes: once its subtree is gone, a pipe that stays idle for the drain timeout is
 	// given up (see console.Drain).
 	drain console.Drain
@@ -88,13 +123,11 @@ func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	n := as.N
 	local := as.Plan.Local(as.NodeRank)
 	a = &Attempt{Number: n}
-	if r.OnStart != nil {
-		r.OnStart(n)
-	}
 	if r.LogDir != "" {
 		a.LogDir = filepath.Join(r.LogDir, r.RunLogs, "attempt_"+strconv.Itoa(n))
 	}
-	s := newSupervisor(r, as, a, len(local))
+	s := &supervisor{r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), len(local)),
+		settled: make(chan struct{})}
 	r.Ctl.Attach(s)
 	if err := r.makeLogDirs(n, local); err != nil {
 		r.Ctl.Stop(stop.ErrCause(stop.Start, err)) // nothing started
@@ -104,7 +137,7 @@ func (r *Runner) Run(as Spec) (a *Attempt, stopSeq int) {
 	r.Ctl.Do(func() { s.feed(Event{Kind: EvStarted}) })
 	<-s.settled
 	r.release(a, s.ws)
-	a.Verdict = s.m.Verdict(n, r.Timeout)
+	a.Verdict = s.m.cause.Verdict(n, r.Timeout, s.m.escalated)
 	if a.Verdict.Reason == stop.Done {
 		for _, rs := range a.Ranks {
 			if rs.ResultErr != nil {

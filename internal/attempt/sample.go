@@ -38,16 +38,13 @@ func (s *Sampler) add(pid, rank int) {
 	s.mu.Unlock()
 }
 
-// remove stops sampling pid and returns its last sample.
+// remove stops sampling pid (added) and returns its last sample.
 func (s *Sampler) remove(pid int) Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	smp := s.live[pid]
 	delete(s.live, pid)
 	delete(s.gone, pid)
-	if smp == nil {
-		return Sample{PID: pid}
-	}
 	return *smp
 }
 
@@ -83,9 +80,7 @@ func (s *Sampler) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.once(ctx)
-			if s.notify != nil {
-				s.notify(s.Snapshot())
-			}
+			s.notify(s.Snapshot())
 		}
 	}
 }

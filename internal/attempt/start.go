@@ -78,8 +78,8 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 	if !slices.ContainsFunc(r.Program[1:], func(a string) bool { return strings.Contains(a, "${local_rank}") }) {
 		l.args = append([]string{r.Program[0]}, r.Program[1:]...)
 	}
-	l.stdin[0], l.relay0 = r.stdinFor(topology.Worker{LocalRank: 0})
-	l.stdin[1], _ = r.stdinFor(topology.Worker{LocalRank: 1})
+	l.stdin[0], l.relay0 = r.stdinFor(0)
+	l.stdin[1], _ = r.stdinFor(1)
 	for i, c := range []*console.Console{r.Stdout, r.Stderr} {
 		l.tty[i] = c != nil && c.Terminal()
 	}
@@ -94,7 +94,11 @@ func (r *Runner) newLaunch(sv *supervisor) *launch {
 func (r *Runner) start1(l *launch, w topology.Worker) (ok bool, err error) {
 	sv := l.sv
 	wk := &child{w: w}
-	cmd, writeEnds, err := r.prepare1(l, wk)
+	cmd, err := r.command(l, wk)
+	if err != nil {
+		return false, err
+	}
+	writeEnds, err := r.streams(l, wk, cmd) // the caller closes the write ends once the worker started
 	if err != nil {
 		return false, err
 	}
@@ -131,25 +135,6 @@ func (r *Runner) startCmd(cmd *exec.Cmd, onExit func(*proc.Process)) (*proc.Proc
 	return proc.StartHeld(r.Reaper, cmd, onExit)
 }
 
-// prepare1 makes one worker's command, pipes and log files; it returns the write ends, which the caller closes
-// once the worker started.
-func (r *Runner) prepare1(l *launch, wk *child) (*exec.Cmd, []*os.File, error) {
-	sv := l.sv
-	cmd, err := r.command(l, wk)
-	if err != nil {
-		return nil, nil, err
-	}
-	logRel := "" // the worker's log directory below the log directory; made by makeLogDirs
-	if sv.a.LogDir != "" {
-		logRel = r.rankLogDir(sv.as.N, wk.w)
-	}
-	writeEnds, err := r.streams(l, logRel, wk, cmd)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cmd, writeEnds, nil
-}
-
 // attach starts the goroutines that read a started worker's pipes: its output forwarders and its result reader.
 // Each closes its pipe once read to the end (release closes the rest, pseudo-terminals among it).
 func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
@@ -165,7 +150,7 @@ func (r *Runner) attach(sv *supervisor, wk *child, p *proc.Process) {
 	}
 	wk.fwd = nil
 	wk.io.Go(func() {
-		readResults(sv.as.Sink, wk, p.PID())
+		readResults(sv.as.Results, wk, p.PID())
 		_ = wk.readers[2].Close()
 	})
 }

@@ -14,10 +14,10 @@ import (
 )
 
 // supervisor carries out one attempt's machine on the controller's goroutine: it owns the attempt's workers, its
-// grace timer and the watch of what they leave behind. What takes time (the SIGKILL sweep, reading the pipes to
-// EOF) runs in a goroutine that reports back with an event.
+// grace timer and the watch of what they leave behind; its exported methods are the stop.Attempt the controller
+// drives. What takes time (the SIGKILL sweep, reading the pipes to EOF) runs in a goroutine that reports back with
+// an event.
 type supervisor struct {
-	c  *stop.Controller
 	r  *Runner
 	as Spec
 	a  *Attempt
@@ -36,7 +36,6 @@ type supervisor struct {
 	stopSeq  int           // the controller's count of job-wide causes when the attempt settled
 }
 
-// Wakeups are what the controller's loop waits on for this attempt.
 func (s *supervisor) Wakeups() stop.Wakeups {
 	w := stop.Wakeups{Exits: s.exits, Grace: s.graceC, Orphans: s.watch}
 	if s.poll != nil {
@@ -45,7 +44,6 @@ func (s *supervisor) Wakeups() stop.Wakeups {
 	return w
 }
 
-// Stop feeds a cause to stop to the machine.
 func (s *supervisor) Stop(x *stop.Cause) { s.feed(Event{Kind: EvStop, Cause: x}) }
 
 // Forward passes sig to every worker group; SIGWINCH resizes the workers' pseudo-terminals instead when they have
@@ -57,21 +55,11 @@ func (s *supervisor) Forward(sig syscall.Signal) {
 	s.feed(Event{Kind: EvForward, Signal: sig})
 }
 
-// SecondStop feeds a second stop to the machine: SIGKILL now.
 func (s *supervisor) SecondStop(sig syscall.Signal, why string) {
 	s.feed(Event{Kind: EvSecondStop, Signal: sig, Why: why})
 }
 
-// GraceBegan reports whether the attempt has begun to stop.
-func (s *supervisor) GraceBegan() bool { return s.m.GraceBegan() }
-
-// AllExited reports whether every worker has exited (the attempt sweeps, drains or is done).
-func (s *supervisor) AllExited() bool { return s.m.Phase() >= Sweeping }
-
-func newSupervisor(r *Runner, as Spec, a *Attempt, workers int) *supervisor {
-	return &supervisor{c: r.Ctl, r: r, as: as, a: a, m: NewMachine(r.Grace), exits: make(chan func(), workers),
-		settled: make(chan struct{})}
-}
+func (s *supervisor) GraceBegan() bool { return s.m.phase >= Stopping && s.m.cause != nil }
 
 // feed hands e to the machine and carries out the actions, in order; events that actions cause are queued behind.
 func (s *supervisor) feed(e Event) {
@@ -83,22 +71,21 @@ func (s *supervisor) feed(e Event) {
 	for len(s.queue) > 0 {
 		e := s.queue[0]
 		s.queue = s.queue[1:]
-		from := s.m.Phase()
+		from := s.m.phase
 		acts := s.m.Handle(e)
-		if s.m.Phase() != from {
-			s.r.Log.Debug("attempt state", zap.Int("attempt", s.as.N), zap.Stringer("from", from), zap.Stringer("to", s.m.Phase()))
+		if s.m.phase != from {
+			s.r.Log.Debug("attempt state", zap.Int("attempt", s.as.N), zap.Stringer("from", from), zap.Stringer("to", s.m.phase))
 		}
 		for _, act := range acts {
 			s.do(act)
 		}
 	}
 	s.feeding = false
-	if s.m.Phase() >= Stopping {
+	if s.m.phase >= Stopping {
 		s.stopping.Store(true)
 	}
 }
 
-// do carries out one action.
 func (s *supervisor) do(act Action) {
 	switch act.Kind {
 	case ActSignal:
@@ -106,16 +93,17 @@ func (s *supervisor) do(act Action) {
 	case ActSignalNew:
 		s.signalOne(s.ws[len(s.ws)-1], act.Signal)
 	case ActKill:
-		s.r.Log.Warn(s.m.Escalated()+": SIGKILL to every worker group", zap.Duration("grace", s.r.Grace))
-		s.signalAll(syscall.SIGKILL, 0)
+		s.r.Log.Warn(s.m.escalated+": SIGKILL to every worker group", zap.Duration("grace", s.r.Grace))
+		s.signalAll(syscall.SIGKILL)
 	case ActArmGrace:
 		s.armGrace()
 	case ActFailed:
-		s.failed(act.Cause.Failure)
+		we := act.Cause.Failure
+		s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
+			zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
+		s.r.OnFailed(s.as.N, we)
 	case ActAnnounce:
-		if s.as.Announce != nil {
-			s.as.Announce(act.Cause)
-		}
+		s.as.Announce(act.Cause)
 	default:
 		s.doLate(act)
 	}
@@ -125,22 +113,18 @@ func (s *supervisor) do(act Action) {
 func (s *supervisor) doLate(act Action) {
 	switch act.Kind {
 	case ActHurry:
-		s.c.Hurry()
+		s.r.Ctl.Hurry()
 	case ActAbandon:
 		s.r.Log.Warn("stop signal while writing the workers' last output: discarding the rest")
-		s.c.Abandon()
+		s.r.Ctl.Abandon()
 	case ActTermOrphans:
 		s.termOrphans()
 	case ActSweep:
 		s.stopWatch()
 		go func() {
 			swept := s.r.killAndSweep(s.ws)
-			s.c.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvSwept}) })
-		}()
-	case ActDrain:
-		go func() {
 			s.r.drain(s.ws)
-			s.c.Do(func() { s.feed(Event{Kind: EvDrained}) })
+			s.r.Ctl.Do(func() { s.a.Swept = swept; s.feed(Event{Kind: EvDrained}) })
 		}()
 	case ActSettle:
 		s.settle()
@@ -149,28 +133,24 @@ func (s *supervisor) doLate(act Action) {
 
 // stopSignal sends the stop signal to every group (a forwarded signal when act has no cause).
 func (s *supervisor) stopSignal(act Action) {
-	skip := 0
 	if act.Cause == nil {
 		s.r.Log.Info("forwarding signal", zap.String("signal", failure.SignalName(act.Signal)))
 	} else {
-		skip = act.Cause.SkipGroup
 		s.r.Log.Info("stopping all workers: "+act.Cause.String(), zap.String("reason", string(act.Cause.Reason)),
 			zap.String("signal", failure.SignalName(act.Signal)), zap.Duration("grace", s.r.Grace))
 	}
-	s.signalAll(act.Signal, skip)
+	s.signalAll(act.Signal)
 	if act.Cause != nil && act.Signal != syscall.SIGKILL {
 		// A stopped worker keeps the stop signal pending: continued, it runs its handler within the grace period (as
 		// Open MPI's launcher, coreutils' timeout and systemd do). A forwarded signal is the user's: not followed.
-		s.signalAll(syscall.SIGCONT, skip)
+		s.signalAll(syscall.SIGCONT)
 	}
 }
 
-// signalAll sends sig to every worker's group, once (proc.Process.Signal), but the group skip.
-func (s *supervisor) signalAll(sig syscall.Signal, skip int) {
+// signalAll sends sig to every worker's group, once (proc.Process.Signal).
+func (s *supervisor) signalAll(sig syscall.Signal) {
 	for _, wk := range s.ws {
-		if wk.p != nil && wk.p.PID() != skip {
-			s.signalOne(wk, sig)
-		}
+		s.signalOne(wk, sig)
 	}
 }
 
@@ -217,7 +197,6 @@ func (s *supervisor) armGrace() {
 	}
 }
 
-// GraceExpired feeds the expiry of the grace period to the machine.
 func (s *supervisor) GraceExpired() {
 	s.graceC = nil
 	s.feed(Event{Kind: EvGrace})
@@ -226,7 +205,7 @@ func (s *supervisor) GraceExpired() {
 // started hands a started worker to the supervisor (from the main goroutine, through the loop); the machine
 // counts it. Its exit may have been taken already.
 func (s *supervisor) started(wk *child, p *proc.Process) {
-	s.c.Do(func() {
+	s.r.Ctl.Do(func() {
 		if wk.p == nil {
 			wk.p = p
 		}
@@ -235,8 +214,8 @@ func (s *supervisor) started(wk *child, p *proc.Process) {
 			s.r.Term.inputTo(wk.input)
 		}
 		s.feed(Event{Kind: EvAdded})
-		if sig := s.c.JobStopping(); sig != 0 {
-			s.jobStopOne(wk, sig)
+		if sig := s.r.Ctl.JobStopping(); sig != 0 {
+			s.jobSignal(wk, sig)
 		}
 	})
 }
@@ -246,10 +225,8 @@ func (s *supervisor) exited(wk *child, p *proc.Process) {
 	if wk.p == nil {
 		wk.p = p
 	}
-	wk.exited = true
-	wk.exit = wk.p.Status()
-	s.r.Sampler.exited(wk.exit.PID)
-	ex := wk.exit
+	ex := wk.p.Status()
+	s.r.Sampler.exited(ex.PID)
 	s.a.EndOrder = append(s.a.EndOrder, wk.w.Rank)
 	s.r.Log.Debug("worker exited", zap.Int("rank", wk.w.Rank), zap.Int("pid", ex.PID),
 		zap.Int("code", ex.ExitCode), zap.String("signal", sigText(ex.Signal)), zap.Duration("wall", ex.Wall))
@@ -263,20 +240,11 @@ func (s *supervisor) exited(wk *child, p *proc.Process) {
 	s.feed(Event{Kind: EvExited, Failed: failed})
 }
 
-// failed reports the first failed worker of the attempt.
-func (s *supervisor) failed(we *proc.WorkerError) {
-	s.r.Log.Error("worker failed", zap.Int("rank", we.Rank), zap.Int("pid", we.PID), zap.Int("attempt", we.Attempt),
-		zap.Int("code", we.ExitCode), zap.String("signal", sigText(we.Signal)))
-	if s.r.OnFailed != nil {
-		s.r.OnFailed(s.as.N, we)
-	}
-}
-
 // termOrphans is the gentle first step of the sweep: what is left of the workers' groups (when they never got a stop
 // signal) and every process they left outside them get SIGTERM once, and the rest of the grace to exit.
 func (s *supervisor) termOrphans() {
-	if s.m.StopSignal() == 0 {
-		s.signalAll(syscall.SIGTERM, 0) // what is left of each group (the leader is a held zombie)
+	if s.m.stopSig == 0 {
+		s.signalAll(syscall.SIGTERM) // what is left of each group (the leader is a held zombie)
 	}
 	hit := s.r.termOutside(s.ws)
 	if s.r.liveOrphans() == 0 {
@@ -294,7 +262,6 @@ func (s *supervisor) termOrphans() {
 	s.poll = time.NewTicker(50 * time.Millisecond) // no event says that an orphan found by environment is gone
 }
 
-// CheckOrphans moves the sweep on once nothing the workers left is alive.
 func (s *supervisor) CheckOrphans() {
 	if s.r.liveOrphans() == 0 {
 		s.feed(Event{Kind: EvOrphansGone})
@@ -321,7 +288,46 @@ func (s *supervisor) settle() {
 			s.r.Term.inputEnd(wk.input)
 		}
 	}
-	s.c.Detach(s)
-	s.stopSeq = s.c.StopSeq()
+	s.r.Ctl.Detach()
+	s.stopSeq = s.r.Ctl.StopSeq()
 	close(s.settled)
+}
+
+func (s *supervisor) Signal(sig syscall.Signal) {
+	for _, wk := range s.ws {
+		s.jobSignal(wk, sig)
+	}
+	if sig == syscall.SIGCONT { // the terminal may have been resized while the job was stopped (see resizeMasters)
+		s.resizeMasters(s.r.windowSize())
+	}
+}
+
+// jobSignal sends sig to wk's group. A worker that leads a session of its own (a pseudo-terminal) is in an
+// orphaned group, for which the kernel discards stop signals: it gets SIGSTOP instead (docs/CONTROL.md).
+func (s *supervisor) jobSignal(wk *child, sig syscall.Signal) {
+	if wk.ctty != nil && (sig == syscall.SIGTSTP || sig == syscall.SIGTTIN || sig == syscall.SIGTTOU) {
+		s.signalGroup(wk, syscall.SIGSTOP)
+		return
+	}
+	s.signalOne(wk, sig)
+}
+
+// StopForegroundJobs stops the job in the foreground of each worker's terminal, once the workers are stopped: a
+// job-control shell that saw its job stop first would take the terminal back, and fg would not resume it.
+func (s *supervisor) StopForegroundJobs() {
+	for _, wk := range s.ws {
+		if fg := s.foreground(wk, syscall.SIGSTOP); fg > 0 {
+			_ = syscall.Kill(-fg, syscall.SIGSTOP)
+		}
+	}
+}
+
+func (s *supervisor) Unstopped(procRoot string) []int {
+	var left []int
+	for _, wk := range s.ws {
+		if wk.p != nil && !proc.StoppedOrGone(procRoot, wk.p.PID()) {
+			left = append(left, wk.w.Rank)
+		}
+	}
+	return left
 }

@@ -3,10 +3,10 @@ package attempt
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"tpurun/internal/console"
-	"tpurun/internal/topology"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -20,14 +20,13 @@ type Terminal struct {
 	fd  int
 	own int // tpurun's process group
 
-	mu      sync.Mutex
-	to      *os.File // local rank 0's pseudo-terminal (its master), nil while none takes input
-	started bool
-	wake    [2]int        // a pipe: Close wakes the relay
-	done    chan struct{} // closed when the relay returned
+	mu   sync.Mutex
+	to   *os.File      // local rank 0's pseudo-terminal (its master), nil while none takes input
+	wake [2]int        // a pipe: Close wakes the relay
+	done chan struct{} // closed when the relay returned
 }
 
-// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil.
+// OpenTerminal is the terminal behind stdin when tpurun is in its foreground, else nil. Its relay runs until Close.
 func OpenTerminal(stdin *os.File) *Terminal {
 	if stdin == nil {
 		return nil
@@ -37,27 +36,19 @@ func OpenTerminal(stdin *os.File) *Terminal {
 	if err != nil || fg != syscall.Getpgrp() {
 		return nil
 	}
-	return &Terminal{f: stdin, fd: fd, own: fg, wake: [2]int{-1, -1}, done: make(chan struct{})}
+	t := &Terminal{f: stdin, fd: fd, own: fg, done: make(chan struct{})}
+	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
+		return nil // no relay without a way to end it
+	}
+	go t.relay()
+	return t
 }
 
-// foreground is the terminal's foreground process group now (0 when it cannot be read).
-func (t *Terminal) foreground() int { return console.ForegroundGroup(t.f) }
-
-// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on; the relay starts
-// with the first.
+// inputTo makes m (a worker's pseudo-terminal master) the one that gets what is typed from now on.
 func (t *Terminal) inputTo(m *os.File) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.to = m
-	if t.started {
-		return
-	}
-	if err := unix.Pipe2(t.wake[:], unix.O_CLOEXEC); err != nil {
-		t.to = nil // no relay without a way to end it: the worker reads nothing
-		return
-	}
-	t.started = true
-	go t.relay()
 }
 
 // inputEnd stops relaying to m (its worker exited, or its attempt is over): what is typed next stays in the terminal
@@ -70,20 +61,8 @@ func (t *Terminal) inputEnd(m *os.File) {
 	}
 }
 
-func (t *Terminal) target() *os.File {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.to
-}
-
 // Close ends the relay.
 func (t *Terminal) Close() {
-	t.mu.Lock()
-	started := t.started
-	t.mu.Unlock()
-	if !started {
-		return
-	}
 	_, _ = unix.Write(t.wake[1], []byte{0})
 	<-t.done
 	_, _ = unix.Close(t.wake[0]), unix.Close(t.wake[1])
@@ -110,10 +89,12 @@ func (t *Terminal) relay() {
 		if fds[1].Revents != 0 || fds[0].Revents&unix.POLLIN == 0 { // Close, or the terminal hung up
 			return
 		}
-		to := t.target()
-		if to == nil || t.foreground() != t.own {
-			if t.pause() {
-				return
+		t.mu.Lock()
+		to := t.to
+		t.mu.Unlock()
+		if to == nil || console.ForegroundGroup(t.f) != t.own { // input the relay does not take yet: wait a moment
+			if n, _ := unix.Poll([]unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}, 100); n > 0 {
+				return // Close
 			}
 			continue
 		}
@@ -132,25 +113,18 @@ func (t *Terminal) relay() {
 	}
 }
 
-// pause waits a moment (input the relay does not take yet), or until Close (true).
-func (t *Terminal) pause() bool {
-	fds := []unix.PollFd{{Fd: int32(t.wake[0]), Events: unix.POLLIN}}
-	n, _ := unix.Poll(fds, 100) // milliseconds
-	return n > 0
-}
-
-// stdinFor is what worker w reads, and whether it reads the terminal through a pseudo-terminal of its own: with a
-// terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read /dev/null, as the terminal
-// gives its input to one reader.
-func (r *Runner) stdinFor(w topology.Worker) (*os.File, bool) {
+// stdinFor is what the worker of local rank lr reads, and whether it reads the terminal through a pseudo-terminal
+// of its own: with a terminal in tpurun's foreground, local rank 0 does (see Terminal) and the others read
+// /dev/null, as the terminal gives its input to one reader.
+func (r *Runner) stdinFor(lr int) (*os.File, bool) {
 	switch {
 	case r.Stdin == nil || r.StdinTo == console.StdinNone:
 		return nil, false
-	case r.Term != nil && r.Term.foreground() == r.Term.own:
-		return nil, w.LocalRank == 0
+	case r.Term != nil && console.ForegroundGroup(r.Term.f) == r.Term.own:
+		return nil, lr == 0
 	case r.Term != nil || isTerminal(r.Stdin):
 		return nil, false // tpurun runs in the background: a reader of the terminal would be stopped (SIGTTIN)
-	case r.StdinTo == console.StdinFirst && w.LocalRank != 0:
+	case r.StdinTo == console.StdinFirst && lr != 0:
 		return nil, false
 	}
 	return r.Stdin, false
@@ -182,12 +156,7 @@ func (r *Runner) windowSize() *unix.Winsize {
 // resizeTerminals gives every worker's pseudo-terminal tpurun's window size (SIGWINCH; the kernel signals each
 // one's foreground group), and forwards the signal to the workers without one. false: no worker has one.
 func (s *supervisor) resizeTerminals() bool {
-	ws := s.r.windowSize()
-	some := false
-	for _, wk := range s.ws {
-		some = some || len(wk.masters) > 0
-	}
-	if !some {
+	if !slices.ContainsFunc(s.ws, func(wk *child) bool { return len(wk.masters) > 0 }) {
 		return false
 	}
 	for _, wk := range s.ws {
@@ -195,7 +164,7 @@ func (s *supervisor) resizeTerminals() bool {
 			s.signalOne(wk, syscall.SIGWINCH)
 		}
 	}
-	s.resizeMasters(ws)
+	s.resizeMasters(s.r.windowSize())
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,12 +28,6 @@ const exitBarrierTimeout = 5 * time.Minute
 // waits for the other nodes' outcome: they were told at once, and stop their workers within their grace.
 const stoppedExchangeSlack = 10 * time.Second
 
-// ended is an attempt that ended, and the controller's count of job-wide causes then (stop.Controller.StopSeq).
-type ended struct {
-	att     *attempt.Attempt
-	stopSeq int
-}
-
 // generation runs generation g of the world (rendezvous.LatestGeneration: the one being formed): join, plan,
 // barrier, one attempt of the local workers, collect, agree on the outcome. next is the generation every node
 // joins when the world failed or lost a node and may restart (restarts left, at least the minimum of nodes, no
@@ -43,7 +38,11 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	if v != nil {
 		return -1, closedVerdict(v, len(rep.Attempts) > 0)
 	}
-	defer func() { _ = s.Close() }()
+	var bg sync.WaitGroup
+	defer func() { // closing the session ends its Failures: the reader below returns
+		_ = s.Close()
+		bg.Wait()
+	}()
 	a := s.Assignment()
 	g = a.Generation // the world's count of restarts, whatever this node joined as
 	w, v := j.agree(s, a)
@@ -52,11 +51,6 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 	}
 	// Another node's failure stops this node's attempt (through the controller); this node's own stop is told to
 	// the others at once.
-	var bg sync.WaitGroup
-	defer func() { // closing the session ends its Failures: the reader below returns
-		_ = s.Close()
-		bg.Wait()
-	}()
 	bg.Go(func() {
 		for f := range s.Failures() {
 			j.log.Warn("another node: "+f.String(), zap.Stringer("failure", f))
@@ -64,13 +58,14 @@ func (j *job) generation(rz *rendezvous.Rendezvous, g int, rep *spec.Report) (ne
 		}
 	})
 	coll := j.newCollector(w.Plan, w.NodeRank)
+	j.obs.Emit(spec.Event{Kind: spec.AttemptStarted, Attempt: g})
 	att, seq := j.runner.Run(attempt.Spec{N: g, Plan: w.Plan, NodeRank: w.NodeRank, MasterAddr: w.MasterAddr,
-		MasterPort: w.MasterPort, Sink: coll, Announce: func(c *stop.Cause) {
+		MasterPort: w.MasterPort, Results: coll, Announce: func(c *stop.Cause) {
 			bg.Go(func() { j.announce(s, c) })
 		}})
 	rep.Attempts = append(rep.Attempts, att)
 	j.obs.Emit(spec.Event{Kind: spec.AttemptEnded, Attempt: g, Ended: att, Report: rep})
-	return j.conclude(s, a, ended{att, seq}, coll, rep)
+	return j.conclude(s, a, att, seq, coll, rep)
 }
 
 // announce tells the other nodes that this node stops, within a short bound (a dead store must not hold it).
@@ -113,9 +108,10 @@ func (j *job) stopVerdict(ctx context.Context, during string, v *stop.Verdict) *
 }
 
 // conclude exchanges this node's outcome of generation g for the world's verdict (node 0 merges every node's
-// results and decides the code every node exits with) and says what comes next: a restart, or the end.
-func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, coll *results.Collector, rep *spec.Report) (int, *stop.Verdict) {
-	att := e.att
+// results and decides the code every node exits with) and says what comes next: a restart, or the end. stopSeq is
+// the controller's count of job-wide causes when att ended (stop.Controller.StopSeq).
+func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, att *attempt.Attempt, stopSeq int,
+	coll *results.Collector, rep *spec.Report) (int, *stop.Verdict) {
 	mine := outcome{Node: a.NodeRank, Verdict: published(att.Verdict)}
 	if a.NodeRank != 0 {
 		mine.WantDocument = j.spec.Results.Document || j.spec.Results.File != ""
@@ -128,7 +124,7 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, 
 	}
 	tctx, tcancel := context.WithTimeout(context.Background(), bound)
 	defer tcancel()
-	ctx, cancel := j.ctl.WaitContext(tctx, e.stopSeq) // not the job's context: a node that stopped still reports how
+	ctx, cancel := j.ctl.WaitContext(tctx, stopSeq) // not the job's context: a node that stopped still reports how
 	defer cancel()
 	all, err := publishGather(ctx, s, "outcome", mine, a.NNodes)
 	if err != nil {
@@ -141,11 +137,8 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, 
 		jobV = j.worldResults(all, att, coll, wv, failed, rep)
 		final.Verdict = published(jobV)
 		final.Verdict.Node = wv.Node
-		for _, oc := range all[1:] {
-			if oc.WantDocument {
-				final.Document = rep.Results
-				break
-			}
+		if slices.ContainsFunc(all[1:], func(oc outcome) bool { return oc.WantDocument }) {
+			final.Document = rep.Results
 		}
 	}
 	finals, err := publishGather(ctx, s, "final", final, a.NNodes)
@@ -153,20 +146,15 @@ func (j *job) conclude(s rendezvous.Session, a *rendezvous.Assignment, e ended, 
 		return j.noVerdict(ctx, s, a.Generation, att, err)
 	}
 	next, v := j.next(a, att, mine, finals[0], jobV, failed, rep)
-	j.leave(ctx, s, a.Generation, next < 0, finals[0].Verdict.Code)
-	return next, v
-}
-
-// leave ends this node's part in generation g once the world's verdict is known: when the job ends there (last:
-// no restart follows), it first closes the job with the world's code, so that a node waiting for a next
-// generation, or arriving late, learns that the job is over (Session.Finish); then it leaves.
-func (j *job) leave(ctx context.Context, s rendezvous.Session, g int, last bool, code int) {
-	if last {
-		if err := s.Finish(ctx, code); err != nil {
-			j.log.Warn("could not record that the job closed", zap.Int("generation", g), zap.Error(err))
+	// This node's part in the generation ends. When the job ends there, it is first closed with the world's code,
+	// so that a node waiting for a next generation, or arriving late, learns that the job is over.
+	if next < 0 {
+		if err := s.Finish(ctx, finals[0].Verdict.Code); err != nil {
+			j.log.Warn("could not record that the job closed", zap.Int("generation", a.Generation), zap.Error(err))
 		}
 	}
 	_ = s.Leave(ctx)
+	return next, v
 }
 
 // closedVerdict is v, unless the join found the job already finished (rendezvous.ErrJobClosed: a late node, or a
@@ -262,21 +250,18 @@ func (j *job) logRestart(nnodes, g, node, code int, verdict string) {
 // cause (this node's own attempt's, or that stop), and the other nodes are told; when a node is lost, a restart if
 // one is left; else its own failure if it had one, or a rendezvous failure.
 func (j *job) noVerdict(ctx context.Context, s rendezvous.Session, g int, att *attempt.Attempt, err error) (int, *stop.Verdict) {
+	var v *stop.Verdict
 	if c := stop.CauseOf(ctx); c != nil {
 		j.log.Warn(c.String() + " while waiting for the other nodes' outcome: stopping the run")
 		j.announce(s, c)
-		if att.Verdict.Code != 0 && att.Verdict.Own() {
-			return -1, att.Verdict
-		}
-		return -1, c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
-	}
-	v := verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
-	if errors.Is(err, rendezvous.ErrNodeLost) {
+		v = c.VerdictDuring("the wait for the other nodes' outcome", j.spec.Timeout)
+	} else {
+		v = verdictOf(fmt.Errorf("%w: no world-wide verdict: %w", failure.ErrRendezvous, err))
 		if next, _ := j.lost(g, v); next >= 0 {
 			return next, nil
 		}
 	}
-	if att.Verdict.Code != 0 && att.Verdict.Own() {
+	if att.Verdict.Code != 0 && att.Verdict.Reason.Own() {
 		return -1, att.Verdict
 	}
 	return -1, v

@@ -40,7 +40,7 @@ func published(v *stop.Verdict) stop.Verdict {
 func worldVerdict(all []outcome) (v stop.Verdict, failed bool) {
 	pick := -1
 	for i, o := range all {
-		if o.Verdict.Code != 0 && (pick < 0 || o.Verdict.Own() && !all[pick].Verdict.Own()) {
+		if o.Verdict.Code != 0 && (pick < 0 || o.Verdict.Reason.Own() && !all[pick].Verdict.Reason.Own()) {
 			pick = i
 		}
 	}
@@ -64,14 +64,12 @@ func publishGather(ctx context.Context, s rendezvous.Session, key string, mine o
 	if err != nil {
 		return nil, err
 	}
-	all := make([]outcome, 0, len(bufs))
+	all := make([]outcome, len(bufs))
 	for n, buf := range bufs {
-		var oc outcome
-		if err := json.Unmarshal(buf, &oc); err != nil {
+		if err := json.Unmarshal(buf, &all[n]); err != nil {
 			return nil, fmt.Errorf("%s of node %d: %w", key, n, err)
 		}
-		oc.Node = n
-		all = append(all, oc)
+		all[n].Node = n
 	}
 	return all, nil
 }

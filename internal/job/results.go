@@ -6,7 +6,6 @@ import (
 	"go.uber.org/zap"
 
 	"tpurun/internal/failure"
-	"tpurun/internal/proc"
 	"tpurun/internal/results"
 	"tpurun/internal/spec"
 	"tpurun/internal/topology"
@@ -68,12 +67,7 @@ func (j *job) runFailure(doc *results.Document, runErr error) error {
 	if err := j.targetError(doc); err != nil {
 		return err
 	}
-	var we *proc.WorkerError
-	var ne *failure.NodeError
-	switch {
-	case runErr == nil:
-		return nil
-	case errors.As(runErr, &we), errors.As(runErr, &ne), !errors.Is(runErr, failure.ErrResults):
+	if runErr != nil && !errors.Is(runErr, failure.ErrResults) { // a worker's or a node's failure is never ErrResults
 		return runErr
 	}
 	return nil

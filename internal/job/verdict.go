@@ -13,7 +13,7 @@ import (
 )
 
 // verdictOf is the verdict of an error that ended a job outside an attempt (a join that failed, a start that
-// never happened): a verdict already is one; anything else is wrapped with the code it maps to.
+// never happened): a verdict already is one; anything else is wrapped with the code and the reason it maps to.
 func verdictOf(err error) *stop.Verdict {
 	if err == nil {
 		return nil
@@ -22,23 +22,19 @@ func verdictOf(err error) *stop.Verdict {
 	if errors.As(err, &v) {
 		return v
 	}
-	return &stop.Verdict{Reason: reasonOf(err), Code: failure.ExitCode(err), Node: -1, Err: err}
-}
-
-// reasonOf names the stop reason of an error that ended a job outside an attempt.
-func reasonOf(err error) stop.Reason {
+	v = &stop.Verdict{Reason: stop.Done, Code: failure.ExitCode(err), Node: -1, Err: err}
 	var se *failure.SignalError
 	switch {
 	case errors.As(err, &se):
-		return stop.Signal
+		v.Reason = stop.Signal
 	case errors.Is(err, failure.ErrTimeout):
-		return stop.Timeout
+		v.Reason = stop.Timeout
 	case errors.Is(err, context.Canceled):
-		return stop.Canceled
+		v.Reason = stop.Canceled
 	case errors.Is(err, rendezvous.ErrNodeLost):
-		return stop.Lost
+		v.Reason = stop.Lost
 	}
-	return stop.Done
+	return v
 }
 
 // causeOf is the cause of a rendezvous session's news: the store lost (job-wide: 69 naming its endpoint), another

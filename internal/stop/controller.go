@@ -38,14 +38,51 @@ type Controller struct {
 	consoles []*console.Console
 	job      jobControl // job control: SIGTSTP, SIGTTIN, SIGTTOU and SIGCONT
 
-	mu      sync.Mutex
-	first   *Cause // the first job-wide cause
-	last    *Cause // the latest job-wide cause
-	seq     int    // how many job-wide causes came so far
-	hurried bool   // a second stop came: nothing waits any more
-	jobCtx  context.Context
-	cancel  context.CancelCauseFunc
-	waiters map[*context.CancelCauseFunc]struct{}
+	mu       sync.Mutex
+	last     *Cause          // the latest job-wide cause
+	seq      int             // how many job-wide causes came so far
+	hurried  bool            // a second stop came: nothing waits any more
+	jobCtx   context.Context // canceled by the first job-wide cause
+	cancel   context.CancelCauseFunc
+	waits    context.Context // canceled by the next job-wide cause, then made anew (see WaitContext)
+	endWaits context.CancelCauseFunc
+}
+
+// Attempt is what the controller drives while one attempt of this node's workers runs (internal/attempt's
+// supervisor): attached with Attach, detached with Detach, and called only on the controller's goroutine.
+type Attempt interface {
+	// Wakeups are the channels the loop waits on for the attempt now.
+	Wakeups() Wakeups
+	// GraceExpired: the grace period of Wakeups.Grace is over.
+	GraceExpired()
+	// CheckOrphans: a look at what the workers left (Wakeups.Orphans or Wakeups.Poll).
+	CheckOrphans()
+
+	// Stop begins to stop the attempt for x, unless it already stops (the first cause decides its verdict).
+	Stop(x *Cause)
+	// Forward passes a signal of the forward policy to every worker group.
+	Forward(sig syscall.Signal)
+	// SecondStop kills at once: the stop signal sig came again (0: the timeout expired while the grace ran); why
+	// says so in words ("second SIGTERM").
+	SecondStop(sig syscall.Signal, why string)
+	// GraceBegan reports whether the attempt has begun to stop: a stop signal now is a second stop.
+	GraceBegan() bool
+
+	// Signal sends sig to every worker group as a shell's job control does: a stop signal (SIGTSTP, SIGTTIN,
+	// SIGTTOU) stops them, SIGCONT resumes them and gives their terminals the window size of now.
+	Signal(sig syscall.Signal)
+	// Unstopped are the ranks of the workers neither stopped nor gone (procRoot's /proc).
+	Unstopped(procRoot string) []int
+	// StopForegroundJobs stops what runs in the foreground of each worker's terminal, once the workers are stopped.
+	StopForegroundJobs()
+}
+
+// Wakeups are the channels of the attached attempt that the loop selects on; a nil one blocks forever.
+type Wakeups struct {
+	Exits   <-chan func()    // a worker exited: the call that takes its exit, made on the loop
+	Grace   <-chan time.Time // the grace period expired (Attempt.GraceExpired)
+	Orphans <-chan struct{}  // the reaper reaped a process while the attempt sweeps (Attempt.CheckOrphans)
+	Poll    <-chan time.Time // a look at the orphans without a reaper to tell (Attempt.CheckOrphans)
 }
 
 // stopped is the cause a context of the controller is canceled with.
@@ -67,8 +104,9 @@ func NewController(ctx context.Context, log *zap.Logger, timeout time.Duration, 
 	consoles []*console.Console) *Controller {
 	c := &Controller{log: log, timeout: timeout, procRoot: procRoot, ctx: ctx, sigs: sigs, outErr: outErr,
 		msgs: make(chan func()), quit: make(chan struct{}), done: make(chan struct{}), seen: map[syscall.Signal]bool{},
-		consoles: consoles, waiters: map[*context.CancelCauseFunc]struct{}{}}
+		consoles: consoles}
 	c.jobCtx, c.cancel = context.WithCancelCause(context.Background())
+	c.waits, c.endWaits = context.WithCancelCause(context.Background())
 	if timeout > 0 {
 		c.timer = time.NewTimer(timeout)
 		c.timeoutC = c.timer.C
@@ -136,7 +174,7 @@ func (c *Controller) Do(f func()) {
 }
 
 // Stop reports a cause to stop from any goroutine: a failure of another node, a lost node, the rendezvous store
-// gone, the job closed.
+// gone, a worker that could not start.
 func (c *Controller) Stop(x *Cause) { c.Do(func() { c.onCause(x) }) }
 
 // JobContext is canceled by the first job-wide cause: the join, the barrier and the decision to restart use it,
@@ -144,11 +182,7 @@ func (c *Controller) Stop(x *Cause) { c.Do(func() { c.onCause(x) }) }
 func (c *Controller) JobContext() context.Context { return c.jobCtx }
 
 // JobCause is the first job-wide cause, nil while none.
-func (c *Controller) JobCause() *Cause {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.first
-}
+func (c *Controller) JobCause() *Cause { return CauseOf(c.jobCtx) }
 
 // StopSeq counts the job-wide causes so far (see WaitContext).
 func (c *Controller) StopSeq() int {
@@ -166,14 +200,10 @@ func (c *Controller) WaitContext(parent context.Context, since int) (context.Con
 	if c.seq > since || c.hurried {
 		cancel(&stopped{c.last})
 	}
-	c.waiters[&cancel] = struct{}{}
+	waits := c.waits
 	c.mu.Unlock()
-	return ctx, func() {
-		c.mu.Lock()
-		delete(c.waiters, &cancel)
-		c.mu.Unlock()
-		cancel(nil)
-	}
+	stop := context.AfterFunc(waits, func() { cancel(context.Cause(waits)) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // onCause takes one cause: a job-wide one is recorded (the first one ends the job) and ends every wait; any cause
@@ -181,15 +211,11 @@ func (c *Controller) WaitContext(parent context.Context, since int) (context.Con
 func (c *Controller) onCause(x *Cause) {
 	if x.Reason.JobWide() {
 		c.mu.Lock()
-		if c.first == nil {
-			c.first = x
-			c.cancel(&stopped{x})
-		}
+		c.cancel(&stopped{x}) // the first one's cause stays
 		c.seq++
 		c.last = x
-		for w := range c.waiters {
-			(*w)(&stopped{x})
-		}
+		c.endWaits(&stopped{x})
+		c.waits, c.endWaits = context.WithCancelCause(context.Background())
 		c.mu.Unlock()
 	}
 	switch {
@@ -220,12 +246,8 @@ func (c *Controller) Attach(a Attempt) {
 	})
 }
 
-// Detach ends the supervision of s (on the loop goroutine, when its attempt is over).
-func (c *Controller) Detach(s Attempt) {
-	if c.att == s {
-		c.att = nil
-	}
-}
+// Detach ends the supervision of the attached attempt (on the loop goroutine, when it is over).
+func (c *Controller) Detach() { c.att = nil }
 
 // onSignal applies the signal policy (policyOf, below) to one signal tpurun received.
 func (c *Controller) onSignal(sig os.Signal) {
@@ -257,26 +279,24 @@ func (c *Controller) onStopSignal(s syscall.Signal) {
 	for _, con := range c.consoles {
 		con.Stopped(s) // output dropped from now on was lost to s
 	}
-	if !second {
-		c.onCause(SignalCause(s))
-		if c.att == nil || c.att.AllExited() {
-			// No worker runs: only readers of the output are left to wait for, and that wait is now bounded.
-			c.Hurry()
+	if second {
+		if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
+			c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
+				zap.String("signal", failure.SignalName(s)))
 		}
-		return
+		c.mu.Lock()
+		c.hurried = true
+		c.mu.Unlock()
 	}
-	if c.att == nil { // else the attempt says it, once, as it kills ("second SIGINT: SIGKILL to every worker group")
-		c.log.Warn("second stop signal "+failure.SignalName(s)+": not waiting for a reader of the output or for the other nodes",
-			zap.String("signal", failure.SignalName(s)))
-	}
-	c.mu.Lock()
-	c.hurried = true
-	c.mu.Unlock()
-	c.onCause(SignalCause(s)) // recorded if it is the first job-wide cause, and every wait ends
-	if c.att != nil {
+	c.onCause(SignalCause(s)) // a second one too: recorded if it is the first job-wide cause, and every wait ends
+	if second && c.att != nil {
 		c.att.SecondStop(s, "second "+failure.SignalName(s))
 	}
-	c.Hurry()
+	if second || c.att == nil {
+		// Once no worker runs, only readers of the output are left to wait for, and that wait is now bounded (an
+		// attempt whose workers all exited bounds it itself).
+		c.Hurry()
+	}
 }
 
 // onTimeout: --timeout stops the run; when the attempt's grace has already begun (it stops for another cause),

@@ -22,10 +22,6 @@ const (
 	jobResuming                 // running again on a SIGCONT os/signal has yet to hand over: that one changes nothing once read
 )
 
-var jobPhaseNames = [...]string{"running", "stopping", "held", "resuming"}
-
-func (p jobPhase) String() string { return jobPhaseNames[p] }
-
 // jobEventKind is what happens to the run's job control.
 type jobEventKind int
 
@@ -80,8 +76,9 @@ func (c *Controller) jobEvent(k jobEventKind, sig syscall.Signal) {
 		case k == jobContinue && j.phase == jobResuming:
 			j.phase = jobRunning // the SIGCONT the job resumed on, read late: the workers got theirs already
 		case k == jobContinue:
-			c.watchStops() // a stop signal read next that came before this SIGCONT is discarded
-			c.onContinue() // forwarded: the workers may have been stopped from outside
+			// Forwarded: the workers may have been stopped from outside. A stop signal read next that came before
+			// this SIGCONT is discarded.
+			c.endJobStop("", false)
 		}
 	case jobStopping, jobHeld:
 		switch {
@@ -89,7 +86,7 @@ func (c *Controller) jobEvent(k jobEventKind, sig syscall.Signal) {
 			c.endJobStop("SIGCONT: the stop is over, every worker resumed", false)
 		case k == jobCancel:
 			c.endJobStop("stopping the run: the job-control stop is given up, every worker resumed", false)
-		case k == jobTick && c.continueCame(): // a SIGCONT os/signal has not handed over yet
+		case k == jobTick && j.stopper.ContinueCame(): // the latch: a SIGCONT os/signal has not handed over yet
 			c.endJobStop("SIGCONT: the stop is over, every worker resumed", true)
 		case k == jobTick && j.phase == jobStopping:
 			c.checkJobStop()
@@ -104,7 +101,10 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 	if c.cannotBeResumed(s) || !c.ensureStopper(s) {
 		return
 	}
-	if c.stopBeforeContinue() {
+	// A stop signal sent before the latest SIGCONT read (the latch watchStops set then saw none since): pending when
+	// the job resumed (`stty tostop` output, a Ctrl-Z typed before fg), or read in the same instant, their order
+	// lost. The continue wins, and nothing is left stopped.
+	if !j.stopper.StopCame() {
 		c.log.Debug("job control: " + failure.SignalName(s) + " discarded: a SIGCONT came after it (the last of a stop and a continue wins)")
 		return
 	}
@@ -122,7 +122,7 @@ func (c *Controller) beginJobStop(s syscall.Signal) {
 	j.deadline, j.settled = time.Now().Add(jobStopWait), time.Now().Add(jobStopSettle)
 	j.ticker = time.NewTicker(2 * time.Millisecond) // the stop takes as long as the workers' scheduling
 	if c.att != nil {
-		c.att.JobStop(s)
+		c.att.Signal(s)
 	}
 	c.jobEvent(jobTick, 0)
 }
@@ -150,14 +150,7 @@ func (c *Controller) haveStopper() bool {
 	return j.stopper != nil
 }
 
-// stopBeforeContinue reports whether the stop signal being read was sent before the latest SIGCONT read (the latch
-// watchStops set then saw none since): pending when the job resumed (`stty tostop` output, a Ctrl-Z typed before
-// fg), or read in the same instant, their order lost. The continue wins, and nothing is left stopped.
-func (c *Controller) stopBeforeContinue() bool {
-	return c.job.stopper != nil && !c.job.stopper.StopCame()
-}
-
-// watchStops sets the latch at a SIGCONT and once the job resumed (see stopBeforeContinue).
+// watchStops sets the latch at a SIGCONT and once the job resumed (see beginJobStop).
 func (c *Controller) watchStops() {
 	if !c.haveStopper() {
 		return
@@ -165,11 +158,6 @@ func (c *Controller) watchStops() {
 	if _, err := c.job.stopper.WatchStops(); err != nil { // not armed: a stop signal under way, read next, counts
 		c.log.Debug("job control: latch not set", zap.Error(err))
 	}
-}
-
-// continueCame reports whether a SIGCONT came since the stop began (the latch), whether os/signal told it yet or not.
-func (c *Controller) continueCame() bool {
-	return c.job.stopper != nil && c.job.stopper.ContinueCame()
 }
 
 // checkJobStop looks whether tpurun may stop itself now: every worker stopped (or gone), no worker being forked and
@@ -240,15 +228,9 @@ func (c *Controller) endJobStop(why string, unread bool) {
 	}
 	j.resume(phase)
 	c.watchStops() // first: a stop signal sent once a resumed worker could be seen running counts
-	c.onContinue()
-}
-
-// onContinue resumes every worker group, and gives their pseudo-terminals the terminal's size of now.
-func (c *Controller) onContinue() {
-	if c.att == nil {
-		return
+	if c.att != nil {
+		c.att.Signal(syscall.SIGCONT)
 	}
-	c.att.Resume()
 }
 
 // JobStopping is the stop signal of a job-control stop under way or holding the workers, 0 while none: a worker

@@ -106,7 +106,7 @@ func Coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 			}
 			select {
 			case s := <-in:
-				if pendingCount(pending, s) < repeats(s) {
+				if pendable(pending, s) {
 					pending = append(pending, s)
 				}
 			case send <- next:
@@ -119,23 +119,17 @@ func Coalesce(in <-chan os.Signal, done <-chan struct{}) <-chan os.Signal {
 	return out
 }
 
-func pendingCount(pending []os.Signal, s os.Signal) int {
+// pendable reports whether s may join pending: a stop signal up to twice (a second SIGINT kills at once), any
+// other once.
+func pendable(pending []os.Signal, s os.Signal) bool {
 	n := 0
 	for _, p := range pending {
 		if p == s {
 			n++
 		}
 	}
-	return n
-}
-
-// repeats is how many of s may be pending at once: a stop signal twice (a second SIGINT kills at once), any other
-// once.
-func repeats(s os.Signal) int {
-	if sig, ok := s.(syscall.Signal); ok && policyOf(sig) == policyStop {
-		return 2
-	}
-	return 1
+	sig, _ := s.(syscall.Signal)
+	return n == 0 || n == 1 && policyOf(sig) == policyStop
 }
 
 // ExitWithParent makes this process send itself SIGTERM when the process that started it exits
