@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
-	"tpurun/internal/proc"
-	"tpurun/worker"
 
 	"go.uber.org/zap"
+
+	"tpurun/internal/proc"
+	"tpurun/worker"
 )
 
 // drain reads every pipe to EOF: with the subtree gone every write end is closed, unless a process outside it

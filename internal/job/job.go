@@ -7,9 +7,7 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"sync"
 	"time"
 
@@ -105,38 +103,6 @@ func (j *job) generations(rz *rendezvous.Rendezvous, gen int) (*spec.Report, err
 	}
 }
 
-// copyRootCause does what torchrun's @record does in the launcher when a worker failed: when the launcher itself
-// runs with a TORCHELASTIC_ERROR_FILE (a parent that launched it under its own @record), the failing rank's record
-// is written there, with "errorCode" set to the rank's exit code, so the parent reports the real root cause. A
-// failing rank that wrote no record leaves the file alone, as under torchrun.
-func (j *job) copyRootCause(rep *spec.Report) {
-	dst := spec.LookupEnv(j.spec.Env, "TORCHELASTIC_ERROR_FILE")
-	a := rep.Last()
-	if dst == "" || a == nil {
-		return
-	}
-	s := a.Failed()
-	if s == nil || s.Error == nil || len(s.Error.Raw()) == 0 {
-		return
-	}
-	var doc map[string]any
-	if err := json.Unmarshal(s.Error.Raw(), &doc); err != nil {
-		return
-	}
-	if m, ok := doc["message"].(map[string]any); ok {
-		m["errorCode"] = s.ExitCode
-	}
-	b, err := json.Marshal(doc)
-	if err == nil {
-		err = os.WriteFile(dst, b, 0o644)
-	}
-	if err != nil {
-		j.log.Warn("could not copy the failing rank's error to the launcher's TORCHELASTIC_ERROR_FILE", zap.String("file", dst), zap.Error(err))
-		return
-	}
-	j.log.Info("failing rank's error copied to the launcher's TORCHELASTIC_ERROR_FILE", zap.Int("rank", s.Rank), zap.String("file", dst))
-}
-
 // stoppedOr is err, or the verdict of the job-wide stop that made it fail (a signal during detection).
 func (j *job) stoppedOr(err error, during string) error {
 	if c := j.ctl.JobCause(); c != nil && errors.Is(err, context.Canceled) {
@@ -223,23 +189,4 @@ func (j *job) newRunner() *attempt.Runner {
 		r.Starter = pl
 	}
 	return r
-}
-
-// startReaping sets up what the job's Spec leaves to Run: the signals it catches (sigs nil, unless noSignals) and
-// the reaper (unless noReaper; PID 1 always reaps). It returns the run's signals, the reaper lent to the run (nil
-// without one) and undoAll, which undoes both once the job is over.
-func startReaping(log *zap.Logger, sigs <-chan os.Signal, noSignals, noReaper bool) (_ <-chan os.Signal, rp *proc.Reaper, undoAll func()) {
-	stopSigs, release := func() {}, func() {}
-	if sigs == nil && !noSignals {
-		sigs, stopSigs = stop.NotifySignals()
-	}
-	if !noReaper || os.Getpid() == 1 {
-		r, rel, err := proc.LendReaper(log.Named("reaper"))
-		if err != nil {
-			log.Warn("cannot become the child subreaper; sweeping orphans by environment", zap.Error(err))
-		} else {
-			rp, release = r, rel
-		}
-	}
-	return sigs, rp, func() { release(); stopSigs() }
 }
