@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -34,8 +33,6 @@ type Options struct {
 	MetadataURL string
 	// MetadataBudget bounds all metadata queries of one Detect together (--metadata-timeout); 0 means 3s.
 	MetadataBudget time.Duration
-	// HTTPClient is used for metadata queries; nil means a fresh client that never uses a proxy.
-	HTTPClient *http.Client
 }
 
 // Roots are the OS roots Detect reads (Host's SysfsRoot, DevRoot, ProcRoot): each one given, else

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -39,7 +38,6 @@ const (
 type MetadataClient struct {
 	base     string
 	http     *http.Client
-	timeout  time.Duration
 	attempts int
 	backoff  time.Duration
 	deadline time.Time
@@ -55,34 +53,19 @@ type metadataAnswer struct {
 }
 
 // NewMetadataClient builds a client for base (a bare "host:port", as in GCE_METADATA_HOST, gets http://) whose
-// queries all end within budget from now; a nil hc means one that ignores proxy settings (metadataTransport).
-func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
+// queries all end within budget from now. It uses no proxy (a container's HTTP_PROXY cannot reach the VM's own
+// link, and the queries would stall until the budget ends) and no keep-alive (nothing outlives one Detect).
+func NewMetadataClient(base string, budget time.Duration, log *zap.Logger) *MetadataClient {
 	if base = cmp.Or(base, defaultMetadataBase); !strings.Contains(base, "://") {
 		base = "http://" + base
-	}
-	if hc == nil {
-		hc = &http.Client{Transport: metadataTransport()}
 	}
 	if budget <= 0 {
 		budget = DefaultMetadataBudget
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: min(defaultRequestTimeout, budget)}
 	return &MetadataClient{
-		base: strings.TrimRight(base, "/"), http: hc, timeout: min(defaultRequestTimeout, budget), attempts: defaultAttempts,
-		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
-	}
-}
-
-// metadataTransport is the transport of the default client: no proxy (a container's HTTP_PROXY cannot reach the
-// VM's own link, and the queries would stall until the budget ends), no keep-alive (nothing outlives one Detect).
-func metadataTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: defaultRequestTimeout}).DialContext,
-		DisableKeepAlives:   true,
-		TLSHandshakeTimeout: defaultRequestTimeout,
+		base: strings.TrimRight(base, "/"), http: hc, attempts: defaultAttempts, backoff: defaultMetadataBackoff,
+		deadline: time.Now().Add(budget), log: cmp.Or(log, zap.NewNop()), cache: map[string]metadataAnswer{},
 	}
 }
 
@@ -155,9 +138,7 @@ func retryable(status int, err error) bool {
 }
 
 func (m *MetadataClient) once(ctx context.Context, url string) (string, int, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", 0, err
 	}

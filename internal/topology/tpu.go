@@ -313,6 +313,6 @@ func (tpu) probe(ctx context.Context, h *Host, opts Options, log *zap.Logger) *P
 	if base == "" && opts.LookupEnv != nil {
 		base, _ = opts.LookupEnv("GCE_METADATA_HOST")
 	}
-	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, log))
+	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.MetadataBudget, log))
 	return &p
 }
