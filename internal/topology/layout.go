@@ -116,7 +116,7 @@ func coordinatorHost(addr string) string {
 func (h *Host) Alone() *Host {
 	c := *h
 	c.NodeHosts, c.NodeRank = Value[[]string]{}, Value[int]{}
-	t, ok := h.state.(*tpuHost)
+	t, ok := h.state.(*TPUFacts)
 	if !ok {
 		return &c
 	}

@@ -106,8 +106,9 @@ func tpuNodes(devRoot, style string) []string {
 // DefaultLockfile is where libtpu takes its lockf when one process uses all chips.
 const DefaultLockfile = "/tmp/libtpu_lockfile"
 
-// tpuHost is what detection finds on a TPU host (Host's state): the chips (PCI address order) and the slice.
-type tpuHost struct {
+// TPUFacts are what detection finds on a TPU host (Host's state): the chips (PCI address order) and the slice,
+// which decide how torch_xla and JAX in its workers see it (what doctor explains).
+type TPUFacts struct {
 	Chips       []Chip             `json:"chips,omitempty"`
 	ChipsSource Source             `json:"chips_source"`
 	Family      string             `json:"family,omitempty"` // "v4", "v5litepod", "v2/v3", ...
@@ -134,11 +135,11 @@ type tpuHost struct {
 }
 
 // tpu is the host's TPU state; a host of another kind has none (an empty one, which nothing keeps).
-func (h *Host) tpu() *tpuHost {
-	if t, ok := h.state.(*tpuHost); ok {
+func (h *Host) tpu() *TPUFacts {
+	if t, ok := h.state.(*TPUFacts); ok {
 		return t
 	}
-	return &tpuHost{}
+	return &TPUFacts{}
 }
 
 // AcceleratorType is the TPU slice's accelerator type ("v4-16"), "" when none is known (and on other kinds).
@@ -147,26 +148,9 @@ func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
 // Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
 func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
 
-// TPUFacts are what detection found on a TPU host that decides how torch_xla and JAX in its workers see the slice
-// (what doctor explains); the zero value on another kind.
-type TPUFacts struct {
-	Family            string        // "v4", "tpu7x", "v2/v3", ...
-	UsableChips       int           // the chips this launcher may use
-	ProcessBounds     Value[Bounds] // TPU_PROCESS_BOUNDS, when given (env or metadata)
-	ParentSkipMDS     Value[string] // the parent's TPU_SKIP_MDS_QUERY, when set
-	TorchXLAMetadata  bool          // the metadata server holds everything torch_xla reads from it
-	HostnameEndpoints bool          // worker-network-endpoints listed host names only, which torch_xla cannot read
-	// Where the accelerator type, the host list and the worker id came from.
-	Accelerator, Hostnames, WorkerID Source
-}
-
-// TPUFacts are the host's TPU facts.
-func (h *Host) TPUFacts() TPUFacts {
-	t := h.tpu()
-	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds,
-		ParentSkipMDS: t.SkipMDS, TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints,
-		Accelerator: t.Accelerator.Source, Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
-}
+// TPUFacts are a copy of the host's TPU facts (sharing their slices and map: read them only); the zero value on
+// another kind.
+func (h *Host) TPUFacts() TPUFacts { return *h.tpu() }
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several), planned as torch_xla and JAX expect
 // (docs/TOPOLOGY.md).
@@ -202,7 +186,7 @@ func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 }
 
 func (tpu) detect(ctx context.Context, d *detector) error {
-	d.h.state = &tpuHost{}
+	d.h.state = &TPUFacts{}
 	return d.detectTPU(ctx)
 }
 
