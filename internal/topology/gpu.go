@@ -201,20 +201,14 @@ func (gpu) plan(h *Host, req Request) (*Plan, error) {
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
 	}
 	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
-	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
-	for i := 0; i < n; i++ {
-		env := map[string]string{
-			"PJRT_DEVICE":              "CUDA",
-			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
-			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
-			"GPU_NUM_DEVICES":          strconv.Itoa(n),
-			EnvJAXLocalDeviceIDs:       strconv.Itoa(i % len(gpus)),
-		}
+	p := localPlan(GPU, "CUDA", n)
+	for i, w := range p.Workers {
+		w.Env["GPU_NUM_DEVICES"] = strconv.Itoa(n)
+		w.Env[EnvJAXLocalDeviceIDs] = strconv.Itoa(i % len(gpus))
 		if req.IsolateGPUs {
-			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
-			env[EnvJAXLocalDeviceIDs] = "0"
+			w.Env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
+			w.Env[EnvJAXLocalDeviceIDs] = "0"
 		}
-		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: env})
 	}
 	return p, nil
 }
