@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bufio"
 	"strconv"
 	"strings"
 
@@ -87,23 +86,15 @@ func ParseHostList(s string) ([]string, error) {
 // ParseTPUEnv parses the metadata's tpu-env: lines `KEY: 'value'` (quotes optional) or blank.
 func ParseTPUEnv(body string) (map[string]string, error) {
 	out := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		l := strings.TrimSpace(sc.Text())
-		if l == "" {
+	for i, l := range strings.Split(body, "\n") {
+		if l = strings.TrimSpace(l); l == "" {
 			continue
 		}
-		k, v, err := parseTPUEnvLine(line, l)
+		k, v, err := parseTPUEnvLine(i+1, l)
 		if err != nil {
 			return nil, err
 		}
 		out[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, parseErrorf("tpu-env: %v", err)
 	}
 	if len(out) == 0 {
 		return nil, parseErrorf("tpu-env is empty")
