@@ -90,6 +90,7 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 	defer cancel()
 	var last error
 	status, backoff, attempt := 0, m.backoff, 0
+retry:
 	for attempt < m.attempts {
 		attempt++
 		start := time.Now()
@@ -104,24 +105,17 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 			err, st = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last), status
 		}
 		status, last = st, err
-		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts || !sleep(ctx, backoff) {
+		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts {
 			break // no wait after the last attempt
+		}
+		select {
+		case <-ctx.Done():
+			break retry
+		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
 	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
-}
-
-// sleep waits d unless ctx ends first, and reports whether it waited.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // errStatus is an HTTP answer other than 200.

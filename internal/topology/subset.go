@@ -35,13 +35,8 @@ func subsetError(h *Host) error {
 			}
 		}
 	}
-	if fix == 0 {
-		fix = 1
-	}
-	keep := t.Usable.V
-	if len(keep) > fix {
-		keep = keep[:fix]
-	}
+	fix = max(fix, 1)
+	keep := t.Usable.V[:min(fix, n)]
 	from := sources{t.Usable.Source}
 	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
 		from = append(from, t.VisibleChips.Source)
