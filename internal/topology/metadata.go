@@ -118,9 +118,6 @@ retry:
 	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
 }
 
-// errStatus is an HTTP answer other than 200.
-var errStatus = errors.New("unexpected HTTP status")
-
 func retryable(status int, err error) bool {
 	if errors.Is(err, ErrParse) {
 		return false
@@ -147,7 +144,7 @@ func (m *MetadataClient) once(ctx context.Context, url string) (string, int, err
 		return "", resp.StatusCode, fmt.Errorf("read body: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", resp.StatusCode, fmt.Errorf("%w %s", errStatus, resp.Status)
+		return "", resp.StatusCode, fmt.Errorf("unexpected HTTP status %s", resp.Status)
 	}
 	if len(b) > maxMetadataBody {
 		return "", resp.StatusCode, parseErrorf("body larger than %d bytes", maxMetadataBody)
