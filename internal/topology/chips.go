@@ -129,10 +129,8 @@ func (d *detector) attachDevNodes() {
 			}
 		}
 	}
-	for i := range t.Chips {
-		if i < len(nodes) {
-			t.Chips[i].DevNode = nodes[i]
-		}
+	for i := range min(len(t.Chips), len(nodes)) {
+		t.Chips[i].DevNode = nodes[i]
 	}
 }
 
