@@ -10,9 +10,10 @@ import (
 	"tpurun/internal/failure"
 )
 
-// detectTPU detects the chips and the slice of a TPU host.
-func (d *detector) detectTPU(ctx context.Context) error {
+// detect detects the chips and the slice of a TPU host.
+func (tpu) detect(ctx context.Context, d *detector) error {
 	h := d.h
+	h.state = &TPUFacts{}
 	if err := d.sliceFromFlagsAndEnv(); err != nil {
 		return err
 	}

@@ -51,11 +51,6 @@ func (gpu) devNodeGlobs() []string { return []string{"nvidia*"} }
 
 func (gpu) devices(h *Host) []Chip { return h.gpu().GPUs }
 
-func (gpu) detect(_ context.Context, d *detector) error {
-	d.h.state = &gpuHost{}
-	return d.gpu()
-}
-
 // claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
 func (gpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
@@ -82,10 +77,11 @@ func (gpu) settings(h *Host) []Setting {
 	return out
 }
 
-// gpu detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
+// detect detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
 // CUDA_VISIBLE_DEVICES.
-func (d *detector) gpu() error {
-	h, g := d.h, d.h.gpu()
+func (gpu) detect(_ context.Context, d *detector) error {
+	h, g := d.h, &gpuHost{}
+	h.state = g
 	h.ReplicasPerChip = 1
 	scan, err := scanPCI(h.SysfsRoot)
 	if err != nil {

@@ -185,11 +185,6 @@ func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	return Value[Device]{}, false
 }
 
-func (tpu) detect(ctx context.Context, d *detector) error {
-	d.h.state = &TPUFacts{}
-	return d.detectTPU(ctx)
-}
-
 // nodes are the slice's host list and this host's worker id, else a batch scheduler's node list.
 func (tpu) nodes(d *detector) {
 	h, t := d.h, d.h.tpu()
@@ -244,10 +239,7 @@ func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 
 // soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.
 func (tpu) soloNode(h *Host, req Request) int {
-	if !h.tpu().Hostnames.IsSet() {
-		return 0
-	}
-	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
+	if !h.tpu().Hostnames.IsSet() || (req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil) {
 		return 0
 	}
 	return h.tpu().WorkerID.V
