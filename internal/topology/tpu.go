@@ -39,29 +39,21 @@ var tpuTable = []Family{
 // familyAliases maps other spellings seen in the wild to the canonical family name.
 var familyAliases = map[string]string{"v5e": "v5litepod", "v5lite": "v5litepod", "v6": "v6e", "v7x": "tpu7x", "tpu-v6e": "v6e"}
 
-// pciDevice is what a Google PCI device id says of its chip: the family ("v2/v3" when the id does not tell the
-// rows that share it apart), the replicas per chip and the device nodes, which such rows agree on.
-type pciDevice struct {
-	Family          string
-	ReplicasPerChip int
-	DevNodes        string
-}
-
-// families index tpuTable by accelerator-type name; pciDevices by PCI device id.
+// families index tpuTable by accelerator-type name; pciDevices by PCI device id, each id's first row named after
+// every row with that id ("v2/v3": such rows agree on the replicas per chip and the device nodes).
 var families, pciDevices = indexTPUTable(tpuTable)
 
-func indexTPUTable(rows []Family) (map[string]Family, map[string]pciDevice) {
-	byName, byID := map[string]Family{}, map[string]pciDevice{}
+func indexTPUTable(rows []Family) (byName, byID map[string]Family) {
+	byName, byID = map[string]Family{}, map[string]Family{}
 	for _, f := range rows {
 		if !f.NoType {
 			byName[f.Name] = f
 		}
 		if d, seen := byID[f.PCIID]; seen {
-			d.Family += "/" + f.Name
-			byID[f.PCIID] = d
-		} else {
-			byID[f.PCIID] = pciDevice{Family: f.Name, ReplicasPerChip: f.ReplicasPerChip, DevNodes: f.DevNodes}
+			d.Name += "/" + f.Name
+			f = d
 		}
+		byID[f.PCIID] = f
 	}
 	return byName, byID
 }
@@ -79,7 +71,7 @@ func scanTPUs(scan pciScan) tpuScan {
 	seen := map[string]bool{}
 	for _, c := range t.chips {
 		if d, ok := pciDevices[c.DeviceID]; ok {
-			seen[d.Family] = true
+			seen[d.Name] = true
 		} else if !slices.Contains(t.unknown, c.DeviceID) {
 			t.unknown = append(t.unknown, c.DeviceID)
 		}
