@@ -109,7 +109,7 @@ func (h *Host) newSlice(r resolved) (*Slice, error) {
 		return nil, subsetError(h)
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
-		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}}
+		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}, PortBase: r.req.TPUPortBase}
 	s.SkipMDS, _ = h.WorkerSkipMDS(r.req)
 	for key, v := range t.Megascale {
 		s.Megascale[key] = v.V

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -187,13 +186,12 @@ func (tpu) nodes(d *detector) {
 	d.slurmNodes()
 }
 
-// plan validates and builds the slice plan; every TPU_PROCESS_PORT is the base + the local rank.
+// plan validates and builds the slice plan.
 func (tpu) plan(h *Host, req Request) (*Plan, error) {
 	s, err := h.Slice(req)
 	if err != nil {
 		return nil, err
 	}
-	s.PortBase = cmp.Or(req.TPUPortBase, DefaultTPUPortBase)
 	return s.Plan(), nil
 }
 
