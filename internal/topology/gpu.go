@@ -190,12 +190,8 @@ func (h *Host) GPUShareNote(workers int) string {
 // plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
 // parent unless req.IsolateGPUs; JAX_LOCAL_DEVICE_IDS names the worker's cuda:LOCAL_RANK.
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
-	g := h.gpu()
-	gpus := g.UsableGPUs.V
+	gpus := h.gpu().UsableGPUs.V // detection leaves at least one
 	n := cmp.Or(req.NProcs, len(gpus))
-	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
-	}
 	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
 	p := localPlan(GPU, "CUDA", n)
 	for i, w := range p.Workers {

@@ -102,10 +102,7 @@ func (h *Host) checkHosts(r resolved) error {
 func (h *Host) newSlice(r resolved) (*Slice, error) {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	if n == 0 {
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("chips"), Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources{t.Usable.Source}}
-	}
-	if _, err := ChipBounds(n); err != nil {
+	if _, err := ChipBounds(n); err != nil { // detection leaves at least one usable chip
 		return nil, subsetError(h)
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
