@@ -183,8 +183,6 @@ func (w World) megascale(p *Plan) {
 			wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
 		}
 		wk.Env[EnvMegascaleNumSlices] = strconv.Itoa(w.NumSlices)
-		if n := wk.NodeRank; n < len(w.Nodes) {
-			wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
-		}
+		wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[wk.NodeRank].SliceID)
 	}
 }
