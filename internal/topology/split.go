@@ -191,7 +191,10 @@ func (h *Host) checkProcs(k int, r resolved) error {
 	switch {
 	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
 		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips: nprocs must use exactly those.
-		return h.envLimitError(k, r.req)
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n),
+			Sources: append(sources{r.req.NProcsSource}, t.usableFrom()...), Choices: []string{strconv.Itoa(n)},
+			Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 	case len(r.hosts) > 1 && k != n:
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(from, r.hostsSrc),
@@ -204,19 +207,6 @@ func (h *Host) checkProcs(k int, r resolved) error {
 			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
-}
-
-// envLimitError refuses nprocs k that differs from the chips TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS give.
-func (h *Host) envLimitError(k int, req Request) error {
-	t := h.tpu()
-	n := len(t.Usable.V)
-	src := sources{req.NProcsSource, t.Usable.Source}
-	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
-		src = append(src, t.VisibleChips.Source)
-	}
-	return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n), Sources: src,
-		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 }
 
 // chipsDesc describes the usable chips for a message: "8 v5e chips".

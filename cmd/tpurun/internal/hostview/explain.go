@@ -19,10 +19,8 @@ func Explain(h *topology.Host, req topology.Request) []string {
 		return explainTPU(h, req)
 	case topology.GPU:
 		return explainGPU(h, req)
-	case topology.CPU:
-		return []string{jaxNeedsIDs("")}
 	}
-	return nil
+	return []string{jaxNeedsIDs("")} // CPU
 }
 
 func explainTPU(h *topology.Host, req topology.Request) []string {
