@@ -50,8 +50,8 @@ func multisliceWorld(h *Host, req Request, w World) (*Plan, error) {
 			for j, r := range wk.Replicas {
 				reps[j] = r + sliceFirst[n.SliceID]*len(wk.Replicas)
 			}
-			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank, NodeRank: i,
-				Replicas: reps, Env: maps.Clone(wk.Env)})
+			world.Workers = append(world.Workers, Worker{Rank: first[i] + wk.LocalRank, LocalRank: wk.LocalRank,
+				NodeRank: i, Replicas: reps, Env: maps.Clone(wk.Env)})
 		}
 	}
 	return world, nil

@@ -71,7 +71,8 @@ func WritePlanTable(w io.Writer, p *launcher.DryRun) error {
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			parts = append(parts, k+"="+env[k])
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", wk.Rank, wk.NodeRank, wk.LocalRank, joinInts(wk.Replicas), strings.Join(parts, " "))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", wk.Rank, wk.NodeRank, wk.LocalRank, joinInts(wk.Replicas),
+			strings.Join(parts, " "))
 	}
 	return tw.Flush()
 }
