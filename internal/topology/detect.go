@@ -191,7 +191,7 @@ func (d *detector) envNodes() {
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order",
 		"TPU_WORKER_HOSTNAMES")
 	if h.NodeErr == nil && (h.NodeHosts.IsSet() || !d.slurmNodes()) {
-		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+		h.NodeErr = readEnv(d, &h.NodeRank, ParseIndex, nodeIndexHint, "TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 	}
 }
 
@@ -201,14 +201,9 @@ func (d *detector) slurmNodes() bool {
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way",
 		"SLURM_JOB_NODELIST")
 	if h.NodeErr == nil && h.NodeHosts.IsSet() {
-		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
+		h.NodeErr = readEnv(d, &h.NodeRank, ParseIndex, nodeIndexHint, "SLURM_NODEID")
 	}
 	return h.NodeErr != nil || h.NodeHosts.IsSet()
 }
 
-// index reads the first of names that is set as a node index.
-func (d *detector) index(names ...string) (Value[int], error) {
-	var v Value[int]
-	err := readEnv(d, &v, ParseIndex, "use this node's index, from 0", names...)
-	return v, err
-}
+const nodeIndexHint = "use this node's index, from 0"
