@@ -109,18 +109,14 @@ func (gpu) detect(_ context.Context, d *detector) error {
 	return nil
 }
 
-// gpuChips are the NVIDIA GPUs of the PCI scan: only display and 3D controllers (class 0x03xxxx) are; the same card
-// also shows audio and USB functions.
-func gpuChips(scan pciScan) []Chip {
-	return scan.chips(func(f pciFunction) bool {
-		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
-	})
-}
-
 // gpuDevices are the NVIDIA GPUs found, with their device nodes /dev/nvidiaN (not nvidiactl, nvidia-uvm, ...), and
 // where: sysfs, else the device nodes alone; an unset Source when none was.
 func gpuDevices(devRoot string, scan pciScan) ([]Chip, Source) {
-	gpus, nodes := gpuChips(scan), numberedNodes(devRoot, "nvidia")
+	// Only display and 3D controllers (class 0x03xxxx) are GPUs; the same card also shows audio and USB functions.
+	gpus := scan.chips(func(f pciFunction) bool {
+		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
+	})
+	nodes := numberedNodes(devRoot, "nvidia")
 	if len(gpus) == 0 {
 		for i, n := range nodes {
 			gpus = append(gpus, Chip{Index: i, DevNode: n})

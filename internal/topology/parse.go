@@ -165,21 +165,15 @@ func ParseGPUList(s string) ([]string, error) {
 				return "", parseErrorf("GPU list %q: entry %d (%q) is out of range", s, i, p)
 			}
 			return strconv.Itoa(n), nil
-		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && uuidChars(p):
+		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && strings.Trim(p, uuidChars) == "":
 			return p, nil
 		}
 		return "", parseErrorf("GPU list %q: entry %d (%q) is neither a GPU index nor a GPU-/MIG- UUID", s, i, p)
 	}, func(p string) error { return parseErrorf("GPU list %q names GPU %s twice", s, p) })
 }
 
-func uuidChars(s string) bool {
-	for _, r := range s {
-		if !(r == '-' || r == '/' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
-			return false
-		}
-	}
-	return true
-}
+// uuidChars are the characters of a GPU or MIG UUID.
+const uuidChars = "-/0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 func clip(s string) string {
 	if len(s) > 80 {
