@@ -95,6 +95,15 @@ func (h Host) MarshalJSON() ([]byte, error) {
 	return append(append(out[:len(out)-1:len(out)-1], ','), st[1:]...), nil
 }
 
+// stateOf is the host's detected state of type S: its kind's, or on a host of another kind an empty one (which
+// nothing keeps).
+func stateOf[S any](h *Host) *S {
+	if s, ok := h.state.(*S); ok {
+		return s
+	}
+	return new(S)
+}
+
 // detector carries one Detect call.
 type detector struct {
 	opts Options

@@ -27,13 +27,8 @@ type gpuHost struct {
 	CUDAVisible Value[[]string] `json:"cuda_visible_devices"`
 }
 
-// gpu is the host's GPU state; a host of another kind has none (an empty one, which nothing keeps).
-func (h *Host) gpu() *gpuHost {
-	if g, ok := h.state.(*gpuHost); ok {
-		return g
-	}
-	return &gpuHost{}
-}
+// gpu is the host's GPU state (stateOf).
+func (h *Host) gpu() *gpuHost { return stateOf[gpuHost](h) }
 
 // gpu is the GPU kind: one worker per usable GPU by default; like torchrun every worker sees every usable GPU.
 type gpu struct{ perHost }

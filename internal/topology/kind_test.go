@@ -28,12 +28,7 @@ type fakeHost struct {
 	Cards []Chip `json:"cards"`
 }
 
-func fakeState(h *Host) *fakeHost {
-	if f, ok := h.state.(*fakeHost); ok {
-		return f
-	}
-	return &fakeHost{}
-}
+func fakeState(h *Host) *fakeHost { return stateOf[fakeHost](h) }
 
 func fakeCards(scan pciScan) []Chip {
 	return scan.chips(func(f pciFunction) bool { return f.vendor == vendorFake })

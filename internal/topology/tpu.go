@@ -125,13 +125,8 @@ type TPUFacts struct {
 	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
 }
 
-// tpu is the host's TPU state; a host of another kind has none (an empty one, which nothing keeps).
-func (h *Host) tpu() *TPUFacts {
-	if t, ok := h.state.(*TPUFacts); ok {
-		return t
-	}
-	return &TPUFacts{}
-}
+// tpu is the host's TPU state (stateOf).
+func (h *Host) tpu() *TPUFacts { return stateOf[TPUFacts](h) }
 
 // AcceleratorType is the TPU slice's accelerator type ("v4-16"), "" when none is known (and on other kinds).
 func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
