@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -112,10 +113,7 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 			}
 			return pe
 		}
-		if next == 0 {
-			next = port + len(mine)
-		}
-		if next = nextFree(next, used, free); next >= 65536 {
+		if next = nextFree(cmp.Or(next, port+len(mine)), used, free); next >= 65536 {
 			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
 		}
 		used[next], moved[port] = true, next

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 
@@ -176,9 +177,7 @@ func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, er
 		}
 		k = givenProcs
 	}
-	if k == 0 {
-		k = n
-	}
+	k = cmp.Or(k, n)
 	return k, h.checkProcs(k, r)
 }
 
