@@ -109,15 +109,13 @@ func (h *Host) adoptAccelerator() error {
 // attachDevNodes gives each chip its device node: /dev/accelN (v2-v4) or /dev/vfio/N (v5e and later).
 func (d *detector) attachDevNodes() {
 	h, t := d.h, d.h.tpu()
-	style := "vfio"
-	if f, ok := families[t.Family]; ok {
-		style = f.DevNodes
-	} else if len(t.Chips) > 0 { // the PCI id's row(s): v2/v3, the testing chip
+	f := families[t.Family]
+	if len(t.Chips) > 0 { // the PCI id's row(s), which also know v2/v3 and the testing chip
 		if p, ok := pciDevices[t.Chips[0].DeviceID]; ok {
-			style = p.DevNodes
+			f = p
 		}
 	}
-	nodes := tpuNodes(h.DevRoot, style)
+	nodes := tpuNodes(h.DevRoot, cmp.Or(f.DevNodes, "vfio"))
 	if len(nodes) == 0 && len(t.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
 		for _, st := range [][2]string{{"accel", "/accel*"}, {"vfio", "/vfio"}} {
