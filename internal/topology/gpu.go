@@ -96,9 +96,8 @@ func (gpu) detect(_ context.Context, d *detector) error {
 		}
 	}
 	if len(g.UsableGPUs.V) == 0 {
-		src := h.Device.Source
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
-			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{src},
+			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{h.Device.Source},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
