@@ -10,9 +10,10 @@ import (
 	"tpurun/internal/failure"
 )
 
-// detectTPU detects the chips and the slice of a TPU host.
-func (d *detector) detectTPU(ctx context.Context) error {
+// detect detects the chips and the slice of a TPU host.
+func (tpu) detect(ctx context.Context, d *detector) error {
 	h := d.h
+	h.state = &TPUFacts{}
 	if err := d.sliceFromFlagsAndEnv(); err != nil {
 		return err
 	}
@@ -108,15 +109,13 @@ func (h *Host) adoptAccelerator() error {
 // attachDevNodes gives each chip its device node: /dev/accelN (v2-v4) or /dev/vfio/N (v5e and later).
 func (d *detector) attachDevNodes() {
 	h, t := d.h, d.h.tpu()
-	style := "vfio"
-	if f, ok := families[t.Family]; ok {
-		style = f.DevNodes
-	} else if len(t.Chips) > 0 { // the PCI id's row(s): v2/v3, the testing chip
+	f := families[t.Family]
+	if len(t.Chips) > 0 { // the PCI id's row(s), which also know v2/v3 and the testing chip
 		if p, ok := pciDevices[t.Chips[0].DeviceID]; ok {
-			style = p.DevNodes
+			f = p
 		}
 	}
-	nodes := tpuNodes(h.DevRoot, style)
+	nodes := tpuNodes(h.DevRoot, cmp.Or(f.DevNodes, "vfio"))
 	if len(nodes) == 0 && len(t.Chips) == 0 {
 		// No sysfs: chips proven by device nodes alone.
 		for _, st := range [][2]string{{"accel", "/accel*"}, {"vfio", "/vfio"}} {
@@ -129,10 +128,8 @@ func (d *detector) attachDevNodes() {
 			}
 		}
 	}
-	for i := range t.Chips {
-		if i < len(nodes) {
-			t.Chips[i].DevNode = nodes[i]
-		}
+	for i := range min(len(t.Chips), len(nodes)) {
+		t.Chips[i].DevNode = nodes[i]
 	}
 }
 

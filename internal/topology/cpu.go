@@ -38,8 +38,8 @@ func (cpu) plan(h *Host, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range p.Workers {
-		p.Workers[i].Env["CPU_NUM_DEVICES"] = "1"
+	for _, w := range p.Workers {
+		w.Env["CPU_NUM_DEVICES"] = "1"
 	}
 	return p, nil
 }
@@ -50,16 +50,18 @@ func CPUPlan(n int) (*Plan, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("nprocs %d: need at least 1 worker", n)
 	}
-	p := &Plan{Device: CPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
-	for i := 0; i < n; i++ {
-		p.Workers = append(p.Workers, Worker{
-			Rank: i, LocalRank: i, NodeRank: 0, Replicas: []int{i},
-			Env: map[string]string{
-				"PJRT_DEVICE":              "CPU",
-				"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
-				"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
-			},
-		})
+	return localPlan(CPU, "CPU", n), nil
+}
+
+// localPlan is the plan of n workers of dev on this host alone, each a PJRT client of device pjrt.
+func localPlan(dev Device, pjrt string, n int) *Plan {
+	p := &Plan{Device: dev, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
+	for i := range n {
+		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: map[string]string{
+			"PJRT_DEVICE":              pjrt,
+			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
+			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
+		}})
 	}
-	return p, nil
+	return p
 }

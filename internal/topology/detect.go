@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -34,8 +33,6 @@ type Options struct {
 	MetadataURL string
 	// MetadataBudget bounds all metadata queries of one Detect together (--metadata-timeout); 0 means 3s.
 	MetadataBudget time.Duration
-	// HTTPClient is used for metadata queries; nil means a fresh client that never uses a proxy.
-	HTTPClient *http.Client
 }
 
 // Roots are the OS roots Detect reads (Host's SysfsRoot, DevRoot, ProcRoot): each one given, else
@@ -96,6 +93,15 @@ func (h Host) MarshalJSON() ([]byte, error) {
 		return out, nil
 	}
 	return append(append(out[:len(out)-1:len(out)-1], ','), st[1:]...), nil
+}
+
+// stateOf is the host's detected state of type S: its kind's, or on a host of another kind an empty one (which
+// nothing keeps).
+func stateOf[S any](h *Host) *S {
+	if s, ok := h.state.(*S); ok {
+		return s
+	}
+	return new(S)
 }
 
 // detector carries one Detect call.
@@ -194,7 +200,7 @@ func (d *detector) envNodes() {
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseHostList, "list every host, comma-separated, in node order",
 		"TPU_WORKER_HOSTNAMES")
 	if h.NodeErr == nil && (h.NodeHosts.IsSet() || !d.slurmNodes()) {
-		h.NodeRank, h.NodeErr = d.index("TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
+		h.NodeErr = readEnv(d, &h.NodeRank, ParseIndex, nodeIndexHint, "TPU_WORKER_ID", "JOB_COMPLETION_INDEX")
 	}
 }
 
@@ -204,14 +210,9 @@ func (d *detector) slurmNodes() bool {
 	h.NodeErr = readEnv(d, &h.NodeHosts, ParseSlurmNodelist, "fix the node list, or name the hosts another way",
 		"SLURM_JOB_NODELIST")
 	if h.NodeErr == nil && h.NodeHosts.IsSet() {
-		h.NodeRank, h.NodeErr = d.index("SLURM_NODEID")
+		h.NodeErr = readEnv(d, &h.NodeRank, ParseIndex, nodeIndexHint, "SLURM_NODEID")
 	}
 	return h.NodeErr != nil || h.NodeHosts.IsSet()
 }
 
-// index reads the first of names that is set as a node index.
-func (d *detector) index(names ...string) (Value[int], error) {
-	var v Value[int]
-	err := readEnv(d, &v, ParseIndex, "use this node's index, from 0", names...)
-	return v, err
-}
+const nodeIndexHint = "use this node's index, from 0"

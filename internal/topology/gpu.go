@@ -27,13 +27,8 @@ type gpuHost struct {
 	CUDAVisible Value[[]string] `json:"cuda_visible_devices"`
 }
 
-// gpu is the host's GPU state; a host of another kind has none (an empty one, which nothing keeps).
-func (h *Host) gpu() *gpuHost {
-	if g, ok := h.state.(*gpuHost); ok {
-		return g
-	}
-	return &gpuHost{}
-}
+// gpu is the host's GPU state (stateOf).
+func (h *Host) gpu() *gpuHost { return stateOf[gpuHost](h) }
 
 // gpu is the GPU kind: one worker per usable GPU by default; like torchrun every worker sees every usable GPU.
 type gpu struct{ perHost }
@@ -50,11 +45,6 @@ func (gpu) perRank() []string { return nil } // CUDA_VISIBLE_DEVICES is the pare
 func (gpu) devNodeGlobs() []string { return []string{"nvidia*"} }
 
 func (gpu) devices(h *Host) []Chip { return h.gpu().GPUs }
-
-func (gpu) detect(_ context.Context, d *detector) error {
-	d.h.state = &gpuHost{}
-	return d.gpu()
-}
 
 // claim finds NVIDIA GPUs in sysfs, else /dev/nvidiaN. A parent's CUDA_VISIBLE_DEVICES that hides every GPU (""
 // or -1, the usual way to run on CPU on a GPU host) makes the host a CPU host.
@@ -82,10 +72,11 @@ func (gpu) settings(h *Host) []Setting {
 	return out
 }
 
-// gpu detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
+// detect detects the NVIDIA GPUs of this host and the ones this launcher may use: all, or the parent's
 // CUDA_VISIBLE_DEVICES.
-func (d *detector) gpu() error {
-	h, g := d.h, d.h.gpu()
+func (gpu) detect(_ context.Context, d *detector) error {
+	h, g := d.h, &gpuHost{}
+	h.state = g
 	h.ReplicasPerChip = 1
 	scan, err := scanPCI(h.SysfsRoot)
 	if err != nil {
@@ -105,26 +96,21 @@ func (d *detector) gpu() error {
 		}
 	}
 	if len(g.UsableGPUs.V) == 0 {
-		src := h.Device.Source
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "was asked for but no NVIDIA GPU was found under " +
-			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{src},
+			h.SysfsRoot + "/bus/pci/devices or " + h.DevRoot + "/nvidia*", Sources: sources{h.Device.Source},
 			Hint: "use the cpu device, or detect the device (auto)"}
 	}
 	return nil
 }
 
-// gpuChips are the NVIDIA GPUs of the PCI scan: only display and 3D controllers (class 0x03xxxx) are; the same card
-// also shows audio and USB functions.
-func gpuChips(scan pciScan) []Chip {
-	return scan.chips(func(f pciFunction) bool {
-		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
-	})
-}
-
 // gpuDevices are the NVIDIA GPUs found, with their device nodes /dev/nvidiaN (not nvidiactl, nvidia-uvm, ...), and
 // where: sysfs, else the device nodes alone; an unset Source when none was.
 func gpuDevices(devRoot string, scan pciScan) ([]Chip, Source) {
-	gpus, nodes := gpuChips(scan), numberedNodes(devRoot, "nvidia")
+	// Only display and 3D controllers (class 0x03xxxx) are GPUs; the same card also shows audio and USB functions.
+	gpus := scan.chips(func(f pciFunction) bool {
+		return f.vendor == vendorNVIDIA && (f.class == "" || strings.HasPrefix(f.class, "0x03"))
+	})
+	nodes := numberedNodes(devRoot, "nvidia")
 	if len(gpus) == 0 {
 		for i, n := range nodes {
 			gpus = append(gpus, Chip{Index: i, DevNode: n})
@@ -194,27 +180,17 @@ func (h *Host) GPUShareNote(workers int) string {
 // plan runs one worker per usable GPU (or nprocs of them). Like torchrun it leaves CUDA_VISIBLE_DEVICES to the
 // parent unless req.IsolateGPUs; JAX_LOCAL_DEVICE_IDS names the worker's cuda:LOCAL_RANK.
 func (gpu) plan(h *Host, req Request) (*Plan, error) {
-	g := h.gpu()
-	gpus := g.UsableGPUs.V
+	gpus := h.gpu().UsableGPUs.V // detection leaves at least one
 	n := cmp.Or(req.NProcs, len(gpus))
-	if len(gpus) == 0 { // detection refuses a GPU host without a usable GPU; a hand-made Host may have none
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Device, Value: "gpu", Problem: "has no usable GPU", Sources: sources{g.UsableGPUs.Source}, Choices: []string{"--device cpu"}}
-	}
 	// More workers than GPUs (as torchrun allows): worker i's GPU is i mod the GPU count.
-	p := &Plan{Device: GPU, Nodes: []Node{{Rank: 0, Host: "localhost", LocalWorkers: n}}}
-	for i := 0; i < n; i++ {
-		env := map[string]string{
-			"PJRT_DEVICE":              "CUDA",
-			"PJRT_LOCAL_PROCESS_RANK":  strconv.Itoa(i),
-			"PJRT_LOCAL_PROCESS_COUNT": strconv.Itoa(n),
-			"GPU_NUM_DEVICES":          strconv.Itoa(n),
-			EnvJAXLocalDeviceIDs:       strconv.Itoa(i % len(gpus)),
-		}
+	p := localPlan(GPU, "CUDA", n)
+	for i, w := range p.Workers {
+		w.Env["GPU_NUM_DEVICES"] = strconv.Itoa(n)
+		w.Env[EnvJAXLocalDeviceIDs] = strconv.Itoa(i % len(gpus))
 		if req.IsolateGPUs {
-			env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
-			env[EnvJAXLocalDeviceIDs] = "0"
+			w.Env["CUDA_VISIBLE_DEVICES"] = h.gpuName(i % len(gpus))
+			w.Env[EnvJAXLocalDeviceIDs] = "0"
 		}
-		p.Workers = append(p.Workers, Worker{Rank: i, LocalRank: i, Replicas: []int{i}, Env: env})
 	}
 	return p, nil
 }

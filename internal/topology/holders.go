@@ -188,13 +188,7 @@ func (h *Host) CheckFree() error {
 	if err != nil {
 		return err
 	}
-	self := os.Getpid()
-	var others []Holder
-	for _, x := range holders {
-		if x.PID != self {
-			others = append(others, x)
-		}
-	}
+	others := slices.DeleteFunc(holders, func(x Holder) bool { return x.PID == os.Getpid() })
 	if len(others) > 0 {
 		return &BusyError{Holders: others}
 	}

@@ -28,12 +28,7 @@ type fakeHost struct {
 	Cards []Chip `json:"cards"`
 }
 
-func fakeState(h *Host) *fakeHost {
-	if f, ok := h.state.(*fakeHost); ok {
-		return f
-	}
-	return &fakeHost{}
-}
+func fakeState(h *Host) *fakeHost { return stateOf[fakeHost](h) }
 
 func fakeCards(scan pciScan) []Chip {
 	return scan.chips(func(f pciFunction) bool { return f.vendor == vendorFake })
@@ -175,10 +170,10 @@ func TestKindsFacts(t *testing.T) {
 		t.Errorf("device node globs %v", got)
 	}
 	// The one TPU table: v2 and v3 share a PCI id, whose row is both; the testing id names no accelerator type.
-	if d := pciDevices["0x0027"]; d.Family != "v2/v3" || d.ReplicasPerChip != 2 || d.DevNodes != "accel" {
+	if d := pciDevices["0x0027"]; d.Name != "v2/v3" || d.ReplicasPerChip != 2 || d.DevNodes != "accel" {
 		t.Errorf("0x0027: %+v", d)
 	}
-	if _, ok := families["test"]; ok || pciDevices["0x0056"].Family != "test" {
+	if _, ok := families["test"]; ok || pciDevices["0x0056"].Name != "test" {
 		t.Errorf("the testing chip: family %v, PCI %+v", families["test"], pciDevices["0x0056"])
 	}
 	for _, f := range tpuTable {

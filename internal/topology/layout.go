@@ -116,7 +116,7 @@ func coordinatorHost(addr string) string {
 func (h *Host) Alone() *Host {
 	c := *h
 	c.NodeHosts, c.NodeRank = Value[[]string]{}, Value[int]{}
-	t, ok := h.state.(*tpuHost)
+	t, ok := h.state.(*TPUFacts)
 	if !ok {
 		return &c
 	}
@@ -142,10 +142,8 @@ func JobEnv() []string {
 // every node of every slice with localWorkers workers, the other slices' hosts named <slice-S-worker-W>, and every
 // slice's workers with their env (EverySlice).
 func (l *JobLayout) World(localWorkers, megascalePort int) World {
-	w := World{NodeRank: l.NodeRank(), MegascaleCoordinator: l.Coordinator, MegascalePort: megascalePort, EverySlice: true}
-	if l.Slices > 1 {
-		w.NumSlices = l.Slices
-	}
+	w := World{NodeRank: l.NodeRank(), NumSlices: l.Slices, MegascaleCoordinator: l.Coordinator, MegascalePort: megascalePort,
+		EverySlice: true}
 	per := l.HostsPerSlice()
 	for n := range l.NNodes() {
 		slice, worker := n/per, n%per

@@ -26,7 +26,7 @@ func (d *detector) metadata(ctx context.Context) error {
 			Sources: sources{t.SkipMDS.Source}, Hint: "set TPU_ACCELERATOR_TYPE (and TPU_WORKER_ID, TPU_WORKER_HOSTNAMES for several hosts)"}
 	}
 	host, _ := d.lookup("GCE_METADATA_HOST")
-	d.md = NewMetadataClient(cmp.Or(d.opts.MetadataURL, host), d.opts.HTTPClient, d.opts.MetadataBudget, d.log)
+	d.md = NewMetadataClient(cmp.Or(d.opts.MetadataURL, host), d.opts.MetadataBudget, d.log)
 	err := d.fromMetadata(ctx)
 	if err == nil {
 		return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -39,7 +38,6 @@ const (
 type MetadataClient struct {
 	base     string
 	http     *http.Client
-	timeout  time.Duration
 	attempts int
 	backoff  time.Duration
 	deadline time.Time
@@ -55,34 +53,19 @@ type metadataAnswer struct {
 }
 
 // NewMetadataClient builds a client for base (a bare "host:port", as in GCE_METADATA_HOST, gets http://) whose
-// queries all end within budget from now; a nil hc means one that ignores proxy settings (metadataTransport).
-func NewMetadataClient(base string, hc *http.Client, budget time.Duration, log *zap.Logger) *MetadataClient {
+// queries all end within budget from now. It uses no proxy (a container's HTTP_PROXY cannot reach the VM's own
+// link, and the queries would stall until the budget ends) and no keep-alive (nothing outlives one Detect).
+func NewMetadataClient(base string, budget time.Duration, log *zap.Logger) *MetadataClient {
 	if base = cmp.Or(base, defaultMetadataBase); !strings.Contains(base, "://") {
 		base = "http://" + base
-	}
-	if hc == nil {
-		hc = &http.Client{Transport: metadataTransport()}
 	}
 	if budget <= 0 {
 		budget = DefaultMetadataBudget
 	}
-	if log == nil {
-		log = zap.NewNop()
-	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: min(defaultRequestTimeout, budget)}
 	return &MetadataClient{
-		base: strings.TrimRight(base, "/"), http: hc, timeout: min(defaultRequestTimeout, budget), attempts: defaultAttempts,
-		backoff: defaultMetadataBackoff, deadline: time.Now().Add(budget), log: log, cache: map[string]metadataAnswer{},
-	}
-}
-
-// metadataTransport is the transport of the default client: no proxy (a container's HTTP_PROXY cannot reach the
-// VM's own link, and the queries would stall until the budget ends), no keep-alive (nothing outlives one Detect).
-func metadataTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: defaultRequestTimeout}).DialContext,
-		DisableKeepAlives:   true,
-		TLSHandshakeTimeout: defaultRequestTimeout,
+		base: strings.TrimRight(base, "/"), http: hc, attempts: defaultAttempts, backoff: defaultMetadataBackoff,
+		deadline: time.Now().Add(budget), log: cmp.Or(log, zap.NewNop()), cache: map[string]metadataAnswer{},
 	}
 }
 
@@ -107,6 +90,7 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 	defer cancel()
 	var last error
 	status, backoff, attempt := 0, m.backoff, 0
+retry:
 	for attempt < m.attempts {
 		attempt++
 		start := time.Now()
@@ -121,28 +105,18 @@ func (m *MetadataClient) fetch(ctx context.Context, key string) (string, error) 
 			err, st = fmt.Errorf("budget exhausted (%w) after: %w", ctx.Err(), last), status
 		}
 		status, last = st, err
-		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts || !sleep(ctx, backoff) {
+		if !retryable(st, err) || ctx.Err() != nil || attempt == m.attempts {
 			break // no wait after the last attempt
+		}
+		select {
+		case <-ctx.Done():
+			break retry
+		case <-time.After(backoff):
 		}
 		backoff *= 2
 	}
 	return "", &MetadataError{URL: url, Status: status, Attempts: attempt, Err: last}
 }
-
-// sleep waits d unless ctx ends first, and reports whether it waited.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// errStatus is an HTTP answer other than 200.
-var errStatus = errors.New("unexpected HTTP status")
 
 func retryable(status int, err error) bool {
 	if errors.Is(err, ErrParse) {
@@ -155,9 +129,7 @@ func retryable(status int, err error) bool {
 }
 
 func (m *MetadataClient) once(ctx context.Context, url string) (string, int, error) {
-	rctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", 0, err
 	}
@@ -172,7 +144,7 @@ func (m *MetadataClient) once(ctx context.Context, url string) (string, int, err
 		return "", resp.StatusCode, fmt.Errorf("read body: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", resp.StatusCode, fmt.Errorf("%w %s", errStatus, resp.Status)
+		return "", resp.StatusCode, fmt.Errorf("unexpected HTTP status %s", resp.Status)
 	}
 	if len(b) > maxMetadataBody {
 		return "", resp.StatusCode, parseErrorf("body larger than %d bytes", maxMetadataBody)

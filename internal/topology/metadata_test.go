@@ -52,7 +52,7 @@ func TestMetadataFailures(t *testing.T) {
 				md = newMD(t, nil, tc.handler)
 				base = md.URL
 			}
-			c := NewMetadataClient(base, nil, budget, nil)
+			c := NewMetadataClient(base, budget, nil)
 			start := time.Now()
 			body, err := c.Get(context.Background(), KeyTPUEnv)
 			if err == nil {
@@ -97,7 +97,7 @@ func TestMetadataFailures(t *testing.T) {
 func TestMetadataGoodAnswerFetchedOnce(t *testing.T) {
 	t.Parallel()
 	md := newMD(t, map[string]string{KeyAcceleratorType: "v5litepod-16"}, nil)
-	c := NewMetadataClient(strings.TrimPrefix(md.URL, "http://"), nil, time.Second, nil) // GCE_METADATA_HOST style
+	c := NewMetadataClient(strings.TrimPrefix(md.URL, "http://"), time.Second, nil) // GCE_METADATA_HOST style
 	for i := 0; i < 3; i++ {
 		b, err := c.Get(context.Background(), KeyAcceleratorType)
 		if err != nil || b != "v5litepod-16" {
@@ -215,7 +215,7 @@ func TestMetadataIgnoresProxy(t *testing.T) {
 // server cost a needless 400 ms on every single-host start that asks it).
 func TestMetadataNoWaitAfterLastAttempt(t *testing.T) {
 	t.Parallel()
-	m := NewMetadataClient(refusedURL(t), nil, 10*time.Second, nil)
+	m := NewMetadataClient(refusedURL(t), 10*time.Second, nil)
 	m.attempts, m.backoff = 2, time.Second // waits 1 s between the two attempts; the old loop then waited 2 s more
 	start := time.Now()
 	_, err := m.Get(context.Background(), KeyTPUEnv)

@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"bufio"
 	"strconv"
 	"strings"
 
@@ -87,23 +86,15 @@ func ParseHostList(s string) ([]string, error) {
 // ParseTPUEnv parses the metadata's tpu-env: lines `KEY: 'value'` (quotes optional) or blank.
 func ParseTPUEnv(body string) (map[string]string, error) {
 	out := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		l := strings.TrimSpace(sc.Text())
-		if l == "" {
+	for i, l := range strings.Split(body, "\n") {
+		if l = strings.TrimSpace(l); l == "" {
 			continue
 		}
-		k, v, err := parseTPUEnvLine(line, l)
+		k, v, err := parseTPUEnvLine(i+1, l)
 		if err != nil {
 			return nil, err
 		}
 		out[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, parseErrorf("tpu-env: %v", err)
 	}
 	if len(out) == 0 {
 		return nil, parseErrorf("tpu-env is empty")
@@ -174,21 +165,15 @@ func ParseGPUList(s string) ([]string, error) {
 				return "", parseErrorf("GPU list %q: entry %d (%q) is out of range", s, i, p)
 			}
 			return strconv.Itoa(n), nil
-		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && uuidChars(p):
+		case (strings.HasPrefix(p, "GPU-") || strings.HasPrefix(p, "MIG-")) && len(p) > 4 && len(p) <= 128 && strings.Trim(p, uuidChars) == "":
 			return p, nil
 		}
 		return "", parseErrorf("GPU list %q: entry %d (%q) is neither a GPU index nor a GPU-/MIG- UUID", s, i, p)
 	}, func(p string) error { return parseErrorf("GPU list %q names GPU %s twice", s, p) })
 }
 
-func uuidChars(s string) bool {
-	for _, r := range s {
-		if !(r == '-' || r == '/' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9')) {
-			return false
-		}
-	}
-	return true
-}
+// uuidChars are the characters of a GPU or MIG UUID.
+const uuidChars = "-/0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 func clip(s string) string {
 	if len(s) > 80 {

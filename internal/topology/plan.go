@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"strconv"
 
 	"tpurun/internal/failure"
@@ -90,14 +91,7 @@ func NewPlan(h *Host, req Request, w World) (*Plan, error) {
 	if !w.Solo() {
 		return worldPlan(h, req, w)
 	}
-	return hostPlan(h, req)
-}
-
-// hostPlan is NewPlan's plan of this host alone.
-func hostPlan(h *Host, req Request) (*Plan, error) {
-	if !req.NProcsSource.IsSet() {
-		req.NProcsSource = Flag("nprocs")
-	}
+	req.NProcsSource = cmp.Or(req.NProcsSource, Flag("nprocs"))
 	if req.NProcs < 0 {
 		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(req.NProcs), Problem: "is negative", Sources: sources{req.NProcsSource}, Hint: "leave it unset for one process per device"}
 	}

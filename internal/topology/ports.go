@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"net"
 	"os"
@@ -16,11 +17,7 @@ import (
 func PortHolder(procRoot string, port int) (int, string, error) {
 	var inodes []string
 	for _, name := range []string{"tcp", "tcp6"} {
-		ino, err := listeningInodes(filepath.Join(procRoot, "net", name), port)
-		if err != nil {
-			continue
-		}
-		inodes = append(inodes, ino...)
+		inodes = append(inodes, listeningInodes(filepath.Join(procRoot, "net", name), port)...)
 	}
 	if len(inodes) == 0 {
 		return 0, "", fmt.Errorf("no listening socket on port %d in %s/net/tcp{,6}", port, procRoot)
@@ -45,11 +42,12 @@ func PortHolder(procRoot string, port int) (int, string, error) {
 	return pid, command(procRoot, pid), nil
 }
 
-// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", 0A = LISTEN.
-func listeningInodes(path string, port int) ([]string, error) {
+// listeningInodes parses a /proc/net/tcp table: "sl local_address rem_address st ... inode", 0A = LISTEN. A table
+// it cannot read names none.
+func listeningInodes(path string, port int) []string {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil
 	}
 	defer f.Close()
 	var out []string
@@ -72,7 +70,7 @@ func listeningInodes(path string, port int) ([]string, error) {
 			out = append(out, fields[9])
 		}
 	}
-	return out, sc.Err()
+	return out
 }
 
 // PortFree reports whether a TCP port can be bound on every address of this host right now.
@@ -115,10 +113,7 @@ func (p *Plan) CheckPorts(nodeRank int, procRoot string, free func(int) bool) er
 			}
 			return pe
 		}
-		if next == 0 {
-			next = port + len(mine)
-		}
-		if next = nextFree(next, used, free); next >= 65536 {
+		if next = nextFree(cmp.Or(next, port+len(mine)), used, free); next >= 65536 {
 			return &PortBusyError{Port: port, LocalRank: w.LocalRank}
 		}
 		used[next], moved[port] = true, next

@@ -30,7 +30,7 @@ type Slice struct {
 	WorkerID   int
 	// SkipMDS is the workers' TPU_SKIP_MDS_QUERY; "" leaves it unset (Host.WorkerSkipMDS).
 	SkipMDS   string
-	PortBase  int // every host's TPU_PROCESS_PORT is PortBase + local rank
+	PortBase  int // every host's TPU_PROCESS_PORT is PortBase (0: DefaultTPUPortBase) + local rank
 	Megascale map[string]string
 }
 

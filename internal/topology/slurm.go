@@ -16,37 +16,30 @@ func ParseSlurmNodelist(s string) ([]string, error) {
 	var out []string
 	depth, start := 0, 0
 	for i := 0; i <= len(s); i++ {
+		c := byte(',') // the end of the list ends its last entry
 		if i < len(s) {
-			switch s[i] {
-			case '[':
-				depth++
-				if depth > 1 {
-					return nil, parseErrorf("SLURM node list %q: nested '[' at byte %d", s, i)
-				}
-				continue
-			case ']':
-				depth--
-				if depth < 0 {
-					return nil, parseErrorf("SLURM node list %q: unmatched ']' at byte %d", s, i)
-				}
-				continue
-			case ',':
-				if depth > 0 {
-					continue
-				}
-			default:
-				continue
+			c = s[i]
+		}
+		switch {
+		case c == '[':
+			if depth++; depth > 1 {
+				return nil, parseErrorf("SLURM node list %q: nested '[' at byte %d", s, i)
 			}
+		case c == ']':
+			if depth--; depth < 0 {
+				return nil, parseErrorf("SLURM node list %q: unmatched ']' at byte %d", s, i)
+			}
+		case c == ',' && depth == 0:
+			hosts, err := expandHost(s[start:i], maxCount-len(out))
+			if err != nil {
+				return nil, parseErrorf("SLURM node list %q: %v", s, err)
+			}
+			out = append(out, hosts...)
+			start = i + 1
 		}
-		if depth != 0 {
-			return nil, parseErrorf("SLURM node list %q: unclosed '['", s)
-		}
-		hosts, err := expandHost(s[start:i], maxCount-len(out))
-		if err != nil {
-			return nil, parseErrorf("SLURM node list %q: %v", s, err)
-		}
-		out = append(out, hosts...)
-		start = i + 1
+	}
+	if depth != 0 {
+		return nil, parseErrorf("SLURM node list %q: unclosed '['", s)
 	}
 	seen := make(map[string]bool, len(out))
 	for _, h := range out {

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 
@@ -102,14 +103,11 @@ func (h *Host) checkHosts(r resolved) error {
 func (h *Host) newSlice(r resolved) (*Slice, error) {
 	t := h.tpu()
 	n := len(t.Usable.V)
-	if n == 0 {
-		return nil, &failure.ConfigError{Kind: ErrConfig, Field: failure.Named("chips"), Value: "0", Problem: "no TPU chip is usable on this host", Sources: sources{t.Usable.Source}}
-	}
-	if _, err := ChipBounds(n); err != nil {
+	if _, err := ChipBounds(n); err != nil { // detection leaves at least one usable chip
 		return nil, subsetError(h)
 	}
 	s := &Slice{Hosts: r.hosts, NodeRank: r.node, SPMD: r.spmd, SingleProcess: r.single, SliceHosts: r.sliceHosts, WorkerID: r.sliceNode,
-		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}}
+		Accelerator: t.Accelerator.V.Type, Megascale: map[string]string{}, PortBase: r.req.TPUPortBase}
 	s.SkipMDS, _ = h.WorkerSkipMDS(r.req)
 	for key, v := range t.Megascale {
 		s.Megascale[key] = v.V
@@ -179,9 +177,7 @@ func (h *Host) procsPerHost(r resolved, givenPB Bounds, givenProcs int) (int, er
 		}
 		k = givenProcs
 	}
-	if k == 0 {
-		k = n
-	}
+	k = cmp.Or(k, n)
 	return k, h.checkProcs(k, r)
 }
 
@@ -194,7 +190,10 @@ func (h *Host) checkProcs(k int, r resolved) error {
 	switch {
 	case (t.NumDevices.IsSet() || t.VisibleChips.IsSet()) && k != n:
 		// TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS limited the usable chips: nprocs must use exactly those.
-		return h.envLimitError(k, r.req)
+		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
+			Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n),
+			Sources: append(sources{r.req.NProcsSource}, t.usableFrom()...), Choices: []string{strconv.Itoa(n)},
+			Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 	case len(r.hosts) > 1 && k != n:
 		return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
 			Problem: fmt.Sprintf("does not match the %s on each host of this %d-host slice", h.chipsDesc(), len(r.hosts)), Sources: append(from, r.hostsSrc),
@@ -207,19 +206,6 @@ func (h *Host) checkProcs(k int, r resolved) error {
 			Problem: fmt.Sprintf("is not a valid split of the %s on this host", h.chipsDesc()), Sources: from, Choices: splitChoices(n), Hint: "or leave it unset"}
 	}
 	return nil
-}
-
-// envLimitError refuses nprocs k that differs from the chips TPU_NUM_DEVICES or TPU_VISIBLE_CHIPS give.
-func (h *Host) envLimitError(k int, req Request) error {
-	t := h.tpu()
-	n := len(t.Usable.V)
-	src := sources{req.NProcsSource, t.Usable.Source}
-	if t.VisibleChips.IsSet() && t.NumDevices.IsSet() {
-		src = append(src, t.VisibleChips.Source)
-	}
-	return &failure.ConfigError{Kind: ErrConfig, Field: failure.NProcs, Value: strconv.Itoa(k),
-		Problem: fmt.Sprintf("contradicts %s, which gives this launcher %d chips", t.Usable.Source.Name, n), Sources: src,
-		Choices: []string{strconv.Itoa(n)}, Hint: "or leave nprocs unset, or change " + t.Usable.Source.Name}
 }
 
 // chipsDesc describes the usable chips for a message: "8 v5e chips".

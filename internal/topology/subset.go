@@ -35,20 +35,20 @@ func subsetError(h *Host) error {
 			}
 		}
 	}
-	if fix == 0 {
-		fix = 1
-	}
-	keep := t.Usable.V
-	if len(keep) > fix {
-		keep = keep[:fix]
-	}
-	from := sources{t.Usable.Source}
-	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
-		from = append(from, t.VisibleChips.Source)
-	}
+	fix = max(fix, 1)
+	keep := t.Usable.V[:min(fix, n)]
 	return &failure.ConfigError{Kind: ErrConfig, Field: failure.Named(fmt.Sprintf("%d usable chips", n)),
-		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: from,
+		Problem: fmt.Sprintf("is not a valid subset of this %d-chip host", total), Sources: t.usableFrom(),
 		Choices: choices, Hint: fmt.Sprintf("e.g. TPU_VISIBLE_CHIPS=%s or TPU_NUM_DEVICES=%d", joinInts(keep, ","), fix)}
+}
+
+// usableFrom are where the usable chips came from: their source, and the parent's TPU_VISIBLE_CHIPS that
+// TPU_NUM_DEVICES limited.
+func (t *TPUFacts) usableFrom() sources {
+	if t.NumDevices.IsSet() && t.VisibleChips.IsSet() {
+		return sources{t.Usable.Source, t.VisibleChips.Source}
+	}
+	return sources{t.Usable.Source}
 }
 
 func familyLabel(f string) string {

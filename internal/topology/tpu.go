@@ -1,7 +1,6 @@
 package topology
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -39,29 +38,21 @@ var tpuTable = []Family{
 // familyAliases maps other spellings seen in the wild to the canonical family name.
 var familyAliases = map[string]string{"v5e": "v5litepod", "v5lite": "v5litepod", "v6": "v6e", "v7x": "tpu7x", "tpu-v6e": "v6e"}
 
-// pciDevice is what a Google PCI device id says of its chip: the family ("v2/v3" when the id does not tell the
-// rows that share it apart), the replicas per chip and the device nodes, which such rows agree on.
-type pciDevice struct {
-	Family          string
-	ReplicasPerChip int
-	DevNodes        string
-}
-
-// families index tpuTable by accelerator-type name; pciDevices by PCI device id.
+// families index tpuTable by accelerator-type name; pciDevices by PCI device id, each id's first row named after
+// every row with that id ("v2/v3": such rows agree on the replicas per chip and the device nodes).
 var families, pciDevices = indexTPUTable(tpuTable)
 
-func indexTPUTable(rows []Family) (map[string]Family, map[string]pciDevice) {
-	byName, byID := map[string]Family{}, map[string]pciDevice{}
+func indexTPUTable(rows []Family) (byName, byID map[string]Family) {
+	byName, byID = map[string]Family{}, map[string]Family{}
 	for _, f := range rows {
 		if !f.NoType {
 			byName[f.Name] = f
 		}
 		if d, seen := byID[f.PCIID]; seen {
-			d.Family += "/" + f.Name
-			byID[f.PCIID] = d
-		} else {
-			byID[f.PCIID] = pciDevice{Family: f.Name, ReplicasPerChip: f.ReplicasPerChip, DevNodes: f.DevNodes}
+			d.Name += "/" + f.Name
+			f = d
 		}
+		byID[f.PCIID] = f
 	}
 	return byName, byID
 }
@@ -79,7 +70,7 @@ func scanTPUs(scan pciScan) tpuScan {
 	seen := map[string]bool{}
 	for _, c := range t.chips {
 		if d, ok := pciDevices[c.DeviceID]; ok {
-			seen[d.Family] = true
+			seen[d.Name] = true
 		} else if !slices.Contains(t.unknown, c.DeviceID) {
 			t.unknown = append(t.unknown, c.DeviceID)
 		}
@@ -106,8 +97,9 @@ func tpuNodes(devRoot, style string) []string {
 // DefaultLockfile is where libtpu takes its lockf when one process uses all chips.
 const DefaultLockfile = "/tmp/libtpu_lockfile"
 
-// tpuHost is what detection finds on a TPU host (Host's state): the chips (PCI address order) and the slice.
-type tpuHost struct {
+// TPUFacts are what detection finds on a TPU host (Host's state): the chips (PCI address order) and the slice,
+// which decide how torch_xla and JAX in its workers see it (what doctor explains).
+type TPUFacts struct {
 	Chips       []Chip             `json:"chips,omitempty"`
 	ChipsSource Source             `json:"chips_source"`
 	Family      string             `json:"family,omitempty"` // "v4", "v5litepod", "v2/v3", ...
@@ -133,13 +125,8 @@ type tpuHost struct {
 	HostnameEndpoints bool `json:"hostname_endpoints,omitempty"`
 }
 
-// tpu is the host's TPU state; a host of another kind has none (an empty one, which nothing keeps).
-func (h *Host) tpu() *tpuHost {
-	if t, ok := h.state.(*tpuHost); ok {
-		return t
-	}
-	return &tpuHost{}
-}
+// tpu is the host's TPU state (stateOf).
+func (h *Host) tpu() *TPUFacts { return stateOf[TPUFacts](h) }
 
 // AcceleratorType is the TPU slice's accelerator type ("v4-16"), "" when none is known (and on other kinds).
 func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
@@ -147,26 +134,9 @@ func (h *Host) AcceleratorType() string { return h.tpu().Accelerator.V.Type }
 // Megascale are the multislice values (MEGASCALE_*) env or tpu-env gave a TPU host, by name; nil elsewhere.
 func (h *Host) Megascale() map[string]Value[string] { return h.tpu().Megascale }
 
-// TPUFacts are what detection found on a TPU host that decides how torch_xla and JAX in its workers see the slice
-// (what doctor explains); the zero value on another kind.
-type TPUFacts struct {
-	Family            string        // "v4", "tpu7x", "v2/v3", ...
-	UsableChips       int           // the chips this launcher may use
-	ProcessBounds     Value[Bounds] // TPU_PROCESS_BOUNDS, when given (env or metadata)
-	ParentSkipMDS     Value[string] // the parent's TPU_SKIP_MDS_QUERY, when set
-	TorchXLAMetadata  bool          // the metadata server holds everything torch_xla reads from it
-	HostnameEndpoints bool          // worker-network-endpoints listed host names only, which torch_xla cannot read
-	// Where the accelerator type, the host list and the worker id came from.
-	Accelerator, Hostnames, WorkerID Source
-}
-
-// TPUFacts are the host's TPU facts.
-func (h *Host) TPUFacts() TPUFacts {
-	t := h.tpu()
-	return TPUFacts{Family: t.Family, UsableChips: len(t.Usable.V), ProcessBounds: t.ProcessBounds,
-		ParentSkipMDS: t.SkipMDS, TorchXLAMetadata: t.TorchXLAMetadata, HostnameEndpoints: t.HostnameEndpoints,
-		Accelerator: t.Accelerator.Source, Hostnames: t.Hostnames.Source, WorkerID: t.WorkerID.Source}
-}
+// TPUFacts are a copy of the host's TPU facts (sharing their slices and map: read them only); the zero value on
+// another kind.
+func (h *Host) TPUFacts() TPUFacts { return *h.tpu() }
 
 // tpu is the TPU kind: the hosts of a world are one slice (or several), planned as torch_xla and JAX expect
 // (docs/TOPOLOGY.md).
@@ -201,11 +171,6 @@ func (tpu) claim(d *detector, scan pciScan) (Value[Device], bool) {
 	return Value[Device]{}, false
 }
 
-func (tpu) detect(ctx context.Context, d *detector) error {
-	d.h.state = &tpuHost{}
-	return d.detectTPU(ctx)
-}
-
 // nodes are the slice's host list and this host's worker id, else a batch scheduler's node list.
 func (tpu) nodes(d *detector) {
 	h, t := d.h, d.h.tpu()
@@ -216,13 +181,12 @@ func (tpu) nodes(d *detector) {
 	d.slurmNodes()
 }
 
-// plan validates and builds the slice plan; every TPU_PROCESS_PORT is the base + the local rank.
+// plan validates and builds the slice plan.
 func (tpu) plan(h *Host, req Request) (*Plan, error) {
 	s, err := h.Slice(req)
 	if err != nil {
 		return nil, err
 	}
-	s.PortBase = cmp.Or(req.TPUPortBase, DefaultTPUPortBase)
 	return s.Plan(), nil
 }
 
@@ -260,10 +224,7 @@ func (tpu) worldPlan(h *Host, req Request, w World) (*Plan, error) {
 
 // soloNode is TPU_WORKER_ID on an env- or metadata-described multi-host slice, else 0; 0 too for a one-chip run.
 func (tpu) soloNode(h *Host, req Request) int {
-	if !h.tpu().Hostnames.IsSet() {
-		return 0
-	}
-	if req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil {
+	if !h.tpu().Hostnames.IsSet() || (req.NProcs == 1 && !req.SPMD && !h.SPMD.V && req.Hosts == nil) {
 		return 0
 	}
 	return h.tpu().WorkerID.V
@@ -313,6 +274,6 @@ func (tpu) probe(ctx context.Context, h *Host, opts Options, log *zap.Logger) *P
 	if base == "" && opts.LookupEnv != nil {
 		base, _ = opts.LookupEnv("GCE_METADATA_HOST")
 	}
-	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.HTTPClient, opts.MetadataBudget, log))
+	p := ProbeMetadata(ctx, NewMetadataClient(base, opts.MetadataBudget, log))
 	return &p
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"strconv"
 
 	"tpurun/internal/failure"
@@ -171,10 +170,7 @@ func (w World) megascale(p *Plan) {
 	if w.NumSlices <= 1 {
 		return
 	}
-	coord := w.MegascaleCoordinator
-	if host, _, err := net.SplitHostPort(coord); err == nil {
-		coord = host // the address alone, as GKE sets it; the port is MEGASCALE_PORT
-	}
+	coord := coordinatorHost(w.MegascaleCoordinator) // the address alone, as GKE sets it; the port is MEGASCALE_PORT
 	for i := range p.Workers {
 		wk := &p.Workers[i]
 		if wk.Env == nil {
@@ -187,8 +183,6 @@ func (w World) megascale(p *Plan) {
 			wk.Env[megascalePort] = strconv.Itoa(w.MegascalePort)
 		}
 		wk.Env[EnvMegascaleNumSlices] = strconv.Itoa(w.NumSlices)
-		if n := wk.NodeRank; n < len(w.Nodes) {
-			wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[n].SliceID)
-		}
+		wk.Env[EnvMegascaleSliceID] = strconv.Itoa(w.Nodes[wk.NodeRank].SliceID)
 	}
 }

@@ -19,10 +19,8 @@ func Explain(h *topology.Host, req topology.Request) []string {
 		return explainTPU(h, req)
 	case topology.GPU:
 		return explainGPU(h, req)
-	case topology.CPU:
-		return []string{jaxNeedsIDs("")}
 	}
-	return nil
+	return []string{jaxNeedsIDs("")} // CPU
 }
 
 func explainTPU(h *topology.Host, req topology.Request) []string {
@@ -56,7 +54,7 @@ func skipNote(h *topology.Host, req topology.Request, s *topology.Slice) string 
 	switch why {
 	case topology.SkipFromParent:
 		return fmt.Sprintf("workers keep TPU_SKIP_MDS_QUERY=%s (%s): torch_xla reads the slice from env, as in "+
-			"xmp.spawn's children on GKE; %s", skip, h.TPUFacts().ParentSkipMDS.Source, taskIndex)
+			"xmp.spawn's children on GKE; %s", skip, h.TPUFacts().SkipMDS.Source, taskIndex)
 	case topology.SkipReadMetadata:
 		return fmt.Sprintf("workers get no TPU_SKIP_MDS_QUERY: torch_xla reads the slice from the metadata server, as "+
 			"tpurun did and as in xmp.spawn's children, so its host_index() is this host's WORKER_ID (%d)", s.WorkerID)
@@ -88,7 +86,7 @@ func processNotes(t topology.TPUFacts, req topology.Request, s *topology.Slice) 
 			joinInts(s.VisibleChips))}
 	}
 	var out []string
-	if t.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < t.UsableChips {
+	if t.ProcessBounds.IsSet() && req.NProcs == 0 && s.ProcsPerHost < len(t.Usable.V) {
 		out = append(out, fmt.Sprintf("TPU_PROCESS_BOUNDS=%s (%s) runs %d processes on this host: torch_xla's "+
 			"num_local_processes takes the smaller of the chips and its size", t.ProcessBounds.V, t.ProcessBounds.Source, s.ProcsPerHost))
 	}
@@ -133,12 +131,12 @@ func suppliedBecause(h *topology.Host) string {
 		return "torch_xla cannot read the metadata server's host list"
 	case t.TorchXLAMetadata:
 		return "the rendezvous agreed on hosts or a node order other than the metadata server's"
-	case t.Accelerator.Kind == topology.FromMetadata || t.Hostnames.Kind == topology.FromMetadata:
+	case t.Accelerator.Source.Kind == topology.FromMetadata || t.Hostnames.Source.Kind == topology.FromMetadata:
 		return "the metadata server lacks values torch_xla reads (tpu-env's ACCELERATOR_TYPE, WORKER_ID, TPU_PROCESS_BOUNDS, " +
 			"TPU_CHIPS_PER_PROCESS_BOUNDS) or env gave part of the slice"
 	}
 	var from []string
-	for _, s := range []topology.Source{t.Accelerator, t.Hostnames, t.WorkerID} {
+	for _, s := range []topology.Source{t.Accelerator.Source, t.Hostnames.Source, t.WorkerID.Source} {
 		if s.IsSet() && s.Kind != topology.FromDefault { // given, or derived from what was
 			from = append(from, s.String())
 		}

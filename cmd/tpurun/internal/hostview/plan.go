@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -72,11 +71,8 @@ func WritePlanTable(w io.Writer, p *launcher.DryRun) error {
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			parts = append(parts, k+"="+env[k])
 		}
-		reps := make([]string, len(wk.Replicas))
-		for i, r := range wk.Replicas {
-			reps[i] = strconv.Itoa(r)
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", wk.Rank, wk.NodeRank, wk.LocalRank, strings.Join(reps, ","), strings.Join(parts, " "))
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", wk.Rank, wk.NodeRank, wk.LocalRank, joinInts(wk.Replicas),
+			strings.Join(parts, " "))
 	}
 	return tw.Flush()
 }
