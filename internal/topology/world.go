@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"strconv"
 
 	"tpurun/internal/failure"
@@ -170,7 +171,10 @@ func (w World) megascale(p *Plan) {
 	if w.NumSlices <= 1 {
 		return
 	}
-	coord := coordinatorHost(w.MegascaleCoordinator) // the address alone, as GKE sets it; the port is MEGASCALE_PORT
+	coord := w.MegascaleCoordinator
+	if host, _, err := net.SplitHostPort(coord); err == nil {
+		coord = host // the address alone, as GKE sets it; the port is MEGASCALE_PORT
+	}
 	for i := range p.Workers {
 		wk := &p.Workers[i]
 		if wk.Env == nil {
