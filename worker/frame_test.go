@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -380,5 +381,28 @@ func TestDecoderOfAnEmptyStreamHasNoBuffer(t *testing.T) {
 	}
 	if _, err := d.Next(); err != io.EOF || d.Offset() != int64(len(stream)) {
 		t.Fatalf("after two frames: %v at %d, want io.EOF at %d", err, d.Offset(), len(stream))
+	}
+}
+
+// BenchmarkDecodePipeJSON decodes and checks a 32 MiB JSON string result read from a pipe, as the collector does.
+func BenchmarkDecodePipeJSON(b *testing.B) {
+	p := bytes.Repeat([]byte("abcdefgh"), 4<<20)
+	p[0], p[len(p)-1] = '"', '"'
+	frame := mustEncode(b, Frame{Kind: KindResult, Encoding: EncodingJSON, Payload: p})
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			w.Write(frame)
+			w.Close()
+		}()
+		f, err := NewDecoder(r, 0, 64<<10).Next()
+		if err != nil || f.CheckJSON() != nil {
+			b.Fatal(err)
+		}
+		r.Close()
 	}
 }
