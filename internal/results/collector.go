@@ -35,8 +35,7 @@ type Collector struct {
 	// MaxExamples others (without their values), per violation kind the first MaxExamples; the rest is counted.
 	mu         sync.Mutex
 	owners     map[int]owner           // by rank
-	first      map[int]int             // replica -> index in outcomes of its first outcome
-	reporters  map[int][]int           // replica -> indexes in outcomes of its first outcomes, when more than one
+	listed     map[int][]int           // replica -> indexes in outcomes of its first outcomes (the first is kept)
 	reports    map[int]int             // replica -> how many outcomes were reported for it (listed or not)
 	outcomes   []Result                // the outcomes kept, in arrival order
 	violations []*ContractError        // frame-level and foreign, the first MaxExamples of each kind
@@ -70,8 +69,8 @@ func NewCollector(opts Options) *Collector {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
-		reporters: map[int][]int{}, reports: map[int]int{}, kindCount: map[string]int{},
+	return &Collector{opts: opts, log: log, owners: map[int]owner{}, listed: map[int][]int{},
+		reports: map[int]int{}, kindCount: map[string]int{},
 		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}
 }
 
@@ -206,19 +205,13 @@ func (c *Collector) add(res Result) {
 // c.mu must be held.
 func (c *Collector) addOutcome(res Result, n int) {
 	c.reports[res.Replica] += n
-	j, ok := c.first[res.Replica]
-	if !ok {
-		c.first[res.Replica] = len(c.outcomes)
-		c.outcomes = append(c.outcomes, res)
+	l := c.listed[res.Replica]
+	if len(l) > MaxExamples {
 		return
 	}
-	if len(c.reporters[res.Replica]) > MaxExamples {
-		return
+	if len(l) > 0 {
+		res.Value, res.ValueB64, res.Error = nil, nil, nil
 	}
-	if len(c.reporters[res.Replica]) == 0 {
-		c.reporters[res.Replica] = []int{j}
-	}
-	res.Value, res.ValueB64, res.Error = nil, nil, nil
-	c.reporters[res.Replica] = append(c.reporters[res.Replica], len(c.outcomes))
+	c.listed[res.Replica] = append(l, len(c.outcomes))
 	c.outcomes = append(c.outcomes, res)
 }

@@ -128,27 +128,24 @@ func WriteFile(path string, doc *Document) error {
 		return fmt.Errorf("write the results document %s: create a temporary file in %s: %w", path, dir, err)
 	}
 	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if err = os.Rename(tmp, path); err != nil {
+			err = fmt.Errorf("rename %s: %w", tmp, err)
+		}
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write the results document %s: %w", path, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write the results document %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write the results document %s: rename %s: %w", path, tmp, err)
 	}
 	return nil
 }

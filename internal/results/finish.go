@@ -11,11 +11,16 @@ import (
 
 // duplicate builds the violation of a replica with several outcomes. c.mu must be held.
 func (c *Collector) duplicate(replica int) *ContractError {
-	all := make([]Result, len(c.reporters[replica]))
-	for k, i := range c.reporters[replica] {
+	return c.duplicateOf(replica, c.listedOutcomes(replica), c.reports[replica])
+}
+
+// listedOutcomes are the outcomes kept of replica, the first first. c.mu must be held.
+func (c *Collector) listedOutcomes(replica int) []Result {
+	all := make([]Result, len(c.listed[replica]))
+	for k, i := range c.listed[replica] {
 		all[k] = c.outcomes[i]
 	}
-	return c.duplicateOf(replica, all, c.reports[replica])
+	return all
 }
 
 // duplicateOf builds the violation of a replica reported total times, the first of them by the outcomes in all (at
@@ -64,14 +69,14 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	seed, merged := c.seedDuplicates()
 	vs := slices.DeleteFunc(slices.Clone(c.violations), func(v *ContractError) bool { return merged[v] })
 	vs = append(vs, c.countedOnly(vs, seed)...)
-	for _, r := range slices.Sorted(maps.Keys(c.first)) {
+	for _, r := range slices.Sorted(maps.Keys(c.listed)) {
 		switch {
 		case seed[r] != nil:
 			vs = append(vs, seed[r])
-		case len(c.reporters[r]) > 0:
+		case len(c.listed[r]) > 1:
 			vs = append(vs, c.duplicate(r))
 		}
-		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
+		doc.Results = append(doc.Results, c.outcomes[c.listed[r][0]])
 	}
 	for _, e := range byRank(exits) {
 		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
@@ -92,16 +97,10 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 func (c *Collector) seedDuplicates() (seed map[int]*ContractError, merged map[*ContractError]bool) {
 	seed, merged = map[int]*ContractError{}, map[*ContractError]bool{}
 	for r, frs := range c.foreign {
-		first, ok := c.first[r]
-		if !ok {
+		if len(c.listed[r]) == 0 {
 			continue
 		}
-		all := []Result{c.outcomes[first]}
-		for _, i := range c.reporters[r] {
-			if i != first {
-				all = append(all, c.outcomes[i])
-			}
-		}
+		all := c.listedOutcomes(r)
 		for _, fr := range frs {
 			all = append(all, fr.res)
 			merged[fr.ce] = true
@@ -156,7 +155,7 @@ func (c *Collector) missing(e RankExit) []*ContractError {
 	}
 	var out []*ContractError
 	for _, r := range o.replicas {
-		if _, ok := c.first[r]; ok {
+		if len(c.listed[r]) > 0 {
 			continue
 		}
 		out = append(out, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,

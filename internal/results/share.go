@@ -54,8 +54,8 @@ func (c *Collector) Share() *Share {
 	}
 	cnt := &Counted{Reports: map[int]int{}, Foreign: map[int]int{}, Violations: map[string]int{}}
 	for r, n := range c.reports {
-		if listed := max(1, len(c.reporters[r])); n > listed {
-			cnt.Reports[r] = n - listed
+		if n > len(c.listed[r]) {
+			cnt.Reports[r] = n - len(c.listed[r])
 		}
 	}
 	for r, n := range c.foreignN {
@@ -87,13 +87,23 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 	c.addWorkers(nodeRank, s.Workers)
 	c.addViolations(nodeRank, s.Violations, &more)
 	c.addCounted(s.Counted)
-	c.mu.Unlock()
-	dups := c.addResults(nodeRank, s)
-	c.mu.Lock()
-	for r := range dups {
-		more.add(c.duplicate(r))
+	dups := map[int]bool{}
+	for i, e := range s.Results {
+		e.Node = nodeRank
+		c.addOutcome(e, 1+s.onlyCounted(i))
+		dups[e.Replica] = c.reports[e.Replica] > 1
+	}
+	for r, dup := range dups {
+		if dup {
+			more.add(c.duplicate(r))
+		}
 	}
 	c.mu.Unlock()
+	if c.opts.OnResult != nil {
+		for range s.Results {
+			c.opts.OnResult()
+		}
+	}
 	return more.join()
 }
 
@@ -131,25 +141,6 @@ func (c *Collector) addCounted(cnt *Counted) {
 	for r, n := range cnt.Foreign {
 		c.foreignN[r] += max(0, n)
 	}
-}
-
-// addResults merges the outcomes node nodeRank accepted, and returns the replicas that have more than one since.
-func (c *Collector) addResults(nodeRank int, s *Share) map[int]bool {
-	dups := map[int]bool{}
-	for i, e := range s.Results {
-		e.Node = nodeRank
-		c.mu.Lock()
-		c.addOutcome(e, 1+s.onlyCounted(i))
-		dup := c.reports[e.Replica] > 1
-		c.mu.Unlock()
-		if c.opts.OnResult != nil {
-			c.opts.OnResult()
-		}
-		if dup {
-			dups[e.Replica] = true
-		}
-	}
-	return dups
 }
 
 // onlyCounted is how many outcomes of the replica of Results[i] the node counted without listing them: they count
