@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrForeignReplica means a worker tried to report a replica it does not own.
@@ -143,33 +143,23 @@ func writev(rc syscall.RawConn, a, b []byte) (int, error) {
 	var werr error
 	err := rc.Write(func(fd uintptr) bool {
 		for len(bufs[0])+len(bufs[1]) > 0 {
-			var iov [2]syscall.Iovec
-			k := 0
-			for _, p := range bufs {
-				if len(p) > 0 {
-					iov[k].Base = &p[0]
-					iov[k].SetLen(len(p))
-					k++
-				}
-			}
-			m, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-			runtime.KeepAlive(&bufs)
+			m, e := unix.Writev(int(fd), bufs[:])
 			switch {
-			case e == syscall.EINTR:
+			case e == unix.EINTR:
 				continue
-			case e == syscall.EAGAIN:
+			case e == unix.EAGAIN:
 				return false
-			case e != 0:
+			case e != nil:
 				werr = e
 				return true
 			case m == 0:
 				werr = io.ErrShortWrite
 				return true
 			}
-			n += int(m)
+			n += m
 			for i := range bufs {
-				d := min(int(m), len(bufs[i]))
-				bufs[i], m = bufs[i][d:], m-uintptr(d)
+				d := min(m, len(bufs[i]))
+				bufs[i], m = bufs[i][d:], m-d
 			}
 		}
 		return true

@@ -179,20 +179,11 @@ func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 		}
 		return n, err
 	}
-	// Large JSON payloads are scanned as they arrive, one read (at most a pipe's capacity) at a time: the blocks that
-	// are plain string bytes are noted while they are still in cache, so validating the payload afterwards skips them
-	// (large results are mostly strings).
-	scan := f.Encoding == EncodingJSON && length >= 1<<cleanShift*4
 	n, err := d.r.Read(p[:d.r.Buffered()])
-	scanned := 0
 	for err == nil && n < length {
 		var m int
 		m, err = d.src.Read(p[n:])
 		n += m
-		if scan {
-			f.clean = cleanBlocks(f.clean, p[:n], scanned, cleanShift)
-			scanned = n
-		}
 		if err == nil && m == 0 {
 			err = io.ErrNoProgress
 		}

@@ -67,17 +67,13 @@ type Frame struct {
 	Encoding Encoding
 	Replica  int
 	Payload  []byte
-	clean    []uint64 // blocks of Payload free of quotes, backslashes and control bytes (set by Decoder)
 }
 
-const cleanShift = 12 // 4 KiB blocks
+// ValidJSON is ValidJSON of the payload.
+func (f Frame) ValidJSON() bool { return ValidJSON(f.Payload) }
 
-// ValidJSON reports whether the payload is one valid JSON value; on frames from a Decoder it reuses what the
-// decoder learned while reading, so it rereads little of a large payload.
-func (f Frame) ValidJSON() bool { return f.CheckJSON() != ErrInvalidJSON }
-
-// CheckJSON is CheckJSON of the payload, reusing what the decoder learned as ValidJSON does.
-func (f Frame) CheckJSON() error { return validJSON(f.Payload, f.clean, cleanShift) }
+// CheckJSON is CheckJSON of the payload.
+func (f Frame) CheckJSON() error { return CheckJSON(f.Payload) }
 
 // ErrorInfo is the payload of a KindError frame: a failure as the worker saw it.
 type ErrorInfo struct {

@@ -314,7 +314,7 @@ func TestDecodeAllocatesWhatArrives(t *testing.T) {
 // reports how much of it arrived.
 func TestDecodeSizes(t *testing.T) {
 	const bufSize = 4096
-	for _, n := range []int{0, 1, bufSize - HeaderSize, bufSize - 1, bufSize, bufSize + 1, 1<<cleanShift*4 + 3,
+	for _, n := range []int{0, 1, bufSize - HeaderSize, bufSize - 1, bufSize, bufSize + 1, 16<<10 + 3,
 		3<<20 + 7} {
 		for _, enc := range []Encoding{EncodingJSON, EncodingPickle} {
 			p := bytes.Repeat([]byte("q"), n)
