@@ -194,17 +194,16 @@ func (w *workerErrs) join() error {
 // value (to name who reported them), the rest only counted.
 func (c *Collector) add(res Result) {
 	c.mu.Lock()
-	c.addOutcome(res, 1)
+	c.addOutcome(res)
 	c.mu.Unlock()
 	if c.opts.OnResult != nil {
 		c.opts.OnResult()
 	}
 }
 
-// addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).
-// c.mu must be held.
-func (c *Collector) addOutcome(res Result, n int) {
-	c.reports[res.Replica] += n
+// addOutcome records res as an outcome of its replica. c.mu must be held.
+func (c *Collector) addOutcome(res Result) {
+	c.reports[res.Replica]++
 	l := c.listed[res.Replica]
 	if len(l) > MaxExamples {
 		return

@@ -87,14 +87,17 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 	c.addWorkers(nodeRank, s.Workers)
 	c.addViolations(nodeRank, s.Violations, &more)
 	c.addCounted(s.Counted)
-	dups := map[int]bool{}
-	for i, e := range s.Results {
+	replicas := map[int]bool{}
+	for _, e := range s.Results {
 		e.Node = nodeRank
-		c.addOutcome(e, 1+s.onlyCounted(i))
-		dups[e.Replica] = c.reports[e.Replica] > 1
+		c.addOutcome(e)
+		replicas[e.Replica] = true
 	}
-	for r, dup := range dups {
-		if dup {
+	for r := range replicas {
+		if s.Counted != nil {
+			c.reports[r] += max(0, s.Counted.Reports[r])
+		}
+		if c.reports[r] > 1 {
 			more.add(c.duplicate(r))
 		}
 	}
@@ -141,19 +144,4 @@ func (c *Collector) addCounted(cnt *Counted) {
 	for r, n := range cnt.Foreign {
 		c.foreignN[r] += max(0, n)
 	}
-}
-
-// onlyCounted is how many outcomes of the replica of Results[i] the node counted without listing them: they count
-// with its last listed one.
-func (s *Share) onlyCounted(i int) int {
-	r := s.Results[i].Replica
-	if s.Counted == nil || s.Counted.Reports[r] <= 0 || !lastOf(s.Results, i) {
-		return 0
-	}
-	return s.Counted.Reports[r]
-}
-
-// lastOf reports whether rs[i] is the last of its replica in rs.
-func lastOf(rs []Result, i int) bool {
-	return !slices.ContainsFunc(rs[i+1:], func(r Result) bool { return r.Replica == rs[i].Replica })
 }
