@@ -134,14 +134,11 @@ func (ip *Interpreter) handshake(ctx context.Context, cfg Config) error {
 		}
 		return ip.gone("importing "+fmt.Sprint(cfg.Preload), err)
 	}
-	switch m.Kind {
-	case "ready":
-		ip.Python, ip.Seconds = m.Python, m.Seconds
-		return nil
-	case "refused":
+	if m.Kind == "refused" {
 		return &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
 	}
-	return fmt.Errorf("the preloaded interpreter answered %q, want ready or refused", m.Kind)
+	ip.Python, ip.Seconds = m.Python, m.Seconds // "ready"
+	return nil
 }
 
 // reply is a message from the interpreter.
