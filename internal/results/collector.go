@@ -54,10 +54,10 @@ type foreignReport struct {
 	ce  *ContractError
 }
 
+// owner is a worker and the node it runs on.
 type owner struct {
-	pid      int
-	node     int
-	replicas []int
+	SharedWorker
+	node int
 }
 
 // NewCollector returns a collector with opts.
@@ -83,7 +83,7 @@ func NewCollector(opts Options) *Collector {
 func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
 	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
 	c.mu.Lock()
-	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
+	c.owners[rank] = owner{SharedWorker{Rank: rank, PID: pid, Replicas: slices.Clone(replicas)}, c.opts.NodeRank}
 	c.mu.Unlock()
 
 	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, 64<<10) // the buffer for headers and small frames

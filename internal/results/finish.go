@@ -154,7 +154,7 @@ func (c *Collector) missing(e RankExit) []*ContractError {
 		where = fmt.Sprintf(" (node %d)", o.node)
 	}
 	var out []*ContractError
-	for _, r := range o.replicas {
+	for _, r := range o.Replicas {
 		if len(c.listed[r]) > 0 {
 			continue
 		}

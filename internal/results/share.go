@@ -2,8 +2,8 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 )
 
 // Share is what one node of a multi-host run publishes when its workers are gone, for node 0 to merge with Add:
@@ -45,10 +45,9 @@ func (c *Collector) Share() *Share {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &Share{Workers: make([]SharedWorker, 0, len(c.owners)), Results: slices.Clone(c.outcomes)}
-	for rank, o := range c.owners {
-		s.Workers = append(s.Workers, SharedWorker{Rank: rank, PID: o.pid, Replicas: slices.Clone(o.replicas)})
+	for _, rank := range slices.Sorted(maps.Keys(c.owners)) {
+		s.Workers = append(s.Workers, c.owners[rank].SharedWorker)
 	}
-	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Rank < s.Workers[j].Rank })
 	for _, v := range c.violations {
 		s.Violations = append(s.Violations, SharedViolation{v.violation(), v.OtherRank, v.OtherPID})
 	}
@@ -114,7 +113,8 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 func (c *Collector) addWorkers(nodeRank int, ws []SharedWorker) {
 	for _, w := range ws {
 		if _, ok := c.owners[w.Rank]; !ok { // global ranks are unique: a clash is not this node's to resolve
-			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
+			w.Replicas = slices.Clone(w.Replicas)
+			c.owners[w.Rank] = owner{w, nodeRank}
 		}
 	}
 }
