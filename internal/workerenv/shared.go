@@ -21,14 +21,12 @@ func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWo
 			if v, ok := strings.CutPrefix(kv, "OMP_NUM_THREADS="); ok {
 				omp = v
 			}
-		}
-		if localWorkers > 1 && omp == "" {
-			out = append(out, "OMP_NUM_THREADS=1")
-		}
-		for _, kv := range base {
 			if k, _, _ := strings.Cut(kv, "="); !PerRank(k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
 				out = append(out, kv)
 			}
+		}
+		if localWorkers > 1 && omp == "" {
+			out = slices.Insert(out, 2, "OMP_NUM_THREADS=1")
 		}
 		return out
 	}
