@@ -78,9 +78,9 @@ func (s *jsonScan) value(i, depth int) (int, bool) {
 	case c == '"':
 		return s.str(i)
 	case c == '{':
-		return s.object(i, depth+1)
+		return s.container(i, depth+1, '}')
 	case c == '[':
-		return s.array(i, depth+1)
+		return s.container(i, depth+1, ']')
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number(i)
 	case c == 't':
@@ -227,17 +227,23 @@ func fracExp(b []byte, i int) (int, bool) {
 	return i, true
 }
 
-func (s *jsonScan) array(i, depth int) (int, bool) {
+// container scans the array or object whose opening bracket is at i, up to its closing bracket end.
+func (s *jsonScan) container(i, depth int, end byte) (int, bool) {
 	b := s.b
 	if depth > maxJSONDepth {
 		return i, false
 	}
 	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
+	if i < len(b) && b[i] == end {
 		return i + 1, true
 	}
 	for {
 		var ok bool
+		if end == '}' {
+			if i, ok = s.key(i); !ok {
+				return i, false
+			}
+		}
 		if i, ok = s.value(i, depth); !ok {
 			return i, false
 		}
@@ -246,7 +252,7 @@ func (s *jsonScan) array(i, depth int) (int, bool) {
 			return i, false
 		}
 		switch b[i] {
-		case ']':
+		case end:
 			return i + 1, true
 		case ',':
 			i = skipWS(b, i+1)
@@ -256,41 +262,15 @@ func (s *jsonScan) array(i, depth int) (int, bool) {
 	}
 }
 
-func (s *jsonScan) object(i, depth int) (int, bool) {
+// key scans an object member's key and colon from i and returns the index of its value.
+func (s *jsonScan) key(i int) (int, bool) {
 	b := s.b
-	if depth > maxJSONDepth {
+	if i >= len(b) || b[i] != '"' {
 		return i, false
 	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
+	i, ok := s.str(i)
+	if i = skipWS(b, i); !ok || i >= len(b) || b[i] != ':' {
+		return i, false
 	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return i, false
-		}
-		var ok bool
-		if i, ok = s.str(i); !ok {
-			return i, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return i, false
-		}
-		if i, ok = s.value(skipWS(b, i+1), depth); !ok {
-			return i, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case '}':
-			return i + 1, true
-		case ',':
-			i = skipWS(b, i+1)
-		default:
-			return i, false
-		}
-	}
+	return skipWS(b, i+1), true
 }
