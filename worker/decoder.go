@@ -72,10 +72,7 @@ func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	if limit <= 0 {
 		limit = DefaultMaxPayload
 	}
-	if bufSize < 4096 {
-		bufSize = 4096
-	}
-	return &Decoder{src: r, size: bufSize, limit: limit}
+	return &Decoder{src: r, size: max(bufSize, 4096), limit: limit}
 }
 
 // header reads the next frame header into d.hdr: the first straight from the stream, the others through the buffer.

@@ -1,6 +1,7 @@
 package preload
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -81,9 +82,7 @@ func Start(ctx context.Context, cfg Config) (*Interpreter, error) {
 	if cfg.Reaper == nil {
 		return nil, errors.New("a preloaded interpreter needs tpurun to be the child subreaper (or PID 1): the workers it forks are re-parented to it")
 	}
-	if cfg.Log == nil {
-		cfg.Log = zap.NewNop()
-	}
+	cfg.Log = cmp.Or(cfg.Log, zap.NewNop())
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)

@@ -62,13 +62,8 @@ type owner struct {
 
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
-	if opts.Nodes <= 0 {
-		opts.Nodes = 1
-	}
-	log := opts.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
+	opts.Nodes = max(opts.Nodes, 1)
+	log := cmp.Or(opts.Logger, zap.NewNop())
 	return &Collector{opts: opts, log: log, owners: map[int]owner{}, listed: map[int][]int{},
 		reports: map[int]int{}, kindCount: map[string]int{},
 		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}

@@ -1,6 +1,7 @@
 package workerenv
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"strconv"
@@ -71,9 +72,7 @@ func NewBuilder(base []string, plan *topology.Plan, rt Runtime) *Builder {
 	for _, w := range plan.Workers {
 		b.local[w.NodeRank]++
 	}
-	if b.rt.Role == "" {
-		b.rt.Role = DefaultRole
-	}
+	b.rt.Role = cmp.Or(b.rt.Role, DefaultRole)
 	return b
 }
 
@@ -213,9 +212,7 @@ const (
 // For's torchrun and tpurun variables (nothing inherited). Run-time values that a run decides at launch
 // (run id, master port, error file) are placeholders unless given in rt.
 func Plan(plan *topology.Plan, rt Runtime) *topology.Plan {
-	if rt.RunID == "" {
-		rt.RunID = PlaceholderRunID
-	}
+	rt.RunID = cmp.Or(rt.RunID, PlaceholderRunID)
 	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
 	b := NewBuilder([]string{}, plan, rt)
 	for _, w := range plan.Workers {
