@@ -160,7 +160,7 @@ func (d *Decoder) Next() (Frame, error) {
 // than the read buffer gets its memory only once a full buffer of it has arrived (a Peek, which allocates
 // nothing), so a header that declares 64 MiB and then stops costs nothing more. The slice is then allocated whole
 // (growing it with what arrives fragments the heap: a third of the throughput of large results) and, after what
-// the buffer holds, filled straight from the stream, so each payload byte is copied once.
+// the buffer holds, filled straight from the stream (bufio reads a request larger than its buffer into it).
 func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 	if length > d.r.Size() {
 		if _, err := d.r.Peek(d.r.Size()); err != nil {
@@ -169,30 +169,11 @@ func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 		}
 	}
 	p := payloadSlice(d.off, length)
-	if length <= d.r.Size() { // a small payload: through the buffer, which holds the frames after it too
-		n, err := io.ReadFull(d.r, p)
-		if err == nil {
-			f.Payload = p
-		}
-		return n, err
+	n, err := io.ReadFull(d.r, p)
+	if err == nil {
+		f.Payload = p
 	}
-	n, err := d.r.Read(p[:d.r.Buffered()])
-	for err == nil && n < length {
-		var m int
-		m, err = d.src.Read(p[n:])
-		n += m
-		if err == nil && m == 0 {
-			err = io.ErrNoProgress
-		}
-	}
-	if n < length {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return n, err
-	}
-	f.Payload = p
-	return n, nil
+	return n, err
 }
 
 // hugeFrom is the payload size from which the payload's memory is asked to be backed by transparent huge pages
