@@ -30,17 +30,9 @@ const (
 	KindHello  Kind = 3 // optional greeting: a JSON Hello; carries no outcome
 )
 
-func (k Kind) String() string {
-	switch k {
-	case KindResult:
-		return "result"
-	case KindError:
-		return "error"
-	case KindHello:
-		return "hello"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+func (k Kind) String() string { return enumName(kindNames[:], uint8(k), "kind") }
+
+var kindNames = [...]string{KindResult: "result", KindError: "error", KindHello: "hello"}
 
 // Encoding says how a payload is encoded.
 type Encoding uint8
@@ -51,14 +43,16 @@ const (
 	EncodingPickle Encoding = 2 // a Python pickle; opaque to Go, passed on base64-encoded
 )
 
-func (e Encoding) String() string {
-	switch e {
-	case EncodingJSON:
-		return "json"
-	case EncodingPickle:
-		return "pickle"
+func (e Encoding) String() string { return enumName(encodingNames[:], uint8(e), "encoding") }
+
+var encodingNames = [...]string{EncodingJSON: "json", EncodingPickle: "pickle"}
+
+// enumName is names[v], or what(v) for a value without a name.
+func enumName(names []string, v uint8, what string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("encoding(%d)", uint8(e))
+	return fmt.Sprintf("%s(%d)", what, v)
 }
 
 // Frame is one message on the result channel.
