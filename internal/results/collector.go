@@ -29,7 +29,6 @@ type Options struct {
 // are safe for concurrent use.
 type Collector struct {
 	opts Options
-	log  *zap.Logger
 
 	// Memory stays bounded whatever workers send: per replica the first outcome (kept) and the first
 	// MaxExamples others (without their values), per violation kind the first MaxExamples; the rest is counted.
@@ -63,8 +62,8 @@ type owner struct {
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
 	opts.Nodes = max(opts.Nodes, 1)
-	log := cmp.Or(opts.Logger, zap.NewNop())
-	return &Collector{opts: opts, log: log, owners: map[int]owner{}, listed: map[int][]int{},
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
+	return &Collector{opts: opts, owners: map[int]owner{}, listed: map[int][]int{},
 		reports: map[int]int{}, kindCount: map[string]int{},
 		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}
 }
@@ -76,7 +75,7 @@ func NewCollector(opts Options) *Collector {
 // violation; inside a frame it is a truncated_frame violation that also wraps the reader's error.
 // Duplicates and missing results are world-wide facts: Finish reports them.
 func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
-	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
+	log := c.opts.Logger.With(zap.Int("rank", rank), zap.Int("pid", pid))
 	c.mu.Lock()
 	c.owners[rank] = owner{SharedWorker{Rank: rank, PID: pid, Replicas: slices.Clone(replicas)}, c.opts.NodeRank}
 	c.mu.Unlock()

@@ -1,11 +1,11 @@
 package results
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -61,11 +61,8 @@ func (c *Collector) duplicateOf(replica int, all []Result, total int) *ContractE
 func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	doc := &Document{RunID: c.opts.RunID, World: World{Size: c.opts.WorldSize, Nodes: c.opts.Nodes},
+	doc := &Document{RunID: c.opts.RunID, World: World{Size: cmp.Or(c.opts.WorldSize, len(exits)), Nodes: c.opts.Nodes},
 		Results: []Result{}, Ranks: []RankStatus{}, Violations: []Violation{}}
-	if doc.World.Size == 0 {
-		doc.World.Size = len(exits)
-	}
 	seed, merged := c.seedDuplicates()
 	vs := slices.DeleteFunc(slices.Clone(c.violations), func(v *ContractError) bool { return merged[v] })
 	vs = append(vs, c.countedOnly(vs, seed)...)
@@ -78,7 +75,9 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 		}
 		doc.Results = append(doc.Results, c.outcomes[c.listed[r][0]])
 	}
-	for _, e := range byRank(exits) {
+	byRank := slices.Clone(exits) // a rank listed twice keeps its order
+	slices.SortStableFunc(byRank, func(a, b RankExit) int { return cmp.Compare(a.Rank, b.Rank) })
+	for _, e := range byRank {
 		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
 		vs = append(vs, c.missing(e)...)
 	}
@@ -164,13 +163,6 @@ func (c *Collector) missing(e RankExit) []*ContractError {
 				e.Rank, e.PID, where, r)})
 	}
 	return out
-}
-
-// byRank is exits in rank order (a rank listed twice keeps its order).
-func byRank(exits []RankExit) []RankExit {
-	sorted := slices.Clone(exits)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
-	return sorted
 }
 
 // firstFailure is the exit code of the first failed exit, in the order the launcher saw them end: its code, or 1
