@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Interpreter, error) {
 	ip.p = p
 	cfg.Reaper.Keep(p) // it outlives each attempt's sweep; its descendants do not
 	if err := ip.handshake(ctx, cfg); err != nil {
-		ip.kill()
+		ip.end(0)
 		return nil, err
 	}
 	return ip, nil
@@ -295,19 +295,17 @@ func (ip *Interpreter) recv(m *reply) error {
 func (ip *Interpreter) Close() {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
+	ip.end(time.Second)
+}
+
+// end closes the socket, kills the interpreter unless it exits within grace, and reaps it.
+func (ip *Interpreter) end(grace time.Duration) {
 	_ = ip.conn.Close()
 	select {
 	case <-ip.exited:
-	case <-time.After(time.Second):
+	case <-time.After(grace):
 		_ = ip.p.Signal(syscall.SIGKILL)
 	}
-	ip.p.Wait()
-	os.RemoveAll(ip.dir)
-}
-
-func (ip *Interpreter) kill() {
-	_ = ip.conn.Close()
-	_ = ip.p.Signal(syscall.SIGKILL)
 	ip.p.Wait()
 	os.RemoveAll(ip.dir)
 }
