@@ -198,3 +198,25 @@ func writeCopy(dir string, files []pythonFile) (string, error) {
 	}
 	return tmp, nil
 }
+
+// writeFile writes f into dir under a temporary name (mode 0644) and renames it into place.
+func writeFile(dir string, f pythonFile) error {
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(f.data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, f.name))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
