@@ -155,18 +155,14 @@ type reply struct {
 // gone is the error of a conversation that failed while doing what: the interpreter's exit if it exited.
 func (ip *Interpreter) gone(what string, err error) error {
 	select {
-	case <-ip.exited:
-	case <-time.After(2 * time.Second): // it closed the socket and is exiting: give it that long to be seen gone
-	}
-	select {
-	case <-ip.exited:
+	case <-ip.exited: // it closed the socket and is exiting: given 2 seconds to be seen gone
 		ex := ip.p.Wait()
 		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
 			how = "was killed by " + failure.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
-	default:
+	case <-time.After(2 * time.Second):
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) stopped answering while %s: %w", ErrGone, ip.p.PID(), what, err)
 	}
 }
