@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
@@ -42,13 +43,7 @@ func (d *Document) Decide(failed int) int {
 
 // ReplicaErrors returns the results that are a replica's reported error, in replica order.
 func (d *Document) ReplicaErrors() []Result {
-	var out []Result
-	for _, r := range d.Results {
-		if !r.OK && r.Error != nil {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(d.Results), func(r Result) bool { return r.OK || r.Error == nil })
 }
 
 // World is the size of the run.
