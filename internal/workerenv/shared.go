@@ -37,12 +37,8 @@ func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWo
 			count[kv]++
 		}
 	}
-	var out []string
-	for kv, n := range count {
-		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !PerRank(k) {
-			out = append(out, kv)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.DeleteFunc(b.Env(local[0], rt.ErrorFile), func(kv string) bool { // sorted already
+		k, _, _ := strings.Cut(kv, "=")
+		return count[kv] < len(local) || PerRank(k)
+	})
 }
