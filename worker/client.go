@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrForeignReplica means a worker tried to report a replica it does not own.
@@ -64,17 +64,13 @@ func Open() (*Client, error) {
 // Replicas returns the replicas the client's worker owns.
 func (c *Client) Replicas() []int { return slices.Clone(c.replicas) }
 
-// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is. A value holding
-// an integer of more than MaxJSONIntDigits digits (a *big.Int) is refused with a *HugeIntegerError (ErrHugeInteger),
-// as the launcher would refuse it: send it as a string.
+// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is, if it is valid
+// JSON in UTF-8 (what the launcher accepts). A value holding an integer of more than MaxJSONIntDigits digits (a
+// *big.Int) is refused with a *HugeIntegerError (ErrHugeInteger), as the launcher would refuse it: send it as a
+// string.
 func (c *Client) Report(replica int, value any) error {
-	var payload []byte
-	if raw, ok := value.(json.RawMessage); ok {
-		if !json.Valid(raw) {
-			return fmt.Errorf("result of replica %d: the json.RawMessage is not valid JSON", replica)
-		}
-		payload = raw
-	} else {
+	payload, raw := value.(json.RawMessage)
+	if !raw {
 		b, err := json.Marshal(value)
 		if err != nil {
 			return fmt.Errorf("result of replica %d: encode %T as JSON: %w", replica, value, err)
@@ -82,8 +78,11 @@ func (c *Client) Report(replica int, value any) error {
 		payload = b
 	}
 	var huge *HugeIntegerError
-	if err := CheckJSON(payload); errors.As(err, &huge) { // the launcher would refuse it: say so here
+	switch err := CheckJSON(payload); {
+	case errors.As(err, &huge): // the launcher would refuse it: say so here
 		return fmt.Errorf("result of replica %d: %w; send it as a string", replica, err)
+	case err != nil:
+		return fmt.Errorf("result of replica %d: the json.RawMessage is not valid JSON", replica)
 	}
 	return c.Send(Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: replica, Payload: payload})
 }
@@ -143,33 +142,23 @@ func writev(rc syscall.RawConn, a, b []byte) (int, error) {
 	var werr error
 	err := rc.Write(func(fd uintptr) bool {
 		for len(bufs[0])+len(bufs[1]) > 0 {
-			var iov [2]syscall.Iovec
-			k := 0
-			for _, p := range bufs {
-				if len(p) > 0 {
-					iov[k].Base = &p[0]
-					iov[k].SetLen(len(p))
-					k++
-				}
-			}
-			m, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-			runtime.KeepAlive(&bufs)
+			m, e := unix.Writev(int(fd), bufs[:])
 			switch {
-			case e == syscall.EINTR:
+			case e == unix.EINTR:
 				continue
-			case e == syscall.EAGAIN:
+			case e == unix.EAGAIN:
 				return false
-			case e != 0:
+			case e != nil:
 				werr = e
 				return true
 			case m == 0:
 				werr = io.ErrShortWrite
 				return true
 			}
-			n += int(m)
+			n += m
 			for i := range bufs {
-				d := min(int(m), len(bufs[i]))
-				bufs[i], m = bufs[i][d:], m-uintptr(d)
+				d := min(m, len(bufs[i]))
+				bufs[i], m = bufs[i][d:], m-d
 			}
 		}
 		return true

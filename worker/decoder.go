@@ -72,10 +72,7 @@ func NewDecoder(r io.Reader, limit int64, bufSize int) *Decoder {
 	if limit <= 0 {
 		limit = DefaultMaxPayload
 	}
-	if bufSize < 4096 {
-		bufSize = 4096
-	}
-	return &Decoder{src: r, size: bufSize, limit: limit}
+	return &Decoder{src: r, size: max(bufSize, 4096), limit: limit}
 }
 
 // header reads the next frame header into d.hdr: the first straight from the stream, the others through the buffer.
@@ -163,7 +160,7 @@ func (d *Decoder) Next() (Frame, error) {
 // than the read buffer gets its memory only once a full buffer of it has arrived (a Peek, which allocates
 // nothing), so a header that declares 64 MiB and then stops costs nothing more. The slice is then allocated whole
 // (growing it with what arrives fragments the heap: a third of the throughput of large results) and, after what
-// the buffer holds, filled straight from the stream, so each payload byte is copied once.
+// the buffer holds, filled straight from the stream (bufio reads a request larger than its buffer into it).
 func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 	if length > d.r.Size() {
 		if _, err := d.r.Peek(d.r.Size()); err != nil {
@@ -172,39 +169,11 @@ func (d *Decoder) readPayload(f *Frame, length int) (int, error) {
 		}
 	}
 	p := payloadSlice(d.off, length)
-	if length <= d.r.Size() { // a small payload: through the buffer, which holds the frames after it too
-		n, err := io.ReadFull(d.r, p)
-		if err == nil {
-			f.Payload = p
-		}
-		return n, err
+	n, err := io.ReadFull(d.r, p)
+	if err == nil {
+		f.Payload = p
 	}
-	// Large JSON payloads are scanned as they arrive, one read (at most a pipe's capacity) at a time: the blocks that
-	// are plain string bytes are noted while they are still in cache, so validating the payload afterwards skips them
-	// (large results are mostly strings).
-	scan := f.Encoding == EncodingJSON && length >= 1<<cleanShift*4
-	n, err := d.r.Read(p[:d.r.Buffered()])
-	scanned := 0
-	for err == nil && n < length {
-		var m int
-		m, err = d.src.Read(p[n:])
-		n += m
-		if scan {
-			f.clean = cleanBlocks(f.clean, p[:n], scanned, cleanShift)
-			scanned = n
-		}
-		if err == nil && m == 0 {
-			err = io.ErrNoProgress
-		}
-	}
-	if n < length {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return n, err
-	}
-	f.Payload = p
-	return n, nil
+	return n, err
 }
 
 // hugeFrom is the payload size from which the payload's memory is asked to be backed by transparent huge pages

@@ -183,19 +183,14 @@ func channelProblem(fd int, v string, getenv func(string) string) error {
 	return nil
 }
 
+// fileKinds names the file types a descriptor found in place of the result channel may be.
+var fileKinds = map[uint32]string{syscall.S_IFIFO: "a pipe", syscall.S_IFREG: "a regular file",
+	syscall.S_IFSOCK: "a socket", syscall.S_IFCHR: "a character device", syscall.S_IFDIR: "a directory"}
+
 func describeFile(st *syscall.Stat_t) string {
-	kind := fmt.Sprintf("a file of mode %o", st.Mode)
-	switch st.Mode & syscall.S_IFMT {
-	case syscall.S_IFIFO:
-		kind = "a pipe"
-	case syscall.S_IFREG:
-		kind = "a regular file"
-	case syscall.S_IFSOCK:
-		kind = "a socket"
-	case syscall.S_IFCHR:
-		kind = "a character device"
-	case syscall.S_IFDIR:
-		kind = "a directory"
+	kind, ok := fileKinds[st.Mode&syscall.S_IFMT]
+	if !ok {
+		kind = fmt.Sprintf("a file of mode %o", st.Mode)
 	}
 	return kind + " (" + formatChannelID(uint64(st.Dev), st.Ino) + ")"
 }

@@ -30,17 +30,9 @@ const (
 	KindHello  Kind = 3 // optional greeting: a JSON Hello; carries no outcome
 )
 
-func (k Kind) String() string {
-	switch k {
-	case KindResult:
-		return "result"
-	case KindError:
-		return "error"
-	case KindHello:
-		return "hello"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+func (k Kind) String() string { return enumName(kindNames[:], uint8(k), "kind") }
+
+var kindNames = [...]string{KindResult: "result", KindError: "error", KindHello: "hello"}
 
 // Encoding says how a payload is encoded.
 type Encoding uint8
@@ -51,14 +43,16 @@ const (
 	EncodingPickle Encoding = 2 // a Python pickle; opaque to Go, passed on base64-encoded
 )
 
-func (e Encoding) String() string {
-	switch e {
-	case EncodingJSON:
-		return "json"
-	case EncodingPickle:
-		return "pickle"
+func (e Encoding) String() string { return enumName(encodingNames[:], uint8(e), "encoding") }
+
+var encodingNames = [...]string{EncodingJSON: "json", EncodingPickle: "pickle"}
+
+// enumName is names[v], or what(v) for a value without a name.
+func enumName(names []string, v uint8, what string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
 	}
-	return fmt.Sprintf("encoding(%d)", uint8(e))
+	return fmt.Sprintf("%s(%d)", what, v)
 }
 
 // Frame is one message on the result channel.
@@ -67,17 +61,13 @@ type Frame struct {
 	Encoding Encoding
 	Replica  int
 	Payload  []byte
-	clean    []uint64 // blocks of Payload free of quotes, backslashes and control bytes (set by Decoder)
 }
 
-const cleanShift = 12 // 4 KiB blocks
+// ValidJSON is ValidJSON of the payload.
+func (f Frame) ValidJSON() bool { return ValidJSON(f.Payload) }
 
-// ValidJSON reports whether the payload is one valid JSON value; on frames from a Decoder it reuses what the
-// decoder learned while reading, so it rereads little of a large payload.
-func (f Frame) ValidJSON() bool { return f.CheckJSON() != ErrInvalidJSON }
-
-// CheckJSON is CheckJSON of the payload, reusing what the decoder learned as ValidJSON does.
-func (f Frame) CheckJSON() error { return validJSON(f.Payload, f.clean, cleanShift) }
+// CheckJSON is CheckJSON of the payload.
+func (f Frame) CheckJSON() error { return CheckJSON(f.Payload) }
 
 // ErrorInfo is the payload of a KindError frame: a failure as the worker saw it.
 type ErrorInfo struct {

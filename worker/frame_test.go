@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -313,7 +314,7 @@ func TestDecodeAllocatesWhatArrives(t *testing.T) {
 // reports how much of it arrived.
 func TestDecodeSizes(t *testing.T) {
 	const bufSize = 4096
-	for _, n := range []int{0, 1, bufSize - HeaderSize, bufSize - 1, bufSize, bufSize + 1, 1<<cleanShift*4 + 3,
+	for _, n := range []int{0, 1, bufSize - HeaderSize, bufSize - 1, bufSize, bufSize + 1, 16<<10 + 3,
 		3<<20 + 7} {
 		for _, enc := range []Encoding{EncodingJSON, EncodingPickle} {
 			p := bytes.Repeat([]byte("q"), n)
@@ -380,5 +381,28 @@ func TestDecoderOfAnEmptyStreamHasNoBuffer(t *testing.T) {
 	}
 	if _, err := d.Next(); err != io.EOF || d.Offset() != int64(len(stream)) {
 		t.Fatalf("after two frames: %v at %d, want io.EOF at %d", err, d.Offset(), len(stream))
+	}
+}
+
+// BenchmarkDecodePipeJSON decodes and checks a 32 MiB JSON string result read from a pipe, as the collector does.
+func BenchmarkDecodePipeJSON(b *testing.B) {
+	p := bytes.Repeat([]byte("abcdefgh"), 4<<20)
+	p[0], p[len(p)-1] = '"', '"'
+	frame := mustEncode(b, Frame{Kind: KindResult, Encoding: EncodingJSON, Payload: p})
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		r, w, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() {
+			w.Write(frame)
+			w.Close()
+		}()
+		f, err := NewDecoder(r, 0, 64<<10).Next()
+		if err != nil || f.CheckJSON() != nil {
+			b.Fatal(err)
+		}
+		r.Close()
 	}
 }

@@ -39,18 +39,13 @@ func (e *HugeIntegerError) Unwrap() error { return ErrHugeInteger }
 // encoding/json's Valid accepts and utf8.Valid too (json.Valid lets invalid UTF-8 through, which Python's
 // json.load then refuses), but several times faster on the long strings that big results are made of (it checks
 // 8 bytes at a time inside strings).
-func ValidJSON(b []byte) bool { return validJSON(b, nil, 0) != ErrInvalidJSON }
+func ValidJSON(b []byte) bool { return CheckJSON(b) != ErrInvalidJSON }
 
 // CheckJSON is nil when b is valid JSON (ValidJSON) that Python's json reads back with its default limits: no
 // integer longer than MaxJSONIntDigits. Otherwise it is ErrInvalidJSON or a *HugeIntegerError. The collector
 // checks every JSON payload with it.
-func CheckJSON(b []byte) error { return validJSON(b, nil, 0) }
-
-// validJSON is CheckJSON of b; clean, when not nil, has bit k set when block k (bytes k<<shift up to
-// (k+1)<<shift) holds no quote, backslash or control byte, so string scanning can jump over it without reading it
-// again.
-func validJSON(b []byte, clean []uint64, shift uint) error {
-	s := &jsonScan{b: b, clean: clean, shift: shift, hugeAt: -1}
+func CheckJSON(b []byte) error {
+	s := &jsonScan{b: b, hugeAt: -1}
 	i, ok := s.value(skipWS(b, 0), 0)
 	switch {
 	case !ok || skipWS(b, i) != len(b) || !utf8.Valid(b):
@@ -63,38 +58,8 @@ func validJSON(b []byte, clean []uint64, shift uint) error {
 
 type jsonScan struct {
 	b          []byte
-	clean      []uint64
-	shift      uint
 	hugeAt     int // the first integer longer than MaxJSONIntDigits, or -1
 	hugeDigits int
-}
-
-// cleanBlocks returns the bitmap validJSON takes for b: bit k set when block k of 1<<shift bytes is free of
-// quotes, backslashes and control bytes. Only whole blocks count; the decoder computes it chunk by chunk while
-// the bytes are still in cache.
-func cleanBlocks(dst []uint64, b []byte, from int, shift uint) []uint64 { // shift >= 3
-	size := 1 << shift
-	need := (len(b)>>shift + 63) / 64
-	for len(dst) < need {
-		dst = append(dst, 0)
-	}
-	for k := from >> shift; (k+1)<<shift <= len(b); k++ {
-		blk := b[k<<shift : (k+1)<<shift]
-		var m uint64
-		j := 0
-		for ; j+32 <= size; j += 32 {
-			w := blk[j : j+32 : j+32]
-			m |= specialMask(binary.LittleEndian.Uint64(w[0:])) | specialMask(binary.LittleEndian.Uint64(w[8:])) |
-				specialMask(binary.LittleEndian.Uint64(w[16:])) | specialMask(binary.LittleEndian.Uint64(w[24:]))
-		}
-		for ; j+8 <= size; j += 8 {
-			m |= specialMask(binary.LittleEndian.Uint64(blk[j:]))
-		}
-		if m == 0 {
-			dst[k/64] |= 1 << (k % 64)
-		}
-	}
-	return dst
 }
 
 func skipWS(b []byte, i int) int {
@@ -113,9 +78,9 @@ func (s *jsonScan) value(i, depth int) (int, bool) {
 	case c == '"':
 		return s.str(i)
 	case c == '{':
-		return s.object(i, depth+1)
+		return s.container(i, depth+1, '}')
 	case c == '[':
-		return s.array(i, depth+1)
+		return s.container(i, depth+1, ']')
 	case c == '-' || (c >= '0' && c <= '9'):
 		return s.number(i)
 	case c == 't':
@@ -148,17 +113,12 @@ func specialMask(w uint64) uint64 {
 }
 
 // str scans the string that starts at the quote at i and returns the index after its closing quote. It skips
-// 32, then 8 bytes at a time the bytes that can neither end it nor escape, and whole clean blocks at once.
+// 32, then 8 bytes at a time the bytes that can neither end it nor escape.
 func (s *jsonScan) str(i int) (int, bool) {
 	b := s.b
 	i++ // opening quote
 	for {
-		end := len(b)
-		if s.clean != nil {
-			i = s.skipClean(i)
-			end = min(len(b), (i>>s.shift+1)<<s.shift) // scan to the end of this block, then look again
-		}
-		for i+32 <= end {
+		for i+32 <= len(b) {
 			w := b[i : i+32 : i+32]
 			if specialMask(binary.LittleEndian.Uint64(w[0:]))|specialMask(binary.LittleEndian.Uint64(w[8:]))|
 				specialMask(binary.LittleEndian.Uint64(w[16:]))|specialMask(binary.LittleEndian.Uint64(w[24:])) != 0 {
@@ -166,14 +126,11 @@ func (s *jsonScan) str(i int) (int, bool) {
 			}
 			i += 32
 		}
-		for i+8 <= end && specialMask(binary.LittleEndian.Uint64(b[i:])) == 0 {
+		for i+8 <= len(b) && specialMask(binary.LittleEndian.Uint64(b[i:])) == 0 {
 			i += 8
 		}
 		if i >= len(b) {
 			return i, false
-		}
-		if i >= end {
-			continue
 		}
 		switch c := b[i]; {
 		case c == '"':
@@ -189,14 +146,6 @@ func (s *jsonScan) str(i int) (int, bool) {
 			i++
 		}
 	}
-}
-
-// skipClean jumps from i over the clean blocks that follow (to the start of the first block that is not clean).
-func (s *jsonScan) skipClean(i int) int {
-	for k := i >> s.shift; k/64 < len(s.clean) && s.clean[k/64]&(1<<(k%64)) != 0; k = i >> s.shift {
-		i = (k + 1) << s.shift
-	}
-	return i
 }
 
 // escape checks the escape sequence whose backslash is at i-1 and returns the index after it.
@@ -278,17 +227,23 @@ func fracExp(b []byte, i int) (int, bool) {
 	return i, true
 }
 
-func (s *jsonScan) array(i, depth int) (int, bool) {
+// container scans the array or object whose opening bracket is at i, up to its closing bracket end.
+func (s *jsonScan) container(i, depth int, end byte) (int, bool) {
 	b := s.b
 	if depth > maxJSONDepth {
 		return i, false
 	}
 	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
+	if i < len(b) && b[i] == end {
 		return i + 1, true
 	}
 	for {
 		var ok bool
+		if end == '}' {
+			if i, ok = s.key(i); !ok {
+				return i, false
+			}
+		}
 		if i, ok = s.value(i, depth); !ok {
 			return i, false
 		}
@@ -297,7 +252,7 @@ func (s *jsonScan) array(i, depth int) (int, bool) {
 			return i, false
 		}
 		switch b[i] {
-		case ']':
+		case end:
 			return i + 1, true
 		case ',':
 			i = skipWS(b, i+1)
@@ -307,41 +262,15 @@ func (s *jsonScan) array(i, depth int) (int, bool) {
 	}
 }
 
-func (s *jsonScan) object(i, depth int) (int, bool) {
+// key scans an object member's key and colon from i and returns the index of its value.
+func (s *jsonScan) key(i int) (int, bool) {
 	b := s.b
-	if depth > maxJSONDepth {
+	if i >= len(b) || b[i] != '"' {
 		return i, false
 	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
+	i, ok := s.str(i)
+	if i = skipWS(b, i); !ok || i >= len(b) || b[i] != ':' {
+		return i, false
 	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return i, false
-		}
-		var ok bool
-		if i, ok = s.str(i); !ok {
-			return i, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) || b[i] != ':' {
-			return i, false
-		}
-		if i, ok = s.value(skipWS(b, i+1), depth); !ok {
-			return i, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return i, false
-		}
-		switch b[i] {
-		case '}':
-			return i + 1, true
-		case ',':
-			i = skipWS(b, i+1)
-		default:
-			return i, false
-		}
-	}
+	return skipWS(b, i+1), true
 }

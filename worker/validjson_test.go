@@ -28,13 +28,7 @@ func TestValidJSONMatchesEncodingJSON(t *testing.T) {
 		if got := ValidJSON([]byte(s)); got != want {
 			t.Errorf("ValidJSON(%.40q) = %v, json.Valid says %v", s, got, want)
 		}
-		for shift := uint(3); shift <= 12; shift++ {
-			b := []byte(s)
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift) != ErrInvalidJSON; got != want {
-				t.Errorf("validJSON(%.40q) with %d-byte blocks = %v, json.Valid says %v", s, 1<<shift, got, want)
-			}
-		}
-		// Through the decoder (chunked reads with the hint), as the collector sees it.
+		// Through the decoder, as the collector sees it.
 		b, _ := Encode(Frame{Kind: KindResult, Encoding: EncodingJSON, Payload: []byte(s)})
 		f, err := NewDecoder(bytes.NewReader(b), 0, 0).Next()
 		if err != nil || f.ValidJSON() != want {
@@ -54,11 +48,6 @@ func FuzzValidJSON(f *testing.F) {
 		want := json.Valid(b) && utf8.Valid(b)
 		if got := ValidJSON(b); got != want {
 			t.Fatalf("ValidJSON(%q) = %v, json.Valid says %v", b, got, want)
-		}
-		for shift := uint(3); shift <= 6; shift++ {
-			if got := validJSON(b, cleanBlocks(nil, b, 0, shift), shift) != ErrInvalidJSON; got != want {
-				t.Fatalf("validJSON(%q) with %d-byte clean blocks = %v, json.Valid says %v", b, 1<<shift, got, want)
-			}
 		}
 	})
 }

@@ -364,8 +364,8 @@ func TestFnBadFlagsExit2(t *testing.T) {
 func TestSpawnFromPython(t *testing.T) {
 	t.Parallel()
 	py := python(t)
-	dir := t.TempDir()
-	if _, err := pymodule.Install(dir); err != nil {
+	dir, err := pymodule.Path(t.TempDir(), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	// A success prints nothing of tpurun's own, as xmp.spawn prints nothing (the workers print nothing here); a
@@ -434,8 +434,8 @@ for name, fn, args, how in [("stdin", f, (3,), "fork"), ("lambda", lambda i: (i,
 func TestSpawnByValue(t *testing.T) {
 	t.Parallel()
 	py := testutil.Need(t, "cloudpickle")
-	dir := t.TempDir()
-	if _, err := pymodule.Install(dir); err != nil {
+	dir, err := pymodule.Path(t.TempDir(), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(extra ...string) string {

@@ -458,8 +458,8 @@ time.sleep(3600)
 func TestPreloadFnAndSpawnFork(t *testing.T) {
 	t.Parallel()
 	py := python(t)
-	dir := t.TempDir()
-	if _, err := pymodule.Install(dir); err != nil {
+	dir, err := pymodule.Path(t.TempDir(), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	imports := filepath.Join(dir, "imports")

@@ -21,8 +21,8 @@ import (
 func TestRunHelperAsAnOrchestratorWould(t *testing.T) {
 	t.Parallel()
 	py := python(t)
-	dir := t.TempDir()
-	if _, err := pymodule.Install(dir); err != nil {
+	dir, err := pymodule.Path(t.TempDir(), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	prog := filepath.Join(dir, "prog.py")
@@ -69,8 +69,8 @@ print(out)
 func TestRayExampleRunsTheSlice(t *testing.T) {
 	t.Parallel()
 	py := python(t)
-	pydir := t.TempDir()
-	if _, err := pymodule.Install(pydir); err != nil {
+	pydir, err := pymodule.Path(t.TempDir(), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(testutil.FreeEndpoint(t))

@@ -28,7 +28,7 @@ func (p *Prepared) pythonPath() error {
 			return fmt.Errorf("%w: directory for the Python module: %w (shared copy: %w); set TMPDIR", failure.ErrInternal, terr, err)
 		}
 		p.pyDir = d
-		if dir, err = pymodule.Install(d); err != nil {
+		if dir, err = pymodule.Path(d, ""); err != nil {
 			return fmt.Errorf("%w: install the Python module into %s: %w", failure.ErrInternal, d, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package preload
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -81,9 +82,7 @@ func Start(ctx context.Context, cfg Config) (*Interpreter, error) {
 	if cfg.Reaper == nil {
 		return nil, errors.New("a preloaded interpreter needs tpurun to be the child subreaper (or PID 1): the workers it forks are re-parented to it")
 	}
-	if cfg.Log == nil {
-		cfg.Log = zap.NewNop()
-	}
+	cfg.Log = cmp.Or(cfg.Log, zap.NewNop())
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
@@ -112,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Interpreter, error) {
 	ip.p = p
 	cfg.Reaper.Keep(p) // it outlives each attempt's sweep; its descendants do not
 	if err := ip.handshake(ctx, cfg); err != nil {
-		ip.kill()
+		ip.end(0)
 		return nil, err
 	}
 	return ip, nil
@@ -134,14 +133,11 @@ func (ip *Interpreter) handshake(ctx context.Context, cfg Config) error {
 		}
 		return ip.gone("importing "+fmt.Sprint(cfg.Preload), err)
 	}
-	switch m.Kind {
-	case "ready":
-		ip.Python, ip.Seconds = m.Python, m.Seconds
-		return nil
-	case "refused":
+	if m.Kind == "refused" {
 		return &RefusedError{Module: m.Module, Problem: m.Problem, Hint: m.Hint}
 	}
-	return fmt.Errorf("the preloaded interpreter answered %q, want ready or refused", m.Kind)
+	ip.Python, ip.Seconds = m.Python, m.Seconds // "ready"
+	return nil
 }
 
 // reply is a message from the interpreter.
@@ -159,18 +155,14 @@ type reply struct {
 // gone is the error of a conversation that failed while doing what: the interpreter's exit if it exited.
 func (ip *Interpreter) gone(what string, err error) error {
 	select {
-	case <-ip.exited:
-	case <-time.After(2 * time.Second): // it closed the socket and is exiting: give it that long to be seen gone
-	}
-	select {
-	case <-ip.exited:
+	case <-ip.exited: // it closed the socket and is exiting: given 2 seconds to be seen gone
 		ex := ip.p.Wait()
 		how := fmt.Sprintf("exited with code %d", ex.ExitCode)
 		if ex.Signal != 0 {
 			how = "was killed by " + failure.SignalName(ex.Signal)
 		}
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) %s while %s; its own output is above, prefixed [preload]", ErrGone, ex.PID, how, what)
-	default:
+	case <-time.After(2 * time.Second):
 		return fmt.Errorf("%w: the preloaded interpreter (pid %d) stopped answering while %s: %w", ErrGone, ip.p.PID(), what, err)
 	}
 }
@@ -299,19 +291,17 @@ func (ip *Interpreter) recv(m *reply) error {
 func (ip *Interpreter) Close() {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
+	ip.end(time.Second)
+}
+
+// end closes the socket, kills the interpreter unless it exits within grace, and reaps it.
+func (ip *Interpreter) end(grace time.Duration) {
 	_ = ip.conn.Close()
 	select {
 	case <-ip.exited:
-	case <-time.After(time.Second):
+	case <-time.After(grace):
 		_ = ip.p.Signal(syscall.SIGKILL)
 	}
-	ip.p.Wait()
-	os.RemoveAll(ip.dir)
-}
-
-func (ip *Interpreter) kill() {
-	_ = ip.conn.Close()
-	_ = ip.p.Signal(syscall.SIGKILL)
 	ip.p.Wait()
 	os.RemoveAll(ip.dir)
 }

@@ -38,14 +38,12 @@ type Job struct {
 // Preloader forks the workers from the job's preloaded interpreter, started once (and again only if it died): the
 // attempt's starter (attempt.Starter) with --preload.
 type Preloader struct {
-	cfg            Config
-	cmd            Command
-	ip             *Interpreter
-	devnull        *os.File
-	marker         string // worker.EnvPreloaded=<list>, in every forked worker's environment
-	stdout, stderr *console.Console
-	log            *zap.Logger
-	out            sync.WaitGroup // the forwarders of the interpreter's own output
+	job     Job
+	cfg     Config
+	cmd     Command
+	ip      *Interpreter
+	devnull *os.File
+	out     sync.WaitGroup // the forwarders of the interpreter's own output
 }
 
 // NewPreloader starts the preloaded interpreter of j before any worker: it imports the modules and proves it safe
@@ -64,8 +62,7 @@ func NewPreloader(ctx context.Context, j Job) (*Preloader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", failure.ErrInternal, os.DevNull, err)
 	}
-	pl := &Preloader{cmd: cmd, devnull: devnull, marker: worker.EnvPreloaded + "=" + strings.Join(j.Modules, ","),
-		stdout: j.Stdout, stderr: j.Stderr, log: j.Log}
+	pl := &Preloader{job: j, cmd: cmd, devnull: devnull}
 	pl.cfg = Config{Python: cmd.Python, Preload: j.Modules, Path0: path0(cmd, j.Dir), Env: j.Env, Dir: j.Dir, Reaper: j.Reaper,
 		Log: j.Log.Named("preload"), DevRoot: j.DevRoot, Lockfile: topology.DefaultLockfile, DeviceNodes: topology.DeviceNodeGlobs()}
 	if err := pl.ensure(ctx); err != nil {
@@ -81,13 +78,13 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 		return nil
 	}
 	if pl.ip != nil {
-		pl.log.Warn("the preloaded interpreter is gone: starting it again", zap.Int("pid", pl.ip.PID()))
+		pl.job.Log.Warn("the preloaded interpreter is gone: starting it again", zap.Int("pid", pl.ip.PID()))
 		pl.ip.Close()
 	}
 	for _, std := range []struct {
 		console *console.Console
 		into    **os.File
-	}{{pl.stdout, &pl.cfg.Stdout}, {pl.stderr, &pl.cfg.Stderr}} {
+	}{{pl.job.Stdout, &pl.cfg.Stdout}, {pl.job.Stderr, &pl.cfg.Stderr}} {
 		r, w, err := os.Pipe()
 		if err != nil {
 			if std.into == &pl.cfg.Stderr { // the stdout pipe's forwarder ends with its write end
@@ -115,7 +112,7 @@ func (pl *Preloader) ensure(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", failure.ErrInternal, err)
 	}
 	pl.ip = ip
-	pl.log.Info("preloaded interpreter ready", zap.Int("pid", ip.PID()), zap.String("python", ip.Python),
+	pl.job.Log.Info("preloaded interpreter ready", zap.Int("pid", ip.PID()), zap.String("python", ip.Python),
 		zap.Strings("modules", pl.cfg.Preload), zap.Float64("import_seconds", ip.Seconds))
 	return nil
 }
@@ -142,7 +139,8 @@ func (pl *Preloader) Start(rp *proc.Reaper, cmd *exec.Cmd, onExit func(*proc.Pro
 		stdin = pl.devnull // what os/exec gives a nil Stdin
 	}
 	files := append([]*os.File{stdin, cmd.Stdout.(*os.File), cmd.Stderr.(*os.File)}, cmd.ExtraFiles...)
-	req := Request{Command: c, Argv: cmd.Args, Env: append(slices.Clone(cmd.Env), pl.marker), Dir: cmd.Dir, Files: files}
+	env := append(slices.Clone(cmd.Env), worker.EnvPreloaded+"="+strings.Join(pl.job.Modules, ","))
+	req := Request{Command: c, Argv: cmd.Args, Env: env, Dir: cmd.Dir, Files: files}
 	p, err := pl.ip.Fork(rp, req, onExit)
 	if errors.Is(err, ErrGone) {
 		// It died after ensure looked (killed between attempts, its exit not delivered yet): no worker of this

@@ -5,9 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"path"
 	"regexp"
-	"sort"
 	"sync"
 
 	"tpurun/worker/python"
@@ -22,19 +20,18 @@ type pythonFile struct {
 // embeddedModule is the embedded module, read once: its files in name order, its version and its content hash.
 var embeddedModule = sync.OnceValues(func() (pythonModuleInfo, error) {
 	var m pythonModuleInfo
-	entries, err := fs.Glob(python.Files, "tpurun/*.py")
+	entries, err := fs.ReadDir(python.Files, "tpurun") // sorted by name
 	if err != nil {
 		return m, err
 	}
-	sort.Strings(entries)
 	h := sha256.New()
 	var initPy []byte
-	for _, p := range entries {
-		b, err := python.Files.ReadFile(p)
+	for _, e := range entries {
+		name := e.Name()
+		b, err := python.Files.ReadFile("tpurun/" + name)
 		if err != nil {
 			return m, err
 		}
-		name := path.Base(p)
 		m.files = append(m.files, pythonFile{name: name, data: b})
 		if name == "__init__.py" {
 			initPy = b

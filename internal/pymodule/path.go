@@ -173,8 +173,9 @@ func installed(final string, files []pythonFile, uid int) (bool, error) {
 	return true, nil
 }
 
-// writeCopy writes files into a new private temporary directory in dir, as tmp/tpurun/<name>, and returns tmp
-// (mode 0755 once complete).
+// writeCopy writes files into a new private temporary directory in dir, as tmp/tpurun/<name> (mode 0644), and
+// returns tmp (mode 0755 once complete). Its files need no atomic writes of their own: tmp is renamed into place
+// whole.
 func writeCopy(dir string, files []pythonFile) (string, error) {
 	tmp, err := os.MkdirTemp(dir, ".python-tmp-")
 	if err != nil {
@@ -189,7 +190,11 @@ func writeCopy(dir string, files []pythonFile) (string, error) {
 		return fail(err)
 	}
 	for _, f := range files {
-		if err := writeFile(pkg, f); err != nil {
+		p := filepath.Join(pkg, f.name)
+		if err := os.WriteFile(p, f.data, 0o644); err != nil {
+			return fail(err)
+		}
+		if err := os.Chmod(p, 0o644); err != nil { // whatever the umask
 			return fail(err)
 		}
 	}

@@ -21,7 +21,7 @@ func pythonModule(t *testing.T) (py, path string) {
 	if err != nil {
 		t.Fatalf("python3 is required for the Python module tests: %v", err)
 	}
-	dir, err := Install(t.TempDir())
+	dir, err := Path(t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,14 +29,12 @@ type Options struct {
 // are safe for concurrent use.
 type Collector struct {
 	opts Options
-	log  *zap.Logger
 
 	// Memory stays bounded whatever workers send: per replica the first outcome (kept) and the first
 	// MaxExamples others (without their values), per violation kind the first MaxExamples; the rest is counted.
 	mu         sync.Mutex
 	owners     map[int]owner           // by rank
-	first      map[int]int             // replica -> index in outcomes of its first outcome
-	reporters  map[int][]int           // replica -> indexes in outcomes of its first outcomes, when more than one
+	listed     map[int][]int           // replica -> indexes in outcomes of its first outcomes (the first is kept)
 	reports    map[int]int             // replica -> how many outcomes were reported for it (listed or not)
 	outcomes   []Result                // the outcomes kept, in arrival order
 	violations []*ContractError        // frame-level and foreign, the first MaxExamples of each kind
@@ -55,23 +53,18 @@ type foreignReport struct {
 	ce  *ContractError
 }
 
+// owner is a worker and the node it runs on.
 type owner struct {
-	pid      int
-	node     int
-	replicas []int
+	SharedWorker
+	node int
 }
 
 // NewCollector returns a collector with opts.
 func NewCollector(opts Options) *Collector {
-	if opts.Nodes <= 0 {
-		opts.Nodes = 1
-	}
-	log := opts.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
-	return &Collector{opts: opts, log: log, owners: map[int]owner{}, first: map[int]int{},
-		reporters: map[int][]int{}, reports: map[int]int{}, kindCount: map[string]int{},
+	opts.Nodes = max(opts.Nodes, 1)
+	opts.Logger = cmp.Or(opts.Logger, zap.NewNop())
+	return &Collector{opts: opts, owners: map[int]owner{}, listed: map[int][]int{},
+		reports: map[int]int{}, kindCount: map[string]int{},
 		foreign: map[int][]foreignReport{}, foreignN: map[int]int{}}
 }
 
@@ -82,9 +75,9 @@ func NewCollector(opts Options) *Collector {
 // violation; inside a frame it is a truncated_frame violation that also wraps the reader's error.
 // Duplicates and missing results are world-wide facts: Finish reports them.
 func (c *Collector) Consume(rank, pid int, replicas []int, r io.Reader) error {
-	log := c.log.With(zap.Int("rank", rank), zap.Int("pid", pid))
+	log := c.opts.Logger.With(zap.Int("rank", rank), zap.Int("pid", pid))
 	c.mu.Lock()
-	c.owners[rank] = owner{pid: pid, node: c.opts.NodeRank, replicas: slices.Clone(replicas)}
+	c.owners[rank] = owner{SharedWorker{Rank: rank, PID: pid, Replicas: slices.Clone(replicas)}, c.opts.NodeRank}
 	c.mu.Unlock()
 
 	dec := worker.NewDecoder(r, c.opts.MaxFrameBytes, 64<<10) // the buffer for headers and small frames
@@ -195,30 +188,23 @@ func (w *workerErrs) join() error {
 // value (to name who reported them), the rest only counted.
 func (c *Collector) add(res Result) {
 	c.mu.Lock()
-	c.addOutcome(res, 1)
+	c.addOutcome(res)
 	c.mu.Unlock()
 	if c.opts.OnResult != nil {
 		c.opts.OnResult()
 	}
 }
 
-// addOutcome records res as n outcomes of its replica (n > 1: res stands for others that were only counted).
-// c.mu must be held.
-func (c *Collector) addOutcome(res Result, n int) {
-	c.reports[res.Replica] += n
-	j, ok := c.first[res.Replica]
-	if !ok {
-		c.first[res.Replica] = len(c.outcomes)
-		c.outcomes = append(c.outcomes, res)
+// addOutcome records res as an outcome of its replica. c.mu must be held.
+func (c *Collector) addOutcome(res Result) {
+	c.reports[res.Replica]++
+	l := c.listed[res.Replica]
+	if len(l) > MaxExamples {
 		return
 	}
-	if len(c.reporters[res.Replica]) > MaxExamples {
-		return
+	if len(l) > 0 {
+		res.Value, res.ValueB64, res.Error = nil, nil, nil
 	}
-	if len(c.reporters[res.Replica]) == 0 {
-		c.reporters[res.Replica] = []int{j}
-	}
-	res.Value, res.ValueB64, res.Error = nil, nil, nil
-	c.reporters[res.Replica] = append(c.reporters[res.Replica], len(c.outcomes))
+	c.listed[res.Replica] = append(l, len(c.outcomes))
 	c.outcomes = append(c.outcomes, res)
 }

@@ -3,14 +3,10 @@
 //
 // The launcher calls Collector.Consume once per worker, in its own goroutine, with the read end of the worker's
 // result pipe; after every worker exited it calls Finish with how each rank ended and gets the Document (always)
-// and the violations (errors.Join of *ContractError; test them with errors.Is against ErrDuplicateResult,
-// ErrForeignReplica, ErrMissingResult, ErrOversizedFrame, ErrMalformedFrame, ErrTruncatedFrame,
-// ErrUnknownVersion). WriteFile writes the document atomically. Multi-host: each node publishes its Share (its
+// and the violations (errors.Join of *ContractError, each wrapping one of the Err sentinels), and Document.Decide
+// gives the exit code. WriteFile writes the document atomically. Multi-host: each node publishes its Share (its
 // workers and their replicas, its results and its violations), node 0 merges them with Add, and the same checks
 // apply world-wide: exactly once, missing results on every node, every node's violations in one document.
-//
-// Exit codes (Document.Decide): the first failing worker's code wins; otherwise failure.ExitResults (65, EX_DATAERR)
-// for a violated contract, 1 when a replica reported an error, 0 when everything arrived.
 //
 // The frames' wire format and the workers' side of the contract are package worker's; where the document is
 // written, and when, is the launcher's.

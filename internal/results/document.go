@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"tpurun/internal/failure"
 	"tpurun/internal/proc"
@@ -42,13 +43,7 @@ func (d *Document) Decide(failed int) int {
 
 // ReplicaErrors returns the results that are a replica's reported error, in replica order.
 func (d *Document) ReplicaErrors() []Result {
-	var out []Result
-	for _, r := range d.Results {
-		if !r.OK && r.Error != nil {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(d.Results), func(r Result) bool { return r.OK || r.Error == nil })
 }
 
 // World is the size of the run.
@@ -128,27 +123,24 @@ func WriteFile(path string, doc *Document) error {
 		return fmt.Errorf("write the results document %s: create a temporary file in %s: %w", path, dir, err)
 	}
 	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		if err = os.Rename(tmp, path); err != nil {
+			err = fmt.Errorf("rename %s: %w", tmp, err)
+		}
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write the results document %s: %w", path, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write the results document %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write the results document %s: rename %s: %w", path, tmp, err)
 	}
 	return nil
 }

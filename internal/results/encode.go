@@ -29,26 +29,25 @@ func (d *Document) Encode(w io.Writer) error { return d.encode(w, false) }
 func (d *Document) EncodeFramed(w io.Writer) error { return d.encode(w, true) }
 
 func (d *Document) encode(w io.Writer, framed bool) error {
+	rest := *d
+	rest.Results = nil
+	b, err := json.Marshal(&rest)
+	if err != nil {
+		return err
+	}
+	// The results go in place of the first "results":null: before it is only the run id, a JSON string, in which
+	// every quote is escaped.
+	head, tail, _ := bytes.Cut(b, []byte(`"results":null`))
 	bw := bufio.NewWriterSize(w, encodeChunk)
 	e := encoder{w: bw, framed: framed}
 	if framed {
 		e.frames(d.Results)
 	}
-	e.raw(`{"run_id":`)
-	e.json(d.RunID)
-	e.raw(`,"world":`)
-	e.json(d.World)
-	e.raw(`,"results":`)
+	e.bytes(head)
+	e.raw(`"results":`)
 	e.results(d.Results)
-	e.raw(`,"ranks":`)
-	e.json(d.Ranks)
-	e.raw(`,"violations":`)
-	e.json(d.Violations)
-	e.raw(`,"ok":`)
-	e.json(d.OK)
-	e.raw(`,"exit_code":`)
-	e.json(d.ExitCode)
-	e.raw("}\n")
+	e.bytes(tail)
+	e.raw("\n")
 	if e.err != nil {
 		return e.err
 	}
@@ -89,19 +88,6 @@ func (e *encoder) bytes(p []byte) {
 		_, e.err = e.w.Write(p[:n])
 		p = p[n:]
 	}
-}
-
-// json writes v as json.Marshal does: for the small parts of the document.
-func (e *encoder) json(v any) {
-	if e.err != nil {
-		return
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		e.err = err
-		return
-	}
-	e.bytes(b)
 }
 
 func (e *encoder) results(rs []Result) {

@@ -39,7 +39,7 @@ func checkEncode(t testing.TB, doc *Document) {
 
 // TestEncodeMatchesMarshal: the streamed document is json.Marshal's, on one line: a pickled value of several
 // pieces (and a length that is no multiple of 3), a JSON value with line breaks and characters json.Marshal
-// escapes, an empty document, and a document with no value.
+// escapes, an empty document, a run id that spells a results field, and a document with no value.
 func TestEncodeMatchesMarshal(t *testing.T) {
 	doc := sampleDoc()
 	big := make([]byte, 3*encodeChunk+7)
@@ -53,6 +53,7 @@ func TestEncodeMatchesMarshal(t *testing.T) {
 		Result{Replica: 5, Rank: 1, PID: 42, OK: true, Encoding: "json", Value: bytes.Repeat([]byte("[]"), 0)})
 	checkEncode(t, doc)
 	checkEncode(t, &Document{})
+	checkEncode(t, &Document{RunID: `x","results":null,"y\"results\":null`, Results: []Result{{Replica: 1}}})
 	doc, _ = NewCollector(Options{Required: true}).Finish([]RankExit{{Rank: 0, PID: 1, ExitCode: 3}})
 	checkEncode(t, doc)
 }

@@ -1,21 +1,26 @@
 package results
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 )
 
 // duplicate builds the violation of a replica with several outcomes. c.mu must be held.
 func (c *Collector) duplicate(replica int) *ContractError {
-	all := make([]Result, len(c.reporters[replica]))
-	for k, i := range c.reporters[replica] {
+	return c.duplicateOf(replica, c.listedOutcomes(replica), c.reports[replica])
+}
+
+// listedOutcomes are the outcomes kept of replica, the first first. c.mu must be held.
+func (c *Collector) listedOutcomes(replica int) []Result {
+	all := make([]Result, len(c.listed[replica]))
+	for k, i := range c.listed[replica] {
 		all[k] = c.outcomes[i]
 	}
-	return c.duplicateOf(replica, all, c.reports[replica])
+	return all
 }
 
 // duplicateOf builds the violation of a replica reported total times, the first of them by the outcomes in all (at
@@ -56,24 +61,23 @@ func (c *Collector) duplicateOf(replica int, all []Result, total int) *ContractE
 func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	doc := &Document{RunID: c.opts.RunID, World: World{Size: c.opts.WorldSize, Nodes: c.opts.Nodes},
+	doc := &Document{RunID: c.opts.RunID, World: World{Size: cmp.Or(c.opts.WorldSize, len(exits)), Nodes: c.opts.Nodes},
 		Results: []Result{}, Ranks: []RankStatus{}, Violations: []Violation{}}
-	if doc.World.Size == 0 {
-		doc.World.Size = len(exits)
-	}
 	seed, merged := c.seedDuplicates()
 	vs := slices.DeleteFunc(slices.Clone(c.violations), func(v *ContractError) bool { return merged[v] })
 	vs = append(vs, c.countedOnly(vs, seed)...)
-	for _, r := range slices.Sorted(maps.Keys(c.first)) {
+	for _, r := range slices.Sorted(maps.Keys(c.listed)) {
 		switch {
 		case seed[r] != nil:
 			vs = append(vs, seed[r])
-		case len(c.reporters[r]) > 0:
+		case len(c.listed[r]) > 1:
 			vs = append(vs, c.duplicate(r))
 		}
-		doc.Results = append(doc.Results, c.outcomes[c.first[r]])
+		doc.Results = append(doc.Results, c.outcomes[c.listed[r][0]])
 	}
-	for _, e := range byRank(exits) {
+	byRank := slices.Clone(exits) // a rank listed twice keeps its order
+	slices.SortStableFunc(byRank, func(a, b RankExit) int { return cmp.Compare(a.Rank, b.Rank) })
+	for _, e := range byRank {
 		doc.Ranks = append(doc.Ranks, RankStatus{RankExit: e, OK: !e.Failed()})
 		vs = append(vs, c.missing(e)...)
 	}
@@ -92,16 +96,10 @@ func (c *Collector) Finish(exits []RankExit) (*Document, error) {
 func (c *Collector) seedDuplicates() (seed map[int]*ContractError, merged map[*ContractError]bool) {
 	seed, merged = map[int]*ContractError{}, map[*ContractError]bool{}
 	for r, frs := range c.foreign {
-		first, ok := c.first[r]
-		if !ok {
+		if len(c.listed[r]) == 0 {
 			continue
 		}
-		all := []Result{c.outcomes[first]}
-		for _, i := range c.reporters[r] {
-			if i != first {
-				all = append(all, c.outcomes[i])
-			}
-		}
+		all := c.listedOutcomes(r)
 		for _, fr := range frs {
 			all = append(all, fr.res)
 			merged[fr.ce] = true
@@ -155,8 +153,8 @@ func (c *Collector) missing(e RankExit) []*ContractError {
 		where = fmt.Sprintf(" (node %d)", o.node)
 	}
 	var out []*ContractError
-	for _, r := range o.replicas {
-		if _, ok := c.first[r]; ok {
+	for _, r := range o.Replicas {
+		if len(c.listed[r]) > 0 {
 			continue
 		}
 		out = append(out, &ContractError{Kind: ErrMissingResult, Replica: r, Rank: e.Rank, PID: e.PID,
@@ -165,13 +163,6 @@ func (c *Collector) missing(e RankExit) []*ContractError {
 				e.Rank, e.PID, where, r)})
 	}
 	return out
-}
-
-// byRank is exits in rank order (a rank listed twice keeps its order).
-func byRank(exits []RankExit) []RankExit {
-	sorted := slices.Clone(exits)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Rank < sorted[j].Rank })
-	return sorted
 }
 
 // firstFailure is the exit code of the first failed exit, in the order the launcher saw them end: its code, or 1

@@ -86,7 +86,7 @@ func newPy(t *testing.T) pyenv {
 	t.Helper()
 	testutil.Uses("tpurun-cli")
 	py := testutil.Need(t, "python3")
-	dir, err := pymodule.Install(t.TempDir())
+	dir, err := pymodule.Path(t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

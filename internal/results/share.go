@@ -2,8 +2,8 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 )
 
 // Share is what one node of a multi-host run publishes when its workers are gone, for node 0 to merge with Add:
@@ -45,17 +45,16 @@ func (c *Collector) Share() *Share {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := &Share{Workers: make([]SharedWorker, 0, len(c.owners)), Results: slices.Clone(c.outcomes)}
-	for rank, o := range c.owners {
-		s.Workers = append(s.Workers, SharedWorker{Rank: rank, PID: o.pid, Replicas: slices.Clone(o.replicas)})
+	for _, rank := range slices.Sorted(maps.Keys(c.owners)) {
+		s.Workers = append(s.Workers, c.owners[rank].SharedWorker)
 	}
-	sort.Slice(s.Workers, func(i, j int) bool { return s.Workers[i].Rank < s.Workers[j].Rank })
 	for _, v := range c.violations {
 		s.Violations = append(s.Violations, SharedViolation{v.violation(), v.OtherRank, v.OtherPID})
 	}
 	cnt := &Counted{Reports: map[int]int{}, Foreign: map[int]int{}, Violations: map[string]int{}}
 	for r, n := range c.reports {
-		if listed := max(1, len(c.reporters[r])); n > listed {
-			cnt.Reports[r] = n - listed
+		if n > len(c.listed[r]) {
+			cnt.Reports[r] = n - len(c.listed[r])
 		}
 	}
 	for r, n := range c.foreignN {
@@ -87,13 +86,26 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 	c.addWorkers(nodeRank, s.Workers)
 	c.addViolations(nodeRank, s.Violations, &more)
 	c.addCounted(s.Counted)
-	c.mu.Unlock()
-	dups := c.addResults(nodeRank, s)
-	c.mu.Lock()
-	for r := range dups {
-		more.add(c.duplicate(r))
+	replicas := map[int]bool{}
+	for _, e := range s.Results {
+		e.Node = nodeRank
+		c.addOutcome(e)
+		replicas[e.Replica] = true
+	}
+	for r := range replicas {
+		if s.Counted != nil {
+			c.reports[r] += max(0, s.Counted.Reports[r])
+		}
+		if c.reports[r] > 1 {
+			more.add(c.duplicate(r))
+		}
 	}
 	c.mu.Unlock()
+	if c.opts.OnResult != nil {
+		for range s.Results {
+			c.opts.OnResult()
+		}
+	}
 	return more.join()
 }
 
@@ -101,7 +113,8 @@ func (c *Collector) Add(nodeRank int, s *Share) error {
 func (c *Collector) addWorkers(nodeRank int, ws []SharedWorker) {
 	for _, w := range ws {
 		if _, ok := c.owners[w.Rank]; !ok { // global ranks are unique: a clash is not this node's to resolve
-			c.owners[w.Rank] = owner{pid: w.PID, node: nodeRank, replicas: slices.Clone(w.Replicas)}
+			w.Replicas = slices.Clone(w.Replicas)
+			c.owners[w.Rank] = owner{w, nodeRank}
 		}
 	}
 }
@@ -131,38 +144,4 @@ func (c *Collector) addCounted(cnt *Counted) {
 	for r, n := range cnt.Foreign {
 		c.foreignN[r] += max(0, n)
 	}
-}
-
-// addResults merges the outcomes node nodeRank accepted, and returns the replicas that have more than one since.
-func (c *Collector) addResults(nodeRank int, s *Share) map[int]bool {
-	dups := map[int]bool{}
-	for i, e := range s.Results {
-		e.Node = nodeRank
-		c.mu.Lock()
-		c.addOutcome(e, 1+s.onlyCounted(i))
-		dup := c.reports[e.Replica] > 1
-		c.mu.Unlock()
-		if c.opts.OnResult != nil {
-			c.opts.OnResult()
-		}
-		if dup {
-			dups[e.Replica] = true
-		}
-	}
-	return dups
-}
-
-// onlyCounted is how many outcomes of the replica of Results[i] the node counted without listing them: they count
-// with its last listed one.
-func (s *Share) onlyCounted(i int) int {
-	r := s.Results[i].Replica
-	if s.Counted == nil || s.Counted.Reports[r] <= 0 || !lastOf(s.Results, i) {
-		return 0
-	}
-	return s.Counted.Reports[r]
-}
-
-// lastOf reports whether rs[i] is the last of its replica in rs.
-func lastOf(rs []Result, i int) bool {
-	return !slices.ContainsFunc(rs[i+1:], func(r Result) bool { return r.Replica == rs[i].Replica })
 }

@@ -120,9 +120,7 @@ func MkdirAllBeneath(root, rel string, perm os.FileMode) error {
 	if err != nil {
 		return explain(root, rel, clean, "mkdir", err)
 	}
-	if fd != rootfd {
-		unix.Close(fd)
-	}
+	unix.Close(fd) // never rootfd: rel has at least one component (".")
 	return nil
 }
 

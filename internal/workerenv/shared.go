@@ -21,14 +21,12 @@ func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWo
 			if v, ok := strings.CutPrefix(kv, "OMP_NUM_THREADS="); ok {
 				omp = v
 			}
-		}
-		if localWorkers > 1 && omp == "" {
-			out = append(out, "OMP_NUM_THREADS=1")
-		}
-		for _, kv := range base {
 			if k, _, _ := strings.Cut(kv, "="); !PerRank(k) && k != worker.EnvRunID && k != worker.EnvSweepTag {
 				out = append(out, kv)
 			}
+		}
+		if localWorkers > 1 && omp == "" {
+			out = slices.Insert(out, 2, "OMP_NUM_THREADS=1")
 		}
 		return out
 	}
@@ -39,12 +37,8 @@ func Shared(base []string, plan *topology.Plan, local []topology.Worker, localWo
 			count[kv]++
 		}
 	}
-	var out []string
-	for kv, n := range count {
-		if k, _, _ := strings.Cut(kv, "="); n == len(local) && !PerRank(k) {
-			out = append(out, kv)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return slices.DeleteFunc(b.Env(local[0], rt.ErrorFile), func(kv string) bool { // sorted already
+		k, _, _ := strings.Cut(kv, "=")
+		return count[kv] < len(local) || PerRank(k)
+	})
 }

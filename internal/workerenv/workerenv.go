@@ -1,6 +1,8 @@
 package workerenv
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -71,9 +73,7 @@ func NewBuilder(base []string, plan *topology.Plan, rt Runtime) *Builder {
 	for _, w := range plan.Workers {
 		b.local[w.NodeRank]++
 	}
-	if b.rt.Role == "" {
-		b.rt.Role = DefaultRole
-	}
+	b.rt.Role = cmp.Or(b.rt.Role, DefaultRole)
 	return b
 }
 
@@ -96,17 +96,9 @@ func (b *Builder) node(n int) nodeEnv {
 	if rt.SweepTag != "" {
 		c[worker.EnvSweepTag] = rt.SweepTag
 	}
-	merged := make([]string, 0, len(b.inherited)+len(c))
-	for k, v := range b.inherited {
-		if _, set := c[k]; !set {
-			merged = append(merged, k+"="+v)
-		}
-	}
-	for k, v := range c {
-		merged = append(merged, k+"="+v)
-	}
-	sort.Strings(merged)
-	ne := nodeEnv{common: c, merged: merged}
+	merged := maps.Clone(b.inherited)
+	maps.Copy(merged, c)
+	ne := nodeEnv{common: c, merged: sorted(merged)}
 	b.nodes[n] = ne
 	return ne
 }
@@ -116,35 +108,38 @@ func (b *Builder) node(n int) nodeEnv {
 // errorFile as its TORCHELASTIC_ERROR_FILE (none when empty). Later sources win; it is sorted, each key once.
 func (b *Builder) Env(w topology.Worker, errorFile string) []string {
 	ne := b.node(w.NodeRank)
-	own := make([]string, 0, len(w.Env)+8)
+	own := map[string]string{}
 	for k, v := range w.Env { // the plan's env for w: over the inherited one, under the launcher's
 		if _, set := ne.common[k]; !set {
-			own = append(own, k+"="+v)
+			own[k] = v
 		}
 	}
-	_, roleRank := w.Env["ROLE_RANK"] // a multi-node plan counts each role's workers (spreadWorld)
-	_, ompInPlan := w.Env["OMP_NUM_THREADS"]
-	set := func(k, v string) {
-		own = slices.DeleteFunc(own, func(kv string) bool { return strings.HasPrefix(kv, k) && kv[len(k)] == '=' })
-		own = append(own, k+"="+v)
-	}
 	rank := strconv.Itoa(w.Rank)
-	set("RANK", rank)
-	set("LOCAL_RANK", strconv.Itoa(w.LocalRank))
-	if !roleRank {
-		set("ROLE_RANK", rank)
-		set("ROLE_WORLD_SIZE", strconv.Itoa(len(b.plan.Workers)))
+	own["RANK"] = rank
+	own["LOCAL_RANK"] = strconv.Itoa(w.LocalRank)
+	if _, ok := w.Env["ROLE_RANK"]; !ok { // a multi-node plan counts each role's workers (spreadWorld)
+		own["ROLE_RANK"] = rank
+		own["ROLE_WORLD_SIZE"] = strconv.Itoa(len(b.plan.Workers))
 	}
-	set(topology.EnvJAXProcessID, rank) // for jax.distributed.initialize(process_id=..., num_processes=...)
+	own[topology.EnvJAXProcessID] = rank // for jax.distributed.initialize(process_id=..., num_processes=...)
 	if errorFile != "" {
-		set("TORCHELASTIC_ERROR_FILE", errorFile)
+		own["TORCHELASTIC_ERROR_FILE"] = errorFile
 	}
-	if !b.ompInherited && !ompInPlan && b.local[w.NodeRank] > 1 {
-		set("OMP_NUM_THREADS", "1")
+	if _, inPlan := w.Env["OMP_NUM_THREADS"]; !b.ompInherited && !inPlan && b.local[w.NodeRank] > 1 {
+		own["OMP_NUM_THREADS"] = "1"
 	}
-	set(worker.EnvReplicas, worker.FormatReplicas(w.Replicas))
-	sort.Strings(own)
-	return mergeEnv(ne.merged, own)
+	own[worker.EnvReplicas] = worker.FormatReplicas(w.Replicas)
+	return mergeEnv(ne.merged, sorted(own))
+}
+
+// sorted is env as KEY=value entries, sorted.
+func sorted(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // mergeEnv merges two sorted environments with each key once into one, sorted, over winning where both have a
@@ -213,9 +208,7 @@ const (
 // For's torchrun and tpurun variables (nothing inherited). Run-time values that a run decides at launch
 // (run id, master port, error file) are placeholders unless given in rt.
 func Plan(plan *topology.Plan, rt Runtime) *topology.Plan {
-	if rt.RunID == "" {
-		rt.RunID = PlaceholderRunID
-	}
+	rt.RunID = cmp.Or(rt.RunID, PlaceholderRunID)
 	out := &topology.Plan{Device: plan.Device, Nodes: append([]topology.Node(nil), plan.Nodes...)}
 	b := NewBuilder([]string{}, plan, rt)
 	for _, w := range plan.Workers {
