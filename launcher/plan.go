@@ -63,6 +63,9 @@ func dryRun(ctx context.Context, s spec.Spec) (*DryRun, error) {
 		return nil, &failure.ConfigError{Field: failure.MasterPort, Value: strconv.Itoa(s.MasterPort),
 			Hint: "must be 1..65535, or 0 for a placeholder"}
 	}
+	if s.Env != nil && s.Detect.LookupEnv == nil {
+		s.Detect.LookupEnv = spec.EnvLookup(s.Env) // as Run: detection reads the workers' environment
+	}
 	h, err := topology.Detect(ctx, s.Detect, s.Logger)
 	if err != nil {
 		return nil, err

@@ -72,8 +72,8 @@ type Spec struct {
 }
 
 // Devices says which devices of this host the job uses and how they are split among the workers. Detection reads
-// this host once per Run: sysfs and /dev, the environment (Spec.Env is not read: this process's), and on a cloud
-// TPU VM the metadata server.
+// this host once per Run (and Plan): sysfs and /dev, the environment (Spec.Env, the workers' environment), and
+// on a cloud TPU VM the metadata server.
 type Devices struct {
 	// Device is "", "auto", "cpu", "gpu" or "tpu"; "" and "auto" pick TPU, else GPU, else CPU.
 	Device string
