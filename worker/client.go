@@ -64,10 +64,9 @@ func Open() (*Client, error) {
 // Replicas returns the replicas the client's worker owns.
 func (c *Client) Replicas() []int { return slices.Clone(c.replicas) }
 
-// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is, if it is valid
-// JSON in UTF-8 (what the launcher accepts). A value holding an integer of more than MaxJSONIntDigits digits (a
-// *big.Int) is refused with a *HugeIntegerError (ErrHugeInteger), as the launcher would refuse it: send it as a
-// string.
+// Report sends value, encoded as JSON, as the result of replica. A json.RawMessage is sent as is. JSON the launcher
+// would refuse (invalid, not UTF-8, nested too deep) is refused here; a value holding an integer of more than
+// MaxJSONIntDigits digits (a *big.Int) with a *HugeIntegerError (ErrHugeInteger): send it as a string.
 func (c *Client) Report(replica int, value any) error {
 	payload, raw := value.(json.RawMessage)
 	if !raw {
@@ -81,8 +80,10 @@ func (c *Client) Report(replica int, value any) error {
 	switch err := CheckJSON(payload); {
 	case errors.As(err, &huge): // the launcher would refuse it: say so here
 		return fmt.Errorf("result of replica %d: %w; send it as a string", replica, err)
-	case err != nil:
+	case err != nil && raw:
 		return fmt.Errorf("result of replica %d: the json.RawMessage is not valid JSON", replica)
+	case err != nil: // a MarshalJSON that wrote invalid UTF-8, nesting deeper than the launcher reads
+		return fmt.Errorf("result of replica %d: %T encodes to JSON the launcher refuses: %w", replica, value, err)
 	}
 	return c.Send(Frame{Kind: KindResult, Encoding: EncodingJSON, Replica: replica, Payload: payload})
 }

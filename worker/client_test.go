@@ -25,6 +25,11 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// badUTF8 encodes to a JSON string holding a byte that is not UTF-8, which the launcher refuses.
+type badUTF8 struct{}
+
+func (badUTF8) MarshalJSON() ([]byte, error) { return []byte("\"\xff\""), nil }
+
 func TestClientFrames(t *testing.T) {
 	var buf lockedBuffer
 	c := NewClient(&buf, []int{2, 5})
@@ -42,6 +47,9 @@ func TestClientFrames(t *testing.T) {
 	}
 	if err := c.Report(2, func() {}); err == nil {
 		t.Fatal("a func encoded as JSON")
+	}
+	if err := c.Report(2, badUTF8{}); err == nil || !strings.Contains(err.Error(), "worker.badUTF8 encodes to JSON the launcher refuses") {
+		t.Fatalf("a value encoding to invalid UTF-8: %v, want refused naming its type", err)
 	}
 	d := NewDecoder(&buf.b, 0, 0)
 	f, err := d.Next()

@@ -28,7 +28,6 @@ type Runner struct {
 
 	RunLogs  string // this run's directory below LogDir: <run-id>_<random>
 	Scratch  string // holds the error files when there is no log directory
-	ProcRoot string // the job's /proc (topology.Options.Roots), for the orphan sweep
 
 	Stdout, Stderr *console.Console
 

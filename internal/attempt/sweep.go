@@ -29,14 +29,14 @@ func (r *Runner) drain(ws []*child) {
 // scans every process of the host for the run's sweep tag in its environment.
 func (r *Runner) sweep() ([]int, error) {
 	if rp, done := r.subtree(); rp != nil {
-		swept, err := rp.Sweep(r.ProcRoot)
+		swept, err := rp.Sweep(proc.Root)
 		done()
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return swept, err
 		}
 		r.Log.Debug("subtree sweep unavailable, sweeping by environment", zap.Error(err))
 	}
-	return proc.Sweep(r.ProcRoot, worker.EnvSweepTag, r.SweepTag, syscall.SIGKILL, r.kept)
+	return proc.Sweep(proc.Root, worker.EnvSweepTag, r.SweepTag, syscall.SIGKILL, r.kept)
 }
 
 // termOutside sends SIGTERM once to every live process the workers left outside their own groups (a helper in a
@@ -53,13 +53,13 @@ func (r *Runner) termOutside(ws []*child) []int {
 		return groups[pid] || err != nil || groups[pgid] || r.kept(pid)
 	}
 	if rp, done := r.subtree(); rp != nil {
-		hit, err := rp.SignalTree(r.ProcRoot, inGroups, syscall.SIGTERM)
+		hit, err := rp.SignalTree(proc.Root, inGroups, syscall.SIGTERM)
 		done()
 		if !errors.Is(err, proc.ErrNoChildrenFile) {
 			return hit
 		}
 	}
-	hit, _ := proc.Sweep(r.ProcRoot, worker.EnvSweepTag, r.SweepTag, syscall.SIGTERM, inGroups)
+	hit, _ := proc.Sweep(proc.Root, worker.EnvSweepTag, r.SweepTag, syscall.SIGTERM, inGroups)
 	return hit
 }
 
@@ -67,11 +67,11 @@ func (r *Runner) termOutside(ws []*child) []int {
 func (r *Runner) liveOrphans() int {
 	if rp, done := r.subtree(); rp != nil {
 		defer done()
-		if _, err := os.Stat(r.ProcRoot + "/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
-			return rp.LiveDescendants(r.ProcRoot, r.kept)
+		if _, err := os.Stat(proc.Root + "/self/task/" + strconv.Itoa(os.Getpid()) + "/children"); err == nil {
+			return rp.LiveDescendants(proc.Root, r.kept)
 		}
 	}
-	pids, _ := proc.FindByEnv(r.ProcRoot, worker.EnvSweepTag, r.SweepTag)
+	pids, _ := proc.FindByEnv(proc.Root, worker.EnvSweepTag, r.SweepTag)
 	return len(slices.DeleteFunc(pids, r.kept))
 }
 

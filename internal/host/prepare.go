@@ -127,7 +127,7 @@ func (p *Prepared) pickPorts() error {
 			return fmt.Errorf("%w: MASTER_PORT: %w; pass a port explicitly", failure.ErrInternal, err)
 		}
 		s.MasterPort = port
-	} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, s.Detect.ProcRoot); err != nil {
+	} else if err := checkMasterPort(s.MasterAddr, s.MasterPort, proc.Root); err != nil {
 		return err
 	}
 	if p.Plan.Device.Kind().JAXCoordinator() { // a port of its own (torch's store binds MASTER_PORT)

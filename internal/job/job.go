@@ -45,7 +45,7 @@ func Run(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	j.reaper = rp
 	j.host = host.New(&j.spec, random, j.log, rp, j.stdout, j.stderr)
 	defer j.close()
-	j.ctl = stop.NewController(ctx, s.Logger, s.Timeout, s.Detect.ProcRoot, stop.Coalesce(sigs, relayDone), outErr,
+	j.ctl = stop.NewController(ctx, s.Logger, s.Timeout, proc.Root, stop.Coalesce(sigs, relayDone), outErr,
 		[]*console.Console{j.stdout, j.stderr})
 	defer func() { // the run's signals end with its controller: one that comes later stays in sigs for the caller
 		j.ctl.Close()
@@ -179,7 +179,7 @@ func (j *job) close() {
 // newRunner is the runner of this node's attempts, from the Spec as the host's preparation completed it.
 func (j *job) newRunner() *attempt.Runner {
 	s, h := &j.spec, j.host
-	r := &attempt.Runner{Options: s.Options, RunLogs: h.RunLogs, Scratch: h.Scratch, ProcRoot: s.Detect.ProcRoot,
+	r := &attempt.Runner{Options: s.Options, RunLogs: h.RunLogs, Scratch: h.Scratch,
 		Stdout: j.stdout, Stderr: j.stderr, Log: j.log, Reaper: j.reaper, Sampler: j.sampler, Term: j.term, Ctl: j.ctl,
 		OnFailed: func(n int, we *proc.WorkerError) {
 			j.obs.Emit(spec.Event{Kind: spec.WorkerFailed, Attempt: n, Failure: we})

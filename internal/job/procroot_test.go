@@ -2,10 +2,12 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,35 +18,31 @@ import (
 	"tpurun/worker"
 )
 
-// TestProcRootIsOneKnob: the /proc that detection reads (TPURUN_PROC_ROOT in the job's environment) is the one the
-// orphan sweep reads too. A fake proc tree lists a process the test started as carrying the job's sweep tag, which
-// the real /proc does not show: only a sweep of the fake tree signals it.
-func TestProcRootIsOneKnob(t *testing.T) {
+// TestSweepReadsItsOwnProc: TPURUN_PROC_ROOT points detection at another /proc (a host's, mounted into a container
+// to see who holds a chip); the sweep and the stop read this process's own, where the job's processes are. A fake
+// tree under TPURUN_PROC_ROOT lists a bystander as carrying the job's sweep tag: it must live. The worker's own
+// orphan (a setsid'd child, out of its group, carrying the tag) must be swept from the real /proc.
+func TestSweepReadsItsOwnProc(t *testing.T) {
+	const tag = "own-proc-tag"
 	bystander := exec.Command("/bin/sleep", "60")
 	if err := bystander.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = bystander.Process.Kill() })
+	t.Cleanup(func() { _ = bystander.Process.Kill(); _ = bystander.Wait() })
 	root := t.TempDir()
 	dir := filepath.Join(root, strconv.Itoa(bystander.Process.Pid))
-	waited := make(chan error, 1)
-	go func() {
-		err := bystander.Wait()
-		_ = os.RemoveAll(dir) // gone from the fake /proc too, as from the real one
-		waited <- err
-	}()
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	environ := []byte(worker.EnvSweepTag + "=one-knob-tag\x00")
-	if err := os.WriteFile(filepath.Join(dir, "environ"), environ, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(worker.EnvSweepTag+"="+tag+"\x00"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	pidFile := filepath.Join(t.TempDir(), "orphan")
 	s := spec.Spec{
 		Options: attempt.Options{
-			Program:  []string{"/bin/true"},
+			Program:  []string{"/bin/sh", "-c", "setsid /bin/sleep 60 & echo $! > " + pidFile},
 			Env:      append(os.Environ(), "TPURUN_PROC_ROOT="+root),
-			SweepTag: "one-knob-tag",
+			SweepTag: tag,
 		},
 	}
 	s.Detect.Device = "cpu"
@@ -52,13 +50,30 @@ func TestProcRootIsOneKnob(t *testing.T) {
 	if _, err := job.Run(context.Background(), s); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	select {
-	case <-waited:
-		ws, ok := bystander.ProcessState.Sys().(syscall.WaitStatus)
-		if !ok || !ws.Signaled() {
-			t.Errorf("the process the fake /proc lists ended with %v, want a signal from the sweep", bystander.ProcessState)
-		}
-	case <-time.After(10 * time.Second):
-		t.Errorf("the sweep did not signal the process the fake /proc (TPURUN_PROC_ROOT) lists: it read another /proc")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
 	}
+	orphan, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !gone(orphan) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(orphan, syscall.SIGKILL)
+			t.Fatalf("the worker's orphan %d outlived the run: the sweep did not read this process's /proc", orphan)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if gone(bystander.Process.Pid) {
+		t.Errorf("the process only the TPURUN_PROC_ROOT tree lists was killed: the sweep read detection's /proc")
+	}
+}
+
+// gone reports whether pid has exited: no such process, or a zombie its parent has yet to reap.
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	_, after, _ := strings.Cut(string(b), ") ")
+	return errors.Is(err, os.ErrNotExist) || strings.HasPrefix(after, "Z")
 }

@@ -17,12 +17,14 @@ func awaitExit(pidfd int) {
 		return
 	}
 	dup, err := unix.FcntlInt(uintptr(pidfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err == nil {
-		err = syscall.SetNonblock(dup, true)
+	if err != nil {
+		return
 	}
-	if err == nil {
-		_ = awaitPidfd(dup)
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		_ = syscall.Close(dup)
+		return
 	}
+	_ = awaitPidfd(dup)
 }
 
 // awaitPidfd parks the calling goroutine in Go's poller until the process of the non-blocking pidfd fd has exited

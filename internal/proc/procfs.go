@@ -8,6 +8,11 @@ import (
 	"syscall"
 )
 
+// Root is this process's own /proc, where the processes the launcher starts, signals and sweeps are listed: their
+// pids are in its PID namespace. It is not detection's root (topology's TPURUN_PROC_ROOT), which may be a host's
+// /proc mounted into a container, to see who holds a chip: a sweep that read that one would signal strangers.
+const Root = "/proc"
+
 // readFile reads a whole /proc file into buf (grown as needed) with plain open/read/close: os.ReadFile's stat and
 // poller registration would triple the syscalls of a sweep over every process of the host. A file that cannot be
 // opened (gone, not ours) reads as empty, ok false.

@@ -36,8 +36,7 @@ type Spec struct {
 	Fn      *FnSpec  // function mode (xmp.spawn's fn): when set, Program is the Python function runner
 	Preload []string // modules the one interpreter per host imports before it forks every worker; needs Reap
 
-	// Detect says how to find this host's devices (once per Run), and its ProcRoot as WithDefaults resolves it is
-	// the one /proc of the job; Request says how to split the devices.
+	// Detect says how to find this host's devices (once per Run); Request how to split them.
 	Detect  topology.Options
 	Request topology.Request
 	// PerCPU: one worker per CPU core when detection finds no accelerator (torchrun's --nproc-per-node cpu/auto).
@@ -110,7 +109,6 @@ func (s Spec) WithDefaults() (_ Spec, randomRunID bool, err error) {
 	if s.Detect.LookupEnv == nil {
 		s.Detect.LookupEnv = EnvLookup(s.Env) // detection reads the workers' environment
 	}
-	_, _, s.Detect.ProcRoot = s.Detect.Roots() // the one /proc of the job: detection's, the stop's, the sweep's
 	s.Results.Required = s.Results.Required || s.Fn != nil
 	if randomRunID, err = s.defaultIDs(); err != nil {
 		return s, false, err

@@ -36,8 +36,8 @@ type Options struct {
 }
 
 // Roots are the OS roots Detect reads (Host's SysfsRoot, DevRoot, ProcRoot): each one given, else
-// TPURUN_SYSFS_ROOT, TPURUN_DEV_ROOT, TPURUN_PROC_ROOT from LookupEnv, else /sys, /dev, /proc. A caller that reads
-// /proc before detection (the job's stop and sweep) takes its root here, so that every reader has the one root.
+// TPURUN_SYSFS_ROOT, TPURUN_DEV_ROOT, TPURUN_PROC_ROOT from LookupEnv, else /sys, /dev, /proc. The proc root is
+// where detection looks for who holds a chip or a port; the launcher's own processes are always in proc.Root.
 func (o Options) Roots() (sysfs, dev, proc string) {
 	env := o.LookupEnv
 	if env == nil {
