@@ -26,8 +26,8 @@ const stderrTailLines = 10
 type Runner struct {
 	Options // the Spec's part for attempts, as the job was given it
 
-	RunLogs  string // this run's directory below LogDir: <run-id>_<random>
-	Scratch  string // holds the error files when there is no log directory
+	RunLogs string // this run's directory below LogDir: <run-id>_<random>
+	Scratch string // holds the error files when there is no log directory
 
 	Stdout, Stderr *console.Console
 
