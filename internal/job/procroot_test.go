@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +11,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"tpurun/internal/attempt"
 	"tpurun/internal/job"
 	"tpurun/internal/spec"
+	"tpurun/internal/testutil"
 	"tpurun/worker"
 )
 
@@ -58,14 +59,17 @@ func TestSweepReadsItsOwnProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone(orphan) {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() {
+		if !gone(orphan) {
 			_ = syscall.Kill(orphan, syscall.SIGKILL)
-			t.Fatalf("the worker's orphan %d outlived the run: the sweep did not read this process's /proc", orphan)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testutil.WaitFor(t, "the worker's orphan swept from this process's /proc", func() error {
+		if !gone(orphan) {
+			return fmt.Errorf("orphan %d outlived the run", orphan)
+		}
+		return nil
+	})
 	if gone(bystander.Process.Pid) {
 		t.Errorf("the process only the TPURUN_PROC_ROOT tree lists was killed: the sweep read detection's /proc")
 	}
