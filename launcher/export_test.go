@@ -14,3 +14,10 @@ func RunInternal(ctx context.Context, s spec.Spec) (*spec.Report, error) {
 	rep, err := job.Run(ctx, s)
 	return rep, errorOf(err)
 }
+
+// InternalObserverFunc adapts a function to the internal spec.Observer, for the tests that run the internal Spec
+// (RunInternal).
+type InternalObserverFunc func(spec.Event)
+
+// Observe calls f(e).
+func (f InternalObserverFunc) Observe(e spec.Event) { f(e) }

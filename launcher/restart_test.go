@@ -27,7 +27,7 @@ func TestSIGINTDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = time.Minute
 	sigs := make(chan os.Signal, 4)
 	cfg.Signals = sigs
-	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+	cfg.Observers = []spec.Observer{launcher.InternalObserverFunc(func(e spec.Event) {
 		if e.Kind == spec.WorkerFailed { // the supervisor is stopping the group when this returns
 			select {
 			case sigs <- syscall.SIGINT:
@@ -97,7 +97,7 @@ func TestCancelDuringFailureTeardownEndsTheRun(t *testing.T) {
 	cfg.Grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+	cfg.Observers = []spec.Observer{launcher.InternalObserverFunc(func(e spec.Event) {
 		if e.Kind == spec.WorkerFailed {
 			cancel() // the supervisor is stopping the group when this returns
 		}

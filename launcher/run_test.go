@@ -610,7 +610,7 @@ func TestLiveSamplesAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var once sync.Once
-	cfg.Observers = []spec.Observer{spec.ObserverFunc(func(e spec.Event) {
+	cfg.Observers = []spec.Observer{launcher.InternalObserverFunc(func(e spec.Event) {
 		if e.Kind != spec.Sampled {
 			return
 		}

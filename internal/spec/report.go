@@ -15,12 +15,6 @@ type Observer interface {
 	Observe(Event)
 }
 
-// ObserverFunc adapts a function to Observer.
-type ObserverFunc func(Event)
-
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
-
 // EventKind says what happened.
 type EventKind int
 
