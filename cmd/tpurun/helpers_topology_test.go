@@ -55,24 +55,16 @@ const (
 // server refuses connections, so that no test ever reaches a real one.
 func newHost(t *testing.T, id string, n int) *host {
 	t.Helper()
-	root := t.TempDir()
-	h := &host{sys: filepath.Join(root, "sys"), dev: filepath.Join(root, "dev"), dumps: filepath.Join(root, "dumps")}
-	for _, d := range []string{filepath.Join(h.sys, "bus", "pci", "devices"), h.dev, h.dumps} {
-		mustDo(t, os.MkdirAll(d, 0o755))
+	d := testutil.TPUFunctions
+	d.Device = id
+	if id == idV4 {
+		d.Node = "accel%d"
 	}
-	for i := 0; i < n; i++ {
-		d := filepath.Join(h.sys, "bus", "pci", "devices", fmt.Sprintf("0000:00:%02x.0", i+4))
-		mustDo(t, os.MkdirAll(d, 0o755))
-		mustDo(t, os.WriteFile(filepath.Join(d, "vendor"), []byte("0x1ae0\n"), 0o644))
-		mustDo(t, os.WriteFile(filepath.Join(d, "device"), []byte(id+"\n"), 0o644))
-		mustDo(t, os.WriteFile(filepath.Join(d, "class"), []byte("0x120000\n"), 0o644))
-		node := filepath.Join(h.dev, fmt.Sprintf("accel%d", i))
-		if id != idV4 {
-			mustDo(t, os.MkdirAll(filepath.Join(h.dev, "vfio"), 0o755))
-			mustDo(t, os.WriteFile(filepath.Join(h.dev, "vfio", "vfio"), nil, 0o644))
-			node = filepath.Join(h.dev, "vfio", fmt.Sprint(i))
-		}
-		mustDo(t, os.WriteFile(node, nil, 0o644))
+	h := &host{dumps: filepath.Join(t.TempDir(), "dumps")}
+	h.sys, h.dev = testutil.FakePCIHost(t, d, n)
+	mustDo(t, os.MkdirAll(h.dumps, 0o755))
+	if id != idV4 && n > 0 {
+		mustDo(t, os.WriteFile(filepath.Join(h.dev, "vfio", "vfio"), nil, 0o644)) // the VFIO container node
 	}
 	h.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GCE_METADATA_HOST=" + refusedAddr(t),
 		testutil.Fake("envdump:" + h.dumps)}
@@ -84,14 +76,7 @@ func newHost(t *testing.T, id string, n int) *host {
 func newGPUHost(t *testing.T, n int) *host {
 	t.Helper()
 	h := newHost(t, idV4, 0)
-	for i := 0; i < n; i++ {
-		d := filepath.Join(h.sys, "bus", "pci", "devices", fmt.Sprintf("0000:%02x:00.0", i+0x18))
-		mustDo(t, os.MkdirAll(d, 0o755))
-		for f, v := range map[string]string{"vendor": "0x10de", "device": "0x2330", "class": "0x030200"} {
-			mustDo(t, os.WriteFile(filepath.Join(d, f), []byte(v+"\n"), 0o644))
-		}
-		mustDo(t, os.WriteFile(filepath.Join(h.dev, fmt.Sprintf("nvidia%d", i)), nil, 0o644))
-	}
+	h.sys, h.dev = testutil.FakePCIHost(t, testutil.H100Functions, n)
 	return h
 }
 

@@ -1,40 +1,16 @@
 package hostview
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"tpurun/internal/testutil"
 	"tpurun/internal/topology"
 )
-
-// pciTree is a fake /sys and /dev with n PCI functions of vendor/device/class and, for nodes "vfio", "accel" or
-// "nvidia", their device nodes.
-func pciTree(t *testing.T, vendor, device, class string, n int, nodes string) (sys, dev string) {
-	t.Helper()
-	root := t.TempDir()
-	sys, dev = filepath.Join(root, "sys"), filepath.Join(root, "dev")
-	must(t, os.MkdirAll(filepath.Join(dev, "vfio"), 0o755))
-	for i := 0; i < n; i++ {
-		d := filepath.Join(sys, "bus", "pci", "devices", fmt.Sprintf("0000:00:%02x.0", i+4))
-		must(t, os.MkdirAll(d, 0o755))
-		for f, v := range map[string]string{"vendor": vendor, "device": device, "class": class} {
-			must(t, os.WriteFile(filepath.Join(d, f), []byte(v+"\n"), 0o644))
-		}
-		node := map[string]string{"accel": fmt.Sprintf("accel%d", i), "vfio": fmt.Sprintf("vfio/%d", i),
-			"nvidia": fmt.Sprintf("nvidia%d", i)}[nodes]
-		if node != "" {
-			must(t, os.WriteFile(filepath.Join(dev, node), nil, 0o644))
-		}
-	}
-	return sys, dev
-}
 
 // metadataServer serves answers (key -> body) as a GCE metadata server; a key without an answer is 404.
 func metadataServer(t *testing.T, answers map[string]string) string {
@@ -69,8 +45,12 @@ func tpuEnv(t *testing.T, accel string, worker int) string {
 // tpuHost is a detected TPU host of n chips of PCI id id, with env and a metadata server that answers md.
 func tpuHost(t *testing.T, id string, n int, env, md map[string]string) *topology.Host {
 	t.Helper()
-	nodes := map[string]string{"0x0027": "accel", "0x005e": "accel"}[id]
-	sys, dev := pciTree(t, "0x1ae0", id, "0x120000", n, cmp.Or(nodes, "vfio"))
+	d := testutil.TPUFunctions
+	d.Device = id
+	if id == "0x0027" || id == "0x005e" { // v3, v4: /dev/accelN
+		d.Node = "accel%d"
+	}
+	sys, dev := testutil.FakePCIHost(t, d, n)
 	h, err := topology.Detect(context.Background(), topology.Options{LookupEnv: envOf(env), SysfsRoot: sys, DevRoot: dev,
 		MetadataURL: metadataServer(t, md)}, nil)
 	must(t, err)
@@ -176,7 +156,7 @@ func TestExplainWorkerMetadata(t *testing.T) {
 // TestExplainGPU: workers see every usable GPU as under torchrun unless isolated, and JAX needs its ids from env.
 func TestExplainGPU(t *testing.T) {
 	t.Parallel()
-	sys, dev := pciTree(t, "0x10de", "0x2330", "0x030200", 4, "nvidia")
+	sys, dev := testutil.FakePCIHost(t, testutil.H100Functions, 4)
 	for _, tc := range []struct {
 		cvd  string
 		req  topology.Request
